@@ -1,0 +1,59 @@
+//! cordon's gRPC API (`cordon.v1`) and the client side of its Unix-socket transport.
+//!
+//! # Layout
+//! - [`v1`]: the generated messages, client and server for `proto/cordon/v1/cordon.proto`.
+//! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, served by gRPC reflection.
+//! - [`connect`]: a tonic [`Channel`] over a Unix socket path.
+//!
+//! Only the daemon's `server` module and the client's gRPC module use these types; the rest of
+//! the code works with domain types.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Generated code for package `cordon.v1`.
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
+pub mod v1 {
+    tonic::include_proto!("cordon.v1");
+}
+
+/// Encoded `FileDescriptorSet` of every cordon proto file.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cordon_descriptor.bin"));
+
+/// Largest message a client accepts: two capped output streams of at most 10 MiB each, plus framing.
+pub const MAX_CLIENT_DECODE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Opens a channel to a daemon listening on the Unix socket at `path`.
+///
+/// The connection is made eagerly so that a missing or refused socket is reported here, with
+/// the underlying `io::Error` kind intact, rather than on the first call.
+pub async fn connect(path: impl AsRef<Path>) -> Result<Channel, ConnectError> {
+    let path: PathBuf = path.as_ref().to_path_buf();
+    // The URI is required by tonic but never used: the connector below ignores it.
+    let endpoint = Endpoint::from_static("http://cordon.invalid");
+    // Probe first so the caller gets the real io::Error (ENOENT, ECONNREFUSED, EACCES).
+    UnixStream::connect(&path).await.map_err(|source| ConnectError { path: path.clone(), source })?;
+    let connector_path = path.clone();
+    endpoint
+        .connect_with_connector(tower::service_fn(move |_| {
+            let path = connector_path.clone();
+            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+        .await
+        .map_err(|e| ConnectError { path, source: io::Error::other(e) })
+}
+
+/// Connecting to the daemon's socket failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to cordond at {}: {source}", path.display())]
+pub struct ConnectError {
+    /// The socket path that was tried.
+    pub path: PathBuf,
+    /// Why: `NotFound` (no daemon), `ConnectionRefused` (stale socket), `PermissionDenied`, ...
+    #[source]
+    pub source: io::Error,
+}
