@@ -1,0 +1,418 @@
+//! The admin subcommands.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use cordon_daemon::policy::{self, Host};
+use serde_json::{Map, Value, json};
+
+use crate::error::{CliError, exit};
+use crate::grpc::{Client, DiagnosticInfo, PolicyReport, ToolInfo};
+
+pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    let (generation, tools) = client.list_tools(all).await?;
+    if as_json {
+        print_json(&json!({ "generation": generation, "tools": tools }));
+        return Ok(0);
+    }
+    if tools.is_empty() {
+        println!(
+            "no tools (generation {generation}){}",
+            if all {
+                ""
+            } else {
+                "; `cordon tools --all` also lists unavailable ones"
+            }
+        );
+        return Ok(0);
+    }
+    let rows: Vec<[String; 4]> = tools
+        .iter()
+        .map(|t| {
+            let params: Vec<String> = t
+                .params
+                .iter()
+                .map(|p| format!("{}{}:{}", p.name, if p.required { "" } else { "?" }, p.kind))
+                .collect();
+            let mut description = t.description.clone();
+            if !t.unavailable_reason.is_empty() {
+                description = format!("{description} [{}]", t.unavailable_reason);
+            }
+            [
+                t.name.clone(),
+                t.status_word().to_string(),
+                params.join(" "),
+                description,
+            ]
+        })
+        .collect();
+    print_table(&["NAME", "STATUS", "PARAMS", "DESCRIPTION"], &rows);
+    Ok(0)
+}
+
+pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    let t = client.get_tool(name).await?;
+    if as_json {
+        print_json(&json!(t));
+        return Ok(0);
+    }
+    println!(
+        "{}{}",
+        t.name,
+        if t.title.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", t.title)
+        }
+    );
+    println!("  {}", t.description);
+    let field = |k: &str, v: String| println!("  {k:<12} {v}");
+    field(
+        "status",
+        match t.unavailable_reason.as_str() {
+            "" => t.status_word().to_string(),
+            reason => format!("{} ({reason})", t.status_word()),
+        },
+    );
+    if !t.reason.is_empty() {
+        field("reason", t.reason.clone());
+    }
+    field("command", t.command.join(" "));
+    if !t.executable.is_empty() {
+        field("executable", t.executable.clone());
+    }
+    if !t.working_dir.is_empty() {
+        field("working_dir", t.working_dir.clone());
+    }
+    field("timeout", format!("{}s", t.timeout_ms as f64 / 1000.0));
+    field(
+        "max_output",
+        format!("{} bytes per stream", t.max_output_bytes),
+    );
+    field("confirm", t.confirm.to_string());
+    field("danger", t.danger.to_string());
+    field(
+        "network",
+        if t.network { "yes" } else { "none" }.to_string(),
+    );
+    field("output", t.output.to_string());
+    field("source", t.source.clone());
+    if t.params.is_empty() {
+        println!("  params       none");
+    } else {
+        println!("  params");
+        for p in &t.params {
+            let mut extra = Vec::new();
+            if p.required {
+                extra.push("required".to_string());
+            }
+            if let Some(d) = &p.default {
+                extra.push(format!("default {d}"));
+            }
+            if p.secret {
+                extra.push("secret".to_string());
+            }
+            let extra = if extra.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", extra.join(", "))
+            };
+            println!("    {}: {}{extra}  {}", p.name, p.kind, p.description);
+        }
+    }
+    Ok(0)
+}
+
+pub async fn run(
+    socket: &Path,
+    tool: &str,
+    args: &[String],
+    args_json: Option<String>,
+    as_json: bool,
+) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    let info = client.get_tool(tool).await?;
+    let arguments = match args_json {
+        Some(text) => text,
+        None => typed_arguments(&info, args)?.to_string(),
+    };
+    let result = client.invoke(tool, arguments, |_| {}).await?;
+    let code = match (
+        result.timed_out,
+        result.cancelled,
+        result.exit_code,
+        result.signal,
+    ) {
+        (true, _, _, _) => exit::TIMED_OUT,
+        (_, true, _, _) => exit::CANCELLED,
+        (_, _, Some(c), _) => u8::try_from(c).unwrap_or(exit::FAILURE),
+        (_, _, None, Some(s)) => u8::try_from(128 + s).unwrap_or(exit::FAILURE),
+        _ => exit::FAILURE,
+    };
+    if as_json {
+        print_json(&json!(result));
+        return Ok(code);
+    }
+    // Output is passed through byte for byte; failing to write it is not worth a panic.
+    let _ = std::io::stdout().write_all(&result.stdout_bytes);
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().write_all(&result.stderr_bytes);
+    for (name, truncated, total) in [
+        ("stdout", result.stdout_truncated, result.stdout_total_bytes),
+        ("stderr", result.stderr_truncated, result.stderr_total_bytes),
+    ] {
+        if truncated {
+            eprintln!(
+                "cordon: {name} truncated: the tool wrote {total} bytes, the middle was cut (max_output is {} bytes)",
+                info.max_output_bytes
+            );
+        }
+    }
+    if result.timed_out {
+        eprintln!(
+            "cordon: {tool} timed out after {}s and was killed",
+            info.timeout_ms as f64 / 1000.0
+        );
+    } else if result.cancelled {
+        eprintln!("cordon: {tool} was cancelled");
+    } else if let Some(s) = result.signal {
+        eprintln!("cordon: {tool} was killed by signal {s}");
+    }
+    Ok(code)
+}
+
+/// Types `--arg KEY=VALUE` values by the tool's params: integers, numbers and booleans are
+/// parsed; anything that does not parse is sent as a string so the daemon reports the exact
+/// validation error.
+fn typed_arguments(tool: &ToolInfo, args: &[String]) -> Result<Value, CliError> {
+    let mut map = Map::new();
+    for arg in args {
+        let Some((key, value)) = arg.split_once('=') else {
+            return Err(CliError::Usage(format!(
+                "invalid --arg {arg:?}: expected KEY=VALUE, e.g. --arg path=/tmp"
+            )));
+        };
+        if key.is_empty() {
+            return Err(CliError::Usage(format!(
+                "invalid --arg {arg:?}: the key before '=' is empty"
+            )));
+        }
+        let kind = tool
+            .params
+            .iter()
+            .find(|p| p.name == key)
+            .map(|p| p.kind.as_str());
+        let typed = match kind {
+            Some("integer") => value
+                .parse::<i64>()
+                .map(Value::from)
+                .unwrap_or_else(|_| Value::from(value)),
+            Some("number") => value
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+                .map(Value::Number)
+                .unwrap_or_else(|| Value::from(value)),
+            Some("boolean") => value
+                .parse::<bool>()
+                .map(Value::from)
+                .unwrap_or_else(|_| Value::from(value)),
+            _ => Value::from(value),
+        };
+        if map.insert(key.to_string(), typed).is_some() {
+            return Err(CliError::Usage(format!(
+                "--arg {key}=... is given more than once"
+            )));
+        }
+    }
+    Ok(Value::Object(map))
+}
+
+pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
+    let mut sources = Vec::new();
+    let mut diagnostics: Vec<DiagnosticInfo> = Vec::new();
+    for path in paths {
+        let files = if path.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| CliError::Other(format!("cannot read {}: {e}", path.display())))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "toml")
+                        && !p
+                            .file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with('.'))
+                })
+                .collect();
+            files.sort();
+            files
+        } else {
+            vec![path.clone()]
+        };
+        for file in files {
+            match std::fs::read_to_string(&file) {
+                Ok(text) => sources.push((file, text)),
+                Err(e) => diagnostics.push(DiagnosticInfo {
+                    severity: "error",
+                    file: file.display().to_string(),
+                    line: 1,
+                    column: 1,
+                    message: format!("cannot read file: {e}"),
+                }),
+            }
+        }
+    }
+    let result = policy::load_sources(&sources, Host::current());
+    let (ok, tools, found) = match &result {
+        Ok(set) => (diagnostics.is_empty(), set.tools.len(), &set.diagnostics),
+        Err(e) => (false, 0, &e.diagnostics),
+    };
+    diagnostics.extend(found.iter().map(|d| DiagnosticInfo {
+        severity: if d.is_error() { "error" } else { "warning" },
+        file: d.file.display().to_string(),
+        line: d.line,
+        column: d.column,
+        message: d.message.clone(),
+    }));
+    let unavailable: Vec<(String, String)> = match &result {
+        Ok(set) => set
+            .tools
+            .iter()
+            .filter_map(|t| match &t.availability {
+                policy::Availability::Unavailable { reason } => {
+                    Some((t.name.clone(), reason.clone()))
+                }
+                policy::Availability::Available { .. } => None,
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let report = PolicyReport {
+        ok,
+        generation: None,
+        tools: u32::try_from(tools).unwrap_or(u32::MAX),
+        diagnostics,
+    };
+    if as_json {
+        let unavailable: Vec<Value> = unavailable
+            .iter()
+            .map(|(n, r)| json!({ "tool": n, "reason": r }))
+            .collect();
+        print_json(
+            &json!({ "ok": report.ok, "tools": report.tools, "diagnostics": report.diagnostics, "unavailable": unavailable }),
+        );
+    } else {
+        for d in &report.diagnostics {
+            eprintln!("{d}");
+        }
+        if ok {
+            println!("ok: {tools} tool(s) in {} file(s)", sources.len());
+            for (name, reason) in &unavailable {
+                println!("note: {name} is unavailable on this host: {reason}");
+            }
+        } else {
+            let errors = report
+                .diagnostics
+                .iter()
+                .filter(|d| d.severity == "error")
+                .count();
+            println!("policy rejected: {errors} error(s)");
+        }
+    }
+    Ok(if ok { 0 } else { exit::FAILURE })
+}
+
+pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    let report = client.reload().await?;
+    if as_json {
+        print_json(&json!(report));
+    } else {
+        for d in &report.diagnostics {
+            eprintln!("{d}");
+        }
+        let generation = report.generation.unwrap_or(0);
+        if report.ok {
+            println!(
+                "reloaded: generation {generation}, {} tool(s)",
+                report.tools
+            );
+        } else {
+            println!(
+                "reload rejected; generation {generation} ({} tool(s)) stays in force",
+                report.tools
+            );
+        }
+    }
+    Ok(if report.ok { 0 } else { exit::FAILURE })
+}
+
+pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    let s = client.status().await?;
+    if as_json {
+        print_json(&json!(s));
+        return Ok(0);
+    }
+    println!(
+        "cordond {} (pid {}, uid {}), up {}s",
+        s.version,
+        s.daemon_pid,
+        s.daemon_uid,
+        s.uptime_ms / 1000
+    );
+    println!("socket       {}", s.socket_path.display());
+    println!(
+        "policies     {} (generation {})",
+        s.policy_dir, s.generation
+    );
+    println!(
+        "tools        {} total: {} available, {} unavailable, {} disabled",
+        s.tools_total, s.tools_available, s.tools_unavailable, s.tools_disabled
+    );
+    println!(
+        "running      {} of at most {}",
+        s.running_invocations, s.max_concurrent
+    );
+    for r in &s.running {
+        println!(
+            "  {}  {}  uid {}  {}ms",
+            r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms
+        );
+    }
+    Ok(0)
+}
+
+fn print_json(v: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    );
+}
+
+fn print_table(headers: &[&str; 4], rows: &[[String; 4]]) {
+    let mut widths = headers.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 4]| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i == 3 {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(*headers);
+    for row in rows {
+        line([&row[0], &row[1], &row[2], &row[3]]);
+    }
+}

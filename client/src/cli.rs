@@ -1,0 +1,135 @@
+//! Command-line flags and dispatch.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::admin;
+use crate::error::CliError;
+
+/// cordon: run admin-approved tools through cordond, and administer it.
+#[derive(Debug, Parser)]
+#[command(version, about, propagate_version = true)]
+pub struct Cli {
+    /// cordond's Unix socket [default: this user's daemon if running, else /run/cordon/cordon.sock]
+    #[arg(long, global = true, env = "CORDON_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List tools: name, availability, params, description.
+    Tools {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also list unavailable and disabled tools.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show one tool in full.
+    Tool {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a tool and print its output; exits with the tool's exit code.
+    Run {
+        tool: String,
+        /// An argument, KEY=VALUE; the value is typed by the tool's param (repeatable).
+        #[arg(long = "arg", value_name = "KEY=VALUE")]
+        args: Vec<String>,
+        /// All arguments as one JSON object (instead of --arg).
+        #[arg(long, value_name = "JSON", conflicts_with = "args")]
+        args_json: Option<String>,
+        /// Print one JSON object with the result (or the error).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Policy files.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+    /// Re-read the daemon's policy directory (a failing reload keeps the current policies).
+    Reload {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Daemon status: version, uptime, registry generation, tool counts, running invocations.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Check policy files or directories offline, with the daemon's own rules.
+    Check {
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs the command and maps every error to its exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cordon: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let socket = cli
+        .socket
+        .clone()
+        .unwrap_or_else(cordon_proto::client_socket_path);
+    let json = match &cli.command {
+        Command::Tools { json, .. }
+        | Command::Tool { json, .. }
+        | Command::Run { json, .. }
+        | Command::Reload { json }
+        | Command::Status { json } => *json,
+        Command::Policy {
+            command: PolicyCommand::Check { json, .. },
+        } => *json,
+    };
+    match runtime.block_on(dispatch(cli.command, socket)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            if json {
+                println!("{}", e.to_json());
+            } else {
+                eprintln!("cordon: {e}");
+            }
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
+    match command {
+        Command::Tools { json, all } => admin::tools(&socket, json, all).await,
+        Command::Tool { name, json } => admin::tool(&socket, &name, json).await,
+        Command::Run {
+            tool,
+            args,
+            args_json,
+            json,
+        } => admin::run(&socket, &tool, &args, args_json, json).await,
+        Command::Policy {
+            command: PolicyCommand::Check { paths, json },
+        } => admin::policy_check(&paths, json),
+        Command::Reload { json } => admin::reload(&socket, json).await,
+        Command::Status { json } => admin::status(&socket, json).await,
+    }
+}

@@ -1,0 +1,391 @@
+//! The client side of the `cordon.v1` API. Only this module sees proto types; the rest of the
+//! client works with the plain structs below.
+
+use std::path::{Path, PathBuf};
+
+use cordon_proto::v1;
+use cordon_proto::v1::cordon_client::CordonClient;
+use serde::Serialize;
+use tonic::transport::Channel;
+
+use crate::error::CliError;
+
+/// A connection to cordond.
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: CordonClient<Channel>,
+}
+
+impl Client {
+    pub async fn connect(socket: &Path) -> Result<Client, CliError> {
+        let channel = cordon_proto::connect(socket)
+            .await
+            .map_err(CliError::from_connect)?;
+        let inner = CordonClient::new(channel)
+            .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
+        Ok(Client { inner })
+    }
+
+    pub async fn list_tools(
+        &mut self,
+        include_unavailable: bool,
+    ) -> Result<(u64, Vec<ToolInfo>), CliError> {
+        let r = self
+            .inner
+            .list_tools(v1::ListToolsRequest {
+                include_unavailable,
+            })
+            .await?
+            .into_inner();
+        Ok((
+            r.generation,
+            r.tools.into_iter().map(ToolInfo::from).collect(),
+        ))
+    }
+
+    pub async fn get_tool(&mut self, name: &str) -> Result<ToolInfo, CliError> {
+        let r = self
+            .inner
+            .get_tool(v1::GetToolRequest { name: name.into() })
+            .await?
+            .into_inner();
+        r.tool
+            .map(ToolInfo::from)
+            .ok_or_else(|| CliError::Protocol("GetTool returned no tool".into()))
+    }
+
+    /// Runs a tool; `on_accepted` sees the invocation id as soon as the daemon admits the call.
+    pub async fn invoke(
+        &mut self,
+        tool: &str,
+        arguments_json: String,
+        mut on_accepted: impl FnMut(&Accepted),
+    ) -> Result<RunResult, CliError> {
+        let mut stream = self
+            .inner
+            .invoke(v1::InvokeRequest {
+                tool: tool.into(),
+                arguments_json,
+            })
+            .await?
+            .into_inner();
+        let mut accepted: Option<Accepted> = None;
+        while let Some(event) = stream.message().await? {
+            match event.event {
+                Some(v1::invoke_event::Event::Accepted(a)) => {
+                    let a = Accepted {
+                        invocation_id: a.invocation_id,
+                        argv: a.argv,
+                        generation: a.generation,
+                    };
+                    on_accepted(&a);
+                    accepted = Some(a);
+                }
+                Some(v1::invoke_event::Event::Finished(f)) => {
+                    let argv = accepted.map(|a| a.argv).unwrap_or_default();
+                    return Ok(RunResult::from_proto(f, argv));
+                }
+                None => {}
+            }
+        }
+        Err(CliError::Protocol(
+            "the invocation stream ended without a result".into(),
+        ))
+    }
+
+    pub async fn cancel(&mut self, invocation_id: &str) -> Result<bool, CliError> {
+        Ok(self
+            .inner
+            .cancel(v1::CancelRequest {
+                invocation_id: invocation_id.into(),
+            })
+            .await?
+            .into_inner()
+            .cancelled)
+    }
+
+    pub async fn reload(&mut self) -> Result<PolicyReport, CliError> {
+        let r = self.inner.reload(v1::ReloadRequest {}).await?.into_inner();
+        Ok(PolicyReport {
+            ok: r.ok,
+            generation: Some(r.generation),
+            tools: r.tools,
+            diagnostics: r
+                .diagnostics
+                .into_iter()
+                .map(DiagnosticInfo::from)
+                .collect(),
+        })
+    }
+
+    pub async fn status(&mut self) -> Result<StatusInfo, CliError> {
+        Ok(StatusInfo::from(
+            self.inner.status(v1::StatusRequest {}).await?.into_inner(),
+        ))
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Accepted {
+    pub invocation_id: String,
+    pub argv: Vec<String>,
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ParamInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub description: String,
+    pub required: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default: Option<serde_json::Value>,
+    pub secret: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolInfo {
+    pub name: String,
+    pub title: String,
+    pub description: String,
+    pub reason: String,
+    pub available: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub unavailable_reason: String,
+    pub disabled: bool,
+    pub params: Vec<ParamInfo>,
+    pub input_schema: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
+    pub output: &'static str,
+    pub confirm: &'static str,
+    pub danger: &'static str,
+    pub read_only: bool,
+    pub idempotent: bool,
+    pub network: bool,
+    pub timeout_ms: u64,
+    pub max_output_bytes: u64,
+    pub command: Vec<String>,
+    pub executable: String,
+    pub working_dir: String,
+    pub source: String,
+}
+
+impl ToolInfo {
+    pub fn status_word(&self) -> &'static str {
+        if self.disabled {
+            "disabled"
+        } else if self.available {
+            "available"
+        } else {
+            "unavailable"
+        }
+    }
+}
+
+impl From<v1::Tool> for ToolInfo {
+    fn from(t: v1::Tool) -> Self {
+        let output = match t.output() {
+            v1::OutputFormat::Json => "json",
+            _ => "text",
+        };
+        let confirm = match t.confirm() {
+            v1::Confirm::Agent => "agent",
+            v1::Confirm::Human => "human",
+            _ => "none",
+        };
+        let danger = match t.danger() {
+            v1::Danger::Moderate => "moderate",
+            v1::Danger::High => "high",
+            _ => "safe",
+        };
+        ToolInfo {
+            input_schema: serde_json::from_str(&t.input_schema_json)
+                .unwrap_or(serde_json::Value::Null),
+            output_schema: (!t.output_schema_json.is_empty())
+                .then(|| serde_json::from_str(&t.output_schema_json).ok())
+                .flatten(),
+            params: t
+                .params
+                .into_iter()
+                .map(|p| ParamInfo {
+                    default: (!p.default_json.is_empty())
+                        .then(|| serde_json::from_str(&p.default_json).ok())
+                        .flatten(),
+                    name: p.name,
+                    kind: p.r#type,
+                    description: p.description,
+                    required: p.required,
+                    secret: p.secret,
+                })
+                .collect(),
+            name: t.name,
+            title: t.title,
+            description: t.description,
+            reason: t.reason,
+            available: t.available,
+            unavailable_reason: t.unavailable_reason,
+            disabled: t.disabled,
+            output,
+            confirm,
+            danger,
+            read_only: t.read_only,
+            idempotent: t.idempotent,
+            network: t.network,
+            timeout_ms: t.timeout_ms,
+            max_output_bytes: t.max_output_bytes,
+            command: t.command,
+            executable: t.executable,
+            working_dir: t.working_dir,
+            source: t.source,
+        }
+    }
+}
+
+/// The result of `cordon run`, also its `--json` form.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub invocation_id: String,
+    pub argv: Vec<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub stdout_total_bytes: u64,
+    pub stderr_total_bytes: u64,
+    pub duration_ms: u64,
+    #[serde(skip)]
+    pub stdout_bytes: Vec<u8>,
+    #[serde(skip)]
+    pub stderr_bytes: Vec<u8>,
+}
+
+impl RunResult {
+    fn from_proto(f: v1::Finished, argv: Vec<String>) -> RunResult {
+        RunResult {
+            invocation_id: f.invocation_id,
+            argv,
+            exit_code: f.exit_code,
+            signal: f.signal,
+            timed_out: f.timed_out,
+            cancelled: f.cancelled,
+            stdout: String::from_utf8_lossy(&f.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&f.stderr).into_owned(),
+            stdout_truncated: f.stdout_truncated,
+            stderr_truncated: f.stderr_truncated,
+            stdout_total_bytes: f.stdout_total_bytes,
+            stderr_total_bytes: f.stderr_total_bytes,
+            duration_ms: f.duration_ms,
+            stdout_bytes: f.stdout,
+            stderr_bytes: f.stderr,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DiagnosticInfo {
+    pub severity: &'static str,
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+    pub message: String,
+}
+
+impl std::fmt::Display for DiagnosticInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
+        if self.severity == "warning" {
+            f.write_str("warning: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl From<v1::Diagnostic> for DiagnosticInfo {
+    fn from(d: v1::Diagnostic) -> Self {
+        let severity = match d.severity() {
+            v1::diagnostic::Severity::Warning => "warning",
+            _ => "error",
+        };
+        DiagnosticInfo {
+            severity,
+            file: d.file,
+            line: d.line,
+            column: d.column,
+            message: d.message,
+        }
+    }
+}
+
+/// Outcome of a reload or a policy check.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicyReport {
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    pub tools: u32,
+    pub diagnostics: Vec<DiagnosticInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunningInfo {
+    pub invocation_id: String,
+    pub tool: String,
+    pub caller_uid: u32,
+    pub caller_pid: u32,
+    pub elapsed_ms: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusInfo {
+    pub version: String,
+    pub uptime_ms: u64,
+    pub generation: u64,
+    pub tools_total: u32,
+    pub tools_available: u32,
+    pub tools_unavailable: u32,
+    pub tools_disabled: u32,
+    pub running_invocations: u32,
+    pub max_concurrent: u32,
+    pub policy_dir: String,
+    pub socket_path: PathBuf,
+    pub daemon_pid: u32,
+    pub daemon_uid: u32,
+    pub running: Vec<RunningInfo>,
+}
+
+impl From<v1::StatusResponse> for StatusInfo {
+    fn from(s: v1::StatusResponse) -> Self {
+        StatusInfo {
+            version: s.version,
+            uptime_ms: s.uptime_ms,
+            generation: s.generation,
+            tools_total: s.tools_total,
+            tools_available: s.tools_available,
+            tools_unavailable: s.tools_unavailable,
+            tools_disabled: s.tools_disabled,
+            running_invocations: s.running_invocations,
+            max_concurrent: s.max_concurrent,
+            policy_dir: s.policy_dir,
+            socket_path: s.socket_path.into(),
+            daemon_pid: s.daemon_pid,
+            daemon_uid: s.daemon_uid,
+            running: s
+                .running
+                .into_iter()
+                .map(|r| RunningInfo {
+                    invocation_id: r.invocation_id,
+                    tool: r.tool,
+                    caller_uid: r.caller_uid,
+                    caller_pid: r.caller_pid,
+                    elapsed_ms: r.elapsed_ms,
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! `cordon`: see [`cordon_client::cli`].
+
+use clap::Parser as _;
+
+fn main() -> std::process::ExitCode {
+    cordon_client::run(cordon_client::Cli::parse())
+}

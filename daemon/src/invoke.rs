@@ -1,0 +1,267 @@
+//! The invocation lifecycle: look up, validate, admit (concurrency limit), run, cancel.
+//!
+//! Architecture invariant: a process is only ever started from a [`Prepared`] invocation, which
+//! can only be built by [`Invoker::prepare`] after validation against the current registry and
+//! after a concurrency slot was taken.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::argv::{self, Account, Plan};
+use crate::caller::Caller;
+use crate::policy::{Availability, Tool, diag};
+use crate::registry::RegistryHandle;
+use crate::sandbox::{self, Outcome, RunSpec, SpawnError};
+use crate::validate::{self, ErrorCode, ValidationError};
+
+/// Time between SIGTERM and SIGKILL on timeout or cancel.
+pub const KILL_GRACE: Duration = Duration::from_secs(3);
+
+/// Why an invocation was not run (or failed to start).
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    #[error("{0}")]
+    Invalid(ValidationError),
+    #[error("tool {tool:?} is unavailable on this host: {reason}")]
+    Unavailable { tool: String, reason: String },
+    #[error("all {max} invocation slots are busy; retry when a running invocation finishes")]
+    Busy { max: usize },
+    #[error("cordond is shutting down and accepts no new invocations")]
+    ShuttingDown,
+    #[error(transparent)]
+    Spawn(#[from] SpawnError),
+    #[error("cannot draw an invocation id from the OS random source: {0}")]
+    Random(String),
+}
+
+/// An admitted invocation, ready to run.
+#[derive(Debug)]
+pub struct Prepared {
+    pub id: String,
+    pub tool: Arc<Tool>,
+    pub plan: Plan,
+    pub generation: u64,
+    pub caller: Caller,
+    cancel: CancellationToken,
+    _running: RunningGuard,
+    _permit: OwnedSemaphorePermit,
+}
+
+type RunningMap = Arc<Mutex<HashMap<String, Running>>>;
+
+/// Removes the invocation from the running table however the [`Prepared`] ends.
+#[derive(Debug)]
+struct RunningGuard {
+    map: RunningMap,
+    id: String,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        lock(&self.map).remove(&self.id);
+    }
+}
+
+fn lock(map: &RunningMap) -> MutexGuard<'_, HashMap<String, Running>> {
+    map.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Prepared {
+    /// A token that cancels this invocation (for example when the client goes away).
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+}
+
+/// A running invocation, for status and cancel.
+#[derive(Debug, Clone)]
+pub struct RunningInfo {
+    pub id: String,
+    pub tool: String,
+    pub caller: Caller,
+    pub elapsed: Duration,
+}
+
+#[derive(Debug)]
+struct Running {
+    tool: String,
+    caller: Caller,
+    started: Instant,
+    cancel: CancellationToken,
+}
+
+/// Admits and runs invocations.
+#[derive(Debug)]
+pub struct Invoker {
+    registry: Arc<RegistryHandle>,
+    slots: Arc<Semaphore>,
+    max: usize,
+    running: RunningMap,
+    closed: CancellationToken,
+}
+
+impl Invoker {
+    pub fn new(registry: Arc<RegistryHandle>, max_concurrent: usize) -> Invoker {
+        Invoker {
+            registry,
+            slots: Arc::new(Semaphore::new(max_concurrent)),
+            max: max_concurrent,
+            running: Arc::new(Mutex::new(HashMap::new())),
+            closed: CancellationToken::new(),
+        }
+    }
+
+    pub fn max_concurrent(&self) -> usize {
+        self.max
+    }
+
+    /// Validates the call against the current registry and takes a slot, or says why not.
+    pub fn prepare(
+        &self,
+        caller: Caller,
+        tool_name: &str,
+        arguments: &str,
+    ) -> Result<Prepared, InvokeError> {
+        if self.closed.is_cancelled() {
+            return Err(InvokeError::ShuttingDown);
+        }
+        let registry = self.registry.current();
+        let tool = match registry.get(tool_name) {
+            Some(t) if !t.disabled => t.clone(),
+            _ => {
+                let names = registry
+                    .tools
+                    .values()
+                    .filter(|t| !t.disabled)
+                    .map(|t| t.name.as_str());
+                let hint = diag::did_you_mean(tool_name, names);
+                return Err(InvokeError::Invalid(ValidationError {
+                    code: ErrorCode::UnknownTool,
+                    field: None,
+                    message: format!(
+                        "unknown tool {tool_name:?}{hint}; `cordon tools` lists the tools"
+                    ),
+                }));
+            }
+        };
+        let executable = match &tool.availability {
+            Availability::Available { executable } => executable.clone(),
+            Availability::Unavailable { reason } => {
+                return Err(InvokeError::Unavailable {
+                    tool: tool.name.clone(),
+                    reason: reason.clone(),
+                });
+            }
+        };
+        let json = validate::parse_arguments(arguments).map_err(InvokeError::Invalid)?;
+        let args = validate::validate(&tool, &json).map_err(InvokeError::Invalid)?;
+        let permit = self
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| InvokeError::Busy { max: self.max })?;
+        let plan = argv::plan(&tool, &executable, &args, &Account::for_uid(caller.uid));
+        let id = new_id()?;
+        let cancel = self.closed.child_token();
+        self.lock().insert(
+            id.clone(),
+            Running {
+                tool: tool.name.clone(),
+                caller,
+                started: Instant::now(),
+                cancel: cancel.clone(),
+            },
+        );
+        let running = RunningGuard {
+            map: self.running.clone(),
+            id: id.clone(),
+        };
+        Ok(Prepared {
+            id,
+            tool,
+            plan,
+            generation: registry.generation,
+            caller,
+            cancel,
+            _running: running,
+            _permit: permit,
+        })
+    }
+
+    /// Runs an admitted invocation to its end.
+    pub async fn execute(&self, prepared: Prepared) -> Result<Outcome, InvokeError> {
+        let spec = RunSpec {
+            plan: &prepared.plan,
+            timeout: prepared.tool.timeout,
+            max_output: prepared.tool.max_output,
+            grace: KILL_GRACE,
+        };
+        tracing::info!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");
+        let result = sandbox::run(spec, &prepared.cancel).await;
+        match &result {
+            Ok(o) => tracing::info!(
+                id = %prepared.id, exit_code = ?o.exit_code, signal = ?o.signal, timed_out = o.timed_out,
+                cancelled = o.cancelled, duration_ms = o.duration.as_millis() as u64, "invocation finished"
+            ),
+            Err(e) => tracing::warn!(id = %prepared.id, error = %e, "invocation failed to run"),
+        }
+        Ok(result?)
+    }
+
+    /// Cancels a running invocation; false when no such invocation is running.
+    pub fn cancel(&self, id: &str) -> bool {
+        match self.lock().get(id) {
+            Some(r) => {
+                r.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Refuses new invocations from now on.
+    pub fn close(&self) {
+        self.closed.cancel();
+    }
+
+    /// Cancels every running invocation (shutdown deadline).
+    pub fn cancel_all(&self) {
+        for r in self.lock().values() {
+            r.cancel.cancel();
+        }
+    }
+
+    pub fn running(&self) -> Vec<RunningInfo> {
+        let mut list: Vec<RunningInfo> = self
+            .lock()
+            .iter()
+            .map(|(id, r)| RunningInfo {
+                id: id.clone(),
+                tool: r.tool.clone(),
+                caller: r.caller,
+                elapsed: r.started.elapsed(),
+            })
+            .collect();
+        list.sort_by(|a, b| b.elapsed.cmp(&a.elapsed));
+        list
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Running>> {
+        lock(&self.running)
+    }
+}
+
+/// 128 random bits, hex: unguessable, so one caller cannot name another's invocation by chance.
+fn new_id() -> Result<String, InvokeError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| InvokeError::Random(e.to_string()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}

@@ -1,0 +1,126 @@
+//! `cordond --policies DIR [--socket PATH]`
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use cordon_daemon::policy::{self, Host};
+use cordon_daemon::registry::RegistryHandle;
+use cordon_daemon::server::{self, Daemon};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// cordond: runs admin-approved tools for AI agents, each invocation under control.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// Directory of policy files (*.toml).
+    #[arg(long, value_name = "DIR")]
+    policies: PathBuf,
+    /// Unix socket to listen on [default: /run/cordon/cordon.sock as root, else $XDG_RUNTIME_DIR/cordon/cordon.sock]
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Invocations that may run at once; more get RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_concurrent: u32,
+    /// On SIGTERM/SIGINT, how long running invocations may take to finish before they are killed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    shutdown_grace: Duration,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    policy::units::parse_duration(s)
+}
+
+/// Exit codes: 0 clean shutdown, 78 (EX_CONFIG) policy errors, 1 anything else.
+const EXIT_CONFIG: u8 = 78;
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let registry = match RegistryHandle::load(&args.policies, Host::current()) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{e}");
+            eprintln!(
+                "cordond: fix the policy files above and start again (check them with `cordon policy check {}`)",
+                args.policies.display()
+            );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cordond: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve(args, registry)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cordond: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args, registry: RegistryHandle) -> anyhow::Result<()> {
+    let current = registry.current();
+    for w in &current.warnings {
+        tracing::warn!("{w}");
+    }
+    let counts = current.counts();
+    let socket_path = args
+        .socket
+        .clone()
+        .unwrap_or_else(cordon_proto::default_socket_path);
+    let listener = server::socket::bind(&socket_path)?;
+    let daemon = Daemon::new(
+        Arc::new(registry),
+        args.max_concurrent as usize,
+        socket_path.clone(),
+    );
+    tracing::info!(
+        socket = %socket_path.display(), policies = %args.policies.display(), tools = counts.total,
+        available = counts.available, generation = current.generation, "cordond listening"
+    );
+
+    let mut hangup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
+    let reloader = daemon.clone();
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            let d = reloader.clone();
+            // Reload does blocking file I/O; the result is logged by Daemon::reload.
+            let _ = tokio::task::spawn_blocking(move || d.reload("SIGHUP")).await;
+        }
+    });
+    let mut terminate =
+        signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
+    let mut interrupt =
+        signal(SignalKind::interrupt()).context("cannot install the SIGINT handler")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    let result = server::run(listener, daemon, shutdown, args.shutdown_grace).await;
+    if let Err(e) = std::fs::remove_file(&socket_path) {
+        tracing::warn!(error = %e, socket = %socket_path.display(), "cannot remove socket");
+    }
+    result.context("gRPC server failed")?;
+    tracing::info!("cordond stopped");
+    Ok(())
+}

@@ -1,0 +1,731 @@
+//! Policy files: TOML text -> validated [`Tool`]s.
+//!
+//! Parsing walks the spanned TOML document by hand instead of deriving serde structs, so that
+//! every problem in a file is reported with its `file:line:col`, not only the first one. A file
+//! with any error contributes no tools; a load with any error fails as a whole.
+//!
+//! Architecture invariant: a [`Tool`] cannot hold an invalid state. Every rule in the key tables
+//! below is checked while parsing; later stages (validation, execution) never re-check policy
+//! syntax.
+
+pub mod diag;
+mod parse;
+mod probe;
+pub mod schema;
+pub mod units;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use diag::{Diagnostic, Severity};
+pub use probe::SEARCH_PATH;
+
+/// Shortest and longest timeout a tool may have.
+pub const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
+/// Smallest and largest per-stream output cap.
+pub const MAX_OUTPUT_RANGE: (u64, u64) = (1, 10 * 1024 * 1024);
+/// Timeout of a tool that sets none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Per-stream output cap of a tool that sets none.
+pub const DEFAULT_MAX_OUTPUT: u64 = 256 * 1024;
+/// Compiled size limit of a param pattern, in bytes.
+pub const REGEX_SIZE_LIMIT: usize = 1024 * 1024;
+/// Nesting limit of a param pattern.
+pub const REGEX_NEST_LIMIT: u32 = 32;
+/// Longest pattern source accepted.
+pub const REGEX_MAX_LEN: usize = 1024;
+/// Environment keys a tool may never set.
+pub const FORBIDDEN_ENV: &str = "PATH, LD_*, DYLD_*";
+
+/// Whether a tool's `env` (or a param exported through `args_env_prefix`) may use this key.
+pub fn env_key_forbidden(key: &str) -> bool {
+    key == "PATH" || key.starts_with("LD_") || key.starts_with("DYLD_")
+}
+
+/// Documentation of one policy key, shared by the parser (known keys, suggestions) and the
+/// authoring reference, so the two cannot drift.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyDoc {
+    pub name: &'static str,
+    pub value: &'static str,
+    pub doc: &'static str,
+    /// May also appear in `[defaults]`.
+    pub defaultable: bool,
+}
+
+const fn key(
+    name: &'static str,
+    value: &'static str,
+    doc: &'static str,
+    defaultable: bool,
+) -> KeyDoc {
+    KeyDoc {
+        name,
+        value,
+        doc,
+        defaultable,
+    }
+}
+
+/// Keys of the top level of a policy file.
+pub const FILE_KEYS: &[KeyDoc] = &[
+    key(
+        "version",
+        "integer",
+        "policy format version; must be 1",
+        false,
+    ),
+    key(
+        "defaults",
+        "table",
+        "values every tool in this file starts from",
+        false,
+    ),
+    key(
+        "tools",
+        "table",
+        "one [tools.NAME] table per tool; NAME matches ^[a-z][a-z0-9-]*$",
+        false,
+    ),
+];
+
+/// Keys of a `[tools.NAME]` table (and, where `defaultable`, of `[defaults]`).
+pub const TOOL_KEYS: &[KeyDoc] = &[
+    key(
+        "description",
+        "string",
+        "what the tool does, shown to the agent (required)",
+        false,
+    ),
+    key(
+        "reason",
+        "string",
+        "why this tool is allowed, shown to admins (a warning when missing)",
+        false,
+    ),
+    key(
+        "command",
+        "array of strings",
+        "argv template; command[0] is a literal absolute path or a name looked up in the fixed PATH; \
+         later elements may contain {{param}} placeholders",
+        false,
+    ),
+    key(
+        "working_dir",
+        "string",
+        "absolute directory the tool runs in (no `..`)",
+        true,
+    ),
+    key(
+        "env",
+        "table of strings",
+        "extra environment variables (PATH, LD_*, DYLD_* are forbidden)",
+        true,
+    ),
+    key(
+        "args_env_prefix",
+        "string",
+        "also pass each param as environment variable PREFIX + NAME in upper case (JSON for non-strings)",
+        true,
+    ),
+    key(
+        "timeout",
+        "duration",
+        "wall-clock limit, 1s to 1h (default 60s)",
+        true,
+    ),
+    key(
+        "max_output",
+        "size",
+        "per-stream output cap, 1B to 10MiB (default 256KiB); the middle is cut",
+        true,
+    ),
+    key(
+        "params",
+        "table",
+        "one [tools.NAME.params.PARAM] table per parameter",
+        false,
+    ),
+    key(
+        "confirm",
+        "false | \"agent\" | \"human\"",
+        "require a confirmation before running (default false)",
+        true,
+    ),
+    key(
+        "danger",
+        "\"safe\" | \"moderate\" | \"high\"",
+        "how destructive the tool is (default \"safe\")",
+        true,
+    ),
+    key(
+        "disabled",
+        "boolean",
+        "validated but never exposed or run",
+        false,
+    ),
+    key(
+        "arg_separator",
+        "boolean",
+        "insert `--` before the first substituted argument",
+        true,
+    ),
+    key(
+        "annotations",
+        "table",
+        "{ title = string, read_only = bool, idempotent = bool } hints for agents",
+        false,
+    ),
+    key(
+        "output",
+        "\"text\" | \"json\" | table",
+        "\"json\" or { type = \"json\", schema = {...} } for structured output",
+        false,
+    ),
+    key(
+        "read",
+        "array of paths",
+        "extra paths the tool may read beneath",
+        true,
+    ),
+    key(
+        "write",
+        "array of paths",
+        "paths the tool may write beneath",
+        true,
+    ),
+    key(
+        "exec",
+        "array of paths",
+        "extra paths the tool may execute from",
+        true,
+    ),
+    key(
+        "network",
+        "\"none\" | table",
+        "\"none\" or { connect_tcp = [ports], bind_tcp = [ports] }",
+        true,
+    ),
+    key(
+        "unix_sockets",
+        "false | array of paths",
+        "Unix socket paths the tool may connect to (default none)",
+        true,
+    ),
+    key(
+        "limits",
+        "table",
+        "{ memory = size, processes = int, open_files = int, file_size = size, cpu_time = duration }",
+        true,
+    ),
+    key(
+        "allow",
+        "table",
+        "{ users = [...], groups = [...] } agent callers admitted to this tool",
+        true,
+    ),
+    key(
+        "run_as",
+        "string | integer",
+        "\"user\" or \"user:group\" to run as instead of the caller (daemon must be root)",
+        true,
+    ),
+    key(
+        "min_landlock_abi",
+        "integer",
+        "the tool is unavailable when the kernel's landlock ABI is lower",
+        true,
+    ),
+];
+
+/// Keys of a `[tools.NAME.params.PARAM]` table.
+pub const PARAM_KEYS: &[KeyDoc] = &[
+    key(
+        "type",
+        "string",
+        "string | integer | number | boolean | enum | path (required)",
+        false,
+    ),
+    key("description", "string", "shown to the agent", false),
+    key(
+        "required",
+        "boolean",
+        "the call must give a value (default false; cannot be combined with default)",
+        false,
+    ),
+    key(
+        "default",
+        "value",
+        "used when the call omits the param; must pass the param's own rules",
+        false,
+    ),
+    key(
+        "pattern",
+        "string",
+        "string only: regex the whole value must match (linear-time engine)",
+        false,
+    ),
+    key(
+        "min",
+        "number",
+        "integer and number only: inclusive minimum",
+        false,
+    ),
+    key(
+        "max",
+        "number",
+        "integer and number only: inclusive maximum",
+        false,
+    ),
+    key(
+        "min_length",
+        "integer",
+        "string and path only: minimum length in characters",
+        false,
+    ),
+    key(
+        "max_length",
+        "integer",
+        "string and path only: maximum length in characters",
+        false,
+    ),
+    key(
+        "values",
+        "array of strings",
+        "enum only: the accepted values",
+        false,
+    ),
+    key(
+        "secret",
+        "boolean",
+        "redact the value in logs and audit records",
+        false,
+    ),
+];
+
+/// Keys of a `limits` table.
+pub const LIMIT_KEYS: &[KeyDoc] = &[
+    key("memory", "size", "address-space / memory limit", false),
+    key("processes", "integer", "maximum number of processes", false),
+    key(
+        "open_files",
+        "integer",
+        "maximum open file descriptors (at least 4)",
+        false,
+    ),
+    key(
+        "file_size",
+        "size",
+        "largest file the tool may write",
+        false,
+    ),
+    key("cpu_time", "duration", "CPU time limit", false),
+];
+
+/// A validated tool definition.
+#[derive(Debug, Clone)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub reason: Option<String>,
+    /// `command[0]` as written: an absolute path or a bare name.
+    pub program: String,
+    /// `command[1..]`.
+    pub args: Vec<ArgTemplate>,
+    pub working_dir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub args_env_prefix: Option<String>,
+    pub timeout: Duration,
+    pub max_output: u64,
+    /// In definition order.
+    pub params: Vec<Param>,
+    pub confirm: Confirm,
+    pub danger: Danger,
+    pub disabled: bool,
+    pub arg_separator: bool,
+    pub annotations: Annotations,
+    pub output: Output,
+    pub sandbox: SandboxPolicy,
+    /// `None`: no agent caller is admitted (admins still see the tool).
+    pub allow: Option<Allow>,
+    pub source: Source,
+    pub availability: Availability,
+    /// JSON Schema (draft 2020-12) of the arguments object.
+    pub input_schema: serde_json::Value,
+}
+
+impl Tool {
+    pub fn param(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    pub fn is_available(&self) -> bool {
+        matches!(self.availability, Availability::Available { .. })
+    }
+
+    /// The argv template as written in the policy.
+    pub fn command_template(&self) -> Vec<String> {
+        std::iter::once(self.program.clone())
+            .chain(self.args.iter().map(ArgTemplate::to_string))
+            .collect()
+    }
+
+    /// Whether the tool can reach the network at all.
+    pub fn has_network(&self) -> bool {
+        !matches!(self.sandbox.network, Network::None)
+    }
+}
+
+/// Where a tool was defined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub file: PathBuf,
+    pub line: u32,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// Whether a tool can run on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    Available { executable: PathBuf },
+    Unavailable { reason: String },
+}
+
+/// One element of the argv template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgTemplate {
+    pub segments: Vec<Segment>,
+}
+
+impl ArgTemplate {
+    /// The params this element refers to.
+    pub fn placeholders(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().filter_map(|s| match s {
+            Segment::Param(name) => Some(name.as_str()),
+            Segment::Literal(_) => None,
+        })
+    }
+
+    pub fn has_placeholder(&self) -> bool {
+        self.placeholders().next().is_some()
+    }
+
+    /// The param name when the element is exactly one placeholder.
+    pub fn sole_placeholder(&self) -> Option<&str> {
+        match self.segments.as_slice() {
+            [Segment::Param(name)] => Some(name),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ArgTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for s in &self.segments {
+            match s {
+                Segment::Literal(text) => f.write_str(text)?,
+                Segment::Param(name) => write!(f, "{{{{{name}}}}}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    Literal(String),
+    Param(String),
+}
+
+/// A typed tool parameter.
+#[derive(Debug, Clone)]
+pub struct Param {
+    pub name: String,
+    pub kind: ParamKind,
+    pub description: Option<String>,
+    pub required: bool,
+    /// Already checked against the param's own rules.
+    pub default: Option<serde_json::Value>,
+    pub secret: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum ParamKind {
+    String {
+        pattern: Option<Pattern>,
+        min_length: Option<u64>,
+        max_length: Option<u64>,
+    },
+    Integer {
+        min: Option<i64>,
+        max: Option<i64>,
+    },
+    Number {
+        min: Option<f64>,
+        max: Option<f64>,
+    },
+    Boolean,
+    Enum {
+        values: Vec<String>,
+    },
+    Path {
+        min_length: Option<u64>,
+        max_length: Option<u64>,
+    },
+}
+
+impl ParamKind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ParamKind::String { .. } => "string",
+            ParamKind::Integer { .. } => "integer",
+            ParamKind::Number { .. } => "number",
+            ParamKind::Boolean => "boolean",
+            ParamKind::Enum { .. } => "enum",
+            ParamKind::Path { .. } => "path",
+        }
+    }
+}
+
+/// A compiled pattern that must match a whole value.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    /// As written in the policy.
+    pub source: String,
+    /// `^(?:source)$`.
+    pub regex: regex::Regex,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Confirm {
+    #[default]
+    None,
+    Agent,
+    Human,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Danger {
+    #[default]
+    Safe,
+    Moderate,
+    High,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Annotations {
+    pub title: Option<String>,
+    pub read_only: bool,
+    pub idempotent: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Output {
+    #[default]
+    Text,
+    Json {
+        schema: Option<serde_json::Value>,
+    },
+}
+
+/// What the kernel sandbox grants the tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub exec: Vec<PathBuf>,
+    pub network: Network,
+    pub unix_sockets: Vec<PathBuf>,
+    pub limits: Limits,
+    pub run_as: Option<RunAs>,
+    pub min_landlock_abi: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Network {
+    #[default]
+    None,
+    Tcp {
+        connect: Vec<u16>,
+        bind: Vec<u16>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub memory: Option<u64>,
+    pub processes: Option<u64>,
+    pub open_files: Option<u64>,
+    pub file_size: Option<u64>,
+    pub cpu_time: Option<Duration>,
+}
+
+impl Limits {
+    /// `self`'s values where set, `base`'s elsewhere.
+    fn or(self, base: Limits) -> Limits {
+        Limits {
+            memory: self.memory.or(base.memory),
+            processes: self.processes.or(base.processes),
+            open_files: self.open_files.or(base.open_files),
+            file_size: self.file_size.or(base.file_size),
+            cpu_time: self.cpu_time.or(base.cpu_time),
+        }
+    }
+}
+
+/// A user or group, by name or numeric id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    Name(String),
+    Id(u32),
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Principal::Name(n) => f.write_str(n),
+            Principal::Id(id) => write!(f, "{id}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Allow {
+    pub users: Vec<Principal>,
+    pub groups: Vec<Principal>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub user: Principal,
+    pub group: Option<Principal>,
+}
+
+/// The outcome of loading policy files.
+#[derive(Debug, Clone)]
+pub struct PolicySet {
+    /// Sorted by name.
+    pub tools: Vec<Tool>,
+    /// Warnings (a successful load has no errors).
+    pub diagnostics: Vec<Diagnostic>,
+    pub files: Vec<PathBuf>,
+}
+
+/// A load that found errors; nothing from it may be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", render_failure(.diagnostics))]
+pub struct LoadError {
+    /// Errors and warnings, in file order.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+fn render_failure(diagnostics: &[Diagnostic]) -> String {
+    let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+    let lines: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+    format!("{}\npolicy rejected: {errors} error(s)", lines.join("\n"))
+}
+
+/// Host facts that decide availability.
+#[derive(Debug, Clone, Copy)]
+pub struct Host {
+    /// The daemon runs as root (needed for `run_as`).
+    pub is_root: bool,
+}
+
+impl Host {
+    pub fn current() -> Host {
+        Host {
+            is_root: nix::unistd::geteuid().is_root(),
+        }
+    }
+}
+
+/// Loads every `*.toml` file (not starting with `.`) in `dir`, in name order.
+pub fn load_dir(dir: &Path, host: Host) -> Result<PolicySet, LoadError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| LoadError {
+        diagnostics: vec![file_error(
+            dir,
+            format!(
+                "cannot read policy directory: {e}; pass an existing directory with --policies"
+            ),
+        )],
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "toml")
+                && !p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with('.'))
+        })
+        .collect();
+    files.sort();
+    let mut sources = Vec::with_capacity(files.len());
+    let mut diagnostics = Vec::new();
+    for file in &files {
+        match std::fs::read(file) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(text) => sources.push((file.clone(), text)),
+                Err(_) => diagnostics.push(file_error(file, "file is not valid UTF-8".into())),
+            },
+            Err(e) => diagnostics.push(file_error(file, format!("cannot read file: {e}"))),
+        }
+    }
+    let mut set = load_sources(&sources, host);
+    if let Err(e) = &mut set {
+        diagnostics.append(&mut e.diagnostics);
+        e.diagnostics = diagnostics;
+    } else if !diagnostics.is_empty() {
+        return Err(LoadError { diagnostics });
+    }
+    set.map(|mut s| {
+        s.files = files;
+        s
+    })
+}
+
+/// Loads policy texts given as (name, content), as if they were the files of one directory.
+pub fn load_sources(sources: &[(PathBuf, String)], host: Host) -> Result<PolicySet, LoadError> {
+    let mut diagnostics = Vec::new();
+    let mut tools: Vec<Tool> = Vec::new();
+    let mut seen: BTreeMap<String, Source> = BTreeMap::new();
+    for (file, text) in sources {
+        let parsed = parse::parse_file(file, text, &seen);
+        let file_ok = !parsed.diagnostics.iter().any(Diagnostic::is_error);
+        diagnostics.extend(parsed.diagnostics);
+        if file_ok {
+            for mut tool in parsed.tools {
+                tool.availability = probe::availability(&tool, host);
+                seen.insert(tool.name.clone(), tool.source.clone());
+                tools.push(tool);
+            }
+        }
+    }
+    if diagnostics.iter().any(Diagnostic::is_error) {
+        return Err(LoadError { diagnostics });
+    }
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(PolicySet {
+        tools,
+        diagnostics,
+        files: sources.iter().map(|(f, _)| f.clone()).collect(),
+    })
+}
+
+fn file_error(file: &Path, message: String) -> Diagnostic {
+    Diagnostic {
+        severity: Severity::Error,
+        file: file.to_path_buf(),
+        line: 1,
+        column: 1,
+        message,
+    }
+}

@@ -1,0 +1,123 @@
+//! The live set of tools: loaded from a policy directory, swapped atomically on reload.
+//!
+//! Architecture invariant: readers always see one complete generation; a failed reload leaves
+//! the previous generation in force, and the generation number only grows on success.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use tokio::sync::watch;
+
+use crate::policy::{self, Diagnostic, Host, LoadError, Tool};
+
+/// One generation of the registry.
+#[derive(Debug)]
+pub struct Registry {
+    pub generation: u64,
+    pub tools: BTreeMap<String, Arc<Tool>>,
+    /// Warnings from the load that produced this generation.
+    pub warnings: Vec<Diagnostic>,
+    pub files: Vec<PathBuf>,
+    pub loaded_at: SystemTime,
+}
+
+/// Tool counts for status reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub total: u32,
+    pub available: u32,
+    pub unavailable: u32,
+    pub disabled: u32,
+}
+
+impl Registry {
+    pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
+        self.tools.get(name)
+    }
+
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts::default();
+        for t in self.tools.values() {
+            c.total += 1;
+            if t.disabled {
+                c.disabled += 1;
+            } else if t.is_available() {
+                c.available += 1;
+            } else {
+                c.unavailable += 1;
+            }
+        }
+        c
+    }
+}
+
+/// Owns the current generation and reloads it.
+#[derive(Debug)]
+pub struct RegistryHandle {
+    dir: PathBuf,
+    host: Host,
+    current: watch::Sender<Arc<Registry>>,
+    /// Serializes reloads so generations are assigned in order.
+    reload_lock: Mutex<()>,
+}
+
+impl RegistryHandle {
+    /// Loads generation 1 from `dir`.
+    pub fn load(dir: &Path, host: Host) -> Result<RegistryHandle, LoadError> {
+        let set = policy::load_dir(dir, host)?;
+        let registry = Arc::new(build(set, 1));
+        let (current, _) = watch::channel(registry);
+        Ok(RegistryHandle {
+            dir: dir.to_path_buf(),
+            host,
+            current,
+            reload_lock: Mutex::new(()),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn host(&self) -> Host {
+        self.host
+    }
+
+    pub fn current(&self) -> Arc<Registry> {
+        self.current.borrow().clone()
+    }
+
+    /// Generations as they are published (for `WatchRegistry`).
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Registry>> {
+        self.current.subscribe()
+    }
+
+    /// Re-reads the directory (blocking I/O). On success the new generation replaces the old one
+    /// in a single swap; on failure nothing changes.
+    pub fn reload(&self) -> Result<Arc<Registry>, LoadError> {
+        let _serial = self
+            .reload_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let set = policy::load_dir(&self.dir, self.host)?;
+        let next = Arc::new(build(set, self.current.borrow().generation + 1));
+        self.current.send_replace(next.clone());
+        Ok(next)
+    }
+}
+
+fn build(set: policy::PolicySet, generation: u64) -> Registry {
+    Registry {
+        generation,
+        tools: set
+            .tools
+            .into_iter()
+            .map(|t| (t.name.clone(), Arc::new(t)))
+            .collect(),
+        warnings: set.diagnostics,
+        files: set.files,
+        loaded_at: SystemTime::now(),
+    }
+}

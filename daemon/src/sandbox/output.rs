@@ -1,0 +1,132 @@
+//! Bounded capture of a child's output stream: head and tail kept, the middle cut out.
+//!
+//! Architecture invariant: memory per stream never exceeds the cap (plus one read buffer),
+//! whatever the child writes.
+
+use std::collections::VecDeque;
+
+/// The captured bytes of one stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// Head, a marker line when the middle was cut, and tail.
+    pub bytes: Vec<u8>,
+    pub truncated: bool,
+    /// Bytes the child wrote, before truncation.
+    pub total: u64,
+}
+
+/// Accumulates a stream under a cap of `cap` kept bytes.
+#[derive(Debug)]
+pub struct Capture {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    total: u64,
+}
+
+impl Capture {
+    pub fn new(cap: u64) -> Capture {
+        let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+        let head_cap = cap - cap / 2;
+        Capture {
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            head_cap,
+            tail_cap: cap / 2,
+            total: 0,
+        }
+    }
+
+    pub fn push(&mut self, mut data: &[u8]) {
+        self.total += data.len() as u64;
+        let room = self.head_cap - self.head.len();
+        if room > 0 {
+            let n = room.min(data.len());
+            self.head.extend_from_slice(&data[..n]);
+            data = &data[n..];
+        }
+        if data.is_empty() || self.tail_cap == 0 {
+            return;
+        }
+        if data.len() >= self.tail_cap {
+            self.tail.clear();
+            self.tail.extend(&data[data.len() - self.tail_cap..]);
+        } else {
+            let overflow = (self.tail.len() + data.len()).saturating_sub(self.tail_cap);
+            self.tail.drain(..overflow);
+            self.tail.extend(data);
+        }
+    }
+
+    pub fn finish(self) -> Captured {
+        let kept = (self.head.len() + self.tail.len()) as u64;
+        let omitted = self.total - kept;
+        let mut bytes = self.head;
+        if omitted > 0 {
+            bytes.extend_from_slice(
+                format!("\n[... cordon: {omitted} bytes omitted ...]\n").as_bytes(),
+            );
+        }
+        bytes.extend(self.tail);
+        Captured {
+            bytes,
+            truncated: omitted > 0,
+            total: self.total,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_output_is_kept_whole() {
+        let mut c = Capture::new(10);
+        c.push(b"hello");
+        c.push(b"world");
+        assert_eq!(
+            c.finish(),
+            Captured {
+                bytes: b"helloworld".to_vec(),
+                truncated: false,
+                total: 10
+            }
+        );
+    }
+
+    #[test]
+    fn middle_is_cut_and_marked() {
+        let mut c = Capture::new(6);
+        for chunk in [&b"abcd"[..], b"efgh", b"ijkl"] {
+            c.push(chunk);
+        }
+        let out = c.finish();
+        assert!(out.truncated);
+        assert_eq!(out.total, 12);
+        assert_eq!(
+            out.bytes,
+            b"abc\n[... cordon: 6 bytes omitted ...]\njkl".to_vec()
+        );
+    }
+
+    #[test]
+    fn huge_chunk_keeps_only_its_end_in_the_tail() {
+        let mut c = Capture::new(4);
+        c.push(&[b'x'; 1000]);
+        c.push(b"yz");
+        let out = c.finish();
+        assert!(out.bytes.starts_with(b"xx\n"));
+        assert!(out.bytes.ends_with(b"\nyz"));
+        assert_eq!(out.total, 1002);
+    }
+
+    #[test]
+    fn cap_of_one_keeps_the_first_byte() {
+        let mut c = Capture::new(1);
+        c.push(b"abc");
+        let out = c.finish();
+        assert!(out.bytes.starts_with(b"a\n[... cordon: 2 bytes omitted"));
+    }
+}

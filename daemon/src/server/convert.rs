@@ -1,0 +1,118 @@
+//! Domain types -> `cordon.v1` messages. Only the server module sees proto types.
+
+use cordon_proto::v1;
+
+use crate::invoke::RunningInfo;
+use crate::policy::{Availability, Confirm, Danger, Diagnostic, Output, Severity, Tool};
+use crate::sandbox::Outcome;
+
+pub(crate) fn tool(t: &Tool) -> v1::Tool {
+    let (available, unavailable_reason, executable) = match &t.availability {
+        Availability::Available { executable } => {
+            (true, String::new(), executable.display().to_string())
+        }
+        Availability::Unavailable { reason } => (false, reason.clone(), String::new()),
+    };
+    let output_schema_json = match &t.output {
+        Output::Json { schema: Some(s) } => s.to_string(),
+        _ => String::new(),
+    };
+    v1::Tool {
+        name: t.name.clone(),
+        title: t.annotations.title.clone().unwrap_or_default(),
+        description: t.description.clone(),
+        reason: t.reason.clone().unwrap_or_default(),
+        available,
+        unavailable_reason,
+        disabled: t.disabled,
+        params: t
+            .params
+            .iter()
+            .map(|p| v1::Param {
+                name: p.name.clone(),
+                r#type: p.kind.type_name().into(),
+                description: p.description.clone().unwrap_or_default(),
+                required: p.required,
+                default_json: p
+                    .default
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                secret: p.secret,
+            })
+            .collect(),
+        input_schema_json: t.input_schema.to_string(),
+        output_schema_json,
+        output: match t.output {
+            Output::Text => v1::OutputFormat::Text,
+            Output::Json { .. } => v1::OutputFormat::Json,
+        } as i32,
+        confirm: match t.confirm {
+            Confirm::None => v1::Confirm::None,
+            Confirm::Agent => v1::Confirm::Agent,
+            Confirm::Human => v1::Confirm::Human,
+        } as i32,
+        danger: match t.danger {
+            Danger::Safe => v1::Danger::Safe,
+            Danger::Moderate => v1::Danger::Moderate,
+            Danger::High => v1::Danger::High,
+        } as i32,
+        read_only: t.annotations.read_only,
+        idempotent: t.annotations.idempotent,
+        network: t.has_network(),
+        timeout_ms: u64::try_from(t.timeout.as_millis()).unwrap_or(u64::MAX),
+        max_output_bytes: t.max_output,
+        command: t.command_template(),
+        executable,
+        working_dir: t
+            .working_dir
+            .as_ref()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
+        source: t.source.to_string(),
+    }
+}
+
+pub(crate) fn diagnostic(d: &Diagnostic) -> v1::Diagnostic {
+    v1::Diagnostic {
+        severity: match d.severity {
+            Severity::Error => v1::diagnostic::Severity::Error,
+            Severity::Warning => v1::diagnostic::Severity::Warning,
+        } as i32,
+        file: d.file.display().to_string(),
+        line: d.line,
+        column: d.column,
+        message: d.message.clone(),
+    }
+}
+
+pub(crate) fn finished(id: &str, o: Outcome) -> v1::Finished {
+    v1::Finished {
+        invocation_id: id.to_string(),
+        exit_code: o.exit_code,
+        signal: o.signal,
+        timed_out: o.timed_out,
+        cancelled: o.cancelled,
+        stdout_truncated: o.stdout.truncated,
+        stderr_truncated: o.stderr.truncated,
+        stdout_total_bytes: o.stdout.total,
+        stderr_total_bytes: o.stderr.total,
+        stdout: o.stdout.bytes,
+        stderr: o.stderr.bytes,
+        duration_ms: u64::try_from(o.duration.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+pub(crate) fn running(r: &RunningInfo) -> v1::RunningInvocation {
+    v1::RunningInvocation {
+        invocation_id: r.id.clone(),
+        tool: r.tool.clone(),
+        caller_uid: r.caller.uid,
+        caller_pid: r
+            .caller
+            .pid
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(0),
+        elapsed_ms: u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX),
+    }
+}

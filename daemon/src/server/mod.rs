@@ -1,0 +1,138 @@
+//! gRPC over a Unix socket: the `cordon.v1.Cordon` service, health and reflection.
+//!
+//! Architecture invariant: only this module (and the client's gRPC module) sees generated proto
+//! types; every handler derives the caller from the kernel's peer credentials, and every domain
+//! error becomes a `tonic::Status` in [`status`].
+
+mod convert;
+mod service;
+pub mod socket;
+mod status;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cordon_proto::v1;
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::invoke::Invoker;
+use crate::registry::RegistryHandle;
+
+/// The daemon's shared state.
+#[derive(Debug)]
+pub struct Daemon {
+    pub registry: Arc<RegistryHandle>,
+    pub invoker: Arc<Invoker>,
+    pub started: Instant,
+    pub socket_path: PathBuf,
+}
+
+impl Daemon {
+    pub fn new(
+        registry: Arc<RegistryHandle>,
+        max_concurrent: usize,
+        socket_path: PathBuf,
+    ) -> Arc<Daemon> {
+        let invoker = Arc::new(Invoker::new(registry.clone(), max_concurrent));
+        Arc::new(Daemon {
+            registry,
+            invoker,
+            started: Instant::now(),
+            socket_path,
+        })
+    }
+
+    /// Reloads the policy directory (blocking I/O) and reports the outcome; used by the RPC and
+    /// by SIGHUP.
+    pub fn reload(&self, who: &str) -> v1::ReloadResponse {
+        match self.registry.reload() {
+            Ok(registry) => {
+                tracing::info!(
+                    generation = registry.generation,
+                    tools = registry.tools.len(),
+                    by = who,
+                    "policies reloaded"
+                );
+                v1::ReloadResponse {
+                    ok: true,
+                    generation: registry.generation,
+                    diagnostics: registry.warnings.iter().map(convert::diagnostic).collect(),
+                    tools: u32::try_from(registry.tools.len()).unwrap_or(u32::MAX),
+                }
+            }
+            Err(e) => {
+                let current = self.registry.current();
+                tracing::warn!(
+                    generation = current.generation,
+                    by = who,
+                    "reload rejected; previous policies stay in force\n{e}"
+                );
+                v1::ReloadResponse {
+                    ok: false,
+                    generation: current.generation,
+                    diagnostics: e.diagnostics.iter().map(convert::diagnostic).collect(),
+                    tools: u32::try_from(current.tools.len()).unwrap_or(u32::MAX),
+                }
+            }
+        }
+    }
+}
+
+/// Serves until `shutdown` completes, then stops accepting, gives running invocations
+/// `grace` to finish, cancels the rest and returns once every stream has ended.
+pub async fn run(
+    listener: UnixListener,
+    daemon: Arc<Daemon>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> Result<(), tonic::transport::Error> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<v1::cordon_server::CordonServer<service::CordonService>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(cordon_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1();
+    let service = v1::cordon_server::CordonServer::new(service::CordonService {
+        daemon: daemon.clone(),
+    });
+
+    let invoker = daemon.invoker.clone();
+    let stop = async move {
+        shutdown.await;
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            running = invoker.running_count(),
+            "shutting down"
+        );
+        invoker.close();
+        let invoker = invoker.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            if invoker.running_count() > 0 {
+                tracing::warn!(
+                    running = invoker.running_count(),
+                    "shutdown deadline passed; cancelling invocations"
+                );
+                invoker.cancel_all();
+            }
+        });
+    };
+
+    let mut builder = tonic::transport::Server::builder();
+    let router = builder.add_service(service).add_service(health_service);
+    let router = match reflection {
+        Ok(r) => router.add_service(r),
+        Err(e) => {
+            tracing::warn!(error = %e, "gRPC reflection unavailable");
+            router
+        }
+    };
+    router
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
+        .await
+}

@@ -1,0 +1,204 @@
+//! The `cordon.v1.Cordon` service.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use cordon_proto::v1;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::UdsConnectInfo;
+use tonic::{Request, Response, Status};
+
+use super::{Daemon, convert, status};
+use crate::caller::Caller;
+use crate::policy::{self, diag};
+
+pub(crate) struct CordonService {
+    pub(crate) daemon: Arc<Daemon>,
+}
+
+/// The caller as the kernel saw it at accept time; fail closed when it is missing.
+pub(crate) fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
+    let cred = request
+        .extensions()
+        .get::<UdsConnectInfo>()
+        .and_then(|info| info.peer_cred)
+        .ok_or_else(status::no_peer_credentials)?;
+    Ok(Caller {
+        uid: cred.uid(),
+        gid: cred.gid(),
+        pid: cred.pid(),
+    })
+}
+
+type InvokeStream = Pin<Box<dyn Stream<Item = Result<v1::InvokeEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl v1::cordon_server::Cordon for CordonService {
+    async fn list_tools(
+        &self,
+        request: Request<v1::ListToolsRequest>,
+    ) -> Result<Response<v1::ListToolsResponse>, Status> {
+        let _caller = caller(&request)?;
+        let all = request.get_ref().include_unavailable;
+        let registry = self.daemon.registry.current();
+        let tools = registry
+            .tools
+            .values()
+            .filter(|t| all || (!t.disabled && t.is_available()))
+            .map(|t| convert::tool(t))
+            .collect();
+        Ok(Response::new(v1::ListToolsResponse {
+            generation: registry.generation,
+            tools,
+        }))
+    }
+
+    async fn get_tool(
+        &self,
+        request: Request<v1::GetToolRequest>,
+    ) -> Result<Response<v1::GetToolResponse>, Status> {
+        let _caller = caller(&request)?;
+        let name = &request.get_ref().name;
+        let registry = self.daemon.registry.current();
+        match registry.get(name) {
+            Some(t) => Ok(Response::new(v1::GetToolResponse {
+                generation: registry.generation,
+                tool: Some(convert::tool(t)),
+            })),
+            None => Err(status::unknown_tool(
+                name,
+                &diag::did_you_mean(name, registry.tools.keys().map(String::as_str)),
+            )),
+        }
+    }
+
+    type InvokeStream = InvokeStream;
+
+    async fn invoke(
+        &self,
+        request: Request<v1::InvokeRequest>,
+    ) -> Result<Response<InvokeStream>, Status> {
+        let caller = caller(&request)?;
+        let req = request.into_inner();
+        let prepared = self
+            .daemon
+            .invoker
+            .prepare(caller, &req.tool, &req.arguments_json)
+            .map_err(|e| status::invoke(&e))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let accepted = v1::InvokeEvent {
+            event: Some(v1::invoke_event::Event::Accepted(v1::Accepted {
+                invocation_id: prepared.id.clone(),
+                argv: prepared.plan.display_argv.clone(),
+                generation: prepared.generation,
+            })),
+        };
+        // Capacity 4 and this is the first message: it cannot fail for lack of room.
+        let _ = tx.try_send(Ok(accepted));
+        let invoker = self.daemon.invoker.clone();
+        tokio::spawn(async move {
+            let id = prepared.id.clone();
+            let cancel = prepared.cancel_token();
+            let run = invoker.execute(prepared);
+            tokio::pin!(run);
+            // If the client goes away, the invocation is cancelled: nobody would see its result.
+            let result = tokio::select! {
+                r = &mut run => r,
+                () = tx.closed() => {
+                    cancel.cancel();
+                    run.await
+                }
+            };
+            let event = match result {
+                Ok(outcome) => Ok(v1::InvokeEvent {
+                    event: Some(v1::invoke_event::Event::Finished(convert::finished(
+                        &id, outcome,
+                    ))),
+                }),
+                Err(e) => Err(status::invoke(&e)),
+            };
+            let _ = tx.send(event).await;
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<v1::CancelRequest>,
+    ) -> Result<Response<v1::CancelResponse>, Status> {
+        let _caller = caller(&request)?;
+        let cancelled = self.daemon.invoker.cancel(&request.get_ref().invocation_id);
+        Ok(Response::new(v1::CancelResponse { cancelled }))
+    }
+
+    async fn reload(
+        &self,
+        request: Request<v1::ReloadRequest>,
+    ) -> Result<Response<v1::ReloadResponse>, Status> {
+        let caller = caller(&request)?;
+        let daemon = self.daemon.clone();
+        let result =
+            tokio::task::spawn_blocking(move || daemon.reload(&format!("rpc from {caller}")))
+                .await
+                .map_err(|e| status::internal(format!("reload task failed: {e}")))?;
+        Ok(Response::new(result))
+    }
+
+    async fn check_policy(
+        &self,
+        request: Request<v1::CheckPolicyRequest>,
+    ) -> Result<Response<v1::CheckPolicyResponse>, Status> {
+        let _caller = caller(&request)?;
+        let sources: Vec<(std::path::PathBuf, String)> = request
+            .into_inner()
+            .files
+            .into_iter()
+            .map(|f| (f.name.into(), f.content))
+            .collect();
+        let host = self.daemon.registry.host();
+        let response =
+            tokio::task::spawn_blocking(move || match policy::load_sources(&sources, host) {
+                Ok(set) => v1::CheckPolicyResponse {
+                    ok: true,
+                    diagnostics: set.diagnostics.iter().map(convert::diagnostic).collect(),
+                    tools: u32::try_from(set.tools.len()).unwrap_or(u32::MAX),
+                },
+                Err(e) => v1::CheckPolicyResponse {
+                    ok: false,
+                    diagnostics: e.diagnostics.iter().map(convert::diagnostic).collect(),
+                    tools: 0,
+                },
+            })
+            .await
+            .map_err(|e| status::internal(format!("policy check failed: {e}")))?;
+        Ok(Response::new(response))
+    }
+
+    async fn status(
+        &self,
+        request: Request<v1::StatusRequest>,
+    ) -> Result<Response<v1::StatusResponse>, Status> {
+        let _caller = caller(&request)?;
+        let d = &self.daemon;
+        let registry = d.registry.current();
+        let counts = registry.counts();
+        let running = d.invoker.running();
+        Ok(Response::new(v1::StatusResponse {
+            version: env!("CARGO_PKG_VERSION").into(),
+            uptime_ms: u64::try_from(d.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            generation: registry.generation,
+            tools_total: counts.total,
+            tools_available: counts.available,
+            tools_unavailable: counts.unavailable,
+            tools_disabled: counts.disabled,
+            running_invocations: u32::try_from(running.len()).unwrap_or(u32::MAX),
+            max_concurrent: u32::try_from(d.invoker.max_concurrent()).unwrap_or(u32::MAX),
+            policy_dir: d.registry.dir().display().to_string(),
+            socket_path: d.socket_path.display().to_string(),
+            daemon_pid: std::process::id(),
+            daemon_uid: nix::unistd::geteuid().as_raw(),
+            running: running.iter().map(convert::running).collect(),
+        }))
+    }
+}
