@@ -19,11 +19,7 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
     if tools.is_empty() {
         println!(
             "no tools (generation {generation}){}",
-            if all {
-                ""
-            } else {
-                "; `cordon tools --all` also lists unavailable ones"
-            }
+            if all { "" } else { "; `cordon tools --all` also lists unavailable ones" }
         );
         return Ok(0);
     }
@@ -39,12 +35,7 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
             if !t.unavailable_reason.is_empty() {
                 description = format!("{description} [{}]", t.unavailable_reason);
             }
-            [
-                t.name.clone(),
-                t.status_word().to_string(),
-                params.join(" "),
-                description,
-            ]
+            [t.name.clone(), t.status_word().to_string(), params.join(" "), description]
         })
         .collect();
     print_table(&["NAME", "STATUS", "PARAMS", "DESCRIPTION"], &rows);
@@ -58,15 +49,7 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
         print_json(&json!(t));
         return Ok(0);
     }
-    println!(
-        "{}{}",
-        t.name,
-        if t.title.is_empty() {
-            String::new()
-        } else {
-            format!(" — {}", t.title)
-        }
-    );
+    println!("{}{}", t.name, if t.title.is_empty() { String::new() } else { format!(" — {}", t.title) });
     println!("  {}", t.description);
     let field = |k: &str, v: String| println!("  {k:<12} {v}");
     field(
@@ -87,16 +70,10 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
         field("working_dir", t.working_dir.clone());
     }
     field("timeout", format!("{}s", t.timeout_ms as f64 / 1000.0));
-    field(
-        "max_output",
-        format!("{} bytes per stream", t.max_output_bytes),
-    );
+    field("max_output", format!("{} bytes per stream", t.max_output_bytes));
     field("confirm", t.confirm.to_string());
     field("danger", t.danger.to_string());
-    field(
-        "network",
-        if t.network { "yes" } else { "none" }.to_string(),
-    );
+    field("network", if t.network { "yes" } else { "none" }.to_string());
     field("output", t.output.to_string());
     field("source", t.source.clone());
     if t.params.is_empty() {
@@ -114,11 +91,7 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
             if p.secret {
                 extra.push("secret".to_string());
             }
-            let extra = if extra.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", extra.join(", "))
-            };
+            let extra = if extra.is_empty() { String::new() } else { format!(" ({})", extra.join(", ")) };
             println!("    {}: {}{extra}  {}", p.name, p.kind, p.description);
         }
     }
@@ -139,12 +112,7 @@ pub async fn run(
         None => typed_arguments(&info, args)?.to_string(),
     };
     let result = client.invoke(tool, arguments, |_| {}).await?;
-    let code = match (
-        result.timed_out,
-        result.cancelled,
-        result.exit_code,
-        result.signal,
-    ) {
+    let code = match (result.timed_out, result.cancelled, result.exit_code, result.signal) {
         (true, _, _, _) => exit::TIMED_OUT,
         (_, true, _, _) => exit::CANCELLED,
         (_, _, Some(c), _) => u8::try_from(c).unwrap_or(exit::FAILURE),
@@ -171,10 +139,7 @@ pub async fn run(
         }
     }
     if result.timed_out {
-        eprintln!(
-            "cordon: {tool} timed out after {}s and was killed",
-            info.timeout_ms as f64 / 1000.0
-        );
+        eprintln!("cordon: {tool} timed out after {}s and was killed", info.timeout_ms as f64 / 1000.0);
     } else if result.cancelled {
         eprintln!("cordon: {tool} was cancelled");
     } else if let Some(s) = result.signal {
@@ -190,41 +155,25 @@ fn typed_arguments(tool: &ToolInfo, args: &[String]) -> Result<Value, CliError> 
     let mut map = Map::new();
     for arg in args {
         let Some((key, value)) = arg.split_once('=') else {
-            return Err(CliError::Usage(format!(
-                "invalid --arg {arg:?}: expected KEY=VALUE, e.g. --arg path=/tmp"
-            )));
+            return Err(CliError::Usage(format!("invalid --arg {arg:?}: expected KEY=VALUE, e.g. --arg path=/tmp")));
         };
         if key.is_empty() {
-            return Err(CliError::Usage(format!(
-                "invalid --arg {arg:?}: the key before '=' is empty"
-            )));
+            return Err(CliError::Usage(format!("invalid --arg {arg:?}: the key before '=' is empty")));
         }
-        let kind = tool
-            .params
-            .iter()
-            .find(|p| p.name == key)
-            .map(|p| p.kind.as_str());
+        let kind = tool.params.iter().find(|p| p.name == key).map(|p| p.kind.as_str());
         let typed = match kind {
-            Some("integer") => value
-                .parse::<i64>()
-                .map(Value::from)
-                .unwrap_or_else(|_| Value::from(value)),
+            Some("integer") => value.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::from(value)),
             Some("number") => value
                 .parse::<f64>()
                 .ok()
                 .and_then(serde_json::Number::from_f64)
                 .map(Value::Number)
                 .unwrap_or_else(|| Value::from(value)),
-            Some("boolean") => value
-                .parse::<bool>()
-                .map(Value::from)
-                .unwrap_or_else(|_| Value::from(value)),
+            Some("boolean") => value.parse::<bool>().map(Value::from).unwrap_or_else(|_| Value::from(value)),
             _ => Value::from(value),
         };
         if map.insert(key.to_string(), typed).is_some() {
-            return Err(CliError::Usage(format!(
-                "--arg {key}=... is given more than once"
-            )));
+            return Err(CliError::Usage(format!("--arg {key}=... is given more than once")));
         }
     }
     Ok(Value::Object(map))
@@ -241,10 +190,7 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
                 .map(|e| e.path())
                 .filter(|p| {
                     p.extension().is_some_and(|x| x == "toml")
-                        && !p
-                            .file_name()
-                            .and_then(|n| n.to_str())
-                            .is_some_and(|n| n.starts_with('.'))
+                        && !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'))
                 })
                 .collect();
             files.sort();
@@ -282,25 +228,15 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
             .tools
             .iter()
             .filter_map(|t| match &t.availability {
-                policy::Availability::Unavailable { reason } => {
-                    Some((t.name.clone(), reason.clone()))
-                }
+                policy::Availability::Unavailable { reason } => Some((t.name.clone(), reason.clone())),
                 policy::Availability::Available { .. } => None,
             })
             .collect(),
         Err(_) => Vec::new(),
     };
-    let report = PolicyReport {
-        ok,
-        generation: None,
-        tools: u32::try_from(tools).unwrap_or(u32::MAX),
-        diagnostics,
-    };
+    let report = PolicyReport { ok, generation: None, tools: u32::try_from(tools).unwrap_or(u32::MAX), diagnostics };
     if as_json {
-        let unavailable: Vec<Value> = unavailable
-            .iter()
-            .map(|(n, r)| json!({ "tool": n, "reason": r }))
-            .collect();
+        let unavailable: Vec<Value> = unavailable.iter().map(|(n, r)| json!({ "tool": n, "reason": r })).collect();
         print_json(
             &json!({ "ok": report.ok, "tools": report.tools, "diagnostics": report.diagnostics, "unavailable": unavailable }),
         );
@@ -314,15 +250,24 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
                 println!("note: {name} is unavailable on this host: {reason}");
             }
         } else {
-            let errors = report
-                .diagnostics
-                .iter()
-                .filter(|d| d.severity == "error")
-                .count();
+            let errors = report.diagnostics.iter().filter(|d| d.severity == "error").count();
             println!("policy rejected: {errors} error(s)");
         }
     }
     Ok(if ok { 0 } else { exit::FAILURE })
+}
+
+pub async fn cancel(socket: &Path, id: &str) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    if client.cancel(id).await? {
+        println!("cancelled {id}");
+        Ok(0)
+    } else {
+        eprintln!(
+            "cordon: no running invocation {id:?} (it may have finished already; `cordon status` lists running ones)"
+        );
+        Ok(exit::FAILURE)
+    }
 }
 
 pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
@@ -336,15 +281,9 @@ pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         }
         let generation = report.generation.unwrap_or(0);
         if report.ok {
-            println!(
-                "reloaded: generation {generation}, {} tool(s)",
-                report.tools
-            );
+            println!("reloaded: generation {generation}, {} tool(s)", report.tools);
         } else {
-            println!(
-                "reload rejected; generation {generation} ({} tool(s)) stays in force",
-                report.tools
-            );
+            println!("reload rejected; generation {generation} ({} tool(s)) stays in force", report.tools);
         }
     }
     Ok(if report.ok { 0 } else { exit::FAILURE })
@@ -357,40 +296,22 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         print_json(&json!(s));
         return Ok(0);
     }
-    println!(
-        "cordond {} (pid {}, uid {}), up {}s",
-        s.version,
-        s.daemon_pid,
-        s.daemon_uid,
-        s.uptime_ms / 1000
-    );
+    println!("cordond {} (pid {}, uid {}), up {}s", s.version, s.daemon_pid, s.daemon_uid, s.uptime_ms / 1000);
     println!("socket       {}", s.socket_path.display());
-    println!(
-        "policies     {} (generation {})",
-        s.policy_dir, s.generation
-    );
+    println!("policies     {} (generation {})", s.policy_dir, s.generation);
     println!(
         "tools        {} total: {} available, {} unavailable, {} disabled",
         s.tools_total, s.tools_available, s.tools_unavailable, s.tools_disabled
     );
-    println!(
-        "running      {} of at most {}",
-        s.running_invocations, s.max_concurrent
-    );
+    println!("running      {} of at most {}", s.running_invocations, s.max_concurrent);
     for r in &s.running {
-        println!(
-            "  {}  {}  uid {}  {}ms",
-            r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms
-        );
+        println!("  {}  {}  uid {}  {}ms", r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms);
     }
     Ok(0)
 }
 
 fn print_json(v: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-    );
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")));
 }
 
 fn print_table(headers: &[&str; 4], rows: &[[String; 4]]) {

@@ -49,6 +49,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Cancel a running invocation (its whole process group is killed).
+    Cancel {
+        /// The invocation id (`cordon status` lists running ones).
+        id: String,
+    },
     /// Policy files.
     Policy {
         #[command(subcommand)]
@@ -79,29 +84,22 @@ pub enum PolicyCommand {
 
 /// Runs the command and maps every error to its exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cordon: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let socket = cli
-        .socket
-        .clone()
-        .unwrap_or_else(cordon_proto::client_socket_path);
+    let socket = cli.socket.clone().unwrap_or_else(cordon_proto::client_socket_path);
     let json = match &cli.command {
         Command::Tools { json, .. }
         | Command::Tool { json, .. }
         | Command::Run { json, .. }
         | Command::Reload { json }
         | Command::Status { json } => *json,
-        Command::Policy {
-            command: PolicyCommand::Check { json, .. },
-        } => *json,
+        Command::Policy { command: PolicyCommand::Check { json, .. } } => *json,
+        Command::Cancel { .. } => false,
     };
     match runtime.block_on(dispatch(cli.command, socket)) {
         Ok(code) => ExitCode::from(code),
@@ -120,15 +118,9 @@ async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
     match command {
         Command::Tools { json, all } => admin::tools(&socket, json, all).await,
         Command::Tool { name, json } => admin::tool(&socket, &name, json).await,
-        Command::Run {
-            tool,
-            args,
-            args_json,
-            json,
-        } => admin::run(&socket, &tool, &args, args_json, json).await,
-        Command::Policy {
-            command: PolicyCommand::Check { paths, json },
-        } => admin::policy_check(&paths, json),
+        Command::Run { tool, args, args_json, json } => admin::run(&socket, &tool, &args, args_json, json).await,
+        Command::Policy { command: PolicyCommand::Check { paths, json } } => admin::policy_check(&paths, json),
+        Command::Cancel { id } => admin::cancel(&socket, &id).await,
         Command::Reload { json } => admin::reload(&socket, json).await,
         Command::Status { json } => admin::status(&socket, json).await,
     }

@@ -38,12 +38,7 @@ pub enum CliError {
     #[error("cannot connect to cordond at {}: {source}", path.display())]
     Connect { path: PathBuf, source: io::Error },
     #[error("{}", rpc_message(.code.as_deref(), .message))]
-    Rpc {
-        status: tonic::Code,
-        code: Option<String>,
-        field: Option<String>,
-        message: String,
-    },
+    Rpc { status: tonic::Code, code: Option<String>, field: Option<String>, message: String },
     #[error("{0}")]
     Usage(String),
     #[error("unexpected answer from cordond: {0}")]
@@ -63,15 +58,11 @@ impl CliError {
     pub(crate) fn from_connect(e: ConnectError) -> CliError {
         let path = e.path;
         match e.source.kind() {
-            io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => CliError::DaemonDown {
-                path,
-                source: e.source,
-            },
+            io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+                CliError::DaemonDown { path, source: e.source }
+            }
             io::ErrorKind::PermissionDenied => CliError::SocketPermission { path },
-            _ => CliError::Connect {
-                path,
-                source: e.source,
-            },
+            _ => CliError::Connect { path, source: e.source },
         }
     }
 
@@ -121,12 +112,7 @@ impl CliError {
 
 impl From<tonic::Status> for CliError {
     fn from(s: tonic::Status) -> Self {
-        let get = |key: &str| {
-            s.metadata()
-                .get(key)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
+        let get = |key: &str| s.metadata().get(key).and_then(|v| v.to_str().ok()).map(str::to_string);
         CliError::Rpc {
             status: s.code(),
             code: get(ERROR_CODE_KEY),

@@ -18,40 +18,19 @@ pub struct Client {
 
 impl Client {
     pub async fn connect(socket: &Path) -> Result<Client, CliError> {
-        let channel = cordon_proto::connect(socket)
-            .await
-            .map_err(CliError::from_connect)?;
-        let inner = CordonClient::new(channel)
-            .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
+        let channel = cordon_proto::connect(socket).await.map_err(CliError::from_connect)?;
+        let inner = CordonClient::new(channel).max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
         Ok(Client { inner })
     }
 
-    pub async fn list_tools(
-        &mut self,
-        include_unavailable: bool,
-    ) -> Result<(u64, Vec<ToolInfo>), CliError> {
-        let r = self
-            .inner
-            .list_tools(v1::ListToolsRequest {
-                include_unavailable,
-            })
-            .await?
-            .into_inner();
-        Ok((
-            r.generation,
-            r.tools.into_iter().map(ToolInfo::from).collect(),
-        ))
+    pub async fn list_tools(&mut self, include_unavailable: bool) -> Result<(u64, Vec<ToolInfo>), CliError> {
+        let r = self.inner.list_tools(v1::ListToolsRequest { include_unavailable }).await?.into_inner();
+        Ok((r.generation, r.tools.into_iter().map(ToolInfo::from).collect()))
     }
 
     pub async fn get_tool(&mut self, name: &str) -> Result<ToolInfo, CliError> {
-        let r = self
-            .inner
-            .get_tool(v1::GetToolRequest { name: name.into() })
-            .await?
-            .into_inner();
-        r.tool
-            .map(ToolInfo::from)
-            .ok_or_else(|| CliError::Protocol("GetTool returned no tool".into()))
+        let r = self.inner.get_tool(v1::GetToolRequest { name: name.into() }).await?.into_inner();
+        r.tool.map(ToolInfo::from).ok_or_else(|| CliError::Protocol("GetTool returned no tool".into()))
     }
 
     /// Runs a tool; `on_accepted` sees the invocation id as soon as the daemon admits the call.
@@ -61,23 +40,12 @@ impl Client {
         arguments_json: String,
         mut on_accepted: impl FnMut(&Accepted),
     ) -> Result<RunResult, CliError> {
-        let mut stream = self
-            .inner
-            .invoke(v1::InvokeRequest {
-                tool: tool.into(),
-                arguments_json,
-            })
-            .await?
-            .into_inner();
+        let mut stream = self.inner.invoke(v1::InvokeRequest { tool: tool.into(), arguments_json }).await?.into_inner();
         let mut accepted: Option<Accepted> = None;
         while let Some(event) = stream.message().await? {
             match event.event {
                 Some(v1::invoke_event::Event::Accepted(a)) => {
-                    let a = Accepted {
-                        invocation_id: a.invocation_id,
-                        argv: a.argv,
-                        generation: a.generation,
-                    };
+                    let a = Accepted { invocation_id: a.invocation_id, argv: a.argv, generation: a.generation };
                     on_accepted(&a);
                     accepted = Some(a);
                 }
@@ -88,20 +56,11 @@ impl Client {
                 None => {}
             }
         }
-        Err(CliError::Protocol(
-            "the invocation stream ended without a result".into(),
-        ))
+        Err(CliError::Protocol("the invocation stream ended without a result".into()))
     }
 
     pub async fn cancel(&mut self, invocation_id: &str) -> Result<bool, CliError> {
-        Ok(self
-            .inner
-            .cancel(v1::CancelRequest {
-                invocation_id: invocation_id.into(),
-            })
-            .await?
-            .into_inner()
-            .cancelled)
+        Ok(self.inner.cancel(v1::CancelRequest { invocation_id: invocation_id.into() }).await?.into_inner().cancelled)
     }
 
     pub async fn reload(&mut self) -> Result<PolicyReport, CliError> {
@@ -110,18 +69,12 @@ impl Client {
             ok: r.ok,
             generation: Some(r.generation),
             tools: r.tools,
-            diagnostics: r
-                .diagnostics
-                .into_iter()
-                .map(DiagnosticInfo::from)
-                .collect(),
+            diagnostics: r.diagnostics.into_iter().map(DiagnosticInfo::from).collect(),
         })
     }
 
     pub async fn status(&mut self) -> Result<StatusInfo, CliError> {
-        Ok(StatusInfo::from(
-            self.inner.status(v1::StatusRequest {}).await?.into_inner(),
-        ))
+        Ok(StatusInfo::from(self.inner.status(v1::StatusRequest {}).await?.into_inner()))
     }
 }
 
@@ -201,8 +154,7 @@ impl From<v1::Tool> for ToolInfo {
             _ => "safe",
         };
         ToolInfo {
-            input_schema: serde_json::from_str(&t.input_schema_json)
-                .unwrap_or(serde_json::Value::Null),
+            input_schema: serde_json::from_str(&t.input_schema_json).unwrap_or(serde_json::Value::Null),
             output_schema: (!t.output_schema_json.is_empty())
                 .then(|| serde_json::from_str(&t.output_schema_json).ok())
                 .flatten(),
@@ -210,9 +162,7 @@ impl From<v1::Tool> for ToolInfo {
                 .params
                 .into_iter()
                 .map(|p| ParamInfo {
-                    default: (!p.default_json.is_empty())
-                        .then(|| serde_json::from_str(&p.default_json).ok())
-                        .flatten(),
+                    default: (!p.default_json.is_empty()).then(|| serde_json::from_str(&p.default_json).ok()).flatten(),
                     name: p.name,
                     kind: p.r#type,
                     description: p.description,
@@ -312,13 +262,7 @@ impl From<v1::Diagnostic> for DiagnosticInfo {
             v1::diagnostic::Severity::Warning => "warning",
             _ => "error",
         };
-        DiagnosticInfo {
-            severity,
-            file: d.file,
-            line: d.line,
-            column: d.column,
-            message: d.message,
-        }
+        DiagnosticInfo { severity, file: d.file, line: d.line, column: d.column, message: d.message }
     }
 }
 

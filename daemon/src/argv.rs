@@ -26,14 +26,8 @@ impl Account {
     /// Looks up `uid` in the user database; falls back to the numeric id and `/`.
     pub fn for_uid(uid: u32) -> Account {
         match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-            Ok(Some(u)) => Account {
-                user: u.name,
-                home: u.dir,
-            },
-            _ => Account {
-                user: uid.to_string(),
-                home: PathBuf::from("/"),
-            },
+            Ok(Some(u)) => Account { user: u.name, home: u.dir },
+            _ => Account { user: uid.to_string(), home: PathBuf::from("/") },
         }
     }
 }
@@ -106,21 +100,9 @@ pub fn plan(tool: &Tool, executable: &Path, args: &Arguments, account: &Account)
     }
     if let Some(prefix) = &tool.args_env_prefix {
         for (name, value) in args.iter() {
-            set(
-                format!("{prefix}{}", name.to_ascii_uppercase()),
-                value.to_arg(),
-            );
+            set(format!("{prefix}{}", name.to_ascii_uppercase()), value.to_arg());
         }
     }
-    let cwd = tool
-        .working_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/"));
-    Plan {
-        executable: executable.to_path_buf(),
-        argv,
-        display_argv,
-        env,
-        cwd,
-    }
+    let cwd = tool.working_dir.clone().unwrap_or_else(|| PathBuf::from("/"));
+    Plan { executable: executable.to_path_buf(), argv, display_argv, env, cwd }
 }

@@ -120,12 +120,7 @@ impl Invoker {
     }
 
     /// Validates the call against the current registry and takes a slot, or says why not.
-    pub fn prepare(
-        &self,
-        caller: Caller,
-        tool_name: &str,
-        arguments: &str,
-    ) -> Result<Prepared, InvokeError> {
+    pub fn prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Prepared, InvokeError> {
         if self.closed.is_cancelled() {
             return Err(InvokeError::ShuttingDown);
         }
@@ -133,53 +128,32 @@ impl Invoker {
         let tool = match registry.get(tool_name) {
             Some(t) if !t.disabled => t.clone(),
             _ => {
-                let names = registry
-                    .tools
-                    .values()
-                    .filter(|t| !t.disabled)
-                    .map(|t| t.name.as_str());
+                let names = registry.tools.values().filter(|t| !t.disabled).map(|t| t.name.as_str());
                 let hint = diag::did_you_mean(tool_name, names);
                 return Err(InvokeError::Invalid(ValidationError {
                     code: ErrorCode::UnknownTool,
                     field: None,
-                    message: format!(
-                        "unknown tool {tool_name:?}{hint}; `cordon tools` lists the tools"
-                    ),
+                    message: format!("unknown tool {tool_name:?}{hint}; `cordon tools` lists the tools"),
                 }));
             }
         };
         let executable = match &tool.availability {
             Availability::Available { executable } => executable.clone(),
             Availability::Unavailable { reason } => {
-                return Err(InvokeError::Unavailable {
-                    tool: tool.name.clone(),
-                    reason: reason.clone(),
-                });
+                return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason: reason.clone() });
             }
         };
         let json = validate::parse_arguments(arguments).map_err(InvokeError::Invalid)?;
         let args = validate::validate(&tool, &json).map_err(InvokeError::Invalid)?;
-        let permit = self
-            .slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| InvokeError::Busy { max: self.max })?;
+        let permit = self.slots.clone().try_acquire_owned().map_err(|_| InvokeError::Busy { max: self.max })?;
         let plan = argv::plan(&tool, &executable, &args, &Account::for_uid(caller.uid));
         let id = new_id()?;
         let cancel = self.closed.child_token();
         self.lock().insert(
             id.clone(),
-            Running {
-                tool: tool.name.clone(),
-                caller,
-                started: Instant::now(),
-                cancel: cancel.clone(),
-            },
+            Running { tool: tool.name.clone(), caller, started: Instant::now(), cancel: cancel.clone() },
         );
-        let running = RunningGuard {
-            map: self.running.clone(),
-            id: id.clone(),
-        };
+        let running = RunningGuard { map: self.running.clone(), id: id.clone() };
         Ok(Prepared {
             id,
             tool,

@@ -57,10 +57,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cordond: cannot start the async runtime: {e}");
@@ -82,16 +79,9 @@ async fn serve(args: Args, registry: RegistryHandle) -> anyhow::Result<()> {
         tracing::warn!("{w}");
     }
     let counts = current.counts();
-    let socket_path = args
-        .socket
-        .clone()
-        .unwrap_or_else(cordon_proto::default_socket_path);
+    let socket_path = args.socket.clone().unwrap_or_else(cordon_proto::default_socket_path);
     let listener = server::socket::bind(&socket_path)?;
-    let daemon = Daemon::new(
-        Arc::new(registry),
-        args.max_concurrent as usize,
-        socket_path.clone(),
-    );
+    let daemon = Daemon::new(Arc::new(registry), args.max_concurrent as usize, socket_path.clone());
     tracing::info!(
         socket = %socket_path.display(), policies = %args.policies.display(), tools = counts.total,
         available = counts.available, generation = current.generation, "cordond listening"
@@ -106,10 +96,8 @@ async fn serve(args: Args, registry: RegistryHandle) -> anyhow::Result<()> {
             let _ = tokio::task::spawn_blocking(move || d.reload("SIGHUP")).await;
         }
     });
-    let mut terminate =
-        signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
-    let mut interrupt =
-        signal(SignalKind::interrupt()).context("cannot install the SIGINT handler")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot install the SIGINT handler")?;
     let shutdown = async move {
         tokio::select! {
             _ = terminate.recv() => {}

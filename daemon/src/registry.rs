@@ -69,12 +69,7 @@ impl RegistryHandle {
         let set = policy::load_dir(dir, host)?;
         let registry = Arc::new(build(set, 1));
         let (current, _) = watch::channel(registry);
-        Ok(RegistryHandle {
-            dir: dir.to_path_buf(),
-            host,
-            current,
-            reload_lock: Mutex::new(()),
-        })
+        Ok(RegistryHandle { dir: dir.to_path_buf(), host, current, reload_lock: Mutex::new(()) })
     }
 
     pub fn dir(&self) -> &Path {
@@ -97,10 +92,7 @@ impl RegistryHandle {
     /// Re-reads the directory (blocking I/O). On success the new generation replaces the old one
     /// in a single swap; on failure nothing changes.
     pub fn reload(&self) -> Result<Arc<Registry>, LoadError> {
-        let _serial = self
-            .reload_lock
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _serial = self.reload_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let set = policy::load_dir(&self.dir, self.host)?;
         let next = Arc::new(build(set, self.current.borrow().generation + 1));
         self.current.send_replace(next.clone());
@@ -111,11 +103,7 @@ impl RegistryHandle {
 fn build(set: policy::PolicySet, generation: u64) -> Registry {
     Registry {
         generation,
-        tools: set
-            .tools
-            .into_iter()
-            .map(|t| (t.name.clone(), Arc::new(t)))
-            .collect(),
+        tools: set.tools.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect(),
         warnings: set.diagnostics,
         files: set.files,
         loaded_at: SystemTime::now(),

@@ -61,11 +61,7 @@ pub struct ValidationError {
 
 impl ValidationError {
     fn new(code: ErrorCode, field: Option<&str>, message: String) -> Self {
-        ValidationError {
-            code,
-            field: field.map(str::to_string),
-            message,
-        }
+        ValidationError { code, field: field.map(str::to_string), message }
     }
 }
 
@@ -126,7 +122,11 @@ pub fn parse_arguments(text: &str) -> Result<Value, ValidationError> {
         return Ok(Value::Object(serde_json::Map::new()));
     }
     serde_json::from_str(text).map_err(|e| {
-        ValidationError::new(ErrorCode::InvalidFieldType, None, format!("arguments are not valid JSON ({e}); send a JSON object such as {{\"name\": \"value\"}}"))
+        ValidationError::new(
+            ErrorCode::InvalidFieldType,
+            None,
+            format!("arguments are not valid JSON ({e}); send a JSON object such as {{\"name\": \"value\"}}"),
+        )
     })
 }
 
@@ -136,17 +136,10 @@ pub fn validate(tool: &Tool, args: &Value) -> Result<Arguments, ValidationError>
         return Err(ValidationError::new(
             ErrorCode::InvalidFieldType,
             None,
-            format!(
-                "arguments must be a JSON object, got {}",
-                describe(args, false)
-            ),
+            format!("arguments must be a JSON object, got {}", describe(args, false)),
         ));
     };
-    let unknown: Vec<&str> = map
-        .keys()
-        .map(String::as_str)
-        .filter(|k| tool.param(k).is_none())
-        .collect();
+    let unknown: Vec<&str> = map.keys().map(String::as_str).filter(|k| tool.param(k).is_none()).collect();
     if !unknown.is_empty() {
         let names: Vec<String> = unknown.iter().map(|k| format!("{k:?}")).collect();
         let takes = if tool.params.is_empty() {
@@ -157,18 +150,13 @@ pub fn validate(tool: &Tool, args: &Value) -> Result<Arguments, ValidationError>
         };
         let mut hint = String::new();
         if let [one] = unknown.as_slice() {
-            hint =
-                crate::policy::diag::did_you_mean(one, tool.params.iter().map(|p| p.name.as_str()));
+            hint = crate::policy::diag::did_you_mean(one, tool.params.iter().map(|p| p.name.as_str()));
         }
         let field = (unknown.len() == 1).then(|| unknown[0]);
         return Err(ValidationError::new(
             ErrorCode::UnknownFields,
             field,
-            format!(
-                "unknown field{} {}; {takes}{hint}",
-                if unknown.len() == 1 { "" } else { "s" },
-                names.join(", ")
-            ),
+            format!("unknown field{} {}; {takes}{hint}", if unknown.len() == 1 { "" } else { "s" }, names.join(", ")),
         ));
     }
     let base = tool.working_dir.as_deref();
@@ -196,12 +184,7 @@ pub fn validate(tool: &Tool, args: &Value) -> Result<Arguments, ValidationError>
 pub fn check_value(p: &Param, v: &Value, base: Option<&Path>) -> Result<ArgValue, ValidationError> {
     let field = Some(p.name.as_str());
     let type_err = || {
-        let mut message = format!(
-            "field {:?} must be {}, got {}",
-            p.name,
-            expectation(p),
-            describe(v, p.secret)
-        );
+        let mut message = format!("field {:?} must be {}, got {}", p.name, expectation(p), describe(v, p.secret));
         if v.is_null() {
             message.push_str(if p.required {
                 "; null is not a value"
@@ -211,37 +194,20 @@ pub fn check_value(p: &Param, v: &Value, base: Option<&Path>) -> Result<ArgValue
         }
         ValidationError::new(ErrorCode::InvalidFieldType, field, message)
     };
-    let value_err = |msg: String| {
-        ValidationError::new(
-            ErrorCode::InvalidFieldValue,
-            field,
-            format!("field {:?}: {msg}", p.name),
-        )
-    };
+    let value_err =
+        |msg: String| ValidationError::new(ErrorCode::InvalidFieldValue, field, format!("field {:?}: {msg}", p.name));
     let shown = |s: &str| {
-        if p.secret {
-            "the value".to_string()
-        } else {
-            format!("{:?}", preview(s))
-        }
+        if p.secret { "the value".to_string() } else { format!("{:?}", preview(s)) }
     };
     match &p.kind {
-        ParamKind::String {
-            pattern,
-            min_length,
-            max_length,
-        } => {
+        ParamKind::String { pattern, min_length, max_length } => {
             let s = v.as_str().ok_or_else(type_err)?;
             reject_nul(s).map_err(value_err)?;
             check_length(s, *min_length, *max_length).map_err(value_err)?;
             match pattern {
                 Some(pat) => {
                     if !pat.regex.is_match(s) {
-                        return Err(value_err(format!(
-                            "{} does not match the pattern {}",
-                            shown(s),
-                            pat.source
-                        )));
+                        return Err(value_err(format!("{} does not match the pattern {}", shown(s), pat.source)));
                     }
                 }
                 None => {
@@ -261,23 +227,14 @@ pub fn check_value(p: &Param, v: &Value, base: Option<&Path>) -> Result<ArgValue
                 Ok(ArgValue::String(s.to_string()))
             } else {
                 let list: Vec<String> = values.iter().map(|x| format!("{x:?}")).collect();
-                Err(value_err(format!(
-                    "{} is not one of the valid values: {}",
-                    shown(s),
-                    list.join(", ")
-                )))
+                Err(value_err(format!("{} is not one of the valid values: {}", shown(s), list.join(", "))))
             }
         }
-        ParamKind::Path {
-            min_length,
-            max_length,
-        } => {
+        ParamKind::Path { min_length, max_length } => {
             let s = v.as_str().ok_or_else(type_err)?;
             reject_nul(s).map_err(value_err)?;
             check_length(s, *min_length, *max_length).map_err(value_err)?;
-            normalize_path(s, base)
-                .map(ArgValue::Path)
-                .map_err(value_err)
+            normalize_path(s, base).map(ArgValue::Path).map_err(value_err)
         }
         ParamKind::Boolean => v.as_bool().map(ArgValue::Boolean).ok_or_else(type_err),
         ParamKind::Integer { min, max } => {
@@ -317,8 +274,7 @@ fn as_integer(v: &Value) -> Option<i64> {
     }
     let x = v.as_f64()?;
     // -2^63 is exact in f64; 2^63 is not representable as i64.
-    (x.fract() == 0.0 && x >= -9_223_372_036_854_775_808.0 && x < 9_223_372_036_854_775_808.0)
-        .then_some(x as i64)
+    (x.fract() == 0.0 && x >= -9_223_372_036_854_775_808.0 && x < 9_223_372_036_854_775_808.0).then_some(x as i64)
 }
 
 fn check_range(x: f64, min: Option<f64>, max: Option<f64>, shown: &str) -> Result<(), String> {
@@ -351,11 +307,7 @@ fn check_length(s: &str, min: Option<u64>, max: Option<u64>) -> Result<(), Strin
 }
 
 fn reject_nul(s: &str) -> Result<(), String> {
-    if s.contains('\0') {
-        Err("contains a NUL byte, which is never allowed".into())
-    } else {
-        Ok(())
-    }
+    if s.contains('\0') { Err("contains a NUL byte, which is never allowed".into()) } else { Ok(()) }
 }
 
 /// Makes `raw` absolute (relative to `base`) and removes `.` and `..` lexically, without touching
@@ -371,9 +323,7 @@ pub fn normalize_path(raw: &str, base: Option<&Path>) -> Result<PathBuf, String>
         floor = 0;
     } else {
         let Some(base) = base else {
-            return Err(format!(
-                "{raw:?} is relative and this tool has no working directory; give an absolute path"
-            ));
+            return Err(format!("{raw:?} is relative and this tool has no working directory; give an absolute path"));
         };
         parts.extend(base.components().filter_map(|c| match c {
             Component::Normal(s) => Some(s),
@@ -391,9 +341,7 @@ pub fn normalize_path(raw: &str, base: Option<&Path>) -> Result<PathBuf, String>
                     } else {
                         base.map(|b| b.display().to_string()).unwrap_or_default()
                     };
-                    return Err(format!(
-                        "{raw:?} uses `..` to climb above {above}; give a path inside it"
-                    ));
+                    return Err(format!("{raw:?} uses `..` to climb above {above}; give a path inside it"));
                 }
                 parts.pop();
             }
@@ -408,9 +356,7 @@ pub fn normalize_path(raw: &str, base: Option<&Path>) -> Result<PathBuf, String>
 /// What a param accepts, for messages.
 fn expectation(p: &Param) -> String {
     let what = match &p.kind {
-        ParamKind::String {
-            pattern: Some(pat), ..
-        } => format!("a string matching {}", pat.source),
+        ParamKind::String { pattern: Some(pat), .. } => format!("a string matching {}", pat.source),
         ParamKind::String { .. } => "a string".to_string(),
         ParamKind::Integer { min, max } => match (min, max) {
             (Some(a), Some(b)) => format!("an integer from {a} to {b}"),
@@ -455,11 +401,7 @@ fn describe(v: &Value, secret: bool) -> String {
 
 fn preview(s: &str) -> String {
     const MAX: usize = 60;
-    if s.chars().count() <= MAX {
-        s.to_string()
-    } else {
-        format!("{}…", s.chars().take(MAX).collect::<String>())
-    }
+    if s.chars().count() <= MAX { s.to_string() } else { format!("{}…", s.chars().take(MAX).collect::<String>()) }
 }
 
 #[cfg(test)]
@@ -469,35 +411,14 @@ mod tests {
     #[test]
     fn paths_normalize_without_escaping() {
         let base = Some(Path::new("/srv/project"));
-        assert_eq!(
-            normalize_path("src/./lib.rs", base),
-            Ok(PathBuf::from("/srv/project/src/lib.rs"))
-        );
-        assert_eq!(
-            normalize_path("src/../Cargo.toml", base),
-            Ok(PathBuf::from("/srv/project/Cargo.toml"))
-        );
+        assert_eq!(normalize_path("src/./lib.rs", base), Ok(PathBuf::from("/srv/project/src/lib.rs")));
+        assert_eq!(normalize_path("src/../Cargo.toml", base), Ok(PathBuf::from("/srv/project/Cargo.toml")));
         assert_eq!(normalize_path(".", base), Ok(PathBuf::from("/srv/project")));
-        assert!(
-            normalize_path("../etc/passwd", base)
-                .unwrap_err()
-                .contains("climb above /srv/project")
-        );
+        assert!(normalize_path("../etc/passwd", base).unwrap_err().contains("climb above /srv/project"));
         assert!(normalize_path("a/../../x", base).is_err());
-        assert_eq!(
-            normalize_path("/a//b/../c/", None),
-            Ok(PathBuf::from("/a/c"))
-        );
-        assert!(
-            normalize_path("/../etc", None)
-                .unwrap_err()
-                .contains("climb above /")
-        );
-        assert!(
-            normalize_path("rel", None)
-                .unwrap_err()
-                .contains("no working directory")
-        );
+        assert_eq!(normalize_path("/a//b/../c/", None), Ok(PathBuf::from("/a/c")));
+        assert!(normalize_path("/../etc", None).unwrap_err().contains("climb above /"));
+        assert!(normalize_path("rel", None).unwrap_err().contains("no working directory"));
         assert!(normalize_path("", base).is_err());
     }
 

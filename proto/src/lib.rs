@@ -16,20 +16,13 @@ use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint};
 
 /// Generated code for package `cordon.v1`.
-#[allow(
-    missing_docs,
-    unreachable_pub,
-    clippy::all,
-    clippy::pedantic,
-    missing_debug_implementations
-)]
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
 pub mod v1 {
     tonic::include_proto!("cordon.v1");
 }
 
 /// Encoded `FileDescriptorSet` of every cordon proto file.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/cordon_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cordon_descriptor.bin"));
 
 /// Largest message a client accepts: two capped output streams of at most 10 MiB each, plus framing.
 pub const MAX_CLIENT_DECODE_BYTES: usize = 32 * 1024 * 1024;
@@ -43,12 +36,7 @@ pub async fn connect(path: impl AsRef<Path>) -> Result<Channel, ConnectError> {
     // The URI is required by tonic but never used: the connector below ignores it.
     let endpoint = Endpoint::from_static("http://cordon.invalid");
     // Probe first so the caller gets the real io::Error (ENOENT, ECONNREFUSED, EACCES).
-    UnixStream::connect(&path)
-        .await
-        .map_err(|source| ConnectError {
-            path: path.clone(),
-            source,
-        })?;
+    UnixStream::connect(&path).await.map_err(|source| ConnectError { path: path.clone(), source })?;
     let connector_path = path.clone();
     endpoint
         .connect_with_connector(tower::service_fn(move |_| {
@@ -56,10 +44,7 @@ pub async fn connect(path: impl AsRef<Path>) -> Result<Channel, ConnectError> {
             async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
         }))
         .await
-        .map_err(|e| ConnectError {
-            path,
-            source: io::Error::other(e),
-        })
+        .map_err(|e| ConnectError { path, source: io::Error::other(e) })
 }
 
 /// Connecting to the daemon's socket failed.
@@ -94,11 +79,7 @@ pub const SYSTEM_SOCKET: &str = "/run/cordon/cordon.sock";
 /// else the system daemon's socket if it exists, else this user's default path.
 pub fn client_socket_path() -> PathBuf {
     let own = default_socket_path();
-    if own.exists() || !Path::new(SYSTEM_SOCKET).exists() {
-        own
-    } else {
-        PathBuf::from(SYSTEM_SOCKET)
-    }
+    if own.exists() || !Path::new(SYSTEM_SOCKET).exists() { own } else { PathBuf::from(SYSTEM_SOCKET) }
 }
 
 /// gRPC metadata key carrying cordon's stable error code (e.g. `INVALID_FIELD_VALUE`).

@@ -1,1 +1,226 @@
+//! Test harness: starts the real `cordond` on a temporary socket and drives the real `cordon`.
+//!
+//! # Layout
+//! - [`bin`]: where the built binaries are.
+//! - [`Daemon`]: a running daemon with its own temporary directory, killed on drop.
+//! - [`Output`]: a finished `cordon` command.
+//!
+//! The binaries must be built first (`cargo build --workspace`); the README's test command does.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of a workspace binary (`cordond`, `cordon`) next to the test executable's directory.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/suite-HASH -> target/<profile>/NAME
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first with `cargo build --workspace` (the README's test command does)",
+        path.display()
+    );
+    path
+}
+
+/// A running `cordond`.
+#[derive(Debug)]
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+    pub policies: PathBuf,
+    pub dir: tempfile::TempDir,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Writes `policies` (file name, content) into a fresh directory and starts the daemon on it.
+    pub fn start(policies: &[(&str, &str)]) -> Daemon {
+        Daemon::start_with(policies, &[])
+    }
+
+    pub fn start_with(policies: &[(&str, &str)], extra_args: &[&str]) -> Daemon {
+        let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().expect("tempdir");
+        let policy_dir = dir.path().join("policies");
+        std::fs::create_dir(&policy_dir).unwrap();
+        for (name, content) in policies {
+            std::fs::write(policy_dir.join(name), content).unwrap();
+        }
+        Daemon::start_in(dir, policy_dir, extra_args)
+    }
+
+    /// Starts the daemon on an existing policy directory.
+    pub fn start_in(dir: tempfile::TempDir, policies: PathBuf, extra_args: &[&str]) -> Daemon {
+        let socket = dir.path().join("run").join("cordon.sock");
+        let log = dir.path().join("cordond.log");
+        let child = Command::new(bin("cordond"))
+            .arg("--policies")
+            .arg(&policies)
+            .arg("--socket")
+            .arg(&socket)
+            .args(extra_args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn cordond");
+        let mut daemon = Daemon { child, socket, policies, dir, log };
+        daemon.wait_ready();
+        daemon
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("cordond exited early with {status}:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("cordond did not listen on {} in time:\n{}", self.socket.display(), self.log_text());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).unwrap()
+    }
+
+    /// Runs `cordon --socket SOCKET ARGS...` to completion.
+    pub fn cordon(&self, args: &[&str]) -> Output {
+        cordon_at(&self.socket, args)
+    }
+
+    /// Starts `cordon --socket SOCKET ARGS...` without waiting.
+    pub fn cordon_spawn(&self, args: &[&str]) -> Child {
+        Command::new(bin("cordon"))
+            .arg("--socket")
+            .arg(&self.socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn cordon")
+    }
+
+    /// `cordon run TOOL --json` with `--args-json`, parsed.
+    pub fn run_json(&self, tool: &str, args: &serde_json::Value) -> (Output, serde_json::Value) {
+        let out = self.cordon(&["run", tool, "--args-json", &args.to_string(), "--json"]);
+        let json = out.json();
+        (out, json)
+    }
+
+    /// Writes (or replaces) a policy file in the daemon's directory.
+    pub fn write_policy(&self, name: &str, content: &str) {
+        std::fs::write(self.policies.join(name), content).unwrap();
+    }
+
+    /// Sends a signal to the daemon.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), signal).unwrap();
+    }
+
+    /// Waits for the daemon to exit.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Peak resident set size of the daemon (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        proc_status_field(self.pid(), "VmHWM").expect("VmHWM")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `cordon --socket SOCKET ARGS...` to completion.
+pub fn cordon_at(socket: &Path, args: &[&str]) -> Output {
+    let out = Command::new(bin("cordon"))
+        .arg("--socket")
+        .arg(socket)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run cordon");
+    Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A finished command.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+    }
+
+    #[track_caller]
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "unexpected exit code: {self:#?}");
+        self
+    }
+}
+
+/// A numeric field (in kB) of `/proc/PID/status`.
+pub fn proc_status_field(pid: i32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.split_whitespace().next()?.parse().ok())
+}
+
+/// Whether `pid` is gone (no such process, or a zombie nobody reaped yet).
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // The state follows the parenthesized command name.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Polls `cond` until it holds or `limit` passes.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Whether the tests run as root (some tests need it and skip otherwise).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}

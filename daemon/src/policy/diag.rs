@@ -57,15 +57,9 @@ impl<'a> LineIndex<'a> {
     /// 1-based (line, column) of a byte offset; columns count characters.
     pub(crate) fn position(&self, offset: usize) -> (u32, u32) {
         let offset = offset.min(self.text.len());
-        let line = self
-            .line_starts
-            .partition_point(|&s| s <= offset)
-            .saturating_sub(1);
+        let line = self.line_starts.partition_point(|&s| s <= offset).saturating_sub(1);
         let start = self.line_starts.get(line).copied().unwrap_or(0);
-        let column = self
-            .text
-            .get(start..offset)
-            .map_or(offset - start, |s| s.chars().count());
+        let column = self.text.get(start..offset).map_or(offset - start, |s| s.chars().count());
         (to_u32(line + 1), to_u32(column + 1))
     }
 }
@@ -84,11 +78,7 @@ pub(crate) struct Sink<'a> {
 
 impl<'a> Sink<'a> {
     pub(crate) fn new(file: &'a Path, text: &'a str) -> Self {
-        Sink {
-            file,
-            index: LineIndex::new(text),
-            diagnostics: Vec::new(),
-        }
+        Sink { file, index: LineIndex::new(text), diagnostics: Vec::new() }
     }
 
     pub(crate) fn error(&mut self, span: Range<usize>, message: impl Into<String>) {
@@ -105,13 +95,7 @@ impl<'a> Sink<'a> {
 
     fn push(&mut self, severity: Severity, span: Range<usize>, message: String) {
         let (line, column) = self.index.position(span.start);
-        self.diagnostics.push(Diagnostic {
-            severity,
-            file: self.file.to_path_buf(),
-            line,
-            column,
-            message,
-        });
+        self.diagnostics.push(Diagnostic { severity, file: self.file.to_path_buf(), line, column, message });
     }
 }
 
@@ -133,17 +117,13 @@ pub fn levenshtein(a: &str, b: &str) -> usize {
 
 /// Candidates close to `wanted` (distance at most a third of its length, at least 1; or a prefix
 /// match), best first, at most three.
-pub fn suggestions<'c>(
-    wanted: &str,
-    candidates: impl IntoIterator<Item = &'c str>,
-) -> Vec<&'c str> {
+pub fn suggestions<'c>(wanted: &str, candidates: impl IntoIterator<Item = &'c str>) -> Vec<&'c str> {
     let limit = (wanted.chars().count() / 3).max(1);
     let mut scored: Vec<(usize, &str)> = candidates
         .into_iter()
         .filter_map(|c| {
             let d = levenshtein(wanted, c);
-            let related = d <= limit
-                || (wanted.len() >= 3 && (c.starts_with(wanted) || wanted.starts_with(c)));
+            let related = d <= limit || (wanted.len() >= 3 && (c.starts_with(wanted) || wanted.starts_with(c)));
             related.then_some((d, c))
         })
         .collect();
@@ -179,14 +159,8 @@ mod tests {
 
     #[test]
     fn suggestions_rank_by_distance() {
-        assert_eq!(
-            suggestions("comand", ["command", "confirm", "env"]),
-            vec!["command"]
-        );
+        assert_eq!(suggestions("comand", ["command", "confirm", "env"]), vec!["command"]);
         assert_eq!(did_you_mean("zzz", ["command"]), "");
-        assert_eq!(
-            did_you_mean("lst-files", ["list-files", "grep"]),
-            "; did you mean \"list-files\"?"
-        );
+        assert_eq!(did_you_mean("lst-files", ["list-files", "grep"]), "; did you mean \"list-files\"?");
     }
 }

@@ -54,56 +54,21 @@ pub struct KeyDoc {
     pub defaultable: bool,
 }
 
-const fn key(
-    name: &'static str,
-    value: &'static str,
-    doc: &'static str,
-    defaultable: bool,
-) -> KeyDoc {
-    KeyDoc {
-        name,
-        value,
-        doc,
-        defaultable,
-    }
+const fn key(name: &'static str, value: &'static str, doc: &'static str, defaultable: bool) -> KeyDoc {
+    KeyDoc { name, value, doc, defaultable }
 }
 
 /// Keys of the top level of a policy file.
 pub const FILE_KEYS: &[KeyDoc] = &[
-    key(
-        "version",
-        "integer",
-        "policy format version; must be 1",
-        false,
-    ),
-    key(
-        "defaults",
-        "table",
-        "values every tool in this file starts from",
-        false,
-    ),
-    key(
-        "tools",
-        "table",
-        "one [tools.NAME] table per tool; NAME matches ^[a-z][a-z0-9-]*$",
-        false,
-    ),
+    key("version", "integer", "policy format version; must be 1", false),
+    key("defaults", "table", "values every tool in this file starts from", false),
+    key("tools", "table", "one [tools.NAME] table per tool; NAME matches ^[a-z][a-z0-9-]*$", false),
 ];
 
 /// Keys of a `[tools.NAME]` table (and, where `defaultable`, of `[defaults]`).
 pub const TOOL_KEYS: &[KeyDoc] = &[
-    key(
-        "description",
-        "string",
-        "what the tool does, shown to the agent (required)",
-        false,
-    ),
-    key(
-        "reason",
-        "string",
-        "why this tool is allowed, shown to admins (a warning when missing)",
-        false,
-    ),
+    key("description", "string", "what the tool does, shown to the agent (required)", false),
+    key("reason", "string", "why this tool is allowed, shown to admins (a warning when missing)", false),
     key(
         "command",
         "array of strings",
@@ -111,215 +76,70 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
          later elements may contain {{param}} placeholders",
         false,
     ),
-    key(
-        "working_dir",
-        "string",
-        "absolute directory the tool runs in (no `..`)",
-        true,
-    ),
-    key(
-        "env",
-        "table of strings",
-        "extra environment variables (PATH, LD_*, DYLD_* are forbidden)",
-        true,
-    ),
+    key("working_dir", "string", "absolute directory the tool runs in (no `..`)", true),
+    key("env", "table of strings", "extra environment variables (PATH, LD_*, DYLD_* are forbidden)", true),
     key(
         "args_env_prefix",
         "string",
         "also pass each param as environment variable PREFIX + NAME in upper case (JSON for non-strings)",
         true,
     ),
-    key(
-        "timeout",
-        "duration",
-        "wall-clock limit, 1s to 1h (default 60s)",
-        true,
-    ),
-    key(
-        "max_output",
-        "size",
-        "per-stream output cap, 1B to 10MiB (default 256KiB); the middle is cut",
-        true,
-    ),
-    key(
-        "params",
-        "table",
-        "one [tools.NAME.params.PARAM] table per parameter",
-        false,
-    ),
-    key(
-        "confirm",
-        "false | \"agent\" | \"human\"",
-        "require a confirmation before running (default false)",
-        true,
-    ),
-    key(
-        "danger",
-        "\"safe\" | \"moderate\" | \"high\"",
-        "how destructive the tool is (default \"safe\")",
-        true,
-    ),
-    key(
-        "disabled",
-        "boolean",
-        "validated but never exposed or run",
-        false,
-    ),
-    key(
-        "arg_separator",
-        "boolean",
-        "insert `--` before the first substituted argument",
-        true,
-    ),
-    key(
-        "annotations",
-        "table",
-        "{ title = string, read_only = bool, idempotent = bool } hints for agents",
-        false,
-    ),
+    key("timeout", "duration", "wall-clock limit, 1s to 1h (default 60s)", true),
+    key("max_output", "size", "per-stream output cap, 1B to 10MiB (default 256KiB); the middle is cut", true),
+    key("params", "table", "one [tools.NAME.params.PARAM] table per parameter", false),
+    key("confirm", "false | \"agent\" | \"human\"", "require a confirmation before running (default false)", true),
+    key("danger", "\"safe\" | \"moderate\" | \"high\"", "how destructive the tool is (default \"safe\")", true),
+    key("disabled", "boolean", "validated but never exposed or run", false),
+    key("arg_separator", "boolean", "insert `--` before the first substituted argument", true),
+    key("annotations", "table", "{ title = string, read_only = bool, idempotent = bool } hints for agents", false),
     key(
         "output",
         "\"text\" | \"json\" | table",
         "\"json\" or { type = \"json\", schema = {...} } for structured output",
         false,
     ),
-    key(
-        "read",
-        "array of paths",
-        "extra paths the tool may read beneath",
-        true,
-    ),
-    key(
-        "write",
-        "array of paths",
-        "paths the tool may write beneath",
-        true,
-    ),
-    key(
-        "exec",
-        "array of paths",
-        "extra paths the tool may execute from",
-        true,
-    ),
-    key(
-        "network",
-        "\"none\" | table",
-        "\"none\" or { connect_tcp = [ports], bind_tcp = [ports] }",
-        true,
-    ),
-    key(
-        "unix_sockets",
-        "false | array of paths",
-        "Unix socket paths the tool may connect to (default none)",
-        true,
-    ),
+    key("read", "array of paths", "extra paths the tool may read beneath", true),
+    key("write", "array of paths", "paths the tool may write beneath", true),
+    key("exec", "array of paths", "extra paths the tool may execute from", true),
+    key("network", "\"none\" | table", "\"none\" or { connect_tcp = [ports], bind_tcp = [ports] }", true),
+    key("unix_sockets", "false | array of paths", "Unix socket paths the tool may connect to (default none)", true),
     key(
         "limits",
         "table",
         "{ memory = size, processes = int, open_files = int, file_size = size, cpu_time = duration }",
         true,
     ),
-    key(
-        "allow",
-        "table",
-        "{ users = [...], groups = [...] } agent callers admitted to this tool",
-        true,
-    ),
+    key("allow", "table", "{ users = [...], groups = [...] } agent callers admitted to this tool", true),
     key(
         "run_as",
         "string | integer",
         "\"user\" or \"user:group\" to run as instead of the caller (daemon must be root)",
         true,
     ),
-    key(
-        "min_landlock_abi",
-        "integer",
-        "the tool is unavailable when the kernel's landlock ABI is lower",
-        true,
-    ),
+    key("min_landlock_abi", "integer", "the tool is unavailable when the kernel's landlock ABI is lower", true),
 ];
 
 /// Keys of a `[tools.NAME.params.PARAM]` table.
 pub const PARAM_KEYS: &[KeyDoc] = &[
-    key(
-        "type",
-        "string",
-        "string | integer | number | boolean | enum | path (required)",
-        false,
-    ),
+    key("type", "string", "string | integer | number | boolean | enum | path (required)", false),
     key("description", "string", "shown to the agent", false),
-    key(
-        "required",
-        "boolean",
-        "the call must give a value (default false; cannot be combined with default)",
-        false,
-    ),
-    key(
-        "default",
-        "value",
-        "used when the call omits the param; must pass the param's own rules",
-        false,
-    ),
-    key(
-        "pattern",
-        "string",
-        "string only: regex the whole value must match (linear-time engine)",
-        false,
-    ),
-    key(
-        "min",
-        "number",
-        "integer and number only: inclusive minimum",
-        false,
-    ),
-    key(
-        "max",
-        "number",
-        "integer and number only: inclusive maximum",
-        false,
-    ),
-    key(
-        "min_length",
-        "integer",
-        "string and path only: minimum length in characters",
-        false,
-    ),
-    key(
-        "max_length",
-        "integer",
-        "string and path only: maximum length in characters",
-        false,
-    ),
-    key(
-        "values",
-        "array of strings",
-        "enum only: the accepted values",
-        false,
-    ),
-    key(
-        "secret",
-        "boolean",
-        "redact the value in logs and audit records",
-        false,
-    ),
+    key("required", "boolean", "the call must give a value (default false; cannot be combined with default)", false),
+    key("default", "value", "used when the call omits the param; must pass the param's own rules", false),
+    key("pattern", "string", "string only: regex the whole value must match (linear-time engine)", false),
+    key("min", "number", "integer and number only: inclusive minimum", false),
+    key("max", "number", "integer and number only: inclusive maximum", false),
+    key("min_length", "integer", "string and path only: minimum length in characters", false),
+    key("max_length", "integer", "string and path only: maximum length in characters", false),
+    key("values", "array of strings", "enum only: the accepted values", false),
+    key("secret", "boolean", "redact the value in logs and audit records", false),
 ];
 
 /// Keys of a `limits` table.
 pub const LIMIT_KEYS: &[KeyDoc] = &[
     key("memory", "size", "address-space / memory limit", false),
     key("processes", "integer", "maximum number of processes", false),
-    key(
-        "open_files",
-        "integer",
-        "maximum open file descriptors (at least 4)",
-        false,
-    ),
-    key(
-        "file_size",
-        "size",
-        "largest file the tool may write",
-        false,
-    ),
+    key("open_files", "integer", "maximum open file descriptors (at least 4)", false),
+    key("file_size", "size", "largest file the tool may write", false),
     key("cpu_time", "duration", "CPU time limit", false),
 ];
 
@@ -366,9 +186,7 @@ impl Tool {
 
     /// The argv template as written in the policy.
     pub fn command_template(&self) -> Vec<String> {
-        std::iter::once(self.program.clone())
-            .chain(self.args.iter().map(ArgTemplate::to_string))
-            .collect()
+        std::iter::once(self.program.clone()).chain(self.args.iter().map(ArgTemplate::to_string)).collect()
     }
 
     /// Whether the tool can reach the network at all.
@@ -457,27 +275,12 @@ pub struct Param {
 
 #[derive(Debug, Clone)]
 pub enum ParamKind {
-    String {
-        pattern: Option<Pattern>,
-        min_length: Option<u64>,
-        max_length: Option<u64>,
-    },
-    Integer {
-        min: Option<i64>,
-        max: Option<i64>,
-    },
-    Number {
-        min: Option<f64>,
-        max: Option<f64>,
-    },
+    String { pattern: Option<Pattern>, min_length: Option<u64>, max_length: Option<u64> },
+    Integer { min: Option<i64>, max: Option<i64> },
+    Number { min: Option<f64>, max: Option<f64> },
     Boolean,
-    Enum {
-        values: Vec<String>,
-    },
-    Path {
-        min_length: Option<u64>,
-        max_length: Option<u64>,
-    },
+    Enum { values: Vec<String> },
+    Path { min_length: Option<u64>, max_length: Option<u64> },
 }
 
 impl ParamKind {
@@ -640,9 +443,7 @@ pub struct Host {
 
 impl Host {
     pub fn current() -> Host {
-        Host {
-            is_root: nix::unistd::geteuid().is_root(),
-        }
+        Host { is_root: nix::unistd::geteuid().is_root() }
     }
 }
 
@@ -651,9 +452,7 @@ pub fn load_dir(dir: &Path, host: Host) -> Result<PolicySet, LoadError> {
     let entries = std::fs::read_dir(dir).map_err(|e| LoadError {
         diagnostics: vec![file_error(
             dir,
-            format!(
-                "cannot read policy directory: {e}; pass an existing directory with --policies"
-            ),
+            format!("cannot read policy directory: {e}; pass an existing directory with --policies"),
         )],
     })?;
     let mut files: Vec<PathBuf> = entries
@@ -661,10 +460,7 @@ pub fn load_dir(dir: &Path, host: Host) -> Result<PolicySet, LoadError> {
         .map(|e| e.path())
         .filter(|p| {
             p.extension().is_some_and(|x| x == "toml")
-                && !p
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with('.'))
+                && !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'))
         })
         .collect();
     files.sort();
@@ -713,19 +509,9 @@ pub fn load_sources(sources: &[(PathBuf, String)], host: Host) -> Result<PolicyS
         return Err(LoadError { diagnostics });
     }
     tools.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(PolicySet {
-        tools,
-        diagnostics,
-        files: sources.iter().map(|(f, _)| f.clone()).collect(),
-    })
+    Ok(PolicySet { tools, diagnostics, files: sources.iter().map(|(f, _)| f.clone()).collect() })
 }
 
 fn file_error(file: &Path, message: String) -> Diagnostic {
-    Diagnostic {
-        severity: Severity::Error,
-        file: file.to_path_buf(),
-        line: 1,
-        column: 1,
-        message,
-    }
+    Diagnostic { severity: Severity::Error, file: file.to_path_buf(), line: 1, column: 1, message }
 }

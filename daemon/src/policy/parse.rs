@@ -11,10 +11,10 @@ use toml::de::{DeTable, DeValue};
 use super::diag::{Diagnostic, Sink, did_you_mean};
 use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::{
-    Allow, Annotations, ArgTemplate, Availability, Confirm, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT,
-    Danger, FILE_KEYS, KeyDoc, LIMIT_KEYS, Limits, MAX_OUTPUT_RANGE, Network, Output, PARAM_KEYS,
-    Param, ParamKind, Pattern, Principal, REGEX_MAX_LEN, REGEX_NEST_LIMIT, REGEX_SIZE_LIMIT, RunAs,
-    SandboxPolicy, Segment, Source, TIMEOUT_RANGE, TOOL_KEYS, Tool, env_key_forbidden, schema,
+    Allow, Annotations, ArgTemplate, Availability, Confirm, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, Danger, FILE_KEYS,
+    KeyDoc, LIMIT_KEYS, Limits, MAX_OUTPUT_RANGE, Network, Output, PARAM_KEYS, Param, ParamKind, Pattern, Principal,
+    REGEX_MAX_LEN, REGEX_NEST_LIMIT, REGEX_SIZE_LIMIT, RunAs, SandboxPolicy, Segment, Source, TIMEOUT_RANGE, TOOL_KEYS,
+    Tool, env_key_forbidden, schema,
 };
 
 type Value<'i> = Spanned<DeValue<'i>>;
@@ -26,27 +26,17 @@ pub(super) struct Parsed {
 
 /// Parses one file. `seen` holds tools already loaded from earlier files, for duplicate checks.
 pub(super) fn parse_file(file: &Path, text: &str, seen: &BTreeMap<String, Source>) -> Parsed {
-    let mut p = Parser {
-        sink: Sink::new(file, text),
-        file,
-    };
+    let mut p = Parser { sink: Sink::new(file, text), file };
     let (doc, errors) = DeTable::parse_recoverable(text);
     if !errors.is_empty() {
         for e in errors {
             let span = e.span().unwrap_or(0..0);
-            p.sink
-                .error(span, format!("invalid TOML: {}", e.message().trim_end()));
+            p.sink.error(span, format!("invalid TOML: {}", e.message().trim_end()));
         }
-        return Parsed {
-            tools: Vec::new(),
-            diagnostics: p.sink.diagnostics,
-        };
+        return Parsed { tools: Vec::new(), diagnostics: p.sink.diagnostics };
     }
     let tools = p.document(doc.get_ref(), seen);
-    Parsed {
-        tools,
-        diagnostics: p.sink.diagnostics,
-    }
+    Parsed { tools, diagnostics: p.sink.diagnostics }
 }
 
 /// Values a `[defaults]` table and a `[tools.NAME]` table share.
@@ -80,15 +70,12 @@ impl Parser<'_> {
     fn document(&mut self, doc: &DeTable<'_>, seen: &BTreeMap<String, Source>) -> Vec<Tool> {
         self.unknown_keys(doc, FILE_KEYS, "at the top level");
         match doc.get("version") {
-            None => self
-                .sink
-                .error(0..0, "missing `version = 1` at the top of the file"),
+            None => self.sink.error(0..0, "missing `version = 1` at the top of the file"),
             Some(v) => match v.get_ref() {
                 DeValue::Integer(i) if i.as_str() == "1" && i.radix() == 10 => {}
-                DeValue::Integer(_) => self.sink.error(
-                    v.span(),
-                    "unsupported policy version; this cordon reads `version = 1`",
-                ),
+                DeValue::Integer(_) => {
+                    self.sink.error(v.span(), "unsupported policy version; this cordon reads `version = 1`")
+                }
                 other => self.type_error(v.span(), "version", "the integer 1", other),
             },
         }
@@ -101,8 +88,7 @@ impl Parser<'_> {
         };
         let mut tools = Vec::new();
         let Some(tools_value) = doc.get("tools") else {
-            self.sink
-                .warning(0..0, "this file defines no tools; add a [tools.NAME] table");
+            self.sink.warning(0..0, "this file defines no tools; add a [tools.NAME] table");
             return tools;
         };
         let Some(table) = self.table(tools_value, "tools") else {
@@ -133,10 +119,7 @@ impl Parser<'_> {
             );
         }
         if let Some(first) = seen.get(&name) {
-            self.sink.error(
-                name_span.clone(),
-                format!("duplicate tool name {name:?}: already defined at {first}"),
-            );
+            self.sink.error(name_span.clone(), format!("duplicate tool name {name:?}: already defined at {first}"));
         }
         let ctx = format!("[tools.{name}]");
         let table = self.table(value, &ctx)?;
@@ -145,40 +128,22 @@ impl Parser<'_> {
         let description = match table.get("description") {
             Some(v) => self.string(v, "description").filter(|s| {
                 if s.trim().is_empty() {
-                    self.sink.error(
-                        v.span(),
-                        "`description` must not be empty; say what the tool does",
-                    );
+                    self.sink.error(v.span(), "`description` must not be empty; say what the tool does");
                 }
                 !s.trim().is_empty()
             }),
             None => {
-                self.sink.error(
-                    name_span.clone(),
-                    format!("{ctx} is missing `description`; say what the tool does"),
-                );
+                self.sink.error(name_span.clone(), format!("{ctx} is missing `description`; say what the tool does"));
                 None
             }
         };
         let reason = table.get("reason").and_then(|v| self.string(v, "reason"));
         if reason.is_none() && !table.contains_key("reason") {
-            self.sink.warning(
-                name_span.clone(),
-                format!("{ctx} has no `reason`; say why agents may run it"),
-            );
+            self.sink.warning(name_span.clone(), format!("{ctx} has no `reason`; say why agents may run it"));
         }
-        let disabled = table
-            .get("disabled")
-            .and_then(|v| self.boolean(v, "disabled"))
-            .unwrap_or(false);
-        let annotations = table
-            .get("annotations")
-            .map(|v| self.annotations(v))
-            .unwrap_or_default();
-        let output = table
-            .get("output")
-            .map(|v| self.output(v))
-            .unwrap_or_default();
+        let disabled = table.get("disabled").and_then(|v| self.boolean(v, "disabled")).unwrap_or(false);
+        let annotations = table.get("annotations").map(|v| self.annotations(v)).unwrap_or_default();
+        let output = table.get("output").map(|v| self.output(v)).unwrap_or_default();
 
         // Names of every param table, valid or not: a broken param is reported once, not again
         // at each placeholder that uses it.
@@ -187,9 +152,7 @@ impl Parser<'_> {
             Some(v) => match self.table(v, &format!("{ctx} params")) {
                 Some(t) => {
                     declared.extend(t.keys().map(|k| k.get_ref().to_string()));
-                    t.iter()
-                        .filter_map(|(k, v)| self.param(&name, k, v))
-                        .collect()
+                    t.iter().filter_map(|(k, v)| self.param(&name, k, v)).collect()
                 }
                 None => Vec::new(),
             },
@@ -199,10 +162,8 @@ impl Parser<'_> {
         let command = match table.get("command") {
             Some(v) => self.command(v, &declared),
             None => {
-                self.sink.error(
-                    name_span.clone(),
-                    format!("{ctx} is missing `command`, e.g. command = [\"ls\", \"-la\"]"),
-                );
+                self.sink
+                    .error(name_span.clone(), format!("{ctx} is missing `command`, e.g. command = [\"ls\", \"-la\"]"));
                 None
             }
         };
@@ -211,24 +172,14 @@ impl Parser<'_> {
         let working_dir = own.working_dir.clone().or(defaults.working_dir.clone());
         let mut env = defaults.env.clone().unwrap_or_default();
         env.extend(own.env.clone().unwrap_or_default());
-        let args_env_prefix = own
-            .args_env_prefix
-            .clone()
-            .or(defaults.args_env_prefix.clone());
+        let args_env_prefix = own.args_env_prefix.clone().or(defaults.args_env_prefix.clone());
         let sandbox = SandboxPolicy {
             read: concat(&defaults.read, &own.read),
             write: concat(&defaults.write, &own.write),
             exec: concat(&defaults.exec, &own.exec),
-            network: own
-                .network
-                .clone()
-                .or(defaults.network.clone())
-                .unwrap_or_default(),
+            network: own.network.clone().or(defaults.network.clone()).unwrap_or_default(),
             unix_sockets: concat(&defaults.unix_sockets, &own.unix_sockets),
-            limits: own
-                .limits
-                .unwrap_or_default()
-                .or(defaults.limits.unwrap_or_default()),
+            limits: own.limits.unwrap_or_default().or(defaults.limits.unwrap_or_default()),
             run_as: own.run_as.clone().or(defaults.run_as.clone()),
             min_landlock_abi: own.min_landlock_abi.or(defaults.min_landlock_abi),
         };
@@ -237,10 +188,7 @@ impl Parser<'_> {
         if let Some((prefix, span)) = &args_env_prefix {
             for p in &params {
                 let key = format!("{prefix}{}", p.name.to_ascii_uppercase());
-                if env_key_forbidden(&key)
-                    || crate::argv::BASE_ENV.contains(&key.as_str())
-                    || env.contains_key(&key)
-                {
+                if env_key_forbidden(&key) || crate::argv::BASE_ENV.contains(&key.as_str()) || env.contains_key(&key) {
                     self.sink.error(
                         span.clone(),
                         format!("args_env_prefix {prefix:?} turns param {:?} into {key}, which is forbidden or already set; choose another prefix", p.name),
@@ -268,10 +216,7 @@ impl Parser<'_> {
                 {
                     self.sink.error(
                         name_span.clone(),
-                        format!(
-                            "default of param {:?} fails its own rules: {}",
-                            p.name, e.message
-                        ),
+                        format!("default of param {:?} fails its own rules: {}", p.name, e.message),
                     );
                 }
             }
@@ -283,10 +228,7 @@ impl Parser<'_> {
         let (program, args) = command?;
         let env: BTreeMap<String, String> = env.into_iter().map(|(k, (v, _))| (k, v)).collect();
         let mut tool = Tool {
-            source: Source {
-                file: self.file.to_path_buf(),
-                line: self.sink.line_of(&name_span),
-            },
+            source: Source { file: self.file.to_path_buf(), line: self.sink.line_of(&name_span) },
             name,
             description: description?,
             reason,
@@ -296,25 +238,17 @@ impl Parser<'_> {
             env,
             args_env_prefix: args_env_prefix.map(|(p, _)| p),
             timeout: own.timeout.or(defaults.timeout).unwrap_or(DEFAULT_TIMEOUT),
-            max_output: own
-                .max_output
-                .or(defaults.max_output)
-                .unwrap_or(DEFAULT_MAX_OUTPUT),
+            max_output: own.max_output.or(defaults.max_output).unwrap_or(DEFAULT_MAX_OUTPUT),
             params,
             confirm: own.confirm.or(defaults.confirm).unwrap_or_default(),
             danger: own.danger.or(defaults.danger).unwrap_or_default(),
             disabled,
-            arg_separator: own
-                .arg_separator
-                .or(defaults.arg_separator)
-                .unwrap_or(false),
+            arg_separator: own.arg_separator.or(defaults.arg_separator).unwrap_or(false),
             annotations,
             output,
             sandbox,
             allow: own.allow.clone().or(defaults.allow.clone()),
-            availability: Availability::Unavailable {
-                reason: "not probed yet".into(),
-            },
+            availability: Availability::Unavailable { reason: "not probed yet".into() },
             input_schema: serde_json::Value::Null,
         };
         tool.input_schema = schema::input_schema(&tool);
@@ -327,26 +261,14 @@ impl Parser<'_> {
         for (k, v) in table {
             let name = k.get_ref().as_ref();
             let Some(doc) = TOOL_KEYS.iter().find(|d| d.name == name) else {
-                let allowed: Vec<&str> = TOOL_KEYS
-                    .iter()
-                    .filter(|d| !is_defaults || d.defaultable)
-                    .map(|d| d.name)
-                    .collect();
-                self.sink.error(
-                    k.span(),
-                    format!(
-                        "unknown key {name:?} in {ctx}{}",
-                        did_you_mean(name, allowed)
-                    ),
-                );
+                let allowed: Vec<&str> =
+                    TOOL_KEYS.iter().filter(|d| !is_defaults || d.defaultable).map(|d| d.name).collect();
+                self.sink.error(k.span(), format!("unknown key {name:?} in {ctx}{}", did_you_mean(name, allowed)));
                 continue;
             };
             if !doc.defaultable {
                 if is_defaults {
-                    self.sink.error(
-                        k.span(),
-                        format!("`{name}` cannot be set in [defaults]; set it on each tool"),
-                    );
+                    self.sink.error(k.span(), format!("`{name}` cannot be set in [defaults]; set it on each tool"));
                 }
                 continue;
             }
@@ -399,20 +321,13 @@ impl Parser<'_> {
         c
     }
 
-    fn command(
-        &mut self,
-        v: &Value<'_>,
-        declared: &[String],
-    ) -> Option<(String, Vec<ArgTemplate>)> {
+    fn command(&mut self, v: &Value<'_>, declared: &[String]) -> Option<(String, Vec<ArgTemplate>)> {
         let DeValue::Array(items) = v.get_ref() else {
             self.type_error(v.span(), "command", "an array of strings", v.get_ref());
             return None;
         };
         if items.is_empty() {
-            self.sink.error(
-                v.span(),
-                "`command` is empty; give at least the program, e.g. command = [\"ls\"]",
-            );
+            self.sink.error(v.span(), "`command` is empty; give at least the program, e.g. command = [\"ls\"]");
             return None;
         }
         let mut ok = true;
@@ -423,14 +338,19 @@ impl Parser<'_> {
                 continue;
             };
             if text.contains('\0') {
-                self.sink
-                    .error(item.span(), format!("command[{i}] contains a NUL byte"));
+                self.sink.error(item.span(), format!("command[{i}] contains a NUL byte"));
                 ok = false;
                 continue;
             }
             let (segments, loose) = split_placeholders(&text);
             for l in loose {
-                self.sink.warning(item.span(), format!("{l} in command[{i}] is not a placeholder (write {{{{{}}}}}); it is passed literally", l.trim_matches(|c| c == '{' || c == '}' || c == ' ')));
+                self.sink.warning(
+                    item.span(),
+                    format!(
+                        "{l} in command[{i}] is not a placeholder (write {{{{{}}}}}); it is passed literally",
+                        l.trim_matches(|c| c == '{' || c == '}' || c == ' ')
+                    ),
+                );
             }
             let template = ArgTemplate { segments };
             for name in template.placeholders() {
@@ -447,63 +367,52 @@ impl Parser<'_> {
         let mut iter = templates.into_iter();
         let (first, span) = iter.next()?;
         if first.has_placeholder() {
-            self.sink.error(span, "command[0] must be a literal program; placeholders are only allowed in later elements");
+            self.sink
+                .error(span, "command[0] must be a literal program; placeholders are only allowed in later elements");
             return None;
         }
         let program = first.to_string();
         if program.is_empty() {
-            self.sink
-                .error(span, "command[0] is empty; name the program to run");
+            self.sink.error(span, "command[0] is empty; name the program to run");
             return None;
         }
         if program.contains('/') && !program.starts_with('/') {
-            self.sink.error(span, format!("command[0] {program:?} is a relative path; use an absolute path or a bare name looked up in PATH"));
+            self.sink.error(
+                span,
+                format!(
+                    "command[0] {program:?} is a relative path; use an absolute path or a bare name looked up in PATH"
+                ),
+            );
             return None;
         }
         Some((program, iter.map(|(t, _)| t).collect()))
     }
 
-    fn param(
-        &mut self,
-        tool: &str,
-        key: &Spanned<std::borrow::Cow<'_, str>>,
-        v: &Value<'_>,
-    ) -> Option<Param> {
+    fn param(&mut self, tool: &str, key: &Spanned<std::borrow::Cow<'_, str>>, v: &Value<'_>) -> Option<Param> {
         let errors_before = self.error_count();
         let name = key.get_ref().to_string();
         if !valid_param_name(&name) {
-            self.sink.error(key.span(), format!("invalid param name {name:?}: names match ^[a-z][a-z0-9_]*$ (at most 64 characters)"));
+            self.sink.error(
+                key.span(),
+                format!("invalid param name {name:?}: names match ^[a-z][a-z0-9_]*$ (at most 64 characters)"),
+            );
         }
         let ctx = format!("[tools.{tool}.params.{name}]");
         let table = self.table(v, &ctx)?;
         self.unknown_keys(table, PARAM_KEYS, &format!("in {ctx}"));
         let kind_name = match table.get("type") {
-            Some(t) => self.choice(
-                t,
-                "type",
-                &["string", "integer", "number", "boolean", "enum", "path"],
-            ),
+            Some(t) => self.choice(t, "type", &["string", "integer", "number", "boolean", "enum", "path"]),
             None => {
                 self.sink.error(
                     key.span(),
-                    format!(
-                        "{ctx} is missing `type` (string, integer, number, boolean, enum or path)"
-                    ),
+                    format!("{ctx} is missing `type` (string, integer, number, boolean, enum or path)"),
                 );
                 None
             }
         };
-        let description = table
-            .get("description")
-            .and_then(|v| self.string(v, "description"));
-        let required = table
-            .get("required")
-            .and_then(|v| self.boolean(v, "required"))
-            .unwrap_or(false);
-        let secret = table
-            .get("secret")
-            .and_then(|v| self.boolean(v, "secret"))
-            .unwrap_or(false);
+        let description = table.get("description").and_then(|v| self.string(v, "description"));
+        let required = table.get("required").and_then(|v| self.boolean(v, "required")).unwrap_or(false);
+        let secret = table.get("secret").and_then(|v| self.boolean(v, "secret")).unwrap_or(false);
         let kind_name = kind_name?;
         // Keys that only make sense for some types.
         let applicable: &[&str] = match kind_name {
@@ -513,21 +422,11 @@ impl Parser<'_> {
             "path" => &["min_length", "max_length"],
             _ => &[],
         };
-        for k in [
-            "pattern",
-            "min",
-            "max",
-            "min_length",
-            "max_length",
-            "values",
-        ] {
+        for k in ["pattern", "min", "max", "min_length", "max_length", "values"] {
             if let Some(v) = table.get(k)
                 && !applicable.contains(&k)
             {
-                self.sink.error(
-                    v.span(),
-                    format!("`{k}` does not apply to a param of type {kind_name}"),
-                );
+                self.sink.error(v.span(), format!("`{k}` does not apply to a param of type {kind_name}"));
             }
         }
         let length = |p: &mut Self, k: &str| {
@@ -535,8 +434,7 @@ impl Parser<'_> {
                 p.integer(v, k).and_then(|n| match u64::try_from(n) {
                     Ok(n) => Some(n),
                     Err(_) => {
-                        p.sink
-                            .error(v.span(), format!("`{k}` must not be negative"));
+                        p.sink.error(v.span(), format!("`{k}` must not be negative"));
                         None
                     }
                 })
@@ -545,54 +443,35 @@ impl Parser<'_> {
         let kind = match kind_name {
             "string" => {
                 let pattern = table.get("pattern").and_then(|v| self.pattern(v));
-                let (min_length, max_length) =
-                    (length(self, "min_length"), length(self, "max_length"));
+                let (min_length, max_length) = (length(self, "min_length"), length(self, "max_length"));
                 self.check_order(
                     table,
                     "min_length",
                     "max_length",
                     min_length.zip(max_length).is_some_and(|(a, b)| a > b),
                 );
-                ParamKind::String {
-                    pattern,
-                    min_length,
-                    max_length,
-                }
+                ParamKind::String { pattern, min_length, max_length }
             }
             "path" => {
-                let (min_length, max_length) =
-                    (length(self, "min_length"), length(self, "max_length"));
+                let (min_length, max_length) = (length(self, "min_length"), length(self, "max_length"));
                 self.check_order(
                     table,
                     "min_length",
                     "max_length",
                     min_length.zip(max_length).is_some_and(|(a, b)| a > b),
                 );
-                ParamKind::Path {
-                    min_length,
-                    max_length,
-                }
+                ParamKind::Path { min_length, max_length }
             }
             "integer" => {
                 let min = table.get("min").and_then(|v| self.integer(v, "min"));
                 let max = table.get("max").and_then(|v| self.integer(v, "max"));
-                self.check_order(
-                    table,
-                    "min",
-                    "max",
-                    min.zip(max).is_some_and(|(a, b)| a > b),
-                );
+                self.check_order(table, "min", "max", min.zip(max).is_some_and(|(a, b)| a > b));
                 ParamKind::Integer { min, max }
             }
             "number" => {
                 let min = table.get("min").and_then(|v| self.number(v, "min"));
                 let max = table.get("max").and_then(|v| self.number(v, "max"));
-                self.check_order(
-                    table,
-                    "min",
-                    "max",
-                    min.zip(max).is_some_and(|(a, b)| a > b),
-                );
+                self.check_order(table, "min", "max", min.zip(max).is_some_and(|(a, b)| a > b));
                 ParamKind::Number { min, max }
             }
             "boolean" => ParamKind::Boolean,
@@ -600,29 +479,20 @@ impl Parser<'_> {
                 let values = match table.get("values") {
                     Some(v) => self.enum_values(v),
                     None => {
-                        self.sink.error(key.span(), format!("{ctx} has type enum but no `values`, e.g. values = [\"fast\", \"slow\"]"));
+                        self.sink.error(
+                            key.span(),
+                            format!("{ctx} has type enum but no `values`, e.g. values = [\"fast\", \"slow\"]"),
+                        );
                         None
                     }
                 };
-                ParamKind::Enum {
-                    values: values.unwrap_or_default(),
-                }
+                ParamKind::Enum { values: values.unwrap_or_default() }
             }
         };
-        let mut param = Param {
-            name,
-            kind,
-            description,
-            required,
-            default: None,
-            secret,
-        };
+        let mut param = Param { name, kind, description, required, default: None, secret };
         if let Some(v) = table.get("default") {
             if required {
-                self.sink.error(
-                    v.span(),
-                    "a required param cannot have a default; drop one of them",
-                );
+                self.sink.error(v.span(), "a required param cannot have a default; drop one of them");
             }
             match to_json(v.get_ref()) {
                 Ok(json) => {
@@ -630,10 +500,7 @@ impl Parser<'_> {
                     if !matches!(param.kind, ParamKind::Path { .. })
                         && let Err(e) = crate::validate::check_value(&param, &json, None)
                     {
-                        self.sink.error(
-                            v.span(),
-                            format!("default fails its own param's rules: {}", e.message),
-                        );
+                        self.sink.error(v.span(), format!("default fails its own param's rules: {}", e.message));
                     }
                     param.default = Some(json);
                 }
@@ -646,13 +513,7 @@ impl Parser<'_> {
     fn pattern(&mut self, v: &Value<'_>) -> Option<Pattern> {
         let source = self.string(v, "pattern")?;
         if source.len() > REGEX_MAX_LEN {
-            self.sink.error(
-                v.span(),
-                format!(
-                    "pattern is {} bytes long; the limit is {REGEX_MAX_LEN}",
-                    source.len()
-                ),
-            );
+            self.sink.error(v.span(), format!("pattern is {} bytes long; the limit is {REGEX_MAX_LEN}", source.len()));
             return None;
         }
         match regex::RegexBuilder::new(&format!("^(?:{source})$"))
@@ -666,16 +527,9 @@ impl Parser<'_> {
                 None
             }
             Err(e) => {
-                let detail = e
-                    .to_string()
-                    .lines()
-                    .last()
-                    .unwrap_or("")
-                    .trim()
-                    .trim_start_matches("error: ")
-                    .to_string();
-                self.sink
-                    .error(v.span(), format!("invalid pattern {source:?}: {detail}"));
+                let detail =
+                    e.to_string().lines().last().unwrap_or("").trim().trim_start_matches("error: ").to_string();
+                self.sink.error(v.span(), format!("invalid pattern {source:?}: {detail}"));
                 None
             }
         }
@@ -687,19 +541,16 @@ impl Parser<'_> {
             return None;
         };
         if items.is_empty() {
-            self.sink
-                .error(v.span(), "`values` is empty; list the accepted strings");
+            self.sink.error(v.span(), "`values` is empty; list the accepted strings");
             return None;
         }
         let mut out: Vec<String> = Vec::new();
         for item in items.iter() {
             let s = self.string(item, "values element")?;
             if out.contains(&s) {
-                self.sink
-                    .error(item.span(), format!("duplicate enum value {s:?}"));
+                self.sink.error(item.span(), format!("duplicate enum value {s:?}"));
             } else if s.contains('\0') {
-                self.sink
-                    .error(item.span(), "enum value contains a NUL byte");
+                self.sink.error(item.span(), "enum value contains a NUL byte");
             } else {
                 out.push(s);
             }
@@ -716,20 +567,19 @@ impl Parser<'_> {
                 && !key.as_bytes()[0].is_ascii_digit()
                 && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
             if !valid {
-                self.sink.error(
-                    k.span(),
-                    format!("invalid env key {key:?}: keys match ^[A-Za-z_][A-Za-z0-9_]*$"),
-                );
+                self.sink.error(k.span(), format!("invalid env key {key:?}: keys match ^[A-Za-z_][A-Za-z0-9_]*$"));
                 continue;
             }
             if env_key_forbidden(&key) {
-                self.sink.error(k.span(), format!("env key {key:?} is forbidden (PATH, LD_* and DYLD_* can redirect which code runs)"));
+                self.sink.error(
+                    k.span(),
+                    format!("env key {key:?} is forbidden (PATH, LD_* and DYLD_* can redirect which code runs)"),
+                );
                 continue;
             }
             if let Some(s) = self.string(val, &format!("env.{key}")) {
                 if s.contains('\0') {
-                    self.sink
-                        .error(val.span(), format!("env.{key} contains a NUL byte"));
+                    self.sink.error(val.span(), format!("env.{key} contains a NUL byte"));
                 } else {
                     out.insert(key, (s, k.span()));
                 }
@@ -779,16 +629,12 @@ impl Parser<'_> {
 
     fn size(&mut self, v: &Value<'_>, what: &str) -> Option<u64> {
         let text = self.string_hint(v, what, "a size string like \"100KiB\" or \"1GiB\"")?;
-        parse_size(&text)
-            .map_err(|e| self.sink.error(v.span(), e))
-            .ok()
+        parse_size(&text).map_err(|e| self.sink.error(v.span(), e)).ok()
     }
 
     fn duration(&mut self, v: &Value<'_>, what: &str) -> Option<Duration> {
         let text = self.string_hint(v, what, "a duration string like \"30s\" or \"5m\"")?;
-        parse_duration(&text)
-            .map_err(|e| self.sink.error(v.span(), e))
-            .ok()
+        parse_duration(&text).map_err(|e| self.sink.error(v.span(), e)).ok()
     }
 
     fn confirm(&mut self, v: &Value<'_>) -> Option<Confirm> {
@@ -801,10 +647,7 @@ impl Parser<'_> {
             DeValue::String(s) if s == "agent" => Some(Confirm::Agent),
             DeValue::String(s) if s == "human" => Some(Confirm::Human),
             DeValue::String(s) => {
-                self.sink.error(
-                    v.span(),
-                    format!("invalid confirm {s:?}; expected false, \"agent\" or \"human\""),
-                );
+                self.sink.error(v.span(), format!("invalid confirm {s:?}; expected false, \"agent\" or \"human\""));
                 None
             }
             other => {
@@ -817,35 +660,17 @@ impl Parser<'_> {
     fn annotations(&mut self, v: &Value<'_>) -> Annotations {
         const KEYS: &[KeyDoc] = &[
             super::key("title", "string", "human-readable title", false),
-            super::key(
-                "read_only",
-                "boolean",
-                "the tool does not modify its environment",
-                false,
-            ),
-            super::key(
-                "idempotent",
-                "boolean",
-                "repeating a call has no further effect",
-                false,
-            ),
+            super::key("read_only", "boolean", "the tool does not modify its environment", false),
+            super::key("idempotent", "boolean", "repeating a call has no further effect", false),
         ];
         let mut a = Annotations::default();
         let Some(table) = self.table(v, "annotations") else {
             return a;
         };
         self.unknown_keys(table, KEYS, "in annotations");
-        a.title = table
-            .get("title")
-            .and_then(|v| self.string(v, "annotations.title"));
-        a.read_only = table
-            .get("read_only")
-            .and_then(|v| self.boolean(v, "annotations.read_only"))
-            .unwrap_or(false);
-        a.idempotent = table
-            .get("idempotent")
-            .and_then(|v| self.boolean(v, "annotations.idempotent"))
-            .unwrap_or(false);
+        a.title = table.get("title").and_then(|v| self.string(v, "annotations.title"));
+        a.read_only = table.get("read_only").and_then(|v| self.boolean(v, "annotations.read_only")).unwrap_or(false);
+        a.idempotent = table.get("idempotent").and_then(|v| self.boolean(v, "annotations.idempotent")).unwrap_or(false);
         a
     }
 
@@ -854,10 +679,7 @@ impl Parser<'_> {
             DeValue::String(s) if s == "text" => Output::Text,
             DeValue::String(s) if s == "json" => Output::Json { schema: None },
             DeValue::String(s) => {
-                self.sink.error(
-                    v.span(),
-                    format!("invalid output {s:?}; expected \"text\" or \"json\""),
-                );
+                self.sink.error(v.span(), format!("invalid output {s:?}; expected \"text\" or \"json\""));
                 Output::Text
             }
             DeValue::Table(t) => {
@@ -868,26 +690,17 @@ impl Parser<'_> {
                 self.unknown_keys(t, KEYS, "in output");
                 match t.get("type") {
                     Some(ty) if ty.get_ref().as_str() == Some("json") => {}
-                    Some(ty) => self.sink.error(
-                        ty.span(),
-                        "output.type must be \"json\" when output is a table",
-                    ),
-                    None => self
-                        .sink
-                        .error(v.span(), "output table needs type = \"json\""),
+                    Some(ty) => self.sink.error(ty.span(), "output.type must be \"json\" when output is a table"),
+                    None => self.sink.error(v.span(), "output table needs type = \"json\""),
                 }
                 let schema = t.get("schema").and_then(|s| match to_json(s.get_ref()) {
                     Ok(json @ serde_json::Value::Object(_)) => Some(json),
                     Ok(_) => {
-                        self.sink.error(
-                            s.span(),
-                            "output.schema must be a table (a JSON Schema object)",
-                        );
+                        self.sink.error(s.span(), "output.schema must be a table (a JSON Schema object)");
                         None
                     }
                     Err(e) => {
-                        self.sink
-                            .error(s.span(), format!("invalid output.schema: {e}"));
+                        self.sink.error(s.span(), format!("invalid output.schema: {e}"));
                         None
                     }
                 });
@@ -904,33 +717,22 @@ impl Parser<'_> {
         match v.get_ref() {
             DeValue::String(s) if s == "none" => Some(Network::None),
             DeValue::String(s) => {
-                self.sink.error(v.span(), format!("invalid network {s:?}; expected \"none\" or {{ connect_tcp = [ports], bind_tcp = [ports] }}"));
+                self.sink.error(
+                    v.span(),
+                    format!(
+                        "invalid network {s:?}; expected \"none\" or {{ connect_tcp = [ports], bind_tcp = [ports] }}"
+                    ),
+                );
                 None
             }
             DeValue::Table(t) => {
                 const KEYS: &[KeyDoc] = &[
-                    super::key(
-                        "connect_tcp",
-                        "array of ports",
-                        "TCP ports the tool may connect to",
-                        false,
-                    ),
-                    super::key(
-                        "bind_tcp",
-                        "array of ports",
-                        "TCP ports the tool may bind",
-                        false,
-                    ),
+                    super::key("connect_tcp", "array of ports", "TCP ports the tool may connect to", false),
+                    super::key("bind_tcp", "array of ports", "TCP ports the tool may bind", false),
                 ];
                 self.unknown_keys(t, KEYS, "in network");
-                let connect = t
-                    .get("connect_tcp")
-                    .and_then(|v| self.ports(v, "connect_tcp"))
-                    .unwrap_or_default();
-                let bind = t
-                    .get("bind_tcp")
-                    .and_then(|v| self.ports(v, "bind_tcp"))
-                    .unwrap_or_default();
+                let connect = t.get("connect_tcp").and_then(|v| self.ports(v, "connect_tcp")).unwrap_or_default();
+                let bind = t.get("bind_tcp").and_then(|v| self.ports(v, "bind_tcp")).unwrap_or_default();
                 Some(Network::Tcp { connect, bind })
             }
             other => {
@@ -950,10 +752,7 @@ impl Parser<'_> {
             let n = self.integer(item, what)?;
             match u16::try_from(n) {
                 Ok(p) if p > 0 => out.push(p),
-                _ => self.sink.error(
-                    item.span(),
-                    format!("port {n} in {what} is out of range (1 to 65535)"),
-                ),
+                _ => self.sink.error(item.span(), format!("port {n} in {what} is out of range (1 to 65535)")),
             }
         }
         Some(out)
@@ -978,10 +777,8 @@ impl Parser<'_> {
             l.memory = self.size(v, "limits.memory").filter(|&n| {
                 let ok = n >= 1 << 20;
                 if !ok {
-                    self.sink.error(
-                        v.span(),
-                        "limits.memory must be at least 1MiB; programs cannot even load below that",
-                    );
+                    self.sink
+                        .error(v.span(), "limits.memory must be at least 1MiB; programs cannot even load below that");
                 }
                 ok
             });
@@ -993,10 +790,7 @@ impl Parser<'_> {
             l.cpu_time = self.duration(v, "limits.cpu_time").filter(|d| {
                 let ok = *d >= Duration::from_secs(1);
                 if !ok {
-                    self.sink.error(
-                        v.span(),
-                        "limits.cpu_time must be at least 1s (the kernel counts whole seconds)",
-                    );
+                    self.sink.error(v.span(), "limits.cpu_time must be at least 1s (the kernel counts whole seconds)");
                 }
                 ok
             });
@@ -1004,14 +798,9 @@ impl Parser<'_> {
         for (k, min, max) in [("processes", 1, 1 << 20), ("open_files", 4, 1 << 20)] {
             if let Some(v) = table.get(k) {
                 let n = self.integer(v, &format!("limits.{k}"));
-                let checked = n
-                    .filter(|n| (min..=max).contains(n))
-                    .and_then(|n| u64::try_from(n).ok());
+                let checked = n.filter(|n| (min..=max).contains(n)).and_then(|n| u64::try_from(n).ok());
                 if let (Some(n), None) = (n, checked) {
-                    self.sink.error(
-                        v.span(),
-                        format!("limits.{k} = {n} is out of range ({min} to {max})"),
-                    );
+                    self.sink.error(v.span(), format!("limits.{k} = {n} is out of range ({min} to {max})"));
                 }
                 if k == "processes" {
                     l.processes = checked;
@@ -1030,14 +819,8 @@ impl Parser<'_> {
         ];
         let table = self.table(v, "allow")?;
         self.unknown_keys(table, KEYS, "in allow");
-        let users = table
-            .get("users")
-            .and_then(|v| self.principals(v, "allow.users"))
-            .unwrap_or_default();
-        let groups = table
-            .get("groups")
-            .and_then(|v| self.principals(v, "allow.groups"))
-            .unwrap_or_default();
+        let users = table.get("users").and_then(|v| self.principals(v, "allow.users")).unwrap_or_default();
+        let groups = table.get("groups").and_then(|v| self.principals(v, "allow.groups")).unwrap_or_default();
         Some(Allow { users, groups })
     }
 
@@ -1046,30 +829,21 @@ impl Parser<'_> {
             self.type_error(v.span(), what, "an array of names or ids", v.get_ref());
             return None;
         };
-        items
-            .iter()
-            .map(|i| self.principal(i, what))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .collect()
+        items.iter().map(|i| self.principal(i, what)).collect::<Vec<_>>().into_iter().collect()
     }
 
     fn principal(&mut self, v: &Value<'_>, what: &str) -> Option<Principal> {
         match v.get_ref() {
             DeValue::String(s) if valid_account_name(s) => Some(Principal::Name(s.to_string())),
             DeValue::String(s) => {
-                self.sink
-                    .error(v.span(), format!("invalid name {s:?} in {what}"));
+                self.sink.error(v.span(), format!("invalid name {s:?} in {what}"));
                 None
             }
             DeValue::Integer(_) => {
                 let n = self.integer(v, what)?;
                 u32::try_from(n)
                     .map(Principal::Id)
-                    .map_err(|_| {
-                        self.sink
-                            .error(v.span(), format!("id {n} in {what} is out of range"))
-                    })
+                    .map_err(|_| self.sink.error(v.span(), format!("id {n} in {what} is out of range")))
                     .ok()
             }
             other => {
@@ -1092,29 +866,16 @@ impl Parser<'_> {
                 };
                 match (parse(user), group.map(parse)) {
                     (Some(user), None) => Some(RunAs { user, group: None }),
-                    (Some(user), Some(Some(g))) => Some(RunAs {
-                        user,
-                        group: Some(g),
-                    }),
+                    (Some(user), Some(Some(g))) => Some(RunAs { user, group: Some(g) }),
                     _ => {
-                        self.sink.error(
-                            v.span(),
-                            format!("invalid run_as {s:?}; write \"user\" or \"user:group\""),
-                        );
+                        self.sink.error(v.span(), format!("invalid run_as {s:?}; write \"user\" or \"user:group\""));
                         None
                     }
                 }
             }
-            DeValue::Integer(_) => self
-                .principal(v, "run_as")
-                .map(|user| RunAs { user, group: None }),
+            DeValue::Integer(_) => self.principal(v, "run_as").map(|user| RunAs { user, group: None }),
             other => {
-                self.type_error(
-                    v.span(),
-                    "run_as",
-                    "\"user\", \"user:group\" or a uid",
-                    other,
-                );
+                self.type_error(v.span(), "run_as", "\"user\", \"user:group\" or a uid", other);
                 None
             }
         }
@@ -1132,23 +893,16 @@ impl Parser<'_> {
     fn abs_path(&mut self, v: &Value<'_>, what: &str) -> Option<PathBuf> {
         let s = self.string(v, what)?;
         if s.contains('\0') {
-            self.sink
-                .error(v.span(), format!("{what} contains a NUL byte"));
+            self.sink.error(v.span(), format!("{what} contains a NUL byte"));
             return None;
         }
         let path = Path::new(&s);
         if !path.is_absolute() {
-            self.sink.error(
-                v.span(),
-                format!("{what} {s:?} is relative; write an absolute path"),
-            );
+            self.sink.error(v.span(), format!("{what} {s:?} is relative; write an absolute path"));
             return None;
         }
         if path.components().any(|c| c == Component::ParentDir) {
-            self.sink.error(
-                v.span(),
-                format!("{what} {s:?} contains `..`; write the path without it"),
-            );
+            self.sink.error(v.span(), format!("{what} {s:?} contains `..`; write the path without it"));
             return None;
         }
         Some(path.components().collect())
@@ -1193,12 +947,7 @@ impl Parser<'_> {
     fn integer(&mut self, v: &Value<'_>, what: &str) -> Option<i64> {
         match v.get_ref() {
             DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
-                .map_err(|_| {
-                    self.sink.error(
-                        v.span(),
-                        format!("{what} is out of range for a 64-bit integer"),
-                    )
-                })
+                .map_err(|_| self.sink.error(v.span(), format!("{what} is out of range for a 64-bit integer")))
                 .ok(),
             other => {
                 self.type_error(v.span(), what, "an integer", other);
@@ -1213,8 +962,7 @@ impl Parser<'_> {
             DeValue::Float(f) => match f.as_str().parse::<f64>() {
                 Ok(x) if x.is_finite() => Some(x),
                 _ => {
-                    self.sink
-                        .error(v.span(), format!("{what} must be a finite number"));
+                    self.sink.error(v.span(), format!("{what} must be a finite number"));
                     None
                 }
             },
@@ -1244,8 +992,7 @@ impl Parser<'_> {
 
     fn check_order(&mut self, table: &DeTable<'_>, lo: &str, hi: &str, inverted: bool) {
         if inverted && let Some(v) = table.get(lo) {
-            self.sink
-                .error(v.span(), format!("`{lo}` is greater than `{hi}`"));
+            self.sink.error(v.span(), format!("`{lo}` is greater than `{hi}`"));
         }
     }
 
@@ -1254,8 +1001,7 @@ impl Parser<'_> {
             let name = k.get_ref().as_ref();
             if !known.iter().any(|d| d.name == name) {
                 let hint = did_you_mean(name, known.iter().map(|d| d.name));
-                self.sink
-                    .error(k.span(), format!("unknown key {name:?} {ctx}{hint}"));
+                self.sink.error(k.span(), format!("unknown key {name:?} {ctx}{hint}"));
             }
         }
     }
@@ -1265,22 +1011,14 @@ impl Parser<'_> {
             "integer" => "an integer",
             "array" => "an array",
             other => {
-                return self.sink.error(
-                    span,
-                    format!("`{what}` must be {expected}, found a {other}"),
-                );
+                return self.sink.error(span, format!("`{what}` must be {expected}, found a {other}"));
             }
         };
-        self.sink
-            .error(span, format!("`{what}` must be {expected}, found {found}"));
+        self.sink.error(span, format!("`{what}` must be {expected}, found {found}"));
     }
 
     fn error_count(&self) -> usize {
-        self.sink
-            .diagnostics
-            .iter()
-            .filter(|d| d.is_error())
-            .count()
+        self.sink.diagnostics.iter().filter(|d| d.is_error()).count()
     }
 }
 
@@ -1296,8 +1034,7 @@ fn valid_tool_name(name: &str) -> bool {
     !b.is_empty()
         && b.len() <= 64
         && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 fn valid_param_name(name: &str) -> bool {
@@ -1305,17 +1042,14 @@ fn valid_param_name(name: &str) -> bool {
     !b.is_empty()
         && b.len() <= 64
         && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
 }
 
 fn valid_account_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 32
         && !name.starts_with('-')
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+        && name.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
 }
 
 /// Splits `text` into literal and `{{param}}` segments. Also returns brace groups that look like
@@ -1327,15 +1061,9 @@ fn split_placeholders(text: &str) -> (Vec<Segment>, Vec<String>) {
     let mut rest = text;
     while let Some(start) = rest.find("{{") {
         let after = &rest[start + 2..];
-        let name_len = after
-            .bytes()
-            .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_')
-            .count();
+        let name_len = after.bytes().take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_').count();
         let name = &after[..name_len];
-        if name_len > 0
-            && name.as_bytes()[0].is_ascii_lowercase()
-            && after[name_len..].starts_with("}}")
-        {
+        if name_len > 0 && name.as_bytes()[0].is_ascii_lowercase() && after[name_len..].starts_with("}}") {
             literal.push_str(&rest[..start]);
             if !literal.is_empty() {
                 segments.push(Segment::Literal(std::mem::take(&mut literal)));
@@ -1365,25 +1093,16 @@ fn to_json(v: &DeValue<'_>) -> Result<serde_json::Value, String> {
     use serde_json::Value as J;
     Ok(match v {
         DeValue::String(s) => J::String(s.to_string()),
-        DeValue::Integer(i) => J::from(
-            i64::from_str_radix(i.as_str(), i.radix())
-                .map_err(|_| "integer out of 64-bit range".to_string())?,
-        ),
+        DeValue::Integer(i) => {
+            J::from(i64::from_str_radix(i.as_str(), i.radix()).map_err(|_| "integer out of 64-bit range".to_string())?)
+        }
         DeValue::Float(f) => {
-            let x: f64 = f
-                .as_str()
-                .parse()
-                .map_err(|_| "invalid float".to_string())?;
+            let x: f64 = f.as_str().parse().map_err(|_| "invalid float".to_string())?;
             J::from(serde_json::Number::from_f64(x).ok_or("NaN and infinity are not JSON values")?)
         }
         DeValue::Boolean(b) => J::Bool(*b),
         DeValue::Datetime(_) => return Err("dates are not supported; use a string".into()),
-        DeValue::Array(items) => J::Array(
-            items
-                .iter()
-                .map(|i| to_json(i.get_ref()))
-                .collect::<Result<_, _>>()?,
-        ),
+        DeValue::Array(items) => J::Array(items.iter().map(|i| to_json(i.get_ref())).collect::<Result<_, _>>()?),
         DeValue::Table(t) => J::Object(
             t.iter()
                 .map(|(k, v)| Ok((k.get_ref().to_string(), to_json(v.get_ref())?)))

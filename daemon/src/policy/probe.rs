@@ -27,11 +27,7 @@ fn check(tool: &Tool, host: Host) -> Result<PathBuf, String> {
             Err(e) => return Err(format!("working_dir {}: {}", dir.display(), io_reason(&e))),
         }
     }
-    for (what, list) in [
-        ("read", &tool.sandbox.read),
-        ("write", &tool.sandbox.write),
-        ("exec", &tool.sandbox.exec),
-    ] {
+    for (what, list) in [("read", &tool.sandbox.read), ("write", &tool.sandbox.write), ("exec", &tool.sandbox.exec)] {
         for path in list {
             if let Err(e) = std::fs::metadata(path) {
                 return Err(format!("{what} path {}: {}", path.display(), io_reason(&e)));
@@ -64,9 +60,7 @@ pub(crate) fn resolve_program(program: &str) -> Result<PathBuf, String> {
             return Ok(candidate);
         }
     }
-    Err(format!(
-        "{program:?} was not found in {SEARCH_PATH}; install it or use an absolute path"
-    ))
+    Err(format!("{program:?} was not found in {SEARCH_PATH}; install it or use an absolute path"))
 }
 
 fn io_reason(e: &std::io::Error) -> String {

@@ -14,11 +14,7 @@ pub fn input_schema(tool: &Tool) -> Value {
     for p in &tool.params {
         let mut s = Map::new();
         match &p.kind {
-            ParamKind::String {
-                pattern,
-                min_length,
-                max_length,
-            } => {
+            ParamKind::String { pattern, min_length, max_length } => {
                 s.insert("type".into(), json!("string"));
                 let mut forbidden = vec![json!({ "pattern": "\u{0}" })];
                 match pattern {
@@ -32,10 +28,7 @@ pub fn input_schema(tool: &Tool) -> Value {
                 insert_opt(&mut s, "minLength", *min_length);
                 insert_opt(&mut s, "maxLength", *max_length);
             }
-            ParamKind::Path {
-                min_length,
-                max_length,
-            } => {
+            ParamKind::Path { min_length, max_length } => {
                 s.insert("type".into(), json!("string"));
                 s.insert("minLength".into(), json!(min_length.unwrap_or(1).max(1)));
                 insert_opt(&mut s, "maxLength", *max_length);

@@ -16,14 +16,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         if digits == 0 {
-            return Err(format!(
-                "invalid duration {text:?}; write e.g. \"30s\", \"5m\" or \"1h30m\""
-            ));
+            return Err(format!("invalid duration {text:?}; write e.g. \"30s\", \"5m\" or \"1h30m\""));
         }
         let (num, after) = rest.split_at(digits);
-        let n: u128 = num
-            .parse()
-            .map_err(|_| format!("duration {text:?} is too large"))?;
+        let n: u128 = num.parse().map_err(|_| format!("duration {text:?} is too large"))?;
         let unit_len = after.bytes().take_while(u8::is_ascii_alphabetic).count();
         let (unit, after) = after.split_at(unit_len);
         let factor: u128 = match unit {
@@ -32,14 +28,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "m" => 60_000,
             "h" => 3_600_000,
             "" => {
-                return Err(format!(
-                    "duration {text:?} needs a unit (ms, s, m or h), e.g. \"{num}s\""
-                ));
+                return Err(format!("duration {text:?} needs a unit (ms, s, m or h), e.g. \"{num}s\""));
             }
             other => {
-                return Err(format!(
-                    "unknown unit {other:?} in duration {text:?}; use ms, s, m or h"
-                ));
+                return Err(format!("unknown unit {other:?} in duration {text:?}; use ms, s, m or h"));
             }
         };
         total_ms = n
@@ -58,14 +50,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let s = text.trim();
     let digits = s.bytes().take_while(u8::is_ascii_digit).count();
     if digits == 0 {
-        return Err(format!(
-            "invalid size {text:?}; write e.g. \"100KiB\", \"10MiB\" or \"1GiB\""
-        ));
+        return Err(format!("invalid size {text:?}; write e.g. \"100KiB\", \"10MiB\" or \"1GiB\""));
     }
     let (num, unit) = s.split_at(digits);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("size {text:?} is too large"))?;
+    let n: u64 = num.parse().map_err(|_| format!("size {text:?} is too large"))?;
     let factor: u64 = match unit.trim() {
         "B" => 1,
         "KiB" => 1 << 10,
@@ -77,28 +65,18 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "GB" => 1_000_000_000,
         "TB" => 1_000_000_000_000,
         "" => {
-            return Err(format!(
-                "size {text:?} needs a unit, e.g. \"{num}B\" or \"{num}KiB\""
-            ));
+            return Err(format!("size {text:?} needs a unit, e.g. \"{num}B\" or \"{num}KiB\""));
         }
         other => {
-            return Err(format!(
-                "unknown unit {other:?} in size {text:?}; use B, KiB, MiB, GiB or TiB"
-            ));
+            return Err(format!("unknown unit {other:?} in size {text:?}; use B, KiB, MiB, GiB or TiB"));
         }
     };
-    n.checked_mul(factor)
-        .ok_or_else(|| format!("size {text:?} is too large"))
+    n.checked_mul(factor).ok_or_else(|| format!("size {text:?} is too large"))
 }
 
 /// Formats a byte count the way policies write it (`"100KiB"`), exactly when possible.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [
-        ("TiB", 1 << 40),
-        ("GiB", 1 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-    ];
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, factor) in UNITS {
         if bytes >= factor && bytes % factor == 0 {
             return format!("{}{name}", bytes / factor);

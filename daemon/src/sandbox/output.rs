@@ -3,8 +3,6 @@
 //! Architecture invariant: memory per stream never exceeds the cap (plus one read buffer),
 //! whatever the child writes.
 
-use std::collections::VecDeque;
-
 /// The captured bytes of one stream.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Captured {
@@ -15,13 +13,16 @@ pub struct Captured {
     pub total: u64,
 }
 
-/// Accumulates a stream under a cap of `cap` kept bytes.
+/// Accumulates a stream under a cap of `cap` kept bytes: the first half of the cap as the head,
+/// the last bytes seen in a ring buffer as the tail.
 #[derive(Debug)]
 pub struct Capture {
     head: Vec<u8>,
-    tail: VecDeque<u8>,
     head_cap: usize,
+    /// Fills up to `tail_cap`, then wraps: the oldest byte is at `tail_start`.
+    tail: Vec<u8>,
     tail_cap: usize,
+    tail_start: usize,
     total: u64,
 }
 
@@ -29,13 +30,7 @@ impl Capture {
     pub fn new(cap: u64) -> Capture {
         let cap = usize::try_from(cap).unwrap_or(usize::MAX);
         let head_cap = cap - cap / 2;
-        Capture {
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            head_cap,
-            tail_cap: cap / 2,
-            total: 0,
-        }
+        Capture { head: Vec::new(), head_cap, tail: Vec::new(), tail_cap: cap / 2, tail_start: 0, total: 0 }
     }
 
     pub fn push(&mut self, mut data: &[u8]) {
@@ -46,17 +41,27 @@ impl Capture {
             self.head.extend_from_slice(&data[..n]);
             data = &data[n..];
         }
-        if data.is_empty() || self.tail_cap == 0 {
+        let cap = self.tail_cap;
+        if data.is_empty() || cap == 0 {
             return;
         }
-        if data.len() >= self.tail_cap {
+        if data.len() >= cap {
             self.tail.clear();
-            self.tail.extend(&data[data.len() - self.tail_cap..]);
-        } else {
-            let overflow = (self.tail.len() + data.len()).saturating_sub(self.tail_cap);
-            self.tail.drain(..overflow);
-            self.tail.extend(data);
+            self.tail.extend_from_slice(&data[data.len() - cap..]);
+            self.tail_start = 0;
+            return;
         }
+        // Fill the ring first, then overwrite its oldest bytes.
+        let fill = (cap - self.tail.len()).min(data.len());
+        self.tail.extend_from_slice(&data[..fill]);
+        let rest = &data[fill..];
+        if rest.is_empty() {
+            return;
+        }
+        let first = rest.len().min(cap - self.tail_start);
+        self.tail[self.tail_start..self.tail_start + first].copy_from_slice(&rest[..first]);
+        self.tail[..rest.len() - first].copy_from_slice(&rest[first..]);
+        self.tail_start = (self.tail_start + rest.len()) % cap;
     }
 
     pub fn finish(self) -> Captured {
@@ -64,16 +69,11 @@ impl Capture {
         let omitted = self.total - kept;
         let mut bytes = self.head;
         if omitted > 0 {
-            bytes.extend_from_slice(
-                format!("\n[... cordon: {omitted} bytes omitted ...]\n").as_bytes(),
-            );
+            bytes.extend_from_slice(format!("\n[... cordon: {omitted} bytes omitted ...]\n").as_bytes());
         }
-        bytes.extend(self.tail);
-        Captured {
-            bytes,
-            truncated: omitted > 0,
-            total: self.total,
-        }
+        bytes.extend_from_slice(&self.tail[self.tail_start..]);
+        bytes.extend_from_slice(&self.tail[..self.tail_start]);
+        Captured { bytes, truncated: omitted > 0, total: self.total }
     }
 }
 
@@ -86,14 +86,7 @@ mod tests {
         let mut c = Capture::new(10);
         c.push(b"hello");
         c.push(b"world");
-        assert_eq!(
-            c.finish(),
-            Captured {
-                bytes: b"helloworld".to_vec(),
-                truncated: false,
-                total: 10
-            }
-        );
+        assert_eq!(c.finish(), Captured { bytes: b"helloworld".to_vec(), truncated: false, total: 10 });
     }
 
     #[test]
@@ -105,10 +98,7 @@ mod tests {
         let out = c.finish();
         assert!(out.truncated);
         assert_eq!(out.total, 12);
-        assert_eq!(
-            out.bytes,
-            b"abc\n[... cordon: 6 bytes omitted ...]\njkl".to_vec()
-        );
+        assert_eq!(out.bytes, b"abc\n[... cordon: 6 bytes omitted ...]\njkl".to_vec());
     }
 
     #[test]
@@ -120,6 +110,30 @@ mod tests {
         assert!(out.bytes.starts_with(b"xx\n"));
         assert!(out.bytes.ends_with(b"\nyz"));
         assert_eq!(out.total, 1002);
+    }
+
+    #[test]
+    fn ring_wraps_in_order() {
+        let mut c = Capture::new(8);
+        for chunk in [&b"HEAD"[..], b"abc", b"def", b"ghi", b"j"] {
+            c.push(chunk);
+        }
+        let out = c.finish();
+        assert_eq!(out.bytes, b"HEAD\n[... cordon: 6 bytes omitted ...]\nghij".to_vec());
+        // Every split of the same input yields the same capture.
+        let input: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
+        let whole = {
+            let mut c = Capture::new(100);
+            c.push(&input);
+            c.finish()
+        };
+        for size in [1, 7, 49, 50, 51, 99, 100, 333] {
+            let mut c = Capture::new(100);
+            for chunk in input.chunks(size) {
+                c.push(chunk);
+            }
+            assert_eq!(c.finish(), whole, "chunk size {size}");
+        }
     }
 
     #[test]

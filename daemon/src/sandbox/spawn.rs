@@ -81,10 +81,7 @@ pub async fn run(spec: RunSpec<'_>, cancel: &CancellationToken) -> Result<Outcom
     unsafe {
         cmd.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
     }
-    let start_err = |source| SpawnError::Start {
-        program: plan.argv[0].clone(),
-        source,
-    };
+    let start_err = |source| SpawnError::Start { program: plan.argv[0].clone(), source };
     let mut child = cmd.spawn().map_err(start_err)?;
     let pid = child.id();
     // From here on the group is killed if this future is dropped before the child is reaped.
@@ -113,18 +110,15 @@ pub async fn run(spec: RunSpec<'_>, cancel: &CancellationToken) -> Result<Outcom
     }
     if timed_out || cancelled {
         group.signal(Signal::SIGTERM);
-        if tokio::time::timeout(spec.grace, exited(&pidfd))
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(spec.grace, exited(&pidfd)).await.is_err() {
             group.signal(Signal::SIGKILL);
             exited(&pidfd).await.map_err(supervise)?;
         }
     }
     // The leader is a zombie: the group id is still ours. Nothing it started may outlive it.
     group.signal(Signal::SIGKILL);
-    let status = waitid(Id::PIDFd(pidfd.get_ref().as_fd()), WaitPidFlag::WEXITED)
-        .map_err(|e| supervise(io::Error::from(e)))?;
+    let status =
+        waitid(Id::PIDFd(pidfd.get_ref().as_fd()), WaitPidFlag::WEXITED).map_err(|e| supervise(io::Error::from(e)))?;
     group.reaped = true;
 
     let drain = tokio::spawn({
@@ -143,16 +137,7 @@ pub async fn run(spec: RunSpec<'_>, cancel: &CancellationToken) -> Result<Outcom
         WaitStatus::Signaled(_, sig, _) => (None, Some(sig as i32)),
         _ => (None, None),
     };
-    Ok(Outcome {
-        pid,
-        exit_code,
-        signal,
-        timed_out,
-        cancelled,
-        stdout,
-        stderr,
-        duration: started.elapsed(),
-    })
+    Ok(Outcome { pid, exit_code, signal, timed_out, cancelled, stdout, stderr, duration: started.elapsed() })
 }
 
 /// Kills the group if the supervising future is dropped before the leader is reaped.
@@ -204,11 +189,7 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-async fn capture(
-    mut reader: impl AsyncRead + Unpin,
-    cap: u64,
-    stop: CancellationToken,
-) -> Captured {
+async fn capture(mut reader: impl AsyncRead + Unpin, cap: u64, stop: CancellationToken) -> Captured {
     let mut capture = Capture::new(cap);
     let mut buf = vec![0u8; 64 * 1024];
     loop {

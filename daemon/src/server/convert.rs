@@ -8,9 +8,7 @@ use crate::sandbox::Outcome;
 
 pub(crate) fn tool(t: &Tool) -> v1::Tool {
     let (available, unavailable_reason, executable) = match &t.availability {
-        Availability::Available { executable } => {
-            (true, String::new(), executable.display().to_string())
-        }
+        Availability::Available { executable } => (true, String::new(), executable.display().to_string()),
         Availability::Unavailable { reason } => (false, reason.clone(), String::new()),
     };
     let output_schema_json = match &t.output {
@@ -33,11 +31,7 @@ pub(crate) fn tool(t: &Tool) -> v1::Tool {
                 r#type: p.kind.type_name().into(),
                 description: p.description.clone().unwrap_or_default(),
                 required: p.required,
-                default_json: p
-                    .default
-                    .as_ref()
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
+                default_json: p.default.as_ref().map(ToString::to_string).unwrap_or_default(),
                 secret: p.secret,
             })
             .collect(),
@@ -64,11 +58,7 @@ pub(crate) fn tool(t: &Tool) -> v1::Tool {
         max_output_bytes: t.max_output,
         command: t.command_template(),
         executable,
-        working_dir: t
-            .working_dir
-            .as_ref()
-            .map(|d| d.display().to_string())
-            .unwrap_or_default(),
+        working_dir: t.working_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
         source: t.source.to_string(),
     }
 }
@@ -108,11 +98,7 @@ pub(crate) fn running(r: &RunningInfo) -> v1::RunningInvocation {
         invocation_id: r.id.clone(),
         tool: r.tool.clone(),
         caller_uid: r.caller.uid,
-        caller_pid: r
-            .caller
-            .pid
-            .and_then(|p| u32::try_from(p).ok())
-            .unwrap_or(0),
+        caller_pid: r.caller.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
         elapsed_ms: u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX),
     }
 }

@@ -31,18 +31,9 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(
-        registry: Arc<RegistryHandle>,
-        max_concurrent: usize,
-        socket_path: PathBuf,
-    ) -> Arc<Daemon> {
+    pub fn new(registry: Arc<RegistryHandle>, max_concurrent: usize, socket_path: PathBuf) -> Arc<Daemon> {
         let invoker = Arc::new(Invoker::new(registry.clone(), max_concurrent));
-        Arc::new(Daemon {
-            registry,
-            invoker,
-            started: Instant::now(),
-            socket_path,
-        })
+        Arc::new(Daemon { registry, invoker, started: Instant::now(), socket_path })
     }
 
     /// Reloads the policy directory (blocking I/O) and reports the outcome; used by the RPC and
@@ -90,34 +81,23 @@ pub async fn run(
     grace: Duration,
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_serving::<v1::cordon_server::CordonServer<service::CordonService>>()
-        .await;
+    health.set_serving::<v1::cordon_server::CordonServer<service::CordonService>>().await;
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(cordon_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1();
-    let service = v1::cordon_server::CordonServer::new(service::CordonService {
-        daemon: daemon.clone(),
-    });
+    let service = v1::cordon_server::CordonServer::new(service::CordonService { daemon: daemon.clone() });
 
     let invoker = daemon.invoker.clone();
     let stop = async move {
         shutdown.await;
-        tracing::info!(
-            grace_ms = grace.as_millis() as u64,
-            running = invoker.running_count(),
-            "shutting down"
-        );
+        tracing::info!(grace_ms = grace.as_millis() as u64, running = invoker.running_count(), "shutting down");
         invoker.close();
         let invoker = invoker.clone();
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
             if invoker.running_count() > 0 {
-                tracing::warn!(
-                    running = invoker.running_count(),
-                    "shutdown deadline passed; cancelling invocations"
-                );
+                tracing::warn!(running = invoker.running_count(), "shutdown deadline passed; cancelling invocations");
                 invoker.cancel_all();
             }
         });
@@ -132,7 +112,5 @@ pub async fn run(
             router
         }
     };
-    router
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop)
-        .await
+    router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop).await
 }

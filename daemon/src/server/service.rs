@@ -24,11 +24,7 @@ pub(crate) fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
         .get::<UdsConnectInfo>()
         .and_then(|info| info.peer_cred)
         .ok_or_else(status::no_peer_credentials)?;
-    Ok(Caller {
-        uid: cred.uid(),
-        gid: cred.gid(),
-        pid: cred.pid(),
-    })
+    Ok(Caller { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() })
 }
 
 type InvokeStream = Pin<Box<dyn Stream<Item = Result<v1::InvokeEvent, Status>> + Send>>;
@@ -48,44 +44,30 @@ impl v1::cordon_server::Cordon for CordonService {
             .filter(|t| all || (!t.disabled && t.is_available()))
             .map(|t| convert::tool(t))
             .collect();
-        Ok(Response::new(v1::ListToolsResponse {
-            generation: registry.generation,
-            tools,
-        }))
+        Ok(Response::new(v1::ListToolsResponse { generation: registry.generation, tools }))
     }
 
-    async fn get_tool(
-        &self,
-        request: Request<v1::GetToolRequest>,
-    ) -> Result<Response<v1::GetToolResponse>, Status> {
+    async fn get_tool(&self, request: Request<v1::GetToolRequest>) -> Result<Response<v1::GetToolResponse>, Status> {
         let _caller = caller(&request)?;
         let name = &request.get_ref().name;
         let registry = self.daemon.registry.current();
         match registry.get(name) {
-            Some(t) => Ok(Response::new(v1::GetToolResponse {
-                generation: registry.generation,
-                tool: Some(convert::tool(t)),
-            })),
-            None => Err(status::unknown_tool(
-                name,
-                &diag::did_you_mean(name, registry.tools.keys().map(String::as_str)),
-            )),
+            Some(t) => {
+                Ok(Response::new(v1::GetToolResponse { generation: registry.generation, tool: Some(convert::tool(t)) }))
+            }
+            None => {
+                Err(status::unknown_tool(name, &diag::did_you_mean(name, registry.tools.keys().map(String::as_str))))
+            }
         }
     }
 
     type InvokeStream = InvokeStream;
 
-    async fn invoke(
-        &self,
-        request: Request<v1::InvokeRequest>,
-    ) -> Result<Response<InvokeStream>, Status> {
+    async fn invoke(&self, request: Request<v1::InvokeRequest>) -> Result<Response<InvokeStream>, Status> {
         let caller = caller(&request)?;
         let req = request.into_inner();
-        let prepared = self
-            .daemon
-            .invoker
-            .prepare(caller, &req.tool, &req.arguments_json)
-            .map_err(|e| status::invoke(&e))?;
+        let prepared =
+            self.daemon.invoker.prepare(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let accepted = v1::InvokeEvent {
             event: Some(v1::invoke_event::Event::Accepted(v1::Accepted {
@@ -112,9 +94,7 @@ impl v1::cordon_server::Cordon for CordonService {
             };
             let event = match result {
                 Ok(outcome) => Ok(v1::InvokeEvent {
-                    event: Some(v1::invoke_event::Event::Finished(convert::finished(
-                        &id, outcome,
-                    ))),
+                    event: Some(v1::invoke_event::Event::Finished(convert::finished(&id, outcome))),
                 }),
                 Err(e) => Err(status::invoke(&e)),
             };
@@ -123,25 +103,18 @@ impl v1::cordon_server::Cordon for CordonService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn cancel(
-        &self,
-        request: Request<v1::CancelRequest>,
-    ) -> Result<Response<v1::CancelResponse>, Status> {
+    async fn cancel(&self, request: Request<v1::CancelRequest>) -> Result<Response<v1::CancelResponse>, Status> {
         let _caller = caller(&request)?;
         let cancelled = self.daemon.invoker.cancel(&request.get_ref().invocation_id);
         Ok(Response::new(v1::CancelResponse { cancelled }))
     }
 
-    async fn reload(
-        &self,
-        request: Request<v1::ReloadRequest>,
-    ) -> Result<Response<v1::ReloadResponse>, Status> {
+    async fn reload(&self, request: Request<v1::ReloadRequest>) -> Result<Response<v1::ReloadResponse>, Status> {
         let caller = caller(&request)?;
         let daemon = self.daemon.clone();
-        let result =
-            tokio::task::spawn_blocking(move || daemon.reload(&format!("rpc from {caller}")))
-                .await
-                .map_err(|e| status::internal(format!("reload task failed: {e}")))?;
+        let result = tokio::task::spawn_blocking(move || daemon.reload(&format!("rpc from {caller}")))
+            .await
+            .map_err(|e| status::internal(format!("reload task failed: {e}")))?;
         Ok(Response::new(result))
     }
 
@@ -150,35 +123,27 @@ impl v1::cordon_server::Cordon for CordonService {
         request: Request<v1::CheckPolicyRequest>,
     ) -> Result<Response<v1::CheckPolicyResponse>, Status> {
         let _caller = caller(&request)?;
-        let sources: Vec<(std::path::PathBuf, String)> = request
-            .into_inner()
-            .files
-            .into_iter()
-            .map(|f| (f.name.into(), f.content))
-            .collect();
+        let sources: Vec<(std::path::PathBuf, String)> =
+            request.into_inner().files.into_iter().map(|f| (f.name.into(), f.content)).collect();
         let host = self.daemon.registry.host();
-        let response =
-            tokio::task::spawn_blocking(move || match policy::load_sources(&sources, host) {
-                Ok(set) => v1::CheckPolicyResponse {
-                    ok: true,
-                    diagnostics: set.diagnostics.iter().map(convert::diagnostic).collect(),
-                    tools: u32::try_from(set.tools.len()).unwrap_or(u32::MAX),
-                },
-                Err(e) => v1::CheckPolicyResponse {
-                    ok: false,
-                    diagnostics: e.diagnostics.iter().map(convert::diagnostic).collect(),
-                    tools: 0,
-                },
-            })
-            .await
-            .map_err(|e| status::internal(format!("policy check failed: {e}")))?;
+        let response = tokio::task::spawn_blocking(move || match policy::load_sources(&sources, host) {
+            Ok(set) => v1::CheckPolicyResponse {
+                ok: true,
+                diagnostics: set.diagnostics.iter().map(convert::diagnostic).collect(),
+                tools: u32::try_from(set.tools.len()).unwrap_or(u32::MAX),
+            },
+            Err(e) => v1::CheckPolicyResponse {
+                ok: false,
+                diagnostics: e.diagnostics.iter().map(convert::diagnostic).collect(),
+                tools: 0,
+            },
+        })
+        .await
+        .map_err(|e| status::internal(format!("policy check failed: {e}")))?;
         Ok(Response::new(response))
     }
 
-    async fn status(
-        &self,
-        request: Request<v1::StatusRequest>,
-    ) -> Result<Response<v1::StatusResponse>, Status> {
+    async fn status(&self, request: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
         let _caller = caller(&request)?;
         let d = &self.daemon;
         let registry = d.registry.current();

@@ -9,26 +9,16 @@ use tokio::net::UnixListener;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
-    #[error(
-        "socket path {0} is a symlink; refusing to follow it (remove it or choose another --socket)"
-    )]
+    #[error("socket path {0} is a symlink; refusing to follow it (remove it or choose another --socket)")]
     Symlink(PathBuf),
-    #[error(
-        "{0} exists and is not a socket; refusing to replace it (remove it or choose another --socket)"
-    )]
+    #[error("{0} exists and is not a socket; refusing to replace it (remove it or choose another --socket)")]
     NotASocket(PathBuf),
     #[error("another cordond is already listening on {0}; stop it or choose another --socket")]
     InUse(PathBuf),
     #[error("socket path {0} must be absolute")]
     Relative(PathBuf),
-    #[error(
-        "socket directory {dir} is {problem}; it must be a directory owned by uid {uid} with no access for others"
-    )]
-    UnsafeDir {
-        dir: PathBuf,
-        problem: String,
-        uid: u32,
-    },
+    #[error("socket directory {dir} is {problem}; it must be a directory owned by uid {uid} with no access for others")]
+    UnsafeDir { dir: PathBuf, problem: String, uid: u32 },
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -39,11 +29,7 @@ pub enum SocketError {
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SocketError + 'a {
-    move |source| SocketError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| SocketError::Io { what, path: path.to_path_buf(), source }
 }
 
 /// Binds `path`, creating its directory if needed, after making sure nothing but a stale cordon
@@ -97,11 +83,8 @@ fn prepare_dir(dir: &Path, uid: u32) -> Result<(), SocketError> {
         }
         Err(e) => Err(io_err("cannot inspect socket directory", dir)(e)),
         Ok(m) => {
-            let unsafe_dir = |problem: &str| SocketError::UnsafeDir {
-                dir: dir.to_path_buf(),
-                problem: problem.into(),
-                uid,
-            };
+            let unsafe_dir =
+                |problem: &str| SocketError::UnsafeDir { dir: dir.to_path_buf(), problem: problem.into(), uid };
             if m.file_type().is_symlink() {
                 return Err(unsafe_dir("a symlink"));
             }

@@ -15,12 +15,7 @@ pub(crate) const SPAWN_FAILED: &str = "SPAWN_FAILED";
 pub(crate) const INTERNAL: &str = "INTERNAL";
 pub(crate) const NO_PEER_CREDENTIALS: &str = "NO_PEER_CREDENTIALS";
 
-pub(crate) fn with_code(
-    code: Code,
-    cordon_code: &str,
-    field: Option<&str>,
-    message: String,
-) -> Status {
+pub(crate) fn with_code(code: Code, cordon_code: &str, field: Option<&str>, message: String) -> Status {
     let mut status = Status::new(code, message);
     if let Ok(v) = MetadataValue::try_from(cordon_code) {
         status.metadata_mut().insert(ERROR_CODE_KEY, v);
@@ -43,9 +38,7 @@ pub(crate) fn invoke(e: &InvokeError) -> Status {
     let message = e.to_string();
     match e {
         InvokeError::Invalid(v) => validation(v),
-        InvokeError::Unavailable { .. } => {
-            with_code(Code::FailedPrecondition, TOOL_UNAVAILABLE, None, message)
-        }
+        InvokeError::Unavailable { .. } => with_code(Code::FailedPrecondition, TOOL_UNAVAILABLE, None, message),
         InvokeError::Busy { .. } => with_code(Code::ResourceExhausted, BUSY, None, message),
         InvokeError::ShuttingDown => with_code(Code::Unavailable, SHUTTING_DOWN, None, message),
         InvokeError::Spawn(_) => with_code(Code::FailedPrecondition, SPAWN_FAILED, None, message),

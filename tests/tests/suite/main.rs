@@ -1,0 +1,4 @@
+//! cordon's integration suite: one test binary, one module per area.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod e2e;
