@@ -220,7 +220,7 @@ impl Invoker {
                 elapsed: r.started.elapsed(),
             })
             .collect();
-        list.sort_by(|a, b| b.elapsed.cmp(&a.elapsed));
+        list.sort_by_key(|r| std::cmp::Reverse(r.elapsed));
         list
     }
 

@@ -274,7 +274,7 @@ fn as_integer(v: &Value) -> Option<i64> {
     }
     let x = v.as_f64()?;
     // -2^63 is exact in f64; 2^63 is not representable as i64.
-    (x.fract() == 0.0 && x >= -9_223_372_036_854_775_808.0 && x < 9_223_372_036_854_775_808.0).then_some(x as i64)
+    (x.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&x)).then_some(x as i64)
 }
 
 fn check_range(x: f64, min: Option<f64>, max: Option<f64>, shown: &str) -> Result<(), String> {
@@ -318,10 +318,7 @@ pub fn normalize_path(raw: &str, base: Option<&Path>) -> Result<PathBuf, String>
     }
     let path = Path::new(raw);
     let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
-    let floor;
-    if path.is_absolute() {
-        floor = 0;
-    } else {
+    if !path.is_absolute() {
         let Some(base) = base else {
             return Err(format!("{raw:?} is relative and this tool has no working directory; give an absolute path"));
         };
@@ -329,8 +326,9 @@ pub fn normalize_path(raw: &str, base: Option<&Path>) -> Result<PathBuf, String>
             Component::Normal(s) => Some(s),
             _ => None,
         }));
-        floor = parts.len();
     }
+    // `..` may not climb above the base (or above `/` for absolute paths).
+    let floor = parts.len();
     for c in path.components() {
         match c {
             Component::Normal(s) => parts.push(s),

@@ -78,7 +78,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 pub fn format_size(bytes: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, factor) in UNITS {
-        if bytes >= factor && bytes % factor == 0 {
+        if bytes >= factor && bytes.is_multiple_of(factor) {
             return format!("{}{name}", bytes / factor);
         }
     }
@@ -88,11 +88,11 @@ pub fn format_size(bytes: u64) -> String {
 /// Formats a duration the way policies write it (`"5m"`, `"90s"`, `"250ms"`).
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 3_600_000 == 0 && ms > 0 {
+    if ms.is_multiple_of(3_600_000) && ms > 0 {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 && ms > 0 {
+    } else if ms.is_multiple_of(60_000) && ms > 0 {
         format!("{}m", ms / 60_000)
-    } else if ms % 1_000 == 0 {
+    } else if ms.is_multiple_of(1_000) {
         format!("{}s", ms / 1_000)
     } else {
         format!("{ms}ms")

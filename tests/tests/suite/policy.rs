@@ -1,0 +1,383 @@
+//! Policy loading: golden diagnostics for broken files, and the load-level rules around them.
+//!
+//! Every `fixtures/policies/bad/NAME.toml` is loaded on its own (shown as `NAME.toml`) and must be
+//! rejected with exactly the diagnostics in `NAME.expected`, one `Display`ed diagnostic a line.
+//! `CORDON_BLESS=1 cargo test -p cordon-tests --test suite policy` rewrites the `.expected` files;
+//! read every rewritten line before committing it.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use cordon_daemon::policy::{Availability, Diagnostic, Host, LoadError, PolicySet, Severity, load_dir, load_sources};
+
+const HOST: Host = Host { is_root: false };
+
+fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join("policies").join("bad")
+}
+
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("policies").join("examples")
+}
+
+/// Loads one policy text as if it were the file `name`.
+fn load(name: &str, text: &str) -> Result<PolicySet, LoadError> {
+    load_sources(&[(PathBuf::from(name), text.to_string())], HOST)
+}
+
+/// Loads a text that must be accepted.
+#[track_caller]
+fn load_ok(name: &str, text: &str) -> PolicySet {
+    match load(name, text) {
+        Ok(set) => set,
+        Err(e) => panic!("expected {name} to load, got:\n{e}"),
+    }
+}
+
+fn render(diagnostics: &[Diagnostic]) -> String {
+    diagnostics.iter().map(|d| format!("{d}\n")).collect()
+}
+
+/// A line diff (longest common subsequence): `-` expected only, `+` actual only, ` ` both.
+fn diff(expected: &str, actual: &str) -> String {
+    let a: Vec<&str> = expected.lines().collect();
+    let b: Vec<&str> = actual.lines().collect();
+    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, String::new());
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            let _ = writeln!(out, "   {}", a[i]);
+            i += 1;
+            j += 1;
+        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            let _ = writeln!(out, " + {}", b[j]);
+            j += 1;
+        } else {
+            let _ = writeln!(out, " - {}", a[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The `.toml` fixtures, sorted by name.
+fn fixture_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
+        .expect("fixtures/policies/bad")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn bad_policies_report_exactly_the_expected_diagnostics() {
+    let bless = std::env::var_os("CORDON_BLESS").is_some_and(|v| v == "1");
+    let files = fixture_files();
+    assert!(files.len() >= 25, "expected the full fixture set, found {} files", files.len());
+    let mut failures = Vec::new();
+    for file in &files {
+        let name = file.file_name().and_then(|n| n.to_str()).expect("UTF-8 file name").to_string();
+        let text = std::fs::read_to_string(file).expect("read fixture");
+        let actual = match load(&name, &text) {
+            Err(e) => {
+                if !e.diagnostics.iter().any(Diagnostic::is_error) {
+                    failures.push(format!("{name}: rejected without any error:\n{}", render(&e.diagnostics)));
+                }
+                render(&e.diagnostics)
+            }
+            Ok(set) => {
+                failures.push(format!("{name}: loaded successfully, but every fixture in bad/ must be rejected"));
+                render(&set.diagnostics)
+            }
+        };
+        let expected_path = file.with_extension("expected");
+        if bless {
+            std::fs::write(&expected_path, &actual).expect("write .expected");
+            continue;
+        }
+        match std::fs::read_to_string(&expected_path) {
+            Ok(expected) if expected == actual => {}
+            Ok(expected) => failures.push(format!(
+                "{name}: diagnostics differ from {} (- expected, + actual):\n{}",
+                expected_path.display(),
+                diff(&expected, &actual)
+            )),
+            Err(e) => failures.push(format!(
+                "{name}: cannot read {} ({e}); actual diagnostics:\n{actual}",
+                expected_path.display()
+            )),
+        }
+    }
+    // An .expected file without its .toml is a fixture someone forgot to delete.
+    for entry in std::fs::read_dir(fixtures_dir()).expect("fixtures dir") {
+        let path = entry.expect("dir entry").path();
+        if path.extension().is_some_and(|x| x == "expected") && !path.with_extension("toml").exists() {
+            failures.push(format!("{}: no matching .toml fixture", path.display()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} policy fixture(s) failed (run with CORDON_BLESS=1 to rewrite, then review every line):\n\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn the_diagnostic_diff_marks_missing_and_extra_lines() {
+    assert_eq!(diff("a\nb\nc\n", "a\nc\nd\n"), "   a\n - b\n   c\n + d\n");
+    assert_eq!(diff("", ""), "");
+}
+
+#[test]
+fn a_file_with_several_errors_lists_every_one() {
+    let text = std::fs::read_to_string(fixtures_dir().join("several-errors.toml")).unwrap();
+    let err = load("several-errors.toml", &text).unwrap_err();
+    let errors: Vec<&Diagnostic> = err.diagnostics.iter().filter(|d| d.is_error()).collect();
+    // One per mistake in the file, each at its own position, and no tool survives.
+    for needle in [
+        "duration \"90\" needs a unit",
+        "unknown key \"descripton\" in [defaults]",
+        "invalid tool name \"Deploy\"",
+        "command[0] \"./deploy.sh\" is a relative path",
+        "working_dir \"site\" is relative",
+        "`description` must not be empty",
+        "env key \"LD_LIBRARY_PATH\" is forbidden",
+        "invalid size \"lots\"",
+        "invalid confirm \"yes\"",
+        "invalid danger \"extreme\"",
+        "`min_length` is greater than `max_length`",
+        "default fails its own param's rules",
+    ] {
+        assert!(
+            errors.iter().any(|d| d.message.contains(needle)),
+            "no error containing {needle:?} in:\n{}",
+            render(&err.diagnostics)
+        );
+    }
+    let mut positions: Vec<(u32, u32)> = errors.iter().map(|d| (d.line, d.column)).collect();
+    positions.dedup();
+    assert!(positions.len() >= 11, "errors should point at distinct places:\n{}", render(&err.diagnostics));
+    // The failure's Display lists every line and the count.
+    let shown = err.to_string();
+    assert!(shown.ends_with(&format!("policy rejected: {} error(s)", errors.len())), "{shown}");
+    for d in &err.diagnostics {
+        assert!(shown.contains(&d.to_string()), "{shown}");
+    }
+}
+
+const GREET: &str = r#"version = 1
+
+[tools.greet]
+description = "Greet someone"
+reason = "people like to be greeted"
+command = ["echo", "hello"]
+"#;
+
+#[test]
+fn a_tool_name_defined_twice_across_files_names_the_first_definition() {
+    let err = load_sources(
+        &[(PathBuf::from("a.toml"), GREET.to_string()), (PathBuf::from("b.toml"), format!("# second\n{GREET}"))],
+        HOST,
+    )
+    .unwrap_err();
+    assert_eq!(
+        render(&err.diagnostics),
+        "b.toml:4:8: duplicate tool name \"greet\": already defined at a.toml:3\n",
+        "the duplicate is reported in the second file and names where the first one is"
+    );
+    // The same name twice in one file is a TOML error already.
+    let err = load("c.toml", &format!("{GREET}\n[tools.greet]\ndescription = \"again\"\n")).unwrap_err();
+    assert!(err.diagnostics.iter().all(Diagnostic::is_error));
+    assert!(render(&err.diagnostics).starts_with("c.toml:8:"), "{}", render(&err.diagnostics));
+}
+
+#[test]
+fn an_unused_param_is_a_warning_not_an_error() {
+    let set = load_ok(
+        "unused.toml",
+        r#"version = 1
+
+[tools.greet]
+description = "Greet someone"
+reason = "people like to be greeted"
+command = ["echo", "hello"]
+
+[tools.greet.params.who]
+type = "string"
+"#,
+    );
+    assert_eq!(set.tools.len(), 1);
+    assert_eq!(set.tools[0].params.len(), 1);
+    assert_eq!(
+        render(&set.diagnostics),
+        "unused.toml:3:8: warning: param \"who\" of tool \"greet\" is defined but not used in `command` \
+         (and no args_env_prefix is set)\n"
+    );
+    assert!(set.diagnostics.iter().all(|d| d.severity == Severity::Warning));
+
+    // With args_env_prefix the param reaches the tool through the environment: no warning.
+    let set = load_ok(
+        "env.toml",
+        r#"version = 1
+
+[tools.greet]
+description = "Greet someone"
+reason = "people like to be greeted"
+command = ["echo", "hello"]
+args_env_prefix = "GREET_"
+
+[tools.greet.params.who]
+type = "string"
+"#,
+    );
+    assert!(set.diagnostics.is_empty(), "{}", render(&set.diagnostics));
+}
+
+#[test]
+fn a_missing_reason_is_a_warning_not_an_error() {
+    let set = load_ok("noreason.toml", "version = 1\n[tools.t]\ndescription = \"d\"\ncommand = [\"true\"]\n");
+    assert_eq!(
+        render(&set.diagnostics),
+        "noreason.toml:2:8: warning: [tools.t] has no `reason`; say why agents may run it\n"
+    );
+}
+
+#[test]
+fn every_example_policy_loads_cleanly_and_every_tool_has_a_reason() {
+    let dir = examples_dir();
+    let set = match load_dir(&dir, HOST) {
+        Ok(set) => set,
+        Err(e) => panic!("{} does not load:\n{e}", dir.display()),
+    };
+    let toml_files = std::fs::read_dir(&dir).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "toml")).count();
+    assert!(toml_files > 0 && set.files.len() == toml_files, "every example file is loaded: {:?}", set.files);
+    assert!(set.diagnostics.is_empty(), "examples should not even warn:\n{}", render(&set.diagnostics));
+    assert!(!set.tools.is_empty());
+    for tool in &set.tools {
+        assert!(
+            tool.reason.as_deref().is_some_and(|r| !r.trim().is_empty()),
+            "example tool {} ({}) has no reason",
+            tool.name,
+            tool.source
+        );
+        assert!(!tool.description.trim().is_empty(), "example tool {} has no description", tool.name);
+        // The schema each tool advertises is a valid draft 2020-12 schema.
+        assert!(jsonschema::draft202012::meta::is_valid(&tool.input_schema), "{}: {}", tool.name, tool.input_schema);
+    }
+}
+
+#[test]
+fn a_missing_executable_makes_the_tool_unavailable_not_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let gone = dir.path().join("no-such-program");
+    let text = format!(
+        r#"version = 1
+
+[tools.absolute]
+description = "A program that does not exist, by path"
+reason = "fixture"
+command = ["{}"]
+
+[tools.bare]
+description = "A program that does not exist, by name"
+reason = "fixture"
+command = ["cordon-no-such-program-xyz"]
+
+[tools.not-executable]
+description = "A file that is not executable"
+reason = "fixture"
+command = ["/etc/hostname"]
+
+[tools.present]
+description = "A program that exists"
+reason = "fixture"
+command = ["/bin/sh", "-c", "true"]
+"#,
+        gone.display()
+    );
+    let set = load_ok("avail.toml", &text);
+    assert!(set.diagnostics.is_empty(), "{}", render(&set.diagnostics));
+    let by_name = |n: &str| set.tools.iter().find(|t| t.name == n).unwrap();
+    let reason = |n: &str| match &by_name(n).availability {
+        Availability::Unavailable { reason } => reason.clone(),
+        other => panic!("{n} should be unavailable, is {other:?}"),
+    };
+    assert_eq!(reason("absolute"), format!("{}: does not exist", gone.display()));
+    assert!(reason("bare").contains("\"cordon-no-such-program-xyz\" was not found in /usr/local/sbin:"), "{}", reason("bare"));
+    if std::path::Path::new("/etc/hostname").exists() {
+        assert_eq!(reason("not-executable"), "/etc/hostname is not an executable file");
+    }
+    assert_eq!(by_name("present").availability, Availability::Available { executable: PathBuf::from("/bin/sh") });
+    assert!(!by_name("absolute").is_available());
+    assert!(by_name("present").is_available());
+}
+
+#[test]
+fn a_missing_working_dir_makes_the_tool_unavailable_not_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("gone");
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let text = format!(
+        r#"version = 1
+
+[tools.missing]
+description = "Runs in a directory that does not exist"
+reason = "fixture"
+command = ["true"]
+working_dir = "{}"
+
+[tools.file]
+description = "Runs in a file"
+reason = "fixture"
+command = ["true"]
+working_dir = "{}"
+
+[tools.exists]
+description = "Runs in a directory that exists"
+reason = "fixture"
+command = ["true"]
+working_dir = "{}"
+"#,
+        missing.display(),
+        file.display(),
+        dir.path().display()
+    );
+    let set = load_ok("wd.toml", &text);
+    let by_name = |n: &str| set.tools.iter().find(|t| t.name == n).unwrap();
+    assert_eq!(
+        by_name("missing").availability,
+        Availability::Unavailable { reason: format!("working_dir {}: does not exist", missing.display()) }
+    );
+    assert_eq!(
+        by_name("file").availability,
+        Availability::Unavailable { reason: format!("working_dir {} is not a directory", file.display()) }
+    );
+    assert!(by_name("exists").is_available(), "{:?}", by_name("exists").availability);
+    assert_eq!(by_name("exists").working_dir.as_deref(), Some(dir.path()));
+}
+
+#[test]
+fn a_broken_file_rejects_the_whole_load_even_when_another_file_is_fine() {
+    let err = load_sources(
+        &[
+            (PathBuf::from("good.toml"), GREET.to_string()),
+            (PathBuf::from("bad.toml"), "version = 1\n[tools.x]\ncommand = []\n".to_string()),
+        ],
+        HOST,
+    )
+    .unwrap_err();
+    let shown = render(&err.diagnostics);
+    assert!(shown.contains("bad.toml:2:8: [tools.x] is missing `description`"), "{shown}");
+    assert!(shown.contains("bad.toml:3:11: `command` is empty"), "{shown}");
+    assert!(!shown.contains("good.toml"), "{shown}");
+}
