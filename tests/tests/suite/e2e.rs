@@ -234,11 +234,18 @@ fn the_environment_is_clean() {
     let d = daemon();
     let (out, j) = d.run_json("env", &json!({ "count": 5, "name": "x y" }));
     out.assert_code(0);
-    let mut keys: Vec<&str> = j["stdout"].as_str().unwrap().lines().filter_map(|l| l.split_once('=')).map(|(k, _)| k).collect();
+    let mut keys: Vec<&str> =
+        j["stdout"].as_str().unwrap().lines().filter_map(|l| l.split_once('=')).map(|(k, _)| k).collect();
     keys.sort_unstable();
     assert_eq!(keys, ["ARG_COUNT", "ARG_NAME", "FOO", "HOME", "LANG", "PATH", "TZ", "USER"]);
     let stdout = j["stdout"].as_str().unwrap();
-    for line in ["FOO=bar baz", "LANG=C", "ARG_COUNT=5", "ARG_NAME=x y", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"] {
+    for line in [
+        "FOO=bar baz",
+        "LANG=C",
+        "ARG_COUNT=5",
+        "ARG_NAME=x y",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    ] {
         assert!(stdout.lines().any(|l| l == line), "missing {line:?} in {stdout}");
     }
 }
@@ -276,7 +283,10 @@ fn a_broken_reload_keeps_the_previous_registry() {
     assert_eq!(d.cordon(&["status", "--json"]).json()["generation"], 1);
 
     // A good reload swaps in a new generation.
-    d.write_policy("broken.toml", "version = 1\n[tools.x]\ndescription = \"x\"\nreason = \"t\"\ncommand = [\"/bin/true\"]\n");
+    d.write_policy(
+        "broken.toml",
+        "version = 1\n[tools.x]\ndescription = \"x\"\nreason = \"t\"\ncommand = [\"/bin/true\"]\n",
+    );
     let out = d.cordon(&["reload", "--json"]);
     out.assert_code(0);
     assert_eq!(out.json()["generation"], 2);
@@ -419,8 +429,11 @@ fn clients_say_how_to_start_a_daemon_that_is_not_running() {
 #[test]
 fn a_broken_policy_stops_startup_with_every_diagnostic() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("bad.toml"), "version = 1\n[tools.Bad]\ndescription = \"x\"\ncommand = [\"{{a}}\"]\ntimeout = 5\n")
-        .unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "version = 1\n[tools.Bad]\ndescription = \"x\"\ncommand = [\"{{a}}\"]\ntimeout = 5\n",
+    )
+    .unwrap();
     let out = std::process::Command::new(cordon_tests::bin("cordond"))
         .arg("--policies")
         .arg(dir.path())
@@ -479,4 +492,43 @@ fn policy_check_runs_offline_with_the_daemons_rules() {
 
 fn read_pids(path: &Path) -> Vec<i32> {
     std::fs::read_to_string(path).unwrap().lines().map(|l| l.trim().parse().unwrap()).collect()
+}
+
+#[test]
+fn health_and_reflection_answer_on_the_socket() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let d = daemon();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let channel = cordon_proto::connect(&d.socket).await.unwrap();
+        let health = HealthClient::new(channel.clone())
+            .check(HealthCheckRequest { service: "cordon.v1.Cordon".into() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(health.status(), ServingStatus::Serving);
+
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut stream = ServerReflectionClient::new(channel)
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await
+            .unwrap()
+            .into_inner();
+        let response = stream.message().await.unwrap().unwrap();
+        let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+            panic!("unexpected reflection answer: {response:?}");
+        };
+        let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+        assert!(names.contains(&"cordon.v1.Cordon".to_string()), "{names:?}");
+        assert!(names.contains(&"grpc.health.v1.Health".to_string()), "{names:?}");
+    });
 }
