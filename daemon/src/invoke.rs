@@ -15,7 +15,9 @@ use crate::argv::{self, Account, Plan};
 use crate::caller::Caller;
 use crate::policy::{Availability, Tool, diag};
 use crate::registry::RegistryHandle;
-use crate::sandbox::{self, Outcome, RunSpec, SpawnError};
+use crate::sandbox::child::Identity;
+use crate::sandbox::seccomp::Programs;
+use crate::sandbox::{self, Confinement, HostSandbox, Outcome, RunSpec, SpawnError};
 use crate::validate::{self, ErrorCode, ValidationError};
 
 /// Time between SIGTERM and SIGKILL on timeout or cancel.
@@ -46,6 +48,11 @@ pub struct Prepared {
     pub plan: Plan,
     pub generation: u64,
     pub caller: Caller,
+    /// Who the tool runs as (only when cordond is root; otherwise as cordond's own user).
+    pub identity: Option<Identity>,
+    /// `run_as` named the account: it is the tool's own.
+    pub dedicated_uid: bool,
+    seccomp: Arc<Programs>,
     cancel: CancellationToken,
     _running: RunningGuard,
     _permit: OwnedSemaphorePermit,
@@ -98,6 +105,7 @@ struct Running {
 #[derive(Debug)]
 pub struct Invoker {
     registry: Arc<RegistryHandle>,
+    host: Arc<HostSandbox>,
     slots: Arc<Semaphore>,
     max: usize,
     running: RunningMap,
@@ -105,14 +113,19 @@ pub struct Invoker {
 }
 
 impl Invoker {
-    pub fn new(registry: Arc<RegistryHandle>, max_concurrent: usize) -> Invoker {
+    pub fn new(registry: Arc<RegistryHandle>, host: Arc<HostSandbox>, max_concurrent: usize) -> Invoker {
         Invoker {
             registry,
+            host,
             slots: Arc::new(Semaphore::new(max_concurrent)),
             max: max_concurrent,
             running: Arc::new(Mutex::new(HashMap::new())),
             closed: CancellationToken::new(),
         }
+    }
+
+    pub fn host(&self) -> &HostSandbox {
+        &self.host
     }
 
     pub fn max_concurrent(&self) -> usize {
@@ -145,8 +158,22 @@ impl Invoker {
         };
         let json = validate::parse_arguments(arguments).map_err(InvokeError::Invalid)?;
         let args = validate::validate(&tool, &json).map_err(InvokeError::Invalid)?;
+        let unavailable = |reason: String| InvokeError::Unavailable { tool: tool.name.clone(), reason };
+        let seccomp =
+            registry.seccomp_for(&tool).ok_or_else(|| unavailable("no seccomp program was compiled for it".into()))?;
+        // As root, the tool runs as the caller unless the policy names another account; as a
+        // normal user, cordond cannot change identity and the tool runs as cordond's user.
+        let (identity, dedicated_uid) = match (&tool.sandbox.run_as, self.host.is_root) {
+            (Some(run_as), true) => {
+                let (uid, gid) = crate::policy::resolve_run_as(run_as).map_err(unavailable)?;
+                (Some(Identity { uid, gid }), true)
+            }
+            (None, true) => (Some(Identity { uid: caller.uid, gid: caller.gid }), false),
+            (_, false) => (None, false),
+        };
         let permit = self.slots.clone().try_acquire_owned().map_err(|_| InvokeError::Busy { max: self.max })?;
-        let plan = argv::plan(&tool, &executable, &args, &Account::for_uid(caller.uid));
+        let account_uid = identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+        let plan = argv::plan(&tool, &executable, &args, &Account::for_uid(account_uid));
         let id = new_id()?;
         let cancel = self.closed.child_token();
         self.lock().insert(
@@ -160,6 +187,9 @@ impl Invoker {
             plan,
             generation: registry.generation,
             caller,
+            identity,
+            dedicated_uid,
+            seccomp,
             cancel,
             _running: running,
             _permit: permit,
@@ -175,7 +205,16 @@ impl Invoker {
             grace: KILL_GRACE,
         };
         tracing::info!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");
-        let result = sandbox::run(spec, &prepared.cancel).await;
+        let confinement = Confinement {
+            id: &prepared.id,
+            policy: &prepared.tool.sandbox,
+            landlock_abi: self.host.landlock_abi,
+            seccomp: prepared.seccomp.clone(),
+            identity: prepared.identity,
+            dedicated_uid: prepared.dedicated_uid,
+            cgroups: &self.host.cgroups,
+        };
+        let result = sandbox::run(spec, &confinement, &prepared.cancel).await;
         match &result {
             Ok(o) => tracing::info!(
                 id = %prepared.id, exit_code = ?o.exit_code, signal = ?o.signal, timed_out = o.timed_out,

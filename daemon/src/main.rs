@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use cordon_daemon::policy::{self, Host};
 use cordon_daemon::registry::RegistryHandle;
+use cordon_daemon::sandbox::{HostSandbox, cgroup};
 use cordon_daemon::server::{self, Daemon};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -38,15 +39,24 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 const EXIT_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
+    // The hidden reaper mode (see sandbox::cgroup): started by cordond itself.
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if raw.get(1).is_some_and(|a| a == cgroup::REAPER_ARG) {
+        let roots: Vec<PathBuf> = raw[2..].iter().map(PathBuf::from).collect();
+        cgroup::reaper_main(&roots);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
-    let registry = match RegistryHandle::load(&args.policies, Host::current()) {
+    let sandbox = HostSandbox::probe();
+    let host = Host { is_root: sandbox.is_root, landlock_abi: sandbox.landlock_abi };
+    let registry = match RegistryHandle::load(&args.policies, host) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{e}");
@@ -64,7 +74,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args, registry)) {
+    match runtime.block_on(serve(args, registry, sandbox)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cordond: {e:#}");
@@ -73,15 +83,38 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(args: Args, registry: RegistryHandle) -> anyhow::Result<()> {
+async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> anyhow::Result<()> {
     let current = registry.current();
+    if sandbox.landlock_abi < 1 {
+        tracing::error!(
+            "this kernel offers no landlock: every tool is unavailable (cordon never runs a tool unsandboxed)"
+        );
+    }
+    if !sandbox.seccomp {
+        anyhow::bail!("this kernel has no seccomp filtering; cordond refuses to run tools without it");
+    }
+    // Invocation cgroups left by a daemon that died are killed now, and a reaper kills ours if we die.
+    let roots = sandbox.cgroups.roots();
+    let cleaned = sandbox.cgroups.clean_stale();
+    if cleaned > 0 {
+        tracing::warn!(cleaned, "killed invocation cgroups left by a previous cordond");
+    }
+    let _reaper = if roots.is_empty() {
+        None
+    } else {
+        Some(cgroup::spawn_reaper(&roots).context("cannot start the cgroup reaper")?)
+    };
+    tracing::info!(
+        landlock_abi = sandbox.landlock_abi, root = sandbox.is_root, cgroups = sandbox.cgroups.mode,
+        mechanisms = ?sandbox.cgroups.mechanisms(), "sandbox"
+    );
     for w in &current.warnings {
         tracing::warn!("{w}");
     }
     let counts = current.counts();
     let socket_path = args.socket.clone().unwrap_or_else(cordon_proto::default_socket_path);
     let listener = server::socket::bind(&socket_path)?;
-    let daemon = Daemon::new(Arc::new(registry), args.max_concurrent as usize, socket_path.clone());
+    let daemon = Daemon::new(Arc::new(registry), Arc::new(sandbox), args.max_concurrent as usize, socket_path.clone());
     tracing::info!(
         socket = %socket_path.display(), policies = %args.policies.display(), tools = counts.total,
         available = counts.available, generation = current.generation, "cordond listening"

@@ -10,7 +10,8 @@ use std::time::SystemTime;
 
 use tokio::sync::watch;
 
-use crate::policy::{self, Diagnostic, Host, LoadError, Tool};
+use crate::policy::{self, Availability, Diagnostic, Host, LoadError, Tool};
+use crate::sandbox::seccomp::{self, Profile, ProgramCache};
 
 /// One generation of the registry.
 #[derive(Debug)]
@@ -21,6 +22,8 @@ pub struct Registry {
     pub warnings: Vec<Diagnostic>,
     pub files: Vec<PathBuf>,
     pub loaded_at: SystemTime,
+    /// Seccomp programs of every profile a tool of this generation uses, compiled at load.
+    pub seccomp: ProgramCache,
 }
 
 /// Tool counts for status reports.
@@ -35,6 +38,11 @@ pub struct Counts {
 impl Registry {
     pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
         self.tools.get(name)
+    }
+
+    /// The compiled seccomp programs for a tool of this generation.
+    pub fn seccomp_for(&self, tool: &Tool) -> Option<Arc<seccomp::Programs>> {
+        self.seccomp.get(&Profile::of(&tool.sandbox)).cloned()
     }
 
     pub fn counts(&self) -> Counts {
@@ -101,11 +109,24 @@ impl RegistryHandle {
 }
 
 fn build(set: policy::PolicySet, generation: u64) -> Registry {
+    let mut tools = set.tools;
+    let seccomp = match seccomp::compile_all(tools.iter().map(|t| Profile::of(&t.sandbox))) {
+        Ok(cache) => cache,
+        Err(e) => {
+            // Without a filter no tool may run: fail closed, and say why on every tool.
+            tracing::error!(error = %e, "seccomp programs did not compile; every tool is unavailable");
+            for t in &mut tools {
+                t.availability = Availability::Unavailable { reason: e.to_string() };
+            }
+            ProgramCache::new()
+        }
+    };
     Registry {
         generation,
-        tools: set.tools.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect(),
+        tools: tools.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect(),
         warnings: set.diagnostics,
         files: set.files,
         loaded_at: SystemTime::now(),
+        seccomp,
     }
 }

@@ -83,6 +83,8 @@ impl ArgValue {
         match self {
             ArgValue::String(s) => s.clone(),
             ArgValue::Integer(n) => n.to_string(),
+            // An integral number reads as an integer (`2`, not `2.0`).
+            ArgValue::Number(x) if x.fract() == 0.0 && x.abs() <= MAX_SAFE_INTEGER as f64 => (*x as i64).to_string(),
             ArgValue::Number(x) => Value::from(*x).to_string(),
             ArgValue::Boolean(b) => b.to_string(),
             ArgValue::Path(p) => p.to_string_lossy().into_owned(),
@@ -234,47 +236,62 @@ pub fn check_value(p: &Param, v: &Value, base: Option<&Path>) -> Result<ArgValue
             let s = v.as_str().ok_or_else(type_err)?;
             reject_nul(s).map_err(value_err)?;
             check_length(s, *min_length, *max_length).map_err(value_err)?;
-            normalize_path(s, base).map(ArgValue::Path).map_err(value_err)
+            normalize_path(s, base).map(ArgValue::Path).map_err(|e| {
+                // The message quotes the path; a secret one is never echoed.
+                if p.secret {
+                    value_err("the path is not acceptable (escapes its base or is relative)".into())
+                } else {
+                    value_err(e)
+                }
+            })
         }
         ParamKind::Boolean => v.as_bool().map(ArgValue::Boolean).ok_or_else(type_err),
         ParamKind::Integer { min, max } => {
-            let n = as_integer(v).ok_or_else(|| match v {
-                Value::Number(_) if v.as_f64().is_some_and(|x| x.fract() == 0.0) => {
-                    value_err(format!("{v} is outside the 64-bit integer range"))
-                }
-                Value::Number(_) if v.as_u64().is_some() => {
-                    value_err(format!("{v} is outside the 64-bit integer range"))
-                }
-                _ => type_err(),
-            })?;
-            if let (Some(m), true) = (min, min.is_some_and(|m| n < m)) {
-                return Err(value_err(format!("{n} is below the minimum {m}")));
+            if !v.is_number() {
+                return Err(type_err());
             }
-            if let (Some(m), true) = (max, max.is_some_and(|m| n > m)) {
-                return Err(value_err(format!("{n} is above the maximum {m}")));
+            let shown_num = if p.secret { "the value".to_string() } else { v.to_string() };
+            let n = as_integer(v).ok_or_else(|| {
+                if v.as_f64().is_some_and(|x| x.fract() == 0.0) {
+                    value_err(format!(
+                        "{shown_num} is outside the safe integer range -{MAX_SAFE_INTEGER}..={MAX_SAFE_INTEGER}"
+                    ))
+                } else {
+                    type_err()
+                }
+            })?;
+            let (lo, hi) = (min.unwrap_or(-MAX_SAFE_INTEGER), max.unwrap_or(MAX_SAFE_INTEGER));
+            if n < lo {
+                return Err(value_err(format!("{shown_num} is below the minimum {lo}")));
+            }
+            if n > hi {
+                return Err(value_err(format!("{shown_num} is above the maximum {hi}")));
             }
             Ok(ArgValue::Integer(n))
         }
         ParamKind::Number { min, max } => {
             let x = v.as_f64().filter(|_| v.is_number()).ok_or_else(type_err)?;
-            check_range(x, *min, *max, &v.to_string()).map_err(value_err)?;
+            let shown_num = if p.secret { "the value".to_string() } else { v.to_string() };
+            check_range(x, *min, *max, &shown_num).map_err(value_err)?;
             Ok(ArgValue::Number(x))
         }
     }
 }
 
-/// A JSON integer, or a float with no fractional part within the i64 range (JSON Schema calls
-/// `1.0` an integer too, and the front-end validates against the schema).
+/// Largest integer a param accepts (2^53 - 1): every integer up to here is exact as a JSON
+/// number in every implementation, so the daemon, the JSON Schema and the agent agree on it.
+pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
+
+/// A JSON number with an integral value within the safe range (`5` and `5.0` alike; JSON Schema
+/// calls `5.0` an integer too). Anything larger is `None`: a float that big may already have been
+/// rounded by the JSON parser.
 fn as_integer(v: &Value) -> Option<i64> {
     if let Some(n) = v.as_i64() {
-        return Some(n);
-    }
-    if v.is_u64() {
-        return None;
+        return (-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&n).then_some(n);
     }
     let x = v.as_f64()?;
-    // -2^63 is exact in f64; 2^63 is not representable as i64.
-    (x.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&x)).then_some(x as i64)
+    let limit = MAX_SAFE_INTEGER as f64;
+    (x.fract() == 0.0 && (-limit..=limit).contains(&x)).then_some(x as i64)
 }
 
 fn check_range(x: f64, min: Option<f64>, max: Option<f64>, shown: &str) -> Result<(), String> {
@@ -427,6 +444,10 @@ mod tests {
         assert_eq!(as_integer(&serde_json::json!(5.5)), None);
         assert_eq!(as_integer(&serde_json::json!(u64::MAX)), None);
         assert_eq!(as_integer(&serde_json::json!(1e300)), None);
+        assert_eq!(as_integer(&serde_json::json!(MAX_SAFE_INTEGER)), Some(MAX_SAFE_INTEGER));
+        assert_eq!(as_integer(&serde_json::json!(MAX_SAFE_INTEGER + 1)), None);
+        // -2^63 - 1 parses as the float -2^63: it must not become i64::MIN.
+        assert_eq!(as_integer(&serde_json::from_str("-9223372036854775809").unwrap()), None);
     }
 
     #[test]

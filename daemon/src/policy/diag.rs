@@ -99,20 +99,30 @@ impl<'a> Sink<'a> {
     }
 }
 
-/// Edit distance, for "did you mean" suggestions.
+/// Edit distance counting a swap of two neighbours as one edit (optimal string alignment), for
+/// "did you mean" suggestions.
 pub fn levenshtein(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.chars().enumerate() {
-        cur[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        std::mem::swap(&mut prev, &mut cur);
+    // d[i][j]: distance between a[..i] and b[..j].
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// Candidates close to `wanted` (distance at most a third of its length, at least 1; or a prefix
@@ -161,6 +171,7 @@ mod tests {
     fn suggestions_rank_by_distance() {
         assert_eq!(suggestions("comand", ["command", "confirm", "env"]), vec!["command"]);
         assert_eq!(did_you_mean("zzz", ["command"]), "");
+        assert_eq!(did_you_mean("nmae", ["name", "count"]), "; did you mean \"name\"?");
         assert_eq!(did_you_mean("lst-files", ["list-files", "grep"]), "; did you mean \"list-files\"?");
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod diag;
 mod parse;
+mod pattern;
 mod probe;
 pub mod schema;
 pub mod units;
@@ -19,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use diag::{Diagnostic, Severity};
-pub use probe::SEARCH_PATH;
+pub use probe::{SEARCH_PATH, resolve_run_as};
 
 /// Shortest and longest timeout a tool may have.
 pub const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
@@ -301,7 +302,10 @@ impl ParamKind {
 pub struct Pattern {
     /// As written in the policy.
     pub source: String,
-    /// `^(?:source)$`.
+    /// `source` with shorthand classes spelled out in ASCII: what the daemon and the JSON Schema
+    /// both use.
+    pub portable: String,
+    /// `^(?:portable)$`.
     pub regex: regex::Regex,
 }
 
@@ -439,11 +443,13 @@ fn render_failure(diagnostics: &[Diagnostic]) -> String {
 pub struct Host {
     /// The daemon runs as root (needed for `run_as`).
     pub is_root: bool,
+    /// The kernel's landlock ABI (0: none, and no tool can run).
+    pub landlock_abi: i32,
 }
 
 impl Host {
     pub fn current() -> Host {
-        Host { is_root: nix::unistd::geteuid().is_root() }
+        Host { is_root: nix::unistd::geteuid().is_root(), landlock_abi: crate::sandbox::landlock::probe_abi() }
     }
 }
 

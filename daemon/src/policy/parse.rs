@@ -36,7 +36,10 @@ pub(super) fn parse_file(file: &Path, text: &str, seen: &BTreeMap<String, Source
         return Parsed { tools: Vec::new(), diagnostics: p.sink.diagnostics };
     }
     let tools = p.document(doc.get_ref(), seen);
-    Parsed { tools, diagnostics: p.sink.diagnostics }
+    let mut diagnostics = p.sink.diagnostics;
+    // In file order; the sort is stable, so problems at one position keep their order.
+    diagnostics.sort_by_key(|d| (d.line, d.column));
+    Parsed { tools, diagnostics }
 }
 
 /// Values a `[defaults]` table and a `[tools.NAME]` table share.
@@ -160,7 +163,7 @@ impl Parser<'_> {
         };
 
         let command = match table.get("command") {
-            Some(v) => self.command(v, &declared),
+            Some(v) => self.command(v, &name, &declared),
             None => {
                 self.sink
                     .error(name_span.clone(), format!("{ctx} is missing `command`, e.g. command = [\"ls\", \"-la\"]"));
@@ -321,7 +324,7 @@ impl Parser<'_> {
         c
     }
 
-    fn command(&mut self, v: &Value<'_>, declared: &[String]) -> Option<(String, Vec<ArgTemplate>)> {
+    fn command(&mut self, v: &Value<'_>, tool: &str, declared: &[String]) -> Option<(String, Vec<ArgTemplate>)> {
         let DeValue::Array(items) = v.get_ref() else {
             self.type_error(v.span(), "command", "an array of strings", v.get_ref());
             return None;
@@ -355,34 +358,32 @@ impl Parser<'_> {
             let template = ArgTemplate { segments };
             for name in template.placeholders() {
                 if !declared.iter().any(|p| p == name) {
-                    self.sink.error(item.span(), format!("placeholder {{{{{name}}}}} in command[{i}] has no param; define it under [tools.NAME.params.{name}]"));
+                    self.sink.error(item.span(), format!("placeholder {{{{{name}}}}} in command[{i}] has no param; define it under [tools.{tool}.params.{name}]"));
                     ok = false;
                 }
             }
             templates.push((template, item.span()));
         }
-        if !ok {
-            return None;
-        }
         let mut iter = templates.into_iter();
         let (first, span) = iter.next()?;
+        let program = first.to_string();
         if first.has_placeholder() {
             self.sink
                 .error(span, "command[0] must be a literal program; placeholders are only allowed in later elements");
-            return None;
-        }
-        let program = first.to_string();
-        if program.is_empty() {
+            ok = false;
+        } else if program.is_empty() {
             self.sink.error(span, "command[0] is empty; name the program to run");
-            return None;
-        }
-        if program.contains('/') && !program.starts_with('/') {
+            ok = false;
+        } else if program.contains('/') && !program.starts_with('/') {
             self.sink.error(
                 span,
                 format!(
                     "command[0] {program:?} is a relative path; use an absolute path or a bare name looked up in PATH"
                 ),
             );
+            ok = false;
+        }
+        if !ok {
             return None;
         }
         Some((program, iter.map(|(t, _)| t).collect()))
@@ -463,8 +464,21 @@ impl Parser<'_> {
                 ParamKind::Path { min_length, max_length }
             }
             "integer" => {
-                let min = table.get("min").and_then(|v| self.integer(v, "min"));
-                let max = table.get("max").and_then(|v| self.integer(v, "max"));
+                let safe = crate::validate::MAX_SAFE_INTEGER;
+                let bound = |p: &mut Self, k: &str| {
+                    table.get(k).and_then(|v| p.integer(v, k)).filter(|n| {
+                        let ok = (-safe..=safe).contains(n);
+                        if !ok && let Some(v) = table.get(k) {
+                            p.sink.error(
+                                v.span(),
+                                format!("`{k}` {n} is outside the safe integer range -{safe}..={safe}"),
+                            );
+                        }
+                        ok
+                    })
+                };
+                let min = bound(self, "min");
+                let max = bound(self, "max");
                 self.check_order(table, "min", "max", min.zip(max).is_some_and(|(a, b)| a > b));
                 ParamKind::Integer { min, max }
             }
@@ -516,14 +530,26 @@ impl Parser<'_> {
             self.sink.error(v.span(), format!("pattern is {} bytes long; the limit is {REGEX_MAX_LEN}", source.len()));
             return None;
         }
-        match regex::RegexBuilder::new(&format!("^(?:{source})$"))
+        let portable = match super::pattern::portable(&source) {
+            Ok(p) => p,
+            Err(e) => {
+                self.sink.error(v.span(), format!("unsupported pattern {source:?}: {e}"));
+                return None;
+            }
+        };
+        match regex::RegexBuilder::new(&format!("^(?:{portable})$"))
             .size_limit(REGEX_SIZE_LIMIT)
             .nest_limit(REGEX_NEST_LIMIT)
             .build()
         {
-            Ok(regex) => Some(Pattern { source, regex }),
+            Ok(regex) => Some(Pattern { source, portable, regex }),
             Err(regex::Error::CompiledTooBig(limit)) => {
-                self.sink.error(v.span(), format!("pattern compiles to more than {limit} bytes; simplify it (bounded repetitions like {{1,1000}} are expensive)"));
+                self.sink.error(
+                    v.span(),
+                    format!(
+                        "pattern compiles to more than {limit} bytes; simplify it (bounded repetitions like {{1,1000}} are expensive)"
+                    ),
+                );
                 None
             }
             Err(e) => {

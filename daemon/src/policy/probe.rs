@@ -6,7 +6,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{Availability, Host, Tool};
+use super::{Availability, Host, Network, Principal, RunAs, Tool};
+use crate::sandbox::landlock::ABI_NET;
 
 /// The fixed PATH used to resolve bare program names, and given to every child.
 pub const SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -34,10 +35,57 @@ fn check(tool: &Tool, host: Host) -> Result<PathBuf, String> {
             }
         }
     }
-    if tool.sandbox.run_as.is_some() && !host.is_root {
-        return Err("run_as needs cordond to run as root".into());
+    if let Some(run_as) = &tool.sandbox.run_as {
+        if !host.is_root {
+            return Err("run_as needs cordond to run as root".into());
+        }
+        resolve_run_as(run_as)?;
+    }
+    if host.landlock_abi < 1 {
+        return Err("this kernel offers no landlock, and cordon never runs a tool unsandboxed".into());
+    }
+    if let Some(min) = tool.sandbox.min_landlock_abi
+        && host.landlock_abi < min as i32
+    {
+        return Err(format!("the policy needs landlock ABI {min}, this kernel offers {}", host.landlock_abi));
+    }
+    if matches!(tool.sandbox.network, Network::Tcp { .. }) && host.landlock_abi < ABI_NET {
+        return Err(format!(
+            "network rules need landlock ABI {ABI_NET} (TCP ports), this kernel offers {}",
+            host.landlock_abi
+        ));
     }
     Ok(executable)
+}
+
+/// The uid and gid a `run_as` names: the user's primary group unless a group is given.
+pub fn resolve_run_as(run_as: &RunAs) -> Result<(u32, u32), String> {
+    use nix::unistd::{Uid, User};
+    let user = match &run_as.user {
+        Principal::Name(n) => {
+            User::from_name(n).ok().flatten().ok_or_else(|| format!("run_as user {n:?} does not exist"))?
+        }
+        Principal::Id(id) => match User::from_uid(Uid::from_raw(*id)) {
+            Ok(Some(u)) => u,
+            _ => return Ok((*id, run_as.group.as_ref().map_or(Ok(*id), resolve_group)?)),
+        },
+    };
+    let gid = match &run_as.group {
+        Some(g) => resolve_group(g)?,
+        None => user.gid.as_raw(),
+    };
+    Ok((user.uid.as_raw(), gid))
+}
+
+fn resolve_group(g: &Principal) -> Result<u32, String> {
+    match g {
+        Principal::Id(id) => Ok(*id),
+        Principal::Name(n) => nix::unistd::Group::from_name(n)
+            .ok()
+            .flatten()
+            .map(|g| g.gid.as_raw())
+            .ok_or_else(|| format!("run_as group {n:?} does not exist")),
+    }
 }
 
 /// Resolves `command[0]`: an absolute path must be an executable file; a bare name is looked up in

@@ -19,7 +19,7 @@ pub fn input_schema(tool: &Tool) -> Value {
                 let mut forbidden = vec![json!({ "pattern": "\u{0}" })];
                 match pattern {
                     Some(pat) => {
-                        s.insert("pattern".into(), json!(format!("^(?:{})$", pat.source)));
+                        s.insert("pattern".into(), json!(format!("^(?:{})$", pat.portable)));
                     }
                     // Without a pattern, values may not look like options.
                     None => forbidden.push(json!({ "pattern": "^-" })),
@@ -36,8 +36,9 @@ pub fn input_schema(tool: &Tool) -> Value {
             }
             ParamKind::Integer { min, max } => {
                 s.insert("type".into(), json!("integer"));
-                s.insert("minimum".into(), json!(min.unwrap_or(i64::MIN)));
-                s.insert("maximum".into(), json!(max.unwrap_or(i64::MAX)));
+                let safe = crate::validate::MAX_SAFE_INTEGER;
+                s.insert("minimum".into(), json!(min.unwrap_or(-safe)));
+                s.insert("maximum".into(), json!(max.unwrap_or(safe)));
             }
             ParamKind::Number { min, max } => {
                 s.insert("type".into(), json!("number"));

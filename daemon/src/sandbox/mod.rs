@@ -1,17 +1,56 @@
-//! Process execution: the only module with `unsafe` code.
+//! Process execution under a kernel sandbox: the only module with `unsafe` code.
 //!
 //! # Layout
-//! - [`spawn`]: starts a planned invocation as the leader of a new session and process group,
-//!   tracks it through a pidfd, enforces the timeout and cancellation with SIGTERM, a grace
-//!   period and SIGKILL to the whole group, and reaps it.
+//! - [`spawn`]: builds everything before the fork, starts the child as the leader of a new
+//!   session, tracks it through a pidfd, enforces timeout and cancellation (SIGTERM, grace,
+//!   SIGKILL to the group, then the cgroup kill), and reaps it.
+//! - [`child`]: what the child does between fork and exec, in the order DESIGN.md fixes.
+//! - [`landlock`]: the filesystem / TCP / scope ruleset of an invocation.
+//! - [`seccomp`] and `syscalls`: the BPF allow-list, compiled once per profile.
+//! - [`cgroup`]: a cgroup per invocation where the host allows it, and the reaper that kills
+//!   them if the daemon dies.
 //! - [`output`]: bounded head+tail capture of stdout and stderr.
 //!
 //! Architecture invariant: every `unsafe` block in the crate is in this module and carries a
 //! `// SAFETY:` comment; code that runs between fork and exec only makes async-signal-safe
-//! calls on data prepared before the fork.
+//! calls on data prepared before the fork. A tool never runs without landlock and seccomp.
 
+pub mod cgroup;
+pub mod child;
+pub mod landlock;
 pub mod output;
+pub mod seccomp;
 pub mod spawn;
+mod syscalls;
 
 pub use output::{Capture, Captured};
-pub use spawn::{Outcome, RunSpec, SpawnError, run};
+pub use spawn::{Confinement, Facts, Outcome, RunSpec, SpawnError, run};
+
+/// What the host offers the sandbox, probed once at startup.
+#[derive(Debug, Clone)]
+pub struct HostSandbox {
+    /// 0 when the kernel offers no landlock (then no tool runs).
+    pub landlock_abi: i32,
+    /// The kernel supports seccomp filters.
+    pub seccomp: bool,
+    pub is_root: bool,
+    pub cgroups: cgroup::Cgroups,
+}
+
+impl HostSandbox {
+    /// Probes the kernel and prepares cgroups (as root).
+    pub fn probe() -> HostSandbox {
+        let is_root = nix::unistd::geteuid().is_root();
+        HostSandbox {
+            landlock_abi: landlock::probe_abi(),
+            seccomp: seccomp_supported(),
+            is_root,
+            cgroups: cgroup::Cgroups::detect(is_root),
+        }
+    }
+}
+
+/// Whether the kernel has seccomp filtering (`Seccomp:` appears in `/proc/self/status`).
+pub fn seccomp_supported() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.lines().any(|l| l.starts_with("Seccomp:")))
+}

@@ -9,6 +9,7 @@ use std::io;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -18,8 +19,21 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
+use super::cgroup::{Cgroups, InvocationCgroup};
+use super::child::{self, ChildSetup, Identity, Step};
+use super::landlock::{self, LandlockError};
 use super::output::{Capture, Captured};
+use super::seccomp::Programs;
 use crate::argv::Plan;
+use crate::policy::SandboxPolicy;
+
+/// Process limit of an invocation whose policy sets none (cgroup `pids.max`).
+pub const DEFAULT_PROCESSES: u64 = 512;
+/// Descriptor limit of an invocation whose policy sets none.
+pub const DEFAULT_OPEN_FILES: u64 = 1024;
+/// Extra address space over `limits.memory` when a memory cgroup enforces the limit itself
+/// (threads and allocators reserve far more address space than they use).
+const ADDRESS_SPACE_HEADROOM: u64 = 256 << 20;
 
 /// How long to keep reading output after the process group is gone, for data still in pipes.
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
@@ -34,6 +48,31 @@ pub struct RunSpec<'a> {
     pub grace: Duration,
 }
 
+/// How one invocation is confined, decided before it starts.
+#[derive(Debug, Clone)]
+pub struct Confinement<'a> {
+    /// The invocation id (names its cgroups).
+    pub id: &'a str,
+    pub policy: &'a SandboxPolicy,
+    pub landlock_abi: i32,
+    pub seccomp: Arc<Programs>,
+    /// Set when cordond is root: the uid and gid to become.
+    pub identity: Option<Identity>,
+    /// The uid belongs to this tool alone (`run_as`), so RLIMIT_NPROC is meaningful.
+    pub dedicated_uid: bool,
+    pub cgroups: &'a Cgroups,
+}
+
+/// The sandbox an invocation actually ran in, for results and audit records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    pub landlock_abi: i32,
+    pub seccomp: bool,
+    pub cgroup: bool,
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// How an invocation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -45,10 +84,21 @@ pub struct Outcome {
     pub stdout: Captured,
     pub stderr: Captured,
     pub duration: Duration,
+    pub facts: Facts,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
+    #[error(transparent)]
+    Landlock(#[from] LandlockError),
+    #[error("cannot create the invocation's cgroup: {0}")]
+    Cgroup(#[source] io::Error),
+    #[error("sandbox setup failed while {}: {source}", step.describe())]
+    Setup {
+        step: Step,
+        #[source]
+        source: io::Error,
+    },
     #[error("cannot start {program}: {source}")]
     Start {
         program: String,
@@ -63,10 +113,55 @@ pub enum SpawnError {
     },
 }
 
-/// Runs the plan to completion, timeout or cancellation.
-pub async fn run(spec: RunSpec<'_>, cancel: &CancellationToken) -> Result<Outcome, SpawnError> {
+/// Runs the plan to completion, timeout or cancellation, confined as `confine` says.
+///
+/// Must be called from a runtime worker thread, never from `spawn_blocking`: the child's
+/// parent-death signal fires when the *thread* that forked it exits, and blocking-pool threads
+/// exit when idle.
+pub async fn run(
+    spec: RunSpec<'_>,
+    confine: &Confinement<'_>,
+    cancel: &CancellationToken,
+) -> Result<Outcome, SpawnError> {
     let plan = spec.plan;
     let started = Instant::now();
+
+    // Everything the child needs is built here, before the fork.
+    let ruleset = landlock::build(confine.landlock_abi, confine.policy)?;
+    let mut cgroup: Option<InvocationCgroup> = if confine.cgroups.available() {
+        Some(
+            confine
+                .cgroups
+                .create(confine.id, &confine.policy.limits, DEFAULT_PROCESSES)
+                .map_err(SpawnError::Cgroup)?,
+        )
+    } else {
+        None
+    };
+    let cgroup_procs = match &cgroup {
+        Some(cg) => cg.procs_files().map_err(SpawnError::Cgroup)?,
+        None => Vec::new(),
+    };
+    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| SpawnError::Start { program: plan.argv[0].clone(), source: e.into() })?;
+    let setup = ChildSetup {
+        parent: nix::unistd::getpid().as_raw(),
+        cgroup_procs,
+        rlimits: rlimits(confine),
+        identity: confine.identity,
+        landlock: ruleset,
+        proc_self_access: landlock::read_access().bits(),
+        seccomp: confine.seccomp.clone(),
+        report: report_write,
+    };
+    let facts = Facts {
+        landlock_abi: confine.landlock_abi,
+        seccomp: true,
+        cgroup: cgroup.is_some(),
+        uid: confine.identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid),
+        gid: confine.identity.map_or_else(|| nix::unistd::getegid().as_raw(), |i| i.gid),
+    };
+
     let mut cmd = Command::new(&plan.executable);
     cmd.arg0(&plan.argv[0])
         .args(&plan.argv[1..])
@@ -76,13 +171,29 @@ pub async fn run(spec: RunSpec<'_>, cancel: &CancellationToken) -> Result<Outcom
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: the closure runs in the child between fork and exec. It calls only setsid(2), which
-    // is async-signal-safe, allocates nothing and touches no state shared with the parent.
+    // SAFETY: the closure runs in the child between fork and exec. `child::setup` only makes
+    // async-signal-safe system calls on data prepared above (see its module docs).
     unsafe {
-        cmd.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
+        cmd.pre_exec(move || child::setup(&setup));
     }
-    let start_err = |source| SpawnError::Start { program: plan.argv[0].clone(), source };
-    let mut child = cmd.spawn().map_err(start_err)?;
+    let spawned = cmd.spawn();
+    // Closes our copies of the child's descriptors, the report pipe's write end among them.
+    drop(cmd);
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(source) => {
+            let mut byte = [0u8; 1];
+            let step = match nix::unistd::read(&report_read, &mut byte) {
+                Ok(1) => Step::from_byte(byte[0]),
+                _ => None,
+            };
+            return Err(match step {
+                Some(step) => SpawnError::Setup { step, source },
+                None => SpawnError::Start { program: plan.argv[0].clone(), source },
+            });
+        }
+    };
+    drop(report_read);
     let pid = child.id();
     // From here on the group is killed if this future is dropped before the child is reaped.
     let mut group = Group { pid, reaped: false };
@@ -115,8 +226,12 @@ pub async fn run(spec: RunSpec<'_>, cancel: &CancellationToken) -> Result<Outcom
             exited(&pidfd).await.map_err(supervise)?;
         }
     }
-    // The leader is a zombie: the group id is still ours. Nothing it started may outlive it.
+    // The leader is a zombie: the group id is still ours. Nothing it started may outlive it,
+    // not even what left the group with setsid (the cgroup kill).
     group.signal(Signal::SIGKILL);
+    if let Some(cg) = &cgroup {
+        cg.kill();
+    }
     let status =
         waitid(Id::PIDFd(pidfd.get_ref().as_fd()), WaitPidFlag::WEXITED).map_err(|e| supervise(io::Error::from(e)))?;
     group.reaped = true;
@@ -131,13 +246,51 @@ pub async fn run(spec: RunSpec<'_>, cancel: &CancellationToken) -> Result<Outcom
     let stdout = out_task.await.unwrap_or_default();
     let stderr = err_task.await.unwrap_or_default();
     drain.abort();
+    if let Some(mut cg) = cgroup.take() {
+        // Waiting for the cgroup to empty may sleep; not on a runtime thread.
+        let _ = tokio::task::spawn_blocking(move || cg.remove()).await;
+    }
 
     let (exit_code, signal) = match status {
         WaitStatus::Exited(_, code) => (Some(code), None),
         WaitStatus::Signaled(_, sig, _) => (None, Some(sig as i32)),
         _ => (None, None),
     };
-    Ok(Outcome { pid, exit_code, signal, timed_out, cancelled, stdout, stderr, duration: started.elapsed() })
+    Ok(Outcome { pid, exit_code, signal, timed_out, cancelled, stdout, stderr, duration: started.elapsed(), facts })
+}
+
+/// Resource limits for the child: always a core size of 0 and a descriptor limit; the rest as
+/// the policy sets them.
+fn rlimits(c: &Confinement<'_>) -> Vec<(libc::__rlimit_resource_t, u64, u64)> {
+    let l = &c.policy.limits;
+    let mut out = vec![(libc::RLIMIT_CORE, 0, 0)];
+    let files = l.open_files.unwrap_or(DEFAULT_OPEN_FILES);
+    // Never above what the daemon itself may have: raising a hard limit needs privilege.
+    let (_, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap_or((files, files));
+    let files = files.min(hard);
+    out.push((libc::RLIMIT_NOFILE, files, files));
+    if let Some(bytes) = l.file_size {
+        out.push((libc::RLIMIT_FSIZE, bytes, bytes));
+    }
+    if let Some(cpu) = l.cpu_time {
+        // SIGXCPU at the limit, SIGKILL a second later.
+        let secs = cpu.as_secs().max(1);
+        out.push((libc::RLIMIT_CPU, secs, secs + 1));
+    }
+    if let Some(bytes) = l.memory {
+        // With a memory cgroup the cgroup enforces the limit (and its OOM kill ends a balloon);
+        // the address-space limit is then only a backstop with headroom for reservations.
+        let space =
+            if c.cgroups.has_memory() { bytes.saturating_mul(2).saturating_add(ADDRESS_SPACE_HEADROOM) } else { bytes };
+        out.push((libc::RLIMIT_AS, space, space));
+    }
+    if c.dedicated_uid
+        && let Some(n) = l.processes
+    {
+        out.push((libc::RLIMIT_NPROC, n, n));
+    }
+    out
 }
 
 /// Kills the group if the supervising future is dropped before the leader is reaped.

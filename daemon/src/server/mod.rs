@@ -20,6 +20,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::invoke::Invoker;
 use crate::registry::RegistryHandle;
+use crate::sandbox::HostSandbox;
 
 /// The daemon's shared state.
 #[derive(Debug)]
@@ -31,8 +32,13 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(registry: Arc<RegistryHandle>, max_concurrent: usize, socket_path: PathBuf) -> Arc<Daemon> {
-        let invoker = Arc::new(Invoker::new(registry.clone(), max_concurrent));
+    pub fn new(
+        registry: Arc<RegistryHandle>,
+        host: Arc<HostSandbox>,
+        max_concurrent: usize,
+        socket_path: PathBuf,
+    ) -> Arc<Daemon> {
+        let invoker = Arc::new(Invoker::new(registry.clone(), host, max_concurrent));
         Arc::new(Daemon { registry, invoker, started: Instant::now(), socket_path })
     }
 

@@ -13,6 +13,8 @@ version = 1
 
 [defaults]
 timeout = "20s"
+# Test tools record pids and files in their temporary directory.
+write = ["/tmp"]
 
 [tools.echo]
 description = "print one argument between brackets"
@@ -21,7 +23,7 @@ command = ["/usr/bin/printf", "[%s]", "{{text}}"]
 
 [tools.echo.params.text]
 type = "string"
-pattern = "(?s).*"
+pattern = "[^\\x00]*"
 required = true
 
 [tools.exit-with]
@@ -89,7 +91,7 @@ type = "string"
 [tools.session]
 description = "print stdin's target and the shell's /proc stat line"
 reason = "tests"
-command = ["/bin/sh", "-c", "readlink /proc/self/fd/0; cat; cat /proc/$$/stat"]
+command = ["/bin/sh", "-c", "readlink /proc/$$/fd/0; cat; cat /proc/$$/stat"]
 
 [tools.missing]
 description = "a program that is not installed"

@@ -1,0 +1,127 @@
+//! Param patterns in the subset of regex syntax that the daemon's engine (Rust `regex`) and JSON
+//! Schema validators (ECMA-262 regexes) read the same way.
+//!
+//! The shorthand classes differ between engines (`\d` is Unicode in Rust, ASCII in ECMA; `\s`
+//! differs between ECMA implementations), so they are rewritten to explicit ASCII classes, and
+//! the rewritten text is what both the daemon and the published JSON Schema use. Syntax that only
+//! one side understands (inline flags, named groups, `\p{..}`, `\A`, `\b`, POSIX classes) is
+//! rejected with a message saying what to write instead.
+
+const DIGIT: &str = "0-9";
+const WORD: &str = "0-9A-Za-z_";
+const SPACE: &str = "\\t\\n\\x0B\\f\\r ";
+
+/// Rewrites `source` into its portable form, or says what is not supported.
+pub(crate) fn portable(source: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(source.len() + 16);
+    let mut chars = source.chars().peekable();
+    let mut in_class = false;
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                let Some(e) = chars.next() else {
+                    return Err("pattern ends with a lone backslash".into());
+                };
+                let class = match e {
+                    'd' | 'D' => Some(DIGIT),
+                    'w' | 'W' => Some(WORD),
+                    's' | 'S' => Some(SPACE),
+                    _ => None,
+                };
+                match (class, in_class, e.is_ascii_uppercase()) {
+                    (Some(set), false, false) => out.push_str(&format!("[{set}]")),
+                    (Some(set), false, true) => out.push_str(&format!("[^{set}]")),
+                    (Some(set), true, false) => out.push_str(set),
+                    (Some(_), true, true) => {
+                        return Err(format!("\\{e} inside [...] is not supported; write the negated class explicitly"));
+                    }
+                    (None, _, _) => match e {
+                        't' | 'n' | 'r' | 'f' | 'v' => out.extend(['\\', e]),
+                        'x' => {
+                            let hex: String = chars.by_ref().take(2).collect();
+                            if hex.len() != 2 || !hex.chars().all(|h| h.is_ascii_hexdigit()) {
+                                return Err("\\x needs exactly two hex digits, e.g. \\x41".into());
+                            }
+                            out.push_str("\\x");
+                            out.push_str(&hex);
+                        }
+                        p if p.is_ascii_punctuation() => out.extend(['\\', p]),
+                        other => {
+                            return Err(format!(
+                                "\\{other} is not supported; patterns use the syntax Rust and JSON Schema validators \
+                                 read alike (escapes: \\d \\w \\s \\D \\W \\S \\t \\n \\r \\f \\v \\xHH and escaped punctuation)"
+                            ));
+                        }
+                    },
+                }
+            }
+            '[' if !in_class => {
+                in_class = true;
+                out.push(c);
+                // A leading ^ or ] belongs to the class syntax, not to its end.
+                if chars.peek() == Some(&'^') {
+                    out.push('^');
+                    chars.next();
+                }
+                if chars.peek() == Some(&']') {
+                    return Err(
+                        "an empty class `[]` or `[^]` is read differently by different engines; escape the ]".into()
+                    );
+                }
+                if chars.peek() == Some(&'[') || chars.peek() == Some(&':') {
+                    return Err(
+                        "nested classes and POSIX classes like [[:alpha:]] are not supported; list the characters"
+                            .into(),
+                    );
+                }
+            }
+            '[' if in_class => {
+                return Err("`[` inside a class must be escaped as \\[".into());
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(c);
+            }
+            '(' if !in_class && chars.peek() == Some(&'?') => {
+                chars.next();
+                if chars.peek() == Some(&':') {
+                    chars.next();
+                    out.push_str("(?:");
+                } else {
+                    return Err("only non-capturing groups `(?:...)` are supported; inline flags, named groups and look-around are not".into());
+                }
+            }
+            // ECMA's `.` also stops at \r, U+2028 and U+2029; Rust's only at \n. Spell it out (the
+            // two separators as literal characters, which both engines read alike).
+            '.' if !in_class => out.push_str("[^\\n\\r\u{2028}\u{2029}]"),
+            _ => out.push(c),
+        }
+    }
+    if in_class {
+        return Err("unclosed character class `[`".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::portable;
+
+    #[test]
+    fn shorthand_classes_become_ascii() {
+        assert_eq!(portable(r"\d+").unwrap(), "[0-9]+");
+        assert_eq!(portable(r"[\w.-]+").unwrap(), "[0-9A-Za-z_.-]+");
+        assert_eq!(portable(r"\S+").unwrap(), r"[^\t\n\x0B\f\r ]+");
+        assert_eq!(portable(r"[^\n]+").unwrap(), r"[^\n]+");
+        assert_eq!(portable(r"a\.b\x41(?:c|d)").unwrap(), r"a\.b\x41(?:c|d)");
+        assert_eq!(portable("a.c").unwrap(), "a[^\\n\\r\u{2028}\u{2029}]c");
+        assert_eq!(portable("[.]").unwrap(), "[.]");
+    }
+
+    #[test]
+    fn engine_specific_syntax_is_refused() {
+        for bad in [r"(?i)abc", r"(?P<n>x)", r"\p{L}", r"\Aabc", r"\bword", r"[[:alpha:]]", r"[\D]", r"ab\", r"[ab"] {
+            assert!(portable(bad).is_err(), "{bad} should be refused");
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Landlock: the filesystem, TCP and scope rules of one invocation, built in the parent.
+//!
+//! The ruleset handles every access right the kernel's ABI knows, so anything not granted below
+//! is denied. Built with `HardRequirement`: if the kernel cannot enforce what is asked, building
+//! fails; nothing is ever silently unrestricted. The one rule that cannot be built in the parent
+//! is `/proc/self`, which must name the child itself: `child.rs` adds it after the fork.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope, path_beneath_rules,
+};
+
+use crate::policy::{Network, SandboxPolicy};
+
+/// System directories every tool may read and execute from: enough for ordinary dynamic
+/// binaries, nothing more. Missing ones are skipped.
+pub const DEFAULT_READ_EXEC: &[&str] = &["/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32"];
+
+/// Files and directories every tool may read: the loader cache, locale, time zone and
+/// certificate data, and the harmless device nodes. Missing ones are skipped.
+pub const DEFAULT_READ: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/locale.alias",
+    "/etc/localtime",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+    "/dev/zero",
+    "/dev/urandom",
+    "/dev/random",
+];
+
+/// Paths every tool may write: only the null device, a sink.
+pub const DEFAULT_WRITE_FILES: &[&str] = &["/dev/null"];
+
+/// The lowest ABI with TCP port rules.
+pub const ABI_NET: i32 = 4;
+/// The lowest ABI with scopes (abstract Unix sockets, signals).
+pub const ABI_SCOPES: i32 = 6;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LandlockError {
+    #[error("this kernel does not offer landlock; cordon refuses to run tools unsandboxed")]
+    Unsupported,
+    #[error(
+        "landlock ABI {abi} has no TCP port rules (needs {ABI_NET}); a tool with network access cannot be confined"
+    )]
+    NoNetworkRules { abi: i32 },
+    #[error("cannot build the landlock ruleset: {0}")]
+    Ruleset(String),
+}
+
+/// The landlock ABI the running kernel offers (0 when it offers none).
+pub fn probe_abi() -> i32 {
+    // SAFETY: with a NULL attribute, size 0 and the VERSION flag, landlock_create_ruleset(2)
+    // reads no memory and only returns the ABI version (or an error).
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32, // LANDLOCK_CREATE_RULESET_VERSION
+        )
+    };
+    i32::try_from(v).unwrap_or(0).max(0)
+}
+
+/// Access rights of a read-only grant.
+pub fn read_access() -> BitFlags<AccessFs> {
+    AccessFs::ReadFile | AccessFs::ReadDir
+}
+
+/// Builds the ruleset for one invocation and returns its descriptor, to be enforced in the child.
+pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError> {
+    if abi < 1 {
+        return Err(LandlockError::Unsupported);
+    }
+    let has_network = matches!(policy.network, Network::Tcp { .. });
+    if has_network && abi < ABI_NET {
+        return Err(LandlockError::NoNetworkRules { abi });
+    }
+    let err = |e: landlock::RulesetError| LandlockError::Ruleset(e.to_string());
+    let v = ABI::from(abi);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(v))
+        .map_err(err)?;
+    if abi >= ABI_NET {
+        // Handled even for tools without network: no rule then means no TCP bind or connect.
+        ruleset = ruleset.handle_access(AccessNet::from_all(v)).map_err(err)?;
+    }
+    if abi >= ABI_SCOPES {
+        ruleset = ruleset.scope(Scope::from_all(v)).map_err(err)?;
+    }
+    let read_exec = AccessFs::from_read(v);
+    let write = AccessFs::from_all(v) & !AccessFs::Execute;
+    let mut created = ruleset.create().map_err(err)?;
+    let grants: [(Vec<PathBuf>, BitFlags<AccessFs>); 6] = [
+        (existing(DEFAULT_READ_EXEC), read_exec),
+        (existing(DEFAULT_READ), read_access()),
+        (existing(DEFAULT_WRITE_FILES), read_access() | AccessFs::WriteFile),
+        (policy.read.clone(), read_access()),
+        (policy.exec.clone(), read_exec),
+        (policy.write.clone(), write | read_access()),
+    ];
+    for (paths, access) in grants {
+        if paths.is_empty() {
+            continue;
+        }
+        created = created.add_rules(path_beneath_rules(&paths, access)).map_err(err)?;
+    }
+    if let Network::Tcp { connect, bind } = &policy.network {
+        for port in connect {
+            created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp)).map_err(err)?;
+        }
+        for port in bind {
+            created = created.add_rule(NetPort::new(*port, AccessNet::BindTcp)).map_err(err)?;
+        }
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or_else(|| LandlockError::Ruleset("the kernel returned no ruleset".into()))
+}
+
+fn existing(paths: &[&str]) -> Vec<PathBuf> {
+    paths.iter().map(Path::new).filter(|p| p.exists()).map(Path::to_path_buf).collect()
+}
