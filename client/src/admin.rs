@@ -257,6 +257,126 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
     Ok(if ok { 0 } else { exit::FAILURE })
 }
 
+/// One finding of `cordon doctor`.
+#[derive(Debug, serde::Serialize)]
+struct Check {
+    name: &'static str,
+    /// "ok", "warn" or "fail".
+    level: &'static str,
+    found: String,
+    meaning: String,
+}
+
+pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
+    use cordon_daemon::sandbox::{cgroup, landlock, seccomp_supported};
+    let mut checks = Vec::new();
+    let mut check = |name, level, found: String, meaning: &str| {
+        checks.push(Check { name, level, found, meaning: meaning.to_string() });
+    };
+    let root = nix_is_root();
+    check(
+        "user",
+        "ok",
+        if root { "root".into() } else { "not root".into() },
+        if root {
+            "a daemon started by this user can run tools as their callers, honour run_as and create cgroups"
+        } else {
+            "a daemon started by this user runs every tool as this user, cannot honour run_as and has no cgroups (rlimits and process groups only)"
+        },
+    );
+    let abi = landlock::probe_abi();
+    let (level, meaning) = match abi {
+        0 => ("fail", "no landlock: cordond refuses to run any tool"),
+        1..=3 => ("warn", "filesystem rules only: tools with network access are unavailable (TCP rules need ABI 4)"),
+        4 | 5 => ("ok", "filesystem and TCP port rules; no signal or abstract-socket scoping (ABI 6)"),
+        _ => ("ok", "filesystem rules, TCP port rules, and scoping of signals and abstract Unix sockets"),
+    };
+    check("landlock", level, format!("ABI {abi}"), meaning);
+    let sec = seccomp_supported();
+    check(
+        "seccomp",
+        if sec { "ok" } else { "fail" },
+        if sec { "filters supported".into() } else { "not supported".into() },
+        if sec { "every tool gets the system-call allow-list" } else { "cordond refuses to start" },
+    );
+    let layout = cgroup::host_layout();
+    check(
+        "cgroups",
+        if layout == "none" { "warn" } else { "ok" },
+        layout.to_string(),
+        match layout {
+            "v2" => "memory and process limits per invocation, and cgroup.kill ends whole trees (as root)",
+            "hybrid" => {
+                "v1 memory and pids controllers for limits, the v2 hierarchy's cgroup.kill for teardown (as root)"
+            }
+            "v1" => "v1 limits; teardown kills the listed processes one by one (as root)",
+            _ => {
+                "no cgroups: limits are rlimits only, and a tool that leaves its process group survives the group kill"
+            }
+        },
+    );
+    match std::fs::symlink_metadata(socket) {
+        Ok(m) => {
+            use std::os::unix::fs::{FileTypeExt, MetadataExt};
+            let kind = if m.file_type().is_socket() { "socket" } else { "NOT a socket" };
+            check(
+                "socket",
+                if m.file_type().is_socket() { "ok" } else { "fail" },
+                format!(
+                    "{} ({kind}, mode {:o}, owner uid {} gid {})",
+                    socket.display(),
+                    m.mode() & 0o7777,
+                    m.uid(),
+                    m.gid()
+                ),
+                "who can connect is decided by this mode and owner",
+            );
+        }
+        Err(_) => check(
+            "socket",
+            "warn",
+            format!("{} does not exist", socket.display()),
+            "cordond is not running there; start it with `cordond --policies DIR`",
+        ),
+    }
+    match Client::connect(socket).await {
+        Ok(mut client) => match client.status().await {
+            Ok(s) => check(
+                "daemon",
+                if s.landlock_abi >= 1 && s.seccomp { "ok" } else { "fail" },
+                format!(
+                    "cordond {} pid {} ({}), generation {}, {} of {} tools available, landlock ABI {}, cgroups {}",
+                    s.version,
+                    s.daemon_pid,
+                    if s.daemon_is_root { "root" } else { "not root" },
+                    s.generation,
+                    s.tools_available,
+                    s.tools_total,
+                    s.landlock_abi,
+                    s.cgroup_mode
+                ),
+                &if s.cgroup_mechanisms.is_empty() { s.cgroup_note.clone() } else { s.cgroup_mechanisms.join("; ") },
+            ),
+            Err(e) => check("daemon", "warn", e.to_string(), "the daemon answered but not with a status"),
+        },
+        Err(e) => check("daemon", "warn", "not reachable".into(), &e.to_string()),
+    }
+    let failed = checks.iter().any(|c| c.level == "fail");
+    if as_json {
+        print_json(&json!({ "ok": !failed, "checks": checks }));
+    } else {
+        for c in &checks {
+            println!("{:<5} {:<9} {}", c.level, c.name, c.found);
+            println!("{:<15} {}", "", c.meaning);
+        }
+    }
+    Ok(if failed { exit::FAILURE } else { 0 })
+}
+
+fn nix_is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
 pub async fn cancel(socket: &Path, id: &str) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     if client.cancel(id).await? {
@@ -303,6 +423,18 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         "tools        {} total: {} available, {} unavailable, {} disabled",
         s.tools_total, s.tools_available, s.tools_unavailable, s.tools_disabled
     );
+    println!(
+        "sandbox      landlock ABI {}, seccomp {}, cgroups {}",
+        s.landlock_abi,
+        if s.seccomp { "on" } else { "off" },
+        s.cgroup_mode
+    );
+    for m in &s.cgroup_mechanisms {
+        println!("             {m}");
+    }
+    if !s.cgroup_note.is_empty() {
+        println!("             ({})", s.cgroup_note);
+    }
     println!("running      {} of at most {}", s.running_invocations, s.max_concurrent);
     for r in &s.running {
         println!("  {}  {}  uid {}  {}ms", r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms);

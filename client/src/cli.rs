@@ -49,6 +49,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check this host for what cordon's sandbox needs, and what each finding means for tools.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
     /// Cancel a running invocation (its whole process group is killed).
     Cancel {
         /// The invocation id (`cordon status` lists running ones).
@@ -100,6 +105,7 @@ pub fn run(cli: Cli) -> ExitCode {
         | Command::Status { json } => *json,
         Command::Policy { command: PolicyCommand::Check { json, .. } } => *json,
         Command::Cancel { .. } => false,
+        Command::Doctor { json } => *json,
     };
     match runtime.block_on(dispatch(cli.command, socket)) {
         Ok(code) => ExitCode::from(code),
@@ -121,6 +127,7 @@ async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
         Command::Run { tool, args, args_json, json } => admin::run(&socket, &tool, &args, args_json, json).await,
         Command::Policy { command: PolicyCommand::Check { paths, json } } => admin::policy_check(&paths, json),
         Command::Cancel { id } => admin::cancel(&socket, &id).await,
+        Command::Doctor { json } => admin::doctor(&socket, json).await,
         Command::Reload { json } => admin::reload(&socket, json).await,
         Command::Status { json } => admin::status(&socket, json).await,
     }

@@ -209,6 +209,7 @@ pub struct RunResult {
     pub stdout_total_bytes: u64,
     pub stderr_total_bytes: u64,
     pub duration_ms: u64,
+    pub sandbox: Option<SandboxFacts>,
     #[serde(skip)]
     pub stdout_bytes: Vec<u8>,
     #[serde(skip)]
@@ -231,10 +232,27 @@ impl RunResult {
             stdout_total_bytes: f.stdout_total_bytes,
             stderr_total_bytes: f.stderr_total_bytes,
             duration_ms: f.duration_ms,
+            sandbox: f.sandbox.map(|s| SandboxFacts {
+                landlock_abi: s.landlock_abi,
+                seccomp: s.seccomp,
+                cgroup: s.cgroup,
+                uid: s.uid,
+                gid: s.gid,
+            }),
             stdout_bytes: f.stdout,
             stderr_bytes: f.stderr,
         }
     }
+}
+
+/// The sandbox one invocation ran in.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxFacts {
+    pub landlock_abi: i32,
+    pub seccomp: bool,
+    pub cgroup: bool,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -300,7 +318,14 @@ pub struct StatusInfo {
     pub socket_path: PathBuf,
     pub daemon_pid: u32,
     pub daemon_uid: u32,
+    pub daemon_is_root: bool,
     pub running: Vec<RunningInfo>,
+    pub landlock_abi: i32,
+    pub seccomp: bool,
+    pub cgroup_mode: String,
+    pub cgroup_mechanisms: Vec<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cgroup_note: String,
 }
 
 impl From<v1::StatusResponse> for StatusInfo {
@@ -319,6 +344,12 @@ impl From<v1::StatusResponse> for StatusInfo {
             socket_path: s.socket_path.into(),
             daemon_pid: s.daemon_pid,
             daemon_uid: s.daemon_uid,
+            daemon_is_root: s.daemon_is_root,
+            landlock_abi: s.landlock_abi,
+            seccomp: s.seccomp,
+            cgroup_mode: s.cgroup_mode,
+            cgroup_mechanisms: s.cgroup_mechanisms,
+            cgroup_note: s.cgroup_note,
             running: s
                 .running
                 .into_iter()

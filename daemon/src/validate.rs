@@ -261,11 +261,12 @@ pub fn check_value(p: &Param, v: &Value, base: Option<&Path>) -> Result<ArgValue
                 }
             })?;
             let (lo, hi) = (min.unwrap_or(-MAX_SAFE_INTEGER), max.unwrap_or(MAX_SAFE_INTEGER));
+            let shown_int = if p.secret { "the value".to_string() } else { n.to_string() };
             if n < lo {
-                return Err(value_err(format!("{shown_num} is below the minimum {lo}")));
+                return Err(value_err(format!("{shown_int} is below the minimum {lo}")));
             }
             if n > hi {
-                return Err(value_err(format!("{shown_num} is above the maximum {hi}")));
+                return Err(value_err(format!("{shown_int} is above the maximum {hi}")));
             }
             Ok(ArgValue::Integer(n))
         }

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use crate::policy::Limits;
 
 const ROOT: &str = "/sys/fs/cgroup";
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 
 /// Which cgroup mechanisms cordond can use on this host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -280,8 +279,22 @@ impl Cgroups {
     }
 }
 
+/// The host's cgroup layout, read without changing anything: "v2", "hybrid", "v1" or "none".
+pub fn host_layout() -> &'static str {
+    let root = Path::new(ROOT);
+    if is_cgroup2(root) {
+        "v2"
+    } else if is_cgroup2(&root.join("unified")) {
+        "hybrid"
+    } else if root.join("memory").join("cgroup.procs").exists() || root.join("pids").join("cgroup.procs").exists() {
+        "v1"
+    } else {
+        "none"
+    }
+}
+
 fn is_cgroup2(path: &Path) -> bool {
-    nix::sys::statfs::statfs(path).is_ok_and(|s| s.filesystem_type().0 as i64 == CGROUP2_SUPER_MAGIC)
+    nix::sys::statfs::statfs(path).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
 }
 
 /// The hidden `cordond __cgroup-reaper ROOT...` mode: wait until the daemon's end of our stdin

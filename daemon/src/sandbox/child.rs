@@ -170,11 +170,8 @@ pub fn setup(s: &ChildSetup) -> io::Result<()> {
         return Err(fail(Step::NoNewPrivs));
     }
     restrict_landlock(s, &fail)?;
-    // The allow-list first, the ENOSYS overrides last (the last-installed errno wins).
-    for program in [&s.seccomp.allow_list, &s.seccomp.overrides] {
-        if seccompiler::apply_filter(program).is_err() {
-            return Err(fail(Step::Seccomp));
-        }
+    if seccompiler::apply_filter(&s.seccomp.program).is_err() {
+        return Err(fail(Step::Seccomp));
     }
     Ok(())
 }

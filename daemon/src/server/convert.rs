@@ -90,6 +90,13 @@ pub(crate) fn finished(id: &str, o: Outcome) -> v1::Finished {
         stdout: o.stdout.bytes,
         stderr: o.stderr.bytes,
         duration_ms: u64::try_from(o.duration.as_millis()).unwrap_or(u64::MAX),
+        sandbox: Some(v1::SandboxFacts {
+            landlock_abi: o.facts.landlock_abi,
+            seccomp: o.facts.seccomp,
+            cgroup: o.facts.cgroup,
+            uid: o.facts.uid,
+            gid: o.facts.gid,
+        }),
     }
 }
 

@@ -164,6 +164,12 @@ impl v1::cordon_server::Cordon for CordonService {
             daemon_pid: std::process::id(),
             daemon_uid: nix::unistd::geteuid().as_raw(),
             running: running.iter().map(convert::running).collect(),
+            landlock_abi: d.invoker.host().landlock_abi,
+            seccomp: d.invoker.host().seccomp,
+            cgroup_mode: d.invoker.host().cgroups.mode.to_string(),
+            cgroup_mechanisms: d.invoker.host().cgroups.mechanisms(),
+            cgroup_note: d.invoker.host().cgroups.reason.clone().unwrap_or_default(),
+            daemon_is_root: d.invoker.host().is_root,
         }))
     }
 }

@@ -2,5 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod e2e;
+mod examples;
 mod policy;
+mod sandbox;
 mod validate;

@@ -1,0 +1,795 @@
+//! `cordon-attack ATTACK [ARGS...]`: performs exactly one attack on the sandbox it runs in and
+//! prints one JSON line, `{"attack": NAME, "ok": BOOL, "errno": N|null, ...}`: `ok` says whether
+//! the operation succeeded, `errno` is the error of the failing system call. The sandbox suite
+//! (`tests/tests/suite/sandbox.rs`) runs it as a tool through the real daemon.
+//!
+//! Raw system calls are used wherever libc or std could hide the errno or fall back silently.
+//! SIGXFSZ is ignored so that a write past RLIMIT_FSIZE fails with EFBIG instead of killing us.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::ffi::{CString, c_void};
+use std::io;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+fn main() {
+    // SAFETY: installing SIG_IGN for SIGXFSZ touches no memory of ours.
+    unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(name) = args.first() else {
+        eprintln!("usage: cordon-attack ATTACK [ARGS...]");
+        std::process::exit(2);
+    };
+    let rest: Vec<&str> = args[1..].iter().map(String::as_str).collect();
+    let extra = match run(name, &rest) {
+        Ok(extra) => extra,
+        Err(usage) => {
+            eprintln!("cordon-attack {name}: {usage}");
+            std::process::exit(2);
+        }
+    };
+    emit(name, extra);
+}
+
+/// Prints the one result line.
+fn emit(name: &str, extra: Map<String, Value>) {
+    let mut out = Map::new();
+    out.insert("attack".into(), json!(name));
+    out.insert("ok".into(), json!(false));
+    out.insert("errno".into(), Value::Null);
+    out.extend(extra);
+    println!("{}", Value::Object(out));
+}
+
+/// The result of one system call: its return value, or its errno.
+type Sys = Result<i64, i32>;
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn sys(ret: i64) -> Sys {
+    if ret < 0 { Err(errno()) } else { Ok(ret) }
+}
+
+/// `{"ok": .., "errno": ..}` of one system call's result.
+fn outcome(r: Sys) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("ok".into(), json!(r.is_ok()));
+    m.insert("errno".into(), r.err().map_or(Value::Null, |e| json!(e)));
+    m
+}
+
+fn with(mut m: Map<String, Value>, key: &str, value: Value) -> Map<String, Value> {
+    m.insert(key.into(), value);
+    m
+}
+
+fn cstr(s: &str) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("{s:?} contains NUL"))
+}
+
+fn arg<'a>(args: &[&'a str], i: usize, what: &str) -> Result<&'a str, String> {
+    args.get(i).copied().ok_or_else(|| format!("missing argument {}: {what}", i + 1))
+}
+
+fn num<T: std::str::FromStr>(args: &[&str], i: usize, what: &str) -> Result<T, String> {
+    arg(args, i, what)?.parse().map_err(|_| format!("argument {} ({what}) is not a number", i + 1))
+}
+
+fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
+    Ok(match name {
+        "write" => outcome(write_file(&cstr(arg(args, 0, "path")?)?)),
+        "read" => read_file(&cstr(arg(args, 0, "path")?)?),
+        "symlink-write" => symlink_write(arg(args, 0, "link")?, arg(args, 1, "target")?)?,
+        "link" => link_or_rename(arg(args, 0, "source")?, arg(args, 1, "destination")?, false)?,
+        "rename" => link_or_rename(arg(args, 0, "source")?, arg(args, 1, "destination")?, true)?,
+        "exec" => exec(arg(args, 0, "program")?, &args[1..])?,
+        "memfd-exec" => memfd_exec(&args[0..])?,
+        "tcp-connect" => tcp_connect(num(args, 0, "port")?),
+        "tcp-bind" => tcp_bind(num(args, 0, "port")?),
+        "tcp-fastopen" => tcp_fastopen(num(args, 0, "port")?),
+        "tcp-listen" => tcp_listen(),
+        "udp-send" => udp_send(num(args, 0, "port")?),
+        "socket" => socket(arg(args, 0, "kind")?)?,
+        "unix-connect" => unix_connect(arg(args, 0, "path")?)?,
+        "ptrace" => ptrace_attach(num(args, 0, "pid")?),
+        "vm-read" => vm_read(num(args, 0, "pid")?),
+        "prlimit" => prlimit_nofile(num(args, 0, "pid")?, num(args, 1, "limit")?),
+        "renice" => renice(num(args, 0, "pid")?),
+        "kill" => outcome(
+            // SAFETY: kill(2) with signal 0 only checks permission; no memory is passed.
+            sys(i64::from(unsafe { libc::kill(num(args, 0, "pid")?, 0) })),
+        ),
+        "io-uring" => io_uring(),
+        "unshare-user" => outcome(
+            // SAFETY: unshare(2) takes flags only.
+            sys(i64::from(unsafe { libc::unshare(libc::CLONE_NEWUSER) })),
+        ),
+        "clone-newuser" => clone_newuser(),
+        "clone3" => clone3_then_fork(),
+        "x32" => {
+            // SAFETY: the x32 number of getpid(2) takes no arguments.
+            outcome(sys(unsafe { libc::syscall(0x4000_0000 | libc::SYS_getpid) }))
+        }
+        "ia32" => ia32_getpid(),
+        "ids" => ids(),
+        "status" => proc_status(),
+        "fds" => fds()?,
+        "environ" => environ(num(args, 0, "pid")?)?,
+        "env" => env(),
+        "fork-bomb" => fork_bomb(&cstr(arg(args, 0, "marker file")?)?, num(args, 1, "hold ms")?),
+        "balloon" => balloon(num(args, 0, "total MiB")?, num(args, 1, "chunk MiB")?),
+        "file-size" => file_size(&cstr(arg(args, 0, "path")?)?, num(args, 1, "bytes")?),
+        "stubborn" => stubborn(&cstr(arg(args, 0, "pid file")?)?),
+        "sleep-pid" => sleep_pid(&cstr(arg(args, 0, "pid file")?)?, arg(args, 1, "stop file")?),
+        other => return Err(format!("unknown attack {other:?}")),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+fn open(path: &CString, flags: i32) -> Sys {
+    // SAFETY: `path` is a valid C string; the mode is read only with O_CREAT.
+    sys(i64::from(unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, 0o644) }))
+}
+
+fn close(fd: i64) {
+    // SAFETY: closes a descriptor this program opened and no longer uses.
+    unsafe { libc::close(fd as i32) };
+}
+
+fn write_all(fd: i64, data: &[u8]) -> Sys {
+    // SAFETY: writes from a live slice of the given length.
+    sys(unsafe { libc::write(fd as i32, data.as_ptr().cast(), data.len()) } as i64)
+}
+
+/// Creates (or truncates) `path` and writes a line to it.
+fn write_file(path: &CString) -> Sys {
+    let fd = open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC)?;
+    let r = write_all(fd, b"written by cordon-attack\n");
+    close(fd);
+    r
+}
+
+fn read_file(path: &CString) -> Map<String, Value> {
+    let r = open(path, libc::O_RDONLY).and_then(|fd| {
+        let mut buf = [0u8; 4096];
+        // SAFETY: reads into a live stack buffer of the given length.
+        let n = sys(unsafe { libc::read(fd as i32, buf.as_mut_ptr().cast(), buf.len()) } as i64);
+        close(fd);
+        n
+    });
+    let bytes = r.ok();
+    with(outcome(r), "bytes", json!(bytes))
+}
+
+/// Plants `link -> target` and writes through it.
+fn symlink_write(link: &str, target: &str) -> Result<Map<String, Value>, String> {
+    let (l, t) = (cstr(link)?, cstr(target)?);
+    // SAFETY: two valid C strings.
+    let planted = sys(i64::from(unsafe { libc::symlink(t.as_ptr(), l.as_ptr()) }));
+    let m = outcome(write_file(&l));
+    Ok(with(m, "planted", json!(planted.is_ok())))
+}
+
+/// Creates `source` (in a writable directory), then hard-links or renames it to `destination`.
+fn link_or_rename(source: &str, destination: &str, rename: bool) -> Result<Map<String, Value>, String> {
+    let (s, d) = (cstr(source)?, cstr(destination)?);
+    let created = write_file(&s);
+    let r = if rename {
+        // SAFETY: two valid C strings.
+        sys(i64::from(unsafe { libc::rename(s.as_ptr(), d.as_ptr()) }))
+    } else {
+        // SAFETY: two valid C strings.
+        sys(i64::from(unsafe { libc::link(s.as_ptr(), d.as_ptr()) }))
+    };
+    Ok(with(outcome(r), "created", json!(created.is_ok())))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exec
+
+/// Replaces this process with `program ARGS...`; prints only if execve fails.
+fn exec(program: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
+    let prog = cstr(program)?;
+    let mut argv = vec![prog.clone()];
+    for a in args {
+        argv.push(cstr(a)?);
+    }
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: a NULL-terminated array of valid C strings that outlive the call; the environment
+    // is ours (`environ`).
+    let r = sys(i64::from(unsafe { libc::execv(prog.as_ptr(), ptrs.as_ptr()) }));
+    Ok(outcome(r))
+}
+
+/// Copies our own executable into a memfd and executes that (`execveat(fd, "", AT_EMPTY_PATH)`).
+fn memfd_exec(args: &[&str]) -> Result<Map<String, Value>, String> {
+    let image = std::fs::read("/proc/self/exe").map_err(|e| format!("cannot read /proc/self/exe: {e}"))?;
+    // SAFETY: a static C string and flags.
+    let fd = match sys(unsafe { libc::syscall(libc::SYS_memfd_create, c"payload".as_ptr(), 0u32) }) {
+        Ok(fd) => fd,
+        Err(e) => return Ok(with(outcome(Err(e)), "step", json!("memfd_create"))),
+    };
+    let mut off = 0;
+    while off < image.len() {
+        match write_all(fd, &image[off..]) {
+            Ok(n) => off += n as usize,
+            Err(e) => return Ok(with(outcome(Err(e)), "step", json!("write"))),
+        }
+    }
+    let mut argv = vec![c"payload".to_owned()];
+    for a in args {
+        argv.push(cstr(a)?);
+    }
+    let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let envp = [std::ptr::null::<libc::c_char>()];
+    // SAFETY: an open descriptor, an empty C string, NULL-terminated arrays that outlive the call.
+    let r = sys(unsafe {
+        libc::syscall(libc::SYS_execveat, fd, c"".as_ptr(), ptrs.as_ptr(), envp.as_ptr(), libc::AT_EMPTY_PATH)
+    });
+    Ok(with(outcome(r), "step", json!("execveat")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Network
+
+fn sockaddr_in(port: u16) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be() },
+        sin_zero: [0; 8],
+    }
+}
+
+fn new_socket(domain: i32, ty: i32, protocol: i32) -> Sys {
+    // SAFETY: socket(2) takes integers only.
+    sys(i64::from(unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, protocol) }))
+}
+
+/// `{"step": "socket"|"connect"|..., "ok", "errno"}` of a sequence of socket calls.
+fn stepped(step: &str, r: Sys) -> Map<String, Value> {
+    with(outcome(r), "step", json!(step))
+}
+
+fn tcp_connect(port: u16) -> Map<String, Value> {
+    let fd = match new_socket(libc::AF_INET, libc::SOCK_STREAM, 0) {
+        Ok(fd) => fd,
+        Err(e) => return stepped("socket", Err(e)),
+    };
+    let addr = sockaddr_in(port);
+    // SAFETY: a live sockaddr_in and its size.
+    let r = sys(i64::from(unsafe {
+        libc::connect(fd as i32, (&raw const addr).cast(), size_of::<libc::sockaddr_in>() as libc::socklen_t)
+    }));
+    close(fd);
+    stepped("connect", r)
+}
+
+fn tcp_bind(port: u16) -> Map<String, Value> {
+    let fd = match new_socket(libc::AF_INET, libc::SOCK_STREAM, 0) {
+        Ok(fd) => fd,
+        Err(e) => return stepped("socket", Err(e)),
+    };
+    let addr = sockaddr_in(port);
+    // SAFETY: a live sockaddr_in and its size.
+    let r = sys(i64::from(unsafe {
+        libc::bind(fd as i32, (&raw const addr).cast(), size_of::<libc::sockaddr_in>() as libc::socklen_t)
+    }));
+    close(fd);
+    stepped("bind", r)
+}
+
+/// listen(2) on a socket that was never bound: the kernel binds an ephemeral port itself.
+fn tcp_listen() -> Map<String, Value> {
+    let fd = match new_socket(libc::AF_INET, libc::SOCK_STREAM, 0) {
+        Ok(fd) => fd,
+        Err(e) => return stepped("socket", Err(e)),
+    };
+    // SAFETY: integer arguments only.
+    let r = sys(i64::from(unsafe { libc::listen(fd as i32, 1) }));
+    // SAFETY: sockaddr_in is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a live sockaddr_in and its length.
+    unsafe { libc::getsockname(fd as i32, (&raw mut addr).cast(), &mut len) };
+    close(fd);
+    with(stepped("listen", r), "port", json!(u16::from_be(addr.sin_port)))
+}
+
+/// TCP Fast Open: sendto(MSG_FASTOPEN) connects without calling connect(2).
+fn tcp_fastopen(port: u16) -> Map<String, Value> {
+    let fd = match new_socket(libc::AF_INET, libc::SOCK_STREAM, 0) {
+        Ok(fd) => fd,
+        Err(e) => return stepped("socket", Err(e)),
+    };
+    let addr = sockaddr_in(port);
+    let msg = b"cordon-attack fastopen";
+    // SAFETY: a live buffer, a live sockaddr_in and their sizes.
+    let r = sys(unsafe {
+        libc::sendto(
+            fd as i32,
+            msg.as_ptr().cast(),
+            msg.len(),
+            libc::MSG_FASTOPEN,
+            (&raw const addr).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    } as i64);
+    close(fd);
+    stepped("sendto", r)
+}
+
+fn udp_send(port: u16) -> Map<String, Value> {
+    let fd = match new_socket(libc::AF_INET, libc::SOCK_DGRAM, 0) {
+        Ok(fd) => fd,
+        Err(e) => return stepped("socket", Err(e)),
+    };
+    let addr = sockaddr_in(port);
+    let msg = b"cordon-attack";
+    // SAFETY: a live buffer, a live sockaddr_in and their sizes.
+    let r = sys(unsafe {
+        libc::sendto(
+            fd as i32,
+            msg.as_ptr().cast(),
+            msg.len(),
+            0,
+            (&raw const addr).cast(),
+            size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    } as i64);
+    close(fd);
+    stepped("sendto", r)
+}
+
+/// Creates one socket of a kind landlock cannot govern (or TCP, as a control).
+fn socket(kind: &str) -> Result<Map<String, Value>, String> {
+    const IPPROTO_MPTCP: i32 = 262;
+    const ETH_P_ALL: u16 = 0x0003;
+    let (domain, ty, protocol) = match kind {
+        "tcp" => (libc::AF_INET, libc::SOCK_STREAM, 0),
+        "tcp6" => (libc::AF_INET6, libc::SOCK_STREAM, libc::IPPROTO_TCP),
+        "udp" => (libc::AF_INET, libc::SOCK_DGRAM, 0),
+        "udp6" => (libc::AF_INET6, libc::SOCK_DGRAM, 0),
+        "ping" => (libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_ICMP),
+        "raw" => (libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
+        "packet" => (libc::AF_PACKET, libc::SOCK_RAW, i32::from(ETH_P_ALL.to_be())),
+        "netlink" => (libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE),
+        "vsock" => (libc::AF_VSOCK, libc::SOCK_STREAM, 0),
+        "mptcp" => (libc::AF_INET, libc::SOCK_STREAM, IPPROTO_MPTCP),
+        "sctp" => (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_SCTP),
+        "unix" => (libc::AF_UNIX, libc::SOCK_STREAM, 0),
+        other => return Err(format!("unknown socket kind {other:?}")),
+    };
+    let r = new_socket(domain, ty, protocol);
+    if let Ok(fd) = r {
+        close(fd);
+    }
+    Ok(with(outcome(r), "kind", json!(kind)))
+}
+
+fn unix_connect(path: &str) -> Result<Map<String, Value>, String> {
+    let fd = match new_socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) {
+        Ok(fd) => fd,
+        Err(e) => return Ok(stepped("socket", Err(e))),
+    };
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    if path.len() >= addr.sun_path.len() {
+        return Err(format!("socket path too long: {path}"));
+    }
+    // "@name" is the abstract socket "\0name" (its address length counts exactly its bytes).
+    let (bytes, len) = match path.strip_prefix('@') {
+        Some(name) => {
+            let mut b = vec![0u8];
+            b.extend_from_slice(name.as_bytes());
+            let len = b.len();
+            (b, std::mem::offset_of!(libc::sockaddr_un, sun_path) + len)
+        }
+        None => (path.as_bytes().to_vec(), size_of::<libc::sockaddr_un>()),
+    };
+    for (dst, src) in addr.sun_path.iter_mut().zip(bytes) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: a live sockaddr_un and a length within it.
+    let r = sys(i64::from(unsafe { libc::connect(fd as i32, (&raw const addr).cast(), len as libc::socklen_t) }));
+    close(fd);
+    Ok(stepped("connect", r))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Other processes
+
+fn ptrace_attach(pid: i32) -> Map<String, Value> {
+    // SAFETY: PTRACE_ATTACH takes a pid; addr and data are ignored.
+    let r = sys(unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0usize, 0usize) });
+    if r.is_ok() {
+        // SAFETY: as above; detach what we attached.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0usize, 0usize) };
+    }
+    outcome(r)
+}
+
+fn vm_read(pid: i32) -> Map<String, Value> {
+    let mut buf = [0u8; 64];
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // Any address will do: the call must be refused before the remote address matters.
+    let remote = libc::iovec { iov_base: 0x40_0000 as *mut c_void, iov_len: buf.len() };
+    // SAFETY: the local iovec points to a live buffer; the remote one is only read by the kernel.
+    let r = sys(unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) } as i64);
+    outcome(r)
+}
+
+/// Lowers another process's RLIMIT_NOFILE (soft and hard) to `limit`.
+fn prlimit_nofile(pid: i32, limit: u64) -> Map<String, Value> {
+    let new = libc::rlimit64 { rlim_cur: limit, rlim_max: limit };
+    let mut old = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: live rlimit structures.
+    let r = sys(i64::from(unsafe { libc::prlimit64(pid, libc::RLIMIT_NOFILE, &new, &mut old) }));
+    with(outcome(r), "old", json!([old.rlim_cur, old.rlim_max]))
+}
+
+/// Lowers another process's priority: nice 19, then SCHED_IDLE.
+fn renice(pid: i32) -> Map<String, Value> {
+    // SAFETY: integer arguments only.
+    let nice = sys(i64::from(unsafe { libc::setpriority(libc::PRIO_PROCESS, pid as libc::id_t, 19) }));
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a live sched_param.
+    let idle = sys(i64::from(unsafe { libc::sched_setscheduler(pid, libc::SCHED_IDLE, &param) }));
+    let mut m = outcome(nice.and(idle));
+    m.insert("setpriority_errno".into(), json!(nice.err()));
+    m.insert("sched_setscheduler_errno".into(), json!(idle.err()));
+    m
+}
+
+fn environ(pid: i32) -> Result<Map<String, Value>, String> {
+    Ok(read_file(&cstr(&format!("/proc/{pid}/environ"))?))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel interfaces that bypass filters or add privileges
+
+fn io_uring() -> Map<String, Value> {
+    // struct io_uring_params is 120 bytes.
+    let mut params = [0u8; 120];
+    // SAFETY: a live, zeroed buffer of the size of struct io_uring_params.
+    let r = sys(unsafe { libc::syscall(libc::SYS_io_uring_setup, 8u32, params.as_mut_ptr()) });
+    if let Ok(fd) = r {
+        close(fd);
+    }
+    outcome(r)
+}
+
+/// Waits for `pid` and returns its exit code (or 128 + signal).
+fn wait_exit(pid: i32) -> i32 {
+    let mut status = 0;
+    // SAFETY: waits for our own child into a live integer.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) }
+}
+
+fn clone_newuser() -> Map<String, Value> {
+    // SAFETY: a raw clone without CLONE_VM behaves like fork: the child gets a copy of memory and
+    // only calls _exit.
+    let r = sys(unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    });
+    match r {
+        Ok(0) => {
+            // SAFETY: the child leaves at once.
+            unsafe { libc::_exit(0) }
+        }
+        Ok(pid) => {
+            wait_exit(pid as i32);
+        }
+        Err(_) => {}
+    }
+    outcome(r)
+}
+
+/// clone3 (must be ENOSYS), then fork and a thread (must still work through the fallback).
+fn clone3_then_fork() -> Map<String, Value> {
+    // struct clone_args (v2, 88 bytes): flags, pidfd, child_tid, parent_tid, exit_signal, ...
+    let mut args = [0u64; 11];
+    args[4] = libc::SIGCHLD as u64;
+    // SAFETY: a live clone_args and its size; without CLONE_VM the child is a copy that only
+    // calls _exit.
+    let r = sys(unsafe { libc::syscall(libc::SYS_clone3, args.as_mut_ptr(), size_of_val(&args)) });
+    match r {
+        Ok(0) => {
+            // SAFETY: the child leaves at once.
+            unsafe { libc::_exit(0) }
+        }
+        Ok(pid) => {
+            wait_exit(pid as i32);
+        }
+        Err(_) => {}
+    }
+    // SAFETY: fork in a single-threaded program; the child only calls _exit.
+    let fork = match unsafe { libc::fork() } {
+        0 => {
+            // SAFETY: the child leaves at once.
+            unsafe { libc::_exit(7) }
+        }
+        pid if pid > 0 => Ok(wait_exit(pid)),
+        _ => Err(errno()),
+    };
+    let thread = std::thread::Builder::new().spawn(|| 6 * 7).map(|h| h.join().ok());
+    let mut m = outcome(r);
+    m.insert("fork_errno".into(), json!(fork.err()));
+    m.insert("fork_child_exit".into(), json!(fork.ok()));
+    m.insert("thread_result".into(), json!(thread.ok().flatten()));
+    m
+}
+
+/// i386 getpid through `int 0x80`: a foreign architecture for the filter.
+fn ia32_getpid() -> Map<String, Value> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let ret: i64;
+        // SAFETY: `int 0x80` with eax = 20 is getpid(2) of the i386 ABI: no arguments, no memory.
+        // The compat entry may clear r8-r11, so they are marked clobbered.
+        unsafe {
+            std::arch::asm!(
+                "int 0x80",
+                inlateout("rax") 20i64 => ret,
+                out("r8") _, out("r9") _, out("r10") _, out("r11") _,
+                options(nostack),
+            );
+        }
+        let r = if ret < 0 { Err(-ret as i32) } else { Ok(ret) };
+        with(outcome(r), "ret", json!(ret))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        with(outcome(Err(libc::ENOSYS)), "skipped", json!("not x86_64"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the process is
+
+fn ids() -> Map<String, Value> {
+    let (mut ruid, mut euid, mut suid) = (0, 0, 0);
+    let (mut rgid, mut egid, mut sgid) = (0, 0, 0);
+    // SAFETY: six live integers.
+    unsafe {
+        libc::getresuid(&mut ruid, &mut euid, &mut suid);
+        libc::getresgid(&mut rgid, &mut egid, &mut sgid);
+    }
+    let mut m = outcome(Ok(0));
+    m.insert("uid".into(), json!(ruid));
+    m.insert("euid".into(), json!(euid));
+    m.insert("suid".into(), json!(suid));
+    m.insert("gid".into(), json!(rgid));
+    m.insert("egid".into(), json!(egid));
+    m.insert("sgid".into(), json!(sgid));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    for key in ["NoNewPrivs", "CapEff", "CapPrm"] {
+        m.insert(key.into(), json!(status_field(&status, key)));
+    }
+    m
+}
+
+fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
+}
+
+fn proc_status() -> Map<String, Value> {
+    match std::fs::read_to_string("/proc/self/status") {
+        Ok(status) => {
+            let mut m = outcome(Ok(0));
+            for key in
+                ["Uid", "Gid", "Groups", "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"]
+            {
+                m.insert(key.into(), json!(status_field(&status, key)));
+            }
+            m
+        }
+        Err(e) => outcome(Err(e.raw_os_error().unwrap_or(0))),
+    }
+}
+
+/// Open descriptors, from /proc/self/fd, without the one used to list them.
+fn fds() -> Result<Map<String, Value>, String> {
+    let path = cstr("/proc/self/fd")?;
+    // SAFETY: a valid C string.
+    let dir = unsafe { libc::opendir(path.as_ptr()) };
+    if dir.is_null() {
+        return Ok(outcome(Err(errno())));
+    }
+    // SAFETY: `dir` is an open directory stream.
+    let own = unsafe { libc::dirfd(dir) };
+    let mut fds = Vec::new();
+    let mut targets = Map::new();
+    loop {
+        // SAFETY: `dir` is open; the entry stays valid until the next readdir.
+        let entry = unsafe { libc::readdir(dir) };
+        if entry.is_null() {
+            break;
+        }
+        // SAFETY: d_name of a live entry is a NUL-terminated string.
+        let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) }.to_string_lossy().into_owned();
+        let Ok(fd) = name.parse::<i32>() else { continue };
+        if fd == own {
+            continue;
+        }
+        fds.push(fd);
+        let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).map(|t| t.display().to_string());
+        targets.insert(fd.to_string(), json!(target.ok()));
+    }
+    // SAFETY: closes the stream opened above.
+    unsafe { libc::closedir(dir) };
+    fds.sort_unstable();
+    let mut m = outcome(Ok(0));
+    m.insert("fds".into(), json!(fds));
+    m.insert("targets".into(), Value::Object(targets));
+    Ok(m)
+}
+
+fn env() -> Map<String, Value> {
+    let mut keys: Vec<String> = std::env::vars_os().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+    keys.sort();
+    let vars: Map<String, Value> =
+        std::env::vars_os().map(|(k, v)| (k.to_string_lossy().into_owned(), json!(v.to_string_lossy()))).collect();
+    with(with(outcome(Ok(0)), "keys", json!(keys)), "vars", Value::Object(vars))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resources
+
+/// Forks until the kernel refuses; children wait to be killed. Then writes `marker`, prints, and
+/// holds the whole tree for `hold_ms` before exiting.
+fn fork_bomb(marker: &CString, hold_ms: u64) -> ! {
+    let mut forked = 0u32;
+    let mut failure = None;
+    while forked < 100_000 {
+        // SAFETY: fork in a single-threaded program; the child only calls pause and _exit.
+        match unsafe { libc::fork() } {
+            0 => loop {
+                // SAFETY: waits for a signal; async-signal-safe.
+                unsafe { libc::pause() };
+            },
+            pid if pid > 0 => forked += 1,
+            _ => {
+                failure = Some(errno());
+                break;
+            }
+        }
+    }
+    let _ = write_file(marker);
+    let mut m = outcome(failure.map_or(Ok(0), Err));
+    m.insert("forked".into(), json!(forked));
+    emit("fork-bomb", m);
+    std::thread::sleep(Duration::from_millis(hold_ms));
+    std::process::exit(0)
+}
+
+/// Maps and touches `total` MiB in `chunk` MiB steps, reporting progress on stderr.
+fn balloon(total_mib: usize, chunk_mib: usize) -> Map<String, Value> {
+    let chunk = chunk_mib.max(1) << 20;
+    let mut touched = 0usize;
+    while touched < total_mib << 20 {
+        // SAFETY: an anonymous private mapping; no file, no fixed address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                chunk,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let m = outcome(Err(errno()));
+            return with(m, "touched_mib", json!(touched >> 20));
+        }
+        let base = p.cast::<u8>();
+        for off in (0..chunk).step_by(4096) {
+            // SAFETY: `off` is within the mapping just created.
+            unsafe { base.add(off).write_volatile(1) };
+        }
+        touched += chunk;
+        eprintln!("touched {} MiB", touched >> 20);
+    }
+    with(outcome(Ok(0)), "touched_mib", json!(touched >> 20))
+}
+
+/// Writes `bytes` to `path` in 64 KiB blocks; stops at the first error.
+fn file_size(path: &CString, bytes: u64) -> Map<String, Value> {
+    let fd = match open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC) {
+        Ok(fd) => fd,
+        Err(e) => return with(outcome(Err(e)), "step", json!("open")),
+    };
+    let block = [b'x'; 64 * 1024];
+    let mut written = 0u64;
+    let mut r = Ok(0);
+    while written < bytes {
+        let n = (bytes - written).min(block.len() as u64) as usize;
+        match write_all(fd, &block[..n]) {
+            Ok(k) => written += k as u64,
+            Err(e) => {
+                r = Err(e);
+                break;
+            }
+        }
+    }
+    close(fd);
+    with(with(outcome(r), "written", json!(written)), "step", json!("write"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Escaping supervision
+
+fn append_pid(file: &CString, pid: i32) {
+    // SAFETY: a valid C string.
+    let fd = unsafe { libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND, 0o644) };
+    if fd >= 0 {
+        let line = format!("{pid}\n");
+        let _ = write_all(i64::from(fd), line.as_bytes());
+        close(i64::from(fd));
+    }
+}
+
+/// Ignores SIGTERM, then double-forks a grandchild in a new session that ignores SIGTERM too.
+/// Records the pids (leader, middle, grandchild) in `pidfile`, prints, and never exits.
+fn stubborn(pidfile: &CString) -> ! {
+    // SAFETY: installs SIG_IGN; inherited by the children.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    // SAFETY: getpid has no arguments.
+    append_pid(pidfile, unsafe { libc::getpid() });
+    // SAFETY: fork in a single-threaded program; the children below only make system calls.
+    let middle = unsafe { libc::fork() };
+    if middle == 0 {
+        // SAFETY: plain system calls in the forked child, on integers and a valid C string.
+        unsafe {
+            libc::setsid();
+            let grandchild = libc::fork();
+            if grandchild == 0 {
+                loop {
+                    libc::sleep(1);
+                }
+            }
+            append_pid(pidfile, libc::getpid());
+            append_pid(pidfile, grandchild);
+            libc::_exit(0);
+        }
+    }
+    if middle < 0 {
+        emit("stubborn", outcome(Err(errno())));
+        std::process::exit(1);
+    }
+    wait_exit(middle);
+    let pids = std::fs::read_to_string(pidfile.to_string_lossy().as_ref()).unwrap_or_default();
+    let pids: Vec<i32> = pids.lines().filter_map(|l| l.parse().ok()).collect();
+    emit("stubborn", with(outcome(Ok(0)), "pids", json!(pids)));
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Records our pid, then waits (at most 20 s) until `stop` exists.
+fn sleep_pid(pidfile: &CString, stop: &str) -> Map<String, Value> {
+    // SAFETY: getpid has no arguments.
+    append_pid(pidfile, unsafe { libc::getpid() });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::path::Path::new(stop).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    outcome(Ok(0))
+}
