@@ -65,7 +65,8 @@ pub fn compile_all(profiles: impl IntoIterator<Item = Profile>) -> Result<Progra
 }
 
 // Classic BPF opcodes and seccomp return values (linux/filter.h, linux/seccomp.h).
-const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+/// BPF_LD | BPF_W | BPF_ABS (the first two are zero).
+const LD_W_ABS: u16 = 0x20;
 const JEQ_K: u16 = 0x05 | 0x10;
 const JGT_K: u16 = 0x05 | 0x20;
 const JGE_K: u16 = 0x05 | 0x30;

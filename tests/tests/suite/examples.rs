@@ -92,7 +92,7 @@ fn every_example_tool_behaves_the_same_inside_the_sandbox() {
         let (out, inside) = d.run_json(tool, &args);
         assert!(inside.get("error").is_none(), "{tool}: {inside}");
         let (code, stdout) = run_outside(tool, &args);
-        let mut sort = |s: &str| {
+        let sort = |s: &str| {
             // find and du list directory entries in readdir order, the same inside and out, but
             // sort anyway so the comparison is about content.
             let mut lines: Vec<String> = s.lines().map(str::to_string).collect();
