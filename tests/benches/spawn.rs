@@ -74,7 +74,7 @@ fn plan() -> Plan {
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let host = Arc::new(HostSandbox::probe());
-    let programs = Arc::new(compile(Profile { tcp: false, unix: false }).unwrap());
+    let programs = Arc::new(compile(Profile { tcp: false, bind: false, unix: false }).unwrap());
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();

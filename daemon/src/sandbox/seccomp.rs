@@ -26,6 +26,8 @@ use super::syscalls::{ALLOWED, ALLOWED_ARCH};
 pub struct Profile {
     /// TCP sockets (AF_INET/AF_INET6 stream, protocol 0 or TCP) may be created; landlock decides ports.
     pub tcp: bool,
+    /// The tool has `bind_tcp` ports, so it may `listen`.
+    pub bind: bool,
     /// AF_UNIX sockets may be created (the tool lists `unix_sockets`).
     pub unix: bool,
 }
@@ -35,6 +37,7 @@ impl Profile {
     pub fn of(policy: &crate::policy::SandboxPolicy) -> Profile {
         Profile {
             tcp: matches!(policy.network, crate::policy::Network::Tcp { .. }),
+            bind: matches!(&policy.network, crate::policy::Network::Tcp { bind, .. } if !bind.is_empty()),
             unix: !policy.unix_sockets.is_empty(),
         }
     }
@@ -87,6 +90,10 @@ const fn arg_lo(i: u32) -> u32 {
 }
 /// x32 syscalls carry this bit in their number.
 const X32_BIT: u32 = 0x4000_0000;
+/// `MSG_FASTOPEN`: send data with the SYN, connecting without connect(2).
+const MSG_FASTOPEN: u32 = 0x2000_0000;
+/// `MFD_NOEXEC_SEAL`: the memfd can never be made executable.
+const MFD_NOEXEC_SEAL: u32 = 0x8;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -166,6 +173,26 @@ pub fn compile(profile: Profile) -> Result<Programs, CompileError> {
             ],
         ),
     ];
+    let mut blocks = blocks;
+    // Only on the calling process itself (pid argument 0).
+    for (number, arg) in [
+        (libc::SYS_prlimit64, 0),
+        (libc::SYS_setpriority, 1),
+        (libc::SYS_sched_setaffinity, 0),
+        (libc::SYS_sched_setparam, 0),
+        (libc::SYS_sched_setscheduler, 0),
+        (libc::SYS_sched_setattr, 0),
+    ] {
+        blocks.push((number as u32, allow_if_eq(arg, 0)?));
+    }
+    for (number, flags_arg) in [(libc::SYS_sendto, 3), (libc::SYS_sendmsg, 2), (libc::SYS_sendmmsg, 3)] {
+        blocks.push((number as u32, deny_if_bits(flags_arg, MSG_FASTOPEN)?));
+    }
+    blocks.push((libc::SYS_memfd_create as u32, allow_if_bits(1, MFD_NOEXEC_SEAL)?));
+    blocks.push((
+        libc::SYS_listen as u32,
+        vec![stmt(RET_K, if profile.bind || profile.unix { RET_ALLOW } else { EPERM })],
+    ));
     for (number, block) in blocks {
         p.push(jump(JEQ_K, number, 0, block.len())?);
         p.extend(block);
@@ -185,6 +212,21 @@ pub fn compile(profile: Profile) -> Result<Programs, CompileError> {
         return Err(CompileError(format!("program of {} instructions is too long", p.len())));
     }
     Ok(Programs { program: p })
+}
+
+/// ALLOW when argument `arg` (low 32 bits) equals `value`.
+fn allow_if_eq(arg: u32, value: u32) -> Result<Vec<sock_filter>, CompileError> {
+    Ok(vec![stmt(LD_W_ABS, arg_lo(arg)), jump(JEQ_K, value, 0, 1)?, stmt(RET_K, RET_ALLOW), stmt(RET_K, EPERM)])
+}
+
+/// EPERM when argument `arg` has any of `bits`.
+fn deny_if_bits(arg: u32, bits: u32) -> Result<Vec<sock_filter>, CompileError> {
+    Ok(vec![stmt(LD_W_ABS, arg_lo(arg)), jump(JSET_K, bits, 1, 0)?, stmt(RET_K, RET_ALLOW), stmt(RET_K, EPERM)])
+}
+
+/// ALLOW only when argument `arg` has all of `bits` (here: one bit).
+fn allow_if_bits(arg: u32, bits: u32) -> Result<Vec<sock_filter>, CompileError> {
+    Ok(vec![stmt(LD_W_ABS, arg_lo(arg)), jump(JSET_K, bits, 0, 1)?, stmt(RET_K, RET_ALLOW), stmt(RET_K, EPERM)])
 }
 
 /// socket(2): only the families the profile allows. UDP, raw, packet, netlink, vsock and MPTCP
@@ -304,6 +346,28 @@ mod tests {
             libc::SYS_socketpair,
             vec![SeccompRule::new(vec![c(0, Len::Dword, Op::Eq, libc::AF_UNIX as u64)]).unwrap()],
         );
+        for (nr, arg) in [
+            (libc::SYS_prlimit64, 0),
+            (libc::SYS_setpriority, 1),
+            (libc::SYS_sched_setaffinity, 0),
+            (libc::SYS_sched_setparam, 0),
+            (libc::SYS_sched_setscheduler, 0),
+            (libc::SYS_sched_setattr, 0),
+        ] {
+            rules.insert(nr, vec![SeccompRule::new(vec![c(arg, Len::Dword, Op::Eq, 0)]).unwrap()]);
+        }
+        for (nr, arg) in [(libc::SYS_sendto, 3), (libc::SYS_sendmsg, 2), (libc::SYS_sendmmsg, 3)] {
+            let fastopen = u64::from(MSG_FASTOPEN);
+            rules.insert(nr, vec![SeccompRule::new(vec![c(arg, Len::Dword, Op::MaskedEq(fastopen), 0)]).unwrap()]);
+        }
+        let seal = u64::from(MFD_NOEXEC_SEAL);
+        rules.insert(
+            libc::SYS_memfd_create,
+            vec![SeccompRule::new(vec![c(1, Len::Dword, Op::MaskedEq(seal), seal)]).unwrap()],
+        );
+        if profile.bind || profile.unix {
+            rules.insert(libc::SYS_listen, Vec::new());
+        }
         let allow =
             SeccompFilter::new(rules, SeccompAction::Errno(libc::EPERM as u32), SeccompAction::Allow, arch).unwrap();
         let mut o = BTreeMap::new();
@@ -368,7 +432,7 @@ mod tests {
 
     #[test]
     fn the_compact_program_answers_exactly_like_the_reference() {
-        let values: [u64; 16] = [
+        let values: [u64; 19] = [
             0,
             1,
             libc::AF_UNIX as u64,
@@ -385,25 +449,42 @@ mod tests {
             libc::CLONE_NEWUSER as u64 | libc::SIGCHLD as u64,
             libc::CLONE_NEWNS as u64,
             (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_NEWNET) as u64,
+            u64::from(MSG_FASTOPEN),
+            u64::from(MFD_NOEXEC_SEAL) | 1,
+            1234, // a pid
         ];
         let mut checked = 0;
-        for tcp in [false, true] {
+        for (tcp, bind) in [(false, false), (true, false), (true, true)] {
             for unix in [false, true] {
-                let profile = Profile { tcp, unix };
+                let profile = Profile { tcp, bind, unix };
                 let compact = compile(profile).unwrap().program;
                 let (allow, overrides) = reference(profile);
                 assert!(compact.len() < allow.len() / 3, "{} vs {}", compact.len(), allow.len());
                 let mut numbers: Vec<u32> = (0..600).collect();
                 numbers.extend([X32_BIT | 39, X32_BIT | 435, u32::MAX]);
                 for nr in numbers {
-                    let special = [libc::SYS_ioctl, libc::SYS_clone, libc::SYS_socket, libc::SYS_socketpair]
-                        .contains(&i64::from(nr));
+                    let special = [
+                        libc::SYS_ioctl,
+                        libc::SYS_clone,
+                        libc::SYS_socket,
+                        libc::SYS_socketpair,
+                        libc::SYS_prlimit64,
+                        libc::SYS_setpriority,
+                        libc::SYS_sched_setaffinity,
+                        libc::SYS_sendto,
+                        libc::SYS_sendmsg,
+                        libc::SYS_sendmmsg,
+                        libc::SYS_memfd_create,
+                    ]
+                    .contains(&i64::from(nr));
                     let arg_sets: Vec<[u64; 6]> = if special {
                         let mut v = Vec::new();
                         for a in values {
                             for b in values {
                                 for c in [0, libc::IPPROTO_TCP as u64, 262] {
-                                    v.push([a, b, c, 0, 0, 0]);
+                                    for d in [0, u64::from(MSG_FASTOPEN), u64::from(MSG_FASTOPEN) | 0x40] {
+                                        v.push([a, b, c, d, 0, 0]);
+                                    }
                                 }
                             }
                         }
@@ -448,6 +529,12 @@ mod tests {
             "clone",
             "socket",
             "socketpair",
+            "prlimit64",
+            "setpriority",
+            "sendto",
+            "sendmsg",
+            "memfd_create",
+            "listen",
         ] {
             assert!(!names.contains(&denied), "{denied} is on the unconditional list");
         }

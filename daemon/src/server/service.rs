@@ -17,14 +17,28 @@ pub(crate) struct CordonService {
     pub(crate) daemon: Arc<Daemon>,
 }
 
-/// The caller as the kernel saw it at accept time; fail closed when it is missing.
+/// The caller as the kernel saw it at accept time; fail closed when it is missing, and refuse
+/// peers that are themselves sandboxed invocations of this daemon (a tool granted `unix_sockets`
+/// could otherwise reach the daemon's socket; landlock below ABI 9 cannot prevent the connect).
 pub(crate) fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
     let cred = request
         .extensions()
         .get::<UdsConnectInfo>()
         .and_then(|info| info.peer_cred)
         .ok_or_else(status::no_peer_credentials)?;
+    if let Some(pid) = cred.pid()
+        && inside_our_sandbox(pid)
+    {
+        return Err(status::from_sandbox());
+    }
     Ok(Caller { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() })
+}
+
+/// Whether `pid` lives in one of this daemon's invocation cgroups (`.../cordon/<our pid>/<id>`).
+fn inside_our_sandbox(pid: i32) -> bool {
+    let marker = format!("/cordon/{}/", std::process::id());
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .is_ok_and(|text| text.lines().any(|l| l.split(':').nth(2).is_some_and(|path| path.starts_with(&marker))))
 }
 
 type InvokeStream = Pin<Box<dyn Stream<Item = Result<v1::InvokeEvent, Status>> + Send>>;

@@ -63,6 +63,15 @@ pub(crate) fn no_peer_credentials() -> Status {
     )
 }
 
+pub(crate) fn from_sandbox() -> Status {
+    with_code(
+        Code::PermissionDenied,
+        "SANDBOXED_PEER",
+        None,
+        "requests from inside a cordon invocation are refused; tools cannot drive cordond".into(),
+    )
+}
+
 pub(crate) fn internal(message: String) -> Status {
     with_code(Code::Internal, INTERNAL, None, message)
 }
