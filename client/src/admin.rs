@@ -184,17 +184,7 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
     let mut diagnostics: Vec<DiagnosticInfo> = Vec::new();
     for path in paths {
         let files = if path.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(|e| CliError::Other(format!("cannot read {}: {e}", path.display())))?
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.extension().is_some_and(|x| x == "toml")
-                        && !p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.'))
-                })
-                .collect();
-            files.sort();
-            files
+            policy::policy_files(path).map_err(|e| CliError::Other(format!("cannot read {}: {e}", path.display())))?
         } else {
             vec![path.clone()]
         };

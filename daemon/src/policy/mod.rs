@@ -453,15 +453,9 @@ impl Host {
     }
 }
 
-/// Loads every `*.toml` file (not starting with `.`) in `dir`, in name order.
-pub fn load_dir(dir: &Path, host: Host) -> Result<PolicySet, LoadError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| LoadError {
-        diagnostics: vec![file_error(
-            dir,
-            format!("cannot read policy directory: {e}; pass an existing directory with --policies"),
-        )],
-    })?;
-    let mut files: Vec<PathBuf> = entries
+/// The policy files of a directory: every `*.toml` not starting with `.`, in name order.
+pub fn policy_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| {
@@ -470,6 +464,17 @@ pub fn load_dir(dir: &Path, host: Host) -> Result<PolicySet, LoadError> {
         })
         .collect();
     files.sort();
+    Ok(files)
+}
+
+/// Loads every policy file of `dir` (see [`policy_files`]).
+pub fn load_dir(dir: &Path, host: Host) -> Result<PolicySet, LoadError> {
+    let files = policy_files(dir).map_err(|e| LoadError {
+        diagnostics: vec![file_error(
+            dir,
+            format!("cannot read policy directory: {e}; pass an existing directory with --policies"),
+        )],
+    })?;
     let mut sources = Vec::with_capacity(files.len());
     let mut diagnostics = Vec::new();
     for file in &files {

@@ -325,10 +325,7 @@ impl Parser<'_> {
     }
 
     fn command(&mut self, v: &Value<'_>, tool: &str, declared: &[String]) -> Option<(String, Vec<ArgTemplate>)> {
-        let DeValue::Array(items) = v.get_ref() else {
-            self.type_error(v.span(), "command", "an array of strings", v.get_ref());
-            return None;
-        };
+        let items = self.array(v, "command", "an array of strings")?;
         if items.is_empty() {
             self.sink.error(v.span(), "`command` is empty; give at least the program, e.g. command = [\"ls\"]");
             return None;
@@ -562,10 +559,7 @@ impl Parser<'_> {
     }
 
     fn enum_values(&mut self, v: &Value<'_>) -> Option<Vec<String>> {
-        let DeValue::Array(items) = v.get_ref() else {
-            self.type_error(v.span(), "values", "an array of strings", v.get_ref());
-            return None;
-        };
+        let items = self.array(v, "values", "an array of strings")?;
         if items.is_empty() {
             self.sink.error(v.span(), "`values` is empty; list the accepted strings");
             return None;
@@ -769,10 +763,7 @@ impl Parser<'_> {
     }
 
     fn ports(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<u16>> {
-        let DeValue::Array(items) = v.get_ref() else {
-            self.type_error(v.span(), what, "an array of port numbers", v.get_ref());
-            return None;
-        };
+        let items = self.array(v, what, "an array of port numbers")?;
         let mut out = Vec::new();
         for item in items.iter() {
             let n = self.integer(item, what)?;
@@ -851,10 +842,7 @@ impl Parser<'_> {
     }
 
     fn principals(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<Principal>> {
-        let DeValue::Array(items) = v.get_ref() else {
-            self.type_error(v.span(), what, "an array of names or ids", v.get_ref());
-            return None;
-        };
+        let items = self.array(v, what, "an array of names or ids")?;
         items.iter().map(|i| self.principal(i, what)).collect::<Vec<_>>().into_iter().collect()
     }
 
@@ -908,10 +896,7 @@ impl Parser<'_> {
     }
 
     fn path_list(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<PathBuf>> {
-        let DeValue::Array(items) = v.get_ref() else {
-            self.type_error(v.span(), what, "an array of absolute paths", v.get_ref());
-            return None;
-        };
+        let items = self.array(v, what, "an array of absolute paths")?;
         let paths: Vec<Option<PathBuf>> = items.iter().map(|i| self.abs_path(i, what)).collect();
         paths.into_iter().collect()
     }
@@ -941,6 +926,16 @@ impl Parser<'_> {
             DeValue::Table(t) => Some(t),
             other => {
                 self.type_error(v.span(), what, "a table", other);
+                None
+            }
+        }
+    }
+
+    fn array<'v, 'i>(&mut self, v: &'v Value<'i>, what: &str, expected: &str) -> Option<&'v [Value<'i>]> {
+        match v.get_ref() {
+            DeValue::Array(items) => Some(items),
+            other => {
+                self.type_error(v.span(), what, expected, other);
                 None
             }
         }

@@ -37,26 +37,25 @@ pub enum Step {
 }
 
 impl Step {
+    const ALL: [Step; 14] = [
+        Step::Setsid,
+        Step::ParentDeathSignal,
+        Step::ParentGone,
+        Step::JoinCgroup,
+        Step::Rlimit,
+        Step::CloseFds,
+        Step::DropCapabilities,
+        Step::SetGroups,
+        Step::SetGid,
+        Step::SetUid,
+        Step::NoNewPrivs,
+        Step::LandlockProcSelf,
+        Step::LandlockRestrict,
+        Step::Seccomp,
+    ];
+
     pub fn from_byte(b: u8) -> Option<Step> {
-        use Step::*;
-        [
-            Setsid,
-            ParentDeathSignal,
-            ParentGone,
-            JoinCgroup,
-            Rlimit,
-            CloseFds,
-            DropCapabilities,
-            SetGroups,
-            SetGid,
-            SetUid,
-            NoNewPrivs,
-            LandlockProcSelf,
-            LandlockRestrict,
-            Seccomp,
-        ]
-        .into_iter()
-        .find(|s| *s as u8 == b)
+        Step::ALL.into_iter().find(|s| *s as u8 == b)
     }
 
     pub fn describe(self) -> &'static str {
