@@ -7,7 +7,7 @@ use cordon_daemon::policy::{self, Host};
 use serde_json::{Map, Value, json};
 
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, DiagnosticInfo, PolicyReport, ToolInfo};
+use crate::grpc::{Client, DiagnosticInfo, Event, Invocation, PolicyReport, RunResult, ToolInfo};
 
 pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
@@ -111,7 +111,49 @@ pub async fn run(
         Some(text) => text,
         None => typed_arguments(&info, args)?.to_string(),
     };
-    let result = client.invoke(tool, arguments, |_| {}).await?;
+    let result = match client.invoke(tool, arguments, false, |_| {}).await? {
+        Invocation::Finished(result) => result,
+        Invocation::NeedsConfirmation(c) if c.mode == "human" => {
+            // A person must approve: wait for it (an admin runs `cordon approve ID`).
+            eprintln!("cordon: {}", c.description);
+            eprintln!(
+                "cordon: waiting up to {} s for a human approval: `cordon approve {}` (or `cordon deny {}`)",
+                c.expires_in_ms / 1000,
+                c.approval_id,
+                c.approval_id
+            );
+            client.confirm(&c.token, false, false, |_| {}).await?
+        }
+        Invocation::NeedsConfirmation(c) => {
+            if as_json {
+                print_json(&json!({ "confirmation_required": c }));
+            } else {
+                eprintln!("cordon: {}", c.description);
+                eprintln!("cordon: this tool needs a confirmation; run it with: cordon confirm {}", c.token);
+                eprintln!("cordon: (the token works once, for {} s, for this user only)", c.expires_in_ms / 1000);
+            }
+            return Ok(exit::CONFIRMATION_REQUIRED);
+        }
+    };
+    Ok(print_result(&info, &result, as_json))
+}
+
+/// Redeems a confirmation token and prints the result like `run`.
+pub async fn confirm(socket: &Path, token: &str, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    let mut program = None;
+    let result = client
+        .confirm(token, false, false, |e| {
+            if let Event::Accepted(a) = e {
+                program = a.argv.first().cloned();
+            }
+        })
+        .await?;
+    Ok(print_result(&ToolInfo::minimal(program.unwrap_or_default()), &result, as_json))
+}
+
+/// Prints a finished invocation and returns the exit code `cordon run` ends with.
+fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     let code = match (result.timed_out, result.cancelled, result.exit_code, result.signal) {
         (true, _, _, _) => exit::TIMED_OUT,
         (_, true, _, _) => exit::CANCELLED,
@@ -121,7 +163,7 @@ pub async fn run(
     };
     if as_json {
         print_json(&json!(result));
-        return Ok(code);
+        return code;
     }
     // Output is passed through byte for byte; failing to write it is not worth a panic.
     let _ = std::io::stdout().write_all(&result.stdout_bytes);
@@ -132,20 +174,48 @@ pub async fn run(
         ("stderr", result.stderr_truncated, result.stderr_total_bytes),
     ] {
         if truncated {
-            eprintln!(
-                "cordon: {name} truncated: the tool wrote {total} bytes, the middle was cut (max_output is {} bytes)",
-                info.max_output_bytes
-            );
+            eprintln!("cordon: {name} truncated: the tool wrote {total} bytes and the middle was cut");
         }
     }
+    let name = &info.name;
     if result.timed_out {
-        eprintln!("cordon: {tool} timed out after {}s and was killed", info.timeout_ms as f64 / 1000.0);
+        eprintln!("cordon: {name} timed out and was killed");
     } else if result.cancelled {
-        eprintln!("cordon: {tool} was cancelled");
+        eprintln!("cordon: {name} was cancelled");
     } else if let Some(s) = result.signal {
-        eprintln!("cordon: {tool} was killed by signal {s}");
+        eprintln!("cordon: {name} was killed by signal {s}");
     }
-    Ok(code)
+    code
+}
+
+pub async fn pending(socket: &Path, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    let list = client.pending().await?;
+    if as_json {
+        print_json(&json!({ "pending": list }));
+        return Ok(0);
+    }
+    if list.is_empty() {
+        println!("no pending approvals");
+    }
+    for p in &list {
+        let waiting = if p.waiting { "  (caller waiting)" } else { "" };
+        println!("{}  uid {}  expires in {} s{waiting}", p.approval_id, p.caller_uid, p.expires_in_ms / 1000);
+        println!("    {}", p.description);
+    }
+    Ok(0)
+}
+
+pub async fn decide(socket: &Path, approval_id: &str, approve: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    if approve {
+        client.approve(approval_id).await?;
+        println!("approved {approval_id}");
+    } else {
+        client.deny(approval_id).await?;
+        println!("denied {approval_id}");
+    }
+    Ok(0)
 }
 
 /// Types `--arg KEY=VALUE` values by the tool's params: integers, numbers and booleans are

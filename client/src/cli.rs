@@ -49,6 +49,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run an invocation that needed a confirmation (the token `run` printed).
+    Confirm {
+        token: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Human approvals waiting for an admin.
+    Pending {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending human approval: the waiting invocation runs.
+    Approve { id: String },
+    /// Deny a pending human approval: it never runs.
+    Deny { id: String },
     /// Check this host for what cordon's sandbox needs, and what each finding means for tools.
     Doctor {
         #[arg(long)]
@@ -105,7 +120,8 @@ pub fn run(cli: Cli) -> ExitCode {
         | Command::Status { json } => *json,
         Command::Policy { command: PolicyCommand::Check { json, .. } } => *json,
         Command::Cancel { .. } => false,
-        Command::Doctor { json } => *json,
+        Command::Doctor { json } | Command::Confirm { json, .. } | Command::Pending { json } => *json,
+        Command::Approve { .. } | Command::Deny { .. } => false,
     };
     match runtime.block_on(dispatch(cli.command, socket)) {
         Ok(code) => ExitCode::from(code),
@@ -128,6 +144,10 @@ async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
         Command::Policy { command: PolicyCommand::Check { paths, json } } => admin::policy_check(&paths, json),
         Command::Cancel { id } => admin::cancel(&socket, &id).await,
         Command::Doctor { json } => admin::doctor(&socket, json).await,
+        Command::Confirm { token, json } => admin::confirm(&socket, &token, json).await,
+        Command::Pending { json } => admin::pending(&socket, json).await,
+        Command::Approve { id } => admin::decide(&socket, &id, true).await,
+        Command::Deny { id } => admin::decide(&socket, &id, false).await,
         Command::Reload { json } => admin::reload(&socket, json).await,
         Command::Status { json } => admin::status(&socket, json).await,
     }

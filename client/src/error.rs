@@ -24,6 +24,8 @@ pub mod exit {
     pub const PERMISSION: u8 = 77;
     /// `run`: the invocation was cancelled.
     pub const CANCELLED: u8 = 130;
+    /// `run`: the tool needs a confirmation (`cordon confirm TOKEN`); nothing ran.
+    pub const CONFIRMATION_REQUIRED: u8 = 3;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,7 @@ impl CliError {
                 tonic::Code::FailedPrecondition | tonic::Code::Unavailable => exit::UNAVAILABLE,
                 tonic::Code::ResourceExhausted => exit::BUSY,
                 tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => exit::PERMISSION,
+                tonic::Code::DeadlineExceeded => exit::TIMED_OUT,
                 _ => exit::FAILURE,
             },
             CliError::Connect { .. } | CliError::Protocol(_) | CliError::Other(_) => exit::FAILURE,

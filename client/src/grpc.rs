@@ -33,30 +33,68 @@ impl Client {
         r.tool.map(ToolInfo::from).ok_or_else(|| CliError::Protocol("GetTool returned no tool".into()))
     }
 
-    /// Runs a tool; `on_accepted` sees the invocation id as soon as the daemon admits the call.
+    /// Runs a tool. `on_event` sees each event as it arrives (accepted, live output). A tool that
+    /// needs confirmation answers with [`Invocation::NeedsConfirmation`]; nothing ran then.
     pub async fn invoke(
         &mut self,
         tool: &str,
         arguments_json: String,
-        mut on_accepted: impl FnMut(&Accepted),
+        stream_output: bool,
+        on_event: impl FnMut(&Event),
+    ) -> Result<Invocation, CliError> {
+        let request = v1::InvokeRequest { tool: tool.into(), arguments_json, stream_output };
+        let stream = self.inner.invoke(request).await?.into_inner();
+        follow(stream, on_event).await
+    }
+
+    /// Redeems a confirmation token and runs what it stands for.
+    pub async fn confirm(
+        &mut self,
+        token: &str,
+        approved_by_elicitation: bool,
+        stream_output: bool,
+        on_event: impl FnMut(&Event),
     ) -> Result<RunResult, CliError> {
-        let mut stream = self.inner.invoke(v1::InvokeRequest { tool: tool.into(), arguments_json }).await?.into_inner();
-        let mut accepted: Option<Accepted> = None;
-        while let Some(event) = stream.message().await? {
-            match event.event {
-                Some(v1::invoke_event::Event::Accepted(a)) => {
-                    let a = Accepted { invocation_id: a.invocation_id, argv: a.argv, generation: a.generation };
-                    on_accepted(&a);
-                    accepted = Some(a);
-                }
-                Some(v1::invoke_event::Event::Finished(f)) => {
-                    let argv = accepted.map(|a| a.argv).unwrap_or_default();
-                    return Ok(RunResult::from_proto(f, argv));
-                }
-                None => {}
+        let request = v1::ConfirmRequest { token: token.into(), approved_by_elicitation, stream_output };
+        let stream = self.inner.confirm(request).await?.into_inner();
+        match follow(stream, on_event).await? {
+            Invocation::Finished(r) => Ok(r),
+            Invocation::NeedsConfirmation(_) => {
+                Err(CliError::Protocol("a confirmed call asked for confirmation again".into()))
             }
         }
-        Err(CliError::Protocol("the invocation stream ended without a result".into()))
+    }
+
+    /// Registry generations as they change, starting with the current one.
+    pub async fn watch_registry(&mut self) -> Result<tonic::Streaming<v1::RegistryGeneration>, CliError> {
+        Ok(self.inner.watch_registry(v1::WatchRegistryRequest {}).await?.into_inner())
+    }
+
+    pub async fn pending(&mut self) -> Result<Vec<PendingInfo>, CliError> {
+        let r = self.inner.list_pending(v1::ListPendingRequest {}).await?.into_inner();
+        Ok(r.pending
+            .into_iter()
+            .map(|p| PendingInfo {
+                approval_id: p.approval_id,
+                tool: p.tool,
+                argv: p.argv,
+                description: p.description,
+                caller_uid: p.caller_uid,
+                caller_pid: p.caller_pid,
+                expires_in_ms: p.expires_in_ms,
+                waiting: p.waiting,
+            })
+            .collect())
+    }
+
+    pub async fn approve(&mut self, approval_id: &str) -> Result<(), CliError> {
+        self.inner.approve(v1::ApproveRequest { approval_id: approval_id.into() }).await?;
+        Ok(())
+    }
+
+    pub async fn deny(&mut self, approval_id: &str) -> Result<(), CliError> {
+        self.inner.deny(v1::DenyRequest { approval_id: approval_id.into() }).await?;
+        Ok(())
     }
 
     pub async fn cancel(&mut self, invocation_id: &str) -> Result<bool, CliError> {
@@ -76,6 +114,82 @@ impl Client {
     pub async fn status(&mut self) -> Result<StatusInfo, CliError> {
         Ok(StatusInfo::from(self.inner.status(v1::StatusRequest {}).await?.into_inner()))
     }
+}
+
+/// Reads an invocation stream to its end.
+async fn follow(
+    mut stream: tonic::Streaming<v1::InvokeEvent>,
+    mut on_event: impl FnMut(&Event),
+) -> Result<Invocation, CliError> {
+    let mut accepted: Option<Accepted> = None;
+    while let Some(event) = stream.message().await? {
+        match event.event {
+            Some(v1::invoke_event::Event::Accepted(a)) => {
+                let a = Accepted { invocation_id: a.invocation_id, argv: a.argv, generation: a.generation };
+                on_event(&Event::Accepted(a.clone()));
+                accepted = Some(a);
+            }
+            Some(v1::invoke_event::Event::Output(o)) => {
+                let stderr = o.stream() == v1::output_chunk::Stream::Stderr;
+                on_event(&Event::Output { stderr, data: o.data });
+            }
+            Some(v1::invoke_event::Event::ConfirmationRequired(c)) => {
+                return Ok(Invocation::NeedsConfirmation(ConfirmationInfo {
+                    token: c.token,
+                    mode: c.mode,
+                    description: c.description,
+                    expires_in_ms: c.expires_in_ms,
+                    approval_id: c.approval_id,
+                    argv: c.argv,
+                }));
+            }
+            Some(v1::invoke_event::Event::Finished(f)) => {
+                let argv = accepted.map(|a| a.argv).unwrap_or_default();
+                return Ok(Invocation::Finished(RunResult::from_proto(f, argv)));
+            }
+            None => {}
+        }
+    }
+    Err(CliError::Protocol("the invocation stream ended without a result".into()))
+}
+
+/// An event of a running invocation.
+#[derive(Debug, Clone)]
+pub enum Event {
+    Accepted(Accepted),
+    Output { stderr: bool, data: Vec<u8> },
+}
+
+/// How an `invoke` ended.
+#[derive(Debug, Clone)]
+pub enum Invocation {
+    Finished(RunResult),
+    NeedsConfirmation(ConfirmationInfo),
+}
+
+/// A confirmation the daemon asks for; nothing ran yet.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfirmationInfo {
+    pub token: String,
+    pub mode: String,
+    pub description: String,
+    pub expires_in_ms: u64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub approval_id: String,
+    pub argv: Vec<String>,
+}
+
+/// A human approval waiting for an admin.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingInfo {
+    pub approval_id: String,
+    pub tool: String,
+    pub argv: Vec<String>,
+    pub description: String,
+    pub caller_uid: u32,
+    pub caller_pid: u32,
+    pub expires_in_ms: u64,
+    pub waiting: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -126,6 +240,34 @@ pub struct ToolInfo {
 }
 
 impl ToolInfo {
+    /// A stand-in when only the name is known (for messages).
+    pub fn minimal(name: String) -> ToolInfo {
+        ToolInfo {
+            name,
+            title: String::new(),
+            description: String::new(),
+            reason: String::new(),
+            available: true,
+            unavailable_reason: String::new(),
+            disabled: false,
+            params: Vec::new(),
+            input_schema: serde_json::Value::Null,
+            output_schema: None,
+            output: "text",
+            confirm: "none",
+            danger: "safe",
+            read_only: false,
+            idempotent: false,
+            network: false,
+            timeout_ms: 0,
+            max_output_bytes: 0,
+            command: Vec::new(),
+            executable: String::new(),
+            working_dir: String::new(),
+            source: String::new(),
+        }
+    }
+
     pub fn status_word(&self) -> &'static str {
         if self.disabled {
             "disabled"

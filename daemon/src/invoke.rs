@@ -13,10 +13,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::argv::{self, Account, Plan};
 use crate::caller::Caller;
+use crate::confirm::{ConfirmError, Confirmations, Parked, Ticket};
 use crate::policy::{Availability, Tool, diag};
 use crate::registry::RegistryHandle;
 use crate::sandbox::child::Identity;
 use crate::sandbox::seccomp::Programs;
+use crate::sandbox::spawn::OutputSink;
 use crate::sandbox::{self, Confinement, HostSandbox, Outcome, RunSpec, SpawnError};
 use crate::validate::{self, ErrorCode, ValidationError};
 
@@ -38,6 +40,17 @@ pub enum InvokeError {
     Spawn(#[from] SpawnError),
     #[error("cannot draw an invocation id from the OS random source: {0}")]
     Random(String),
+    #[error(transparent)]
+    Confirm(#[from] ConfirmError),
+}
+
+/// What `prepare` decided.
+#[derive(Debug)]
+pub enum Admission {
+    /// Admitted: run it.
+    Ready(Prepared),
+    /// The tool needs a confirmation first; nothing runs until the token is redeemed.
+    NeedsConfirmation(Ticket),
 }
 
 /// An admitted invocation, ready to run.
@@ -101,6 +114,23 @@ struct Running {
     cancel: CancellationToken,
 }
 
+/// Tunables of the invoker.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Invocations that may run at once.
+    pub max_concurrent: usize,
+    /// How long an agent confirmation token stays valid.
+    pub agent_ttl: Duration,
+    /// How long a human approval may take.
+    pub human_ttl: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { max_concurrent: 16, agent_ttl: crate::confirm::AGENT_TTL, human_ttl: crate::confirm::HUMAN_TTL }
+    }
+}
+
 /// Admits and runs invocations.
 #[derive(Debug)]
 pub struct Invoker {
@@ -110,10 +140,12 @@ pub struct Invoker {
     max: usize,
     running: RunningMap,
     closed: CancellationToken,
+    confirmations: Confirmations,
 }
 
 impl Invoker {
-    pub fn new(registry: Arc<RegistryHandle>, host: Arc<HostSandbox>, max_concurrent: usize) -> Invoker {
+    pub fn new(registry: Arc<RegistryHandle>, host: Arc<HostSandbox>, settings: Settings) -> Invoker {
+        let max_concurrent = settings.max_concurrent;
         Invoker {
             registry,
             host,
@@ -121,6 +153,7 @@ impl Invoker {
             max: max_concurrent,
             running: Arc::new(Mutex::new(HashMap::new())),
             closed: CancellationToken::new(),
+            confirmations: Confirmations::new(settings.agent_ttl, settings.human_ttl),
         }
     }
 
@@ -132,11 +165,41 @@ impl Invoker {
         self.max
     }
 
-    /// Validates the call against the current registry and takes a slot, or says why not.
-    pub fn prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Prepared, InvokeError> {
+    /// Validates the call against the current registry and takes a slot (or parks it for
+    /// confirmation), or says why not.
+    pub fn prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
         if self.closed.is_cancelled() {
             return Err(InvokeError::ShuttingDown);
         }
+        let parked = self.resolve(caller, tool_name, arguments)?;
+        if parked.tool.confirm != crate::policy::Confirm::None {
+            return Ok(Admission::NeedsConfirmation(self.confirmations.park(parked)?));
+        }
+        self.admit(parked).map(Admission::Ready)
+    }
+
+    /// Redeems a confirmation token and admits the invocation it stands for. For a human
+    /// confirmation without elicitation this waits for an admin's decision.
+    pub async fn redeem(
+        &self,
+        caller: Caller,
+        token: &str,
+        approved_by_elicitation: bool,
+    ) -> Result<Prepared, InvokeError> {
+        if self.closed.is_cancelled() {
+            return Err(InvokeError::ShuttingDown);
+        }
+        let generation = self.registry.current().generation;
+        let parked = self.confirmations.redeem(token, caller, approved_by_elicitation, generation).await?;
+        self.admit(parked)
+    }
+
+    pub fn confirmations(&self) -> &Confirmations {
+        &self.confirmations
+    }
+
+    /// Looks the tool up, validates the arguments and resolves the exact invocation.
+    fn resolve(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Parked, InvokeError> {
         let registry = self.registry.current();
         let tool = match registry.get(tool_name) {
             Some(t) if !t.disabled => t.clone(),
@@ -159,8 +222,6 @@ impl Invoker {
         let json = validate::parse_arguments(arguments).map_err(InvokeError::Invalid)?;
         let args = validate::validate(&tool, &json).map_err(InvokeError::Invalid)?;
         let unavailable = |reason: String| InvokeError::Unavailable { tool: tool.name.clone(), reason };
-        let seccomp =
-            registry.seccomp_for(&tool).ok_or_else(|| unavailable("no seccomp program was compiled for it".into()))?;
         // As root, the tool runs as the caller unless the policy names another account; as a
         // normal user, cordond cannot change identity and the tool runs as cordond's user.
         let (identity, dedicated_uid) = match (&tool.sandbox.run_as, self.host.is_root) {
@@ -171,9 +232,19 @@ impl Invoker {
             (None, true) => (Some(Identity { uid: caller.uid, gid: caller.gid }), false),
             (_, false) => (None, false),
         };
-        let permit = self.slots.clone().try_acquire_owned().map_err(|_| InvokeError::Busy { max: self.max })?;
         let account_uid = identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
         let plan = argv::plan(&tool, &executable, &args, &Account::for_uid(account_uid));
+        Ok(Parked { tool, generation: registry.generation, plan, identity, dedicated_uid, caller })
+    }
+
+    /// Takes a concurrency slot and registers the invocation as running.
+    fn admit(&self, parked: Parked) -> Result<Prepared, InvokeError> {
+        let Parked { tool, generation, plan, identity, dedicated_uid, caller } = parked;
+        let seccomp = self.registry.current().seccomp_for(&tool).ok_or_else(|| InvokeError::Unavailable {
+            tool: tool.name.clone(),
+            reason: "no seccomp program was compiled for it".into(),
+        })?;
+        let permit = self.slots.clone().try_acquire_owned().map_err(|_| InvokeError::Busy { max: self.max })?;
         let id = new_id()?;
         let cancel = self.closed.child_token();
         self.lock().insert(
@@ -185,7 +256,7 @@ impl Invoker {
             id,
             tool,
             plan,
-            generation: registry.generation,
+            generation,
             caller,
             identity,
             dedicated_uid,
@@ -197,12 +268,13 @@ impl Invoker {
     }
 
     /// Runs an admitted invocation to its end.
-    pub async fn execute(&self, prepared: Prepared) -> Result<Outcome, InvokeError> {
+    pub async fn execute(&self, prepared: Prepared, output: Option<OutputSink>) -> Result<Outcome, InvokeError> {
         let spec = RunSpec {
             plan: &prepared.plan,
             timeout: prepared.tool.timeout,
             max_output: prepared.tool.max_output,
             grace: KILL_GRACE,
+            output,
         };
         tracing::info!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");
         let confinement = Confinement {

@@ -9,12 +9,14 @@
 //! - [`sandbox`]: starting, supervising and reaping processes; output capture. The only
 //!   `unsafe` code.
 //! - [`invoke`]: admission (concurrency limit), running, cancelling.
+//! - [`confirm`]: confirmation tokens and human approvals.
 //! - [`server`]: gRPC on a Unix socket; the caller comes from the kernel.
 //!
 //! `main.rs` parses flags and calls [`server::run`]; tests start the same server in-process.
 
 pub mod argv;
 pub mod caller;
+pub mod confirm;
 pub mod invoke;
 pub mod policy;
 pub mod registry;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use cordon_daemon::invoke::Settings;
 use cordon_daemon::policy::{self, Host};
 use cordon_daemon::registry::RegistryHandle;
 use cordon_daemon::sandbox::{HostSandbox, cgroup};
@@ -29,6 +30,12 @@ struct Args {
     /// On SIGTERM/SIGINT, how long running invocations may take to finish before they are killed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    /// How long a `confirm = "agent"` token stays valid.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    confirm_ttl: Duration,
+    /// How long a `confirm = "human"` invocation waits for an approval.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    approval_timeout: Duration,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -114,7 +121,12 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
     let counts = current.counts();
     let socket_path = args.socket.clone().unwrap_or_else(cordon_proto::default_socket_path);
     let listener = server::socket::bind(&socket_path)?;
-    let daemon = Daemon::new(Arc::new(registry), Arc::new(sandbox), args.max_concurrent as usize, socket_path.clone());
+    let settings = Settings {
+        max_concurrent: args.max_concurrent as usize,
+        agent_ttl: args.confirm_ttl,
+        human_ttl: args.approval_timeout,
+    };
+    let daemon = Daemon::new(Arc::new(registry), Arc::new(sandbox), settings, socket_path.clone());
     tracing::info!(
         socket = %socket_path.display(), policies = %args.policies.display(), tools = counts.total,
         available = counts.available, generation = current.generation, "cordond listening"

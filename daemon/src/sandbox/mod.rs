@@ -24,7 +24,7 @@ pub mod spawn;
 mod syscalls;
 
 pub use output::{Capture, Captured};
-pub use spawn::{Confinement, Facts, Outcome, RunSpec, SpawnError, run};
+pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, RunSpec, SpawnError, run};
 
 /// What the host offers the sandbox, probed once at startup.
 #[derive(Debug, Clone)]

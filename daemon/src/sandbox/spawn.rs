@@ -39,14 +39,26 @@ const ADDRESS_SPACE_HEADROOM: u64 = 256 << 20;
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// What to run and under which limits.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunSpec<'a> {
     pub plan: &'a Plan,
     pub timeout: Duration,
     pub max_output: u64,
     /// Time between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// Where to send output as it arrives (best effort: chunks are dropped when it is full).
+    pub output: Option<OutputSink>,
 }
+
+/// A chunk of live output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    pub stderr: bool,
+    pub data: Vec<u8>,
+}
+
+/// Receives live output; bounded, so a slow reader never grows the daemon's memory.
+pub type OutputSink = tokio::sync::mpsc::Sender<OutputChunk>;
 
 /// How one invocation is confined, decided before it starts.
 #[derive(Debug, Clone)]
@@ -210,8 +222,8 @@ pub async fn run(
     let out = tokio::process::ChildStdout::from_std(out).map_err(supervise)?;
     let err = tokio::process::ChildStderr::from_std(err).map_err(supervise)?;
     let stop_reading = CancellationToken::new();
-    let out_task = tokio::spawn(capture(out, spec.max_output, stop_reading.clone()));
-    let err_task = tokio::spawn(capture(err, spec.max_output, stop_reading.clone()));
+    let out_task = tokio::spawn(capture(out, spec.max_output, stop_reading.clone(), spec.output.clone(), false));
+    let err_task = tokio::spawn(capture(err, spec.max_output, stop_reading.clone(), spec.output.clone(), true));
 
     let (mut timed_out, mut cancelled) = (false, false);
     tokio::select! {
@@ -342,7 +354,13 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-async fn capture(mut reader: impl AsyncRead + Unpin, cap: u64, stop: CancellationToken) -> Captured {
+async fn capture(
+    mut reader: impl AsyncRead + Unpin,
+    cap: u64,
+    stop: CancellationToken,
+    live: Option<OutputSink>,
+    stderr: bool,
+) -> Captured {
     let mut capture = Capture::new(cap);
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -351,7 +369,13 @@ async fn capture(mut reader: impl AsyncRead + Unpin, cap: u64, stop: Cancellatio
             () = stop.cancelled() => break,
             n = reader.read(&mut buf) => match n {
                 Ok(0) | Err(_) => break,
-                Ok(n) => capture.push(&buf[..n]),
+                Ok(n) => {
+                    capture.push(&buf[..n]);
+                    if let Some(sink) = &live {
+                        // Full or closed: the live view skips this chunk; the result keeps it.
+                        let _ = sink.try_send(OutputChunk { stderr, data: buf[..n].to_vec() });
+                    }
+                }
             },
         }
     }

@@ -2,9 +2,11 @@
 
 use cordon_proto::v1;
 
+use crate::confirm::{PendingInfo, Ticket};
 use crate::invoke::RunningInfo;
 use crate::policy::{Availability, Confirm, Danger, Diagnostic, Output, Severity, Tool};
 use crate::sandbox::Outcome;
+use crate::sandbox::OutputChunk;
 
 pub(crate) fn tool(t: &Tool) -> v1::Tool {
     let (available, unavailable_reason, executable) = match &t.availability {
@@ -97,6 +99,41 @@ pub(crate) fn finished(id: &str, o: Outcome) -> v1::Finished {
             uid: o.facts.uid,
             gid: o.facts.gid,
         }),
+    }
+}
+
+pub(crate) fn ticket(t: &Ticket) -> v1::ConfirmationRequired {
+    v1::ConfirmationRequired {
+        token: t.token.clone(),
+        mode: match t.mode {
+            Confirm::Human => "human",
+            _ => "agent",
+        }
+        .into(),
+        description: t.description.clone(),
+        expires_in_ms: u64::try_from(t.expires_in.as_millis()).unwrap_or(u64::MAX),
+        approval_id: if t.mode == Confirm::Human { t.approval_id.clone() } else { String::new() },
+        argv: t.argv.clone(),
+    }
+}
+
+pub(crate) fn pending(p: &PendingInfo) -> v1::PendingApproval {
+    v1::PendingApproval {
+        approval_id: p.approval_id.clone(),
+        tool: p.tool.clone(),
+        argv: p.argv.clone(),
+        description: p.description.clone(),
+        caller_uid: p.caller.uid,
+        caller_pid: p.caller.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+        expires_in_ms: u64::try_from(p.expires_in.as_millis()).unwrap_or(u64::MAX),
+        waiting: p.waiting,
+    }
+}
+
+pub(crate) fn chunk(c: OutputChunk) -> v1::OutputChunk {
+    v1::OutputChunk {
+        stream: if c.stderr { v1::output_chunk::Stream::Stderr } else { v1::output_chunk::Stream::Stdout } as i32,
+        data: c.data,
     }
 }
 

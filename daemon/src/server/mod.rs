@@ -18,7 +18,7 @@ use cordon_proto::v1;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 
-use crate::invoke::Invoker;
+use crate::invoke::{Invoker, Settings};
 use crate::registry::RegistryHandle;
 use crate::sandbox::HostSandbox;
 
@@ -35,10 +35,10 @@ impl Daemon {
     pub fn new(
         registry: Arc<RegistryHandle>,
         host: Arc<HostSandbox>,
-        max_concurrent: usize,
+        settings: Settings,
         socket_path: PathBuf,
     ) -> Arc<Daemon> {
-        let invoker = Arc::new(Invoker::new(registry.clone(), host, max_concurrent));
+        let invoker = Arc::new(Invoker::new(registry.clone(), host, settings));
         Arc::new(Daemon { registry, invoker, started: Instant::now(), socket_path })
     }
 

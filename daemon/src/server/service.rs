@@ -5,13 +5,16 @@ use std::sync::Arc;
 
 use cordon_proto::v1;
 use tokio_stream::Stream;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::{ReceiverStream, WatchStream};
 use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 
 use super::{Daemon, convert, status};
 use crate::caller::Caller;
+use crate::invoke::{Admission, Prepared};
 use crate::policy::{self, diag};
+use crate::sandbox::OutputChunk;
 
 pub(crate) struct CordonService {
     pub(crate) daemon: Arc<Daemon>,
@@ -42,6 +45,54 @@ fn inside_our_sandbox(pid: i32) -> bool {
 }
 
 type InvokeStream = Pin<Box<dyn Stream<Item = Result<v1::InvokeEvent, Status>> + Send>>;
+
+impl CordonService {
+    /// Runs an admitted invocation in its own task and streams `accepted`, live output (when
+    /// asked), then `finished`. If the client goes away, the invocation is cancelled.
+    fn run_stream(&self, prepared: Prepared, stream_output: bool) -> Response<InvokeStream> {
+        let (tx, rx) = tokio::sync::mpsc::channel(32);
+        let accepted = v1::InvokeEvent {
+            event: Some(v1::invoke_event::Event::Accepted(v1::Accepted {
+                invocation_id: prepared.id.clone(),
+                argv: prepared.plan.display_argv.clone(),
+                generation: prepared.generation,
+            })),
+        };
+        // The channel is empty: the first message always fits.
+        let _ = tx.try_send(Ok(accepted));
+        let invoker = self.daemon.invoker.clone();
+        tokio::spawn(async move {
+            let id = prepared.id.clone();
+            let cancel = prepared.cancel_token();
+            let (live_tx, mut live_rx) = tokio::sync::mpsc::channel::<OutputChunk>(16);
+            let run = invoker.execute(prepared, stream_output.then_some(live_tx));
+            tokio::pin!(run);
+            let result = loop {
+                tokio::select! {
+                    r = &mut run => break r,
+                    Some(chunk) = live_rx.recv() => {
+                        let event = v1::InvokeEvent { event: Some(v1::invoke_event::Event::Output(convert::chunk(chunk))) };
+                        // A slow client loses live chunks, never the result.
+                        let _ = tx.try_send(Ok(event));
+                    }
+                    // If the client goes away, nobody would see the result.
+                    () = tx.closed() => {
+                        cancel.cancel();
+                        break run.await;
+                    }
+                }
+            };
+            let event = match result {
+                Ok(outcome) => Ok(v1::InvokeEvent {
+                    event: Some(v1::invoke_event::Event::Finished(convert::finished(&id, outcome))),
+                }),
+                Err(e) => Err(status::invoke(&e)),
+            };
+            let _ = tx.send(event).await;
+        });
+        Response::new(Box::pin(ReceiverStream::new(rx)))
+    }
+}
 
 #[tonic::async_trait]
 impl v1::cordon_server::Cordon for CordonService {
@@ -80,41 +131,70 @@ impl v1::cordon_server::Cordon for CordonService {
     async fn invoke(&self, request: Request<v1::InvokeRequest>) -> Result<Response<InvokeStream>, Status> {
         let caller = caller(&request)?;
         let req = request.into_inner();
-        let prepared =
-            self.daemon.invoker.prepare(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))?;
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let accepted = v1::InvokeEvent {
-            event: Some(v1::invoke_event::Event::Accepted(v1::Accepted {
-                invocation_id: prepared.id.clone(),
-                argv: prepared.plan.display_argv.clone(),
-                generation: prepared.generation,
-            })),
-        };
-        // Capacity 4 and this is the first message: it cannot fail for lack of room.
-        let _ = tx.try_send(Ok(accepted));
-        let invoker = self.daemon.invoker.clone();
-        tokio::spawn(async move {
-            let id = prepared.id.clone();
-            let cancel = prepared.cancel_token();
-            let run = invoker.execute(prepared);
-            tokio::pin!(run);
-            // If the client goes away, the invocation is cancelled: nobody would see its result.
-            let result = tokio::select! {
-                r = &mut run => r,
-                () = tx.closed() => {
-                    cancel.cancel();
-                    run.await
-                }
-            };
-            let event = match result {
-                Ok(outcome) => Ok(v1::InvokeEvent {
-                    event: Some(v1::invoke_event::Event::Finished(convert::finished(&id, outcome))),
-                }),
-                Err(e) => Err(status::invoke(&e)),
-            };
-            let _ = tx.send(event).await;
+        match self.daemon.invoker.prepare(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))? {
+            Admission::Ready(prepared) => Ok(self.run_stream(prepared, req.stream_output)),
+            Admission::NeedsConfirmation(ticket) => {
+                let event = v1::InvokeEvent {
+                    event: Some(v1::invoke_event::Event::ConfirmationRequired(convert::ticket(&ticket))),
+                };
+                Ok(Response::new(Box::pin(tokio_stream::iter([Ok(event)]))))
+            }
+        }
+    }
+
+    type ConfirmStream = InvokeStream;
+
+    async fn confirm(&self, request: Request<v1::ConfirmRequest>) -> Result<Response<InvokeStream>, Status> {
+        let caller = caller(&request)?;
+        let req = request.into_inner();
+        let prepared = self
+            .daemon
+            .invoker
+            .redeem(caller, &req.token, req.approved_by_elicitation)
+            .await
+            .map_err(|e| status::invoke(&e))?;
+        Ok(self.run_stream(prepared, req.stream_output))
+    }
+
+    type WatchRegistryStream = Pin<Box<dyn Stream<Item = Result<v1::RegistryGeneration, Status>> + Send>>;
+
+    async fn watch_registry(
+        &self,
+        request: Request<v1::WatchRegistryRequest>,
+    ) -> Result<Response<Self::WatchRegistryStream>, Status> {
+        let _caller = caller(&request)?;
+        let stream = WatchStream::new(self.daemon.registry.subscribe()).map(|r| {
+            Ok(v1::RegistryGeneration {
+                generation: r.generation,
+                tools: u32::try_from(r.tools.len()).unwrap_or(u32::MAX),
+            })
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn list_pending(
+        &self,
+        request: Request<v1::ListPendingRequest>,
+    ) -> Result<Response<v1::ListPendingResponse>, Status> {
+        let _caller = caller(&request)?;
+        let pending = self.daemon.invoker.confirmations().pending().iter().map(convert::pending).collect();
+        Ok(Response::new(v1::ListPendingResponse { pending }))
+    }
+
+    async fn approve(&self, request: Request<v1::ApproveRequest>) -> Result<Response<v1::ApproveResponse>, Status> {
+        let caller = caller(&request)?;
+        let id = &request.get_ref().approval_id;
+        self.daemon.invoker.confirmations().approve(id).map_err(|e| status::invoke(&e.into()))?;
+        tracing::info!(approval = %id, by = %caller, "approved");
+        Ok(Response::new(v1::ApproveResponse {}))
+    }
+
+    async fn deny(&self, request: Request<v1::DenyRequest>) -> Result<Response<v1::DenyResponse>, Status> {
+        let caller = caller(&request)?;
+        let id = &request.get_ref().approval_id;
+        self.daemon.invoker.confirmations().deny(id).map_err(|e| status::invoke(&e.into()))?;
+        tracing::info!(approval = %id, by = %caller, "denied");
+        Ok(Response::new(v1::DenyResponse {}))
     }
 
     async fn cancel(&self, request: Request<v1::CancelRequest>) -> Result<Response<v1::CancelResponse>, Status> {

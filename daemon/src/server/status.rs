@@ -43,6 +43,21 @@ pub(crate) fn invoke(e: &InvokeError) -> Status {
         InvokeError::ShuttingDown => with_code(Code::Unavailable, SHUTTING_DOWN, None, message),
         InvokeError::Spawn(_) => with_code(Code::FailedPrecondition, SPAWN_FAILED, None, message),
         InvokeError::Random(_) => with_code(Code::Internal, INTERNAL, None, message),
+        InvokeError::Confirm(c) => {
+            use crate::confirm::ConfirmError as C;
+            let (code, cordon) = match c {
+                C::UnknownToken => (Code::FailedPrecondition, "CONFIRMATION_INVALID"),
+                C::Expired => (Code::FailedPrecondition, "CONFIRMATION_EXPIRED"),
+                C::Stale => (Code::FailedPrecondition, "POLICY_CHANGED"),
+                C::AlreadyClaimed => (Code::Aborted, "CONFIRMATION_IN_USE"),
+                C::Foreign => (Code::PermissionDenied, "CONFIRMATION_FOREIGN"),
+                C::Denied => (Code::PermissionDenied, "APPROVAL_DENIED"),
+                C::TimedOut(_) => (Code::DeadlineExceeded, "APPROVAL_TIMEOUT"),
+                C::UnknownApproval(_) => (Code::NotFound, "UNKNOWN_APPROVAL"),
+                C::Random(_) => (Code::Internal, INTERNAL),
+            };
+            with_code(code, cordon, None, message)
+        }
     }
 }
 

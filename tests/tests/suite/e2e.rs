@@ -534,3 +534,159 @@ fn health_and_reflection_answer_on_the_socket() {
         assert!(names.contains(&"grpc.health.v1.Health".to_string()), "{names:?}");
     });
 }
+
+const CONFIRM_TOOLS: &str = r#"
+version = 1
+
+[defaults]
+timeout = "20s"
+write = ["/tmp"]
+
+[tools.guarded]
+description = "append a line to a file, after an agent confirmation"
+reason = "tests"
+command = ["/bin/sh", "-c", "echo \"$2\" >> \"$1\"; echo done", "sh", "{{file}}", "{{text}}"]
+confirm = "agent"
+
+[tools.guarded.params.file]
+type = "path"
+required = true
+
+[tools.guarded.params.text]
+type = "string"
+pattern = "[a-z ]*"
+required = true
+
+[tools.approved]
+description = "print a word, after a human approval"
+reason = "tests"
+command = ["/usr/bin/printf", "[%s]", "{{text}}"]
+confirm = "human"
+danger = "high"
+
+[tools.approved.params.text]
+type = "string"
+pattern = "[a-z]*"
+required = true
+"#;
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map(|s| s.lines().count()).unwrap_or(0)
+}
+
+#[test]
+fn an_agent_confirmation_token_runs_the_exact_invocation_once() {
+    let d = Daemon::start(&[("c.toml", CONFIRM_TOOLS)]);
+    let file = d.dir.path().join("log.txt");
+    let (out, j) = d.run_json("guarded", &json!({ "file": file, "text": "hello there" }));
+    out.assert_code(3);
+    let c = &j["confirmation_required"];
+    assert_eq!(c["mode"], "agent");
+    let description = c["description"].as_str().unwrap();
+    assert!(description.contains("'hello there'") && description.contains(file.to_str().unwrap()), "{description}");
+    assert_eq!(lines(&file), 0, "nothing may run before the confirmation");
+    let token = c["token"].as_str().unwrap().to_string();
+    assert_eq!(token.len(), 64, "32 random bytes, hex");
+
+    // An altered token is refused, and does not use up the real one.
+    let mut altered = token.clone();
+    altered.replace_range(0..1, if token.starts_with('0') { "1" } else { "0" });
+    let out = d.cordon(&["confirm", &altered, "--json"]);
+    assert_eq!(out.json()["error"]["code"], "CONFIRMATION_INVALID");
+
+    let out = d.cordon(&["confirm", &token, "--json"]);
+    out.assert_code(0);
+    assert_eq!(out.json()["stdout"], "done\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello there\n");
+
+    // Replay.
+    let out = d.cordon(&["confirm", &token, "--json"]);
+    assert_eq!(out.json()["error"]["code"], "CONFIRMATION_INVALID");
+    assert_eq!(lines(&file), 1);
+}
+
+#[test]
+fn a_concurrent_double_redeem_runs_once() {
+    let d = Daemon::start(&[("c.toml", CONFIRM_TOOLS)]);
+    let file = d.dir.path().join("log.txt");
+    for _ in 0..5 {
+        let (_, j) = d.run_json("guarded", &json!({ "file": file, "text": "x" }));
+        let token = j["confirmation_required"]["token"].as_str().unwrap().to_string();
+        let racers: Vec<_> = (0..4).map(|_| d.cordon_spawn(&["confirm", &token, "--json"])).collect();
+        let codes: Vec<Option<i32>> = racers.into_iter().map(|c| c.wait_with_output().unwrap().status.code()).collect();
+        assert_eq!(codes.iter().filter(|c| **c == Some(0)).count(), 1, "{codes:?}");
+    }
+    assert_eq!(lines(&file), 5);
+}
+
+#[test]
+fn expired_and_stale_confirmations_are_refused() {
+    let d = Daemon::start_with(&[("c.toml", CONFIRM_TOOLS)], &["--confirm-ttl", "1s"]);
+    let file = d.dir.path().join("log.txt");
+    let (_, j) = d.run_json("guarded", &json!({ "file": file, "text": "x" }));
+    let token = j["confirmation_required"]["token"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(1300));
+    assert_eq!(d.cordon(&["confirm", &token, "--json"]).json()["error"]["code"], "CONFIRMATION_INVALID");
+
+    // A reload between the request and the confirmation invalidates it.
+    let (_, j) = d.run_json("guarded", &json!({ "file": file, "text": "x" }));
+    let token = j["confirmation_required"]["token"].as_str().unwrap().to_string();
+    d.cordon(&["reload"]).assert_code(0);
+    assert_eq!(d.cordon(&["confirm", &token, "--json"]).json()["error"]["code"], "POLICY_CHANGED");
+    assert_eq!(lines(&file), 0);
+}
+
+fn wait_pending(d: &Daemon) -> serde_json::Value {
+    let mut found = json!(null);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let p = d.cordon(&["pending", "--json"]).json();
+            let waiting = p["pending"].as_array().is_some_and(|l| l.len() == 1 && l[0]["waiting"] == true);
+            if waiting {
+                found = p["pending"][0].clone();
+            }
+            waiting
+        }),
+        "no pending approval appeared"
+    );
+    found
+}
+
+#[test]
+fn a_human_approval_lets_the_invocation_run() {
+    let d = Daemon::start(&[("c.toml", CONFIRM_TOOLS)]);
+    let run = d.cordon_spawn(&["run", "approved", "--arg", "text=yes", "--json"]);
+    let p = wait_pending(&d);
+    assert_eq!(p["tool"], "approved");
+    assert_eq!(p["argv"], json!(["/usr/bin/printf", "[%s]", "yes"]));
+    assert_eq!(p["caller_uid"], nix::unistd::geteuid().as_raw());
+    let id = p["approval_id"].as_str().unwrap().to_string();
+    d.cordon(&["approve", &id]).assert_code(0);
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["stdout"], "[yes]");
+    assert_eq!(d.cordon(&["pending", "--json"]).json()["pending"], json!([]));
+    // Approving twice, or an unknown id, says so.
+    let out = d.cordon(&["approve", &id]);
+    assert_eq!(out.code, Some(65), "{out:?}");
+    assert!(out.stderr.contains("UNKNOWN_APPROVAL"), "{out:?}");
+}
+
+#[test]
+fn a_denied_or_expired_approval_never_runs() {
+    let d = Daemon::start_with(&[("c.toml", CONFIRM_TOOLS)], &["--approval-timeout", "3s"]);
+    let run = d.cordon_spawn(&["run", "approved", "--arg", "text=no", "--json"]);
+    let id = wait_pending(&d)["approval_id"].as_str().unwrap().to_string();
+    d.cordon(&["deny", &id]).assert_code(0);
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(77), "{out:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["error"]["code"], "APPROVAL_DENIED");
+
+    let started = Instant::now();
+    let out = d.cordon(&["run", "approved", "--arg", "text=late", "--json"]);
+    assert_eq!(out.code, Some(124), "{out:?}");
+    assert_eq!(out.json()["error"]["code"], "APPROVAL_TIMEOUT");
+    assert!(started.elapsed() >= Duration::from_secs(3));
+}

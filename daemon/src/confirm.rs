@@ -1,0 +1,326 @@
+//! Confirmations: a tool with `confirm = "agent"` or `"human"` does not run on the first call.
+//! The daemon keeps the exact resolved invocation and hands out a token; the invocation runs
+//! only when the token is redeemed (and, for "human", once a person approved it).
+//!
+//! Tokens are 32 bytes from the OS, single use, and expire (60 s for "agent"). They are stored
+//! only as their SHA-256, and each record is bound to a hash of (tool, resolved argv, caller
+//! uid) that redemption recomputes, so a token is useless to another user and cannot stand for a
+//! different invocation. Removal under one lock makes a concurrent double redeem run once.
+//!
+//! Architecture invariant: a confirmed invocation runs exactly the plan that was described to
+//! the confirmer, from the registry generation it was resolved in; any change refuses it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::argv::Plan;
+use crate::caller::Caller;
+use crate::policy::{Confirm, Tool};
+use crate::sandbox::child::Identity;
+
+/// How long an agent token stays valid.
+pub const AGENT_TTL: Duration = Duration::from_secs(60);
+/// How long a human approval may take.
+pub const HUMAN_TTL: Duration = Duration::from_secs(300);
+
+/// Everything needed to run the invocation once confirmed.
+#[derive(Debug, Clone)]
+pub struct Parked {
+    pub tool: Arc<Tool>,
+    pub generation: u64,
+    pub plan: Plan,
+    pub identity: Option<Identity>,
+    pub dedicated_uid: bool,
+    pub caller: Caller,
+}
+
+/// What the caller is told when a confirmation is required.
+#[derive(Debug, Clone)]
+pub struct Ticket {
+    pub token: String,
+    pub mode: Confirm,
+    pub approval_id: String,
+    pub description: String,
+    pub expires_in: Duration,
+    pub argv: Vec<String>,
+}
+
+/// A pending human approval, for `cordon pending`.
+#[derive(Debug, Clone)]
+pub struct PendingInfo {
+    pub approval_id: String,
+    pub tool: String,
+    pub argv: Vec<String>,
+    pub description: String,
+    pub caller: Caller,
+    pub expires_in: Duration,
+    pub waiting: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Undecided,
+    Approved,
+    Denied,
+}
+
+#[derive(Debug)]
+struct Record {
+    parked: Parked,
+    mode: Confirm,
+    binding: [u8; 32],
+    approval_id: String,
+    description: String,
+    expires: Instant,
+    decision: watch::Sender<Decision>,
+    /// A redeemer is waiting on this record (human mode).
+    claimed: bool,
+}
+
+/// Why a token was not honoured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfirmError {
+    #[error("unknown, used or expired confirmation token; call the tool again to get a new one")]
+    UnknownToken,
+    #[error("this confirmation token was issued to another user")]
+    Foreign,
+    #[error("the confirmation expired; call the tool again to get a new token")]
+    Expired,
+    #[error("this confirmation is already being redeemed")]
+    AlreadyClaimed,
+    #[error("the human approval was denied")]
+    Denied,
+    #[error("no approval came in time ({} s); call the tool again", .0.as_secs())]
+    TimedOut(Duration),
+    #[error("the policies were reloaded since the confirmation was requested; call the tool again")]
+    Stale,
+    #[error("no pending approval {0:?}; `cordon pending` lists them")]
+    UnknownApproval(String),
+    #[error("cannot draw a token from the OS random source: {0}")]
+    Random(String),
+}
+
+/// The store of pending confirmations.
+#[derive(Debug)]
+pub struct Confirmations {
+    records: Mutex<HashMap<[u8; 32], Record>>,
+    agent_ttl: Duration,
+    human_ttl: Duration,
+}
+
+impl Default for Confirmations {
+    fn default() -> Self {
+        Confirmations::new(AGENT_TTL, HUMAN_TTL)
+    }
+}
+
+fn binding(tool: &str, argv: &[String], uid: u32) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(tool.as_bytes());
+    for a in argv {
+        h.update([0]);
+        h.update(a.as_bytes());
+    }
+    h.update([0xff]);
+    h.update(uid.to_le_bytes());
+    h.finalize().into()
+}
+
+fn token_key(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+fn random_hex(bytes: usize) -> Result<String, ConfirmError> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).map_err(|e| ConfirmError::Random(e.to_string()))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A plain description of the exact invocation, for the person or agent who confirms it.
+pub fn describe(parked: &Parked) -> String {
+    let argv: Vec<String> = parked.plan.display_argv.iter().map(|a| shell_quote(a)).collect();
+    let who = match parked.identity {
+        Some(id) => format!("uid {} gid {}", id.uid, id.gid),
+        None => "cordond's own user".to_string(),
+    };
+    format!(
+        "tool {:?} will run `{}` as {who} in {} (timeout {}, danger: {})",
+        parked.tool.name,
+        argv.join(" "),
+        parked.plan.cwd.display(),
+        crate::policy::units::format_duration(parked.tool.timeout),
+        match parked.tool.danger {
+            crate::policy::Danger::Safe => "safe",
+            crate::policy::Danger::Moderate => "moderate",
+            crate::policy::Danger::High => "high",
+        }
+    )
+}
+
+/// Quotes an argument the way a POSIX shell reader expects, for display only.
+fn shell_quote(a: &str) -> String {
+    let plain = !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain { a.to_string() } else { format!("'{}'", a.replace('\'', "'\\''")) }
+}
+
+impl Confirmations {
+    pub fn new(agent_ttl: Duration, human_ttl: Duration) -> Confirmations {
+        Confirmations { records: Mutex::new(HashMap::new()), agent_ttl, human_ttl }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<[u8; 32], Record>> {
+        let mut map = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        // Expired records that nobody waits on are dropped on every access.
+        map.retain(|_, r| r.expires > now || r.claimed);
+        map
+    }
+
+    /// Parks an invocation and returns the ticket to hand out.
+    pub fn park(&self, parked: Parked) -> Result<Ticket, ConfirmError> {
+        let mode = parked.tool.confirm;
+        let token = random_hex(32)?;
+        let approval_id = random_hex(6)?;
+        let ttl = if mode == Confirm::Human { self.human_ttl } else { self.agent_ttl };
+        let description = describe(&parked);
+        let argv = parked.plan.display_argv.clone();
+        let record = Record {
+            binding: binding(&parked.tool.name, &parked.plan.argv, parked.caller.uid),
+            parked,
+            mode,
+            approval_id: approval_id.clone(),
+            description: description.clone(),
+            expires: Instant::now() + ttl,
+            decision: watch::channel(Decision::Undecided).0,
+            claimed: false,
+        };
+        self.lock().insert(token_key(&token), record);
+        Ok(Ticket { token, mode, approval_id, description, expires_in: ttl, argv })
+    }
+
+    /// Redeems a token. Agent tokens (and human tokens approved through elicitation) are used up
+    /// at once; other human tokens wait for an admin's decision until they expire.
+    pub async fn redeem(
+        &self,
+        token: &str,
+        caller: Caller,
+        approved_by_elicitation: bool,
+        current_generation: u64,
+    ) -> Result<Parked, ConfirmError> {
+        let key = token_key(token);
+        let mut decision = {
+            let mut map = self.lock();
+            let record = map.get_mut(&key).ok_or(ConfirmError::UnknownToken)?;
+            if binding(&record.parked.tool.name, &record.parked.plan.argv, caller.uid) != record.binding {
+                return Err(ConfirmError::Foreign);
+            }
+            if record.claimed {
+                return Err(ConfirmError::AlreadyClaimed);
+            }
+            let ready = record.mode != Confirm::Human
+                || approved_by_elicitation
+                || *record.decision.borrow() == Decision::Approved;
+            if ready {
+                let record = map.remove(&key).ok_or(ConfirmError::UnknownToken)?;
+                return finish(record, current_generation);
+            }
+            record.claimed = true;
+            record.decision.subscribe()
+        };
+        let deadline = {
+            let map = self.lock();
+            map.get(&key).map(|r| r.expires).ok_or(ConfirmError::UnknownToken)?
+        };
+        let outcome = tokio::time::timeout_at(deadline.into(), decision.wait_for(|d| *d != Decision::Undecided)).await;
+        let record = self.lock().remove(&key).ok_or(ConfirmError::UnknownToken)?;
+        match outcome {
+            Ok(Ok(d)) if *d == Decision::Approved => finish(record, current_generation),
+            Ok(_) => Err(ConfirmError::Denied),
+            Err(_) => Err(ConfirmError::TimedOut(self.human_ttl)),
+        }
+    }
+
+    pub fn pending(&self) -> Vec<PendingInfo> {
+        let now = Instant::now();
+        let mut list: Vec<PendingInfo> = self
+            .lock()
+            .values()
+            .filter(|r| r.mode == Confirm::Human && *r.decision.borrow() == Decision::Undecided)
+            .map(|r| PendingInfo {
+                approval_id: r.approval_id.clone(),
+                tool: r.parked.tool.name.clone(),
+                argv: r.parked.plan.display_argv.clone(),
+                description: r.description.clone(),
+                caller: r.parked.caller,
+                expires_in: r.expires.saturating_duration_since(now),
+                waiting: r.claimed,
+            })
+            .collect();
+        list.sort_by_key(|p| p.expires_in);
+        list
+    }
+
+    pub fn approve(&self, approval_id: &str) -> Result<(), ConfirmError> {
+        self.decide(approval_id, Decision::Approved)
+    }
+
+    pub fn deny(&self, approval_id: &str) -> Result<(), ConfirmError> {
+        self.decide(approval_id, Decision::Denied)
+    }
+
+    fn decide(&self, approval_id: &str, decision: Decision) -> Result<(), ConfirmError> {
+        let mut map = self.lock();
+        let (key, record) = map
+            .iter()
+            .find(|(_, r)| r.approval_id == approval_id && r.mode == Confirm::Human)
+            .map(|(k, r)| (*k, r))
+            .ok_or_else(|| ConfirmError::UnknownApproval(approval_id.to_string()))?;
+        if *record.decision.borrow() != Decision::Undecided {
+            return Err(ConfirmError::UnknownApproval(approval_id.to_string()));
+        }
+        record.decision.send_replace(decision);
+        // A denied approval nobody waits on is gone at once; an approved one stays until redeemed.
+        if decision == Decision::Denied && !record.claimed {
+            map.remove(&key);
+        }
+        Ok(())
+    }
+}
+
+fn finish(record: Record, current_generation: u64) -> Result<Parked, ConfirmError> {
+    if Instant::now() > record.expires {
+        return Err(ConfirmError::Expired);
+    }
+    if record.parked.generation != current_generation {
+        return Err(ConfirmError::Stale);
+    }
+    Ok(record.parked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_shows_arguments_unambiguously() {
+        assert_eq!(shell_quote("plain-arg_1.txt"), "plain-arg_1.txt");
+        assert_eq!(shell_quote("two words"), "'two words'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn bindings_depend_on_tool_argv_and_uid() {
+        let argv = vec!["a".to_string(), "b".to_string()];
+        let b = binding("t", &argv, 1);
+        assert_ne!(b, binding("u", &argv, 1));
+        assert_ne!(b, binding("t", &argv, 2));
+        assert_ne!(b, binding("t", &["a".to_string(), "c".to_string()], 1));
+        // Element boundaries count: ["ab"] is not ["a", "b"].
+        assert_ne!(b, binding("t", &["ab".to_string()], 1));
+    }
+}
