@@ -135,7 +135,11 @@ fn main() {
             async move {
                 let mut client = v1::cordon_client::CordonClient::new(channel);
                 let mut stream = client
-                    .invoke(v1::InvokeRequest { tool: "true".into(), arguments_json: String::new() })
+                    .invoke(v1::InvokeRequest {
+                        tool: "true".into(),
+                        arguments_json: String::new(),
+                        stream_output: false,
+                    })
                     .await
                     .unwrap()
                     .into_inner();
