@@ -122,6 +122,7 @@ fn main() {
                     timeout: Duration::from_secs(10),
                     max_output: 1024,
                     grace: Duration::from_secs(1),
+                    output: None,
                 };
                 let out = run(spec, &confine, &CancellationToken::new()).await.unwrap();
                 assert_eq!(out.exit_code, Some(0));
