@@ -93,6 +93,8 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
+    /// Print the policy authoring reference (the same text as the MCP `describe_schema` tool).
+    Reference,
     /// Check policy files or directories offline, with the daemon's own rules.
     Check {
         #[arg(required = true, value_name = "PATH")]
@@ -119,6 +121,7 @@ pub fn run(cli: Cli) -> ExitCode {
         | Command::Reload { json }
         | Command::Status { json } => *json,
         Command::Policy { command: PolicyCommand::Check { json, .. } } => *json,
+        Command::Policy { command: PolicyCommand::Reference } => false,
         Command::Cancel { .. } => false,
         Command::Doctor { json } | Command::Confirm { json, .. } | Command::Pending { json } => *json,
         Command::Approve { .. } | Command::Deny { .. } => false,
@@ -142,6 +145,10 @@ async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
         Command::Tool { name, json } => admin::tool(&socket, &name, json).await,
         Command::Run { tool, args, args_json, json } => admin::run(&socket, &tool, &args, args_json, json).await,
         Command::Policy { command: PolicyCommand::Check { paths, json } } => admin::policy_check(&paths, json),
+        Command::Policy { command: PolicyCommand::Reference } => {
+            print!("{}", cordon_daemon::policy::reference::authoring_reference());
+            Ok(0)
+        }
         Command::Cancel { id } => admin::cancel(&socket, &id).await,
         Command::Doctor { json } => admin::doctor(&socket, json).await,
         Command::Confirm { token, json } => admin::confirm(&socket, &token, json).await,

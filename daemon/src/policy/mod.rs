@@ -12,6 +12,7 @@ pub mod diag;
 mod parse;
 mod pattern;
 mod probe;
+pub mod reference;
 pub mod schema;
 pub mod units;
 

@@ -1,0 +1,213 @@
+//! The policy authoring reference (served by the MCP `describe_schema` tool and
+//! `cordon policy reference`), generated from the code's own definitions: the key tables, the
+//! limits, the error codes, the sandbox defaults and the seccomp list. A test loads the annotated
+//! example, so the example cannot drift from the loader either.
+
+use std::fmt::Write as _;
+
+use super::units::{format_duration, format_size};
+use super::{
+    DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FILE_KEYS, FORBIDDEN_ENV, KeyDoc, LIMIT_KEYS, MAX_OUTPUT_RANGE, PARAM_KEYS,
+    REGEX_MAX_LEN, SEARCH_PATH, TIMEOUT_RANGE, TOOL_KEYS,
+};
+use crate::argv::BASE_ENV;
+use crate::sandbox::landlock::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
+use crate::validate::{ErrorCode, MAX_SAFE_INTEGER};
+
+/// An annotated policy that exercises most keys; it must load (a test checks).
+pub const EXAMPLE: &str = r#"# /etc/cordon/policies.d/project.toml
+version = 1
+
+[defaults]                          # every tool in this file starts from these
+timeout = "2m"
+max_output = "256KiB"
+read = ["/srv/project"]             # readable trees, beyond the system directories
+env = { LANG = "C.UTF-8" }
+
+[tools.run-tests]
+description = "Run the project's tests, optionally only those matching a filter"
+reason = "agents must check their changes; the Makefile is reviewed like code"
+command = ["make", "-C", "/srv/project", "test", "FILTER={{filter}}"]
+write = ["/srv/project/target"]     # build output only
+exec = ["/srv/project/target"]      # the test binaries it builds
+limits = { memory = "2GiB", processes = 128, cpu_time = "5m" }
+annotations = { title = "Run tests", idempotent = true }
+
+[tools.run-tests.params.filter]
+type = "string"
+description = "test name filter"
+pattern = "[A-Za-z0-9_:]*"          # the whole value must match
+default = ""                        # FILTER= (empty): the Makefile runs every test
+
+[tools.fetch-crate]
+description = "Look up a crate on crates.io (JSON)"
+reason = "dependency questions need current metadata"
+command = ["curl", "-fsS", "--max-time", "20", "https://crates.io/api/v1/crates/{{name}}"]
+network = { connect_tcp = [53, 443] }
+env = { RES_OPTIONS = "use-vc" }    # DNS over TCP: the sandbox has no UDP
+read = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"]
+output = "json"
+annotations = { read_only = true, idempotent = true }
+
+[tools.fetch-crate.params.name]
+type = "string"
+pattern = "[A-Za-z0-9_-]{1,64}"
+required = true
+
+[tools.deploy]
+description = "Deploy a tagged release to staging"
+reason = "releases go through a person"
+command = ["/usr/local/bin/deploy", "--env", "staging", "--tag", "{{tag}}"]
+arg_separator = false
+confirm = "human"                   # an admin approves with `cordon approve ID`
+danger = "high"
+run_as = "deploy"                   # admin-granted account (cordond must be root)
+
+[tools.deploy.params.tag]
+type = "string"
+pattern = "v[0-9]+\\.[0-9]+\\.[0-9]+"
+required = true
+"#;
+
+fn keys(out: &mut String, title: &str, table: &[KeyDoc], defaults_column: bool) {
+    let _ = writeln!(out, "### {title}\n");
+    if defaults_column {
+        out.push_str("| key | value | in [defaults] | meaning |\n|---|---|---|---|\n");
+    } else {
+        out.push_str("| key | value | meaning |\n|---|---|---|\n");
+    }
+    for k in table {
+        if defaults_column {
+            let d = if k.defaultable { "yes" } else { "no" };
+            let _ = writeln!(out, "| `{}` | {} | {d} | {} |", k.name, k.value, k.doc);
+        } else {
+            let _ = writeln!(out, "| `{}` | {} | {} |", k.name, k.value, k.doc);
+        }
+    }
+    out.push('\n');
+}
+
+fn list(paths: &[&str]) -> String {
+    paths.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+}
+
+/// The complete reference, as Markdown.
+pub fn authoring_reference() -> String {
+    let mut out = String::new();
+    out.push_str("# cordon policy authoring reference\n\n");
+    out.push_str(
+        "Policies are TOML files in cordond's policy directory (`*.toml`, read in name order). Each file \
+         declares tools: a fixed argv template, typed parameters, and what the sandbox grants. Agents can \
+         only call these tools, with arguments that pass the parameter rules.\n\n## 1. Schema\n\n",
+    );
+    keys(&mut out, "Top level", FILE_KEYS, false);
+    keys(&mut out, "`[tools.NAME]` (and `[defaults]`)", TOOL_KEYS, true);
+    keys(&mut out, "`[tools.NAME.params.PARAM]`", PARAM_KEYS, false);
+    keys(&mut out, "`limits`", LIMIT_KEYS, false);
+    let _ = write!(
+        out,
+        "Merging: a tool's value replaces its file's default, except `read`, `write`, `exec` and `unix_sockets` \
+         (added together), `env` (merged) and `limits` (merged per key).\n\n\
+         Durations are strings like \"500ms\", \"30s\", \"5m\", \"1h30m\"; sizes like \"512B\", \"100KiB\", \"10MiB\", \"1GiB\".\n\n\
+         ## 2. Validation at load\n\n\
+         A file with any error is rejected whole; every problem is reported as `file:line:col: message`. Errors:\n\n\
+         - unknown keys (with suggestions) and wrong value types;\n\
+         - tool names must match `^[a-z][a-z0-9-]*$`; param names `^[a-z][a-z0-9_]*$` (64 characters at most);\n\
+         - `command` must be non-empty; `command[0]` is a literal absolute path or a bare name looked up in `{SEARCH_PATH}`;\n\
+         - every `{{{{param}}}}` placeholder needs a param; `{{{{ name }}}}` with spaces is literal text (a warning);\n\
+         - patterns: at most {REGEX_MAX_LEN} bytes, compiled with size and nesting limits; only syntax that Rust and JSON \
+           Schema (ECMA-262) validators read alike (`\\d \\w \\s` are rewritten to ASCII classes, `.` to a class without \
+           line breaks; inline flags, named groups, look-around, `\\p{{..}}`, `\\b`, POSIX classes are refused);\n\
+         - a default must pass its own param's rules; `required` and `default` exclude each other;\n\
+         - env keys {FORBIDDEN_ENV} are forbidden (also through `args_env_prefix`);\n\
+         - `working_dir` and granted paths must be absolute without `..`;\n\
+         - a tool name may be defined only once across all files;\n\
+         - `timeout` from {} to {} (default {}); `max_output` from {} to {} per stream (default {});\n\
+         - integer params stay within ±{MAX_SAFE_INTEGER} (exact in every JSON implementation).\n\n\
+         Warnings: a param no placeholder uses (unless `args_env_prefix` exports it), a tool without `reason`.\n\n\
+         Unavailable (listed with the reason, never run): `command[0]` not found, a missing `working_dir` or granted path, \
+         `run_as` without root or with an unknown account, a kernel without landlock, below `min_landlock_abi`, or network \
+         rules below landlock ABI 4.\n\n",
+        format_duration(TIMEOUT_RANGE.0),
+        format_duration(TIMEOUT_RANGE.1),
+        format_duration(DEFAULT_TIMEOUT),
+        format_size(MAX_OUTPUT_RANGE.0),
+        format_size(MAX_OUTPUT_RANGE.1),
+        format_size(DEFAULT_MAX_OUTPUT),
+    );
+    out.push_str("## 3. Validation of each call\n\nError codes: ");
+    let codes: Vec<String> = ErrorCode::ALL.iter().map(|c| format!("`{c}`")).collect();
+    out.push_str(&codes.join(", "));
+    out.push_str(
+        ".\n\n- The arguments are one JSON object; unknown fields are refused, `null` is never a value.\n\
+         - string: a `pattern` must match the whole value; without a pattern a leading `-` is refused (the empty string \
+           passes); NUL is always refused; lengths count characters.\n\
+         - integer: a JSON number with an integral value (5 or 5.0) within `min`/`max`; number: any JSON number within \
+           `min`/`max`; boolean: `true`/`false`; enum: one of `values`.\n\
+         - path: made absolute (relative to `working_dir`) and normalized without following symlinks; a `..` that climbs \
+           above `working_dir` (or `/`) is refused.\n\
+         - Each tool's JSON Schema (draft 2020-12) expresses these rules; cordond validates again, authoritatively.\n\n\
+         ## 4. How a call becomes a process\n\n\
+         - No shell. Each template element becomes at most one argv element; values are substituted once, never \
+           re-expanded. An element that uses an omitted param is dropped; so is an element that is exactly one \
+           placeholder whose value is \"\".\n\
+         - `arg_separator = true` inserts `--` before the first substituted element.\n",
+    );
+    let _ = write!(
+        out,
+        "- Environment: exactly {} plus the tool's `env`, plus params as `args_env_prefix` + NAME (JSON text for \
+         non-strings). stdin is /dev/null; the tool leads a new session, process group and (as root) cgroup.\n\
+         - Output: each stream keeps its head and tail within `max_output`; the middle is cut and marked.\n\
+         - Timeout: SIGTERM to the group, SIGKILL 3 s later, then the cgroup is killed.\n\n\
+         ## 5. Security guarantees\n\n\
+         - Landlock grants read+execute beneath {}; read of {}; read+write of {}; and the tool's own /proc/self. \
+           Everything else only through `read`, `exec`, `write` (write roots never allow execute).\n\
+         - TCP connect/bind only to the listed ports; signals and abstract Unix sockets stay inside the sandbox.\n\
+         - Seccomp allow-list, default deny: no io_uring, ptrace, process_vm_*, bpf, perf, keyring, userfaultfd, mounts, \
+           namespaces (clone3 answers ENOSYS), module or kexec calls; no UDP, raw, packet, netlink, vsock or MPTCP sockets; \
+           no TIOCSTI; no TCP Fast Open; prlimit/setpriority/sched_set* only on the tool itself.\n\
+         - As root, tools run as the caller (or `run_as`), without supplementary groups or capabilities, with no_new_privs.\n\
+         - Confirmations are enforced by cordond: \"agent\" tokens are 32 random bytes, single use, short-lived, bound to \
+           (tool, resolved argv, caller); \"human\" approvals come from an admin or the agent host's user.\n\n\
+         ## 6. Limitations\n\n\
+         - A policy like `command = [\"sh\", \"-c\", \"{{{{script}}}}\"]` runs whatever the agent writes, inside the sandbox. \
+           Authoring is the admin's responsibility.\n\
+         - Output can carry prompt injection; treat what a tool prints as untrusted.\n\
+         - Landlock's execute right governs execve only (the dynamic loader can map code from readable files); below ABI 9 \
+           it does not govern connect() to named Unix sockets, so `unix_sockets` opens every socket the user can reach.\n\
+         - There is no UDP in the sandbox: DNS needs `RES_OPTIONS = \"use-vc\"` and port 53.\n\
+         - Without root: no cgroups (no process-count limit, and a tool that leaves its process group survives it), and \
+           tools run as cordond's user.\n\n\
+         ## 7. Annotated example\n\n```toml\n{EXAMPLE}```\n",
+        BASE_ENV.join(" "),
+        list(DEFAULT_READ_EXEC),
+        list(DEFAULT_READ),
+        list(DEFAULT_WRITE_FILES),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Host, load_sources};
+
+    #[test]
+    fn the_example_loads() {
+        let set = load_sources(&[("example.toml".into(), EXAMPLE.to_string())], Host { is_root: true, landlock_abi: 7 })
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(set.tools.len(), 3);
+        assert!(set.diagnostics.iter().all(|d| !d.is_error()));
+    }
+
+    #[test]
+    fn every_key_is_documented() {
+        let doc = authoring_reference();
+        for k in FILE_KEYS.iter().chain(TOOL_KEYS).chain(PARAM_KEYS).chain(LIMIT_KEYS) {
+            assert!(doc.contains(&format!("`{}`", k.name)), "{} missing", k.name);
+        }
+        for c in ErrorCode::ALL {
+            assert!(doc.contains(c.as_str()));
+        }
+    }
+}
