@@ -77,11 +77,13 @@ fn keys(out: &mut String, title: &str, table: &[KeyDoc], defaults_column: bool) 
         out.push_str("| key | value | meaning |\n|---|---|---|\n");
     }
     for k in table {
+        let cell = |t: &str| t.replace('|', "\\|");
+        let (value, doc) = (cell(k.value), cell(k.doc));
         if defaults_column {
             let d = if k.defaultable { "yes" } else { "no" };
-            let _ = writeln!(out, "| `{}` | {} | {d} | {} |", k.name, k.value, k.doc);
+            let _ = writeln!(out, "| `{}` | {value} | {d} | {doc} |", k.name);
         } else {
-            let _ = writeln!(out, "| `{}` | {} | {} |", k.name, k.value, k.doc);
+            let _ = writeln!(out, "| `{}` | {value} | {doc} |", k.name);
         }
     }
     out.push('\n');
