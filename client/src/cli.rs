@@ -21,6 +21,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve MCP on stdin/stdout for an agent host (Claude Desktop, Claude Code, Cursor, Codex, ...).
+    Mcp,
     /// List tools: name, availability, params, description.
     Tools {
         /// Print JSON instead of a table.
@@ -106,6 +108,9 @@ pub enum PolicyCommand {
 
 /// Runs the command and maps every error to its exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    if let Command::Mcp = cli.command {
+        return crate::mcp::serve(cli.socket.unwrap_or_else(cordon_proto::client_socket_path));
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -124,7 +129,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Policy { command: PolicyCommand::Reference } => false,
         Command::Cancel { .. } => false,
         Command::Doctor { json } | Command::Confirm { json, .. } | Command::Pending { json } => *json,
-        Command::Approve { .. } | Command::Deny { .. } => false,
+        Command::Approve { .. } | Command::Deny { .. } | Command::Mcp => false,
     };
     match runtime.block_on(dispatch(cli.command, socket)) {
         Ok(code) => ExitCode::from(code),
@@ -141,6 +146,7 @@ pub fn run(cli: Cli) -> ExitCode {
 
 async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
     match command {
+        Command::Mcp => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
         Command::Tools { json, all } => admin::tools(&socket, json, all).await,
         Command::Tool { name, json } => admin::tool(&socket, &name, json).await,
         Command::Run { tool, args, args_json, json } => admin::run(&socket, &tool, &args, args_json, json).await,

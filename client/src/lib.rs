@@ -1,14 +1,16 @@
-//! `cordon`: the admin CLI for cordond (and, in a later step, the MCP front-end).
+//! `cordon`: the admin CLI for cordond, and `cordon mcp`, the MCP front-end agent hosts spawn.
 //!
 //! # Layout
 //! - [`cli`]: flags and subcommands (clap), and dispatch.
 //! - [`admin`]: the admin subcommands: tools, tool, run, policy check, reload, status.
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
 //! - [`error`]: client errors with their messages and stable exit codes.
+//! - [`mcp`]: the MCP stdio server (`cordon mcp`).
 
 pub mod admin;
 pub mod cli;
 pub mod error;
 pub mod grpc;
+pub mod mcp;
 
 pub use cli::{Cli, run};

@@ -196,8 +196,9 @@ mod tests {
 
     #[test]
     fn the_example_loads() {
-        let set = load_sources(&[("example.toml".into(), EXAMPLE.to_string())], Host { is_root: true, landlock_abi: 7 })
-            .unwrap_or_else(|e| panic!("{e}"));
+        let set =
+            load_sources(&[("example.toml".into(), EXAMPLE.to_string())], Host { is_root: true, landlock_abi: 7 })
+                .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(set.tools.len(), 3);
         assert!(set.diagnostics.iter().all(|d| !d.is_error()));
     }

@@ -1,0 +1,60 @@
+//! `cordon mcp`: the MCP stdio server agent hosts spawn.
+//!
+//! # Layout
+//! - [`bridge`]: the hand-written `ServerHandler` (tools are dynamic): list, call, confirm,
+//!   describe_schema, progress, cancellation, elicitation, list_changed subscriptions.
+//! - [`check`]: argument validation against each tool's JSON Schema with the daemon's codes.
+//! - [`render`]: a finished invocation as an MCP tool result.
+//!
+//! It runs unprivileged as the agent's user and forwards only validated calls; cordond validates
+//! again and enforces everything (sandbox, confirmations). stdout is the protocol: logs go to
+//! stderr only.
+
+pub mod bridge;
+pub mod check;
+pub mod render;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rmcp::ServiceExt as _;
+
+/// Serves MCP on stdin/stdout until the client closes stdin.
+pub fn serve(socket: PathBuf) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=error")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cordon mcp: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let bridge = bridge::Bridge::new(socket);
+        let running = match bridge.clone().serve(rmcp::transport::stdio()).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "MCP session did not start");
+                return ExitCode::FAILURE;
+            }
+        };
+        let watcher = tokio::spawn(bridge.clone().watch_registry(running.peer().clone()));
+        let reason = running.waiting().await;
+        watcher.abort();
+        bridge.shutdown().await;
+        match reason {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!(error = %e, "MCP session ended with an error");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
