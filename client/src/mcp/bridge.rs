@@ -42,6 +42,8 @@ pub struct Bridge {
 #[derive(Debug)]
 struct Inner {
     socket: PathBuf,
+    /// One multiplexed connection to the daemon, dropped when its transport fails.
+    client: Mutex<Option<Client>>,
     catalog: Mutex<Option<Arc<Catalog>>>,
     /// Minimum level of logging notifications (set by `logging/setLevel`); none until set.
     level: Mutex<Option<LoggingLevel>>,
@@ -76,6 +78,7 @@ impl Bridge {
         Bridge {
             inner: Arc::new(Inner {
                 socket,
+                client: Mutex::new(None),
                 catalog: Mutex::new(None),
                 level: Mutex::new(None),
                 peer: Mutex::new(None),
@@ -86,7 +89,22 @@ impl Bridge {
     }
 
     async fn client(&self) -> Result<Client, CliError> {
-        Client::connect(&self.inner.socket).await
+        if let Some(c) = lock(&self.inner.client).clone() {
+            return Ok(c);
+        }
+        let c = Client::connect(&self.inner.socket).await?;
+        *lock(&self.inner.client) = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Whether an error means the daemon's connection is gone (then it is forgotten).
+    fn connection_lost(&self, e: &CliError) -> bool {
+        let lost = matches!(e, CliError::DaemonDown { .. } | CliError::Connect { .. })
+            || matches!(e, CliError::Rpc { status: tonic::Code::Unavailable | tonic::Code::Unknown, code: None, .. });
+        if lost {
+            *lock(&self.inner.client) = None;
+        }
+        lost
     }
 
     /// The current catalog, fetched from the daemon when the generation moved.
@@ -95,7 +113,13 @@ impl Bridge {
             return Ok(c);
         }
         let mut client = self.client().await?;
-        let (generation, tools) = client.list_tools(false).await?;
+        let (generation, tools) = match client.list_tools(false).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.connection_lost(&e);
+                return Err(e);
+            }
+        };
         let mut checks = HashMap::new();
         let mut usable = Vec::new();
         for t in tools {
@@ -117,6 +141,15 @@ impl Bridge {
     }
 
     fn daemon_down(&self, e: &CliError) -> CallToolResult {
+        if self.connection_lost(e) {
+            return render::failure(
+                Some("DAEMON_UNAVAILABLE"),
+                &format!(
+                    "cordond is not running at {}; ask the admin to start it, then retry",
+                    self.inner.socket.display()
+                ),
+            );
+        }
         match e {
             CliError::DaemonDown { .. } => render::failure(
                 Some("DAEMON_UNAVAILABLE"),
@@ -161,6 +194,7 @@ impl Bridge {
             if was_up {
                 // The daemon went away: its tools may be different when it returns.
                 was_up = false;
+                *lock(&self.inner.client) = None;
                 last = None;
                 self.invalidate();
                 self.notify_list_changed().await;
@@ -173,8 +207,10 @@ impl Bridge {
     }
 
     async fn notify_list_changed(&self) {
+        // A session that began with `initialize` (2025-11-25 and older) gets the plain
+        // notification; 2026-07-28 sessions only through their `subscriptions/listen` streams.
         let peer = lock(&self.inner.peer).clone();
-        if let Some(peer) = peer {
+        if let Some(peer) = peer.filter(|p| p.peer_info().is_some()) {
             let _ = tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_tool_list_changed()).await;
         }
         let sinks: Vec<SubscriptionSink> = lock(&self.inner.sinks).clone();

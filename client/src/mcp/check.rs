@@ -68,57 +68,49 @@ impl ArgCheck {
         }
         for (name, kind, description, secret) in &self.params {
             let pointer = format!("/{name}");
-            for e in &errors {
-                let here = e.instance_path.to_string();
-                let what = if description.is_empty() { kind.clone() } else { format!("{kind}: {description}") };
-                match &e.kind {
-                    ValidationErrorKind::Required { property } if property.as_str() == Some(name) => {
-                        return Err(reject(
-                            "MISSING_REQUIRED_FIELD",
-                            name,
-                            format!("missing required field {name:?} ({what})"),
-                        ));
+            let what = if description.is_empty() { kind.clone() } else { format!("{kind}: {description}") };
+            let here: Vec<_> = errors.iter().filter(|e| e.instance_path.to_string() == pointer).collect();
+            // Missing, then wrong type, then bad value: the daemon's order.
+            if errors.iter().any(
+                |e| matches!(&e.kind, ValidationErrorKind::Required { property } if property.as_str() == Some(name)),
+            ) {
+                return Err(reject(
+                    "MISSING_REQUIRED_FIELD",
+                    name,
+                    format!("missing required field {name:?} ({what})"),
+                ));
+            }
+            if here.iter().any(|e| matches!(e.kind, ValidationErrorKind::Type { .. })) {
+                let got = args.get(name).map_or("nothing".to_string(), |v| shown(v, *secret));
+                let null = if args.get(name).is_some_and(Value::is_null) {
+                    "; null is not a value, omit the field instead"
+                } else {
+                    ""
+                };
+                return Err(reject(
+                    "INVALID_FIELD_TYPE",
+                    name,
+                    format!("field {name:?} must be {}, got {got}{null}", expected(kind)),
+                ));
+            }
+            if let Some(e) = here.first() {
+                let value = args.get(name).map_or(String::new(), |v| shown(v, *secret));
+                let why = match &e.kind {
+                    ValidationErrorKind::Pattern { pattern } => format!("{value} does not match the pattern {pattern}"),
+                    ValidationErrorKind::Not { .. } => format!(
+                        "{value} starts with \"-\" or contains a NUL byte; values of this field may not look like command-line options"
+                    ),
+                    ValidationErrorKind::Enum { options } => {
+                        format!("{value} is not one of the valid values: {options}")
                     }
-                    ValidationErrorKind::Type { .. } if here == pointer => {
-                        let got = args.get(name).map_or("nothing".to_string(), |v| shown(v, *secret));
-                        let null = if args.get(name).is_some_and(Value::is_null) {
-                            "; null is not a value, omit the field instead"
-                        } else {
-                            ""
-                        };
-                        return Err(reject(
-                            "INVALID_FIELD_TYPE",
-                            name,
-                            format!("field {name:?} must be {}, got {got}{null}", expected(kind)),
-                        ));
-                    }
-                    _ if here == pointer => {
-                        let value = args.get(name).map_or(String::new(), |v| shown(v, *secret));
-                        let why = match &e.kind {
-                            ValidationErrorKind::Pattern { pattern } => {
-                                format!("{value} does not match the pattern {pattern}")
-                            }
-                            ValidationErrorKind::Not { .. } => format!(
-                                "{value} starts with \"-\" or contains a NUL byte; values of this field may not look like command-line options"
-                            ),
-                            ValidationErrorKind::Enum { options } => {
-                                format!("{value} is not one of the valid values: {options}")
-                            }
-                            ValidationErrorKind::Minimum { limit } => format!("{value} is below the minimum {limit}"),
-                            ValidationErrorKind::Maximum { limit } => format!("{value} is above the maximum {limit}"),
-                            ValidationErrorKind::MinLength { limit } => {
-                                format!("{value} is shorter than {limit} characters")
-                            }
-                            ValidationErrorKind::MaxLength { limit } => {
-                                format!("{value} is longer than {limit} characters")
-                            }
-                            _ if *secret => "the value is not acceptable".to_string(),
-                            _ => e.to_string(),
-                        };
-                        return Err(reject("INVALID_FIELD_VALUE", name, format!("field {name:?}: {why}")));
-                    }
-                    _ => {}
-                }
+                    ValidationErrorKind::Minimum { limit } => format!("{value} is below the minimum {limit}"),
+                    ValidationErrorKind::Maximum { limit } => format!("{value} is above the maximum {limit}"),
+                    ValidationErrorKind::MinLength { limit } => format!("{value} is shorter than {limit} characters"),
+                    ValidationErrorKind::MaxLength { limit } => format!("{value} is longer than {limit} characters"),
+                    _ if *secret => "the value is not acceptable".to_string(),
+                    _ => e.to_string(),
+                };
+                return Err(reject("INVALID_FIELD_VALUE", name, format!("field {name:?}: {why}")));
             }
         }
         // A failure not tied to a declared param (should not happen with the daemon's schemas).

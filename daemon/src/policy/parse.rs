@@ -19,6 +19,9 @@ use super::{
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
+/// The MCP front-end's built-in tool that redeems confirmation tokens.
+const RESERVED_TOOL_NAME: &str = "confirm";
+
 pub(super) struct Parsed {
     pub(super) tools: Vec<Tool>,
     pub(super) diagnostics: Vec<Diagnostic>,
@@ -119,6 +122,12 @@ impl Parser<'_> {
             self.sink.error(
                 name_span.clone(),
                 format!("invalid tool name {name:?}: names match ^[a-z][a-z0-9-]*$ (lower case, digits, dashes; at most 64 characters)"),
+            );
+        }
+        if name == RESERVED_TOOL_NAME {
+            self.sink.error(
+                name_span.clone(),
+                format!("tool name {name:?} is reserved for cordon's built-in confirmation tool; choose another name"),
             );
         }
         if let Some(first) = seen.get(&name) {

@@ -259,8 +259,9 @@ pub async fn run(
     let stderr = err_task.await.unwrap_or_default();
     drain.abort();
     if let Some(mut cg) = cgroup.take() {
-        // Waiting for the cgroup to empty may sleep; not on a runtime thread.
-        let _ = tokio::task::spawn_blocking(move || cg.remove()).await;
+        // Already killed; removing it may wait for the kernel to empty it, which the result
+        // need not wait for (and not on a runtime thread).
+        tokio::task::spawn_blocking(move || cg.remove());
     }
 
     let (exit_code, signal) = match status {

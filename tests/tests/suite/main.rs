@@ -3,6 +3,7 @@
 
 mod e2e;
 mod examples;
+mod mcp;
 mod policy;
 mod sandbox;
 mod validate;

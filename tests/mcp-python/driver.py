@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""An independent MCP client for `cordon mcp`, built on the official Python MCP SDK.
+
+It starts its own `cordond` on a temporary socket with a policy written to a temporary
+directory, spawns `cordon --socket SOCK mcp` through the SDK's stdio client and checks, in each
+protocol style the SDK speaks:
+
+- `2025-11-25`: the `initialize` handshake (`mode="legacy"`);
+- `2026-07-28`: no handshake, every request carries its own `_meta` envelope (version pinned);
+- `2026-07-28` reached through the `server/discover` probe (`mode="auto"`);
+
+that tools/list shows the daemon's tools with the daemon's inputSchema, a call returns the
+tool's output, invalid calls come back as `isError` results with the daemon's codes, a cancelled
+call kills the tool's process, and a policy reload reaches the client as
+`notifications/tools/list_changed` (2025-11-25) or as an event on a `subscriptions/listen`
+stream (2026-07-28).
+
+Usage: driver.py [CORDOND [CORDON]]  (or $CORDOND / $CORDON; default target/debug/ of this repo)
+
+Prints one line per check and ends with `N passed, M failed` (plus `, K skipped` when a check
+hit a known, reported issue: see KNOWN_ISSUES). Exits non-zero on any failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+REPO = Path(__file__).resolve().parents[2]
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+MODERN = "2026-07-28"
+
+# Checks that fail because of a reported product issue. Such a failure is printed as KNOWN and
+# counted as skipped, not failed; once the issue is fixed the check passes and says so, and its
+# entry here should go.
+KNOWN_ISSUES: dict[str, str] = {}
+
+POLICY = r"""
+version = 1
+
+[defaults]
+timeout = "60s"
+
+[tools.echo]
+description = "print one argument between brackets"
+reason = "the MCP driver's call checks"
+command = ["/usr/bin/printf", "[%s]", "{{text}}"]
+
+[tools.echo.params.text]
+type = "string"
+required = true
+
+[tools.slow]
+description = "record its pid in a file, then sleep"
+reason = "the MCP driver's cancellation check"
+command = ["/bin/sh", "-c", "echo $$ > \"$1\"; exec /bin/sleep 30", "sh", "{{pidfile}}"]
+write = ["/tmp"]
+
+[tools.slow.params.pidfile]
+type = "path"
+required = true
+"""
+
+ADDED_POLICY = """
+version = 1
+
+[tools.{name}]
+description = "a tool added by a reload"
+reason = "the MCP driver's list_changed check"
+command = ["/usr/bin/printf", "added"]
+"""
+
+
+class Report:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+        self.skipped = 0
+
+    def check(self, style: str, name: str, ok: bool, detail: str = "") -> bool:
+        if ok:
+            self.passed += 1
+            print(f"PASS [{style}] {name}", flush=True)
+        else:
+            self.failed += 1
+            print(f"FAIL [{style}] {name}: {detail}", flush=True)
+        return ok
+
+    def known(self, style: str, name: str, issue: str, ok: bool, detail: str = "") -> None:
+        """A check that fails because of a reported issue: KNOWN (skipped) while it does."""
+        if ok:
+            self.passed += 1
+            print(f"PASS [{style}] {name} (known issue {issue!r} no longer reproduces: drop it)", flush=True)
+        else:
+            self.skipped += 1
+            print(f"KNOWN [{style}] {name}: {detail} -- {KNOWN_ISSUES[issue]}", flush=True)
+
+    def summary(self) -> str:
+        line = f"{self.passed} passed, {self.failed} failed"
+        if self.skipped:
+            line += f", {self.skipped} skipped"
+        return line
+
+
+class Daemon:
+    """A `cordond` on a temporary socket with its own policy directory."""
+
+    def __init__(self, cordond: Path, cordon: Path) -> None:
+        self.cordon_bin = cordon
+        # Beneath /tmp: the slow tool may write only there, and the socket path stays short.
+        self.dir = Path(tempfile.mkdtemp(prefix="cordon-mcp-py-", dir="/tmp"))
+        self.policies = self.dir / "policies"
+        self.policies.mkdir()
+        (self.policies / "tools.toml").write_text(POLICY)
+        self.socket = self.dir / "run" / "cordon.sock"
+        self.log = self.dir / "cordond.log"
+        self.mcp_log = self.dir / "cordon-mcp.log"
+        self.proc = subprocess.Popen(
+            [str(cordond), "--policies", str(self.policies), "--socket", str(self.socket), "--shutdown-grace", "1s"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("w"),
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"cordond exited early with {self.proc.returncode}:\n{self.log.read_text()}")
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(str(self.socket))
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"cordond did not listen on {self.socket} in time:\n{self.log.read_text()}")
+
+    def cordon(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.cordon_bin), "--socket", str(self.socket), *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    async def acordon(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return await anyio.to_thread.run_sync(lambda: self.cordon(*args))
+
+    def transport(self) -> Any:
+        """`cordon --socket SOCK mcp` over the SDK's stdio transport, its stderr to a log file."""
+        params = StdioServerParameters(
+            command=str(self.cordon_bin), args=["--socket", str(self.socket), "mcp"], env={"CORDON_LOG": "warn"}
+        )
+        return stdio_client(params, errlog=self.mcp_log.open("a"))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def is_list_changed(message: Any) -> bool:
+    message = getattr(message, "root", message)
+    return getattr(message, "method", None) == "notifications/tools/list_changed"
+
+
+def subscription_of(message: Any) -> Any:
+    message = getattr(message, "root", message)
+    params = getattr(message, "params", None)
+    meta = getattr(params, "meta", None) or {}
+    return meta.get(SUBSCRIPTION_ID)
+
+
+def process_gone(pid: int) -> bool:
+    """No such process, or only a zombie left of it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+async def read_pid(path: Path, limit: float) -> int | None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            return int(path.read_text().strip())
+        except (OSError, ValueError):
+            await anyio.sleep(0.05)
+    return None
+
+
+async def run_style(daemon: Daemon, report: Report, style: str, mode: str, index: int) -> None:
+    notifications: list[Any] = []
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, Exception):
+            print(f"  note [{style}]: transport exception {message!r}", flush=True)
+            return
+        if is_list_changed(message):
+            notifications.append(message)
+            changed.set()
+
+    modern = mode != "legacy"
+    client = Client(daemon.transport(), mode=mode, message_handler=on_message, read_timeout_seconds=20)
+    async with client:
+        # The protocol style actually spoken.
+        expected = MODERN if modern else "2025-11-25"
+        report.check(style, "protocol version", client.protocol_version == expected, f"got {client.protocol_version}")
+        if mode == "auto":
+            discovered = client.session.discover_result
+            report.check(
+                style,
+                "server/discover answered with 2026-07-28 among its versions",
+                discovered is not None and MODERN in discovered.supported_versions,
+                f"discover result {discovered!r}, initialize result {client.session.initialize_result!r}",
+            )
+        elif not modern:
+            init = client.session.initialize_result
+            caps = init.capabilities.tools if init else None
+            report.check(
+                style,
+                "initialize: server advertises tools.listChanged",
+                caps is not None and caps.list_changed is True,
+                f"initialize result {init!r}",
+            )
+
+        # tools/list: the daemon's tools with the daemon's inputSchema.
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        daemon_tool = json.loads(daemon.cordon("tool", "echo", "--json").stdout)
+        echo = listed.get("echo")
+        report.check(style, "tools/list lists echo and slow", {"echo", "slow"} <= set(listed), f"listed {sorted(listed)}")
+        report.check(
+            style,
+            "tools/list: echo's inputSchema is the daemon's",
+            echo is not None and echo.input_schema == daemon_tool["input_schema"],
+            f"mcp {echo.input_schema if echo else None!r} vs daemon {daemon_tool['input_schema']!r}",
+        )
+
+        # A call.
+        result = await client.call_tool("echo", {"text": "hi"})
+        report.check(
+            style,
+            "tools/call echo {text: hi} returns [hi]",
+            not result.is_error and "[hi]" in text_of(result),
+            f"isError={result.is_error} text={text_of(result)!r}",
+        )
+
+        # Invalid calls: isError results with the daemon's codes.
+        result = await client.call_tool("echo", {})
+        report.check(
+            style,
+            "tools/call echo {} is MISSING_REQUIRED_FIELD",
+            result.is_error is True and text_of(result).startswith("MISSING_REQUIRED_FIELD"),
+            f"isError={result.is_error} text={text_of(result)!r}",
+        )
+        result = await client.call_tool("echo", {"text": 5})
+        report.check(
+            style,
+            "tools/call echo {text: 5} is INVALID_FIELD_TYPE",
+            result.is_error is True and text_of(result).startswith("INVALID_FIELD_TYPE"),
+            f"isError={result.is_error} text={text_of(result)[:90]!r}",
+        )
+
+        # Cancellation: the SDK abandons the cancelled request with notifications/cancelled.
+        pidfile = daemon.dir / f"slow-{index}.pid"
+        scope = anyio.CancelScope()
+        outcome: dict[str, Any] = {}
+
+        async def slow_call() -> None:
+            with scope:
+                outcome["result"] = await client.call_tool("slow", {"pidfile": str(pidfile)})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow_call)
+            pid = await read_pid(pidfile, 15)
+            running = pid is not None and "sleep" in cmdline(pid)
+            report.check(
+                style,
+                "slow tool started (pidfile names a running sleep)",
+                running,
+                f"pid {pid}, cmdline {cmdline(pid) if pid else ''!r}, call outcome {outcome!r}",
+            )
+            scope.cancel()
+        if pid is not None and running:
+            deadline = time.monotonic() + 5
+            while not process_gone(pid) and time.monotonic() < deadline:
+                await anyio.sleep(0.05)
+            report.check(style, "cancelled call: the tool's process is gone within 5 s", process_gone(pid), f"pid {pid} still alive")
+            deadline = time.monotonic() + 5
+            running_now = None
+            while time.monotonic() < deadline:
+                running_now = json.loads((await daemon.acordon("status", "--json")).stdout)["running_invocations"]
+                if running_now == 0:
+                    break
+                await anyio.sleep(0.1)
+            report.check(style, "cancelled call: cordond has no running invocation", running_now == 0, f"running_invocations={running_now}")
+        result = await client.call_tool("echo", {"text": "after"})
+        report.check(
+            style,
+            "the session still serves calls after the cancellation",
+            not result.is_error and "[after]" in text_of(result),
+            f"isError={result.is_error} text={text_of(result)!r}",
+        )
+
+        # list_changed after a reload.
+        added = f"added-{index}"
+
+        async def reload() -> bool:
+            (daemon.policies / f"{added}.toml").write_text(ADDED_POLICY.format(name=added))
+            out = await daemon.acordon("reload")
+            return report.check(style, "cordon reload succeeds", out.returncode == 0, f"{out.returncode}: {out.stderr}")
+
+        if not modern:
+            if await reload():
+                with anyio.move_on_after(10):
+                    await changed.wait()
+                report.check(
+                    style,
+                    "notifications/tools/list_changed arrives after the reload",
+                    changed.is_set(),
+                    "nothing within 10 s",
+                )
+        else:
+            async with client.listen(tools_list_changed=True) as sub:
+                report.check(
+                    style,
+                    "subscriptions/listen acknowledged with toolsListChanged",
+                    sub.honored.tools_list_changed is True,
+                    f"honored {sub.honored!r}",
+                )
+                if await reload():
+                    event = None
+                    with anyio.move_on_after(10):
+                        async for event in sub:
+                            break
+                    # The SDK routes a frame to this stream only by its subscriptionId `_meta`.
+                    report.check(
+                        style,
+                        "subscriptions/listen delivers ToolsListChanged (with its subscription id) after the reload",
+                        type(event).__name__ == "ToolsListChanged",
+                        f"event {event!r}, notifications seen {notifications!r}",
+                    )
+            await anyio.sleep(0.5)  # let the message handler see every frame sent so far
+            bare = [n for n in notifications if subscription_of(n) is None]
+            report.check(
+                style,
+                "no list_changed outside a subscriptions/listen stream",
+                not bare,
+                f"{len(bare)} bare notifications/tools/list_changed",
+            )
+        listed = {t.name for t in (await client.list_tools()).tools}
+        report.check(style, f"tools/list shows {added} after the reload", added in listed, f"listed {sorted(listed)}")
+
+
+async def main_async(daemon: Daemon, report: Report) -> None:
+    styles = [
+        ("2025-11-25 initialize", "legacy"),
+        ("2026-07-28 inline _meta", MODERN),
+        ("2026-07-28 via server/discover", "auto"),
+    ]
+    for index, (style, mode) in enumerate(styles):
+        try:
+            with anyio.fail_after(120):
+                await run_style(daemon, report, style, mode, index)
+        except Exception as e:  # one style's failure must not hide the others
+            report.check(style, "session ran to the end", False, f"{type(e).__name__}: {e}")
+            traceback.print_exc()
+
+
+def main() -> int:
+    cordond = Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("CORDOND", REPO / "target/debug/cordond"))
+    cordon = Path(sys.argv[2] if len(sys.argv) > 2 else os.environ.get("CORDON", cordond.parent / "cordon"))
+    for b in (cordond, cordon):
+        if not os.access(b, os.X_OK):
+            print(f"FAIL [setup] {b} is not an executable: build with `cargo build --workspace`")
+            print("0 passed, 1 failed")
+            return 1
+    # SIGTERM (e.g. a CI timeout) unwinds through the finally below, so cleanup still runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    report = Report()
+    daemon = None
+    try:
+        daemon = Daemon(cordond.resolve(), cordon.resolve())
+        anyio.run(main_async, daemon, report)
+    except BaseException as e:  # also SIGTERM's SystemExit and ^C: still clean up and say so
+        report.check("setup", "driver ran to the end", False, f"{type(e).__name__}: {e}")
+        if isinstance(e, Exception):
+            traceback.print_exc()
+    finally:
+        if daemon is not None:
+            if report.failed:
+                for name, path in (("cordond", daemon.log), ("cordon mcp", daemon.mcp_log)):
+                    if path.exists():
+                        print(f"--- {name} stderr (last 40 lines)")
+                        print("\n".join(path.read_text(errors="replace").splitlines()[-40:]))
+            daemon.stop()
+    print(report.summary(), flush=True)
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
