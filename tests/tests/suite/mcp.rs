@@ -886,6 +886,26 @@ fn pending(socket: &Path) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zz_probe() {
+    let d = Daemon::start_with(&[("c.toml", CONFIRM_TOOLS)], &["--approval-timeout", "1s"]);
+    let (client, _) = connect(&d, Style::Legacy, Elicit::Unsupported).await;
+    let request = ClientRequest::CallToolRequest(Request::new(params("approved", json!({ "text": "late" }))));
+    let handle = client.send_cancellable_request(request, PeerRequestOptions::no_options()).await.unwrap();
+    let p = blocking(|| wait_pending(&d.socket));
+    client
+        .notify_cancelled(CancelledNotificationParam::new(Some(handle.id.clone()), Some("test".into())))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    eprintln!("PENDING after expiry: {}", pending(&d.socket));
+    let out = blocking(|| d.cordon(&["approve", p["approval_id"].as_str().unwrap()]));
+    eprintln!("APPROVE: {out:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    eprintln!("PENDING after approve: {}", pending(&d.socket));
+    eprintln!("LOG: {}", d.log_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cancelled_approval_wait_leaves_nothing_pending() {
     let d = Daemon::start(&[("c.toml", CONFIRM_TOOLS)]);
     let (client, _) = connect(&d, Style::Legacy, Elicit::Unsupported).await;
