@@ -614,15 +614,30 @@ async fn progress_follows_the_output(style: Style) {
     assert_ok(&r);
     assert!(text(&r).starts_with("tick 1\ntick 2\ntick 3\ntick 4\ntick 5\n"), "{}", text(&r));
 
+    // The client handles each notification in its own task: wait for them rather than assume
+    // they were all handled when the result arrived, and do not rely on their order.
+    let ticks = |p: &[ProgressNotificationParam]| {
+        p.iter().filter(|p| p.message.as_deref().is_some_and(|m| m.starts_with("tick "))).count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while ticks(&recorder.progress()) < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let progress = recorder.progress();
-    let messages: Vec<&str> = progress.iter().filter_map(|p| p.message.as_deref()).collect();
-    assert!(messages.first().is_some_and(|m| m.starts_with("running: /bin/sh -c")), "{messages:?}");
-    let ticks: Vec<&&str> = messages.iter().filter(|m| m.starts_with("tick ")).collect();
-    assert!(ticks.len() >= 2, "expected progress while the tool printed: {messages:?}");
+    assert!(ticks(&progress) >= 2, "expected progress while the tool printed: {progress:#?}");
+    assert!(ticks(&progress) <= 5, "at most a few a second: {progress:#?}");
+    let started = progress.iter().find(|p| p.message.as_deref().is_some_and(|m| m.starts_with("running: /bin/sh -c")));
+    assert_eq!(started.map(|p| p.progress), Some(0.0), "the start is announced: {progress:#?}");
     let token = &progress[0].progress_token;
-    assert!(progress.iter().all(|p| &p.progress_token == token), "{progress:?}");
-    assert!(progress.windows(2).all(|w| w[0].progress <= w[1].progress), "progress went backwards: {progress:?}");
-    assert!(progress.last().unwrap().progress > 0.0, "progress counts bytes: {progress:?}");
+    assert!(progress.iter().all(|p| &p.progress_token == token), "one call, one token: {progress:#?}");
+    // Progress counts the bytes printed so far.
+    let mut counts: Vec<f64> = progress
+        .iter()
+        .filter(|p| p.message.as_deref().is_some_and(|m| m.starts_with("tick ")))
+        .map(|p| p.progress)
+        .collect();
+    counts.sort_by(f64::total_cmp);
+    assert!(counts.first().is_some_and(|c| *c >= 7.0) && counts.last().is_some_and(|c| *c <= 35.0), "{counts:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -886,26 +901,9 @@ fn pending(socket: &Path) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn zz_probe() {
-    let d = Daemon::start_with(&[("c.toml", CONFIRM_TOOLS)], &["--approval-timeout", "1s"]);
-    let (client, _) = connect(&d, Style::Legacy, Elicit::Unsupported).await;
-    let request = ClientRequest::CallToolRequest(Request::new(params("approved", json!({ "text": "late" }))));
-    let handle = client.send_cancellable_request(request, PeerRequestOptions::no_options()).await.unwrap();
-    let p = blocking(|| wait_pending(&d.socket));
-    client
-        .notify_cancelled(CancelledNotificationParam::new(Some(handle.id.clone()), Some("test".into())))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    eprintln!("PENDING after expiry: {}", pending(&d.socket));
-    let out = blocking(|| d.cordon(&["approve", p["approval_id"].as_str().unwrap()]));
-    eprintln!("APPROVE: {out:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    eprintln!("PENDING after approve: {}", pending(&d.socket));
-    eprintln!("LOG: {}", d.log_text());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "FINDING: cancelling a call that waits for `cordon approve` leaves its approval listed \
+            by `cordon pending` as waiting, forever (even past its expiry); approving it then \
+            succeeds but runs nothing"]
 async fn a_cancelled_approval_wait_leaves_nothing_pending() {
     let d = Daemon::start(&[("c.toml", CONFIRM_TOOLS)]);
     let (client, _) = connect(&d, Style::Legacy, Elicit::Unsupported).await;
@@ -934,11 +932,15 @@ async fn a_declined_approval_leaves_nothing_pending(style: Style) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "FINDING: after the user declines through elicitation, `cordon pending` still lists the \
+            approval for an admin to decide (until its 5 min expiry)"]
 async fn a_declined_approval_leaves_nothing_pending_2025() {
     a_declined_approval_leaves_nothing_pending(Style::Legacy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "FINDING: after the user declines an input-required round, `cordon pending` still lists \
+            the approval for an admin to decide (until its 5 min expiry)"]
 async fn a_declined_approval_leaves_nothing_pending_2026() {
     a_declined_approval_leaves_nothing_pending(Style::Modern).await;
 }
@@ -1053,8 +1055,9 @@ async fn the_daemon_coming_back_announces_list_changed() {
     assert_eq!(listed(&client).await.len(), 2);
 
     let _d = Daemon::start_in(dir, policies, &[]);
-    // ... so it must be told when the daemon's tools are back (the bridge reconnects within its
-    // backoff, at most a few seconds here).
+    assert_eq!(text(&wait_until_calls_work(&client).await), "[back]\n[exit code 0]");
+    // ... so it must be told when the daemon's tools are back (the bridge retries its registry
+    // watch at least every 5 s).
     assert!(changes.next(Duration::from_secs(8)).await, "no tools/list_changed when the daemon came back");
     assert_eq!(listed(&client).await.len(), LISTED.len());
 }
