@@ -141,15 +141,19 @@ pub async fn run(
 /// Redeems a confirmation token and prints the result like `run`.
 pub async fn confirm(socket: &Path, token: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    let mut program = None;
+    let mut tool = None;
     let result = client
         .confirm(token, false, false, |e| {
             if let Event::Accepted(a) = e {
-                program = a.argv.first().cloned();
+                tool = Some(a.tool.clone());
             }
         })
         .await?;
-    Ok(print_result(&ToolInfo::minimal(program.unwrap_or_default()), &result, as_json))
+    let info = match tool {
+        Some(name) => client.get_tool(&name).await.unwrap_or_else(|_| ToolInfo::minimal(name)),
+        None => ToolInfo::minimal(String::new()),
+    };
+    Ok(print_result(&info, &result, as_json))
 }
 
 /// Prints a finished invocation and returns the exit code `cordon run` ends with.

@@ -125,7 +125,8 @@ async fn follow(
     while let Some(event) = stream.message().await? {
         match event.event {
             Some(v1::invoke_event::Event::Accepted(a)) => {
-                let a = Accepted { invocation_id: a.invocation_id, argv: a.argv, generation: a.generation };
+                let a =
+                    Accepted { invocation_id: a.invocation_id, argv: a.argv, generation: a.generation, tool: a.tool };
                 on_event(&Event::Accepted(a.clone()));
                 accepted = Some(a);
             }
@@ -195,6 +196,7 @@ pub struct PendingInfo {
 #[derive(Debug, Clone, Serialize)]
 pub struct Accepted {
     pub invocation_id: String,
+    pub tool: String,
     pub argv: Vec<String>,
     pub generation: u64,
 }

@@ -231,12 +231,14 @@ impl Confirmations {
             record.claimed = true;
             record.decision.subscribe()
         };
+        // However this wait ends (decision, expiry, or the caller going away), the record goes.
+        let claim = Claim { store: self, key };
         let deadline = {
             let map = self.lock();
             map.get(&key).map(|r| r.expires).ok_or(ConfirmError::UnknownToken)?
         };
         let outcome = tokio::time::timeout_at(deadline.into(), decision.wait_for(|d| *d != Decision::Undecided)).await;
-        let record = self.lock().remove(&key).ok_or(ConfirmError::UnknownToken)?;
+        let record = claim.take().ok_or(ConfirmError::UnknownToken)?;
         match outcome {
             Ok(Ok(d)) if *d == Decision::Approved => finish(record, current_generation),
             Ok(_) => Err(ConfirmError::Denied),
@@ -288,6 +290,26 @@ impl Confirmations {
             map.remove(&key);
         }
         Ok(())
+    }
+}
+
+/// A waiting redeemer's hold on its record: dropping it removes the record.
+struct Claim<'a> {
+    store: &'a Confirmations,
+    key: [u8; 32],
+}
+
+impl Claim<'_> {
+    fn take(self) -> Option<Record> {
+        let record = self.store.lock().remove(&self.key);
+        std::mem::forget(self);
+        record
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.store.lock().remove(&self.key);
     }
 }
 

@@ -57,6 +57,7 @@ struct Inner {
 #[derive(Debug)]
 struct AwaitingInput {
     token: String,
+    approval_id: String,
     tool: String,
     expires: Instant,
 }
@@ -170,6 +171,8 @@ impl Bridge {
         let mut backoff = Duration::from_millis(100);
         let mut last: Option<u64> = None;
         let mut was_up = true;
+        // After an outage the first generation seen is news: the tools are back.
+        let mut announce = false;
         loop {
             match self.client().await {
                 Ok(mut client) => match client.watch_registry().await {
@@ -180,7 +183,7 @@ impl Bridge {
                             was_up = true;
                         }
                         while let Ok(Some(g)) = stream.message().await {
-                            if last.is_some_and(|l| l != g.generation) {
+                            if std::mem::take(&mut announce) || last.is_some_and(|l| l != g.generation) {
                                 self.invalidate();
                                 self.notify_list_changed().await;
                             }
@@ -194,6 +197,7 @@ impl Bridge {
             if was_up {
                 // The daemon went away: its tools may be different when it returns.
                 was_up = false;
+                announce = true;
                 *lock(&self.inner.client) = None;
                 last = None;
                 self.invalidate();
@@ -231,6 +235,15 @@ impl Bridge {
         {
             let param = LoggingMessageNotificationParam::new(level, json!(message)).with_logger("cordon");
             let _ = tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_logging_message(param)).await;
+        }
+    }
+
+    /// The user declined: tell the daemon, so no admin is asked to decide a dead request.
+    async fn withdraw(&self, approval_id: &str) {
+        if let Ok(mut c) = self.client().await
+            && let Err(e) = c.deny(approval_id).await
+        {
+            tracing::debug!(approval = %approval_id, error = %e, "could not withdraw the approval");
         }
     }
 
@@ -296,59 +309,57 @@ impl Bridge {
     ) -> Result<CallToolResponse, McpError> {
         let progress_token = context.meta.get_progress_token();
         let (events_tx, mut events_rx) = tokio::sync::mpsc::channel::<Event>(64);
-        let invocation_id: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
-        let id_slot = invocation_id.clone();
+        let invocation: Arc<Mutex<Option<(String, String)>>> = Arc::new(Mutex::new(None));
+        let id_slot = invocation.clone();
         let on_event = move |e: &Event| {
             if let Event::Accepted(a) = e {
-                *lock(&id_slot) = Some(a.invocation_id.clone());
+                *lock(&id_slot) = Some((a.invocation_id.clone(), a.tool.clone()));
             }
             let _ = events_tx.try_send(e.clone());
         };
         // Progress: what the tool printed last, at most a few times a second.
         let peer = context.peer.clone();
-        let progress = tokio::spawn(async move {
-            let Some(token) = progress_token else {
-                while events_rx.recv().await.is_some() {}
-                return;
-            };
-            let mut bytes: u64 = 0;
-            let mut tail = String::new();
-            let mut last_sent = Instant::now() - PROGRESS_INTERVAL;
-            let mut dirty = false;
-            loop {
-                let next = tokio::time::timeout(PROGRESS_INTERVAL, events_rx.recv()).await;
-                match next {
-                    Ok(Some(Event::Accepted(a))) => {
-                        let message = format!("running: {}", a.argv.join(" "));
-                        let p = ProgressNotificationParam::new(token.clone(), 0.0).with_message(message);
-                        let _ = tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_progress(p)).await;
-                    }
-                    Ok(Some(Event::Output { data, .. })) => {
-                        bytes += data.len() as u64;
-                        tail.push_str(&String::from_utf8_lossy(&data));
-                        if tail.len() > 4096 {
-                            tail = tail.split_off(tail.len() - 2048);
+        let progress = progress_token.map(|token| {
+            tokio::spawn(async move {
+                let mut bytes: u64 = 0;
+                let mut tail = String::new();
+                let mut last_sent = Instant::now() - PROGRESS_INTERVAL;
+                let mut dirty = false;
+                loop {
+                    let next = tokio::time::timeout(PROGRESS_INTERVAL, events_rx.recv()).await;
+                    match next {
+                        Ok(Some(Event::Accepted(a))) => {
+                            let message = format!("running: {}", a.argv.join(" "));
+                            let p = ProgressNotificationParam::new(token.clone(), 0.0).with_message(message);
+                            let _ = tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_progress(p)).await;
                         }
-                        dirty = true;
+                        Ok(Some(Event::Output { data, .. })) => {
+                            bytes += data.len() as u64;
+                            tail.push_str(&String::from_utf8_lossy(&data));
+                            if tail.len() > 4096 {
+                                tail = tail.split_off(tail.len() - 2048);
+                            }
+                            dirty = true;
+                        }
+                        Ok(None) => break,
+                        Err(_) => {}
                     }
-                    Ok(None) => break,
-                    Err(_) => {}
+                    if dirty && last_sent.elapsed() >= PROGRESS_INTERVAL {
+                        let line = tail
+                            .lines()
+                            .rev()
+                            .find(|l| !l.trim().is_empty())
+                            .unwrap_or("")
+                            .chars()
+                            .take(200)
+                            .collect::<String>();
+                        let p = ProgressNotificationParam::new(token.clone(), bytes as f64).with_message(line);
+                        let _ = tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_progress(p)).await;
+                        last_sent = Instant::now();
+                        dirty = false;
+                    }
                 }
-                if dirty && last_sent.elapsed() >= PROGRESS_INTERVAL {
-                    let line = tail
-                        .lines()
-                        .rev()
-                        .find(|l| !l.trim().is_empty())
-                        .unwrap_or("")
-                        .chars()
-                        .take(200)
-                        .collect::<String>();
-                    let p = ProgressNotificationParam::new(token.clone(), bytes as f64).with_message(line);
-                    let _ = tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_progress(p)).await;
-                    last_sent = Instant::now();
-                    dirty = false;
-                }
-            }
+            })
         });
         let mut client = match self.client().await {
             Ok(c) => c,
@@ -369,17 +380,29 @@ impl Bridge {
                 () = context.ct.cancelled() => None,
             }
         };
-        let _ = progress.await;
+        if let Some(progress) = progress {
+            let _ = progress.await;
+        }
         let Some(outcome) = outcome else {
             // The client cancelled: make sure the invocation's process tree is gone.
-            let id = lock(&invocation_id).clone();
+            let id = lock(&invocation).clone().map(|(id, _)| id);
             if let (Some(id), Ok(mut c)) = (id, self.client().await) {
                 let _ = c.cancel(&id).await;
             }
             return Ok(render::failure(Some("CANCELLED"), "the call was cancelled; the invocation was killed").into());
         };
         match outcome {
-            Ok(Invocation::Finished(r)) => Ok(render::result(tool, &r).into()),
+            Ok(Invocation::Finished(r)) => {
+                // After `confirm`, render with the tool that actually ran (timeout, output format).
+                let ran = lock(&invocation).clone().map(|(_, name)| name).filter(|n| *n != tool.name);
+                let catalog = match ran {
+                    Some(_) => self.catalog().await.ok(),
+                    None => None,
+                };
+                let real =
+                    ran.and_then(|n| catalog.as_ref().and_then(|c| c.tools.iter().find(|t| t.name == n).cloned()));
+                Ok(render::result(real.as_ref().unwrap_or(tool), &r).into())
+            }
             Ok(Invocation::NeedsConfirmation(c)) => Box::pin(self.confirmation(tool, context, c)).await,
             Err(e) => Ok(self.daemon_down(&e).into()),
         }
@@ -420,14 +443,20 @@ impl Bridge {
             // The 2026 flow: answer "input required"; the client calls again with the answer and
             // this opaque handle. The token itself never leaves this process.
             let handle = random_handle().map_err(|e| McpError::internal_error(e, None))?;
-            lock(&self.inner.awaiting_input).insert(
+            let mut waiting = lock(&self.inner.awaiting_input);
+            // Rounds the client abandoned are dropped once their approval could no longer run.
+            let now = Instant::now();
+            waiting.retain(|_, w| w.expires > now);
+            waiting.insert(
                 handle.clone(),
                 AwaitingInput {
                     token: c.token,
+                    approval_id: c.approval_id.clone(),
                     tool: tool.name.clone(),
                     expires: Instant::now() + Duration::from_millis(c.expires_in_ms),
                 },
             );
+            drop(waiting);
             let mut requests = InputRequests::new();
             requests.insert(
                 "approve".into(),
@@ -446,8 +475,12 @@ impl Bridge {
             Ok(ElicitResult { action: ElicitationAction::Accept, .. }) => {
                 Box::pin(self.run(tool, context, Start::Confirm { token: c.token, elicited: true })).await
             }
-            Ok(_) => Ok(render::failure(Some("APPROVAL_DENIED"), "the user declined; nothing ran").into()),
+            Ok(_) => {
+                self.withdraw(&c.approval_id).await;
+                Ok(render::failure(Some("APPROVAL_DENIED"), "the user declined; nothing ran").into())
+            }
             Err(e) => {
+                self.withdraw(&c.approval_id).await;
                 Ok(render::failure(Some("APPROVAL_FAILED"), &format!("could not ask the user: {e}; nothing ran"))
                     .into())
             }
@@ -476,6 +509,7 @@ impl Bridge {
             .and_then(|v| serde_json::from_value::<ElicitResult>(v.clone()).ok())
             .is_some_and(|r| r.action == ElicitationAction::Accept);
         if !accepted {
+            self.withdraw(&w.approval_id).await;
             return Ok(render::failure(Some("APPROVAL_DENIED"), "the user declined; nothing ran").into());
         }
         self.run(tool, context, Start::Confirm { token: w.token, elicited: true }).await

@@ -38,7 +38,8 @@ pub fn serve(socket: PathBuf) -> ExitCode {
     };
     runtime.block_on(async move {
         let bridge = bridge::Bridge::new(socket);
-        let running = match bridge.clone().serve(rmcp::transport::stdio()).await {
+        // Non-blocking pipes when the host gives us pipes (it does), else the blocking handles.
+        let running = match bridge.clone().serve(rmcp::transport::stdio_pipes()).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "MCP session did not start");

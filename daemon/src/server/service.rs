@@ -56,6 +56,7 @@ impl CordonService {
                 invocation_id: prepared.id.clone(),
                 argv: prepared.plan.display_argv.clone(),
                 generation: prepared.generation,
+                tool: prepared.tool.name.clone(),
             })),
         };
         // The channel is empty: the first message always fits.
