@@ -23,12 +23,30 @@ pub struct Account {
 }
 
 impl Account {
-    /// Looks up `uid` in the user database; falls back to the numeric id and `/`.
+    /// Looks up `uid` in the user database; falls back to the numeric id and `/`. Answers are
+    /// kept for a minute: the lookup reads the user database on every call otherwise.
     pub fn for_uid(uid: u32) -> Account {
-        match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
+        use std::collections::HashMap;
+        use std::sync::Mutex;
+        use std::time::{Duration, Instant};
+        static CACHE: Mutex<Option<HashMap<u32, (Account, Instant)>>> = Mutex::new(None);
+        const TTL: Duration = Duration::from_secs(60);
+        let mut guard = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        let cache = guard.get_or_insert_with(HashMap::new);
+        if let Some((account, at)) = cache.get(&uid)
+            && at.elapsed() < TTL
+        {
+            return account.clone();
+        }
+        let account = match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
             Ok(Some(u)) => Account { user: u.name, home: u.dir },
             _ => Account { user: uid.to_string(), home: PathBuf::from("/") },
+        };
+        if cache.len() > 1024 {
+            cache.clear();
         }
+        cache.insert(uid, (account.clone(), Instant::now()));
+        account
     }
 }
 

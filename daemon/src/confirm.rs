@@ -335,6 +335,57 @@ mod tests {
         assert_eq!(shell_quote(""), "''");
     }
 
+    fn parked(confirm: &str) -> Parked {
+        let text = format!(
+            "version = 1\n[tools.t]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/echo\", \"hi\"]\nconfirm = \"{confirm}\"\n"
+        );
+        let set = crate::policy::load_sources(&[("t.toml".into(), text)], crate::policy::Host { is_root: false, landlock_abi: 7 })
+            .unwrap_or_else(|e| panic!("{e}"));
+        let tool = Arc::new(set.tools.into_iter().next().unwrap());
+        let plan = Plan {
+            executable: "/bin/echo".into(),
+            argv: vec!["/bin/echo".into(), "hi".into()],
+            display_argv: vec!["/bin/echo".into(), "hi".into()],
+            env: Vec::new(),
+            cwd: "/".into(),
+        };
+        Parked { tool, generation: 1, plan, identity: None, dedicated_uid: false, caller: Caller { uid: 1000, gid: 1000, pid: None } }
+    }
+
+    #[tokio::test]
+    async fn a_token_is_refused_to_another_user_and_stays_usable_for_its_owner() {
+        let store = Confirmations::default();
+        let ticket = store.park(parked("agent")).unwrap();
+        let stranger = Caller { uid: 1001, gid: 1001, pid: None };
+        assert_eq!(store.redeem(&ticket.token, stranger, false, 1).await.unwrap_err(), ConfirmError::Foreign);
+        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        assert!(store.redeem(&ticket.token, owner, false, 1).await.is_ok());
+        assert_eq!(store.redeem(&ticket.token, owner, false, 1).await.unwrap_err(), ConfirmError::UnknownToken);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_goes_away_leaves_nothing_behind() {
+        let store = Arc::new(Confirmations::new(AGENT_TTL, Duration::from_secs(30)));
+        let ticket = store.park(parked("human")).unwrap();
+        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        let waiting = {
+            let store = store.clone();
+            let token = ticket.token.clone();
+            tokio::spawn(async move { store.redeem(&token, owner, false, 1).await })
+        };
+        for _ in 0..100 {
+            if store.pending().first().is_some_and(|p| p.waiting) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(store.pending()[0].waiting);
+        waiting.abort();
+        let _ = waiting.await;
+        assert!(store.pending().is_empty());
+        assert_eq!(store.approve(&ticket.approval_id), Err(ConfirmError::UnknownApproval(ticket.approval_id.clone())));
+    }
+
     #[test]
     fn bindings_depend_on_tool_argv_and_uid() {
         let argv = vec!["a".to_string(), "b".to_string()];

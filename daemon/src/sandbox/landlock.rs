@@ -7,10 +7,11 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, Scope, path_beneath_rules,
 };
 
 use crate::policy::{Network, SandboxPolicy};
@@ -101,10 +102,10 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
     let read_exec = AccessFs::from_read(v);
     let write = AccessFs::from_all(v) & !AccessFs::Execute;
     let mut created = ruleset.create().map_err(err)?;
-    let grants: [(Vec<PathBuf>, BitFlags<AccessFs>); 6] = [
-        (existing(DEFAULT_READ_EXEC), read_exec),
-        (existing(DEFAULT_READ), read_access()),
-        (existing(DEFAULT_WRITE_FILES), read_access() | AccessFs::WriteFile),
+    for (fd, access) in defaults(v).iter() {
+        created = created.add_rule(PathBeneath::new(fd, *access)).map_err(err)?;
+    }
+    let grants: [(Vec<PathBuf>, BitFlags<AccessFs>); 3] = [
         (policy.read.clone(), read_access()),
         (policy.exec.clone(), read_exec),
         (policy.write.clone(), write | read_access()),
@@ -127,6 +128,26 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
     fd.ok_or_else(|| LandlockError::Ruleset("the kernel returned no ruleset".into()))
 }
 
-fn existing(paths: &[&str]) -> Vec<PathBuf> {
-    paths.iter().map(Path::new).filter(|p| p.exists()).map(Path::to_path_buf).collect()
+/// The default grants, opened once per process (O_PATH descriptors) with the access rights each
+/// gets, keeping only the right kinds for files (landlock refuses directory rights on a file).
+/// The ABI is the host's, the same for every call of the process.
+fn defaults(abi: ABI) -> &'static [(PathFd, BitFlags<AccessFs>)] {
+    static DEFAULTS: OnceLock<Vec<(PathFd, BitFlags<AccessFs>)>> = OnceLock::new();
+    DEFAULTS.get_or_init(|| {
+        let groups: [(&[&str], BitFlags<AccessFs>); 3] = [
+            (DEFAULT_READ_EXEC, AccessFs::from_read(abi)),
+            (DEFAULT_READ, read_access()),
+            (DEFAULT_WRITE_FILES, read_access() | AccessFs::WriteFile),
+        ];
+        let mut out = Vec::new();
+        for (paths, access) in groups {
+            for p in paths.iter().map(Path::new) {
+                let Ok(meta) = std::fs::metadata(p) else { continue };
+                let Ok(fd) = PathFd::new(p) else { continue };
+                let access = if meta.is_dir() { access } else { access & AccessFs::from_file(abi) };
+                out.push((fd, access));
+            }
+        }
+        out
+    })
 }
