@@ -339,8 +339,11 @@ mod tests {
         let text = format!(
             "version = 1\n[tools.t]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/echo\", \"hi\"]\nconfirm = \"{confirm}\"\n"
         );
-        let set = crate::policy::load_sources(&[("t.toml".into(), text)], crate::policy::Host { is_root: false, landlock_abi: 7 })
-            .unwrap_or_else(|e| panic!("{e}"));
+        let set = crate::policy::load_sources(
+            &[("t.toml".into(), text)],
+            crate::policy::Host { is_root: false, landlock_abi: 7 },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let tool = Arc::new(set.tools.into_iter().next().unwrap());
         let plan = Plan {
             executable: "/bin/echo".into(),
@@ -349,7 +352,14 @@ mod tests {
             env: Vec::new(),
             cwd: "/".into(),
         };
-        Parked { tool, generation: 1, plan, identity: None, dedicated_uid: false, caller: Caller { uid: 1000, gid: 1000, pid: None } }
+        Parked {
+            tool,
+            generation: 1,
+            plan,
+            identity: None,
+            dedicated_uid: false,
+            caller: Caller { uid: 1000, gid: 1000, pid: None },
+        }
     }
 
     #[tokio::test]

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt as _;
 use rmcp::transport::{ConfigureCommandExt as _, TokioChildProcess};
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 
 const CALLS: usize = 300;
 
@@ -43,41 +42,51 @@ fn main() {
             tokio::process::Command::new("/bin/true").status().await.unwrap();
             bare.push(t.elapsed());
         }
-        // tools/call through a minimal JSON-RPC client on the server's stdio, so the figure is
-        // cordon's (rmcp's client adds its own bookkeeping per call).
-        let mut raw = tokio::process::Command::new(&cordon)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("mcp")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = raw.stdin.take().unwrap();
-        let mut stdout = tokio::io::BufReader::new(raw.stdout.take().unwrap()).lines();
-        let mut rpc = async |id: u64, method: &str, params: serde_json::Value| -> serde_json::Value {
-            let msg = serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-            stdin.write_all(format!("{msg}\n").as_bytes()).await.unwrap();
-            loop {
-                let line = stdout.next_line().await.unwrap().unwrap();
-                let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-                if v.get("id") == Some(&serde_json::json!(id)) {
-                    return v;
+        // tools/call through a minimal JSON-RPC client on the server's stdio with blocking reads
+        // on its own thread, so the figure is cordon's, not a client runtime's.
+        let (cordon_path, socket_path) = (cordon.clone(), socket.clone());
+        let mut calls = tokio::task::spawn_blocking(move || {
+            use std::io::{BufRead as _, Write as _};
+            let mut raw = std::process::Command::new(&cordon_path)
+                .arg("--socket")
+                .arg(&socket_path)
+                .arg("mcp")
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut stdin = raw.stdin.take().unwrap();
+            let mut stdout = std::io::BufReader::new(raw.stdout.take().unwrap());
+            let mut rpc = |id: u64, method: &str, params: serde_json::Value| -> serde_json::Value {
+                let msg = serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+                writeln!(stdin, "{msg}").unwrap();
+                stdin.flush().unwrap();
+                loop {
+                    let mut line = String::new();
+                    stdout.read_line(&mut line).unwrap();
+                    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                    if v.get("id") == Some(&serde_json::json!(id)) {
+                        return v;
+                    }
                 }
+            };
+            let init = serde_json::json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "bench", "version": "0" } });
+            rpc(0, "initialize", init);
+            let mut calls = Vec::with_capacity(CALLS);
+            for i in 0..(CALLS + 20) as u64 {
+                let t = Instant::now();
+                let r = rpc(i + 1, "tools/call", serde_json::json!({ "name": "true", "arguments": {} }));
+                if i >= 20 {
+                    calls.push(t.elapsed());
+                }
+                assert_eq!(r["result"]["isError"], false, "{r}");
             }
-        };
-        rpc(0, "initialize", serde_json::json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "bench", "version": "0" } })).await;
-        let mut calls = Vec::with_capacity(CALLS);
-        for i in 0..(CALLS + 20) as u64 {
-            let t = Instant::now();
-            let r = rpc(i + 1, "tools/call", serde_json::json!({ "name": "true", "arguments": {} })).await;
-            if i >= 20 {
-                calls.push(t.elapsed());
-            }
-            assert_eq!(r["result"]["isError"], false, "{r}");
-        }
-        drop(stdin);
-        let _ = raw.wait().await;
+            drop(stdin);
+            let _ = raw.wait();
+            calls
+        })
+        .await
+        .unwrap();
 
         let cmd = tokio::process::Command::new(&cordon).configure(|c| {
             c.arg("--socket").arg(&socket).arg("mcp");

@@ -62,12 +62,24 @@ struct AwaitingInput {
     expires: Instant,
 }
 
-/// One registry generation's tools, with their compiled argument checks.
+/// One registry generation's tools; each tool's argument check is compiled on its first call
+/// (compiling a thousand schemas up front would make the first `tools/list` slow).
 #[derive(Debug)]
 struct Catalog {
     generation: u64,
     tools: Vec<ToolInfo>,
-    checks: HashMap<String, ArgCheck>,
+    checks: Mutex<HashMap<String, Arc<ArgCheck>>>,
+}
+
+impl Catalog {
+    fn check(&self, tool: &ToolInfo) -> Result<Arc<ArgCheck>, String> {
+        if let Some(c) = lock(&self.checks).get(&tool.name) {
+            return Ok(c.clone());
+        }
+        let check = Arc::new(ArgCheck::new(tool)?);
+        lock(&self.checks).insert(tool.name.clone(), check.clone());
+        Ok(check)
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -121,18 +133,7 @@ impl Bridge {
                 return Err(e);
             }
         };
-        let mut checks = HashMap::new();
-        let mut usable = Vec::new();
-        for t in tools {
-            match ArgCheck::new(&t) {
-                Ok(check) => {
-                    checks.insert(t.name.clone(), check);
-                    usable.push(t);
-                }
-                Err(e) => tracing::warn!(tool = %t.name, error = %e, "schema does not compile; tool not listed"),
-            }
-        }
-        let catalog = Arc::new(Catalog { generation, tools: usable, checks });
+        let catalog = Arc::new(Catalog { generation, tools, checks: Mutex::new(HashMap::new()) });
         *lock(&self.inner.catalog) = Some(catalog.clone());
         Ok(catalog)
     }
@@ -641,9 +642,16 @@ impl ServerHandler for Bridge {
         if let Some(state) = &request.request_state {
             return self.resume(tool, &context, state, request.input_responses.as_ref()).await;
         }
-        if let Some(check) = catalog.checks.get(&name)
-            && let Err(r) = check.check(&arguments)
-        {
+        let check = match catalog.check(tool) {
+            Ok(c) => c,
+            // The daemon's schema always compiles; if it ever does not, the daemon still validates.
+            Err(e) => {
+                return Ok(
+                    render::failure(Some("INTERNAL"), &format!("the tool's input schema does not compile: {e}")).into()
+                );
+            }
+        };
+        if let Err(r) = check.check(&arguments) {
             let fix = "Fix the arguments and call the tool again; the tool's input schema lists every field.";
             let mut result = render::failure(Some(r.code), &format!("{}. {fix}", r.message));
             result.structured_content =

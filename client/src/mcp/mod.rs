@@ -29,7 +29,8 @@ pub fn serve(socket: PathBuf) -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    // One thread: a front-end serves one agent, and every hop between threads costs latency.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cordon mcp: cannot start the async runtime: {e}");
