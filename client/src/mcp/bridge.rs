@@ -646,9 +646,11 @@ impl ServerHandler for Bridge {
             Ok(c) => c,
             // The daemon's schema always compiles; if it ever does not, the daemon still validates.
             Err(e) => {
-                return Ok(
-                    render::failure(Some("INTERNAL"), &format!("the tool's input schema does not compile: {e}")).into()
-                );
+                return Ok(render::failure(
+                    Some("INTERNAL"),
+                    &format!("the tool's input schema does not compile: {e}"),
+                )
+                .into());
             }
         };
         if let Err(r) = check.check(&arguments) {

@@ -221,43 +221,58 @@ pub async fn run(
     drop(child);
     let out = tokio::process::ChildStdout::from_std(out).map_err(supervise)?;
     let err = tokio::process::ChildStderr::from_std(err).map_err(supervise)?;
+    // Output is read and the process supervised in this one task (no extra tasks to wake).
     let stop_reading = CancellationToken::new();
-    let out_task = tokio::spawn(capture(out, spec.max_output, stop_reading.clone(), spec.output.clone(), false));
-    let err_task = tokio::spawn(capture(err, spec.max_output, stop_reading.clone(), spec.output.clone(), true));
-
-    let (mut timed_out, mut cancelled) = (false, false);
-    tokio::select! {
-        r = exited(&pidfd) => r.map_err(supervise)?,
-        () = tokio::time::sleep(spec.timeout) => timed_out = true,
-        () = cancel.cancelled() => cancelled = true,
-    }
-    if timed_out || cancelled {
-        group.signal(Signal::SIGTERM);
-        if tokio::time::timeout(spec.grace, exited(&pidfd)).await.is_err() {
+    let captured = CancellationToken::new();
+    let captures = async {
+        let both = tokio::join!(
+            capture(out, spec.max_output, stop_reading.clone(), spec.output.clone(), false),
+            capture(err, spec.max_output, stop_reading.clone(), spec.output.clone(), true),
+        );
+        captured.cancel();
+        both
+    };
+    let supervision = async {
+        let result = async {
+            let (mut timed_out, mut cancelled) = (false, false);
+            tokio::select! {
+                r = exited(&pidfd) => r.map_err(supervise)?,
+                () = tokio::time::sleep(spec.timeout) => timed_out = true,
+                () = cancel.cancelled() => cancelled = true,
+            }
+            if timed_out || cancelled {
+                group.signal(Signal::SIGTERM);
+                if tokio::time::timeout(spec.grace, exited(&pidfd)).await.is_err() {
+                    group.signal(Signal::SIGKILL);
+                    exited(&pidfd).await.map_err(supervise)?;
+                }
+            }
+            // The leader is a zombie: the group id is still ours. Nothing it started may outlive it,
+            // not even what left the group with setsid (the cgroup kill).
             group.signal(Signal::SIGKILL);
-            exited(&pidfd).await.map_err(supervise)?;
+            if let Some(cg) = &cgroup {
+                cg.kill();
+            }
+            let status = waitid(Id::PIDFd(pidfd.get_ref().as_fd()), WaitPidFlag::WEXITED)
+                .map_err(|e| supervise(io::Error::from(e)))?;
+            group.reaped = true;
+            // Data still in the pipes is read; a writer that escaped every kill cannot hold us.
+            tokio::select! {
+                () = tokio::time::sleep(DRAIN_LIMIT) => stop_reading.cancel(),
+                () = captured.cancelled() => {}
+            }
+            Ok::<_, SpawnError>((status, timed_out, cancelled))
         }
-    }
-    // The leader is a zombie: the group id is still ours. Nothing it started may outlive it,
-    // not even what left the group with setsid (the cgroup kill).
-    group.signal(Signal::SIGKILL);
-    if let Some(cg) = &cgroup {
-        cg.kill();
-    }
-    let status =
-        waitid(Id::PIDFd(pidfd.get_ref().as_fd()), WaitPidFlag::WEXITED).map_err(|e| supervise(io::Error::from(e)))?;
-    group.reaped = true;
-
-    let drain = tokio::spawn({
-        let stop = stop_reading.clone();
-        async move {
-            tokio::time::sleep(DRAIN_LIMIT).await;
-            stop.cancel();
+        .await;
+        if result.is_err() {
+            // Supervision failed: end the tree and stop reading rather than wait for it.
+            group.signal(Signal::SIGKILL);
+            stop_reading.cancel();
         }
-    });
-    let stdout = out_task.await.unwrap_or_default();
-    let stderr = err_task.await.unwrap_or_default();
-    drain.abort();
+        result
+    };
+    let (supervised, (stdout, stderr)) = tokio::join!(supervision, captures);
+    let (status, timed_out, cancelled) = supervised?;
     if let Some(mut cg) = cgroup.take() {
         // Already killed; removing it may wait for the kernel to empty it, which the result
         // need not wait for (and not on a runtime thread).
