@@ -8,8 +8,9 @@
 //! no allocation, no locks, no logging. On failure it writes the failed [`Step`] to a report pipe
 //! so the parent can say what went wrong, and returns the errno.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::io;
+use std::os::fd::FromRawFd;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use std::sync::Arc;
@@ -34,10 +35,14 @@ pub enum Step {
     LandlockProcSelf,
     LandlockRestrict,
     Seccomp,
+    Signals,
+    Stdio,
+    Chdir,
+    Exec,
 }
 
 impl Step {
-    const ALL: [Step; 14] = [
+    const ALL: [Step; 18] = [
         Step::Setsid,
         Step::ParentDeathSignal,
         Step::ParentGone,
@@ -52,6 +57,10 @@ impl Step {
         Step::LandlockProcSelf,
         Step::LandlockRestrict,
         Step::Seccomp,
+        Step::Signals,
+        Step::Stdio,
+        Step::Chdir,
+        Step::Exec,
     ];
 
     pub fn from_byte(b: u8) -> Option<Step> {
@@ -74,6 +83,10 @@ impl Step {
             Step::LandlockProcSelf => "granting /proc/self in landlock",
             Step::LandlockRestrict => "enforcing landlock (restrict_self)",
             Step::Seccomp => "installing the seccomp filter",
+            Step::Signals => "resetting signal handlers",
+            Step::Stdio => "setting up stdin, stdout and stderr",
+            Step::Chdir => "changing to the working directory",
+            Step::Exec => "executing the program",
         }
     }
 }
@@ -106,6 +119,181 @@ pub struct ChildSetup {
 
 const PROC_SELF: &CStr = c"/proc/self";
 
+/// Writes the failed step and its errno to the report pipe (five bytes, one write).
+fn report(fd: RawFd, step: Step, errno: i32) {
+    let mut buf = [0u8; 5];
+    buf[0] = step as u8;
+    buf[1..].copy_from_slice(&errno.to_ne_bytes());
+    // SAFETY: write(2) on a descriptor we hold, from a stack buffer; async-signal-safe.
+    unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+}
+
+/// Reads what the child reported: `None` when it reached exec (the pipe closed empty).
+pub fn read_report(fd: &OwnedFd) -> Option<(Step, i32)> {
+    let mut buf = [0u8; 5];
+    match nix::unistd::read(fd, &mut buf) {
+        Ok(5) => Step::from_byte(buf[0]).map(|s| (s, i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]))),
+        _ => None,
+    }
+}
+
+/// The program to execute, with every pointer prepared before the clone.
+#[derive(Debug)]
+pub struct Exec {
+    pub path: CString,
+    /// Keeps the strings `argv_ptrs` points into.
+    pub argv: Vec<CString>,
+    pub argv_ptrs: Vec<*const libc::c_char>,
+    pub env: Vec<CString>,
+    pub env_ptrs: Vec<*const libc::c_char>,
+    pub cwd: CString,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+// SAFETY: the raw pointers point into `argv` and `env`, which `Exec` owns and never mutates.
+unsafe impl Send for Exec {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for Exec {}
+
+impl Exec {
+    pub fn new(
+        path: &std::path::Path,
+        argv: &[String],
+        env: &[(String, String)],
+        cwd: &std::path::Path,
+        stdin: OwnedFd,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+    ) -> io::Result<Exec> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |b: &[u8]| {
+            CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in argv, env or path"))
+        };
+        let argv: Vec<CString> = argv.iter().map(|a| c(a.as_bytes())).collect::<io::Result<_>>()?;
+        let env: Vec<CString> = env.iter().map(|(k, v)| c(format!("{k}={v}").as_bytes())).collect::<io::Result<_>>()?;
+        let ptrs = |v: &[CString]| v.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        Ok(Exec {
+            path: c(path.as_os_str().as_bytes())?,
+            argv_ptrs: ptrs(&argv),
+            argv,
+            env_ptrs: ptrs(&env),
+            env,
+            cwd: c(cwd.as_os_str().as_bytes())?,
+            stdin,
+            stdout,
+            stderr,
+        })
+    }
+}
+
+struct ChildArgs<'a> {
+    exec: &'a Exec,
+    setup: &'a ChildSetup,
+    mask: &'a libc::sigset_t,
+}
+
+/// Size of the stack the child runs on until it execs.
+const CHILD_STACK: usize = 256 * 1024;
+
+/// Starts the child with `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)`, as posix_spawn does:
+/// no page tables are copied (fork's cost grows with the daemon's memory), and this thread is
+/// suspended until the child has exec'd or died. Returns its pid and pidfd; a failure before the
+/// exec is read from the report pipe by the caller.
+pub fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t, OwnedFd)> {
+    let mut stack = vec![0u8; CHILD_STACK];
+    // SAFETY: sigset_t is plain data; sigfillset initialises it.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to local sigsets.
+    unsafe {
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+    }
+    let args = ChildArgs { exec, setup, mask: &old };
+    let mut pidfd: libc::c_int = -1;
+    // Why this is sound: the stack is ours and outlives the child's use of it (CLONE_VFORK
+    // suspends this thread until the child execs or exits). With CLONE_VM the child shares our
+    // memory and only reads `args` (and writes errno, while we are suspended); without
+    // CLONE_FILES and CLONE_SIGHAND it has its own descriptor table and signal handlers. Every
+    // signal is blocked across the clone, so no handler of ours can run on the child's side.
+    // SAFETY: see the paragraph above; `pidfd` and the stack pointer are valid for the call.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(stack.len());
+        let top = top.sub(top as usize % 16);
+        libc::clone(
+            child_main,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+            (&args as *const ChildArgs<'_>).cast_mut().cast(),
+            &mut pidfd as *mut libc::c_int,
+        )
+    };
+    let clone_error = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
+    if pid < 0 {
+        return Err(clone_error);
+    }
+    // SAFETY: CLONE_PIDFD stored a new descriptor that nothing else owns.
+    Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
+}
+
+/// The child until exec: default signal handlers, stdio, working dir, the confinement steps,
+/// the caller's signal mask, exec. Raw system calls only.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the ChildArgs that `spawn` keeps alive while this thread is suspended.
+    let a = unsafe { &*(arg as *const ChildArgs<'_>) };
+    let fd = a.setup.report.as_raw_fd();
+    let die = |step: Step| -> libc::c_int {
+        report(fd, step, io::Error::last_os_error().raw_os_error().unwrap_or(0));
+        // SAFETY: _exit(2) never returns and runs no atexit handlers or destructors.
+        unsafe { libc::_exit(127) }
+    };
+    // The daemon's handlers must never run here: back to the defaults.
+    // SAFETY: raw system calls (sigaction, dup2, chdir) on data prepared before the clone.
+    unsafe {
+        for sig in 1..libc::SIGRTMAX() {
+            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                continue;
+            }
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut current) == 0
+                && current.sa_sigaction != libc::SIG_DFL
+                && current.sa_sigaction != libc::SIG_IGN
+            {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                if libc::sigaction(sig, &default, std::ptr::null_mut()) < 0 {
+                    return die(Step::Signals);
+                }
+            }
+        }
+        for (from, to) in [(&a.exec.stdin, 0), (&a.exec.stdout, 1), (&a.exec.stderr, 2)] {
+            if libc::dup2(from.as_raw_fd(), to) < 0 {
+                return die(Step::Stdio);
+            }
+        }
+        if libc::chdir(a.exec.cwd.as_ptr()) < 0 {
+            return die(Step::Chdir);
+        }
+    }
+    if setup(a.setup).is_err() {
+        // `setup` reported the step already.
+        // SAFETY: as above.
+        unsafe { libc::_exit(127) };
+    }
+    // SAFETY: as above; argv and envp are NULL-terminated arrays of C strings.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, a.mask, std::ptr::null_mut());
+        libc::execve(a.exec.path.as_ptr(), a.exec.argv_ptrs.as_ptr(), a.exec.env_ptrs.as_ptr());
+    }
+    die(Step::Exec)
+}
+
 /// `struct landlock_path_beneath_attr` (packed in the uapi header).
 #[repr(C, packed)]
 struct PathBeneathAttr {
@@ -117,9 +305,7 @@ struct PathBeneathAttr {
 pub fn setup(s: &ChildSetup) -> io::Result<()> {
     let fail = |step: Step| -> io::Error {
         let err = io::Error::last_os_error();
-        let byte = [step as u8];
-        // SAFETY: write(2) on a descriptor we own, from a one-byte stack buffer; async-signal-safe.
-        unsafe { libc::write(s.report.as_raw_fd(), byte.as_ptr().cast(), 1) };
+        report(s.report.as_raw_fd(), step, err.raw_os_error().unwrap_or(0));
         err
     };
     // SAFETY (for every libc call below): each is a raw system call, async-signal-safe, whose

@@ -6,9 +6,7 @@
 //! reused, which makes the final `killpg` of leftover group members safe. Only then is it reaped.
 
 use std::io;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +18,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{Cgroups, InvocationCgroup};
-use super::child::{self, ChildSetup, Identity, Step};
+use super::child::{self, ChildSetup, Exec, Identity, Step};
 use super::landlock::{self, LandlockError};
 use super::output::{Capture, Captured};
 use super::seccomp::Programs;
@@ -174,53 +172,38 @@ pub async fn run(
         gid: confine.identity.map_or_else(|| nix::unistd::getegid().as_raw(), |i| i.gid),
     };
 
-    let mut cmd = Command::new(&plan.executable);
-    cmd.arg0(&plan.argv[0])
-        .args(&plan.argv[1..])
-        .env_clear()
-        .envs(plan.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&plan.cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: the closure runs in the child between fork and exec. `child::setup` only makes
-    // async-signal-safe system calls on data prepared above (see its module docs).
-    unsafe {
-        cmd.pre_exec(move || child::setup(&setup));
+    let start_err = |source: io::Error| SpawnError::Start { program: plan.argv[0].clone(), source };
+    let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
+    let (out_read, out_write) = nix::unistd::pipe2(cloexec).map_err(|e| start_err(e.into()))?;
+    let (err_read, err_write) = nix::unistd::pipe2(cloexec).map_err(|e| start_err(e.into()))?;
+    let null = std::fs::File::open("/dev/null").map_err(start_err)?;
+    let exec = Exec::new(&plan.executable, &plan.argv, &plan.env, &plan.cwd, null.into(), out_write, err_write)
+        .map_err(start_err)?;
+    let spawned = child::spawn(&exec, &setup);
+    // Our copies of the child's ends (stdio, report pipe, ruleset) close here, so the report
+    // pipe's EOF means the child exec'd.
+    drop(exec);
+    drop(setup);
+    let (pid, pidfd) = spawned.map_err(start_err)?;
+    if let Some((step, errno)) = child::read_report(&report_read) {
+        // The child died before exec: reap it now (it is ours, and already gone).
+        let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
+        let source = io::Error::from_raw_os_error(errno);
+        return Err(match step {
+            Step::Exec => SpawnError::Start { program: plan.argv[0].clone(), source },
+            step => SpawnError::Setup { step, source },
+        });
     }
-    let spawned = cmd.spawn();
-    // Closes our copies of the child's descriptors, the report pipe's write end among them.
-    drop(cmd);
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(source) => {
-            let mut byte = [0u8; 1];
-            let step = match nix::unistd::read(&report_read, &mut byte) {
-                Ok(1) => Step::from_byte(byte[0]),
-                _ => None,
-            };
-            return Err(match step {
-                Some(step) => SpawnError::Setup { step, source },
-                None => SpawnError::Start { program: plan.argv[0].clone(), source },
-            });
-        }
-    };
     drop(report_read);
-    let pid = child.id();
+    let pid = u32::try_from(pid).map_err(|_| start_err(io::Error::other("negative pid")))?;
     // From here on the group is killed if this future is dropped before the child is reaped.
     let mut group = Group { pid, reaped: false };
     let supervise = |source| SpawnError::Supervise { pid, source };
-    let pidfd = pidfd_open(pid).map_err(supervise)?;
     // SAFETY: `pidfd` is an open descriptor owned by the OwnedFd moved into the AsyncFd, which
     // keeps it open and unchanged until the AsyncFd is dropped.
     let pidfd = unsafe { AsyncFd::register(pidfd) }.map_err(|e| supervise(e.into()))?;
-    let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(supervise(io::Error::other("child pipes missing")));
-    };
-    // The std Child is only a handle; dropping it neither kills nor reaps.
-    drop(child);
-    let out = tokio::process::ChildStdout::from_std(out).map_err(supervise)?;
-    let err = tokio::process::ChildStderr::from_std(err).map_err(supervise)?;
+    let out = tokio::net::unix::pipe::Receiver::from_owned_fd(out_read).map_err(supervise)?;
+    let err = tokio::net::unix::pipe::Receiver::from_owned_fd(err_read).map_err(supervise)?;
     // Output is read and the process supervised in this one task (no extra tasks to wake).
     let stop_reading = CancellationToken::new();
     let captured = CancellationToken::new();
@@ -356,18 +339,6 @@ async fn exited(pidfd: &AsyncFd<OwnedFd>) -> io::Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::other("pid out of range"))?;
-    // SAFETY: pidfd_open(2) takes a pid and flags by value and touches no memory of ours.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = i32::try_from(fd).map_err(|_| io::Error::other("fd out of range"))?;
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 async fn capture(
