@@ -1,12 +1,14 @@
-//! What the child does between fork and exec, in the order DESIGN.md fixes:
+//! Starting the child ([`spawn`]: a vfork-style `clone`) and what it does before exec, in the
+//! order DESIGN.md fixes: default signal handlers, stdio, working dir, then [`setup`]:
 //! `setsid` -> parent-death signal (and re-check the parent) -> join cgroups -> `setrlimit` ->
 //! mark fds >= 3 close-on-exec -> drop groups, gid, uid (and every capability) -> `no_new_privs`
-//! -> landlock `restrict_self` -> seccomp filters last -> (std) exec.
+//! -> landlock `restrict_self` -> seccomp filter last -> restore the signal mask -> exec.
 //!
-//! Architecture invariant: [`setup`] runs in a forked copy of a multi-threaded process, so it only
-//! makes raw system calls (async-signal-safe) on data prepared before the fork in [`ChildSetup`]:
-//! no allocation, no locks, no logging. On failure it writes the failed [`Step`] to a report pipe
-//! so the parent can say what went wrong, and returns the errno.
+//! Architecture invariant: the child shares the daemon's memory until it execs, so everything it
+//! runs makes raw system calls (async-signal-safe) on data prepared before the clone
+//! ([`ChildSetup`], [`Exec`]): no allocation, no locks, no logging, no writes to the parent's
+//! memory. On failure it writes the failed [`Step`] and errno to a report pipe so the parent can
+//! say what went wrong.
 
 use std::ffi::{CStr, CString};
 use std::io;

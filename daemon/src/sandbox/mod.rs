@@ -1,10 +1,11 @@
 //! Process execution under a kernel sandbox: the only module with `unsafe` code.
 //!
 //! # Layout
-//! - [`spawn`]: builds everything before the fork, starts the child as the leader of a new
+//! - [`spawn`]: builds everything before the child starts, starts the child as the leader of a new
 //!   session, tracks it through a pidfd, enforces timeout and cancellation (SIGTERM, grace,
 //!   SIGKILL to the group, then the cgroup kill), and reaps it.
-//! - [`child`]: what the child does between fork and exec, in the order DESIGN.md fixes.
+//! - [`child`]: the vfork-style `clone`, and what the child does before exec, in the order
+//!   DESIGN.md fixes.
 //! - [`landlock`]: the filesystem / TCP / scope ruleset of an invocation.
 //! - [`seccomp`] and `syscalls`: the BPF allow-list, compiled once per profile.
 //! - [`cgroup`]: a cgroup per invocation where the host allows it, and the reaper that kills
@@ -12,8 +13,8 @@
 //! - [`output`]: bounded head+tail capture of stdout and stderr.
 //!
 //! Architecture invariant: every `unsafe` block in the crate is in this module and carries a
-//! `// SAFETY:` comment; code that runs between fork and exec only makes async-signal-safe
-//! calls on data prepared before the fork. A tool never runs without landlock and seccomp.
+//! `// SAFETY:` comment; code that runs between clone and exec only makes async-signal-safe
+//! calls on data prepared before the clone. A tool never runs without landlock and seccomp.
 
 pub mod cgroup;
 pub mod child;

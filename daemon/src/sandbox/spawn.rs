@@ -126,7 +126,7 @@ pub enum SpawnError {
 /// Runs the plan to completion, timeout or cancellation, confined as `confine` says.
 ///
 /// Must be called from a runtime worker thread, never from `spawn_blocking`: the child's
-/// parent-death signal fires when the *thread* that forked it exits, and blocking-pool threads
+/// parent-death signal fires when the *thread* that started it exits, and blocking-pool threads
 /// exit when idle.
 pub async fn run(
     spec: RunSpec<'_>,
@@ -136,7 +136,7 @@ pub async fn run(
     let plan = spec.plan;
     let started = Instant::now();
 
-    // Everything the child needs is built here, before the fork.
+    // Everything the child needs is built here, before it starts.
     let ruleset = landlock::build(confine.landlock_abi, confine.policy)?;
     let mut cgroup: Option<InvocationCgroup> = if confine.cgroups.available() {
         Some(
