@@ -54,7 +54,7 @@ impl Account {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub executable: PathBuf,
-    /// argv[0] is `command[0]` as written.
+    /// `argv[0]` is `command[0]` as written.
     pub argv: Vec<String>,
     /// Same as `argv` with secret values replaced by [`REDACTED`].
     pub display_argv: Vec<String>,

@@ -2,7 +2,7 @@
 //!
 //! Architecture invariant: only this module (and the client's gRPC module) sees generated proto
 //! types; every handler derives the caller from the kernel's peer credentials, and every domain
-//! error becomes a `tonic::Status` in [`status`].
+//! error becomes a `tonic::Status` in `status.rs`.
 
 mod convert;
 mod service;
