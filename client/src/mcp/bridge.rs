@@ -42,6 +42,8 @@ pub struct Bridge {
 #[derive(Debug)]
 struct Inner {
     socket: PathBuf,
+    /// Cancelled when the host closes stdin: every running call is cancelled with it.
+    closed: tokio_util::sync::CancellationToken,
     /// One multiplexed connection to the daemon, dropped when its transport fails.
     client: Mutex<Option<Client>>,
     catalog: Mutex<Option<Arc<Catalog>>>,
@@ -87,10 +89,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Bridge {
-    pub fn new(socket: PathBuf) -> Bridge {
+    pub fn new(socket: PathBuf, closed: tokio_util::sync::CancellationToken) -> Bridge {
         Bridge {
             inner: Arc::new(Inner {
                 socket,
+                closed,
                 client: Mutex::new(None),
                 catalog: Mutex::new(None),
                 level: Mutex::new(None),
@@ -379,6 +382,7 @@ impl Bridge {
             tokio::select! {
                 r = work => Some(r),
                 () = context.ct.cancelled() => None,
+                () = self.inner.closed.cancelled() => None,
             }
         };
         if let Some(progress) = progress {

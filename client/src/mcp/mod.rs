@@ -38,9 +38,12 @@ pub fn serve(socket: PathBuf) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let bridge = bridge::Bridge::new(socket);
+        let closed = tokio_util::sync::CancellationToken::new();
+        let bridge = bridge::Bridge::new(socket, closed.clone());
         // Non-blocking pipes when the host gives us pipes (it does), else the blocking handles.
-        let running = match bridge.clone().serve(rmcp::transport::stdio_pipes()).await {
+        let (reader, writer) = rmcp::transport::stdio_pipes();
+        let reader = EofSignal { inner: reader, closed };
+        let running = match bridge.clone().serve((reader, writer)).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "MCP session did not start");
@@ -59,4 +62,29 @@ pub fn serve(socket: PathBuf) -> ExitCode {
             }
         }
     })
+}
+
+/// Tells the bridge the moment the host closes stdin, so running invocations are cancelled at
+/// once (rmcp itself waits for in-flight calls for a while before cancelling them).
+struct EofSignal<R> {
+    inner: R,
+    closed: tokio_util::sync::CancellationToken,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofSignal<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled
+            && buf.filled().len() == before
+            && buf.remaining() > 0
+        {
+            self.closed.cancel();
+        }
+        polled
+    }
 }

@@ -690,3 +690,35 @@ fn a_denied_or_expired_approval_never_runs() {
     assert_eq!(out.json()["error"]["code"], "APPROVAL_TIMEOUT");
     assert!(started.elapsed() >= Duration::from_secs(3));
 }
+
+#[test]
+fn closing_stdin_of_cordon_mcp_cancels_its_running_calls_at_once() {
+    use std::io::{BufRead as _, Write as _};
+    let d = daemon();
+    let mut mcp = std::process::Command::new(cordon_tests::bin("cordon"))
+        .arg("--socket")
+        .arg(&d.socket)
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = mcp.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(mcp.stdout.take().unwrap());
+    let init = json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "0" } } });
+    writeln!(stdin, "{init}").unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    writeln!(stdin, "{}", json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).unwrap();
+    let call = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": { "name": "slow", "arguments": { "seconds": 30 } } });
+    writeln!(stdin, "{call}").unwrap();
+    let running = || d.cordon(&["status", "--json"]).json()["running_invocations"].as_u64().unwrap();
+    assert!(eventually(Duration::from_secs(10), || running() == 1), "the call never started");
+    drop(stdin);
+    let closed = Instant::now();
+    assert!(eventually(Duration::from_secs(5), || running() == 0), "the invocation outlived the closed session");
+    assert!(closed.elapsed() < Duration::from_secs(2), "cancelling took {:?}", closed.elapsed());
+    assert!(mcp.wait().unwrap().success());
+}
