@@ -266,6 +266,11 @@ impl Confirmations {
         list
     }
 
+    /// The uid that asked for a pending approval.
+    pub fn approval_owner(&self, approval_id: &str) -> Option<u32> {
+        self.lock().values().find(|r| r.approval_id == approval_id).map(|r| r.parked.caller.uid)
+    }
+
     pub fn approve(&self, approval_id: &str) -> Result<(), ConfirmError> {
         self.decide(approval_id, Decision::Approved)
     }

@@ -308,6 +308,11 @@ impl Invoker {
         }
     }
 
+    /// Who started a running invocation.
+    pub fn owner(&self, id: &str) -> Option<Caller> {
+        self.lock().get(id).map(|r| r.caller)
+    }
+
     /// Refuses new invocations from now on.
     pub fn close(&self) {
         self.closed.cancel();

@@ -10,11 +10,13 @@
 //!   `unsafe` code.
 //! - [`invoke`]: admission (concurrency limit), running, cancelling.
 //! - [`confirm`]: confirmation tokens and human approvals.
+//! - [`authz`]: roles and tool access from the kernel's peer credentials.
 //! - [`server`]: gRPC on a Unix socket; the caller comes from the kernel.
 //!
 //! `main.rs` parses flags and calls [`server::run`]; tests start the same server in-process.
 
 pub mod argv;
+pub mod authz;
 pub mod caller;
 pub mod confirm;
 pub mod invoke;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use cordon_daemon::authz::{self, Authorizer};
 use cordon_daemon::invoke::Settings;
 use cordon_daemon::policy::{self, Host};
 use cordon_daemon::registry::RegistryHandle;
@@ -30,6 +31,12 @@ struct Args {
     /// On SIGTERM/SIGINT, how long running invocations may take to finish before they are killed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     shutdown_grace: Duration,
+    /// Members of this group are admins [default: cordon-admin, when it exists]
+    #[arg(long, value_name = "GROUP")]
+    admin_group: Option<String>,
+    /// As root: the group that may connect to the socket (mode 0660) [default: cordon, when it exists]
+    #[arg(long, value_name = "GROUP")]
+    socket_group: Option<String>,
     /// How long a `confirm = "agent"` token stays valid.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     confirm_ttl: Duration,
@@ -119,14 +126,25 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
         tracing::warn!("{w}");
     }
     let counts = current.counts();
+    let group = |given: &Option<String>, default: &str, flag: &str| -> anyhow::Result<Option<u32>> {
+        match given {
+            Some(name) => {
+                authz::group_id(name).map(Some).ok_or_else(|| anyhow::anyhow!("{flag} {name:?}: no such group"))
+            }
+            None => Ok(authz::group_id(default)),
+        }
+    };
+    let admin_gid = group(&args.admin_group, authz::DEFAULT_ADMIN_GROUP, "--admin-group")?;
+    let socket_gid = group(&args.socket_group, server::socket::DEFAULT_SOCKET_GROUP, "--socket-group")?;
     let socket_path = args.socket.clone().unwrap_or_else(cordon_proto::default_socket_path);
-    let listener = server::socket::bind(&socket_path)?;
+    let listener = server::socket::bind(&socket_path, socket_gid)?;
     let settings = Settings {
         max_concurrent: args.max_concurrent as usize,
         agent_ttl: args.confirm_ttl,
         human_ttl: args.approval_timeout,
     };
-    let daemon = Daemon::new(Arc::new(registry), Arc::new(sandbox), settings, socket_path.clone());
+    let daemon =
+        Daemon::new(Arc::new(registry), Arc::new(sandbox), settings, socket_path.clone(), Authorizer::new(admin_gid));
     tracing::info!(
         socket = %socket_path.display(), policies = %args.policies.display(), tools = counts.total,
         available = counts.available, generation = current.generation, "cordond listening"

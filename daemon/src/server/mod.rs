@@ -18,6 +18,7 @@ use cordon_proto::v1;
 use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 
+use crate::authz::Authorizer;
 use crate::invoke::{Invoker, Settings};
 use crate::registry::RegistryHandle;
 use crate::sandbox::HostSandbox;
@@ -26,6 +27,7 @@ use crate::sandbox::HostSandbox;
 #[derive(Debug)]
 pub struct Daemon {
     pub registry: Arc<RegistryHandle>,
+    pub authz: Authorizer,
     pub invoker: Arc<Invoker>,
     pub started: Instant,
     pub socket_path: PathBuf,
@@ -37,9 +39,10 @@ impl Daemon {
         host: Arc<HostSandbox>,
         settings: Settings,
         socket_path: PathBuf,
+        authz: Authorizer,
     ) -> Arc<Daemon> {
         let invoker = Arc::new(Invoker::new(registry.clone(), host, settings));
-        Arc::new(Daemon { registry, invoker, started: Instant::now(), socket_path })
+        Arc::new(Daemon { registry, authz, invoker, started: Instant::now(), socket_path })
     }
 
     /// Reloads the policy directory (blocking I/O) and reports the outcome; used by the RPC and

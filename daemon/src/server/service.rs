@@ -11,6 +11,7 @@ use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 
 use super::{Daemon, convert, status};
+use crate::authz::Role;
 use crate::caller::Caller;
 use crate::invoke::{Admission, Prepared};
 use crate::policy::{self, diag};
@@ -46,7 +47,59 @@ fn inside_our_sandbox(pid: i32) -> bool {
 
 type InvokeStream = Pin<Box<dyn Stream<Item = Result<v1::InvokeEvent, Status>> + Send>>;
 
+/// Sandbox details and the reason a tool exists are for admins only.
+fn for_role(mut tool: v1::Tool, role: Role) -> v1::Tool {
+    if role == Role::Agent {
+        tool.command.clear();
+        tool.executable.clear();
+        tool.working_dir.clear();
+        tool.source.clear();
+        tool.reason.clear();
+    }
+    tool
+}
+
 impl CordonService {
+    fn role(&self, caller: &Caller) -> Role {
+        self.daemon.authz.role(caller)
+    }
+
+    fn require_admin(&self, caller: &Caller, what: &str) -> Result<(), Status> {
+        match self.role(caller) {
+            Role::Admin => Ok(()),
+            Role::Agent => Err(status::denied(format!(
+                "{what} is for admins; uid {} is an agent caller (admins are root, cordond's user and the admin group)",
+                caller.uid
+            ))),
+        }
+    }
+
+    /// UNKNOWN_TOOL, suggesting only names this caller may see.
+    fn unknown(&self, caller: &Caller, name: &str) -> Status {
+        let role = self.role(caller);
+        let registry = self.daemon.registry.current();
+        let visible = registry
+            .tools
+            .values()
+            .filter(|t| !t.disabled && self.daemon.authz.may_use(caller, role, t))
+            .map(|t| t.name.as_str());
+        status::unknown_tool(name, &diag::did_you_mean(name, visible))
+    }
+
+    /// Agent callers may only use tools whose `allow` admits them.
+    fn require_tool(&self, caller: &Caller, name: &str) -> Result<(), Status> {
+        let role = self.role(caller);
+        match self.daemon.registry.current().get(name) {
+            None => Err(self.unknown(caller, name)),
+            Some(t) if t.disabled => Err(self.unknown(caller, name)),
+            Some(tool) if !self.daemon.authz.may_use(caller, role, tool) => Err(status::denied(format!(
+                "tool {name:?} does not admit uid {}; an admin can add the user or one of its groups to the tool's `allow`",
+                caller.uid
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Runs an admitted invocation in its own task and streams `accepted`, live output (when
     /// asked), then `finished`. If the client goes away, the invocation is cancelled.
     fn run_stream(&self, prepared: Prepared, stream_output: bool) -> Response<InvokeStream> {
@@ -101,29 +154,35 @@ impl v1::cordon_server::Cordon for CordonService {
         &self,
         request: Request<v1::ListToolsRequest>,
     ) -> Result<Response<v1::ListToolsResponse>, Status> {
-        let _caller = caller(&request)?;
-        let all = request.get_ref().include_unavailable;
+        let caller = caller(&request)?;
+        let role = self.role(&caller);
+        let all = request.get_ref().include_unavailable && role == Role::Admin;
         let registry = self.daemon.registry.current();
         let tools = registry
             .tools
             .values()
             .filter(|t| all || (!t.disabled && t.is_available()))
-            .map(|t| convert::tool(t))
+            .filter(|t| self.daemon.authz.may_use(&caller, role, t))
+            .map(|t| for_role(convert::tool(t), role))
             .collect();
         Ok(Response::new(v1::ListToolsResponse { generation: registry.generation, tools }))
     }
 
     async fn get_tool(&self, request: Request<v1::GetToolRequest>) -> Result<Response<v1::GetToolResponse>, Status> {
-        let _caller = caller(&request)?;
+        let caller = caller(&request)?;
+        let role = self.role(&caller);
         let name = &request.get_ref().name;
         let registry = self.daemon.registry.current();
         match registry.get(name) {
-            Some(t) => {
-                Ok(Response::new(v1::GetToolResponse { generation: registry.generation, tool: Some(convert::tool(t)) }))
-            }
-            None => {
-                Err(status::unknown_tool(name, &diag::did_you_mean(name, registry.tools.keys().map(String::as_str))))
-            }
+            Some(t) if self.daemon.authz.may_use(&caller, role, t) => Ok(Response::new(v1::GetToolResponse {
+                generation: registry.generation,
+                tool: Some(for_role(convert::tool(t), role)),
+            })),
+            Some(_) => Err(status::denied(format!(
+                "tool {name:?} does not admit uid {}; an admin can add the user or one of its groups to the tool's `allow`",
+                caller.uid
+            ))),
+            None => Err(self.unknown(&caller, name)),
         }
     }
 
@@ -132,6 +191,7 @@ impl v1::cordon_server::Cordon for CordonService {
     async fn invoke(&self, request: Request<v1::InvokeRequest>) -> Result<Response<InvokeStream>, Status> {
         let caller = caller(&request)?;
         let req = request.into_inner();
+        self.require_tool(&caller, &req.tool)?;
         match self.daemon.invoker.prepare(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))? {
             Admission::Ready(prepared) => Ok(self.run_stream(prepared, req.stream_output)),
             Admission::NeedsConfirmation(ticket) => {
@@ -177,13 +237,15 @@ impl v1::cordon_server::Cordon for CordonService {
         &self,
         request: Request<v1::ListPendingRequest>,
     ) -> Result<Response<v1::ListPendingResponse>, Status> {
-        let _caller = caller(&request)?;
+        let caller = caller(&request)?;
+        self.require_admin(&caller, "listing pending approvals")?;
         let pending = self.daemon.invoker.confirmations().pending().iter().map(convert::pending).collect();
         Ok(Response::new(v1::ListPendingResponse { pending }))
     }
 
     async fn approve(&self, request: Request<v1::ApproveRequest>) -> Result<Response<v1::ApproveResponse>, Status> {
         let caller = caller(&request)?;
+        self.require_admin(&caller, "approving")?;
         let id = &request.get_ref().approval_id;
         self.daemon.invoker.confirmations().approve(id).map_err(|e| status::invoke(&e.into()))?;
         tracing::info!(approval = %id, by = %caller, "approved");
@@ -193,19 +255,30 @@ impl v1::cordon_server::Cordon for CordonService {
     async fn deny(&self, request: Request<v1::DenyRequest>) -> Result<Response<v1::DenyResponse>, Status> {
         let caller = caller(&request)?;
         let id = &request.get_ref().approval_id;
+        // A caller may withdraw its own request; deciding anyone else's is for admins.
+        if self.daemon.invoker.confirmations().approval_owner(id) != Some(caller.uid) {
+            self.require_admin(&caller, "denying another user's approval")?;
+        }
         self.daemon.invoker.confirmations().deny(id).map_err(|e| status::invoke(&e.into()))?;
         tracing::info!(approval = %id, by = %caller, "denied");
         Ok(Response::new(v1::DenyResponse {}))
     }
 
     async fn cancel(&self, request: Request<v1::CancelRequest>) -> Result<Response<v1::CancelResponse>, Status> {
-        let _caller = caller(&request)?;
-        let cancelled = self.daemon.invoker.cancel(&request.get_ref().invocation_id);
+        let caller = caller(&request)?;
+        let id = &request.get_ref().invocation_id;
+        if let Some(owner) = self.daemon.invoker.owner(id)
+            && owner.uid != caller.uid
+        {
+            self.require_admin(&caller, "cancelling another user's invocation")?;
+        }
+        let cancelled = self.daemon.invoker.cancel(id);
         Ok(Response::new(v1::CancelResponse { cancelled }))
     }
 
     async fn reload(&self, request: Request<v1::ReloadRequest>) -> Result<Response<v1::ReloadResponse>, Status> {
         let caller = caller(&request)?;
+        self.require_admin(&caller, "reloading policies")?;
         let daemon = self.daemon.clone();
         let result = tokio::task::spawn_blocking(move || daemon.reload(&format!("rpc from {caller}")))
             .await
@@ -217,7 +290,8 @@ impl v1::cordon_server::Cordon for CordonService {
         &self,
         request: Request<v1::CheckPolicyRequest>,
     ) -> Result<Response<v1::CheckPolicyResponse>, Status> {
-        let _caller = caller(&request)?;
+        let caller = caller(&request)?;
+        self.require_admin(&caller, "checking policies")?;
         let sources: Vec<(std::path::PathBuf, String)> =
             request.into_inner().files.into_iter().map(|f| (f.name.into(), f.content)).collect();
         let host = self.daemon.registry.host();
@@ -239,11 +313,16 @@ impl v1::cordon_server::Cordon for CordonService {
     }
 
     async fn status(&self, request: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
-        let _caller = caller(&request)?;
+        let caller = caller(&request)?;
+        let admin = self.role(&caller) == Role::Admin;
         let d = &self.daemon;
         let registry = d.registry.current();
         let counts = registry.counts();
-        let running = d.invoker.running();
+        let mut running = d.invoker.running();
+        // Agent callers see their own invocations only, and not where the policies live.
+        if !admin {
+            running.retain(|r| r.caller.uid == caller.uid);
+        }
         Ok(Response::new(v1::StatusResponse {
             version: env!("CARGO_PKG_VERSION").into(),
             uptime_ms: u64::try_from(d.started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -254,7 +333,7 @@ impl v1::cordon_server::Cordon for CordonService {
             tools_disabled: counts.disabled,
             running_invocations: u32::try_from(running.len()).unwrap_or(u32::MAX),
             max_concurrent: u32::try_from(d.invoker.max_concurrent()).unwrap_or(u32::MAX),
-            policy_dir: d.registry.dir().display().to_string(),
+            policy_dir: if admin { d.registry.dir().display().to_string() } else { String::new() },
             socket_path: d.socket_path.display().to_string(),
             daemon_pid: std::process::id(),
             daemon_uid: nix::unistd::geteuid().as_raw(),

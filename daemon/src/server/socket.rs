@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::UnixListener;
 
+/// The group that may connect to a root daemon's socket when `--socket-group` is not given
+/// (used only if it exists).
+pub const DEFAULT_SOCKET_GROUP: &str = "cordon";
+
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
     #[error("socket path {0} is a symlink; refusing to follow it (remove it or choose another --socket)")]
@@ -34,7 +38,7 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> S
 
 /// Binds `path`, creating its directory if needed, after making sure nothing but a stale cordon
 /// socket is there. An existing directory must not be writable by others.
-pub fn bind(path: &Path) -> Result<UnixListener, SocketError> {
+pub fn bind(path: &Path, group: Option<u32>) -> Result<UnixListener, SocketError> {
     if !path.is_absolute() {
         return Err(SocketError::Relative(path.to_path_buf()));
     }
@@ -62,8 +66,16 @@ pub fn bind(path: &Path) -> Result<UnixListener, SocketError> {
         Err(e) => return Err(io_err("cannot inspect socket path", path)(e)),
     }
     let listener = UnixListener::bind(path).map_err(io_err("cannot bind", path))?;
-    // Whatever the umask was: only the owner may connect (group access comes with authorization).
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+    // Whatever the umask was: the owner, plus (as root) the socket group, may connect.
+    let mode = match (uid, group) {
+        (0, Some(gid)) => {
+            nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
+                .map_err(|e| io_err("cannot set the group of", path)(e.into()))?;
+            0o660
+        }
+        _ => 0o600,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(io_err("cannot set mode of", path))?;
     Ok(listener)
 }

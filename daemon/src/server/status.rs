@@ -87,6 +87,10 @@ pub(crate) fn from_sandbox() -> Status {
     )
 }
 
+pub(crate) fn denied(message: String) -> Status {
+    with_code(Code::PermissionDenied, "PERMISSION_DENIED", None, message)
+}
+
 pub(crate) fn internal(message: String) -> Status {
     with_code(Code::Internal, INTERNAL, None, message)
 }

@@ -1,0 +1,83 @@
+//! Authorization: a caller's role comes only from the kernel's peer credentials.
+//!
+//! *Admin*: uid 0, the daemon's own uid, or a member of the admin group. Everyone else who can
+//! connect is an *agent caller*, and sees and runs only the tools whose `allow` admits it (a tool
+//! without `allow` admits no agent caller).
+//!
+//! Architecture invariant: every decision is made from a [`Caller`] the server took from
+//! `SO_PEERCRED`; nothing in a request can change it. Lookups that fail deny.
+
+use nix::unistd::{Gid, Group, Uid, User};
+
+use crate::caller::Caller;
+use crate::policy::{Principal, Tool};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Admin,
+    Agent,
+}
+
+/// Decides roles and tool access.
+#[derive(Debug, Clone)]
+pub struct Authorizer {
+    daemon_uid: u32,
+    admin_gid: Option<u32>,
+}
+
+/// The group admins belong to when `--admin-group` is not given (used only if it exists).
+pub const DEFAULT_ADMIN_GROUP: &str = "cordon-admin";
+
+impl Authorizer {
+    pub fn new(admin_gid: Option<u32>) -> Authorizer {
+        Authorizer { daemon_uid: nix::unistd::geteuid().as_raw(), admin_gid }
+    }
+
+    pub fn role(&self, c: &Caller) -> Role {
+        if c.uid == 0 || c.uid == self.daemon_uid {
+            return Role::Admin;
+        }
+        match self.admin_gid {
+            Some(gid) if groups_of(c).contains(&gid) => Role::Admin,
+            _ => Role::Agent,
+        }
+    }
+
+    /// Whether the caller may see and run `tool`.
+    pub fn may_use(&self, c: &Caller, role: Role, tool: &Tool) -> bool {
+        if role == Role::Admin {
+            return true;
+        }
+        let Some(allow) = &tool.allow else { return false };
+        let name = User::from_uid(Uid::from_raw(c.uid)).ok().flatten().map(|u| u.name);
+        let user_ok = allow.users.iter().any(|p| match p {
+            Principal::Id(id) => *id == c.uid,
+            Principal::Name(n) => name.as_deref() == Some(n.as_str()),
+        });
+        if user_ok {
+            return true;
+        }
+        let groups = groups_of(c);
+        allow.groups.iter().any(|p| match p {
+            Principal::Id(id) => groups.contains(id),
+            Principal::Name(n) => Group::from_name(n).ok().flatten().is_some_and(|g| groups.contains(&g.gid.as_raw())),
+        })
+    }
+}
+
+/// Resolves a group name to its gid.
+pub fn group_id(name: &str) -> Option<u32> {
+    Group::from_name(name).ok().flatten().map(|g| g.gid.as_raw())
+}
+
+/// The caller's groups: its gid plus its user's memberships in the group database.
+fn groups_of(c: &Caller) -> Vec<u32> {
+    let mut groups = vec![c.gid];
+    if let Ok(Some(user)) = User::from_uid(Uid::from_raw(c.uid))
+        && let Ok(name) = std::ffi::CString::new(user.name)
+        && let Ok(list) = nix::unistd::getgrouplist(&name, Gid::from_raw(c.gid))
+    {
+        groups.extend(list.into_iter().map(Gid::as_raw));
+    }
+    groups
+}

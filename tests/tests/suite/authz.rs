@@ -1,0 +1,191 @@
+//! Authorization through the real socket, with a real unprivileged user created for the test.
+//! Needs root (to create the user and run `cordon` as it); skips otherwise.
+
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::process::Command;
+use std::sync::Once;
+use std::time::Duration;
+
+use cordon_tests::{Daemon, Output, bin, eventually, is_root};
+use serde_json::json;
+
+const AGENT: &str = "cordon-t-agent";
+const SOCKET_GROUP: &str = "cordon-t-sock";
+
+const POLICY: &str = r#"
+version = 1
+
+[tools.whoami]
+description = "print the uid it runs as"
+reason = "tests"
+command = ["/usr/bin/id", "-u"]
+allow = { users = ["cordon-t-agent"] }
+
+[tools.by-group]
+description = "print the gid it runs as"
+reason = "tests"
+command = ["/usr/bin/id", "-g"]
+allow = { groups = ["cordon-t-sock"] }
+
+[tools.as-nobody]
+description = "print the uid, run as nobody"
+reason = "tests"
+command = ["/usr/bin/id", "-u"]
+run_as = "nobody"
+allow = { users = ["cordon-t-agent"] }
+
+[tools.slow]
+description = "sleep"
+reason = "tests"
+command = ["/bin/sleep", "30"]
+allow = { users = ["cordon-t-agent"] }
+
+[tools.hidden]
+description = "no allow list: admins only"
+reason = "tests"
+command = ["/bin/true"]
+"#;
+
+fn id(flag: &str, name: &str) -> u32 {
+    let out = Command::new("id").arg(flag).arg(name).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Creates the test user and socket group once (idempotent across runs).
+fn ensure_user() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let run = |args: &[&str]| {
+            let _ = Command::new(args[0]).args(&args[1..]).output();
+        };
+        run(&["groupadd", "-f", SOCKET_GROUP]);
+        run(&["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT]);
+        run(&["usermod", "-aG", SOCKET_GROUP, AGENT]);
+        assert!(Command::new("id").arg(AGENT).status().unwrap().success(), "could not create {AGENT}");
+    });
+}
+
+fn start() -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    // The agent must be able to reach the socket's directory.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), POLICY).unwrap();
+    Daemon::start_in(dir, policies, &["--socket-group", SOCKET_GROUP])
+}
+
+/// Runs `cordon` as the unprivileged test user.
+fn as_agent(d: &Daemon, args: &[&str]) -> Output {
+    let out = Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+        .arg(bin("cordon"))
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(args)
+        .output()
+        .unwrap();
+    Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+macro_rules! require_root {
+    () => {
+        if !is_root() {
+            eprintln!("skipped: needs root to create a test user");
+            return;
+        }
+        ensure_user();
+    };
+}
+
+#[test]
+fn the_socket_is_open_to_its_group_only() {
+    require_root!();
+    let d = start();
+    let meta = std::fs::metadata(&d.socket).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    assert_eq!(meta.uid(), 0);
+    let out = Command::new("getent").args(["group", SOCKET_GROUP]).output().unwrap();
+    let gid: u32 = String::from_utf8_lossy(&out.stdout).split(':').nth(2).unwrap().trim().parse().unwrap();
+    assert_eq!(meta.gid(), gid);
+    // The agent (a member of the group) can connect; without the group it could not.
+    assert_eq!(as_agent(&d, &["status"]).code, Some(0));
+}
+
+#[test]
+fn an_agent_caller_sees_only_the_tools_that_admit_it_without_sandbox_details() {
+    require_root!();
+    let d = start();
+    let out = as_agent(&d, &["tools", "--json"]);
+    out.assert_code(0);
+    let mut names: Vec<String> =
+        out.json()["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    names.sort();
+    assert_eq!(names, ["as-nobody", "by-group", "slow", "whoami"]);
+    let tool = as_agent(&d, &["tool", "whoami", "--json"]).json();
+    assert_eq!(tool["command"], json!([]), "{tool}");
+    assert_eq!(tool["executable"], "");
+    // An admin still sees everything, details included.
+    let all = d.cordon(&["tools", "--json"]).json();
+    assert!(all["tools"].as_array().unwrap().iter().any(|t| t["name"] == "hidden"));
+    assert_eq!(d.cordon(&["tool", "whoami", "--json"]).json()["command"], json!(["/usr/bin/id", "-u"]));
+    let out = as_agent(&d, &["tool", "hidden"]);
+    out.assert_code(77);
+    assert!(out.stderr.contains("does not admit uid"), "{out:?}");
+    // Suggestions never name a tool the caller may not see.
+    let out = as_agent(&d, &["run", "hiddn", "--json"]);
+    assert_eq!(out.json()["error"]["code"], "UNKNOWN_TOOL");
+    assert!(!out.stdout.contains("\"hidden\""), "{out:?}");
+    let out = d.cordon(&["run", "hiddn", "--json"]);
+    assert!(out.stdout.contains("did you mean \\\"hidden\\\""), "{out:?}");
+}
+
+#[test]
+fn tools_run_as_the_caller_unless_the_policy_names_an_account() {
+    require_root!();
+    let d = start();
+    let uid = id("-u", AGENT);
+    let out = as_agent(&d, &["run", "whoami"]);
+    out.assert_code(0);
+    assert_eq!(out.stdout.trim(), uid.to_string());
+    let out = as_agent(&d, &["run", "by-group"]);
+    assert_eq!(out.stdout.trim(), id("-g", AGENT).to_string());
+    let out = as_agent(&d, &["run", "as-nobody"]);
+    assert_eq!(out.stdout.trim(), id("-u", "nobody").to_string());
+    let out = as_agent(&d, &["run", "hidden", "--json"]);
+    out.assert_code(77);
+    assert_eq!(out.json()["error"]["code"], "PERMISSION_DENIED");
+}
+
+#[test]
+fn an_agent_caller_cannot_administer_the_daemon() {
+    require_root!();
+    let d = start();
+    for args in [&["reload"][..], &["pending"], &["approve", "abc"]] {
+        let out = as_agent(&d, args);
+        out.assert_code(77);
+        assert!(out.stderr.contains("is for admins"), "{args:?}: {out:?}");
+    }
+    let status = as_agent(&d, &["status", "--json"]).json();
+    assert_eq!(status["policy_dir"], "");
+}
+
+#[test]
+fn an_agent_caller_cannot_cancel_another_callers_invocation() {
+    require_root!();
+    let d = start();
+    let root_run = d.cordon_spawn(&["run", "slow", "--json"]);
+    assert!(eventually(Duration::from_secs(10), || d.cordon(&["status", "--json"]).json()["running_invocations"] == 1));
+    let id = d.cordon(&["status", "--json"]).json()["running"][0]["invocation_id"].as_str().unwrap().to_string();
+    // The agent does not even see it.
+    assert_eq!(as_agent(&d, &["status", "--json"]).json()["running"], json!([]));
+    let out = as_agent(&d, &["cancel", &id]);
+    out.assert_code(77);
+    assert_eq!(d.cordon(&["status", "--json"]).json()["running_invocations"], 1);
+    d.cordon(&["cancel", &id]).assert_code(0);
+    assert_eq!(root_run.wait_with_output().unwrap().status.code(), Some(130));
+}
