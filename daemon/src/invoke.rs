@@ -34,6 +34,8 @@ pub enum InvokeError {
     Unavailable { tool: String, reason: String },
     #[error("all {max} invocation slots are busy; retry when a running invocation finishes")]
     Busy { max: usize },
+    #[error("this caller already runs {max} invocations, its limit; retry when one finishes")]
+    CallerBusy { max: usize },
     #[error("cordond is shutting down and accepts no new invocations")]
     ShuttingDown,
     #[error(transparent)]
@@ -119,6 +121,8 @@ struct Running {
 pub struct Settings {
     /// Invocations that may run at once.
     pub max_concurrent: usize,
+    /// Invocations one caller (uid) may run at once.
+    pub max_per_caller: usize,
     /// How long an agent confirmation token stays valid.
     pub agent_ttl: Duration,
     /// How long a human approval may take.
@@ -127,7 +131,12 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { max_concurrent: 16, agent_ttl: crate::confirm::AGENT_TTL, human_ttl: crate::confirm::HUMAN_TTL }
+        Settings {
+            max_concurrent: 16,
+            max_per_caller: 8,
+            agent_ttl: crate::confirm::AGENT_TTL,
+            human_ttl: crate::confirm::HUMAN_TTL,
+        }
     }
 }
 
@@ -138,6 +147,7 @@ pub struct Invoker {
     host: Arc<HostSandbox>,
     slots: Arc<Semaphore>,
     max: usize,
+    max_per_caller: usize,
     running: RunningMap,
     closed: CancellationToken,
     confirmations: Confirmations,
@@ -151,6 +161,7 @@ impl Invoker {
             host,
             slots: Arc::new(Semaphore::new(max_concurrent)),
             max: max_concurrent,
+            max_per_caller: settings.max_per_caller,
             running: Arc::new(Mutex::new(HashMap::new())),
             closed: CancellationToken::new(),
             confirmations: Confirmations::new(settings.agent_ttl, settings.human_ttl),
@@ -244,6 +255,10 @@ impl Invoker {
             tool: tool.name.clone(),
             reason: "no seccomp program was compiled for it".into(),
         })?;
+        let own = self.lock().values().filter(|r| r.caller.uid == caller.uid).count();
+        if own >= self.max_per_caller {
+            return Err(InvokeError::CallerBusy { max: self.max_per_caller });
+        }
         let permit = self.slots.clone().try_acquire_owned().map_err(|_| InvokeError::Busy { max: self.max })?;
         let id = new_id()?;
         let cancel = self.closed.child_token();

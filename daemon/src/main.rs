@@ -28,6 +28,9 @@ struct Args {
     /// Invocations that may run at once; more get RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_concurrent: u32,
+    /// Invocations one caller (uid) may run at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_per_caller: u32,
     /// On SIGTERM/SIGINT, how long running invocations may take to finish before they are killed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     shutdown_grace: Duration,
@@ -140,6 +143,7 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
     let listener = server::socket::bind(&socket_path, socket_gid)?;
     let settings = Settings {
         max_concurrent: args.max_concurrent as usize,
+        max_per_caller: args.max_per_caller as usize,
         agent_ttl: args.confirm_ttl,
         human_ttl: args.approval_timeout,
     };

@@ -83,7 +83,11 @@ fn main() {
         "version = 1\n[tools.true]\ndescription = \"does nothing\"\nreason = \"benchmark\"\ncommand = [\"/bin/true\"]\n",
     )
     .unwrap();
-    let daemon = cordon_tests::Daemon::start_in(tempfile::tempdir().unwrap(), policies, &["--max-concurrent", "64"]);
+    let daemon = cordon_tests::Daemon::start_in(
+        tempfile::tempdir().unwrap(),
+        policies,
+        &["--max-concurrent", "64", "--max-per-caller", "64"],
+    );
     let socket: PathBuf = daemon.socket.clone();
 
     println!(

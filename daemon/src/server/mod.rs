@@ -23,6 +23,9 @@ use crate::invoke::{Invoker, Settings};
 use crate::registry::RegistryHandle;
 use crate::sandbox::HostSandbox;
 
+/// Largest request message accepted.
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+
 /// The daemon's shared state.
 #[derive(Debug)]
 pub struct Daemon {
@@ -95,7 +98,10 @@ pub async fn run(
         .register_encoded_file_descriptor_set(cordon_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1();
-    let service = v1::cordon_server::CordonServer::new(service::CordonService { daemon: daemon.clone() });
+    // Requests are small (a tool name and its arguments): anything larger is refused before a
+    // byte of it is validated.
+    let service = v1::cordon_server::CordonServer::new(service::CordonService { daemon: daemon.clone() })
+        .max_decoding_message_size(MAX_REQUEST_BYTES);
 
     let invoker = daemon.invoker.clone();
     let stop = async move {

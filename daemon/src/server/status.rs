@@ -39,7 +39,9 @@ pub(crate) fn invoke(e: &InvokeError) -> Status {
     match e {
         InvokeError::Invalid(v) => validation(v),
         InvokeError::Unavailable { .. } => with_code(Code::FailedPrecondition, TOOL_UNAVAILABLE, None, message),
-        InvokeError::Busy { .. } => with_code(Code::ResourceExhausted, BUSY, None, message),
+        InvokeError::Busy { .. } | InvokeError::CallerBusy { .. } => {
+            with_code(Code::ResourceExhausted, BUSY, None, message)
+        }
         InvokeError::ShuttingDown => with_code(Code::Unavailable, SHUTTING_DOWN, None, message),
         InvokeError::Spawn(_) => with_code(Code::FailedPrecondition, SPAWN_FAILED, None, message),
         InvokeError::Random(_) => with_code(Code::Internal, INTERNAL, None, message),

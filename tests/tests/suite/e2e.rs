@@ -722,3 +722,32 @@ fn closing_stdin_of_cordon_mcp_cancels_its_running_calls_at_once() {
     assert!(closed.elapsed() < Duration::from_secs(2), "cancelling took {:?}", closed.elapsed());
     assert!(mcp.wait().unwrap().success());
 }
+
+#[test]
+fn one_caller_cannot_take_every_slot_and_oversized_requests_are_refused_unread() {
+    let d = Daemon::start_with(&[("tools.toml", TOOLS)], &["--max-per-caller", "1"]);
+    let first = d.cordon_spawn(&["run", "slow", "--json"]);
+    assert!(eventually(Duration::from_secs(10), || d.cordon(&["status", "--json"]).json()["running_invocations"] == 1));
+    let (out, j) = d.run_json("echo", &json!({ "text": "x" }));
+    out.assert_code(75);
+    assert_eq!(j["error"]["code"], "BUSY");
+    assert!(j["error"]["message"].as_str().unwrap().contains("this caller already runs 1"), "{j}");
+    let id = d.cordon(&["status", "--json"]).json()["running"][0]["invocation_id"].as_str().unwrap().to_string();
+    d.cordon(&["cancel", &id]).assert_code(0);
+    first.wait_with_output().unwrap();
+
+    // A 10 MiB argument never reaches validation.
+    let started = || d.log_text().matches("invocation started").count();
+    let before = started();
+    let huge = json!({ "text": "a".repeat(10 * 1024 * 1024) }).to_string();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let status = rt.block_on(async {
+        let channel = cordon_proto::connect(&d.socket).await.unwrap();
+        let mut client = cordon_proto::v1::cordon_client::CordonClient::new(channel);
+        let request =
+            cordon_proto::v1::InvokeRequest { tool: "echo".into(), arguments_json: huge, stream_output: false };
+        client.invoke(request).await.map(drop).unwrap_err()
+    });
+    assert!(status.message().contains("too large"), "{status:?}");
+    assert_eq!(started(), before, "an oversized call must not run");
+}
