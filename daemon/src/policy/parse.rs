@@ -1059,20 +1059,23 @@ fn concat(a: &Option<Vec<PathBuf>>, b: &Option<Vec<PathBuf>>) -> Vec<PathBuf> {
     out
 }
 
-fn valid_tool_name(name: &str) -> bool {
+/// `^[a-z][a-z0-9<sep>]*$`, at most 64 characters.
+fn valid_name(name: &str, separator: u8) -> bool {
     let b = name.as_bytes();
     !b.is_empty()
         && b.len() <= 64
         && b[0].is_ascii_lowercase()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == separator)
 }
 
+/// Tool names: `^[a-z][a-z0-9-]*$`.
+fn valid_tool_name(name: &str) -> bool {
+    valid_name(name, b'-')
+}
+
+/// Param names: `^[a-z][a-z0-9_]*$` (they become environment variable suffixes).
 fn valid_param_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 64
-        && b[0].is_ascii_lowercase()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_')
+    valid_name(name, b'_')
 }
 
 fn valid_account_name(name: &str) -> bool {
