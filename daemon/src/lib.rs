@@ -6,6 +6,7 @@
 //! - [`registry`]: the live generation of tools, atomic reload.
 //! - [`validate`]: caller arguments -> typed values, with stable error codes.
 //! - [`argv`]: tool + arguments -> exact argv and environment (no shell).
+//! - [`audit`]: the hash-chained audit log, its writer thread and verification.
 //! - [`sandbox`]: starting, supervising and reaping processes; output capture. The only
 //!   `unsafe` code.
 //! - [`invoke`]: admission (concurrency limit), running, cancelling.
@@ -16,6 +17,7 @@
 //! `main.rs` parses flags and calls [`server::run`]; tests start the same server in-process.
 
 pub mod argv;
+pub mod audit;
 pub mod authz;
 pub mod caller;
 pub mod confirm;

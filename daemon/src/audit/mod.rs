@@ -1,0 +1,361 @@
+//! The audit log: every decision the daemon makes, one hash-chained JSON line each.
+//!
+//! # Layout
+//! - [`chain`]: the file format (`seq`, `time`, `decision`, ..., `prev`), line hashing and
+//!   `verify`, shared with `cordon audit verify`.
+//! - `writer`: the thread that owns the file: batches records, group-commits `fdatasync`,
+//!   rotates by size, recovers a torn tail and unfinished invocations at startup.
+//!
+//! Records are built with [`Record`] and handed to [`Audit`]: [`Audit::record`] queues one
+//! (denials, finished invocations, reloads), [`Audit::durable`] waits until it is on disk (the
+//! `started` record, before the child runs).
+//!
+//! Architecture invariant: after any write or sync error the log is *failed*: nothing more is
+//! written (a failed fsync is never retried, the page cache may have dropped the data) and every
+//! invocation is refused until an admin runs `cordon audit resume` or restarts cordond. Nothing
+//! runs without its `started` record on disk.
+
+pub mod chain;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
+
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, oneshot};
+
+use crate::caller::Caller;
+
+pub use writer::Recovery;
+
+/// Why a record was written. `cordon audit tail --decision KIND` filters on these names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Admitted; the child is about to start (durable).
+    Started,
+    /// The tool ran to its end (exit code or signal).
+    Finished,
+    TimedOut,
+    Cancelled,
+    /// Started but the sandbox could not start the tool.
+    Failed,
+    /// Started in a previous run of cordond that died before it finished.
+    Aborted,
+    /// The caller is not admitted by the tool's `allow`.
+    Denied,
+    /// An admin-only operation asked by an agent caller, or a request from inside a sandbox.
+    Unauthorized,
+    /// No peer credentials.
+    Unauthenticated,
+    /// Unknown tool or invalid arguments.
+    Invalid,
+    /// Valid, but not run now: unavailable tool, busy, shutting down.
+    Refused,
+    ConfirmationRequested,
+    ConfirmationGranted,
+    ConfirmationRefused,
+    ConfirmationExpired,
+    Reload,
+    ReloadRejected,
+    DaemonStarted,
+    DaemonStopped,
+    /// Startup cut a torn last line.
+    Recovered,
+    /// The first record of a file after rotation.
+    Rotated,
+    /// An admin resumed a failed log.
+    Resumed,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 22] = [
+        Decision::Started,
+        Decision::Finished,
+        Decision::TimedOut,
+        Decision::Cancelled,
+        Decision::Failed,
+        Decision::Aborted,
+        Decision::Denied,
+        Decision::Unauthorized,
+        Decision::Unauthenticated,
+        Decision::Invalid,
+        Decision::Refused,
+        Decision::ConfirmationRequested,
+        Decision::ConfirmationGranted,
+        Decision::ConfirmationRefused,
+        Decision::ConfirmationExpired,
+        Decision::Reload,
+        Decision::ReloadRejected,
+        Decision::DaemonStarted,
+        Decision::DaemonStopped,
+        Decision::Recovered,
+        Decision::Rotated,
+        Decision::Resumed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Started => "started",
+            Decision::Finished => "finished",
+            Decision::TimedOut => "timed_out",
+            Decision::Cancelled => "cancelled",
+            Decision::Failed => "failed",
+            Decision::Aborted => "aborted",
+            Decision::Denied => "denied",
+            Decision::Unauthorized => "unauthorized",
+            Decision::Unauthenticated => "unauthenticated",
+            Decision::Invalid => "invalid",
+            Decision::Refused => "refused",
+            Decision::ConfirmationRequested => "confirmation_requested",
+            Decision::ConfirmationGranted => "confirmation_granted",
+            Decision::ConfirmationRefused => "confirmation_refused",
+            Decision::ConfirmationExpired => "confirmation_expired",
+            Decision::Reload => "reload",
+            Decision::ReloadRejected => "reload_rejected",
+            Decision::DaemonStarted => "daemon_started",
+            Decision::DaemonStopped => "daemon_stopped",
+            Decision::Recovered => "recovered",
+            Decision::Rotated => "rotated",
+            Decision::Resumed => "resumed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Decision> {
+        Decision::ALL.into_iter().find(|d| d.as_str() == s)
+    }
+
+    /// Ends an invocation that has a `started` record.
+    fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Decision::Finished | Decision::TimedOut | Decision::Cancelled | Decision::Failed | Decision::Aborted
+        )
+    }
+}
+
+/// One record, before the writer gives it a `seq`, `time` and `prev`.
+#[derive(Debug, Clone)]
+pub struct Record {
+    decision: Decision,
+    /// The invocation it belongs to, when it belongs to one.
+    invocation: Option<String>,
+    tool: Option<String>,
+    fields: Vec<(&'static str, Value)>,
+}
+
+impl Record {
+    pub fn new(decision: Decision) -> Record {
+        Record { decision, invocation: None, tool: None, fields: Vec::new() }
+    }
+
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    pub fn invocation(mut self, id: &str) -> Record {
+        self.invocation = Some(id.to_string());
+        self
+    }
+
+    pub fn tool(mut self, name: &str) -> Record {
+        self.tool = Some(name.to_string());
+        self
+    }
+
+    pub fn caller(self, c: &Caller) -> Record {
+        self.with("caller", caller_json(c))
+    }
+
+    pub fn with(mut self, key: &'static str, value: impl Into<Value>) -> Record {
+        self.fields.push((key, value.into()));
+        self
+    }
+
+    /// An error code and message.
+    pub fn error(self, code: &str, message: &str) -> Record {
+        self.with("code", code).with("message", message)
+    }
+
+    /// The line without its closing `"prev"`: `{"seq":..,"time":..,"decision":..,...`.
+    fn open_line(&self, seq: u64, time: &str) -> String {
+        let mut line = format!(r#"{{"seq":{seq},"time":"{time}","decision":"{}""#, self.decision.as_str());
+        let mut push = |key: &str, value: &Value| {
+            line.push_str(",\"");
+            line.push_str(key);
+            line.push_str("\":");
+            // serde_json escapes control characters, so the line never breaks.
+            line.push_str(&value.to_string());
+        };
+        if let Some(id) = &self.invocation {
+            push("id", &Value::from(id.as_str()));
+        }
+        if let Some(tool) = &self.tool {
+            push("tool", &Value::from(tool.as_str()));
+        }
+        for (key, value) in &self.fields {
+            push(key, value);
+        }
+        line
+    }
+}
+
+pub fn caller_json(c: &Caller) -> Value {
+    json!({ "uid": c.uid, "gid": c.gid, "pid": c.pid })
+}
+
+/// Where and how the log is kept.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub path: PathBuf,
+    /// Rotate when the file reaches this size.
+    pub max_size: u64,
+    /// Rotated files kept (older ones are deleted).
+    pub keep: usize,
+}
+
+/// Default size at which the log rotates.
+pub const DEFAULT_MAX_SIZE: u64 = 64 * 1024 * 1024;
+/// Default number of rotated files kept.
+pub const DEFAULT_KEEP: usize = 8;
+/// Records longer than this keep only a prefix of free-form values (raw arguments).
+pub const MAX_FREE_TEXT: usize = 4096;
+
+/// Why the log cannot take records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuditError {
+    /// Opening or recovering the log at startup failed.
+    #[error("{0}")]
+    Open(String),
+    /// The log failed; invocations are refused until an admin resumes it.
+    #[error(
+        "the audit log failed and cordond refuses invocations until it is fixed: {0}; fix the cause, then run `cordon audit resume` (or restart cordond)"
+    )]
+    Failed(String),
+}
+
+enum Msg {
+    Record { record: Record, ack: Option<oneshot::Sender<Result<u64, AuditError>>> },
+    Resume(oneshot::Sender<Result<String, AuditError>>),
+}
+
+/// Handle to the audit log; cheap to share.
+#[derive(Debug)]
+pub struct Audit {
+    tx: Mutex<Option<mpsc::Sender<Msg>>>,
+    shared: Arc<writer::Shared>,
+    path: PathBuf,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Msg::Record { record, .. } => write!(f, "Record({:?})", record.decision),
+            Msg::Resume(_) => write!(f, "Resume"),
+        }
+    }
+}
+
+/// The state a TailAudit reader needs.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub seq: u64,
+    pub hash: [u8; 32],
+}
+
+impl Audit {
+    /// Opens (creating if needed) and recovers the log, then starts its writer thread.
+    pub fn open(options: Options) -> Result<(Audit, Recovery), AuditError> {
+        let (state, recovery) = writer::Writer::open(&options)?;
+        let shared = state.shared();
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("cordon-audit".into())
+            .spawn(move || state.run(&rx))
+            .map_err(|e| AuditError::Open(format!("cannot start the audit writer thread: {e}")))?;
+        let audit = Audit {
+            tx: Mutex::new(Some(tx)),
+            shared,
+            path: options.path,
+            thread: Mutex::new(Some(thread)),
+        };
+        Ok((audit, recovery))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), AuditError> {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        match tx.as_ref().map(|tx| tx.send(msg)) {
+            Some(Ok(())) => Ok(()),
+            _ => Err(AuditError::Failed("the audit writer has stopped".into())),
+        }
+    }
+
+    /// Queues a record. If the log has failed the record is lost, and the failure already
+    /// refuses every invocation.
+    pub fn record(&self, record: Record) {
+        if let Err(e) = self.send(Msg::Record { record, ack: None }) {
+            tracing::error!(error = %e, "audit record dropped");
+        }
+    }
+
+    /// Writes a record and waits until it is on disk; returns its seq.
+    pub async fn durable(&self, record: Record) -> Result<u64, AuditError> {
+        self.check()?;
+        let (ack, done) = oneshot::channel();
+        self.send(Msg::Record { record, ack: Some(ack) })?;
+        done.await.unwrap_or_else(|_| Err(AuditError::Failed("the audit writer has stopped".into())))
+    }
+
+    /// Ok while records can be written; the reason otherwise.
+    pub fn check(&self) -> Result<(), AuditError> {
+        match self.shared.failure() {
+            None => Ok(()),
+            Some(reason) => Err(AuditError::Failed(reason)),
+        }
+    }
+
+    /// Reopens a failed log: recovers its tail, continues the chain from what is on disk and
+    /// records the resumption. Says what it did.
+    pub async fn resume(&self) -> Result<String, AuditError> {
+        let (ack, done) = oneshot::channel();
+        self.send(Msg::Resume(ack))?;
+        done.await.unwrap_or_else(|_| Err(AuditError::Failed("the audit writer has stopped".into())))
+    }
+
+    /// New lines as they are written (for `cordon audit tail -f`).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.shared.lines.subscribe()
+    }
+
+    /// The last record written.
+    pub fn head(&self) -> Head {
+        self.shared.head()
+    }
+
+    /// Writes everything queued, syncs and stops the writer (at shutdown).
+    pub fn close(&self) {
+        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Cuts a free-form value to [`MAX_FREE_TEXT`] bytes (on a char boundary).
+pub fn clip(text: &str) -> Value {
+    if text.len() <= MAX_FREE_TEXT {
+        return Value::from(text);
+    }
+    let mut end = MAX_FREE_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    json!({ "prefix": &text[..end], "bytes": text.len() })
+}
+
+#[cfg(test)]
+mod tests;
