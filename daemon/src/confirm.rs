@@ -26,6 +26,8 @@ use crate::sandbox::child::Identity;
 pub const AGENT_TTL: Duration = Duration::from_secs(60);
 /// How long a human approval may take.
 pub const HUMAN_TTL: Duration = Duration::from_secs(300);
+/// How long an expired confirmation is remembered (to answer "expired", not "unknown").
+pub const EXPIRED_KEPT: Duration = Duration::from_secs(60);
 
 /// Everything needed to run the invocation once confirmed.
 #[derive(Debug, Clone)]
@@ -79,6 +81,53 @@ struct Record {
     decision: watch::Sender<Decision>,
     /// A redeemer is waiting on this record (human mode).
     claimed: bool,
+    /// `sweep` reported its expiry.
+    expiry_reported: bool,
+}
+
+/// A confirmation that expired before it was redeemed.
+#[derive(Debug, Clone)]
+pub struct Expired {
+    pub approval_id: String,
+    pub tool: String,
+    pub caller: Caller,
+    pub mode: Confirm,
+}
+
+/// How a redeemed confirmation was granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// `confirm = "agent"`: the token itself.
+    AgentToken,
+    /// The agent host's user approved through MCP elicitation.
+    Elicitation,
+    /// An admin approved (`cordon approve`).
+    Admin,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::AgentToken => "agent_token",
+            Via::Elicitation => "elicitation",
+            Via::Admin => "admin",
+        }
+    }
+}
+
+/// A redeemed confirmation: the invocation to run, and how it was confirmed.
+#[derive(Debug)]
+pub struct Redeemed {
+    pub parked: Parked,
+    pub approval_id: String,
+    pub via: Via,
+}
+
+/// Who asked for an approval that was decided.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    pub tool: String,
+    pub caller: Caller,
 }
 
 /// Why a token was not honoured.
@@ -173,11 +222,31 @@ impl Confirmations {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<[u8; 32], Record>> {
-        let mut map = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Returns the confirmations that expired unredeemed since the last sweep (so each expiry is
+    /// recorded once). They are kept [`EXPIRED_KEPT`] longer, so that a late redemption is told
+    /// "expired" rather than "unknown", then dropped.
+    pub fn sweep(&self) -> Vec<Expired> {
         let now = Instant::now();
-        // Expired records that nobody waits on are dropped on every access.
-        map.retain(|_, r| r.expires > now || r.claimed);
-        map
+        let mut expired = Vec::new();
+        self.lock().retain(|_, r| {
+            if r.claimed || r.expires > now {
+                return true;
+            }
+            if !r.expiry_reported {
+                r.expiry_reported = true;
+                expired.push(Expired {
+                    approval_id: r.approval_id.clone(),
+                    tool: r.parked.tool.name.clone(),
+                    caller: r.parked.caller,
+                    mode: r.mode,
+                });
+            }
+            r.expires + EXPIRED_KEPT > now
+        });
+        expired
     }
 
     /// Parks an invocation and returns the ticket to hand out.
@@ -197,6 +266,7 @@ impl Confirmations {
             expires: Instant::now() + ttl,
             decision: watch::channel(Decision::Undecided).0,
             claimed: false,
+            expiry_reported: false,
         };
         self.lock().insert(token_key(&token), record);
         Ok(Ticket { token, mode, approval_id, description, expires_in: ttl, argv })
@@ -210,7 +280,7 @@ impl Confirmations {
         caller: Caller,
         approved_by_elicitation: bool,
         current_generation: u64,
-    ) -> Result<Parked, ConfirmError> {
+    ) -> Result<Redeemed, ConfirmError> {
         let key = token_key(token);
         let mut decision = {
             let mut map = self.lock();
@@ -221,12 +291,18 @@ impl Confirmations {
             if record.claimed {
                 return Err(ConfirmError::AlreadyClaimed);
             }
-            let ready = record.mode != Confirm::Human
-                || approved_by_elicitation
-                || *record.decision.borrow() == Decision::Approved;
-            if ready {
+            let via = if record.mode != Confirm::Human {
+                Some(Via::AgentToken)
+            } else if *record.decision.borrow() == Decision::Approved {
+                Some(Via::Admin)
+            } else if approved_by_elicitation {
+                Some(Via::Elicitation)
+            } else {
+                None
+            };
+            if let Some(via) = via {
                 let record = map.remove(&key).ok_or(ConfirmError::UnknownToken)?;
-                return finish(record, current_generation);
+                return finish(record, current_generation, via);
             }
             record.claimed = true;
             record.decision.subscribe()
@@ -240,7 +316,7 @@ impl Confirmations {
         let outcome = tokio::time::timeout_at(deadline.into(), decision.wait_for(|d| *d != Decision::Undecided)).await;
         let record = claim.take().ok_or(ConfirmError::UnknownToken)?;
         match outcome {
-            Ok(Ok(d)) if *d == Decision::Approved => finish(record, current_generation),
+            Ok(Ok(d)) if *d == Decision::Approved => finish(record, current_generation, Via::Admin),
             Ok(_) => Err(ConfirmError::Denied),
             Err(_) => Err(ConfirmError::TimedOut(self.human_ttl)),
         }
@@ -252,6 +328,7 @@ impl Confirmations {
             .lock()
             .values()
             .filter(|r| r.mode == Confirm::Human && *r.decision.borrow() == Decision::Undecided)
+            .filter(|r| r.expires > now || r.claimed)
             .map(|r| PendingInfo {
                 approval_id: r.approval_id.clone(),
                 tool: r.parked.tool.name.clone(),
@@ -271,30 +348,32 @@ impl Confirmations {
         self.lock().values().find(|r| r.approval_id == approval_id).map(|r| r.parked.caller.uid)
     }
 
-    pub fn approve(&self, approval_id: &str) -> Result<(), ConfirmError> {
+    pub fn approve(&self, approval_id: &str) -> Result<Decided, ConfirmError> {
         self.decide(approval_id, Decision::Approved)
     }
 
-    pub fn deny(&self, approval_id: &str) -> Result<(), ConfirmError> {
+    pub fn deny(&self, approval_id: &str) -> Result<Decided, ConfirmError> {
         self.decide(approval_id, Decision::Denied)
     }
 
-    fn decide(&self, approval_id: &str, decision: Decision) -> Result<(), ConfirmError> {
+    fn decide(&self, approval_id: &str, decision: Decision) -> Result<Decided, ConfirmError> {
+        let now = Instant::now();
         let mut map = self.lock();
         let (key, record) = map
             .iter()
-            .find(|(_, r)| r.approval_id == approval_id && r.mode == Confirm::Human)
+            .find(|(_, r)| r.approval_id == approval_id && r.mode == Confirm::Human && (r.expires > now || r.claimed))
             .map(|(k, r)| (*k, r))
             .ok_or_else(|| ConfirmError::UnknownApproval(approval_id.to_string()))?;
         if *record.decision.borrow() != Decision::Undecided {
             return Err(ConfirmError::UnknownApproval(approval_id.to_string()));
         }
         record.decision.send_replace(decision);
+        let decided = Decided { tool: record.parked.tool.name.clone(), caller: record.parked.caller };
         // A denied approval nobody waits on is gone at once; an approved one stays until redeemed.
         if decision == Decision::Denied && !record.claimed {
             map.remove(&key);
         }
-        Ok(())
+        Ok(decided)
     }
 }
 
@@ -318,14 +397,14 @@ impl Drop for Claim<'_> {
     }
 }
 
-fn finish(record: Record, current_generation: u64) -> Result<Parked, ConfirmError> {
+fn finish(record: Record, current_generation: u64, via: Via) -> Result<Redeemed, ConfirmError> {
     if Instant::now() > record.expires {
         return Err(ConfirmError::Expired);
     }
     if record.parked.generation != current_generation {
         return Err(ConfirmError::Stale);
     }
-    Ok(record.parked)
+    Ok(Redeemed { parked: record.parked, approval_id: record.approval_id, via })
 }
 
 #[cfg(test)]
@@ -398,7 +477,10 @@ mod tests {
         waiting.abort();
         let _ = waiting.await;
         assert!(store.pending().is_empty());
-        assert_eq!(store.approve(&ticket.approval_id), Err(ConfirmError::UnknownApproval(ticket.approval_id.clone())));
+        assert_eq!(
+            store.approve(&ticket.approval_id).unwrap_err(),
+            ConfirmError::UnknownApproval(ticket.approval_id.clone())
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The invocation lifecycle: look up, validate, admit (concurrency limit), run, cancel.
 //!
-//! Architecture invariant: a process is only ever started from a [`Prepared`] invocation, which
-//! can only be built by [`Invoker::prepare`] after validation against the current registry and
-//! after a concurrency slot was taken.
+//! Architecture invariant: a process is only ever started from a [`Started`] invocation, which
+//! can only be built by [`Invoker::start`] once its `started` audit record is on disk, from a
+//! [`Prepared`] one, which only [`Invoker::prepare`] builds after validation against the current
+//! registry and after a concurrency slot was taken. Every decision made here is audited here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,9 +12,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use serde_json::{Value, json};
+
 use crate::argv::{self, Account, Plan};
+use crate::audit::{self, Audit, AuditError, Decision, Record};
 use crate::caller::Caller;
-use crate::confirm::{ConfirmError, Confirmations, Parked, Ticket};
+use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::policy::{Availability, Tool, diag};
 use crate::registry::RegistryHandle;
 use crate::sandbox::child::Identity;
@@ -44,6 +48,73 @@ pub enum InvokeError {
     Random(String),
     #[error(transparent)]
     Confirm(#[from] ConfirmError),
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+}
+
+impl InvokeError {
+    /// The stable code clients see (and the audit records).
+    pub fn code(&self) -> &'static str {
+        match self {
+            InvokeError::Invalid(v) => v.code.as_str(),
+            InvokeError::Unavailable { .. } => "TOOL_UNAVAILABLE",
+            InvokeError::Busy { .. } | InvokeError::CallerBusy { .. } => "BUSY",
+            InvokeError::ShuttingDown => "SHUTTING_DOWN",
+            InvokeError::Spawn(_) => "SPAWN_FAILED",
+            InvokeError::Random(_) => "INTERNAL",
+            InvokeError::Audit(_) => "AUDIT_UNAVAILABLE",
+            InvokeError::Confirm(c) => match c {
+                ConfirmError::UnknownToken => "CONFIRMATION_INVALID",
+                ConfirmError::Expired => "CONFIRMATION_EXPIRED",
+                ConfirmError::Stale => "POLICY_CHANGED",
+                ConfirmError::AlreadyClaimed => "CONFIRMATION_IN_USE",
+                ConfirmError::Foreign => "CONFIRMATION_FOREIGN",
+                ConfirmError::Denied => "APPROVAL_DENIED",
+                ConfirmError::TimedOut(_) => "APPROVAL_TIMEOUT",
+                ConfirmError::UnknownApproval(_) => "UNKNOWN_APPROVAL",
+                ConfirmError::Random(_) => "INTERNAL",
+            },
+        }
+    }
+
+    /// The audit decision for a call refused with this error.
+    fn decision(&self) -> Decision {
+        match self {
+            InvokeError::Invalid(_) | InvokeError::Confirm(ConfirmError::UnknownToken) => Decision::Invalid,
+            InvokeError::Confirm(ConfirmError::Foreign) => Decision::Denied,
+            InvokeError::Confirm(ConfirmError::Expired | ConfirmError::TimedOut(_)) => Decision::ConfirmationExpired,
+            InvokeError::Confirm(ConfirmError::Denied) => Decision::ConfirmationRefused,
+            _ => Decision::Refused,
+        }
+    }
+}
+
+/// Why an invocation was cancelled, for its audit record.
+#[derive(Debug, Clone, Copy)]
+pub enum CancelReason {
+    /// `Cancel` from this caller.
+    Caller(Caller),
+    /// The client that started it went away.
+    ClientGone,
+    /// cordond was shutting down and the grace period passed.
+    Shutdown,
+}
+
+impl CancelReason {
+    fn json(self) -> Value {
+        match self {
+            CancelReason::Caller(c) => json!({ "by": "caller", "caller": audit::caller_json(&c) }),
+            CancelReason::ClientGone => json!({ "by": "client_gone" }),
+            CancelReason::Shutdown => json!({ "by": "shutdown" }),
+        }
+    }
+}
+
+/// How a confirmed invocation was confirmed (for its `started` record).
+#[derive(Debug, Clone)]
+pub struct Confirmed {
+    pub approval_id: String,
+    pub via: crate::confirm::Via,
 }
 
 /// What `prepare` decided.
@@ -67,6 +138,7 @@ pub struct Prepared {
     pub identity: Option<Identity>,
     /// `run_as` named the account: it is the tool's own.
     pub dedicated_uid: bool,
+    pub confirmed: Option<Confirmed>,
     seccomp: Arc<Programs>,
     cancel: CancellationToken,
     _running: RunningGuard,
@@ -92,10 +164,17 @@ fn lock(map: &RunningMap) -> MutexGuard<'_, HashMap<String, Running>> {
     map.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl Prepared {
-    /// A token that cancels this invocation (for example when the client goes away).
-    pub fn cancel_token(&self) -> CancellationToken {
-        self.cancel.clone()
+/// An invocation whose `started` record is on disk: the only thing [`Invoker::execute`] runs.
+#[derive(Debug)]
+pub struct Started(Prepared);
+
+impl Started {
+    pub fn id(&self) -> &str {
+        &self.0.id
+    }
+
+    pub fn prepared(&self) -> &Prepared {
+        &self.0
     }
 }
 
@@ -114,6 +193,8 @@ struct Running {
     caller: Caller,
     started: Instant,
     cancel: CancellationToken,
+    /// Set by the first cancel.
+    cancelled_by: Option<CancelReason>,
 }
 
 /// Tunables of the invoker.
@@ -151,10 +232,16 @@ pub struct Invoker {
     running: RunningMap,
     closed: CancellationToken,
     confirmations: Confirmations,
+    audit: Arc<Audit>,
 }
 
 impl Invoker {
-    pub fn new(registry: Arc<RegistryHandle>, host: Arc<HostSandbox>, settings: Settings) -> Invoker {
+    pub fn new(
+        registry: Arc<RegistryHandle>,
+        host: Arc<HostSandbox>,
+        settings: Settings,
+        audit: Arc<Audit>,
+    ) -> Invoker {
         let max_concurrent = settings.max_concurrent;
         Invoker {
             registry,
@@ -165,7 +252,12 @@ impl Invoker {
             running: Arc::new(Mutex::new(HashMap::new())),
             closed: CancellationToken::new(),
             confirmations: Confirmations::new(settings.agent_ttl, settings.human_ttl),
+            audit,
         }
+    }
+
+    pub fn audit(&self) -> &Audit {
+        &self.audit
     }
 
     pub fn host(&self) -> &HostSandbox {
@@ -179,14 +271,76 @@ impl Invoker {
     /// Validates the call against the current registry and takes a slot (or parks it for
     /// confirmation), or says why not.
     pub fn prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
+        let result = self.try_prepare(caller, tool_name, arguments);
+        match &result {
+            Ok(Admission::NeedsConfirmation(ticket)) => self.audit.record(
+                Record::new(Decision::ConfirmationRequested)
+                    .tool(tool_name)
+                    .caller(&caller)
+                    .with("mode", ticket.mode.as_str())
+                    .with("approval_id", ticket.approval_id.as_str())
+                    .with("argv", ticket.argv.clone())
+                    .with("expires_in_ms", millis(ticket.expires_in)),
+            ),
+            Ok(Admission::Ready(_)) => {}
+            Err(e) => self.refused(caller, tool_name, Some(arguments), e),
+        }
+        result
+    }
+
+    fn try_prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
         if self.closed.is_cancelled() {
             return Err(InvokeError::ShuttingDown);
         }
+        // Fail closed: nothing is admitted while the audit log cannot take records.
+        self.audit.check()?;
         let parked = self.resolve(caller, tool_name, arguments)?;
         if parked.tool.confirm != crate::policy::Confirm::None {
             return Ok(Admission::NeedsConfirmation(self.confirmations.park(parked)?));
         }
-        self.admit(parked).map(Admission::Ready)
+        self.admit(parked, None).map(Admission::Ready)
+    }
+
+    /// Records a refused call. Raw arguments are kept (clipped) only when they did not
+    /// validate; secret fields are redacted.
+    fn refused(&self, caller: Caller, tool_name: &str, arguments: Option<&str>, e: &InvokeError) {
+        if matches!(e, InvokeError::Audit(_)) {
+            // The log cannot take this record; the failure itself is logged and reported.
+            tracing::warn!(tool = tool_name, caller = %caller, error = %e, "invocation refused: audit log failed");
+            return;
+        }
+        let mut record = Record::new(e.decision()).tool(tool_name).caller(&caller).error(e.code(), &e.to_string());
+        if let InvokeError::Invalid(v) = e {
+            if let Some(field) = &v.field {
+                record = record.with("field", field.as_str());
+            }
+            if let Some(arguments) = arguments {
+                record = record.with("arguments", self.redacted_arguments(tool_name, arguments));
+            }
+        }
+        self.audit.record(record);
+    }
+
+    /// Raw arguments for an `invalid` record: values of the tool's secret params replaced.
+    fn redacted_arguments(&self, tool_name: &str, arguments: &str) -> Value {
+        let registry = self.registry.current();
+        let tool = registry.get(tool_name);
+        match serde_json::from_str::<Value>(arguments) {
+            Ok(Value::Object(mut map)) => {
+                for (key, value) in &mut map {
+                    // Unknown fields of a tool with secrets are redacted too: they may be misspelt secrets.
+                    let secret = tool
+                        .is_some_and(|t| t.param(key).map_or_else(|| t.params.iter().any(|p| p.secret), |p| p.secret));
+                    if secret {
+                        *value = Value::from(argv::REDACTED);
+                    }
+                }
+                audit::clip(&Value::Object(map).to_string())
+            }
+            // Not an object: it cannot be matched to params, so a tool with secrets keeps none of it.
+            _ if tool.is_some_and(|t| t.params.iter().any(|p| p.secret)) => Value::from(argv::REDACTED),
+            _ => audit::clip(arguments),
+        }
     }
 
     /// Redeems a confirmation token and admits the invocation it stands for. For a human
@@ -197,12 +351,53 @@ impl Invoker {
         token: &str,
         approved_by_elicitation: bool,
     ) -> Result<Prepared, InvokeError> {
+        let result = self.try_redeem(caller, token, approved_by_elicitation).await;
+        match &result {
+            Ok(prepared) => {
+                if let Some(c) = &prepared.confirmed {
+                    self.audit.record(
+                        Record::new(Decision::ConfirmationGranted)
+                            .tool(&prepared.tool.name)
+                            .caller(&caller)
+                            .with("approval_id", c.approval_id.as_str())
+                            .with("via", c.via.as_str()),
+                    );
+                }
+            }
+            // A denial was recorded when it was made.
+            Err(InvokeError::Confirm(ConfirmError::Denied)) => {}
+            Err(e) => self.refused(caller, "", None, e),
+        }
+        result
+    }
+
+    async fn try_redeem(
+        &self,
+        caller: Caller,
+        token: &str,
+        approved_by_elicitation: bool,
+    ) -> Result<Prepared, InvokeError> {
         if self.closed.is_cancelled() {
             return Err(InvokeError::ShuttingDown);
         }
+        self.audit.check()?;
         let generation = self.registry.current().generation;
-        let parked = self.confirmations.redeem(token, caller, approved_by_elicitation, generation).await?;
-        self.admit(parked)
+        let Redeemed { parked, approval_id, via } =
+            self.confirmations.redeem(token, caller, approved_by_elicitation, generation).await?;
+        self.admit(parked, Some(Confirmed { approval_id, via }))
+    }
+
+    /// Records confirmations that expired unredeemed; called periodically.
+    pub fn sweep_confirmations(&self) {
+        for e in self.confirmations.sweep() {
+            self.audit.record(
+                Record::new(Decision::ConfirmationExpired)
+                    .tool(&e.tool)
+                    .caller(&e.caller)
+                    .with("approval_id", e.approval_id)
+                    .with("mode", e.mode.as_str()),
+            );
+        }
     }
 
     pub fn confirmations(&self) -> &Confirmations {
@@ -249,7 +444,7 @@ impl Invoker {
     }
 
     /// Takes a concurrency slot and registers the invocation as running.
-    fn admit(&self, parked: Parked) -> Result<Prepared, InvokeError> {
+    fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
         let Parked { tool, generation, plan, identity, dedicated_uid, caller } = parked;
         let seccomp = self.registry.current().seccomp_for(&tool).ok_or_else(|| InvokeError::Unavailable {
             tool: tool.name.clone(),
@@ -264,7 +459,13 @@ impl Invoker {
         let cancel = self.closed.child_token();
         self.lock().insert(
             id.clone(),
-            Running { tool: tool.name.clone(), caller, started: Instant::now(), cancel: cancel.clone() },
+            Running {
+                tool: tool.name.clone(),
+                caller,
+                started: Instant::now(),
+                cancel: cancel.clone(),
+                cancelled_by: None,
+            },
         );
         let running = RunningGuard { map: self.running.clone(), id: id.clone() };
         Ok(Prepared {
@@ -275,6 +476,7 @@ impl Invoker {
             caller,
             identity,
             dedicated_uid,
+            confirmed,
             seccomp,
             cancel,
             _running: running,
@@ -282,8 +484,61 @@ impl Invoker {
         })
     }
 
-    /// Runs an admitted invocation to its end.
-    pub async fn execute(&self, prepared: Prepared, output: Option<OutputSink>) -> Result<Outcome, InvokeError> {
+    /// Writes the invocation's `started` record and waits until it is on disk; only then can it
+    /// run. If the log fails, the invocation is refused (UNAVAILABLE) and nothing runs.
+    pub async fn start(&self, prepared: Prepared) -> Result<Started, InvokeError> {
+        let p = &prepared;
+        let run_as = match (p.identity, p.dedicated_uid) {
+            (Some(id), true) => json!({ "uid": id.uid, "gid": id.gid, "source": "policy run_as" }),
+            (Some(id), false) => json!({ "uid": id.uid, "gid": id.gid, "source": "caller" }),
+            (None, _) => {
+                json!({ "uid": nix::unistd::geteuid().as_raw(), "gid": nix::unistd::getegid().as_raw(), "source": "daemon user (cordond is not root)" })
+            }
+        };
+        let mut record = Record::new(Decision::Started)
+            .invocation(&p.id)
+            .tool(&p.tool.name)
+            .caller(&p.caller)
+            .with("generation", p.generation)
+            .with("argv", p.plan.display_argv.clone())
+            .with("cwd", p.plan.cwd.display().to_string())
+            .with("run_as", run_as)
+            .with("timeout_ms", millis(p.tool.timeout))
+            .with(
+                "sandbox",
+                json!({
+                    "landlock_abi": self.host.landlock_abi,
+                    "seccomp": self.host.seccomp,
+                    "cgroup": self.host.cgroups.mode.to_string(),
+                }),
+            );
+        if let Some(c) = &p.confirmed {
+            record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
+        }
+        match self.audit.durable(record).await {
+            Ok(_) => Ok(Started(prepared)),
+            Err(e) => {
+                tracing::error!(id = %p.id, tool = %p.tool.name, error = %e, "invocation refused: its started record is not on disk");
+                Err(InvokeError::Audit(e))
+            }
+        }
+    }
+
+    /// A token that cancels this invocation with `reason`.
+    pub fn cancel_with(&self, id: &str, reason: CancelReason) -> bool {
+        match self.lock().get_mut(id) {
+            Some(r) => {
+                r.cancelled_by.get_or_insert(reason);
+                r.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Runs a started invocation to its end and records how it ended.
+    pub async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Outcome, InvokeError> {
+        let prepared = started.0;
         let spec = RunSpec {
             plan: &prepared.plan,
             timeout: prepared.tool.timeout,
@@ -309,18 +564,45 @@ impl Invoker {
             ),
             Err(e) => tracing::warn!(id = %prepared.id, error = %e, "invocation failed to run"),
         }
-        Ok(result?)
-    }
-
-    /// Cancels a running invocation; false when no such invocation is running.
-    pub fn cancel(&self, id: &str) -> bool {
-        match self.lock().get(id) {
-            Some(r) => {
-                r.cancel.cancel();
-                true
+        let cancelled_by = self.lock().get(&prepared.id).and_then(|r| r.cancelled_by);
+        let record = Record::new(Decision::Failed).invocation(&prepared.id).tool(&prepared.tool.name);
+        self.audit.record(match &result {
+            Ok(o) => {
+                let decision = if o.timed_out {
+                    Decision::TimedOut
+                } else if o.cancelled {
+                    Decision::Cancelled
+                } else {
+                    Decision::Finished
+                };
+                let mut r = Record::new(decision)
+                    .invocation(&prepared.id)
+                    .tool(&prepared.tool.name)
+                    .with("exit_code", o.exit_code)
+                    .with("signal", o.signal)
+                    .with("duration_ms", millis(o.duration))
+                    .with("stdout_bytes", o.stdout.total)
+                    .with("stderr_bytes", o.stderr.total)
+                    .with("stdout_truncated", o.stdout.truncated)
+                    .with("stderr_truncated", o.stderr.truncated)
+                    .with(
+                        "sandbox",
+                        json!({
+                            "landlock_abi": o.facts.landlock_abi,
+                            "seccomp": o.facts.seccomp,
+                            "cgroup": o.facts.cgroup,
+                            "uid": o.facts.uid,
+                            "gid": o.facts.gid,
+                        }),
+                    );
+                if o.cancelled {
+                    r = r.with("cancelled_by", cancelled_by.unwrap_or(CancelReason::ClientGone).json());
+                }
+                r
             }
-            None => false,
-        }
+            Err(e) => record.error("SPAWN_FAILED", &e.to_string()),
+        });
+        Ok(result?)
     }
 
     /// Who started a running invocation.
@@ -335,7 +617,8 @@ impl Invoker {
 
     /// Cancels every running invocation (shutdown deadline).
     pub fn cancel_all(&self) {
-        for r in self.lock().values() {
+        for r in self.lock().values_mut() {
+            r.cancelled_by.get_or_insert(CancelReason::Shutdown);
             r.cancel.cancel();
         }
     }
@@ -362,6 +645,10 @@ impl Invoker {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Running>> {
         lock(&self.running)
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// 128 random bits, hex: unguessable, so one caller cannot name another's invocation by chance.

@@ -1,4 +1,4 @@
-//! `cordond --policies DIR [--socket PATH]`
+//! `cordond --policies DIR [--socket PATH] [--audit PATH]`
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use cordon_daemon::audit::{self, Audit, Decision, Record};
 use cordon_daemon::authz::{self, Authorizer};
 use cordon_daemon::invoke::Settings;
 use cordon_daemon::policy::{self, Host};
@@ -46,6 +47,19 @@ struct Args {
     /// How long a `confirm = "human"` invocation waits for an approval.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     approval_timeout: Duration,
+    /// The audit log [default: /var/lib/cordon/audit.jsonl as root, else $XDG_STATE_HOME/cordon/audit.jsonl]
+    #[arg(long, value_name = "PATH")]
+    audit: Option<PathBuf>,
+    /// Rotate the audit log when it reaches this size (the chain continues in the new file).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    audit_max_size: u64,
+    /// Rotated audit files to keep (older ones are deleted).
+    #[arg(long, default_value_t = audit::DEFAULT_KEEP)]
+    audit_keep: usize,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    policy::units::parse_size(s)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -140,6 +154,28 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
     let admin_gid = group(&args.admin_group, authz::DEFAULT_ADMIN_GROUP, "--admin-group")?;
     let socket_gid = group(&args.socket_group, server::socket::DEFAULT_SOCKET_GROUP, "--socket-group")?;
     let socket_path = args.socket.clone().unwrap_or_else(cordon_proto::default_socket_path);
+    // The audit log comes before the socket: nothing is served that could not be audited.
+    let audit_path = args.audit.clone().unwrap_or_else(audit::default_path);
+    let audit_options =
+        audit::Options { path: audit_path.clone(), max_size: args.audit_max_size, keep: args.audit_keep };
+    let (audit, recovery) = Audit::open(audit_options).map_err(|e| anyhow::anyhow!("audit log: {e}"))?;
+    let audit = Arc::new(audit);
+    if recovery.cut_bytes > 0 || !recovery.aborted.is_empty() {
+        tracing::warn!(
+            cut_bytes = recovery.cut_bytes,
+            aborted = recovery.aborted.len(),
+            "audit log recovered: invocations of the previous run that never finished are recorded as aborted"
+        );
+    }
+    // A size limit (RLIMIT_FSIZE) on the log must surface as a write error (EFBIG), which fails
+    // the log closed, rather than kill the daemon with SIGXFSZ.
+    let mut file_size_limit =
+        signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot install the SIGXFSZ handler")?;
+    tokio::spawn(async move {
+        while file_size_limit.recv().await.is_some() {
+            tracing::error!("SIGXFSZ: a file reached the process's file size limit");
+        }
+    });
     let listener = server::socket::bind(&socket_path, socket_gid)?;
     let settings = Settings {
         max_concurrent: args.max_concurrent as usize,
@@ -147,11 +183,35 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
         agent_ttl: args.confirm_ttl,
         human_ttl: args.approval_timeout,
     };
-    let daemon =
-        Daemon::new(Arc::new(registry), Arc::new(sandbox), settings, socket_path.clone(), Authorizer::new(admin_gid));
+    let started = Record::new(Decision::DaemonStarted)
+        .with("pid", std::process::id())
+        .with("uid", nix::unistd::geteuid().as_raw())
+        .with("version", env!("CARGO_PKG_VERSION"))
+        .with("policies", args.policies.display().to_string())
+        .with("socket", socket_path.display().to_string())
+        .with("generation", current.generation)
+        .with("tools", counts.total)
+        .with(
+            "sandbox",
+            serde_json::json!({
+                "landlock_abi": sandbox.landlock_abi,
+                "seccomp": sandbox.seccomp,
+                "cgroup": sandbox.cgroups.mode.to_string(),
+                "root": sandbox.is_root,
+            }),
+        );
+    audit.durable(started).await.map_err(|e| anyhow::anyhow!("audit log: {e}"))?;
+    let daemon = Daemon::new(
+        Arc::new(registry),
+        Arc::new(sandbox),
+        settings,
+        socket_path.clone(),
+        Authorizer::new(admin_gid),
+        audit.clone(),
+    );
     tracing::info!(
-        socket = %socket_path.display(), policies = %args.policies.display(), tools = counts.total,
-        available = counts.available, generation = current.generation, "cordond listening"
+        socket = %socket_path.display(), policies = %args.policies.display(), audit = %audit_path.display(),
+        tools = counts.total, available = counts.available, generation = current.generation, "cordond listening"
     );
 
     let mut hangup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
@@ -160,7 +220,7 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
         while hangup.recv().await.is_some() {
             let d = reloader.clone();
             // Reload does blocking file I/O; the result is logged by Daemon::reload.
-            let _ = tokio::task::spawn_blocking(move || d.reload("SIGHUP")).await;
+            let _ = tokio::task::spawn_blocking(move || d.reload(None)).await;
         }
     });
     let mut terminate = signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
@@ -175,6 +235,10 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
     if let Err(e) = std::fs::remove_file(&socket_path) {
         tracing::warn!(error = %e, socket = %socket_path.display(), "cannot remove socket");
     }
+    if let Err(e) = audit.durable(Record::new(Decision::DaemonStopped).with("pid", std::process::id())).await {
+        tracing::error!(error = %e, "cannot record the daemon's stop");
+    }
+    audit.close();
     result.context("gRPC server failed")?;
     tracing::info!("cordond stopped");
     Ok(())

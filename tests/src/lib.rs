@@ -34,6 +34,8 @@ pub struct Daemon {
     pub policies: PathBuf,
     pub dir: tempfile::TempDir,
     pub log: PathBuf,
+    /// The audit log (`--audit`, inside `dir` unless the test chose another path).
+    pub audit: PathBuf,
 }
 
 impl Daemon {
@@ -56,11 +58,14 @@ impl Daemon {
     pub fn start_in(dir: tempfile::TempDir, policies: PathBuf, extra_args: &[&str]) -> Daemon {
         let socket = dir.path().join("run").join("cordon.sock");
         let log = dir.path().join("cordond.log");
-        let child = Command::new(bin("cordond"))
-            .arg("--policies")
-            .arg(&policies)
-            .arg("--socket")
-            .arg(&socket)
+        let chosen = extra_args.iter().position(|a| *a == "--audit").and_then(|i| extra_args.get(i + 1));
+        let audit = chosen.map_or_else(|| dir.path().join("audit").join("audit.jsonl"), PathBuf::from);
+        let mut command = Command::new(bin("cordond"));
+        command.arg("--policies").arg(&policies).arg("--socket").arg(&socket);
+        if chosen.is_none() {
+            command.arg("--audit").arg(&audit);
+        }
+        let child = command
             .args(extra_args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -68,7 +73,7 @@ impl Daemon {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("spawn cordond");
-        let mut daemon = Daemon { child, socket, policies, dir, log };
+        let mut daemon = Daemon { child, socket, policies, dir, log, audit };
         daemon.wait_ready();
         daemon
     }
@@ -142,6 +147,11 @@ impl Daemon {
         None
     }
 
+    /// Every record of the audit log (the active file), parsed.
+    pub fn audit_records(&self) -> Vec<serde_json::Value> {
+        audit_records(&self.audit)
+    }
+
     /// Peak resident set size of the daemon (VmHWM), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
         proc_status_field(self.pid(), "VmHWM").expect("VmHWM")
@@ -153,6 +163,12 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Every record of an audit file, parsed (a missing file has none).
+pub fn audit_records(path: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad audit line ({e}): {l}"))).collect()
 }
 
 /// Runs `cordon --socket SOCKET ARGS...` to completion.

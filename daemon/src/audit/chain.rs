@@ -84,8 +84,7 @@ pub struct Parsed {
 
 /// Parses one line as a record.
 pub fn parse_line(line: &[u8]) -> Result<Parsed, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(line).map_err(|e| format!("not a JSON record ({e})"))?;
+    let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| format!("not a JSON record ({e})"))?;
     let seq = value.get("seq").and_then(serde_json::Value::as_u64).ok_or("no numeric \"seq\"")?;
     let prev = value
         .get("prev")
@@ -160,10 +159,7 @@ impl Verifier {
                     return Err(bad(
                         path,
                         number,
-                        format!(
-                            "seq {} follows seq {}: records were reordered or duplicated",
-                            parsed.seq, last.seq
-                        ),
+                        format!("seq {} follows seq {}: records were reordered or duplicated", parsed.seq, last.seq),
                     ));
                 }
                 if parsed.prev != last.hash {
@@ -219,8 +215,7 @@ pub fn rotated_siblings(dir: &Path, name: &str) -> std::io::Result<Vec<(u64, Pat
         let entry = entry?;
         let file = entry.file_name();
         let Some(file) = file.to_str() else { continue };
-        if let Some(n) = file.strip_prefix(name).and_then(|rest| rest.strip_prefix('.')).and_then(|n| n.parse().ok())
-        {
+        if let Some(n) = file.strip_prefix(name).and_then(|rest| rest.strip_prefix('.')).and_then(|n| n.parse().ok()) {
             out.push((n, entry.path()));
         }
     }
@@ -271,7 +266,8 @@ pub fn verify(path: &Path) -> Result<Summary, VerifyError> {
         let mut number = 0;
         loop {
             line.clear();
-            let n = reader.read_until(b'\n', &mut line).map_err(|source| VerifyError::Io { path: file.clone(), source })?;
+            let n =
+                reader.read_until(b'\n', &mut line).map_err(|source| VerifyError::Io { path: file.clone(), source })?;
             if n == 0 {
                 break;
             }

@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`chain`]: the file format (`seq`, `time`, `decision`, ..., `prev`), line hashing and
 //!   `verify`, shared with `cordon audit verify`.
+//! - [`tail`]: reading the last records back, with filters (`cordon audit tail`).
 //! - `writer`: the thread that owns the file: batches records, group-commits `fdatasync`,
 //!   rotates by size, recovers a torn tail and unfinished invocations at startup.
 //!
@@ -16,6 +17,7 @@
 //! runs without its `started` record on disk.
 
 pub mod chain;
+pub mod tail;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -213,6 +215,20 @@ pub struct Options {
     pub keep: usize,
 }
 
+/// `/var/lib/cordon/audit.jsonl` as root; otherwise `$XDG_STATE_HOME/cordon/audit.jsonl`
+/// (`~/.local/state/cordon/audit.jsonl`).
+pub fn default_path() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/cordon/audit.jsonl");
+    }
+    let state =
+        std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).filter(|p| p.is_absolute()).unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from);
+            home.join(".local/state")
+        });
+    state.join("cordon/audit.jsonl")
+}
+
 /// Default size at which the log rotates.
 pub const DEFAULT_MAX_SIZE: u64 = 64 * 1024 * 1024;
 /// Default number of rotated files kept.
@@ -273,12 +289,7 @@ impl Audit {
             .name("cordon-audit".into())
             .spawn(move || state.run(&rx))
             .map_err(|e| AuditError::Open(format!("cannot start the audit writer thread: {e}")))?;
-        let audit = Audit {
-            tx: Mutex::new(Some(tx)),
-            shared,
-            path: options.path,
-            thread: Mutex::new(Some(thread)),
-        };
+        let audit = Audit { tx: Mutex::new(Some(tx)), shared, path: options.path, thread: Mutex::new(Some(thread)) };
         Ok((audit, recovery))
     }
 

@@ -249,9 +249,11 @@ impl Writer {
             return;
         }
         let durable = !acks.is_empty();
-        let result = self.file.write_all(out.as_bytes()).map_err(|e| ("write", e)).and_then(|()| {
-            if durable { self.file.sync_data().map_err(|e| ("sync", e)) } else { Ok(()) }
-        });
+        let result = self
+            .file
+            .write_all(out.as_bytes())
+            .map_err(|e| ("write", e))
+            .and_then(|()| if durable { self.file.sync_data().map_err(|e| ("sync", e)) } else { Ok(()) });
         match result {
             Ok(()) => {
                 self.size += out.len() as u64;
@@ -359,7 +361,8 @@ impl Writer {
             self.fail(again.clone());
             AuditError::Failed(again)
         })?;
-        let lost = (self.seq > scan.seq).then(|| format!("records {}..{} never reached the disk", scan.seq + 1, self.seq));
+        let lost =
+            (self.seq > scan.seq).then(|| format!("records {}..{} never reached the disk", scan.seq + 1, self.seq));
         self.file = file;
         self.seq = scan.seq;
         self.prev = scan.prev;

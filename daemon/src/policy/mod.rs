@@ -318,6 +318,16 @@ pub enum Confirm {
     Human,
 }
 
+impl Confirm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confirm::None => "none",
+            Confirm::Agent => "agent",
+            Confirm::Human => "human",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Danger {
     #[default]

@@ -105,11 +105,7 @@ pub(crate) fn finished(id: &str, o: Outcome) -> v1::Finished {
 pub(crate) fn ticket(t: &Ticket) -> v1::ConfirmationRequired {
     v1::ConfirmationRequired {
         token: t.token.clone(),
-        mode: match t.mode {
-            Confirm::Human => "human",
-            _ => "agent",
-        }
-        .into(),
+        mode: t.mode.as_str().into(),
         description: t.description.clone(),
         expires_in_ms: u64::try_from(t.expires_in.as_millis()).unwrap_or(u64::MAX),
         approval_id: if t.mode == Confirm::Human { t.approval_id.clone() } else { String::new() },

@@ -4,6 +4,7 @@
 //! types; every handler derives the caller from the kernel's peer credentials, and every domain
 //! error becomes a `tonic::Status` in `status.rs`.
 
+mod conn;
 mod convert;
 mod service;
 pub mod socket;
@@ -16,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use cordon_proto::v1;
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 
+use crate::audit::{Audit, Decision, Record};
 use crate::authz::Authorizer;
+use crate::caller::Caller;
 use crate::invoke::{Invoker, Settings};
 use crate::registry::RegistryHandle;
 use crate::sandbox::HostSandbox;
@@ -32,6 +34,7 @@ pub struct Daemon {
     pub registry: Arc<RegistryHandle>,
     pub authz: Authorizer,
     pub invoker: Arc<Invoker>,
+    pub audit: Arc<Audit>,
     pub started: Instant,
     pub socket_path: PathBuf,
 }
@@ -43,15 +46,31 @@ impl Daemon {
         settings: Settings,
         socket_path: PathBuf,
         authz: Authorizer,
+        audit: Arc<Audit>,
     ) -> Arc<Daemon> {
-        let invoker = Arc::new(Invoker::new(registry.clone(), host, settings));
-        Arc::new(Daemon { registry, authz, invoker, started: Instant::now(), socket_path })
+        let invoker = Arc::new(Invoker::new(registry.clone(), host, settings, audit.clone()));
+        Arc::new(Daemon { registry, authz, invoker, audit, started: Instant::now(), socket_path })
     }
 
-    /// Reloads the policy directory (blocking I/O) and reports the outcome; used by the RPC and
-    /// by SIGHUP.
-    pub fn reload(&self, who: &str) -> v1::ReloadResponse {
-        match self.registry.reload() {
+    /// Reloads the policy directory (blocking I/O), audits and reports the outcome; used by the
+    /// RPC (`by` the caller) and by SIGHUP (`by` None).
+    pub fn reload(&self, by: Option<&Caller>) -> v1::ReloadResponse {
+        let who = by.map_or_else(|| "SIGHUP".to_string(), |c| format!("rpc from {c}"));
+        let who = who.as_str();
+        let by_json = by.map_or_else(|| serde_json::Value::from("SIGHUP"), crate::audit::caller_json);
+        let result = self.registry.reload();
+        self.audit.record(match &result {
+            Ok(registry) => Record::new(Decision::Reload)
+                .with("by", by_json)
+                .with("generation", registry.generation)
+                .with("tools", registry.tools.len()),
+            Err(e) => Record::new(Decision::ReloadRejected)
+                .with("by", by_json)
+                .with("generation", self.registry.current().generation)
+                .with("errors", e.diagnostics.len())
+                .with("message", crate::audit::clip(&e.to_string())),
+        });
+        match result {
             Ok(registry) => {
                 tracing::info!(
                     generation = registry.generation,
@@ -84,6 +103,15 @@ impl Daemon {
     }
 }
 
+/// Aborts a background task when the server stops.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Serves until `shutdown` completes, then stops accepting, gives running invocations
 /// `grace` to finish, cancels the rest and returns once every stream has ended.
 pub async fn run(
@@ -103,6 +131,18 @@ pub async fn run(
     let service = v1::cordon_server::CordonServer::new(service::CordonService { daemon: daemon.clone() })
         .max_decoding_message_size(MAX_REQUEST_BYTES);
 
+    // Confirmations that expire unredeemed are audited within a second.
+    let sweeper = {
+        let invoker = daemon.invoker.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                invoker.sweep_confirmations();
+            }
+        })
+    };
+    let _sweeper = AbortOnDrop(sweeper);
     let invoker = daemon.invoker.clone();
     let stop = async move {
         shutdown.await;
@@ -118,7 +158,10 @@ pub async fn run(
         });
     };
 
-    let mut builder = tonic::transport::Server::builder();
+    // Live clients ack the PINGs, which keeps them inside conn's silence limit (see conn.rs).
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(conn::KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(conn::KEEPALIVE_TIMEOUT));
     let router = builder.add_service(service).add_service(health_service);
     let router = match reflection {
         Ok(r) => router.add_service(r),
@@ -127,5 +170,5 @@ pub async fn run(
             router
         }
     };
-    router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop).await
+    router.serve_with_incoming_shutdown(conn::incoming(listener), stop).await
 }

@@ -11,9 +11,10 @@ use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 
 use super::{Daemon, convert, status};
+use crate::audit::{Decision, Record, tail};
 use crate::authz::Role;
 use crate::caller::Caller;
-use crate::invoke::{Admission, Prepared};
+use crate::invoke::{Admission, CancelReason, Started};
 use crate::policy::{self, diag};
 use crate::sandbox::OutputChunk;
 
@@ -21,21 +22,25 @@ pub(crate) struct CordonService {
     pub(crate) daemon: Arc<Daemon>,
 }
 
+/// Why a connection's peer cannot make requests.
+enum PeerError {
+    NoCredentials,
+    Sandboxed(Caller),
+}
+
 /// The caller as the kernel saw it at accept time; fail closed when it is missing, and refuse
 /// peers that are themselves sandboxed invocations of this daemon (a tool granted `unix_sockets`
 /// could otherwise reach the daemon's socket; landlock below ABI 9 cannot prevent the connect).
-pub(crate) fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
-    let cred = request
-        .extensions()
-        .get::<UdsConnectInfo>()
-        .and_then(|info| info.peer_cred)
-        .ok_or_else(status::no_peer_credentials)?;
+fn peer<T>(request: &Request<T>) -> Result<Caller, PeerError> {
+    let cred =
+        request.extensions().get::<UdsConnectInfo>().and_then(|info| info.peer_cred).ok_or(PeerError::NoCredentials)?;
+    let caller = Caller { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() };
     if let Some(pid) = cred.pid()
         && inside_our_sandbox(pid)
     {
-        return Err(status::from_sandbox());
+        return Err(PeerError::Sandboxed(caller));
     }
-    Ok(Caller { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() })
+    Ok(caller)
 }
 
 /// Whether `pid` lives in one of this daemon's invocation cgroups (`.../cordon/<our pid>/<id>`).
@@ -64,14 +69,70 @@ impl CordonService {
         self.daemon.authz.role(caller)
     }
 
-    fn require_admin(&self, caller: &Caller, what: &str) -> Result<(), Status> {
+    fn audit(&self, record: Record) {
+        self.daemon.audit.record(record);
+    }
+
+    /// The request's caller (see [`peer`]); refusals are audited under `operation`.
+    fn caller<T>(&self, request: &Request<T>, operation: &str) -> Result<Caller, Status> {
+        match peer(request) {
+            Ok(caller) => Ok(caller),
+            Err(PeerError::NoCredentials) => {
+                let status = status::no_peer_credentials();
+                self.audit(
+                    Record::new(Decision::Unauthenticated)
+                        .with("operation", operation)
+                        .error("NO_PEER_CREDENTIALS", status.message()),
+                );
+                Err(status)
+            }
+            Err(PeerError::Sandboxed(caller)) => {
+                let status = status::from_sandbox();
+                self.audit(
+                    Record::new(Decision::Unauthorized)
+                        .caller(&caller)
+                        .with("operation", operation)
+                        .error("SANDBOXED_PEER", status.message()),
+                );
+                Err(status)
+            }
+        }
+    }
+
+    /// Admin-only operations; an agent caller's attempt is audited as `unauthorized`.
+    fn require_admin(&self, caller: &Caller, operation: &str, what: &str) -> Result<(), Status> {
         match self.role(caller) {
             Role::Admin => Ok(()),
-            Role::Agent => Err(status::denied(format!(
-                "{what} is for admins; uid {} is an agent caller (admins are root, cordond's user and the admin group)",
-                caller.uid
-            ))),
+            Role::Agent => {
+                let message = format!(
+                    "{what} is for admins; uid {} is an agent caller (admins are root, cordond's user and the admin group)",
+                    caller.uid
+                );
+                self.audit(
+                    Record::new(Decision::Unauthorized)
+                        .caller(caller)
+                        .with("operation", operation)
+                        .error("PERMISSION_DENIED", &message),
+                );
+                Err(status::denied(message))
+            }
         }
+    }
+
+    /// A tool the caller's `allow` does not admit: audited as `denied`.
+    fn not_admitted(&self, caller: &Caller, name: &str, operation: &str) -> Status {
+        let message = format!(
+            "tool {name:?} does not admit uid {}; an admin can add the user or one of its groups to the tool's `allow`",
+            caller.uid
+        );
+        self.audit(
+            Record::new(Decision::Denied)
+                .tool(name)
+                .caller(caller)
+                .with("operation", operation)
+                .error("PERMISSION_DENIED", &message),
+        );
+        status::denied(message)
     }
 
     /// UNKNOWN_TOOL, suggesting only names this caller may see.
@@ -86,24 +147,23 @@ impl CordonService {
         status::unknown_tool(name, &diag::did_you_mean(name, visible))
     }
 
-    /// Agent callers may only use tools whose `allow` admits them.
+    /// Agent callers may only use tools whose `allow` admits them. An unknown tool is left to
+    /// the invoker (which audits it as `invalid`) only for callers who could see it.
     fn require_tool(&self, caller: &Caller, name: &str) -> Result<(), Status> {
         let role = self.role(caller);
         match self.daemon.registry.current().get(name) {
-            None => Err(self.unknown(caller, name)),
-            Some(t) if t.disabled => Err(self.unknown(caller, name)),
-            Some(tool) if !self.daemon.authz.may_use(caller, role, tool) => Err(status::denied(format!(
-                "tool {name:?} does not admit uid {}; an admin can add the user or one of its groups to the tool's `allow`",
-                caller.uid
-            ))),
-            _ => Ok(()),
+            Some(tool) if !tool.disabled && !self.daemon.authz.may_use(caller, role, tool) => {
+                Err(self.not_admitted(caller, name, "invoke"))
+            }
+            Some(_) | None => Ok(()),
         }
     }
 
     /// Runs an admitted invocation in its own task and streams `accepted`, live output (when
     /// asked), then `finished`. If the client goes away, the invocation is cancelled.
-    fn run_stream(&self, prepared: Prepared, stream_output: bool) -> Response<InvokeStream> {
+    fn run_stream(&self, started: Started, stream_output: bool) -> Response<InvokeStream> {
         let (tx, rx) = tokio::sync::mpsc::channel(32);
+        let prepared = started.prepared();
         let accepted = v1::InvokeEvent {
             event: Some(v1::invoke_event::Event::Accepted(v1::Accepted {
                 invocation_id: prepared.id.clone(),
@@ -116,10 +176,9 @@ impl CordonService {
         let _ = tx.try_send(Ok(accepted));
         let invoker = self.daemon.invoker.clone();
         tokio::spawn(async move {
-            let id = prepared.id.clone();
-            let cancel = prepared.cancel_token();
+            let id = started.id().to_string();
             let (live_tx, mut live_rx) = tokio::sync::mpsc::channel::<OutputChunk>(16);
-            let run = invoker.execute(prepared, stream_output.then_some(live_tx));
+            let run = invoker.execute(started, stream_output.then_some(live_tx));
             tokio::pin!(run);
             let result = loop {
                 tokio::select! {
@@ -131,7 +190,7 @@ impl CordonService {
                     }
                     // If the client goes away, nobody would see the result.
                     () = tx.closed() => {
-                        cancel.cancel();
+                        invoker.cancel_with(&id, CancelReason::ClientGone);
                         break run.await;
                     }
                 }
@@ -154,7 +213,7 @@ impl v1::cordon_server::Cordon for CordonService {
         &self,
         request: Request<v1::ListToolsRequest>,
     ) -> Result<Response<v1::ListToolsResponse>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request, "list_tools")?;
         let role = self.role(&caller);
         let all = request.get_ref().include_unavailable && role == Role::Admin;
         let registry = self.daemon.registry.current();
@@ -169,7 +228,7 @@ impl v1::cordon_server::Cordon for CordonService {
     }
 
     async fn get_tool(&self, request: Request<v1::GetToolRequest>) -> Result<Response<v1::GetToolResponse>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request, "get_tool")?;
         let role = self.role(&caller);
         let name = &request.get_ref().name;
         let registry = self.daemon.registry.current();
@@ -178,10 +237,7 @@ impl v1::cordon_server::Cordon for CordonService {
                 generation: registry.generation,
                 tool: Some(for_role(convert::tool(t), role)),
             })),
-            Some(_) => Err(status::denied(format!(
-                "tool {name:?} does not admit uid {}; an admin can add the user or one of its groups to the tool's `allow`",
-                caller.uid
-            ))),
+            Some(_) => Err(self.not_admitted(&caller, name, "get_tool")),
             None => Err(self.unknown(&caller, name)),
         }
     }
@@ -189,11 +245,15 @@ impl v1::cordon_server::Cordon for CordonService {
     type InvokeStream = InvokeStream;
 
     async fn invoke(&self, request: Request<v1::InvokeRequest>) -> Result<Response<InvokeStream>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request, "invoke")?;
         let req = request.into_inner();
         self.require_tool(&caller, &req.tool)?;
-        match self.daemon.invoker.prepare(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))? {
-            Admission::Ready(prepared) => Ok(self.run_stream(prepared, req.stream_output)),
+        let invoker = &self.daemon.invoker;
+        match invoker.prepare(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))? {
+            Admission::Ready(prepared) => {
+                let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
+                Ok(self.run_stream(started, req.stream_output))
+            }
             Admission::NeedsConfirmation(ticket) => {
                 let event = v1::InvokeEvent {
                     event: Some(v1::invoke_event::Event::ConfirmationRequired(convert::ticket(&ticket))),
@@ -206,15 +266,13 @@ impl v1::cordon_server::Cordon for CordonService {
     type ConfirmStream = InvokeStream;
 
     async fn confirm(&self, request: Request<v1::ConfirmRequest>) -> Result<Response<InvokeStream>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request, "confirm")?;
         let req = request.into_inner();
-        let prepared = self
-            .daemon
-            .invoker
-            .redeem(caller, &req.token, req.approved_by_elicitation)
-            .await
-            .map_err(|e| status::invoke(&e))?;
-        Ok(self.run_stream(prepared, req.stream_output))
+        let invoker = &self.daemon.invoker;
+        let prepared =
+            invoker.redeem(caller, &req.token, req.approved_by_elicitation).await.map_err(|e| status::invoke(&e))?;
+        let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
+        Ok(self.run_stream(started, req.stream_output))
     }
 
     type WatchRegistryStream = Pin<Box<dyn Stream<Item = Result<v1::RegistryGeneration, Status>> + Send>>;
@@ -223,7 +281,7 @@ impl v1::cordon_server::Cordon for CordonService {
         &self,
         request: Request<v1::WatchRegistryRequest>,
     ) -> Result<Response<Self::WatchRegistryStream>, Status> {
-        let _caller = caller(&request)?;
+        let _caller = self.caller(&request, "watch_registry")?;
         let stream = WatchStream::new(self.daemon.registry.subscribe()).map(|r| {
             Ok(v1::RegistryGeneration {
                 generation: r.generation,
@@ -237,50 +295,67 @@ impl v1::cordon_server::Cordon for CordonService {
         &self,
         request: Request<v1::ListPendingRequest>,
     ) -> Result<Response<v1::ListPendingResponse>, Status> {
-        let caller = caller(&request)?;
-        self.require_admin(&caller, "listing pending approvals")?;
+        let caller = self.caller(&request, "list_pending")?;
+        self.require_admin(&caller, "list_pending", "listing pending approvals")?;
         let pending = self.daemon.invoker.confirmations().pending().iter().map(convert::pending).collect();
         Ok(Response::new(v1::ListPendingResponse { pending }))
     }
 
     async fn approve(&self, request: Request<v1::ApproveRequest>) -> Result<Response<v1::ApproveResponse>, Status> {
-        let caller = caller(&request)?;
-        self.require_admin(&caller, "approving")?;
+        let caller = self.caller(&request, "approve")?;
+        self.require_admin(&caller, "approve", "approving")?;
         let id = &request.get_ref().approval_id;
-        self.daemon.invoker.confirmations().approve(id).map_err(|e| status::invoke(&e.into()))?;
+        let decided = self.daemon.invoker.confirmations().approve(id).map_err(|e| status::invoke(&e.into()))?;
+        self.audit(
+            Record::new(Decision::ConfirmationGranted)
+                .tool(&decided.tool)
+                .with("approval_id", id.as_str())
+                .with("via", "admin")
+                .with("by", crate::audit::caller_json(&caller))
+                .with("requested_by", crate::audit::caller_json(&decided.caller)),
+        );
         tracing::info!(approval = %id, by = %caller, "approved");
         Ok(Response::new(v1::ApproveResponse {}))
     }
 
     async fn deny(&self, request: Request<v1::DenyRequest>) -> Result<Response<v1::DenyResponse>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request, "deny")?;
         let id = &request.get_ref().approval_id;
         // A caller may withdraw its own request; deciding anyone else's is for admins.
         if self.daemon.invoker.confirmations().approval_owner(id) != Some(caller.uid) {
-            self.require_admin(&caller, "denying another user's approval")?;
+            self.require_admin(&caller, "deny", "denying another user's approval")?;
         }
-        self.daemon.invoker.confirmations().deny(id).map_err(|e| status::invoke(&e.into()))?;
+        let decided = self.daemon.invoker.confirmations().deny(id).map_err(|e| status::invoke(&e.into()))?;
+        let withdrawn = decided.caller.uid == caller.uid && self.role(&caller) == Role::Agent;
+        self.audit(
+            Record::new(Decision::ConfirmationRefused)
+                .tool(&decided.tool)
+                .with("approval_id", id.as_str())
+                .with("via", if withdrawn { "withdrawn by its requester" } else { "admin" })
+                .with("by", crate::audit::caller_json(&caller))
+                .with("requested_by", crate::audit::caller_json(&decided.caller)),
+        );
         tracing::info!(approval = %id, by = %caller, "denied");
         Ok(Response::new(v1::DenyResponse {}))
     }
 
     async fn cancel(&self, request: Request<v1::CancelRequest>) -> Result<Response<v1::CancelResponse>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request, "cancel")?;
         let id = &request.get_ref().invocation_id;
         if let Some(owner) = self.daemon.invoker.owner(id)
             && owner.uid != caller.uid
         {
-            self.require_admin(&caller, "cancelling another user's invocation")?;
+            self.require_admin(&caller, "cancel", "cancelling another user's invocation")?;
         }
-        let cancelled = self.daemon.invoker.cancel(id);
+        let cancelled = self.daemon.invoker.cancel_with(id, CancelReason::Caller(caller));
         Ok(Response::new(v1::CancelResponse { cancelled }))
     }
 
     async fn reload(&self, request: Request<v1::ReloadRequest>) -> Result<Response<v1::ReloadResponse>, Status> {
-        let caller = caller(&request)?;
-        self.require_admin(&caller, "reloading policies")?;
+        let caller = self.caller(&request, "reload")?;
+        self.require_admin(&caller, "reload", "reloading policies")?;
         let daemon = self.daemon.clone();
-        let result = tokio::task::spawn_blocking(move || daemon.reload(&format!("rpc from {caller}")))
+        let result = tokio::task::spawn_blocking(move || daemon.reload(Some(&caller)))
             .await
             .map_err(|e| status::internal(format!("reload task failed: {e}")))?;
         Ok(Response::new(result))
@@ -290,8 +365,8 @@ impl v1::cordon_server::Cordon for CordonService {
         &self,
         request: Request<v1::CheckPolicyRequest>,
     ) -> Result<Response<v1::CheckPolicyResponse>, Status> {
-        let caller = caller(&request)?;
-        self.require_admin(&caller, "checking policies")?;
+        let caller = self.caller(&request, "check_policy")?;
+        self.require_admin(&caller, "check_policy", "checking policies")?;
         let sources: Vec<(std::path::PathBuf, String)> =
             request.into_inner().files.into_iter().map(|f| (f.name.into(), f.content)).collect();
         let host = self.daemon.registry.host();
@@ -313,11 +388,12 @@ impl v1::cordon_server::Cordon for CordonService {
     }
 
     async fn status(&self, request: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request, "status")?;
         let admin = self.role(&caller) == Role::Admin;
         let d = &self.daemon;
         let registry = d.registry.current();
         let counts = registry.counts();
+        let audit_head = d.audit.head();
         let mut running = d.invoker.running();
         // Agent callers see their own invocations only, and not where the policies live.
         if !admin {
@@ -344,6 +420,87 @@ impl v1::cordon_server::Cordon for CordonService {
             cgroup_mechanisms: d.invoker.host().cgroups.mechanisms(),
             cgroup_note: d.invoker.host().cgroups.reason.clone().unwrap_or_default(),
             daemon_is_root: d.invoker.host().is_root,
+            audit_path: if admin { d.audit.path().display().to_string() } else { String::new() },
+            audit_seq: audit_head.seq,
+            audit_head: crate::audit::chain::hex(&audit_head.hash),
+            audit_failure: d.audit.check().err().map(|e| e.to_string()).unwrap_or_default(),
         }))
+    }
+
+    type TailAuditStream = Pin<Box<dyn Stream<Item = Result<v1::AuditLine, Status>> + Send>>;
+
+    async fn tail_audit(
+        &self,
+        request: Request<v1::TailAuditRequest>,
+    ) -> Result<Response<Self::TailAuditStream>, Status> {
+        let caller = self.caller(&request, "tail_audit")?;
+        self.require_admin(&caller, "tail_audit", "reading the audit log")?;
+        let req = request.into_inner();
+        let decision = match req.decision.as_str() {
+            "" => None,
+            name => Some(Decision::parse(name).ok_or_else(|| {
+                let known: Vec<&str> = Decision::ALL.iter().map(|d| d.as_str()).collect();
+                Status::invalid_argument(format!("unknown decision {name:?}; one of: {}", known.join(", ")))
+            })?),
+        };
+        let filter = tail::Filter { tool: (!req.tool.is_empty()).then_some(req.tool), decision };
+        // Subscribe before reading, so nothing written in between is missed.
+        let mut live = req.follow.then(|| self.daemon.audit.subscribe());
+        let path = self.daemon.audit.path().to_path_buf();
+        let wanted = usize::try_from(req.lines).unwrap_or(usize::MAX).min(100_000);
+        let reader_filter = filter.clone();
+        let (lines, mut last_seq) = tokio::task::spawn_blocking(move || tail::last(&path, wanted, &reader_filter))
+            .await
+            .map_err(|e| status::internal(format!("audit reader failed: {e}")))?
+            .map_err(|e| Status::unavailable(format!("cannot read the audit log: {e}")))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            for line in lines {
+                if tx.send(Ok(v1::AuditLine { line })).await.is_err() {
+                    return;
+                }
+            }
+            let Some(live) = live.as_mut() else { return };
+            loop {
+                let line = tokio::select! {
+                    r = live.recv() => r,
+                    () = tx.closed() => return,
+                };
+                match line {
+                    Ok(line) => {
+                        let Ok(record) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+                        let seq = record.get("seq").and_then(serde_json::Value::as_u64).unwrap_or(0);
+                        if seq <= last_seq || !filter.matches(&record) {
+                            continue;
+                        }
+                        last_seq = seq;
+                        if tx.send(Ok(v1::AuditLine { line: line.to_string() })).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        let _ = tx
+                            .send(Err(Status::resource_exhausted(format!(
+                                "this reader fell {n} records behind the audit log; run `cordon audit tail -f` again"
+                            ))))
+                            .await;
+                        return;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn resume_audit(
+        &self,
+        request: Request<v1::ResumeAuditRequest>,
+    ) -> Result<Response<v1::ResumeAuditResponse>, Status> {
+        let caller = self.caller(&request, "resume_audit")?;
+        self.require_admin(&caller, "resume_audit", "resuming the audit log")?;
+        let message = self.daemon.audit.resume().await.map_err(|e| status::audit(&e))?;
+        tracing::warn!(by = %caller, "{message}");
+        Ok(Response::new(v1::ResumeAuditResponse { message }))
     }
 }

@@ -8,10 +8,6 @@ use crate::invoke::InvokeError;
 use crate::validate::{ErrorCode, ValidationError};
 
 /// Codes beyond argument validation, carried the same way.
-pub(crate) const TOOL_UNAVAILABLE: &str = "TOOL_UNAVAILABLE";
-pub(crate) const BUSY: &str = "BUSY";
-pub(crate) const SHUTTING_DOWN: &str = "SHUTTING_DOWN";
-pub(crate) const SPAWN_FAILED: &str = "SPAWN_FAILED";
 pub(crate) const INTERNAL: &str = "INTERNAL";
 pub(crate) const NO_PEER_CREDENTIALS: &str = "NO_PEER_CREDENTIALS";
 
@@ -35,32 +31,28 @@ pub(crate) fn validation(e: &ValidationError) -> Status {
 }
 
 pub(crate) fn invoke(e: &InvokeError) -> Status {
-    let message = e.to_string();
-    match e {
-        InvokeError::Invalid(v) => validation(v),
-        InvokeError::Unavailable { .. } => with_code(Code::FailedPrecondition, TOOL_UNAVAILABLE, None, message),
-        InvokeError::Busy { .. } | InvokeError::CallerBusy { .. } => {
-            with_code(Code::ResourceExhausted, BUSY, None, message)
-        }
-        InvokeError::ShuttingDown => with_code(Code::Unavailable, SHUTTING_DOWN, None, message),
-        InvokeError::Spawn(_) => with_code(Code::FailedPrecondition, SPAWN_FAILED, None, message),
-        InvokeError::Random(_) => with_code(Code::Internal, INTERNAL, None, message),
-        InvokeError::Confirm(c) => {
-            use crate::confirm::ConfirmError as C;
-            let (code, cordon) = match c {
-                C::UnknownToken => (Code::FailedPrecondition, "CONFIRMATION_INVALID"),
-                C::Expired => (Code::FailedPrecondition, "CONFIRMATION_EXPIRED"),
-                C::Stale => (Code::FailedPrecondition, "POLICY_CHANGED"),
-                C::AlreadyClaimed => (Code::Aborted, "CONFIRMATION_IN_USE"),
-                C::Foreign => (Code::PermissionDenied, "CONFIRMATION_FOREIGN"),
-                C::Denied => (Code::PermissionDenied, "APPROVAL_DENIED"),
-                C::TimedOut(_) => (Code::DeadlineExceeded, "APPROVAL_TIMEOUT"),
-                C::UnknownApproval(_) => (Code::NotFound, "UNKNOWN_APPROVAL"),
-                C::Random(_) => (Code::Internal, INTERNAL),
-            };
-            with_code(code, cordon, None, message)
-        }
-    }
+    use crate::confirm::ConfirmError as C;
+    let code = match e {
+        InvokeError::Invalid(v) => return validation(v),
+        InvokeError::Unavailable { .. } | InvokeError::Spawn(_) => Code::FailedPrecondition,
+        InvokeError::Busy { .. } | InvokeError::CallerBusy { .. } => Code::ResourceExhausted,
+        InvokeError::ShuttingDown | InvokeError::Audit(_) => Code::Unavailable,
+        InvokeError::Random(_) | InvokeError::Confirm(C::Random(_)) => Code::Internal,
+        InvokeError::Confirm(c) => match c {
+            C::UnknownToken | C::Expired | C::Stale => Code::FailedPrecondition,
+            C::AlreadyClaimed => Code::Aborted,
+            C::Foreign | C::Denied => Code::PermissionDenied,
+            C::TimedOut(_) => Code::DeadlineExceeded,
+            C::UnknownApproval(_) => Code::NotFound,
+            C::Random(_) => Code::Internal,
+        },
+    };
+    with_code(code, e.code(), None, e.to_string())
+}
+
+/// The audit log failed: nothing that must be audited can proceed.
+pub(crate) fn audit(e: &crate::audit::AuditError) -> Status {
+    with_code(Code::Unavailable, "AUDIT_UNAVAILABLE", None, e.to_string())
 }
 
 pub(crate) fn unknown_tool(name: &str, hint: &str) -> Status {

@@ -626,7 +626,7 @@ fn expired_and_stale_confirmations_are_refused() {
     let (_, j) = d.run_json("guarded", &json!({ "file": file, "text": "x" }));
     let token = j["confirmation_required"]["token"].as_str().unwrap().to_string();
     std::thread::sleep(Duration::from_millis(1300));
-    assert_eq!(d.cordon(&["confirm", &token, "--json"]).json()["error"]["code"], "CONFIRMATION_INVALID");
+    assert_eq!(d.cordon(&["confirm", &token, "--json"]).json()["error"]["code"], "CONFIRMATION_EXPIRED");
 
     // A reload between the request and the confirmation invalidates it.
     let (_, j) = d.run_json("guarded", &json!({ "file": file, "text": "x" }));

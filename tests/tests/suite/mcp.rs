@@ -801,7 +801,7 @@ async fn an_expired_agent_confirmation_is_refused() {
     // Waiting out the TTL is the point of this test.
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let r = call(&client, "confirm", json!({ "token": token })).await;
-    assert_failed(&r, "CONFIRMATION_INVALID: ");
+    assert_failed(&r, "CONFIRMATION_EXPIRED: ");
     assert_eq!(lines(&file), 0);
 }
 

@@ -1,0 +1,453 @@
+//! Accepted connections: how many one uid may hold, and how long a peer may stall.
+//!
+//! Without this, a local process could hold connections for free: hyper has no deadline for the
+//! HTTP/2 preface, so a peer that connects and never speaks keeps its file descriptor and task
+//! forever, and, because a graceful shutdown waits for every connection to close, keeps cordond
+//! from stopping on SIGTERM. [`incoming`] wraps each accepted stream in a [`Conn`] that adds:
+//!
+//! - a handshake deadline: the 24-byte HTTP/2 client preface must have arrived within
+//!   [`HANDSHAKE_DEADLINE`] of accept, however slowly it is trickled;
+//! - a read-silence limit: after the preface, once no byte has been read for [`IDLE_LIMIT`], reads
+//!   fail with `TimedOut` and hyper drops the connection;
+//! - a write-stall limit: a write that makes no progress for [`WRITE_STALL_LIMIT`] (a peer that
+//!   stopped reading) fails the same way;
+//! - a slot in a per-uid count ([`MAX_CONNECTIONS_PER_UID`]), taken at accept, given back on drop.
+//!
+//! Live clients are never silent that long, even when nothing happens for hours: the server
+//! sends an HTTP/2 PING after [`KEEPALIVE_INTERVAL`] without a frame from the peer, with or
+//! without open streams (hyper's server always pings while idle), and the peer's ack is a read.
+//! A peer that does not ack within [`KEEPALIVE_TIMEOUT`] is closed by hyper itself; the silence
+//! limit is the backstop for the states where hyper does not ping.
+//!
+//! Architecture invariant: every connection the server serves came through [`incoming`]: it
+//! has kernel peer credentials, holds a per-uid slot and is under the deadlines above. The
+//! credentials reach the handlers unchanged, as tonic's `UdsConnectInfo` request extension.
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::time::{Instant, Sleep};
+use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::{Stream, StreamExt as _};
+use tonic::transport::server::{Connected, UdsConnectInfo};
+
+/// How long a new connection has to send the HTTP/2 client preface.
+pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long a connection may go without a byte from the peer once the handshake is done. A live
+/// peer acks the keepalive PINGs, so this only ends peers that stopped answering.
+pub(crate) const IDLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// How long a write may make no progress (the peer stopped reading its socket).
+pub(crate) const WRITE_STALL_LIMIT: Duration = Duration::from_secs(60);
+
+/// Quiet time after which the server pings the peer (HTTP/2 PING).
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+
+/// How long the peer has to ack a PING before hyper closes the connection.
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Connections one uid may have open at once; more are closed at accept. Far above what honest
+/// clients use (each `cordon` command holds one, `cordon mcp` one per host session).
+pub(crate) const MAX_CONNECTIONS_PER_UID: usize = 256;
+
+/// Length of the HTTP/2 client connection preface, `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
+const PREFACE_LEN: usize = 24;
+
+// A peer that acks every PING is never silent for longer than the interval plus the round trip,
+// and one that does not is closed by hyper after interval + timeout: the silence limit must never
+// be what ends a live connection.
+const _: () = assert!(IDLE_LIMIT.as_secs() > KEEPALIVE_INTERVAL.as_secs() + KEEPALIVE_TIMEOUT.as_secs());
+
+/// The listener's connections, each with peer credentials and a per-uid slot; connections without
+/// credentials or over their uid's limit are closed at once. Accept errors pass through (tonic
+/// logs and skips them).
+pub(crate) fn incoming(listener: UnixListener) -> impl Stream<Item = io::Result<Conn>> {
+    let limits = Arc::new(Limits::new(MAX_CONNECTIONS_PER_UID));
+    UnixListenerStream::new(listener).filter_map(move |accepted| match accepted {
+        Ok(io) => Conn::admit(io, &limits).map(Ok),
+        Err(e) => Some(Err(e)),
+    })
+}
+
+/// Open connections per uid.
+#[derive(Debug)]
+struct Limits {
+    max_per_uid: usize,
+    uids: Mutex<HashMap<u32, PerUid>>,
+}
+
+#[derive(Debug, Default)]
+struct PerUid {
+    open: usize,
+    /// Connections refused since this uid last dropped below its limit.
+    refused: u64,
+}
+
+impl Limits {
+    fn new(max_per_uid: usize) -> Limits {
+        Limits { max_per_uid, uids: Mutex::new(HashMap::new()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u32, PerUid>> {
+        self.uids.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes a slot for `uid`, or refuses (warning once per stretch at the limit).
+    fn acquire(self: &Arc<Self>, uid: u32) -> Option<Slot> {
+        let mut uids = self.lock();
+        let entry = uids.entry(uid).or_default();
+        if entry.open >= self.max_per_uid {
+            entry.refused += 1;
+            if entry.refused == 1 {
+                tracing::warn!(
+                    uid,
+                    limit = self.max_per_uid,
+                    "connection limit reached for this uid; closing its new connections until one ends"
+                );
+            } else {
+                tracing::debug!(uid, refused = entry.refused, "connection refused: per-uid limit");
+            }
+            return None;
+        }
+        entry.open += 1;
+        Some(Slot { limits: self.clone(), uid })
+    }
+
+    fn release(&self, uid: u32) {
+        let mut uids = self.lock();
+        let Some(entry) = uids.get_mut(&uid) else { return };
+        entry.open = entry.open.saturating_sub(1);
+        if entry.refused > 0 {
+            tracing::info!(uid, refused = entry.refused, "below the connection limit again");
+            entry.refused = 0;
+        }
+        if entry.open == 0 {
+            uids.remove(&uid);
+        }
+    }
+
+    #[cfg(test)]
+    fn open(&self, uid: u32) -> usize {
+        self.lock().get(&uid).map_or(0, |e| e.open)
+    }
+}
+
+/// One open connection counted against its uid; released on drop.
+#[derive(Debug)]
+struct Slot {
+    limits: Arc<Limits>,
+    uid: u32,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.limits.release(self.uid);
+    }
+}
+
+/// An accepted connection under the handshake, silence and write-stall deadlines.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    io: UnixStream,
+    info: UdsConnectInfo,
+    accepted: Instant,
+    /// Preface bytes still expected; the handshake deadline applies while this is not zero.
+    preface_left: usize,
+    /// When the last byte arrived. Reads only record it; the timer is moved when a read waits.
+    last_read: Instant,
+    read_timer: Pin<Box<Sleep>>,
+    /// Since when writes return `Pending` without progress.
+    write_stalled_since: Option<Instant>,
+    write_timer: Pin<Box<Sleep>>,
+    /// A deadline passed: every further operation fails.
+    timed_out: bool,
+    slot: Slot,
+}
+
+impl Conn {
+    /// Wraps `io` if it has peer credentials and its uid is under the limit.
+    fn admit(io: UnixStream, limits: &Arc<Limits>) -> Option<Conn> {
+        let info = io.connect_info();
+        let Some(cred) = info.peer_cred else {
+            tracing::warn!("closing a connection without peer credentials");
+            return None;
+        };
+        let slot = limits.acquire(cred.uid())?;
+        let now = Instant::now();
+        Some(Conn {
+            io,
+            info,
+            accepted: now,
+            preface_left: PREFACE_LEN,
+            last_read: now,
+            read_timer: Box::pin(tokio::time::sleep_until(now + HANDSHAKE_DEADLINE)),
+            write_stalled_since: None,
+            write_timer: Box::pin(tokio::time::sleep_until(now + WRITE_STALL_LIMIT)),
+            timed_out: false,
+            slot,
+        })
+    }
+
+    fn read_deadline(&self) -> Instant {
+        if self.preface_left > 0 { self.accepted + HANDSHAKE_DEADLINE } else { self.last_read + IDLE_LIMIT }
+    }
+
+    /// Called when a read found nothing: waits on the read deadline, or fails once it passed.
+    fn poll_read_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let deadline = self.read_deadline();
+        if self.read_timer.deadline() != deadline {
+            self.read_timer.as_mut().reset(deadline);
+        }
+        if self.read_timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let (what, after) = if self.preface_left > 0 {
+            ("no HTTP/2 handshake", HANDSHAKE_DEADLINE)
+        } else {
+            ("peer silent", IDLE_LIMIT)
+        };
+        Poll::Ready(Err(self.time_out(what, after)))
+    }
+
+    /// Passes a write result through, failing a write that has made no progress for too long.
+    fn guard_write<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if polled.is_ready() {
+            self.write_stalled_since = None;
+            return polled;
+        }
+        let since = *self.write_stalled_since.get_or_insert_with(Instant::now);
+        let deadline = since + WRITE_STALL_LIMIT;
+        if self.write_timer.deadline() != deadline {
+            self.write_timer.as_mut().reset(deadline);
+        }
+        if self.write_timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        Poll::Ready(Err(self.time_out("peer not reading", WRITE_STALL_LIMIT)))
+    }
+
+    fn time_out(&mut self, what: &'static str, after: Duration) -> io::Error {
+        if !self.timed_out {
+            self.timed_out = true;
+            let pid = self.info.peer_cred.and_then(|c| c.pid());
+            tracing::info!(uid = self.slot.uid, pid, after_s = after.as_secs(), "closing connection: {what}");
+        }
+        timed_out(what)
+    }
+}
+
+fn timed_out(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what)
+}
+
+impl Connected for Conn {
+    type ConnectInfo = UdsConnectInfo;
+
+    fn connect_info(&self) -> UdsConnectInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.timed_out {
+            return Poll::Ready(Err(timed_out("connection timed out")));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let read = buf.filled().len() - before;
+                if read > 0 {
+                    this.preface_left = this.preface_left.saturating_sub(read);
+                    this.last_read = Instant::now();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => this.poll_read_deadline(cx),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        if this.timed_out {
+            return Poll::Ready(Err(timed_out("connection timed out")));
+        }
+        let polled = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.guard_write(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        if this.timed_out {
+            return Poll::Ready(Err(timed_out("connection timed out")));
+        }
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.guard_write(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.io).poll_flush(cx);
+        this.guard_write(cx, polled)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::*;
+
+    const PREFACE: &[u8; PREFACE_LEN] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    /// A wrapped server end and the raw client end of a socket pair.
+    fn pair(limits: &Arc<Limits>) -> (Conn, UnixStream) {
+        let (server, client) = UnixStream::pair().unwrap();
+        (Conn::admit(server, limits).unwrap(), client)
+    }
+
+    fn limits() -> Arc<Limits> {
+        Arc::new(Limits::new(MAX_CONNECTIONS_PER_UID))
+    }
+
+    /// Reads until the connection fails; returns the error kind and how long after `start`.
+    async fn read_until_error(conn: &mut Conn, start: Instant) -> (io::ErrorKind, Duration) {
+        let mut buf = [0u8; 64];
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) => panic!("unexpected EOF"),
+                Ok(_) => {}
+                Err(e) => return (e.kind(), start.elapsed()),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_peer_is_cut_at_the_handshake_deadline() {
+        let limits = limits();
+        let start = Instant::now();
+        let (mut conn, _client) = pair(&limits);
+        let (kind, after) = read_until_error(&mut conn, start).await;
+        assert_eq!(kind, io::ErrorKind::TimedOut);
+        assert_eq!(after, HANDSHAKE_DEADLINE);
+        // And it stays failed.
+        assert!(conn.read(&mut [0u8; 8]).await.is_err());
+        assert!(conn.write(b"x").await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickled_preface_does_not_extend_the_handshake_deadline() {
+        let limits = limits();
+        let start = Instant::now();
+        let (mut conn, mut client) = pair(&limits);
+        tokio::spawn(async move {
+            for byte in PREFACE {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                if client.write_all(&[*byte]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let (kind, after) = read_until_error(&mut conn, start).await;
+        assert_eq!(kind, io::ErrorKind::TimedOut);
+        assert_eq!(after, HANDSHAKE_DEADLINE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_the_preface_a_peer_may_stay_as_long_as_it_speaks_within_the_idle_limit() {
+        let limits = limits();
+        let start = Instant::now();
+        let (mut conn, mut client) = pair(&limits);
+        let speaker = tokio::spawn(async move {
+            client.write_all(PREFACE).await.unwrap();
+            // Well past the handshake deadline and past one idle limit in total.
+            for _ in 0..3 {
+                tokio::time::sleep(IDLE_LIMIT - Duration::from_secs(1)).await;
+                client.write_all(b"ping").await.unwrap();
+            }
+            client
+        });
+        let mut buf = [0u8; 64];
+        let mut total = 0;
+        while total < PREFACE_LEN + 3 * 4 {
+            total += conn.read(&mut buf).await.unwrap();
+        }
+        let last = Instant::now();
+        let _client = speaker.await.unwrap();
+        // Now silence: cut exactly one idle limit after the last byte.
+        let (kind, after) = read_until_error(&mut conn, last).await;
+        assert_eq!(kind, io::ErrorKind::TimedOut);
+        assert_eq!(after, IDLE_LIMIT);
+        assert!(start.elapsed() > 3 * IDLE_LIMIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_that_stops_reading_is_cut_after_the_write_stall_limit() {
+        let limits = limits();
+        let (mut conn, mut client) = pair(&limits);
+        client.write_all(PREFACE).await.unwrap();
+        let mut buf = [0u8; PREFACE_LEN];
+        conn.read_exact(&mut buf).await.unwrap();
+        // Fill the socket buffer; the peer never reads. The first write that has to wait fails
+        // once the stall limit has passed.
+        let chunk = vec![0u8; 64 * 1024];
+        let (e, after) = loop {
+            let started = Instant::now();
+            if let Err(e) = conn.write(&chunk).await {
+                break (e, started.elapsed());
+            }
+        };
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(after, WRITE_STALL_LIMIT);
+        drop(client);
+    }
+
+    #[tokio::test]
+    async fn each_uid_has_a_bounded_number_of_connections() {
+        let limits = Arc::new(Limits::new(2));
+        let uid = nix::unistd::geteuid().as_raw();
+        let (a, _ca) = pair(&limits);
+        let (b, _cb) = pair(&limits);
+        assert_eq!(limits.open(uid), 2);
+        let (server, _cc) = UnixStream::pair().unwrap();
+        assert!(Conn::admit(server, &limits).is_none(), "a third connection must be refused");
+        assert_eq!(limits.open(uid), 2);
+        drop(a);
+        assert_eq!(limits.open(uid), 1);
+        let (c, _cc) = pair(&limits);
+        drop((b, c));
+        assert_eq!(limits.open(uid), 0);
+    }
+
+    #[tokio::test]
+    async fn the_peer_credentials_are_passed_through() {
+        let limits = limits();
+        let (conn, _client) = pair(&limits);
+        let cred = conn.connect_info().peer_cred.unwrap();
+        assert_eq!(cred.uid(), nix::unistd::geteuid().as_raw());
+        assert_eq!(cred.pid(), Some(i32::try_from(std::process::id()).unwrap()));
+    }
+}
