@@ -499,6 +499,12 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     if !s.cgroup_note.is_empty() {
         println!("             ({})", s.cgroup_note);
     }
+    if s.audit_failure.is_empty() {
+        let path = if s.audit_path.is_empty() { String::new() } else { format!("{}, ", s.audit_path) };
+        println!("audit        {path}seq {} head {}", s.audit_seq, s.audit_head);
+    } else {
+        println!("audit        FAILED, invocations are refused: {}", s.audit_failure);
+    }
     println!("running      {} of at most {}", s.running_invocations, s.max_concurrent);
     for r in &s.running {
         println!("  {}  {}  uid {}  {}ms", r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms);

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::admin;
 use crate::error::CliError;
+use crate::{admin, audit};
 
 /// cordon: run admin-approved tools through cordond, and administer it.
 #[derive(Debug, Parser)]
@@ -91,6 +91,44 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The audit log: read it, verify its hash chain, resume it after a failure.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Print the last records (admins only; through cordond).
+    Tail {
+        /// How many records to print first.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        lines: u32,
+        /// Keep printing new records as they are written.
+        #[arg(short, long)]
+        follow: bool,
+        /// Only records of this tool.
+        #[arg(long, value_name = "NAME")]
+        tool: Option<String>,
+        /// Only records with this decision (started, finished, denied, invalid, ...).
+        #[arg(long, value_name = "KIND")]
+        decision: Option<String>,
+        /// Print the records as written (JSON lines).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify the hash chain of an audit log (offline; with its rotated files) and name the
+    /// first bad line.
+    Verify {
+        /// The log [default: cordond's default for this user]
+        path: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// After an audit write failure was fixed: let cordond continue the log and accept
+    /// invocations again (admins only).
+    Resume,
 }
 
 #[derive(Debug, Subcommand)]
@@ -130,6 +168,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Cancel { .. } => false,
         Command::Doctor { json } | Command::Confirm { json, .. } | Command::Pending { json } => *json,
         Command::Approve { .. } | Command::Deny { .. } | Command::Mcp => false,
+        Command::Audit { command: AuditCommand::Tail { json, .. } | AuditCommand::Verify { json, .. } } => *json,
+        Command::Audit { command: AuditCommand::Resume } => false,
     };
     match runtime.block_on(dispatch(cli.command, socket)) {
         Ok(code) => ExitCode::from(code),
@@ -163,5 +203,12 @@ async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
         Command::Deny { id } => admin::decide(&socket, &id, false).await,
         Command::Reload { json } => admin::reload(&socket, json).await,
         Command::Status { json } => admin::status(&socket, json).await,
+        Command::Audit { command } => match command {
+            AuditCommand::Tail { lines, follow, tool, decision, json } => {
+                audit::tail(&socket, lines, follow, tool.as_deref(), decision.as_deref(), json).await
+            }
+            AuditCommand::Verify { path, json } => audit::verify(path, json),
+            AuditCommand::Resume => audit::resume(&socket).await,
+        },
     }
 }

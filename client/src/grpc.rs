@@ -114,6 +114,33 @@ impl Client {
     pub async fn status(&mut self) -> Result<StatusInfo, CliError> {
         Ok(StatusInfo::from(self.inner.status(v1::StatusRequest {}).await?.into_inner()))
     }
+
+    /// Audit records as written (JSON lines): the last `lines` matching ones, then, with
+    /// `follow`, new ones; `on_line` is called for each.
+    pub async fn tail_audit(
+        &mut self,
+        lines: u32,
+        follow: bool,
+        tool: Option<&str>,
+        decision: Option<&str>,
+        mut on_line: impl FnMut(&str),
+    ) -> Result<(), CliError> {
+        let request = v1::TailAuditRequest {
+            lines,
+            follow,
+            tool: tool.unwrap_or_default().into(),
+            decision: decision.unwrap_or_default().into(),
+        };
+        let mut stream = self.inner.tail_audit(request).await?.into_inner();
+        while let Some(line) = stream.message().await? {
+            on_line(&line.line);
+        }
+        Ok(())
+    }
+
+    pub async fn resume_audit(&mut self) -> Result<String, CliError> {
+        Ok(self.inner.resume_audit(v1::ResumeAuditRequest {}).await?.into_inner().message)
+    }
 }
 
 /// Reads an invocation stream to its end.
@@ -470,6 +497,12 @@ pub struct StatusInfo {
     pub cgroup_mechanisms: Vec<String>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub cgroup_note: String,
+    /// Empty for agent callers.
+    pub audit_path: String,
+    pub audit_seq: u64,
+    pub audit_head: String,
+    /// Why the audit log failed; empty when healthy.
+    pub audit_failure: String,
 }
 
 impl From<v1::StatusResponse> for StatusInfo {
@@ -494,6 +527,10 @@ impl From<v1::StatusResponse> for StatusInfo {
             cgroup_mode: s.cgroup_mode,
             cgroup_mechanisms: s.cgroup_mechanisms,
             cgroup_note: s.cgroup_note,
+            audit_path: s.audit_path,
+            audit_seq: s.audit_seq,
+            audit_head: s.audit_head,
+            audit_failure: s.audit_failure,
             running: s
                 .running
                 .into_iter()

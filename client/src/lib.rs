@@ -3,11 +3,13 @@
 //! # Layout
 //! - [`cli`]: flags and subcommands (clap), and dispatch.
 //! - [`admin`]: the admin subcommands: tools, tool, run, policy check, reload, status.
+//! - [`audit`]: `cordon audit tail|verify|resume`.
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
 //! - [`error`]: client errors with their messages and stable exit codes.
 //! - [`mcp`]: the MCP stdio server (`cordon mcp`).
 
 pub mod admin;
+pub mod audit;
 pub mod cli;
 pub mod error;
 pub mod grpc;

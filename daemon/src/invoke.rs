@@ -309,7 +309,14 @@ impl Invoker {
             tracing::warn!(tool = tool_name, caller = %caller, error = %e, "invocation refused: audit log failed");
             return;
         }
-        let mut record = Record::new(e.decision()).tool(tool_name).caller(&caller).error(e.code(), &e.to_string());
+        let message = match e {
+            InvokeError::Invalid(v) => v.message.clone(),
+            other => other.to_string(),
+        };
+        let mut record = Record::new(e.decision()).caller(&caller).error(e.code(), &message);
+        if !tool_name.is_empty() {
+            record = record.tool(tool_name);
+        }
         if let InvokeError::Invalid(v) = e {
             if let Some(field) = &v.field {
                 record = record.with("field", field.as_str());
@@ -354,7 +361,8 @@ impl Invoker {
         let result = self.try_redeem(caller, token, approved_by_elicitation).await;
         match &result {
             Ok(prepared) => {
-                if let Some(c) = &prepared.confirmed {
+                // An admin's approval was recorded when it was given.
+                if let Some(c) = prepared.confirmed.as_ref().filter(|c| c.via != crate::confirm::Via::Admin) {
                     self.audit.record(
                         Record::new(Decision::ConfirmationGranted)
                             .tool(&prepared.tool.name)

@@ -66,6 +66,23 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     policy::units::parse_duration(s)
 }
 
+/// stderr for logs. A failed write (a full disk, a file size limit) loses the line: returned as
+/// an error, tracing-subscriber would report it with `eprintln!`, which panics when stderr fails,
+/// and the panic would take down the request being served.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 /// Exit codes: 0 clean shutdown, 78 (EX_CONFIG) policy errors, 1 anything else.
 const EXIT_CONFIG: u8 = 78;
 
@@ -81,7 +98,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
