@@ -159,6 +159,28 @@ fn tools_run_as_the_caller_unless_the_policy_names_an_account() {
     let out = as_agent(&d, &["run", "hidden", "--json"]);
     out.assert_code(77);
     assert_eq!(out.json()["error"]["code"], "PERMISSION_DENIED");
+    // The audit shows who ran what as whom: the caller, and `run_as` named as the source.
+    let mut started = Vec::new();
+    assert!(eventually(Duration::from_secs(10), || {
+        started = d.audit_records().into_iter().filter(|r| r["decision"] == "started").collect();
+        started.len() == 3
+    }));
+    for r in &started {
+        assert_eq!(r["caller"]["uid"], uid, "{r}");
+    }
+    assert_eq!(
+        (started[0]["run_as"]["uid"].as_u64(), started[0]["run_as"]["source"].as_str()),
+        (Some(uid.into()), Some("caller"))
+    );
+    let nobody = id("-u", "nobody");
+    assert_eq!(
+        (started[2]["run_as"]["uid"].as_u64(), started[2]["run_as"]["source"].as_str()),
+        (Some(nobody.into()), Some("policy run_as"))
+    );
+    // The refused `hidden` is a `denied` record (GetTool refuses it before any Invoke).
+    let denied: Vec<_> = d.audit_records().into_iter().filter(|r| r["decision"] == "denied").collect();
+    assert_eq!(denied.len(), 1, "{denied:#?}");
+    assert_eq!((denied[0]["tool"].as_str(), denied[0]["caller"]["uid"].as_u64()), (Some("hidden"), Some(uid.into())));
 }
 
 #[test]
@@ -170,8 +192,31 @@ fn an_agent_caller_cannot_administer_the_daemon() {
         out.assert_code(77);
         assert!(out.stderr.contains("is for admins"), "{args:?}: {out:?}");
     }
+    // Nor read or resume the audit log, which does not show where it lives either.
+    for args in [&["audit", "tail"][..], &["audit", "tail", "-f"], &["audit", "resume"]] {
+        let out = as_agent(&d, args);
+        out.assert_code(77);
+        assert!(out.stderr.contains("is for admins"), "{args:?}: {out:?}");
+    }
     let status = as_agent(&d, &["status", "--json"]).json();
     assert_eq!(status["policy_dir"], "");
+    assert_eq!(status["audit_path"], "");
+    // Every refusal is audited as `unauthorized`, with the operation and the agent's uid.
+    let uid = id("-u", AGENT);
+    let mut refused = Vec::new();
+    assert!(eventually(Duration::from_secs(10), || {
+        refused = d
+            .audit_records()
+            .into_iter()
+            .filter(|r| r["decision"] == "unauthorized")
+            .map(|r| {
+                assert_eq!(r["caller"]["uid"], uid, "{r}");
+                r["operation"].as_str().unwrap().to_string()
+            })
+            .collect();
+        refused.len() == 6
+    }));
+    assert_eq!(refused, ["reload", "list_pending", "approve", "tail_audit", "tail_audit", "resume_audit"]);
 }
 
 #[test]
