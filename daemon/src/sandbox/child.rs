@@ -244,6 +244,15 @@ pub fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t, OwnedF
     Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
 }
 
+/// The kernel's `struct sigaction` (x86_64 and aarch64 alike: both define SA_RESTORER).
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
 /// The child until exec: default signal handlers, stdio, working dir, the confinement steps,
 /// the caller's signal mask, exec. Raw system calls only.
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
@@ -255,23 +264,20 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: _exit(2) never returns and runs no atexit handlers or destructors.
         unsafe { libc::_exit(127) }
     };
-    // The daemon's handlers must never run here: back to the defaults.
-    // SAFETY: raw system calls (sigaction, dup2, chdir) on data prepared before the clone.
+    // The daemon's handlers must never run here, and an ignored signal would stay ignored across
+    // exec (cordond ignores SIGPIPE, as Rust programs do): every signal back to its default.
+    // The raw system call reaches the signals glibc reserves for itself (32, 33) too.
+    let default = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    // SAFETY: raw system calls (rt_sigaction, dup2, chdir) on data prepared before the clone.
     unsafe {
-        for sig in 1..libc::SIGRTMAX() {
+        for sig in 1..=64 {
             if sig == libc::SIGKILL || sig == libc::SIGSTOP {
                 continue;
             }
-            let mut current: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut current) == 0
-                && current.sa_sigaction != libc::SIG_DFL
-                && current.sa_sigaction != libc::SIG_IGN
-            {
-                let mut default: libc::sigaction = std::mem::zeroed();
-                default.sa_sigaction = libc::SIG_DFL;
-                if libc::sigaction(sig, &default, std::ptr::null_mut()) < 0 {
-                    return die(Step::Signals);
-                }
+            let act: *const KernelSigaction = &default;
+            let none: *mut KernelSigaction = std::ptr::null_mut();
+            if libc::syscall(libc::SYS_rt_sigaction, sig, act, none, std::mem::size_of::<u64>()) < 0 {
+                return die(Step::Signals);
             }
         }
         for (from, to) in [(&a.exec.stdin, 0), (&a.exec.stdout, 1), (&a.exec.stderr, 2)] {

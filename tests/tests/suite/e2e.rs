@@ -93,6 +93,11 @@ description = "print stdin's target and the shell's /proc stat line"
 reason = "tests"
 command = ["/bin/sh", "-c", "readlink /proc/$$/fd/0; cat; cat /proc/$$/stat"]
 
+[tools.signals]
+description = "print the signal dispositions and mask the tool starts with"
+reason = "tests"
+command = ["/bin/grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]
+
 [tools.missing]
 description = "a program that is not installed"
 reason = "tests"
@@ -249,6 +254,21 @@ fn the_environment_is_clean() {
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     ] {
         assert!(stdout.lines().any(|l| l == line), "missing {line:?} in {stdout}");
+    }
+}
+
+/// A tool starts as from a fresh login: no signal ignored (cordond itself ignores SIGPIPE, as
+/// every Rust program does, and an ignored signal survives exec), none blocked. (Handlers never
+/// survive exec; grep installs its own SIGSEGV one, so SigCgt says nothing here.)
+#[test]
+fn tools_start_with_default_signal_dispositions() {
+    let d = daemon();
+    let (out, j) = d.run_json("signals", &json!({}));
+    out.assert_code(0);
+    let stdout = j["stdout"].as_str().unwrap();
+    for field in ["SigIgn", "SigBlk"] {
+        let line = stdout.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("no {field}: {stdout}"));
+        assert_eq!(line.split_whitespace().nth(1), Some("0000000000000000"), "{line}");
     }
 }
 
