@@ -14,7 +14,8 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     /// `run`: the tool was killed after its timeout (as timeout(1)).
     pub const TIMED_OUT: u8 = 124;
-    /// `run`: the call was rejected (unknown tool, invalid arguments).
+    /// `run`: the call was rejected (unknown tool, invalid arguments); `audit verify`: the chain
+    /// is broken.
     pub const REJECTED: u8 = 65;
     /// cordond is not running, or the tool is unavailable on its host.
     pub const UNAVAILABLE: u8 = 69;
