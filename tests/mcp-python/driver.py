@@ -131,7 +131,10 @@ class Daemon:
         self.log = self.dir / "cordond.log"
         self.mcp_log = self.dir / "cordon-mcp.log"
         self.proc = subprocess.Popen(
-            [str(cordond), "--policies", str(self.policies), "--socket", str(self.socket), "--shutdown-grace", "1s"],
+            [
+                str(cordond), "--policies", str(self.policies), "--socket", str(self.socket),
+                "--audit", str(self.dir / "audit.jsonl"), "--shutdown-grace", "1s",
+            ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("w"),

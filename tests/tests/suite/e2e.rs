@@ -391,6 +391,8 @@ fn the_socket_path_is_never_a_symlink_nor_someone_elses_file() {
             .arg(&policies)
             .arg("--socket")
             .arg(socket)
+            .arg("--audit")
+            .arg(dir.path().join("audit.jsonl"))
             .output()
             .unwrap()
     };
@@ -418,6 +420,8 @@ fn the_socket_path_is_never_a_symlink_nor_someone_elses_file() {
         .arg(&policies)
         .arg("--socket")
         .arg(&stale)
+        .arg("--audit")
+        .arg(dir.path().join("audit.jsonl"))
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
