@@ -483,6 +483,19 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn an_expiry_is_reported_once_and_a_late_redeem_hears_expired() {
+        let store = Confirmations::new(Duration::from_millis(1), HUMAN_TTL);
+        let ticket = store.park(parked("agent")).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let expired = store.sweep();
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].approval_id, ticket.approval_id);
+        assert!(store.sweep().is_empty(), "reported twice");
+        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        assert_eq!(store.redeem(&ticket.token, owner, false, 1).await.unwrap_err(), ConfirmError::Expired);
+    }
+
     #[test]
     fn bindings_depend_on_tool_argv_and_uid() {
         let argv = vec!["a".to_string(), "b".to_string()];
