@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cordon_proto::v1;
-use cordon_tests::{Daemon, audit_records, cordon_at, eventually, is_root};
+use cordon_tests::{Daemon, cordon_at, eventually, is_root};
 use serde_json::{Value, json};
 
 const TOOLS: &str = r#"

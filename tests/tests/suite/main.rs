@@ -9,3 +9,4 @@ mod mcp;
 mod policy;
 mod sandbox;
 mod validate;
+mod wire;
