@@ -83,6 +83,19 @@ impl std::io::Write for LossyStderr {
     }
 }
 
+/// Every connection is a descriptor: the soft limit goes up to the hard one, so that the per-uid
+/// connection cap, not EMFILE, is what a flood of connections meets. (Tools get their own
+/// `open_files` limit.)
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(error = %e, soft, hard, "cannot raise the open-files limit");
+    }
+}
+
 /// Exit codes: 0 clean shutdown, 78 (EX_CONFIG) policy errors, 1 anything else.
 const EXIT_CONFIG: u8 = 78;
 
@@ -102,6 +115,7 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    raise_open_files_limit();
     let sandbox = HostSandbox::probe();
     let host = Host { is_root: sandbox.is_root, landlock_abi: sandbox.landlock_abi };
     let registry = match RegistryHandle::load(&args.policies, host) {
