@@ -18,7 +18,7 @@ use crate::argv::{self, Account, Plan};
 use crate::audit::{self, Audit, AuditError, Decision, Record};
 use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
-use crate::policy::{Availability, Tool, diag};
+use crate::policy::{Availability, Tool};
 use crate::registry::RegistryHandle;
 use crate::sandbox::child::Identity;
 use crate::sandbox::seccomp::Programs;
@@ -417,13 +417,13 @@ impl Invoker {
         let registry = self.registry.current();
         let tool = match registry.get(tool_name) {
             Some(t) if !t.disabled => t.clone(),
+            // The server answers unknown names with suggestions fit for the caller's role; this
+            // is only reached when a reload removed the tool in between, and suggests nothing.
             _ => {
-                let names = registry.tools.values().filter(|t| !t.disabled).map(|t| t.name.as_str());
-                let hint = diag::did_you_mean(tool_name, names);
                 return Err(InvokeError::Invalid(ValidationError {
                     code: ErrorCode::UnknownTool,
                     field: None,
-                    message: format!("unknown tool {tool_name:?}{hint}; `cordon tools` lists the tools"),
+                    message: format!("unknown tool {tool_name:?}; `cordon tools` lists the tools"),
                 }));
             }
         };

@@ -147,16 +147,24 @@ impl CordonService {
         status::unknown_tool(name, &diag::did_you_mean(name, visible))
     }
 
-    /// Agent callers may only use tools whose `allow` admits them. An unknown tool is left to
-    /// the invoker (which audits it as `invalid`) only for callers who could see it.
+    /// Agent callers may only use tools whose `allow` admits them. An unknown tool is answered
+    /// here (audited as `invalid`), so that "did you mean" names only tools this caller may see.
     fn require_tool(&self, caller: &Caller, name: &str) -> Result<(), Status> {
         let role = self.role(caller);
         match self.daemon.registry.current().get(name) {
-            Some(tool) if !tool.disabled && !self.daemon.authz.may_use(caller, role, tool) => {
+            Some(tool) if tool.disabled => Err(self.unknown_invoked(caller, name)),
+            None => Err(self.unknown_invoked(caller, name)),
+            Some(tool) if !self.daemon.authz.may_use(caller, role, tool) => {
                 Err(self.not_admitted(caller, name, "invoke"))
             }
-            Some(_) | None => Ok(()),
+            Some(_) => Ok(()),
         }
+    }
+
+    fn unknown_invoked(&self, caller: &Caller, name: &str) -> Status {
+        let status = self.unknown(caller, name);
+        self.audit(Record::new(Decision::Invalid).tool(name).caller(caller).error("UNKNOWN_TOOL", status.message()));
+        status
     }
 
     /// Runs an admitted invocation in its own task and streams `accepted`, live output (when
