@@ -532,7 +532,8 @@ impl Invoker {
         }
     }
 
-    /// A token that cancels this invocation with `reason`.
+    /// Cancels a running invocation, remembering the first reason for its audit record; false
+    /// when no such invocation is running.
     pub fn cancel_with(&self, id: &str, reason: CancelReason) -> bool {
         match self.lock().get_mut(id) {
             Some(r) => {

@@ -272,7 +272,7 @@ impl std::fmt::Debug for Msg {
     }
 }
 
-/// The state a TailAudit reader needs.
+/// Seq and SHA-256 of the last record written (shown by `cordon status`, printed by `verify`).
 #[derive(Debug, Clone)]
 pub struct Head {
     pub seq: u64,

@@ -125,10 +125,9 @@ impl Writer {
             sync_dir(&dir).map_err(|e| open_error(&dir, "cannot sync the audit directory", e))?;
         }
         let scan = scan(&file, path, name)?;
-        let (_, hash) = (scan.seq, scan.prev);
         let shared = Arc::new(Shared {
             failure: Mutex::new(None),
-            head: Mutex::new(Head { seq: scan.seq, hash }),
+            head: Mutex::new(Head { seq: scan.seq, hash: scan.prev }),
             lines: broadcast::channel(TAIL_BUFFER).0,
         });
         let recovery = Recovery {
