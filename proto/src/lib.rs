@@ -36,15 +36,42 @@ pub async fn connect(path: impl AsRef<Path>) -> Result<Channel, ConnectError> {
     // The URI is required by tonic but never used: the connector below ignores it.
     let endpoint = Endpoint::from_static("http://cordon.invalid");
     // Probe first so the caller gets the real io::Error (ENOENT, ECONNREFUSED, EACCES).
-    UnixStream::connect(&path).await.map_err(|source| ConnectError { path: path.clone(), source })?;
+    connect_trusted(&path).await.map_err(|source| ConnectError { path: path.clone(), source })?;
     let connector_path = path.clone();
     endpoint
         .connect_with_connector(tower::service_fn(move |_| {
             let path = connector_path.clone();
-            async move { Ok::<_, io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+            async move { Ok::<_, io::Error>(TokioIo::new(connect_trusted(&path).await?)) }
         }))
         .await
         .map_err(|e| ConnectError { path, source: io::Error::other(e) })
+}
+
+/// Connects to `path` and checks who serves it: arguments, tokens and results must only ever go
+/// to a daemon run by root or by this user. Anyone can create `/tmp/cordon-UID` before its
+/// owner does and listen there; the kernel's peer credentials of the listening end tell the
+/// impostor apart, whatever the path's permissions say.
+async fn connect_trusted(path: &Path) -> io::Result<UnixStream> {
+    let stream = UnixStream::connect(path).await?;
+    let daemon_uid = stream.peer_cred()?.uid();
+    let me = nix::unistd::geteuid().as_raw();
+    if daemon_uid != 0 && daemon_uid != me {
+        return Err(io::Error::other(UntrustedDaemon { uid: daemon_uid, me }));
+    }
+    Ok(stream)
+}
+
+/// The socket is served by a process of another, unprivileged user.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the socket is served by uid {uid}, which is neither root nor you (uid {me}); refusing to send it \
+     anything: point --socket or CORDON_SOCKET at your cordond's socket, and remove what uid {uid} left there"
+)]
+pub struct UntrustedDaemon {
+    /// The uid of the process listening on the socket.
+    pub uid: u32,
+    /// This client's effective uid.
+    pub me: u32,
 }
 
 /// Connecting to the daemon's socket failed.
@@ -75,11 +102,23 @@ pub fn default_socket_path() -> PathBuf {
 /// The socket of cordond running as a system service.
 pub const SYSTEM_SOCKET: &str = "/run/cordon/cordon.sock";
 
-/// Where a client looks when no socket is configured: this user's daemon if one is listening,
-/// else the system daemon's socket if it exists, else this user's default path.
+/// Where a client looks when no socket is configured: this user's daemon if one is listening in
+/// a directory this user (or root) owns, else the system daemon's socket if it exists, else this
+/// user's default path. A per-user path in a directory someone else made (`/tmp/cordon-UID`
+/// created by another user first) is never preferred over the system socket; [`connect`] also
+/// refuses a daemon run by anyone but root or this user, wherever the path came from.
 pub fn client_socket_path() -> PathBuf {
     let own = default_socket_path();
-    if own.exists() || !Path::new(SYSTEM_SOCKET).exists() { own } else { PathBuf::from(SYSTEM_SOCKET) }
+    let own_is_ours = own.parent().is_some_and(owned_by_root_or_me) && own.exists();
+    if own_is_ours || !Path::new(SYSTEM_SOCKET).exists() { own } else { PathBuf::from(SYSTEM_SOCKET) }
+}
+
+/// Whether `dir` is a real directory (not a symlink) owned by root or this user, writable by
+/// nobody else.
+fn owned_by_root_or_me(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = nix::unistd::geteuid().as_raw();
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && (m.uid() == 0 || m.uid() == me) && m.mode() & 0o022 == 0)
 }
 
 /// gRPC metadata key carrying cordon's stable error code (e.g. `INVALID_FIELD_VALUE`).

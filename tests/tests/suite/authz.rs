@@ -234,3 +234,62 @@ fn an_agent_caller_cannot_cancel_another_callers_invocation() {
     d.cordon(&["cancel", &id]).assert_code(0);
     assert_eq!(root_run.wait_with_output().unwrap().status.code(), Some(130));
 }
+
+/// A socket served by another unprivileged user (say, one who created `/tmp/cordon-UID` before
+/// its owner did) is refused by the client before a byte is sent: arguments, tokens and results
+/// only ever go to a daemon run by root or by the caller itself.
+#[test]
+fn the_client_sends_nothing_to_a_daemon_run_by_another_user() {
+    require_root!();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = dir.path().join("impostor.sock");
+    // The impostor: a listener run as the agent user that reports how many bytes it received.
+    let script = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+import os; os.chmod(sys.argv[1], 0o777)
+s.listen(8)
+print("ready", flush=True)
+total = 0
+s.settimeout(20)
+conn, _ = s.accept()
+conn.settimeout(5)
+try:
+    while True:
+        b = conn.recv(65536)
+        if not b:
+            break
+        total += len(b)
+except socket.timeout:
+    pass
+print(total, flush=True)
+"#;
+    // The system's python (a pyenv shim under /root is out of the agent user's reach).
+    let python = "/usr/bin/python3";
+    if !std::path::Path::new(python).exists() {
+        eprintln!("skipped: needs {python} to play the impostor");
+        return;
+    }
+    let mut impostor = Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--clear-groups", "--", python, "-c", script])
+        .arg(&socket)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(impostor.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+
+    // root (the admin) must not talk to it; its refusal names the uid and what to do.
+    let out = cordon_tests::cordon_at(&socket, &["run", "anything", "--arg", "secret=hunter2"]);
+    assert_ne!(out.code, Some(0), "{out:?}");
+    let agent_uid = id("-u", AGENT);
+    assert!(out.stderr.contains(&format!("served by uid {agent_uid}, which is neither root nor you")), "{out:?}");
+    line.clear();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "0", "the impostor received bytes");
+    impostor.wait().unwrap();
+}
