@@ -20,6 +20,8 @@ pub const REDACTED: &str = "<redacted>";
 pub struct Account {
     pub user: String,
     pub home: PathBuf,
+    /// The account's primary group; `None` when the uid has no account.
+    pub gid: Option<u32>,
 }
 
 impl Account {
@@ -39,8 +41,8 @@ impl Account {
             return account.clone();
         }
         let account = match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-            Ok(Some(u)) => Account { user: u.name, home: u.dir },
-            _ => Account { user: uid.to_string(), home: PathBuf::from("/") },
+            Ok(Some(u)) => Account { user: u.name, home: u.dir, gid: Some(u.gid.as_raw()) },
+            _ => Account { user: uid.to_string(), home: PathBuf::from("/"), gid: None },
         };
         if cache.len() > 1024 {
             cache.clear();

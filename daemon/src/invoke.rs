@@ -443,7 +443,12 @@ impl Invoker {
                 let (uid, gid) = crate::policy::resolve_run_as(run_as).map_err(unavailable)?;
                 (Some(Identity { uid, gid }), true)
             }
-            (None, true) => (Some(Identity { uid: caller.uid, gid: caller.gid }), false),
+            // The caller's account and its primary group from the user database, not the
+            // effective gid it connected with: `sg` or a setgid program would otherwise choose
+            // which of its groups the tool gets. A uid without an account keeps its peer gid.
+            (None, true) => {
+                (Some(Identity { uid: caller.uid, gid: Account::for_uid(caller.uid).gid.unwrap_or(caller.gid) }), false)
+            }
             (_, false) => (None, false),
         };
         let account_uid = identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);

@@ -67,7 +67,17 @@ pub fn resolve_run_as(run_as: &RunAs) -> Result<(u32, u32), String> {
         }
         Principal::Id(id) => match User::from_uid(Uid::from_raw(*id)) {
             Ok(Some(u)) => u,
-            _ => return Ok((*id, run_as.group.as_ref().map_or(Ok(*id), resolve_group)?)),
+            // No account: the gid must be named, never guessed from the uid (gid 42 may well be
+            // `shadow` on a host without uid 42).
+            _ => {
+                let Some(group) = &run_as.group else {
+                    return Err(format!(
+                        "run_as uid {id} has no account in the user database, so it has no primary group; \
+                         name the group too, e.g. run_as = \"{id}:{id}\""
+                    ));
+                };
+                return Ok((*id, resolve_group(group)?));
+            }
         },
     };
     let gid = match &run_as.group {

@@ -293,3 +293,61 @@ print(total, flush=True)
     assert_eq!(line.trim(), "0", "the impostor received bytes");
     impostor.wait().unwrap();
 }
+
+/// The tool gets the caller account's primary group, not whichever of its groups the caller
+/// connected with (`sg`, a setgid program): the agent cannot pick the group its tools run as.
+#[test]
+fn the_caller_cannot_choose_the_group_its_tool_runs_as() {
+    require_root!();
+    let d = start();
+    let out = Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", SOCKET_GROUP, "--init-groups", "--"])
+        .arg(bin("cordon"))
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["run", "by-group"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), id("-g", AGENT).to_string());
+    assert_ne!(id("-g", AGENT), group_gid(SOCKET_GROUP));
+}
+
+fn group_gid(name: &str) -> u32 {
+    let out = Command::new("getent").args(["group", name]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split(':').nth(2).unwrap().parse().unwrap()
+}
+
+/// A numeric `run_as` without an account has no primary group to take: the tool is unavailable
+/// until the policy names the group, rather than running with gid = uid (which may be `shadow`).
+#[test]
+fn a_numeric_run_as_without_an_account_must_name_its_group() {
+    require_root!();
+    let policy = r#"
+version = 1
+
+[tools.ghost]
+description = "run as a uid with no account"
+reason = "tests"
+command = ["/usr/bin/id", "-g"]
+run_as = 4242
+
+[tools.ghost-with-group]
+description = "run as a uid with no account and a named group"
+reason = "tests"
+command = ["/usr/bin/id", "-g"]
+run_as = "4242:4243"
+"#;
+    let out = Command::new("getent").args(["passwd", "4242"]).output().unwrap();
+    if out.status.success() {
+        eprintln!("skipped: uid 4242 has an account here");
+        return;
+    }
+    let d = Daemon::start(&[("t.toml", policy)]);
+    let out = d.cordon(&["run", "ghost", "--json"]);
+    out.assert_code(69);
+    assert!(out.stdout.contains("uid 4242 has no account"), "{out:?}");
+    let out = d.cordon(&["run", "ghost-with-group"]);
+    out.assert_code(0);
+    assert_eq!(out.stdout.trim(), "4243");
+}

@@ -54,7 +54,7 @@ fn value(t: &Tool, args: Value, name: &str) -> ArgValue {
 }
 
 fn account() -> Account {
-    Account { user: "u".into(), home: "/h".into() }
+    Account { user: "u".into(), home: "/h".into(), gid: None }
 }
 
 #[track_caller]
