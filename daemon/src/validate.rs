@@ -260,10 +260,14 @@ pub fn check_value(p: &Param, v: &Value, base: Option<&Path>) -> Result<ArgValue
                     type_err()
                 }
             })?;
-            let (lo, hi) = (min.unwrap_or(-MAX_SAFE_INTEGER), max.unwrap_or(MAX_SAFE_INTEGER));
+            let (lo, hi) = (min.unwrap_or(0), max.unwrap_or(MAX_SAFE_INTEGER));
             let shown_int = if p.secret { "the value".to_string() } else { n.to_string() };
             if n < lo {
-                return Err(value_err(format!("{shown_int} is below the minimum {lo}")));
+                return Err(value_err(if min.is_none() {
+                    format!("{shown_int} is negative; this param takes no negative values (they could read as options)")
+                } else {
+                    format!("{shown_int} is below the minimum {lo}")
+                }));
             }
             if n > hi {
                 return Err(value_err(format!("{shown_int} is above the maximum {hi}")));
@@ -273,6 +277,11 @@ pub fn check_value(p: &Param, v: &Value, base: Option<&Path>) -> Result<ArgValue
         ParamKind::Number { min, max } => {
             let x = v.as_f64().filter(|_| v.is_number()).ok_or_else(type_err)?;
             let shown_num = if p.secret { "the value".to_string() } else { v.to_string() };
+            if min.is_none() && x < 0.0 {
+                return Err(value_err(format!(
+                    "{shown_num} is negative; this param takes no negative values (they could read as options)"
+                )));
+            }
             check_range(x, *min, *max, &shown_num).map_err(value_err)?;
             Ok(ArgValue::Number(x))
         }
@@ -377,9 +386,10 @@ fn expectation(p: &Param) -> String {
         ParamKind::Integer { min, max } => match (min, max) {
             (Some(a), Some(b)) => format!("an integer from {a} to {b}"),
             (Some(a), None) => format!("an integer of at least {a}"),
-            (None, Some(b)) => format!("an integer of at most {b}"),
-            (None, None) => "an integer".to_string(),
+            (None, Some(b)) => format!("an integer from 0 to {b}"),
+            (None, None) => "an integer of at least 0".to_string(),
         },
+        ParamKind::Number { min: None, .. } => "a number of at least 0".to_string(),
         ParamKind::Number { .. } => "a number".to_string(),
         ParamKind::Boolean => "true or false".to_string(),
         ParamKind::Enum { values } => {

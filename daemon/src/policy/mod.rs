@@ -128,7 +128,7 @@ pub const PARAM_KEYS: &[KeyDoc] = &[
     key("required", "boolean", "the call must give a value (default false; cannot be combined with default)", false),
     key("default", "value", "used when the call omits the param; must pass the param's own rules", false),
     key("pattern", "string", "string only: regex the whole value must match (linear-time engine)", false),
-    key("min", "number", "integer and number only: inclusive minimum", false),
+    key("min", "number", "integer and number only: inclusive minimum (default 0: no negative values)", false),
     key("max", "number", "integer and number only: inclusive maximum", false),
     key("min_length", "integer", "string and path only: minimum length in characters", false),
     key("max_length", "integer", "string and path only: maximum length in characters", false),

@@ -145,7 +145,8 @@ pub fn authoring_reference() -> String {
          - string: a `pattern` must match the whole value; without a pattern a leading `-` is refused (the empty string \
            passes); NUL is always refused; lengths count characters.\n\
          - integer: a JSON number with an integral value (5 or 5.0) within `min`/`max`; number: any JSON number within \
-           `min`/`max`; boolean: `true`/`false`; enum: one of `values`.\n\
+           `min`/`max`; without `min`, integers and numbers are never negative (`-5` would read as an option); \
+           boolean: `true`/`false`; enum: one of `values`.\n\
          - path: made absolute (relative to `working_dir`) and normalized without following symlinks; a `..` that climbs \
            above `working_dir` (or `/`) is refused.\n\
          - Each tool's JSON Schema (draft 2020-12) expresses these rules; cordond validates again, authoritatively.\n\n\

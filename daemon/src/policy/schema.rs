@@ -37,12 +37,13 @@ pub fn input_schema(tool: &Tool) -> Value {
             ParamKind::Integer { min, max } => {
                 s.insert("type".into(), json!("integer"));
                 let safe = crate::validate::MAX_SAFE_INTEGER;
-                s.insert("minimum".into(), json!(min.unwrap_or(-safe)));
+                // Without `min`, no negative values: `-5` could read as an option.
+                s.insert("minimum".into(), json!(min.unwrap_or(0)));
                 s.insert("maximum".into(), json!(max.unwrap_or(safe)));
             }
             ParamKind::Number { min, max } => {
                 s.insert("type".into(), json!("number"));
-                insert_opt(&mut s, "minimum", *min);
+                s.insert("minimum".into(), json!(min.unwrap_or(0.0)));
                 insert_opt(&mut s, "maximum", *max);
             }
             ParamKind::Boolean => {

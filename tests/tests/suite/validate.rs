@@ -260,6 +260,29 @@ r = { type = "string", required = true }"#,
     assert_eq!(e.message, r#"field "r" must be a string, got null; null is not a value"#);
 }
 
+/// Without `min`, a number param takes no negative values: `-5` substituted as an argv element
+/// reads as an option, the same reason a string without a `pattern` may not start with `-`.
+#[test]
+fn numbers_without_a_min_take_no_negative_values() {
+    let t = tool(
+        r#"["kill", "{{pid}}", "{{x}}", "{{neg}}"]"#,
+        "",
+        r#"pid = { type = "integer" }
+x = { type = "number", max = 10 }
+neg = { type = "integer", min = -20, max = 19 }"#,
+    );
+    for (field, v) in [("pid", json!(-1)), ("pid", json!(-1.0)), ("x", json!(-0.5))] {
+        let e = rejects(&t, json!({ field: v }), ErrorCode::InvalidFieldValue, &["is negative"]);
+        assert!(e.message.ends_with("takes no negative values (they could read as options)"), "{}", e.message);
+    }
+    assert_eq!(value(&t, json!({"pid": 0}), "pid"), ArgValue::Integer(0));
+    assert_eq!(value(&t, json!({"neg": -5}), "neg"), ArgValue::Integer(-5));
+    let schema = &t.input_schema;
+    assert_eq!(schema["properties"]["pid"]["minimum"], 0);
+    assert_eq!(schema["properties"]["x"]["minimum"], 0.0);
+    assert_eq!(schema["properties"]["neg"]["minimum"], -20);
+}
+
 #[test]
 fn integers_are_strict() {
     let t = tool(
@@ -294,7 +317,7 @@ fn integers_stay_within_the_safe_integer_range() {
     let t = tool(
         r#"["echo", "{{u}}", "{{i}}"]"#,
         "",
-        r#"u = { type = "integer" }
+        r#"u = { type = "integer", min = -9007199254740991 }
 i = { type = "integer", min = -3, max = 7 }"#,
     );
     // The bounds are inclusive, written as integers or as integral floats. (Built with json!, so
@@ -356,8 +379,8 @@ fn a_decimal_float_from_the_wire_keeps_its_exact_value() {
     let t = tool(
         r#"["echo", "{{u}}", "{{n}}"]"#,
         "",
-        r#"u = { type = "integer" }
-n = { type = "number" }"#,
+        r#"u = { type = "integer", min = -9007199254740991 }
+n = { type = "number", min = -1e300 }"#,
     );
     let args = |text: &str| parse_arguments(text).unwrap();
     rejects(&t, args(r#"{"u": 4503599627370495.5}"#), ErrorCode::InvalidFieldType, &["must be an integer"]);
@@ -691,7 +714,7 @@ fn option_injection_is_rejected_or_lands_after_the_separator() {
 
 #[test]
 fn a_number_with_an_integral_value_is_substituted_as_an_integer() {
-    let t = tool(r#"["sleep", "{{n}}", "n={{n}}"]"#, "", r#"n = { type = "number" }"#);
+    let t = tool(r#"["sleep", "{{n}}", "n={{n}}"]"#, "", r#"n = { type = "number", min = -100 }"#);
     for (input, shown) in [
         (json!(2), "2"),
         (json!(2.0), "2"),
@@ -831,7 +854,7 @@ fn schema_tools() -> Vec<Tool> {
 p = { type = "string", pattern = "[a-z]+", min_length = 2, max_length = 5 }
 d = { type = "string", pattern = "[0-9]+|-[0-9]+" }
 i = { type = "integer", min = -5, max = 10 }
-u = { type = "integer" }
+u = { type = "integer", min = -9007199254740991 }
 n = { type = "number", min = 0.5, max = 100 }
 b = { type = "boolean" }
 e = { type = "enum", values = ["dev", "release", "-i"] }
