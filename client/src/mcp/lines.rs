@@ -1,0 +1,543 @@
+//! The line layer in front of rmcp: reads the JSON-RPC lines from stdin itself, answers every
+//! line that rmcp would drop or misanswer, and hands only well-formed messages to rmcp.
+//!
+//! rmcp's stdio transport drops unparsable lines and lines over its limit without an answer,
+//! answers a request whose `params` have the wrong shape without its id (the client waits
+//! forever) or as "method not found", and answers malformed notifications. Here every line gets
+//! exactly one verdict ([`classify`]):
+//!
+//! - a request that can be attributed to an id gets an error answer with that id and the code
+//!   that says what is wrong: -32700 (not JSON), -32600 (not a valid request), -32601 (unknown
+//!   method, answered by rmcp), -32602 (a known method with params of the wrong shape);
+//! - a line that cannot be attributed to an id gets -32700 or -32600 with `"id": null`;
+//! - notifications and responses never get an answer (a malformed one is logged to stderr);
+//! - batches (JSON arrays) get -32600 with a null id: MCP removed JSON-RPC batching in
+//!   2025-06-18, rmcp has no batch support, and a 2025-03-26 session is refused the same way
+//!   (one message per line works in every version);
+//! - a line over [`MAX_LINE`] bytes gets -32600 with the id recovered from its first
+//!   [`ID_SCAN_BYTES`] bytes (or null), and the session goes on with the next line.
+//!
+//! Architecture invariant: stdout carries only JSON-RPC lines, written by one task in order;
+//! logs go to stderr.
+
+use std::collections::VecDeque;
+use std::io;
+
+use rmcp::RoleServer;
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+/// The longest line (one JSON-RPC message) read; longer ones are answered and skipped. rmcp's
+/// own default, so a payload acceptable to any rmcp server is acceptable here.
+pub const MAX_LINE: usize = 16 * 1024 * 1024;
+/// How much of an oversized line is kept to find its id.
+pub const ID_SCAN_BYTES: usize = 64 * 1024;
+
+/// JSON-RPC error codes.
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+
+/// Requests rmcp parses into a typed variant: for these, params that do not fit are -32602.
+const TYPED_REQUESTS: &[&str] = &[
+    "ping",
+    "initialize",
+    "server/discover",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "subscriptions/listen",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tools/call",
+    "tools/list",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+    "skills/list",
+    "skills/get",
+    "resources/directory/read",
+];
+
+/// What to do with one line.
+#[derive(Debug)]
+pub enum Verdict {
+    /// A well-formed message for rmcp.
+    Pass(Box<RxJsonRpcMessage<RoleServer>>),
+    /// An error response to write, and nothing for rmcp.
+    Answer(Value),
+    /// Nothing to answer (a blank line, a malformed notification or response); the reason is logged.
+    Ignore(String),
+}
+
+/// A JSON-RPC error response.
+pub fn error_response(id: Option<Value>, code: i64, message: impl Into<String>) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id.unwrap_or(Value::Null), "error": { "code": code, "message": message.into() } })
+}
+
+/// The verdict on one line (without its `\n`; a trailing `\r` and a leading BOM are allowed).
+pub fn classify(line: &[u8]) -> Verdict {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Verdict::Ignore("blank line".into());
+    }
+    let value: Value = match std::str::from_utf8(line) {
+        Err(e) => {
+            return Verdict::Answer(error_response(
+                recover_id(line),
+                PARSE_ERROR,
+                format!(
+                    "parse error: the line is not valid UTF-8 (bad byte at offset {}); send one JSON-RPC message per \
+                     line, encoded as UTF-8",
+                    e.valid_up_to()
+                ),
+            ));
+        }
+        Ok(text) => match serde_json::from_str(text) {
+            Ok(v) => v,
+            Err(e) => {
+                return Verdict::Answer(error_response(
+                    recover_id(line),
+                    PARSE_ERROR,
+                    format!("parse error: {e}; send one JSON-RPC message per line"),
+                ));
+            }
+        },
+    };
+    classify_value(value)
+}
+
+fn classify_value(value: Value) -> Verdict {
+    let Value::Object(object) = &value else {
+        let what = if value.is_array() {
+            "batches (JSON arrays) are not supported: MCP removed JSON-RPC batching in 2025-06-18; send one message \
+             per line"
+        } else {
+            "a JSON-RPC message is a JSON object"
+        };
+        return Verdict::Answer(error_response(None, INVALID_REQUEST, format!("invalid request: {what}")));
+    };
+    // The id as the client wrote it, when it is one (a string or an integer); else it cannot be
+    // attributed and the answer carries null.
+    let id = match object.get("id") {
+        None => None,
+        Some(v @ Value::String(_)) => Some(Some(v.clone())),
+        Some(v @ Value::Number(n)) if n.is_i64() || n.is_u64() => Some(Some(v.clone())),
+        Some(_) => Some(None),
+    };
+    let is_response = object.contains_key("result") || object.contains_key("error");
+    let method = object.get("method");
+    let Some(id) = id else {
+        // No id: a notification (never answered), or nothing we can attribute.
+        return match method {
+            Some(Value::String(m)) => notification(value.clone(), m),
+            Some(_) => Verdict::Ignore("a notification whose method is not a string".into()),
+            None if is_response => Verdict::Ignore("a response without an id".into()),
+            None => Verdict::Answer(error_response(
+                None,
+                INVALID_REQUEST,
+                "invalid request: neither a request (method and id) nor a notification (method)",
+            )),
+        };
+    };
+    if is_response && method.is_none() {
+        // A response to one of our requests (ping, elicitation): never answered.
+        return match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
+            Ok(m @ (JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_))) if id.is_some() => {
+                Verdict::Pass(Box::new(m))
+            }
+            _ => Verdict::Ignore("a malformed response".into()),
+        };
+    }
+    let Some(id) = id else {
+        return Verdict::Answer(error_response(
+            None,
+            INVALID_REQUEST,
+            "invalid request: the id must be a string or an integer",
+        ));
+    };
+    let invalid = |what: &str| Verdict::Answer(error_response(Some(id.clone()), INVALID_REQUEST, what));
+    if object.get("jsonrpc") != Some(&json!("2.0")) {
+        return invalid("invalid request: \"jsonrpc\" must be \"2.0\"");
+    }
+    let method = match method {
+        Some(Value::String(m)) => m.clone(),
+        Some(_) => return invalid("invalid request: \"method\" must be a string"),
+        None => return invalid("invalid request: a request needs a \"method\""),
+    };
+    let typed = TYPED_REQUESTS.contains(&method.as_str());
+    if !typed {
+        // rmcp would answer these too, but with the bare method name as the message.
+        return Verdict::Answer(method_not_found(id, &method));
+    }
+    if let Some(params) = object.get("params")
+        && !params.is_object()
+    {
+        return Verdict::Answer(error_response(
+            Some(id),
+            INVALID_PARAMS,
+            format!("invalid params for {method:?}: \"params\" must be an object"),
+        ));
+    }
+    if id.as_number().is_some_and(|n| !n.is_i64()) {
+        return invalid(
+            "invalid request: the id is out of range; use an integer that fits in 64 bits signed, or a string",
+        );
+    }
+    match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
+        Ok(JsonRpcMessage::Request(r)) if !matches!(r.request, ClientRequest::CustomRequest(_)) => {
+            Verdict::Pass(Box::new(JsonRpcMessage::Request(r)))
+        }
+        // A known method whose params fell through to rmcp's untyped fallback, or did not parse.
+        Ok(JsonRpcMessage::Request(_)) | Err(_) => {
+            Verdict::Answer(error_response(Some(id), INVALID_PARAMS, params_problem(&method, &value)))
+        }
+        Ok(_) => invalid("invalid request: not a request"),
+    }
+}
+
+fn method_not_found(id: Value, method: &str) -> Value {
+    error_response(
+        Some(id),
+        METHOD_NOT_FOUND,
+        format!("method not found: {method:?} is not a method this server implements; see the MCP specification"),
+    )
+}
+
+/// Why a known method's params do not fit, as far as serde can say.
+fn params_problem(method: &str, value: &Value) -> String {
+    let mut request = value.clone();
+    if let Some(o) = request.as_object_mut() {
+        o.remove("id");
+        o.remove("jsonrpc");
+    }
+    let detail = match serde_json::from_value::<ClientRequest>(request) {
+        Err(e) => e.to_string(),
+        Ok(_) => String::new(),
+    };
+    // The untagged fallback hides serde's reason; name the method's expectations instead.
+    let detail = if detail.is_empty() || detail.contains("did not match any variant") {
+        "they do not match the method's schema in the MCP specification".to_string()
+    } else {
+        detail
+    };
+    format!("invalid params for {method:?}: {detail}")
+}
+
+fn notification(value: Value, method: &str) -> Verdict {
+    match serde_json::from_value::<ClientJsonRpcMessage>(value) {
+        Ok(JsonRpcMessage::Notification(n)) => match &n.notification {
+            ClientNotification::CustomNotification(_) => Verdict::Ignore(format!(
+                "a notification this server does not handle, or with malformed params: {method}"
+            )),
+            _ => Verdict::Pass(Box::new(JsonRpcMessage::Notification(n))),
+        },
+        _ => Verdict::Ignore(format!("a malformed notification: {method}")),
+    }
+}
+
+/// The top-level `"id"` of a JSON object that may be cut short or not parse: a small scanner
+/// that skips every nested value, so an `"id"` inside `params` is never taken for the request's.
+/// Only a complete string or integer counts.
+pub fn recover_id(b: &[u8]) -> Option<Value> {
+    let b = b.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(b);
+    let mut i = skip_ws(b, 0);
+    if b.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    loop {
+        i = skip_ws(b, i);
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(b, i)?;
+        let is_id = &b[i..key_end] == b"\"id\"";
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(b, i + 1);
+        if is_id {
+            return match b.get(i)? {
+                b'"' => {
+                    let end = string_end(b, i)?;
+                    serde_json::from_slice::<String>(&b[i..end]).ok().map(Value::String)
+                }
+                b'-' | b'0'..=b'9' => {
+                    let len = b[i..]
+                        .iter()
+                        .take_while(|c| matches!(c, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+                        .count();
+                    if i + len >= b.len() {
+                        return None; // cut short: the number may go on
+                    }
+                    let n: Value = serde_json::from_slice(&b[i..i + len]).ok()?;
+                    n.as_number().is_some_and(|n| n.is_i64() || n.is_u64()).then_some(n)
+                }
+                _ => None,
+            };
+        }
+        i = skip_value(b, i)?;
+        i = skip_ws(b, i);
+        if b.get(i) != Some(&b',') {
+            return None;
+        }
+        i += 1;
+    }
+}
+
+fn skip_ws(b: &[u8], mut i: usize) -> usize {
+    while b.get(i).is_some_and(|c| matches!(c, b' ' | b'\t' | b'\r' | b'\n')) {
+        i += 1;
+    }
+    i
+}
+
+/// `b[i]` is `"`: the index after the closing quote.
+fn string_end(b: &[u8], i: usize) -> Option<usize> {
+    let mut j = i + 1;
+    loop {
+        match b.get(j)? {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+}
+
+/// The index after the value starting at `b[i]`.
+fn skip_value(b: &[u8], i: usize) -> Option<usize> {
+    match b.get(i)? {
+        b'"' => string_end(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match b.get(j)? {
+                    b'"' => {
+                        j = string_end(b, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        _ => {
+            let len =
+                b[i..].iter().take_while(|c| !matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\r' | b'\n')).count();
+            (i + len < b.len()).then_some(i + len)
+        }
+    }
+}
+
+/// One line read from the input.
+#[derive(Debug)]
+enum Read {
+    Line,
+    /// The line passed [`MAX_LINE`]; its head is in the buffer, the rest is being skipped.
+    Oversized,
+    Eof,
+}
+
+/// Bounded, cancel-safe line reading: the state lives in the struct, so a read dropped by
+/// rmcp's `select!` resumes where it stopped.
+#[derive(Debug)]
+struct LineReader<R> {
+    read: BufReader<R>,
+    line: Vec<u8>,
+    max: usize,
+    /// Skipping the rest of an oversized line.
+    discarding: bool,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    async fn next(&mut self) -> io::Result<Read> {
+        loop {
+            let available = self.read.fill_buf().await?;
+            if available.is_empty() {
+                // A last line without its newline is still a line.
+                if !self.line.is_empty() && !self.discarding {
+                    return Ok(Read::Line);
+                }
+                self.discarding = false;
+                return Ok(Read::Eof);
+            }
+            let newline = available.iter().position(|b| *b == b'\n');
+            let take = newline.map_or(available.len(), |i| i + 1);
+            let mut step = None;
+            if self.discarding {
+                if newline.is_some() {
+                    self.discarding = false;
+                }
+            } else if self.line.len() + take > self.max {
+                let keep = ID_SCAN_BYTES.saturating_sub(self.line.len()).min(take);
+                self.line.extend_from_slice(&available[..keep]);
+                self.line.truncate(ID_SCAN_BYTES);
+                self.discarding = newline.is_none();
+                step = Some(Read::Oversized);
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+                if newline.is_some() {
+                    step = Some(Read::Line);
+                }
+            }
+            self.read.consume(take);
+            if let Some(step) = step {
+                return Ok(step);
+            }
+        }
+    }
+}
+
+/// What the writer task writes.
+#[derive(Debug)]
+enum Out {
+    Line(Vec<u8>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// rmcp's transport for `cordon mcp`: lines in through [`classify`], lines out through one
+/// writer task.
+#[derive(Debug)]
+pub struct LineTransport<R> {
+    reader: LineReader<R>,
+    out: mpsc::Sender<Out>,
+    /// Answers waiting for room in the writer's queue (taken only once room is reserved, so a
+    /// cancelled `receive` loses none).
+    answers: VecDeque<Vec<u8>>,
+}
+
+impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
+    pub fn new<W: AsyncWrite + Unpin + Send + 'static>(read: R, write: W) -> Self {
+        Self::with_max_line(read, write, MAX_LINE)
+    }
+
+    pub fn with_max_line<W: AsyncWrite + Unpin + Send + 'static>(read: R, write: W, max: usize) -> Self {
+        let (out, rx) = mpsc::channel(256);
+        tokio::spawn(write_lines(write, rx));
+        LineTransport {
+            reader: LineReader { read: BufReader::new(read), line: Vec::new(), max, discarding: false },
+            out,
+            answers: VecDeque::new(),
+        }
+    }
+}
+
+async fn write_lines<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::Receiver<Out>) {
+    while let Some(out) = rx.recv().await {
+        match out {
+            Out::Line(bytes) => {
+                if let Err(e) = write.write_all(&bytes).await {
+                    tracing::error!(error = %e, "cannot write to stdout; the session ends");
+                    return;
+                }
+                // Flush when nothing else is queued, so a burst is written in few syscalls.
+                if rx.is_empty()
+                    && let Err(e) = write.flush().await
+                {
+                    tracing::error!(error = %e, "cannot write to stdout; the session ends");
+                    return;
+                }
+            }
+            Out::Flush(done) => {
+                let _ = write.flush().await;
+                let _ = done.send(());
+            }
+        }
+    }
+    let _ = write.flush().await;
+}
+
+fn to_line(v: &impl serde::Serialize) -> io::Result<Vec<u8>> {
+    let mut bytes = serde_json::to_vec(v).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+impl<R: AsyncRead + Unpin + Send> rmcp::transport::Transport<RoleServer> for LineTransport<R> {
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let out = self.out.clone();
+        let line = to_line(&item);
+        async move {
+            out.send(Out::Line(line?)).await.map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "stdout is closed"))
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            while !self.answers.is_empty() {
+                let permit = self.out.reserve().await.ok()?;
+                if let Some(answer) = self.answers.pop_front() {
+                    permit.send(Out::Line(answer));
+                }
+            }
+            let read = match self.reader.next().await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot read stdin; the session ends");
+                    return None;
+                }
+            };
+            let verdict = match read {
+                Read::Eof => return None,
+                Read::Line => {
+                    let line = self.reader.line.strip_suffix(b"\n").unwrap_or(&self.reader.line);
+                    classify(line)
+                }
+                Read::Oversized => Verdict::Answer(error_response(
+                    recover_id(&self.reader.line),
+                    INVALID_REQUEST,
+                    format!(
+                        "invalid request: the line is longer than {} bytes, the most one message may take; it was \
+                         skipped",
+                        self.reader.max
+                    ),
+                )),
+            };
+            self.reader.line.clear();
+            match verdict {
+                Verdict::Pass(message) => return Some(*message),
+                Verdict::Answer(answer) => {
+                    tracing::debug!(answer = %answer, "answered an invalid line");
+                    match to_line(&answer) {
+                        Ok(bytes) => self.answers.push_back(bytes),
+                        Err(e) => tracing::error!(error = %e, "cannot encode an error answer"),
+                    }
+                }
+                Verdict::Ignore(why) => tracing::debug!(why, "ignored a line"),
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // Everything queued is written before the process exits.
+        let (done, flushed) = oneshot::channel();
+        if self.out.send(Out::Flush(done)).await.is_ok() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), flushed).await;
+        }
+        Ok(())
+    }
+}
