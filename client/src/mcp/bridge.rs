@@ -413,10 +413,11 @@ impl Bridge {
                 }
             })
         });
-        let mut on_event = on_event;
         let stream_output = context.meta.get_progress_token().is_some();
         let outcome = {
             let work = async {
+                // Owned by the work: when it ends, the progress task sees the end of its events.
+                let mut on_event = on_event;
                 // Wait for a turn (cancellable like the rest), then share the one connection.
                 let _turn = self.inner.gate.enter().await?;
                 let (epoch, mut client) = self.connection().await?;

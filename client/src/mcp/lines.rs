@@ -541,3 +541,221 @@ impl<R: AsyncRead + Unpin + Send> rmcp::transport::Transport<RoleServer> for Lin
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn answer(line: &[u8]) -> Value {
+        match classify(line) {
+            Verdict::Answer(a) => a,
+            other => panic!("expected an answer for {:?}, got {other:?}", String::from_utf8_lossy(line)),
+        }
+    }
+
+    fn code_and_id(a: &Value) -> (i64, Value) {
+        (a["error"]["code"].as_i64().unwrap(), a["id"].clone())
+    }
+
+    #[test]
+    fn each_malformed_line_gets_the_code_that_names_its_fault() {
+        let cases: &[(&[u8], i64, Value)] = &[
+            (b"garbage", PARSE_ERROR, Value::Null),
+            (b"\xff\xfe", PARSE_ERROR, Value::Null),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\",\"params\":{\"x\":\"\xff\"}}", PARSE_ERROR, json!(7)),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"ping\"", PARSE_ERROR, json!("a")),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":[1]}", INVALID_PARAMS, json!(1)),
+            (
+                b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":5}}",
+                INVALID_PARAMS,
+                json!(2),
+            ),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/list\",\"params\":7}", INVALID_PARAMS, json!(3)),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"nosuch\",\"params\":[1]}", METHOD_NOT_FOUND, json!(4)),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":5}", INVALID_REQUEST, json!(5)),
+            (b"{\"jsonrpc\":\"1.0\",\"id\":6,\"method\":\"ping\"}", INVALID_REQUEST, json!(6)),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":9}", INVALID_REQUEST, json!(8)),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}", INVALID_REQUEST, Value::Null),
+            (b"{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}", INVALID_REQUEST, Value::Null),
+            (
+                b"{\"jsonrpc\":\"2.0\",\"id\":18446744073709551615,\"method\":\"ping\"}",
+                INVALID_REQUEST,
+                json!(u64::MAX),
+            ),
+            (b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", INVALID_REQUEST, Value::Null),
+            (b"[]", INVALID_REQUEST, Value::Null),
+            (b"42", INVALID_REQUEST, Value::Null),
+            (b"{}", INVALID_REQUEST, Value::Null),
+        ];
+        for (line, code, id) in cases {
+            let a = answer(line);
+            assert_eq!(code_and_id(&a), (*code, id.clone()), "{}", String::from_utf8_lossy(line));
+            assert!(!a["error"]["message"].as_str().unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn valid_messages_pass_and_notifications_are_never_answered() {
+        for line in [
+            &br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#[..],
+            br#"{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"echo","arguments":{"text":"a"}}}"#,
+            b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}\r",
+            br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            br#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+        ] {
+            assert!(matches!(classify(line), Verdict::Pass(_)), "{}", String::from_utf8_lossy(line));
+        }
+        for line in [
+            &br#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":5}"#[..],
+            br#"{"jsonrpc":"2.0","method":"notifications/whatever"}"#,
+            br#"{"jsonrpc":"2.0","method":7}"#,
+            br#"{"jsonrpc":"2.0","result":{}}"#,
+            br#"{"jsonrpc":"2.0","id":[1],"result":{}}"#,
+            b"",
+            b"  \r",
+        ] {
+            assert!(matches!(classify(line), Verdict::Ignore(_)), "{}", String::from_utf8_lossy(line));
+        }
+    }
+
+    #[test]
+    fn the_id_is_recovered_from_the_top_level_only() {
+        assert_eq!(recover_id(br#"{"params":{"id":5},"id":7,"x":"#), Some(json!(7)));
+        assert_eq!(recover_id(br#"{"params":{"id":5,"s":"}\"{"},"id":"q\"r"}"#), Some(json!("q\"r")));
+        assert_eq!(recover_id(br#"{"params":{"id":5},"x":"aaaa"#), None);
+        assert_eq!(recover_id(br#"{"id":12"#), None, "a number cut short may go on");
+        assert_eq!(recover_id(br#"{"id":1.5}"#), None);
+        assert_eq!(recover_id(br#"["id",1]"#), None);
+    }
+
+    /// The transport itself: an over-long line is answered with its id and skipped, a line split
+    /// across reads is whole, the next line passes, and a last line without a newline counts.
+    #[tokio::test]
+    async fn an_over_long_line_is_answered_and_the_session_goes_on() {
+        use rmcp::transport::Transport as _;
+        use tokio::io::AsyncReadExt as _;
+        let (mut client_in, server_in) = tokio::io::duplex(64);
+        let (server_out, mut client_out) = tokio::io::duplex(1 << 16);
+        let mut t = LineTransport::with_max_line(server_in, server_out, 100);
+        let writer = tokio::spawn(async move {
+            let long = format!("{{\"jsonrpc\":\"2.0\",\"id\":41,\"method\":\"ping\",\"x\":\"{}\"}}\n", "a".repeat(500));
+            client_in.write_all(long.as_bytes()).await.unwrap();
+            client_in.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"ping\"}\n").await.unwrap();
+            client_in.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":43,\"method\":\"ping\"}").await.unwrap();
+        });
+        for want in [42, 43] {
+            match t.receive().await {
+                Some(JsonRpcMessage::Request(r)) => assert_eq!(serde_json::to_value(&r.id).unwrap(), json!(want)),
+                other => panic!("expected ping {want}, got {other:?}"),
+            }
+        }
+        writer.await.unwrap();
+        assert!(t.receive().await.is_none(), "end of input ends the session");
+        t.close().await.unwrap();
+        drop(t);
+        let mut out = String::new();
+        client_out.read_to_string(&mut out).await.unwrap();
+        let answers: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(answers.len(), 1, "{out}");
+        assert_eq!(code_and_id(&answers[0]), (INVALID_REQUEST, json!(41)));
+        assert!(answers[0]["error"]["message"].as_str().unwrap().contains("longer than 100 bytes"));
+    }
+
+    fn request_id() -> impl Strategy<Value = Value> {
+        prop_oneof![any::<i64>().prop_map(|n| json!(n)), "[a-z0-9-]{0,12}".prop_map(Value::String)]
+    }
+
+    /// Values of every JSON shape, small.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+            ".{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-z]{1,6}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn method() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(TYPED_REQUESTS).prop_map(str::to_string),
+            Just("notifications/initialized".to_string()),
+            Just("notifications/cancelled".to_string()),
+            "[a-z/]{0,12}",
+        ]
+    }
+
+    fn params() -> impl Strategy<Value = Option<Value>> {
+        prop_oneof![
+            Just(None),
+            any_json().prop_map(Some),
+            Just(Some(json!({ "name": "echo", "arguments": { "text": "a" } }))),
+            Just(Some(json!({ "level": "info" }))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn arbitrary_bytes_never_panic_and_never_pass_garbage(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            let bytes: Vec<u8> = bytes.into_iter().filter(|b| *b != b'\n').collect();
+            match classify(&bytes) {
+                Verdict::Answer(a) => {
+                    let code = a["error"]["code"].as_i64().unwrap();
+                    prop_assert!([PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS, METHOD_NOT_FOUND].contains(&code));
+                }
+                Verdict::Pass(_) | Verdict::Ignore(_) => {}
+            }
+            let _ = recover_id(&bytes);
+        }
+
+        #[test]
+        fn a_request_with_an_id_is_passed_or_answered_with_that_id(
+            id in request_id(), method in method(), params in params(), jsonrpc in prop_oneof![Just(json!("2.0")), any_json()],
+            prefix in 0usize..200,
+        ) {
+            let mut request = json!({ "jsonrpc": jsonrpc, "id": id, "method": method });
+            if let Some(p) = params {
+                request["params"] = p;
+            }
+            let line = serde_json::to_vec(&request).unwrap();
+            match classify(&line) {
+                Verdict::Pass(m) => match *m {
+                    JsonRpcMessage::Request(r) => prop_assert_eq!(serde_json::to_value(&r.id).unwrap(), id.clone()),
+                    other => prop_assert!(false, "a request passed as {:?}", other),
+                },
+                Verdict::Answer(a) => prop_assert_eq!(&a["id"], &id),
+                Verdict::Ignore(why) => prop_assert!(false, "a request was ignored: {}", why),
+            }
+            // The same line cut short (as an over-long line is) yields its id or none, never another.
+            let cut = &line[..prefix.min(line.len())];
+            if let Some(found) = recover_id(cut) {
+                prop_assert_eq!(found, id);
+            }
+        }
+
+        #[test]
+        fn a_notification_is_never_answered(method in method(), params in params()) {
+            let mut n = json!({ "jsonrpc": "2.0", "method": method });
+            if let Some(p) = params {
+                n["params"] = p;
+            }
+            let line = serde_json::to_vec(&n).unwrap();
+            match classify(&line) {
+                Verdict::Answer(a) => prop_assert!(false, "a notification was answered: {}", a),
+                Verdict::Pass(m) => prop_assert!(matches!(*m, JsonRpcMessage::Notification(_))),
+                Verdict::Ignore(_) => {}
+            }
+        }
+    }
+}
