@@ -196,3 +196,47 @@ impl From<tonic::Status> for CliError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn transport(kind: io::ErrorKind) -> tonic::Status {
+        let mut s = tonic::Status::unavailable("transport error");
+        s.set_source(Arc::new(io::Error::new(kind, "underneath")));
+        s
+    }
+
+    /// Only a missing socket or nobody listening is "not running"; a closed or reset connection
+    /// says that it was closed, and a status from cordond keeps its own code.
+    #[test]
+    fn only_enoent_and_econnrefused_mean_not_running() {
+        let path = Path::new("/run/x.sock");
+        for kind in [io::ErrorKind::NotFound, io::ErrorKind::ConnectionRefused] {
+            let e = CliError::from_status(path, transport(kind));
+            assert_eq!(e.code(), DAEMON_NOT_RUNNING, "{kind:?}");
+            assert_eq!(e.exit_code(), exit::UNAVAILABLE);
+            let e = CliError::from_connect_io(path.into(), io::Error::from(kind));
+            assert_eq!(e.code(), DAEMON_NOT_RUNNING, "{kind:?}");
+        }
+        for kind in [io::ErrorKind::ConnectionReset, io::ErrorKind::BrokenPipe, io::ErrorKind::UnexpectedEof] {
+            let e = CliError::from_status(path, transport(kind));
+            assert_eq!(e.code(), "DAEMON_CONNECTION_LOST", "{kind:?}");
+            assert_eq!(e.exit_code(), exit::BUSY);
+            assert!(!e.to_string().contains("not running"), "{e}");
+            assert!(e.to_string().contains("underneath"), "says what happened: {e}");
+        }
+        let e = CliError::from_connect_io(path.into(), io::Error::from(io::ErrorKind::WouldBlock));
+        assert_eq!(e.code(), "DAEMON_BACKLOG_FULL");
+        let e = CliError::from_connect_io(path.into(), io::Error::from(io::ErrorKind::PermissionDenied));
+        assert_eq!(e.code(), "SOCKET_PERMISSION_DENIED");
+        // cordond's own UNAVAILABLE (a tool that cannot run here) is not a transport failure.
+        let mut s = tonic::Status::unavailable("the tool is unavailable");
+        s.metadata_mut().insert(ERROR_CODE_KEY, tonic::metadata::MetadataValue::from_static("TOOL_UNAVAILABLE"));
+        assert_eq!(CliError::from_status(path, s).code(), "TOOL_UNAVAILABLE");
+        assert_eq!(CliError::from_status(path, tonic::Status::unavailable("no source")).code(), "UNAVAILABLE");
+    }
+}

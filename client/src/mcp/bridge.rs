@@ -838,3 +838,47 @@ impl ServerHandler for Bridge {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+
+    /// Turns are handed out in order; beyond the queue bound a call is BUSY at once with a hint;
+    /// a cancelled waiter leaves the queue; and the bound counts only waiting calls.
+    #[tokio::test]
+    async fn the_gate_queues_within_its_bound_and_refuses_beyond_it() {
+        let gate = Arc::new(Gate::new(2, 3));
+        let a = gate.enter().await.unwrap();
+        let _b = gate.enter().await.unwrap();
+        let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiters = Vec::new();
+        for i in 0..3 {
+            let (gate, order_tx) = (gate.clone(), order_tx.clone());
+            waiters.push(tokio::spawn(async move {
+                let turn = gate.enter().await.unwrap();
+                order_tx.send(i).unwrap();
+                turn
+            }));
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(gate.waiting.load(std::sync::atomic::Ordering::SeqCst), 3);
+        match gate.enter().await {
+            Err(e @ CliError::Busy { queued: 3, retry_after_ms: QUEUE_FULL_RETRY_MS }) => {
+                assert_eq!(e.code(), "BUSY");
+                assert!(e.to_string().contains("retry after 1000 ms"), "{e}");
+            }
+            other => panic!("expected BUSY, got {other:?}"),
+        }
+        // A waiter that gives up leaves room for another.
+        waiters.pop().unwrap().abort();
+        tokio::task::yield_now().await;
+        assert_eq!(gate.waiting.load(std::sync::atomic::Ordering::SeqCst), 2);
+        drop(a);
+        let first = waiters.remove(0).await.unwrap();
+        assert_eq!(order_rx.recv().await, Some(0), "the first to wait is the first served");
+        drop(first);
+        let _second = waiters.remove(0).await.unwrap();
+        assert_eq!(order_rx.recv().await, Some(1));
+        assert_eq!(gate.waiting.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+}
