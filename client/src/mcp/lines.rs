@@ -213,24 +213,32 @@ fn method_not_found(id: Value, method: &str) -> Value {
     )
 }
 
-/// Why a known method's params do not fit, as far as serde can say.
+/// Why a known method's params do not fit: serde's reason for the methods clients use most,
+/// else a pointer to the specification (rmcp's untagged fallback hides the reason).
+#[allow(deprecated)] // rmcp marks MCP logging deprecated (SEP-2577); `logging/setLevel` is still served.
 fn params_problem(method: &str, value: &Value) -> String {
-    let mut request = value.clone();
-    if let Some(o) = request.as_object_mut() {
-        o.remove("id");
-        o.remove("jsonrpc");
+    use rmcp::model::{
+        CallToolRequestParams, CompleteRequestParams, GetPromptRequestParams, InitializeRequestParams,
+        PaginatedRequestParams, ReadResourceRequestParams, SetLevelRequestParams,
+    };
+    fn reason<T: serde::de::DeserializeOwned>(params: &Value) -> Option<String> {
+        serde_json::from_value::<T>(params.clone()).err().map(|e| e.to_string())
     }
-    let detail = match serde_json::from_value::<ClientRequest>(request) {
-        Err(e) => e.to_string(),
-        Ok(_) => String::new(),
+    let params = value.get("params").cloned().unwrap_or(Value::Null);
+    let detail = match method {
+        "tools/call" => reason::<CallToolRequestParams>(&params),
+        "initialize" => reason::<InitializeRequestParams>(&params),
+        "logging/setLevel" => reason::<SetLevelRequestParams>(&params),
+        "resources/read" => reason::<ReadResourceRequestParams>(&params),
+        "prompts/get" => reason::<GetPromptRequestParams>(&params),
+        "completion/complete" => reason::<CompleteRequestParams>(&params),
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" if !params.is_null() => {
+            reason::<PaginatedRequestParams>(&params)
+        }
+        _ => None,
     };
-    // The untagged fallback hides serde's reason; name the method's expectations instead.
-    let detail = if detail.is_empty() || detail.contains("did not match any variant") {
-        "they do not match the method's schema in the MCP specification".to_string()
-    } else {
-        detail
-    };
-    format!("invalid params for {method:?}: {detail}")
+    let detail = detail.unwrap_or_else(|| "they do not match the method's params in the MCP specification".into());
+    format!("invalid params for {method:?}: {detail}; fix them and send the request again")
 }
 
 fn notification(value: Value, method: &str) -> Verdict {
@@ -594,6 +602,18 @@ mod tests {
             assert_eq!(code_and_id(&a), (*code, id.clone()), "{}", String::from_utf8_lossy(line));
             assert!(!a["error"]["message"].as_str().unwrap().is_empty());
         }
+    }
+
+    #[test]
+    fn invalid_params_say_what_is_wrong() {
+        let a = answer(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5}}"#);
+        assert_eq!(
+            a["error"]["message"],
+            "invalid params for \"tools/call\": invalid type: integer `5`, expected a string; fix them and send \
+             the request again"
+        );
+        let a = answer(br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{}}"#);
+        assert!(a["error"]["message"].as_str().unwrap().contains("missing field `name`"), "{a}");
     }
 
     #[test]

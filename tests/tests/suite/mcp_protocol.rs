@@ -12,7 +12,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use cordon_tests::{Daemon, bin, eventually};
+use cordon_tests::{Daemon, Output, bin, eventually, is_root};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -40,7 +40,18 @@ struct Session {
 impl Session {
     /// Starts `cordon mcp` on `socket` and completes the `initialize` handshake in `version`.
     fn start(socket: &Path, version: &str) -> Session {
-        let mut child = Command::new(bin("cordon"))
+        Session::start_with(Command::new(bin("cordon")), socket, version)
+    }
+
+    /// As [`Session::start`], as the unprivileged test user.
+    fn start_as_agent(socket: &Path, version: &str) -> Session {
+        let mut command = Command::new("setpriv");
+        command.args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"]).arg(bin("cordon"));
+        Session::start_with(command, socket, version)
+    }
+
+    fn start_with(mut command: Command, socket: &Path, version: &str) -> Session {
+        let mut child = command
             .arg("--socket")
             .arg(socket)
             .arg("mcp")
@@ -188,6 +199,8 @@ fn every_malformed_request_is_answered_with_its_id_and_the_right_code() {
         answers.extend(s.until(&json!(20), Duration::from_secs(10)).into_iter().filter(|m| m.get("method").is_none()));
     }
     let nulls: Vec<&Value> = answers.iter().filter(|a| a["id"].is_null()).collect();
+    let bad_name = answers.iter().find(|a| a["id"] == 12).unwrap();
+    assert!(bad_name["error"]["message"].as_str().unwrap().contains("expected a string"), "{bad_name}");
     let expected_nulls: Vec<i64> = cases.iter().filter(|(_, id, _)| id.is_null()).map(|(_, _, c)| *c).collect();
     assert_eq!(nulls.iter().map(|a| code(a)).collect::<Vec<_>>(), expected_nulls, "{nulls:#?}");
     for (line, id, want) in cases.iter().filter(|(_, id, _)| !id.is_null()) {
@@ -569,4 +582,134 @@ impl CloneForTest for ChildStdin {
         use std::os::fd::AsFd as _;
         std::fs::File::from(self.as_fd().try_clone_to_owned().unwrap())
     }
+}
+
+// ---- the same as an unprivileged agent user ----
+
+const AGENT: &str = "cordon-t-agent";
+const SOCKET_GROUP: &str = "cordon-t-sock";
+
+/// Creates the test user and socket group (idempotent; another test module may create them
+/// at the same time, so wait until the user exists).
+fn ensure_agent() {
+    let run = |args: &[&str]| {
+        let _ = Command::new(args[0]).args(&args[1..]).output();
+    };
+    run(&["groupadd", "-f", SOCKET_GROUP]);
+    run(&["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT]);
+    run(&["usermod", "-aG", SOCKET_GROUP, AGENT]);
+    let exists = || {
+        let groups = Command::new("id").args(["-nG", AGENT]).output().unwrap();
+        String::from_utf8_lossy(&groups.stdout).split_whitespace().any(|g| g == SOCKET_GROUP)
+    };
+    if !eventually(Duration::from_secs(10), exists) {
+        run(&["usermod", "-aG", SOCKET_GROUP, AGENT]);
+        assert!(exists(), "could not create {AGENT} in {SOCKET_GROUP}");
+    }
+}
+
+fn as_agent(d: &Daemon, args: &[&str]) -> Output {
+    let out = Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+        .arg(bin("cordon"))
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(args)
+        .output()
+        .unwrap();
+    Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A python any user can run (a pyenv shim under /root is not).
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Opens 255 connections to `argv[1]`, each with the HTTP/2 preface and an empty SETTINGS frame,
+/// says "ready", and holds them until stdin closes.
+const HOLD_CONNECTIONS: &str = r#"
+import socket, sys
+cs = []
+for _ in range(255):
+    c = socket.socket(socket.AF_UNIX)
+    c.connect(sys.argv[1])
+    c.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+    cs.append(c)
+print("ready", flush=True)
+sys.stdin.read()
+"#;
+
+#[test]
+fn an_agent_at_its_connection_cap_is_told_so_and_other_users_are_not_locked_out() {
+    if !is_root() {
+        eprintln!("skipped: needs root to create a test user");
+        return;
+    }
+    if !Path::new(PYTHON).exists() {
+        eprintln!("skipped: needs {PYTHON} (run as the agent user) to hold its connections");
+        return;
+    }
+    ensure_agent();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(
+        policies.join("t.toml"),
+        TOOLS.replacen(
+            "version = 1\n",
+            &format!("version = 1\n\n[defaults]\nallow = {{ users = [\"{AGENT}\"] }}\n"),
+            1,
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start_in(dir, policies, &["--socket-group", SOCKET_GROUP]);
+
+    // The agent's burst on a fresh session: one connection, every call answered.
+    let mut s = Session::start_as_agent(&d.socket, "2025-11-25");
+    for i in 0..200 {
+        s.send_json(&json!({ "jsonrpc": "2.0", "id": i, "method": "tools/call",
+                             "params": { "name": "echo", "arguments": { "text": "agent" } } }));
+    }
+    let mut answered: HashMap<u64, Value> = HashMap::new();
+    while answered.len() < 200 {
+        let m = s.lines.recv_timeout(Duration::from_secs(60)).expect("an answer").unwrap();
+        if let Some(id) = m["id"].as_u64() {
+            assert_eq!(m["result"]["isError"], false, "call {id} as the agent: {m}");
+            assert!(answered.insert(id, m).is_none(), "two answers for {id}");
+        }
+    }
+    assert_eq!(connections_of(s.child.id(), &d.socket), 1);
+
+    // The agent's uid holds all of its 256 connections (the session has one).
+    let mut holder = Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--", PYTHON, "-c"])
+        .arg(HOLD_CONNECTIONS)
+        .arg(&d.socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 holds the connections");
+    let mut ready = String::new();
+    BufReader::new(holder.stdout.take().unwrap()).read_line(&mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
+    assert!(
+        eventually(Duration::from_secs(10), || accepted(&d.socket) >= 256),
+        "only {} accepted",
+        accepted(&d.socket)
+    );
+
+    let out = as_agent(&d, &["tools", "--json"]);
+    assert_eq!(out.json()["error"]["code"], "DAEMON_CONNECTION_LOST", "{out:#?}");
+    assert_eq!(out.code, Some(75), "{out:#?}");
+    // Root (another uid) is not locked out, and the agent's open session goes on.
+    d.cordon(&["tools", "--json"]).assert_code(0);
+    s.send_json(&json!({ "jsonrpc": "2.0", "id": "after", "method": "tools/call",
+                         "params": { "name": "echo", "arguments": { "text": "still" } } }));
+    let r = s.until(&json!("after"), Duration::from_secs(10)).pop().unwrap();
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    drop(holder.stdin.take());
+    let _ = holder.wait();
 }
