@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use cordon_proto::{ConnectError, ERROR_CODE_KEY, ERROR_FIELD_KEY};
+use cordon_proto::{ERROR_CODE_KEY, ERROR_FIELD_KEY};
 use serde_json::json;
 
 /// Stable exit codes of the `cordon` binary (a tool's own exit code passes through `run`).
@@ -29,6 +29,10 @@ pub mod exit {
     pub const CONFIRMATION_REQUIRED: u8 = 3;
 }
 
+/// The stable code for "nothing listens on the socket" (ENOENT or ECONNREFUSED on connect), on
+/// every surface. Formerly `DAEMON_UNAVAILABLE` in `cordon mcp` results.
+pub const DAEMON_NOT_RUNNING: &str = "DAEMON_NOT_RUNNING";
+
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error(
@@ -40,6 +44,20 @@ pub enum CliError {
     SocketPermission { path: PathBuf },
     #[error("cannot connect to cordond at {}: {source}", path.display())]
     Connect { path: PathBuf, source: io::Error },
+    /// The socket accepted, then the connection ended (at the handshake or during a call):
+    /// cordond is running, so this is never "not running".
+    #[error(
+        "cordond at {} closed the connection ({detail}); it does this to a user that already holds its limit of \
+         open connections, and when it stops: close idle `cordon` sessions of this user, then retry",
+        path.display()
+    )]
+    ConnectionLost { path: PathBuf, detail: String },
+    /// The socket's listen queue is full (EAGAIN on connect): cordond is running but not accepting fast enough.
+    #[error("cordond at {} is not accepting connections fast enough (its listen queue is full); retry in a moment", path.display())]
+    Backlog { path: PathBuf },
+    /// The MCP front-end's own queue of calls waiting for the daemon is full.
+    #[error("{queued} calls are already waiting for cordond in this session; retry after {retry_after_ms} ms")]
+    Busy { queued: usize, retry_after_ms: u64 },
     #[error("{}", rpc_message(.code.as_deref(), .message))]
     Rpc { status: tonic::Code, code: Option<String>, field: Option<String>, message: String },
     #[error("{0}")]
@@ -58,20 +76,68 @@ fn rpc_message(code: Option<&str>, message: &str) -> String {
 }
 
 impl CliError {
-    pub(crate) fn from_connect(e: ConnectError) -> CliError {
-        let path = e.path;
-        match e.source.kind() {
-            io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
-                CliError::DaemonDown { path, source: e.source }
-            }
+    /// What `connect(2)` on the socket said. Only a missing socket (ENOENT) and nobody
+    /// listening on it (ECONNREFUSED) mean that cordond is not running.
+    pub(crate) fn from_connect_io(path: PathBuf, source: io::Error) -> CliError {
+        match source.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => CliError::DaemonDown { path, source },
             io::ErrorKind::PermissionDenied => CliError::SocketPermission { path },
-            _ => CliError::Connect { path, source: e.source },
+            io::ErrorKind::WouldBlock => CliError::Backlog { path },
+            _ => CliError::Connect { path, source },
         }
+    }
+
+    /// A failed call on a connection to the daemon at `path`. A transport failure (no cordon
+    /// error code, and an error underneath the status) is classified by the `io::Error` found
+    /// beneath it: a reconnect that found no socket is "not running"; anything else is a
+    /// connection that cordond closed or that broke, never "not running".
+    pub(crate) fn from_status(path: &std::path::Path, s: tonic::Status) -> CliError {
+        let transport = s.metadata().get(ERROR_CODE_KEY).is_none()
+            && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal)
+            && std::error::Error::source(&s).is_some();
+        if !transport {
+            return CliError::from(s);
+        }
+        let mut chain = Vec::new();
+        let mut io_kind = None;
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&s);
+        while let Some(e) = cause {
+            if let Some(io) = e.downcast_ref::<io::Error>() {
+                io_kind.get_or_insert(io.kind());
+            }
+            let text = e.to_string();
+            if !text.is_empty() && !chain.iter().any(|c: &String| c.contains(&text)) {
+                chain.push(text);
+            }
+            cause = e.source();
+        }
+        let path = path.to_path_buf();
+        match io_kind {
+            Some(io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => CliError::DaemonDown {
+                path,
+                source: io::Error::new(io_kind.unwrap_or(io::ErrorKind::NotFound), chain.join(": ")),
+            },
+            Some(io::ErrorKind::PermissionDenied) => CliError::SocketPermission { path },
+            Some(io::ErrorKind::WouldBlock) => CliError::Backlog { path },
+            _ => CliError::ConnectionLost { path, detail: chain.join(": ") },
+        }
+    }
+
+    /// Whether the connection this error came from is unusable (the caller should reconnect).
+    pub fn connection_failed(&self) -> bool {
+        matches!(
+            self,
+            CliError::DaemonDown { .. }
+                | CliError::Connect { .. }
+                | CliError::ConnectionLost { .. }
+                | CliError::Backlog { .. }
+        )
     }
 
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::DaemonDown { .. } => exit::UNAVAILABLE,
+            CliError::ConnectionLost { .. } | CliError::Backlog { .. } | CliError::Busy { .. } => exit::BUSY,
             CliError::SocketPermission { .. } => exit::PERMISSION,
             CliError::Usage(_) => exit::USAGE,
             CliError::Rpc { status, .. } => match status {
@@ -89,9 +155,14 @@ impl CliError {
     /// The stable code for `--json` output.
     pub fn code(&self) -> String {
         match self {
-            CliError::DaemonDown { .. } => "DAEMON_NOT_RUNNING".into(),
+            // One name on every surface (CLI `--json` and MCP results); the MCP front-end called
+            // this DAEMON_UNAVAILABLE before.
+            CliError::DaemonDown { .. } => DAEMON_NOT_RUNNING.into(),
             CliError::SocketPermission { .. } => "SOCKET_PERMISSION_DENIED".into(),
             CliError::Connect { .. } => "CONNECT_FAILED".into(),
+            CliError::ConnectionLost { .. } => "DAEMON_CONNECTION_LOST".into(),
+            CliError::Backlog { .. } => "DAEMON_BACKLOG_FULL".into(),
+            CliError::Busy { .. } => "BUSY".into(),
             CliError::Rpc { code: Some(c), .. } => c.clone(),
             CliError::Rpc { status, .. } => format!("{status:?}").to_ascii_uppercase(),
             CliError::Usage(_) => "USAGE".into(),
@@ -123,5 +194,49 @@ impl From<tonic::Status> for CliError {
             field: get(ERROR_FIELD_KEY),
             message: s.message().to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn transport(kind: io::ErrorKind) -> tonic::Status {
+        let mut s = tonic::Status::unavailable("transport error");
+        s.set_source(Arc::new(io::Error::new(kind, "underneath")));
+        s
+    }
+
+    /// Only a missing socket or nobody listening is "not running"; a closed or reset connection
+    /// says that it was closed, and a status from cordond keeps its own code.
+    #[test]
+    fn only_enoent_and_econnrefused_mean_not_running() {
+        let path = Path::new("/run/x.sock");
+        for kind in [io::ErrorKind::NotFound, io::ErrorKind::ConnectionRefused] {
+            let e = CliError::from_status(path, transport(kind));
+            assert_eq!(e.code(), DAEMON_NOT_RUNNING, "{kind:?}");
+            assert_eq!(e.exit_code(), exit::UNAVAILABLE);
+            let e = CliError::from_connect_io(path.into(), io::Error::from(kind));
+            assert_eq!(e.code(), DAEMON_NOT_RUNNING, "{kind:?}");
+        }
+        for kind in [io::ErrorKind::ConnectionReset, io::ErrorKind::BrokenPipe, io::ErrorKind::UnexpectedEof] {
+            let e = CliError::from_status(path, transport(kind));
+            assert_eq!(e.code(), "DAEMON_CONNECTION_LOST", "{kind:?}");
+            assert_eq!(e.exit_code(), exit::BUSY);
+            assert!(!e.to_string().contains("not running"), "{e}");
+            assert!(e.to_string().contains("underneath"), "says what happened: {e}");
+        }
+        let e = CliError::from_connect_io(path.into(), io::Error::from(io::ErrorKind::WouldBlock));
+        assert_eq!(e.code(), "DAEMON_BACKLOG_FULL");
+        let e = CliError::from_connect_io(path.into(), io::Error::from(io::ErrorKind::PermissionDenied));
+        assert_eq!(e.code(), "SOCKET_PERMISSION_DENIED");
+        // cordond's own UNAVAILABLE (a tool that cannot run here) is not a transport failure.
+        let mut s = tonic::Status::unavailable("the tool is unavailable");
+        s.metadata_mut().insert(ERROR_CODE_KEY, tonic::metadata::MetadataValue::from_static("TOOL_UNAVAILABLE"));
+        assert_eq!(CliError::from_status(path, s).code(), "TOOL_UNAVAILABLE");
+        assert_eq!(CliError::from_status(path, tonic::Status::unavailable("no source")).code(), "UNAVAILABLE");
     }
 }

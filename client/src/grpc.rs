@@ -2,34 +2,88 @@
 //! client works with the plain structs below.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cordon_proto::v1;
 use cordon_proto::v1::cordon_client::CordonClient;
+use hyper_util::rt::TokioIo;
 use serde::Serialize;
+use tokio::net::UnixStream;
 use tonic::transport::Channel;
+use tonic::transport::Endpoint;
 
 use crate::error::CliError;
 
-/// A connection to cordond.
+/// A connection to cordond: one HTTP/2 connection, multiplexed; clones share it.
 #[derive(Debug, Clone)]
 pub struct Client {
     inner: CordonClient<Channel>,
+    socket: PathBuf,
 }
 
+/// How long opening the connection (socket and HTTP/2 handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Client {
+    /// Opens one connection to the daemon. Errors say what `connect(2)` said: only a missing
+    /// socket or nobody listening is "not running"; a connection cordond accepted and then closed
+    /// (as it does beyond a uid's connection limit) is [`CliError::ConnectionLost`].
+    ///
+    /// The socket is connected here, once, and that very stream carries the channel: no probe
+    /// connection, so a front-end holds exactly one connection. If the connection later breaks,
+    /// the channel connects again on its next call (and that reconnect's `io::Error` reaches
+    /// [`CliError::from_status`]).
     pub async fn connect(socket: &Path) -> Result<Client, CliError> {
-        let channel = cordon_proto::connect(socket).await.map_err(CliError::from_connect)?;
+        let path = socket.to_path_buf();
+        let first = UnixStream::connect(&path).await.map_err(|e| CliError::from_connect_io(path.clone(), e))?;
+        let first = Arc::new(Mutex::new(Some(first)));
+        let connector_path = path.clone();
+        // The URI is required by tonic but never used: the connector ignores it.
+        let endpoint = Endpoint::from_static("http://cordon.invalid").connect_timeout(CONNECT_TIMEOUT);
+        let connecting = endpoint.connect_with_connector(tower::service_fn(move |_| {
+            let path = connector_path.clone();
+            let ready = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+            async move {
+                let stream = match ready {
+                    Some(s) => s,
+                    None => UnixStream::connect(path).await?,
+                };
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }));
+        let channel = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(CliError::ConnectionLost { path, detail: error_chain(&e) }),
+            Err(_) => {
+                return Err(CliError::ConnectionLost {
+                    path,
+                    detail: format!("no HTTP/2 handshake within {} s", CONNECT_TIMEOUT.as_secs()),
+                });
+            }
+        };
         let inner = CordonClient::new(channel).max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
-        Ok(Client { inner })
+        Ok(Client { inner, socket: path })
+    }
+
+    /// A failed call, classified (see [`CliError::from_status`]).
+    fn fail(&self, s: tonic::Status) -> CliError {
+        CliError::from_status(&self.socket, s)
     }
 
     pub async fn list_tools(&mut self, include_unavailable: bool) -> Result<(u64, Vec<ToolInfo>), CliError> {
-        let r = self.inner.list_tools(v1::ListToolsRequest { include_unavailable }).await?.into_inner();
+        let r = self
+            .inner
+            .list_tools(v1::ListToolsRequest { include_unavailable })
+            .await
+            .map_err(|s| self.fail(s))?
+            .into_inner();
         Ok((r.generation, r.tools.into_iter().map(ToolInfo::from).collect()))
     }
 
     pub async fn get_tool(&mut self, name: &str) -> Result<ToolInfo, CliError> {
-        let r = self.inner.get_tool(v1::GetToolRequest { name: name.into() }).await?.into_inner();
+        let r =
+            self.inner.get_tool(v1::GetToolRequest { name: name.into() }).await.map_err(|s| self.fail(s))?.into_inner();
         r.tool.map(ToolInfo::from).ok_or_else(|| CliError::Protocol("GetTool returned no tool".into()))
     }
 
@@ -43,8 +97,8 @@ impl Client {
         on_event: impl FnMut(&Event),
     ) -> Result<Invocation, CliError> {
         let request = v1::InvokeRequest { tool: tool.into(), arguments_json, stream_output };
-        let stream = self.inner.invoke(request).await?.into_inner();
-        follow(stream, on_event).await
+        let stream = self.inner.invoke(request).await.map_err(|s| self.fail(s))?.into_inner();
+        follow(&self.socket, stream, on_event).await
     }
 
     /// Redeems a confirmation token and runs what it stands for.
@@ -56,8 +110,8 @@ impl Client {
         on_event: impl FnMut(&Event),
     ) -> Result<RunResult, CliError> {
         let request = v1::ConfirmRequest { token: token.into(), approved_by_elicitation, stream_output };
-        let stream = self.inner.confirm(request).await?.into_inner();
-        match follow(stream, on_event).await? {
+        let stream = self.inner.confirm(request).await.map_err(|s| self.fail(s))?.into_inner();
+        match follow(&self.socket, stream, on_event).await? {
             Invocation::Finished(r) => Ok(r),
             Invocation::NeedsConfirmation(_) => {
                 Err(CliError::Protocol("a confirmed call asked for confirmation again".into()))
@@ -67,11 +121,11 @@ impl Client {
 
     /// Registry generations as they change, starting with the current one.
     pub async fn watch_registry(&mut self) -> Result<tonic::Streaming<v1::RegistryGeneration>, CliError> {
-        Ok(self.inner.watch_registry(v1::WatchRegistryRequest {}).await?.into_inner())
+        Ok(self.inner.watch_registry(v1::WatchRegistryRequest {}).await.map_err(|s| self.fail(s))?.into_inner())
     }
 
     pub async fn pending(&mut self) -> Result<Vec<PendingInfo>, CliError> {
-        let r = self.inner.list_pending(v1::ListPendingRequest {}).await?.into_inner();
+        let r = self.inner.list_pending(v1::ListPendingRequest {}).await.map_err(|s| self.fail(s))?.into_inner();
         Ok(r.pending
             .into_iter()
             .map(|p| PendingInfo {
@@ -88,21 +142,27 @@ impl Client {
     }
 
     pub async fn approve(&mut self, approval_id: &str) -> Result<(), CliError> {
-        self.inner.approve(v1::ApproveRequest { approval_id: approval_id.into() }).await?;
+        self.inner.approve(v1::ApproveRequest { approval_id: approval_id.into() }).await.map_err(|s| self.fail(s))?;
         Ok(())
     }
 
     pub async fn deny(&mut self, approval_id: &str) -> Result<(), CliError> {
-        self.inner.deny(v1::DenyRequest { approval_id: approval_id.into() }).await?;
+        self.inner.deny(v1::DenyRequest { approval_id: approval_id.into() }).await.map_err(|s| self.fail(s))?;
         Ok(())
     }
 
     pub async fn cancel(&mut self, invocation_id: &str) -> Result<bool, CliError> {
-        Ok(self.inner.cancel(v1::CancelRequest { invocation_id: invocation_id.into() }).await?.into_inner().cancelled)
+        Ok(self
+            .inner
+            .cancel(v1::CancelRequest { invocation_id: invocation_id.into() })
+            .await
+            .map_err(|s| self.fail(s))?
+            .into_inner()
+            .cancelled)
     }
 
     pub async fn reload(&mut self) -> Result<PolicyReport, CliError> {
-        let r = self.inner.reload(v1::ReloadRequest {}).await?.into_inner();
+        let r = self.inner.reload(v1::ReloadRequest {}).await.map_err(|s| self.fail(s))?.into_inner();
         Ok(PolicyReport {
             ok: r.ok,
             generation: Some(r.generation),
@@ -112,7 +172,7 @@ impl Client {
     }
 
     pub async fn status(&mut self) -> Result<StatusInfo, CliError> {
-        Ok(StatusInfo::from(self.inner.status(v1::StatusRequest {}).await?.into_inner()))
+        Ok(StatusInfo::from(self.inner.status(v1::StatusRequest {}).await.map_err(|s| self.fail(s))?.into_inner()))
     }
 
     /// Audit records as written (JSON lines): the last `lines` matching ones, then, with
@@ -131,25 +191,41 @@ impl Client {
             tool: tool.unwrap_or_default().into(),
             decision: decision.unwrap_or_default().into(),
         };
-        let mut stream = self.inner.tail_audit(request).await?.into_inner();
-        while let Some(line) = stream.message().await? {
+        let mut stream = self.inner.tail_audit(request).await.map_err(|s| self.fail(s))?.into_inner();
+        while let Some(line) = stream.message().await.map_err(|s| self.fail(s))? {
             on_line(&line.line);
         }
         Ok(())
     }
 
     pub async fn resume_audit(&mut self) -> Result<String, CliError> {
-        Ok(self.inner.resume_audit(v1::ResumeAuditRequest {}).await?.into_inner().message)
+        Ok(self.inner.resume_audit(v1::ResumeAuditRequest {}).await.map_err(|s| self.fail(s))?.into_inner().message)
     }
+}
+
+/// An error and its causes, one line (tonic's transport errors hide the interesting part in
+/// their sources).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cause = c.source();
+    }
+    parts.join(": ")
 }
 
 /// Reads an invocation stream to its end.
 async fn follow(
+    socket: &Path,
     mut stream: tonic::Streaming<v1::InvokeEvent>,
     mut on_event: impl FnMut(&Event),
 ) -> Result<Invocation, CliError> {
     let mut accepted: Option<Accepted> = None;
-    while let Some(event) = stream.message().await? {
+    while let Some(event) = stream.message().await.map_err(|s| CliError::from_status(socket, s))? {
         match event.event {
             Some(v1::invoke_event::Event::Accepted(a)) => {
                 let a =

@@ -33,6 +33,14 @@ pub const DESCRIBE_TOOL: &str = "describe_schema";
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 /// A notification that cannot be sent within this is dropped (the client may be gone).
 const NOTIFY_TIMEOUT: Duration = Duration::from_secs(1);
+/// Invocations this session runs in cordond at once; the rest wait their turn, in order. It is
+/// cordond's default per-caller limit: more in flight would only be answered BUSY.
+pub const MAX_IN_FLIGHT: usize = 8;
+/// Calls that may wait for a turn; beyond this a call is answered BUSY at once, with a hint.
+pub const MAX_QUEUED: usize = 1024;
+/// When cordond answers BUSY (its own limits, shared with other clients of this user), a call
+/// retries with backoff for this long before it passes the BUSY on. Nothing ran on a BUSY.
+const BUSY_RETRY_FOR: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
 pub struct Bridge {
@@ -44,9 +52,17 @@ struct Inner {
     socket: PathBuf,
     /// Cancelled when the host closes stdin: every running call is cancelled with it.
     closed: tokio_util::sync::CancellationToken,
-    /// One multiplexed connection to the daemon, dropped when its transport fails.
-    client: Mutex<Option<Client>>,
+    /// One multiplexed connection to the daemon and its epoch, dropped when its transport fails.
+    /// The async lock is held while connecting: concurrent callers wait for that one connect and
+    /// then share its channel (single flight), so a burst never opens a connection per call.
+    client: tokio::sync::Mutex<Option<(u64, Client)>>,
+    /// Counts connections made, so a failure only drops the connection it happened on.
+    epoch: std::sync::atomic::AtomicU64,
     catalog: Mutex<Option<Arc<Catalog>>>,
+    /// Single flight for fetching the catalog.
+    catalog_fetch: tokio::sync::Mutex<()>,
+    /// Turns for invocations: at most [`MAX_IN_FLIGHT`] in cordond, at most [`MAX_QUEUED`] waiting.
+    gate: Gate,
     /// Minimum level of logging notifications (set by `logging/setLevel`); none until set.
     level: Mutex<Option<LoggingLevel>>,
     peer: Mutex<Option<Peer<RoleServer>>>,
@@ -94,8 +110,11 @@ impl Bridge {
             inner: Arc::new(Inner {
                 socket,
                 closed,
-                client: Mutex::new(None),
+                client: tokio::sync::Mutex::new(None),
+                epoch: std::sync::atomic::AtomicU64::new(0),
                 catalog: Mutex::new(None),
+                catalog_fetch: tokio::sync::Mutex::new(()),
+                gate: Gate::new(MAX_IN_FLIGHT, MAX_QUEUED),
                 level: Mutex::new(None),
                 peer: Mutex::new(None),
                 sinks: Mutex::new(Vec::new()),
@@ -105,22 +124,43 @@ impl Bridge {
     }
 
     async fn client(&self) -> Result<Client, CliError> {
-        if let Some(c) = lock(&self.inner.client).clone() {
-            return Ok(c);
-        }
-        let c = Client::connect(&self.inner.socket).await?;
-        *lock(&self.inner.client) = Some(c.clone());
-        Ok(c)
+        self.connection().await.map(|(_, c)| c)
     }
 
-    /// Whether an error means the daemon's connection is gone (then it is forgotten).
-    fn connection_lost(&self, e: &CliError) -> bool {
-        let lost = matches!(e, CliError::DaemonDown { .. } | CliError::Connect { .. })
-            || matches!(e, CliError::Rpc { status: tonic::Code::Unavailable | tonic::Code::Unknown, code: None, .. });
-        if lost {
-            *lock(&self.inner.client) = None;
+    /// The session's connection and its epoch, connecting first if there is none.
+    async fn connection(&self) -> Result<(u64, Client), CliError> {
+        let mut slot = self.inner.client.lock().await;
+        if let Some((epoch, c)) = slot.as_ref() {
+            return Ok((*epoch, c.clone()));
         }
-        lost
+        let c = Client::connect(&self.inner.socket).await?;
+        let epoch = self.inner.epoch.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        *slot = Some((epoch, c.clone()));
+        Ok((epoch, c))
+    }
+
+    /// Drops the connection of `epoch` (only that one: a newer connection stays).
+    async fn forget(&self, epoch: u64) {
+        let mut slot = self.inner.client.lock().await;
+        if slot.as_ref().is_some_and(|(e, _)| *e == epoch) {
+            *slot = None;
+        }
+    }
+
+    /// After a call on the connection of `epoch` failed: a broken connection is dropped and
+    /// opened again once, so that the error says what is true now. A daemon that is gone is
+    /// "not running"; one that answers again means the old connection was closed or broke.
+    async fn after_failure(&self, e: CliError, epoch: u64) -> CliError {
+        if !e.connection_failed() {
+            return e;
+        }
+        self.forget(epoch).await;
+        if matches!(e, CliError::ConnectionLost { .. })
+            && let Err(now @ CliError::DaemonDown { .. }) = self.connection().await
+        {
+            return now;
+        }
+        e
     }
 
     /// The current catalog, fetched from the daemon when the generation moved.
@@ -128,13 +168,15 @@ impl Bridge {
         if let Some(c) = lock(&self.inner.catalog).clone() {
             return Ok(c);
         }
-        let mut client = self.client().await?;
+        // Single flight: a burst of calls on a fresh session fetches the tools once.
+        let _fetching = self.inner.catalog_fetch.lock().await;
+        if let Some(c) = lock(&self.inner.catalog).clone() {
+            return Ok(c);
+        }
+        let (epoch, mut client) = self.connection().await?;
         let (generation, tools) = match client.list_tools(false).await {
             Ok(r) => r,
-            Err(e) => {
-                self.connection_lost(&e);
-                return Err(e);
-            }
+            Err(e) => return Err(self.after_failure(e, epoch).await),
         };
         let catalog = Arc::new(Catalog { generation, tools, checks: Mutex::new(HashMap::new()) });
         *lock(&self.inner.catalog) = Some(catalog.clone());
@@ -145,26 +187,25 @@ impl Bridge {
         *lock(&self.inner.catalog) = None;
     }
 
-    fn daemon_down(&self, e: &CliError) -> CallToolResult {
-        if self.connection_lost(e) {
-            return render::failure(
-                Some("DAEMON_UNAVAILABLE"),
-                &format!(
-                    "cordond is not running at {}; ask the admin to start it, then retry",
-                    self.inner.socket.display()
-                ),
-            );
-        }
+    /// A failed call as a tool result, with the code the CLI's `--json` uses for it too.
+    fn failure(&self, e: &CliError) -> CallToolResult {
         match e {
             CliError::DaemonDown { .. } => render::failure(
-                Some("DAEMON_UNAVAILABLE"),
+                Some(crate::error::DAEMON_NOT_RUNNING),
                 &format!(
                     "cordond is not running at {}; ask the admin to start it, then retry",
                     self.inner.socket.display()
                 ),
             ),
             CliError::Rpc { code, message, .. } => render::failure(code.as_deref(), message),
-            other => render::failure(None, &other.to_string()),
+            CliError::Busy { retry_after_ms, .. } => {
+                let mut result = render::failure(Some(&e.code()), &e.to_string());
+                result.structured_content = Some(
+                    json!({ "error": { "code": e.code(), "message": e.to_string(), "retry_after_ms": retry_after_ms } }),
+                );
+                result
+            }
+            other => render::failure(Some(&other.code()), &other.to_string()),
         }
     }
 
@@ -178,9 +219,11 @@ impl Bridge {
         // After an outage the first generation seen is news: the tools are back.
         let mut announce = false;
         loop {
-            match self.client().await {
-                Ok(mut client) => match client.watch_registry().await {
+            let mut epoch = None;
+            match self.connection().await {
+                Ok((e, mut client)) => match client.watch_registry().await {
                     Ok(mut stream) => {
+                        epoch = Some(e);
                         backoff = Duration::from_millis(100);
                         if !was_up {
                             self.log(LoggingLevel::Info, "cordond is back").await;
@@ -194,7 +237,10 @@ impl Bridge {
                             last = Some(g.generation);
                         }
                     }
-                    Err(e) => tracing::debug!(error = %e, "WatchRegistry failed"),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "WatchRegistry failed");
+                        epoch = Some(e);
+                    }
                 },
                 Err(e) => tracing::debug!(error = %e, "cordond unreachable"),
             }
@@ -202,7 +248,9 @@ impl Bridge {
                 // The daemon went away: its tools may be different when it returns.
                 was_up = false;
                 announce = true;
-                *lock(&self.inner.client) = None;
+                if let Some(e) = epoch {
+                    self.forget(e).await;
+                }
                 last = None;
                 self.invalidate();
                 self.notify_list_changed().await;
@@ -365,18 +413,40 @@ impl Bridge {
                 }
             })
         });
-        let mut client = match self.client().await {
-            Ok(c) => c,
-            Err(e) => return Ok(self.daemon_down(&e).into()),
-        };
         let stream_output = context.meta.get_progress_token().is_some();
         let outcome = {
             let work = async {
-                match start {
-                    Start::Invoke(arguments) => client.invoke(&tool.name, arguments, stream_output, on_event).await,
-                    Start::Confirm { token, elicited } => {
-                        client.confirm(&token, elicited, stream_output, on_event).await.map(Invocation::Finished)
+                // Owned by the work: when it ends, the progress task sees the end of its events.
+                let mut on_event = on_event;
+                // Wait for a turn (cancellable like the rest), then share the one connection.
+                let _turn = self.inner.gate.enter().await?;
+                let (epoch, mut client) = self.connection().await?;
+                let outcome = match start {
+                    Start::Invoke(arguments) => {
+                        let retry_until = Instant::now() + BUSY_RETRY_FOR;
+                        let mut backoff = Duration::from_millis(20);
+                        loop {
+                            let r = client.invoke(&tool.name, arguments.clone(), stream_output, &mut on_event).await;
+                            match r {
+                                // cordond's own limits (shared with this user's other clients):
+                                // nothing ran, so waiting and asking again is safe.
+                                Err(CliError::Rpc { code: Some(c), .. })
+                                    if c == "BUSY" && Instant::now() + backoff < retry_until =>
+                                {
+                                    tokio::time::sleep(backoff).await;
+                                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                                }
+                                other => break other,
+                            }
+                        }
                     }
+                    Start::Confirm { token, elicited } => {
+                        client.confirm(&token, elicited, stream_output, &mut on_event).await.map(Invocation::Finished)
+                    }
+                };
+                match outcome {
+                    Err(e) => Err(self.after_failure(e, epoch).await),
+                    ok => ok,
                 }
             };
             tokio::select! {
@@ -409,7 +479,7 @@ impl Bridge {
                 Ok(render::result(real.as_ref().unwrap_or(tool), &r).into())
             }
             Ok(Invocation::NeedsConfirmation(c)) => Box::pin(self.confirmation(tool, context, c)).await,
-            Err(e) => Ok(self.daemon_down(&e).into()),
+            Err(e) => Ok(self.failure(&e).into()),
         }
     }
 
@@ -518,6 +588,54 @@ impl Bridge {
             return Ok(render::failure(Some("APPROVAL_DENIED"), "the user declined; nothing ran").into());
         }
         self.run(tool, context, Start::Confirm { token: w.token, elicited: true }).await
+    }
+}
+
+/// Turns for invocations: a fair semaphore of [`MAX_IN_FLIGHT`] permits and a bounded count of
+/// calls waiting for one.
+#[derive(Debug)]
+struct Gate {
+    turns: Arc<tokio::sync::Semaphore>,
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
+    max_waiting: usize,
+}
+
+/// Retry hint of a call refused because the queue is full.
+const QUEUE_FULL_RETRY_MS: u64 = 1000;
+
+impl Gate {
+    fn new(in_flight: usize, max_waiting: usize) -> Gate {
+        Gate {
+            turns: Arc::new(tokio::sync::Semaphore::new(in_flight)),
+            waiting: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            max_waiting,
+        }
+    }
+
+    /// A turn, after the calls that asked before this one (tokio's semaphore is fair); BUSY at
+    /// once when [`Self::max_waiting`] calls are already waiting. Dropping the future (the call
+    /// was cancelled) leaves the queue.
+    async fn enter(&self) -> Result<tokio::sync::OwnedSemaphorePermit, CliError> {
+        use std::sync::atomic::Ordering;
+        if let Ok(turn) = self.turns.clone().try_acquire_owned() {
+            return Ok(turn);
+        }
+        let queued = self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _leave = Waiting(self.waiting.clone());
+        if queued >= self.max_waiting {
+            return Err(CliError::Busy { queued, retry_after_ms: QUEUE_FULL_RETRY_MS });
+        }
+        self.turns.clone().acquire_owned().await.map_err(|_| CliError::Other("the session is closing".into()))
+    }
+}
+
+/// One call counted as waiting, until dropped.
+#[derive(Debug)]
+struct Waiting(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -636,7 +754,7 @@ impl ServerHandler for Bridge {
         }
         let catalog = match self.catalog().await {
             Ok(c) => c,
-            Err(e) => return Ok(self.daemon_down(&e).into()),
+            Err(e) => return Ok(self.failure(&e).into()),
         };
         let Some(tool) = catalog.tools.iter().find(|t| t.name == name) else {
             let names = catalog.tools.iter().map(|t| t.name.as_str()).chain([DESCRIBE_TOOL, CONFIRM_TOOL]);
@@ -718,5 +836,49 @@ impl ServerHandler for Bridge {
         }
         context.cancelled().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+
+    /// Turns are handed out in order; beyond the queue bound a call is BUSY at once with a hint;
+    /// a cancelled waiter leaves the queue; and the bound counts only waiting calls.
+    #[tokio::test]
+    async fn the_gate_queues_within_its_bound_and_refuses_beyond_it() {
+        let gate = Arc::new(Gate::new(2, 3));
+        let a = gate.enter().await.unwrap();
+        let _b = gate.enter().await.unwrap();
+        let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiters = Vec::new();
+        for i in 0..3 {
+            let (gate, order_tx) = (gate.clone(), order_tx.clone());
+            waiters.push(tokio::spawn(async move {
+                let turn = gate.enter().await.unwrap();
+                order_tx.send(i).unwrap();
+                turn
+            }));
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(gate.waiting.load(std::sync::atomic::Ordering::SeqCst), 3);
+        match gate.enter().await {
+            Err(e @ CliError::Busy { queued: 3, retry_after_ms: QUEUE_FULL_RETRY_MS }) => {
+                assert_eq!(e.code(), "BUSY");
+                assert!(e.to_string().contains("retry after 1000 ms"), "{e}");
+            }
+            other => panic!("expected BUSY, got {other:?}"),
+        }
+        // A waiter that gives up leaves room for another.
+        waiters.pop().unwrap().abort();
+        tokio::task::yield_now().await;
+        assert_eq!(gate.waiting.load(std::sync::atomic::Ordering::SeqCst), 2);
+        drop(a);
+        let first = waiters.remove(0).await.unwrap();
+        assert_eq!(order_rx.recv().await, Some(0), "the first to wait is the first served");
+        drop(first);
+        let _second = waiters.remove(0).await.unwrap();
+        assert_eq!(order_rx.recv().await, Some(1));
+        assert_eq!(gate.waiting.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }

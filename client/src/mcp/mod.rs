@@ -12,6 +12,7 @@
 
 pub mod bridge;
 pub mod check;
+pub mod lines;
 pub mod render;
 
 use std::path::PathBuf;
@@ -43,7 +44,9 @@ pub fn serve(socket: PathBuf) -> ExitCode {
         // Non-blocking pipes when the host gives us pipes (it does), else the blocking handles.
         let (reader, writer) = rmcp::transport::stdio_pipes();
         let reader = EofSignal { inner: reader, closed };
-        let running = match bridge.clone().serve((reader, writer)).await {
+        // Our own line layer, not rmcp's: every request gets an answer with its id (see `lines`).
+        let transport = lines::LineTransport::new(reader, writer);
+        let running = match bridge.clone().serve(transport).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "MCP session did not start");

@@ -6,6 +6,7 @@ mod authz;
 mod e2e;
 mod examples;
 mod mcp;
+mod mcp_protocol;
 mod policy;
 mod sandbox;
 mod validate;

@@ -1004,7 +1004,7 @@ async fn the_daemon_going_away_and_coming_back(style: Style) {
     assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
     assert_failed(
         &r,
-        &format!("DAEMON_UNAVAILABLE: cordond is not running at {}; ask the admin to start it", socket.display()),
+        &format!("DAEMON_NOT_RUNNING: cordond is not running at {}; ask the admin to start it", socket.display()),
     );
     assert!(changes.next(Duration::from_secs(5)).await, "no tools/list_changed when the daemon went away");
     let names: Vec<String> = listed(&client).await.into_keys().collect();
