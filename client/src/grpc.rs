@@ -9,7 +9,6 @@ use cordon_proto::v1;
 use cordon_proto::v1::cordon_client::CordonClient;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
-use tokio::net::UnixStream;
 use tonic::transport::Channel;
 use tonic::transport::Endpoint;
 
@@ -36,7 +35,8 @@ impl Client {
     /// [`CliError::from_status`]).
     pub async fn connect(socket: &Path) -> Result<Client, CliError> {
         let path = socket.to_path_buf();
-        let first = UnixStream::connect(&path).await.map_err(|e| CliError::from_connect_io(path.clone(), e))?;
+        let first =
+            cordon_proto::connect_trusted(&path).await.map_err(|e| CliError::from_connect_io(path.clone(), e))?;
         let first = Arc::new(Mutex::new(Some(first)));
         let connector_path = path.clone();
         // The URI is required by tonic but never used: the connector ignores it.
@@ -47,7 +47,7 @@ impl Client {
             async move {
                 let stream = match ready {
                     Some(s) => s,
-                    None => UnixStream::connect(path).await?,
+                    None => cordon_proto::connect_trusted(&path).await?,
                 };
                 Ok::<_, std::io::Error>(TokioIo::new(stream))
             }

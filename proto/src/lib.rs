@@ -51,7 +51,7 @@ pub async fn connect(path: impl AsRef<Path>) -> Result<Channel, ConnectError> {
 /// to a daemon run by root or by this user. Anyone can create `/tmp/cordon-UID` before its
 /// owner does and listen there; the kernel's peer credentials of the listening end tell the
 /// impostor apart, whatever the path's permissions say.
-async fn connect_trusted(path: &Path) -> io::Result<UnixStream> {
+pub async fn connect_trusted(path: &Path) -> io::Result<UnixStream> {
     let stream = UnixStream::connect(path).await?;
     let daemon_uid = stream.peer_cred()?.uid();
     let me = nix::unistd::geteuid().as_raw();
