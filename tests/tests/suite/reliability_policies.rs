@@ -375,8 +375,7 @@ fn hostile_policy_directories_are_refused_by_reload_and_the_daemon_keeps_serving
     let (tmp, dir) = fresh();
     let d = Daemon::start_in(tmp, dir.clone(), &[]);
     d.cordon(&["status"]).assert_code(0);
-    let mut generation = 1;
-    for case in cases() {
+    for (generation, case) in (1_u64..).zip(cases()) {
         (case.apply)(&dir);
         let expected = (case.expect)(&dir);
         let out = cordon(&d, &["reload", "--json"]);
@@ -418,7 +417,6 @@ fn hostile_policy_directories_are_refused_by_reload_and_the_daemon_keeps_serving
         assert_eq!(result["stdout"], "pong\n");
         (case.undo)(&dir);
         cordon(&d, &["reload"]).assert_code(0);
-        generation += 1;
     }
 }
 
@@ -699,4 +697,58 @@ fn reload_storms_over_broken_and_valid_policies_keep_the_daemon_serving() {
     generations.sort_unstable();
     assert_eq!(generations, (2..=generation).collect::<Vec<_>>(), "every generation audited exactly once");
     assert!(d.log_text().contains("reload rejected"), "rejections are logged");
+}
+
+/// Starts cordond on a valid policy directory with the given audit log and socket; returns how it
+/// ended (it must not start).
+fn start_refused(audit: &Path, socket: &Path) -> Output {
+    let (_tmp, dir) = fresh();
+    run_bounded(
+        Command::new(bin("cordond")).arg("--policies").arg(&dir).arg("--socket").arg(socket).arg("--audit").arg(audit),
+        Duration::from_secs(30),
+    )
+}
+
+#[test]
+fn the_audit_and_socket_directories_must_be_writable_by_root_only_too() {
+    require_root!();
+    let tmp = tempfile::Builder::new().prefix("cordon-rel-").tempdir().unwrap();
+    let nobody = nix::unistd::Uid::from_raw(65534);
+    let good = tmp.path().join("good");
+    std::fs::create_dir(&good).unwrap();
+    // An audit directory someone else owns (mode 0700: the old check looked at the mode only).
+    let audit_dir = tmp.path().join("audit");
+    std::fs::create_dir(&audit_dir).unwrap();
+    std::fs::set_permissions(&audit_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    nix::unistd::chown(&audit_dir, Some(nobody), None).unwrap();
+    let out = start_refused(&audit_dir.join("audit.jsonl"), &good.join("cordon.sock"));
+    assert_eq!(out.code, Some(1), "{out:#?}");
+    let expected = format!(
+        "cordond: audit directory {} is owned by {} (mode 0700, owner {}:root); a root cordond only trusts directories \
+         that only root can write: chown root {}",
+        d(&audit_dir),
+        user_name(65534),
+        user_name(65534),
+        d(&audit_dir)
+    );
+    assert!(out.stderr.lines().any(|l| l == expected), "expected\n{expected}\n{out:#?}");
+    // A socket directory (to be created) beneath a directory someone else owns: they could
+    // swap the socket for a symlink between bind and chmod.
+    let theirs = tmp.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    nix::unistd::chown(&theirs, Some(nobody), None).unwrap();
+    let socket_dir = theirs.join("run");
+    let out = start_refused(&good.join("audit.jsonl"), &socket_dir.join("cordon.sock"));
+    assert_eq!(out.code, Some(1), "{out:#?}");
+    let expected = format!(
+        "cordond: directory {} (above the socket directory {}) is owned by {} (mode 0755, owner {}:root); a root cordond \
+         only trusts directories that only root can write: chown root {}",
+        d(&theirs),
+        d(&socket_dir),
+        user_name(65534),
+        user_name(65534),
+        d(&theirs)
+    );
+    assert!(out.stderr.lines().any(|l| l == expected), "expected\n{expected}\n{out:#?}");
+    assert!(!socket_dir.exists(), "nothing was created beneath it");
 }
