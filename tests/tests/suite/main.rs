@@ -7,6 +7,7 @@ mod e2e;
 mod examples;
 mod mcp;
 mod policy;
+mod proptest_policy;
 mod reliability_policies;
 mod sandbox;
 mod validate;
