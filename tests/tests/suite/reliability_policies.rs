@@ -752,3 +752,94 @@ fn the_audit_and_socket_directories_must_be_writable_by_root_only_too() {
     assert!(out.stderr.lines().any(|l| l == expected), "expected\n{expected}\n{out:#?}");
     assert!(!socket_dir.exists(), "nothing was created beneath it");
 }
+
+/// A cordond run by the unprivileged test user on `policies`, with its socket and audit log in a
+/// directory the user owns; returns how it ended if it stopped within a few seconds, or None
+/// (killed) if it was still running, i.e. it started.
+fn run_as_agent_daemon(tmp: &Path, policies: &Path) -> Option<Output> {
+    let home = tmp.join("agent-home");
+    if !home.exists() {
+        std::fs::create_dir(&home).unwrap();
+        let agent = nix::unistd::User::from_name(AGENT).unwrap().unwrap();
+        nix::unistd::chown(&home, Some(agent.uid), Some(agent.gid)).unwrap();
+        std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let mut child = Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+        .arg(bin("cordond"))
+        .arg("--policies")
+        .arg(policies)
+        .arg("--socket")
+        .arg(home.join("run").join("cordon.sock"))
+        .arg("--audit")
+        .arg(home.join("audit").join("audit.jsonl"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let socket = home.join("run").join("cordon.sock");
+    let started = eventually(Duration::from_secs(20), || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok() || child.try_wait().unwrap().is_some()
+    });
+    assert!(started, "cordond neither started nor stopped");
+    if child.try_wait().unwrap().is_none() {
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let _ = std::fs::remove_file(&socket);
+        return None;
+    }
+    let out = child.wait_with_output().unwrap();
+    Some(Output {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+#[test]
+fn a_daemon_run_by_a_user_trusts_files_of_that_user_and_root_only() {
+    require_root!();
+    ensure_user();
+    let (tmp, dir) = fresh();
+    let agent = nix::unistd::User::from_name(AGENT).unwrap().unwrap();
+    // Root's files and the user's own files load.
+    let own = dir.join("own.toml");
+    std::fs::write(&own, marker_only("v-own")).unwrap();
+    nix::unistd::chown(&own, Some(agent.uid), Some(agent.gid)).unwrap();
+    assert!(run_as_agent_daemon(tmp.path(), &dir).is_none(), "a user's daemon loads root's and its own files");
+    // Group write for the user's private group (umask 002 systems) is fine for the user's daemon...
+    let private_group = nix::unistd::Group::from_gid(agent.gid).unwrap().unwrap();
+    if private_group.name == AGENT && private_group.mem.iter().all(|m| m == AGENT) {
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o664)).unwrap();
+        assert!(run_as_agent_daemon(tmp.path(), &dir).is_none(), "group write for the user's private group");
+    }
+    // ... but not for any other group,
+    nix::unistd::chown(&own, None, Some(nix::unistd::Gid::from_raw(0))).unwrap();
+    let out = run_as_agent_daemon(tmp.path(), &dir).expect("refused");
+    assert_eq!(out.code, Some(78), "{out:#?}");
+    let expected = format!(
+        "{}:1:1: policy file {} is writable by group (mode 0664, owner {AGENT}:root); a cordond running as {AGENT} only \
+         trusts files that only {AGENT} or root can write: chmod 0644 {}",
+        d(&own),
+        d(&own),
+        d(&own)
+    );
+    assert!(out.stderr.lines().any(|l| l == expected), "expected\n{expected}\n{out:#?}");
+    // ... and a file of another user is refused.
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o644)).unwrap();
+    nix::unistd::chown(&own, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    let out = run_as_agent_daemon(tmp.path(), &dir).expect("refused");
+    assert_eq!(out.code, Some(78), "{out:#?}");
+    assert!(
+        out.stderr.contains(&format!(
+            "policy file {} is owned by {} (mode 0644, owner {}:root); a cordond running as {AGENT} only trusts files \
+             that only {AGENT} or root can write: chown {AGENT} {}",
+            d(&own),
+            user_name(65534),
+            user_name(65534),
+            d(&own)
+        )),
+        "{out:#?}"
+    );
+}
