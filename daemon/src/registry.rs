@@ -178,3 +178,17 @@ fn build(set: policy::PolicySet, generation: u64) -> Registry {
         seccomp,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_waits_for_the_one_before_it_only_so_long() {
+        let gate = Gate::default();
+        let first = gate.enter(Duration::ZERO).expect("a free gate is entered at once");
+        assert!(gate.enter(Duration::from_millis(50)).is_none(), "a busy gate turns the next reload away in time");
+        drop(first);
+        assert!(gate.enter(Duration::ZERO).is_some(), "a freed gate is entered again");
+    }
+}

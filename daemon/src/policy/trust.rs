@@ -489,3 +489,68 @@ pub fn check_dir_or_parent(dir: &Path, trust: Trust, subject: Subject) -> Result
 pub fn has_extension(name: &OsStr, ext: &str) -> bool {
     Path::new(name).extension().is_some_and(|x| x.as_bytes() == ext.as_bytes())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+
+    use super::*;
+
+    /// A 0755 directory (under a 0755 temp dir) the current user owns.
+    fn tree() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        tmp
+    }
+
+    #[test]
+    fn walks_resolve_dot_dot_and_relative_symlinks_physically() {
+        let tmp = tree();
+        let real = tmp.path().join("real");
+        std::fs::create_dir_all(real.join("inner")).unwrap();
+        symlink("real/inner", tmp.path().join("link")).unwrap();
+        // link/.. is real (the physical parent), not tmp.
+        match walk(&tmp.path().join("link").join(".."), Trust::current(), Subject::POLICY_DIR).unwrap() {
+            Walked::Dir(d) => assert_eq!(d.path, real),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn symlink_loops_end_with_an_error() {
+        let tmp = tree();
+        symlink("b", tmp.path().join("a")).unwrap();
+        symlink("a", tmp.path().join("b")).unwrap();
+        let e = walk(&tmp.path().join("a"), Trust::current(), Subject::POLICY_FILE).unwrap_err();
+        assert!(matches!(e, TrustError::SymlinkLoop { .. }), "{e}");
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_only_up_to_the_bound() {
+        let tmp = tree();
+        nix::unistd::mkfifo(&tmp.path().join("f"), Mode::from_bits_truncate(0o644)).unwrap();
+        std::fs::write(tmp.path().join("big"), vec![b'x'; 100]).unwrap();
+        let Walked::Dir(dir) = walk(tmp.path(), Trust::current(), Subject::POLICY_DIR).unwrap() else { panic!() };
+        let fifo = read_regular(&dir, OsStr::new("f"), Path::new("f"), Trust::current(), Subject::POLICY_FILE, 10);
+        assert!(matches!(fifo, Err(TrustError::NotRegular { kind: "a FIFO (named pipe)", .. })), "{fifo:?}");
+        let big = read_regular(&dir, OsStr::new("big"), Path::new("big"), Trust::current(), Subject::POLICY_FILE, 99);
+        assert!(matches!(big, Err(TrustError::TooLarge { size: 100, max: 99, .. })), "{big:?}");
+        let ok = read_regular(&dir, OsStr::new("big"), Path::new("big"), Trust::current(), Subject::POLICY_FILE, 100);
+        assert_eq!(ok.unwrap().len(), 100);
+    }
+
+    #[test]
+    fn a_writable_object_is_refused_with_the_fix() {
+        let tmp = tree();
+        let f = tmp.path().join("w.toml");
+        std::fs::write(&f, "x").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o646)).unwrap();
+        let Walked::Dir(dir) = walk(tmp.path(), Trust::current(), Subject::POLICY_DIR).unwrap() else { panic!() };
+        let e = read_regular(&dir, OsStr::new("w.toml"), &f, Trust::current(), Subject::POLICY_FILE, 10).unwrap_err();
+        let TrustError::Untrusted(u) = &e else { panic!("{e}") };
+        assert_eq!(u.problem, "writable by others");
+        assert_eq!(u.fix, format!("chmod 0644 {}", f.display()));
+    }
+}
