@@ -843,3 +843,23 @@ fn a_daemon_run_by_a_user_trusts_files_of_that_user_and_root_only() {
         "{out:#?}"
     );
 }
+
+#[test]
+fn policy_check_of_a_fifo_or_device_named_directly_answers_at_once() {
+    require_root!();
+    let (_tmp, dir) = fresh();
+    let fifo = dir.join("f.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let out = policy_check(&fifo);
+    out.assert_code(1);
+    let expected = format!(
+        "{}:1:1: policy file {} is a FIFO (named pipe), not a regular file; cordond reads only regular files: remove it \
+         or replace it with one",
+        d(&fifo),
+        d(&fifo)
+    );
+    assert!(out.stderr.lines().any(|l| l == expected), "expected\n{expected}\n{out:#?}");
+    let out = policy_check(Path::new("/dev/zero"));
+    out.assert_code(1);
+    assert!(out.stderr.contains("policy file /dev/zero is a character device, not a regular file"), "{out:#?}");
+}
