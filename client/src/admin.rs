@@ -256,28 +256,37 @@ fn typed_arguments(tool: &ToolInfo, args: &[String]) -> Result<Value, CliError> 
 pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
     let mut sources = Vec::new();
     let mut diagnostics: Vec<DiagnosticInfo> = Vec::new();
+    // The rules of a cordond running as whoever checks: errors, exactly what that daemon would
+    // refuse. Someone else checking files for a root daemon also hears, as warnings, what a root
+    // cordond would refuse (ownership and modes only).
+    let trust = policy::Trust::current();
     for path in paths {
-        let files = if path.is_dir() {
-            policy::policy_files(path).map_err(|e| CliError::Other(format!("cannot read {}: {e}", path.display())))?
-        } else {
-            vec![path.clone()]
-        };
-        for file in files {
-            match std::fs::read_to_string(&file) {
-                Ok(text) => sources.push((file, text)),
-                Err(e) => diagnostics.push(DiagnosticInfo {
-                    severity: "error",
-                    file: file.display().to_string(),
-                    line: 1,
-                    column: 1,
-                    message: format!("cannot read file: {e}"),
-                }),
-            }
+        let read = policy::read_path_sources(path, trust);
+        sources.extend(read.files);
+        let mut found = read.diagnostics;
+        if !trust.is_root() {
+            let as_root = policy::read_path_sources(path, policy::Trust::root());
+            found.extend(
+                as_root.diagnostics.into_iter().filter(|d| d.is_error() && d.message.contains("a root cordond")).map(
+                    |d| policy::Diagnostic {
+                        severity: policy::Severity::Warning,
+                        message: format!("a root cordond would refuse this: {}", d.message),
+                        ..d
+                    },
+                ),
+            );
         }
+        diagnostics.extend(found.iter().map(|d| DiagnosticInfo {
+            severity: if d.is_error() { "error" } else { "warning" },
+            file: d.file.display().to_string(),
+            line: d.line,
+            column: d.column,
+            message: d.message.clone(),
+        }));
     }
     let result = policy::load_sources(&sources, Host::current());
     let (ok, tools, found) = match &result {
-        Ok(set) => (diagnostics.is_empty(), set.tools.len(), &set.diagnostics),
+        Ok(set) => (!diagnostics.iter().any(|d| d.severity == "error"), set.tools.len(), &set.diagnostics),
         Err(e) => (false, 0, &e.diagnostics),
     };
     diagnostics.extend(found.iter().map(|d| DiagnosticInfo {

@@ -145,6 +145,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// The directories cordond writes its audit log and socket into must be (or be created beneath
+/// directories) that only root or its own user can write, as the policy directory: whoever can
+/// write them can remove the log or put their own socket (or a symlink) in its place.
+fn check_trusted_dirs(audit_path: &std::path::Path, socket_path: &std::path::Path) -> anyhow::Result<()> {
+    let parent = |p: &std::path::Path| {
+        p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")).to_path_buf()
+    };
+    let trust = policy::Trust::current();
+    for (dir, subject) in
+        [(parent(audit_path), policy::Subject::AUDIT_DIR), (parent(socket_path), policy::Subject::SOCKET_DIR)]
+    {
+        policy::trust::check_dir_or_parent(&dir, trust, subject).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(())
+}
+
 async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> anyhow::Result<()> {
     let current = registry.current();
     if sandbox.landlock_abi < 1 {
@@ -187,6 +203,7 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
     let socket_path = args.socket.clone().unwrap_or_else(cordon_proto::default_socket_path);
     // The audit log comes before the socket: nothing is served that could not be audited.
     let audit_path = args.audit.clone().unwrap_or_else(audit::default_path);
+    check_trusted_dirs(&audit_path, &socket_path)?;
     let audit_options =
         audit::Options { path: audit_path.clone(), max_size: args.audit_max_size, keep: args.audit_keep };
     let (audit, recovery) = Audit::open(audit_options).map_err(|e| anyhow::anyhow!("audit log: {e}"))?;

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
@@ -68,7 +68,41 @@ pub struct RegistryHandle {
     host: Host,
     current: watch::Sender<Arc<Registry>>,
     /// Serializes reloads so generations are assigned in order.
-    reload_lock: Mutex<()>,
+    gate: Gate,
+}
+
+/// How long a reload waits for the one before it before it gives up (a reload that never ends,
+/// say on a hung network filesystem, must not queue every later one behind it for good).
+pub const RELOAD_WAIT: Duration = Duration::from_secs(30);
+
+/// One reload at a time, with a bounded wait.
+#[derive(Debug, Default)]
+struct Gate {
+    busy: Mutex<bool>,
+    freed: Condvar,
+}
+
+/// Holds the gate; frees it on drop, however the reload ends.
+struct Turn<'a>(&'a Gate);
+
+impl Gate {
+    fn enter(&self, wait: Duration) -> Option<Turn<'_>> {
+        let deadline = Instant::now() + wait;
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        while *busy {
+            let left = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?;
+            busy = self.freed.wait_timeout(busy, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        *busy = true;
+        Some(Turn(self))
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self.0.busy.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        self.0.freed.notify_one();
+    }
 }
 
 impl RegistryHandle {
@@ -77,7 +111,7 @@ impl RegistryHandle {
         let set = policy::load_dir(dir, host)?;
         let registry = Arc::new(build(set, 1));
         let (current, _) = watch::channel(registry);
-        Ok(RegistryHandle { dir: dir.to_path_buf(), host, current, reload_lock: Mutex::new(()) })
+        Ok(RegistryHandle { dir: dir.to_path_buf(), host, current, gate: Gate::default() })
     }
 
     pub fn dir(&self) -> &Path {
@@ -100,7 +134,21 @@ impl RegistryHandle {
     /// Re-reads the directory (blocking I/O). On success the new generation replaces the old one
     /// in a single swap; on failure nothing changes.
     pub fn reload(&self) -> Result<Arc<Registry>, LoadError> {
-        let _serial = self.reload_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(_turn) = self.gate.enter(RELOAD_WAIT) else {
+            return Err(LoadError {
+                diagnostics: vec![Diagnostic {
+                    severity: policy::Severity::Error,
+                    file: self.dir.clone(),
+                    line: 1,
+                    column: 1,
+                    message: format!(
+                        "another reload has been running for more than {}s (a policy file on a hung filesystem?); \
+                         the previous policies stay in force: find what blocks it, then reload again",
+                        RELOAD_WAIT.as_secs()
+                    ),
+                }],
+            });
+        };
         let set = policy::load_dir(&self.dir, self.host)?;
         let next = Arc::new(build(set, self.current.borrow().generation + 1));
         self.current.send_replace(next.clone());
@@ -128,5 +176,19 @@ fn build(set: policy::PolicySet, generation: u64) -> Registry {
         files: set.files,
         loaded_at: SystemTime::now(),
         seccomp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_waits_for_the_one_before_it_only_so_long() {
+        let gate = Gate::default();
+        let first = gate.enter(Duration::ZERO).expect("a free gate is entered at once");
+        assert!(gate.enter(Duration::from_millis(50)).is_none(), "a busy gate turns the next reload away in time");
+        drop(first);
+        assert!(gate.enter(Duration::ZERO).is_some(), "a freed gate is entered again");
     }
 }

@@ -8,6 +8,8 @@ mod examples;
 mod mcp;
 mod mcp_protocol;
 mod policy;
+mod proptest_policy;
+mod reliability_policies;
 mod sandbox;
 mod validate;
 mod wire;

@@ -1,0 +1,556 @@
+//! Files the daemon trusts: who could have written them.
+//!
+//! Whoever can write a policy file (or replace it, by writing a directory above it) grants
+//! themselves tools, so cordond loads nothing that anyone but itself or root could have written,
+//! as sshd's `StrictModes` and sudo do:
+//!
+//! - every directory from `/` down to the object, and the object itself, is owned by root or the
+//!   daemon's uid (a root daemon: by root) and is not writable by group or others;
+//! - a directory above the object may be writable by others when it has the sticky bit and is
+//!   owned by root (`/tmp`): nobody but an entry's owner can then rename or remove it, so a
+//!   root-owned entry below it cannot be replaced. The object itself never gets this exemption
+//!   (anyone could add a file to a sticky policy directory);
+//! - a daemon that is not root also accepts group write permission for the group named like its
+//!   user when it is the daemon's primary group and lists no other member (the user-private-group
+//!   convention of umask 002 systems); a root daemon never does;
+//! - symlinks are followed only through this same walk (each directory on the target's path is
+//!   checked; a symlink itself only matters when it sits in a sticky directory, where its owner
+//!   could replace it), at most [`MAX_SYMLINKS`] of them (a loop is an error, never a hang);
+//! - only regular files are opened, with `O_NOFOLLOW | O_NONBLOCK` and checked again with
+//!   `fstat` on the open descriptor, and read up to a size bound: a FIFO, a device or a 10 GiB
+//!   file cannot hang or exhaust the daemon.
+//!
+//! Directories are walked by descriptor (`openat` relative to the last checked directory), so
+//! what was checked is what is used.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read as _;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Component, Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat};
+
+/// Symlinks followed while resolving one path (as the kernel's `MAXSYMLINKS`).
+pub const MAX_SYMLINKS: u32 = 40;
+
+/// Whose files a daemon trusts: root's and its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trust {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Trust {
+    /// The rules of a daemon running as this process's effective uid and gid.
+    pub fn current() -> Trust {
+        Trust { uid: nix::unistd::geteuid().as_raw(), gid: nix::unistd::getegid().as_raw() }
+    }
+
+    /// The rules of a root daemon.
+    pub fn root() -> Trust {
+        Trust { uid: 0, gid: 0 }
+    }
+
+    pub fn is_root(self) -> bool {
+        self.uid == 0
+    }
+
+    fn owner_ok(self, uid: u32) -> bool {
+        uid == 0 || uid == self.uid
+    }
+
+    /// Group write permission is harmless only for a user-private group of a non-root daemon.
+    fn group_write_ok(self, gid: u32) -> bool {
+        if self.is_root() || gid != self.gid {
+            return false;
+        }
+        let user = nix::unistd::User::from_uid(self.uid.into()).ok().flatten();
+        let group = nix::unistd::Group::from_gid(gid.into()).ok().flatten();
+        match (user, group) {
+            (Some(user), Some(group)) => group.name == user.name && group.mem.iter().all(|m| *m == user.name),
+            _ => false,
+        }
+    }
+
+    /// "a root cordond" / "a cordond running as alice".
+    fn daemon(self) -> String {
+        if self.is_root() {
+            "a root cordond".to_string()
+        } else {
+            format!("a cordond running as {}", user_name(self.uid))
+        }
+    }
+
+    /// "root" / "alice or root".
+    fn writers(self) -> String {
+        if self.is_root() { "root".to_string() } else { format!("{} or root", user_name(self.uid)) }
+    }
+}
+
+fn user_name(uid: u32) -> String {
+    match nix::unistd::User::from_uid(uid.into()) {
+        Ok(Some(u)) => u.name,
+        _ => format!("uid {uid}"),
+    }
+}
+
+fn group_name(gid: u32) -> String {
+    match nix::unistd::Group::from_gid(gid.into()) {
+        Ok(Some(g)) => g.name,
+        _ => format!("gid {gid}"),
+    }
+}
+
+/// What a checked object is to the daemon, for messages ("policy file", "audit directory").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subject {
+    /// The object itself: "policy directory", "policy file", "audit directory", ...
+    pub name: &'static str,
+}
+
+impl Subject {
+    pub const POLICY_DIR: Subject = Subject { name: "policy directory" };
+    pub const POLICY_FILE: Subject = Subject { name: "policy file" };
+    pub const AUDIT_DIR: Subject = Subject { name: "audit directory" };
+    pub const SOCKET_DIR: Subject = Subject { name: "socket directory" };
+}
+
+/// A file or directory that someone but root (or the daemon's user) could have written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} is {problem} (mode {mode:04o}, owner {owner}); {daemon} only trusts {kind} that only {writers} can write: {fix}"
+)]
+pub struct Untrusted {
+    /// "policy file /etc/cordon/policies.d/a.toml", or "directory /etc/cordon (above the
+    /// policy directory /etc/cordon/policies.d)".
+    pub what: String,
+    pub path: PathBuf,
+    /// "writable by group", "owned by alice", ...
+    pub problem: String,
+    pub mode: u32,
+    /// "user:group".
+    pub owner: String,
+    pub daemon: String,
+    /// "files" or "directories".
+    pub kind: &'static str,
+    pub writers: String,
+    /// The command that fixes it.
+    pub fix: String,
+}
+
+/// Why a trusted file or directory was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrustError {
+    /// Someone but root (or the daemon's user) could have written it.
+    #[error(transparent)]
+    Untrusted(Box<Untrusted>),
+    #[error("{what} {} is {kind}, not a regular file; cordond reads only regular files: remove it or replace it with one", .path.display())]
+    NotRegular { what: String, path: PathBuf, kind: &'static str },
+    #[error("{what} {} is not a directory ({kind}); pass a directory", .path.display())]
+    NotDirectory { what: String, path: PathBuf, kind: &'static str },
+    #[error("{what} {}: more than {MAX_SYMLINKS} symlinks to follow (a symlink loop?); point it at a file directly", .path.display())]
+    SymlinkLoop { what: String, path: PathBuf },
+    #[error("{what} {} does not exist{}", .path.display(), via.as_ref().map(|v| format!(" (through {})", v.display())).unwrap_or_default())]
+    Missing { what: String, path: PathBuf, via: Option<PathBuf> },
+    #[error("{what} {} is {size} bytes; a policy file may be at most {max} bytes: split it", .path.display())]
+    TooLarge { what: String, path: PathBuf, size: u64, max: u64 },
+    #[error("cannot {action} {what} {}: {errno}", .path.display())]
+    Io { action: &'static str, what: String, path: PathBuf, errno: Errno },
+    #[error("{what} {} changed while it was being checked; try again", .path.display())]
+    Changed { what: String, path: PathBuf },
+}
+
+impl TrustError {
+    /// Whether this is a finding about owners and modes (as opposed to a missing or odd file).
+    pub fn is_untrusted(&self) -> bool {
+        matches!(self, TrustError::Untrusted(_))
+    }
+}
+
+fn kind_of(st: &FileStat) -> &'static str {
+    match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
+        SFlag::S_IFREG => "a regular file",
+        SFlag::S_IFDIR => "a directory",
+        SFlag::S_IFLNK => "a symlink",
+        SFlag::S_IFIFO => "a FIFO (named pipe)",
+        SFlag::S_IFCHR => "a character device",
+        SFlag::S_IFBLK => "a block device",
+        SFlag::S_IFSOCK => "a socket",
+        _ => "of an unknown type",
+    }
+}
+
+fn file_type(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+/// Where an object sits relative to what the daemon loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The object itself.
+    Target,
+    /// A directory on the way to it.
+    Above,
+    /// A symlink on the way (only its owner matters, and only in a sticky directory).
+    Link,
+}
+
+/// Checks the owner and mode of one object.
+fn check(
+    trust: Trust,
+    st: &FileStat,
+    path: &Path,
+    role: Role,
+    subject: Subject,
+    target: &Path,
+) -> Result<(), TrustError> {
+    let mode = st.st_mode & 0o7777;
+    let what = match role {
+        Role::Target => format!("{} {}", subject.name, path.display()),
+        Role::Above => format!("directory {} (above the {} {})", path.display(), subject.name, target.display()),
+        Role::Link => format!("symlink {} (on the way to the {} {})", path.display(), subject.name, target.display()),
+    };
+    let problem = if !trust.owner_ok(st.st_uid) {
+        Some((
+            format!("owned by {}", user_name(st.st_uid)),
+            format!("chown {} {}", user_name(trust.uid), path.display()),
+        ))
+    } else if role == Role::Link {
+        None
+    } else {
+        let mut bits = mode & 0o022;
+        if bits & 0o020 != 0 && trust.group_write_ok(st.st_gid) {
+            bits &= !0o020;
+        }
+        let sticky_root = mode & 0o1000 != 0 && st.st_uid == 0 && role == Role::Above;
+        if bits != 0 && !sticky_root {
+            let who = match bits {
+                0o020 => "group",
+                0o002 => "others",
+                _ => "group and others",
+            };
+            Some((format!("writable by {who}"), format!("chmod {:04o} {}", mode & !bits, path.display())))
+        } else {
+            None
+        }
+    };
+    match problem {
+        None => Ok(()),
+        Some((problem, fix)) => Err(TrustError::Untrusted(Box::new(Untrusted {
+            what,
+            path: path.to_path_buf(),
+            problem,
+            mode,
+            owner: format!("{}:{}", user_name(st.st_uid), group_name(st.st_gid)),
+            daemon: trust.daemon(),
+            kind: if file_type(st) == SFlag::S_IFDIR { "directories" } else { "files" },
+            writers: trust.writers(),
+            fix,
+        }))),
+    }
+}
+
+/// A directory reached through a checked walk, open for reading.
+#[derive(Debug)]
+pub struct TrustedDir {
+    pub fd: OwnedFd,
+    /// The path it was reached by, symlinks resolved.
+    pub path: PathBuf,
+}
+
+/// What a walk ended on.
+#[derive(Debug)]
+pub enum Walked {
+    Dir(TrustedDir),
+    /// A non-directory: its (checked) parent directory and its name; the object itself is not
+    /// checked yet (see [`read_regular`]).
+    File {
+        parent: TrustedDir,
+        name: OsString,
+        path: PathBuf,
+    },
+}
+
+const DIR_FLAGS: OFlag = OFlag::O_PATH.union(OFlag::O_DIRECTORY).union(OFlag::O_NOFOLLOW).union(OFlag::O_CLOEXEC);
+
+/// Resolves `path` from `/`, checking every directory on the way (and, when it is a directory,
+/// the target itself) against `trust`. Follows at most [`MAX_SYMLINKS`] symlinks.
+pub fn walk(path: &Path, trust: Trust, subject: Subject) -> Result<Walked, TrustError> {
+    walk_as(path, trust, subject, None)
+}
+
+/// [`walk`]; with `target` set, `path` is a directory above `target` (checked as such).
+fn walk_as(path: &Path, trust: Trust, subject: Subject, target: Option<&Path>) -> Result<Walked, TrustError> {
+    let what = subject.name.to_string();
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| TrustError::Io {
+                action: "resolve",
+                what: what.clone(),
+                path: path.to_path_buf(),
+                errno: Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+            })?
+            .join(path)
+    };
+    let io = |action: &'static str, p: &Path, errno: Errno| TrustError::Io {
+        action,
+        what: what.clone(),
+        path: p.to_path_buf(),
+        errno,
+    };
+    let root = nix::fcntl::open("/", DIR_FLAGS, Mode::empty()).map_err(|e| io("open", Path::new("/"), e))?;
+    let root_st = fstat(&root).map_err(|e| io("inspect", Path::new("/"), e))?;
+    // The physical chain of directories walked so far; the last one is where we are.
+    let mut stack: Vec<(OwnedFd, PathBuf, FileStat)> = Vec::new();
+    let mut pending: Vec<OsString> = components(&absolute);
+    pending.reverse();
+    let last_role = if target.is_some() { Role::Above } else { Role::Target };
+    let target = target.unwrap_or(&absolute).to_path_buf();
+    check(trust, &root_st, Path::new("/"), if pending.is_empty() { last_role } else { Role::Above }, subject, &target)?;
+    stack.push((root, PathBuf::from("/"), root_st));
+    let mut links = 0;
+    let mut via: Option<PathBuf> = None;
+    while let Some(name) = pending.pop() {
+        if name == ".." {
+            if stack.len() > 1 {
+                stack.pop();
+            }
+            continue;
+        }
+        let (dir_fd, dir_path, dir_st) = stack.last().ok_or_else(|| io("resolve", &absolute, Errno::EINVAL))?;
+        let here = dir_path.join(&name);
+        let st = match fstatat(dir_fd, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => return Err(TrustError::Missing { what, path: here, via }),
+            Err(e) => return Err(io("inspect", &here, e)),
+        };
+        let last = pending.is_empty();
+        match file_type(&st) {
+            SFlag::S_IFLNK => {
+                links += 1;
+                if links > MAX_SYMLINKS {
+                    return Err(TrustError::SymlinkLoop { what, path: absolute });
+                }
+                if dir_st.st_mode & 0o1000 != 0 {
+                    check(trust, &st, &here, Role::Link, subject, &target)?;
+                }
+                let link =
+                    PathBuf::from(readlinkat(dir_fd, name.as_os_str()).map_err(|e| io("read the symlink", &here, e))?);
+                if link.is_absolute() {
+                    stack.truncate(1);
+                }
+                let mut more = components(&link);
+                more.reverse();
+                pending.extend(more);
+                via = Some(here);
+            }
+            SFlag::S_IFDIR => {
+                check(trust, &st, &here, if last { last_role } else { Role::Above }, subject, &target)?;
+                let fd =
+                    openat(dir_fd, name.as_os_str(), DIR_FLAGS, Mode::empty()).map_err(|e| io("open", &here, e))?;
+                let opened = fstat(&fd).map_err(|e| io("inspect", &here, e))?;
+                if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) {
+                    return Err(TrustError::Changed { what, path: here });
+                }
+                stack.push((fd, here, st));
+            }
+            _ if last => {
+                let (fd, parent_path, _) = stack.pop().ok_or_else(|| io("resolve", &absolute, Errno::EINVAL))?;
+                return Ok(Walked::File { parent: TrustedDir { fd, path: parent_path }, name, path: here });
+            }
+            _ => {
+                return Err(TrustError::NotDirectory { what, path: here, kind: kind_of(&st) });
+            }
+        }
+    }
+    let (fd, path, _) = stack.pop().ok_or_else(|| io("resolve", &absolute, Errno::EINVAL))?;
+    Ok(Walked::Dir(TrustedDir { fd, path }))
+}
+
+fn components(path: &Path) -> Vec<OsString> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some(OsString::from("..")),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+        })
+        .collect()
+}
+
+/// Opens `dir` (walked and checked) for listing.
+pub fn open_listing(dir: &TrustedDir, subject: Subject) -> Result<nix::dir::Dir, TrustError> {
+    nix::dir::Dir::openat(dir.fd.as_fd(), ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|errno| TrustError::Io { action: "list", what: subject.name.into(), path: dir.path.clone(), errno })
+}
+
+/// The type of `name` in `dir`, without following a symlink.
+pub fn lstat_in(dir: &TrustedDir, name: &OsStr) -> Result<FileStat, Errno> {
+    fstatat(dir.fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+}
+
+/// Whether a stat is a symlink.
+pub fn is_symlink(st: &FileStat) -> bool {
+    file_type(st) == SFlag::S_IFLNK
+}
+
+/// Whether a stat is a regular file.
+pub fn is_regular(st: &FileStat) -> bool {
+    file_type(st) == SFlag::S_IFREG
+}
+
+/// What a stat is, in words ("a FIFO (named pipe)").
+pub fn describe(st: &FileStat) -> &'static str {
+    kind_of(st)
+}
+
+/// Reads `name` in the checked directory `dir`: only a regular file (never opened otherwise),
+/// owned and moded as `trust` demands, of at most `max` bytes. A symlink is refused here (resolve
+/// it with [`walk`] first).
+pub fn read_regular(
+    dir: &TrustedDir,
+    name: &OsStr,
+    path: &Path,
+    trust: Trust,
+    subject: Subject,
+    max: u64,
+) -> Result<Vec<u8>, TrustError> {
+    let what = subject.name.to_string();
+    let io = |action: &'static str, errno: Errno| TrustError::Io {
+        action,
+        what: what.clone(),
+        path: path.to_path_buf(),
+        errno,
+    };
+    let st = lstat_in(dir, name).map_err(|e| io("inspect", e))?;
+    if !is_regular(&st) {
+        return Err(TrustError::NotRegular { what, path: path.to_path_buf(), kind: kind_of(&st) });
+    }
+    check(trust, &st, path, Role::Target, subject, path)?;
+    if st.st_size as u64 > max {
+        return Err(TrustError::TooLarge { what, path: path.to_path_buf(), size: st.st_size as u64, max });
+    }
+    // O_NONBLOCK: should the name have become a FIFO since the stat, the open does not wait for a
+    // writer; O_NOFOLLOW: nor a symlink; O_NOCTTY: nor a terminal ours.
+    let fd = openat(
+        dir.fd.as_fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io("open", e))?;
+    let opened = fstat(&fd).map_err(|e| io("inspect", e))?;
+    if !is_regular(&opened) {
+        return Err(TrustError::NotRegular { what, path: path.to_path_buf(), kind: kind_of(&opened) });
+    }
+    if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(TrustError::Changed { what, path: path.to_path_buf() });
+    }
+    check(trust, &opened, path, Role::Target, subject, path)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(opened.st_size.max(0)).unwrap_or(0).min(1 << 20));
+    // A file that grows after the stat is still read only up to the bound.
+    std::fs::File::from(fd)
+        .take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io("read", Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+    if bytes.len() as u64 > max {
+        return Err(TrustError::TooLarge { what, path: path.to_path_buf(), size: bytes.len() as u64, max });
+    }
+    Ok(bytes)
+}
+
+/// Checks a directory the daemon writes into (the audit log's, the socket's) when it exists, or
+/// else the nearest existing directory above it (the daemon creates the rest).
+pub fn check_dir_or_parent(dir: &Path, trust: Trust, subject: Subject) -> Result<(), TrustError> {
+    let mut probe = dir.to_path_buf();
+    loop {
+        let above = if probe == dir { None } else { Some(dir) };
+        match walk_as(&probe, trust, subject, above) {
+            Ok(Walked::Dir(_)) => return Ok(()),
+            Ok(Walked::File { path, .. }) => {
+                return Err(TrustError::NotDirectory { what: subject.name.into(), path, kind: "a file" });
+            }
+            Err(TrustError::Missing { .. }) if probe.parent().is_some() => {
+                probe = probe.parent().map(Path::to_path_buf).unwrap_or_default();
+                if probe.as_os_str().is_empty() {
+                    probe = PathBuf::from(".");
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `name` has the extension `ext` (bytes compare; any name).
+pub fn has_extension(name: &OsStr, ext: &str) -> bool {
+    Path::new(name).extension().is_some_and(|x| x.as_bytes() == ext.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+
+    use super::*;
+
+    /// A 0755 directory (under a 0755 temp dir) the current user owns.
+    fn tree() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        tmp
+    }
+
+    #[test]
+    fn walks_resolve_dot_dot_and_relative_symlinks_physically() {
+        let tmp = tree();
+        let real = tmp.path().join("real");
+        std::fs::create_dir_all(real.join("inner")).unwrap();
+        symlink("real/inner", tmp.path().join("link")).unwrap();
+        // link/.. is real (the physical parent), not tmp.
+        match walk(&tmp.path().join("link").join(".."), Trust::current(), Subject::POLICY_DIR).unwrap() {
+            Walked::Dir(d) => assert_eq!(d.path, real),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn symlink_loops_end_with_an_error() {
+        let tmp = tree();
+        symlink("b", tmp.path().join("a")).unwrap();
+        symlink("a", tmp.path().join("b")).unwrap();
+        let e = walk(&tmp.path().join("a"), Trust::current(), Subject::POLICY_FILE).unwrap_err();
+        assert!(matches!(e, TrustError::SymlinkLoop { .. }), "{e}");
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_only_up_to_the_bound() {
+        let tmp = tree();
+        nix::unistd::mkfifo(&tmp.path().join("f"), Mode::from_bits_truncate(0o644)).unwrap();
+        std::fs::write(tmp.path().join("big"), vec![b'x'; 100]).unwrap();
+        let Walked::Dir(dir) = walk(tmp.path(), Trust::current(), Subject::POLICY_DIR).unwrap() else { panic!() };
+        let fifo = read_regular(&dir, OsStr::new("f"), Path::new("f"), Trust::current(), Subject::POLICY_FILE, 10);
+        assert!(matches!(fifo, Err(TrustError::NotRegular { kind: "a FIFO (named pipe)", .. })), "{fifo:?}");
+        let big = read_regular(&dir, OsStr::new("big"), Path::new("big"), Trust::current(), Subject::POLICY_FILE, 99);
+        assert!(matches!(big, Err(TrustError::TooLarge { size: 100, max: 99, .. })), "{big:?}");
+        let ok = read_regular(&dir, OsStr::new("big"), Path::new("big"), Trust::current(), Subject::POLICY_FILE, 100);
+        assert_eq!(ok.unwrap().len(), 100);
+    }
+
+    #[test]
+    fn a_writable_object_is_refused_with_the_fix() {
+        let tmp = tree();
+        let f = tmp.path().join("w.toml");
+        std::fs::write(&f, "x").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o646)).unwrap();
+        let Walked::Dir(dir) = walk(tmp.path(), Trust::current(), Subject::POLICY_DIR).unwrap() else { panic!() };
+        let e = read_regular(&dir, OsStr::new("w.toml"), &f, Trust::current(), Subject::POLICY_FILE, 10).unwrap_err();
+        let TrustError::Untrusted(u) = &e else { panic!("{e}") };
+        assert_eq!(u.problem, "writable by others");
+        assert_eq!(u.fix, format!("chmod 0644 {}", f.display()));
+    }
+}
