@@ -107,7 +107,7 @@ const MSG_FASTOPEN: u32 = 0x2000_0000;
 /// `MFD_NOEXEC_SEAL`: the memfd can never be made executable.
 const MFD_NOEXEC_SEAL: u32 = 0x8;
 /// `S_ISUID | S_ISGID`: the mode bits no file made or changed in the sandbox may carry.
-const SETID_BITS: u32 = (libc::S_ISUID | libc::S_ISGID) as u32;
+const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
 /// Open flags under which the mode argument is used: `O_CREAT` and `__O_TMPFILE` (the bit that
 /// `O_TMPFILE` adds to `O_DIRECTORY`; same value on x86_64 and aarch64).
 const CREATE_FLAGS: u32 = libc::O_CREAT as u32 | 0o2000_0000;
@@ -263,7 +263,7 @@ fn blocks(profile: Profile) -> Result<Vec<(u32, Vec<sock_filter>)>, CompileError
             libc::SYS_setpriority as u32,
             vec![
                 stmt(LD_W_ABS, arg_lo(0)),
-                jump(JEQ_K, libc::PRIO_PROCESS as u32, 0, 3)?,
+                jump(JEQ_K, libc::PRIO_PROCESS, 0, 3)?,
                 stmt(LD_W_ABS, arg_lo(1)),
                 jump(JEQ_K, 0, 0, 1)?,
                 stmt(RET_K, RET_ALLOW),
@@ -767,7 +767,7 @@ mod tests {
                 a[arg] = mode;
                 answer(nr, a)
             };
-            for mode in [0o755, 0o644 | (1 << 32), 0o1777, libc::S_IFREG as u64 | 0o600, 0, u64::MAX & !(suid | sgid)] {
+            for mode in [0o755, 0o644 | (1 << 32), 0o1777, libc::S_IFREG as u64 | 0o600, 0, !(suid | sgid)] {
                 assert_eq!(with(mode), RET_ALLOW, "nr {nr} mode {mode:o}");
             }
             for mode in
