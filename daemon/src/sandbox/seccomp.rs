@@ -4,7 +4,7 @@
 //! - a foreign architecture kills the process; x32 (and any number with bit 30 set) answers EPERM;
 //! - one balanced search over the syscall number (`syscalls.rs` is the table): a number on the
 //!   plain allow-list is allowed; a number with argument checks runs its block (below), which
-//!   ends in ALLOW or EPERM; `clone3`, `openat2` and `fchmodat2` answer ENOSYS, so callers fall
+//!   ends in ALLOW or EPERM; `clone3` and `openat2` answer ENOSYS, so callers fall
 //!   back to a call whose arguments a filter can see;
 //! - everything else answers EPERM.
 //!
@@ -277,6 +277,7 @@ fn blocks(profile: Profile) -> Result<Vec<(u32, Vec<sock_filter>)>, CompileError
         (libc::SYS_openat as u32, deny_setid_on_create(2, 3)?),
         (libc::SYS_fchmod as u32, deny_if_bits(1, SETID_BITS)?),
         (libc::SYS_fchmodat as u32, deny_if_bits(2, SETID_BITS)?),
+        (libc::SYS_fchmodat2 as u32, deny_if_bits(2, SETID_BITS)?),
         (libc::SYS_mknodat as u32, deny_if_bits(2, SETID_BITS)?),
         (libc::SYS_prctl as u32, prctl_block()?),
     ];
@@ -552,6 +553,7 @@ mod tests {
         rules.insert(libc::SYS_openat, create(2, 3));
         rules.insert(libc::SYS_fchmod, masked_zero(1, SETID_BITS));
         rules.insert(libc::SYS_fchmodat, masked_zero(2, SETID_BITS));
+        rules.insert(libc::SYS_fchmodat2, masked_zero(2, SETID_BITS));
         rules.insert(libc::SYS_mknodat, masked_zero(2, SETID_BITS));
         #[cfg(target_arch = "x86_64")]
         {
@@ -758,7 +760,8 @@ mod tests {
     #[test]
     fn no_mode_change_or_creation_can_set_a_set_id_bit() {
         let (suid, sgid) = (u64::from(libc::S_ISUID), u64::from(libc::S_ISGID));
-        let mut cases: Vec<(i64, usize)> = vec![(libc::SYS_fchmod, 1), (libc::SYS_fchmodat, 2), (libc::SYS_mknodat, 2)];
+        let mut cases: Vec<(i64, usize)> =
+            vec![(libc::SYS_fchmod, 1), (libc::SYS_fchmodat, 2), (libc::SYS_fchmodat2, 2), (libc::SYS_mknodat, 2)];
         #[cfg(target_arch = "x86_64")]
         cases.extend([(libc::SYS_chmod, 1), (libc::SYS_creat, 1), (libc::SYS_mknod, 1)]);
         for (nr, arg) in cases {
@@ -796,7 +799,7 @@ mod tests {
             assert_eq!(with(tmpfile, sgid | 0o700), EPERM);
             assert_eq!(with(libc::O_CREAT as u64, suid), EPERM);
         }
-        for nr in [libc::SYS_openat2, libc::SYS_fchmodat2, libc::SYS_clone3] {
+        for nr in [libc::SYS_openat2, libc::SYS_clone3] {
             assert_eq!(answer(nr, [0; 6]), ENOSYS, "nr {nr}");
         }
     }
@@ -936,6 +939,7 @@ mod tests {
             "inotify_add_watch",
             "openat2",
             "fchmodat2",
+            "fchmodat",
         ] {
             assert!(!names.contains(&denied), "{denied} is on the unconditional list");
         }

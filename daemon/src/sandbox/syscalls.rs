@@ -313,6 +313,12 @@ pub(super) const CHECKED: &[(i64, &str, &str, &str)] = &[
     (libc::SYS_fchmod, "fchmod", NO_SETID, SETID_WHY),
     (libc::SYS_fchmodat, "fchmodat", NO_SETID, SETID_WHY),
     (
+        libc::SYS_fchmodat2,
+        "fchmodat2",
+        NO_SETID,
+        "as fchmodat (glibc's lchmod and fchmodat with flags use it); AT_EMPTY_PATH on an O_PATH descriptor reaches no file a path could not",
+    ),
+    (
         libc::SYS_mknodat,
         "mknodat",
         NO_SETID,
@@ -428,11 +434,6 @@ pub(super) const ENOSYS: &[(i64, &str, &str)] = &[
         libc::SYS_openat2,
         "openat2",
         "the mode is in struct open_how, so a set-id mode could not be refused; callers (systemd, cap-std, ...) fall back to openat on ENOSYS",
-    ),
-    (
-        libc::SYS_fchmodat2,
-        "fchmodat2",
-        "glibc's fchmodat(AT_SYMLINK_NOFOLLOW) falls back on ENOSYS (to an O_PATH descriptor and fchmodat); one checked path for modes is enough",
     ),
 ];
 

@@ -125,7 +125,6 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
         "stubborn" => stubborn(&cstr(arg(args, 0, "pid file")?)?),
         "sleep-pid" => sleep_pid(&cstr(arg(args, 0, "pid file")?)?, arg(args, 1, "stop file")?),
         "setid" => setid(arg(args, 0, "how")?, &cstr(arg(args, 1, "path")?)?)?,
-        "chmod" => chmod(&cstr(arg(args, 0, "path")?)?, arg(args, 1, "octal mode")?)?,
         "setxattr-cap" => setxattr_cap(&cstr(arg(args, 0, "path")?)?),
         "sysv" => sysv(num(args, 0, "key")?, num(args, 1, "shm id")?),
         "mq-open" => mq_open(&cstr(arg(args, 0, "name")?)?),
@@ -914,14 +913,6 @@ fn setid(how: &str, path: &CString) -> Result<Map<String, Value>, String> {
     let mode = mode_of(path);
     let m = with(outcome(r), "mode", json!(mode.map(|m| format!("{m:o}"))));
     Ok(with(m, "setid", json!(mode.is_some_and(|m| m & SETID != 0))))
-}
-
-/// fchmodat(path, mode) on an existing file (no creation).
-fn chmod(path: &CString, mode: &str) -> Result<Map<String, Value>, String> {
-    let mode = u32::from_str_radix(mode, 8).map_err(|_| format!("{mode:?} is not an octal mode"))?;
-    // SAFETY: a valid C string and integers.
-    let r = sys(unsafe { libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, path.as_ptr(), mode) });
-    Ok(with(outcome(r), "mode", json!(mode_of(path).map(|m| format!("{m:o}")))))
 }
 
 /// Gives `path` a file capability (CAP_SETUID, effective): needs CAP_SETFCAP.
