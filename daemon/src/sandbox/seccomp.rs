@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use seccompiler::{BpfProgram, sock_filter};
 
-use super::syscalls::{ALLOWED, ALLOWED_ARCH, CHECKED, CHECKED_ARCH, ENOSYS as ENOSYS_LIST};
+use super::syscalls::{ALLOWED, ALLOWED_ARCH, CHECKED, CHECKED_ARCH, ENOSYS as ENOSYS_LIST, SYS_FCHMODAT2};
 
 /// What distinguishes one seccomp program from another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -277,7 +277,7 @@ fn blocks(profile: Profile) -> Result<Vec<(u32, Vec<sock_filter>)>, CompileError
         (libc::SYS_openat as u32, deny_setid_on_create(2, 3)?),
         (libc::SYS_fchmod as u32, deny_if_bits(1, SETID_BITS)?),
         (libc::SYS_fchmodat as u32, deny_if_bits(2, SETID_BITS)?),
-        (libc::SYS_fchmodat2 as u32, deny_if_bits(2, SETID_BITS)?),
+        (SYS_FCHMODAT2 as u32, deny_if_bits(2, SETID_BITS)?),
         (libc::SYS_mknodat as u32, deny_if_bits(2, SETID_BITS)?),
         (libc::SYS_prctl as u32, prctl_block()?),
     ];
@@ -553,7 +553,7 @@ mod tests {
         rules.insert(libc::SYS_openat, create(2, 3));
         rules.insert(libc::SYS_fchmod, masked_zero(1, SETID_BITS));
         rules.insert(libc::SYS_fchmodat, masked_zero(2, SETID_BITS));
-        rules.insert(libc::SYS_fchmodat2, masked_zero(2, SETID_BITS));
+        rules.insert(SYS_FCHMODAT2, masked_zero(2, SETID_BITS));
         rules.insert(libc::SYS_mknodat, masked_zero(2, SETID_BITS));
         #[cfg(target_arch = "x86_64")]
         {
@@ -761,7 +761,7 @@ mod tests {
     fn no_mode_change_or_creation_can_set_a_set_id_bit() {
         let (suid, sgid) = (u64::from(libc::S_ISUID), u64::from(libc::S_ISGID));
         let mut cases: Vec<(i64, usize)> =
-            vec![(libc::SYS_fchmod, 1), (libc::SYS_fchmodat, 2), (libc::SYS_fchmodat2, 2), (libc::SYS_mknodat, 2)];
+            vec![(libc::SYS_fchmod, 1), (libc::SYS_fchmodat, 2), (SYS_FCHMODAT2, 2), (libc::SYS_mknodat, 2)];
         #[cfg(target_arch = "x86_64")]
         cases.extend([(libc::SYS_chmod, 1), (libc::SYS_creat, 1), (libc::SYS_mknod, 1)]);
         for (nr, arg) in cases {
@@ -872,7 +872,7 @@ mod tests {
             libc::SYS_ioprio_set,
             libc::SYS_get_robust_list,
             libc::SYS_personality,
-            libc::SYS_fchmodat2 + 1,
+            SYS_FCHMODAT2 + 1,
         ] {
             assert_eq!(answer(nr, [0; 6]), EPERM, "nr {nr}");
         }

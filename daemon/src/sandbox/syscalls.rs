@@ -16,6 +16,9 @@
 //! `docs/seccomp.md` is generated from these tables (`cargo test -p cordon-daemon
 //! seccomp_table` with `CORDON_BLESS=1`).
 
+/// fchmodat2(2): 452 on every architecture (the libc crate only names it for some).
+pub(super) const SYS_FCHMODAT2: i64 = 452;
+
 // Reasons shared by several entries.
 const PATH_OP: &str = "path-based file operation: landlock decides which paths it may reach";
 const FD_IO: &str = "I/O on a descriptor the tool already holds; opening it was checked by landlock";
@@ -313,7 +316,7 @@ pub(super) const CHECKED: &[(i64, &str, &str, &str)] = &[
     (libc::SYS_fchmod, "fchmod", NO_SETID, SETID_WHY),
     (libc::SYS_fchmodat, "fchmodat", NO_SETID, SETID_WHY),
     (
-        libc::SYS_fchmodat2,
+        SYS_FCHMODAT2,
         "fchmodat2",
         NO_SETID,
         "as fchmodat (glibc's lchmod and fchmodat with flags use it); AT_EMPTY_PATH on an O_PATH descriptor reaches no file a path could not",

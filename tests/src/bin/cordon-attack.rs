@@ -878,7 +878,7 @@ fn setid(how: &str, path: &CString) -> Result<Map<String, Value>, String> {
         "fchmodat" => existing(libc::SYS_fchmodat, [at, p, 0o6755, 0]),
         // The kernel reads a umode_t: the high half of the register neither hides nor adds a bit.
         "fchmodat-wide" => existing(libc::SYS_fchmodat, [at, p, (1 << 32) | 0o4755, 0]),
-        "fchmodat2" => existing(libc::SYS_fchmodat2, [at, p, 0o4755, 0]),
+        "fchmodat2" => existing(452 /* fchmodat2 */, [at, p, 0o4755, 0]),
         // SAFETY: see above.
         #[cfg(target_arch = "x86_64")]
         "open" => unsafe { raw4(libc::SYS_open, p, create, 0o4755, 0) },
