@@ -114,6 +114,8 @@ const CREATE_FLAGS: u32 = libc::O_CREAT as u32 | 0o2000_0000;
 /// fcntl commands that make the kernel signal a process on I/O.
 const F_SETOWN: u32 = 8;
 const F_SETOWN_EX: u32 = 15;
+/// fcntl command that takes a lease: other processes' opens of the file wait for the lease break.
+const F_SETLEASE: u32 = 1024;
 /// ioctl requests that set the same owner (`FIOSETOWN`, `SIOCSPGRP`).
 const FIOSETOWN: u32 = 0x8901;
 const SIOCSPGRP: u32 = 0x8902;
@@ -252,7 +254,7 @@ fn blocks(profile: Profile) -> Result<Vec<(u32, Vec<sock_filter>)>, CompileError
         // ioctl: everything but injecting terminal input and setting a signal owner (the request
         // number compared on its low 32 bits, as the kernel does).
         (libc::SYS_ioctl as u32, deny_if_eq(1, &[libc::TIOCSTI as u32, libc::TIOCLINUX as u32, FIOSETOWN, SIOCSPGRP])?),
-        (libc::SYS_fcntl as u32, deny_if_eq(1, &[F_SETOWN, F_SETOWN_EX])?),
+        (libc::SYS_fcntl as u32, deny_if_eq(1, &[F_SETOWN, F_SETOWN_EX, F_SETLEASE])?),
         // clone: the flags are the first argument on x86_64 and aarch64, in its low 32 bits.
         (libc::SYS_clone as u32, deny_if_bits(0, CLONE_DENIED)?),
         (libc::SYS_socket as u32, socket_block(profile)?),
@@ -500,7 +502,7 @@ mod tests {
         };
         let masked_zero = |arg, bits: u32| vec![rule(vec![c(arg, Len::Dword, Op::MaskedEq(u64::from(bits)), 0)])];
         rules.insert(libc::SYS_ioctl, ne_all(1, &[libc::TIOCSTI as u32, libc::TIOCLINUX as u32, FIOSETOWN, SIOCSPGRP]));
-        rules.insert(libc::SYS_fcntl, ne_all(1, &[F_SETOWN, F_SETOWN_EX]));
+        rules.insert(libc::SYS_fcntl, ne_all(1, &[F_SETOWN, F_SETOWN_EX, F_SETLEASE]));
         rules.insert(libc::SYS_kill, ne_all(0, &[PID_ALL]));
         rules.insert(libc::SYS_clone, masked_zero(0, CLONE_DENIED));
         let mut socket = Vec::new();
@@ -672,6 +674,7 @@ mod tests {
             u64::from(SIOCSPGRP) | (7 << 32),
             u64::from(F_SETOWN),
             u64::from(F_SETOWN_EX),
+            u64::from(F_SETLEASE),
             libc::F_GETFL as u64,
             libc::CLONE_NEWUSER as u64 | libc::SIGCHLD as u64,
             (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_NEWNET) as u64,
@@ -821,6 +824,7 @@ mod tests {
         let fcntl = |cmd: i32| answer(libc::SYS_fcntl, [3, cmd as u64, 1, 0, 0, 0]);
         assert_eq!(fcntl(libc::F_SETOWN), EPERM);
         assert_eq!(fcntl(F_SETOWN_EX as i32), EPERM);
+        assert_eq!(fcntl(libc::F_SETLEASE), EPERM);
         for cmd in [libc::F_GETFL, libc::F_SETFL, libc::F_GETOWN, libc::F_SETLK, libc::F_DUPFD_CLOEXEC] {
             assert_eq!(fcntl(cmd), RET_ALLOW, "fcntl {cmd}");
         }

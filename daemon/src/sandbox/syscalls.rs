@@ -330,8 +330,8 @@ pub(super) const CHECKED: &[(i64, &str, &str, &str)] = &[
     (
         libc::SYS_fcntl,
         "fcntl",
-        "not F_SETOWN or F_SETOWN_EX",
-        "an owner makes the kernel signal that process on I/O (SIGIO, or any signal with F_SETSIG); for euid 0 the kernel admits every target, and below landlock ABI 6 nothing else stands in the way",
+        "not F_SETOWN, F_SETOWN_EX or F_SETLEASE",
+        "an owner makes the kernel signal that process on I/O (SIGIO, or any signal with F_SETSIG): for euid 0 the kernel admits every target, and below landlock ABI 6 nothing else stands in the way; a lease on a file the tool may only read (a root caller owns /usr) would hold back other processes' opens of it",
     ),
     (
         libc::SYS_ioctl,

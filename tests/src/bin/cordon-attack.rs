@@ -134,6 +134,7 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
         "kill-sig" => kill_sig(num(args, 0, "pid")?, num(args, 1, "signal")?),
         "sigio-owner" => sigio_owner(num(args, 0, "pid")?),
         "prctl" => prctl(arg(args, 0, "option")?)?,
+        "lease" => lease(&cstr(arg(args, 0, "path")?)?),
         "clone-parent" => clone_parent(),
         "personality" => outcome(
             // SAFETY: personality(2) takes an integer; ADDR_NO_RANDOMIZE only affects later execs.
@@ -1104,4 +1105,16 @@ fn clone_parent() -> Map<String, Value> {
         unsafe { libc::_exit(0) }
     }
     outcome(r)
+}
+
+/// A read lease on `path` (opened read-only): writers elsewhere would wait for its break.
+fn lease(path: &CString) -> Map<String, Value> {
+    let fd = match open(path, libc::O_RDONLY) {
+        Ok(fd) => fd,
+        Err(e) => return stepped("open", Err(e)),
+    };
+    // SAFETY: a descriptor we hold and integer arguments.
+    let r = sys(i64::from(unsafe { libc::fcntl(fd as i32, libc::F_SETLEASE, libc::F_RDLCK) }));
+    close(fd);
+    stepped("fcntl", r)
 }

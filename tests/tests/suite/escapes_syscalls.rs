@@ -492,9 +492,10 @@ fn kill_minus_one_and_signals_outside_the_sandbox_are_refused_eperm() {
 }
 
 /// F_SETOWN / FIOSETOWN would make the kernel send SIGIO (or, with F_SETSIG, any signal) to
-/// another process on I/O; for euid 0 the kernel admits every target.
+/// another process on I/O; for euid 0 the kernel admits every target. F_SETLEASE would hold back
+/// other processes' opens of a file the tool may only read.
 #[test]
-fn a_signal_owner_cannot_be_set_eperm() {
+fn a_signal_owner_or_a_lease_cannot_be_set_eperm() {
     for caller in callers() {
         let mut sleeper = outside_sleeper(caller);
         let d = daemon(&[("t", String::new())]);
@@ -503,6 +504,10 @@ fn a_signal_owner_cannot_be_set_eperm() {
         assert_eq!(r["ioctl_errno"], libc::EPERM, "{caller:?}: {r}");
         std::thread::sleep(Duration::from_millis(100));
         assert!(!process_gone(sleeper.id() as i32), "{caller:?}: the outside process was signalled");
+        // A lease on a system file every tool may read (a root caller owns it).
+        let r = attack(&d, caller, "t", &["lease", "/usr/bin/true"]);
+        assert_eq!(r["step"], "fcntl", "{r}");
+        assert_errno(caller, &r, libc::EPERM);
         sleeper.kill().unwrap();
         sleeper.wait().unwrap();
     }
