@@ -124,6 +124,22 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
         "file-size" => file_size(&cstr(arg(args, 0, "path")?)?, num(args, 1, "bytes")?),
         "stubborn" => stubborn(&cstr(arg(args, 0, "pid file")?)?),
         "sleep-pid" => sleep_pid(&cstr(arg(args, 0, "pid file")?)?, arg(args, 1, "stop file")?),
+        "setid" => setid(arg(args, 0, "how")?, &cstr(arg(args, 1, "path")?)?)?,
+        "setxattr-cap" => setxattr_cap(&cstr(arg(args, 0, "path")?)?),
+        "sysv" => sysv(num(args, 0, "key")?, num(args, 1, "shm id")?),
+        "mq-open" => mq_open(&cstr(arg(args, 0, "name")?)?),
+        "keyring" => keyring(),
+        "inotify" => inotify(&cstr(arg(args, 0, "path")?)?),
+        "setpriority" => set_priority(arg(args, 0, "which")?, num(args, 1, "who")?)?,
+        "kill-sig" => kill_sig(num(args, 0, "pid")?, num(args, 1, "signal")?),
+        "sigio-owner" => sigio_owner(num(args, 0, "pid")?),
+        "prctl" => prctl(arg(args, 0, "option")?)?,
+        "lease" => lease(&cstr(arg(args, 0, "path")?)?),
+        "clone-parent" => clone_parent(),
+        "personality" => outcome(
+            // SAFETY: personality(2) takes an integer; ADDR_NO_RANDOMIZE only affects later execs.
+            sys(i64::from(unsafe { libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) })),
+        ),
         other => return Err(format!("unknown attack {other:?}")),
     })
 }
@@ -792,4 +808,313 @@ fn sleep_pid(pidfile: &CString, stop: &str) -> Map<String, Value> {
         std::thread::sleep(Duration::from_millis(20));
     }
     outcome(Ok(0))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Set-id files, file capabilities
+
+/// linux/capability.h and fcntl.h values the libc crate does not export.
+const CAP_SETUID: u32 = 7;
+const F_SETSIG: i32 = 10;
+
+/// The permission bits of `path` (with the set-id and sticky bits), when it exists.
+fn mode_of(path: &CString) -> Option<u32> {
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a live stat buffer.
+    (unsafe { libc::lstat(path.as_ptr(), &mut st) } == 0).then_some(st.st_mode & 0o7777)
+}
+
+/// Creates `path` with mode 0644 (no set-id bit), for the calls that change an existing file.
+fn plain_file(path: &CString) -> Sys {
+    // SAFETY: a valid C string; flags and mode are integers.
+    let fd = sys(unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
+            0o644,
+        )
+    })?;
+    close(fd);
+    Ok(0)
+}
+
+/// A raw system call with four arguments (pointers passed as integers).
+///
+/// # Safety
+/// Every pointer argument must point to live memory of the kind the call expects.
+unsafe fn raw4(nr: i64, a: u64, b: u64, c: u64, d: u64) -> Sys {
+    // SAFETY: the caller guarantees the pointer arguments; the rest are integers.
+    sys(unsafe { libc::syscall(nr, a, b, c, d) })
+}
+
+/// Tries to make `path` a set-user-id or set-group-id file in one way (`how`), with raw system
+/// calls; reports the call's outcome and the file's mode afterwards.
+fn setid(how: &str, path: &CString) -> Result<Map<String, Value>, String> {
+    const SETID: u32 = libc::S_ISUID | libc::S_ISGID;
+    let p = path.as_ptr() as u64;
+    let at = libc::AT_FDCWD as u64;
+    let create = (libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC) as u64;
+    let reg = u64::from(libc::S_IFREG);
+    // The file exists first, for the calls that change a mode.
+    let existing = |nr: i64, args: [u64; 4]| {
+        plain_file(path)?;
+        // SAFETY: `p` points to `path`, alive for the call; the other arguments are integers.
+        unsafe { raw4(nr, args[0], args[1], args[2], args[3]) }
+    };
+    // SAFETY (the calls below): as above; `how_buf` is a live struct open_how.
+    let r: Sys = match how {
+        "chmod-plain" => existing(libc::SYS_fchmodat, [at, p, 0o755, 0]),
+        #[cfg(target_arch = "x86_64")]
+        "chmod" => existing(libc::SYS_chmod, [p, 0o4755, 0, 0]),
+        "fchmod" => plain_file(path).and_then(|_| {
+            let fd = open(path, libc::O_RDONLY)?;
+            // SAFETY: integer arguments only.
+            let r = unsafe { raw4(libc::SYS_fchmod, fd as u64, 0o2755, 0, 0) };
+            close(fd);
+            r
+        }),
+        "fchmodat" => existing(libc::SYS_fchmodat, [at, p, 0o6755, 0]),
+        // The kernel reads a umode_t: the high half of the register neither hides nor adds a bit.
+        "fchmodat-wide" => existing(libc::SYS_fchmodat, [at, p, (1 << 32) | 0o4755, 0]),
+        "fchmodat2" => existing(452 /* fchmodat2 */, [at, p, 0o4755, 0]),
+        // SAFETY: see above.
+        #[cfg(target_arch = "x86_64")]
+        "open" => unsafe { raw4(libc::SYS_open, p, create, 0o4755, 0) },
+        // SAFETY: see above.
+        "openat" => unsafe { raw4(libc::SYS_openat, at, p, create, 0o2755) },
+        // SAFETY: see above.
+        #[cfg(target_arch = "x86_64")]
+        "creat" => unsafe { raw4(libc::SYS_creat, p, 0o4755, 0, 0) },
+        // O_TMPFILE in the directory `path` names.
+        // SAFETY: see above.
+        "tmpfile" => unsafe { raw4(libc::SYS_openat, at, p, (libc::O_TMPFILE | libc::O_WRONLY) as u64, 0o4755) },
+        "openat2" => {
+            // struct open_how { u64 flags; u64 mode; u64 resolve; }
+            let how_buf = [create, 0o4755u64, 0];
+            // SAFETY: see above.
+            unsafe { raw4(libc::SYS_openat2, at, p, how_buf.as_ptr() as u64, size_of_val(&how_buf) as u64) }
+        }
+        // SAFETY: see above.
+        #[cfg(target_arch = "x86_64")]
+        "mknod" => unsafe { raw4(libc::SYS_mknod, p, reg | 0o4755, 0, 0) },
+        // SAFETY: see above.
+        "mknodat" => unsafe { raw4(libc::SYS_mknodat, at, p, reg | 0o6755, 0) },
+        // SAFETY: see above.
+        "mkdir" => unsafe { raw4(libc::SYS_mkdirat, at, p, 0o7777, 0) },
+        other => return Err(format!("unknown way {other:?}")),
+    };
+    if let Ok(fd) = r
+        && matches!(how, "open" | "openat" | "creat" | "tmpfile" | "openat2")
+    {
+        close(fd);
+    }
+    let mode = mode_of(path);
+    let m = with(outcome(r), "mode", json!(mode.map(|m| format!("{m:o}"))));
+    Ok(with(m, "setid", json!(mode.is_some_and(|m| m & SETID != 0))))
+}
+
+/// Gives `path` a file capability (CAP_SETUID, effective): needs CAP_SETFCAP.
+fn setxattr_cap(path: &CString) -> Map<String, Value> {
+    let created = plain_file(path);
+    // struct vfs_cap_data, revision 2: magic_etc, then (permitted, inheritable) for two words.
+    const VFS_CAP_REVISION_2: u32 = 0x0200_0000;
+    const VFS_CAP_FLAGS_EFFECTIVE: u32 = 0x1;
+    let data: [u32; 5] = [VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE, 1 << CAP_SETUID, 0, 0, 0];
+    // SAFETY: a valid C string for the path and the name, a live buffer and its size.
+    let r = sys(i64::from(unsafe {
+        libc::setxattr(path.as_ptr(), c"security.capability".as_ptr(), data.as_ptr().cast(), size_of_val(&data), 0)
+    }));
+    with(outcome(r), "created", json!(created.is_ok()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel objects named by keys and ids
+
+/// System V IPC: look up `key` as a segment, queue and semaphore set, attach and read segment
+/// `shm_id`. `ok` is true when any of them worked.
+fn sysv(key: i32, shm_id: i32) -> Map<String, Value> {
+    // SAFETY: integer arguments only (as for the two calls below).
+    let shmget = sys(i64::from(unsafe { libc::shmget(key, 0, 0) }));
+    // SAFETY: as above.
+    let msgget = sys(i64::from(unsafe { libc::msgget(key, 0) }));
+    // SAFETY: as above.
+    let semget = sys(i64::from(unsafe { libc::semget(key, 0, 0) }));
+    // SAFETY: as above; a NULL address lets the kernel choose.
+    let addr = unsafe { libc::shmat(shm_id, std::ptr::null(), 0) };
+    let (shmat, byte) = if addr as isize == -1 {
+        (Err(errno()), None)
+    } else {
+        // SAFETY: the segment is mapped at `addr` and is non-empty.
+        let b = unsafe { *(addr as *const u8) };
+        // SAFETY: detaches what was attached.
+        unsafe { libc::shmdt(addr) };
+        (Ok(0), Some(b))
+    };
+    // SAFETY: shmid_ds is plain data; all zeroes is valid; a live buffer.
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let shmctl = sys(i64::from(unsafe { libc::shmctl(shm_id, libc::IPC_STAT, &mut ds) }));
+    let all = [shmget, msgget, semget, shmat, shmctl];
+    let mut m = outcome(if all.iter().any(Result::is_ok) { Ok(0) } else { shmat });
+    for (name, r) in ["shmget", "msgget", "semget", "shmat", "shmctl"].iter().zip(all) {
+        m.insert(format!("{name}_errno"), json!(r.err()));
+    }
+    m.insert("byte".into(), json!(byte));
+    m
+}
+
+fn mq_open(name: &CString) -> Map<String, Value> {
+    // SAFETY: a valid C string; no attributes (NULL).
+    let r = sys(unsafe {
+        libc::syscall(libc::SYS_mq_open, name.as_ptr(), libc::O_RDONLY, 0, std::ptr::null::<libc::mq_attr>())
+    });
+    if let Ok(fd) = r {
+        close(fd);
+    }
+    outcome(r)
+}
+
+/// The session and user keyrings: their ids, then a key added to the user keyring.
+fn keyring() -> Map<String, Value> {
+    const KEYCTL_GET_KEYRING_ID: i64 = 0;
+    const KEY_SPEC_USER_KEYRING: i64 = -4;
+    // SAFETY: integer arguments only.
+    let get = sys(unsafe { libc::syscall(libc::SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, 0) });
+    let payload = b"cordon-attack";
+    // SAFETY: valid C strings and a live payload buffer with its size.
+    let add = sys(unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            c"user".as_ptr(),
+            c"cordon-attack".as_ptr(),
+            payload.as_ptr(),
+            payload.len(),
+            KEY_SPEC_USER_KEYRING,
+        )
+    });
+    let mut m = outcome(get.and(add));
+    m.insert("keyctl_errno".into(), json!(get.err()));
+    m.insert("add_key_errno".into(), json!(add.err()));
+    m
+}
+
+/// An inotify watch on `path` (which landlock would not check).
+fn inotify(path: &CString) -> Map<String, Value> {
+    // SAFETY: flags only.
+    let fd = match sys(i64::from(unsafe { libc::inotify_init1(libc::IN_CLOEXEC) })) {
+        Ok(fd) => fd,
+        Err(e) => return stepped("inotify_init1", Err(e)),
+    };
+    // SAFETY: an inotify descriptor and a valid C string.
+    let r = sys(i64::from(unsafe { libc::inotify_add_watch(fd as i32, path.as_ptr(), libc::IN_ALL_EVENTS) }));
+    close(fd);
+    stepped("inotify_add_watch", r)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calls whose target widens through another argument
+
+/// setpriority(which, who, 19), raw.
+fn set_priority(which: &str, who: u32) -> Result<Map<String, Value>, String> {
+    let which = match which {
+        "process" => libc::PRIO_PROCESS,
+        "pgrp" => libc::PRIO_PGRP,
+        "user" => libc::PRIO_USER,
+        other => return Err(format!("unknown which {other:?}: process, pgrp or user")),
+    };
+    // SAFETY: integer arguments only.
+    Ok(outcome(sys(unsafe { libc::syscall(libc::SYS_setpriority, which, who, 19) })))
+}
+
+/// kill(pid, signal) with a real signal; `pid` may be -1 or a negative group.
+fn kill_sig(pid: i32, signal: i32) -> Map<String, Value> {
+    // SAFETY: integer arguments only.
+    outcome(sys(unsafe { libc::syscall(libc::SYS_kill, pid, signal) }))
+}
+
+/// Makes `pid` the owner of a pipe's SIGIO, by fcntl(F_SETOWN) and ioctl(FIOSETOWN), then
+/// triggers it with SIGKILL as the signal (F_SETSIG) if the owner was set.
+fn sigio_owner(pid: i32) -> Map<String, Value> {
+    let mut fds = [0i32; 2];
+    // SAFETY: a live two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return stepped("pipe2", Err(errno()));
+    }
+    // SAFETY: descriptors we hold and integer arguments; FIOSETOWN reads a live int.
+    let (setown, ioctl) = unsafe {
+        let setown = sys(i64::from(libc::fcntl(fds[0], libc::F_SETOWN, pid)));
+        let ioctl = sys(i64::from(libc::ioctl(fds[0], 0x8901, &pid)));
+        (setown, ioctl)
+    };
+    if setown.is_ok() || ioctl.is_ok() {
+        // SAFETY: as above; the write makes the read end readable, which raises the signal.
+        unsafe {
+            libc::fcntl(fds[0], F_SETSIG, libc::SIGKILL);
+            libc::fcntl(fds[0], libc::F_SETFL, libc::O_ASYNC);
+            libc::write(fds[1], b"x".as_ptr().cast(), 1);
+        }
+    }
+    close(i64::from(fds[0]));
+    close(i64::from(fds[1]));
+    let mut m = outcome(setown.and(ioctl));
+    m.insert("fcntl_errno".into(), json!(setown.err()));
+    m.insert("ioctl_errno".into(), json!(ioctl.err()));
+    m
+}
+
+/// One prctl option, with arguments that would work if the option were allowed and the process
+/// privileged enough.
+fn prctl(option: &str) -> Result<Map<String, Value>, String> {
+    const PR_SET_IO_FLUSHER: i32 = 57;
+    let name = c"cordon-attack";
+    let (op, a2, a3): (i32, u64, u64) = match option {
+        "set-name" => (libc::PR_SET_NAME, name.as_ptr() as u64, 0),
+        "set-child-subreaper" => (libc::PR_SET_CHILD_SUBREAPER, 1, 0),
+        "set-mm" => (libc::PR_SET_MM, libc::PR_SET_MM_ARG_START as u64, 0x1000),
+        "set-ptracer" => (libc::PR_SET_PTRACER, u64::MAX, 0), // PR_SET_PTRACER_ANY
+        "set-securebits" => (libc::PR_SET_SECUREBITS, 0, 0),
+        "cap-ambient-raise" => (libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE as u64, CAP_SETUID as u64),
+        "capbset-drop" => (libc::PR_CAPBSET_DROP, CAP_SETUID as u64, 0),
+        "sched-core" => (libc::PR_SCHED_CORE, libc::PR_SCHED_CORE_GET as u64, 1),
+        "set-io-flusher" => (PR_SET_IO_FLUSHER, 1, 0),
+        other => return Err(format!("unknown prctl option {other:?}")),
+    };
+    // SAFETY: prctl with integer arguments (PR_SET_NAME reads a static C string; PR_SCHED_CORE_GET
+    // is given pid 1 and would write nothing before its checks).
+    Ok(outcome(sys(unsafe { libc::syscall(libc::SYS_prctl, op, a2, a3, 0u64, 0u64) })))
+}
+
+/// clone(CLONE_PARENT): the child would be cordond's, not ours.
+fn clone_parent() -> Map<String, Value> {
+    // SAFETY: a raw clone without CLONE_VM behaves like fork: the child only calls _exit.
+    let r = sys(unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_PARENT | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    });
+    if r == Ok(0) {
+        // SAFETY: the child leaves at once.
+        unsafe { libc::_exit(0) }
+    }
+    outcome(r)
+}
+
+/// A read lease on `path` (opened read-only): writers elsewhere would wait for its break.
+fn lease(path: &CString) -> Map<String, Value> {
+    let fd = match open(path, libc::O_RDONLY) {
+        Ok(fd) => fd,
+        Err(e) => return stepped("open", Err(e)),
+    };
+    // SAFETY: a descriptor we hold and integer arguments.
+    let r = sys(i64::from(unsafe { libc::fcntl(fd as i32, libc::F_SETLEASE, libc::F_RDLCK) }));
+    close(fd);
+    stepped("fcntl", r)
 }

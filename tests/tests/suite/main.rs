@@ -4,6 +4,7 @@
 mod audit;
 mod authz;
 mod e2e;
+mod escapes_syscalls;
 mod examples;
 mod mcp;
 mod mcp_protocol;
