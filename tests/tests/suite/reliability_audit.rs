@@ -1,9 +1,13 @@
 //! The audit log never contradicts what a client was told: `kill -9` of cordond under load, at a
 //! random moment, many times over one log; and a terminal record that cannot be written.
 //!
-//! For every answer a client received (`cordon run --json` printed an invocation id and an exit
-//! code), the log must hold that invocation's `finished` record with the same exit code, never
-//! `aborted`; after each restart the chain verifies.
+//! Eight gRPC clients invoke fast tools in a loop (many calls per second, so that a kill often
+//! lands between an answer and its record), with two `cordon run --json` loops beside them. For
+//! every answer a client received (a `finished` event, or `cordon run --json` printing an
+//! invocation id and an exit code), the log must hold that invocation's `finished` record with
+//! the same exit code, never `aborted`; after each restart the chain verifies. With the terminal
+//! record only queued (before the fix) this failed in every run, with 3 to 10 answered
+//! invocations recorded as `aborted`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use cordon_proto::v1;
 use cordon_tests::{Daemon, audit_records, bin, cordon_at, eventually};
 use serde_json::{Value, json};
 
@@ -45,7 +50,9 @@ type = "path"
 required = true
 "#;
 
+/// Concurrent gRPC clients, and `cordon run --json` processes beside them.
 const CLIENTS: usize = 8;
+const CLI_CLIENTS: usize = 2;
 const ROUNDS: usize = 15;
 
 /// What one client was told: invocation id -> exit code.
@@ -61,23 +68,18 @@ fn verify(path: &Path) -> cordon_tests::Output {
     cordon_at(Path::new("/nonexistent"), &["audit", "verify", path.to_str().unwrap()])
 }
 
-/// Runs `cordon run` in a loop until `stop`, collecting every answer that named an invocation.
-fn client_loop(socket: PathBuf, n: usize, stop: Arc<AtomicBool>) -> Answers {
+/// Runs `cordon run --json` in a loop until `stop`, collecting every answer that named an
+/// invocation.
+fn cli_loop(socket: PathBuf, n: usize, stop: Arc<AtomicBool>) -> Answers {
     let mut answers = Answers::new();
     let mut i = 0usize;
     while !stop.load(Ordering::Relaxed) {
         i += 1;
-        // Alternate tools and exit codes, so an answer's code is worth checking.
         let code = (n + i) % 4;
-        let args = if i % 2 == 0 {
-            vec!["run".to_string(), "fast".into(), "--json".into()]
-        } else {
-            vec!["run".to_string(), "code".into(), "--arg".into(), format!("code={code}"), "--json".into()]
-        };
         let out = Command::new(bin("cordon"))
             .arg("--socket")
             .arg(&socket)
-            .args(&args)
+            .args(["run", "code", "--arg", &format!("code={code}"), "--json"])
             .stdin(Stdio::null())
             .stderr(Stdio::null())
             .output()
@@ -90,6 +92,38 @@ fn client_loop(socket: PathBuf, n: usize, stop: Arc<AtomicBool>) -> Answers {
     answers
 }
 
+/// Invokes over gRPC in a loop until `stop` (many more calls per second than processes can
+/// make), collecting every `finished` answer.
+async fn grpc_loop(socket: PathBuf, n: usize, stop: Arc<AtomicBool>) -> Answers {
+    let mut answers = Answers::new();
+    let Ok(channel) = cordon_proto::connect(&socket).await else { return answers };
+    let mut client = v1::cordon_client::CordonClient::new(channel);
+    let mut i = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        // Alternate tools and exit codes, so an answer's code is worth checking.
+        let (tool, arguments) = if i.is_multiple_of(2) {
+            ("fast", "{}".to_string())
+        } else {
+            ("code", format!(r#"{{"code":{}}}"#, (n + i) % 4))
+        };
+        let request = v1::InvokeRequest { tool: tool.into(), arguments_json: arguments, stream_output: false };
+        let Ok(response) = client.invoke(request).await else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        let mut stream = response.into_inner();
+        while let Ok(Some(event)) = stream.message().await {
+            if let Some(v1::invoke_event::Event::Finished(f)) = event.event
+                && let Some(code) = f.exit_code
+            {
+                answers.insert(f.invocation_id, i64::from(code));
+            }
+        }
+    }
+    answers
+}
+
 #[test]
 fn kill_9_under_load_never_loses_an_answered_outcome() {
     let keep = tempfile::tempdir().unwrap();
@@ -97,7 +131,8 @@ fn kill_9_under_load_never_loses_an_answered_outcome() {
     let policies = keep.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("t.toml"), TOOLS).unwrap();
-    let args = ["--audit", audit.to_str().unwrap()];
+    let args = ["--audit", audit.to_str().unwrap(), "--max-per-caller", "16"];
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let started = Instant::now();
     let mut told = Answers::new();
     for round in 0..ROUNDS {
@@ -106,19 +141,23 @@ fn kill_9_under_load_never_loses_an_answered_outcome() {
             verify(&audit).assert_code(0);
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let clients: Vec<_> = (0..CLIENTS)
+        let cli: Vec<_> = (0..CLI_CLIENTS)
             .map(|n| {
                 let (socket, stop) = (d.socket.clone(), stop.clone());
-                std::thread::spawn(move || client_loop(socket, n, stop))
+                std::thread::spawn(move || cli_loop(socket, n, stop))
             })
             .collect();
+        let grpc: Vec<_> = (0..CLIENTS).map(|n| runtime.spawn(grpc_loop(d.socket.clone(), n, stop.clone()))).collect();
         // Let the load build, then kill at a random moment.
-        std::thread::sleep(Duration::from_millis(300 + jitter(700)));
+        std::thread::sleep(Duration::from_millis(300 + jitter(500)));
         d.child.kill().unwrap();
         d.child.wait().unwrap();
         stop.store(true, Ordering::Relaxed);
-        for c in clients {
+        for c in cli {
             told.extend(c.join().unwrap());
+        }
+        for g in grpc {
+            told.extend(runtime.block_on(g).unwrap());
         }
         drop(d);
     }
