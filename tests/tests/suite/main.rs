@@ -8,6 +8,7 @@ mod examples;
 mod mcp;
 mod policy;
 mod reliability_audit;
+mod render_escape;
 mod sandbox;
 mod validate;
 mod wire;
