@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{CliError, exit};
 use crate::grpc::{Client, DiagnosticInfo, Event, Invocation, PolicyReport, RunResult, ToolInfo};
+use crate::term::{errln, outln};
 
 pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
@@ -17,7 +18,7 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
         return Ok(0);
     }
     if tools.is_empty() {
-        println!(
+        outln!(
             "no tools (generation {generation}){}",
             if all { "" } else { "; `cordon tools --all` also lists unavailable ones" }
         );
@@ -49,9 +50,9 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
         print_json(&json!(t));
         return Ok(0);
     }
-    println!("{}{}", t.name, if t.title.is_empty() { String::new() } else { format!(" — {}", t.title) });
-    println!("  {}", t.description);
-    let field = |k: &str, v: String| println!("  {k:<12} {v}");
+    outln!("{}{}", t.name, if t.title.is_empty() { String::new() } else { format!(" — {}", t.title) });
+    outln!("  {}", t.description);
+    let field = |k: &str, v: String| outln!("  {k:<12} {v}");
     field(
         "status",
         match t.unavailable_reason.as_str() {
@@ -77,9 +78,9 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
     field("output", t.output.to_string());
     field("source", t.source.clone());
     if t.params.is_empty() {
-        println!("  params       none");
+        outln!("  params       none");
     } else {
-        println!("  params");
+        outln!("  params");
         for p in &t.params {
             let mut extra = Vec::new();
             if p.required {
@@ -92,7 +93,7 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
                 extra.push("secret".to_string());
             }
             let extra = if extra.is_empty() { String::new() } else { format!(" ({})", extra.join(", ")) };
-            println!("    {}: {}{extra}  {}", p.name, p.kind, p.description);
+            outln!("    {}: {}{extra}  {}", p.name, p.kind, p.description);
         }
     }
     Ok(0)
@@ -115,8 +116,8 @@ pub async fn run(
         Invocation::Finished(result) => result,
         Invocation::NeedsConfirmation(c) if c.mode == "human" => {
             // A person must approve: wait for it (an admin runs `cordon approve ID`).
-            eprintln!("cordon: {}", c.description);
-            eprintln!(
+            errln!("cordon: {}", c.description);
+            errln!(
                 "cordon: waiting up to {} s for a human approval: `cordon approve {}` (or `cordon deny {}`)",
                 c.expires_in_ms / 1000,
                 c.approval_id,
@@ -128,9 +129,9 @@ pub async fn run(
             if as_json {
                 print_json(&json!({ "confirmation_required": c }));
             } else {
-                eprintln!("cordon: {}", c.description);
-                eprintln!("cordon: this tool needs a confirmation; run it with: cordon confirm {}", c.token);
-                eprintln!("cordon: (the token works once, for {} s, for this user only)", c.expires_in_ms / 1000);
+                errln!("cordon: {}", c.description);
+                errln!("cordon: this tool needs a confirmation; run it with: cordon confirm {}", c.token);
+                errln!("cordon: (the token works once, for {} s, for this user only)", c.expires_in_ms / 1000);
             }
             return Ok(exit::CONFIRMATION_REQUIRED);
         }
@@ -178,16 +179,16 @@ fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
         ("stderr", result.stderr_truncated, result.stderr_total_bytes),
     ] {
         if truncated {
-            eprintln!("cordon: {name} truncated: the tool wrote {total} bytes and the middle was cut");
+            errln!("cordon: {name} truncated: the tool wrote {total} bytes and the middle was cut");
         }
     }
     let name = &info.name;
     if result.timed_out {
-        eprintln!("cordon: {name} timed out and was killed");
+        errln!("cordon: {name} timed out and was killed");
     } else if result.cancelled {
-        eprintln!("cordon: {name} was cancelled");
+        errln!("cordon: {name} was cancelled");
     } else if let Some(s) = result.signal {
-        eprintln!("cordon: {name} was killed by signal {s}");
+        errln!("cordon: {name} was killed by signal {s}");
     }
     code
 }
@@ -200,12 +201,12 @@ pub async fn pending(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         return Ok(0);
     }
     if list.is_empty() {
-        println!("no pending approvals");
+        outln!("no pending approvals");
     }
     for p in &list {
         let waiting = if p.waiting { "  (caller waiting)" } else { "" };
-        println!("{}  uid {}  expires in {} s{waiting}", p.approval_id, p.caller_uid, p.expires_in_ms / 1000);
-        println!("    {}", p.description);
+        outln!("{}  uid {}  expires in {} s{waiting}", p.approval_id, p.caller_uid, p.expires_in_ms / 1000);
+        outln!("    {}", p.description);
     }
     Ok(0)
 }
@@ -214,10 +215,10 @@ pub async fn decide(socket: &Path, approval_id: &str, approve: bool) -> Result<u
     let mut client = Client::connect(socket).await?;
     if approve {
         client.approve(approval_id).await?;
-        println!("approved {approval_id}");
+        outln!("approved {approval_id}");
     } else {
         client.deny(approval_id).await?;
-        println!("denied {approval_id}");
+        outln!("denied {approval_id}");
     }
     Ok(0)
 }
@@ -315,16 +316,16 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
         );
     } else {
         for d in &report.diagnostics {
-            eprintln!("{d}");
+            errln!("{d}");
         }
         if ok {
-            println!("ok: {tools} tool(s) in {} file(s)", sources.len());
+            outln!("ok: {tools} tool(s) in {} file(s)", sources.len());
             for (name, reason) in &unavailable {
-                println!("note: {name} is unavailable on this host: {reason}");
+                outln!("note: {name} is unavailable on this host: {reason}");
             }
         } else {
             let errors = report.diagnostics.iter().filter(|d| d.severity == "error").count();
-            println!("policy rejected: {errors} error(s)");
+            outln!("policy rejected: {errors} error(s)");
         }
     }
     Ok(if ok { 0 } else { exit::FAILURE })
@@ -439,8 +440,8 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         print_json(&json!({ "ok": !failed, "checks": checks }));
     } else {
         for c in &checks {
-            println!("{:<5} {:<9} {}", c.level, c.name, c.found);
-            println!("{:<15} {}", "", c.meaning);
+            outln!("{:<5} {:<9} {}", c.level, c.name, c.found);
+            outln!("{:<15} {}", "", c.meaning);
         }
     }
     Ok(if failed { exit::FAILURE } else { 0 })
@@ -453,10 +454,10 @@ fn nix_is_root() -> bool {
 pub async fn cancel(socket: &Path, id: &str) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     if client.cancel(id).await? {
-        println!("cancelled {id}");
+        outln!("cancelled {id}");
         Ok(0)
     } else {
-        eprintln!(
+        errln!(
             "cordon: no running invocation {id:?} (it may have finished already; `cordon status` lists running ones)"
         );
         Ok(exit::FAILURE)
@@ -470,13 +471,13 @@ pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         print_json(&json!(report));
     } else {
         for d in &report.diagnostics {
-            eprintln!("{d}");
+            errln!("{d}");
         }
         let generation = report.generation.unwrap_or(0);
         if report.ok {
-            println!("reloaded: generation {generation}, {} tool(s)", report.tools);
+            outln!("reloaded: generation {generation}, {} tool(s)", report.tools);
         } else {
-            println!("reload rejected; generation {generation} ({} tool(s)) stays in force", report.tools);
+            outln!("reload rejected; generation {generation} ({} tool(s)) stays in force", report.tools);
         }
     }
     Ok(if report.ok { 0 } else { exit::FAILURE })
@@ -489,34 +490,37 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         print_json(&json!(s));
         return Ok(0);
     }
-    println!("cordond {} (pid {}, uid {}), up {}s", s.version, s.daemon_pid, s.daemon_uid, s.uptime_ms / 1000);
-    println!("socket       {}", s.socket_path.display());
-    println!("policies     {} (generation {})", s.policy_dir, s.generation);
-    println!(
+    outln!("cordond {} (pid {}, uid {}), up {}s", s.version, s.daemon_pid, s.daemon_uid, s.uptime_ms / 1000);
+    outln!("socket       {}", s.socket_path.display());
+    outln!("policies     {} (generation {})", s.policy_dir, s.generation);
+    outln!(
         "tools        {} total: {} available, {} unavailable, {} disabled",
-        s.tools_total, s.tools_available, s.tools_unavailable, s.tools_disabled
+        s.tools_total,
+        s.tools_available,
+        s.tools_unavailable,
+        s.tools_disabled
     );
-    println!(
+    outln!(
         "sandbox      landlock ABI {}, seccomp {}, cgroups {}",
         s.landlock_abi,
         if s.seccomp { "on" } else { "off" },
         s.cgroup_mode
     );
     for m in &s.cgroup_mechanisms {
-        println!("             {m}");
+        outln!("             {m}");
     }
     if !s.cgroup_note.is_empty() {
-        println!("             ({})", s.cgroup_note);
+        outln!("             ({})", s.cgroup_note);
     }
     if s.audit_failure.is_empty() {
         let path = if s.audit_path.is_empty() { String::new() } else { format!("{}, ", s.audit_path) };
-        println!("audit        {path}seq {} head {}", s.audit_seq, s.audit_head);
+        outln!("audit        {path}seq {} head {}", s.audit_seq, s.audit_head);
     } else {
-        println!("audit        FAILED, invocations are refused: {}", s.audit_failure);
+        outln!("audit        FAILED, invocations are refused: {}", s.audit_failure);
     }
-    println!("running      {} of at most {}", s.running_invocations, s.max_concurrent);
+    outln!("running      {} of at most {}", s.running_invocations, s.max_concurrent);
     for r in &s.running {
-        println!("  {}  {}  uid {}  {}ms", r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms);
+        outln!("  {}  {}  uid {}  {}ms", r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms);
     }
     Ok(0)
 }
@@ -526,6 +530,10 @@ fn print_json(v: &Value) {
 }
 
 fn print_table(headers: &[&str; 4], rows: &[[String; 4]]) {
+    // Cells are escaped before the widths are measured, so the columns line up as printed.
+    let rows: Vec<[String; 4]> =
+        rows.iter().map(|row| row.clone().map(|cell| crate::term::line(&cell).into_owned())).collect();
+    let rows = rows.as_slice();
     let mut widths = headers.map(str::len);
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -541,7 +549,7 @@ fn print_table(headers: &[&str; 4], rows: &[[String; 4]]) {
                 out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
             }
         }
-        println!("{}", out.trim_end());
+        outln!("{}", out.trim_end());
     };
     line(*headers);
     for row in rows {

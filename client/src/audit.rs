@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::error::{CliError, exit};
 use crate::grpc::Client;
+use crate::term::outln;
 
 pub async fn tail(
     socket: &Path,
@@ -32,7 +33,7 @@ pub async fn tail(
             if as_json {
                 println!("{line}");
             } else {
-                println!("{}", human(line));
+                outln!("{}", human(line));
             }
         })
         .await?;
@@ -44,8 +45,9 @@ fn human(line: &str) -> String {
     let Ok(Value::Object(record)) = serde_json::from_str::<Value>(line) else {
         return line.to_string();
     };
-    // Values are escaped: a record is one line on the terminal too.
-    let text = |key: &str| record.get(key).and_then(Value::as_str).unwrap_or("-").escape_debug().to_string();
+    // The whole line is escaped when it is printed (`outln!`): a record is one line on the
+    // terminal too, whatever its values hold.
+    let text = |key: &str| record.get(key).and_then(Value::as_str).unwrap_or("-").to_string();
     let mut out = format!(
         "{}  {:>6}  {:<22}  {}",
         text("time"),
@@ -63,7 +65,7 @@ fn human(line: &str) -> String {
             ("caller" | "by" | "requested_by", Value::Object(c)) => {
                 format!("uid={}", c.get("uid").map_or_else(|| "?".into(), Value::to_string))
             }
-            (_, Value::String(s)) => s.escape_debug().to_string(),
+            (_, Value::String(s)) => s.clone(),
             (_, v) => v.to_string(),
         };
         out.push_str(&format!("  {key}={shown}"));
@@ -90,19 +92,19 @@ pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
                     (Some(a), Some(b)) => format!("seq {a}..{b}"),
                     _ => "no records".into(),
                 };
-                println!(
+                outln!(
                     "ok: {} record(s) in {} file(s), {range}, head {}",
                     summary.records,
                     summary.files.len(),
                     if head.is_empty() { "-" } else { &head }
                 );
                 if summary.starts_mid_chain {
-                    println!(
+                    outln!(
                         "note: the chain begins at seq {} (older rotated files were deleted), so its first link could not be checked",
                         summary.first_seq.unwrap_or(0)
                     );
                 }
-                println!(
+                outln!(
                     "compare the head with `cordon status` on the running daemon: the last record is only as safe as that copy"
                 );
             }
@@ -115,7 +117,7 @@ pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
                     json!({ "ok": false, "file": b.path.display().to_string(), "line": b.line, "reason": b.reason })
                 );
             } else {
-                println!("BROKEN: {b}");
+                outln!("BROKEN: {b}");
             }
             Ok(exit::REJECTED)
         }
@@ -125,6 +127,6 @@ pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
 
 pub async fn resume(socket: &Path) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    println!("{}", client.resume_audit().await?);
+    outln!("{}", client.resume_audit().await?);
     Ok(0)
 }

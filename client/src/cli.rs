@@ -177,7 +177,8 @@ pub fn run(cli: Cli) -> ExitCode {
             if json {
                 println!("{}", e.to_json());
             } else {
-                eprintln!("cordon: {e}");
+                // Messages may echo a caller's arguments: shown escaped (see `term`).
+                eprintln!("cordon: {}", crate::term::line(&e.to_string()));
             }
             ExitCode::from(e.exit_code())
         }

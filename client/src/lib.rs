@@ -7,6 +7,7 @@
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
 //! - [`error`]: client errors with their messages and stable exit codes.
 //! - [`mcp`]: the MCP stdio server (`cordon mcp`).
+//! - [`term`]: lines for people, with control and bidi characters escaped.
 
 pub mod admin;
 pub mod audit;
@@ -14,5 +15,6 @@ pub mod cli;
 pub mod error;
 pub mod grpc;
 pub mod mcp;
+pub mod term;
 
 pub use cli::{Cli, run};

@@ -189,14 +189,16 @@ fn random_hex(bytes: usize) -> Result<String, ConfirmError> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A plain description of the exact invocation, for the person or agent who confirms it.
+/// A plain description of the exact invocation, for the person or agent who confirms it: one
+/// line, with control and bidi characters of arguments made visible (see [`crate::display`]),
+/// so that what is approved is what runs.
 pub fn describe(parked: &Parked) -> String {
     let argv: Vec<String> = parked.plan.display_argv.iter().map(|a| shell_quote(a)).collect();
     let who = match parked.identity {
         Some(id) => format!("uid {} gid {}", id.uid, id.gid),
         None => "cordond's own user".to_string(),
     };
-    format!(
+    let text = format!(
         "tool {:?} will run `{}` as {who} in {} (timeout {}, danger: {})",
         parked.tool.name,
         argv.join(" "),
@@ -207,7 +209,8 @@ pub fn describe(parked: &Parked) -> String {
             crate::policy::Danger::Moderate => "moderate",
             crate::policy::Danger::High => "high",
         }
-    )
+    );
+    crate::display::escape_line(&text).into_owned()
 }
 
 /// Quotes an argument the way a POSIX shell reader expects, for display only.
@@ -444,6 +447,16 @@ mod tests {
             dedicated_uid: false,
             caller: Caller { uid: 1000, gid: 1000, pid: None },
         }
+    }
+
+    #[test]
+    fn the_description_shows_control_and_bidi_characters_of_arguments() {
+        let mut p = parked("human");
+        let evil = "x\x1b[2K\rsafe \u{202e}gpj.exe";
+        p.plan.display_argv = vec!["/bin/echo".into(), evil.into()];
+        let text = describe(&p);
+        assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+        assert!(text.contains("'x\\u{1b}[2K\\rsafe <U+202E>gpj.exe'"), "{text}");
     }
 
     #[tokio::test]

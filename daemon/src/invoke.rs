@@ -550,7 +550,8 @@ impl Invoker {
         }
     }
 
-    /// Runs a started invocation to its end and records how it ended.
+    /// Runs a started invocation to its end and records how it ended, durably, before it
+    /// returns: the outcome is only answered once its record is on disk.
     pub async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Outcome, InvokeError> {
         let prepared = started.0;
         let spec = RunSpec {
@@ -580,7 +581,7 @@ impl Invoker {
         }
         let cancelled_by = self.lock().get(&prepared.id).and_then(|r| r.cancelled_by);
         let record = Record::new(Decision::Failed).invocation(&prepared.id).tool(&prepared.tool.name);
-        self.audit.record(match &result {
+        let record = match &result {
             Ok(o) => {
                 let decision = if o.timed_out {
                     Decision::TimedOut
@@ -615,7 +616,15 @@ impl Invoker {
                 r
             }
             Err(e) => record.error("SPAWN_FAILED", &e.to_string()),
-        });
+        };
+        // The caller hears the outcome only once its record is on disk, so that the log never
+        // says "aborted, outcome unknown" for a call whose client was told how it ended. If the
+        // record cannot be written, the log is failed (later calls are refused) and this caller
+        // is told so instead of the outcome: the tool ran, and the log cannot say how it ended.
+        if let Err(e) = self.audit.durable(record).await {
+            tracing::error!(id = %prepared.id, tool = %prepared.tool.name, error = %e, "invocation outcome withheld: its record is not on disk");
+            return Err(InvokeError::Audit(unrecorded(&prepared.id, e)));
+        }
         Ok(result?)
     }
 
@@ -659,6 +668,16 @@ impl Invoker {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Running>> {
         lock(&self.running)
     }
+}
+
+/// The error a caller hears when the tool ran but its terminal record could not be written.
+fn unrecorded(id: &str, e: AuditError) -> AuditError {
+    let reason = match e {
+        AuditError::Failed(reason) | AuditError::Open(reason) => reason,
+    };
+    AuditError::Failed(format!(
+        "invocation {id} ran, but its outcome could not be written to the audit log, so cordond withholds it ({reason})"
+    ))
 }
 
 fn millis(d: Duration) -> u64 {

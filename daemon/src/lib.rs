@@ -11,6 +11,7 @@
 //!   `unsafe` code.
 //! - [`invoke`]: admission (concurrency limit), running, cancelling.
 //! - [`confirm`]: confirmation tokens and human approvals.
+//! - [`display`]: caller-chosen text made safe for a terminal (controls and bidi escaped).
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.
 //! - [`server`]: gRPC on a Unix socket; the caller comes from the kernel.
 //!
@@ -21,6 +22,7 @@ pub mod audit;
 pub mod authz;
 pub mod caller;
 pub mod confirm;
+pub mod display;
 pub mod invoke;
 pub mod policy;
 pub mod registry;

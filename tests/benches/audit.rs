@@ -1,6 +1,7 @@
 //! What the durable audit log costs: invocations per second through the real `cordond` (gRPC
 //! `Invoke` of a tool running `/bin/true`) with `--audit` on a disk-backed filesystem (every
-//! `started` record is `fdatasync`ed before its child runs; group commit), against the same with
+//! `started` record is `fdatasync`ed before its child runs, and every `finished` record before
+//! its client is answered; group commit), against the same with
 //! the log on tmpfs, where `fdatasync` is nearly free. Target: disk at least 70 % of tmpfs.
 //!
 //! Runs are interleaved (disk and tmpfs alternate, ABBA order across rounds, each daemon fresh

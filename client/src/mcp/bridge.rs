@@ -513,7 +513,8 @@ impl Bridge {
             .await;
             return self.run(tool, context, Start::Confirm { token: c.token, elicited: false }).await;
         }
-        let message = format!("Allow this?\n{}", c.description);
+        // The person deciding sees the invocation on one line, controls and bidi escaped.
+        let message = format!("Allow this?\n{}", crate::term::line(&c.description));
         if context.protocol_version().is_some_and(|v| v >= ProtocolVersion::V_2026_07_28) {
             // The 2026 flow: answer "input required"; the client calls again with the answer and
             // this opaque handle. The token itself never leaves this process.

@@ -8,13 +8,16 @@
 //!   rotates by size, recovers a torn tail and unfinished invocations at startup.
 //!
 //! Records are built with [`Record`] and handed to [`Audit`]: [`Audit::record`] queues one
-//! (denials, finished invocations, reloads), [`Audit::durable`] waits until it is on disk (the
-//! `started` record, before the child runs).
+//! (refusals, confirmation requests, reloads), [`Audit::durable`] waits until it is on disk: the
+//! `started` record before the child runs, and every record that tells a client how something
+//! ended (`finished`, `timed_out`, `cancelled`, `failed`, an admin's approval or denial) before
+//! the client is answered. Records are written in order, so a durable record also carries every
+//! record queued before it to the disk.
 //!
 //! Architecture invariant: after any write or sync error the log is *failed*: nothing more is
 //! written (a failed fsync is never retried, the page cache may have dropped the data) and every
 //! invocation is refused until an admin runs `cordon audit resume` or restarts cordond. Nothing
-//! runs without its `started` record on disk.
+//! runs without its `started` record on disk, and no outcome is answered before its record is.
 
 pub mod chain;
 pub mod tail;

@@ -169,6 +169,9 @@ impl CordonService {
 
     /// Runs an admitted invocation in its own task and streams `accepted`, live output (when
     /// asked), then `finished`. If the client goes away, the invocation is cancelled.
+    /// `execute` returns only once the terminal record is on disk, so `finished` (or the
+    /// AUDIT_UNAVAILABLE error that replaces it when the record cannot be written) is never
+    /// ahead of the log.
     fn run_stream(&self, started: Started, stream_output: bool) -> Response<InvokeStream> {
         let (tx, rx) = tokio::sync::mpsc::channel(32);
         let prepared = started.prepared();
@@ -314,14 +317,20 @@ impl v1::cordon_server::Cordon for CordonService {
         self.require_admin(&caller, "approve", "approving")?;
         let id = &request.get_ref().approval_id;
         let decided = self.daemon.invoker.confirmations().approve(id).map_err(|e| status::invoke(&e.into()))?;
-        self.audit(
-            Record::new(Decision::ConfirmationGranted)
-                .tool(&decided.tool)
-                .with("approval_id", id.as_str())
-                .with("via", "admin")
-                .with("by", crate::audit::caller_json(&caller))
-                .with("requested_by", crate::audit::caller_json(&decided.caller)),
-        );
+        // The admin is told "approved" only once the decision is on disk. If it cannot be
+        // written, the log is failed and the approved invocation cannot start either.
+        self.daemon
+            .audit
+            .durable(
+                Record::new(Decision::ConfirmationGranted)
+                    .tool(&decided.tool)
+                    .with("approval_id", id.as_str())
+                    .with("via", "admin")
+                    .with("by", crate::audit::caller_json(&caller))
+                    .with("requested_by", crate::audit::caller_json(&decided.caller)),
+            )
+            .await
+            .map_err(|e| status::audit(&e))?;
         tracing::info!(approval = %id, by = %caller, "approved");
         Ok(Response::new(v1::ApproveResponse {}))
     }
@@ -335,14 +344,19 @@ impl v1::cordon_server::Cordon for CordonService {
         }
         let decided = self.daemon.invoker.confirmations().deny(id).map_err(|e| status::invoke(&e.into()))?;
         let withdrawn = decided.caller.uid == caller.uid && self.role(&caller) == Role::Agent;
-        self.audit(
-            Record::new(Decision::ConfirmationRefused)
-                .tool(&decided.tool)
-                .with("approval_id", id.as_str())
-                .with("via", if withdrawn { "withdrawn by its requester" } else { "admin" })
-                .with("by", crate::audit::caller_json(&caller))
-                .with("requested_by", crate::audit::caller_json(&decided.caller)),
-        );
+        // Durable before the answer, like an approval (the denial itself is already in force).
+        self.daemon
+            .audit
+            .durable(
+                Record::new(Decision::ConfirmationRefused)
+                    .tool(&decided.tool)
+                    .with("approval_id", id.as_str())
+                    .with("via", if withdrawn { "withdrawn by its requester" } else { "admin" })
+                    .with("by", crate::audit::caller_json(&caller))
+                    .with("requested_by", crate::audit::caller_json(&decided.caller)),
+            )
+            .await
+            .map_err(|e| status::audit(&e))?;
         tracing::info!(approval = %id, by = %caller, "denied");
         Ok(Response::new(v1::DenyResponse {}))
     }
