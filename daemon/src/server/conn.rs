@@ -19,9 +19,16 @@
 //! A peer that does not ack within [`KEEPALIVE_TIMEOUT`] is closed by hyper itself; the silence
 //! limit is the backstop for the states where hyper does not ping.
 //!
+//! - a verdict on the peer, made once at accept ([`Peer`]): the connecting process is pinned by a
+//!   pidfd (`sandbox::peer`) and is either outside this daemon's invocation cgroups, inside one
+//!   (one of its own tools), or unknown (it already exited, sits in a pid namespace the daemon
+//!   cannot see, or its cgroup file is unreadable or ambiguous). Only the first may make
+//!   requests; the others are kept open so that each request gets a clear, audited refusal.
+//!
 //! Architecture invariant: every connection the server serves came through [`incoming`]: it
-//! has kernel peer credentials, holds a per-uid slot and is under the deadlines above. The
-//! credentials reach the handlers unchanged, as tonic's `UdsConnectInfo` request extension.
+//! has kernel peer credentials, a verdict on its peer, a per-uid slot and the deadlines above.
+//! The credentials and the verdict reach the handlers as the [`Peer`] request extension; no
+//! handler looks at `/proc`.
 
 use std::collections::HashMap;
 use std::io;
@@ -35,7 +42,10 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::time::{Instant, Sleep};
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_stream::{Stream, StreamExt as _};
-use tonic::transport::server::{Connected, UdsConnectInfo};
+use tonic::transport::server::Connected;
+
+use crate::caller::Caller;
+use crate::sandbox::peer;
 
 /// How long a new connection has to send the HTTP/2 client preface.
 pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
@@ -74,6 +84,51 @@ pub(crate) fn incoming(listener: UnixListener) -> impl Stream<Item = io::Result<
         Ok(io) => Conn::admit(io, &limits).map(Ok),
         Err(e) => Some(Err(e)),
     })
+}
+
+/// What was decided about a connection's peer when it was accepted: the only thing handlers
+/// know about who is calling.
+#[derive(Debug, Clone)]
+pub(crate) struct Peer {
+    /// From `SO_PEERCRED` at connect time.
+    pub(crate) caller: Caller,
+    pub(crate) verdict: Verdict,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// A live process outside this daemon's invocation cgroups: its requests are served.
+    Outside,
+    /// A process inside one of this daemon's invocation cgroups: one of its own tools.
+    Sandboxed,
+    /// What the peer is could not be established; the reason says why.
+    Unknown(Arc<str>),
+}
+
+impl Peer {
+    /// Establishes the verdict on `io`'s peer. Fails closed: anything not proven `Outside` is
+    /// `Sandboxed` or `Unknown`.
+    fn decide(io: &UnixStream, caller: Caller) -> Peer {
+        use std::os::fd::AsFd as _;
+        let verdict = match peer::inspect(io.as_fd()) {
+            Err(e) => Verdict::Unknown(e.to_string().into()),
+            Ok(process) => match peer::in_cgroup(&process.cgroup, &peer::invocation_marker()) {
+                Ok(false) => Verdict::Outside,
+                Ok(true) => Verdict::Sandboxed,
+                Err(e) => Verdict::Unknown(format!("cannot read the cgroups of peer pid {}: {e}", process.pid).into()),
+            },
+        };
+        match &verdict {
+            Verdict::Outside => {}
+            Verdict::Sandboxed => {
+                tracing::warn!(%caller, "connection from inside a cordon invocation; its requests will be refused");
+            }
+            Verdict::Unknown(why) => {
+                tracing::warn!(%caller, reason = %why, "connection from an unidentified peer; its requests will be refused");
+            }
+        }
+        Peer { caller, verdict }
+    }
 }
 
 /// Open connections per uid.
@@ -156,7 +211,7 @@ impl Drop for Slot {
 #[derive(Debug)]
 pub(crate) struct Conn {
     io: UnixStream,
-    info: UdsConnectInfo,
+    peer: Peer,
     accepted: Instant,
     /// Preface bytes still expected; the handshake deadline applies while this is not zero.
     preface_left: usize,
@@ -172,18 +227,23 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Wraps `io` if it has peer credentials and its uid is under the limit.
+    /// Wraps `io` if it has peer credentials and its uid is under the limit, with the verdict on
+    /// its peer.
     fn admit(io: UnixStream, limits: &Arc<Limits>) -> Option<Conn> {
-        let info = io.connect_info();
-        let Some(cred) = info.peer_cred else {
-            tracing::warn!("closing a connection without peer credentials");
-            return None;
+        let cred = match io.peer_cred() {
+            Ok(cred) => cred,
+            Err(e) => {
+                tracing::warn!(error = %e, "closing a connection without peer credentials");
+                return None;
+            }
         };
         let slot = limits.acquire(cred.uid())?;
+        let caller = Caller { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() };
+        let peer = Peer::decide(&io, caller);
         let now = Instant::now();
         Some(Conn {
             io,
-            info,
+            peer,
             accepted: now,
             preface_left: PREFACE_LEN,
             last_read: now,
@@ -236,7 +296,7 @@ impl Conn {
     fn time_out(&mut self, what: &'static str, after: Duration) -> io::Error {
         if !self.timed_out {
             self.timed_out = true;
-            let pid = self.info.peer_cred.and_then(|c| c.pid());
+            let pid = self.peer.caller.pid;
             tracing::info!(uid = self.slot.uid, pid, after_s = after.as_secs(), "closing connection: {what}");
         }
         timed_out(what)
@@ -248,10 +308,10 @@ fn timed_out(what: &'static str) -> io::Error {
 }
 
 impl Connected for Conn {
-    type ConnectInfo = UdsConnectInfo;
+    type ConnectInfo = Peer;
 
-    fn connect_info(&self) -> UdsConnectInfo {
-        self.info.clone()
+    fn connect_info(&self) -> Peer {
+        self.peer.clone()
     }
 }
 
@@ -443,11 +503,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_peer_credentials_are_passed_through() {
+    async fn the_peer_credentials_and_verdict_are_passed_through() {
         let limits = limits();
         let (conn, _client) = pair(&limits);
-        let cred = conn.connect_info().peer_cred.unwrap();
-        assert_eq!(cred.uid(), nix::unistd::geteuid().as_raw());
-        assert_eq!(cred.pid(), Some(i32::try_from(std::process::id()).unwrap()));
+        let peer = conn.connect_info();
+        assert_eq!(peer.caller.uid, nix::unistd::geteuid().as_raw());
+        assert_eq!(peer.caller.pid, Some(i32::try_from(std::process::id()).unwrap()));
+        assert_eq!(peer.verdict, Verdict::Outside);
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_exited_before_accept_is_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let listener = UnixListener::bind(&path).unwrap();
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])"])
+            .arg(&path)
+            .spawn()
+            .unwrap();
+        child.wait().unwrap();
+        let (io, _) = listener.accept().await.unwrap();
+        let conn = Conn::admit(io, &limits()).unwrap();
+        let peer = conn.connect_info();
+        assert!(matches!(&peer.verdict, Verdict::Unknown(why) if why.contains("exited")), "{peer:?}");
     }
 }
