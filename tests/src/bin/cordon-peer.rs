@@ -1,0 +1,111 @@
+//! `cordon-peer`: attacks on cordond's per-connection peer check, run as a tool inside the
+//! sandbox (or outside, as a control). Prints one JSON line: the gRPC outcome of one request.
+//!
+//! ```text
+//! cordon-peer direct SOCKET OP [TOOL]         connect and call from this process
+//! cordon-peer exited-child SOCKET OP [TOOL]   a child process connects and exits (reaped);
+//!                                             this process then calls on the inherited socket
+//! cordon-peer zombie-child SOCKET OP [TOOL]   the same, but the child is left unreaped
+//! OP: status | reload | invoke (TOOL, no arguments)
+//! ```
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::fd::{AsRawFd as _, RawFd};
+use std::process::Command;
+
+use cordon_proto::v1;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tonic::transport::Endpoint;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("__connect") {
+        // The child: connect the inherited socket, then exit at once.
+        let fd: RawFd = args[2].parse().unwrap();
+        let addr = nix::sys::socket::UnixAddr::new(args[3].as_str()).unwrap();
+        let code = i32::from(nix::sys::socket::connect(fd, &addr).is_err());
+        std::process::exit(code);
+    }
+    let (Some(mode), Some(socket), Some(op)) = (args.get(1), args.get(2), args.get(3)) else {
+        eprintln!("usage: cordon-peer direct|exited-child|zombie-child SOCKET status|reload|invoke [TOOL]");
+        std::process::exit(2);
+    };
+    let tool = args.get(4).cloned().unwrap_or_default();
+    let (stream, child_pid) = match mode.as_str() {
+        "direct" => (std::os::unix::net::UnixStream::connect(socket).unwrap(), None),
+        "exited-child" | "zombie-child" => {
+            // Inheritable (no SOCK_CLOEXEC): the child connects it.
+            let fd = nix::sys::socket::socket(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::Stream,
+                nix::sys::socket::SockFlag::empty(),
+                None,
+            )
+            .unwrap();
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .arg("__connect")
+                .arg(fd.as_raw_fd().to_string())
+                .arg(socket)
+                .spawn()
+                .unwrap();
+            let pid = child.id();
+            if mode == "exited-child" {
+                assert!(child.wait().unwrap().success(), "the child could not connect");
+            } else {
+                while !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z") {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                std::mem::forget(child);
+            }
+            (std::os::unix::net::UnixStream::from(fd), Some(pid))
+        }
+        other => panic!("unknown mode {other:?}"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let result = rt.block_on(call(stream, op, &tool));
+    let mut line = match result {
+        Ok(detail) => json!({"ok": true, "detail": detail}),
+        Err(status) => json!({
+            "ok": false,
+            "grpc_code": status.code() as i32,
+            "code": status.metadata().get(cordon_proto::ERROR_CODE_KEY).and_then(|v| v.to_str().ok()),
+            "message": status.message(),
+        }),
+    };
+    line["child_pid"] = json!(child_pid);
+    line["pid"] = json!(std::process::id());
+    println!("{line}");
+}
+
+async fn call(stream: std::os::unix::net::UnixStream, op: &str, tool: &str) -> Result<String, tonic::Status> {
+    stream.set_nonblocking(true).unwrap();
+    let stream = std::sync::Mutex::new(Some(stream));
+    let channel = Endpoint::from_static("http://cordon.invalid")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let taken = stream.lock().unwrap().take();
+            async move {
+                let s = taken.ok_or_else(|| std::io::Error::other("the connection was already used"))?;
+                Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::from_std(s)?))
+            }
+        }))
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("connect: {e}")))?;
+    let mut client = v1::cordon_client::CordonClient::new(channel);
+    match op {
+        "status" => client.status(v1::StatusRequest {}).await.map(|r| format!("{:?}", r.get_ref().generation)),
+        "reload" => client.reload(v1::ReloadRequest {}).await.map(|r| format!("generation {}", r.get_ref().generation)),
+        "invoke" => {
+            let mut events = client
+                .invoke(v1::InvokeRequest { tool: tool.into(), arguments_json: String::new(), stream_output: false })
+                .await?
+                .into_inner();
+            let mut seen = Vec::new();
+            while let Some(event) = events.message().await? {
+                seen.push(format!("{:?}", event.event));
+            }
+            Ok(seen.join("; "))
+        }
+        other => Err(tonic::Status::invalid_argument(format!("unknown op {other:?}"))),
+    }
+}
