@@ -7,6 +7,8 @@
 //!                                             this process then calls on the inherited socket
 //! cordon-peer zombie-child SOCKET OP [TOOL]   the same, but the child is left unreaped
 //! OP: status | reload | invoke (TOOL, no arguments)
+//! cordon-peer flood SOCKET N                  open N connections, print how many the daemon
+//!                                             closed at accept, hold the rest until stdin ends
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,7 +27,12 @@ fn main() {
         let fd: RawFd = args[2].parse().unwrap();
         let addr = nix::sys::socket::UnixAddr::new(args[3].as_str()).unwrap();
         let code = i32::from(nix::sys::socket::connect(fd, &addr).is_err());
+        // (In zombie mode a failed connect shows as a call on an unconnected socket.)
         std::process::exit(code);
+    }
+    if args.get(1).map(String::as_str) == Some("flood") {
+        flood(&args[2], args[3].parse().unwrap());
+        return;
     }
     let (Some(mode), Some(socket), Some(op)) = (args.get(1), args.get(2), args.get(3)) else {
         eprintln!("usage: cordon-peer direct|exited-child|zombie-child SOCKET status|reload|invoke [TOOL]");
@@ -33,7 +40,13 @@ fn main() {
     };
     let tool = args.get(4).cloned().unwrap_or_default();
     let (stream, child_pid) = match mode.as_str() {
-        "direct" => (std::os::unix::net::UnixStream::connect(socket).unwrap(), None),
+        "direct" => match std::os::unix::net::UnixStream::connect(socket) {
+            Ok(s) => (s, None),
+            Err(e) => {
+                println!("{}", json!({"ok": false, "step": "connect", "errno": e.raw_os_error()}));
+                return;
+            }
+        },
         "exited-child" | "zombie-child" => {
             // Inheritable (no SOCK_CLOEXEC): the child connects it.
             let fd = nix::sys::socket::socket(
@@ -51,11 +64,18 @@ fn main() {
                 .unwrap();
             let pid = child.id();
             if mode == "exited-child" {
-                assert!(child.wait().unwrap().success(), "the child could not connect");
-            } else {
-                while !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z") {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
+                if !child.wait().unwrap().success() {
+                    // The child's connect failed (its errno is not known here; `direct` reports it).
+                    println!("{}", json!({"ok": false, "step": "connect"}));
+                    return;
                 }
+            } else {
+                // Wait for its exit without reaping it (WNOWAIT): it stays a zombie.
+                nix::sys::wait::waitid(
+                    nix::sys::wait::Id::Pid(nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap())),
+                    nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT,
+                )
+                .unwrap();
                 std::mem::forget(child);
             }
             (std::os::unix::net::UnixStream::from(fd), Some(pid))
@@ -108,4 +128,36 @@ async fn call(stream: std::os::unix::net::UnixStream, op: &str, tool: &str) -> R
         }
         other => Err(tonic::Status::invalid_argument(format!("unknown op {other:?}"))),
     }
+}
+
+/// Opens `n` connections, waits (up to 5 s) until the daemon has closed the ones over its
+/// per-uid cap, prints how many it closed, and holds the rest until stdin is closed.
+fn flood(socket: &str, n: usize) {
+    let streams: Vec<_> = (0..n)
+        .map(|_| {
+            let s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect();
+    let closed = || {
+        streams
+            .iter()
+            .filter(|s| {
+                let mut byte = [0u8; 1];
+                match nix::sys::socket::recv(s.as_raw_fd(), &mut byte, nix::sys::socket::MsgFlags::MSG_PEEK) {
+                    Ok(0) => true,
+                    Ok(_) => false,
+                    Err(e) => e != nix::errno::Errno::EAGAIN,
+                }
+            })
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while closed() < n.saturating_sub(256) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    println!("{}", closed());
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
 }

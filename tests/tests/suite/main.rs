@@ -7,6 +7,7 @@ mod e2e;
 mod examples;
 mod mcp;
 mod policy;
+mod reliability_wire;
 mod sandbox;
 mod validate;
 mod wire;
