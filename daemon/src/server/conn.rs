@@ -67,6 +67,11 @@ pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// clients use (each `cordon` command holds one, `cordon mcp` one per host session).
 pub(crate) const MAX_CONNECTIONS_PER_UID: usize = 256;
 
+/// Connections one uid may have open at once from peers whose requests are refused (its own
+/// sandboxed tools, unidentified peers). Counted apart, so that a tool running as a user cannot
+/// use up that user's [`MAX_CONNECTIONS_PER_UID`] and lock out its real clients.
+pub(crate) const MAX_REFUSED_CONNECTIONS_PER_UID: usize = 8;
+
 /// Length of the HTTP/2 client connection preface, `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
 const PREFACE_LEN: usize = 24;
 
@@ -80,8 +85,9 @@ const _: () = assert!(IDLE_LIMIT.as_secs() > KEEPALIVE_INTERVAL.as_secs() + KEEP
 /// logs and skips them).
 pub(crate) fn incoming(listener: UnixListener) -> impl Stream<Item = io::Result<Conn>> {
     let limits = Arc::new(Limits::new(MAX_CONNECTIONS_PER_UID));
+    let refused = Arc::new(Limits::new(MAX_REFUSED_CONNECTIONS_PER_UID));
     UnixListenerStream::new(listener).filter_map(move |accepted| match accepted {
-        Ok(io) => Conn::admit(io, &limits).map(Ok),
+        Ok(io) => Conn::admit(io, &limits, &refused).map(Ok),
         Err(e) => Some(Err(e)),
     })
 }
@@ -229,7 +235,8 @@ pub(crate) struct Conn {
 impl Conn {
     /// Wraps `io` if it has peer credentials and its uid is under the limit, with the verdict on
     /// its peer.
-    fn admit(io: UnixStream, limits: &Arc<Limits>) -> Option<Conn> {
+    /// Peers whose requests will be refused count against `refused`, not `limits`.
+    fn admit(io: UnixStream, limits: &Arc<Limits>, refused: &Arc<Limits>) -> Option<Conn> {
         let cred = match io.peer_cred() {
             Ok(cred) => cred,
             Err(e) => {
@@ -237,9 +244,10 @@ impl Conn {
                 return None;
             }
         };
-        let slot = limits.acquire(cred.uid())?;
         let caller = Caller { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() };
         let peer = Peer::decide(&io, caller);
+        let budget = if peer.verdict == Verdict::Outside { limits } else { refused };
+        let slot = budget.acquire(cred.uid())?;
         let now = Instant::now();
         Some(Conn {
             io,
@@ -386,7 +394,7 @@ mod tests {
     /// A wrapped server end and the raw client end of a socket pair.
     fn pair(limits: &Arc<Limits>) -> (Conn, UnixStream) {
         let (server, client) = UnixStream::pair().unwrap();
-        (Conn::admit(server, limits).unwrap(), client)
+        (Conn::admit(server, limits, &Arc::new(Limits::new(1))).unwrap(), client)
     }
 
     fn limits() -> Arc<Limits> {
@@ -493,7 +501,10 @@ mod tests {
         let (b, _cb) = pair(&limits);
         assert_eq!(limits.open(uid), 2);
         let (server, _cc) = UnixStream::pair().unwrap();
-        assert!(Conn::admit(server, &limits).is_none(), "a third connection must be refused");
+        assert!(
+            Conn::admit(server, &limits, &Arc::new(Limits::new(1))).is_none(),
+            "a third connection must be refused"
+        );
         assert_eq!(limits.open(uid), 2);
         drop(a);
         assert_eq!(limits.open(uid), 1);
@@ -524,8 +535,12 @@ mod tests {
             .unwrap();
         child.wait().unwrap();
         let (io, _) = listener.accept().await.unwrap();
-        let conn = Conn::admit(io, &limits()).unwrap();
+        let (served, refused) = (limits(), Arc::new(Limits::new(1)));
+        let uid = nix::unistd::geteuid().as_raw();
+        let conn = Conn::admit(io, &served, &refused).unwrap();
         let peer = conn.connect_info();
         assert!(matches!(&peer.verdict, Verdict::Unknown(why) if why.contains("exited")), "{peer:?}");
+        // Counted apart from the uid's served connections.
+        assert_eq!((served.open(uid), refused.open(uid)), (0, 1));
     }
 }

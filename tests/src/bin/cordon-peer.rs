@@ -7,8 +7,9 @@
 //!                                             this process then calls on the inherited socket
 //! cordon-peer zombie-child SOCKET OP [TOOL]   the same, but the child is left unreaped
 //! OP: status | reload | invoke (TOOL, no arguments)
-//! cordon-peer flood SOCKET N                  open N connections, print how many the daemon
-//!                                             closed at accept, hold the rest until stdin ends
+//! cordon-peer flood SOCKET N [MS FILE]        open N connections, print how many the daemon
+//!                                             closed at accept (also into FILE), hold the rest
+//!                                             until stdin ends (for MS milliseconds with FILE)
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -31,7 +32,8 @@ fn main() {
         std::process::exit(code);
     }
     if args.get(1).map(String::as_str) == Some("flood") {
-        flood(&args[2], args[3].parse().unwrap());
+        let hold = args.get(4).map(|ms| (ms.parse().unwrap(), args[5].clone()));
+        flood(&args[2], args[3].parse().unwrap(), hold);
         return;
     }
     let (Some(mode), Some(socket), Some(op)) = (args.get(1), args.get(2), args.get(3)) else {
@@ -132,7 +134,7 @@ async fn call(stream: std::os::unix::net::UnixStream, op: &str, tool: &str) -> R
 
 /// Opens `n` connections, waits (up to 5 s) until the daemon has closed the ones over its
 /// per-uid cap, prints how many it closed, and holds the rest until stdin is closed.
-fn flood(socket: &str, n: usize) {
+fn flood(socket: &str, n: usize, hold: Option<(u64, String)>) {
     let streams: Vec<_> = (0..n)
         .map(|_| {
             let s = std::os::unix::net::UnixStream::connect(socket).unwrap();
@@ -158,6 +160,15 @@ fn flood(socket: &str, n: usize) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(300));
-    println!("{}", closed());
-    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    let count = closed();
+    println!("{count}");
+    match hold {
+        Some((ms, file)) => {
+            std::fs::write(file, count.to_string()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        None => {
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+        }
+    }
 }

@@ -263,6 +263,46 @@ fn a_connection_flood_from_one_uid_does_not_lock_out_another() {
     assert!(eventually(Duration::from_secs(5), || d.cordon(&["status"]).code == Some(0)));
 }
 
+/// A tool (running as the agent, with the socket's group) opens 300 connections to cordond.
+/// Connections from sandboxed peers count against their own small budget (8 per uid), not the
+/// uid's 256: while the tool holds them, the agent's own clients and root are still served.
+#[test]
+fn a_tool_flooding_the_socket_does_not_lock_out_its_user() {
+    require_root!();
+    let marks = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(marks.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = marks.path().join("flooded");
+    let d = start(|socket| {
+        format!(
+            "version = 1\n[tools.flooder]\ndescription = \"d\"\nreason = \"tests\"\ncommand = [{peer}, \"flood\", {socket}, \"300\", \"6000\", {marker}]\nexec = [{bin}]\nwrite = [{marks}]\nunix_sockets = [{dir}]\ntimeout = \"30s\"\nrun_as = \"{AGENT}:{SOCKET_GROUP}\"\nallow = {{ users = [\"{AGENT}\"] }}\n",
+            peer = q(bin("cordon-peer")),
+            socket = q(socket),
+            marker = q(&marker),
+            bin = q(bin("cordon-peer").parent().unwrap()),
+            marks = q(marks.path()),
+            dir = q(socket.parent().unwrap()),
+        )
+    });
+    let mut run = Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+        .arg(bin("cordon"))
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["run", "flooder", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(15), || marker.exists()), "the flood did not start:\n{}", d.log_text());
+    let closed: usize = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    assert_eq!(closed, 300 - 8, "sandboxed connections beyond 8 must be closed at accept");
+    // While the tool holds its 8 (refused) connections, its user and root are served.
+    as_agent(&d.socket, &["status"]).assert_code(0);
+    d.cordon(&["status"]).assert_code(0);
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
 /// Whether `pid` has a handler for SIGHUP (bit 0 of SigCgt in /proc/PID/status).
 fn catches_sighup(pid: u32) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
