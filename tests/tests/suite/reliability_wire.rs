@@ -283,7 +283,7 @@ fn a_tool_flooding_the_socket_does_not_lock_out_its_user() {
             dir = q(socket.parent().unwrap()),
         )
     });
-    let mut run = Command::new("setpriv")
+    let run = Command::new("setpriv")
         .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
         .arg(bin("cordon"))
         .arg("--socket")
