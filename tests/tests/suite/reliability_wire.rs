@@ -196,9 +196,18 @@ fn a_tool_cannot_drive_cordond_over_a_connection_its_exited_child_opened() {
     let report = drive(&d, true, "peer", "direct", "status", "");
     assert_eq!((&report["step"], &report["errno"]), (&json!("connect"), &json!(libc::EACCES)), "{report}");
     assert_nothing_served(&d);
+    let doctor = d.cordon(&["doctor", "--json"]);
+    assert_eq!(peers_check(&doctor), ("ok".to_string(), "own tools refused on the socket".to_string()), "{doctor:?}");
     // The daemon still serves everyone else.
     d.cordon(&["status"]).assert_code(0);
     d.cordon(&["run", "hidden"]).assert_code(0);
+}
+
+/// `cordon doctor`'s `peers` check: (level, found).
+fn peers_check(doctor: &Output) -> (String, String) {
+    let json: Value = serde_json::from_str(&doctor.stdout).unwrap_or_else(|e| panic!("doctor: {e}: {doctor:?}"));
+    let check = json["checks"].as_array().unwrap().iter().find(|c| c["name"] == "peers").cloned().unwrap_or_default();
+    (check["level"].as_str().unwrap_or_default().into(), check["found"].as_str().unwrap_or_default().into())
 }
 
 /// The same from a peer whose connecting process is gone before cordond accepts, from outside
@@ -442,6 +451,7 @@ fn a_daemon_without_invocation_cgroups_offers_no_unix_socket_tools() {
     let tools = out.json();
     let peer = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == "peer").cloned();
     let run = as_agent(&socket, &["run", "peer", "--args-json", r#"{"mode":"direct","op":"status"}"#]);
+    let doctor = as_agent(&socket, &["doctor", "--json"]);
     let _ = child.kill();
     let _ = child.wait();
     let peer = peer.unwrap_or_else(|| panic!("no peer tool: {tools:#}"));
@@ -449,5 +459,6 @@ fn a_daemon_without_invocation_cgroups_offers_no_unix_socket_tools() {
     let reason = peer["unavailable_reason"].as_str().unwrap();
     assert!(reason.contains("unix_sockets needs invocation cgroups") && reason.contains("not root"), "{reason}");
     assert_ne!(run.code, Some(0), "an unavailable tool ran: {run:?}");
+    assert_eq!(peers_check(&doctor), ("warn".to_string(), "unix_sockets tools unavailable".to_string()), "{doctor:?}");
     assert!(run.stderr.contains("unix_sockets needs invocation cgroups"), "{run:?}");
 }
