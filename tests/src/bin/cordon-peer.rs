@@ -6,7 +6,7 @@
 //! cordon-peer exited-child SOCKET OP [TOOL]   a child process connects and exits (reaped);
 //!                                             this process then calls on the inherited socket
 //! cordon-peer zombie-child SOCKET OP [TOOL]   the same, but the child is left unreaped
-//! OP: status | reload | invoke (TOOL, no arguments)
+//! OP: status | reload | invoke (TOOL, no arguments) | health (grpc.health.v1 Check)
 //! cordon-peer flood SOCKET N [MS FILE]        open N connections, print how many the daemon
 //!                                             closed at accept (also into FILE), hold the rest
 //!                                             until stdin ends (for MS milliseconds with FILE)
@@ -113,6 +113,11 @@ async fn call(stream: std::os::unix::net::UnixStream, op: &str, tool: &str) -> R
         }))
         .await
         .map_err(|e| tonic::Status::unavailable(format!("connect: {e}")))?;
+    if op == "health" {
+        let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+        let request = tonic_health::pb::HealthCheckRequest { service: String::new() };
+        return health.check(request).await.map(|r| format!("{:?}", r.get_ref().status));
+    }
     let mut client = v1::cordon_client::CordonClient::new(channel);
     match op {
         "status" => client.status(v1::StatusRequest {}).await.map(|r| format!("{:?}", r.get_ref().generation)),

@@ -97,7 +97,7 @@ required = true
 
 [tools.{name}.params.op]
 type = "enum"
-values = ["status", "reload", "invoke"]
+values = ["status", "reload", "invoke", "health"]
 required = true
 
 [tools.{name}.params.tool]
@@ -191,6 +191,12 @@ fn a_tool_cannot_drive_cordond_over_a_connection_its_exited_child_opened() {
         let report = drive(&d, agent, tool, "direct", "reload", "");
         assert_refused_and_audited(&d, &report, "reload", &["SANDBOXED_PEER"]);
     }
+    // The health service (and reflection) refuse such peers too.
+    let report = drive(&d, false, "peer", "direct", "health", "");
+    assert_eq!((&report["grpc_code"], &report["code"]), (&json!(7), &json!("SANDBOXED_PEER")), "{report}");
+    let out = Command::new(bin("cordon-peer")).arg("direct").arg(&d.socket).arg("health").output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ok"], true, "the health service refused a peer outside the sandbox: {report}");
     // Run by the agent, `peer` runs as the agent without the socket's group: the socket's mode
     // is the first gate.
     let report = drive(&d, true, "peer", "direct", "status", "");
