@@ -209,6 +209,51 @@ fn a_tool_cannot_drive_cordond_over_a_connection_its_exited_child_opened() {
     d.cordon(&["run", "hidden"]).assert_code(0);
 }
 
+/// cordond in its own pid namespace (a container) cannot see a client of the host's namespace:
+/// SO_PEERCRED reports pid 0 and the pidfd has no pid there. Such a peer cannot be checked, so
+/// its requests are refused (UNKNOWN_PEER), audited; the daemon is not fooled into serving it.
+#[test]
+fn a_peer_in_a_pid_namespace_cordond_cannot_see_is_refused() {
+    require_root!();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), "version = 1\n").unwrap();
+    let socket = dir.path().join("run").join("cordon.sock");
+    let audit = dir.path().join("audit").join("a.jsonl");
+    let log = dir.path().join("cordond.log");
+    let mut child = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(bin("cordond"))
+        .arg("--policies")
+        .arg(&policies)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit")
+        .arg(&audit)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let up = eventually(Duration::from_secs(20), || std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    let out = Command::new(bin("cordon-peer")).arg("direct").arg(&socket).arg("status").output().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(up, "cordond in a pid namespace did not start:\n{text}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!((&report["grpc_code"], &report["code"]), (&json!(7), &json!("UNKNOWN_PEER")), "{report}\n{text}");
+    assert!(report["message"].as_str().unwrap().contains("pid namespace"), "{report}");
+    let records = cordon_tests::audit_records(&audit);
+    assert!(
+        records
+            .iter()
+            .any(|r| r["decision"] == "unauthorized" && r["code"] == "UNKNOWN_PEER" && r["operation"] == "status"),
+        "{records:#?}"
+    );
+}
+
 /// `cordon doctor`'s `peers` check: (level, found).
 fn peers_check(doctor: &Output) -> (String, String) {
     let json: Value = serde_json::from_str(&doctor.stdout).unwrap_or_else(|e| panic!("doctor: {e}: {doctor:?}"));
