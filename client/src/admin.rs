@@ -435,6 +435,27 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         },
         Err(e) => check("daemon", "warn", "not reachable".into(), &e.to_string()),
     }
+    // Whether cordond can tell its own tools from other clients on its socket (invocation
+    // cgroups); without that, tools with `unix_sockets` are unavailable.
+    if let Ok(mut client) = Client::connect(socket).await
+        && let Ok(s) = client.status().await
+    {
+        let identifiable = s.daemon_is_root && s.cgroup_mode != "none";
+        check(
+            "peers",
+            if identifiable { "ok" } else { "warn" },
+            if identifiable {
+                "own tools refused on the socket".into()
+            } else {
+                "unix_sockets tools unavailable".into()
+            },
+            if identifiable {
+                "every connection is checked once at accept: peers inside cordond's invocation cgroups, and peers that cannot be identified, are refused"
+            } else {
+                "without invocation cgroups (a daemon that is not root, or no usable cgroups) cordond cannot tell its tools from its other clients, so tools with unix_sockets are unavailable"
+            },
+        );
+    }
     let failed = checks.iter().any(|c| c.level == "fail");
     if as_json {
         print_json(&json!({ "ok": !failed, "checks": checks }));

@@ -106,6 +106,26 @@ fn main() -> ExitCode {
         let roots: Vec<PathBuf> = raw[2..].iter().map(PathBuf::from).collect();
         cgroup::reaper_main(&roots);
     }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cordond: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Signal handlers first, long before the socket is bound: a SIGHUP (systemd's ExecReload, an
+    // admin's `kill -HUP`) or SIGTERM that arrives while cordond starts must not kill it with the
+    // default action. Each is remembered until it is served (see `Signals`).
+    let signals = {
+        let _entered = runtime.enter();
+        match Signals::install() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("cordond: {e:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -129,14 +149,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("cordond: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(serve(args, registry, sandbox)) {
+    match runtime.block_on(serve(args, registry, sandbox, signals)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("cordond: {e:#}");
@@ -161,7 +174,48 @@ fn check_trusted_dirs(audit_path: &std::path::Path, socket_path: &std::path::Pat
     Ok(())
 }
 
-async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> anyhow::Result<()> {
+/// The signals cordond acts on, with their handlers installed. A SIGHUP that arrives before the
+/// reload task polls its stream is kept (tokio records it), so a SIGHUP during startup becomes a
+/// reload as soon as the daemon serves. SIGTERM and SIGINT end a daemon that is still starting
+/// at once (exit code 1: nothing was served yet, and a startup stuck on I/O must stay stoppable);
+/// once it serves they start the graceful shutdown.
+struct Signals {
+    hangup: tokio::signal::unix::Signal,
+    /// A size limit (RLIMIT_FSIZE) on the audit log must surface as a write error (EFBIG), which
+    /// fails the log closed, rather than kill the daemon with SIGXFSZ.
+    file_size: tokio::signal::unix::Signal,
+    /// Becomes true on SIGTERM or SIGINT once `serving` is set.
+    stop: tokio::sync::watch::Receiver<bool>,
+    serving: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Signals {
+    /// Must run inside the runtime.
+    fn install() -> anyhow::Result<Signals> {
+        let hangup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
+        let mut terminate = signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
+        let mut interrupt = signal(SignalKind::interrupt()).context("cannot install the SIGINT handler")?;
+        let file_size = signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot install the SIGXFSZ handler")?;
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let started = serving.clone();
+        tokio::spawn(async move {
+            let name = tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = interrupt.recv() => "SIGINT",
+            };
+            if !started.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("cordond: {name} while starting; exiting");
+                std::process::exit(1);
+            }
+            let _ = stop_tx.send(true);
+        });
+        Ok(Signals { hangup, file_size, stop, serving })
+    }
+}
+
+async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox, signals: Signals) -> anyhow::Result<()> {
+    let Signals { mut hangup, file_size: mut file_size_limit, mut stop, serving } = signals;
     let current = registry.current();
     if sandbox.landlock_abi < 1 {
         tracing::error!(
@@ -215,16 +269,14 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
             "audit log recovered: invocations of the previous run that never finished are recorded as aborted"
         );
     }
-    // A size limit (RLIMIT_FSIZE) on the log must surface as a write error (EFBIG), which fails
-    // the log closed, rather than kill the daemon with SIGXFSZ.
-    let mut file_size_limit =
-        signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot install the SIGXFSZ handler")?;
     tokio::spawn(async move {
         while file_size_limit.recv().await.is_some() {
             tracing::error!("SIGXFSZ: a file reached the process's file size limit");
         }
     });
     let listener = server::socket::bind(&socket_path, socket_gid)?;
+    // From here a SIGTERM is a graceful shutdown (the socket is removed, the stop is audited).
+    serving.store(true, std::sync::atomic::Ordering::SeqCst);
     let settings = Settings {
         max_concurrent: args.max_concurrent as usize,
         max_per_caller: args.max_per_caller as usize,
@@ -262,7 +314,7 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
         tools = counts.total, available = counts.available, generation = current.generation, "cordond listening"
     );
 
-    let mut hangup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
+    // A SIGHUP received while starting is served now: a reload right after startup.
     let reloader = daemon.clone();
     tokio::spawn(async move {
         while hangup.recv().await.is_some() {
@@ -271,13 +323,9 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox) -> an
             let _ = tokio::task::spawn_blocking(move || d.reload(None)).await;
         }
     });
-    let mut terminate = signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot install the SIGINT handler")?;
     let shutdown = async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
+        // Also ends when the sender is gone (it never is before a signal).
+        let _ = stop.wait_for(|stopping| *stopping).await;
     };
     let result = server::run(listener, daemon, shutdown, args.shutdown_grace).await;
     if let Err(e) = std::fs::remove_file(&socket_path) {

@@ -41,6 +41,11 @@ fn check(tool: &Tool, host: Host) -> Result<PathBuf, String> {
         }
         resolve_run_as(run_as)?;
     }
+    if !tool.sandbox.unix_sockets.is_empty()
+        && let Some(reason) = crate::sandbox::peer::unix_sockets_unavailable(host.is_root)
+    {
+        return Err(reason);
+    }
     if host.landlock_abi < 1 {
         return Err("this kernel offers no landlock, and cordon never runs a tool unsandboxed".into());
     }

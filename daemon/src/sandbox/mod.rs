@@ -20,6 +20,7 @@ pub mod cgroup;
 pub mod child;
 pub mod landlock;
 pub mod output;
+pub mod peer;
 pub mod seccomp;
 pub mod spawn;
 mod syscalls;
@@ -42,12 +43,9 @@ impl HostSandbox {
     /// Probes the kernel and prepares cgroups (as root).
     pub fn probe() -> HostSandbox {
         let is_root = nix::unistd::geteuid().is_root();
-        HostSandbox {
-            landlock_abi: landlock::probe_abi(),
-            seccomp: seccomp_supported(),
-            is_root,
-            cgroups: cgroup::Cgroups::detect(is_root),
-        }
+        let cgroups = cgroup::Cgroups::detect(is_root);
+        peer::record_host(&cgroups);
+        HostSandbox { landlock_abi: landlock::probe_abi(), seccomp: seccomp_supported(), is_root, cgroups }
     }
 }
 

@@ -19,9 +19,16 @@
 //! A peer that does not ack within [`KEEPALIVE_TIMEOUT`] is closed by hyper itself; the silence
 //! limit is the backstop for the states where hyper does not ping.
 //!
+//! - a verdict on the peer, made once at accept ([`Peer`]): the connecting process is pinned by a
+//!   pidfd (`sandbox::peer`) and is either outside this daemon's invocation cgroups, inside one
+//!   (one of its own tools), or unknown (it already exited, sits in a pid namespace the daemon
+//!   cannot see, or its cgroup file is unreadable or ambiguous). Only the first may make
+//!   requests; the others are kept open so that each request gets a clear, audited refusal.
+//!
 //! Architecture invariant: every connection the server serves came through [`incoming`]: it
-//! has kernel peer credentials, holds a per-uid slot and is under the deadlines above. The
-//! credentials reach the handlers unchanged, as tonic's `UdsConnectInfo` request extension.
+//! has kernel peer credentials, a verdict on its peer, a per-uid slot and the deadlines above.
+//! The credentials and the verdict reach the handlers as the [`Peer`] request extension; no
+//! handler looks at `/proc`.
 
 use std::collections::HashMap;
 use std::io;
@@ -35,7 +42,10 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::time::{Instant, Sleep};
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_stream::{Stream, StreamExt as _};
-use tonic::transport::server::{Connected, UdsConnectInfo};
+use tonic::transport::server::Connected;
+
+use crate::caller::Caller;
+use crate::sandbox::peer;
 
 /// How long a new connection has to send the HTTP/2 client preface.
 pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
@@ -57,6 +67,11 @@ pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// clients use (each `cordon` command holds one, `cordon mcp` one per host session).
 pub(crate) const MAX_CONNECTIONS_PER_UID: usize = 256;
 
+/// Connections one uid may have open at once from peers whose requests are refused (its own
+/// sandboxed tools, unidentified peers). Counted apart, so that a tool running as a user cannot
+/// use up that user's [`MAX_CONNECTIONS_PER_UID`] and lock out its real clients.
+pub(crate) const MAX_REFUSED_CONNECTIONS_PER_UID: usize = 8;
+
 /// Length of the HTTP/2 client connection preface, `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
 const PREFACE_LEN: usize = 24;
 
@@ -70,10 +85,56 @@ const _: () = assert!(IDLE_LIMIT.as_secs() > KEEPALIVE_INTERVAL.as_secs() + KEEP
 /// logs and skips them).
 pub(crate) fn incoming(listener: UnixListener) -> impl Stream<Item = io::Result<Conn>> {
     let limits = Arc::new(Limits::new(MAX_CONNECTIONS_PER_UID));
+    let refused = Arc::new(Limits::new(MAX_REFUSED_CONNECTIONS_PER_UID));
     UnixListenerStream::new(listener).filter_map(move |accepted| match accepted {
-        Ok(io) => Conn::admit(io, &limits).map(Ok),
+        Ok(io) => Conn::admit(io, &limits, &refused).map(Ok),
         Err(e) => Some(Err(e)),
     })
+}
+
+/// What was decided about a connection's peer when it was accepted: the only thing handlers
+/// know about who is calling.
+#[derive(Debug, Clone)]
+pub(crate) struct Peer {
+    /// From `SO_PEERCRED` at connect time.
+    pub(crate) caller: Caller,
+    pub(crate) verdict: Verdict,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// A live process outside this daemon's invocation cgroups: its requests are served.
+    Outside,
+    /// A process inside one of this daemon's invocation cgroups: one of its own tools.
+    Sandboxed,
+    /// What the peer is could not be established; the reason says why.
+    Unknown(Arc<str>),
+}
+
+impl Peer {
+    /// Establishes the verdict on `io`'s peer. Fails closed: anything not proven `Outside` is
+    /// `Sandboxed` or `Unknown`.
+    fn decide(io: &UnixStream, caller: Caller) -> Peer {
+        use std::os::fd::AsFd as _;
+        let verdict = match peer::inspect(io.as_fd()) {
+            Err(e) => Verdict::Unknown(e.to_string().into()),
+            Ok(process) => match peer::in_cgroup(&process.cgroup, &peer::invocation_marker()) {
+                Ok(false) => Verdict::Outside,
+                Ok(true) => Verdict::Sandboxed,
+                Err(e) => Verdict::Unknown(format!("cannot read the cgroups of peer pid {}: {e}", process.pid).into()),
+            },
+        };
+        match &verdict {
+            Verdict::Outside => {}
+            Verdict::Sandboxed => {
+                tracing::warn!(%caller, "connection from inside a cordon invocation; its requests will be refused");
+            }
+            Verdict::Unknown(why) => {
+                tracing::warn!(%caller, reason = %why, "connection from an unidentified peer; its requests will be refused");
+            }
+        }
+        Peer { caller, verdict }
+    }
 }
 
 /// Open connections per uid.
@@ -156,7 +217,7 @@ impl Drop for Slot {
 #[derive(Debug)]
 pub(crate) struct Conn {
     io: UnixStream,
-    info: UdsConnectInfo,
+    peer: Peer,
     accepted: Instant,
     /// Preface bytes still expected; the handshake deadline applies while this is not zero.
     preface_left: usize,
@@ -172,18 +233,25 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Wraps `io` if it has peer credentials and its uid is under the limit.
-    fn admit(io: UnixStream, limits: &Arc<Limits>) -> Option<Conn> {
-        let info = io.connect_info();
-        let Some(cred) = info.peer_cred else {
-            tracing::warn!("closing a connection without peer credentials");
-            return None;
+    /// Wraps `io` if it has peer credentials and its uid is under the limit, with the verdict on
+    /// its peer.
+    /// Peers whose requests will be refused count against `refused`, not `limits`.
+    fn admit(io: UnixStream, limits: &Arc<Limits>, refused: &Arc<Limits>) -> Option<Conn> {
+        let cred = match io.peer_cred() {
+            Ok(cred) => cred,
+            Err(e) => {
+                tracing::warn!(error = %e, "closing a connection without peer credentials");
+                return None;
+            }
         };
-        let slot = limits.acquire(cred.uid())?;
+        let caller = Caller { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() };
+        let peer = Peer::decide(&io, caller);
+        let budget = if peer.verdict == Verdict::Outside { limits } else { refused };
+        let slot = budget.acquire(cred.uid())?;
         let now = Instant::now();
         Some(Conn {
             io,
-            info,
+            peer,
             accepted: now,
             preface_left: PREFACE_LEN,
             last_read: now,
@@ -236,7 +304,7 @@ impl Conn {
     fn time_out(&mut self, what: &'static str, after: Duration) -> io::Error {
         if !self.timed_out {
             self.timed_out = true;
-            let pid = self.info.peer_cred.and_then(|c| c.pid());
+            let pid = self.peer.caller.pid;
             tracing::info!(uid = self.slot.uid, pid, after_s = after.as_secs(), "closing connection: {what}");
         }
         timed_out(what)
@@ -248,10 +316,10 @@ fn timed_out(what: &'static str) -> io::Error {
 }
 
 impl Connected for Conn {
-    type ConnectInfo = UdsConnectInfo;
+    type ConnectInfo = Peer;
 
-    fn connect_info(&self) -> UdsConnectInfo {
-        self.info.clone()
+    fn connect_info(&self) -> Peer {
+        self.peer.clone()
     }
 }
 
@@ -326,7 +394,7 @@ mod tests {
     /// A wrapped server end and the raw client end of a socket pair.
     fn pair(limits: &Arc<Limits>) -> (Conn, UnixStream) {
         let (server, client) = UnixStream::pair().unwrap();
-        (Conn::admit(server, limits).unwrap(), client)
+        (Conn::admit(server, limits, &Arc::new(Limits::new(1))).unwrap(), client)
     }
 
     fn limits() -> Arc<Limits> {
@@ -433,7 +501,10 @@ mod tests {
         let (b, _cb) = pair(&limits);
         assert_eq!(limits.open(uid), 2);
         let (server, _cc) = UnixStream::pair().unwrap();
-        assert!(Conn::admit(server, &limits).is_none(), "a third connection must be refused");
+        assert!(
+            Conn::admit(server, &limits, &Arc::new(Limits::new(1))).is_none(),
+            "a third connection must be refused"
+        );
         assert_eq!(limits.open(uid), 2);
         drop(a);
         assert_eq!(limits.open(uid), 1);
@@ -443,11 +514,33 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_peer_credentials_are_passed_through() {
+    async fn the_peer_credentials_and_verdict_are_passed_through() {
         let limits = limits();
         let (conn, _client) = pair(&limits);
-        let cred = conn.connect_info().peer_cred.unwrap();
-        assert_eq!(cred.uid(), nix::unistd::geteuid().as_raw());
-        assert_eq!(cred.pid(), Some(i32::try_from(std::process::id()).unwrap()));
+        let peer = conn.connect_info();
+        assert_eq!(peer.caller.uid, nix::unistd::geteuid().as_raw());
+        assert_eq!(peer.caller.pid, Some(i32::try_from(std::process::id()).unwrap()));
+        assert_eq!(peer.verdict, Verdict::Outside);
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_exited_before_accept_is_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let listener = UnixListener::bind(&path).unwrap();
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", "import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])"])
+            .arg(&path)
+            .spawn()
+            .unwrap();
+        child.wait().unwrap();
+        let (io, _) = listener.accept().await.unwrap();
+        let (served, refused) = (limits(), Arc::new(Limits::new(1)));
+        let uid = nix::unistd::geteuid().as_raw();
+        let conn = Conn::admit(io, &served, &refused).unwrap();
+        let peer = conn.connect_info();
+        assert!(matches!(&peer.verdict, Verdict::Unknown(why) if why.contains("exited")), "{peer:?}");
+        // Counted apart from the uid's served connections.
+        assert_eq!((served.open(uid), refused.open(uid)), (0, 1));
     }
 }

@@ -103,6 +103,17 @@ impl Daemon {
     }
 }
 
+/// Refuses requests from connections whose peer is not `Outside` (see `conn::Peer`).
+#[allow(clippy::result_large_err)]
+fn outside_only(request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    match request.extensions().get::<conn::Peer>().map(|p| &p.verdict) {
+        Some(conn::Verdict::Outside) => Ok(request),
+        Some(conn::Verdict::Sandboxed) => Err(status::from_sandbox()),
+        Some(conn::Verdict::Unknown(why)) => Err(status::unknown_peer(why)),
+        None => Err(status::no_peer_credentials()),
+    }
+}
+
 /// Aborts a background task when the server stops.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -162,9 +173,12 @@ pub async fn run(
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(conn::KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(conn::KEEPALIVE_TIMEOUT));
+    // Health and reflection serve only peers the Cordon service would serve (its handlers audit
+    // their refusals; these carry no decision worth a record).
+    let health_service = tonic::service::interceptor::InterceptedService::new(health_service, outside_only);
     let router = builder.add_service(service).add_service(health_service);
     let router = match reflection {
-        Ok(r) => router.add_service(r),
+        Ok(r) => router.add_service(tonic::service::interceptor::InterceptedService::new(r, outside_only)),
         Err(e) => {
             tracing::warn!(error = %e, "gRPC reflection unavailable");
             router

@@ -7,9 +7,9 @@ use cordon_proto::v1;
 use tokio_stream::Stream;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::{ReceiverStream, WatchStream};
-use tonic::transport::server::UdsConnectInfo;
 use tonic::{Request, Response, Status};
 
+use super::conn::{Peer, Verdict};
 use super::{Daemon, convert, status};
 use crate::audit::{Decision, Record, tail};
 use crate::authz::Role;
@@ -26,28 +26,20 @@ pub(crate) struct CordonService {
 enum PeerError {
     NoCredentials,
     Sandboxed(Caller),
+    Unknown(Caller, Arc<str>),
 }
 
-/// The caller as the kernel saw it at accept time; fail closed when it is missing, and refuse
-/// peers that are themselves sandboxed invocations of this daemon (a tool granted `unix_sockets`
-/// could otherwise reach the daemon's socket; landlock below ABI 9 cannot prevent the connect).
+/// The caller, as decided once when the connection was accepted (see `conn::Peer`): fail closed
+/// when the decision is missing, and refuse peers that are this daemon's own sandboxed
+/// invocations (a tool granted `unix_sockets` could otherwise drive the daemon; landlock below
+/// ABI 9 cannot prevent the connect) or that could not be identified.
 fn peer<T>(request: &Request<T>) -> Result<Caller, PeerError> {
-    let cred =
-        request.extensions().get::<UdsConnectInfo>().and_then(|info| info.peer_cred).ok_or(PeerError::NoCredentials)?;
-    let caller = Caller { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() };
-    if let Some(pid) = cred.pid()
-        && inside_our_sandbox(pid)
-    {
-        return Err(PeerError::Sandboxed(caller));
+    let peer = request.extensions().get::<Peer>().ok_or(PeerError::NoCredentials)?;
+    match &peer.verdict {
+        Verdict::Outside => Ok(peer.caller),
+        Verdict::Sandboxed => Err(PeerError::Sandboxed(peer.caller)),
+        Verdict::Unknown(why) => Err(PeerError::Unknown(peer.caller, why.clone())),
     }
-    Ok(caller)
-}
-
-/// Whether `pid` lives in one of this daemon's invocation cgroups (`.../cordon/<our pid>/<id>`).
-fn inside_our_sandbox(pid: i32) -> bool {
-    let marker = format!("/cordon/{}/", std::process::id());
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .is_ok_and(|text| text.lines().any(|l| l.split(':').nth(2).is_some_and(|path| path.starts_with(&marker))))
 }
 
 type InvokeStream = Pin<Box<dyn Stream<Item = Result<v1::InvokeEvent, Status>> + Send>>;
@@ -93,6 +85,16 @@ impl CordonService {
                         .caller(&caller)
                         .with("operation", operation)
                         .error("SANDBOXED_PEER", status.message()),
+                );
+                Err(status)
+            }
+            Err(PeerError::Unknown(caller, why)) => {
+                let status = status::unknown_peer(&why);
+                self.audit(
+                    Record::new(Decision::Unauthorized)
+                        .caller(&caller)
+                        .with("operation", operation)
+                        .error("UNKNOWN_PEER", status.message()),
                 );
                 Err(status)
             }

@@ -72,6 +72,18 @@ pub(crate) fn no_peer_credentials() -> Status {
     )
 }
 
+/// A peer that could not be identified when its connection was accepted (`conn::Peer`).
+pub(crate) fn unknown_peer(why: &str) -> Status {
+    with_code(
+        Code::PermissionDenied,
+        "UNKNOWN_PEER",
+        None,
+        format!(
+            "cordond could not identify the process that opened this connection ({why}); requests on it are refused"
+        ),
+    )
+}
+
 pub(crate) fn from_sandbox() -> Status {
     with_code(
         Code::PermissionDenied,

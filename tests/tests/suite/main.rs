@@ -12,6 +12,7 @@ mod policy;
 mod proptest_policy;
 mod reliability_audit;
 mod reliability_policies;
+mod reliability_wire;
 mod render_escape;
 mod sandbox;
 mod validate;
