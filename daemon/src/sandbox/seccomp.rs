@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use seccompiler::{BpfProgram, sock_filter};
 
-use super::syscalls::{ALLOWED, ALLOWED_ARCH, CHECKED, CHECKED_ARCH, ENOSYS as ENOSYS_LIST, SYS_FCHMODAT2};
+use super::syscalls::{ALLOWED, ALLOWED_ARCH, CHECKED, CHECKED_ARCH, ENOSYS as ENOSYS_LIST, NOTSUP, SYS_FCHMODAT2};
 
 /// What distinguishes one seccomp program from another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -93,6 +93,7 @@ pub(crate) const RET_KILL_PROCESS: u32 = 0x8000_0000;
 pub(crate) const RET_ERRNO: u32 = 0x0005_0000;
 const EPERM: u32 = RET_ERRNO | libc::EPERM as u32;
 const ENOSYS: u32 = RET_ERRNO | libc::ENOSYS as u32;
+const EOPNOTSUPP: u32 = RET_ERRNO | libc::EOPNOTSUPP as u32;
 /// Offsets in `struct seccomp_data`.
 const NR: u32 = 0;
 const ARCH: u32 = 4;
@@ -220,6 +221,9 @@ pub fn compile(profile: Profile) -> Result<Programs, CompileError> {
     }
     for (nr, _, _) in ENOSYS_LIST {
         checks.insert(*nr as u32, vec![stmt(RET_K, ENOSYS)]);
+    }
+    for (nr, _, _) in NOTSUP {
+        checks.insert(*nr as u32, vec![stmt(RET_K, EOPNOTSUPP)]);
     }
     let mut numbers: Vec<u32> = ALLOWED.iter().chain(ALLOWED_ARCH).map(|e| e.0 as u32).collect();
     if let Some(n) = numbers.iter().find(|n| checks.contains_key(n)) {
@@ -489,7 +493,7 @@ mod tests {
 
     /// The same policy written with seccompiler's compiler: an allow-list filter and an override
     /// filter for the ENOSYS answers, installed in that order.
-    fn reference(profile: Profile) -> (BpfProgram, BpfProgram) {
+    fn reference(profile: Profile) -> (BpfProgram, BpfProgram, BpfProgram) {
         let arch = if cfg!(target_arch = "x86_64") { TargetArch::x86_64 } else { TargetArch::aarch64 };
         let c = |arg, len, op, v| Cond::new(arg, len, op, v).unwrap();
         let rule = |conds: Vec<Cond>| SeccompRule::new(conds).unwrap();
@@ -579,7 +583,13 @@ mod tests {
         }
         let overrides =
             SeccompFilter::new(o, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch).unwrap();
-        (allow.try_into().unwrap(), overrides.try_into().unwrap())
+        let mut n = BTreeMap::new();
+        for (nr, _, _) in NOTSUP {
+            n.insert(*nr, Vec::new());
+        }
+        let notsup =
+            SeccompFilter::new(n, SeccompAction::Allow, SeccompAction::Errno(libc::EOPNOTSUPP as u32), arch).unwrap();
+        (allow.try_into().unwrap(), overrides.try_into().unwrap(), notsup.try_into().unwrap())
     }
 
     /// A classic-BPF interpreter for the instructions both compilers emit.
@@ -651,7 +661,12 @@ mod tests {
 
     /// Syscall numbers whose answer depends on the arguments.
     fn special_numbers() -> Vec<u32> {
-        CHECKED.iter().chain(CHECKED_ARCH).map(|e| e.0 as u32).chain(ENOSYS_LIST.iter().map(|e| e.0 as u32)).collect()
+        CHECKED
+            .iter()
+            .chain(CHECKED_ARCH)
+            .map(|e| e.0 as u32)
+            .chain(ENOSYS_LIST.iter().chain(NOTSUP).map(|e| e.0 as u32))
+            .collect()
     }
 
     #[test]
@@ -715,7 +730,7 @@ mod tests {
         let mut checked = 0;
         for (i, profile) in all_profiles().into_iter().enumerate() {
             let compact = compile(profile).unwrap().program;
-            let (allow, overrides) = reference(profile);
+            let (allow, overrides, notsup) = reference(profile);
             assert!(compact.len() < allow.len() / 3, "{} vs {}", compact.len(), allow.len());
             let mut numbers: Vec<u32> = (0..600).collect();
             numbers.extend([X32_BIT | 39, X32_BIT | 435, u32::MAX]);
@@ -741,7 +756,7 @@ mod tests {
                 };
                 for args in arg_sets {
                     let d = data(AUDIT_ARCH, nr, args);
-                    let want = combine(run(&allow, &d), run(&overrides, &d));
+                    let want = combine(combine(run(&allow, &d), run(&overrides, &d)), run(&notsup, &d));
                     assert_eq!(run(&compact, &d), want, "profile {profile:?} nr {nr} args {args:?}");
                     checked += 1;
                 }
@@ -804,6 +819,12 @@ mod tests {
         }
         for nr in [libc::SYS_openat2, libc::SYS_clone3] {
             assert_eq!(answer(nr, [0; 6]), ENOSYS, "nr {nr}");
+        }
+        for nr in [libc::SYS_getxattr, libc::SYS_lgetxattr, libc::SYS_listxattr, libc::SYS_llistxattr] {
+            assert_eq!(answer(nr, [0; 6]), EOPNOTSUPP, "nr {nr}");
+        }
+        for nr in [libc::SYS_fgetxattr, libc::SYS_flistxattr] {
+            assert_eq!(answer(nr, [0; 6]), RET_ALLOW, "nr {nr}");
         }
     }
 
@@ -885,7 +906,7 @@ mod tests {
     #[test]
     fn every_allowed_syscall_says_why() {
         let mut names = std::collections::BTreeSet::new();
-        for (_, name, why) in ALLOWED.iter().chain(ALLOWED_ARCH).chain(ENOSYS_LIST) {
+        for (_, name, why) in ALLOWED.iter().chain(ALLOWED_ARCH).chain(ENOSYS_LIST).chain(NOTSUP) {
             assert!(why.len() >= 10, "{name}: no reason given");
             assert!(names.insert(*name), "{name} is listed twice");
         }
@@ -898,6 +919,7 @@ mod tests {
             .iter()
             .chain(ALLOWED_ARCH)
             .chain(ENOSYS_LIST)
+            .chain(NOTSUP)
             .map(|e| e.0)
             .chain(CHECKED.iter().chain(CHECKED_ARCH).map(|e| e.0))
             .collect();

@@ -23,7 +23,7 @@ pub(super) const SYS_FCHMODAT2: i64 = 452;
 const PATH_OP: &str = "path-based file operation: landlock decides which paths it may reach";
 const FD_IO: &str = "I/O on a descriptor the tool already holds; opening it was checked by landlock";
 const STAT: &str = "reads metadata; landlock does not govern stat-like calls (a documented limit)";
-const XATTR_READ: &str = "reads extended attributes; DAC applies, landlock does not govern xattrs";
+const XATTR_READ: &str = "reads extended attributes of a file the tool opened (landlock checked the open; an O_PATH descriptor answers EBADF)";
 const XATTR_WRITE: &str = "writes extended attributes; DAC applies (file capabilities and trusted.* need capabilities the tool lacks), landlock does not govern xattrs";
 const WAIT: &str = "waits on descriptors the tool holds";
 const ANON_FD: &str = "creates an anonymous descriptor that names nothing outside the process";
@@ -101,11 +101,7 @@ pub(super) const ALLOWED: &[(i64, &str, &str)] = &[
     (libc::SYS_copy_file_range, "copy_file_range", FD_IO),
     (libc::SYS_sendfile, "sendfile", FD_IO),
     (libc::SYS_umask, "umask", "the process's own creation mask (it can only clear bits)"),
-    (libc::SYS_getxattr, "getxattr", XATTR_READ),
-    (libc::SYS_lgetxattr, "lgetxattr", XATTR_READ),
     (libc::SYS_fgetxattr, "fgetxattr", XATTR_READ),
-    (libc::SYS_listxattr, "listxattr", XATTR_READ),
-    (libc::SYS_llistxattr, "llistxattr", XATTR_READ),
     (libc::SYS_flistxattr, "flistxattr", XATTR_READ),
     (libc::SYS_setxattr, "setxattr", XATTR_WRITE),
     (libc::SYS_lsetxattr, "lsetxattr", XATTR_WRITE),
@@ -440,6 +436,20 @@ pub(super) const ENOSYS: &[(i64, &str, &str)] = &[
     ),
 ];
 
+/// Syscalls answered EOPNOTSUPP, as on a filesystem without extended attributes: they name a
+/// file by path, and landlock does not govern xattrs, so they would read attributes (user.*
+/// values, ACLs, security labels) of files outside every grant. The descriptor forms stay
+/// allowed: their descriptor came from an open landlock checked. Programs that copy or list
+/// attributes (`cp -a`, `ls`, Python's `shutil.copystat`) treat EOPNOTSUPP as "none here".
+pub(super) const NOTSUP: &[(i64, &str, &str)] = &[
+    (libc::SYS_getxattr, "getxattr", XATTR_BY_PATH),
+    (libc::SYS_lgetxattr, "lgetxattr", XATTR_BY_PATH),
+    (libc::SYS_listxattr, "listxattr", XATTR_BY_PATH),
+    (libc::SYS_llistxattr, "llistxattr", XATTR_BY_PATH),
+];
+
+const XATTR_BY_PATH: &str = "reads extended attributes by path, beyond landlock's reach (it does not govern xattrs): a tool could read user.* values or ACLs of files outside its grants; fgetxattr/flistxattr on a descriptor landlock let it open still work";
+
 /// Notable syscalls denied (EPERM) on purpose: (names, why). Documentation only: anything not
 /// allowed above is denied.
 #[cfg_attr(not(test), allow(dead_code))]
@@ -506,6 +516,10 @@ pub(super) fn table_markdown(instructions: &[(String, usize)]) -> String {
     }
     s.push_str("\n## Answered ENOSYS\n\n| syscall | why |\n|---|---|\n");
     for (_, name, why) in ENOSYS {
+        s.push_str(&format!("| `{name}` | {why} |\n"));
+    }
+    s.push_str("\n## Answered EOPNOTSUPP\n\n| syscall | why |\n|---|---|\n");
+    for (_, name, why) in NOTSUP {
         s.push_str(&format!("| `{name}` | {why} |\n"));
     }
     s.push_str("\n## Allowed whatever the arguments\n\n| syscall | why |\n|---|---|\n");

@@ -550,3 +550,77 @@ fn clone_parent_and_personality_are_refused_eperm() {
         assert_errno(caller, &r, libc::EPERM);
     }
 }
+
+/// Extended attributes are outside landlock's reach: by path, a tool could read `user.*` values
+/// and ACLs of files beyond every grant. Path-based reads answer EOPNOTSUPP (as a filesystem
+/// without xattrs); the descriptor forms still work on a file landlock let the tool open.
+#[test]
+fn extended_attributes_outside_the_grants_cannot_be_read_eopnotsupp() {
+    const PYTHON: &str = "/usr/bin/python3";
+    if !Path::new(PYTHON).exists() {
+        eprintln!("skipped: needs {PYTHON}");
+        return;
+    }
+    let tmp = tempdir();
+    let outside = tmp.path().join("outside");
+    let granted = tmp.path().join("granted");
+    for dir in [&outside, &granted] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let file = dir.join("f");
+        std::fs::write(&file, "x").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        if nix::sys::stat::stat(&file).is_err()
+            || Command::new(PYTHON)
+                .args(["-c", "import os,sys; os.setxattr(sys.argv[1], 'user.secret', b's3cr3t')"])
+                .arg(&file)
+                .status()
+                .map(|s| !s.success())
+                .unwrap_or(true)
+        {
+            eprintln!("skipped: this filesystem has no user xattrs");
+            return;
+        }
+    }
+    let code = r#"
+import errno, os, sys
+def probe(what, f):
+    try:
+        print(what, "ok", f())
+    except OSError as e:
+        print(what, "errno", e.errno)
+probe("get-by-path", lambda: os.getxattr(sys.argv[1], "user.secret", follow_symlinks=True))
+probe("lget-by-path", lambda: os.getxattr(sys.argv[1], "user.secret", follow_symlinks=False))
+probe("list-by-path", lambda: os.listxattr(sys.argv[1]))
+fd = os.open(sys.argv[2], os.O_RDONLY)
+probe("get-by-fd", lambda: os.getxattr(fd, "user.secret"))
+"#;
+    let text = format!(
+        "version = 1\n\n[tools.xattrs]\ndescription = \"xattr probe\"\nreason = \"tests\"\n\
+         command = [{}, \"-c\", {}, {}, {}]\nread = [{}]\nallow = {{ users = [{}] }}\n",
+        q(PYTHON),
+        q(code),
+        q(outside.join("f")),
+        q(granted.join("f")),
+        q(&granted),
+        q(AGENT)
+    );
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("xattrs.toml"), text).unwrap();
+    let extra: &[&str] = if is_root() { &["--socket-group", SOCKET_GROUP] } else { &[] };
+    let d = Daemon::start_in(dir, policies, extra);
+    for caller in callers() {
+        let (out, result) = run(&d, caller, "xattrs", &json!({}));
+        assert_eq!(result["exit_code"], 0, "{caller:?}: {out:?}");
+        let stdout = result["stdout"].as_str().unwrap();
+        let eopnotsupp = libc::EOPNOTSUPP;
+        for what in ["get-by-path", "lget-by-path", "list-by-path"] {
+            assert!(stdout.contains(&format!("{what} errno {eopnotsupp}\n")), "{caller:?}: {stdout}");
+        }
+        assert!(stdout.contains("get-by-fd ok b's3cr3t'"), "{caller:?}: {stdout}");
+        assert!(!stdout.contains("get-by-path ok"), "{caller:?}: {stdout}");
+    }
+}
