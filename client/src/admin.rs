@@ -403,6 +403,7 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             "cordond is not running there; start it with `cordond --policies DIR`",
         ),
     }
+    let mut unavailable_tools = Vec::new();
     match Client::connect(socket).await {
         Ok(mut client) => match client.status().await {
             Ok(s) => check(
@@ -424,6 +425,21 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             Err(e) => check("daemon", "warn", e.to_string(), "the daemon answered but not with a status"),
         },
         Err(e) => check("daemon", "warn", "not reachable".into(), &e.to_string()),
+    }
+    // Tools that cannot run now, with the reason (a grant swapped since the registry loaded shows
+    // here). Only admins see unavailable tools; others get none.
+    if let Ok(mut client) = Client::connect(socket).await
+        && let Ok((_, tools)) = client.list_tools(true).await
+    {
+        unavailable_tools = tools.into_iter().filter(|t| !t.available && !t.disabled).collect();
+    }
+    for t in &unavailable_tools {
+        check(
+            "tool",
+            "warn",
+            format!("{} is unavailable: {}", t.name, t.unavailable_reason),
+            "cordond refuses to run it until the cause is fixed (for a changed grant: checked and reloaded)",
+        );
     }
     let failed = checks.iter().any(|c| c.level == "fail");
     if as_json {

@@ -20,6 +20,7 @@ pub mod cgroup;
 pub mod child;
 pub mod landlock;
 pub mod output;
+pub mod resolve;
 pub mod seccomp;
 pub mod spawn;
 mod syscalls;

@@ -124,6 +124,7 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
         "file-size" => file_size(&cstr(arg(args, 0, "path")?)?, num(args, 1, "bytes")?),
         "stubborn" => stubborn(&cstr(arg(args, 0, "pid file")?)?),
         "sleep-pid" => sleep_pid(&cstr(arg(args, 0, "pid file")?)?, arg(args, 1, "stop file")?),
+        "swap-symlink" => swap_symlink(arg(args, 0, "path")?, arg(args, 1, "target")?),
         other => return Err(format!("unknown attack {other:?}")),
     })
 }
@@ -792,4 +793,17 @@ fn sleep_pid(pidfile: &CString, stop: &str) -> Map<String, Value> {
         std::thread::sleep(Duration::from_millis(20));
     }
     outcome(Ok(0))
+}
+
+/// Moves `path` aside (to `path.old`) and puts a symlink to `target` in its place: what a tool
+/// with a write root above another tool's grant can do to move that grant.
+fn swap_symlink(path: &str, target: &str) -> Map<String, Value> {
+    let aside = format!("{path}.old");
+    let moved = std::fs::rename(path, &aside);
+    let planted = std::os::unix::fs::symlink(target, path);
+    let errno = moved.as_ref().err().or(planted.as_ref().err()).and_then(io::Error::raw_os_error);
+    let mut m = outcome(errno.map_or(Ok(0), Err));
+    m.insert("moved".into(), json!(moved.is_ok()));
+    m.insert("planted".into(), json!(planted.is_ok()));
+    m
 }
