@@ -403,14 +403,14 @@ pub struct Pins {
 impl Pins {
     /// Every pin with the policy key it came from.
     pub fn all(&self) -> impl Iterator<Item = (&'static str, &Pin)> {
-        self.read
+        self.executable
             .iter()
-            .map(|p| ("read", p))
+            .map(|e| ("command[0]", &e.pin))
+            .chain(self.working_dir.iter().map(|p| ("working_dir", p)))
+            .chain(self.read.iter().map(|p| ("read", p)))
             .chain(self.write.iter().map(|p| ("write", p)))
             .chain(self.exec.iter().map(|p| ("exec", p)))
-            .chain(self.working_dir.iter().map(|p| ("working_dir", p)))
             .chain(self.socket_dirs.iter().map(|p| ("unix_sockets directory", p)))
-            .chain(self.executable.iter().map(|e| ("command[0]", &e.pin)))
     }
 }
 

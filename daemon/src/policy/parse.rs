@@ -928,7 +928,11 @@ impl Parser<'_> {
             self.sink.error(span, format!("{what} {:?} is beneath {k}, the kernel's own tree; a tool may not write or execute there (it could leave its cgroup or change kernel settings): remove it", path.display().to_string()));
         } else if path == Path::new("/") {
             self.sink.error(span, format!("{what} \"/\" contains /proc and /sys (a tool could leave its cgroup or change kernel settings); grant the directories the tool needs"));
-        } else if what == "write" && ["/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/var", "/root"].iter().any(|d| path == Path::new(d)) {
+        } else if what == "write"
+            && ["/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/var", "/root"]
+                .iter()
+                .any(|d| path == Path::new(d))
+        {
             self.sink.warning(span, format!("write {:?} lets the tool change the whole system directory (for a tool run as root: devices, accounts, programs every tool runs); grant the subdirectory the tool needs", path.display().to_string()));
         }
     }

@@ -250,8 +250,8 @@ fn verify_pin(what: &str, pin: &Pin) -> Result<(), String> {
     let now = match open_no_symlinks(&pin.path) {
         Ok(fd) => match Node::of(&fd) {
             Ok(n) if n.is_symlink() => {
-                let target =
-                    std::fs::read_link(&pin.path).map_or_else(|_| "?".into(), |t| format!("{:?}", t.display().to_string()));
+                let target = std::fs::read_link(&pin.path)
+                    .map_or_else(|_| "?".into(), |t| format!("{:?}", t.display().to_string()));
                 format!("a symlink to {target}")
             }
             Ok(n) if n.dev == pin.node.dev && n.ino == pin.node.ino => return Ok(()),

@@ -186,8 +186,8 @@ pub async fn run(
         Some(e) if e.script => e.pin.path.as_path(),
         _ => plan.executable.as_path(),
     };
-    let mut exec = Exec::new(exe_path, &plan.argv, &plan.env, &plan.cwd, null.into(), out_write, err_write)
-        .map_err(start_err)?;
+    let mut exec =
+        Exec::new(exe_path, &plan.argv, &plan.env, &plan.cwd, null.into(), out_write, err_write).map_err(start_err)?;
     exec.cwd_fd = pins.working_dir.as_ref().map(|p| p.fd.as_raw_fd());
     exec.exe_fd = pins.executable.as_ref().filter(|e| !e.script).map(|e| e.pin.fd.as_raw_fd());
     let spawned = child::spawn(&exec, &setup);
