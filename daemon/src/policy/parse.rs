@@ -925,7 +925,7 @@ impl Parser<'_> {
     fn kernel_grant(&mut self, span: Range<usize>, what: &str, path: &Path) {
         let kernel = ["/proc", "/sys"].iter().find(|k| path.starts_with(k));
         if let Some(k) = kernel {
-            self.sink.error(span, format!("{what} {:?} is beneath {k}, the kernel's own tree; a tool may not write or execute there (it could leave its cgroup or change kernel settings): remove it", path.display().to_string()));
+            self.sink.error(span, format!("{what} {:?} is in {k}, the kernel's own tree; a tool may not write or execute there (it could leave its cgroup or change kernel settings): remove it", path.display().to_string()));
         } else if path == Path::new("/") {
             self.sink.error(span, format!("{what} \"/\" contains /proc and /sys (a tool could leave its cgroup or change kernel settings); grant the directories the tool needs"));
         } else if what == "write"
