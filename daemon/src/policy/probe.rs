@@ -1,7 +1,19 @@
-//! Availability: whether a valid tool can run on this host (executable present, dirs exist).
+//! Availability: whether a valid tool can run on this host (executable present, dirs exist),
+//! and the pinning of its paths.
 //!
 //! A tool that fails here is listed as unavailable with the reason; it is not a load error,
 //! because the same policy may be deployed to hosts that lack some programs.
+//!
+//! Pinning: every `read`, `write`, `exec` path, the `working_dir`, the directory of each
+//! `unix_sockets` path and the real file of `command[0]` are opened (`O_PATH`) without following
+//! symlinks when the registry loads; the descriptor and (dev, ino) are kept in the tool's
+//! [`Pins`]. A granted path that is, or passes through, a symlink is refused (unavailable, naming
+//! the real path): whoever can change a link could otherwise move the grant. `command[0]` may go
+//! through symlinks (`/bin/sh`); its real file is pinned and the name must keep resolving to it.
+//! [`verify`] runs before each invocation: any pinned path that no longer resolves, without
+//! symlinks, to the same (dev, ino) makes the tool unavailable until an admin reloads.
+//! [`exposure_warnings`] flags paths that another tool's write root, or anyone but root, could
+//! replace.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::AsRawFd;

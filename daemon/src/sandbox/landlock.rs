@@ -4,6 +4,11 @@
 //! is denied. Built with `HardRequirement`: if the kernel cannot enforce what is asked, building
 //! fails; nothing is ever silently unrestricted. The one rule that cannot be built in the parent
 //! is `/proc/self`, which must name the child itself: `child.rs` adds it after the fork.
+//!
+//! The policy's `read`, `write` and `exec` rules come from the `O_PATH` descriptors pinned when
+//! the registry loaded (`policy::Pins`), never from paths opened per call: a path swapped for a
+//! symlink after the load cannot move a grant (the invoker also refuses the tool then). A policy
+//! whose grants were not pinned cannot be built (fail closed).
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
