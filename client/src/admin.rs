@@ -413,6 +413,7 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             "cordond is not running there; start it with `cordond --policies DIR`",
         ),
     }
+    let mut unavailable_tools = Vec::new();
     match Client::connect(socket).await {
         Ok(mut client) => match client.status().await {
             Ok(s) => check(
@@ -454,6 +455,21 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             } else {
                 "without invocation cgroups (a daemon that is not root, or no usable cgroups) cordond cannot tell its tools from its other clients, so tools with unix_sockets are unavailable"
             },
+        );
+    }
+    // Tools that cannot run now, with the reason (a grant swapped since the registry loaded shows
+    // here). Only admins see unavailable tools; others get none.
+    if let Ok(mut client) = Client::connect(socket).await
+        && let Ok((_, tools)) = client.list_tools(true).await
+    {
+        unavailable_tools = tools.into_iter().filter(|t| !t.available && !t.disabled).collect();
+    }
+    for t in &unavailable_tools {
+        check(
+            "tool",
+            "warn",
+            format!("{} is unavailable: {}", t.name, t.unavailable_reason),
+            "cordond refuses to run it until the cause is fixed (for a changed grant: checked and reloaded)",
         );
     }
     let failed = checks.iter().any(|c| c.level == "fail");

@@ -459,6 +459,11 @@ impl Invoker {
     /// Takes a concurrency slot and registers the invocation as running.
     fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
         let Parked { tool, generation, plan, identity, dedicated_uid, caller } = parked;
+        // Every pinned path (grants, working_dir, command[0]) must still name what it named when
+        // the registry loaded; a swapped one makes the tool unavailable, never redirected.
+        if let Availability::Unavailable { reason } = tool.availability_now() {
+            return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason });
+        }
         let seccomp = self.registry.current().seccomp_for(&tool).ok_or_else(|| InvokeError::Unavailable {
             tool: tool.name.clone(),
             reason: "no seccomp program was compiled for it".into(),

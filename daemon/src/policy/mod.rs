@@ -19,7 +19,9 @@ pub mod units;
 
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt as _;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use diag::{Diagnostic, Severity};
@@ -185,8 +187,22 @@ impl Tool {
         self.params.iter().find(|p| p.name == name)
     }
 
+    /// Available now: available when the registry loaded, and every pinned path (grants,
+    /// working_dir, command[0], socket directories) still names what it named then.
     pub fn is_available(&self) -> bool {
-        matches!(self.availability, Availability::Available { .. })
+        matches!(self.availability_now(), Availability::Available { .. })
+    }
+
+    /// The load-time availability, turned unavailable (with the reason) when a pinned path
+    /// changed since the registry loaded. A few system calls per pinned path.
+    pub fn availability_now(&self) -> Availability {
+        match &self.availability {
+            Availability::Available { .. } => match probe::verify(&self.sandbox.pins) {
+                Ok(()) => self.availability.clone(),
+                Err(reason) => Availability::Unavailable { reason },
+            },
+            unavailable => unavailable.clone(),
+        }
     }
 
     /// The argv template as written in the policy.
@@ -366,6 +382,69 @@ pub struct SandboxPolicy {
     pub limits: Limits,
     pub run_as: Option<RunAs>,
     pub min_landlock_abi: Option<u32>,
+    /// The paths above, opened without following symlinks when the registry loaded (empty until
+    /// the tool is probed, and for a tool that is unavailable).
+    pub pins: Arc<Pins>,
+}
+
+/// What a tool's paths named when the registry loaded: one descriptor and (dev, ino) each.
+/// Landlock rules are built from these descriptors, the working directory is entered and the
+/// executable run through them, and each invocation first checks that every path still
+/// resolves, without symlinks, to the same (dev, ino).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pins {
+    pub read: Vec<Pin>,
+    pub write: Vec<Pin>,
+    pub exec: Vec<Pin>,
+    pub working_dir: Option<Pin>,
+    /// The directory of each `unix_sockets` path (a service re-creates its socket, so the socket
+    /// itself is not pinned; the directory that holds it is).
+    pub socket_dirs: Vec<Pin>,
+    pub executable: Option<PinnedExecutable>,
+}
+
+impl Pins {
+    /// Every pin with the policy key it came from.
+    pub fn all(&self) -> impl Iterator<Item = (&'static str, &Pin)> {
+        self.executable
+            .iter()
+            .map(|e| ("command[0]", &e.pin))
+            .chain(self.working_dir.iter().map(|p| ("working_dir", p)))
+            .chain(self.read.iter().map(|p| ("read", p)))
+            .chain(self.write.iter().map(|p| ("write", p)))
+            .chain(self.exec.iter().map(|p| ("exec", p)))
+            .chain(self.socket_dirs.iter().map(|p| ("unix_sockets directory", p)))
+    }
+}
+
+/// A path opened (`O_PATH`) without following symlinks.
+#[derive(Debug, Clone)]
+pub struct Pin {
+    /// Absolute and normalized; no component is a symlink.
+    pub path: PathBuf,
+    pub node: crate::sandbox::resolve::Node,
+    pub fd: Arc<OwnedFd>,
+}
+
+impl PartialEq for Pin {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path && self.node.dev == other.node.dev && self.node.ino == other.node.ino
+    }
+}
+
+impl Eq for Pin {}
+
+/// `command[0]`: the file it named at load, through any root-owned symlinks (`/bin/sh` ->
+/// `/usr/bin/dash`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedExecutable {
+    /// The path as resolved from `command[0]` (may pass through symlinks).
+    pub named: PathBuf,
+    /// The real file (`pin.path` has no symlink).
+    pub pin: Pin,
+    /// Starts with `#!`: run by its real path (the interpreter opens it by name), not through
+    /// the descriptor.
+    pub script: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -660,13 +739,14 @@ pub fn load_sources(sources: &[(PathBuf, String)], host: Host) -> Result<PolicyS
     let mut diagnostics = Vec::new();
     let mut tools: Vec<Tool> = Vec::new();
     let mut seen: BTreeMap<String, Source> = BTreeMap::new();
+    let mut pinned = probe::PinCache::default();
     for (file, text) in sources {
         let parsed = parse::parse_file(file, text, &seen);
         let file_ok = !parsed.diagnostics.iter().any(Diagnostic::is_error);
         diagnostics.extend(parsed.diagnostics);
         if file_ok {
             for mut tool in parsed.tools {
-                tool.availability = probe::availability(&tool, host);
+                probe::probe(&mut tool, host, &mut pinned);
                 seen.insert(tool.name.clone(), tool.source.clone());
                 tools.push(tool);
             }
@@ -676,6 +756,7 @@ pub fn load_sources(sources: &[(PathBuf, String)], host: Host) -> Result<PolicyS
         return Err(LoadError { diagnostics });
     }
     tools.sort_by(|a, b| a.name.cmp(&b.name));
+    diagnostics.extend(probe::exposure_warnings(&tools));
     Ok(PolicySet { tools, diagnostics, files: sources.iter().map(|(f, _)| f.clone()).collect() })
 }
 

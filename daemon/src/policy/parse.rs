@@ -194,6 +194,7 @@ impl Parser<'_> {
             limits: own.limits.unwrap_or_default().or(defaults.limits.unwrap_or_default()),
             run_as: own.run_as.clone().or(defaults.run_as.clone()),
             min_landlock_abi: own.min_landlock_abi.or(defaults.min_landlock_abi),
+            pins: Default::default(),
         };
 
         // Params exported as environment variables must not produce forbidden or base keys.
@@ -907,7 +908,33 @@ impl Parser<'_> {
     fn path_list(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<PathBuf>> {
         let items = self.array(v, what, "an array of absolute paths")?;
         let paths: Vec<Option<PathBuf>> = items.iter().map(|i| self.abs_path(i, what)).collect();
+        if what == "write" || what == "exec" {
+            for (item, path) in items.iter().zip(&paths) {
+                if let Some(path) = path {
+                    self.kernel_grant(item.span(), what, path);
+                }
+            }
+        }
         paths.into_iter().collect()
+    }
+
+    /// `write` and `exec` may not reach the kernel's own trees: writing beneath /sys/fs/cgroup
+    /// lets a tool leave its invocation cgroup (which cordond relies on to recognise and kill its
+    /// tools), /proc and /sys hold kernel settings. `/` contains both. System directories as
+    /// write roots are allowed with a warning.
+    fn kernel_grant(&mut self, span: Range<usize>, what: &str, path: &Path) {
+        let kernel = ["/proc", "/sys"].iter().find(|k| path.starts_with(k));
+        if let Some(k) = kernel {
+            self.sink.error(span, format!("{what} {:?} is in {k}, the kernel's own tree; a tool may not write or execute there (it could leave its cgroup or change kernel settings): remove it", path.display().to_string()));
+        } else if path == Path::new("/") {
+            self.sink.error(span, format!("{what} \"/\" contains /proc and /sys (a tool could leave its cgroup or change kernel settings); grant the directories the tool needs"));
+        } else if what == "write"
+            && ["/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/var", "/root"]
+                .iter()
+                .any(|d| path == Path::new(d))
+        {
+            self.sink.warning(span, format!("write {:?} lets the tool change the whole system directory (for a tool run as root: devices, accounts, programs every tool runs); grant the subdirectory the tool needs", path.display().to_string()));
+        }
     }
 
     fn abs_path(&mut self, v: &Value<'_>, what: &str) -> Option<PathBuf> {

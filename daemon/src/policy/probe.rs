@@ -1,39 +1,94 @@
-//! Availability: whether a valid tool can run on this host (executable present, dirs exist).
+//! Availability: whether a valid tool can run on this host (executable present, dirs exist),
+//! and the pinning of its paths.
 //!
 //! A tool that fails here is listed as unavailable with the reason; it is not a load error,
 //! because the same policy may be deployed to hosts that lack some programs.
+//!
+//! Pinning: every `read`, `write`, `exec` path, the `working_dir`, the directory of each
+//! `unix_sockets` path and the real file of `command[0]` are opened (`O_PATH`) without following
+//! symlinks when the registry loads; the descriptor and (dev, ino) are kept in the tool's
+//! [`Pins`]. A granted path that is, or passes through, a symlink is refused (unavailable, naming
+//! the real path): whoever can change a link could otherwise move the grant. `command[0]` may go
+//! through symlinks (`/bin/sh`); its real file is pinned and the name must keep resolving to it.
+//! [`verify`] runs before each invocation: any pinned path that no longer resolves, without
+//! symlinks, to the same (dev, ino) makes the tool unavailable until an admin reloads.
+//! [`exposure_warnings`] flags paths that another tool's write root, or anyone but root, could
+//! replace.
 
-use std::os::unix::fs::PermissionsExt;
+use std::collections::{BTreeSet, HashMap};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::{Availability, Host, Network, Principal, RunAs, Tool};
+use super::{Availability, Diagnostic, Host, Network, Pin, PinnedExecutable, Pins, Principal, RunAs, Severity, Tool};
 use crate::sandbox::landlock::ABI_NET;
+use crate::sandbox::resolve::{Node, on_kernel_fs, open_no_symlinks};
 
 /// The fixed PATH used to resolve bare program names, and given to every child.
 pub const SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-pub(super) fn availability(tool: &Tool, host: Host) -> Availability {
-    match check(tool, host) {
-        Ok(executable) => Availability::Available { executable },
-        Err(reason) => Availability::Unavailable { reason },
+/// Paths already pinned during one load, so that tools naming the same path share one
+/// descriptor.
+#[derive(Debug, Default)]
+pub(crate) struct PinCache {
+    pins: HashMap<PathBuf, Pin>,
+}
+
+/// Decides a tool's availability and, when it is available, pins its paths.
+pub(super) fn probe(tool: &mut Tool, host: Host, cache: &mut PinCache) {
+    match check(tool, host, cache) {
+        Ok((executable, pins)) => {
+            tool.sandbox.pins = Arc::new(pins);
+            tool.availability = Availability::Available { executable };
+        }
+        Err(reason) => {
+            tool.sandbox.pins = Arc::default();
+            tool.availability = Availability::Unavailable { reason };
+        }
     }
 }
 
-fn check(tool: &Tool, host: Host) -> Result<PathBuf, String> {
+fn check(tool: &Tool, host: Host, cache: &mut PinCache) -> Result<(PathBuf, Pins), String> {
     let executable = resolve_program(&tool.program)?;
+    let mut pins = Pins { executable: Some(pin_executable(&executable, cache)?), ..Pins::default() };
     if let Some(dir) = &tool.working_dir {
-        match std::fs::metadata(dir) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => return Err(format!("working_dir {} is not a directory", dir.display())),
-            Err(e) => return Err(format!("working_dir {}: {}", dir.display(), io_reason(&e))),
+        let p = cache.pin("working_dir", dir)?;
+        if !p.node.is_dir() {
+            return Err(format!("working_dir {} is not a directory", dir.display()));
+        }
+        pins.working_dir = Some(p);
+    }
+    for (what, list, out) in [
+        ("read", &tool.sandbox.read, &mut pins.read),
+        ("write", &tool.sandbox.write, &mut pins.write),
+        ("exec", &tool.sandbox.exec, &mut pins.exec),
+    ] {
+        for path in list {
+            let p = cache.pin(&format!("{what} path"), path)?;
+            if what != "read"
+                && let Ok(Some(fs)) = on_kernel_fs(&*p.fd)
+            {
+                return Err(format!(
+                    "{what} path {} is on {fs}; a tool may not write or execute there (it could leave its \
+                     cgroup or change the kernel's settings): remove it from `{what}`",
+                    path.display()
+                ));
+            }
+            out.push(p);
         }
     }
-    for (what, list) in [("read", &tool.sandbox.read), ("write", &tool.sandbox.write), ("exec", &tool.sandbox.exec)] {
-        for path in list {
-            if let Err(e) = std::fs::metadata(path) {
-                return Err(format!("{what} path {}: {}", path.display(), io_reason(&e)));
-            }
+    for socket in &tool.sandbox.unix_sockets {
+        let Some(dir) = socket.parent() else {
+            return Err(format!("unix_sockets path {} names no file; name the socket", socket.display()));
+        };
+        let p = cache.pin("unix_sockets directory", dir)?;
+        if let Ok(m) = std::fs::symlink_metadata(socket)
+            && m.file_type().is_symlink()
+        {
+            return Err(symlink_reason("unix_sockets path", socket, socket));
         }
+        pins.socket_dirs.push(p);
     }
     if let Some(run_as) = &tool.sandbox.run_as {
         if !host.is_root {
@@ -60,7 +115,7 @@ fn check(tool: &Tool, host: Host) -> Result<PathBuf, String> {
             host.landlock_abi
         ));
     }
-    Ok(executable)
+    Ok((executable, pins))
 }
 
 /// The uid and gid a `run_as` names: the user's primary group unless a group is given.
@@ -124,6 +179,249 @@ pub(crate) fn resolve_program(program: &str) -> Result<PathBuf, String> {
         }
     }
     Err(format!("{program:?} was not found in {SEARCH_PATH}; install it or use an absolute path"))
+}
+
+impl PinCache {
+    /// Opens `path` without following symlinks and keeps its descriptor; `label` starts the
+    /// reason when that fails ("read path /x: does not exist").
+    pub(crate) fn pin(&mut self, label: &str, path: &Path) -> Result<Pin, String> {
+        if let Some(p) = self.pins.get(path) {
+            return Ok(p.clone());
+        }
+        let fd = match open_no_symlinks(path) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                let (link, _) = first_symlink(path).unwrap_or_else(|| (path.to_path_buf(), PathBuf::new()));
+                return Err(symlink_reason(label, path, &link));
+            }
+            Err(e) => return Err(format!("{label} {}: {}", path.display(), io_reason(&e))),
+        };
+        let node = Node::of(&fd).map_err(|e| format!("{label} {}: {e}", path.display()))?;
+        if node.is_symlink() {
+            return Err(symlink_reason(label, path, path));
+        }
+        let p = Pin { path: path.to_path_buf(), node, fd: Arc::new(fd) };
+        self.pins.insert(path.to_path_buf(), p.clone());
+        Ok(p)
+    }
+}
+
+/// Why a path with a symlink on it is not accepted, naming the real path to write instead.
+fn symlink_reason(label: &str, path: &Path, link: &Path) -> String {
+    // Quoted: a link's target is anyone's text, and reaches admins' terminals.
+    let target = std::fs::read_link(link).map_or_else(|_| "?".into(), |t| format!("{:?}", t.display().to_string()));
+    let real = std::fs::canonicalize(path).map_or_else(|_| "(it does not resolve)".into(), |r| r.display().to_string());
+    let what = if link == path {
+        format!("is a symlink (to {target})")
+    } else {
+        format!("passes through a symlink ({} -> {target})", link.display())
+    };
+    format!(
+        "{label} {} {what}; cordon pins paths without following symlinks, so that whoever can change a link \
+         cannot move the grant: name the real path {real} in the policy",
+        path.display()
+    )
+}
+
+/// The first component of `path` that is a symlink, and where it points.
+fn first_symlink(path: &Path) -> Option<(PathBuf, PathBuf)> {
+    let mut prefixes: Vec<&Path> = path.ancestors().collect();
+    prefixes.reverse();
+    prefixes.into_iter().find_map(|p| {
+        let m = std::fs::symlink_metadata(p).ok()?;
+        m.file_type().is_symlink().then(|| (p.to_path_buf(), std::fs::read_link(p).unwrap_or_default()))
+    })
+}
+
+/// Pins `command[0]` as resolved: the real file (through any symlinks; the exposure warnings
+/// flag links that anyone but root could change), and whether it is a `#!` script.
+fn pin_executable(named: &Path, cache: &mut PinCache) -> Result<PinnedExecutable, String> {
+    let real = std::fs::canonicalize(named).map_err(|e| format!("{}: {}", named.display(), io_reason(&e)))?;
+    let pin = cache.pin("command[0]", &real)?;
+    if !pin.node.is_file() || pin.node.mode & 0o111 == 0 {
+        return Err(format!("{} is not an executable file", named.display()));
+    }
+    match std::fs::metadata(named) {
+        Ok(m) if m.dev() == pin.node.dev && m.ino() == pin.node.ino => {}
+        _ => return Err(format!("{} changed while the registry loaded; reload", named.display())),
+    }
+    // Read through the pinned descriptor, so the bytes are the pinned file's.
+    let script = std::fs::File::open(format!("/proc/self/fd/{}", pin.fd.as_raw_fd())).is_ok_and(|mut f| {
+        let mut head = [0u8; 2];
+        std::io::Read::read_exact(&mut f, &mut head).is_ok() && &head == b"#!"
+    });
+    Ok(PinnedExecutable { named: named.to_path_buf(), pin, script })
+}
+
+/// Checks, before an invocation, that every pinned path still resolves (without symlinks) to
+/// the (dev, ino) it had when the registry loaded, and that `command[0]` still names the pinned
+/// file. The reason names the path, what it was and what it is now.
+pub(crate) fn verify(pins: &Pins) -> Result<(), String> {
+    for (what, pin) in pins.all() {
+        verify_pin(what, pin)?;
+    }
+    if let Some(e) = &pins.executable
+        && e.named != e.pin.path
+    {
+        let now = match std::fs::metadata(&e.named) {
+            Ok(m) if m.dev() == e.pin.node.dev && m.ino() == e.pin.node.ino => return Ok(()),
+            Ok(m) => format!("{}:{}", m.dev(), m.ino()),
+            Err(err) => io_reason(&err),
+        };
+        return Err(changed("command[0]", &e.named, &e.pin.node, &now));
+    }
+    Ok(())
+}
+
+fn verify_pin(what: &str, pin: &Pin) -> Result<(), String> {
+    let now = match open_no_symlinks(&pin.path) {
+        Ok(fd) => match Node::of(&fd) {
+            Ok(n) if n.is_symlink() => {
+                let target = std::fs::read_link(&pin.path)
+                    .map_or_else(|_| "?".into(), |t| format!("{:?}", t.display().to_string()));
+                format!("a symlink to {target}")
+            }
+            Ok(n) if n.dev == pin.node.dev && n.ino == pin.node.ino => return Ok(()),
+            Ok(n) => n.id(),
+            Err(e) => e.to_string(),
+        },
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => match first_symlink(&pin.path) {
+            Some((link, target)) => {
+                format!("reached through a symlink ({} -> {:?})", link.display(), target.display().to_string())
+            }
+            None => "reached through a symlink".into(),
+        },
+        Err(e) => io_reason(&e),
+    };
+    Err(changed(what, &pin.path, &pin.node, &now))
+}
+
+fn changed(what: &str, path: &Path, was: &Node, now: &str) -> String {
+    format!(
+        "{what} {} changed since the registry loaded: was {}, now {now}; the tool is refused until an admin \
+         checks it and reloads (`cordon reload`) to accept the new target",
+        path.display(),
+        was.id()
+    )
+}
+
+/// Warnings for paths a tool relies on that someone else could replace: paths beneath another
+/// tool's `write` root, and paths with a directory above them that anyone but root can write
+/// (sshd's StrictModes rule: owned by a non-root user, or group/other-writable without the
+/// sticky bit; in a sticky directory, an entry owned by a non-root user).
+pub(super) fn exposure_warnings(tools: &[Tool]) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let mut warn = |tool: &Tool, message: String| {
+        out.push(Diagnostic {
+            severity: Severity::Warning,
+            file: tool.source.file.clone(),
+            line: tool.source.line,
+            column: 1,
+            message,
+        });
+    };
+    let mut weak_cache: HashMap<PathBuf, Option<String>> = HashMap::new();
+    for tool in tools {
+        let mut paths: Vec<(&str, PathBuf)> = Vec::new();
+        for (what, list) in [
+            ("read path", &tool.sandbox.read),
+            ("write path", &tool.sandbox.write),
+            ("exec path", &tool.sandbox.exec),
+            ("unix_sockets path", &tool.sandbox.unix_sockets),
+        ] {
+            paths.extend(list.iter().map(|p| (what, p.clone())));
+        }
+        if let Some(dir) = &tool.working_dir {
+            paths.push(("working_dir", dir.clone()));
+        }
+        if let Ok(named) = resolve_program(&tool.program) {
+            if let Ok(real) = std::fs::canonicalize(&named)
+                && real != named
+            {
+                paths.push(("command[0] (real file)", real));
+            }
+            paths.push(("command[0]", named));
+        }
+        let mut said: BTreeSet<String> = BTreeSet::new();
+        for (what, path) in &paths {
+            for other in tools.iter().filter(|o| o.name != tool.name) {
+                for root in &other.sandbox.write {
+                    if path != root && path.starts_with(root) {
+                        let m = format!(
+                            "tool {:?}: {what} {} lies beneath {}, a write root of tool {:?} ({}), which can replace \
+                             it (making this tool unavailable) or change what is there; keep other tools' write roots \
+                             away from the paths this tool relies on",
+                            tool.name,
+                            path.display(),
+                            root.display(),
+                            other.name,
+                            other.source
+                        );
+                        if said.insert(m.clone()) {
+                            warn(tool, m);
+                        }
+                    }
+                }
+            }
+            if let Some(weak) = replaceable_by(path, &mut weak_cache) {
+                let m = format!(
+                    "tool {:?}: {what} {} can be replaced by someone other than root: {weak}; make every \
+                     directory above it owned by root and writable only by root",
+                    tool.name,
+                    path.display()
+                );
+                if said.insert(m.clone()) {
+                    warn(tool, m);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether anyone but root can replace `path` or a directory above it, and why.
+fn replaceable_by(path: &Path, cache: &mut HashMap<PathBuf, Option<String>>) -> Option<String> {
+    let mut chain: Vec<&Path> = path.ancestors().collect();
+    chain.reverse();
+    for pair in chain.windows(2) {
+        let (dir, entry) = (pair[0], pair[1]);
+        let why = cache.entry(entry.to_path_buf()).or_insert_with(|| entry_weakness(dir, entry)).clone();
+        if why.is_some() {
+            return why;
+        }
+    }
+    None
+}
+
+/// Why `entry` (in directory `dir`) can be renamed or replaced by a non-root user, if it can.
+fn entry_weakness(dir: &Path, entry: &Path) -> Option<String> {
+    // The directory is what `dir` resolves to (a symlink's own mode means nothing; the link
+    // itself was checked as an entry of its parent, and command[0]'s real path is checked too).
+    let d = std::fs::metadata(dir).ok()?;
+    let mode = d.mode() & 0o7777;
+    let who = if d.uid() != 0 {
+        Some(format!("{} is owned by uid {}", dir.display(), d.uid()))
+    } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        let by = if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", d.gid()) };
+        Some(format!("{} (mode {mode:o}) is writable by {by}", dir.display()))
+    } else {
+        None
+    };
+    if who.is_some() {
+        return who;
+    }
+    if mode & 0o1000 != 0 && mode & 0o022 != 0 {
+        let e = std::fs::symlink_metadata(entry).ok()?;
+        if e.uid() != 0 {
+            return Some(format!(
+                "{} is owned by uid {} in the shared sticky directory {}",
+                entry.display(),
+                e.uid(),
+                dir.display()
+            ));
+        }
+    }
+    None
 }
 
 fn io_reason(e: &std::io::Error) -> String {

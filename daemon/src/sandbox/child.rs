@@ -149,6 +149,12 @@ pub struct Exec {
     pub env: Vec<CString>,
     pub env_ptrs: Vec<*const libc::c_char>,
     pub cwd: CString,
+    /// When set, the child enters the working directory through this descriptor (pinned when the
+    /// registry loaded) instead of by `cwd`'s name.
+    pub cwd_fd: Option<RawFd>,
+    /// When set, the child runs the executable through this descriptor
+    /// (`execveat(fd, "", AT_EMPTY_PATH)`), exactly the file pinned at load, instead of `path`.
+    pub exe_fd: Option<RawFd>,
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -183,6 +189,8 @@ impl Exec {
             env_ptrs: ptrs(&env),
             env,
             cwd: c(cwd.as_os_str().as_bytes())?,
+            cwd_fd: None,
+            exe_fd: None,
             stdin,
             stdout,
             stderr,
@@ -268,7 +276,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // exec (cordond ignores SIGPIPE, as Rust programs do): every signal back to its default.
     // The raw system call reaches the signals glibc reserves for itself (32, 33) too.
     let default = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
-    // SAFETY: raw system calls (rt_sigaction, dup2, chdir) on data prepared before the clone.
+    // SAFETY: raw system calls (rt_sigaction, dup2, chdir or fchdir) on data prepared before the
+    // clone; `cwd_fd` is a descriptor the registry holds open for as long as the `Exec` lives.
     unsafe {
         for sig in 1..=64 {
             if sig == libc::SIGKILL || sig == libc::SIGSTOP {
@@ -285,7 +294,11 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 return die(Step::Stdio);
             }
         }
-        if libc::chdir(a.exec.cwd.as_ptr()) < 0 {
+        let entered = match a.exec.cwd_fd {
+            Some(fd) => libc::fchdir(fd),
+            None => libc::chdir(a.exec.cwd.as_ptr()),
+        };
+        if entered < 0 {
             return die(Step::Chdir);
         }
     }
@@ -294,10 +307,26 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: as above.
         unsafe { libc::_exit(127) };
     }
-    // SAFETY: as above; argv and envp are NULL-terminated arrays of C strings.
+    // SAFETY: as above; argv and envp are NULL-terminated arrays of C strings; `exe_fd` is an
+    // O_PATH descriptor the registry holds open for as long as the `Exec` lives, and "" is a
+    // static NUL-terminated string.
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, a.mask, std::ptr::null_mut());
-        libc::execve(a.exec.path.as_ptr(), a.exec.argv_ptrs.as_ptr(), a.exec.env_ptrs.as_ptr());
+        match a.exec.exe_fd {
+            Some(fd) => {
+                libc::syscall(
+                    libc::SYS_execveat,
+                    fd,
+                    c"".as_ptr(),
+                    a.exec.argv_ptrs.as_ptr(),
+                    a.exec.env_ptrs.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                );
+            }
+            None => {
+                libc::execve(a.exec.path.as_ptr(), a.exec.argv_ptrs.as_ptr(), a.exec.env_ptrs.as_ptr());
+            }
+        }
     }
     die(Step::Exec)
 }

@@ -4,6 +4,11 @@
 //! is denied. Built with `HardRequirement`: if the kernel cannot enforce what is asked, building
 //! fails; nothing is ever silently unrestricted. The one rule that cannot be built in the parent
 //! is `/proc/self`, which must name the child itself: `child.rs` adds it after the fork.
+//!
+//! The policy's `read`, `write` and `exec` rules come from the `O_PATH` descriptors pinned when
+//! the registry loaded (`policy::Pins`), never from paths opened per call: a path swapped for a
+//! symlink after the load cannot move a grant (the invoker also refuses the tool then). A policy
+//! whose grants were not pinned cannot be built (fail closed).
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -11,7 +16,7 @@ use std::sync::OnceLock;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, Scope, path_beneath_rules,
+    RulesetAttr, RulesetCreatedAttr, Scope,
 };
 
 use crate::policy::{Network, SandboxPolicy};
@@ -53,6 +58,8 @@ pub enum LandlockError {
         "landlock ABI {abi} has no TCP port rules (needs {ABI_NET}); a tool with network access cannot be confined"
     )]
     NoNetworkRules { abi: i32 },
+    #[error("the tool's grants were not pinned when the registry loaded; reload the policies")]
+    Unpinned,
     #[error("cannot build the landlock ruleset: {0}")]
     Ruleset(String),
 }
@@ -105,16 +112,22 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
     for (fd, access) in defaults(v).iter() {
         created = created.add_rule(PathBeneath::new(fd, *access)).map_err(err)?;
     }
-    let grants: [(Vec<PathBuf>, BitFlags<AccessFs>); 3] = [
-        (policy.read.clone(), read_access()),
-        (policy.exec.clone(), read_exec),
-        (policy.write.clone(), write | read_access()),
+    // The policy's grants come from the descriptors pinned when the registry loaded, never from
+    // paths opened now: whoever can write a parent of a granted path cannot move the grant.
+    let pins = &policy.pins;
+    let groups: [(&[PathBuf], &[crate::policy::Pin], BitFlags<AccessFs>); 3] = [
+        (&policy.read, &pins.read, read_access()),
+        (&policy.exec, &pins.exec, read_exec),
+        (&policy.write, &pins.write, write | read_access()),
     ];
-    for (paths, access) in grants {
-        if paths.is_empty() {
-            continue;
+    for (paths, pinned, access) in groups {
+        if paths.len() != pinned.len() {
+            return Err(LandlockError::Unpinned);
         }
-        created = created.add_rules(path_beneath_rules(&paths, access)).map_err(err)?;
+        for pin in pinned {
+            let access = if pin.node.is_dir() { access } else { access & AccessFs::from_file(v) };
+            created = created.add_rule(PathBeneath::new(&*pin.fd, access)).map_err(err)?;
+        }
     }
     if let Network::Tcp { connect, bind } = &policy.network {
         for port in connect {

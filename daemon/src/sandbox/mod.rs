@@ -11,6 +11,8 @@
 //! - [`cgroup`]: a cgroup per invocation where the host allows it, and the reaper that kills
 //!   them if the daemon dies.
 //! - [`output`]: bounded head+tail capture of stdout and stderr.
+//! - [`resolve`]: opening paths without following symlinks (`openat2(RESOLVE_NO_SYMLINKS)`, or
+//!   an `O_NOFOLLOW` walk), for the grants pinned at registry load.
 //!
 //! Architecture invariant: every `unsafe` block in the crate is in this module and carries a
 //! `// SAFETY:` comment; code that runs between clone and exec only makes async-signal-safe
@@ -21,6 +23,7 @@ pub mod child;
 pub mod landlock;
 pub mod output;
 pub mod peer;
+pub mod resolve;
 pub mod seccomp;
 pub mod spawn;
 mod syscalls;

@@ -6,7 +6,7 @@
 //! reused, which makes the final `killpg` of leftover group members safe. Only then is it reaped.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -177,8 +177,19 @@ pub async fn run(
     let (out_read, out_write) = nix::unistd::pipe2(cloexec).map_err(|e| start_err(e.into()))?;
     let (err_read, err_write) = nix::unistd::pipe2(cloexec).map_err(|e| start_err(e.into()))?;
     let null = std::fs::File::open("/dev/null").map_err(start_err)?;
-    let exec = Exec::new(&plan.executable, &plan.argv, &plan.env, &plan.cwd, null.into(), out_write, err_write)
-        .map_err(start_err)?;
+    // The working dir and the executable pinned at load are used through their descriptors, so a
+    // path swapped after the pre-invocation check cannot redirect them. A `#!` script is run by
+    // its real path instead: through a descriptor the interpreter would get `/dev/fd/N` as the
+    // script name, which a close-on-exec descriptor does not survive.
+    let pins = &confine.policy.pins;
+    let exe_path = match &pins.executable {
+        Some(e) if e.script => e.pin.path.as_path(),
+        _ => plan.executable.as_path(),
+    };
+    let mut exec =
+        Exec::new(exe_path, &plan.argv, &plan.env, &plan.cwd, null.into(), out_write, err_write).map_err(start_err)?;
+    exec.cwd_fd = pins.working_dir.as_ref().map(|p| p.fd.as_raw_fd());
+    exec.exe_fd = pins.executable.as_ref().filter(|e| !e.script).map(|e| e.pin.fd.as_raw_fd());
     let spawned = child::spawn(&exec, &setup);
     // Our copies of the child's ends (stdio, report pipe, ruleset) close here, so the report
     // pipe's EOF means the child exec'd.

@@ -9,7 +9,7 @@ use crate::sandbox::Outcome;
 use crate::sandbox::OutputChunk;
 
 pub(crate) fn tool(t: &Tool) -> v1::Tool {
-    let (available, unavailable_reason, executable) = match &t.availability {
+    let (available, unavailable_reason, executable) = match &t.availability_now() {
         Availability::Available { executable } => (true, String::new(), executable.display().to_string()),
         Availability::Unavailable { reason } => (false, reason.clone(), String::new()),
     };

@@ -140,6 +140,7 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
             // SAFETY: personality(2) takes an integer; ADDR_NO_RANDOMIZE only affects later execs.
             sys(i64::from(unsafe { libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) })),
         ),
+        "swap-symlink" => swap_symlink(arg(args, 0, "path")?, arg(args, 1, "target")?),
         other => return Err(format!("unknown attack {other:?}")),
     })
 }
@@ -1117,4 +1118,16 @@ fn lease(path: &CString) -> Map<String, Value> {
     let r = sys(i64::from(unsafe { libc::fcntl(fd as i32, libc::F_SETLEASE, libc::F_RDLCK) }));
     close(fd);
     stepped("fcntl", r)
+}
+/// Moves `path` aside (to `path.old`) and puts a symlink to `target` in its place: what a tool
+/// with a write root above another tool's grant can do to move that grant.
+fn swap_symlink(path: &str, target: &str) -> Map<String, Value> {
+    let aside = format!("{path}.old");
+    let moved = std::fs::rename(path, &aside);
+    let planted = std::os::unix::fs::symlink(target, path);
+    let errno = moved.as_ref().err().or(planted.as_ref().err()).and_then(io::Error::raw_os_error);
+    let mut m = outcome(errno.map_or(Ok(0), Err));
+    m.insert("moved".into(), json!(moved.is_ok()));
+    m.insert("planted".into(), json!(planted.is_ok()));
+    m
 }
