@@ -11,3 +11,4 @@ mod reliability_audit;
 mod sandbox;
 mod validate;
 mod wire;
+mod escapes_confirm;
