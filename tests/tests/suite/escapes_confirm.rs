@@ -179,6 +179,22 @@ impl ClientHandler for Accepter {
     }
 }
 
+/// The agent's own `cordon mcp` (run as its uid), driven by an [`Accepter`].
+async fn agent_mcp(d: &Daemon) -> (rmcp::service::RunningService<RoleClient, Accepter>, Accepter) {
+    let socket = d.socket.clone();
+    let command = tokio::process::Command::new("setpriv").configure(|c| {
+        c.args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+            .arg(bin("cordon"))
+            .arg("--socket")
+            .arg(&socket)
+            .arg("mcp");
+    });
+    let (transport, _) = TokioChildProcess::builder(command).stderr(Stdio::null()).spawn().unwrap();
+    let accepter = Accepter::default();
+    let client = accepter.clone().serve(transport).await.unwrap();
+    (client, accepter)
+}
+
 fn call_params(tool: &str, args: Value) -> CallToolRequestParams {
     let Value::Object(map) = args else { panic!("arguments must be an object") };
     CallToolRequestParams::new(tool.to_string()).with_arguments(map)
@@ -197,16 +213,7 @@ async fn an_agent_run_cordon_mcp_answering_accept_cannot_approve_its_own_call() 
     require_root!();
     let d = start(&[]);
     let socket = d.socket.clone();
-    let command = tokio::process::Command::new("setpriv").configure(|c| {
-        c.args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
-            .arg(bin("cordon"))
-            .arg("--socket")
-            .arg(&socket)
-            .arg("mcp");
-    });
-    let (transport, _) = TokioChildProcess::builder(command).stderr(Stdio::null()).spawn().unwrap();
-    let accepter = Accepter::default();
-    let client = accepter.clone().serve(transport).await.unwrap();
+    let (client, accepter) = agent_mcp(&d).await;
 
     let admin = tokio::task::spawn_blocking(move || {
         let p = wait_pending(&socket);
@@ -349,28 +356,31 @@ fn sha256_of_argv(argv: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
 }
 
-/// 200 calls with 512 KiB arguments from the agent (runs and agent confirmations, redeemed):
-/// every record stays small, with the full argv's SHA-256; the log rotates inside batches, so
-/// no file passes its limit by more than a record; nothing is deleted; the chain verifies.
-#[test]
-fn an_agent_flooding_large_arguments_cannot_bloat_the_audit_log() {
+/// 200 calls with 512 KiB arguments from the agent through its `cordon mcp` (runs, and agent
+/// confirmations it redeems): every record stays small, with the full argv's SHA-256; the log
+/// rotates inside batches, so no file passes its limit by more than a record; nothing is
+/// deleted; the chain verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_flooding_large_arguments_cannot_bloat_the_audit_log() {
     require_root!();
     const MAX_SIZE: u64 = 256 * 1024;
     const MAX_LINE: usize = 32 * 1024;
     let d = start(&["--audit-max-size", "256KiB", "--audit-keep", "100000"]);
+    let (client, _) = agent_mcp(&d).await;
     let big = "x".repeat(512 * 1024);
-    let args = json!({ "text": big }).to_string();
     for i in 0..200 {
+        let args = json!({ "text": big });
         if i % 2 == 0 {
             // Runs (or fails to exec: the argument is over the kernel's per-string limit).
-            as_agent(&d, &["run", "plain", "--args-json", &args, "--json"]);
+            client.call_tool(call_params("plain", args)).await.unwrap();
         } else {
-            let out = as_agent(&d, &["run", "noted", "--args-json", &args, "--json"]);
-            assert_eq!(out.code, Some(3), "{out:?}");
-            let token = out.json()["confirmation_required"]["token"].as_str().unwrap().to_string();
-            as_agent(&d, &["confirm", &token, "--json"]);
+            let r = client.call_tool(call_params("noted", args)).await.unwrap();
+            let token = r.structured_content.as_ref().and_then(|c| c["confirmation_required"]["token"].as_str());
+            let token = token.unwrap_or_else(|| panic!("no token: {r:?}")).to_string();
+            client.call_tool(call_params("confirm", json!({ "token": token }))).await.unwrap();
         }
     }
+    client.cancel().await.unwrap();
     let audit = d.dir.path().join("audit.jsonl");
     let mut files: Vec<_> = std::fs::read_dir(d.dir.path())
         .unwrap()
@@ -394,11 +404,12 @@ fn an_agent_flooding_large_arguments_cannot_bloat_the_audit_log() {
             if r["decision"] == "started" || r["decision"] == "confirmation_requested" {
                 assert_eq!(r["argv_clipped"]["sha256"], expected_sha.as_str(), "{}", &line[..200.min(line.len())]);
                 assert_eq!(r["argv_clipped"]["bytes"], 512 * 1024 + "/bin/true".len());
+                assert_eq!(r["argv_clipped"]["elements"], 2);
                 clipped += 1;
             }
         }
     }
-    assert!(clipped >= 300, "expected a started or confirmation_requested record per call: {clipped}");
+    assert_eq!(clipped, 300, "a started record per call and a confirmation_requested per confirmed one");
     assert!(total < 200 * 4 * MAX_LINE, "{total} bytes of audit for 200 calls");
     let out = d.cordon(&["audit", "verify", audit.to_str().unwrap()]);
     assert_eq!(out.code, Some(0), "{out:?}");
@@ -409,8 +420,7 @@ fn an_agent_flooding_large_arguments_cannot_bloat_the_audit_log() {
 // ---------------------------------------------------------------------------------------------
 
 /// An agent parks confirmations without redeeming them: the 33rd is refused (RESOURCE_EXHAUSTED,
-/// TOO_MANY_CONFIRMATIONS, audited), while another caller still gets one. Large invocations hit
-/// the byte cap sooner.
+/// TOO_MANY_CONFIRMATIONS, audited), while another caller still gets one.
 #[test]
 fn an_agent_cannot_park_confirmations_without_bound() {
     require_root!();
@@ -431,20 +441,28 @@ fn an_agent_cannot_park_confirmations_without_bound() {
     // The cap is the agent's, not everyone's.
     d.cordon(&["run", "noted", "--args-json", r#"{"text":"a"}"#, "--json"]).assert_code(3);
 
+}
+
+/// Large invocations hit the per-caller byte cap before the count cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_cannot_park_large_confirmations_without_bound() {
+    require_root!();
     let d = start(&[]);
-    let big = json!({ "text": "y".repeat(900 * 1024) }).to_string();
+    let (client, _) = agent_mcp(&d).await;
+    let big = json!({ "text": "y".repeat(900 * 1024) });
     let mut parked = 0;
     let refusal = loop {
-        let out = as_agent(&d, &["run", "noted", "--args-json", &big, "--json"]);
-        if out.code != Some(3) {
-            break out.json();
+        let r = client.call_tool(call_params("noted", big.clone())).await.unwrap();
+        if r.is_error == Some(true) {
+            break result_text(&r);
         }
         parked += 1;
         assert!(parked < 32, "the byte cap never applied");
     };
-    assert_eq!(refusal["error"]["code"], "TOO_MANY_CONFIRMATIONS", "{refusal}");
-    assert!(refusal["error"]["message"].as_str().unwrap().contains("MiB"), "{refusal}");
+    assert!(refusal.starts_with("TOO_MANY_CONFIRMATIONS: "), "{refusal}");
+    assert!(refusal.contains("MiB"), "{refusal}");
     assert!(parked >= 5, "refused after {parked}");
+    client.cancel().await.unwrap();
 }
 
 /// Raw HTTP/2: HEADERS opening streams on one connection, never closed. The server allows 100
