@@ -595,6 +595,41 @@ mod tests {
         assert_eq!(store.redeem(&ticket.token, owner, false).await.unwrap_err(), ConfirmError::Expired);
     }
 
+    #[tokio::test]
+    async fn outstanding_confirmations_are_capped_per_caller_and_in_total() {
+        let limits = Limits { per_caller: 2, total: 3, ..Limits::default() };
+        let store = Confirmations::default().with_limits(limits);
+        let first = store.park(parked("agent")).unwrap();
+        store.park(parked("agent")).unwrap();
+        assert!(matches!(store.park(parked("agent")), Err(ConfirmError::TooMany(_))));
+        // Another caller has its own allowance, up to the total.
+        let mut other = parked("agent");
+        other.caller = Caller { uid: 1001, gid: 1001, pid: None };
+        store.park(other.clone()).unwrap();
+        assert!(matches!(store.park(other.clone()), Err(ConfirmError::TooMany(m)) if m.contains("all callers")));
+        // Redeeming one frees a place.
+        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        store.redeem(&first.token, owner, false).await.unwrap();
+        store.park(parked("agent")).unwrap();
+        // Bytes count too.
+        let store = Confirmations::default().with_limits(Limits { per_caller_bytes: 600, ..Limits::default() });
+        assert!(matches!(store.park(parked("agent")), Err(ConfirmError::TooMany(m)) if m.contains("MiB")));
+    }
+
+    #[tokio::test]
+    async fn an_elicitation_claim_is_refused_without_the_opt_in_and_leaves_the_token() {
+        let store = Confirmations::default();
+        let ticket = store.park(parked("human")).unwrap();
+        assert!(!ticket.elicitation_approves);
+        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        assert_eq!(store.redeem(&ticket.token, owner, true).await.unwrap_err(), ConfirmError::ElicitationNotAccepted);
+        assert_eq!(store.pending().len(), 1);
+        let store = Confirmations::default().with_limits(Limits { elicitation_approves: true, ..Limits::default() });
+        let ticket = store.park(parked("human")).unwrap();
+        assert!(ticket.elicitation_approves);
+        assert_eq!(store.redeem(&ticket.token, owner, true).await.unwrap().via, Via::Elicitation);
+    }
+
     #[test]
     fn bindings_depend_on_tool_argv_and_uid() {
         let argv = vec!["a".to_string(), "b".to_string()];

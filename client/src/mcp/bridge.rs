@@ -435,8 +435,8 @@ impl Bridge {
         }
         // A person must approve: ask through the client when it can and cordond accepts that
         // answer (its admin opted in), else wait for an admin.
-        let elicitation = c.elicitation_approves
-            && context.client_capabilities().and_then(|caps| caps.elicitation.clone()).is_some();
+        let elicitation =
+            c.elicitation_approves && context.client_capabilities().and_then(|caps| caps.elicitation.clone()).is_some();
         if !elicitation {
             self.log(
                 LoggingLevel::Warning,

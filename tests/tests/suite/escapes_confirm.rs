@@ -262,8 +262,11 @@ fn a_claimed_elicitation_approval_is_refused_without_the_admins_opt_in() {
             else {
                 panic!("expected a confirmation")
             };
-            let request =
-                v1::ConfirmRequest { token: required.token.clone(), approved_by_elicitation: true, stream_output: false };
+            let request = v1::ConfirmRequest {
+                token: required.token.clone(),
+                approved_by_elicitation: true,
+                stream_output: false,
+            };
             let confirm = match c.confirm(request).await {
                 Ok(stream) => {
                     let mut stream = stream.into_inner();
@@ -316,12 +319,13 @@ fn a_claimed_elicitation_approval_is_refused_without_the_admins_opt_in() {
 /// the approval that follows runs nothing: POLICY_CHANGED, audited with the tool and approval.
 #[test]
 fn an_approval_after_a_reload_runs_nothing() {
-    let changed = POLICY.replace(r#"["/usr/bin/printf", "[%s]", "{{text}}"]"#, r#"["/usr/bin/printf", "<%s>", "{{text}}"]"#);
-    let removed = POLICY.replace("[tools.approved]", "[tools.gone]").replace("[tools.approved.params", "[tools.gone.params");
+    let changed =
+        POLICY.replace(r#"["/usr/bin/printf", "[%s]", "{{text}}"]"#, r#"["/usr/bin/printf", "<%s>", "{{text}}"]"#);
+    let removed =
+        POLICY.replace("[tools.approved]", "[tools.gone]").replace("[tools.approved.params", "[tools.gone.params");
     for (round, policy) in [removed, changed].into_iter().enumerate() {
         let d = start(&[]);
-        let waiting = d
-            .cordon_spawn(&["run", "approved", "--args-json", r#"{"text":"late"}"#, "--json"]);
+        let waiting = d.cordon_spawn(&["run", "approved", "--args-json", r#"{"text":"late"}"#, "--json"]);
         let p = wait_pending(&d.socket);
         std::fs::write(d.policies.join("t.toml"), for_host(&policy)).unwrap();
         d.cordon(&["reload"]).assert_code(0);
@@ -381,8 +385,8 @@ async fn an_agent_flooding_large_arguments_cannot_bloat_the_audit_log() {
         }
     }
     client.cancel().await.unwrap();
-    let audit = d.dir.path().join("audit.jsonl");
-    let mut files: Vec<_> = std::fs::read_dir(d.dir.path())
+    let audit = d.audit.clone();
+    let mut files: Vec<_> = std::fs::read_dir(audit.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("audit.jsonl"))
@@ -440,7 +444,6 @@ fn an_agent_cannot_park_confirmations_without_bound() {
     assert_eq!(refused[0]["caller"]["uid"].as_u64(), Some(uid_of(AGENT)));
     // The cap is the agent's, not everyone's.
     d.cordon(&["run", "noted", "--args-json", r#"{"text":"a"}"#, "--json"]).assert_code(3);
-
 }
 
 /// Large invocations hit the per-caller byte cap before the count cap.

@@ -4,6 +4,7 @@
 mod audit;
 mod authz;
 mod e2e;
+mod escapes_confirm;
 mod examples;
 mod mcp;
 mod policy;
@@ -11,4 +12,3 @@ mod reliability_audit;
 mod sandbox;
 mod validate;
 mod wire;
-mod escapes_confirm;
