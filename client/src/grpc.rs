@@ -245,6 +245,7 @@ async fn follow(
                     expires_in_ms: c.expires_in_ms,
                     approval_id: c.approval_id,
                     argv: c.argv,
+                    elicitation_approves: c.elicitation_approves,
                 }));
             }
             Some(v1::invoke_event::Event::Finished(f)) => {
@@ -281,6 +282,9 @@ pub struct ConfirmationInfo {
     #[serde(skip_serializing_if = "String::is_empty")]
     pub approval_id: String,
     pub argv: Vec<String>,
+    /// For "human": cordond accepts an approval through MCP elicitation.
+    #[serde(skip)]
+    pub elicitation_approves: bool,
 }
 
 /// A human approval waiting for an admin.

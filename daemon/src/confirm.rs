@@ -29,6 +29,34 @@ pub const HUMAN_TTL: Duration = Duration::from_secs(300);
 /// How long an expired confirmation is remembered (to answer "expired", not "unknown").
 pub const EXPIRED_KEPT: Duration = Duration::from_secs(60);
 
+/// How many confirmations one caller (uid) may have outstanding at once, and how many bytes of
+/// invocations (argv, displayed argv, description) they may hold; and the same for everyone.
+/// Each one keeps its whole invocation in memory for up to its TTL, so without these an agent
+/// could grow cordond's memory without bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub per_caller: usize,
+    pub per_caller_bytes: usize,
+    pub total: usize,
+    pub total_bytes: usize,
+    /// `--human-approval-via-elicitation`: a `confirm = "human"` call may be approved through MCP
+    /// elicitation, i.e. by the front-end, which runs as the agent's uid. Off: only an admin's
+    /// `cordon approve` approves it.
+    pub elicitation_approves: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            per_caller: 32,
+            per_caller_bytes: 32 * 1024 * 1024,
+            total: 1024,
+            total_bytes: 256 * 1024 * 1024,
+            elicitation_approves: false,
+        }
+    }
+}
+
 /// Everything needed to run the invocation once confirmed.
 #[derive(Debug, Clone)]
 pub struct Parked {
@@ -49,6 +77,8 @@ pub struct Ticket {
     pub description: String,
     pub expires_in: Duration,
     pub argv: Vec<String>,
+    /// For "human": whether an approval through MCP elicitation counts (else only `cordon approve`).
+    pub elicitation_approves: bool,
 }
 
 /// A pending human approval, for `cordon pending`.
@@ -83,6 +113,15 @@ struct Record {
     claimed: bool,
     /// `sweep` reported its expiry.
     expiry_reported: bool,
+    /// Memory it holds, for the limits.
+    bytes: usize,
+}
+
+impl Record {
+    /// Counts against the limits: not yet expired, or someone waits on it.
+    fn live(&self, now: Instant) -> bool {
+        self.claimed || self.expires > now
+    }
 }
 
 /// A confirmation that expired before it was redeemed.
@@ -151,6 +190,14 @@ pub enum ConfirmError {
     UnknownApproval(String),
     #[error("cannot draw a token from the OS random source: {0}")]
     Random(String),
+    #[error(
+        "too many confirmations outstanding ({0}); redeem, approve or deny the pending ones, or wait until they expire, then call again"
+    )]
+    TooMany(String),
+    #[error(
+        "approval through MCP elicitation is not accepted by this cordond (the front-end runs as the agent's user, so the agent could answer it); an admin approves with `cordon approve ID`"
+    )]
+    ElicitationNotAccepted,
 }
 
 /// The store of pending confirmations.
@@ -159,6 +206,7 @@ pub struct Confirmations {
     records: Mutex<HashMap<[u8; 32], Record>>,
     agent_ttl: Duration,
     human_ttl: Duration,
+    limits: Limits,
 }
 
 impl Default for Confirmations {
@@ -221,7 +269,25 @@ fn shell_quote(a: &str) -> String {
 
 impl Confirmations {
     pub fn new(agent_ttl: Duration, human_ttl: Duration) -> Confirmations {
-        Confirmations { records: Mutex::new(HashMap::new()), agent_ttl, human_ttl }
+        Confirmations { records: Mutex::new(HashMap::new()), agent_ttl, human_ttl, limits: Limits::default() }
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Confirmations {
+        self.limits = limits;
+        self
+    }
+
+    /// Whether an approval through MCP elicitation counts as a human approval.
+    pub fn elicitation_approves(&self) -> bool {
+        self.limits.elicitation_approves
+    }
+
+    /// The tool and approval id behind a token, if `uid` owns it (for audit records).
+    pub fn peek(&self, token: &str, uid: u32) -> Option<(String, String)> {
+        self.lock()
+            .get(&token_key(token))
+            .filter(|r| r.parked.caller.uid == uid)
+            .map(|r| (r.parked.tool.name.clone(), r.approval_id.clone()))
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<[u8; 32], Record>> {
@@ -260,6 +326,9 @@ impl Confirmations {
         let ttl = if mode == Confirm::Human { self.human_ttl } else { self.agent_ttl };
         let description = describe(&parked);
         let argv = parked.plan.display_argv.clone();
+        let strings = |v: &[String]| v.iter().map(|a| a.len() + std::mem::size_of::<String>()).sum::<usize>();
+        let bytes = strings(&parked.plan.argv) + strings(&parked.plan.display_argv) + description.len() + 512;
+        let uid = parked.caller.uid;
         let record = Record {
             binding: binding(&parked.tool.name, &parked.plan.argv, parked.caller.uid),
             parked,
@@ -270,20 +339,53 @@ impl Confirmations {
             decision: watch::channel(Decision::Undecided).0,
             claimed: false,
             expiry_reported: false,
+            bytes,
         };
-        self.lock().insert(token_key(&token), record);
-        Ok(Ticket { token, mode, approval_id, description, expires_in: ttl, argv })
+        let mut map = self.lock();
+        let now = Instant::now();
+        let (mut own, mut own_bytes, mut all, mut all_bytes) = (0, 0, 0, 0);
+        for r in map.values().filter(|r| r.live(now)) {
+            all += 1;
+            all_bytes += r.bytes;
+            if r.parked.caller.uid == uid {
+                own += 1;
+                own_bytes += r.bytes;
+            }
+        }
+        let l = &self.limits;
+        let mib = |b: usize| b / (1024 * 1024);
+        let refusal = if own >= l.per_caller {
+            Some(format!("this caller already has {own}, the limit is {}", l.per_caller))
+        } else if own_bytes + bytes > l.per_caller_bytes {
+            Some(format!("this caller's pending invocations would hold more than {} MiB", mib(l.per_caller_bytes)))
+        } else if all >= l.total {
+            Some(format!("{all} for all callers, the limit is {}", l.total))
+        } else if all_bytes + bytes > l.total_bytes {
+            Some(format!("pending invocations of all callers would hold more than {} MiB", mib(l.total_bytes)))
+        } else {
+            None
+        };
+        if let Some(why) = refusal {
+            return Err(ConfirmError::TooMany(why));
+        }
+        map.insert(token_key(&token), record);
+        let elicitation_approves = mode == Confirm::Human && l.elicitation_approves;
+        Ok(Ticket { token, mode, approval_id, description, expires_in: ttl, argv, elicitation_approves })
     }
 
-    /// Redeems a token. Agent tokens (and human tokens approved through elicitation) are used up
-    /// at once; other human tokens wait for an admin's decision until they expire.
+    /// Redeems a token. Agent tokens (and, when the admin opted in, human tokens approved through
+    /// elicitation) are used up at once; other human tokens wait for an admin's decision until
+    /// they expire. Claiming an elicitation approval without the opt-in is refused, and the token
+    /// stays pending. The caller checks that the registry still holds the redeemed plan's tool.
     pub async fn redeem(
         &self,
         token: &str,
         caller: Caller,
         approved_by_elicitation: bool,
-        current_generation: u64,
     ) -> Result<Redeemed, ConfirmError> {
+        if approved_by_elicitation && !self.limits.elicitation_approves {
+            return Err(ConfirmError::ElicitationNotAccepted);
+        }
         let key = token_key(token);
         let mut decision = {
             let mut map = self.lock();
@@ -305,7 +407,7 @@ impl Confirmations {
             };
             if let Some(via) = via {
                 let record = map.remove(&key).ok_or(ConfirmError::UnknownToken)?;
-                return finish(record, current_generation, via);
+                return finish(record, via);
             }
             record.claimed = true;
             record.decision.subscribe()
@@ -319,7 +421,7 @@ impl Confirmations {
         let outcome = tokio::time::timeout_at(deadline.into(), decision.wait_for(|d| *d != Decision::Undecided)).await;
         let record = claim.take().ok_or(ConfirmError::UnknownToken)?;
         match outcome {
-            Ok(Ok(d)) if *d == Decision::Approved => finish(record, current_generation, Via::Admin),
+            Ok(Ok(d)) if *d == Decision::Approved => finish(record, Via::Admin),
             Ok(_) => Err(ConfirmError::Denied),
             Err(_) => Err(ConfirmError::TimedOut(self.human_ttl)),
         }
@@ -400,12 +502,9 @@ impl Drop for Claim<'_> {
     }
 }
 
-fn finish(record: Record, current_generation: u64, via: Via) -> Result<Redeemed, ConfirmError> {
+fn finish(record: Record, via: Via) -> Result<Redeemed, ConfirmError> {
     if Instant::now() > record.expires {
         return Err(ConfirmError::Expired);
-    }
-    if record.parked.generation != current_generation {
-        return Err(ConfirmError::Stale);
     }
     Ok(Redeemed { parked: record.parked, approval_id: record.approval_id, via })
 }
@@ -464,10 +563,10 @@ mod tests {
         let store = Confirmations::default();
         let ticket = store.park(parked("agent")).unwrap();
         let stranger = Caller { uid: 1001, gid: 1001, pid: None };
-        assert_eq!(store.redeem(&ticket.token, stranger, false, 1).await.unwrap_err(), ConfirmError::Foreign);
+        assert_eq!(store.redeem(&ticket.token, stranger, false).await.unwrap_err(), ConfirmError::Foreign);
         let owner = Caller { uid: 1000, gid: 1000, pid: None };
-        assert!(store.redeem(&ticket.token, owner, false, 1).await.is_ok());
-        assert_eq!(store.redeem(&ticket.token, owner, false, 1).await.unwrap_err(), ConfirmError::UnknownToken);
+        assert!(store.redeem(&ticket.token, owner, false).await.is_ok());
+        assert_eq!(store.redeem(&ticket.token, owner, false).await.unwrap_err(), ConfirmError::UnknownToken);
     }
 
     #[tokio::test]
@@ -478,7 +577,7 @@ mod tests {
         let waiting = {
             let store = store.clone();
             let token = ticket.token.clone();
-            tokio::spawn(async move { store.redeem(&token, owner, false, 1).await })
+            tokio::spawn(async move { store.redeem(&token, owner, false).await })
         };
         for _ in 0..100 {
             if store.pending().first().is_some_and(|p| p.waiting) {
@@ -506,7 +605,42 @@ mod tests {
         assert_eq!(expired[0].approval_id, ticket.approval_id);
         assert!(store.sweep().is_empty(), "reported twice");
         let owner = Caller { uid: 1000, gid: 1000, pid: None };
-        assert_eq!(store.redeem(&ticket.token, owner, false, 1).await.unwrap_err(), ConfirmError::Expired);
+        assert_eq!(store.redeem(&ticket.token, owner, false).await.unwrap_err(), ConfirmError::Expired);
+    }
+
+    #[tokio::test]
+    async fn outstanding_confirmations_are_capped_per_caller_and_in_total() {
+        let limits = Limits { per_caller: 2, total: 3, ..Limits::default() };
+        let store = Confirmations::default().with_limits(limits);
+        let first = store.park(parked("agent")).unwrap();
+        store.park(parked("agent")).unwrap();
+        assert!(matches!(store.park(parked("agent")), Err(ConfirmError::TooMany(_))));
+        // Another caller has its own allowance, up to the total.
+        let mut other = parked("agent");
+        other.caller = Caller { uid: 1001, gid: 1001, pid: None };
+        store.park(other.clone()).unwrap();
+        assert!(matches!(store.park(other.clone()), Err(ConfirmError::TooMany(m)) if m.contains("all callers")));
+        // Redeeming one frees a place.
+        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        store.redeem(&first.token, owner, false).await.unwrap();
+        store.park(parked("agent")).unwrap();
+        // Bytes count too.
+        let store = Confirmations::default().with_limits(Limits { per_caller_bytes: 600, ..Limits::default() });
+        assert!(matches!(store.park(parked("agent")), Err(ConfirmError::TooMany(m)) if m.contains("MiB")));
+    }
+
+    #[tokio::test]
+    async fn an_elicitation_claim_is_refused_without_the_opt_in_and_leaves_the_token() {
+        let store = Confirmations::default();
+        let ticket = store.park(parked("human")).unwrap();
+        assert!(!ticket.elicitation_approves);
+        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        assert_eq!(store.redeem(&ticket.token, owner, true).await.unwrap_err(), ConfirmError::ElicitationNotAccepted);
+        assert_eq!(store.pending().len(), 1);
+        let store = Confirmations::default().with_limits(Limits { elicitation_approves: true, ..Limits::default() });
+        let ticket = store.park(parked("human")).unwrap();
+        assert!(ticket.elicitation_approves);
+        assert_eq!(store.redeem(&ticket.token, owner, true).await.unwrap().via, Via::Elicitation);
     }
 
     #[test]

@@ -73,6 +73,8 @@ impl InvokeError {
                 ConfirmError::TimedOut(_) => "APPROVAL_TIMEOUT",
                 ConfirmError::UnknownApproval(_) => "UNKNOWN_APPROVAL",
                 ConfirmError::Random(_) => "INTERNAL",
+                ConfirmError::TooMany(_) => "TOO_MANY_CONFIRMATIONS",
+                ConfirmError::ElicitationNotAccepted => "ELICITATION_NOT_ACCEPTED",
             },
         }
     }
@@ -82,6 +84,8 @@ impl InvokeError {
         match self {
             InvokeError::Invalid(_) | InvokeError::Confirm(ConfirmError::UnknownToken) => Decision::Invalid,
             InvokeError::Confirm(ConfirmError::Foreign) => Decision::Denied,
+            // Approving a human confirmation is an admin's act; the agent's front-end claimed it.
+            InvokeError::Confirm(ConfirmError::ElicitationNotAccepted) => Decision::Unauthorized,
             InvokeError::Confirm(ConfirmError::Expired | ConfirmError::TimedOut(_)) => Decision::ConfirmationExpired,
             InvokeError::Confirm(ConfirmError::Denied) => Decision::ConfirmationRefused,
             _ => Decision::Refused,
@@ -208,6 +212,8 @@ pub struct Settings {
     pub agent_ttl: Duration,
     /// How long a human approval may take.
     pub human_ttl: Duration,
+    /// Caps on outstanding confirmations, and whether MCP elicitation may approve a human one.
+    pub confirmations: crate::confirm::Limits,
 }
 
 impl Default for Settings {
@@ -217,6 +223,7 @@ impl Default for Settings {
             max_per_caller: 8,
             agent_ttl: crate::confirm::AGENT_TTL,
             human_ttl: crate::confirm::HUMAN_TTL,
+            confirmations: crate::confirm::Limits::default(),
         }
     }
 }
@@ -251,7 +258,8 @@ impl Invoker {
             max_per_caller: settings.max_per_caller,
             running: Arc::new(Mutex::new(HashMap::new())),
             closed: CancellationToken::new(),
-            confirmations: Confirmations::new(settings.agent_ttl, settings.human_ttl),
+            confirmations: Confirmations::new(settings.agent_ttl, settings.human_ttl)
+                .with_limits(settings.confirmations),
             audit,
         }
     }
@@ -279,7 +287,7 @@ impl Invoker {
                     .caller(&caller)
                     .with("mode", ticket.mode.as_str())
                     .with("approval_id", ticket.approval_id.as_str())
-                    .with("argv", ticket.argv.clone())
+                    .with_argv(&ticket.argv)
                     .with("expires_in_ms", millis(ticket.expires_in)),
             ),
             Ok(Admission::Ready(_)) => {}
@@ -358,6 +366,8 @@ impl Invoker {
         token: &str,
         approved_by_elicitation: bool,
     ) -> Result<Prepared, InvokeError> {
+        // Known before the wait, for the record of a refusal: which tool and approval it was.
+        let known = self.confirmations.peek(token, caller.uid);
         let result = self.try_redeem(caller, token, approved_by_elicitation).await;
         match &result {
             Ok(prepared) => {
@@ -374,7 +384,17 @@ impl Invoker {
             }
             // A denial was recorded when it was made.
             Err(InvokeError::Confirm(ConfirmError::Denied)) => {}
-            Err(e) => self.refused(caller, "", None, e),
+            Err(e) => match &known {
+                Some((tool, approval_id)) if !matches!(e, InvokeError::Audit(_)) => self.audit.record(
+                    Record::new(e.decision())
+                        .tool(tool)
+                        .caller(&caller)
+                        .with("approval_id", approval_id.as_str())
+                        .with("requested_via", if approved_by_elicitation { "elicitation" } else { "token" })
+                        .error(e.code(), &e.to_string()),
+                ),
+                _ => self.refused(caller, "", None, e),
+            },
         }
         result
     }
@@ -389,9 +409,19 @@ impl Invoker {
             return Err(InvokeError::ShuttingDown);
         }
         self.audit.check()?;
-        let generation = self.registry.current().generation;
         let Redeemed { parked, approval_id, via } =
-            self.confirmations.redeem(token, caller, approved_by_elicitation, generation).await?;
+            self.confirmations.redeem(token, caller, approved_by_elicitation).await?;
+        // Checked now, after any wait for an approval: a reload during the wait (the tool
+        // removed, changed, or anything else in the registry) refuses the confirmed plan.
+        let registry = self.registry.current();
+        let unchanged = registry.generation == parked.generation
+            && registry.get(&parked.tool.name).is_some_and(|t| Arc::ptr_eq(t, &parked.tool) && !t.disabled);
+        if !unchanged {
+            return Err(ConfirmError::Stale.into());
+        }
+        if self.closed.is_cancelled() {
+            return Err(InvokeError::ShuttingDown);
+        }
         self.admit(parked, Some(Confirmed { approval_id, via }))
     }
 
@@ -518,7 +548,7 @@ impl Invoker {
             .tool(&p.tool.name)
             .caller(&p.caller)
             .with("generation", p.generation)
-            .with("argv", p.plan.display_argv.clone())
+            .with_argv(&p.plan.display_argv)
             .with("cwd", p.plan.cwd.display().to_string())
             .with("run_as", run_as)
             .with("timeout_ms", millis(p.tool.timeout))

@@ -56,6 +56,12 @@ struct Args {
     /// Rotated audit files to keep (older ones are deleted).
     #[arg(long, default_value_t = audit::DEFAULT_KEEP)]
     audit_keep: usize,
+    /// Let a `confirm = "human"` call be approved through MCP elicitation (the agent host's user
+    /// answering in its UI). `cordon mcp` runs as the agent's uid, so anything running as that uid
+    /// can answer: use it only when the agent cannot run its own programs. Off: only an admin's
+    /// `cordon approve` approves.
+    #[arg(long)]
+    human_approval_via_elicitation: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -282,6 +288,10 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox, signa
         max_per_caller: args.max_per_caller as usize,
         agent_ttl: args.confirm_ttl,
         human_ttl: args.approval_timeout,
+        confirmations: cordon_daemon::confirm::Limits {
+            elicitation_approves: args.human_approval_via_elicitation,
+            ..Default::default()
+        },
     };
     let started = Record::new(Decision::DaemonStarted)
         .with("pid", std::process::id())
@@ -291,6 +301,7 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox, signa
         .with("socket", socket_path.display().to_string())
         .with("generation", current.generation)
         .with("tools", counts.total)
+        .with("human_approval_via_elicitation", args.human_approval_via_elicitation)
         .with(
             "sandbox",
             serde_json::json!({

@@ -134,6 +134,9 @@ class Daemon:
             [
                 str(cordond), "--policies", str(self.policies), "--socket", str(self.socket),
                 "--audit", str(self.dir / "audit.jsonl"), "--shutdown-grace", "1s",
+                # The driver approves human confirmations through elicitation, which cordond
+                # honours only when its admin opted in.
+                "--human-approval-via-elicitation",
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -503,8 +503,10 @@ impl Bridge {
                 Some(json!({ "confirmation_required": { "token": c.token, "description": c.description } }));
             return Ok(result.into());
         }
-        // A person must approve: ask through the client when it can, else wait for an admin.
-        let elicitation = context.client_capabilities().and_then(|caps| caps.elicitation.clone()).is_some();
+        // A person must approve: ask through the client when it can and cordond accepts that
+        // answer (its admin opted in), else wait for an admin.
+        let elicitation =
+            c.elicitation_approves && context.client_capabilities().and_then(|caps| caps.elicitation.clone()).is_some();
         if !elicitation {
             self.log(
                 LoggingLevel::Warning,

@@ -171,9 +171,39 @@ impl Record {
         self.with("caller", caller_json(c))
     }
 
+    /// Adds a field. Every string in it longer than [`MAX_FREE_TEXT`] bytes is clipped, so that
+    /// no record grows with what a caller sends.
     pub fn with(mut self, key: &'static str, value: impl Into<Value>) -> Record {
-        self.fields.push((key, value.into()));
+        let mut value = value.into();
+        bound(&mut value);
+        self.fields.push((key, value));
         self
+    }
+
+    /// Adds `argv`, clipped to [`MAX_ARG_TEXT`] bytes per element and about [`MAX_ARGV_TEXT`]
+    /// bytes in all (as JSON). When anything was cut, `argv_clipped` says how many elements and
+    /// bytes the full argv had and gives its [`argv_sha256`], so the exact value stays provable.
+    pub fn with_argv(self, argv: &[String]) -> Record {
+        let bytes: usize = argv.iter().map(String::len).sum();
+        let mut shown = Vec::new();
+        let mut used = 0;
+        let mut clipped = false;
+        for a in argv {
+            let element = clip_string(a, MAX_ARG_TEXT);
+            clipped |= element.len() != a.len();
+            let cost = Value::from(element.as_str()).to_string().len() + 1;
+            if used + cost > MAX_ARGV_TEXT {
+                clipped = true;
+                break;
+            }
+            used += cost;
+            shown.push(Value::from(element));
+        }
+        let record = self.with("argv", Value::Array(shown));
+        if !clipped {
+            return record;
+        }
+        record.with("argv_clipped", json!({ "elements": argv.len(), "bytes": bytes, "sha256": argv_sha256(argv) }))
     }
 
     /// An error code and message.
@@ -236,8 +266,13 @@ pub fn default_path() -> PathBuf {
 pub const DEFAULT_MAX_SIZE: u64 = 64 * 1024 * 1024;
 /// Default number of rotated files kept.
 pub const DEFAULT_KEEP: usize = 8;
-/// Records longer than this keep only a prefix of free-form values (raw arguments).
+/// Records longer than this keep only a prefix of free-form values (raw arguments), and any
+/// string value is clipped to this many bytes.
 pub const MAX_FREE_TEXT: usize = 4096;
+/// An argv element in a record keeps at most this many bytes.
+pub const MAX_ARG_TEXT: usize = 1024;
+/// An argv in a record takes at most this many bytes of JSON; later elements are left out.
+pub const MAX_ARGV_TEXT: usize = 16 * 1024;
 
 /// Why the log cannot take records.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -369,6 +404,40 @@ pub fn clip(text: &str) -> Value {
         end -= 1;
     }
     json!({ "prefix": &text[..end], "bytes": text.len() })
+}
+
+/// SHA-256 (hex) of an argv as exec sees it: each element followed by a NUL byte, i.e.
+/// `printf '%s\0' "${argv[@]}" | sha256sum`.
+pub fn argv_sha256(argv: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for a in argv {
+        h.update(a.as_bytes());
+        h.update([0]);
+    }
+    chain::hex(&h.finalize())
+}
+
+/// `text`, or its first `max` bytes (on a char boundary) followed by `...[N bytes]`.
+fn clip_string(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...[{} bytes]", &text[..end], text.len())
+}
+
+/// Clips every string in `value` to [`MAX_FREE_TEXT`] bytes.
+fn bound(value: &mut Value) {
+    match value {
+        Value::String(s) if s.len() > MAX_FREE_TEXT => *s = clip_string(s, MAX_FREE_TEXT),
+        Value::Array(items) => items.iter_mut().for_each(bound),
+        Value::Object(map) => map.values_mut().for_each(bound),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

@@ -120,3 +120,71 @@ fn a_symlinked_or_shared_log_is_refused() {
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
+
+#[test]
+fn a_large_argv_is_clipped_with_the_hash_of_the_whole() {
+    let argv = vec!["/bin/echo".to_string(), "é".repeat(300_000), "tail".to_string()];
+    let record = Record::new(Decision::Started).with_argv(&argv);
+    let line = record.open_line(1, "t");
+    assert!(line.len() < MAX_ARGV_TEXT + 1024, "{} bytes", line.len());
+    let value: Value = serde_json::from_str(&format!("{line}}}")).unwrap();
+    let shown = value["argv"].as_array().unwrap();
+    assert_eq!(shown[0], "/bin/echo");
+    let second = shown[1].as_str().unwrap();
+    assert!(second.ends_with("...[600000 bytes]"), "{}", &second[second.len() - 40..]);
+    assert_eq!(value["argv_clipped"]["elements"], 3);
+    assert_eq!(value["argv_clipped"]["bytes"], 9 + 600_000 + 4);
+    // The hash is of every element followed by NUL, as exec sees them.
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for a in &argv {
+        h.update(a.as_bytes());
+        h.update([0]);
+    }
+    assert_eq!(value["argv_clipped"]["sha256"], chain::hex(&h.finalize()));
+    // Small argvs are kept whole, without the extra field.
+    let small = Record::new(Decision::Started).with_argv(&argv[..1]).open_line(1, "t");
+    assert!(!small.contains("argv_clipped"), "{small}");
+    // Many elements stop at the total budget.
+    let many: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+    let line = Record::new(Decision::Started).with_argv(&many).open_line(1, "t");
+    assert!(line.len() < MAX_ARGV_TEXT + 1024, "{} bytes", line.len());
+    assert!(line.contains("\"elements\":100000"), "{}", &line[line.len() - 200..]);
+}
+
+#[test]
+fn every_string_value_is_clipped() {
+    let long = "m".repeat(100_000);
+    let line = Record::new(Decision::Refused)
+        .error("X", &long)
+        .with("nested", json!({ "a": [long.clone()] }))
+        .open_line(1, "t");
+    assert!(line.len() < 3 * MAX_FREE_TEXT, "{} bytes", line.len());
+    assert!(line.contains("...[100000 bytes]"));
+}
+
+/// A batch of records that passes the size limit several times rotates each time, not once.
+#[tokio::test]
+async fn a_large_batch_rotates_as_often_as_it_must() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { path: dir.path().join("audit.jsonl"), max_size: 64 * 1024, keep: 1000 };
+    let (audit, _) = Audit::open(options).unwrap();
+    let argv = vec!["x".repeat(1000); 15];
+    for i in 0..300 {
+        audit.record(Record::new(Decision::ConfirmationRequested).tool(&i.to_string()).with_argv(&argv));
+    }
+    audit.durable(Record::new(Decision::Reload)).await.unwrap();
+    audit.close();
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if !path.file_name().unwrap().to_string_lossy().starts_with("audit.jsonl") {
+            continue;
+        }
+        files += 1;
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(size <= 64 * 1024 + 20 * 1024, "{} is {size} bytes", path.display());
+    }
+    assert!(files > 50, "{files} files");
+    assert_eq!(verify(&dir.path().join("audit.jsonl")).unwrap().records, 301 + files - 1);
+}

@@ -218,7 +218,11 @@ impl Writer {
                         }
                         continue;
                     }
-                    if self.size > 0 && self.size + out.len() as u64 >= self.options.max_size {
+                    // The file's size counts what this batch already holds: a batch of large
+                    // records rotates as often as it must, not once (its first rotation leaves
+                    // `size` at 0 while `out` grows).
+                    let pending = self.size + out.len() as u64;
+                    if pending > 0 && pending >= self.options.max_size {
                         self.commit(&mut out, &mut lines, &mut acks);
                         if self.shared.failure().is_none()
                             && let Err(e) = self.rotate(&mut out, &mut lines)

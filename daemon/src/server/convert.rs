@@ -110,6 +110,7 @@ pub(crate) fn ticket(t: &Ticket) -> v1::ConfirmationRequired {
         expires_in_ms: u64::try_from(t.expires_in.as_millis()).unwrap_or(u64::MAX),
         approval_id: if t.mode == Confirm::Human { t.approval_id.clone() } else { String::new() },
         argv: t.argv.clone(),
+        elicitation_approves: t.elicitation_approves,
     }
 }
 

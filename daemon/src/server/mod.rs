@@ -27,6 +27,9 @@ use crate::sandbox::HostSandbox;
 
 /// Largest request message accepted.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+/// Concurrent HTTP/2 streams one connection may open (a client needs a few: a registry watch
+/// and its running calls, at most `--max-per-caller`).
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 100;
 
 /// The daemon's shared state.
 #[derive(Debug)]
@@ -172,7 +175,10 @@ pub async fn run(
     // Live clients ack the PINGs, which keeps them inside conn's silence limit (see conn.rs).
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(conn::KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(conn::KEEPALIVE_TIMEOUT));
+        .http2_keepalive_timeout(Some(conn::KEEPALIVE_TIMEOUT))
+        // Each stream holds server state (a WatchRegistry stream lives as long as its client):
+        // a connection opens at most this many at once; more are refused (REFUSED_STREAM).
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION));
     // Health and reflection serve only peers the Cordon service would serve (its handlers audit
     // their refusals; these carry no decision worth a record).
     let health_service = tonic::service::interceptor::InterceptedService::new(health_service, outside_only);

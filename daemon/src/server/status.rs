@@ -45,6 +45,8 @@ pub(crate) fn invoke(e: &InvokeError) -> Status {
             C::TimedOut(_) => Code::DeadlineExceeded,
             C::UnknownApproval(_) => Code::NotFound,
             C::Random(_) => Code::Internal,
+            C::TooMany(_) => Code::ResourceExhausted,
+            C::ElicitationNotAccepted => Code::PermissionDenied,
         },
     };
     with_code(code, e.code(), None, e.to_string())

@@ -4,6 +4,7 @@
 mod audit;
 mod authz;
 mod e2e;
+mod escapes_confirm;
 mod escapes_grants;
 mod escapes_syscalls;
 mod examples;

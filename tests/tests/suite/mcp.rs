@@ -866,7 +866,8 @@ async fn a_human_approval_through_cordon_approve_2026() {
 /// With elicitation the person answers through the client: an elicitation request on
 /// 2025-11-25, an input-required round on 2026-07-28.
 async fn a_human_approval_through_the_client(style: Style) {
-    let d = Daemon::start(&[("c.toml", CONFIRM_TOOLS)]);
+    // Elicitation approves only when the admin opted in (see escapes_confirm.rs for without).
+    let d = Daemon::start_with(&[("c.toml", CONFIRM_TOOLS)], &["--human-approval-via-elicitation"]);
 
     let (client, recorder) = connect(&d, style, Elicit::Accept).await;
     let r = call(&client, "approved", json!({ "text": "yes" })).await;
@@ -918,7 +919,8 @@ async fn a_cancelled_approval_wait_leaves_nothing_pending() {
 }
 
 async fn a_declined_approval_leaves_nothing_pending(style: Style) {
-    let d = Daemon::start(&[("c.toml", CONFIRM_TOOLS)]);
+    // Elicitation approves only when the admin opted in (see escapes_confirm.rs for without).
+    let d = Daemon::start_with(&[("c.toml", CONFIRM_TOOLS)], &["--human-approval-via-elicitation"]);
     let (client, _) = connect(&d, style, Elicit::Decline).await;
     let r = call(&client, "approved", json!({ "text": "no" })).await;
     assert_failed(&r, "APPROVAL_DENIED: the user declined; nothing ran");
@@ -938,7 +940,8 @@ async fn a_declined_approval_leaves_nothing_pending_2026() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_input_required_state_is_single_use_and_unforgeable() {
-    let d = Daemon::start(&[("c.toml", CONFIRM_TOOLS)]);
+    // Elicitation approves only when the admin opted in (see escapes_confirm.rs for without).
+    let d = Daemon::start_with(&[("c.toml", CONFIRM_TOOLS)], &["--human-approval-via-elicitation"]);
     let (client, recorder) = connect(&d, Style::Modern, Elicit::Accept).await;
 
     // The first round asks; the token itself never reaches the client.
