@@ -564,6 +564,8 @@ impl Invoker {
             identity: prepared.identity,
             dedicated_uid: prepared.dedicated_uid,
             cgroups: &self.host.cgroups,
+            views: &self.host.views,
+            generation: prepared.generation,
         };
         let result = sandbox::run(spec, &confinement, &prepared.cancel).await;
         match &result {

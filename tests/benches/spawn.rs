@@ -120,6 +120,8 @@ fn main() {
                     identity: None,
                     dedicated_uid: false,
                     cgroups: &h.cgroups,
+                    views: &h.views,
+                    generation: 1,
                 };
                 let spec = RunSpec {
                     plan: &plan,

@@ -11,6 +11,8 @@
 //! - [`cgroup`]: a cgroup per invocation where the host allows it, and the reaper that kills
 //!   them if the daemon dies.
 //! - [`output`]: bounded head+tail capture of stdout and stderr.
+//! - [`mntns`]: the read-only view of the filesystem (a mount namespace) tools run in, so
+//!   that metadata changes landlock does not cover fail outside their write roots.
 //!
 //! Architecture invariant: every `unsafe` block in the crate is in this module and carries a
 //! `// SAFETY:` comment; code that runs between clone and exec only makes async-signal-safe
@@ -19,6 +21,7 @@
 pub mod cgroup;
 pub mod child;
 pub mod landlock;
+pub mod mntns;
 pub mod output;
 pub mod seccomp;
 pub mod spawn;
@@ -36,6 +39,8 @@ pub struct HostSandbox {
     pub seccomp: bool,
     pub is_root: bool,
     pub cgroups: cgroup::Cgroups,
+    /// The read-only filesystem views tools run in, and which mode this host allows.
+    pub views: std::sync::Arc<mntns::MountViews>,
 }
 
 impl HostSandbox {
@@ -47,6 +52,7 @@ impl HostSandbox {
             seccomp: seccomp_supported(),
             is_root,
             cgroups: cgroup::Cgroups::detect(is_root),
+            views: std::sync::Arc::new(mntns::MountViews::probe(is_root)),
         }
     }
 }

@@ -4,6 +4,7 @@
 mod audit;
 mod authz;
 mod e2e;
+mod escapes_metadata;
 mod examples;
 mod mcp;
 mod policy;
