@@ -518,6 +518,7 @@ impl Invoker {
                     "landlock_abi": self.host.landlock_abi,
                     "seccomp": self.host.seccomp,
                     "cgroup": self.host.cgroups.mode.to_string(),
+                    "fs_view": self.host.views.mode().as_str(),
                 }),
             );
         if let Some(c) = &p.confirmed {
@@ -602,6 +603,7 @@ impl Invoker {
                             "landlock_abi": o.facts.landlock_abi,
                             "seccomp": o.facts.seccomp,
                             "cgroup": o.facts.cgroup,
+                            "fs_view": o.facts.mount_view,
                             "uid": o.facts.uid,
                             "gid": o.facts.gid,
                         }),

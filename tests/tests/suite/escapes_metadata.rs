@@ -411,3 +411,96 @@ fn filetime_epoch_plus(p: &Path, secs: i64) {
     // SAFETY: a valid C string and a live array of two timespecs.
     assert_eq!(unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), t.as_ptr(), 0) }, 0);
 }
+
+/// Starts cordond as the unprivileged test user: it runs every tool as that user, inside an
+/// unprivileged user namespace that carries the read-only view (where the kernel allows one).
+fn start_unprivileged(t: &Tree) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let (uid, gid) = agent_ids();
+    std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), policy(t)).unwrap();
+    let socket = dir.path().join("run").join("cordon.sock");
+    let log = dir.path().join("cordond.log");
+    let audit = dir.path().join("audit").join("audit.jsonl");
+    let child = Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+        .arg(bin("cordond"))
+        .arg("--policies")
+        .arg(&policies)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit")
+        .arg(&audit)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let d = Daemon { child, socket, policies, dir, log, audit };
+    let ready = cordon_tests::eventually(std::time::Duration::from_secs(20), || {
+        std::os::unix::net::UnixStream::connect(&d.socket).is_ok()
+    });
+    assert!(ready, "cordond (as {AGENT}) did not start:\n{}", d.log_text());
+    d
+}
+
+/// Whether an unprivileged user can create a user namespace here (then a daemon that is not
+/// root gives its tools the read-only view too).
+fn unprivileged_user_namespaces() -> bool {
+    Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+        .args(["unshare", "--user", "--mount", "--map-current-user", "/bin/true"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A daemon that is not root: its tools run as its own user, whose files they could otherwise
+/// chmod anywhere. In a user namespace the same read-only view applies; where the kernel allows
+/// none, the tools are not protected and `cordon doctor` says so.
+#[test]
+fn a_daemon_that_is_not_root_gives_its_tools_the_view_too() {
+    require_root!();
+    if !unprivileged_user_namespaces() {
+        eprintln!("skipped: this kernel refuses unprivileged user namespaces (documented limitation)");
+        return;
+    }
+    let t = tree(Caller::Agent);
+    let d = start_unprivileged(&t);
+    // The caller is root (an admin of any daemon); the tool runs as the daemon's user.
+    let before: Vec<_> = [t.o.join("victim"), t.r.join("public")].iter().map(|p| snapshot(p)).collect();
+    for (op, path) in outside_cases(&t) {
+        let r = meta(&d, Caller::Root, op, &path);
+        assert_eq!(r["ok"], false, "{op} {} succeeded: {r}", path.display());
+        if op == "fchmodat-empty" {
+            assert!(r["errno"] == libc::EPERM || r["errno"] == EROFS, "{op}: {r}");
+        } else {
+            assert_eq!(r["errno"], EROFS, "{op} {}: EROFS expected: {r}", path.display());
+        }
+    }
+    let after: Vec<_> = [t.o.join("victim"), t.r.join("public")].iter().map(|p| snapshot(p)).collect();
+    assert_eq!(before, after, "metadata changed outside the write roots");
+    let victim = t.w.join("victim");
+    // (Not `acl`: an ACL naming a user the namespace does not map, here nobody, is EINVAL there.)
+    for op in ["chmod", "fchmod", "chown", "setxattr", "utime"] {
+        let r = meta(&d, Caller::Root, op, &victim);
+        assert_eq!(r["ok"], true, "{op} inside the write root failed: {r}");
+    }
+    assert_eq!(std::fs::metadata(&victim).unwrap().mode() & 0o7777, 0o666);
+    // The tool has no capability left in its user namespace.
+    let r = run(&d, Caller::Root, "attack", &json!({ "attack": "status" }));
+    let line: Value = serde_json::from_str(r["stdout"].as_str().unwrap().lines().next().unwrap()).unwrap();
+    for key in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
+        assert_eq!(line[key], "0000000000000000", "{key}: {line}");
+    }
+    let doctor = Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+        .arg(bin("cordon"))
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let doctor: Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let view = doctor["checks"].as_array().unwrap().iter().find(|c| c["name"] == "fs-view").cloned();
+    assert_eq!(view.map(|c| c["found"].clone()), Some(json!("user-namespace-view")), "{doctor:#}");
+}
