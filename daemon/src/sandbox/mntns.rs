@@ -84,8 +84,8 @@ impl ViewMode {
 #[derive(Debug, thiserror::Error)]
 pub enum ViewError {
     #[error(
-        "cannot build the tool's read-only filesystem view: {step} failed{}: {source}; check that the path exists \
-         and is a directory or file on a mounted filesystem",
+        "cannot build the tool's read-only filesystem view: {step} failed{}: {source}; check that the path exists, \
+         contains no symlink, and is a directory or file on a mounted filesystem",
         path.as_ref().map(|p| format!(" for {}", p.display())).unwrap_or_default()
     )]
     Build {
@@ -206,6 +206,7 @@ enum BuildStep {
     GidMap,
     Private,
     DevNull,
+    OpenRoot,
     CloneTree,
     ReadOnly,
     WriteRootFlags,
@@ -215,13 +216,14 @@ enum BuildStep {
 }
 
 impl BuildStep {
-    const ALL: [BuildStep; 12] = [
+    const ALL: [BuildStep; 13] = [
         BuildStep::Clone,
         BuildStep::Setgroups,
         BuildStep::UidMap,
         BuildStep::GidMap,
         BuildStep::Private,
         BuildStep::DevNull,
+        BuildStep::OpenRoot,
         BuildStep::CloneTree,
         BuildStep::ReadOnly,
         BuildStep::WriteRootFlags,
@@ -238,6 +240,7 @@ impl BuildStep {
             BuildStep::GidMap => "writing the user namespace's gid map",
             BuildStep::Private => "making every mount private",
             BuildStep::DevNull => "finding the mount of /dev/null",
+            BuildStep::OpenRoot => "opening a write root without following symlinks (openat2)",
             BuildStep::CloneTree => "cloning the mounts of a write root (open_tree)",
             BuildStep::ReadOnly => "making every mount read-only, nosuid, nodev (mount_setattr)",
             BuildStep::WriteRootFlags => "making a write root nosuid, nodev (mount_setattr)",
@@ -328,7 +331,12 @@ fn build(roots: &[PathBuf], user: bool) -> Result<View, ViewError> {
         let step = BuildStep::ALL.into_iter().find(|s| *s as u8 == buf[0]).unwrap_or(BuildStep::Clone);
         let path = roots
             .get(usize::from(buf[1]))
-            .filter(|_| matches!(step, BuildStep::CloneTree | BuildStep::WriteRootFlags | BuildStep::Attach))
+            .filter(|_| {
+                matches!(
+                    step,
+                    BuildStep::OpenRoot | BuildStep::CloneTree | BuildStep::WriteRootFlags | BuildStep::Attach
+                )
+            })
             .cloned();
         let errno = i32::from_ne_bytes([buf[2], buf[3], buf[4], buf[5]]);
         return Err(ViewError::Build { step: step.describe(), path, source: io::Error::from_raw_os_error(errno) });
@@ -419,6 +427,17 @@ struct KernelStatfs {
     spare: [i64; 4],
 }
 
+/// `struct open_how` of openat2(2).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// openat2: no symlink anywhere in the path.
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+
 /// Writes `data` to the file at `path` (a /proc/self map); false on failure.
 fn write_file(path: &CStr, data: &[u8]) -> bool {
     // SAFETY: raw system calls on a static path and a buffer of ours.
@@ -483,12 +502,35 @@ extern "C" fn view_main(arg: *mut libc::c_void) -> libc::c_int {
         return report(fd, BuildStep::DevNull, 0);
     }
     let host_nodev = sfs.flags as u64 & libc::ST_NODEV != 0;
-    // Clones of the write roots' mounts, taken while they still have the host's flags.
+    // Clones of the write roots' mounts, taken while they still have the host's flags. Each
+    // root is opened once, without following any symlink (one planted in a parent must not
+    // move the writable mount elsewhere), and both the clone and its attachment use that one
+    // descriptor.
     let mut trees = [-1 as RawFd; MAX_WRITE_ROOTS];
+    let mut places = [-1 as RawFd; MAX_WRITE_ROOTS];
     for (i, root) in a.roots.iter().enumerate() {
-        let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as libc::c_uint;
-        // SAFETY: raw system call; `root` is a C string prepared before the clone.
-        let t = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, root.as_ptr(), flags) };
+        let how = OpenHow { flags: (libc::O_PATH | libc::O_CLOEXEC) as u64, mode: 0, resolve: RESOLVE_NO_SYMLINKS };
+        // SAFETY: raw system call; `root` is a C string prepared before the clone, `how` lives
+        // on this stack frame.
+        let p = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                libc::AT_FDCWD,
+                root.as_ptr(),
+                &how as *const OpenHow,
+                size_of::<OpenHow>(),
+            )
+        };
+        if p < 0 {
+            return report(fd, BuildStep::OpenRoot, i);
+        }
+        places[i] = p as RawFd;
+        let flags = libc::OPEN_TREE_CLONE
+            | libc::OPEN_TREE_CLOEXEC
+            | libc::AT_RECURSIVE as libc::c_uint
+            | libc::AT_EMPTY_PATH as libc::c_uint;
+        // SAFETY: raw system call on the descriptor just opened and a static empty path.
+        let t = unsafe { libc::syscall(libc::SYS_open_tree, places[i], c"".as_ptr(), flags) };
         if t < 0 {
             return report(fd, BuildStep::CloneTree, i);
         }
@@ -498,27 +540,30 @@ extern "C" fn view_main(arg: *mut libc::c_void) -> libc::c_int {
     if mount_setattr(libc::AT_FDCWD, c"/", libc::AT_RECURSIVE, ro, 0) < 0 {
         return report(fd, BuildStep::ReadOnly, 0);
     }
-    for (i, root) in a.roots.iter().enumerate() {
+    for i in 0..a.roots.len() {
         let nosuid = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
         if mount_setattr(trees[i], c"", libc::AT_EMPTY_PATH | libc::AT_RECURSIVE, nosuid, 0) < 0 {
             return report(fd, BuildStep::WriteRootFlags, i);
         }
-        // SAFETY: raw system call; both paths are C strings.
+        // SAFETY: raw system call on descriptors opened above and static empty paths.
         let moved = unsafe {
             libc::syscall(
                 libc::SYS_move_mount,
                 trees[i],
                 c"".as_ptr(),
-                libc::AT_FDCWD,
-                root.as_ptr(),
-                libc::MOVE_MOUNT_F_EMPTY_PATH,
+                places[i],
+                c"".as_ptr(),
+                libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
             )
         };
         if moved < 0 {
             return report(fd, BuildStep::Attach, i);
         }
-        // SAFETY: closing a descriptor opened above.
-        unsafe { libc::close(trees[i]) };
+        // SAFETY: closing descriptors opened above.
+        unsafe {
+            libc::close(trees[i]);
+            libc::close(places[i]);
+        }
     }
     if !host_nodev && mount_setattr(libc::AT_FDCWD, null_root, 0, 0, libc::MOUNT_ATTR_NODEV) < 0 {
         return report(fd, BuildStep::DevNullNodev, 0);
@@ -584,5 +629,15 @@ mod tests {
         assert!(!Arc::ptr_eq(&v1, &v3), "a new generation builds a new view");
         let missing = views.get(&[dir.path().join("missing")], 2);
         assert!(matches!(missing, Err(ViewError::Build { .. })), "{missing:?}");
+        // A write root reached through a symlink is refused, not followed elsewhere.
+        std::fs::create_dir(dir.path().join("real")).expect("mkdir");
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).expect("symlink");
+        let linked = views.get(&[dir.path().join("link").join(".")], 2);
+        match linked {
+            Err(ViewError::Build { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::ELOOP)),
+            other => panic!("a symlinked write root was accepted: {other:?}"),
+        }
+        let linked = views.get(&[dir.path().join("link")], 2);
+        assert!(matches!(linked, Err(ViewError::Build { .. })), "{linked:?}");
     }
 }

@@ -504,3 +504,27 @@ fn a_daemon_that_is_not_root_gives_its_tools_the_view_too() {
     let view = doctor["checks"].as_array().unwrap().iter().find(|c| c["name"] == "fs-view").cloned();
     assert_eq!(view.map(|c| c["found"].clone()), Some(json!("user-namespace-view")), "{doctor:#}");
 }
+
+/// Finding 1's neighbour: a write root swapped for a symlink after the registry loaded must not
+/// make the symlink's target writable in the view (it would open its metadata to chmod).
+#[test]
+fn a_write_root_swapped_for_a_symlink_does_not_move_the_writable_mount() {
+    require_root!();
+    let t = tree(Caller::Root);
+    let d = start(&t);
+    std::fs::rename(&t.w, t.w.with_extension("old")).unwrap();
+    std::os::unix::fs::symlink(&t.o, &t.w).unwrap();
+    let through = t.w.join("victim");
+    let out = d.cordon(&[
+        "run",
+        "attack",
+        "--args-json",
+        &json!({ "attack": "meta", "a": "chmod", "b": s(&through) }).to_string(),
+        "--json",
+    ]);
+    let v = out.json();
+    let line = v["stdout"].as_str().and_then(|o| o.lines().next()).map(|l| serde_json::from_str::<Value>(l).unwrap());
+    assert!(line.as_ref().is_none_or(|l| l["ok"] == false), "the chmod ran through the swapped root: {v}");
+    assert_eq!(std::fs::metadata(t.o.join("victim")).unwrap().mode() & 0o7777, 0o600);
+    assert!(v.get("error").is_some() || line.is_some_and(|l| l["errno"] == EROFS), "{v}");
+}
