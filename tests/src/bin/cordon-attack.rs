@@ -817,7 +817,8 @@ fn acl_granting_read() -> Vec<u8> {
 /// `fchownat-empty` (same, owner unchanged), `chown` (owner unchanged), `setxattr` (user.cordon),
 /// `fsetxattr` (same, on a read-only descriptor), `removexattr` (user.cordon), `acl`
 /// (system.posix_acl_access), `utime` (times set to the epoch), `futimens` (same, on a
-/// read-only descriptor). Prints the outcome and the file's mode afterwards.
+/// read-only descriptor), `setflags` (chattr +d on a read-only descriptor). Prints the outcome
+/// and the file's mode afterwards.
 fn meta(op: &str, path: &CString) -> Result<Map<String, Value>, String> {
     // SAFETY: stat is plain data; all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -860,6 +861,15 @@ fn meta(op: &str, path: &CString) -> Result<Map<String, Value>, String> {
             ))),
             "utime" => sys(i64::from(libc::utimensat(libc::AT_FDCWD, path.as_ptr(), epoch.as_ptr(), 0))),
             "futimens" => with_fd(libc::O_RDONLY, &|fd| i64::from(libc::futimens(fd, epoch.as_ptr()))),
+            "setflags" => with_fd(libc::O_RDONLY, &|fd| {
+                // chattr +d (nodump) through FS_IOC_GETFLAGS / FS_IOC_SETFLAGS on a read-only fd.
+                let mut flags: libc::c_long = 0;
+                if libc::ioctl(fd, 0x8008_6601, &mut flags) < 0 {
+                    return -1;
+                }
+                flags |= 0x40;
+                i64::from(libc::ioctl(fd, 0x4008_6602, &flags))
+            }),
             other => return Err(format!("unknown metadata operation {other:?}")),
         }
     };

@@ -212,7 +212,7 @@ fn outside_cases(t: &Tree) -> Vec<(&'static str, PathBuf)> {
         cases.push((op, t.o.join("victim")));
         cases.push((op, t.r.join("public")));
     }
-    for op in ["fchmod", "fsetxattr", "futimens"] {
+    for op in ["fchmod", "fsetxattr", "futimens", "setflags"] {
         cases.push((op, t.r.join("public")));
     }
     cases
@@ -274,7 +274,9 @@ fn metadata_inside_a_write_root_still_works(caller: Caller) {
     let t = tree(caller);
     let d = start(&t);
     let victim = t.w.join("victim");
-    for op in ["chmod", "fchmod", "chown", "fchownat-empty", "setxattr", "fsetxattr", "acl", "utime", "futimens"] {
+    for op in
+        ["chmod", "fchmod", "chown", "fchownat-empty", "setxattr", "fsetxattr", "acl", "utime", "futimens", "setflags"]
+    {
         let r = meta(&d, caller, op, &victim);
         assert_eq!(r["ok"], true, "{caller:?} {op} inside the write root failed: {r}");
     }
