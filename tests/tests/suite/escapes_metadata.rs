@@ -530,3 +530,43 @@ fn a_write_root_swapped_for_a_symlink_does_not_move_the_writable_mount() {
     assert_eq!(std::fs::metadata(t.o.join("victim")).unwrap().mode() & 0o7777, 0o600);
     assert!(v.get("error").is_some() || line.is_some_and(|l| l["errno"] == EROFS), "{v}");
 }
+
+/// A root daemon that cannot build the view (here: no CAP_SYS_ADMIN) runs no tool at all rather
+/// than run one with metadata writes open: each call is refused as unavailable, with the reason.
+#[test]
+fn a_root_daemon_without_views_runs_no_tool() {
+    require_root!();
+    let t = tree(Caller::Root);
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), policy(&t)).unwrap();
+    let socket = dir.path().join("run").join("cordon.sock");
+    let log = dir.path().join("cordond.log");
+    let audit = dir.path().join("audit").join("audit.jsonl");
+    let child = Command::new("setpriv")
+        .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin", "--"])
+        .arg(bin("cordond"))
+        .arg("--policies")
+        .arg(&policies)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit")
+        .arg(&audit)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let d = Daemon { child, socket, policies, dir, log, audit };
+    let ready = cordon_tests::eventually(std::time::Duration::from_secs(20), || {
+        std::os::unix::net::UnixStream::connect(&d.socket).is_ok()
+    });
+    assert!(ready, "cordond did not start:\n{}", d.log_text());
+    let out = d.cordon(&["run", "chmod-nothing", "--arg", &format!("path={}", s(&t.o.join("victim"))), "--json"]);
+    assert_eq!(out.code, Some(69), "{out:?}");
+    let v = out.json();
+    assert_eq!(v["error"]["code"], "TOOL_UNAVAILABLE", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("read-only filesystem view"), "{v}");
+    assert_eq!(std::fs::metadata(t.o.join("victim")).unwrap().mode() & 0o7777, 0o600);
+}
