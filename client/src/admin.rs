@@ -389,6 +389,19 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             }
         },
     );
+    // Landlock does not restrict metadata changes; the read-only view of the filesystem does.
+    let view = cordon_daemon::sandbox::mntns::probe_mode(root);
+    check(
+        "fs-view",
+        match view {
+            cordon_daemon::sandbox::mntns::ViewMode::Private
+            | cordon_daemon::sandbox::mntns::ViewMode::UserNamespace => "ok",
+            cordon_daemon::sandbox::mntns::ViewMode::Unprotected { .. } => "warn",
+            cordon_daemon::sandbox::mntns::ViewMode::Failed { .. } => "fail",
+        },
+        view.as_str().to_string(),
+        &view.describe(),
+    );
     match std::fs::symlink_metadata(socket) {
         Ok(m) => {
             use std::os::unix::fs::{FileTypeExt, MetadataExt};

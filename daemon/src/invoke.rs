@@ -463,6 +463,13 @@ impl Invoker {
                 return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason: reason.clone() });
             }
         };
+        // A root daemon that cannot give tools the read-only filesystem view runs none of them.
+        if let crate::sandbox::mntns::ViewMode::Failed { reason } = self.host.views.mode() {
+            return Err(InvokeError::Unavailable {
+                tool: tool.name.clone(),
+                reason: format!("no read-only filesystem view on this host: {reason}"),
+            });
+        }
         let json = validate::parse_arguments(arguments).map_err(InvokeError::Invalid)?;
         let args = validate::validate(&tool, &json).map_err(InvokeError::Invalid)?;
         let unavailable = |reason: String| InvokeError::Unavailable { tool: tool.name.clone(), reason };
@@ -558,6 +565,7 @@ impl Invoker {
                     "landlock_abi": self.host.landlock_abi,
                     "seccomp": self.host.seccomp,
                     "cgroup": self.host.cgroups.mode.to_string(),
+                    "fs_view": self.host.views.mode().as_str(),
                 }),
             );
         if let Some(c) = &p.confirmed {
@@ -605,6 +613,8 @@ impl Invoker {
             identity: prepared.identity,
             dedicated_uid: prepared.dedicated_uid,
             cgroups: &self.host.cgroups,
+            views: &self.host.views,
+            generation: prepared.generation,
         };
         let result = sandbox::run(spec, &confinement, &prepared.cancel).await;
         match &result {
@@ -641,6 +651,7 @@ impl Invoker {
                             "landlock_abi": o.facts.landlock_abi,
                             "seccomp": o.facts.seccomp,
                             "cgroup": o.facts.cgroup,
+                            "fs_view": o.facts.mount_view,
                             "uid": o.facts.uid,
                             "gid": o.facts.gid,
                         }),

@@ -2,7 +2,8 @@
 //! 1. bare: `/bin/true` spawned and awaited from tokio;
 //! 2. spawner: the same through cordon's sandbox spawner (landlock, seccomp, rlimits, cgroups
 //!    when root), without the daemon;
-//! 3. cordond: the same through the real daemon over gRPC `Invoke` on its Unix socket.
+//! 3. cordond: the same through the real daemon over gRPC `Invoke` on its Unix socket;
+//!    and `no-view`: the spawner without the read-only filesystem view (`sandbox/mntns.rs`).
 //!
 //! Each at 1 and 8 concurrent clients. Run with
 //! `cargo build --release --workspace && cargo bench -p cordon-tests --bench spawn`.
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use cordon_daemon::argv::Plan;
 use cordon_daemon::policy::SandboxPolicy;
+use cordon_daemon::sandbox::mntns::MountViews;
 use cordon_daemon::sandbox::seccomp::{Profile, compile};
 use cordon_daemon::sandbox::{Confinement, HostSandbox, RunSpec, run};
 use cordon_proto::v1;
@@ -74,6 +76,8 @@ fn plan() -> Plan {
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let host = Arc::new(HostSandbox::probe());
+    // The spawner without the read-only filesystem view, for its cost (see sandbox/mntns.rs).
+    let no_views = Arc::new(MountViews::disabled("benchmark"));
     let programs = Arc::new(compile(Profile { tcp: false, bind: false, unix: false }).unwrap());
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
@@ -91,10 +95,11 @@ fn main() {
     let socket: PathBuf = daemon.socket.clone();
 
     println!(
-        "host: landlock ABI {}, cgroups {} ({}), {} CPUs",
+        "host: landlock ABI {}, cgroups {} ({}), filesystem view {}, {} CPUs",
         host.landlock_abi,
         host.cgroups.mode,
         if host.is_root { "root" } else { "not root" },
+        host.views.mode().as_str(),
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     );
     println!("{:<10} {:>7} {:>10} {:>10} {:>10} {:>12}", "path", "clients", "p50", "p99", "inv/s", "p50 vs bare");
@@ -103,35 +108,42 @@ fn main() {
             let status = tokio::process::Command::new("/bin/true").status().await.unwrap();
             assert!(status.success());
         }));
-        let h = host.clone();
-        let p = programs.clone();
-        let spawner = rt.block_on(measure(clients, move |i| {
-            let h = h.clone();
-            let p = p.clone();
-            async move {
-                let plan = plan();
-                let policy = SandboxPolicy::default();
-                let id = format!("bench-{i}");
-                let confine = Confinement {
-                    id: &id,
-                    policy: &policy,
-                    landlock_abi: h.landlock_abi,
-                    seccomp: p,
-                    identity: None,
-                    dedicated_uid: false,
-                    cgroups: &h.cgroups,
-                };
-                let spec = RunSpec {
-                    plan: &plan,
-                    timeout: Duration::from_secs(10),
-                    max_output: 1024,
-                    grace: Duration::from_secs(1),
-                    output: None,
-                };
-                let out = run(spec, &confine, &CancellationToken::new()).await.unwrap();
-                assert_eq!(out.exit_code, Some(0));
-            }
-        }));
+        let spawner_with = |views: Arc<MountViews>| {
+            let h = host.clone();
+            let p = programs.clone();
+            rt.block_on(measure(clients, move |i| {
+                let h = h.clone();
+                let p = p.clone();
+                let views = views.clone();
+                async move {
+                    let plan = plan();
+                    let policy = SandboxPolicy::default();
+                    let id = format!("bench-{i}");
+                    let confine = Confinement {
+                        id: &id,
+                        policy: &policy,
+                        landlock_abi: h.landlock_abi,
+                        seccomp: p,
+                        identity: None,
+                        dedicated_uid: false,
+                        cgroups: &h.cgroups,
+                        views: &views,
+                        generation: 1,
+                    };
+                    let spec = RunSpec {
+                        plan: &plan,
+                        timeout: Duration::from_secs(10),
+                        max_output: 1024,
+                        grace: Duration::from_secs(1),
+                        output: None,
+                    };
+                    let out = run(spec, &confine, &CancellationToken::new()).await.unwrap();
+                    assert_eq!(out.exit_code, Some(0));
+                }
+            }))
+        };
+        let spawner = spawner_with(host.views.clone());
+        let no_view = spawner_with(no_views.clone());
         let s = socket.clone();
         let channels: Vec<tonic::transport::Channel> = rt.block_on(async { futures_channels(&s, clients).await });
         let channels = Arc::new(channels);
@@ -158,7 +170,7 @@ fn main() {
                 assert!(finished);
             }
         }));
-        for (name, s) in [("bare", &bare), ("spawner", &spawner), ("cordond", &grpc)] {
+        for (name, s) in [("bare", &bare), ("no-view", &no_view), ("spawner", &spawner), ("cordond", &grpc)] {
             println!(
                 "{:<10} {:>7} {:>8.2}ms {:>8.2}ms {:>10.0} {:>11.2}x",
                 name,

@@ -1,5 +1,6 @@
 //! Starting the child ([`spawn`]: a vfork-style `clone`) and what it does before exec, in the
-//! order DESIGN.md fixes: default signal handlers, stdio, working dir, then [`setup`]:
+//! order DESIGN.md fixes: default signal handlers, stdio, the read-only filesystem view (enter
+//! its namespaces, reopen stdin there), working dir, then [`setup`]:
 //! `setsid` -> parent-death signal (and re-check the parent) -> join cgroups -> `setrlimit` ->
 //! mark fds >= 3 close-on-exec -> drop groups, gid, uid (and every capability) -> `no_new_privs`
 //! -> landlock `restrict_self` -> seccomp filter last -> restore the signal mask -> exec.
@@ -17,6 +18,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use std::sync::Arc;
 
+use super::mntns::{self, View};
 use super::seccomp::Programs;
 
 /// Steps of [`setup`], reported to the parent when one fails.
@@ -41,10 +43,11 @@ pub enum Step {
     Stdio,
     Chdir,
     Exec,
+    MountView,
 }
 
 impl Step {
-    const ALL: [Step; 18] = [
+    const ALL: [Step; 19] = [
         Step::Setsid,
         Step::ParentDeathSignal,
         Step::ParentGone,
@@ -63,6 +66,7 @@ impl Step {
         Step::Stdio,
         Step::Chdir,
         Step::Exec,
+        Step::MountView,
     ];
 
     pub fn from_byte(b: u8) -> Option<Step> {
@@ -89,6 +93,7 @@ impl Step {
             Step::Stdio => "setting up stdin, stdout and stderr",
             Step::Chdir => "changing to the working directory",
             Step::Exec => "executing the program",
+            Step::MountView => "entering the read-only filesystem view (setns)",
         }
     }
 }
@@ -117,6 +122,8 @@ pub struct ChildSetup {
     pub seccomp: Arc<Programs>,
     /// Write end of the failure report pipe (close-on-exec).
     pub report: OwnedFd,
+    /// The read-only view of the filesystem to enter (`None` where the host has none).
+    pub view: Option<Arc<View>>,
 }
 
 const PROC_SELF: &CStr = c"/proc/self";
@@ -150,8 +157,11 @@ pub struct Exec {
     pub env_ptrs: Vec<*const libc::c_char>,
     pub cwd: CString,
     /// When set, the child enters the working directory through this descriptor (pinned when the
-    /// registry loaded) instead of by `cwd`'s name.
+    /// registry loaded) instead of by `cwd`'s name, unless it runs in a read-only view.
     pub cwd_fd: Option<RawFd>,
+    /// The pinned working directory's (dev, ino): whichever way the child enters it, it checks
+    /// that it got there.
+    pub cwd_id: Option<(u64, u64)>,
     /// When set, the child runs the executable through this descriptor
     /// (`execveat(fd, "", AT_EMPTY_PATH)`), exactly the file pinned at load, instead of `path`.
     pub exe_fd: Option<RawFd>,
@@ -190,6 +200,7 @@ impl Exec {
             env,
             cwd: c(cwd.as_os_str().as_bytes())?,
             cwd_fd: None,
+            cwd_id: None,
             exe_fd: None,
             stdin,
             stdout,
@@ -276,8 +287,9 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // exec (cordond ignores SIGPIPE, as Rust programs do): every signal back to its default.
     // The raw system call reaches the signals glibc reserves for itself (32, 33) too.
     let default = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
-    // SAFETY: raw system calls (rt_sigaction, dup2, chdir or fchdir) on data prepared before the
-    // clone; `cwd_fd` is a descriptor the registry holds open for as long as the `Exec` lives.
+    // SAFETY: raw system calls (rt_sigaction, dup2, setns, open, capset, chdir or fchdir, stat)
+    // on data prepared before the clone; `cwd_fd` is a descriptor the registry holds open for as
+    // long as the `Exec` lives.
     unsafe {
         for sig in 1..=64 {
             if sig == libc::SIGKILL || sig == libc::SIGSTOP {
@@ -294,11 +306,45 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 return die(Step::Stdio);
             }
         }
-        let entered = match a.exec.cwd_fd {
-            Some(fd) => libc::fchdir(fd),
-            None => libc::chdir(a.exec.cwd.as_ptr()),
+        if let Some(view) = &a.setup.view {
+            // While we still have CAP_SYS_ADMIN. setns resets the working dir (set just below),
+            // and stdin, opened by the parent on the host's writable /dev, is reopened in the view
+            // (a root caller could chmod the host's /dev/null through it).
+            if !mntns::enter(view) {
+                return die(Step::MountView);
+            }
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if null < 0 || libc::dup2(null, 0) < 0 {
+                return die(Step::Stdio);
+            }
+            libc::close(null);
+            if view.user.is_some() {
+                // Entering the user namespace gave every capability in it: none go further.
+                let header = CapHeader { version: 0x2008_0522, pid: 0 };
+                let data = [CapData::default(); 2];
+                if libc::syscall(libc::SYS_capset, &header, data.as_ptr()) < 0 {
+                    return die(Step::DropCapabilities);
+                }
+            }
+        }
+        // In a view, the working directory is entered by name: the pinned descriptor was opened
+        // on the host's mounts, and a cwd there would make relative paths bypass the read-only
+        // view. The name must still lead to the pinned directory (dev, ino), or nothing runs.
+        // Without a view, the pinned descriptor itself.
+        let entered = match (a.exec.cwd_fd, &a.setup.view) {
+            (Some(fd), None) => libc::fchdir(fd),
+            _ => libc::chdir(a.exec.cwd.as_ptr()),
+        };
+        let same_dir = || {
+            let Some((dev, ino)) = a.exec.cwd_id else { return true };
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::stat(c".".as_ptr(), &mut st) == 0 && st.st_dev == dev && st.st_ino == ino
         };
         if entered < 0 {
+            return die(Step::Chdir);
+        }
+        if !same_dir() {
+            *libc::__errno_location() = libc::ESTALE;
             return die(Step::Chdir);
         }
     }

@@ -13,6 +13,8 @@
 //! - [`output`]: bounded head+tail capture of stdout and stderr.
 //! - [`resolve`]: opening paths without following symlinks (`openat2(RESOLVE_NO_SYMLINKS)`, or
 //!   an `O_NOFOLLOW` walk), for the grants pinned at registry load.
+//! - [`mntns`]: the read-only view of the filesystem (a mount namespace) tools run in, so
+//!   that metadata changes landlock does not cover fail outside their write roots.
 //!
 //! Architecture invariant: every `unsafe` block in the crate is in this module and carries a
 //! `// SAFETY:` comment; code that runs between clone and exec only makes async-signal-safe
@@ -21,6 +23,7 @@
 pub mod cgroup;
 pub mod child;
 pub mod landlock;
+pub mod mntns;
 pub mod output;
 pub mod peer;
 pub mod resolve;
@@ -40,6 +43,8 @@ pub struct HostSandbox {
     pub seccomp: bool,
     pub is_root: bool,
     pub cgroups: cgroup::Cgroups,
+    /// The read-only filesystem views tools run in, and which mode this host allows.
+    pub views: std::sync::Arc<mntns::MountViews>,
 }
 
 impl HostSandbox {
@@ -48,7 +53,13 @@ impl HostSandbox {
         let is_root = nix::unistd::geteuid().is_root();
         let cgroups = cgroup::Cgroups::detect(is_root);
         peer::record_host(&cgroups);
-        HostSandbox { landlock_abi: landlock::probe_abi(), seccomp: seccomp_supported(), is_root, cgroups }
+        HostSandbox {
+            landlock_abi: landlock::probe_abi(),
+            seccomp: seccomp_supported(),
+            is_root,
+            cgroups,
+            views: std::sync::Arc::new(mntns::MountViews::probe(is_root)),
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::cgroup::{Cgroups, InvocationCgroup};
 use super::child::{self, ChildSetup, Exec, Identity, Step};
 use super::landlock::{self, LandlockError};
+use super::mntns::{MountViews, ViewError};
 use super::output::{Capture, Captured};
 use super::seccomp::Programs;
 use crate::argv::Plan;
@@ -71,6 +72,10 @@ pub struct Confinement<'a> {
     /// The uid belongs to this tool alone (`run_as`), so RLIMIT_NPROC is meaningful.
     pub dedicated_uid: bool,
     pub cgroups: &'a Cgroups,
+    /// The read-only filesystem views (see [`super::mntns`]).
+    pub views: &'a MountViews,
+    /// The registry generation of the tool (views are rebuilt per generation).
+    pub generation: u64,
 }
 
 /// The sandbox an invocation actually ran in, for results and audit records.
@@ -79,6 +84,8 @@ pub struct Facts {
     pub landlock_abi: i32,
     pub seccomp: bool,
     pub cgroup: bool,
+    /// The tool ran in a read-only view of the filesystem (see [`super::mntns`]).
+    pub mount_view: bool,
     pub uid: u32,
     pub gid: u32,
 }
@@ -101,6 +108,8 @@ pub struct Outcome {
 pub enum SpawnError {
     #[error(transparent)]
     Landlock(#[from] LandlockError),
+    #[error(transparent)]
+    View(#[from] ViewError),
     #[error("cannot create the invocation's cgroup: {0}")]
     Cgroup(#[source] io::Error),
     #[error("sandbox setup failed while {}: {source}", step.describe())]
@@ -138,6 +147,7 @@ pub async fn run(
 
     // Everything the child needs is built here, before it starts.
     let ruleset = landlock::build(confine.landlock_abi, confine.policy)?;
+    let view = confine.views.get(&confine.policy.write, confine.generation)?;
     let mut cgroup: Option<InvocationCgroup> = if confine.cgroups.available() {
         Some(
             confine
@@ -163,11 +173,13 @@ pub async fn run(
         proc_self_access: landlock::read_access().bits(),
         seccomp: confine.seccomp.clone(),
         report: report_write,
+        view,
     };
     let facts = Facts {
         landlock_abi: confine.landlock_abi,
         seccomp: true,
         cgroup: cgroup.is_some(),
+        mount_view: setup.view.is_some(),
         uid: confine.identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid),
         gid: confine.identity.map_or_else(|| nix::unistd::getegid().as_raw(), |i| i.gid),
     };
@@ -189,6 +201,7 @@ pub async fn run(
     let mut exec =
         Exec::new(exe_path, &plan.argv, &plan.env, &plan.cwd, null.into(), out_write, err_write).map_err(start_err)?;
     exec.cwd_fd = pins.working_dir.as_ref().map(|p| p.fd.as_raw_fd());
+    exec.cwd_id = pins.working_dir.as_ref().map(|p| (p.node.dev, p.node.ino));
     exec.exe_fd = pins.executable.as_ref().filter(|e| !e.script).map(|e| e.pin.fd.as_raw_fd());
     let spawned = child::spawn(&exec, &setup);
     // Our copies of the child's ends (stdio, report pipe, ruleset) close here, so the report

@@ -141,6 +141,7 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
             sys(i64::from(unsafe { libc::personality(libc::ADDR_NO_RANDOMIZE as libc::c_ulong) })),
         ),
         "swap-symlink" => swap_symlink(arg(args, 0, "path")?, arg(args, 1, "target")?),
+        "meta" => meta(arg(args, 0, "operation")?, &cstr(arg(args, 1, "path")?)?)?,
         other => return Err(format!("unknown attack {other:?}")),
     })
 }
@@ -1119,6 +1120,7 @@ fn lease(path: &CString) -> Map<String, Value> {
     close(fd);
     stepped("fcntl", r)
 }
+
 /// Moves `path` aside (to `path.old`) and puts a symlink to `target` in its place: what a tool
 /// with a write root above another tool's grant can do to move that grant.
 fn swap_symlink(path: &str, target: &str) -> Map<String, Value> {
@@ -1130,4 +1132,87 @@ fn swap_symlink(path: &str, target: &str) -> Map<String, Value> {
     m.insert("moved".into(), json!(moved.is_ok()));
     m.insert("planted".into(), json!(planted.is_ok()));
     m
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metadata (landlock does not restrict these: the read-only view must)
+
+/// A POSIX ACL (`system.posix_acl_access`, version 2) that lets `nobody` and everyone read:
+/// user::rw-, user:65534:r--, group::---, mask::r--, other::r--.
+fn acl_granting_read() -> Vec<u8> {
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in
+        [(0x01u16, 6u16, u32::MAX), (0x02, 4, 65534), (0x04, 0, u32::MAX), (0x10, 4, u32::MAX), (0x20, 4, u32::MAX)]
+    {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
+/// `meta OP PATH`: one metadata change on PATH. OP: `chmod` (0666), `fchmod` (0666, on a
+/// read-only descriptor), `fchmodat-empty` (fchmodat2 AT_EMPTY_PATH on an O_PATH descriptor),
+/// `fchownat-empty` (same, owner unchanged), `chown` (owner unchanged), `setxattr` (user.cordon),
+/// `fsetxattr` (same, on a read-only descriptor), `removexattr` (user.cordon), `acl`
+/// (system.posix_acl_access), `utime` (times set to the epoch), `futimens` (same, on a
+/// read-only descriptor), `setflags` (chattr +d on a read-only descriptor). Prints the outcome
+/// and the file's mode afterwards.
+fn meta(op: &str, path: &CString) -> Result<Map<String, Value>, String> {
+    // SAFETY: stat is plain data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a C string; `st` is a live stat buffer.
+    let (uid, gid) = if unsafe { libc::stat(path.as_ptr(), &mut st) } == 0 { (st.st_uid, st.st_gid) } else { (0, 0) };
+    let epoch = [libc::timespec { tv_sec: 0, tv_nsec: 0 }; 2];
+    let acl = acl_granting_read();
+    let with_fd = |flags: i32, f: &dyn Fn(i32) -> i64| -> Sys {
+        let fd = open(path, flags)?;
+        let r = sys(f(fd as i32));
+        close(fd);
+        r
+    };
+    // SAFETY: every call below is a raw system call on a valid C string, descriptors this
+    // program opened, and live buffers of the given lengths.
+    let r = unsafe {
+        match op {
+            "chmod" => sys(i64::from(libc::chmod(path.as_ptr(), 0o666))),
+            "fchmod" => with_fd(libc::O_RDONLY, &|fd| i64::from(libc::fchmod(fd, 0o666))),
+            "fchmodat-empty" => with_fd(libc::O_PATH, &|fd| {
+                libc::syscall(452 /* fchmodat2 */, fd, c"".as_ptr(), 0o666, libc::AT_EMPTY_PATH)
+            }),
+            "fchownat-empty" => with_fd(libc::O_PATH, &|fd| {
+                libc::syscall(libc::SYS_fchownat, fd, c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH)
+            }),
+            "chown" => sys(i64::from(libc::chown(path.as_ptr(), uid, gid))),
+            "setxattr" => {
+                sys(i64::from(libc::setxattr(path.as_ptr(), c"user.cordon".as_ptr(), b"x".as_ptr().cast(), 1, 0)))
+            }
+            "fsetxattr" => with_fd(libc::O_RDONLY, &|fd| {
+                i64::from(libc::fsetxattr(fd, c"user.cordon".as_ptr(), b"x".as_ptr().cast(), 1, 0))
+            }),
+            "removexattr" => sys(i64::from(libc::removexattr(path.as_ptr(), c"user.cordon".as_ptr()))),
+            "acl" => sys(i64::from(libc::setxattr(
+                path.as_ptr(),
+                c"system.posix_acl_access".as_ptr(),
+                acl.as_ptr().cast(),
+                acl.len(),
+                0,
+            ))),
+            "utime" => sys(i64::from(libc::utimensat(libc::AT_FDCWD, path.as_ptr(), epoch.as_ptr(), 0))),
+            "futimens" => with_fd(libc::O_RDONLY, &|fd| i64::from(libc::futimens(fd, epoch.as_ptr()))),
+            "setflags" => with_fd(libc::O_RDONLY, &|fd| {
+                // chattr +d (nodump) through FS_IOC_GETFLAGS / FS_IOC_SETFLAGS on a read-only fd.
+                let mut flags: libc::c_long = 0;
+                if libc::ioctl(fd, 0x8008_6601, &mut flags) < 0 {
+                    return -1;
+                }
+                flags |= 0x40;
+                i64::from(libc::ioctl(fd, 0x4008_6602, &flags))
+            }),
+            other => return Err(format!("unknown metadata operation {other:?}")),
+        }
+    };
+    // SAFETY: as above.
+    let mode = if unsafe { libc::stat(path.as_ptr(), &mut st) } == 0 { Some(st.st_mode & 0o7777) } else { None };
+    Ok(with(outcome(r), "mode", json!(mode)))
 }

@@ -6,6 +6,7 @@ mod authz;
 mod e2e;
 mod escapes_confirm;
 mod escapes_grants;
+mod escapes_metadata;
 mod escapes_syscalls;
 mod examples;
 mod mcp;
