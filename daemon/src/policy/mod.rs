@@ -18,8 +18,8 @@ pub mod trust;
 pub mod units;
 
 use std::collections::BTreeMap;
-use std::os::unix::ffi::OsStrExt as _;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

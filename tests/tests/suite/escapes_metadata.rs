@@ -570,3 +570,28 @@ fn a_root_daemon_without_views_runs_no_tool() {
     assert!(v["error"]["message"].as_str().unwrap().contains("read-only filesystem view"), "{v}");
     assert_eq!(std::fs::metadata(t.o.join("victim")).unwrap().mode() & 0o7777, 0o600);
 }
+
+/// The working directory is part of the view too: a relative path taken from it must not reach
+/// the host's writable mounts (the pinned descriptor of the working dir was opened there, so the
+/// child enters it by name inside the view and checks it got the pinned directory).
+#[test]
+fn relative_paths_from_the_working_dir_stay_in_the_read_only_view() {
+    require_root!();
+    let dir = tempfile::Builder::new().prefix("cordon-cwd-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "secret").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let policy = format!(
+        "version = 1\n\n[tools.chmod-here]\ndescription = \"chmod a file of the working dir\"\nreason = \"tests\"\n\
+         command = [\"/bin/chmod\", \"0666\", \"victim\"]\nworking_dir = {}\nread = [{}]\n",
+        q(dir.path()),
+        q(dir.path())
+    );
+    let d = Daemon::start(&[("t.toml", &policy)]);
+    let out = d.cordon(&["run", "chmod-here", "--json"]);
+    let r = out.json();
+    assert_eq!(r["exit_code"], 1, "{out:?}");
+    assert!(r["stderr"].as_str().unwrap().contains("Read-only file system"), "{r}");
+    assert_eq!(std::fs::metadata(&victim).unwrap().mode() & 0o7777, 0o600);
+}
