@@ -65,7 +65,14 @@ pub fn bind(path: &Path, group: Option<u32>) -> Result<UnixListener, SocketError
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err("cannot inspect socket path", path)(e)),
     }
-    let listener = UnixListener::bind(path).map_err(io_err("cannot bind", path))?;
+    // Bound under a umask that leaves only the owner in: between bind and the chmod below, the
+    // socket must not be connectable by anyone the mode will not admit (under umask 000 it
+    // would be 0777 for that moment, and a connection made then outlives the chmod). A stricter
+    // umask for that moment only ever makes other threads' new files more private.
+    let previous = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(previous);
+    let listener = bound.map_err(io_err("cannot bind", path))?;
     // Whatever the umask was: the owner, plus (as root) the socket group, may connect.
     let mode = match (uid, group) {
         (0, Some(gid)) => {

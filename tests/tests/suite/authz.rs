@@ -178,7 +178,12 @@ fn tools_run_as_the_caller_unless_the_policy_names_an_account() {
         (Some(nobody.into()), Some("policy run_as"))
     );
     // The refused `hidden` is a `denied` record (GetTool refuses it before any Invoke).
-    let denied: Vec<_> = d.audit_records().into_iter().filter(|r| r["decision"] == "denied").collect();
+    // (Refusals are queued, not synced before the answer: wait for the writer.)
+    let mut denied = Vec::new();
+    assert!(eventually(Duration::from_secs(10), || {
+        denied = d.audit_records().into_iter().filter(|r| r["decision"] == "denied").collect();
+        !denied.is_empty()
+    }));
     assert_eq!(denied.len(), 1, "{denied:#?}");
     assert_eq!((denied[0]["tool"].as_str(), denied[0]["caller"]["uid"].as_u64()), (Some("hidden"), Some(uid.into())));
 }

@@ -470,10 +470,11 @@ fn a_daemon_that_is_not_root_gives_its_tools_the_view_too() {
     }
     let t = tree(Caller::Agent);
     let d = start_unprivileged(&t);
-    // The caller is root (an admin of any daemon); the tool runs as the daemon's user.
+    // The caller is the daemon's own user (clients talk only to a daemon run by root or by
+    // themselves); the tool runs as the daemon's user.
     let before: Vec<_> = [t.o.join("victim"), t.r.join("public")].iter().map(|p| snapshot(p)).collect();
     for (op, path) in outside_cases(&t) {
-        let r = meta(&d, Caller::Root, op, &path);
+        let r = meta(&d, Caller::Agent, op, &path);
         assert_eq!(r["ok"], false, "{op} {} succeeded: {r}", path.display());
         if op == "fchmodat-empty" {
             assert!(r["errno"] == libc::EPERM || r["errno"] == EROFS, "{op}: {r}");
@@ -486,12 +487,12 @@ fn a_daemon_that_is_not_root_gives_its_tools_the_view_too() {
     let victim = t.w.join("victim");
     // (Not `acl`: an ACL naming a user the namespace does not map, here nobody, is EINVAL there.)
     for op in ["chmod", "fchmod", "chown", "setxattr", "utime"] {
-        let r = meta(&d, Caller::Root, op, &victim);
+        let r = meta(&d, Caller::Agent, op, &victim);
         assert_eq!(r["ok"], true, "{op} inside the write root failed: {r}");
     }
     assert_eq!(std::fs::metadata(&victim).unwrap().mode() & 0o7777, 0o666);
     // The tool has no capability left in its user namespace.
-    let r = run(&d, Caller::Root, "attack", &json!({ "attack": "status" }));
+    let r = run(&d, Caller::Agent, "attack", &json!({ "attack": "status" }));
     let line: Value = serde_json::from_str(r["stdout"].as_str().unwrap().lines().next().unwrap()).unwrap();
     for key in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
         assert_eq!(line[key], "0000000000000000", "{key}: {line}");

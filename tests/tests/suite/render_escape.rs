@@ -189,7 +189,7 @@ impl ClientHandler for Recorder {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_elicitation_message_shows_controls_escaped() {
-    let d = Daemon::start(&[("t.toml", TOOLS)]);
+    let d = Daemon::start_with(&[("t.toml", TOOLS)], &["--human-approval-via-elicitation"]);
     let recorder = Recorder::default();
     let socket: &Path = &d.socket;
     let command = tokio::process::Command::new(cordon_tests::bin("cordon")).configure(|c| {
