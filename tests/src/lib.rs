@@ -4,6 +4,7 @@
 //! - [`bin`]: where the built binaries are.
 //! - [`Daemon`]: a running daemon with its own temporary directory, killed on drop.
 //! - [`Output`]: a finished `cordon` command.
+//! - [`agent`]: the unprivileged user the suite attacks as, and `cordon` run as that user.
 //!
 //! The binaries must be built first (`cargo build --workspace`); the README's test command does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
@@ -195,6 +196,16 @@ pub struct Output {
     pub stderr: String,
 }
 
+impl From<std::process::Output> for Output {
+    fn from(out: std::process::Output) -> Output {
+        Output {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
 impl Output {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
@@ -239,4 +250,62 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// Whether the tests run as root (some tests need it and skip otherwise).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
+}
+
+/// The unprivileged user (`cordon-t-agent`, in the group `cordon-t-sock`) that attacks and
+/// authorization tests run as. Creating it needs root; tests that use it skip when not root.
+pub mod agent {
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::sync::Once;
+    use std::time::Duration;
+
+    use super::{Output, bin};
+
+    /// The agent user's name.
+    pub const AGENT: &str = "cordon-t-agent";
+    /// A group the agent user is a member of (cordond's `--socket-group` in the tests).
+    pub const SOCKET_GROUP: &str = "cordon-t-sock";
+
+    /// Creates the user and the group once per test process (idempotent across runs). Several
+    /// tests ask at once and `useradd` refuses while another holds the user database lock, so
+    /// this retries until the user exists in the group.
+    pub fn ensure() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            for _ in 0..50 {
+                let _ = Command::new("groupadd").args(["-f", SOCKET_GROUP]).output();
+                let _ = Command::new("useradd")
+                    .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT])
+                    .output();
+                let _ = Command::new("usermod").args(["-aG", SOCKET_GROUP, AGENT]).output();
+                let ok = Command::new("id").arg("-nG").arg(AGENT).output().unwrap();
+                if ok.status.success()
+                    && String::from_utf8_lossy(&ok.stdout).split_whitespace().any(|g| g == SOCKET_GROUP)
+                {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            panic!("could not create {AGENT} in {SOCKET_GROUP}");
+        });
+    }
+
+    /// `id FLAG NAME` as a number (`-u` uid, `-g` primary gid).
+    pub fn id(flag: &str, name: &str) -> u32 {
+        let out = Command::new("id").arg(flag).arg(name).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
+    /// `cordon` as the agent user, with its groups (the socket group among them).
+    pub fn command() -> Command {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"]).arg(bin("cordon"));
+        c
+    }
+
+    /// Runs `cordon --socket SOCKET ARGS...` as the agent user.
+    pub fn cordon(socket: &Path, args: &[&str]) -> Output {
+        command().arg("--socket").arg(socket).args(args).stdin(Stdio::null()).output().unwrap().into()
+    }
 }

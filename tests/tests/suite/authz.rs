@@ -3,14 +3,11 @@
 
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::process::Command;
-use std::sync::Once;
 use std::time::Duration;
 
+use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
 use cordon_tests::{Daemon, Output, bin, eventually, is_root};
 use serde_json::json;
-
-const AGENT: &str = "cordon-t-agent";
-const SOCKET_GROUP: &str = "cordon-t-sock";
 
 const POLICY: &str = r#"
 version = 1
@@ -46,25 +43,6 @@ reason = "tests"
 command = ["/bin/true"]
 "#;
 
-fn id(flag: &str, name: &str) -> u32 {
-    let out = Command::new("id").arg(flag).arg(name).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
-
-/// Creates the test user and socket group once (idempotent across runs).
-fn ensure_user() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let run = |args: &[&str]| {
-            let _ = Command::new(args[0]).args(&args[1..]).output();
-        };
-        run(&["groupadd", "-f", SOCKET_GROUP]);
-        run(&["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT]);
-        run(&["usermod", "-aG", SOCKET_GROUP, AGENT]);
-        assert!(Command::new("id").arg(AGENT).status().unwrap().success(), "could not create {AGENT}");
-    });
-}
-
 fn start() -> Daemon {
     let dir = tempfile::tempdir().unwrap();
     // The agent must be able to reach the socket's directory.
@@ -77,19 +55,7 @@ fn start() -> Daemon {
 
 /// Runs `cordon` as the unprivileged test user.
 fn as_agent(d: &Daemon, args: &[&str]) -> Output {
-    let out = Command::new("setpriv")
-        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
-        .arg(bin("cordon"))
-        .arg("--socket")
-        .arg(&d.socket)
-        .args(args)
-        .output()
-        .unwrap();
-    Output {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    agent::cordon(&d.socket, args)
 }
 
 macro_rules! require_root {
@@ -98,7 +64,7 @@ macro_rules! require_root {
             eprintln!("skipped: needs root to create a test user");
             return;
         }
-        ensure_user();
+        agent::ensure();
     };
 }
 
@@ -148,14 +114,14 @@ fn an_agent_caller_sees_only_the_tools_that_admit_it_without_sandbox_details() {
 fn tools_run_as_the_caller_unless_the_policy_names_an_account() {
     require_root!();
     let d = start();
-    let uid = id("-u", AGENT);
+    let uid = agent::id("-u", AGENT);
     let out = as_agent(&d, &["run", "whoami"]);
     out.assert_code(0);
     assert_eq!(out.stdout.trim(), uid.to_string());
     let out = as_agent(&d, &["run", "by-group"]);
-    assert_eq!(out.stdout.trim(), id("-g", AGENT).to_string());
+    assert_eq!(out.stdout.trim(), agent::id("-g", AGENT).to_string());
     let out = as_agent(&d, &["run", "as-nobody"]);
-    assert_eq!(out.stdout.trim(), id("-u", "nobody").to_string());
+    assert_eq!(out.stdout.trim(), agent::id("-u", "nobody").to_string());
     let out = as_agent(&d, &["run", "hidden", "--json"]);
     out.assert_code(77);
     assert_eq!(out.json()["error"]["code"], "PERMISSION_DENIED");
@@ -172,7 +138,7 @@ fn tools_run_as_the_caller_unless_the_policy_names_an_account() {
         (started[0]["run_as"]["uid"].as_u64(), started[0]["run_as"]["source"].as_str()),
         (Some(uid.into()), Some("caller"))
     );
-    let nobody = id("-u", "nobody");
+    let nobody = agent::id("-u", "nobody");
     assert_eq!(
         (started[2]["run_as"]["uid"].as_u64(), started[2]["run_as"]["source"].as_str()),
         (Some(nobody.into()), Some("policy run_as"))
@@ -207,7 +173,7 @@ fn an_agent_caller_cannot_administer_the_daemon() {
     assert_eq!(status["policy_dir"], "");
     assert_eq!(status["audit_path"], "");
     // Every refusal is audited as `unauthorized`, with the operation and the agent's uid.
-    let uid = id("-u", AGENT);
+    let uid = agent::id("-u", AGENT);
     let mut refused = Vec::new();
     assert!(eventually(Duration::from_secs(10), || {
         refused = d
@@ -291,7 +257,7 @@ print(total, flush=True)
     // root (the admin) must not talk to it; its refusal names the uid and what to do.
     let out = cordon_tests::cordon_at(&socket, &["run", "anything", "--arg", "secret=hunter2"]);
     assert_ne!(out.code, Some(0), "{out:?}");
-    let agent_uid = id("-u", AGENT);
+    let agent_uid = agent::id("-u", AGENT);
     assert!(out.stderr.contains(&format!("served by uid {agent_uid}, which is neither root nor you")), "{out:?}");
     line.clear();
     std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
@@ -314,8 +280,8 @@ fn the_caller_cannot_choose_the_group_its_tool_runs_as() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), id("-g", AGENT).to_string());
-    assert_ne!(id("-g", AGENT), group_gid(SOCKET_GROUP));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), agent::id("-g", AGENT).to_string());
+    assert_ne!(agent::id("-g", AGENT), group_gid(SOCKET_GROUP));
 }
 
 fn group_gid(name: &str) -> u32 {

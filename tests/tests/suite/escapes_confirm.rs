@@ -8,9 +8,10 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
 use cordon_tests::{Daemon, Output, bin, cordon_at, eventually, is_root};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
@@ -20,9 +21,6 @@ use rmcp::service::{RequestContext, RoleClient};
 use rmcp::transport::{ConfigureCommandExt as _, TokioChildProcess};
 use rmcp::{ClientHandler, ErrorData, ServiceExt as _};
 use serde_json::{Value, json};
-
-const AGENT: &str = "cordon-t-agent";
-const SOCKET_GROUP: &str = "cordon-t-sock";
 
 const ALLOW: &str = r#"allow = { users = ["cordon-t-agent", "root"] }"#;
 
@@ -63,27 +61,13 @@ type = "string"
 required = true
 "#;
 
-/// Creates the agent user and socket group once (the same ones as authz.rs).
-fn ensure_user() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let run = |args: &[&str]| {
-            let _ = Command::new(args[0]).args(&args[1..]).output();
-        };
-        run(&["groupadd", "-f", SOCKET_GROUP]);
-        run(&["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT]);
-        run(&["usermod", "-aG", SOCKET_GROUP, AGENT]);
-        assert!(Command::new("id").arg(AGENT).status().unwrap().success(), "could not create {AGENT}");
-    });
-}
-
 macro_rules! require_root {
     () => {
         if !is_root() {
             eprintln!("skipped: needs root to create a test user");
             return;
         }
-        ensure_user();
+        agent::ensure();
     };
 }
 
@@ -101,7 +85,7 @@ fn start(extra: &[&str]) -> Daemon {
     std::fs::create_dir(&policies).unwrap();
     let mut args = Vec::new();
     if is_root() {
-        ensure_user();
+        agent::ensure();
         args.extend(["--socket-group", SOCKET_GROUP]);
     }
     std::fs::write(policies.join("t.toml"), for_host(POLICY)).unwrap();
@@ -114,20 +98,9 @@ fn for_host(policy: &str) -> String {
     if is_root() { policy.to_string() } else { policy.replace(ALLOW, "") }
 }
 
-fn agent_command() -> Command {
-    let mut c = Command::new("setpriv");
-    c.args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"]).arg(bin("cordon"));
-    c
-}
-
 /// Runs `cordon` as the agent user.
 fn as_agent(d: &Daemon, args: &[&str]) -> Output {
-    let out = agent_command().arg("--socket").arg(&d.socket).args(args).output().unwrap();
-    Output {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    agent::cordon(&d.socket, args)
 }
 
 fn records(d: &Daemon, decision: &str) -> Vec<Value> {

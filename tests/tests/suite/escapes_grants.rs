@@ -8,27 +8,12 @@
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Once;
 
+use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
 use cordon_tests::{Daemon, Output, bin, is_root};
 use serde_json::{Value, json};
 
 const ATTACK: &str = env!("CARGO_BIN_EXE_cordon-attack");
-const AGENT: &str = "cordon-t-agent";
-const SOCKET_GROUP: &str = "cordon-t-sock";
-
-fn ensure_user() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let run = |args: &[&str]| {
-            let _ = Command::new(args[0]).args(&args[1..]).output();
-        };
-        run(&["groupadd", "-f", SOCKET_GROUP]);
-        run(&["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT]);
-        run(&["usermod", "-aG", SOCKET_GROUP, AGENT]);
-        assert!(Command::new("id").arg(AGENT).status().unwrap().success(), "could not create {AGENT}");
-    });
-}
 
 macro_rules! require_root {
     () => {
@@ -36,7 +21,7 @@ macro_rules! require_root {
             eprintln!("skipped: needs root to create a test user and chown test directories");
             return;
         }
-        ensure_user();
+        agent::ensure();
     };
 }
 
@@ -123,19 +108,7 @@ impl Area {
 
 /// `cordon ARGS` as the agent user.
 fn as_agent(d: &Daemon, args: &[&str]) -> Output {
-    let out = Command::new("setpriv")
-        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
-        .arg(bin("cordon"))
-        .arg("--socket")
-        .arg(&d.socket)
-        .args(args)
-        .output()
-        .unwrap();
-    Output {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    agent::cordon(&d.socket, args)
 }
 
 fn args(attack: &str, a: &str, b: &str) -> String {

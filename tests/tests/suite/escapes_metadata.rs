@@ -9,14 +9,12 @@
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Once;
 
+use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
 use cordon_tests::{Daemon, Output, bin, is_root};
 use serde_json::{Value, json};
 
 const ATTACK: &str = env!("CARGO_BIN_EXE_cordon-attack");
-const AGENT: &str = "cordon-t-agent";
-const SOCKET_GROUP: &str = "cordon-t-sock";
 
 fn q(s: impl AsRef<Path>) -> String {
     serde_json::to_string(s.as_ref().to_str().unwrap()).unwrap()
@@ -26,26 +24,8 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// Creates the test user and socket group once (idempotent, as in `authz.rs`).
-fn ensure_user() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let run = |args: &[&str]| {
-            let _ = Command::new(args[0]).args(&args[1..]).output();
-        };
-        run(&["groupadd", "-f", SOCKET_GROUP]);
-        run(&["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT]);
-        run(&["usermod", "-aG", SOCKET_GROUP, AGENT]);
-        assert!(Command::new("id").arg(AGENT).status().unwrap().success(), "could not create {AGENT}");
-    });
-}
-
 fn agent_ids() -> (u32, u32) {
-    let id = |flag: &str| {
-        let out = Command::new("id").arg(flag).arg(AGENT).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().unwrap()
-    };
-    (id("-u"), id("-g"))
+    (agent::id("-u", AGENT), agent::id("-g", AGENT))
 }
 
 macro_rules! require_root {
@@ -54,7 +34,7 @@ macro_rules! require_root {
             eprintln!("skipped: needs root (a root daemon, and a test user)");
             return;
         }
-        ensure_user();
+        agent::ensure();
     };
 }
 

@@ -10,12 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
 use cordon_tests::{Daemon, Output, bin, is_root, process_gone};
 use serde_json::{Value, json};
 
 const ATTACK: &str = env!("CARGO_BIN_EXE_cordon-attack");
-const AGENT: &str = "cordon-t-agent";
-const SOCKET_GROUP: &str = "cordon-t-sock";
 
 /// A TOML basic string.
 fn q(s: impl AsRef<Path>) -> String {
@@ -24,29 +23,6 @@ fn q(s: impl AsRef<Path>) -> String {
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
-}
-
-fn id(flag: &str, name: &str) -> u32 {
-    let out = Command::new("id").arg(flag).arg(name).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-}
-
-/// Creates the agent user and the socket group (idempotent; authz.rs creates the same ones, so
-/// retry while another test holds the user database lock).
-fn ensure_user() {
-    for _ in 0..50 {
-        let _ = Command::new("groupadd").args(["-f", SOCKET_GROUP]).output();
-        let _ = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT])
-            .output();
-        let _ = Command::new("usermod").args(["-aG", SOCKET_GROUP, AGENT]).output();
-        let ok = Command::new("id").arg("-nG").arg(AGENT).output().unwrap();
-        if ok.status.success() && String::from_utf8_lossy(&ok.stdout).split_whitespace().any(|g| g == SOCKET_GROUP) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("could not create {AGENT} in {SOCKET_GROUP}");
 }
 
 /// Who runs `cordon`: root (the tool runs as uid 0 without capabilities) or the agent user.
@@ -59,7 +35,7 @@ enum Caller {
 /// The callers an attack runs as here: the current user, plus the agent user when root.
 fn callers() -> Vec<Caller> {
     if is_root() {
-        ensure_user();
+        agent::ensure();
         vec![Caller::Root, Caller::Agent]
     } else {
         eprintln!("not root: the attacks run as the current user only");
@@ -72,14 +48,14 @@ impl Caller {
     fn uid(self) -> u32 {
         match self {
             Caller::Root => nix::unistd::geteuid().as_raw(),
-            Caller::Agent => id("-u", AGENT),
+            Caller::Agent => agent::id("-u", AGENT),
         }
     }
 
     fn gid(self) -> u32 {
         match self {
             Caller::Root => nix::unistd::getegid().as_raw(),
-            Caller::Agent => id("-g", AGENT),
+            Caller::Agent => agent::id("-g", AGENT),
         }
     }
 

@@ -12,6 +12,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
 use cordon_tests::{Daemon, Output, bin, eventually, is_root};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -586,9 +587,6 @@ impl CloneForTest for ChildStdin {
 
 // ---- the same as an unprivileged agent user ----
 
-const AGENT: &str = "cordon-t-agent";
-const SOCKET_GROUP: &str = "cordon-t-sock";
-
 /// Creates the test user and socket group (idempotent; another test module may create them
 /// at the same time, so wait until the user exists).
 fn ensure_agent() {
@@ -609,19 +607,7 @@ fn ensure_agent() {
 }
 
 fn as_agent(d: &Daemon, args: &[&str]) -> Output {
-    let out = Command::new("setpriv")
-        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
-        .arg(bin("cordon"))
-        .arg("--socket")
-        .arg(&d.socket)
-        .args(args)
-        .output()
-        .unwrap();
-    Output {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    agent::cordon(&d.socket, args)
 }
 
 /// A python any user can run (a pyenv shim under /root is not).

@@ -8,14 +8,12 @@
 use std::os::unix::fs::{PermissionsExt as _, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Once;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use cordon_tests::agent::{self, AGENT};
 use cordon_tests::{Daemon, Output, bin, eventually, is_root};
 use serde_json::Value;
-
-const AGENT: &str = "cordon-t-agent";
 
 fn valid(marker: &str) -> String {
     format!(
@@ -50,17 +48,6 @@ macro_rules! require_root {
             return;
         }
     };
-}
-
-/// Creates the unprivileged test user once (as authz.rs does; idempotent).
-fn ensure_user() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let _ = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT])
-            .output();
-        assert!(Command::new("id").arg(AGENT).status().unwrap().success(), "could not create {AGENT}");
-    });
 }
 
 fn user_name(uid: u32) -> String {
@@ -523,7 +510,7 @@ fn check_as_agent(dir: &Path) -> Output {
 #[test]
 fn policy_check_by_an_unprivileged_user_applies_its_own_daemon_rules_and_warns_about_a_root_daemons() {
     require_root!();
-    ensure_user();
+    agent::ensure();
     let (_tmp, dir) = fresh();
     let agent = nix::unistd::User::from_name(AGENT).unwrap().unwrap();
     // A file the user owns: a cordond running as the user would load it (no error); a root
@@ -800,7 +787,7 @@ fn run_as_agent_daemon(tmp: &Path, policies: &Path) -> Option<Output> {
 #[test]
 fn a_daemon_run_by_a_user_trusts_files_of_that_user_and_root_only() {
     require_root!();
-    ensure_user();
+    agent::ensure();
     let (tmp, dir) = fresh();
     let agent = nix::unistd::User::from_name(AGENT).unwrap().unwrap();
     // Root's files and the user's own files load.

@@ -7,29 +7,12 @@ use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
 use cordon_tests::{Daemon, Output, bin, cordon_at, eventually, is_root};
 use serde_json::{Value, json};
-
-const AGENT: &str = "cordon-t-agent";
-const SOCKET_GROUP: &str = "cordon-t-sock";
-
-/// Creates the agent user and socket group once (the same ones as authz.rs; idempotent).
-fn ensure_user() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let run = |args: &[&str]| {
-            let _ = Command::new(args[0]).args(&args[1..]).output();
-        };
-        run(&["groupadd", "-f", SOCKET_GROUP]);
-        run(&["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", AGENT]);
-        run(&["usermod", "-aG", SOCKET_GROUP, AGENT]);
-        assert!(Command::new("id").arg(AGENT).status().unwrap().success(), "could not create {AGENT}");
-    });
-}
 
 macro_rules! require_root {
     () => {
@@ -37,7 +20,7 @@ macro_rules! require_root {
             eprintln!("skipped: needs root to create a test user");
             return;
         }
-        ensure_user();
+        agent::ensure();
     };
 }
 
@@ -45,27 +28,9 @@ fn q(p: impl AsRef<Path>) -> String {
     serde_json::to_string(p.as_ref().to_str().unwrap()).unwrap()
 }
 
-fn output(out: std::process::Output) -> Output {
-    Output {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 /// `cordon --socket SOCKET ARGS...` as the agent user.
 fn as_agent(socket: &Path, args: &[&str]) -> Output {
-    output(
-        Command::new("setpriv")
-            .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
-            .arg(bin("cordon"))
-            .arg("--socket")
-            .arg(socket)
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap(),
-    )
+    agent::cordon(socket, args)
 }
 
 /// Tools running `cordon-peer MODE SOCKET OP [TOOL]` with Unix sockets allowed on the daemon's
