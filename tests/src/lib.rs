@@ -5,6 +5,7 @@
 //! - [`Daemon`]: a running daemon with its own temporary directory, killed on drop.
 //! - [`Output`]: a finished `cordon` command.
 //! - [`agent`]: the unprivileged user the suite attacks as, and `cordon` run as that user.
+//! - [`attack_tool`], [`toml_str`]: policy text for tools that run the attack binary.
 //!
 //! The binaries must be built first (`cargo build --workspace`); the README's test command does.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
@@ -308,4 +309,42 @@ pub mod agent {
     pub fn cordon(socket: &Path, args: &[&str]) -> Output {
         command().arg("--socket").arg(socket).args(args).stdin(Stdio::null()).output().unwrap().into()
     }
+}
+
+/// A TOML basic string (JSON string escapes are valid TOML).
+pub fn toml_str(s: impl AsRef<Path>) -> String {
+    serde_json::to_string(s.as_ref().to_str().expect("a UTF-8 path")).expect("a string serializes")
+}
+
+/// One `[tools.NAME]` table running `ATTACK {{attack}} {{a}} {{b}} {{c}}` (the attack binary, the
+/// attack's name and up to three string arguments; an omitted one drops out of argv), with
+/// `extra` keys added to the tool.
+pub fn attack_tool(name: &str, attack: &Path, extra: &str) -> String {
+    format!(
+        r#"
+[tools.{name}]
+description = "sandbox attack"
+reason = "sandbox tests"
+command = [{attack}, "{{{{attack}}}}", "{{{{a}}}}", "{{{{b}}}}", "{{{{c}}}}"]
+{extra}
+
+[tools.{name}.params.attack]
+type = "string"
+pattern = "[a-z0-9-]+"
+required = true
+
+[tools.{name}.params.a]
+type = "string"
+pattern = "[^\\x00]*"
+
+[tools.{name}.params.b]
+type = "string"
+pattern = "[^\\x00]*"
+
+[tools.{name}.params.c]
+type = "string"
+pattern = "[^\\x00]*"
+"#,
+        attack = toml_str(attack),
+    )
 }

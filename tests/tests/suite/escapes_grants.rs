@@ -37,33 +37,11 @@ fn q(s: impl AsRef<Path>) -> String {
 
 /// One attack tool: `cordon-attack {{attack}} {{a}} {{b}}` plus `extra` keys, open to the agent.
 fn attack_tool(name: &str, extra: &str) -> String {
-    format!(
-        r#"
-[tools.{name}]
-description = "grant attack"
-reason = "grant tests"
-command = [{attack}, "{{{{attack}}}}", "{{{{a}}}}", "{{{{b}}}}"]
-exec = [{bin}]
-timeout = "5s"
-allow = {{ users = ["{AGENT}"] }}
-{extra}
-
-[tools.{name}.params.attack]
-type = "string"
-pattern = "[a-z0-9-]+"
-required = true
-
-[tools.{name}.params.a]
-type = "string"
-pattern = "[^\\x00]*"
-
-[tools.{name}.params.b]
-type = "string"
-pattern = "[^\\x00]*"
-"#,
-        attack = q(ATTACK),
-        bin = q(Path::new(ATTACK).parent().unwrap()),
-    )
+    let keys = format!(
+        "exec = [{}]\ntimeout = \"5s\"\nallow = {{ users = [\"{AGENT}\"] }}\n{extra}",
+        q(Path::new(ATTACK).parent().unwrap())
+    );
+    cordon_tests::attack_tool(name, Path::new(ATTACK), &keys)
 }
 
 /// A root-owned 0755 test area (the agent must reach the socket and the files below).

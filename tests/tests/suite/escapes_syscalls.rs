@@ -75,33 +75,7 @@ fn policy(tools: &[(&str, String)]) -> String {
     let mut text = format!("version = 1\n\n[defaults]\nexec = [{}]\ntimeout = \"5s\"\n", q(dir));
     text.push_str(&format!("allow = {{ users = [{}] }}\n", q(AGENT)));
     for (name, extra) in tools {
-        text.push_str(&format!(
-            r#"
-[tools.{name}]
-description = "sandbox attack"
-reason = "sandbox tests"
-command = [{attack}, "{{{{attack}}}}", "{{{{a}}}}", "{{{{b}}}}", "{{{{c}}}}"]
-{extra}
-
-[tools.{name}.params.attack]
-type = "string"
-pattern = "[a-z0-9-]+"
-required = true
-
-[tools.{name}.params.a]
-type = "string"
-pattern = "[^\\x00]*"
-
-[tools.{name}.params.b]
-type = "string"
-pattern = "[^\\x00]*"
-
-[tools.{name}.params.c]
-type = "string"
-pattern = "[^\\x00]*"
-"#,
-            attack = q(ATTACK),
-        ));
+        text.push_str(&cordon_tests::attack_tool(name, Path::new(ATTACK), extra));
     }
     text
 }

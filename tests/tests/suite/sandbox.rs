@@ -34,33 +34,7 @@ fn q(s: impl AsRef<Path>) -> String {
 fn policy(tools: &[(&str, String)]) -> String {
     let mut text = format!("version = 1\n\n[defaults]\nexec = [{}]\ntimeout = \"3s\"\n", q(bin_dir()));
     for (name, extra) in tools {
-        text.push_str(&format!(
-            r#"
-[tools.{name}]
-description = "sandbox attack"
-reason = "sandbox tests"
-command = [{attack}, "{{{{attack}}}}", "{{{{a}}}}", "{{{{b}}}}", "{{{{c}}}}"]
-{extra}
-
-[tools.{name}.params.attack]
-type = "string"
-pattern = "[a-z0-9-]+"
-required = true
-
-[tools.{name}.params.a]
-type = "string"
-pattern = "[^\\x00]*"
-
-[tools.{name}.params.b]
-type = "string"
-pattern = "[^\\x00]*"
-
-[tools.{name}.params.c]
-type = "string"
-pattern = "[^\\x00]*"
-"#,
-            attack = q(ATTACK),
-        ));
+        text.push_str(&cordon_tests::attack_tool(name, Path::new(ATTACK), extra));
     }
     text
 }
