@@ -181,7 +181,10 @@ fn alive(pidfd: &OwnedFd) -> Result<bool, PeerError> {
 }
 
 /// Whether a `/proc/PID/cgroup` text places the process inside `marker` (this daemon's
-/// invocation directory, `/cordon/<daemon pid>`) in any hierarchy. A line that does not have
+/// invocation directory, `/cordon/<daemon pid>`), or inside any cordond's invocation cgroup
+/// (`.../cordon/<pid>/<id>`: a tool of another cordond on this host may no more drive this one
+/// than its own tools may; say a root cordond's tool run as alice, and alice's own cordond), in
+/// any hierarchy. A line that does not have
 /// the `ID:CONTROLLERS:PATH` shape, a file without lines or with two lines for the same
 /// hierarchy, is an error: the caller refuses what it cannot read unambiguously.
 pub fn in_cgroup(cgroup: &str, marker: &str) -> Result<bool, String> {
@@ -199,7 +202,8 @@ pub fn in_cgroup(cgroup: &str, marker: &str) -> Result<bool, String> {
             return Err(format!("hierarchy {id}:{controllers} appears twice"));
         }
         seen.push((id, controllers));
-        if path == marker || path.strip_prefix(marker).is_some_and(|rest| rest.starts_with('/')) {
+        if path == marker || path.strip_prefix(marker).is_some_and(|rest| rest.starts_with('/')) || any_invocation(path)
+        {
             inside = true;
         }
     }
@@ -207,6 +211,15 @@ pub fn in_cgroup(cgroup: &str, marker: &str) -> Result<bool, String> {
         return Err("no cgroup lines".into());
     }
     Ok(inside)
+}
+
+/// Whether `path` lies in some cordond's invocation cgroup: a `cordon` component, then a
+/// daemon pid, then an invocation below it.
+fn any_invocation(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    parts
+        .windows(3)
+        .any(|w| w[0] == "cordon" && !w[1].is_empty() && w[1].bytes().all(|b| b.is_ascii_digit()) && !w[2].is_empty())
 }
 
 /// This daemon's invocation directory as a cgroup path (`/cordon/<pid>`).
@@ -251,6 +264,24 @@ pub fn unix_sockets_unavailable(is_root: bool) -> Option<String> {
              (cordond is not root and cannot create cgroups); run cordond as root"
                 .into(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod cross_daemon_tests {
+    use super::in_cgroup;
+
+    #[test]
+    fn a_tool_of_another_cordond_is_inside_an_invocation_too() {
+        let own = "/cordon/100";
+        let other = "0::/cordon/4242/0123abcd\n";
+        assert_eq!(in_cgroup(other, own), Ok(true));
+        let nested = "0::/system.slice/cordon.service/cordon/7/ff\n";
+        assert_eq!(in_cgroup(nested, own), Ok(true));
+        // The daemon's own directory, not an invocation, and ordinary sessions are outside.
+        for outside in ["0::/cordon/4242\n", "0::/user.slice/user-1000.slice/session-2.scope\n", "0::/cordon/x/y\n"] {
+            assert_eq!(in_cgroup(outside, own), Ok(false), "{outside}");
+        }
     }
 }
 
@@ -303,8 +334,11 @@ mod tests {
         assert_eq!(in_cgroup("0::/cordon/42/abc\n", m), Ok(true));
         assert_eq!(in_cgroup("4:pids:/cordon/42/abc\n0::/\n", m), Ok(true));
         assert_eq!(in_cgroup("0::/cordon/42\n", m), Ok(true));
-        assert_eq!(in_cgroup("0::/cordon/421/abc\n", m), Ok(false));
-        assert_eq!(in_cgroup("0::/user.slice/cordon/42/abc\n", m), Ok(false));
+        // Another cordond's invocations (another pid, or a daemon whose directory is elsewhere)
+        // are refused too.
+        assert_eq!(in_cgroup("0::/cordon/421/abc\n", m), Ok(true));
+        assert_eq!(in_cgroup("0::/user.slice/cordon/42/abc\n", m), Ok(true));
+        assert_eq!(in_cgroup("0::/cordon421/abc\n", m), Ok(false));
         assert_eq!(in_cgroup("0::/\n1:name=systemd:/x\n", m), Ok(false));
         assert!(in_cgroup("", m).is_err());
         assert!(in_cgroup("garbage\n", m).is_err());

@@ -174,6 +174,25 @@ fn a_tool_cannot_drive_cordond_over_a_connection_its_exited_child_opened() {
     d.cordon(&["run", "hidden"]).assert_code(0);
 }
 
+/// Another cordond's tool is no more a client than this daemon's own: a tool of daemon A with
+/// `unix_sockets` on daemon B's socket directory is refused by B (say, a root cordond's tool run
+/// as alice, and alice's own cordond). Before, B only recognised its own invocation cgroups and
+/// served A's tool as an admin.
+#[test]
+fn a_tool_of_another_cordond_cannot_drive_this_one() {
+    require_root!();
+    let b = start(|socket| peer_policy(socket));
+    let a = start(|_| peer_policy(&b.socket));
+    for tool in ["peer", "peer-root"] {
+        let report = drive(&a, false, tool, "direct", "reload", "");
+        assert_refused_and_audited(&b, &report, "reload", &["SANDBOXED_PEER"]);
+        let report = drive(&a, false, tool, "exited-child", "invoke", "hidden");
+        assert_refused_and_audited(&b, &report, "invoke", &["SANDBOXED_PEER", "UNKNOWN_PEER"]);
+    }
+    assert_nothing_served(&b);
+    b.cordon(&["run", "hidden"]).assert_code(0);
+}
+
 /// cordond in its own pid namespace (a container) cannot see a client of the host's namespace:
 /// SO_PEERCRED reports pid 0 and the pidfd has no pid there. Such a peer cannot be checked, so
 /// its requests are refused (UNKNOWN_PEER), audited; the daemon is not fooled into serving it.
