@@ -165,6 +165,12 @@ pub struct Exec {
     /// When set, the child runs the executable through this descriptor
     /// (`execveat(fd, "", AT_EMPTY_PATH)`), exactly the file pinned at load, instead of `path`.
     pub exe_fd: Option<RawFd>,
+    /// The pinned executable's real path (no symlink in it) and (dev, ino). In a read-only view
+    /// the child reopens it there and checks it is the pinned file: run through `exe_fd`, opened
+    /// on the host's mounts, the tool's `/proc/self/exe` would lead to a writable host mount and
+    /// let it chmod its own executable (a root caller owns `/usr/bin/python3`).
+    pub exe_real: Option<CString>,
+    pub exe_id: Option<(u64, u64)>,
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -202,6 +208,8 @@ impl Exec {
             cwd_fd: None,
             cwd_id: None,
             exe_fd: None,
+            exe_real: None,
+            exe_id: None,
             stdin,
             stdout,
             stderr,
@@ -287,6 +295,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // exec (cordond ignores SIGPIPE, as Rust programs do): every signal back to its default.
     // The raw system call reaches the signals glibc reserves for itself (32, 33) too.
     let default = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    // The descriptor the program runs through: the pinned one, or (in a view) its reopening.
+    let mut exe_fd = a.exec.exe_fd;
     // SAFETY: raw system calls (rt_sigaction, dup2, setns, open, capset, chdir or fchdir, stat)
     // on data prepared before the clone; `cwd_fd` is a descriptor the registry holds open for as
     // long as the `Exec` lives.
@@ -326,6 +336,18 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                     return die(Step::DropCapabilities);
                 }
             }
+            if let (Some(_), Some(real), Some((dev, ino))) = (a.exec.exe_fd, &a.exec.exe_real, a.exec.exe_id) {
+                let fd = libc::open(real.as_ptr(), libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW);
+                if fd < 0 {
+                    return die(Step::Exec);
+                }
+                let mut st: libc::stat = std::mem::zeroed();
+                if libc::fstat(fd, &mut st) < 0 || st.st_dev != dev || st.st_ino != ino {
+                    *libc::__errno_location() = libc::ESTALE;
+                    return die(Step::Exec);
+                }
+                exe_fd = Some(fd);
+            }
         }
         // In a view, the working directory is entered by name: the pinned descriptor was opened
         // on the host's mounts, and a cwd there would make relative paths bypass the read-only
@@ -354,11 +376,11 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         unsafe { libc::_exit(127) };
     }
     // SAFETY: as above; argv and envp are NULL-terminated arrays of C strings; `exe_fd` is an
-    // O_PATH descriptor the registry holds open for as long as the `Exec` lives, and "" is a
-    // static NUL-terminated string.
+    // O_PATH descriptor the registry holds open for as long as the `Exec` lives (or the child's
+    // own reopening of it in the view), and "" is a static NUL-terminated string.
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, a.mask, std::ptr::null_mut());
-        match a.exec.exe_fd {
+        match exe_fd {
             Some(fd) => {
                 libc::syscall(
                     libc::SYS_execveat,

@@ -203,6 +203,13 @@ pub async fn run(
     exec.cwd_fd = pins.working_dir.as_ref().map(|p| p.fd.as_raw_fd());
     exec.cwd_id = pins.working_dir.as_ref().map(|p| (p.node.dev, p.node.ino));
     exec.exe_fd = pins.executable.as_ref().filter(|e| !e.script).map(|e| e.pin.fd.as_raw_fd());
+    if let Some(e) = pins.executable.as_ref().filter(|e| !e.script) {
+        exec.exe_real = Some(
+            std::ffi::CString::new(e.pin.path.as_os_str().as_encoded_bytes())
+                .map_err(|_| start_err(std::io::Error::from(std::io::ErrorKind::InvalidInput)))?,
+        );
+        exec.exe_id = Some((e.pin.node.dev, e.pin.node.ino));
+    }
     let spawned = child::spawn(&exec, &setup);
     // Our copies of the child's ends (stdio, report pipe, ruleset) close here, so the report
     // pipe's EOF means the child exec'd.

@@ -576,3 +576,37 @@ fn relative_paths_from_the_working_dir_stay_in_the_read_only_view() {
     assert!(r["stderr"].as_str().unwrap().contains("Read-only file system"), "{r}");
     assert_eq!(std::fs::metadata(&victim).unwrap().mode() & 0o7777, 0o600);
 }
+
+/// The program itself is in the view too: run through a descriptor opened on the host's mounts,
+/// `/proc/self/exe` led a root caller's tool to a writable mount, where it could chmod, ACL or
+/// touch its own executable (a root caller owns `/usr/bin/python3`). In a view the child
+/// reopens the pinned executable there, so `/proc/self/exe` is read-only like the rest.
+#[test]
+fn the_tools_own_executable_is_read_only_through_proc_self_exe() {
+    require_root!();
+    let dir = tempfile::Builder::new().prefix("cordon-exe-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = dir.path().join("attack");
+    std::fs::copy(bin("cordon-attack"), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let policy = format!(
+        "version = 1\n{}",
+        cordon_tests::attack_tool("self", &copy, &format!("exec = [{}]", q(dir.path())))
+    );
+    let d = Daemon::start(&[("t.toml", &policy)]);
+    let before = snapshot(&copy);
+    for op in ["chmod", "setxattr", "utime", "fchmodat-empty"] {
+        let out = d.cordon(&[
+            "run",
+            "self",
+            "--args-json",
+            &json!({ "attack": "meta", "a": op, "b": "/proc/self/exe" }).to_string(),
+            "--json",
+        ]);
+        let r = out.json();
+        let line: Value = serde_json::from_str(r["stdout"].as_str().unwrap().lines().next().unwrap()).unwrap();
+        assert_eq!(line["ok"], false, "{op} through /proc/self/exe succeeded: {line}");
+        assert!(line["errno"] == EROFS || (op == "fchmodat-empty" && line["errno"] == libc::EPERM), "{op}: {line}");
+    }
+    assert_eq!(snapshot(&copy), before, "the executable's metadata changed");
+}
