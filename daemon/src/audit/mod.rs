@@ -225,7 +225,12 @@ impl Record {
             push("id", &Value::from(id.as_str()));
         }
         if let Some(tool) = &self.tool {
-            push("tool", &Value::from(tool.as_str()));
+            // A caller may name any tool (an unknown one of 30 KB, say): real names are short.
+            if tool.len() > MAX_TOOL_NAME {
+                push("tool", &Value::from(clip_string(tool, MAX_TOOL_NAME)));
+            } else {
+                push("tool", &Value::from(tool.as_str()));
+            }
         }
         for (key, value) in &self.fields {
             push(key, value);
@@ -269,6 +274,9 @@ pub const DEFAULT_KEEP: usize = 8;
 /// Records longer than this keep only a prefix of free-form values (raw arguments), and any
 /// string value is clipped to this many bytes.
 pub const MAX_FREE_TEXT: usize = 4096;
+
+/// Longest tool name a record carries (longer, caller-chosen names are clipped).
+const MAX_TOOL_NAME: usize = 256;
 /// An argv element in a record keeps at most this many bytes.
 pub const MAX_ARG_TEXT: usize = 1024;
 /// An argv in a record takes at most this many bytes of JSON; later elements are left out.

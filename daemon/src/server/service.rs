@@ -251,7 +251,18 @@ impl v1::cordon_server::Cordon for CordonService {
                 tool: Some(for_role(convert::tool(t), role)),
             })),
             Some(_) => Err(self.not_admitted(&caller, name, "get_tool")),
-            None => Err(self.unknown(&caller, name)),
+            // Audited like an unknown tool in Invoke (`cordon run` looks the tool up first).
+            None => {
+                let status = self.unknown(&caller, name);
+                self.audit(
+                    Record::new(Decision::Invalid)
+                        .tool(name)
+                        .caller(&caller)
+                        .with("operation", "get_tool")
+                        .error("UNKNOWN_TOOL", status.message()),
+                );
+                Err(status)
+            }
         }
     }
 
@@ -464,7 +475,10 @@ impl v1::cordon_server::Cordon for CordonService {
             "" => None,
             name => Some(Decision::parse(name).ok_or_else(|| {
                 let known: Vec<&str> = Decision::ALL.iter().map(|d| d.as_str()).collect();
-                Status::invalid_argument(format!("unknown decision {name:?}; one of: {}", known.join(", ")))
+                Status::invalid_argument(status::clip(
+                    &format!("unknown decision {name:?}; one of: {}", known.join(", ")),
+                    status::MAX_MESSAGE_CHARS,
+                ))
             })?),
         };
         let filter = tail::Filter { tool: (!req.tool.is_empty()).then_some(req.tool), decision };

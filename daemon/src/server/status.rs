@@ -11,12 +11,27 @@ use crate::validate::{ErrorCode, ValidationError};
 pub(crate) const INTERNAL: &str = "INTERNAL";
 pub(crate) const NO_PEER_CREDENTIALS: &str = "NO_PEER_CREDENTIALS";
 
+/// Longest message (in characters) a status carries, and longest field name. A status travels
+/// in HTTP/2 headers (percent-encoded, so up to three bytes a character), and clients cap their
+/// header lists (grpcio at 8 KiB): a message echoing a 20 KB tool name would otherwise make the
+/// answer too large to deliver, and the peer drops the whole connection with every call on it.
+pub(crate) const MAX_MESSAGE_CHARS: usize = 1024;
+const MAX_FIELD_CHARS: usize = 128;
+
+/// `text` cut to `max` characters, saying how much was left out.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((cut, _)) => format!("{}... ({} more bytes)", &text[..cut], text.len() - cut),
+    }
+}
+
 pub(crate) fn with_code(code: Code, cordon_code: &str, field: Option<&str>, message: String) -> Status {
-    let mut status = Status::new(code, message);
+    let mut status = Status::new(code, clip(&message, MAX_MESSAGE_CHARS));
     if let Ok(v) = MetadataValue::try_from(cordon_code) {
         status.metadata_mut().insert(ERROR_CODE_KEY, v);
     }
-    if let Some(v) = field.and_then(|f| MetadataValue::try_from(f).ok()) {
+    if let Some(v) = field.and_then(|f| MetadataValue::try_from(clip(f, MAX_FIELD_CHARS)).ok()) {
         status.metadata_mut().insert(ERROR_FIELD_KEY, v);
     }
     status

@@ -589,10 +589,8 @@ fn the_tools_own_executable_is_read_only_through_proc_self_exe() {
     let copy = dir.path().join("attack");
     std::fs::copy(bin("cordon-attack"), &copy).unwrap();
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let policy = format!(
-        "version = 1\n{}",
-        cordon_tests::attack_tool("self", &copy, &format!("exec = [{}]", q(dir.path())))
-    );
+    let policy =
+        format!("version = 1\n{}", cordon_tests::attack_tool("self", &copy, &format!("exec = [{}]", q(dir.path()))));
     let d = Daemon::start(&[("t.toml", &policy)]);
     let before = snapshot(&copy);
     for op in ["chmod", "setxattr", "utime", "fchmodat-empty"] {

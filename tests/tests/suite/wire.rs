@@ -330,3 +330,28 @@ fn a_symlink_at_the_socket_path_stops_startup_and_its_target_is_left_alone() {
     assert!(stderr.contains(&format!("socket directory {} is a symlink", linked.display())), "{stderr}");
     assert_eq!(std::fs::read_dir(&real).unwrap().count(), 0, "cordond wrote into the linked directory");
 }
+
+/// A caller-chosen string echoed in an error must not make the answer undeliverable: a 30 KB
+/// tool name once came back inside `grpc-message`, past what clients accept in headers, and the
+/// whole connection (with every call on it) was dropped. The message is clipped; the lookup is
+/// audited like any refusal, with a bounded record.
+#[test]
+fn a_huge_unknown_tool_name_gets_a_clean_bounded_refusal() {
+    let d = Daemon::start(&[("t.toml", "version = 1\n")]);
+    let name = "x".repeat(30_000);
+    let out = d.cordon(&["run", &name, "--json"]);
+    out.assert_code(65);
+    let e = out.json();
+    assert_eq!(e["error"]["code"], "UNKNOWN_TOOL", "{out:?}");
+    assert!(e["error"]["message"].as_str().unwrap().len() < 4096, "{out:?}");
+    let mut found = None;
+    assert!(cordon_tests::eventually(Duration::from_secs(10), || {
+        found = d
+            .audit_records()
+            .into_iter()
+            .find(|r| r["decision"] == "invalid" && r["operation"] == "get_tool" && r["code"] == "UNKNOWN_TOOL");
+        found.is_some()
+    }));
+    let line = serde_json::to_string(&found.unwrap()).unwrap();
+    assert!(line.len() < 16 * 1024, "audit record of {} bytes", line.len());
+}
