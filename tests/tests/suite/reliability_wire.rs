@@ -181,7 +181,7 @@ fn a_tool_cannot_drive_cordond_over_a_connection_its_exited_child_opened() {
 #[test]
 fn a_tool_of_another_cordond_cannot_drive_this_one() {
     require_root!();
-    let b = start(|socket| peer_policy(socket));
+    let b = start(peer_policy);
     let a = start(|_| peer_policy(&b.socket));
     for tool in ["peer", "peer-root"] {
         let report = drive(&a, false, tool, "direct", "reload", "");
