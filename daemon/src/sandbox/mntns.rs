@@ -129,7 +129,7 @@ impl MountViews {
     pub fn probe(is_root: bool) -> MountViews {
         let user = !is_root;
         let mut cache = Cache::default();
-        let mode = match build(&[], user) {
+        let mode = match build(&[], &[], user) {
             Ok(view) => {
                 cache.views.insert(Vec::new(), Arc::new(view));
                 if user { ViewMode::UserNamespace } else { ViewMode::Private }
@@ -151,7 +151,15 @@ impl MountViews {
 
     /// The view for a tool with these write roots, built on first use; `None` when this host
     /// runs tools without views ([`ViewMode::Unprotected`]).
-    pub fn get(&self, write: &[PathBuf], generation: u64) -> Result<Option<Arc<View>>, ViewError> {
+    ///
+    /// `pinned` gives the (dev, ino) the registry pinned for a write root; the builder refuses a
+    /// root that no longer is that directory.
+    pub fn get(
+        &self,
+        write: &[PathBuf],
+        pinned: &[(PathBuf, (u64, u64))],
+        generation: u64,
+    ) -> Result<Option<Arc<View>>, ViewError> {
         let user = match &self.mode {
             ViewMode::Private => false,
             ViewMode::UserNamespace => true,
@@ -173,7 +181,9 @@ impl MountViews {
         if let Some(v) = cache.views.get(&key) {
             return Ok(Some(v.clone()));
         }
-        let view = Arc::new(build(&key, user)?);
+        let ids: Vec<Option<(u64, u64)>> =
+            key.iter().map(|root| pinned.iter().find(|(p, _)| p == root).map(|(_, id)| *id)).collect();
+        let view = Arc::new(build(&key, &ids, user)?);
         // An invocation of an older generation still gets a view, but does not cache it.
         if generation == cache.generation {
             cache.views.insert(key, view.clone());
@@ -254,6 +264,10 @@ impl BuildStep {
 /// Everything the builder child reads, prepared before the clone.
 struct BuildArgs<'a> {
     roots: &'a [CString],
+    /// Each root's pinned (dev, ino), when the registry pinned it: the root the child opens must
+    /// be that directory (a parent swapped between the per-call check and the build would
+    /// otherwise make another directory writable).
+    ids: &'a [Option<(u64, u64)>],
     /// uid_map and gid_map contents, for a user namespace.
     maps: Option<(&'a CStr, &'a CStr)>,
     /// Descriptors the child replaces with the namespaces' (the table is shared).
@@ -266,7 +280,7 @@ const STACK: usize = 64 * 1024;
 
 /// Builds a view (see the module docs) in a child that shares our memory and descriptor table
 /// and exits when done; the namespaces live on through the descriptors it leaves us.
-fn build(roots: &[PathBuf], user: bool) -> Result<View, ViewError> {
+fn build(roots: &[PathBuf], ids: &[Option<(u64, u64)>], user: bool) -> Result<View, ViewError> {
     use std::os::unix::ffi::OsStrExt;
     if roots.len() > MAX_WRITE_ROOTS {
         return Err(ViewError::TooManyRoots(roots.len()));
@@ -286,6 +300,7 @@ fn build(roots: &[PathBuf], user: bool) -> Result<View, ViewError> {
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| err("creating a pipe")(e.into()))?;
     let args = BuildArgs {
         roots: &croots,
+        ids,
         maps: user.then_some((uid_map.as_c_str(), gid_map.as_c_str())),
         mnt_slot: mnt_slot.as_raw_fd(),
         user_slot: user_slot.as_raw_fd(),
@@ -524,6 +539,16 @@ extern "C" fn view_main(arg: *mut libc::c_void) -> libc::c_int {
         if p < 0 {
             return report(fd, BuildStep::OpenRoot, i);
         }
+        if let Some(Some((dev, ino))) = a.ids.get(i) {
+            // SAFETY: stat is plain data; fstat(2) writes into it from a descriptor we opened.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            if unsafe { libc::fstat(p as RawFd, &mut st) } < 0 || st.st_dev != *dev || st.st_ino != *ino {
+                // SAFETY: errno is this thread's; report reads it.
+                unsafe { *libc::__errno_location() = libc::ESTALE };
+                return report(fd, BuildStep::OpenRoot, i);
+            }
+        }
         places[i] = p as RawFd;
         let flags = libc::OPEN_TREE_CLONE
             | libc::OPEN_TREE_CLOEXEC
@@ -622,22 +647,36 @@ mod tests {
         let views = MountViews::probe(true);
         assert_eq!(views.mode(), &ViewMode::Private);
         let dir = tempfile::tempdir().expect("tempdir");
-        let v1 = views.get(&[dir.path().to_path_buf()], 1).expect("view").expect("some");
-        let v2 = views.get(&[dir.path().to_path_buf()], 1).expect("view").expect("some");
+        let v1 = views.get(&[dir.path().to_path_buf()], &[], 1).expect("view").expect("some");
+        let v2 = views.get(&[dir.path().to_path_buf()], &[], 1).expect("view").expect("some");
         assert!(Arc::ptr_eq(&v1, &v2), "one view per write set and generation");
-        let v3 = views.get(&[dir.path().to_path_buf()], 2).expect("view").expect("some");
+        let v3 = views.get(&[dir.path().to_path_buf()], &[], 2).expect("view").expect("some");
         assert!(!Arc::ptr_eq(&v1, &v3), "a new generation builds a new view");
-        let missing = views.get(&[dir.path().join("missing")], 2);
+        // A root that is no longer the directory the registry pinned is refused (ESTALE).
+        let other = dir.path().join("other");
+        std::fs::create_dir(&other).expect("mkdir");
+        let meta = std::fs::metadata(dir.path()).expect("stat");
+        let pinned =
+            [(other.clone(), (std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta)))];
+        match views.get(&[other.clone()], &pinned, 3) {
+            Err(ViewError::Build { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::ESTALE)),
+            got => panic!("a root that is not the pinned directory was accepted: {got:?}"),
+        }
+        let meta = std::fs::metadata(&other).expect("stat");
+        let pinned =
+            [(other.clone(), (std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta)))];
+        assert!(views.get(&[other.clone()], &pinned, 3).is_ok(), "the pinned directory itself is accepted");
+        let missing = views.get(&[dir.path().join("missing")], &[], 2);
         assert!(matches!(missing, Err(ViewError::Build { .. })), "{missing:?}");
         // A write root reached through a symlink is refused, not followed elsewhere.
         std::fs::create_dir(dir.path().join("real")).expect("mkdir");
         std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).expect("symlink");
-        let linked = views.get(&[dir.path().join("link").join(".")], 2);
+        let linked = views.get(&[dir.path().join("link").join(".")], &[], 2);
         match linked {
             Err(ViewError::Build { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::ELOOP)),
             other => panic!("a symlinked write root was accepted: {other:?}"),
         }
-        let linked = views.get(&[dir.path().join("link")], 2);
+        let linked = views.get(&[dir.path().join("link")], &[], 2);
         assert!(matches!(linked, Err(ViewError::Build { .. })), "{linked:?}");
     }
 }

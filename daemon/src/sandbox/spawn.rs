@@ -147,7 +147,9 @@ pub async fn run(
 
     // Everything the child needs is built here, before it starts.
     let ruleset = landlock::build(confine.landlock_abi, confine.policy)?;
-    let view = confine.views.get(&confine.policy.write, confine.generation)?;
+    let pinned: Vec<(std::path::PathBuf, (u64, u64))> =
+        confine.policy.pins.write.iter().map(|p| (p.path.clone(), (p.node.dev, p.node.ino))).collect();
+    let view = confine.views.get(&confine.policy.write, &pinned, confine.generation)?;
     let mut cgroup: Option<InvocationCgroup> = if confine.cgroups.available() {
         Some(
             confine
