@@ -658,14 +658,14 @@ mod tests {
         let meta = std::fs::metadata(dir.path()).expect("stat");
         let pinned =
             [(other.clone(), (std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta)))];
-        match views.get(&[other.clone()], &pinned, 3) {
+        match views.get(std::slice::from_ref(&other), &pinned, 3) {
             Err(ViewError::Build { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::ESTALE)),
             got => panic!("a root that is not the pinned directory was accepted: {got:?}"),
         }
         let meta = std::fs::metadata(&other).expect("stat");
         let pinned =
             [(other.clone(), (std::os::unix::fs::MetadataExt::dev(&meta), std::os::unix::fs::MetadataExt::ino(&meta)))];
-        assert!(views.get(&[other.clone()], &pinned, 3).is_ok(), "the pinned directory itself is accepted");
+        assert!(views.get(std::slice::from_ref(&other), &pinned, 3).is_ok(), "the pinned directory itself is accepted");
         let missing = views.get(&[dir.path().join("missing")], &[], 2);
         assert!(matches!(missing, Err(ViewError::Build { .. })), "{missing:?}");
         // A write root reached through a symlink is refused, not followed elsewhere.
