@@ -8,8 +8,10 @@ use crate::policy::{Availability, Confirm, Danger, Diagnostic, Output, Severity,
 use crate::sandbox::Outcome;
 use crate::sandbox::OutputChunk;
 
-pub(crate) fn tool(t: &Tool) -> v1::Tool {
-    let (available, unavailable_reason, executable) = match &t.availability_now() {
+/// `now` is the tool's availability at this moment (`Tool::availability_now`, which checks its
+/// pins: computed once per tool and request by the caller).
+pub(crate) fn tool(t: &Tool, now: &Availability) -> v1::Tool {
+    let (available, unavailable_reason, executable) = match now {
         Availability::Available { executable } => (true, String::new(), executable.display().to_string()),
         Availability::Unavailable { reason } => (false, reason.clone(), String::new()),
     };

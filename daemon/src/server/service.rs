@@ -15,7 +15,7 @@ use crate::audit::{Decision, Record, tail};
 use crate::authz::Role;
 use crate::caller::Caller;
 use crate::invoke::{Admission, CancelReason, Started};
-use crate::policy::{self, diag};
+use crate::policy::{self, Availability, diag};
 use crate::sandbox::OutputChunk;
 
 pub(crate) struct CordonService {
@@ -230,12 +230,17 @@ impl v1::cordon_server::Cordon for CordonService {
         let role = self.role(&caller);
         let all = request.get_ref().include_unavailable && role == Role::Admin;
         let registry = self.daemon.registry.current();
+        // Who may see a tool first (no system calls), then its pins, checked once per tool.
         let tools = registry
             .tools
             .values()
-            .filter(|t| all || (!t.disabled && t.is_available()))
+            .filter(|t| all || !t.disabled)
             .filter(|t| self.daemon.authz.may_use(&caller, role, t))
-            .map(|t| for_role(convert::tool(t), role))
+            .filter_map(|t| {
+                let now = t.availability_now();
+                let available = matches!(now, Availability::Available { .. });
+                (all || available).then(|| for_role(convert::tool(t, &now), role))
+            })
             .collect();
         Ok(Response::new(v1::ListToolsResponse { generation: registry.generation, tools }))
     }
@@ -248,7 +253,7 @@ impl v1::cordon_server::Cordon for CordonService {
         match registry.get(name) {
             Some(t) if self.daemon.authz.may_use(&caller, role, t) => Ok(Response::new(v1::GetToolResponse {
                 generation: registry.generation,
-                tool: Some(for_role(convert::tool(t), role)),
+                tool: Some(for_role(convert::tool(t, &t.availability_now()), role)),
             })),
             Some(_) => Err(self.not_admitted(&caller, name, "get_tool")),
             // Audited like an unknown tool in Invoke (`cordon run` looks the tool up first).
