@@ -58,11 +58,24 @@ impl Daemon {
 
     /// Starts the daemon on an existing policy directory.
     pub fn start_in(dir: tempfile::TempDir, policies: PathBuf, extra_args: &[&str]) -> Daemon {
+        Daemon::start_under(&[], dir, policies, extra_args)
+    }
+
+    /// As [`Daemon::start_in`], with cordond run through `wrapper` (a command and its arguments
+    /// that end by running the rest, e.g. `setpriv --reuid USER ... --` or `unshare --pid ...`).
+    pub fn start_under(wrapper: &[&str], dir: tempfile::TempDir, policies: PathBuf, extra_args: &[&str]) -> Daemon {
         let socket = dir.path().join("run").join("cordon.sock");
         let log = dir.path().join("cordond.log");
         let chosen = extra_args.iter().position(|a| *a == "--audit").and_then(|i| extra_args.get(i + 1));
         let audit = chosen.map_or_else(|| dir.path().join("audit").join("audit.jsonl"), PathBuf::from);
-        let mut command = Command::new(bin("cordond"));
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin("cordond"));
+                c
+            }
+            None => Command::new(bin("cordond")),
+        };
         command.arg("--policies").arg(&policies).arg("--socket").arg(&socket);
         if chosen.is_none() {
             command.arg("--audit").arg(&audit);

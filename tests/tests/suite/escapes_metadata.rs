@@ -403,29 +403,7 @@ fn start_unprivileged(t: &Tree) -> Daemon {
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("t.toml"), policy(t)).unwrap();
-    let socket = dir.path().join("run").join("cordon.sock");
-    let log = dir.path().join("cordond.log");
-    let audit = dir.path().join("audit").join("audit.jsonl");
-    let child = Command::new("setpriv")
-        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
-        .arg(bin("cordond"))
-        .arg("--policies")
-        .arg(&policies)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--audit")
-        .arg(&audit)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let d = Daemon { child, socket, policies, dir, log, audit };
-    let ready = cordon_tests::eventually(std::time::Duration::from_secs(20), || {
-        std::os::unix::net::UnixStream::connect(&d.socket).is_ok()
-    });
-    assert!(ready, "cordond (as {AGENT}) did not start:\n{}", d.log_text());
-    d
+    Daemon::start_under(&["setpriv", "--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"], dir, policies, &[])
 }
 
 /// Whether an unprivileged user can create a user namespace here (then a daemon that is not
@@ -522,28 +500,12 @@ fn a_root_daemon_without_views_runs_no_tool() {
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("t.toml"), policy(&t)).unwrap();
-    let socket = dir.path().join("run").join("cordon.sock");
-    let log = dir.path().join("cordond.log");
-    let audit = dir.path().join("audit").join("audit.jsonl");
-    let child = Command::new("setpriv")
-        .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin", "--"])
-        .arg(bin("cordond"))
-        .arg("--policies")
-        .arg(&policies)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--audit")
-        .arg(&audit)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let d = Daemon { child, socket, policies, dir, log, audit };
-    let ready = cordon_tests::eventually(std::time::Duration::from_secs(20), || {
-        std::os::unix::net::UnixStream::connect(&d.socket).is_ok()
-    });
-    assert!(ready, "cordond did not start:\n{}", d.log_text());
+    let d = Daemon::start_under(
+        &["setpriv", "--inh-caps=-sys_admin", "--bounding-set=-sys_admin", "--"],
+        dir,
+        policies,
+        &[],
+    );
     let out = d.cordon(&["run", "chmod-nothing", "--arg", &format!("path={}", s(&t.o.join("victim"))), "--json"]);
     assert_eq!(out.code, Some(69), "{out:?}");
     let v = out.json();

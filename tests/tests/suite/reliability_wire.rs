@@ -203,39 +203,18 @@ fn a_peer_in_a_pid_namespace_cordond_cannot_see_is_refused() {
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("t.toml"), "version = 1\n").unwrap();
-    let socket = dir.path().join("run").join("cordon.sock");
-    let audit = dir.path().join("audit").join("a.jsonl");
-    let log = dir.path().join("cordond.log");
-    let mut child = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-        .arg(bin("cordond"))
-        .arg("--policies")
-        .arg(&policies)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--audit")
-        .arg(&audit)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let up = eventually(Duration::from_secs(20), || std::os::unix::net::UnixStream::connect(&socket).is_ok());
-    let out = Command::new(bin("cordon-peer")).arg("direct").arg(&socket).arg("status").output().unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(up, "cordond in a pid namespace did not start:\n{text}");
+    let d = Daemon::start_under(&["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"], dir, policies, &[]);
+    let out = Command::new(bin("cordon-peer")).arg("direct").arg(&d.socket).arg("status").output().unwrap();
+    let text = d.log_text();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     assert_eq!((&report["grpc_code"], &report["code"]), (&json!(7), &json!("UNKNOWN_PEER")), "{report}\n{text}");
     assert!(report["message"].as_str().unwrap().contains("pid namespace"), "{report}");
-    let records = cordon_tests::audit_records(&audit);
-    assert!(
-        records
+    let found = eventually(Duration::from_secs(10), || {
+        d.audit_records()
             .iter()
-            .any(|r| r["decision"] == "unauthorized" && r["code"] == "UNKNOWN_PEER" && r["operation"] == "status"),
-        "{records:#?}"
-    );
+            .any(|r| r["decision"] == "unauthorized" && r["code"] == "UNKNOWN_PEER" && r["operation"] == "status")
+    });
+    assert!(found, "{:#?}", d.audit_records());
 }
 
 /// `cordon doctor`'s `peers` check: (level, found).
