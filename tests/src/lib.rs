@@ -361,3 +361,19 @@ pattern = "[^\\x00]*"
         attack = toml_str(attack),
     )
 }
+
+/// Skips the calling test (with a message saying why) unless it runs as root; as root, makes sure
+/// the agent user exists. `require_root!()` or `require_root!("what root is needed for")`.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        $crate::require_root!("to create a test user")
+    };
+    ($why:expr) => {
+        if !$crate::is_root() {
+            eprintln!("skipped: needs root ({})", $why);
+            return;
+        }
+        $crate::agent::ensure();
+    };
+}

@@ -6,7 +6,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
-use cordon_tests::{Daemon, Output, bin, eventually, is_root};
+use cordon_tests::require_root;
+use cordon_tests::{Daemon, Output, bin, eventually};
 use serde_json::json;
 
 const POLICY: &str = r#"
@@ -56,16 +57,6 @@ fn start() -> Daemon {
 /// Runs `cordon` as the unprivileged test user.
 fn as_agent(d: &Daemon, args: &[&str]) -> Output {
     agent::cordon(&d.socket, args)
-}
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root to create a test user");
-            return;
-        }
-        agent::ensure();
-    };
 }
 
 #[test]

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
+use cordon_tests::require_root;
 use cordon_tests::{Daemon, Output, bin, cordon_at, eventually, is_root};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
@@ -60,16 +61,6 @@ command = ["/bin/true", "{{text}}"]
 type = "string"
 required = true
 "#;
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root to create a test user");
-            return;
-        }
-        agent::ensure();
-    };
-}
 
 fn uid_of(name: &str) -> u64 {
     let out = Command::new("id").arg("-u").arg(name).output().unwrap();

@@ -10,20 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
-use cordon_tests::{Daemon, Output, bin, is_root};
+use cordon_tests::require_root;
+use cordon_tests::{Daemon, Output, bin};
 use serde_json::{Value, json};
 
 const ATTACK: &str = env!("CARGO_BIN_EXE_cordon-attack");
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root to create a test user and chown test directories");
-            return;
-        }
-        agent::ensure();
-    };
-}
 
 fn agent_uid() -> u32 {
     let out = Command::new("id").args(["-u", AGENT]).output().unwrap();
@@ -202,19 +193,19 @@ fn swap_read_dir(writer_is_agent: bool, reader_is_agent: bool) {
 
 #[test]
 fn a_read_dir_swapped_for_a_symlink_by_another_tool_refuses_the_reader_run_by_root() {
-    require_root!();
+    require_root!("to create a test user and chown test directories");
     swap_read_dir(true, false);
 }
 
 #[test]
 fn a_read_dir_swapped_for_a_symlink_refuses_the_reader_run_by_the_agent() {
-    require_root!();
+    require_root!("to create a test user and chown test directories");
     swap_read_dir(false, true);
 }
 
 #[test]
 fn a_swapped_working_dir_refuses_the_tool_and_a_kept_one_still_works() {
-    require_root!();
+    require_root!("to create a test user and chown test directories");
     let area = Area::new();
     let shared = area.mkdir("shared", 0o777);
     let wd = area.mkdir("shared/wd", 0o755);
@@ -250,7 +241,7 @@ fn a_swapped_working_dir_refuses_the_tool_and_a_kept_one_still_works() {
 
 #[test]
 fn a_swapped_executable_refuses_the_tool_whether_the_file_or_its_directory_is_swapped() {
-    require_root!();
+    require_root!("to create a test user and chown test directories");
     let area = Area::new();
     let shared = area.mkdir("shared", 0o777);
     let tools = area.mkdir("shared/bin", 0o777);
@@ -312,7 +303,7 @@ allow = {{ users = ["{AGENT}"] }}
 
 #[test]
 fn a_script_executable_still_runs_by_its_real_path() {
-    require_root!();
+    require_root!("to create a test user and chown test directories");
     let area = Area::new();
     let dir = area.mkdir("bin", 0o755);
     let script = area.file("bin/hello.sh", "#!/bin/sh\necho \"hello from $0\"\n", 0o755);
@@ -331,7 +322,7 @@ fn a_script_executable_still_runs_by_its_real_path() {
 
 #[test]
 fn a_grant_that_is_or_passes_through_a_symlink_at_load_is_unavailable_and_policy_check_says_so() {
-    require_root!();
+    require_root!("to create a test user and chown test directories");
     let area = Area::new();
     let real = area.mkdir("real/sub", 0o755);
     let link = area.path("link");
@@ -392,7 +383,7 @@ fn write_and_exec_grants_on_kernel_trees_are_policy_errors() {
 
 #[test]
 fn a_write_grant_onto_a_mounted_cgroup_tree_is_unavailable() {
-    require_root!();
+    require_root!("to create a test user and chown test directories");
     let area = Area::new();
     let mnt = area.mkdir("cg", 0o755);
     // The v2 hierarchy (at /sys/fs/cgroup/unified on hybrid hosts, where /sys/fs/cgroup is a tmpfs).
@@ -423,7 +414,7 @@ fn a_write_grant_onto_a_mounted_cgroup_tree_is_unavailable() {
 
 #[test]
 fn policy_check_warns_about_paths_others_can_replace() {
-    require_root!();
+    require_root!("to create a test user and chown test directories");
     let area = Area::new();
     let shared = area.mkdir("shared", 0o755);
     let data = area.mkdir("shared/data", 0o755);

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
-use cordon_tests::{Daemon, Output, bin, is_root};
+use cordon_tests::require_root;
+use cordon_tests::{Daemon, Output, bin};
 use serde_json::{Value, json};
 
 const ATTACK: &str = env!("CARGO_BIN_EXE_cordon-attack");
@@ -26,16 +27,6 @@ fn s(p: &Path) -> &str {
 
 fn agent_ids() -> (u32, u32) {
     (agent::id("-u", AGENT), agent::id("-g", AGENT))
-}
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root (a root daemon, and a test user)");
-            return;
-        }
-        agent::ensure();
-    };
 }
 
 /// Who calls the daemon.
@@ -240,13 +231,13 @@ fn metadata_outside_the_write_roots_is_erofs(caller: Caller) {
 
 #[test]
 fn metadata_outside_the_write_roots_is_erofs_for_a_root_caller() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     metadata_outside_the_write_roots_is_erofs(Caller::Root);
 }
 
 #[test]
 fn metadata_outside_the_write_roots_is_erofs_for_an_agent_caller() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     metadata_outside_the_write_roots_is_erofs(Caller::Agent);
 }
 
@@ -270,13 +261,13 @@ fn metadata_inside_a_write_root_still_works(caller: Caller) {
 
 #[test]
 fn metadata_inside_a_write_root_still_works_for_a_root_caller() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     metadata_inside_a_write_root_still_works(Caller::Root);
 }
 
 #[test]
 fn metadata_inside_a_write_root_still_works_for_an_agent_caller() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     metadata_inside_a_write_root_still_works(Caller::Agent);
 }
 
@@ -284,7 +275,7 @@ fn metadata_inside_a_write_root_still_works_for_an_agent_caller() {
 /// with no write grant at all.
 #[test]
 fn chmod_by_a_root_caller_without_write_grants_fails_read_only() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     let t = tree(Caller::Root);
     let d = start(&t);
     for victim in [t.o.join("victim"), t.r.join("victim")] {
@@ -299,7 +290,7 @@ fn chmod_by_a_root_caller_without_write_grants_fails_read_only() {
 /// through the path, nor through stdin (which the daemon opens on the host's /dev).
 #[test]
 fn dev_null_and_stdin_cannot_be_chmodded() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     let t = tree(Caller::Root);
     let d = start(&t);
     for caller in [Caller::Root, Caller::Agent] {
@@ -320,7 +311,7 @@ fn dev_null_and_stdin_cannot_be_chmodded() {
 /// ptrace scoping keeps a tool from resolving it for any process outside its own domain.
 #[test]
 fn metadata_through_another_process_root_is_denied() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     for caller in [Caller::Root, Caller::Agent] {
         let t = tree(caller);
         let d = start(&t);
@@ -346,7 +337,7 @@ fn metadata_through_another_process_root_is_denied() {
 /// Ordinary tools that set modes and times keep working in their write roots.
 #[test]
 fn chmod_cp_and_tar_keep_modes_in_a_write_root() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     for caller in [Caller::Root, Caller::Agent] {
         let t = tree(caller);
         let d = start(&t);
@@ -421,7 +412,7 @@ fn unprivileged_user_namespaces() -> bool {
 /// none, the tools are not protected and `cordon doctor` says so.
 #[test]
 fn a_daemon_that_is_not_root_gives_its_tools_the_view_too() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     if !unprivileged_user_namespaces() {
         eprintln!("skipped: this kernel refuses unprivileged user namespaces (documented limitation)");
         return;
@@ -470,7 +461,7 @@ fn a_daemon_that_is_not_root_gives_its_tools_the_view_too() {
 /// make the symlink's target writable in the view (it would open its metadata to chmod).
 #[test]
 fn a_write_root_swapped_for_a_symlink_does_not_move_the_writable_mount() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     let t = tree(Caller::Root);
     let d = start(&t);
     std::fs::rename(&t.w, t.w.with_extension("old")).unwrap();
@@ -494,7 +485,7 @@ fn a_write_root_swapped_for_a_symlink_does_not_move_the_writable_mount() {
 /// than run one with metadata writes open: each call is refused as unavailable, with the reason.
 #[test]
 fn a_root_daemon_without_views_runs_no_tool() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     let t = tree(Caller::Root);
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
@@ -519,7 +510,7 @@ fn a_root_daemon_without_views_runs_no_tool() {
 /// child enters it by name inside the view and checks it got the pinned directory).
 #[test]
 fn relative_paths_from_the_working_dir_stay_in_the_read_only_view() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     let dir = tempfile::Builder::new().prefix("cordon-cwd-").tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let victim = dir.path().join("victim");
@@ -545,7 +536,7 @@ fn relative_paths_from_the_working_dir_stay_in_the_read_only_view() {
 /// reopens the pinned executable there, so `/proc/self/exe` is read-only like the rest.
 #[test]
 fn the_tools_own_executable_is_read_only_through_proc_self_exe() {
-    require_root!();
+    require_root!("a root daemon, and a test user");
     let dir = tempfile::Builder::new().prefix("cordon-exe-").tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let copy = dir.path().join("attack");

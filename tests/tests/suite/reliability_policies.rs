@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cordon_tests::agent::{self, AGENT};
-use cordon_tests::{Daemon, Output, bin, eventually, is_root};
+use cordon_tests::require_root;
+use cordon_tests::{Daemon, Output, bin, eventually};
 use serde_json::Value;
 
 fn valid(marker: &str) -> String {
@@ -40,15 +41,6 @@ fn marker_only(marker: &str) -> String {
 }
 
 const BROKEN: &str = "version = 1\n\n[tools.bad]\ndescription = \"no command\"\nreason = \"tests\"\n";
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root to chown files and run as another user");
-            return;
-        }
-    };
-}
 
 fn user_name(uid: u32) -> String {
     nix::unistd::User::from_uid(uid.into()).unwrap().map_or_else(|| format!("uid {uid}"), |u| u.name)
@@ -330,7 +322,7 @@ fn expect_startup_refused(dir: &Path, expected: &str) {
 
 #[test]
 fn hostile_policy_directories_stop_startup_with_exit_78_and_the_exact_message() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     for case in cases() {
         let (_tmp, dir) = fresh();
         (case.apply)(&dir);
@@ -342,7 +334,7 @@ fn hostile_policy_directories_stop_startup_with_exit_78_and_the_exact_message() 
 
 #[test]
 fn hostile_policy_directories_are_refused_by_policy_check() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     for case in cases() {
         let (_tmp, dir) = fresh();
         (case.apply)(&dir);
@@ -358,7 +350,7 @@ fn hostile_policy_directories_are_refused_by_policy_check() {
 
 #[test]
 fn hostile_policy_directories_are_refused_by_reload_and_the_daemon_keeps_serving() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     let (tmp, dir) = fresh();
     let d = Daemon::start_in(tmp, dir.clone(), &[]);
     d.cordon(&["status"]).assert_code(0);
@@ -416,7 +408,7 @@ fn audit_message(record: &Value) -> String {
 
 #[test]
 fn entries_that_are_not_policies_are_named_in_warnings() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     let (tmp, dir) = fresh();
     std::fs::write(dir.join("extra.json"), "{}").unwrap();
     std::fs::write(dir.join("a.toml.bak"), "junk").unwrap();
@@ -444,7 +436,7 @@ fn entries_that_are_not_policies_are_named_in_warnings() {
 
 #[test]
 fn a_directory_named_like_a_policy_is_refused() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     let (_tmp, dir) = fresh();
     std::fs::create_dir(dir.join("sub.toml")).unwrap();
     let f = dir.join("sub.toml");
@@ -462,7 +454,7 @@ fn a_directory_named_like_a_policy_is_refused() {
 
 #[test]
 fn trusted_symlinks_and_sticky_root_owned_ancestors_are_accepted() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     let (tmp, dir) = fresh();
     // A symlink to a root-owned file in a root-owned directory is followed.
     let real = tmp.path().join("real");
@@ -509,7 +501,7 @@ fn check_as_agent(dir: &Path) -> Output {
 
 #[test]
 fn policy_check_by_an_unprivileged_user_applies_its_own_daemon_rules_and_warns_about_a_root_daemons() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     agent::ensure();
     let (_tmp, dir) = fresh();
     let agent = nix::unistd::User::from_name(AGENT).unwrap().unwrap();
@@ -579,7 +571,7 @@ fn publish(dir: &Path, content: &str, step: usize) {
 
 #[test]
 fn reload_storms_over_broken_and_valid_policies_keep_the_daemon_serving() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     let (tmp, dir) = fresh();
     let d = Daemon::start_in(tmp, dir.clone(), &[]);
     // Once an RPC is answered, the signal handlers are in place.
@@ -698,7 +690,7 @@ fn start_refused(audit: &Path, socket: &Path) -> Output {
 
 #[test]
 fn the_audit_and_socket_directories_must_be_writable_by_root_only_too() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     let tmp = tempfile::Builder::new().prefix("cordon-rel-").tempdir().unwrap();
     let nobody = nix::unistd::Uid::from_raw(65534);
     let good = tmp.path().join("good");
@@ -786,7 +778,7 @@ fn run_as_agent_daemon(tmp: &Path, policies: &Path) -> Option<Output> {
 
 #[test]
 fn a_daemon_run_by_a_user_trusts_files_of_that_user_and_root_only() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     agent::ensure();
     let (tmp, dir) = fresh();
     let agent = nix::unistd::User::from_name(AGENT).unwrap().unwrap();
@@ -833,7 +825,7 @@ fn a_daemon_run_by_a_user_trusts_files_of_that_user_and_root_only() {
 
 #[test]
 fn policy_check_of_a_fifo_or_device_named_directly_answers_at_once() {
-    require_root!();
+    require_root!("to chown files and run as another user");
     let (_tmp, dir) = fresh();
     let fifo = dir.join("f.toml");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();

@@ -11,18 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
-use cordon_tests::{Daemon, Output, bin, cordon_at, eventually, is_root};
+use cordon_tests::require_root;
+use cordon_tests::{Daemon, Output, bin, cordon_at, eventually};
 use serde_json::{Value, json};
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            eprintln!("skipped: needs root to create a test user");
-            return;
-        }
-        agent::ensure();
-    };
-}
 
 fn q(p: impl AsRef<Path>) -> String {
     serde_json::to_string(p.as_ref().to_str().unwrap()).unwrap()
