@@ -101,6 +101,9 @@ fn check(tool: &Tool, host: Host, cache: &mut PinCache) -> Result<(PathBuf, Pins
     {
         return Err(reason);
     }
+    if let Some(reason) = crate::sandbox::mntns::views_unavailable() {
+        return Err(reason);
+    }
     if host.landlock_abi < 1 {
         return Err("this kernel offers no landlock, and cordon never runs a tool unsandboxed".into());
     }

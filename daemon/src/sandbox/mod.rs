@@ -53,12 +53,14 @@ impl HostSandbox {
         let is_root = nix::unistd::geteuid().is_root();
         let cgroups = cgroup::Cgroups::detect(is_root);
         peer::record_host(&cgroups);
+        let views = mntns::MountViews::probe(is_root);
+        views.record_host();
         HostSandbox {
             landlock_abi: landlock::probe_abi(),
             seccomp: seccomp_supported(),
             is_root,
             cgroups,
-            views: std::sync::Arc::new(mntns::MountViews::probe(is_root)),
+            views: std::sync::Arc::new(views),
         }
     }
 }

@@ -503,6 +503,14 @@ fn a_root_daemon_without_views_runs_no_tool() {
     assert_eq!(v["error"]["code"], "TOOL_UNAVAILABLE", "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("read-only filesystem view"), "{v}");
     assert_eq!(std::fs::metadata(t.o.join("victim")).unwrap().mode() & 0o7777, 0o600);
+    // And the admin sees it before anyone tries: every tool is listed unavailable, with why.
+    let all = d.cordon(&["tools", "--all", "--json"]).json();
+    let tools = all.as_array().or_else(|| all["tools"].as_array()).expect("a tool list");
+    assert!(!tools.is_empty(), "{all}");
+    for t in tools {
+        assert_eq!(t["available"], false, "{t}");
+        assert!(t["unavailable_reason"].as_str().unwrap().contains("read-only filesystem view"), "{t}");
+    }
 }
 
 /// The working directory is part of the view too: a relative path taken from it must not reach
