@@ -20,8 +20,8 @@
 //! limit is the backstop for the states where hyper does not ping.
 //!
 //! - a verdict on the peer, made once at accept ([`Peer`]): the connecting process is pinned by a
-//!   pidfd (`sandbox::peer`) and is either outside this daemon's invocation cgroups, inside one
-//!   (one of its own tools), or unknown (it already exited, sits in a pid namespace the daemon
+//!   pidfd (`sandbox::peer`) and is either outside every cordond's invocation cgroups, inside one
+//!   (a tool of this or another cordond), or unknown (it already exited, sits in a pid namespace the daemon
 //!   cannot see, or its cgroup file is unreadable or ambiguous). Only the first may make
 //!   requests; the others are kept open so that each request gets a clear, audited refusal.
 //!
@@ -103,9 +103,9 @@ pub(crate) struct Peer {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// A live process outside this daemon's invocation cgroups: its requests are served.
+    /// A live process outside every cordond's invocation cgroups: its requests are served.
     Outside,
-    /// A process inside one of this daemon's invocation cgroups: one of its own tools.
+    /// A process inside an invocation cgroup: a tool of this daemon or of another cordond.
     Sandboxed,
     /// What the peer is could not be established; the reason says why.
     Unknown(Arc<str>),
