@@ -3,11 +3,12 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use cordon_daemon::policy::{self, Host};
+use cordon_core::policy::{self, Host};
 use serde_json::{Map, Value, json};
 
 use crate::error::{CliError, exit};
 use crate::grpc::{Client, DiagnosticInfo, Event, Invocation, PolicyReport, RunResult, ToolInfo};
+use crate::host::HostFacts;
 use crate::term::{errln, outln};
 
 pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
@@ -285,7 +286,20 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
             message: d.message.clone(),
         }));
     }
-    let result = policy::load_sources(&sources, Host::current());
+    let host = match HostFacts::probe() {
+        Ok(facts) => facts.policy_host(),
+        Err(why) => {
+            diagnostics.push(DiagnosticInfo {
+                severity: "warning",
+                file: "cordond --probe".into(),
+                line: 1,
+                column: 1,
+                message: format!("availability was not checked against this host: {why}"),
+            });
+            Host::new(nix_is_root(), i32::MAX)
+        }
+    };
+    let result = policy::load_sources(&sources, &host);
     let (ok, tools, found) = match &result {
         Ok(set) => (!diagnostics.iter().any(|d| d.severity == "error"), set.tools.len(), &set.diagnostics),
         Err(e) => (false, 0, &e.diagnostics),
@@ -342,7 +356,6 @@ struct Check {
 }
 
 pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
-    use cordon_daemon::sandbox::{cgroup, landlock, seccomp_supported};
     let mut checks = Vec::new();
     let mut check = |name, level, found: String, meaning: &str| {
         checks.push(Check { name, level, found, meaning: meaning.to_string() });
@@ -358,50 +371,10 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             "a daemon started by this user runs every tool as this user, cannot honour run_as and has no cgroups (rlimits and process groups only)"
         },
     );
-    let abi = landlock::probe_abi();
-    let (level, meaning) = match abi {
-        0 => ("fail", "no landlock: cordond refuses to run any tool"),
-        1..=3 => ("warn", "filesystem rules only: tools with network access are unavailable (TCP rules need ABI 4)"),
-        4 | 5 => ("ok", "filesystem and TCP port rules; no signal or abstract-socket scoping (ABI 6)"),
-        _ => ("ok", "filesystem rules, TCP port rules, and scoping of signals and abstract Unix sockets"),
-    };
-    check("landlock", level, format!("ABI {abi}"), meaning);
-    let sec = seccomp_supported();
-    check(
-        "seccomp",
-        if sec { "ok" } else { "fail" },
-        if sec { "filters supported".into() } else { "not supported".into() },
-        if sec { "every tool gets the system-call allow-list" } else { "cordond refuses to start" },
-    );
-    let layout = cgroup::host_layout();
-    check(
-        "cgroups",
-        if layout == "none" { "warn" } else { "ok" },
-        layout.to_string(),
-        match layout {
-            "v2" => "memory and process limits per invocation, and cgroup.kill ends whole trees (as root)",
-            "hybrid" => {
-                "v1 memory and pids controllers for limits, the v2 hierarchy's cgroup.kill for teardown (as root)"
-            }
-            "v1" => "v1 limits; teardown kills the listed processes one by one (as root)",
-            _ => {
-                "no cgroups: limits are rlimits only, and a tool that leaves its process group survives the group kill"
-            }
-        },
-    );
-    // Landlock does not restrict metadata changes; the read-only view of the filesystem does.
-    let view = cordon_daemon::sandbox::mntns::probe_mode(root);
-    check(
-        "fs-view",
-        match view {
-            cordon_daemon::sandbox::mntns::ViewMode::Private
-            | cordon_daemon::sandbox::mntns::ViewMode::UserNamespace => "ok",
-            cordon_daemon::sandbox::mntns::ViewMode::Unprotected { .. } => "warn",
-            cordon_daemon::sandbox::mntns::ViewMode::Failed { .. } => "fail",
-        },
-        view.as_str().to_string(),
-        &view.describe(),
-    );
+    match HostFacts::probe() {
+        Ok(host) => host_checks(&host, &mut check),
+        Err(why) => check("host", "fail", why, "the host's sandbox support could not be probed"),
+    }
     match std::fs::symlink_metadata(socket) {
         Ok(m) => {
             use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -495,6 +468,48 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         }
     }
     Ok(if failed { exit::FAILURE } else { 0 })
+}
+
+/// The rows of `doctor` on what the host offers the sandbox (from `cordond --probe`).
+fn host_checks(host: &HostFacts, check: &mut impl FnMut(&'static str, &'static str, String, &str)) {
+    let abi = host.landlock_abi;
+    let (level, meaning) = match abi {
+        0 => ("fail", "no landlock: cordond refuses to run any tool"),
+        1..=3 => ("warn", "filesystem rules only: tools with network access are unavailable (TCP rules need ABI 4)"),
+        4 | 5 => ("ok", "filesystem and TCP port rules; no signal or abstract-socket scoping (ABI 6)"),
+        _ => ("ok", "filesystem rules, TCP port rules, and scoping of signals and abstract Unix sockets"),
+    };
+    check("landlock", level, format!("ABI {abi}"), meaning);
+    let sec = host.seccomp;
+    check(
+        "seccomp",
+        if sec { "ok" } else { "fail" },
+        if sec { "filters supported".into() } else { "not supported".into() },
+        if sec { "every tool gets the system-call allow-list" } else { "cordond refuses to start" },
+    );
+    let layout = host.cgroups.as_str();
+    check(
+        "cgroups",
+        if layout == "none" { "warn" } else { "ok" },
+        layout.to_string(),
+        match layout {
+            "v2" => "memory and process limits per invocation, and cgroup.kill ends whole trees (as root)",
+            "hybrid" => {
+                "v1 memory and pids controllers for limits, the v2 hierarchy's cgroup.kill for teardown (as root)"
+            }
+            "v1" => "v1 limits; teardown kills the listed processes one by one (as root)",
+            _ => {
+                "no cgroups: limits are rlimits only, and a tool that leaves its process group survives the group kill"
+            }
+        },
+    );
+    // Landlock does not restrict metadata changes; the read-only view of the filesystem does.
+    let level = match host.fs_view.level.as_str() {
+        "ok" => "ok",
+        "warn" => "warn",
+        _ => "fail",
+    };
+    check("fs-view", level, host.fs_view.mode.clone(), &host.fs_view.meaning);
 }
 
 fn nix_is_root() -> bool {

@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cordon_daemon::audit::chain::{self, VerifyError};
-use cordon_daemon::audit::{self, Decision};
+use cordon_core::audit::chain::{self, VerifyError};
+use cordon_core::audit::{self, Decision};
 use serde_json::{Value, json};
 
 use crate::error::{CliError, exit};

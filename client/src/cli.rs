@@ -193,7 +193,7 @@ async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
         Command::Run { tool, args, args_json, json } => admin::run(&socket, &tool, &args, args_json, json).await,
         Command::Policy { command: PolicyCommand::Check { paths, json } } => admin::policy_check(&paths, json),
         Command::Policy { command: PolicyCommand::Reference } => {
-            print!("{}", cordon_daemon::policy::reference::authoring_reference());
+            print!("{}", cordon_core::policy::reference::authoring_reference());
             Ok(0)
         }
         Command::Cancel { id } => admin::cancel(&socket, &id).await,

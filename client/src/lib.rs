@@ -4,6 +4,7 @@
 //! - [`cli`]: flags and subcommands (clap), and dispatch.
 //! - [`admin`]: the admin subcommands: tools, tool, run, policy check, reload, status.
 //! - [`audit`]: `cordon audit tail|verify|resume`.
+//! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
 //! - [`error`]: client errors with their messages and stable exit codes.
 //! - [`mcp`]: the MCP stdio server (`cordon mcp`).
@@ -14,6 +15,7 @@ pub mod audit;
 pub mod cli;
 pub mod error;
 pub mod grpc;
+pub mod host;
 pub mod mcp;
 pub mod term;
 

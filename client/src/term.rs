@@ -3,7 +3,7 @@
 //! error messages that echo them) are shown escaped instead of steering the terminal. JSON output
 //! is exact JSON and is not touched (it escapes C0 controls itself).
 
-pub use cordon_daemon::display::{escape_line as line, is_unsafe};
+pub use cordon_core::display::{escape_line as line, is_unsafe};
 
 /// `println!` for people: the formatted line with controls and bidi characters escaped.
 macro_rules! outln {

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use cordon_client::grpc::{ParamInfo, ToolInfo};
 use cordon_client::mcp::check::ArgCheck;
-use cordon_daemon::policy::{Host, Tool, load_sources};
-use cordon_daemon::validate::{ErrorCode, validate};
+use cordon_core::policy::{Host, Tool, load_sources};
+use cordon_core::validate::{ErrorCode, validate};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 use serde_json::Value;
@@ -97,7 +97,7 @@ fn tool() -> impl Strategy<Value = Option<Tool>> {
                 if working_dir { "working_dir = \"/srv/w\"" } else { "" },
                 params.join("\n")
             );
-            load_sources(&[(PathBuf::from("t.toml"), text)], Host { is_root: false, landlock_abi: 6 })
+            load_sources(&[(PathBuf::from("t.toml"), text)], &Host::new(false, 6))
                 .ok()
                 .and_then(|set| set.tools.into_iter().next())
         })

@@ -10,7 +10,7 @@
 use nix::unistd::{Gid, Group, Uid, User};
 
 use crate::caller::Caller;
-use crate::policy::{Principal, Tool};
+use cordon_core::policy::{Principal, Tool};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {

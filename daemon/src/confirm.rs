@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
-use crate::argv::Plan;
 use crate::caller::Caller;
-use crate::policy::{Confirm, Tool};
-use crate::sandbox::child::Identity;
+use cordon_core::argv::Plan;
+use cordon_core::policy::{Confirm, Tool};
+use cordon_sandbox::Identity;
 
 /// How long an agent token stays valid.
 pub const AGENT_TTL: Duration = Duration::from_secs(60);
@@ -238,7 +238,7 @@ fn random_hex(bytes: usize) -> Result<String, ConfirmError> {
 }
 
 /// A plain description of the exact invocation, for the person or agent who confirms it: one
-/// line, with control and bidi characters of arguments made visible (see [`crate::display`]),
+/// line, with control and bidi characters of arguments made visible (see [`cordon_core::display`]),
 /// so that what is approved is what runs.
 pub fn describe(parked: &Parked) -> String {
     let argv: Vec<String> = parked.plan.display_argv.iter().map(|a| shell_quote(a)).collect();
@@ -251,14 +251,14 @@ pub fn describe(parked: &Parked) -> String {
         parked.tool.name,
         argv.join(" "),
         parked.plan.cwd.display(),
-        crate::policy::units::format_duration(parked.tool.timeout),
+        cordon_core::policy::units::format_duration(parked.tool.timeout),
         match parked.tool.danger {
-            crate::policy::Danger::Safe => "safe",
-            crate::policy::Danger::Moderate => "moderate",
-            crate::policy::Danger::High => "high",
+            cordon_core::policy::Danger::Safe => "safe",
+            cordon_core::policy::Danger::Moderate => "moderate",
+            cordon_core::policy::Danger::High => "high",
         }
     );
-    crate::display::escape_line(&text).into_owned()
+    cordon_core::display::escape_line(&text).into_owned()
 }
 
 /// Quotes an argument the way a POSIX shell reader expects, for display only.
@@ -525,11 +525,9 @@ mod tests {
         let text = format!(
             "version = 1\n[tools.t]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/echo\", \"hi\"]\nconfirm = \"{confirm}\"\n"
         );
-        let set = crate::policy::load_sources(
-            &[("t.toml".into(), text)],
-            crate::policy::Host { is_root: false, landlock_abi: 7 },
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let set =
+            cordon_core::policy::load_sources(&[("t.toml".into(), text)], &cordon_core::policy::Host::new(false, 7))
+                .unwrap_or_else(|e| panic!("{e}"));
         let tool = Arc::new(set.tools.into_iter().next().unwrap());
         let plan = Plan {
             executable: "/bin/echo".into(),
@@ -554,7 +552,7 @@ mod tests {
         let evil = "x\x1b[2K\rsafe \u{202e}gpj.exe";
         p.plan.display_argv = vec!["/bin/echo".into(), evil.into()];
         let text = describe(&p);
-        assert!(!text.chars().any(crate::display::is_unsafe), "{text:?}");
+        assert!(!text.chars().any(cordon_core::display::is_unsafe), "{text:?}");
         assert!(text.contains("'x\\u{1b}[2K\\rsafe <U+202E>gpj.exe'"), "{text}");
     }
 

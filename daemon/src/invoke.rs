@@ -14,17 +14,17 @@ use tokio_util::sync::CancellationToken;
 
 use serde_json::{Value, json};
 
-use crate::argv::{self, Account, Plan};
 use crate::audit::{self, Audit, AuditError, Decision, Record};
 use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
-use crate::policy::{Availability, Tool};
 use crate::registry::RegistryHandle;
-use crate::sandbox::child::Identity;
-use crate::sandbox::seccomp::Programs;
-use crate::sandbox::spawn::OutputSink;
-use crate::sandbox::{self, Confinement, HostSandbox, Outcome, RunSpec, SpawnError};
-use crate::validate::{self, ErrorCode, ValidationError};
+use cordon_core::argv::{self, Account, Plan};
+use cordon_core::policy::{Availability, Tool};
+use cordon_core::validate::{self, ErrorCode, ValidationError};
+use cordon_sandbox::Identity;
+use cordon_sandbox::seccomp::Programs;
+use cordon_sandbox::spawn::OutputSink;
+use cordon_sandbox::{Confinement, HostSandbox, Outcome, RunSpec, SpawnError};
 
 /// Time between SIGTERM and SIGKILL on timeout or cancel.
 pub const KILL_GRACE: Duration = Duration::from_secs(3);
@@ -303,7 +303,7 @@ impl Invoker {
         // Fail closed: nothing is admitted while the audit log cannot take records.
         self.audit.check()?;
         let parked = self.resolve(caller, tool_name, arguments)?;
-        if parked.tool.confirm != crate::policy::Confirm::None {
+        if parked.tool.confirm != cordon_core::policy::Confirm::None {
             return Ok(Admission::NeedsConfirmation(self.confirmations.park(parked)?));
         }
         self.admit(parked, None).map(Admission::Ready)
@@ -470,7 +470,7 @@ impl Invoker {
         // normal user, cordond cannot change identity and the tool runs as cordond's user.
         let (identity, dedicated_uid) = match (&tool.sandbox.run_as, self.host.is_root) {
             (Some(run_as), true) => {
-                let (uid, gid) = crate::policy::resolve_run_as(run_as).map_err(unavailable)?;
+                let (uid, gid) = cordon_core::policy::resolve_run_as(run_as).map_err(unavailable)?;
                 (Some(Identity { uid, gid }), true)
             }
             // The caller's account and its primary group from the user database, not the
@@ -609,7 +609,7 @@ impl Invoker {
             views: &self.host.views,
             generation: prepared.generation,
         };
-        let result = sandbox::run(spec, &confinement, &prepared.cancel).await;
+        let result = cordon_sandbox::run(spec, &confinement, &prepared.cancel).await;
         match &result {
             Ok(o) => tracing::info!(
                 id = %prepared.id, exit_code = ?o.exit_code, signal = ?o.signal, timed_out = o.timed_out,

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use cordon_core::policy;
 use cordon_daemon::audit::{self, Audit, Decision, Record};
 use cordon_daemon::authz::{self, Authorizer};
 use cordon_daemon::invoke::Settings;
-use cordon_daemon::policy::{self, Host};
 use cordon_daemon::registry::RegistryHandle;
-use cordon_daemon::sandbox::{HostSandbox, cgroup};
 use cordon_daemon::server::{self, Daemon};
+use cordon_sandbox::{HostSandbox, cgroup};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// cordond: runs admin-approved tools for AI agents, each invocation under control.
@@ -21,8 +21,13 @@ use tokio::signal::unix::{SignalKind, signal};
 #[command(version, about)]
 struct Args {
     /// Directory of policy files (*.toml).
-    #[arg(long, value_name = "DIR")]
-    policies: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "probe")]
+    policies: Option<PathBuf>,
+    /// Print what this host offers the sandbox, as this user sees it (landlock ABI, seccomp,
+    /// cgroups, the read-only filesystem view), as JSON, and exit. `cordon doctor` and
+    /// `cordon policy check` ask this.
+    #[arg(long, exclusive = true)]
+    probe: bool,
     /// Unix socket to listen on [default: /run/cordon/cordon.sock as root, else $XDG_RUNTIME_DIR/cordon/cordon.sock]
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
@@ -102,6 +107,29 @@ fn raise_open_files_limit() {
     }
 }
 
+/// `cordond --probe`: the host as a daemon started by this user would find it, without
+/// preparing anything (no cgroups are created).
+fn probe_report() -> serde_json::Value {
+    use cordon_sandbox::mntns::{ViewMode, probe_mode};
+    let is_root = nix::unistd::geteuid().is_root();
+    let view = probe_mode(is_root);
+    serde_json::json!({
+        "is_root": is_root,
+        "landlock_abi": cordon_sandbox::landlock::probe_abi(),
+        "seccomp": cordon_sandbox::seccomp_supported(),
+        "cgroups": cgroup::host_layout(),
+        "fs_view": {
+            "mode": view.as_str(),
+            "level": match view {
+                ViewMode::Private | ViewMode::UserNamespace => "ok",
+                ViewMode::Unprotected { .. } => "warn",
+                ViewMode::Failed { .. } => "fail",
+            },
+            "meaning": view.describe(),
+        },
+    })
+}
+
 /// Exit codes: 0 clean shutdown, 78 (EX_CONFIG) policy errors, 1 anything else.
 const EXIT_CONFIG: u8 = 78;
 
@@ -141,16 +169,24 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
+    if args.probe {
+        println!("{}", probe_report());
+        return ExitCode::SUCCESS;
+    }
+    let Some(policies) = args.policies.clone() else {
+        eprintln!("cordond: --policies DIR is required");
+        return ExitCode::from(2);
+    };
     raise_open_files_limit();
     let sandbox = HostSandbox::probe();
-    let host = Host { is_root: sandbox.is_root, landlock_abi: sandbox.landlock_abi };
-    let registry = match RegistryHandle::load(&args.policies, host) {
+    let host = sandbox.policy_host();
+    let registry = match RegistryHandle::load(&policies, host) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{e}");
             eprintln!(
                 "cordond: fix the policy files above and start again (check them with `cordon policy check {}`)",
-                args.policies.display()
+                policies.display()
             );
             return ExitCode::from(EXIT_CONFIG);
         }
@@ -223,6 +259,7 @@ impl Signals {
 async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox, signals: Signals) -> anyhow::Result<()> {
     let Signals { mut hangup, file_size: mut file_size_limit, mut stop, serving } = signals;
     let current = registry.current();
+    let policies = registry.dir().to_path_buf();
     if sandbox.landlock_abi < 1 {
         tracing::error!(
             "this kernel offers no landlock: every tool is unavailable (cordon never runs a tool unsandboxed)"
@@ -297,7 +334,7 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox, signa
         .with("pid", std::process::id())
         .with("uid", nix::unistd::geteuid().as_raw())
         .with("version", env!("CARGO_PKG_VERSION"))
-        .with("policies", args.policies.display().to_string())
+        .with("policies", policies.display().to_string())
         .with("socket", socket_path.display().to_string())
         .with("generation", current.generation)
         .with("tools", counts.total)
@@ -321,7 +358,7 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox, signa
         audit.clone(),
     );
     tracing::info!(
-        socket = %socket_path.display(), policies = %args.policies.display(), audit = %audit_path.display(),
+        socket = %socket_path.display(), policies = %policies.display(), audit = %audit_path.display(),
         tools = counts.total, available = counts.available, generation = current.generation, "cordond listening"
     );
 

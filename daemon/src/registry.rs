@@ -10,8 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::policy::{self, Availability, Diagnostic, Host, LoadError, Tool};
-use crate::sandbox::seccomp::{self, Profile, ProgramCache};
+use cordon_core::policy::{self, Availability, Diagnostic, Host, LoadError, Tool};
+use cordon_sandbox::seccomp::{self, Profile, ProgramCache};
 
 /// One generation of the registry.
 #[derive(Debug)]
@@ -108,7 +108,7 @@ impl Drop for Turn<'_> {
 impl RegistryHandle {
     /// Loads generation 1 from `dir`.
     pub fn load(dir: &Path, host: Host) -> Result<RegistryHandle, LoadError> {
-        let set = policy::load_dir(dir, host)?;
+        let set = policy::load_dir(dir, &host)?;
         let registry = Arc::new(build(set, 1));
         let (current, _) = watch::channel(registry);
         Ok(RegistryHandle { dir: dir.to_path_buf(), host, current, gate: Gate::default() })
@@ -118,8 +118,8 @@ impl RegistryHandle {
         &self.dir
     }
 
-    pub fn host(&self) -> Host {
-        self.host
+    pub fn host(&self) -> &Host {
+        &self.host
     }
 
     pub fn current(&self) -> Arc<Registry> {
@@ -149,7 +149,7 @@ impl RegistryHandle {
                 }],
             });
         };
-        let set = policy::load_dir(&self.dir, self.host)?;
+        let set = policy::load_dir(&self.dir, &self.host)?;
         let next = Arc::new(build(set, self.current.borrow().generation + 1));
         self.current.send_replace(next.clone());
         Ok(next)

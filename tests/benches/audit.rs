@@ -226,7 +226,7 @@ fn one_run(rt: &tokio::runtime::Runtime, round: usize, fs: Fs, base: &Path, call
     if started != ok_total || finished != ok_total {
         problems.push(format!("{ok_total} invocations ok but {started} started and {finished} finished records"));
     }
-    if let Err(e) = cordon_daemon::audit::chain::verify(&audit) {
+    if let Err(e) = cordon_core::audit::chain::verify(&audit) {
         problems.push(format!("the chain does not verify: {e}"));
     }
 

@@ -6,9 +6,9 @@
 use std::os::unix::process::CommandExt;
 use std::time::Instant;
 
-use cordon_daemon::policy::SandboxPolicy;
-use cordon_daemon::sandbox::HostSandbox;
-use cordon_daemon::sandbox::seccomp::{Profile, compile};
+use cordon_core::policy::SandboxPolicy;
+use cordon_sandbox::HostSandbox;
+use cordon_sandbox::seccomp::{Profile, compile};
 
 const N: u32 = 300;
 
@@ -25,7 +25,7 @@ fn main() {
     let policy = SandboxPolicy::default();
     println!("host: landlock ABI {}, cgroups {}", host.landlock_abi, host.cgroups.mode);
     time("landlock ruleset (per call)", |_| {
-        cordon_daemon::sandbox::landlock::build(host.landlock_abi, &policy).unwrap();
+        cordon_sandbox::landlock::build(host.landlock_abi, &policy).unwrap();
     });
     if host.cgroups.available() {
         time("cgroup create + remove (per call)", |i| {
@@ -58,11 +58,8 @@ working_dir = "/tmp"
 read = ["/home", "/srv", "/opt", "/tmp", "/var/tmp"]
 write = ["/tmp", "/var/tmp"]
 "#;
-    let set = cordon_daemon::policy::load_sources(
-        &[("bench.toml".into(), text.to_string())],
-        cordon_daemon::policy::Host { is_root: host.is_root, landlock_abi: host.landlock_abi },
-    )
-    .unwrap();
+    let set =
+        cordon_core::policy::load_sources(&[("bench.toml".into(), text.to_string())], &host.policy_host()).unwrap();
     let tool = &set.tools[0];
     assert!(tool.is_available(), "{:?}", tool.availability);
     let t = Instant::now();
@@ -73,7 +70,7 @@ write = ["/tmp", "/var/tmp"]
     let reps = N * 20;
     let t = Instant::now();
     for _ in 0..reps {
-        assert!(matches!(tool.availability_now(), cordon_daemon::policy::Availability::Available { .. }));
+        assert!(matches!(tool.availability_now(), cordon_core::policy::Availability::Available { .. }));
     }
     let check = t.elapsed().as_secs_f64() / f64::from(reps);
     println!(
@@ -85,7 +82,7 @@ write = ["/tmp", "/var/tmp"]
         bare * 1e3
     );
     time("landlock ruleset with 7 pinned grants", |_| {
-        cordon_daemon::sandbox::landlock::build(host.landlock_abi, &tool.sandbox).unwrap();
+        cordon_sandbox::landlock::build(host.landlock_abi, &tool.sandbox).unwrap();
     });
     println!(
         "seccomp program: {} instructions",

@@ -13,12 +13,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cordon_daemon::argv::Plan;
-use cordon_daemon::policy::SandboxPolicy;
-use cordon_daemon::sandbox::mntns::MountViews;
-use cordon_daemon::sandbox::seccomp::{Profile, compile};
-use cordon_daemon::sandbox::{Confinement, HostSandbox, RunSpec, run};
+use cordon_core::argv::Plan;
+use cordon_core::policy::SandboxPolicy;
 use cordon_proto::v1;
+use cordon_sandbox::mntns::MountViews;
+use cordon_sandbox::seccomp::{Profile, compile};
+use cordon_sandbox::{Confinement, HostSandbox, RunSpec, run};
 use tokio_util::sync::CancellationToken;
 
 const PER_CLIENT: usize = 200;

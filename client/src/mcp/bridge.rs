@@ -741,7 +741,7 @@ impl ServerHandler for Bridge {
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         if name == DESCRIBE_TOOL {
-            let text = cordon_daemon::policy::reference::authoring_reference();
+            let text = cordon_core::policy::reference::authoring_reference();
             return Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into());
         }
         if name == CONFIRM_TOOL {
@@ -761,7 +761,7 @@ impl ServerHandler for Bridge {
         };
         let Some(tool) = catalog.tools.iter().find(|t| t.name == name) else {
             let names = catalog.tools.iter().map(|t| t.name.as_str()).chain([DESCRIBE_TOOL, CONFIRM_TOOL]);
-            let hint = cordon_daemon::policy::diag::did_you_mean(&name, names);
+            let hint = cordon_core::policy::diag::did_you_mean(&name, names);
             return Err(McpError::invalid_params(format!("UNKNOWN_TOOL: unknown tool {name:?}{hint}"), None));
         };
         if let Some(state) = &request.request_state {

@@ -45,7 +45,7 @@ use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::server::Connected;
 
 use crate::caller::Caller;
-use crate::sandbox::peer;
+use cordon_sandbox::peer;
 
 /// How long a new connection has to send the HTTP/2 client preface.
 pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);

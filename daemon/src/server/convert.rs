@@ -4,9 +4,9 @@ use cordon_proto::v1;
 
 use crate::confirm::{PendingInfo, Ticket};
 use crate::invoke::RunningInfo;
-use crate::policy::{Availability, Confirm, Danger, Diagnostic, Output, Severity, Tool};
-use crate::sandbox::Outcome;
-use crate::sandbox::OutputChunk;
+use cordon_core::policy::{Availability, Confirm, Danger, Diagnostic, Output, Severity, Tool};
+use cordon_sandbox::Outcome;
+use cordon_sandbox::OutputChunk;
 
 /// `now` is the tool's availability at this moment (`Tool::availability_now`, which checks its
 /// pins: computed once per tool and request by the caller).

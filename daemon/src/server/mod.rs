@@ -23,7 +23,7 @@ use crate::authz::Authorizer;
 use crate::caller::Caller;
 use crate::invoke::{Invoker, Settings};
 use crate::registry::RegistryHandle;
-use crate::sandbox::HostSandbox;
+use cordon_sandbox::HostSandbox;
 
 /// Largest request message accepted.
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;

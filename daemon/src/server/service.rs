@@ -15,8 +15,8 @@ use crate::audit::{Decision, Record, tail};
 use crate::authz::Role;
 use crate::caller::Caller;
 use crate::invoke::{Admission, CancelReason, Started};
-use crate::policy::{self, Availability, diag};
-use crate::sandbox::OutputChunk;
+use cordon_core::policy::{self, Availability, diag};
+use cordon_sandbox::OutputChunk;
 
 pub(crate) struct CordonService {
     pub(crate) daemon: Arc<Daemon>,
@@ -409,8 +409,8 @@ impl v1::cordon_server::Cordon for CordonService {
         self.require_admin(&caller, "check_policy", "checking policies")?;
         let sources: Vec<(std::path::PathBuf, String)> =
             request.into_inner().files.into_iter().map(|f| (f.name.into(), f.content)).collect();
-        let host = self.daemon.registry.host();
-        let response = tokio::task::spawn_blocking(move || match policy::load_sources(&sources, host) {
+        let host = self.daemon.registry.host().clone();
+        let response = tokio::task::spawn_blocking(move || match policy::load_sources(&sources, &host) {
             Ok(set) => v1::CheckPolicyResponse {
                 ok: true,
                 diagnostics: set.diagnostics.iter().map(convert::diagnostic).collect(),

@@ -5,7 +5,7 @@ use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
 use crate::invoke::InvokeError;
-use crate::validate::{ErrorCode, ValidationError};
+use cordon_core::validate::{ErrorCode, ValidationError};
 
 /// Codes beyond argument validation, carried the same way.
 pub(crate) const INTERNAL: &str = "INTERNAL";

@@ -4,9 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cordon_daemon::argv::{Account, plan};
-use cordon_daemon::policy::{Availability, Host, load_dir};
-use cordon_daemon::validate::validate;
+use cordon_core::argv::{Account, plan};
+use cordon_core::policy::{Availability, Host, load_dir};
+use cordon_core::validate::validate;
 use cordon_tests::Daemon;
 use serde_json::{Value, json};
 
@@ -47,7 +47,9 @@ fn project() -> tempfile::TempDir {
 
 /// Runs the tool's exact plan (argv, environment, working dir) without any sandbox.
 fn run_outside(tool_name: &str, args: &Value) -> (Option<i32>, String) {
-    let set = load_dir(&examples_dir(), Host::current()).unwrap();
+    let set =
+        load_dir(&examples_dir(), &Host::new(nix::unistd::geteuid().is_root(), cordon_sandbox::landlock::probe_abi()))
+            .unwrap();
     let tool = set.tools.iter().find(|t| t.name == tool_name).unwrap();
     let Availability::Available { executable } = &tool.availability else { panic!("{tool_name} is unavailable") };
     let validated = validate(tool, args).unwrap();

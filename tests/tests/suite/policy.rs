@@ -8,11 +8,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use cordon_daemon::policy::{Availability, Diagnostic, Host, LoadError, PolicySet, Severity, load_dir, load_sources};
+use cordon_core::policy::{Availability, Diagnostic, Host, LoadError, PolicySet, Severity, load_dir, load_sources};
 
 /// A non-root daemon on a kernel with every landlock feature cordon uses (ABI 6), so availability
 /// depends only on what each test varies.
-const HOST: Host = Host { is_root: false, landlock_abi: 6 };
+static HOST: std::sync::LazyLock<Host> = std::sync::LazyLock::new(|| Host::new(false, 6));
 
 fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join("policies").join("bad")
@@ -24,7 +24,7 @@ fn examples_dir() -> PathBuf {
 
 /// Loads one policy text as if it were the file `name`.
 fn load(name: &str, text: &str) -> Result<PolicySet, LoadError> {
-    load_sources(&[(PathBuf::from(name), text.to_string())], HOST)
+    load_sources(&[(PathBuf::from(name), text.to_string())], &HOST)
 }
 
 /// Loads a text that must be accepted.
@@ -195,7 +195,7 @@ command = ["echo", "hello"]
 fn a_tool_name_defined_twice_across_files_names_the_first_definition() {
     let err = load_sources(
         &[(PathBuf::from("a.toml"), GREET.to_string()), (PathBuf::from("b.toml"), format!("# second\n{GREET}"))],
-        HOST,
+        &HOST,
     )
     .unwrap_err();
     assert_eq!(
@@ -263,7 +263,7 @@ fn a_missing_reason_is_a_warning_not_an_error() {
 #[test]
 fn every_example_policy_loads_cleanly_and_every_tool_has_a_reason() {
     let dir = examples_dir();
-    let set = match load_dir(&dir, HOST) {
+    let set = match load_dir(&dir, &HOST) {
         Ok(set) => set,
         Err(e) => panic!("{} does not load:\n{e}", dir.display()),
     };
@@ -391,7 +391,7 @@ fn a_broken_file_rejects_the_whole_load_even_when_another_file_is_fine() {
             (PathBuf::from("good.toml"), GREET.to_string()),
             (PathBuf::from("bad.toml"), "version = 1\n[tools.x]\ncommand = []\n".to_string()),
         ],
-        HOST,
+        &HOST,
     )
     .unwrap_err();
     let shown = render(&err.diagnostics);

@@ -3,9 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use cordon_daemon::argv::{Account, BASE_ENV, Plan, REDACTED, plan};
-use cordon_daemon::policy::{Host, SEARCH_PATH, Tool, load_sources, schema};
-use cordon_daemon::validate::{
+use cordon_core::argv::{Account, BASE_ENV, Plan, REDACTED, plan};
+use cordon_core::policy::{Host, SEARCH_PATH, Tool, load_sources, schema};
+use cordon_core::validate::{
     ArgValue, Arguments, ErrorCode, MAX_SAFE_INTEGER, ValidationError, parse_arguments, validate,
 };
 use serde_json::{Value, json};
@@ -18,7 +18,7 @@ fn tool(command: &str, keys: &str, params: &str) -> Tool {
         "version = 1\n\n[tools.t]\ndescription = \"test tool\"\nreason = \"test\"\ncommand = {command}\n{keys}\n\n\
          [tools.t.params]\n{params}\n"
     );
-    let set = load_sources(&[(PathBuf::from("t.toml"), text.clone())], Host { is_root: false, landlock_abi: 6 })
+    let set = load_sources(&[(PathBuf::from("t.toml"), text.clone())], &Host::new(false, 6))
         .unwrap_or_else(|e| panic!("policy does not load:\n{text}\n{e}"));
     assert!(set.diagnostics.iter().all(|d| !d.is_error()));
     set.tools.into_iter().next().expect("one tool")
@@ -76,12 +76,12 @@ fn strings(items: &[&str]) -> Vec<String> {
 
 #[test]
 fn error_codes_have_their_stable_names() {
-    let names: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    let names: Vec<&str> = ErrorCode::VALIDATION.iter().map(|c| c.as_str()).collect();
     assert_eq!(
         names,
         ["UNKNOWN_TOOL", "MISSING_REQUIRED_FIELD", "INVALID_FIELD_TYPE", "INVALID_FIELD_VALUE", "UNKNOWN_FIELDS"]
     );
-    for c in ErrorCode::ALL {
+    for c in ErrorCode::VALIDATION {
         assert_eq!(c.to_string(), c.as_str());
         assert_eq!(ErrorCode::parse(c.as_str()), Some(c));
     }

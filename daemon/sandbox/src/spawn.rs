@@ -23,8 +23,8 @@ use super::landlock::{self, LandlockError};
 use super::mntns::{MountViews, ViewError};
 use super::output::{Capture, Captured};
 use super::seccomp::Programs;
-use crate::argv::Plan;
-use crate::policy::SandboxPolicy;
+use cordon_core::argv::Plan;
+use cordon_core::policy::SandboxPolicy;
 
 /// Process limit of an invocation whose policy sets none (cgroup `pids.max`).
 pub const DEFAULT_PROCESSES: u64 = 512;

@@ -107,7 +107,7 @@ pub struct Identity {
 
 /// Everything the child needs, prepared (and allocated) before the fork.
 #[derive(Debug)]
-pub struct ChildSetup {
+pub(crate) struct ChildSetup {
     /// The daemon's pid, to detect that it died before the parent-death signal was armed.
     pub parent: libc::pid_t,
     /// `cgroup.procs` of each of the invocation's cgroups, open for writing.
@@ -138,7 +138,7 @@ fn report(fd: RawFd, step: Step, errno: i32) {
 }
 
 /// Reads what the child reported: `None` when it reached exec (the pipe closed empty).
-pub fn read_report(fd: &OwnedFd) -> Option<(Step, i32)> {
+pub(crate) fn read_report(fd: &OwnedFd) -> Option<(Step, i32)> {
     let mut buf = [0u8; 5];
     match nix::unistd::read(fd, &mut buf) {
         Ok(5) => Step::from_byte(buf[0]).map(|s| (s, i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]))),
@@ -148,12 +148,13 @@ pub fn read_report(fd: &OwnedFd) -> Option<(Step, i32)> {
 
 /// The program to execute, with every pointer prepared before the clone.
 #[derive(Debug)]
-pub struct Exec {
+pub(crate) struct Exec {
     pub path: CString,
-    /// Keeps the strings `argv_ptrs` points into.
-    pub argv: Vec<CString>,
+    /// Keeps the strings `argv_ptrs` points into (never read: owned so the pointers stay valid).
+    _argv: Vec<CString>,
     pub argv_ptrs: Vec<*const libc::c_char>,
-    pub env: Vec<CString>,
+    /// Keeps the strings `env_ptrs` points into.
+    _env: Vec<CString>,
     pub env_ptrs: Vec<*const libc::c_char>,
     pub cwd: CString,
     /// When set, the child enters the working directory through this descriptor (pinned when the
@@ -182,7 +183,7 @@ unsafe impl Send for Exec {}
 unsafe impl Sync for Exec {}
 
 impl Exec {
-    pub fn new(
+    pub(crate) fn new(
         path: &std::path::Path,
         argv: &[String],
         env: &[(String, String)],
@@ -201,9 +202,9 @@ impl Exec {
         Ok(Exec {
             path: c(path.as_os_str().as_bytes())?,
             argv_ptrs: ptrs(&argv),
-            argv,
+            _argv: argv,
             env_ptrs: ptrs(&env),
-            env,
+            _env: env,
             cwd: c(cwd.as_os_str().as_bytes())?,
             cwd_fd: None,
             cwd_id: None,
@@ -230,7 +231,7 @@ const CHILD_STACK: usize = 256 * 1024;
 /// no page tables are copied (fork's cost grows with the daemon's memory), and this thread is
 /// suspended until the child has exec'd or died. Returns its pid and pidfd; a failure before the
 /// exec is read from the report pipe by the caller.
-pub fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t, OwnedFd)> {
+pub(crate) fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t, OwnedFd)> {
     let mut stack = vec![0u8; CHILD_STACK];
     // SAFETY: sigset_t is plain data; sigfillset initialises it.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -407,7 +408,7 @@ struct PathBeneathAttr {
 }
 
 /// Runs in the child after fork. Only async-signal-safe system calls.
-pub fn setup(s: &ChildSetup) -> io::Result<()> {
+pub(crate) fn setup(s: &ChildSetup) -> io::Result<()> {
     let fail = |step: Step| -> io::Error {
         let err = io::Error::last_os_error();
         report(s.report.as_raw_fd(), step, err.raw_os_error().unwrap_or(0));

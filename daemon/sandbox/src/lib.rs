@@ -1,36 +1,35 @@
-//! Process execution under a kernel sandbox: the only module with `unsafe` code.
+//! cordond's kernel sandbox: process execution under landlock, seccomp, cgroups and a read-only
+//! mount view. The only crate of cordon's with `unsafe` code.
 //!
 //! # Layout
 //! - [`spawn`]: builds everything before the child starts, starts the child as the leader of a new
 //!   session, tracks it through a pidfd, enforces timeout and cancellation (SIGTERM, grace,
 //!   SIGKILL to the group, then the cgroup kill), and reaps it.
-//! - [`child`]: the vfork-style `clone`, and what the child does before exec, in the order
+//! - `child` (private): the vfork-style `clone`, and what the child does before exec, in the order
 //!   DESIGN.md fixes.
 //! - [`landlock`]: the filesystem / TCP / scope ruleset of an invocation.
 //! - [`seccomp`] and `syscalls`: the BPF allow-list, compiled once per profile.
 //! - [`cgroup`]: a cgroup per invocation where the host allows it, and the reaper that kills
 //!   them if the daemon dies.
 //! - [`output`]: bounded head+tail capture of stdout and stderr.
-//! - [`resolve`]: opening paths without following symlinks (`openat2(RESOLVE_NO_SYMLINKS)`, or
-//!   an `O_NOFOLLOW` walk), for the grants pinned at registry load.
 //! - [`mntns`]: the read-only view of the filesystem (a mount namespace) tools run in, so
 //!   that metadata changes landlock does not cover fail outside their write roots.
 //!
-//! Architecture invariant: every `unsafe` block in the crate is in this module and carries a
+//! Architecture invariant: every `unsafe` block of cordon's is in this crate and carries a
 //! `// SAFETY:` comment; code that runs between clone and exec only makes async-signal-safe
 //! calls on data prepared before the clone. A tool never runs without landlock and seccomp.
 
 pub mod cgroup;
-pub mod child;
+mod child;
 pub mod landlock;
 pub mod mntns;
 pub mod output;
 pub mod peer;
-pub mod resolve;
 pub mod seccomp;
 pub mod spawn;
 mod syscalls;
 
+pub use child::Identity;
 pub use output::{Capture, Captured};
 pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, RunSpec, SpawnError, run};
 
@@ -52,15 +51,28 @@ impl HostSandbox {
     pub fn probe() -> HostSandbox {
         let is_root = nix::unistd::geteuid().is_root();
         let cgroups = cgroup::Cgroups::detect(is_root);
-        peer::record_host(&cgroups);
         let views = mntns::MountViews::probe(is_root);
-        views.record_host();
         HostSandbox {
             landlock_abi: landlock::probe_abi(),
             seccomp: seccomp_supported(),
             is_root,
             cgroups,
             views: std::sync::Arc::new(views),
+        }
+    }
+}
+
+impl HostSandbox {
+    /// The host facts that decide each tool's availability when the registry loads.
+    pub fn policy_host(&self) -> cordon_core::policy::Host {
+        cordon_core::policy::Host {
+            is_root: self.is_root,
+            landlock_abi: self.landlock_abi,
+            unix_sockets_unavailable: peer::tools_identifiable(&self.cgroups).err(),
+            views_unavailable: match self.views.mode() {
+                mntns::ViewMode::Failed { reason } => Some(reason.clone()),
+                _ => None,
+            },
         }
     }
 }

@@ -8,6 +8,7 @@
 //! below is checked while parsing; later stages (validation, execution) never re-check policy
 //! syntax.
 
+pub mod defaults;
 pub mod diag;
 mod parse;
 mod pattern;
@@ -422,7 +423,7 @@ impl Pins {
 pub struct Pin {
     /// Absolute and normalized; no component is a symlink.
     pub path: PathBuf,
-    pub node: crate::sandbox::resolve::Node,
+    pub node: crate::resolve::Node,
     pub fd: Arc<OwnedFd>,
 }
 
@@ -531,20 +532,33 @@ fn render_failure(diagnostics: &[Diagnostic]) -> String {
     format!("{}\npolicy rejected: {errors} error(s)", lines.join("\n"))
 }
 
-/// Host facts that decide availability.
-#[derive(Debug, Clone, Copy)]
+/// Host facts that decide availability. The daemon builds it from its sandbox probe
+/// (`cordon_sandbox::HostSandbox::policy_host`); an offline `policy check` asks `cordond --probe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
     /// The daemon runs as root (needed for `run_as`).
     pub is_root: bool,
     /// The kernel's landlock ABI (0: none, and no tool can run).
     pub landlock_abi: i32,
+    /// Why tools with `unix_sockets` cannot be offered on this host (`None`: they can).
+    pub unix_sockets_unavailable: Option<String>,
+    /// Why no tool can run on this host for want of a read-only filesystem view (`None`: views
+    /// work, or this host runs tools without them, as a daemon that is not root may).
+    pub views_unavailable: Option<String>,
 }
 
 impl Host {
-    pub fn current() -> Host {
-        Host { is_root: nix::unistd::geteuid().is_root(), landlock_abi: crate::sandbox::landlock::probe_abi() }
+    /// A host as an offline check assumes it before any sandbox probe: a root daemon gets
+    /// invocation cgroups (so `unix_sockets` tools are offered) and read-only views.
+    pub fn new(is_root: bool, landlock_abi: i32) -> Host {
+        let unix_sockets_unavailable = (!is_root).then(|| NOT_IDENTIFIABLE.to_string());
+        Host { is_root, landlock_abi, unix_sockets_unavailable, views_unavailable: None }
     }
 }
+
+/// Why a daemon that is not root cannot offer `unix_sockets` tools.
+pub const NOT_IDENTIFIABLE: &str = "unix_sockets needs invocation cgroups, which let cordond refuse its own tools on its \
+     socket (cordond is not root and cannot create cgroups); run cordond as root";
 
 /// Largest policy file read (a bigger one is refused, not read).
 pub const MAX_POLICY_FILE_BYTES: u64 = 4 * 1024 * 1024;
@@ -708,12 +722,12 @@ pub fn read_path_sources(path: &Path, trust: Trust) -> Sources {
 
 /// Loads every policy file of `dir` under the trust rules of this process's user (see
 /// [`read_dir_sources`]).
-pub fn load_dir(dir: &Path, host: Host) -> Result<PolicySet, LoadError> {
+pub fn load_dir(dir: &Path, host: &Host) -> Result<PolicySet, LoadError> {
     load_dir_as(dir, host, Trust::current())
 }
 
 /// [`load_dir`] under the trust rules of a daemon running as `trust`.
-pub fn load_dir_as(dir: &Path, host: Host, trust: Trust) -> Result<PolicySet, LoadError> {
+pub fn load_dir_as(dir: &Path, host: &Host, trust: Trust) -> Result<PolicySet, LoadError> {
     let read = read_dir_sources(dir, trust);
     let mut diagnostics = read.diagnostics;
     let files: Vec<PathBuf> = read.files.iter().map(|(f, _)| f.clone()).collect();
@@ -735,7 +749,7 @@ pub fn load_dir_as(dir: &Path, host: Host, trust: Trust) -> Result<PolicySet, Lo
 }
 
 /// Loads policy texts given as (name, content), as if they were the files of one directory.
-pub fn load_sources(sources: &[(PathBuf, String)], host: Host) -> Result<PolicySet, LoadError> {
+pub fn load_sources(sources: &[(PathBuf, String)], host: &Host) -> Result<PolicySet, LoadError> {
     let mut diagnostics = Vec::new();
     let mut tools: Vec<Tool> = Vec::new();
     let mut seen: BTreeMap<String, Source> = BTreeMap::new();

@@ -19,36 +19,9 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, Scope,
 };
 
-use crate::policy::{Network, SandboxPolicy};
+use cordon_core::policy::{Network, SandboxPolicy};
 
-/// System directories every tool may read and execute from: enough for ordinary dynamic
-/// binaries, nothing more. Missing ones are skipped.
-pub const DEFAULT_READ_EXEC: &[&str] = &["/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32"];
-
-/// Files and directories every tool may read: the loader cache, locale, time zone and
-/// certificate data, and the harmless device nodes. Missing ones are skipped.
-pub const DEFAULT_READ: &[&str] = &[
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/locale.alias",
-    "/etc/localtime",
-    "/etc/ssl",
-    "/etc/ca-certificates",
-    "/etc/pki",
-    "/dev/zero",
-    "/dev/urandom",
-    "/dev/random",
-];
-
-/// Paths every tool may write: only the null device, a sink.
-pub const DEFAULT_WRITE_FILES: &[&str] = &["/dev/null"];
-
-/// The lowest ABI with TCP port rules.
-pub const ABI_NET: i32 = 4;
-/// The lowest ABI with scopes (abstract Unix sockets, signals).
-pub const ABI_SCOPES: i32 = 6;
+pub use cordon_core::policy::defaults::{ABI_NET, ABI_SCOPES, DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
@@ -115,7 +88,7 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
     // The policy's grants come from the descriptors pinned when the registry loaded, never from
     // paths opened now: whoever can write a parent of a granted path cannot move the grant.
     let pins = &policy.pins;
-    let groups: [(&[PathBuf], &[crate::policy::Pin], BitFlags<AccessFs>); 3] = [
+    let groups: [(&[PathBuf], &[cordon_core::policy::Pin], BitFlags<AccessFs>); 3] = [
         (&policy.read, &pins.read, read_access()),
         (&policy.exec, &pins.exec, read_exec),
         (&policy.write, &pins.write, write | read_access()),

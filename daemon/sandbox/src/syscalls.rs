@@ -13,7 +13,7 @@
 //!
 //! Arguments are compared on their low 32 bits: every argument checked here is an `int`, a
 //! `pid_t` or a `umode_t` (16 bits) in the kernel, which truncates the register the same way.
-//! `docs/seccomp.md` is generated from these tables (`cargo test -p cordon-daemon
+//! `docs/seccomp.md` is generated from these tables (`cargo test -p cordon-sandbox
 //! seccomp_table` with `CORDON_BLESS=1`).
 
 /// fchmodat2(2): 452 on every architecture (the libc crate only names it for some).
@@ -495,7 +495,7 @@ pub(super) fn table_markdown(instructions: &[(String, usize)]) -> String {
     let mut s = String::new();
     s.push_str("# cordon's seccomp allow-list\n\n");
     s.push_str(&format!(
-        "Generated from `daemon/src/sandbox/syscalls.rs` on {arch} by `CORDON_BLESS=1 cargo test -p cordon-daemon seccomp_table`; \
+        "Generated from `daemon/sandbox/src/syscalls.rs` on {arch} by `CORDON_BLESS=1 cargo test -p cordon-sandbox seccomp_table`; \
          a test fails when this file and the code disagree.\n\n"
     ));
     s.push_str(

@@ -140,17 +140,6 @@ impl MountViews {
         MountViews { mode, cache: Mutex::new(cache) }
     }
 
-    /// Records this daemon's view mode for the availability probe (called by the host probe):
-    /// on a root daemon that cannot build views every tool is *unavailable*, with the reason,
-    /// in `tools --all` and `doctor` as at run time.
-    pub fn record_host(&self) {
-        let mut slot = FAILED.write().unwrap_or_else(|p| p.into_inner());
-        *slot = match &self.mode {
-            ViewMode::Failed { reason } => Some(reason.clone()),
-            _ => None,
-        };
-    }
-
     /// A daemon without views, for tests of other parts.
     pub fn disabled(reason: &str) -> MountViews {
         MountViews { mode: ViewMode::Unprotected { reason: reason.into() }, cache: Mutex::new(Cache::default()) }
@@ -201,18 +190,6 @@ impl MountViews {
         }
         Ok(Some(view))
     }
-}
-
-/// Why this (root) daemon cannot give tools a read-only view, once the host was probed.
-static FAILED: std::sync::RwLock<Option<String>> = std::sync::RwLock::new(None);
-
-/// Why no tool can run on this host for want of a read-only view, if that is so.
-pub fn views_unavailable() -> Option<String> {
-    FAILED
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_ref()
-        .map(|reason| format!("no read-only filesystem view on this host: {reason}"))
 }
 
 /// The write roots that need a mount of their own: sorted, without those beneath another one.

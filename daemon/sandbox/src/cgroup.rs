@@ -16,7 +16,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::policy::Limits;
+use cordon_core::policy::Limits;
 
 const ROOT: &str = "/sys/fs/cgroup";
 

@@ -21,9 +21,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::defaults::ABI_NET;
 use super::{Availability, Diagnostic, Host, Network, Pin, PinnedExecutable, Pins, Principal, RunAs, Severity, Tool};
-use crate::sandbox::landlock::ABI_NET;
-use crate::sandbox::resolve::{Node, on_kernel_fs, open_no_symlinks};
+use crate::resolve::{Node, on_kernel_fs, open_no_symlinks};
 
 /// The fixed PATH used to resolve bare program names, and given to every child.
 pub const SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -36,7 +36,7 @@ pub(crate) struct PinCache {
 }
 
 /// Decides a tool's availability and, when it is available, pins its paths.
-pub(super) fn probe(tool: &mut Tool, host: Host, cache: &mut PinCache) {
+pub(super) fn probe(tool: &mut Tool, host: &Host, cache: &mut PinCache) {
     match check(tool, host, cache) {
         Ok((executable, pins)) => {
             tool.sandbox.pins = Arc::new(pins);
@@ -49,7 +49,7 @@ pub(super) fn probe(tool: &mut Tool, host: Host, cache: &mut PinCache) {
     }
 }
 
-fn check(tool: &Tool, host: Host, cache: &mut PinCache) -> Result<(PathBuf, Pins), String> {
+fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pins), String> {
     let executable = resolve_program(&tool.program)?;
     let mut pins = Pins { executable: Some(pin_executable(&executable, cache)?), ..Pins::default() };
     if let Some(dir) = &tool.working_dir {
@@ -97,12 +97,12 @@ fn check(tool: &Tool, host: Host, cache: &mut PinCache) -> Result<(PathBuf, Pins
         resolve_run_as(run_as)?;
     }
     if !tool.sandbox.unix_sockets.is_empty()
-        && let Some(reason) = crate::sandbox::peer::unix_sockets_unavailable(host.is_root)
+        && let Some(reason) = &host.unix_sockets_unavailable
     {
-        return Err(reason);
+        return Err(reason.clone());
     }
-    if let Some(reason) = crate::sandbox::mntns::views_unavailable() {
-        return Err(reason);
+    if let Some(reason) = &host.views_unavailable {
+        return Err(format!("no read-only filesystem view on this host: {reason}"));
     }
     if host.landlock_abi < 1 {
         return Err("this kernel offers no landlock, and cordon never runs a tool unsandboxed".into());

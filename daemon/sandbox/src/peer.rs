@@ -24,7 +24,6 @@
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::RwLock;
 
 use super::cgroup::Cgroups;
 
@@ -240,31 +239,6 @@ pub fn tools_identifiable(cgroups: &Cgroups) -> Result<(), String> {
         "unix_sockets needs invocation cgroups, which let cordond refuse its own tools on its socket \
          ({why}); run cordond as root on a host with cgroup v2 or a pids controller"
     ))
-}
-
-/// What [`HostSandbox::probe`](super::HostSandbox::probe) found: `None` until it ran.
-static IDENTIFIABLE: RwLock<Option<Result<(), String>>> = RwLock::new(None);
-
-/// Records whether this daemon can tell its tools from other peers (called by the host probe).
-pub fn record_host(cgroups: &Cgroups) {
-    let mut slot = IDENTIFIABLE.write().unwrap_or_else(|p| p.into_inner());
-    *slot = Some(tools_identifiable(cgroups));
-}
-
-/// Why tools with `unix_sockets` cannot be offered on this host, if they cannot. Before the host
-/// was probed (an offline `policy check`), a root process is assumed to get cgroups.
-pub fn unix_sockets_unavailable(is_root: bool) -> Option<String> {
-    let slot = IDENTIFIABLE.read().unwrap_or_else(|p| p.into_inner());
-    match &*slot {
-        Some(Ok(())) => None,
-        Some(Err(reason)) => Some(reason.clone()),
-        None if is_root => None,
-        None => Some(
-            "unix_sockets needs invocation cgroups, which let cordond refuse its own tools on its socket \
-             (cordond is not root and cannot create cgroups); run cordond as root"
-                .into(),
-        ),
-    }
 }
 
 #[cfg(test)]

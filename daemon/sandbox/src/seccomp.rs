@@ -39,10 +39,10 @@ pub struct Profile {
 
 impl Profile {
     /// The profile a tool's sandbox policy needs.
-    pub fn of(policy: &crate::policy::SandboxPolicy) -> Profile {
+    pub fn of(policy: &cordon_core::policy::SandboxPolicy) -> Profile {
         Profile {
-            tcp: matches!(policy.network, crate::policy::Network::Tcp { .. }),
-            bind: matches!(&policy.network, crate::policy::Network::Tcp { bind, .. } if !bind.is_empty()),
+            tcp: matches!(policy.network, cordon_core::policy::Network::Tcp { .. }),
+            bind: matches!(&policy.network, cordon_core::policy::Network::Tcp { bind, .. } if !bind.is_empty()),
             unix: !policy.unix_sockets.is_empty(),
         }
     }
@@ -975,7 +975,7 @@ mod tests {
     }
 
     /// docs/seccomp.md is the allow-list as a table, with the reasons; regenerate with
-    /// `CORDON_BLESS=1 cargo test -p cordon-daemon seccomp_table`.
+    /// `CORDON_BLESS=1 cargo test -p cordon-sandbox seccomp_table`.
     #[test]
     fn seccomp_table_is_up_to_date() {
         let sizes: Vec<(String, usize)> = all_profiles()
@@ -986,7 +986,7 @@ mod tests {
             })
             .collect();
         let text = table_markdown(&sizes);
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/seccomp.md");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/seccomp.md");
         if std::env::var_os("CORDON_BLESS").is_some() {
             std::fs::write(&path, &text).unwrap();
             return;
@@ -998,7 +998,7 @@ mod tests {
         let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(
             on_disk == text,
-            "docs/seccomp.md is out of date: run CORDON_BLESS=1 cargo test -p cordon-daemon seccomp_table"
+            "docs/seccomp.md is out of date: run CORDON_BLESS=1 cargo test -p cordon-sandbox seccomp_table"
         );
     }
 }

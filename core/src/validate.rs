@@ -3,7 +3,6 @@
 //! Architecture invariant: this is the only place where caller-supplied values become typed
 //! [`ArgValue`]s; execution never sees a value that did not pass through [`validate`].
 
-use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
@@ -11,44 +10,7 @@ use serde_json::Value;
 use crate::policy::{Param, ParamKind, Tool};
 
 /// Stable codes shared by the daemon, the CLI and the MCP front-end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorCode {
-    UnknownTool,
-    MissingRequiredField,
-    InvalidFieldType,
-    InvalidFieldValue,
-    UnknownFields,
-}
-
-impl ErrorCode {
-    pub const ALL: [ErrorCode; 5] = [
-        ErrorCode::UnknownTool,
-        ErrorCode::MissingRequiredField,
-        ErrorCode::InvalidFieldType,
-        ErrorCode::InvalidFieldValue,
-        ErrorCode::UnknownFields,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::UnknownTool => "UNKNOWN_TOOL",
-            ErrorCode::MissingRequiredField => "MISSING_REQUIRED_FIELD",
-            ErrorCode::InvalidFieldType => "INVALID_FIELD_TYPE",
-            ErrorCode::InvalidFieldValue => "INVALID_FIELD_VALUE",
-            ErrorCode::UnknownFields => "UNKNOWN_FIELDS",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<ErrorCode> {
-        ErrorCode::ALL.into_iter().find(|c| c.as_str() == s)
-    }
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::code::ErrorCode;
 
 /// A rejected call: the code, the field concerned (if any) and a message that says how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -459,12 +421,5 @@ mod tests {
         assert_eq!(as_integer(&serde_json::json!(MAX_SAFE_INTEGER + 1)), None);
         // -2^63 - 1 parses as the float -2^63: it must not become i64::MIN.
         assert_eq!(as_integer(&serde_json::from_str("-9223372036854775809").unwrap()), None);
-    }
-
-    #[test]
-    fn codes_round_trip() {
-        for c in ErrorCode::ALL {
-            assert_eq!(ErrorCode::parse(c.as_str()), Some(c));
-        }
     }
 }

@@ -1,0 +1,130 @@
+//! The audit log's format, shared by the daemon (which writes it) and `cordon audit verify`
+//! (which reads it from disk): the decisions a record can carry, the hash chain and where the
+//! log lives by default.
+//!
+//! # Layout
+//! - [`chain`]: the line format (`seq`, `time`, `decision`, ..., `prev`), line hashing and
+//!   [`chain::verify`].
+
+pub mod chain;
+
+use std::path::PathBuf;
+
+/// Why a record was written. `cordon audit tail --decision KIND` filters on these names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Admitted; the child is about to start (durable).
+    Started,
+    /// The tool ran to its end (exit code or signal).
+    Finished,
+    TimedOut,
+    Cancelled,
+    /// Started but the sandbox could not start the tool.
+    Failed,
+    /// Started in a previous run of cordond that died before it finished.
+    Aborted,
+    /// The caller is not admitted by the tool's `allow`.
+    Denied,
+    /// An admin-only operation asked by an agent caller, or a request from inside a sandbox.
+    Unauthorized,
+    /// No peer credentials.
+    Unauthenticated,
+    /// Unknown tool or invalid arguments.
+    Invalid,
+    /// Valid, but not run now: unavailable tool, busy, shutting down.
+    Refused,
+    ConfirmationRequested,
+    ConfirmationGranted,
+    ConfirmationRefused,
+    ConfirmationExpired,
+    Reload,
+    ReloadRejected,
+    DaemonStarted,
+    DaemonStopped,
+    /// Startup cut a torn last line.
+    Recovered,
+    /// The first record of a file after rotation.
+    Rotated,
+    /// An admin resumed a failed log.
+    Resumed,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 22] = [
+        Decision::Started,
+        Decision::Finished,
+        Decision::TimedOut,
+        Decision::Cancelled,
+        Decision::Failed,
+        Decision::Aborted,
+        Decision::Denied,
+        Decision::Unauthorized,
+        Decision::Unauthenticated,
+        Decision::Invalid,
+        Decision::Refused,
+        Decision::ConfirmationRequested,
+        Decision::ConfirmationGranted,
+        Decision::ConfirmationRefused,
+        Decision::ConfirmationExpired,
+        Decision::Reload,
+        Decision::ReloadRejected,
+        Decision::DaemonStarted,
+        Decision::DaemonStopped,
+        Decision::Recovered,
+        Decision::Rotated,
+        Decision::Resumed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Started => "started",
+            Decision::Finished => "finished",
+            Decision::TimedOut => "timed_out",
+            Decision::Cancelled => "cancelled",
+            Decision::Failed => "failed",
+            Decision::Aborted => "aborted",
+            Decision::Denied => "denied",
+            Decision::Unauthorized => "unauthorized",
+            Decision::Unauthenticated => "unauthenticated",
+            Decision::Invalid => "invalid",
+            Decision::Refused => "refused",
+            Decision::ConfirmationRequested => "confirmation_requested",
+            Decision::ConfirmationGranted => "confirmation_granted",
+            Decision::ConfirmationRefused => "confirmation_refused",
+            Decision::ConfirmationExpired => "confirmation_expired",
+            Decision::Reload => "reload",
+            Decision::ReloadRejected => "reload_rejected",
+            Decision::DaemonStarted => "daemon_started",
+            Decision::DaemonStopped => "daemon_stopped",
+            Decision::Recovered => "recovered",
+            Decision::Rotated => "rotated",
+            Decision::Resumed => "resumed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Decision> {
+        Decision::ALL.into_iter().find(|d| d.as_str() == s)
+    }
+
+    /// Ends an invocation that has a `started` record.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Decision::Finished | Decision::TimedOut | Decision::Cancelled | Decision::Failed | Decision::Aborted
+        )
+    }
+}
+
+/// `/var/lib/cordon/audit.jsonl` as root; otherwise `$XDG_STATE_HOME/cordon/audit.jsonl`
+/// (`~/.local/state/cordon/audit.jsonl`).
+pub fn default_path() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/cordon/audit.jsonl");
+    }
+    let state =
+        std::env::var_os("XDG_STATE_HOME").map(PathBuf::from).filter(|p| p.is_absolute()).unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("/"), PathBuf::from);
+            home.join(".local/state")
+        });
+    state.join("cordon/audit.jsonl")
+}

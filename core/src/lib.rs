@@ -1,0 +1,27 @@
+//! cordon's policy core: everything both sides of the privilege split must agree on, and
+//! nothing that needs privilege.
+//!
+//! # Layout
+//! - [`policy`]: policy files (TOML) -> validated tools, with `file:line:col` diagnostics, each
+//!   tool's JSON Schema, the availability probe and the grants pinned by descriptor.
+//! - [`validate`]: caller arguments -> typed values, with stable error codes and messages.
+//! - [`argv`]: tool + arguments -> exact argv and environment (no shell).
+//! - [`code`]: every error code cordon answers with, one enum.
+//! - [`audit`]: the audit log's line format and hash chain (written by cordond, verified by
+//!   `cordon audit verify`).
+//! - [`display`]: caller-chosen text made safe for a terminal.
+//! - [`resolve`]: opening paths without following symlinks.
+//!
+//! Architecture invariant: this crate has no `unsafe` (the compiler checks it), runs no process
+//! and changes no credentials. The daemon and the MCP front-end validate with the same code, so
+//! an agent on MCP and an admin on the CLI get the same message for the same call.
+
+#![forbid(unsafe_code)]
+
+pub mod argv;
+pub mod audit;
+pub mod code;
+pub mod display;
+pub mod policy;
+pub mod resolve;
+pub mod validate;
