@@ -377,3 +377,99 @@ macro_rules! require_root {
         $crate::agent::ensure();
     };
 }
+
+/// Policy fixtures shared by the suites: `fixture!(NAME)` expands to a TOML string literal, so
+/// that a suite composes its policy at compile time with `concat!`, e.g.
+/// `const TOOLS: &str = concat!(fixture!(header "20s"), fixture!(echo), fixture!(missing));`.
+/// A tool that only one suite needs stays in that suite.
+#[macro_export]
+macro_rules! fixture {
+    // `version = 1` and defaults: the timeout given, and /tmp writable (test tools record pids
+    // and files in their temporary directory).
+    (header $timeout:literal) => {
+        concat!("version = 1\n\n[defaults]\ntimeout = \"", $timeout, "\"\nwrite = [\"/tmp\"]\n")
+    };
+    // Prints its one argument (any string without NUL) between brackets.
+    (echo) => {
+        r#"
+[tools.echo]
+description = "print one argument between brackets"
+reason = "tests"
+command = ["/usr/bin/printf", "[%s]", "{{text}}"]
+
+[tools.echo.params.text]
+type = "string"
+pattern = "[^\\x00]*"
+required = true
+"#
+    };
+    // Records its pids in `pidfile`, then sleeps in the foreground and the background past its
+    // 1 s timeout.
+    (sleeper) => {
+        r#"
+[tools.sleeper]
+description = "record its pids, then sleep in the foreground and the background"
+reason = "tests"
+command = ["/bin/sh", "-c", "echo $$ > \"$1\"; /bin/sleep 1000 & echo $! >> \"$1\"; wait", "sh", "{{pidfile}}"]
+timeout = "1s"
+
+[tools.sleeper.params.pidfile]
+type = "path"
+required = true
+"#
+    };
+    // A program that is not installed: unavailable.
+    (missing) => {
+        r#"
+[tools.missing]
+description = "a program that is not installed"
+reason = "tests"
+command = ["/nonexistent/cordon-test-program"]
+"#
+    };
+    // A disabled tool.
+    (off) => {
+        r#"
+[tools.off]
+description = "a disabled tool"
+reason = "tests"
+command = ["/bin/true"]
+disabled = true
+"#
+    };
+    // Appends `text` to `file`, after an agent confirmation.
+    (guarded) => {
+        r#"
+[tools.guarded]
+description = "append a line to a file, after an agent confirmation"
+reason = "tests"
+command = ["/bin/sh", "-c", "echo \"$2\" >> \"$1\"; echo done", "sh", "{{file}}", "{{text}}"]
+confirm = "agent"
+
+[tools.guarded.params.file]
+type = "path"
+required = true
+
+[tools.guarded.params.text]
+type = "string"
+pattern = "[a-z ]*"
+required = true
+"#
+    };
+    // Prints a lowercase word between brackets, after a human approval (danger high).
+    (approved) => {
+        r#"
+[tools.approved]
+description = "print a word, after a human approval"
+reason = "tests"
+command = ["/usr/bin/printf", "[%s]", "{{text}}"]
+confirm = "human"
+danger = "high"
+
+[tools.approved.params.text]
+type = "string"
+pattern = "[a-z]*"
+required = true
+"#
+    };
+}

@@ -8,26 +8,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cordon_proto::v1;
+use cordon_tests::fixture;
 use cordon_tests::{Daemon, cordon_at, eventually, is_root};
 use serde_json::{Value, json};
 
-const TOOLS: &str = r#"
-version = 1
-
-[defaults]
-timeout = "20s"
-write = ["/tmp"]
-
-[tools.echo]
-description = "print one argument between brackets"
-reason = "tests"
-command = ["/usr/bin/printf", "[%s]", "{{text}}"]
-
-[tools.echo.params.text]
-type = "string"
-pattern = "[^\\x00]*"
-required = true
-
+const TOOLS: &str = concat!(
+    fixture!(header "20s"),
+    fixture!(echo),
+    r#"
 [tools.login]
 description = "takes a secret"
 reason = "tests"
@@ -76,7 +64,8 @@ description = "print, after a human approval"
 reason = "tests"
 command = ["/usr/bin/printf", "approved"]
 confirm = "human"
-"#;
+"#,
+);
 
 fn daemon() -> Daemon {
     Daemon::start_with(&[("t.toml", TOOLS)], &["--confirm-ttl", "1s"])

@@ -3,29 +3,16 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use cordon_tests::fixture;
 use cordon_tests::{Daemon, cordon_at, eventually, process_gone};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
 /// Tools the tests run. Absolute paths keep them independent of the daemon's PATH lookup.
-const TOOLS: &str = r#"
-version = 1
-
-[defaults]
-timeout = "20s"
-# Test tools record pids and files in their temporary directory.
-write = ["/tmp"]
-
-[tools.echo]
-description = "print one argument between brackets"
-reason = "tests"
-command = ["/usr/bin/printf", "[%s]", "{{text}}"]
-
-[tools.echo.params.text]
-type = "string"
-pattern = "[^\\x00]*"
-required = true
-
+const TOOLS: &str = concat!(
+    fixture!(header "20s"),
+    fixture!(echo),
+    r#"
 [tools.exit-with]
 description = "exit with a code"
 reason = "tests"
@@ -36,17 +23,9 @@ type = "integer"
 min = 0
 max = 255
 required = true
-
-[tools.sleeper]
-description = "record its pids, then sleep in the foreground and the background"
-reason = "tests"
-command = ["/bin/sh", "-c", "echo $$ > \"$1\"; /bin/sleep 1000 & echo $! >> \"$1\"; wait", "sh", "{{pidfile}}"]
-timeout = "1s"
-
-[tools.sleeper.params.pidfile]
-type = "path"
-required = true
-
+"#,
+    fixture!(sleeper),
+    r#"
 [tools.stubborn]
 description = "ignore SIGTERM"
 reason = "tests"
@@ -97,18 +76,10 @@ command = ["/bin/sh", "-c", "readlink /proc/$$/fd/0; cat; cat /proc/$$/stat"]
 description = "print the signal dispositions and mask the tool starts with"
 reason = "tests"
 command = ["/bin/grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]
-
-[tools.missing]
-description = "a program that is not installed"
-reason = "tests"
-command = ["/nonexistent/cordon-test-program"]
-
-[tools.off]
-description = "a disabled tool"
-reason = "tests"
-command = ["/bin/true"]
-disabled = true
-"#;
+"#,
+    fixture!(missing),
+    fixture!(off),
+);
 
 fn daemon() -> Daemon {
     Daemon::start(&[("tools.toml", TOOLS)])
@@ -559,40 +530,7 @@ fn health_and_reflection_answer_on_the_socket() {
     });
 }
 
-const CONFIRM_TOOLS: &str = r#"
-version = 1
-
-[defaults]
-timeout = "20s"
-write = ["/tmp"]
-
-[tools.guarded]
-description = "append a line to a file, after an agent confirmation"
-reason = "tests"
-command = ["/bin/sh", "-c", "echo \"$2\" >> \"$1\"; echo done", "sh", "{{file}}", "{{text}}"]
-confirm = "agent"
-
-[tools.guarded.params.file]
-type = "path"
-required = true
-
-[tools.guarded.params.text]
-type = "string"
-pattern = "[a-z ]*"
-required = true
-
-[tools.approved]
-description = "print a word, after a human approval"
-reason = "tests"
-command = ["/usr/bin/printf", "[%s]", "{{text}}"]
-confirm = "human"
-danger = "high"
-
-[tools.approved.params.text]
-type = "string"
-pattern = "[a-z]*"
-required = true
-"#;
+const CONFIRM_TOOLS: &str = concat!(fixture!(header "20s"), fixture!(guarded), fixture!(approved),);
 
 fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map(|s| s.lines().count()).unwrap_or(0)

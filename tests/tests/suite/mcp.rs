@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cordon_tests::fixture;
 use cordon_tests::{Daemon, cordon_at, eventually, process_gone};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam, ClientCapabilities,
@@ -24,13 +25,9 @@ use serde_json::{Value, json};
 
 /// Tools the MCP tests call. Timeouts are short; `hold` has a long one on purpose, so that only
 /// the cancellation (never the timeout) can be what ends it within the test's window.
-const TOOLS: &str = r#"
-version = 1
-
-[defaults]
-timeout = "3s"
-write = ["/tmp"]
-
+const TOOLS: &str = concat!(
+    fixture!(header "3s"),
+    r#"
 [tools.echo]
 description = "print one argument between brackets"
 reason = "tests"
@@ -61,17 +58,9 @@ reason = "tests"
 command = ["/bin/true"]
 danger = "high"
 network = { connect_tcp = [443] }
-
-[tools.sleeper]
-description = "record its pids, then sleep past the timeout"
-reason = "tests"
-command = ["/bin/sh", "-c", "echo $$ > \"$1\"; /bin/sleep 1000 & echo $! >> \"$1\"; wait", "sh", "{{pidfile}}"]
-timeout = "1s"
-
-[tools.sleeper.params.pidfile]
-type = "path"
-required = true
-
+"#,
+    fixture!(sleeper),
+    r#"
 [tools.hold]
 description = "record its pids, then sleep in the foreground and the background"
 reason = "tests"
@@ -104,46 +93,20 @@ description = "declare JSON output, print something else"
 reason = "tests"
 command = ["/usr/bin/printf", "not json"]
 output = "json"
-
-[tools.missing]
-description = "a program that is not installed"
-reason = "tests"
-command = ["/nonexistent/cordon-test-program"]
-
-[tools.off]
-description = "a disabled tool"
-reason = "tests"
-command = ["/bin/true"]
-disabled = true
-"#;
+"#,
+    fixture!(missing),
+    fixture!(off),
+);
 
 /// The MCP-visible tools of [`TOOLS`]: every available, enabled tool and `describe_schema`
 /// (no tool asks for an agent confirmation, so `confirm` is not listed).
 const LISTED: &[&str] =
     &["broken-json", "chatty", "describe_schema", "echo", "exit-with", "fetch", "hold", "report", "sleeper", "ticker"];
 
-const CONFIRM_TOOLS: &str = r#"
-version = 1
-
-[defaults]
-timeout = "3s"
-write = ["/tmp"]
-
-[tools.guarded]
-description = "append a line to a file, after an agent confirmation"
-reason = "tests"
-command = ["/bin/sh", "-c", "echo \"$2\" >> \"$1\"; echo done", "sh", "{{file}}", "{{text}}"]
-confirm = "agent"
-
-[tools.guarded.params.file]
-type = "path"
-required = true
-
-[tools.guarded.params.text]
-type = "string"
-pattern = "[a-z ]*"
-required = true
-
+const CONFIRM_TOOLS: &str = concat!(
+    fixture!(header "3s"),
+    fixture!(guarded),
+    r#"
 [tools.guarded-slow]
 description = "sleep past its timeout, after an agent confirmation"
 reason = "tests"
@@ -157,19 +120,9 @@ reason = "tests"
 command = ["/usr/bin/printf", "{\"ok\": true}"]
 confirm = "agent"
 output = "json"
-
-[tools.approved]
-description = "print a word, after a human approval"
-reason = "tests"
-command = ["/usr/bin/printf", "[%s]", "{{text}}"]
-confirm = "human"
-danger = "high"
-
-[tools.approved.params.text]
-type = "string"
-pattern = "[a-z]*"
-required = true
-"#;
+"#,
+    fixture!(approved),
+);
 
 /// A tool added by a reload.
 const FRESH: &str = r#"
@@ -184,6 +137,24 @@ command = ["/bin/true"]
 // ---------------------------------------------------------------------------------------------
 // The client side
 // ---------------------------------------------------------------------------------------------
+
+/// Runs `$name(style)` as two tests, one per protocol style, from one definition:
+/// `mcp::$name::legacy_2025_11_25` and `mcp::$name::modern_2026_07_28`.
+macro_rules! in_both_styles {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn legacy_2025_11_25() {
+                super::$name(super::Style::Legacy).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn modern_2026_07_28() {
+                super::$name(super::Style::Modern).await;
+            }
+        }
+    };
+}
 
 /// Which lifecycle the client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -487,15 +458,7 @@ async fn tools_list_mirrors_the_registry(style: Style) {
     assert_eq!(e.code, ErrorCode::METHOD_NOT_FOUND, "{e:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tools_list_mirrors_the_registry_2025() {
-    tools_list_mirrors_the_registry(Style::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tools_list_mirrors_the_registry_2026() {
-    tools_list_mirrors_the_registry(Style::Modern).await;
-}
+in_both_styles!(tools_list_mirrors_the_registry);
 
 // ---------------------------------------------------------------------------------------------
 // tools/call
@@ -551,15 +514,7 @@ async fn calls_run_and_bad_arguments_name_the_fix(style: Style) {
     assert_ok(&r);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn calls_run_and_bad_arguments_name_the_fix_2025() {
-    calls_run_and_bad_arguments_name_the_fix(Style::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn calls_run_and_bad_arguments_name_the_fix_2026() {
-    calls_run_and_bad_arguments_name_the_fix(Style::Modern).await;
-}
+in_both_styles!(calls_run_and_bad_arguments_name_the_fix);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn results_say_how_the_tool_ended() {
@@ -642,15 +597,7 @@ async fn progress_follows_the_output(style: Style) {
     assert!(counts.first().is_some_and(|c| *c >= 7.0) && counts.last().is_some_and(|c| *c <= 35.0), "{counts:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn progress_follows_the_output_2025() {
-    progress_follows_the_output(Style::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn progress_follows_the_output_2026() {
-    progress_follows_the_output(Style::Modern).await;
-}
+in_both_styles!(progress_follows_the_output);
 
 // ---------------------------------------------------------------------------------------------
 // Cancellation
@@ -695,15 +642,7 @@ async fn cancelling_a_call_kills_the_invocation(style: Style) {
     assert_eq!(text(&r), "[after]\n[exit code 0]");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cancelling_a_call_kills_the_invocation_2025() {
-    cancelling_a_call_kills_the_invocation(Style::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cancelling_a_call_kills_the_invocation_2026() {
-    cancelling_a_call_kills_the_invocation(Style::Modern).await;
-}
+in_both_styles!(cancelling_a_call_kills_the_invocation);
 
 // ---------------------------------------------------------------------------------------------
 // tools/list_changed
@@ -734,15 +673,7 @@ async fn a_reload_announces_list_changed(style: Style) {
     assert_ok(&r);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_reload_announces_list_changed_2025() {
-    a_reload_announces_list_changed(Style::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_reload_announces_list_changed_2026() {
-    a_reload_announces_list_changed(Style::Modern).await;
-}
+in_both_styles!(a_reload_announces_list_changed);
 
 // ---------------------------------------------------------------------------------------------
 // Confirmations
@@ -853,15 +784,7 @@ async fn a_human_approval_through_cordon_approve(style: Style) {
     assert!(recorder.elicitations().is_empty(), "{:?}", recorder.elicitations());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_human_approval_through_cordon_approve_2025() {
-    a_human_approval_through_cordon_approve(Style::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_human_approval_through_cordon_approve_2026() {
-    a_human_approval_through_cordon_approve(Style::Modern).await;
-}
+in_both_styles!(a_human_approval_through_cordon_approve);
 
 /// With elicitation the person answers through the client: an elicitation request on
 /// 2025-11-25, an input-required round on 2026-07-28.
@@ -885,15 +808,8 @@ async fn a_human_approval_through_the_client(style: Style) {
     assert_eq!(recorder.elicitations().len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_human_approval_through_elicitation_2025() {
-    a_human_approval_through_the_client(Style::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_human_approval_through_input_required_2026() {
-    a_human_approval_through_the_client(Style::Modern).await;
-}
+// Elicitation is a server-to-client request on 2025-11-25, an input-required round on 2026-07-28.
+in_both_styles!(a_human_approval_through_the_client);
 
 fn pending(socket: &Path) -> Value {
     cordon_at(socket, &["pending", "--json"]).json()["pending"].clone()
@@ -928,15 +844,7 @@ async fn a_declined_approval_leaves_nothing_pending(style: Style) {
     assert_eq!(left, json!([]), "the user declined, yet an admin is still asked to decide");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_declined_approval_leaves_nothing_pending_2025() {
-    a_declined_approval_leaves_nothing_pending(Style::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_declined_approval_leaves_nothing_pending_2026() {
-    a_declined_approval_leaves_nothing_pending(Style::Modern).await;
-}
+in_both_styles!(a_declined_approval_leaves_nothing_pending);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_input_required_state_is_single_use_and_unforgeable() {
@@ -1025,15 +933,7 @@ async fn the_daemon_going_away_and_coming_back(style: Style) {
     assert_eq!(listed(&client).await.len(), LISTED.len());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_daemon_going_away_and_coming_back_2025() {
-    the_daemon_going_away_and_coming_back(Style::Legacy).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_daemon_going_away_and_coming_back_2026() {
-    the_daemon_going_away_and_coming_back(Style::Modern).await;
-}
+in_both_styles!(the_daemon_going_away_and_coming_back);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_daemon_coming_back_announces_list_changed() {
