@@ -8,6 +8,8 @@
 //! - [`attack_tool`], [`toml_str`]: policy text for tools that run the attack binary.
 //!
 //! The binaries must be built first (`cargo build --workspace`); the README's test command does.
+
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
 
 use std::path::{Path, PathBuf};

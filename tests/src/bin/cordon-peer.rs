@@ -11,6 +11,8 @@
 //!                                             closed at accept (also into FILE), hold the rest
 //!                                             until stdin ends (for MS milliseconds with FILE)
 //! ```
+
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::fd::{AsRawFd as _, RawFd};
