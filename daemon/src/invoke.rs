@@ -21,10 +21,7 @@ use crate::registry::RegistryHandle;
 use cordon_core::argv::{self, Account, Plan};
 use cordon_core::policy::{Availability, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
-use cordon_sandbox::Identity;
-use cordon_sandbox::seccomp::Programs;
-use cordon_sandbox::spawn::OutputSink;
-use cordon_sandbox::{Confinement, HostSandbox, Outcome, RunSpec, SpawnError};
+use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Programs, RunSpec, SpawnError};
 
 /// Time between SIGTERM and SIGKILL on timeout or cancel.
 pub const KILL_GRACE: Duration = Duration::from_secs(3);

@@ -13,7 +13,7 @@ use cordon_daemon::authz::{self, Authorizer};
 use cordon_daemon::invoke::Settings;
 use cordon_daemon::registry::RegistryHandle;
 use cordon_daemon::server::{self, Daemon};
-use cordon_sandbox::{HostSandbox, cgroup};
+use cordon_sandbox::HostSandbox;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// cordond: runs admin-approved tools for AI agents, each invocation under control.
@@ -110,14 +110,14 @@ fn raise_open_files_limit() {
 /// `cordond --probe`: the host as a daemon started by this user would find it, without
 /// preparing anything (no cgroups are created).
 fn probe_report() -> serde_json::Value {
-    use cordon_sandbox::mntns::{ViewMode, probe_mode};
+    use cordon_sandbox::ViewMode;
     let is_root = nix::unistd::geteuid().is_root();
-    let view = probe_mode(is_root);
+    let view = cordon_sandbox::probe_view_mode(is_root);
     serde_json::json!({
         "is_root": is_root,
-        "landlock_abi": cordon_sandbox::landlock::probe_abi(),
+        "landlock_abi": cordon_sandbox::probe_landlock_abi(),
         "seccomp": cordon_sandbox::seccomp_supported(),
-        "cgroups": cgroup::host_layout(),
+        "cgroups": cordon_sandbox::cgroup_layout(),
         "fs_view": {
             "mode": view.as_str(),
             "level": match view {
@@ -136,9 +136,9 @@ const EXIT_CONFIG: u8 = 78;
 fn main() -> ExitCode {
     // The hidden reaper mode (see sandbox::cgroup): started by cordond itself.
     let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if raw.get(1).is_some_and(|a| a == cgroup::REAPER_ARG) {
+    if raw.get(1).is_some_and(|a| a == cordon_sandbox::REAPER_ARG) {
         let roots: Vec<PathBuf> = raw[2..].iter().map(PathBuf::from).collect();
-        cgroup::reaper_main(&roots);
+        cordon_sandbox::reaper_main(&roots);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -277,7 +277,11 @@ async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox, signa
     let _reaper = if roots.is_empty() {
         None
     } else {
-        Some(cgroup::spawn_reaper(&roots).context("cannot start the cgroup reaper")?)
+        Some(
+            std::env::current_exe()
+                .and_then(|exe| cordon_sandbox::spawn_reaper(&exe, &roots))
+                .context("cannot start the cgroup reaper")?,
+        )
     };
     tracing::info!(
         landlock_abi = sandbox.landlock_abi, root = sandbox.is_root, cgroups = sandbox.cgroups.mode,

@@ -21,7 +21,9 @@ use landlock::{
 
 use cordon_core::policy::{Network, SandboxPolicy};
 
-pub use cordon_core::policy::defaults::{ABI_NET, ABI_SCOPES, DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
+pub(crate) use cordon_core::policy::defaults::{
+    ABI_NET, ABI_SCOPES, DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
@@ -53,7 +55,7 @@ pub fn probe_abi() -> i32 {
 }
 
 /// Access rights of a read-only grant.
-pub fn read_access() -> BitFlags<AccessFs> {
+pub(crate) fn read_access() -> BitFlags<AccessFs> {
     AccessFs::ReadFile | AccessFs::ReadDir
 }
 

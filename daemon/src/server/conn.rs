@@ -20,7 +20,7 @@
 //! limit is the backstop for the states where hyper does not ping.
 //!
 //! - a verdict on the peer, made once at accept ([`Peer`]): the connecting process is pinned by a
-//!   pidfd (`sandbox::peer`) and is either outside every cordond's invocation cgroups, inside one
+//!   pidfd (`cordon_sandbox::inspect_peer`) and is either outside every cordond's invocation cgroups, inside one
 //!   (a tool of this or another cordond), or unknown (it already exited, sits in a pid namespace the daemon
 //!   cannot see, or its cgroup file is unreadable or ambiguous). Only the first may make
 //!   requests; the others are kept open so that each request gets a clear, audited refusal.
@@ -45,7 +45,6 @@ use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::server::Connected;
 
 use crate::caller::Caller;
-use cordon_sandbox::peer;
 
 /// How long a new connection has to send the HTTP/2 client preface.
 pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
@@ -116,9 +115,9 @@ impl Peer {
     /// `Sandboxed` or `Unknown`.
     fn decide(io: &UnixStream, caller: Caller) -> Peer {
         use std::os::fd::AsFd as _;
-        let verdict = match peer::inspect(io.as_fd()) {
+        let verdict = match cordon_sandbox::inspect_peer(io.as_fd()) {
             Err(e) => Verdict::Unknown(e.to_string().into()),
-            Ok(process) => match peer::in_cgroup(&process.cgroup, &peer::invocation_marker()) {
+            Ok(process) => match cordon_sandbox::peer_in_invocation(&process) {
                 Ok(false) => Verdict::Outside,
                 Ok(true) => Verdict::Sandboxed,
                 Err(e) => Verdict::Unknown(format!("cannot read the cgroups of peer pid {}: {e}", process.pid).into()),
