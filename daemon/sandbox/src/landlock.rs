@@ -36,7 +36,9 @@ pub enum LandlockError {
     #[error("the tool's grants were not pinned when the registry loaded; reload the policies")]
     Unpinned,
     #[error("cannot build the landlock ruleset: {0}")]
-    Ruleset(String),
+    Ruleset(#[source] landlock::RulesetError),
+    #[error("cannot build the landlock ruleset: the kernel returned no ruleset")]
+    NoRuleset,
 }
 
 /// The landlock ABI the running kernel offers (0 when it offers none).
@@ -68,7 +70,7 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
     if has_network && abi < ABI_NET {
         return Err(LandlockError::NoNetworkRules { abi });
     }
-    let err = |e: landlock::RulesetError| LandlockError::Ruleset(e.to_string());
+    let err = LandlockError::Ruleset;
     let v = ABI::from(abi);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
@@ -113,7 +115,7 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
         }
     }
     let fd: Option<OwnedFd> = created.into();
-    fd.ok_or_else(|| LandlockError::Ruleset("the kernel returned no ruleset".into()))
+    fd.ok_or(LandlockError::NoRuleset)
 }
 
 /// The default grants, opened once per process (O_PATH descriptors) with the access rights each
