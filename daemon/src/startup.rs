@@ -84,6 +84,12 @@ pub enum StartError {
     /// The policy directory does not load (the error lists every diagnostic).
     #[error(transparent)]
     Policy(#[from] LoadError),
+    #[error("cannot install the {name} handler")]
+    Signal {
+        name: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("this kernel has no seccomp filtering; cordond refuses to run tools without it")]
     NoSeccomp,
     #[error("cannot start the cgroup reaper")]
@@ -315,20 +321,11 @@ pub struct Signals {
     serving: Arc<AtomicBool>,
 }
 
-/// A handler could not be installed.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot install the {signal} handler")]
-pub struct SignalError {
-    signal: &'static str,
-    #[source]
-    source: std::io::Error,
-}
-
 impl Signals {
     /// Installs the handlers. Must run inside the runtime.
-    pub fn install() -> Result<Signals, SignalError> {
+    pub fn install() -> Result<Signals, StartError> {
         let install =
-            |kind: SignalKind, name: &'static str| signal(kind).map_err(|source| SignalError { signal: name, source });
+            |kind: SignalKind, name: &'static str| signal(kind).map_err(|source| StartError::Signal { name, source });
         let mut hangup = install(SignalKind::hangup(), "SIGHUP")?;
         let mut terminate = install(SignalKind::terminate(), "SIGTERM")?;
         let mut interrupt = install(SignalKind::interrupt(), "SIGINT")?;
