@@ -149,3 +149,51 @@ pub(crate) fn tail_lagged(missed: u64) -> Status {
         &format!("this reader fell {missed} records behind the audit log; run `cordon audit tail -f` again"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn code_of(status: &Status) -> Option<ErrorCode> {
+        status.metadata().get(ERROR_CODE_KEY).and_then(|v| v.to_str().ok()).and_then(ErrorCode::parse)
+    }
+
+    #[test]
+    fn a_refused_confirmation_carries_the_code_its_audit_record_has() {
+        let all = [
+            ConfirmError::UnknownToken,
+            ConfirmError::Foreign,
+            ConfirmError::Expired,
+            ConfirmError::AlreadyClaimed,
+            ConfirmError::Denied,
+            ConfirmError::TimedOut(Duration::from_secs(1)),
+            ConfirmError::Stale,
+            ConfirmError::UnknownApproval("a".into()),
+            ConfirmError::TooMany("b".into()),
+            ConfirmError::ElicitationNotAccepted,
+        ];
+        for e in all {
+            let status = confirm(&e);
+            assert_eq!((code_of(&status), status.message()), (Some(e.code()), e.to_string().as_str()));
+            let through_invoke = invoke(&InvokeError::Confirm(e.clone()));
+            assert_eq!((through_invoke.code(), code_of(&through_invoke)), (status.code(), Some(e.code())));
+        }
+    }
+
+    #[test]
+    fn messages_and_fields_are_clipped_to_fit_in_headers() {
+        let long = "x".repeat(20_000);
+        let status = validation(&ValidationError {
+            code: ErrorCode::UnknownFields,
+            field: Some(long.clone()),
+            message: long.clone(),
+        });
+        assert_eq!((status.code(), code_of(&status)), (Code::InvalidArgument, Some(ErrorCode::UnknownFields)));
+        assert!(status.message().len() < 2 * MAX_MESSAGE_CHARS, "{}", status.message().len());
+        assert!(status.message().ends_with(&format!("... ({} more bytes)", 20_000 - MAX_MESSAGE_CHARS)));
+        let field = status.metadata().get(ERROR_FIELD_KEY).and_then(|v| v.to_str().ok()).unwrap_or("");
+        assert!(field.len() < 2 * MAX_FIELD_CHARS, "{}", field.len());
+    }
+}
