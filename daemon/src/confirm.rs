@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::caller::Caller;
 use cordon_core::argv::Plan;
+use cordon_core::code::ErrorCode;
 use cordon_core::policy::{Confirm, Tool};
 use cordon_sandbox::Identity;
 
@@ -189,7 +190,7 @@ pub enum ConfirmError {
     #[error("no pending approval {0:?}; `cordon pending` lists them")]
     UnknownApproval(String),
     #[error("cannot draw a token from the OS random source: {0}")]
-    Random(String),
+    Random(getrandom::Error),
     #[error(
         "too many confirmations outstanding ({0}); redeem, approve or deny the pending ones, or wait until they expire, then call again"
     )]
@@ -198,6 +199,25 @@ pub enum ConfirmError {
         "approval through MCP elicitation is not accepted by this cordond (the front-end runs as the agent's user, so the agent could answer it); an admin approves with `cordon approve ID`"
     )]
     ElicitationNotAccepted,
+}
+
+impl ConfirmError {
+    /// The stable code clients see (and the audit records).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ConfirmError::UnknownToken => ErrorCode::ConfirmationInvalid,
+            ConfirmError::Expired => ErrorCode::ConfirmationExpired,
+            ConfirmError::Stale => ErrorCode::PolicyChanged,
+            ConfirmError::AlreadyClaimed => ErrorCode::ConfirmationInUse,
+            ConfirmError::Foreign => ErrorCode::ConfirmationForeign,
+            ConfirmError::Denied => ErrorCode::ApprovalDenied,
+            ConfirmError::TimedOut(_) => ErrorCode::ApprovalTimeout,
+            ConfirmError::UnknownApproval(_) => ErrorCode::UnknownApproval,
+            ConfirmError::Random(_) => ErrorCode::Internal,
+            ConfirmError::TooMany(_) => ErrorCode::TooManyConfirmations,
+            ConfirmError::ElicitationNotAccepted => ErrorCode::ElicitationNotAccepted,
+        }
+    }
 }
 
 /// The store of pending confirmations.
@@ -233,7 +253,7 @@ fn token_key(token: &str) -> [u8; 32] {
 
 fn random_hex(bytes: usize) -> Result<String, ConfirmError> {
     let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf).map_err(|e| ConfirmError::Random(e.to_string()))?;
+    getrandom::fill(&mut buf).map_err(ConfirmError::Random)?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 

@@ -21,10 +21,7 @@ use crate::registry::RegistryHandle;
 use cordon_core::argv::{self, Account, Plan};
 use cordon_core::policy::{Availability, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
-use cordon_sandbox::Identity;
-use cordon_sandbox::seccomp::Programs;
-use cordon_sandbox::spawn::OutputSink;
-use cordon_sandbox::{Confinement, HostSandbox, Outcome, RunSpec, SpawnError};
+use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Programs, RunSpec, SpawnError};
 
 /// Time between SIGTERM and SIGKILL on timeout or cancel.
 pub const KILL_GRACE: Duration = Duration::from_secs(3);
@@ -45,7 +42,7 @@ pub enum InvokeError {
     #[error(transparent)]
     Spawn(#[from] SpawnError),
     #[error("cannot draw an invocation id from the OS random source: {0}")]
-    Random(String),
+    Random(getrandom::Error),
     #[error(transparent)]
     Confirm(#[from] ConfirmError),
     #[error(transparent)]
@@ -54,28 +51,16 @@ pub enum InvokeError {
 
 impl InvokeError {
     /// The stable code clients see (and the audit records).
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            InvokeError::Invalid(v) => v.code.as_str(),
-            InvokeError::Unavailable { .. } => "TOOL_UNAVAILABLE",
-            InvokeError::Busy { .. } | InvokeError::CallerBusy { .. } => "BUSY",
-            InvokeError::ShuttingDown => "SHUTTING_DOWN",
-            InvokeError::Spawn(_) => "SPAWN_FAILED",
-            InvokeError::Random(_) => "INTERNAL",
-            InvokeError::Audit(_) => "AUDIT_UNAVAILABLE",
-            InvokeError::Confirm(c) => match c {
-                ConfirmError::UnknownToken => "CONFIRMATION_INVALID",
-                ConfirmError::Expired => "CONFIRMATION_EXPIRED",
-                ConfirmError::Stale => "POLICY_CHANGED",
-                ConfirmError::AlreadyClaimed => "CONFIRMATION_IN_USE",
-                ConfirmError::Foreign => "CONFIRMATION_FOREIGN",
-                ConfirmError::Denied => "APPROVAL_DENIED",
-                ConfirmError::TimedOut(_) => "APPROVAL_TIMEOUT",
-                ConfirmError::UnknownApproval(_) => "UNKNOWN_APPROVAL",
-                ConfirmError::Random(_) => "INTERNAL",
-                ConfirmError::TooMany(_) => "TOO_MANY_CONFIRMATIONS",
-                ConfirmError::ElicitationNotAccepted => "ELICITATION_NOT_ACCEPTED",
-            },
+            InvokeError::Invalid(v) => v.code,
+            InvokeError::Unavailable { .. } => ErrorCode::ToolUnavailable,
+            InvokeError::Busy { .. } | InvokeError::CallerBusy { .. } => ErrorCode::Busy,
+            InvokeError::ShuttingDown => ErrorCode::ShuttingDown,
+            InvokeError::Spawn(_) => ErrorCode::SpawnFailed,
+            InvokeError::Random(_) => ErrorCode::Internal,
+            InvokeError::Audit(_) => ErrorCode::AuditUnavailable,
+            InvokeError::Confirm(c) => c.code(),
         }
     }
 
@@ -654,7 +639,7 @@ impl Invoker {
                 }
                 r
             }
-            Err(e) => record.error("SPAWN_FAILED", &e.to_string()),
+            Err(e) => record.error(ErrorCode::SpawnFailed, &e.to_string()),
         };
         // The caller hears the outcome only once its record is on disk, so that the log never
         // says "aborted, outcome unknown" for a call whose client was told how it ended. If the
@@ -713,6 +698,7 @@ impl Invoker {
 fn unrecorded(id: &str, e: AuditError) -> AuditError {
     let reason = match e {
         AuditError::Failed(reason) | AuditError::Open(reason) => reason,
+        other => other.to_string(),
     };
     AuditError::Failed(format!(
         "invocation {id} ran, but its outcome could not be written to the audit log, so cordond withholds it ({reason})"
@@ -726,6 +712,6 @@ fn millis(d: Duration) -> u64 {
 /// 128 random bits, hex: unguessable, so one caller cannot name another's invocation by chance.
 fn new_id() -> Result<String, InvokeError> {
     let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| InvokeError::Random(e.to_string()))?;
+    getrandom::fill(&mut bytes).map_err(InvokeError::Random)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

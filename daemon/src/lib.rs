@@ -11,8 +11,12 @@
 //! - [`confirm`]: confirmation tokens and human approvals.
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.
 //! - [`server`]: gRPC on a Unix socket; the caller comes from the kernel.
+//! - [`startup`]: from a [`Config`] to a serving daemon and back: host probe, policy load, cgroup
+//!   reaper, audit log open and recovery, socket, signals.
 //!
-//! `main.rs` parses flags and calls [`server::run`]; tests start the same server in-process.
+//! `main.rs` only turns flags into a [`Config`], sets up logging and calls [`load`], [`start`]
+//! and [`Server::serve`]; `daemon/tests/in_process.rs` starts the same server inside the test
+//! process, where a test does not need a separate one.
 
 #![forbid(unsafe_code)]
 
@@ -23,3 +27,6 @@ pub mod confirm;
 pub mod invoke;
 pub mod registry;
 pub mod server;
+pub mod startup;
+
+pub use startup::{Config, Loaded, Server, Signals, StartError, load, run, start};

@@ -1,20 +1,15 @@
-//! `cordond --policies DIR [--socket PATH] [--audit PATH]`
+//! `cordond --policies DIR [--socket PATH] [--audit PATH]`: the flags become a
+//! [`cordon_daemon::Config`]; everything else is the library's (`cordon_daemon::startup`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Parser;
 use cordon_core::policy;
-use cordon_daemon::audit::{self, Audit, Decision, Record};
-use cordon_daemon::authz::{self, Authorizer};
+use cordon_daemon::audit;
 use cordon_daemon::invoke::Settings;
-use cordon_daemon::registry::RegistryHandle;
-use cordon_daemon::server::{self, Daemon};
-use cordon_sandbox::{HostSandbox, cgroup};
-use tokio::signal::unix::{SignalKind, signal};
+use cordon_daemon::{Config, Signals};
 
 /// cordond: runs admin-approved tools for AI agents, each invocation under control.
 #[derive(Debug, Parser)]
@@ -94,51 +89,44 @@ impl std::io::Write for LossyStderr {
     }
 }
 
-/// Every connection is a descriptor: the soft limit goes up to the hard one, so that the per-uid
-/// connection cap, not EMFILE, is what a flood of connections meets. (Tools get their own
-/// `open_files` limit.)
-fn raise_open_files_limit() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
-        && soft < hard
-        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
-    {
-        tracing::warn!(error = %e, soft, hard, "cannot raise the open-files limit");
-    }
-}
-
-/// `cordond --probe`: the host as a daemon started by this user would find it, without
-/// preparing anything (no cgroups are created).
-fn probe_report() -> serde_json::Value {
-    use cordon_sandbox::mntns::{ViewMode, probe_mode};
-    let is_root = nix::unistd::geteuid().is_root();
-    let view = probe_mode(is_root);
-    serde_json::json!({
-        "is_root": is_root,
-        "landlock_abi": cordon_sandbox::landlock::probe_abi(),
-        "seccomp": cordon_sandbox::seccomp_supported(),
-        "cgroups": cgroup::host_layout(),
-        "fs_view": {
-            "mode": view.as_str(),
-            "level": match view {
-                ViewMode::Private | ViewMode::UserNamespace => "ok",
-                ViewMode::Unprotected { .. } => "warn",
-                ViewMode::Failed { .. } => "fail",
+impl Args {
+    /// The daemon's configuration, defaults applied.
+    fn config(self, policies: PathBuf) -> Config {
+        let defaults = Config::new(policies);
+        Config {
+            socket: self.socket.unwrap_or(defaults.socket),
+            audit: audit::Options {
+                path: self.audit.unwrap_or(defaults.audit.path),
+                max_size: self.audit_max_size,
+                keep: self.audit_keep,
             },
-            "meaning": view.describe(),
-        },
-    })
+            settings: Settings {
+                max_concurrent: self.max_concurrent as usize,
+                max_per_caller: self.max_per_caller as usize,
+                agent_ttl: self.confirm_ttl,
+                human_ttl: self.approval_timeout,
+                confirmations: cordon_daemon::confirm::Limits {
+                    elicitation_approves: self.human_approval_via_elicitation,
+                    ..Default::default()
+                },
+            },
+            shutdown_grace: self.shutdown_grace,
+            admin_group: self.admin_group,
+            socket_group: self.socket_group,
+            ..defaults
+        }
+    }
 }
 
 /// Exit codes: 0 clean shutdown, 78 (EX_CONFIG) policy errors, 1 anything else.
 const EXIT_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
-    // The hidden reaper mode (see sandbox::cgroup): started by cordond itself.
+    // The hidden reaper mode (see `cordon_sandbox::spawn_reaper`): started by cordond itself.
     let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if raw.get(1).is_some_and(|a| a == cgroup::REAPER_ARG) {
+    if raw.get(1).is_some_and(|a| a == cordon_sandbox::REAPER_ARG) {
         let roots: Vec<PathBuf> = raw[2..].iter().map(PathBuf::from).collect();
-        cgroup::reaper_main(&roots);
+        cordon_sandbox::reaper_main(&roots);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -155,7 +143,7 @@ fn main() -> ExitCode {
         match Signals::install() {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("cordond: {e:#}");
+                eprintln!("cordond: {:#}", anyhow::Error::from(e));
                 return ExitCode::FAILURE;
             }
         }
@@ -170,220 +158,37 @@ fn main() -> ExitCode {
         .init();
     let args = Args::parse();
     if args.probe {
-        println!("{}", probe_report());
+        println!("{}", cordon_daemon::startup::probe_report());
         return ExitCode::SUCCESS;
     }
     let Some(policies) = args.policies.clone() else {
         eprintln!("cordond: --policies DIR is required");
         return ExitCode::from(2);
     };
-    raise_open_files_limit();
-    let sandbox = HostSandbox::probe();
-    let host = sandbox.policy_host();
-    let registry = match RegistryHandle::load(&policies, host) {
-        Ok(r) => r,
+    let config = args.config(policies);
+    let loaded = match cordon_daemon::load(&config) {
+        Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("{e}");
             eprintln!(
                 "cordond: fix the policy files above and start again (check them with `cordon policy check {}`)",
-                policies.display()
+                config.policies.display()
             );
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    match runtime.block_on(serve(args, registry, sandbox, signals)) {
+    let served = runtime.block_on(async move {
+        let server = cordon_daemon::start(config, loaded).await?;
+        // From here a SIGTERM is a graceful shutdown (the socket is removed, the stop is audited).
+        signals.serving();
+        let (shutdown, reload) = signals.into_parts();
+        server.serve(shutdown, reload).await
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("cordond: {e:#}");
+            eprintln!("cordond: {:#}", anyhow::Error::from(e));
             ExitCode::FAILURE
         }
     }
-}
-
-/// The directories cordond writes its audit log and socket into must be (or be created beneath
-/// directories) that only root or its own user can write, as the policy directory: whoever can
-/// write them can remove the log or put their own socket (or a symlink) in its place.
-fn check_trusted_dirs(audit_path: &std::path::Path, socket_path: &std::path::Path) -> anyhow::Result<()> {
-    let parent = |p: &std::path::Path| {
-        p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")).to_path_buf()
-    };
-    let trust = policy::Trust::current();
-    for (dir, subject) in
-        [(parent(audit_path), policy::Subject::AUDIT_DIR), (parent(socket_path), policy::Subject::SOCKET_DIR)]
-    {
-        policy::trust::check_dir_or_parent(&dir, trust, subject).map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    Ok(())
-}
-
-/// The signals cordond acts on, with their handlers installed. A SIGHUP that arrives before the
-/// reload task polls its stream is kept (tokio records it), so a SIGHUP during startup becomes a
-/// reload as soon as the daemon serves. SIGTERM and SIGINT end a daemon that is still starting
-/// at once (exit code 1: nothing was served yet, and a startup stuck on I/O must stay stoppable);
-/// once it serves they start the graceful shutdown.
-struct Signals {
-    hangup: tokio::signal::unix::Signal,
-    /// A size limit (RLIMIT_FSIZE) on the audit log must surface as a write error (EFBIG), which
-    /// fails the log closed, rather than kill the daemon with SIGXFSZ.
-    file_size: tokio::signal::unix::Signal,
-    /// Becomes true on SIGTERM or SIGINT once `serving` is set.
-    stop: tokio::sync::watch::Receiver<bool>,
-    serving: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Signals {
-    /// Must run inside the runtime.
-    fn install() -> anyhow::Result<Signals> {
-        let hangup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
-        let mut terminate = signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
-        let mut interrupt = signal(SignalKind::interrupt()).context("cannot install the SIGINT handler")?;
-        let file_size = signal(SignalKind::from_raw(libc::SIGXFSZ)).context("cannot install the SIGXFSZ handler")?;
-        let (stop_tx, stop) = tokio::sync::watch::channel(false);
-        let serving = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let started = serving.clone();
-        tokio::spawn(async move {
-            let name = tokio::select! {
-                _ = terminate.recv() => "SIGTERM",
-                _ = interrupt.recv() => "SIGINT",
-            };
-            if !started.load(std::sync::atomic::Ordering::SeqCst) {
-                eprintln!("cordond: {name} while starting; exiting");
-                std::process::exit(1);
-            }
-            let _ = stop_tx.send(true);
-        });
-        Ok(Signals { hangup, file_size, stop, serving })
-    }
-}
-
-async fn serve(args: Args, registry: RegistryHandle, sandbox: HostSandbox, signals: Signals) -> anyhow::Result<()> {
-    let Signals { mut hangup, file_size: mut file_size_limit, mut stop, serving } = signals;
-    let current = registry.current();
-    let policies = registry.dir().to_path_buf();
-    if sandbox.landlock_abi < 1 {
-        tracing::error!(
-            "this kernel offers no landlock: every tool is unavailable (cordon never runs a tool unsandboxed)"
-        );
-    }
-    if !sandbox.seccomp {
-        anyhow::bail!("this kernel has no seccomp filtering; cordond refuses to run tools without it");
-    }
-    // Invocation cgroups left by a daemon that died are killed now, and a reaper kills ours if we die.
-    let roots = sandbox.cgroups.roots();
-    let cleaned = sandbox.cgroups.clean_stale();
-    if cleaned > 0 {
-        tracing::warn!(cleaned, "killed invocation cgroups left by a previous cordond");
-    }
-    let _reaper = if roots.is_empty() {
-        None
-    } else {
-        Some(cgroup::spawn_reaper(&roots).context("cannot start the cgroup reaper")?)
-    };
-    tracing::info!(
-        landlock_abi = sandbox.landlock_abi, root = sandbox.is_root, cgroups = sandbox.cgroups.mode,
-        mechanisms = ?sandbox.cgroups.mechanisms(), "sandbox"
-    );
-    for w in &current.warnings {
-        tracing::warn!("{w}");
-    }
-    let counts = current.counts();
-    let group = |given: &Option<String>, default: &str, flag: &str| -> anyhow::Result<Option<u32>> {
-        match given {
-            Some(name) => {
-                authz::group_id(name).map(Some).ok_or_else(|| anyhow::anyhow!("{flag} {name:?}: no such group"))
-            }
-            None => Ok(authz::group_id(default)),
-        }
-    };
-    let admin_gid = group(&args.admin_group, authz::DEFAULT_ADMIN_GROUP, "--admin-group")?;
-    let socket_gid = group(&args.socket_group, server::socket::DEFAULT_SOCKET_GROUP, "--socket-group")?;
-    let socket_path = args.socket.clone().unwrap_or_else(cordon_proto::default_socket_path);
-    // The audit log comes before the socket: nothing is served that could not be audited.
-    let audit_path = args.audit.clone().unwrap_or_else(audit::default_path);
-    check_trusted_dirs(&audit_path, &socket_path)?;
-    let audit_options =
-        audit::Options { path: audit_path.clone(), max_size: args.audit_max_size, keep: args.audit_keep };
-    let (audit, recovery) = Audit::open(audit_options).map_err(|e| anyhow::anyhow!("audit log: {e}"))?;
-    let audit = Arc::new(audit);
-    if recovery.cut_bytes > 0 || !recovery.aborted.is_empty() {
-        tracing::warn!(
-            cut_bytes = recovery.cut_bytes,
-            aborted = recovery.aborted.len(),
-            "audit log recovered: invocations of the previous run that never finished are recorded as aborted"
-        );
-    }
-    tokio::spawn(async move {
-        while file_size_limit.recv().await.is_some() {
-            tracing::error!("SIGXFSZ: a file reached the process's file size limit");
-        }
-    });
-    let listener = server::socket::bind(&socket_path, socket_gid)?;
-    // From here a SIGTERM is a graceful shutdown (the socket is removed, the stop is audited).
-    serving.store(true, std::sync::atomic::Ordering::SeqCst);
-    let settings = Settings {
-        max_concurrent: args.max_concurrent as usize,
-        max_per_caller: args.max_per_caller as usize,
-        agent_ttl: args.confirm_ttl,
-        human_ttl: args.approval_timeout,
-        confirmations: cordon_daemon::confirm::Limits {
-            elicitation_approves: args.human_approval_via_elicitation,
-            ..Default::default()
-        },
-    };
-    let started = Record::new(Decision::DaemonStarted)
-        .with("pid", std::process::id())
-        .with("uid", nix::unistd::geteuid().as_raw())
-        .with("version", env!("CARGO_PKG_VERSION"))
-        .with("policies", policies.display().to_string())
-        .with("socket", socket_path.display().to_string())
-        .with("generation", current.generation)
-        .with("tools", counts.total)
-        .with("human_approval_via_elicitation", args.human_approval_via_elicitation)
-        .with(
-            "sandbox",
-            serde_json::json!({
-                "landlock_abi": sandbox.landlock_abi,
-                "seccomp": sandbox.seccomp,
-                "cgroup": sandbox.cgroups.mode.to_string(),
-                "root": sandbox.is_root,
-            }),
-        );
-    audit.durable(started).await.map_err(|e| anyhow::anyhow!("audit log: {e}"))?;
-    let daemon = Daemon::new(
-        Arc::new(registry),
-        Arc::new(sandbox),
-        settings,
-        socket_path.clone(),
-        Authorizer::new(admin_gid),
-        audit.clone(),
-    );
-    tracing::info!(
-        socket = %socket_path.display(), policies = %policies.display(), audit = %audit_path.display(),
-        tools = counts.total, available = counts.available, generation = current.generation, "cordond listening"
-    );
-
-    // A SIGHUP received while starting is served now: a reload right after startup.
-    let reloader = daemon.clone();
-    tokio::spawn(async move {
-        while hangup.recv().await.is_some() {
-            let d = reloader.clone();
-            // Reload does blocking file I/O; the result is logged by Daemon::reload.
-            let _ = tokio::task::spawn_blocking(move || d.reload(None)).await;
-        }
-    });
-    let shutdown = async move {
-        // Also ends when the sender is gone (it never is before a signal).
-        let _ = stop.wait_for(|stopping| *stopping).await;
-    };
-    let result = server::run(listener, daemon, shutdown, args.shutdown_grace).await;
-    if let Err(e) = std::fs::remove_file(&socket_path) {
-        tracing::warn!(error = %e, socket = %socket_path.display(), "cannot remove socket");
-    }
-    if let Err(e) = audit.durable(Record::new(Decision::DaemonStopped).with("pid", std::process::id())).await {
-        tracing::error!(error = %e, "cannot record the daemon's stop");
-    }
-    audit.close();
-    result.context("gRPC server failed")?;
-    tracing::info!("cordond stopped");
-    Ok(())
 }

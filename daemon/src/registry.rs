@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 
 use cordon_core::policy::{self, Availability, Diagnostic, Host, LoadError, Tool};
-use cordon_sandbox::seccomp::{self, Profile, ProgramCache};
+use cordon_sandbox::{Profile, ProgramCache, Programs};
 
 /// One generation of the registry.
 #[derive(Debug)]
@@ -41,7 +41,7 @@ impl Registry {
     }
 
     /// The compiled seccomp programs for a tool of this generation.
-    pub fn seccomp_for(&self, tool: &Tool) -> Option<Arc<seccomp::Programs>> {
+    pub fn seccomp_for(&self, tool: &Tool) -> Option<Arc<Programs>> {
         self.seccomp.get(&Profile::of(&tool.sandbox)).cloned()
     }
 
@@ -158,7 +158,7 @@ impl RegistryHandle {
 
 fn build(set: policy::PolicySet, generation: u64) -> Registry {
     let mut tools = set.tools;
-    let seccomp = match seccomp::compile_all(tools.iter().map(|t| Profile::of(&t.sandbox))) {
+    let seccomp = match cordon_sandbox::compile_seccomp_all(tools.iter().map(|t| Profile::of(&t.sandbox))) {
         Ok(cache) => cache,
         Err(e) => {
             // Without a filter no tool may run: fail closed, and say why on every tool.

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use cordon_core::policy::SandboxPolicy;
 use cordon_sandbox::HostSandbox;
-use cordon_sandbox::seccomp::{Profile, compile};
+use cordon_sandbox::{Profile, compile_seccomp as compile};
 
 const N: u32 = 300;
 
@@ -25,7 +25,7 @@ fn main() {
     let policy = SandboxPolicy::default();
     println!("host: landlock ABI {}, cgroups {}", host.landlock_abi, host.cgroups.mode);
     time("landlock ruleset (per call)", |_| {
-        cordon_sandbox::landlock::build(host.landlock_abi, &policy).unwrap();
+        cordon_sandbox::landlock_ruleset(host.landlock_abi, &policy).unwrap();
     });
     if host.cgroups.available() {
         time("cgroup create + remove (per call)", |i| {
@@ -82,7 +82,7 @@ write = ["/tmp", "/var/tmp"]
         bare * 1e3
     );
     time("landlock ruleset with 7 pinned grants", |_| {
-        cordon_sandbox::landlock::build(host.landlock_abi, &tool.sandbox).unwrap();
+        cordon_sandbox::landlock_ruleset(host.landlock_abi, &tool.sandbox).unwrap();
     });
     println!(
         "seccomp program: {} instructions",

@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 use cordon_core::argv::Plan;
 use cordon_core::policy::SandboxPolicy;
 use cordon_proto::v1;
-use cordon_sandbox::mntns::MountViews;
-use cordon_sandbox::seccomp::{Profile, compile};
 use cordon_sandbox::{Confinement, HostSandbox, RunSpec, run};
+use cordon_sandbox::{MountViews, Profile, compile_seccomp as compile};
 use tokio_util::sync::CancellationToken;
 
 const PER_CLIENT: usize = 200;

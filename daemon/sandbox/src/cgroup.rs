@@ -234,7 +234,7 @@ fn kill_dir(kill: Option<&Path>, dirs: &[PathBuf]) {
 }
 
 /// Kills and removes every invocation cgroup under `roots`, then the roots themselves.
-pub fn clean_all(roots: &[PathBuf]) -> usize {
+pub(crate) fn clean_all(roots: &[PathBuf]) -> usize {
     let mut cleaned = 0;
     for root in roots {
         let Ok(entries) = fs::read_dir(root) else { continue };
@@ -316,10 +316,10 @@ pub fn reaper_main(roots: &[PathBuf]) -> ! {
     std::process::exit(0)
 }
 
-/// Starts the reaper for `roots`. Keep the returned handle for the daemon's lifetime: its stdin
-/// pipe is what the reaper watches.
-pub fn spawn_reaper(roots: &[PathBuf]) -> io::Result<std::process::Child> {
-    let exe = std::env::current_exe()?;
+/// Starts the reaper for `roots`: `exe` (cordond, whose `main` hands [`REAPER_ARG`] to
+/// [`reaper_main`]) run with [`REAPER_ARG`]. Keep the returned handle for the daemon's lifetime:
+/// its stdin pipe is what the reaper watches.
+pub fn spawn_reaper(exe: &Path, roots: &[PathBuf]) -> io::Result<std::process::Child> {
     let mut child = std::process::Command::new(exe)
         .arg(REAPER_ARG)
         .args(roots)

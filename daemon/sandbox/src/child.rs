@@ -407,8 +407,9 @@ struct PathBeneathAttr {
     parent_fd: i32,
 }
 
-/// Runs in the child after fork. Only async-signal-safe system calls.
-pub(crate) fn setup(s: &ChildSetup) -> io::Result<()> {
+/// Runs in the child after fork. Only async-signal-safe system calls. Private to this module: it
+/// drops the privileges of whichever thread calls it, so only the child started by [`spawn`] may.
+fn setup(s: &ChildSetup) -> io::Result<()> {
     let fail = |step: Step| -> io::Error {
         let err = io::Error::last_os_error();
         report(s.report.as_raw_fd(), step, err.raw_os_error().unwrap_or(0));

@@ -21,7 +21,9 @@ use landlock::{
 
 use cordon_core::policy::{Network, SandboxPolicy};
 
-pub use cordon_core::policy::defaults::{ABI_NET, ABI_SCOPES, DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
+pub(crate) use cordon_core::policy::defaults::{
+    ABI_NET, ABI_SCOPES, DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
@@ -34,7 +36,9 @@ pub enum LandlockError {
     #[error("the tool's grants were not pinned when the registry loaded; reload the policies")]
     Unpinned,
     #[error("cannot build the landlock ruleset: {0}")]
-    Ruleset(String),
+    Ruleset(#[source] landlock::RulesetError),
+    #[error("cannot build the landlock ruleset: the kernel returned no ruleset")]
+    NoRuleset,
 }
 
 /// The landlock ABI the running kernel offers (0 when it offers none).
@@ -53,7 +57,7 @@ pub fn probe_abi() -> i32 {
 }
 
 /// Access rights of a read-only grant.
-pub fn read_access() -> BitFlags<AccessFs> {
+pub(crate) fn read_access() -> BitFlags<AccessFs> {
     AccessFs::ReadFile | AccessFs::ReadDir
 }
 
@@ -66,7 +70,7 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
     if has_network && abi < ABI_NET {
         return Err(LandlockError::NoNetworkRules { abi });
     }
-    let err = |e: landlock::RulesetError| LandlockError::Ruleset(e.to_string());
+    let err = LandlockError::Ruleset;
     let v = ABI::from(abi);
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
@@ -111,7 +115,7 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
         }
     }
     let fd: Option<OwnedFd> = created.into();
-    fd.ok_or_else(|| LandlockError::Ruleset("the kernel returned no ruleset".into()))
+    fd.ok_or(LandlockError::NoRuleset)
 }
 
 /// The default grants, opened once per process (O_PATH descriptors) with the access rights each

@@ -1,36 +1,52 @@
 //! cordond's kernel sandbox: process execution under landlock, seccomp, cgroups and a read-only
 //! mount view. The only crate of cordon's with `unsafe` code.
 //!
+//! # Public surface
+//! Running a tool ([`run`] with a [`RunSpec`] and its [`Confinement`], giving an [`Outcome`]),
+//! what has to be prepared for it once per registry generation (seccomp [`Programs`]) or once
+//! per daemon ([`HostSandbox`], [`MountViews`], the cgroup reaper), the host probes
+//! `cordond --probe` reports, and the peer checks the server makes on each connection. The
+//! modules are private: nothing outside this crate reaches the clone/exec code.
+//!
 //! # Layout
-//! - [`spawn`]: builds everything before the child starts, starts the child as the leader of a new
+//! - `spawn`: builds everything before the child starts, starts the child as the leader of a new
 //!   session, tracks it through a pidfd, enforces timeout and cancellation (SIGTERM, grace,
 //!   SIGKILL to the group, then the cgroup kill), and reaps it.
-//! - `child` (private): the vfork-style `clone`, and what the child does before exec, in the order
-//!   DESIGN.md fixes.
-//! - [`landlock`]: the filesystem / TCP / scope ruleset of an invocation.
-//! - [`seccomp`] and `syscalls`: the BPF allow-list, compiled once per profile.
-//! - [`cgroup`]: a cgroup per invocation where the host allows it, and the reaper that kills
+//! - `child`: the vfork-style `clone`, and what the child does before exec, in the order
+//!   DESIGN.md fixes. Only `spawn` calls into it.
+//! - `landlock`: the filesystem / TCP / scope ruleset of an invocation.
+//! - `seccomp` and `syscalls`: the BPF allow-list, compiled once per profile.
+//! - `cgroup`: a cgroup per invocation where the host allows it, and the reaper that kills
 //!   them if the daemon dies.
-//! - [`output`]: bounded head+tail capture of stdout and stderr.
-//! - [`mntns`]: the read-only view of the filesystem (a mount namespace) tools run in, so
+//! - `output`: bounded head+tail capture of stdout and stderr.
+//! - `mntns`: the read-only view of the filesystem (a mount namespace) tools run in, so
 //!   that metadata changes landlock does not cover fail outside their write roots.
+//! - `peer`: who is at the other end of a connection to cordond's socket (pidfd, cgroup).
 //!
 //! Architecture invariant: every `unsafe` block of cordon's is in this crate and carries a
 //! `// SAFETY:` comment; code that runs between clone and exec only makes async-signal-safe
-//! calls on data prepared before the clone. A tool never runs without landlock and seccomp.
+//! calls on data prepared before the clone, and only `child` (private) can run it. A tool
+//! never runs without landlock and seccomp.
 
-pub mod cgroup;
+mod cgroup;
 mod child;
-pub mod landlock;
-pub mod mntns;
-pub mod output;
-pub mod peer;
-pub mod seccomp;
-pub mod spawn;
+mod landlock;
+mod mntns;
+mod output;
+mod peer;
+mod seccomp;
+mod spawn;
 mod syscalls;
 
-pub use child::Identity;
-pub use output::{Capture, Captured};
+pub use cgroup::{Cgroups, REAPER_ARG, host_layout as cgroup_layout, reaper_main, spawn_reaper};
+pub use child::{Identity, Step as SetupStep};
+pub use landlock::{LandlockError, build as landlock_ruleset, probe_abi as probe_landlock_abi};
+pub use mntns::{MountViews, ViewError, ViewMode, probe_mode as probe_view_mode};
+pub use output::Captured;
+pub use peer::{PeerError, PeerProcess, in_invocation as peer_in_invocation, inspect as inspect_peer};
+pub use seccomp::{
+    CompileError, Profile, ProgramCache, Programs, compile as compile_seccomp, compile_all as compile_seccomp_all,
+};
 pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, RunSpec, SpawnError, run};
 
 /// What the host offers the sandbox, probed once at startup.

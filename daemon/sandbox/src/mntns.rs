@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// Most write roots one tool may have (the builder keeps their clones on its stack).
-pub const MAX_WRITE_ROOTS: usize = 64;
+pub(crate) const MAX_WRITE_ROOTS: usize = 64;
 
 /// How tools are kept from changing metadata outside their write roots on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -611,7 +611,7 @@ extern "C" fn view_main(arg: *mut libc::c_void) -> libc::c_int {
 
 /// Enters a view: in the child, before it drops its capabilities. Raw system calls only.
 /// Returns false with errno set on failure.
-pub fn enter(view: &View) -> bool {
+pub(crate) fn enter(view: &View) -> bool {
     // SAFETY: raw system calls on descriptors the view owns.
     unsafe {
         if let Some(user) = &view.user

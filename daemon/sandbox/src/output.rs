@@ -16,7 +16,7 @@ pub struct Captured {
 /// Accumulates a stream under a cap of `cap` kept bytes: the first half of the cap as the head,
 /// the last bytes seen in a ring buffer as the tail.
 #[derive(Debug)]
-pub struct Capture {
+pub(crate) struct Capture {
     head: Vec<u8>,
     head_cap: usize,
     /// Fills up to `tail_cap`, then wraps: the oldest byte is at `tail_start`.
@@ -27,13 +27,13 @@ pub struct Capture {
 }
 
 impl Capture {
-    pub fn new(cap: u64) -> Capture {
+    pub(crate) fn new(cap: u64) -> Capture {
         let cap = usize::try_from(cap).unwrap_or(usize::MAX);
         let head_cap = cap - cap / 2;
         Capture { head: Vec::new(), head_cap, tail: Vec::new(), tail_cap: cap / 2, tail_start: 0, total: 0 }
     }
 
-    pub fn push(&mut self, mut data: &[u8]) {
+    pub(crate) fn push(&mut self, mut data: &[u8]) {
         self.total += data.len() as u64;
         let room = self.head_cap - self.head.len();
         if room > 0 {
@@ -64,7 +64,7 @@ impl Capture {
         self.tail_start = (self.tail_start + rest.len()) % cap;
     }
 
-    pub fn finish(self) -> Captured {
+    pub(crate) fn finish(self) -> Captured {
         let kept = (self.head.len() + self.tail.len()) as u64;
         let omitted = self.total - kept;
         let mut bytes = self.head;

@@ -186,7 +186,7 @@ fn alive(pidfd: &OwnedFd) -> Result<bool, PeerError> {
 /// any hierarchy. A line that does not have
 /// the `ID:CONTROLLERS:PATH` shape, a file without lines or with two lines for the same
 /// hierarchy, is an error: the caller refuses what it cannot read unambiguously.
-pub fn in_cgroup(cgroup: &str, marker: &str) -> Result<bool, String> {
+pub(crate) fn in_cgroup(cgroup: &str, marker: &str) -> Result<bool, String> {
     let mut seen: Vec<(&str, &str)> = Vec::new();
     let mut inside = false;
     for line in cgroup.lines() {
@@ -222,15 +222,21 @@ fn any_invocation(path: &str) -> bool {
 }
 
 /// This daemon's invocation directory as a cgroup path (`/cordon/<pid>`).
-pub fn invocation_marker() -> String {
+pub(crate) fn invocation_marker() -> String {
     format!("/cordon/{}", std::process::id())
+}
+
+/// Whether `process` is inside an invocation cgroup of this or any other cordond
+/// ([`in_cgroup`] with this daemon's [`invocation_marker`]).
+pub fn in_invocation(process: &PeerProcess) -> Result<bool, String> {
+    in_cgroup(&process.cgroup, &invocation_marker())
 }
 
 /// Whether every invocation is placed in a cgroup under [`invocation_marker`]: the v2 hierarchy
 /// (pure v2 or hybrid, always used for `cgroup.kill`) or a pids controller (always used for
 /// `pids.max`). A v1 memory controller alone is not enough: it is used only for tools with a
 /// memory limit.
-pub fn tools_identifiable(cgroups: &Cgroups) -> Result<(), String> {
+pub(crate) fn tools_identifiable(cgroups: &Cgroups) -> Result<(), String> {
     if matches!(cgroups.mode, "v2" | "hybrid") || cgroups.has_pids() {
         return Ok(());
     }

@@ -27,9 +27,9 @@ use cordon_core::argv::Plan;
 use cordon_core::policy::SandboxPolicy;
 
 /// Process limit of an invocation whose policy sets none (cgroup `pids.max`).
-pub const DEFAULT_PROCESSES: u64 = 512;
+pub(crate) const DEFAULT_PROCESSES: u64 = 512;
 /// Descriptor limit of an invocation whose policy sets none.
-pub const DEFAULT_OPEN_FILES: u64 = 1024;
+pub(crate) const DEFAULT_OPEN_FILES: u64 = 1024;
 /// Extra address space over `limits.memory` when a memory cgroup enforces the limit itself
 /// (threads and allocators reserve far more address space than they use).
 const ADDRESS_SPACE_HEADROOM: u64 = 256 << 20;

@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, oneshot};
 
 use crate::caller::Caller;
+use cordon_core::code::ErrorCode;
 
 pub use cordon_core::audit::{Decision, chain, default_path};
 pub use writer::Recovery;
@@ -102,8 +103,8 @@ impl Record {
     }
 
     /// An error code and message.
-    pub fn error(self, code: &str, message: &str) -> Record {
-        self.with("code", code).with("message", message)
+    pub fn error(self, code: ErrorCode, message: &str) -> Record {
+        self.with("code", code.as_str()).with("message", message)
     }
 
     /// The line without its closing `"prev"`: `{"seq":..,"time":..,"decision":..,...`.
@@ -164,11 +165,22 @@ pub const MAX_ARG_TEXT: usize = 1024;
 pub const MAX_ARGV_TEXT: usize = 16 * 1024;
 
 /// Why the log cannot take records.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AuditError {
-    /// Opening or recovering the log at startup failed.
+    /// Opening or recovering the log at startup failed: what was found there.
     #[error("{0}")]
     Open(String),
+    /// Opening, recovering or resuming the log failed: a system call on `path` did.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The writer thread could not be started.
+    #[error("cannot start the audit writer thread: {0}")]
+    Thread(#[source] Arc<std::io::Error>),
     /// The log failed; invocations are refused until an admin resumes it.
     #[error(
         "the audit log failed and cordond refuses invocations until it is fixed: {0}; fix the cause, then run `cordon audit resume` (or restart cordond)"
@@ -215,7 +227,7 @@ impl Audit {
         let thread = std::thread::Builder::new()
             .name("cordon-audit".into())
             .spawn(move || state.run(&rx))
-            .map_err(|e| AuditError::Open(format!("cannot start the audit writer thread: {e}")))?;
+            .map_err(|e| AuditError::Thread(Arc::new(e)))?;
         let audit = Audit { tx: Mutex::new(Some(tx)), shared, path: options.path, thread: Mutex::new(Some(thread)) };
         Ok((audit, recovery))
     }

@@ -156,7 +156,7 @@ fn a_large_argv_is_clipped_with_the_hash_of_the_whole() {
 fn every_string_value_is_clipped() {
     let long = "m".repeat(100_000);
     let line = Record::new(Decision::Refused)
-        .error("X", &long)
+        .error(ErrorCode::Internal, &long)
         .with("nested", json!({ "a": [long.clone()] }))
         .open_line(1, "t");
     assert!(line.len() < 3 * MAX_FREE_TEXT, "{} bytes", line.len());

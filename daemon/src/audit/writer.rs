@@ -86,8 +86,8 @@ pub(super) struct Writer {
 
 type Ack = oneshot::Sender<Result<u64, AuditError>>;
 
-fn open_error(path: &Path, what: &str, e: impl std::fmt::Display) -> AuditError {
-    AuditError::Open(format!("{what} {}: {e}", path.display()))
+fn open_error(path: &Path, what: &'static str, e: std::io::Error) -> AuditError {
+    AuditError::Io { what, path: path.to_path_buf(), source: Arc::new(e) }
 }
 
 impl Writer {

@@ -20,7 +20,7 @@
 //! limit is the backstop for the states where hyper does not ping.
 //!
 //! - a verdict on the peer, made once at accept ([`Peer`]): the connecting process is pinned by a
-//!   pidfd (`sandbox::peer`) and is either outside every cordond's invocation cgroups, inside one
+//!   pidfd (`cordon_sandbox::inspect_peer`) and is either outside every cordond's invocation cgroups, inside one
 //!   (a tool of this or another cordond), or unknown (it already exited, sits in a pid namespace the daemon
 //!   cannot see, or its cgroup file is unreadable or ambiguous). Only the first may make
 //!   requests; the others are kept open so that each request gets a clear, audited refusal.
@@ -45,7 +45,6 @@ use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::server::Connected;
 
 use crate::caller::Caller;
-use cordon_sandbox::peer;
 
 /// How long a new connection has to send the HTTP/2 client preface.
 pub(crate) const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
@@ -72,6 +71,20 @@ pub(crate) const MAX_CONNECTIONS_PER_UID: usize = 256;
 /// use up that user's [`MAX_CONNECTIONS_PER_UID`] and lock out its real clients.
 pub(crate) const MAX_REFUSED_CONNECTIONS_PER_UID: usize = 8;
 
+/// The handshake, silence and write-stall limits of a connection: the constants above in the
+/// server, short ones in tests (which check what happens when one passes, never how long it took).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Deadlines {
+    pub(crate) handshake: Duration,
+    pub(crate) idle: Duration,
+    pub(crate) write_stall: Duration,
+}
+
+impl Deadlines {
+    pub(crate) const SERVER: Deadlines =
+        Deadlines { handshake: HANDSHAKE_DEADLINE, idle: IDLE_LIMIT, write_stall: WRITE_STALL_LIMIT };
+}
+
 /// Length of the HTTP/2 client connection preface, `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
 const PREFACE_LEN: usize = 24;
 
@@ -87,7 +100,7 @@ pub(crate) fn incoming(listener: UnixListener) -> impl Stream<Item = io::Result<
     let limits = Arc::new(Limits::new(MAX_CONNECTIONS_PER_UID));
     let refused = Arc::new(Limits::new(MAX_REFUSED_CONNECTIONS_PER_UID));
     UnixListenerStream::new(listener).filter_map(move |accepted| match accepted {
-        Ok(io) => Conn::admit(io, &limits, &refused).map(Ok),
+        Ok(io) => Conn::admit(io, &limits, &refused, Deadlines::SERVER).map(Ok),
         Err(e) => Some(Err(e)),
     })
 }
@@ -116,9 +129,9 @@ impl Peer {
     /// `Sandboxed` or `Unknown`.
     fn decide(io: &UnixStream, caller: Caller) -> Peer {
         use std::os::fd::AsFd as _;
-        let verdict = match peer::inspect(io.as_fd()) {
+        let verdict = match cordon_sandbox::inspect_peer(io.as_fd()) {
             Err(e) => Verdict::Unknown(e.to_string().into()),
-            Ok(process) => match peer::in_cgroup(&process.cgroup, &peer::invocation_marker()) {
+            Ok(process) => match cordon_sandbox::peer_in_invocation(&process) {
                 Ok(false) => Verdict::Outside,
                 Ok(true) => Verdict::Sandboxed,
                 Err(e) => Verdict::Unknown(format!("cannot read the cgroups of peer pid {}: {e}", process.pid).into()),
@@ -227,6 +240,7 @@ pub(crate) struct Conn {
     /// Since when writes return `Pending` without progress.
     write_stalled_since: Option<Instant>,
     write_timer: Pin<Box<Sleep>>,
+    deadlines: Deadlines,
     /// A deadline passed: every further operation fails.
     timed_out: bool,
     slot: Slot,
@@ -236,7 +250,7 @@ impl Conn {
     /// Wraps `io` if it has peer credentials and its uid is under the limit, with the verdict on
     /// its peer.
     /// Peers whose requests will be refused count against `refused`, not `limits`.
-    fn admit(io: UnixStream, limits: &Arc<Limits>, refused: &Arc<Limits>) -> Option<Conn> {
+    fn admit(io: UnixStream, limits: &Arc<Limits>, refused: &Arc<Limits>, deadlines: Deadlines) -> Option<Conn> {
         let cred = match io.peer_cred() {
             Ok(cred) => cred,
             Err(e) => {
@@ -255,16 +269,21 @@ impl Conn {
             accepted: now,
             preface_left: PREFACE_LEN,
             last_read: now,
-            read_timer: Box::pin(tokio::time::sleep_until(now + HANDSHAKE_DEADLINE)),
+            read_timer: Box::pin(tokio::time::sleep_until(now + deadlines.handshake)),
             write_stalled_since: None,
-            write_timer: Box::pin(tokio::time::sleep_until(now + WRITE_STALL_LIMIT)),
+            write_timer: Box::pin(tokio::time::sleep_until(now + deadlines.write_stall)),
+            deadlines,
             timed_out: false,
             slot,
         })
     }
 
     fn read_deadline(&self) -> Instant {
-        if self.preface_left > 0 { self.accepted + HANDSHAKE_DEADLINE } else { self.last_read + IDLE_LIMIT }
+        if self.preface_left > 0 {
+            self.accepted + self.deadlines.handshake
+        } else {
+            self.last_read + self.deadlines.idle
+        }
     }
 
     /// Called when a read found nothing: waits on the read deadline, or fails once it passed.
@@ -277,9 +296,9 @@ impl Conn {
             return Poll::Pending;
         }
         let (what, after) = if self.preface_left > 0 {
-            ("no HTTP/2 handshake", HANDSHAKE_DEADLINE)
+            ("no HTTP/2 handshake", self.deadlines.handshake)
         } else {
-            ("peer silent", IDLE_LIMIT)
+            ("peer silent", self.deadlines.idle)
         };
         Poll::Ready(Err(self.time_out(what, after)))
     }
@@ -291,14 +310,14 @@ impl Conn {
             return polled;
         }
         let since = *self.write_stalled_since.get_or_insert_with(Instant::now);
-        let deadline = since + WRITE_STALL_LIMIT;
+        let deadline = since + self.deadlines.write_stall;
         if self.write_timer.deadline() != deadline {
             self.write_timer.as_mut().reset(deadline);
         }
         if self.write_timer.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
-        Poll::Ready(Err(self.time_out("peer not reading", WRITE_STALL_LIMIT)))
+        Poll::Ready(Err(self.time_out("peer not reading", self.deadlines.write_stall)))
     }
 
     fn time_out(&mut self, what: &'static str, after: Duration) -> io::Error {
@@ -391,105 +410,125 @@ mod tests {
 
     const PREFACE: &[u8; PREFACE_LEN] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-    /// A wrapped server end and the raw client end of a socket pair.
-    fn pair(limits: &Arc<Limits>) -> (Conn, UnixStream) {
+    /// A limit no test reaches.
+    const NEVER: Duration = Duration::from_secs(3600);
+
+    /// How long a test waits for a connection to be cut before it fails: far above the short
+    /// deadlines the tests set, so that only a deadline that never fires reaches it.
+    const GIVE_UP: Duration = Duration::from_secs(60);
+
+    const fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A wrapped server end (under `deadlines`) and the raw client end of a socket pair.
+    fn pair_with(limits: &Arc<Limits>, deadlines: Deadlines) -> (Conn, UnixStream) {
         let (server, client) = UnixStream::pair().unwrap();
-        (Conn::admit(server, limits, &Arc::new(Limits::new(1))).unwrap(), client)
+        (Conn::admit(server, limits, &Arc::new(Limits::new(1)), deadlines).unwrap(), client)
+    }
+
+    fn pair(limits: &Arc<Limits>) -> (Conn, UnixStream) {
+        pair_with(limits, Deadlines::SERVER)
     }
 
     fn limits() -> Arc<Limits> {
         Arc::new(Limits::new(MAX_CONNECTIONS_PER_UID))
     }
 
-    /// Reads until the connection fails; returns the error kind and how long after `start`.
-    async fn read_until_error(conn: &mut Conn, start: Instant) -> (io::ErrorKind, Duration) {
-        let mut buf = [0u8; 64];
-        loop {
-            match conn.read(&mut buf).await {
-                Ok(0) => panic!("unexpected EOF"),
-                Ok(_) => {}
-                Err(e) => return (e.kind(), start.elapsed()),
+    /// Reads until the connection fails; returns the error and how many bytes were read before.
+    /// Which deadline ended the connection shows in the error's message.
+    async fn read_until_error(conn: &mut Conn) -> (io::Error, usize) {
+        let read = async {
+            let mut buf = [0u8; 64];
+            let mut total = 0;
+            loop {
+                match conn.read(&mut buf).await {
+                    Ok(0) => panic!("unexpected EOF"),
+                    Ok(n) => total += n,
+                    Err(e) => return (e, total),
+                }
             }
-        }
+        };
+        tokio::time::timeout(GIVE_UP, read).await.expect("the connection was never cut")
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_silent_peer_is_cut_at_the_handshake_deadline() {
         let limits = limits();
-        let start = Instant::now();
-        let (mut conn, _client) = pair(&limits);
-        let (kind, after) = read_until_error(&mut conn, start).await;
-        assert_eq!(kind, io::ErrorKind::TimedOut);
-        assert_eq!(after, HANDSHAKE_DEADLINE);
+        let (mut conn, _client) = pair_with(&limits, Deadlines { handshake: ms(200), idle: NEVER, write_stall: NEVER });
+        let (e, read) = read_until_error(&mut conn).await;
+        assert_eq!((e.kind(), e.to_string().as_str(), read), (io::ErrorKind::TimedOut, "no HTTP/2 handshake", 0));
         // And it stays failed.
         assert!(conn.read(&mut [0u8; 8]).await.is_err());
         assert!(conn.write(b"x").await.is_err());
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_trickled_preface_does_not_extend_the_handshake_deadline() {
         let limits = limits();
-        let start = Instant::now();
-        let (mut conn, mut client) = pair(&limits);
+        // The whole preface would take 24 x 100 ms, eight handshake deadlines; every byte comes
+        // well within the (never reached) silence limit.
+        let (mut conn, mut client) =
+            pair_with(&limits, Deadlines { handshake: ms(300), idle: NEVER, write_stall: NEVER });
         tokio::spawn(async move {
             for byte in PREFACE {
-                tokio::time::sleep(Duration::from_secs(3)).await;
+                tokio::time::sleep(ms(100)).await;
                 if client.write_all(&[*byte]).await.is_err() {
                     return;
                 }
             }
         });
-        let (kind, after) = read_until_error(&mut conn, start).await;
-        assert_eq!(kind, io::ErrorKind::TimedOut);
-        assert_eq!(after, HANDSHAKE_DEADLINE);
+        let (e, read) = read_until_error(&mut conn).await;
+        assert_eq!((e.kind(), e.to_string().as_str()), (io::ErrorKind::TimedOut, "no HTTP/2 handshake"));
+        assert!(read < PREFACE_LEN, "cut only after the whole preface ({read} bytes)");
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn after_the_preface_a_peer_may_stay_as_long_as_it_speaks_within_the_idle_limit() {
         let limits = limits();
-        let start = Instant::now();
-        let (mut conn, mut client) = pair(&limits);
+        let (mut conn, mut client) =
+            pair_with(&limits, Deadlines { handshake: ms(300), idle: ms(1000), write_stall: NEVER });
         let speaker = tokio::spawn(async move {
             client.write_all(PREFACE).await.unwrap();
-            // Well past the handshake deadline and past one idle limit in total.
-            for _ in 0..3 {
-                tokio::time::sleep(IDLE_LIMIT - Duration::from_secs(1)).await;
+            // Past the handshake deadline and, in total, past two idle limits: each pause is
+            // half of one.
+            for _ in 0..5 {
+                tokio::time::sleep(ms(500)).await;
                 client.write_all(b"ping").await.unwrap();
             }
             client
         });
         let mut buf = [0u8; 64];
         let mut total = 0;
-        while total < PREFACE_LEN + 3 * 4 {
+        while total < PREFACE_LEN + 5 * 4 {
             total += conn.read(&mut buf).await.unwrap();
         }
-        let last = Instant::now();
         let _client = speaker.await.unwrap();
-        // Now silence: cut exactly one idle limit after the last byte.
-        let (kind, after) = read_until_error(&mut conn, last).await;
-        assert_eq!(kind, io::ErrorKind::TimedOut);
-        assert_eq!(after, IDLE_LIMIT);
-        assert!(start.elapsed() > 3 * IDLE_LIMIT);
+        // Now silence: cut by the idle limit.
+        let (e, _) = read_until_error(&mut conn).await;
+        assert_eq!((e.kind(), e.to_string().as_str()), (io::ErrorKind::TimedOut, "peer silent"));
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_peer_that_stops_reading_is_cut_after_the_write_stall_limit() {
         let limits = limits();
-        let (mut conn, mut client) = pair(&limits);
+        let (mut conn, mut client) =
+            pair_with(&limits, Deadlines { handshake: NEVER, idle: NEVER, write_stall: ms(300) });
         client.write_all(PREFACE).await.unwrap();
         let mut buf = [0u8; PREFACE_LEN];
         conn.read_exact(&mut buf).await.unwrap();
         // Fill the socket buffer; the peer never reads. The first write that has to wait fails
         // once the stall limit has passed.
         let chunk = vec![0u8; 64 * 1024];
-        let (e, after) = loop {
-            let started = Instant::now();
-            if let Err(e) = conn.write(&chunk).await {
-                break (e, started.elapsed());
+        let fill = async {
+            loop {
+                if let Err(e) = conn.write(&chunk).await {
+                    break e;
+                }
             }
         };
-        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-        assert_eq!(after, WRITE_STALL_LIMIT);
+        let e = tokio::time::timeout(GIVE_UP, fill).await.expect("the stalled write never failed");
+        assert_eq!((e.kind(), e.to_string().as_str()), (io::ErrorKind::TimedOut, "peer not reading"));
         drop(client);
     }
 
@@ -502,7 +541,7 @@ mod tests {
         assert_eq!(limits.open(uid), 2);
         let (server, _cc) = UnixStream::pair().unwrap();
         assert!(
-            Conn::admit(server, &limits, &Arc::new(Limits::new(1))).is_none(),
+            Conn::admit(server, &limits, &Arc::new(Limits::new(1)), Deadlines::SERVER).is_none(),
             "a third connection must be refused"
         );
         assert_eq!(limits.open(uid), 2);
@@ -537,7 +576,7 @@ mod tests {
         let (io, _) = listener.accept().await.unwrap();
         let (served, refused) = (limits(), Arc::new(Limits::new(1)));
         let uid = nix::unistd::geteuid().as_raw();
-        let conn = Conn::admit(io, &served, &refused).unwrap();
+        let conn = Conn::admit(io, &served, &refused, Deadlines::SERVER).unwrap();
         let peer = conn.connect_info();
         assert!(matches!(&peer.verdict, Verdict::Unknown(why) if why.contains("exited")), "{peer:?}");
         // Counted apart from the uid's served connections.

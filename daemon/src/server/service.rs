@@ -15,6 +15,7 @@ use crate::audit::{Decision, Record, tail};
 use crate::authz::Role;
 use crate::caller::Caller;
 use crate::invoke::{Admission, CancelReason, Started};
+use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Availability, diag};
 use cordon_sandbox::OutputChunk;
 
@@ -74,7 +75,7 @@ impl CordonService {
                 self.audit(
                     Record::new(Decision::Unauthenticated)
                         .with("operation", operation)
-                        .error("NO_PEER_CREDENTIALS", status.message()),
+                        .error(ErrorCode::NoPeerCredentials, status.message()),
                 );
                 Err(status)
             }
@@ -84,7 +85,7 @@ impl CordonService {
                     Record::new(Decision::Unauthorized)
                         .caller(&caller)
                         .with("operation", operation)
-                        .error("SANDBOXED_PEER", status.message()),
+                        .error(ErrorCode::SandboxedPeer, status.message()),
                 );
                 Err(status)
             }
@@ -94,7 +95,7 @@ impl CordonService {
                     Record::new(Decision::Unauthorized)
                         .caller(&caller)
                         .with("operation", operation)
-                        .error("UNKNOWN_PEER", status.message()),
+                        .error(ErrorCode::UnknownPeer, status.message()),
                 );
                 Err(status)
             }
@@ -114,7 +115,7 @@ impl CordonService {
                     Record::new(Decision::Unauthorized)
                         .caller(caller)
                         .with("operation", operation)
-                        .error("PERMISSION_DENIED", &message),
+                        .error(ErrorCode::PermissionDenied, &message),
                 );
                 Err(status::denied(message))
             }
@@ -132,7 +133,7 @@ impl CordonService {
                 .tool(name)
                 .caller(caller)
                 .with("operation", operation)
-                .error("PERMISSION_DENIED", &message),
+                .error(ErrorCode::PermissionDenied, &message),
         );
         status::denied(message)
     }
@@ -165,7 +166,9 @@ impl CordonService {
 
     fn unknown_invoked(&self, caller: &Caller, name: &str) -> Status {
         let status = self.unknown(caller, name);
-        self.audit(Record::new(Decision::Invalid).tool(name).caller(caller).error("UNKNOWN_TOOL", status.message()));
+        self.audit(
+            Record::new(Decision::Invalid).tool(name).caller(caller).error(ErrorCode::UnknownTool, status.message()),
+        );
         status
     }
 
@@ -264,7 +267,7 @@ impl v1::cordon_server::Cordon for CordonService {
                         .tool(name)
                         .caller(&caller)
                         .with("operation", "get_tool")
-                        .error("UNKNOWN_TOOL", status.message()),
+                        .error(ErrorCode::UnknownTool, status.message()),
                 );
                 Err(status)
             }
@@ -334,7 +337,7 @@ impl v1::cordon_server::Cordon for CordonService {
         let caller = self.caller(&request, "approve")?;
         self.require_admin(&caller, "approve", "approving")?;
         let id = &request.get_ref().approval_id;
-        let decided = self.daemon.invoker.confirmations().approve(id).map_err(|e| status::invoke(&e.into()))?;
+        let decided = self.daemon.invoker.confirmations().approve(id).map_err(|e| status::confirm(&e))?;
         // The admin is told "approved" only once the decision is on disk. If it cannot be
         // written, the log is failed and the approved invocation cannot start either.
         self.daemon
@@ -360,7 +363,7 @@ impl v1::cordon_server::Cordon for CordonService {
         if self.daemon.invoker.confirmations().approval_owner(id) != Some(caller.uid) {
             self.require_admin(&caller, "deny", "denying another user's approval")?;
         }
-        let decided = self.daemon.invoker.confirmations().deny(id).map_err(|e| status::invoke(&e.into()))?;
+        let decided = self.daemon.invoker.confirmations().deny(id).map_err(|e| status::confirm(&e))?;
         let withdrawn = decided.caller.uid == caller.uid && self.role(&caller) == Role::Agent;
         // Durable before the answer, like an approval (the denial itself is already in force).
         self.daemon
@@ -397,7 +400,7 @@ impl v1::cordon_server::Cordon for CordonService {
         let daemon = self.daemon.clone();
         let result = tokio::task::spawn_blocking(move || daemon.reload(Some(&caller)))
             .await
-            .map_err(|e| status::internal(format!("reload task failed: {e}")))?;
+            .map_err(|e| status::task_failed("reload task", &e))?;
         Ok(Response::new(result))
     }
 
@@ -423,7 +426,7 @@ impl v1::cordon_server::Cordon for CordonService {
             },
         })
         .await
-        .map_err(|e| status::internal(format!("policy check failed: {e}")))?;
+        .map_err(|e| status::task_failed("policy check", &e))?;
         Ok(Response::new(response))
     }
 
@@ -480,10 +483,7 @@ impl v1::cordon_server::Cordon for CordonService {
             "" => None,
             name => Some(Decision::parse(name).ok_or_else(|| {
                 let known: Vec<&str> = Decision::ALL.iter().map(|d| d.as_str()).collect();
-                Status::invalid_argument(status::clip(
-                    &format!("unknown decision {name:?}; one of: {}", known.join(", ")),
-                    status::MAX_MESSAGE_CHARS,
-                ))
+                status::unknown_decision(name, &known)
             })?),
         };
         let filter = tail::Filter { tool: (!req.tool.is_empty()).then_some(req.tool), decision };
@@ -494,8 +494,8 @@ impl v1::cordon_server::Cordon for CordonService {
         let reader_filter = filter.clone();
         let (lines, mut last_seq) = tokio::task::spawn_blocking(move || tail::last(&path, wanted, &reader_filter))
             .await
-            .map_err(|e| status::internal(format!("audit reader failed: {e}")))?
-            .map_err(|e| Status::unavailable(format!("cannot read the audit log: {e}")))?;
+            .map_err(|e| status::task_failed("audit reader", &e))?
+            .map_err(|e| status::audit_unreadable(&e))?;
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         tokio::spawn(async move {
             for line in lines {
@@ -522,11 +522,7 @@ impl v1::cordon_server::Cordon for CordonService {
                         }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        let _ = tx
-                            .send(Err(Status::resource_exhausted(format!(
-                                "this reader fell {n} records behind the audit log; run `cordon audit tail -f` again"
-                            ))))
-                            .await;
+                        let _ = tx.send(Err(status::tail_lagged(n))).await;
                         return;
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,

@@ -48,7 +48,7 @@ fn project() -> tempfile::TempDir {
 /// Runs the tool's exact plan (argv, environment, working dir) without any sandbox.
 fn run_outside(tool_name: &str, args: &Value) -> (Option<i32>, String) {
     let set =
-        load_dir(&examples_dir(), &Host::new(nix::unistd::geteuid().is_root(), cordon_sandbox::landlock::probe_abi()))
+        load_dir(&examples_dir(), &Host::new(nix::unistd::geteuid().is_root(), cordon_sandbox::probe_landlock_abi()))
             .unwrap();
     let tool = set.tools.iter().find(|t| t.name == tool_name).unwrap();
     let Availability::Available { executable } = &tool.availability else { panic!("{tool_name} is unavailable") };

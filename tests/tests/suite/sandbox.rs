@@ -101,7 +101,7 @@ fn s(p: &Path) -> &str {
 /// Whether this host runs tools in a read-only view of the filesystem (see
 /// `daemon/src/sandbox/mntns.rs`); the daemons these tests start run as the test's user.
 fn in_view() -> bool {
-    use cordon_sandbox::mntns::{ViewMode, probe_mode};
+    use cordon_sandbox::{ViewMode, probe_view_mode as probe_mode};
     static MODE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *MODE.get_or_init(|| matches!(probe_mode(is_root()), ViewMode::Private | ViewMode::UserNamespace))
 }

@@ -1,0 +1,399 @@
+//! What cordond does between parsing its flags and exiting, as a library, so that tests can
+//! start the very server `cordond` runs in their own process.
+//!
+//! 1. [`load`] (blocking): raises the open-files limit, probes the host's sandbox and loads the
+//!    policy directory.
+//! 2. [`start`]: refuses a host without seccomp, cleans invocation cgroups a dead daemon left
+//!    and starts the cgroup reaper, opens and recovers the audit log, then binds the socket.
+//! 3. [`Server::serve`]: records `daemon_started`, serves until the shutdown future completes
+//!    (reloading on each message of `reload`), then removes the socket and records
+//!    `daemon_stopped`.
+//!
+//! [`run`] does all three. `cordond` itself installs its [`Signals`] first, before logging and
+//! flags, so that a signal arriving while it starts is handled as it must be.
+//!
+//! Architecture invariant: the audit log is open (and recovered) before the socket is bound,
+//! and the start is on disk before the first request is served: nothing is served that could
+//! not be audited.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cordon_core::policy::{self, LoadError, TrustError};
+use cordon_sandbox::{HostSandbox, ViewMode};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+
+use crate::audit::{self, Audit, AuditError, Decision, Record};
+use crate::authz::{self, Authorizer};
+use crate::invoke::Settings;
+use crate::registry::RegistryHandle;
+use crate::server::socket::{self, SocketError};
+use crate::server::{self, Daemon};
+
+/// How cordond runs: its flags, defaults applied.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The directory of policy files.
+    pub policies: PathBuf,
+    /// The Unix socket to listen on.
+    pub socket: PathBuf,
+    /// The audit log and its rotation.
+    pub audit: audit::Options,
+    /// Concurrency limits and confirmation lifetimes.
+    pub settings: Settings,
+    /// On shutdown, how long running invocations may take to finish before they are killed.
+    pub shutdown_grace: Duration,
+    /// Members of this group are admins (`None`: [`authz::DEFAULT_ADMIN_GROUP`] if it exists).
+    pub admin_group: Option<String>,
+    /// As root, the group that may connect to the socket (`None`:
+    /// [`socket::DEFAULT_SOCKET_GROUP`] if it exists).
+    pub socket_group: Option<String>,
+    /// The program started as the cgroup reaper (with [`cordon_sandbox::REAPER_ARG`]), where
+    /// the host has invocation cgroups: cordond (`None`: this program, which must then be cordond;
+    /// a test process names the cordond binary).
+    pub reaper: Option<PathBuf>,
+}
+
+impl Config {
+    /// cordond's defaults for a daemon serving `policies`.
+    pub fn new(policies: PathBuf) -> Config {
+        Config {
+            policies,
+            socket: cordon_proto::default_socket_path(),
+            audit: audit::Options {
+                path: audit::default_path(),
+                max_size: audit::DEFAULT_MAX_SIZE,
+                keep: audit::DEFAULT_KEEP,
+            },
+            settings: Settings::default(),
+            shutdown_grace: Duration::from_secs(10),
+            admin_group: None,
+            socket_group: None,
+            reaper: None,
+        }
+    }
+}
+
+/// Why cordond could not start, or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The policy directory does not load (the error lists every diagnostic).
+    #[error(transparent)]
+    Policy(#[from] LoadError),
+    #[error("cannot install the {name} handler")]
+    Signal {
+        name: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("this kernel has no seccomp filtering; cordond refuses to run tools without it")]
+    NoSeccomp,
+    #[error("cannot start the cgroup reaper")]
+    Reaper(#[source] std::io::Error),
+    #[error("{flag} {name:?}: no such group")]
+    NoSuchGroup { flag: &'static str, name: String },
+    #[error(transparent)]
+    UntrustedDir(TrustError),
+    #[error("audit log")]
+    Audit(#[source] AuditError),
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    #[error("gRPC server failed")]
+    Serve(#[source] tonic::transport::Error),
+}
+
+/// The host's sandbox and the first registry generation: what [`load`] prepares.
+#[derive(Debug)]
+pub struct Loaded {
+    pub sandbox: HostSandbox,
+    pub registry: RegistryHandle,
+}
+
+/// Raises the open-files limit, probes the host and loads the policies. Blocking.
+pub fn load(config: &Config) -> Result<Loaded, LoadError> {
+    raise_open_files_limit();
+    let sandbox = HostSandbox::probe();
+    let registry = RegistryHandle::load(&config.policies, sandbox.policy_host())?;
+    Ok(Loaded { sandbox, registry })
+}
+
+/// Every connection is a descriptor: the soft limit goes up to the hard one, so that the per-uid
+/// connection cap, not EMFILE, is what a flood of connections meets. (Tools get their own
+/// `open_files` limit.)
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(error = %e, soft, hard, "cannot raise the open-files limit");
+    }
+}
+
+/// A daemon with its audit log open and its socket bound, not serving yet.
+#[derive(Debug)]
+pub struct Server {
+    config: Config,
+    sandbox: HostSandbox,
+    registry: RegistryHandle,
+    audit: Arc<Audit>,
+    listener: tokio::net::UnixListener,
+    admin_gid: Option<u32>,
+    /// Kept for the daemon's lifetime: its stdin pipe is what the reaper watches.
+    _reaper: Option<std::process::Child>,
+}
+
+/// Everything before serving; see the module documentation.
+pub async fn start(config: Config, loaded: Loaded) -> Result<Server, StartError> {
+    let Loaded { sandbox, registry } = loaded;
+    let current = registry.current();
+    if sandbox.landlock_abi < 1 {
+        tracing::error!(
+            "this kernel offers no landlock: every tool is unavailable (cordon never runs a tool unsandboxed)"
+        );
+    }
+    if !sandbox.seccomp {
+        return Err(StartError::NoSeccomp);
+    }
+    // Invocation cgroups left by a daemon that died are killed now, and a reaper kills ours if we die.
+    let roots = sandbox.cgroups.roots();
+    let cleaned = sandbox.cgroups.clean_stale();
+    if cleaned > 0 {
+        tracing::warn!(cleaned, "killed invocation cgroups left by a previous cordond");
+    }
+    let reaper = if roots.is_empty() {
+        None
+    } else {
+        let exe = match &config.reaper {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe().map_err(StartError::Reaper)?,
+        };
+        Some(cordon_sandbox::spawn_reaper(&exe, &roots).map_err(StartError::Reaper)?)
+    };
+    tracing::info!(
+        landlock_abi = sandbox.landlock_abi, root = sandbox.is_root, cgroups = sandbox.cgroups.mode,
+        mechanisms = ?sandbox.cgroups.mechanisms(), "sandbox"
+    );
+    for w in &current.warnings {
+        tracing::warn!("{w}");
+    }
+    let group = |given: &Option<String>, default: &str, flag: &'static str| -> Result<Option<u32>, StartError> {
+        match given {
+            Some(name) => {
+                authz::group_id(name).map(Some).ok_or_else(|| StartError::NoSuchGroup { flag, name: name.clone() })
+            }
+            None => Ok(authz::group_id(default)),
+        }
+    };
+    let admin_gid = group(&config.admin_group, authz::DEFAULT_ADMIN_GROUP, "--admin-group")?;
+    let socket_gid = group(&config.socket_group, socket::DEFAULT_SOCKET_GROUP, "--socket-group")?;
+    // The audit log comes before the socket: nothing is served that could not be audited.
+    check_trusted_dirs(&config.audit.path, &config.socket)?;
+    let (audit, recovery) = Audit::open(config.audit.clone()).map_err(StartError::Audit)?;
+    let audit = Arc::new(audit);
+    if recovery.cut_bytes > 0 || !recovery.aborted.is_empty() {
+        tracing::warn!(
+            cut_bytes = recovery.cut_bytes,
+            aborted = recovery.aborted.len(),
+            "audit log recovered: invocations of the previous run that never finished are recorded as aborted"
+        );
+    }
+    let listener = socket::bind(&config.socket, socket_gid)?;
+    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, _reaper: reaper })
+}
+
+/// The directories cordond writes its audit log and socket into must be (or be created beneath
+/// directories) that only root or its own user can write, as the policy directory: whoever can
+/// write them can remove the log or put their own socket (or a symlink) in its place.
+fn check_trusted_dirs(audit_path: &Path, socket_path: &Path) -> Result<(), StartError> {
+    let parent = |p: &Path| p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    let trust = policy::Trust::current();
+    for (dir, subject) in
+        [(parent(audit_path), policy::Subject::AUDIT_DIR), (parent(socket_path), policy::Subject::SOCKET_DIR)]
+    {
+        policy::trust::check_dir_or_parent(&dir, trust, subject).map_err(StartError::UntrustedDir)?;
+    }
+    Ok(())
+}
+
+impl Server {
+    /// The socket it listens on.
+    pub fn socket(&self) -> &Path {
+        &self.config.socket
+    }
+
+    /// Serves until `shutdown` completes, then stops gracefully (see [`server::run`]). Each
+    /// message on `reload` reloads the policy directory (SIGHUP).
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        mut reload: mpsc::Receiver<()>,
+    ) -> Result<(), StartError> {
+        let Server { config, sandbox, registry, audit, listener, admin_gid, _reaper } = self;
+        let current = registry.current();
+        let counts = current.counts();
+        let socket_path = config.socket.clone();
+        let started = Record::new(Decision::DaemonStarted)
+            .with("pid", std::process::id())
+            .with("uid", nix::unistd::geteuid().as_raw())
+            .with("version", env!("CARGO_PKG_VERSION"))
+            .with("policies", config.policies.display().to_string())
+            .with("socket", socket_path.display().to_string())
+            .with("generation", current.generation)
+            .with("tools", counts.total)
+            .with("human_approval_via_elicitation", config.settings.confirmations.elicitation_approves)
+            .with(
+                "sandbox",
+                serde_json::json!({
+                    "landlock_abi": sandbox.landlock_abi,
+                    "seccomp": sandbox.seccomp,
+                    "cgroup": sandbox.cgroups.mode.to_string(),
+                    "root": sandbox.is_root,
+                }),
+            );
+        audit.durable(started).await.map_err(StartError::Audit)?;
+        let daemon = Daemon::new(
+            Arc::new(registry),
+            Arc::new(sandbox),
+            config.settings,
+            socket_path.clone(),
+            Authorizer::new(admin_gid),
+            audit.clone(),
+        );
+        tracing::info!(
+            socket = %socket_path.display(), policies = %config.policies.display(),
+            audit = %config.audit.path.display(), tools = counts.total, available = counts.available,
+            generation = current.generation, "cordond listening"
+        );
+
+        // A reload asked for while starting is served now: a reload right after startup.
+        let reloader = daemon.clone();
+        tokio::spawn(async move {
+            while reload.recv().await.is_some() {
+                let d = reloader.clone();
+                // Reload does blocking file I/O; the result is logged by Daemon::reload.
+                let _ = tokio::task::spawn_blocking(move || d.reload(None)).await;
+            }
+        });
+        let result = server::run(listener, daemon, shutdown, config.shutdown_grace).await;
+        if let Err(e) = std::fs::remove_file(&socket_path) {
+            tracing::warn!(error = %e, socket = %socket_path.display(), "cannot remove socket");
+        }
+        if let Err(e) = audit.durable(Record::new(Decision::DaemonStopped).with("pid", std::process::id())).await {
+            tracing::error!(error = %e, "cannot record the daemon's stop");
+        }
+        audit.close();
+        result.map_err(StartError::Serve)?;
+        tracing::info!("cordond stopped");
+        Ok(())
+    }
+}
+
+/// [`load`], [`start`] and [`Server::serve`]: a daemon that serves until `shutdown` completes
+/// (without reloads).
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), StartError> {
+    let loaded = {
+        let config = config.clone();
+        match tokio::task::spawn_blocking(move || load(&config)).await {
+            Ok(loaded) => loaded?,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    };
+    let (_keep, reload) = mpsc::channel(1);
+    start(config, loaded).await?.serve(shutdown, reload).await
+}
+
+/// The signals cordond acts on, with their handlers installed. A SIGHUP that arrives before the
+/// daemon serves is kept, and becomes a reload as soon as it does. SIGTERM and SIGINT end a
+/// daemon that is still starting at once (exit code 1: nothing was served yet, and a startup
+/// stuck on I/O must stay stoppable); once it serves ([`Signals::serving`]) they start the
+/// graceful shutdown. A size limit (RLIMIT_FSIZE) on the audit log surfaces as a write error
+/// (EFBIG), which fails the log closed, rather than kill the daemon with SIGXFSZ.
+#[derive(Debug)]
+pub struct Signals {
+    reload: mpsc::Receiver<()>,
+    /// Becomes true on SIGTERM or SIGINT once `serving` is set.
+    stop: watch::Receiver<bool>,
+    serving: Arc<AtomicBool>,
+}
+
+impl Signals {
+    /// Installs the handlers. Must run inside the runtime.
+    pub fn install() -> Result<Signals, StartError> {
+        let install =
+            |kind: SignalKind, name: &'static str| signal(kind).map_err(|source| StartError::Signal { name, source });
+        let mut hangup = install(SignalKind::hangup(), "SIGHUP")?;
+        let mut terminate = install(SignalKind::terminate(), "SIGTERM")?;
+        let mut interrupt = install(SignalKind::interrupt(), "SIGINT")?;
+        let mut file_size = install(SignalKind::from_raw(libc::SIGXFSZ), "SIGXFSZ")?;
+        let (stop_tx, stop) = watch::channel(false);
+        let serving = Arc::new(AtomicBool::new(false));
+        let started = serving.clone();
+        tokio::spawn(async move {
+            let name = tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = interrupt.recv() => "SIGINT",
+            };
+            if !started.load(Ordering::SeqCst) {
+                eprintln!("cordond: {name} while starting; exiting");
+                std::process::exit(1);
+            }
+            let _ = stop_tx.send(true);
+        });
+        // One pending reload at most: SIGHUPs that arrive during a reload make one more.
+        let (reload_tx, reload) = mpsc::channel(1);
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                let _ = reload_tx.try_send(());
+            }
+        });
+        tokio::spawn(async move {
+            while file_size.recv().await.is_some() {
+                tracing::error!("SIGXFSZ: a file reached the process's file size limit");
+            }
+        });
+        Ok(Signals { reload, stop, serving })
+    }
+
+    /// From now on SIGTERM and SIGINT stop the daemon gracefully.
+    pub fn serving(&self) {
+        self.serving.store(true, Ordering::SeqCst);
+    }
+
+    /// What [`Server::serve`] takes: the shutdown (SIGTERM or SIGINT once serving) and the reloads
+    /// (SIGHUP).
+    pub fn into_parts(self) -> (impl Future<Output = ()> + Send + 'static, mpsc::Receiver<()>) {
+        let mut stop = self.stop;
+        let shutdown = async move {
+            // Also ends when the sender is gone (it never is before a signal).
+            let _ = stop.wait_for(|stopping| *stopping).await;
+        };
+        (shutdown, self.reload)
+    }
+}
+
+/// `cordond --probe`: the host as a daemon started by this user would find it, without
+/// preparing anything (no cgroups are created).
+pub fn probe_report() -> serde_json::Value {
+    let is_root = nix::unistd::geteuid().is_root();
+    let view = cordon_sandbox::probe_view_mode(is_root);
+    serde_json::json!({
+        "is_root": is_root,
+        "landlock_abi": cordon_sandbox::probe_landlock_abi(),
+        "seccomp": cordon_sandbox::seccomp_supported(),
+        "cgroups": cordon_sandbox::cgroup_layout(),
+        "fs_view": {
+            "mode": view.as_str(),
+            "level": match view {
+                ViewMode::Private | ViewMode::UserNamespace => "ok",
+                ViewMode::Unprotected { .. } => "warn",
+                ViewMode::Failed { .. } => "fail",
+            },
+            "meaning": view.describe(),
+        },
+    })
+}
