@@ -9,13 +9,15 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diag::{Diagnostic, Sink, did_you_mean};
-use super::units::{format_duration, format_size, parse_duration, parse_size};
-use super::{
-    Allow, Annotations, ArgTemplate, Availability, Confirm, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, Danger, FILE_KEYS,
-    KeyDoc, LIMIT_KEYS, Limits, MAX_OUTPUT_RANGE, Network, Output, PARAM_KEYS, Param, ParamKind, Pattern, Principal,
-    REGEX_MAX_LEN, REGEX_NEST_LIMIT, REGEX_SIZE_LIMIT, RunAs, SandboxPolicy, Segment, Source, TIMEOUT_RANGE, TOOL_KEYS,
-    Tool, env_key_forbidden, schema,
+use super::keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, TOOL_KEYS, key};
+use super::model::{
+    Allow, Annotations, ArgTemplate, Availability, BASE_ENV, Confirm, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, Danger,
+    Limits, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, Network, Output, Param, ParamKind, Pattern, Principal, REGEX_MAX_LEN,
+    REGEX_NEST_LIMIT, REGEX_SIZE_LIMIT, RunAs, SandboxPolicy, Segment, Source, TIMEOUT_RANGE, Tool, env_key_forbidden,
 };
+use super::schema;
+use super::units::{format_duration, format_size, parse_duration, parse_size};
+use crate::validate::check_value;
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -201,7 +203,7 @@ impl Parser<'_> {
         if let Some((prefix, span)) = &args_env_prefix {
             for p in &params {
                 let key = format!("{prefix}{}", p.name.to_ascii_uppercase());
-                if env_key_forbidden(&key) || crate::argv::BASE_ENV.contains(&key.as_str()) || env.contains_key(&key) {
+                if env_key_forbidden(&key) || BASE_ENV.contains(&key.as_str()) || env.contains_key(&key) {
                     self.sink.error(
                         span.clone(),
                         format!("args_env_prefix {prefix:?} turns param {:?} into {key}, which is forbidden or already set; choose another prefix", p.name),
@@ -225,7 +227,7 @@ impl Parser<'_> {
             // Path params resolve relative values against the working dir; a default must already work.
             for p in &params {
                 if let (Some(default), ParamKind::Path { .. }) = (&p.default, &p.kind)
-                    && let Err(e) = crate::validate::check_value(p, default, working_dir.as_deref())
+                    && let Err(e) = check_value(p, default, working_dir.as_deref())
                 {
                     self.sink.error(
                         name_span.clone(),
@@ -471,7 +473,7 @@ impl Parser<'_> {
                 ParamKind::Path { min_length, max_length }
             }
             "integer" => {
-                let safe = crate::validate::MAX_SAFE_INTEGER;
+                let safe = MAX_SAFE_INTEGER;
                 let bound = |p: &mut Self, k: &str| {
                     table.get(k).and_then(|v| p.integer(v, k)).filter(|n| {
                         let ok = (-safe..=safe).contains(n);
@@ -519,7 +521,7 @@ impl Parser<'_> {
                 Ok(json) => {
                     // Path defaults are checked once the tool's working_dir is known.
                     if !matches!(param.kind, ParamKind::Path { .. })
-                        && let Err(e) = crate::validate::check_value(&param, &json, None)
+                        && let Err(e) = check_value(&param, &json, None)
                     {
                         self.sink.error(v.span(), format!("default fails its own param's rules: {}", e.message));
                     }
@@ -689,9 +691,9 @@ impl Parser<'_> {
 
     fn annotations(&mut self, v: &Value<'_>) -> Annotations {
         const KEYS: &[KeyDoc] = &[
-            super::key("title", "string", "human-readable title", false),
-            super::key("read_only", "boolean", "the tool does not modify its environment", false),
-            super::key("idempotent", "boolean", "repeating a call has no further effect", false),
+            key("title", "string", "human-readable title", false),
+            key("read_only", "boolean", "the tool does not modify its environment", false),
+            key("idempotent", "boolean", "repeating a call has no further effect", false),
         ];
         let mut a = Annotations::default();
         let Some(table) = self.table(v, "annotations") else {
@@ -714,8 +716,8 @@ impl Parser<'_> {
             }
             DeValue::Table(t) => {
                 const KEYS: &[KeyDoc] = &[
-                    super::key("type", "string", "\"json\"", false),
-                    super::key("schema", "table", "JSON Schema of the tool's stdout", false),
+                    key("type", "string", "\"json\"", false),
+                    key("schema", "table", "JSON Schema of the tool's stdout", false),
                 ];
                 self.unknown_keys(t, KEYS, "in output");
                 match t.get("type") {
@@ -757,8 +759,8 @@ impl Parser<'_> {
             }
             DeValue::Table(t) => {
                 const KEYS: &[KeyDoc] = &[
-                    super::key("connect_tcp", "array of ports", "TCP ports the tool may connect to", false),
-                    super::key("bind_tcp", "array of ports", "TCP ports the tool may bind", false),
+                    key("connect_tcp", "array of ports", "TCP ports the tool may connect to", false),
+                    key("bind_tcp", "array of ports", "TCP ports the tool may bind", false),
                 ];
                 self.unknown_keys(t, KEYS, "in network");
                 let connect = t.get("connect_tcp").and_then(|v| self.ports(v, "connect_tcp")).unwrap_or_default();
@@ -840,10 +842,8 @@ impl Parser<'_> {
     }
 
     fn allow(&mut self, v: &Value<'_>) -> Option<Allow> {
-        const KEYS: &[KeyDoc] = &[
-            super::key("users", "array", "user names or uids", false),
-            super::key("groups", "array", "group names or gids", false),
-        ];
+        const KEYS: &[KeyDoc] =
+            &[key("users", "array", "user names or uids", false), key("groups", "array", "group names or gids", false)];
         let table = self.table(v, "allow")?;
         self.unknown_keys(table, KEYS, "in allow");
         let users = table.get("users").and_then(|v| self.principals(v, "allow.users")).unwrap_or_default();

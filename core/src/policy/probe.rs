@@ -22,11 +22,29 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::defaults::ABI_NET;
-use super::{Availability, Diagnostic, Host, Network, Pin, PinnedExecutable, Pins, Principal, RunAs, Severity, Tool};
+use super::diag::{Diagnostic, Severity};
+use super::model::{Availability, Host, Network, Pin, PinnedExecutable, Pins, Principal, RunAs, SEARCH_PATH, Tool};
 use crate::resolve::{Node, on_kernel_fs, open_no_symlinks};
 
-/// The fixed PATH used to resolve bare program names, and given to every child.
-pub const SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+impl Tool {
+    /// Available now: available when the registry loaded, and every pinned path (grants,
+    /// working_dir, command[0], socket directories) still names what it named then.
+    pub fn is_available(&self) -> bool {
+        matches!(self.availability_now(), Availability::Available { .. })
+    }
+
+    /// The load-time availability, turned unavailable (with the reason) when a pinned path
+    /// changed since the registry loaded. A few system calls per pinned path.
+    pub fn availability_now(&self) -> Availability {
+        match &self.availability {
+            Availability::Available { .. } => match verify(&self.sandbox.pins) {
+                Ok(()) => self.availability.clone(),
+                Err(reason) => Availability::Unavailable { reason },
+            },
+            unavailable => unavailable.clone(),
+        }
+    }
+}
 
 /// Paths already pinned during one load, so that tools naming the same path share one
 /// descriptor.
