@@ -41,5 +41,5 @@ pub use load::{
     read_dir_sources, read_path_sources,
 };
 pub use model::*;
-pub use probe::resolve_run_as;
+pub use probe::{ProbeError, resolve_run_as};
 pub use trust::{Subject, Trust, TrustError, Walked};
