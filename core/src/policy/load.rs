@@ -2,12 +2,15 @@
 //! [`Host`], and gathered into one [`PolicySet`] or one [`LoadError`].
 
 use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
+
 use super::diag::{Diagnostic, Severity};
 use super::model::{Host, Source, Tool};
-use super::trust::{self, Subject, Trust, TrustError, Walked};
+use super::trust::{self, Subject, Trust, TrustError, TrustedDir, Walked};
 use super::{parse, probe};
 
 /// The outcome of loading policy files.
@@ -66,6 +69,28 @@ impl Sources {
         });
     }
 
+    /// One warning per ignored entry, up to [`MAX_IGNORED_NAMED`]; the rest are counted.
+    fn warn_ignored(&mut self, dir: &Path, ignored: Vec<Ignored>) {
+        let hidden = ignored.len().saturating_sub(MAX_IGNORED_NAMED);
+        for (path, why) in ignored.into_iter().take(MAX_IGNORED_NAMED) {
+            let message = if why == "a directory" {
+                format!(
+                    "ignored: {} is a directory; policies are read only from *.toml files directly in the policy directory",
+                    path.display()
+                )
+            } else {
+                format!(
+                    "ignored: {} does not end in .toml; only *.toml files are read (rename it to load it)",
+                    path.display()
+                )
+            };
+            self.warn(&path, message);
+        }
+        if hidden > 0 {
+            self.warn(dir, format!("ignored: {hidden} more entries of {} that are not *.toml files", dir.display()));
+        }
+    }
+
     fn bytes(&self) -> u64 {
         self.files.iter().map(|(_, t)| t.len() as u64).sum()
     }
@@ -77,68 +102,14 @@ impl Sources {
 /// [`trust`]), each at most [`MAX_POLICY_FILE_BYTES`]. Other entries are named in warnings.
 pub fn read_dir_sources(dir: &Path, trust: Trust) -> Sources {
     let mut out = Sources::default();
-    let walked = match trust::walk(dir, trust, Subject::POLICY_DIR) {
-        Ok(Walked::Dir(d)) => d,
-        Ok(Walked::File { .. }) => {
-            out.error(
-                dir,
-                format!("policy directory {} is not a directory; pass a directory with --policies", dir.display()),
-            );
-            return out;
-        }
+    let (walked, names, ignored) = match list_dir(dir, trust) {
+        Ok(listed) => listed,
         Err(e) => {
-            out.error(dir, format!("cannot read policy directory: {e}"));
+            out.error(dir, e.to_string());
             return out;
         }
     };
-    let mut listing = match trust::open_listing(&walked, Subject::POLICY_DIR) {
-        Ok(l) => l,
-        Err(e) => {
-            out.error(dir, format!("cannot read policy directory: {e}"));
-            return out;
-        }
-    };
-    let mut names: Vec<std::ffi::OsString> = Vec::new();
-    let mut ignored: Vec<(PathBuf, &'static str)> = Vec::new();
-    for entry in listing.iter() {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(errno) => {
-                out.error(dir, format!("cannot list policy directory {}: {errno}", dir.display()));
-                return out;
-            }
-        };
-        let name = std::ffi::OsStr::from_bytes(entry.file_name().to_bytes());
-        if name.as_bytes().first() == Some(&b'.') {
-            continue;
-        }
-        if trust::has_extension(name, "toml") {
-            names.push(name.to_os_string());
-            continue;
-        }
-        let is_dir = trust::lstat_in(&walked, name).is_ok_and(|st| trust::describe(&st) == "a directory");
-        ignored.push((dir.join(name), if is_dir { "a directory" } else { "not a *.toml file" }));
-    }
-    names.sort();
-    ignored.sort();
-    let hidden = ignored.len().saturating_sub(MAX_IGNORED_NAMED);
-    for (path, why) in ignored.into_iter().take(MAX_IGNORED_NAMED) {
-        let message = if why == "a directory" {
-            format!(
-                "ignored: {} is a directory; policies are read only from *.toml files directly in the policy directory",
-                path.display()
-            )
-        } else {
-            format!(
-                "ignored: {} does not end in .toml; only *.toml files are read (rename it to load it)",
-                path.display()
-            )
-        };
-        out.warn(&path, message);
-    }
-    if hidden > 0 {
-        out.warn(dir, format!("ignored: {hidden} more entries of {} that are not *.toml files", dir.display()));
-    }
+    out.warn_ignored(dir, ignored);
     for name in names {
         let path = dir.join(&name);
         let max = MAX_POLICY_FILE_BYTES.min(MAX_POLICY_TOTAL_BYTES.saturating_sub(out.bytes()));
@@ -152,6 +123,52 @@ pub fn read_dir_sources(dir: &Path, trust: Trust) -> Sources {
         push_bytes(&mut out, path, bytes, max);
     }
     out
+}
+
+/// Why a policy directory could not be listed (nothing of it is read then).
+#[derive(Debug, thiserror::Error)]
+enum DirError {
+    #[error("policy directory {} is not a directory; pass a directory with --policies", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("cannot read policy directory: {0}")]
+    Unreadable(#[source] TrustError),
+    #[error("cannot list policy directory {}: {errno}", path.display())]
+    Unlistable {
+        path: PathBuf,
+        #[source]
+        errno: Errno,
+    },
+}
+
+/// An entry of a policy directory that is not read, and why.
+type Ignored = (PathBuf, &'static str);
+
+/// Opens `dir` under the trust rules and lists it: the `*.toml` names (sorted) and the other
+/// entries (sorted), leaving out names that start with `.`.
+fn list_dir(dir: &Path, trust: Trust) -> Result<(TrustedDir, Vec<OsString>, Vec<Ignored>), DirError> {
+    let walked = match trust::walk(dir, trust, Subject::POLICY_DIR).map_err(DirError::Unreadable)? {
+        Walked::Dir(d) => d,
+        Walked::File { .. } => return Err(DirError::NotADirectory(dir.to_path_buf())),
+    };
+    let mut listing = trust::open_listing(&walked, Subject::POLICY_DIR).map_err(DirError::Unreadable)?;
+    let mut names: Vec<OsString> = Vec::new();
+    let mut ignored: Vec<Ignored> = Vec::new();
+    for entry in listing.iter() {
+        let entry = entry.map_err(|errno| DirError::Unlistable { path: dir.to_path_buf(), errno })?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name.as_bytes().first() == Some(&b'.') {
+            continue;
+        }
+        if trust::has_extension(name, "toml") {
+            names.push(name.to_os_string());
+            continue;
+        }
+        let is_dir = trust::lstat_in(&walked, name).is_ok_and(|st| trust::describe(&st) == "a directory");
+        ignored.push((dir.join(name), if is_dir { "a directory" } else { "not a *.toml file" }));
+    }
+    names.sort();
+    ignored.sort();
+    Ok((walked, names, ignored))
 }
 
 /// Reads one policy file named by path (symlinks followed through a checked walk).
