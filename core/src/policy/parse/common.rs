@@ -92,6 +92,17 @@ fn concat(a: &Option<Vec<PathBuf>>, b: &Option<Vec<PathBuf>>) -> Vec<PathBuf> {
 }
 
 impl Parser<'_> {
+    /// The file's `[defaults]` table (nothing when it is missing or not a table).
+    pub(super) fn defaults(&mut self, doc: &DeTable<'_>) -> Common {
+        match doc.get("defaults") {
+            Some(v) => match self.table(v, "defaults") {
+                Some(t) => self.common_table(t, "[defaults]", true),
+                None => Common::default(),
+            },
+            None => Common::default(),
+        }
+    }
+
     /// Parses the keys shared by `[defaults]` and tools; reports unknown keys.
     pub(super) fn common_table(&mut self, table: &DeTable<'_>, ctx: &str, is_defaults: bool) -> Common {
         let mut c = Common::default();

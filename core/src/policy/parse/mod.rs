@@ -32,7 +32,6 @@ use std::path::Path;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use self::common::Common;
 use super::diag::{Diagnostic, Sink};
 use super::keys::FILE_KEYS;
 use super::model::{Source, Tool};
@@ -73,13 +72,7 @@ impl Parser<'_> {
     fn document(&mut self, doc: &DeTable<'_>, seen: &BTreeMap<String, Source>) -> Vec<Tool> {
         self.unknown_keys(doc, FILE_KEYS, "at the top level");
         self.version(doc);
-        let defaults = match doc.get("defaults") {
-            Some(v) => match self.table(v, "defaults") {
-                Some(t) => self.common_table(t, "[defaults]", true),
-                None => Common::default(),
-            },
-            None => Common::default(),
-        };
+        let defaults = self.defaults(doc);
         let mut tools = Vec::new();
         let Some(tools_value) = doc.get("tools") else {
             self.sink.warning(0..0, "this file defines no tools; add a [tools.NAME] table");
