@@ -160,6 +160,19 @@ pub(super) fn probe(tool: &mut Tool, host: &Host, cache: &mut PinCache) {
 fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pins), ProbeError> {
     let executable = resolve_program(&tool.program)?;
     let mut pins = Pins { executable: Some(pin_executable(&executable, cache)?), ..Pins::default() };
+    pin_paths(tool, cache, &mut pins)?;
+    if let Some(run_as) = &tool.sandbox.run_as {
+        if !host.is_root {
+            return Err(ProbeError::RunAsNeedsRoot);
+        }
+        run_as_ids(run_as)?;
+    }
+    host_allows(tool, host)?;
+    Ok((executable, pins))
+}
+
+/// Pins the working directory, the grants and the directory of each socket.
+fn pin_paths(tool: &Tool, cache: &mut PinCache, pins: &mut Pins) -> Result<(), ProbeError> {
     if let Some(dir) = &tool.working_dir {
         let p = cache.pin("working_dir", dir)?;
         if !p.node.is_dir() {
@@ -194,12 +207,12 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
         }
         pins.socket_dirs.push(p);
     }
-    if let Some(run_as) = &tool.sandbox.run_as {
-        if !host.is_root {
-            return Err(ProbeError::RunAsNeedsRoot);
-        }
-        run_as_ids(run_as)?;
-    }
+    Ok(())
+}
+
+/// What the host lacks for this tool: socket identification, read-only views, landlock (at the
+/// ABI the tool needs).
+fn host_allows(tool: &Tool, host: &Host) -> Result<(), ProbeError> {
     if !tool.sandbox.unix_sockets.is_empty()
         && let Some(reason) = &host.unix_sockets_unavailable
     {
@@ -219,7 +232,7 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
     if matches!(tool.sandbox.network, Network::Tcp { .. }) && host.landlock_abi < ABI_NET {
         return Err(ProbeError::NetworkNeedsAbi { have: host.landlock_abi });
     }
-    Ok((executable, pins))
+    Ok(())
 }
 
 /// The uid and gid a `run_as` names: the user's primary group unless a group is given. The
