@@ -6,11 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::policy::{SEARCH_PATH, Segment, Tool};
+pub use crate::policy::model::BASE_ENV;
+use crate::policy::model::{SEARCH_PATH, Segment, Tool};
 use crate::validate::{ArgValue, Arguments};
-
-/// The only variables a child inherits from the base environment.
-pub const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LANG", "TZ"];
 
 /// Shown in place of secret values in logs and audit records.
 pub const REDACTED: &str = "<redacted>";

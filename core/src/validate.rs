@@ -7,7 +7,8 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::policy::{Param, ParamKind, Tool};
+pub use crate::policy::model::MAX_SAFE_INTEGER;
+use crate::policy::model::{Param, ParamKind, Tool};
 
 /// Stable codes shared by the daemon, the CLI and the MCP front-end.
 pub use crate::code::ErrorCode;
@@ -249,10 +250,6 @@ pub fn check_value(p: &Param, v: &Value, base: Option<&Path>) -> Result<ArgValue
         }
     }
 }
-
-/// Largest integer a param accepts (2^53 - 1): every integer up to here is exact as a JSON
-/// number in every implementation, so the daemon, the JSON Schema and the agent agree on it.
-pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
 
 /// A JSON number with an integral value within the safe range (`5` and `5.0` alike; JSON Schema
 /// calls `5.0` an integer too). Anything larger is `None`: a float that big may already have been

@@ -82,17 +82,26 @@ pub struct Parsed {
     pub value: serde_json::Value,
 }
 
+/// Why a line is not an audit record.
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    #[error("not a JSON record ({0})")]
+    NotJson(#[source] serde_json::Error),
+    #[error("no numeric \"seq\"")]
+    NoSeq,
+    #[error("no \"prev\" hash of 64 hex digits")]
+    NoPrev,
+    #[error("no \"decision\"")]
+    NoDecision,
+}
+
 /// Parses one line as a record.
-pub fn parse_line(line: &[u8]) -> Result<Parsed, String> {
-    let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| format!("not a JSON record ({e})"))?;
-    let seq = value.get("seq").and_then(serde_json::Value::as_u64).ok_or("no numeric \"seq\"")?;
-    let prev = value
-        .get("prev")
-        .and_then(serde_json::Value::as_str)
-        .and_then(unhex)
-        .ok_or("no \"prev\" hash of 64 hex digits")?;
+pub fn parse_line(line: &[u8]) -> Result<Parsed, LineError> {
+    let value: serde_json::Value = serde_json::from_slice(line).map_err(LineError::NotJson)?;
+    let seq = value.get("seq").and_then(serde_json::Value::as_u64).ok_or(LineError::NoSeq)?;
+    let prev = value.get("prev").and_then(serde_json::Value::as_str).and_then(unhex).ok_or(LineError::NoPrev)?;
     if value.get("decision").and_then(serde_json::Value::as_str).is_none() {
-        return Err("no \"decision\"".into());
+        return Err(LineError::NoDecision);
     }
     Ok(Parsed { seq, prev, value })
 }
@@ -132,7 +141,7 @@ impl Verifier {
     /// Checks the next line (`number` is its 1-based line in `path`).
     pub fn feed(&mut self, path: &Path, number: u64, line: &[u8]) -> Result<Parsed, Break> {
         let bad = |at_path: &Path, at: u64, reason: String| Break { path: at_path.to_path_buf(), line: at, reason };
-        let parsed = parse_line(line).map_err(|r| bad(path, number, r))?;
+        let parsed = parse_line(line).map_err(|e| bad(path, number, e.to_string()))?;
         match &self.last {
             None => {
                 if parsed.seq == 1 && parsed.prev != GENESIS {

@@ -11,8 +11,34 @@ const DIGIT: &str = "0-9";
 const WORD: &str = "0-9A-Za-z_";
 const SPACE: &str = "\\t\\n\\x0B\\f\\r ";
 
+/// What a pattern uses that not every engine reads alike, and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PatternError {
+    #[error("pattern ends with a lone backslash")]
+    LoneBackslash,
+    #[error("\\{0} inside [...] is not supported; write the negated class explicitly")]
+    NegatedClassInClass(char),
+    #[error("\\x needs exactly two hex digits, e.g. \\x41")]
+    BadHexEscape,
+    #[error(
+        "\\{0} is not supported; patterns use the syntax Rust and JSON Schema validators \
+         read alike (escapes: \\d \\w \\s \\D \\W \\S \\t \\n \\r \\f \\v \\xHH and escaped punctuation)"
+    )]
+    UnsupportedEscape(char),
+    #[error("an empty class `[]` or `[^]` is read differently by different engines; escape the ]")]
+    EmptyClass,
+    #[error("nested classes and POSIX classes like [[:alpha:]] are not supported; list the characters")]
+    NestedClass,
+    #[error("`[` inside a class must be escaped as \\[")]
+    BracketInClass,
+    #[error("only non-capturing groups `(?:...)` are supported; inline flags, named groups and look-around are not")]
+    SpecialGroup,
+    #[error("unclosed character class `[`")]
+    UnclosedClass,
+}
+
 /// Rewrites `source` into its portable form, or says what is not supported.
-pub(crate) fn portable(source: &str) -> Result<String, String> {
+pub(crate) fn portable(source: &str) -> Result<String, PatternError> {
     let mut out = String::with_capacity(source.len() + 16);
     let mut chars = source.chars().peekable();
     let mut in_class = false;
@@ -20,7 +46,7 @@ pub(crate) fn portable(source: &str) -> Result<String, String> {
         match c {
             '\\' => {
                 let Some(e) = chars.next() else {
-                    return Err("pattern ends with a lone backslash".into());
+                    return Err(PatternError::LoneBackslash);
                 };
                 let class = match e {
                     'd' | 'D' => Some(DIGIT),
@@ -33,24 +59,21 @@ pub(crate) fn portable(source: &str) -> Result<String, String> {
                     (Some(set), false, true) => out.push_str(&format!("[^{set}]")),
                     (Some(set), true, false) => out.push_str(set),
                     (Some(_), true, true) => {
-                        return Err(format!("\\{e} inside [...] is not supported; write the negated class explicitly"));
+                        return Err(PatternError::NegatedClassInClass(e));
                     }
                     (None, _, _) => match e {
                         't' | 'n' | 'r' | 'f' | 'v' => out.extend(['\\', e]),
                         'x' => {
                             let hex: String = chars.by_ref().take(2).collect();
                             if hex.len() != 2 || !hex.chars().all(|h| h.is_ascii_hexdigit()) {
-                                return Err("\\x needs exactly two hex digits, e.g. \\x41".into());
+                                return Err(PatternError::BadHexEscape);
                             }
                             out.push_str("\\x");
                             out.push_str(&hex);
                         }
                         p if p.is_ascii_punctuation() => out.extend(['\\', p]),
                         other => {
-                            return Err(format!(
-                                "\\{other} is not supported; patterns use the syntax Rust and JSON Schema validators \
-                                 read alike (escapes: \\d \\w \\s \\D \\W \\S \\t \\n \\r \\f \\v \\xHH and escaped punctuation)"
-                            ));
+                            return Err(PatternError::UnsupportedEscape(other));
                         }
                     },
                 }
@@ -64,19 +87,14 @@ pub(crate) fn portable(source: &str) -> Result<String, String> {
                     chars.next();
                 }
                 if chars.peek() == Some(&']') {
-                    return Err(
-                        "an empty class `[]` or `[^]` is read differently by different engines; escape the ]".into()
-                    );
+                    return Err(PatternError::EmptyClass);
                 }
                 if chars.peek() == Some(&'[') || chars.peek() == Some(&':') {
-                    return Err(
-                        "nested classes and POSIX classes like [[:alpha:]] are not supported; list the characters"
-                            .into(),
-                    );
+                    return Err(PatternError::NestedClass);
                 }
             }
             '[' if in_class => {
-                return Err("`[` inside a class must be escaped as \\[".into());
+                return Err(PatternError::BracketInClass);
             }
             ']' if in_class => {
                 in_class = false;
@@ -88,7 +106,7 @@ pub(crate) fn portable(source: &str) -> Result<String, String> {
                     chars.next();
                     out.push_str("(?:");
                 } else {
-                    return Err("only non-capturing groups `(?:...)` are supported; inline flags, named groups and look-around are not".into());
+                    return Err(PatternError::SpecialGroup);
                 }
             }
             // ECMA's `.` also stops at \r, U+2028 and U+2029; Rust's only at \n. Spell it out (the
@@ -98,7 +116,7 @@ pub(crate) fn portable(source: &str) -> Result<String, String> {
         }
     }
     if in_class {
-        return Err("unclosed character class `[`".into());
+        return Err(PatternError::UnclosedClass);
     }
     Ok(out)
 }

@@ -22,11 +22,119 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::defaults::ABI_NET;
-use super::{Availability, Diagnostic, Host, Network, Pin, PinnedExecutable, Pins, Principal, RunAs, Severity, Tool};
+use super::diag::{Diagnostic, Severity};
+use super::model::{Availability, Host, Network, Pin, PinnedExecutable, Pins, Principal, RunAs, SEARCH_PATH, Tool};
 use crate::resolve::{Node, on_kernel_fs, open_no_symlinks};
 
-/// The fixed PATH used to resolve bare program names, and given to every child.
-pub const SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Why a tool cannot run on this host, or no longer can: the reason it is listed as unavailable
+/// with. Every message names the path or setting concerned and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{} is not an executable file", path.display())]
+    NotExecutable { path: PathBuf },
+    #[error("{}: {}", path.display(), io_reason(source))]
+    Program {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{program:?} was not found in {SEARCH_PATH}; install it or use an absolute path")]
+    NotInSearchPath { program: String },
+    #[error("{label} {}: {}", path.display(), io_reason(source))]
+    Open {
+        label: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{label} {}: {source}", path.display())]
+    Inspect {
+        label: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{label} {} {how}; cordon pins paths without following symlinks, so that whoever can change a link \
+         cannot move the grant: name the real path {real} in the policy",
+        path.display()
+    )]
+    Symlink {
+        label: String,
+        path: PathBuf,
+        /// "is a symlink (to ...)" or "passes through a symlink (... -> ...)".
+        how: String,
+        /// The path without symlinks, or "(it does not resolve)".
+        real: String,
+    },
+    #[error("working_dir {} is not a directory", path.display())]
+    WorkingDirNotDir { path: PathBuf },
+    #[error(
+        "{what} path {} is on {fs}; a tool may not write or execute there (it could leave its \
+         cgroup or change the kernel's settings): remove it from `{what}`",
+        path.display()
+    )]
+    KernelFs { what: &'static str, path: PathBuf, fs: &'static str },
+    #[error("unix_sockets path {} names no file; name the socket", path.display())]
+    SocketWithoutName { path: PathBuf },
+    #[error("run_as needs cordond to run as root")]
+    RunAsNeedsRoot,
+    #[error("run_as user {name:?} does not exist")]
+    NoSuchUser { name: String },
+    #[error("run_as group {name:?} does not exist")]
+    NoSuchGroup { name: String },
+    #[error(
+        "run_as uid {id} has no account in the user database, so it has no primary group; \
+         name the group too, e.g. run_as = \"{id}:{id}\""
+    )]
+    UidWithoutGroup { id: u32 },
+    /// The host's own reason (see [`Host::unix_sockets_unavailable`]).
+    #[error("{reason}")]
+    NoUnixSockets { reason: String },
+    #[error("no read-only filesystem view on this host: {reason}")]
+    NoViews { reason: String },
+    #[error("this kernel offers no landlock, and cordon never runs a tool unsandboxed")]
+    NoLandlock,
+    #[error("the policy needs landlock ABI {min}, this kernel offers {have}")]
+    LandlockTooOld { min: u32, have: i32 },
+    #[error("network rules need landlock ABI {ABI_NET} (TCP ports), this kernel offers {have}")]
+    NetworkNeedsAbi { have: i32 },
+    #[error("{} changed while the registry loaded; reload", path.display())]
+    ChangedWhileLoading { path: PathBuf },
+    #[error(
+        "{what} {} changed since the registry loaded: was {was}, now {now}; the tool is refused until an admin \
+         checks it and reloads (`cordon reload`) to accept the new target",
+        path.display()
+    )]
+    Changed {
+        what: &'static str,
+        path: PathBuf,
+        /// `dev:ino` at load.
+        was: String,
+        /// What the path is now.
+        now: String,
+    },
+}
+
+impl Tool {
+    /// Available now: available when the registry loaded, and every pinned path (grants,
+    /// working_dir, command[0], socket directories) still names what it named then.
+    pub fn is_available(&self) -> bool {
+        matches!(self.availability_now(), Availability::Available { .. })
+    }
+
+    /// The load-time availability, turned unavailable (with the reason) when a pinned path
+    /// changed since the registry loaded. A few system calls per pinned path.
+    pub fn availability_now(&self) -> Availability {
+        match &self.availability {
+            Availability::Available { .. } => match verify(&self.sandbox.pins) {
+                Ok(()) => self.availability.clone(),
+                Err(e) => Availability::Unavailable { reason: e.to_string() },
+            },
+            unavailable => unavailable.clone(),
+        }
+    }
+}
 
 /// Paths already pinned during one load, so that tools naming the same path share one
 /// descriptor.
@@ -42,20 +150,33 @@ pub(super) fn probe(tool: &mut Tool, host: &Host, cache: &mut PinCache) {
             tool.sandbox.pins = Arc::new(pins);
             tool.availability = Availability::Available { executable };
         }
-        Err(reason) => {
+        Err(e) => {
             tool.sandbox.pins = Arc::default();
-            tool.availability = Availability::Unavailable { reason };
+            tool.availability = Availability::Unavailable { reason: e.to_string() };
         }
     }
 }
 
-fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pins), String> {
+fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pins), ProbeError> {
     let executable = resolve_program(&tool.program)?;
     let mut pins = Pins { executable: Some(pin_executable(&executable, cache)?), ..Pins::default() };
+    pin_paths(tool, cache, &mut pins)?;
+    if let Some(run_as) = &tool.sandbox.run_as {
+        if !host.is_root {
+            return Err(ProbeError::RunAsNeedsRoot);
+        }
+        run_as_ids(run_as)?;
+    }
+    host_allows(tool, host)?;
+    Ok((executable, pins))
+}
+
+/// Pins the working directory, the grants and the directory of each socket.
+fn pin_paths(tool: &Tool, cache: &mut PinCache, pins: &mut Pins) -> Result<(), ProbeError> {
     if let Some(dir) = &tool.working_dir {
         let p = cache.pin("working_dir", dir)?;
         if !p.node.is_dir() {
-            return Err(format!("working_dir {} is not a directory", dir.display()));
+            return Err(ProbeError::WorkingDirNotDir { path: dir.clone() });
         }
         pins.working_dir = Some(p);
     }
@@ -69,18 +190,14 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
             if what != "read"
                 && let Ok(Some(fs)) = on_kernel_fs(&*p.fd)
             {
-                return Err(format!(
-                    "{what} path {} is on {fs}; a tool may not write or execute there (it could leave its \
-                     cgroup or change the kernel's settings): remove it from `{what}`",
-                    path.display()
-                ));
+                return Err(ProbeError::KernelFs { what, path: path.clone(), fs });
             }
             out.push(p);
         }
     }
     for socket in &tool.sandbox.unix_sockets {
         let Some(dir) = socket.parent() else {
-            return Err(format!("unix_sockets path {} names no file; name the socket", socket.display()));
+            return Err(ProbeError::SocketWithoutName { path: socket.clone() });
         };
         let p = cache.pin("unix_sockets directory", dir)?;
         if let Ok(m) = std::fs::symlink_metadata(socket)
@@ -90,43 +207,45 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
         }
         pins.socket_dirs.push(p);
     }
-    if let Some(run_as) = &tool.sandbox.run_as {
-        if !host.is_root {
-            return Err("run_as needs cordond to run as root".into());
-        }
-        resolve_run_as(run_as)?;
-    }
+    Ok(())
+}
+
+/// What the host lacks for this tool: socket identification, read-only views, landlock (at the
+/// ABI the tool needs).
+fn host_allows(tool: &Tool, host: &Host) -> Result<(), ProbeError> {
     if !tool.sandbox.unix_sockets.is_empty()
         && let Some(reason) = &host.unix_sockets_unavailable
     {
-        return Err(reason.clone());
+        return Err(ProbeError::NoUnixSockets { reason: reason.clone() });
     }
     if let Some(reason) = &host.views_unavailable {
-        return Err(format!("no read-only filesystem view on this host: {reason}"));
+        return Err(ProbeError::NoViews { reason: reason.clone() });
     }
     if host.landlock_abi < 1 {
-        return Err("this kernel offers no landlock, and cordon never runs a tool unsandboxed".into());
+        return Err(ProbeError::NoLandlock);
     }
     if let Some(min) = tool.sandbox.min_landlock_abi
         && host.landlock_abi < min as i32
     {
-        return Err(format!("the policy needs landlock ABI {min}, this kernel offers {}", host.landlock_abi));
+        return Err(ProbeError::LandlockTooOld { min, have: host.landlock_abi });
     }
     if matches!(tool.sandbox.network, Network::Tcp { .. }) && host.landlock_abi < ABI_NET {
-        return Err(format!(
-            "network rules need landlock ABI {ABI_NET} (TCP ports), this kernel offers {}",
-            host.landlock_abi
-        ));
+        return Err(ProbeError::NetworkNeedsAbi { have: host.landlock_abi });
     }
-    Ok((executable, pins))
+    Ok(())
 }
 
-/// The uid and gid a `run_as` names: the user's primary group unless a group is given.
+/// The uid and gid a `run_as` names: the user's primary group unless a group is given. The
+/// error is the tool's unavailability reason, as the daemon shows it.
 pub fn resolve_run_as(run_as: &RunAs) -> Result<(u32, u32), String> {
+    run_as_ids(run_as).map_err(|e| e.to_string())
+}
+
+fn run_as_ids(run_as: &RunAs) -> Result<(u32, u32), ProbeError> {
     use nix::unistd::{Uid, User};
     let user = match &run_as.user {
         Principal::Name(n) => {
-            User::from_name(n).ok().flatten().ok_or_else(|| format!("run_as user {n:?} does not exist"))?
+            User::from_name(n).ok().flatten().ok_or_else(|| ProbeError::NoSuchUser { name: n.clone() })?
         }
         Principal::Id(id) => match User::from_uid(Uid::from_raw(*id)) {
             Ok(Some(u)) => u,
@@ -134,10 +253,7 @@ pub fn resolve_run_as(run_as: &RunAs) -> Result<(u32, u32), String> {
             // `shadow` on a host without uid 42).
             _ => {
                 let Some(group) = &run_as.group else {
-                    return Err(format!(
-                        "run_as uid {id} has no account in the user database, so it has no primary group; \
-                         name the group too, e.g. run_as = \"{id}:{id}\""
-                    ));
+                    return Err(ProbeError::UidWithoutGroup { id: *id });
                 };
                 return Ok((*id, resolve_group(group)?));
             }
@@ -150,26 +266,26 @@ pub fn resolve_run_as(run_as: &RunAs) -> Result<(u32, u32), String> {
     Ok((user.uid.as_raw(), gid))
 }
 
-fn resolve_group(g: &Principal) -> Result<u32, String> {
+fn resolve_group(g: &Principal) -> Result<u32, ProbeError> {
     match g {
         Principal::Id(id) => Ok(*id),
         Principal::Name(n) => nix::unistd::Group::from_name(n)
             .ok()
             .flatten()
             .map(|g| g.gid.as_raw())
-            .ok_or_else(|| format!("run_as group {n:?} does not exist")),
+            .ok_or_else(|| ProbeError::NoSuchGroup { name: n.clone() }),
     }
 }
 
 /// Resolves `command[0]`: an absolute path must be an executable file; a bare name is looked up in
 /// [`SEARCH_PATH`].
-pub(crate) fn resolve_program(program: &str) -> Result<PathBuf, String> {
+pub(crate) fn resolve_program(program: &str) -> Result<PathBuf, ProbeError> {
     if program.starts_with('/') {
         let path = Path::new(program);
         return match std::fs::metadata(path) {
             Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(path.to_path_buf()),
-            Ok(_) => Err(format!("{program} is not an executable file")),
-            Err(e) => Err(format!("{program}: {}", io_reason(&e))),
+            Ok(_) => Err(ProbeError::NotExecutable { path: path.to_path_buf() }),
+            Err(source) => Err(ProbeError::Program { path: path.to_path_buf(), source }),
         };
     }
     for dir in SEARCH_PATH.split(':') {
@@ -181,13 +297,13 @@ pub(crate) fn resolve_program(program: &str) -> Result<PathBuf, String> {
             return Ok(candidate);
         }
     }
-    Err(format!("{program:?} was not found in {SEARCH_PATH}; install it or use an absolute path"))
+    Err(ProbeError::NotInSearchPath { program: program.to_string() })
 }
 
 impl PinCache {
     /// Opens `path` without following symlinks and keeps its descriptor; `label` starts the
     /// reason when that fails ("read path /x: does not exist").
-    pub(crate) fn pin(&mut self, label: &str, path: &Path) -> Result<Pin, String> {
+    pub(crate) fn pin(&mut self, label: &str, path: &Path) -> Result<Pin, ProbeError> {
         if let Some(p) = self.pins.get(path) {
             return Ok(p.clone());
         }
@@ -197,9 +313,13 @@ impl PinCache {
                 let (link, _) = first_symlink(path).unwrap_or_else(|| (path.to_path_buf(), PathBuf::new()));
                 return Err(symlink_reason(label, path, &link));
             }
-            Err(e) => return Err(format!("{label} {}: {}", path.display(), io_reason(&e))),
+            Err(source) => return Err(ProbeError::Open { label: label.to_string(), path: path.to_path_buf(), source }),
         };
-        let node = Node::of(&fd).map_err(|e| format!("{label} {}: {e}", path.display()))?;
+        let node = Node::of(&fd).map_err(|source| ProbeError::Inspect {
+            label: label.to_string(),
+            path: path.to_path_buf(),
+            source,
+        })?;
         if node.is_symlink() {
             return Err(symlink_reason(label, path, path));
         }
@@ -210,20 +330,16 @@ impl PinCache {
 }
 
 /// Why a path with a symlink on it is not accepted, naming the real path to write instead.
-fn symlink_reason(label: &str, path: &Path, link: &Path) -> String {
+fn symlink_reason(label: &str, path: &Path, link: &Path) -> ProbeError {
     // Quoted: a link's target is anyone's text, and reaches admins' terminals.
     let target = std::fs::read_link(link).map_or_else(|_| "?".into(), |t| format!("{:?}", t.display().to_string()));
     let real = std::fs::canonicalize(path).map_or_else(|_| "(it does not resolve)".into(), |r| r.display().to_string());
-    let what = if link == path {
+    let how = if link == path {
         format!("is a symlink (to {target})")
     } else {
         format!("passes through a symlink ({} -> {target})", link.display())
     };
-    format!(
-        "{label} {} {what}; cordon pins paths without following symlinks, so that whoever can change a link \
-         cannot move the grant: name the real path {real} in the policy",
-        path.display()
-    )
+    ProbeError::Symlink { label: label.to_string(), path: path.to_path_buf(), how, real }
 }
 
 /// The first component of `path` that is a symlink, and where it points.
@@ -238,15 +354,16 @@ fn first_symlink(path: &Path) -> Option<(PathBuf, PathBuf)> {
 
 /// Pins `command[0]` as resolved: the real file (through any symlinks; the exposure warnings
 /// flag links that anyone but root could change), and whether it is a `#!` script.
-fn pin_executable(named: &Path, cache: &mut PinCache) -> Result<PinnedExecutable, String> {
-    let real = std::fs::canonicalize(named).map_err(|e| format!("{}: {}", named.display(), io_reason(&e)))?;
+fn pin_executable(named: &Path, cache: &mut PinCache) -> Result<PinnedExecutable, ProbeError> {
+    let real =
+        std::fs::canonicalize(named).map_err(|source| ProbeError::Program { path: named.to_path_buf(), source })?;
     let pin = cache.pin("command[0]", &real)?;
     if !pin.node.is_file() || pin.node.mode & 0o111 == 0 {
-        return Err(format!("{} is not an executable file", named.display()));
+        return Err(ProbeError::NotExecutable { path: named.to_path_buf() });
     }
     match std::fs::metadata(named) {
         Ok(m) if m.dev() == pin.node.dev && m.ino() == pin.node.ino => {}
-        _ => return Err(format!("{} changed while the registry loaded; reload", named.display())),
+        _ => return Err(ProbeError::ChangedWhileLoading { path: named.to_path_buf() }),
     }
     // Read through the pinned descriptor, so the bytes are the pinned file's.
     let script = std::fs::File::open(format!("/proc/self/fd/{}", pin.fd.as_raw_fd())).is_ok_and(|mut f| {
@@ -259,7 +376,7 @@ fn pin_executable(named: &Path, cache: &mut PinCache) -> Result<PinnedExecutable
 /// Checks, before an invocation, that every pinned path still resolves (without symlinks) to
 /// the (dev, ino) it had when the registry loaded, and that `command[0]` still names the pinned
 /// file. The reason names the path, what it was and what it is now.
-pub(crate) fn verify(pins: &Pins) -> Result<(), String> {
+pub(crate) fn verify(pins: &Pins) -> Result<(), ProbeError> {
     for (what, pin) in pins.all() {
         verify_pin(what, pin)?;
     }
@@ -271,12 +388,12 @@ pub(crate) fn verify(pins: &Pins) -> Result<(), String> {
             Ok(m) => format!("{}:{}", m.dev(), m.ino()),
             Err(err) => io_reason(&err),
         };
-        return Err(changed("command[0]", &e.named, &e.pin.node, &now));
+        return Err(changed("command[0]", &e.named, &e.pin.node, now));
     }
     Ok(())
 }
 
-fn verify_pin(what: &str, pin: &Pin) -> Result<(), String> {
+fn verify_pin(what: &'static str, pin: &Pin) -> Result<(), ProbeError> {
     let now = match open_no_symlinks(&pin.path) {
         Ok(fd) => match Node::of(&fd) {
             Ok(n) if n.is_symlink() => {
@@ -296,16 +413,11 @@ fn verify_pin(what: &str, pin: &Pin) -> Result<(), String> {
         },
         Err(e) => io_reason(&e),
     };
-    Err(changed(what, &pin.path, &pin.node, &now))
+    Err(changed(what, &pin.path, &pin.node, now))
 }
 
-fn changed(what: &str, path: &Path, was: &Node, now: &str) -> String {
-    format!(
-        "{what} {} changed since the registry loaded: was {}, now {now}; the tool is refused until an admin \
-         checks it and reloads (`cordon reload`) to accept the new target",
-        path.display(),
-        was.id()
-    )
+fn changed(what: &'static str, path: &Path, was: &Node, now: String) -> ProbeError {
+    ProbeError::Changed { what, path: path.to_path_buf(), was: was.id(), now }
 }
 
 /// Warnings for paths a tool relies on that someone else could replace: paths beneath another

@@ -6,13 +6,13 @@
 use std::fmt::Write as _;
 
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
-use super::units::{format_duration, format_size};
-use super::{
-    DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FILE_KEYS, FORBIDDEN_ENV, KeyDoc, LIMIT_KEYS, MAX_OUTPUT_RANGE, PARAM_KEYS,
-    REGEX_MAX_LEN, SEARCH_PATH, TIMEOUT_RANGE, TOOL_KEYS,
+use super::keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, TOOL_KEYS};
+use super::model::{
+    BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
+    SEARCH_PATH, TIMEOUT_RANGE,
 };
-use crate::argv::BASE_ENV;
-use crate::validate::{ErrorCode, MAX_SAFE_INTEGER};
+use super::units::{format_duration, format_size};
+use crate::code::ErrorCode;
 
 /// An annotated policy that exercises most keys; it must load (a test checks).
 pub const EXAMPLE: &str = r#"# /etc/cordon/policies.d/project.toml

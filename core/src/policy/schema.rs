@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ParamKind, Tool};
+use super::model::{MAX_SAFE_INTEGER, ParamKind, Tool};
 
 pub const DRAFT: &str = "https://json-schema.org/draft/2020-12/schema";
 
@@ -36,7 +36,7 @@ pub fn input_schema(tool: &Tool) -> Value {
             }
             ParamKind::Integer { min, max } => {
                 s.insert("type".into(), json!("integer"));
-                let safe = crate::validate::MAX_SAFE_INTEGER;
+                let safe = MAX_SAFE_INTEGER;
                 // Without `min`, no negative values: `-5` could read as an option.
                 s.insert("minimum".into(), json!(min.unwrap_or(0)));
                 s.insert("maximum".into(), json!(max.unwrap_or(safe)));

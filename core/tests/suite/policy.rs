@@ -1,8 +1,8 @@
 //! Policy loading: golden diagnostics for broken files, and the load-level rules around them.
 //!
-//! Every `fixtures/policies/bad/NAME.toml` is loaded on its own (shown as `NAME.toml`) and must be
+//! Every `tests/fixtures/policies/bad/NAME.toml` is loaded on its own (shown as `NAME.toml`) and must be
 //! rejected with exactly the diagnostics in `NAME.expected`, one `Display`ed diagnostic a line.
-//! `CORDON_BLESS=1 cargo test -p cordon-tests --test suite policy` rewrites the `.expected` files;
+//! `CORDON_BLESS=1 cargo test -p cordon-core --test suite policy` rewrites the `.expected` files;
 //! read every rewritten line before committing it.
 
 use std::fmt::Write as _;
@@ -15,7 +15,7 @@ use cordon_core::policy::{Availability, Diagnostic, Host, LoadError, PolicySet, 
 static HOST: std::sync::LazyLock<Host> = std::sync::LazyLock::new(|| Host::new(false, 6));
 
 fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join("policies").join("bad")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures").join("policies").join("bad")
 }
 
 fn examples_dir() -> PathBuf {

@@ -1,0 +1,102 @@
+//! Documentation of every policy key, shared by the parser (known keys, suggestions) and the
+//! authoring reference, so the two cannot drift.
+
+/// Documentation of one policy key, shared by the parser (known keys, suggestions) and the
+/// authoring reference, so the two cannot drift.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyDoc {
+    pub name: &'static str,
+    pub value: &'static str,
+    pub doc: &'static str,
+    /// May also appear in `[defaults]`.
+    pub defaultable: bool,
+}
+
+pub(super) const fn key(name: &'static str, value: &'static str, doc: &'static str, defaultable: bool) -> KeyDoc {
+    KeyDoc { name, value, doc, defaultable }
+}
+
+/// Keys of the top level of a policy file.
+pub const FILE_KEYS: &[KeyDoc] = &[
+    key("version", "integer", "policy format version; must be 1", false),
+    key("defaults", "table", "values every tool in this file starts from", false),
+    key("tools", "table", "one [tools.NAME] table per tool; NAME matches ^[a-z][a-z0-9-]*$", false),
+];
+
+/// Keys of a `[tools.NAME]` table (and, where `defaultable`, of `[defaults]`).
+pub const TOOL_KEYS: &[KeyDoc] = &[
+    key("description", "string", "what the tool does, shown to the agent (required)", false),
+    key("reason", "string", "why this tool is allowed, shown to admins (a warning when missing)", false),
+    key(
+        "command",
+        "array of strings",
+        "argv template; command[0] is a literal absolute path or a name looked up in the fixed PATH; \
+         later elements may contain {{param}} placeholders",
+        false,
+    ),
+    key("working_dir", "string", "absolute directory the tool runs in (no `..`)", true),
+    key("env", "table of strings", "extra environment variables (PATH, LD_*, DYLD_* are forbidden)", true),
+    key(
+        "args_env_prefix",
+        "string",
+        "also pass each param as environment variable PREFIX + NAME in upper case (JSON for non-strings)",
+        true,
+    ),
+    key("timeout", "duration", "wall-clock limit, 1s to 1h (default 60s)", true),
+    key("max_output", "size", "per-stream output cap, 1B to 10MiB (default 256KiB); the middle is cut", true),
+    key("params", "table", "one [tools.NAME.params.PARAM] table per parameter", false),
+    key("confirm", "false | \"agent\" | \"human\"", "require a confirmation before running (default false)", true),
+    key("danger", "\"safe\" | \"moderate\" | \"high\"", "how destructive the tool is (default \"safe\")", true),
+    key("disabled", "boolean", "validated but never exposed or run", false),
+    key("arg_separator", "boolean", "insert `--` before the first substituted argument", true),
+    key("annotations", "table", "{ title = string, read_only = bool, idempotent = bool } hints for agents", false),
+    key(
+        "output",
+        "\"text\" | \"json\" | table",
+        "\"json\" or { type = \"json\", schema = {...} } for structured output",
+        false,
+    ),
+    key("read", "array of paths", "extra paths the tool may read beneath", true),
+    key("write", "array of paths", "paths the tool may write beneath", true),
+    key("exec", "array of paths", "extra paths the tool may execute from", true),
+    key("network", "\"none\" | table", "\"none\" or { connect_tcp = [ports], bind_tcp = [ports] }", true),
+    key("unix_sockets", "false | array of paths", "Unix socket paths the tool may connect to (default none)", true),
+    key(
+        "limits",
+        "table",
+        "{ memory = size, processes = int, open_files = int, file_size = size, cpu_time = duration }",
+        true,
+    ),
+    key("allow", "table", "{ users = [...], groups = [...] } agent callers admitted to this tool", true),
+    key(
+        "run_as",
+        "string | integer",
+        "\"user\" or \"user:group\" to run as instead of the caller (daemon must be root)",
+        true,
+    ),
+    key("min_landlock_abi", "integer", "the tool is unavailable when the kernel's landlock ABI is lower", true),
+];
+
+/// Keys of a `[tools.NAME.params.PARAM]` table.
+pub const PARAM_KEYS: &[KeyDoc] = &[
+    key("type", "string", "string | integer | number | boolean | enum | path (required)", false),
+    key("description", "string", "shown to the agent", false),
+    key("required", "boolean", "the call must give a value (default false; cannot be combined with default)", false),
+    key("default", "value", "used when the call omits the param; must pass the param's own rules", false),
+    key("pattern", "string", "string only: regex the whole value must match (linear-time engine)", false),
+    key("min", "number", "integer and number only: inclusive minimum (default 0: no negative values)", false),
+    key("max", "number", "integer and number only: inclusive maximum", false),
+    key("min_length", "integer", "string and path only: minimum length in characters", false),
+    key("max_length", "integer", "string and path only: maximum length in characters", false),
+    key("values", "array of strings", "enum only: the accepted values", false),
+    key("secret", "boolean", "redact the value in logs and audit records", false),
+];
+
+/// Keys of a `limits` table.
+pub const LIMIT_KEYS: &[KeyDoc] = &[
+    key("memory", "size", "address-space / memory limit", false),
+    key("processes", "integer", "maximum number of processes", false),
+    key("open_files", "integer", "maximum open file descriptors (at least 4)", false),
+    key("file_size", "size", "largest file the tool may write", false),
+    key("cpu_time", "duration", "CPU time limit", false),
+];

@@ -1,0 +1,270 @@
+//! Loading: policy files read under the trust rules, parsed, probed for availability on a
+//! [`Host`], and gathered into one [`PolicySet`] or one [`LoadError`].
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+
+use super::diag::{Diagnostic, Severity};
+use super::model::{Host, Source, Tool};
+use super::trust::{self, Subject, Trust, TrustError, TrustedDir, Walked};
+use super::{parse, probe};
+
+/// The outcome of loading policy files.
+#[derive(Debug, Clone)]
+pub struct PolicySet {
+    /// Sorted by name.
+    pub tools: Vec<Tool>,
+    /// Warnings (a successful load has no errors).
+    pub diagnostics: Vec<Diagnostic>,
+    pub files: Vec<PathBuf>,
+}
+
+/// A load that found errors; nothing from it may be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", render_failure(.diagnostics))]
+pub struct LoadError {
+    /// Errors and warnings, in file order.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+fn render_failure(diagnostics: &[Diagnostic]) -> String {
+    let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+    let lines: Vec<String> = diagnostics.iter().map(ToString::to_string).collect();
+    format!("{}\npolicy rejected: {errors} error(s)", lines.join("\n"))
+}
+
+/// Largest policy file read (a bigger one is refused, not read).
+pub const MAX_POLICY_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// Largest total of the policy files of one load.
+pub const MAX_POLICY_TOTAL_BYTES: u64 = 64 * 1024 * 1024;
+/// Ignored entries of a policy directory named one by one; more are counted.
+const MAX_IGNORED_NAMED: usize = 20;
+
+/// Policy texts read from disk, and what went wrong reading them.
+#[derive(Debug, Default)]
+pub struct Sources {
+    /// (path, text), in name order.
+    pub files: Vec<(PathBuf, String)>,
+    /// Errors (a file that could not be read, or that someone but root or the daemon's user
+    /// could have written) and warnings (entries of the directory that are not read).
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Sources {
+    fn error(&mut self, file: &Path, message: String) {
+        self.diagnostics.push(file_error(file, message));
+    }
+
+    fn warn(&mut self, file: &Path, message: String) {
+        self.diagnostics.push(Diagnostic {
+            severity: Severity::Warning,
+            file: file.to_path_buf(),
+            line: 1,
+            column: 1,
+            message,
+        });
+    }
+
+    /// One warning per ignored entry, up to [`MAX_IGNORED_NAMED`]; the rest are counted.
+    fn warn_ignored(&mut self, dir: &Path, ignored: Vec<Ignored>) {
+        let hidden = ignored.len().saturating_sub(MAX_IGNORED_NAMED);
+        for (path, why) in ignored.into_iter().take(MAX_IGNORED_NAMED) {
+            let message = if why == "a directory" {
+                format!(
+                    "ignored: {} is a directory; policies are read only from *.toml files directly in the policy directory",
+                    path.display()
+                )
+            } else {
+                format!(
+                    "ignored: {} does not end in .toml; only *.toml files are read (rename it to load it)",
+                    path.display()
+                )
+            };
+            self.warn(&path, message);
+        }
+        if hidden > 0 {
+            self.warn(dir, format!("ignored: {hidden} more entries of {} that are not *.toml files", dir.display()));
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.files.iter().map(|(_, t)| t.len() as u64).sum()
+    }
+}
+
+/// Reads the policy files of `dir` as a daemon with `trust`'s rules would: every `*.toml` not
+/// starting with `.`, in name order, only regular files (a symlink only through a checked walk),
+/// each and every directory above them writable by root or the daemon's user only (see
+/// [`trust`]), each at most [`MAX_POLICY_FILE_BYTES`]. Other entries are named in warnings.
+pub fn read_dir_sources(dir: &Path, trust: Trust) -> Sources {
+    let mut out = Sources::default();
+    let (walked, names, ignored) = match list_dir(dir, trust) {
+        Ok(listed) => listed,
+        Err(e) => {
+            out.error(dir, e.to_string());
+            return out;
+        }
+    };
+    out.warn_ignored(dir, ignored);
+    for name in names {
+        let path = dir.join(&name);
+        let max = MAX_POLICY_FILE_BYTES.min(MAX_POLICY_TOTAL_BYTES.saturating_sub(out.bytes()));
+        let bytes = match trust::lstat_in(&walked, &name) {
+            Ok(st) if trust::is_symlink(&st) => read_file_walked(&path, trust, max),
+            Ok(_) => trust::read_regular(&walked, &name, &path, trust, Subject::POLICY_FILE, max),
+            Err(errno) => {
+                Err(TrustError::Io { action: "inspect", what: "policy file".into(), path: path.clone(), errno })
+            }
+        };
+        push_bytes(&mut out, path, bytes, max);
+    }
+    out
+}
+
+/// Why a policy directory could not be listed (nothing of it is read then).
+#[derive(Debug, thiserror::Error)]
+enum DirError {
+    #[error("policy directory {} is not a directory; pass a directory with --policies", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("cannot read policy directory: {0}")]
+    Unreadable(#[source] TrustError),
+    #[error("cannot list policy directory {}: {errno}", path.display())]
+    Unlistable {
+        path: PathBuf,
+        #[source]
+        errno: Errno,
+    },
+}
+
+/// An entry of a policy directory that is not read, and why.
+type Ignored = (PathBuf, &'static str);
+
+/// Opens `dir` under the trust rules and lists it: the `*.toml` names (sorted) and the other
+/// entries (sorted), leaving out names that start with `.`.
+fn list_dir(dir: &Path, trust: Trust) -> Result<(TrustedDir, Vec<OsString>, Vec<Ignored>), DirError> {
+    let walked = match trust::walk(dir, trust, Subject::POLICY_DIR).map_err(DirError::Unreadable)? {
+        Walked::Dir(d) => d,
+        Walked::File { .. } => return Err(DirError::NotADirectory(dir.to_path_buf())),
+    };
+    let mut listing = trust::open_listing(&walked, Subject::POLICY_DIR).map_err(DirError::Unreadable)?;
+    let mut names: Vec<OsString> = Vec::new();
+    let mut ignored: Vec<Ignored> = Vec::new();
+    for entry in listing.iter() {
+        let entry = entry.map_err(|errno| DirError::Unlistable { path: dir.to_path_buf(), errno })?;
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name.as_bytes().first() == Some(&b'.') {
+            continue;
+        }
+        if trust::has_extension(name, "toml") {
+            names.push(name.to_os_string());
+            continue;
+        }
+        let is_dir = trust::lstat_in(&walked, name).is_ok_and(|st| trust::describe(&st) == "a directory");
+        ignored.push((dir.join(name), if is_dir { "a directory" } else { "not a *.toml file" }));
+    }
+    names.sort();
+    ignored.sort();
+    Ok((walked, names, ignored))
+}
+
+/// Reads one policy file named by path (symlinks followed through a checked walk).
+fn read_file_walked(path: &Path, trust: Trust, max: u64) -> Result<Vec<u8>, TrustError> {
+    match trust::walk(path, trust, Subject::POLICY_FILE)? {
+        Walked::File { parent, name, path: resolved } => {
+            trust::read_regular(&parent, &name, &resolved, trust, Subject::POLICY_FILE, max)
+        }
+        Walked::Dir(d) => Err(TrustError::NotRegular { what: "policy file".into(), path: d.path, kind: "a directory" }),
+    }
+}
+
+fn push_bytes(out: &mut Sources, path: PathBuf, bytes: Result<Vec<u8>, TrustError>, max: u64) {
+    match bytes {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => out.files.push((path, text)),
+            Err(_) => out.error(&path, "file is not valid UTF-8; policy files are UTF-8 text".into()),
+        },
+        Err(TrustError::TooLarge { what, path: p, size, .. }) if max < MAX_POLICY_FILE_BYTES => out.error(
+            &path,
+            format!(
+                "{what} {} ({size} bytes or more) would take the policy files over {MAX_POLICY_TOTAL_BYTES} bytes in all; \
+                 remove unused files",
+                p.display()
+            ),
+        ),
+        Err(e) => out.error(&path, e.to_string()),
+    }
+}
+
+/// Reads `path` as `cordon policy check` does: a directory like [`read_dir_sources`], a file
+/// (or a symlink to one) under the same rules.
+pub fn read_path_sources(path: &Path, trust: Trust) -> Sources {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return read_dir_sources(path, trust);
+    }
+    let mut out = Sources::default();
+    let bytes = read_file_walked(path, trust, MAX_POLICY_FILE_BYTES);
+    push_bytes(&mut out, path.to_path_buf(), bytes, MAX_POLICY_FILE_BYTES);
+    out
+}
+
+/// Loads every policy file of `dir` under the trust rules of this process's user (see
+/// [`read_dir_sources`]).
+pub fn load_dir(dir: &Path, host: &Host) -> Result<PolicySet, LoadError> {
+    load_dir_as(dir, host, Trust::current())
+}
+
+/// [`load_dir`] under the trust rules of a daemon running as `trust`.
+pub fn load_dir_as(dir: &Path, host: &Host, trust: Trust) -> Result<PolicySet, LoadError> {
+    let read = read_dir_sources(dir, trust);
+    let mut diagnostics = read.diagnostics;
+    let files: Vec<PathBuf> = read.files.iter().map(|(f, _)| f.clone()).collect();
+    match load_sources(&read.files, host) {
+        Err(mut e) => {
+            diagnostics.append(&mut e.diagnostics);
+            Err(LoadError { diagnostics })
+        }
+        Ok(mut set) => {
+            diagnostics.append(&mut set.diagnostics);
+            if diagnostics.iter().any(Diagnostic::is_error) {
+                return Err(LoadError { diagnostics });
+            }
+            set.diagnostics = diagnostics;
+            set.files = files;
+            Ok(set)
+        }
+    }
+}
+
+/// Loads policy texts given as (name, content), as if they were the files of one directory.
+pub fn load_sources(sources: &[(PathBuf, String)], host: &Host) -> Result<PolicySet, LoadError> {
+    let mut diagnostics = Vec::new();
+    let mut tools: Vec<Tool> = Vec::new();
+    let mut seen: BTreeMap<String, Source> = BTreeMap::new();
+    let mut pinned = probe::PinCache::default();
+    for (file, text) in sources {
+        let parsed = parse::parse_file(file, text, &seen);
+        let file_ok = !parsed.diagnostics.iter().any(Diagnostic::is_error);
+        diagnostics.extend(parsed.diagnostics);
+        if file_ok {
+            for mut tool in parsed.tools {
+                probe::probe(&mut tool, host, &mut pinned);
+                seen.insert(tool.name.clone(), tool.source.clone());
+                tools.push(tool);
+            }
+        }
+    }
+    if diagnostics.iter().any(Diagnostic::is_error) {
+        return Err(LoadError { diagnostics });
+    }
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    diagnostics.extend(probe::exposure_warnings(&tools));
+    Ok(PolicySet { tools, diagnostics, files: sources.iter().map(|(f, _)| f.clone()).collect() })
+}
+
+fn file_error(file: &Path, message: String) -> Diagnostic {
+    Diagnostic { severity: Severity::Error, file: file.to_path_buf(), line: 1, column: 1, message }
+}

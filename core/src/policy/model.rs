@@ -1,0 +1,412 @@
+//! The policy model: validated tools, their params and grants, the host facts that decide
+//! availability, and the policy facts (limits, the base environment, the safe integer range)
+//! that the parser, the validator, argv planning and the reference all read.
+//!
+//! Architecture invariant: this module imports nothing else of the crate but [`crate::resolve`]
+//! (for [`Pin`]'s node): every other policy module, [`crate::validate`] and [`crate::argv`]
+//! stand above it.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Shortest and longest timeout a tool may have.
+pub const TIMEOUT_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(3600));
+/// Smallest and largest per-stream output cap.
+pub const MAX_OUTPUT_RANGE: (u64, u64) = (1, 10 * 1024 * 1024);
+/// Timeout of a tool that sets none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Per-stream output cap of a tool that sets none.
+pub const DEFAULT_MAX_OUTPUT: u64 = 256 * 1024;
+/// Compiled size limit of a param pattern, in bytes.
+pub const REGEX_SIZE_LIMIT: usize = 1024 * 1024;
+/// Nesting limit of a param pattern.
+pub const REGEX_NEST_LIMIT: u32 = 32;
+/// Longest pattern source accepted.
+pub const REGEX_MAX_LEN: usize = 1024;
+/// Environment keys a tool may never set.
+pub const FORBIDDEN_ENV: &str = "PATH, LD_*, DYLD_*";
+
+/// Whether a tool's `env` (or a param exported through `args_env_prefix`) may use this key.
+pub fn env_key_forbidden(key: &str) -> bool {
+    key == "PATH" || key.starts_with("LD_") || key.starts_with("DYLD_")
+}
+
+/// The fixed PATH used to resolve bare program names, and given to every child.
+pub const SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The only variables a child inherits from the base environment.
+pub const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LANG", "TZ"];
+
+/// Largest integer a param accepts (2^53 - 1): every integer up to here is exact as a JSON
+/// number in every implementation, so the daemon, the JSON Schema and the agent agree on it.
+pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
+
+/// A validated tool definition.
+#[derive(Debug, Clone)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub reason: Option<String>,
+    /// `command[0]` as written: an absolute path or a bare name.
+    pub program: String,
+    /// `command[1..]`.
+    pub args: Vec<ArgTemplate>,
+    pub working_dir: Option<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub args_env_prefix: Option<String>,
+    pub timeout: Duration,
+    pub max_output: u64,
+    /// In definition order.
+    pub params: Vec<Param>,
+    pub confirm: Confirm,
+    pub danger: Danger,
+    pub disabled: bool,
+    pub arg_separator: bool,
+    pub annotations: Annotations,
+    pub output: Output,
+    pub sandbox: SandboxPolicy,
+    /// `None`: no agent caller is admitted (admins still see the tool).
+    pub allow: Option<Allow>,
+    pub source: Source,
+    pub availability: Availability,
+    /// JSON Schema (draft 2020-12) of the arguments object.
+    pub input_schema: serde_json::Value,
+}
+
+impl Tool {
+    pub fn param(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// The argv template as written in the policy.
+    pub fn command_template(&self) -> Vec<String> {
+        std::iter::once(self.program.clone()).chain(self.args.iter().map(ArgTemplate::to_string)).collect()
+    }
+
+    /// Whether the tool can reach the network at all.
+    pub fn has_network(&self) -> bool {
+        !matches!(self.sandbox.network, Network::None)
+    }
+}
+
+/// Where a tool was defined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub file: PathBuf,
+    pub line: u32,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// Whether a tool can run on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Availability {
+    Available { executable: PathBuf },
+    Unavailable { reason: String },
+}
+
+/// One element of the argv template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgTemplate {
+    pub segments: Vec<Segment>,
+}
+
+impl ArgTemplate {
+    /// The params this element refers to.
+    pub fn placeholders(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().filter_map(|s| match s {
+            Segment::Param(name) => Some(name.as_str()),
+            Segment::Literal(_) => None,
+        })
+    }
+
+    pub fn has_placeholder(&self) -> bool {
+        self.placeholders().next().is_some()
+    }
+
+    /// The param name when the element is exactly one placeholder.
+    pub fn sole_placeholder(&self) -> Option<&str> {
+        match self.segments.as_slice() {
+            [Segment::Param(name)] => Some(name),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ArgTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for s in &self.segments {
+            match s {
+                Segment::Literal(text) => f.write_str(text)?,
+                Segment::Param(name) => write!(f, "{{{{{name}}}}}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    Literal(String),
+    Param(String),
+}
+
+/// A typed tool parameter.
+#[derive(Debug, Clone)]
+pub struct Param {
+    pub name: String,
+    pub kind: ParamKind,
+    pub description: Option<String>,
+    pub required: bool,
+    /// Already checked against the param's own rules.
+    pub default: Option<serde_json::Value>,
+    pub secret: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum ParamKind {
+    String { pattern: Option<Pattern>, min_length: Option<u64>, max_length: Option<u64> },
+    Integer { min: Option<i64>, max: Option<i64> },
+    Number { min: Option<f64>, max: Option<f64> },
+    Boolean,
+    Enum { values: Vec<String> },
+    Path { min_length: Option<u64>, max_length: Option<u64> },
+}
+
+impl ParamKind {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ParamKind::String { .. } => "string",
+            ParamKind::Integer { .. } => "integer",
+            ParamKind::Number { .. } => "number",
+            ParamKind::Boolean => "boolean",
+            ParamKind::Enum { .. } => "enum",
+            ParamKind::Path { .. } => "path",
+        }
+    }
+}
+
+/// A compiled pattern that must match a whole value.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    /// As written in the policy.
+    pub source: String,
+    /// `source` with shorthand classes spelled out in ASCII: what the daemon and the JSON Schema
+    /// both use.
+    pub portable: String,
+    /// `^(?:portable)$`.
+    pub regex: regex::Regex,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Confirm {
+    #[default]
+    None,
+    Agent,
+    Human,
+}
+
+impl Confirm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confirm::None => "none",
+            Confirm::Agent => "agent",
+            Confirm::Human => "human",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Danger {
+    #[default]
+    Safe,
+    Moderate,
+    High,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Annotations {
+    pub title: Option<String>,
+    pub read_only: bool,
+    pub idempotent: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Output {
+    #[default]
+    Text,
+    Json {
+        schema: Option<serde_json::Value>,
+    },
+}
+
+/// What the kernel sandbox grants the tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub exec: Vec<PathBuf>,
+    pub network: Network,
+    pub unix_sockets: Vec<PathBuf>,
+    pub limits: Limits,
+    pub run_as: Option<RunAs>,
+    pub min_landlock_abi: Option<u32>,
+    /// The paths above, opened without following symlinks when the registry loaded (empty until
+    /// the tool is probed, and for a tool that is unavailable).
+    pub pins: Arc<Pins>,
+}
+
+/// What a tool's paths named when the registry loaded: one descriptor and (dev, ino) each.
+/// Landlock rules are built from these descriptors, the working directory is entered and the
+/// executable run through them, and each invocation first checks that every path still
+/// resolves, without symlinks, to the same (dev, ino).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pins {
+    pub read: Vec<Pin>,
+    pub write: Vec<Pin>,
+    pub exec: Vec<Pin>,
+    pub working_dir: Option<Pin>,
+    /// The directory of each `unix_sockets` path (a service re-creates its socket, so the socket
+    /// itself is not pinned; the directory that holds it is).
+    pub socket_dirs: Vec<Pin>,
+    pub executable: Option<PinnedExecutable>,
+}
+
+impl Pins {
+    /// Every pin with the policy key it came from.
+    pub fn all(&self) -> impl Iterator<Item = (&'static str, &Pin)> {
+        self.executable
+            .iter()
+            .map(|e| ("command[0]", &e.pin))
+            .chain(self.working_dir.iter().map(|p| ("working_dir", p)))
+            .chain(self.read.iter().map(|p| ("read", p)))
+            .chain(self.write.iter().map(|p| ("write", p)))
+            .chain(self.exec.iter().map(|p| ("exec", p)))
+            .chain(self.socket_dirs.iter().map(|p| ("unix_sockets directory", p)))
+    }
+}
+
+/// A path opened (`O_PATH`) without following symlinks.
+#[derive(Debug, Clone)]
+pub struct Pin {
+    /// Absolute and normalized; no component is a symlink.
+    pub path: PathBuf,
+    pub node: crate::resolve::Node,
+    pub fd: Arc<OwnedFd>,
+}
+
+impl PartialEq for Pin {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path && self.node.dev == other.node.dev && self.node.ino == other.node.ino
+    }
+}
+
+impl Eq for Pin {}
+
+/// `command[0]`: the file it named at load, through any root-owned symlinks (`/bin/sh` ->
+/// `/usr/bin/dash`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedExecutable {
+    /// The path as resolved from `command[0]` (may pass through symlinks).
+    pub named: PathBuf,
+    /// The real file (`pin.path` has no symlink).
+    pub pin: Pin,
+    /// Starts with `#!`: run by its real path (the interpreter opens it by name), not through
+    /// the descriptor.
+    pub script: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Network {
+    #[default]
+    None,
+    Tcp {
+        connect: Vec<u16>,
+        bind: Vec<u16>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub memory: Option<u64>,
+    pub processes: Option<u64>,
+    pub open_files: Option<u64>,
+    pub file_size: Option<u64>,
+    pub cpu_time: Option<Duration>,
+}
+
+impl Limits {
+    /// `self`'s values where set, `base`'s elsewhere.
+    pub(super) fn or(self, base: Limits) -> Limits {
+        Limits {
+            memory: self.memory.or(base.memory),
+            processes: self.processes.or(base.processes),
+            open_files: self.open_files.or(base.open_files),
+            file_size: self.file_size.or(base.file_size),
+            cpu_time: self.cpu_time.or(base.cpu_time),
+        }
+    }
+}
+
+/// A user or group, by name or numeric id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    Name(String),
+    Id(u32),
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Principal::Name(n) => f.write_str(n),
+            Principal::Id(id) => write!(f, "{id}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Allow {
+    pub users: Vec<Principal>,
+    pub groups: Vec<Principal>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    pub user: Principal,
+    pub group: Option<Principal>,
+}
+
+/// Host facts that decide availability. The daemon builds it from its sandbox probe
+/// (`cordon_sandbox::HostSandbox::policy_host`); an offline `policy check` asks `cordond --probe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// The daemon runs as root (needed for `run_as`).
+    pub is_root: bool,
+    /// The kernel's landlock ABI (0: none, and no tool can run).
+    pub landlock_abi: i32,
+    /// Why tools with `unix_sockets` cannot be offered on this host (`None`: they can).
+    pub unix_sockets_unavailable: Option<String>,
+    /// Why no tool can run on this host for want of a read-only filesystem view (`None`: views
+    /// work, or this host runs tools without them, as a daemon that is not root may).
+    pub views_unavailable: Option<String>,
+}
+
+impl Host {
+    /// A host as an offline check assumes it before any sandbox probe: a root daemon gets
+    /// invocation cgroups (so `unix_sockets` tools are offered) and read-only views.
+    pub fn new(is_root: bool, landlock_abi: i32) -> Host {
+        let unix_sockets_unavailable = (!is_root).then(|| NOT_IDENTIFIABLE.to_string());
+        Host { is_root, landlock_abi, unix_sockets_unavailable, views_unavailable: None }
+    }
+}
+
+/// Why a daemon that is not root cannot offer `unix_sockets` tools.
+pub const NOT_IDENTIFIABLE: &str = "unix_sockets needs invocation cgroups, which let cordond refuse its own tools on its \
+     socket (cordond is not root and cannot create cgroups); run cordond as root";

@@ -1,0 +1,193 @@
+//! The keys a `[defaults]` table and a `[tools.NAME]` table share, and the merge of a tool's own
+//! values over its file's defaults.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml::de::{DeTable, DeValue};
+
+use super::{Parser, Value};
+use crate::policy::diag::did_you_mean;
+use crate::policy::keys::TOOL_KEYS;
+use crate::policy::model::{
+    Allow, Confirm, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, Danger, Limits, Network, RunAs, SandboxPolicy,
+};
+
+/// Values a `[defaults]` table and a `[tools.NAME]` table share.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Common {
+    pub(super) working_dir: Option<PathBuf>,
+    pub(super) env: Option<BTreeMap<String, (String, Range<usize>)>>,
+    pub(super) args_env_prefix: Option<(String, Range<usize>)>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) max_output: Option<u64>,
+    pub(super) confirm: Option<Confirm>,
+    pub(super) danger: Option<Danger>,
+    pub(super) arg_separator: Option<bool>,
+    pub(super) read: Option<Vec<PathBuf>>,
+    pub(super) write: Option<Vec<PathBuf>>,
+    pub(super) exec: Option<Vec<PathBuf>>,
+    pub(super) network: Option<Network>,
+    pub(super) unix_sockets: Option<Vec<PathBuf>>,
+    pub(super) limits: Option<Limits>,
+    pub(super) allow: Option<Allow>,
+    pub(super) run_as: Option<RunAs>,
+    pub(super) min_landlock_abi: Option<u32>,
+}
+
+/// A tool's shared values after the merge: its own where set, else its file's defaults; path
+/// lists add up. `env` and `args_env_prefix` keep their spans for the cross-checks.
+pub(super) struct Merged {
+    pub(super) working_dir: Option<PathBuf>,
+    pub(super) env: BTreeMap<String, (String, Range<usize>)>,
+    pub(super) args_env_prefix: Option<(String, Range<usize>)>,
+    pub(super) timeout: Duration,
+    pub(super) max_output: u64,
+    pub(super) confirm: Confirm,
+    pub(super) danger: Danger,
+    pub(super) arg_separator: bool,
+    pub(super) sandbox: SandboxPolicy,
+    pub(super) allow: Option<Allow>,
+}
+
+impl Common {
+    /// `self` (a tool's own values) over `defaults`.
+    pub(super) fn over(self, defaults: &Common) -> Merged {
+        let mut env = defaults.env.clone().unwrap_or_default();
+        env.extend(self.env.unwrap_or_default());
+        let sandbox = SandboxPolicy {
+            read: concat(&defaults.read, &self.read),
+            write: concat(&defaults.write, &self.write),
+            exec: concat(&defaults.exec, &self.exec),
+            network: self.network.or(defaults.network.clone()).unwrap_or_default(),
+            unix_sockets: concat(&defaults.unix_sockets, &self.unix_sockets),
+            limits: self.limits.unwrap_or_default().or(defaults.limits.unwrap_or_default()),
+            run_as: self.run_as.or(defaults.run_as.clone()),
+            min_landlock_abi: self.min_landlock_abi.or(defaults.min_landlock_abi),
+            pins: Default::default(),
+        };
+        Merged {
+            working_dir: self.working_dir.or(defaults.working_dir.clone()),
+            env,
+            args_env_prefix: self.args_env_prefix.or(defaults.args_env_prefix.clone()),
+            timeout: self.timeout.or(defaults.timeout).unwrap_or(DEFAULT_TIMEOUT),
+            max_output: self.max_output.or(defaults.max_output).unwrap_or(DEFAULT_MAX_OUTPUT),
+            confirm: self.confirm.or(defaults.confirm).unwrap_or_default(),
+            danger: self.danger.or(defaults.danger).unwrap_or_default(),
+            arg_separator: self.arg_separator.or(defaults.arg_separator).unwrap_or(false),
+            sandbox,
+            allow: self.allow.or(defaults.allow.clone()),
+        }
+    }
+}
+
+/// `a` then `b`, each path once.
+fn concat(a: &Option<Vec<PathBuf>>, b: &Option<Vec<PathBuf>>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = a.iter().chain(b.iter()).flatten().cloned().collect();
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| seen.insert(p.clone()));
+    out
+}
+
+impl Parser<'_> {
+    /// The file's `[defaults]` table (nothing when it is missing or not a table).
+    pub(super) fn defaults(&mut self, doc: &DeTable<'_>) -> Common {
+        match doc.get("defaults") {
+            Some(v) => match self.table(v, "defaults") {
+                Some(t) => self.common_table(t, "[defaults]", true),
+                None => Common::default(),
+            },
+            None => Common::default(),
+        }
+    }
+
+    /// Parses the keys shared by `[defaults]` and tools; reports unknown keys.
+    pub(super) fn common_table(&mut self, table: &DeTable<'_>, ctx: &str, is_defaults: bool) -> Common {
+        let mut c = Common::default();
+        for (k, v) in table {
+            let name = k.get_ref().as_ref();
+            let Some(doc) = TOOL_KEYS.iter().find(|d| d.name == name) else {
+                let allowed: Vec<&str> =
+                    TOOL_KEYS.iter().filter(|d| !is_defaults || d.defaultable).map(|d| d.name).collect();
+                self.sink.error(k.span(), format!("unknown key {name:?} in {ctx}{}", did_you_mean(name, allowed)));
+                continue;
+            };
+            if !doc.defaultable {
+                if is_defaults {
+                    self.sink.error(k.span(), format!("`{name}` cannot be set in [defaults]; set it on each tool"));
+                }
+                continue;
+            }
+            self.common_key(&mut c, name, v);
+        }
+        c
+    }
+
+    /// One defaultable key into `c`.
+    fn common_key(&mut self, c: &mut Common, name: &str, v: &Value<'_>) {
+        match name {
+            "working_dir" => c.working_dir = self.abs_path(v, name),
+            "env" => c.env = self.env(v),
+            "args_env_prefix" => c.args_env_prefix = self.args_env_prefix(v),
+            "timeout" => c.timeout = self.timeout(v),
+            "max_output" => c.max_output = self.max_output(v),
+            "confirm" => c.confirm = self.confirm(v),
+            "danger" => c.danger = self.danger(v),
+            "arg_separator" => c.arg_separator = self.boolean(v, name),
+            "read" => c.read = self.path_list(v, name),
+            "write" => c.write = self.path_list(v, name),
+            "exec" => c.exec = self.path_list(v, name),
+            "network" => c.network = self.network(v),
+            "unix_sockets" => c.unix_sockets = self.unix_sockets(v),
+            "limits" => c.limits = self.limits(v),
+            "allow" => c.allow = self.allow(v),
+            "run_as" => c.run_as = self.run_as(v),
+            "min_landlock_abi" => c.min_landlock_abi = self.min_landlock_abi(v),
+            _ => {}
+        }
+    }
+
+    fn danger(&mut self, v: &Value<'_>) -> Option<Danger> {
+        self.choice(v, "danger", &["safe", "moderate", "high"]).map(|s| match s {
+            "moderate" => Danger::Moderate,
+            "high" => Danger::High,
+            _ => Danger::Safe,
+        })
+    }
+
+    fn confirm(&mut self, v: &Value<'_>) -> Option<Confirm> {
+        match v.get_ref() {
+            DeValue::Boolean(false) => Some(Confirm::None),
+            DeValue::Boolean(true) => {
+                self.sink.error(v.span(), "`confirm = true` is ambiguous; write confirm = \"agent\" (the agent confirms with a token) or confirm = \"human\" (a person approves)");
+                None
+            }
+            DeValue::String(s) if s == "agent" => Some(Confirm::Agent),
+            DeValue::String(s) if s == "human" => Some(Confirm::Human),
+            DeValue::String(s) => {
+                self.sink.error(v.span(), format!("invalid confirm {s:?}; expected false, \"agent\" or \"human\""));
+                None
+            }
+            other => {
+                self.type_error(v.span(), "confirm", "false, \"agent\" or \"human\"", other);
+                None
+            }
+        }
+    }
+
+    fn min_landlock_abi(&mut self, v: &Value<'_>) -> Option<u32> {
+        let n = self.integer(v, "min_landlock_abi")?;
+        match u32::try_from(n) {
+            Ok(n @ 1..=16) => Some(n),
+            _ => {
+                self.sink.error(
+                    v.span(),
+                    format!("min_landlock_abi {n} is out of range; landlock ABIs are 1 and up (e.g. 4 for TCP rules)"),
+                );
+                None
+            }
+        }
+    }
+}

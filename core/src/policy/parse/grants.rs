@@ -1,0 +1,187 @@
+//! What the sandbox grants a tool: `read`/`write`/`exec` paths, `network`, `unix_sockets`, and
+//! who may call it (`allow`) or whom it runs as (`run_as`).
+
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+
+use toml::de::DeValue;
+
+use super::{Parser, Value};
+use crate::policy::keys::{KeyDoc, key};
+use crate::policy::model::{Allow, Network, Principal, RunAs};
+
+impl Parser<'_> {
+    pub(super) fn path_list(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<PathBuf>> {
+        let items = self.array(v, what, "an array of absolute paths")?;
+        let paths: Vec<Option<PathBuf>> = items.iter().map(|i| self.abs_path(i, what)).collect();
+        if what == "write" || what == "exec" {
+            for (item, path) in items.iter().zip(&paths) {
+                if let Some(path) = path {
+                    self.kernel_grant(item.span(), what, path);
+                }
+            }
+        }
+        paths.into_iter().collect()
+    }
+
+    /// `write` and `exec` may not reach the kernel's own trees: writing beneath /sys/fs/cgroup
+    /// lets a tool leave its invocation cgroup (which cordond relies on to recognise and kill its
+    /// tools), /proc and /sys hold kernel settings. `/` contains both. System directories as
+    /// write roots are allowed with a warning.
+    fn kernel_grant(&mut self, span: Range<usize>, what: &str, path: &Path) {
+        let kernel = ["/proc", "/sys"].iter().find(|k| path.starts_with(k));
+        if let Some(k) = kernel {
+            self.sink.error(span, format!("{what} {:?} is in {k}, the kernel's own tree; a tool may not write or execute there (it could leave its cgroup or change kernel settings): remove it", path.display().to_string()));
+        } else if path == Path::new("/") {
+            self.sink.error(span, format!("{what} \"/\" contains /proc and /sys (a tool could leave its cgroup or change kernel settings); grant the directories the tool needs"));
+        } else if what == "write"
+            && ["/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/var", "/root"]
+                .iter()
+                .any(|d| path == Path::new(d))
+        {
+            self.sink.warning(span, format!("write {:?} lets the tool change the whole system directory (for a tool run as root: devices, accounts, programs every tool runs); grant the subdirectory the tool needs", path.display().to_string()));
+        }
+    }
+
+    pub(super) fn abs_path(&mut self, v: &Value<'_>, what: &str) -> Option<PathBuf> {
+        let s = self.string(v, what)?;
+        if s.contains('\0') {
+            self.sink.error(v.span(), format!("{what} contains a NUL byte"));
+            return None;
+        }
+        let path = Path::new(&s);
+        if !path.is_absolute() {
+            self.sink.error(v.span(), format!("{what} {s:?} is relative; write an absolute path"));
+            return None;
+        }
+        if path.components().any(|c| c == Component::ParentDir) {
+            self.sink.error(v.span(), format!("{what} {s:?} contains `..`; write the path without it"));
+            return None;
+        }
+        Some(path.components().collect())
+    }
+
+    pub(super) fn network(&mut self, v: &Value<'_>) -> Option<Network> {
+        match v.get_ref() {
+            DeValue::String(s) if s == "none" => Some(Network::None),
+            DeValue::String(s) => {
+                self.sink.error(
+                    v.span(),
+                    format!(
+                        "invalid network {s:?}; expected \"none\" or {{ connect_tcp = [ports], bind_tcp = [ports] }}"
+                    ),
+                );
+                None
+            }
+            DeValue::Table(t) => {
+                const KEYS: &[KeyDoc] = &[
+                    key("connect_tcp", "array of ports", "TCP ports the tool may connect to", false),
+                    key("bind_tcp", "array of ports", "TCP ports the tool may bind", false),
+                ];
+                self.unknown_keys(t, KEYS, "in network");
+                let connect = t.get("connect_tcp").and_then(|v| self.ports(v, "connect_tcp")).unwrap_or_default();
+                let bind = t.get("bind_tcp").and_then(|v| self.ports(v, "bind_tcp")).unwrap_or_default();
+                Some(Network::Tcp { connect, bind })
+            }
+            other => {
+                self.type_error(v.span(), "network", "\"none\" or a table", other);
+                None
+            }
+        }
+    }
+
+    fn ports(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<u16>> {
+        let items = self.array(v, what, "an array of port numbers")?;
+        let mut out = Vec::new();
+        for item in items.iter() {
+            let n = self.integer(item, what)?;
+            match u16::try_from(n) {
+                Ok(p) if p > 0 => out.push(p),
+                _ => self.sink.error(item.span(), format!("port {n} in {what} is out of range (1 to 65535)")),
+            }
+        }
+        Some(out)
+    }
+
+    pub(super) fn unix_sockets(&mut self, v: &Value<'_>) -> Option<Vec<PathBuf>> {
+        match v.get_ref() {
+            DeValue::Boolean(false) => Some(Vec::new()),
+            DeValue::Boolean(true) => {
+                self.sink.error(v.span(), "unix_sockets = true does not say which sockets; list their paths, e.g. unix_sockets = [\"/run/app.sock\"]");
+                None
+            }
+            _ => self.path_list(v, "unix_sockets"),
+        }
+    }
+
+    pub(super) fn allow(&mut self, v: &Value<'_>) -> Option<Allow> {
+        const KEYS: &[KeyDoc] =
+            &[key("users", "array", "user names or uids", false), key("groups", "array", "group names or gids", false)];
+        let table = self.table(v, "allow")?;
+        self.unknown_keys(table, KEYS, "in allow");
+        let users = table.get("users").and_then(|v| self.principals(v, "allow.users")).unwrap_or_default();
+        let groups = table.get("groups").and_then(|v| self.principals(v, "allow.groups")).unwrap_or_default();
+        Some(Allow { users, groups })
+    }
+
+    fn principals(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<Principal>> {
+        let items = self.array(v, what, "an array of names or ids")?;
+        items.iter().map(|i| self.principal(i, what)).collect::<Vec<_>>().into_iter().collect()
+    }
+
+    fn principal(&mut self, v: &Value<'_>, what: &str) -> Option<Principal> {
+        match v.get_ref() {
+            DeValue::String(s) if valid_account_name(s) => Some(Principal::Name(s.to_string())),
+            DeValue::String(s) => {
+                self.sink.error(v.span(), format!("invalid name {s:?} in {what}"));
+                None
+            }
+            DeValue::Integer(_) => {
+                let n = self.integer(v, what)?;
+                u32::try_from(n)
+                    .map(Principal::Id)
+                    .map_err(|_| self.sink.error(v.span(), format!("id {n} in {what} is out of range")))
+                    .ok()
+            }
+            other => {
+                self.type_error(v.span(), what, "a name or a numeric id", other);
+                None
+            }
+        }
+    }
+
+    pub(super) fn run_as(&mut self, v: &Value<'_>) -> Option<RunAs> {
+        match v.get_ref() {
+            DeValue::String(s) => {
+                let (user, group) = match s.split_once(':') {
+                    Some((u, g)) => (u, Some(g)),
+                    None => (s.as_ref(), None),
+                };
+                let parse = |t: &str| match t.parse::<u32>() {
+                    Ok(id) => Some(Principal::Id(id)),
+                    Err(_) => valid_account_name(t).then(|| Principal::Name(t.to_string())),
+                };
+                match (parse(user), group.map(parse)) {
+                    (Some(user), None) => Some(RunAs { user, group: None }),
+                    (Some(user), Some(Some(g))) => Some(RunAs { user, group: Some(g) }),
+                    _ => {
+                        self.sink.error(v.span(), format!("invalid run_as {s:?}; write \"user\" or \"user:group\""));
+                        None
+                    }
+                }
+            }
+            DeValue::Integer(_) => self.principal(v, "run_as").map(|user| RunAs { user, group: None }),
+            other => {
+                self.type_error(v.span(), "run_as", "\"user\", \"user:group\" or a uid", other);
+                None
+            }
+        }
+    }
+}
+
+fn valid_account_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && !name.starts_with('-')
+        && name.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+}

@@ -1,0 +1,109 @@
+//! Walks one spanned TOML document into [`Tool`]s, collecting every problem.
+//!
+//! # Layout
+//! - this file: the document walk (`version`, `[defaults]`, `[tools]`) and the [`Parser`] that
+//!   carries the diagnostics sink.
+//! - `value`: typed reads of one spanned value (`table`, `string`, `integer`, ...), the type
+//!   errors they report, and TOML -> JSON.
+//! - `common`: the keys a `[defaults]` table and a `[tools.NAME]` table share, and how a tool's
+//!   own values merge over the file's defaults.
+//! - `tool`: one `[tools.NAME]` table: name, description, params, command, cross-checks.
+//! - `command`: the argv template and its `{{param}}` placeholders.
+//! - `param`: one `[tools.NAME.params.PARAM]` table and its type's rules.
+//! - `grants`: `read`/`write`/`exec` paths, `network`, `unix_sockets`, `allow`, `run_as`.
+//! - `limits`: `timeout`, `max_output` and the `limits` table.
+//! - `env`: the `env` table and `args_env_prefix`.
+//!
+//! Diagnostics are sorted by position at the end (a stable sort), so the order of the checks
+//! only matters among problems reported at one position.
+
+mod command;
+mod common;
+mod env;
+mod grants;
+mod limits;
+mod param;
+mod tool;
+mod value;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::diag::{Diagnostic, Sink};
+use super::keys::FILE_KEYS;
+use super::model::{Source, Tool};
+
+/// One spanned TOML value.
+type Value<'i> = Spanned<DeValue<'i>>;
+
+pub(super) struct Parsed {
+    pub(super) tools: Vec<Tool>,
+    pub(super) diagnostics: Vec<Diagnostic>,
+}
+
+/// Parses one file. `seen` holds tools already loaded from earlier files, for duplicate checks.
+pub(super) fn parse_file(file: &Path, text: &str, seen: &BTreeMap<String, Source>) -> Parsed {
+    let mut p = Parser { sink: Sink::new(file, text), file };
+    let (doc, errors) = DeTable::parse_recoverable(text);
+    if !errors.is_empty() {
+        for e in errors {
+            let span = e.span().unwrap_or(0..0);
+            p.sink.error(span, format!("invalid TOML: {}", e.message().trim_end()));
+        }
+        return Parsed { tools: Vec::new(), diagnostics: p.sink.diagnostics };
+    }
+    let tools = p.document(doc.get_ref(), seen);
+    let mut diagnostics = p.sink.diagnostics;
+    // In file order; the sort is stable, so problems at one position keep their order.
+    diagnostics.sort_by_key(|d| (d.line, d.column));
+    Parsed { tools, diagnostics }
+}
+
+/// The walk over one file: where its problems go, and which file it is.
+struct Parser<'a> {
+    sink: Sink<'a>,
+    file: &'a Path,
+}
+
+impl Parser<'_> {
+    fn document(&mut self, doc: &DeTable<'_>, seen: &BTreeMap<String, Source>) -> Vec<Tool> {
+        self.unknown_keys(doc, FILE_KEYS, "at the top level");
+        self.version(doc);
+        let defaults = self.defaults(doc);
+        let mut tools = Vec::new();
+        let Some(tools_value) = doc.get("tools") else {
+            self.sink.warning(0..0, "this file defines no tools; add a [tools.NAME] table");
+            return tools;
+        };
+        let Some(table) = self.table(tools_value, "tools") else {
+            return tools;
+        };
+        for (name, value) in table {
+            if let Some(tool) = self.tool(name, value, &defaults, seen) {
+                tools.push(tool);
+            }
+        }
+        tools
+    }
+
+    /// `version = 1`, the only format this parser reads.
+    fn version(&mut self, doc: &DeTable<'_>) {
+        match doc.get("version") {
+            None => self.sink.error(0..0, "missing `version = 1` at the top of the file"),
+            Some(v) => match v.get_ref() {
+                DeValue::Integer(i) if i.as_str() == "1" && i.radix() == 10 => {}
+                DeValue::Integer(_) => {
+                    self.sink.error(v.span(), "unsupported policy version; this cordon reads `version = 1`")
+                }
+                other => self.type_error(v.span(), "version", "the integer 1", other),
+            },
+        }
+    }
+
+    fn error_count(&self) -> usize {
+        self.sink.diagnostics.iter().filter(|d| d.is_error()).count()
+    }
+}

@@ -1,0 +1,261 @@
+//! One `[tools.NAME]` table: its name, what it says about itself, its params and command, the
+//! merge over the file's defaults, and the checks that need the whole tool.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::common::{Common, Merged};
+use super::param::valid_tool_name;
+use super::value::to_json;
+use super::{Parser, Value};
+use crate::policy::keys::{KeyDoc, key};
+use crate::policy::model::{Annotations, ArgTemplate, Availability, Output, Param, ParamKind, Source, Tool};
+use crate::policy::schema;
+use crate::validate::check_value;
+
+/// The MCP front-end's built-in tool that redeems confirmation tokens.
+const RESERVED_TOOL_NAME: &str = "confirm";
+
+/// What a tool says about itself.
+struct About {
+    description: Option<String>,
+    reason: Option<String>,
+    disabled: bool,
+    annotations: Annotations,
+    output: Output,
+}
+
+impl Parser<'_> {
+    pub(super) fn tool(
+        &mut self,
+        name: &Spanned<Cow<'_, str>>,
+        value: &Value<'_>,
+        defaults: &Common,
+        seen: &BTreeMap<String, Source>,
+    ) -> Option<Tool> {
+        let errors_before = self.error_count();
+        let name_span = name.span();
+        let name = name.get_ref().to_string();
+        self.tool_name(&name, &name_span, seen);
+        let ctx = format!("[tools.{name}]");
+        let table = self.table(value, &ctx)?;
+        let own = self.common_table(table, &ctx, false);
+        let about = self.about(table, &ctx, &name_span);
+        // Names of every param table, valid or not: a broken param is reported once, not again
+        // at each placeholder that uses it.
+        let (params, declared) = self.params(table, &name, &ctx);
+        let command = match table.get("command") {
+            Some(v) => self.command(v, &name, &declared),
+            None => {
+                self.sink
+                    .error(name_span.clone(), format!("{ctx} is missing `command`, e.g. command = [\"ls\", \"-la\"]"));
+                None
+            }
+        };
+        let merged = own.over(defaults);
+        self.check_exported_params(&merged.args_env_prefix, &params, &merged.env);
+        if let Some((_, args)) = &command {
+            self.check_params_used(&name, &name_span, &params, args, merged.args_env_prefix.is_some());
+            self.check_path_defaults(&name_span, &params, merged.working_dir.as_deref());
+        }
+        if self.error_count() > errors_before {
+            return None;
+        }
+        let (program, args) = command?;
+        let source = Source { file: self.file.to_path_buf(), line: self.sink.line_of(&name_span) };
+        assemble(name, source, about, params, program, args, merged)
+    }
+
+    /// The name's own rules, the reserved name, and duplicates of earlier files.
+    fn tool_name(&mut self, name: &str, span: &Range<usize>, seen: &BTreeMap<String, Source>) {
+        if !valid_tool_name(name) {
+            self.sink.error(
+                span.clone(),
+                format!("invalid tool name {name:?}: names match ^[a-z][a-z0-9-]*$ (lower case, digits, dashes; at most 64 characters)"),
+            );
+        }
+        if name == RESERVED_TOOL_NAME {
+            self.sink.error(
+                span.clone(),
+                format!("tool name {name:?} is reserved for cordon's built-in confirmation tool; choose another name"),
+            );
+        }
+        if let Some(first) = seen.get(name) {
+            self.sink.error(span.clone(), format!("duplicate tool name {name:?}: already defined at {first}"));
+        }
+    }
+
+    /// `description` (required), `reason` (a warning when missing), `disabled`, `annotations`,
+    /// `output`.
+    fn about(&mut self, table: &DeTable<'_>, ctx: &str, name_span: &Range<usize>) -> About {
+        let description = match table.get("description") {
+            Some(v) => self.string(v, "description").filter(|s| {
+                if s.trim().is_empty() {
+                    self.sink.error(v.span(), "`description` must not be empty; say what the tool does");
+                }
+                !s.trim().is_empty()
+            }),
+            None => {
+                self.sink.error(name_span.clone(), format!("{ctx} is missing `description`; say what the tool does"));
+                None
+            }
+        };
+        let reason = table.get("reason").and_then(|v| self.string(v, "reason"));
+        if reason.is_none() && !table.contains_key("reason") {
+            self.sink.warning(name_span.clone(), format!("{ctx} has no `reason`; say why agents may run it"));
+        }
+        let disabled = table.get("disabled").and_then(|v| self.boolean(v, "disabled")).unwrap_or(false);
+        let annotations = table.get("annotations").map(|v| self.annotations(v)).unwrap_or_default();
+        let output = table.get("output").map(|v| self.output(v)).unwrap_or_default();
+        About { description, reason, disabled, annotations, output }
+    }
+
+    /// The valid params, and the names of every param table (valid or not).
+    fn params(&mut self, table: &DeTable<'_>, tool: &str, ctx: &str) -> (Vec<Param>, Vec<String>) {
+        let Some(v) = table.get("params") else {
+            return (Vec::new(), Vec::new());
+        };
+        let Some(t) = self.table(v, &format!("{ctx} params")) else {
+            return (Vec::new(), Vec::new());
+        };
+        let declared = t.keys().map(|k| k.get_ref().to_string()).collect();
+        let params = t.iter().filter_map(|(k, v)| self.param(tool, k, v)).collect();
+        (params, declared)
+    }
+
+    /// Without `args_env_prefix`, a param that no placeholder uses is never passed on.
+    fn check_params_used(
+        &mut self,
+        name: &str,
+        name_span: &Range<usize>,
+        params: &[Param],
+        args: &[ArgTemplate],
+        exported: bool,
+    ) {
+        if exported {
+            return;
+        }
+        let used: Vec<&str> = args.iter().flat_map(ArgTemplate::placeholders).collect();
+        for p in params {
+            if !used.contains(&p.name.as_str()) {
+                self.sink.warning(
+                    name_span.clone(),
+                    format!("param {:?} of tool {name:?} is defined but not used in `command` (and no args_env_prefix is set)", p.name),
+                );
+            }
+        }
+    }
+
+    /// Path params resolve relative values against the working dir; a default must already work.
+    fn check_path_defaults(&mut self, name_span: &Range<usize>, params: &[Param], working_dir: Option<&Path>) {
+        for p in params {
+            if let (Some(default), ParamKind::Path { .. }) = (&p.default, &p.kind)
+                && let Err(e) = check_value(p, default, working_dir)
+            {
+                self.sink.error(
+                    name_span.clone(),
+                    format!("default of param {:?} fails its own rules: {}", p.name, e.message),
+                );
+            }
+        }
+    }
+
+    fn annotations(&mut self, v: &Value<'_>) -> Annotations {
+        const KEYS: &[KeyDoc] = &[
+            key("title", "string", "human-readable title", false),
+            key("read_only", "boolean", "the tool does not modify its environment", false),
+            key("idempotent", "boolean", "repeating a call has no further effect", false),
+        ];
+        let mut a = Annotations::default();
+        let Some(table) = self.table(v, "annotations") else {
+            return a;
+        };
+        self.unknown_keys(table, KEYS, "in annotations");
+        a.title = table.get("title").and_then(|v| self.string(v, "annotations.title"));
+        a.read_only = table.get("read_only").and_then(|v| self.boolean(v, "annotations.read_only")).unwrap_or(false);
+        a.idempotent = table.get("idempotent").and_then(|v| self.boolean(v, "annotations.idempotent")).unwrap_or(false);
+        a
+    }
+
+    fn output(&mut self, v: &Value<'_>) -> Output {
+        match v.get_ref() {
+            DeValue::String(s) if s == "text" => Output::Text,
+            DeValue::String(s) if s == "json" => Output::Json { schema: None },
+            DeValue::String(s) => {
+                self.sink.error(v.span(), format!("invalid output {s:?}; expected \"text\" or \"json\""));
+                Output::Text
+            }
+            DeValue::Table(t) => {
+                const KEYS: &[KeyDoc] = &[
+                    key("type", "string", "\"json\"", false),
+                    key("schema", "table", "JSON Schema of the tool's stdout", false),
+                ];
+                self.unknown_keys(t, KEYS, "in output");
+                match t.get("type") {
+                    Some(ty) if ty.get_ref().as_str() == Some("json") => {}
+                    Some(ty) => self.sink.error(ty.span(), "output.type must be \"json\" when output is a table"),
+                    None => self.sink.error(v.span(), "output table needs type = \"json\""),
+                }
+                let schema = t.get("schema").and_then(|s| match to_json(s.get_ref()) {
+                    Ok(json @ serde_json::Value::Object(_)) => Some(json),
+                    Ok(_) => {
+                        self.sink.error(s.span(), "output.schema must be a table (a JSON Schema object)");
+                        None
+                    }
+                    Err(e) => {
+                        self.sink.error(s.span(), format!("invalid output.schema: {e}"));
+                        None
+                    }
+                });
+                Output::Json { schema }
+            }
+            other => {
+                self.type_error(v.span(), "output", "\"text\", \"json\" or a table", other);
+                Output::Text
+            }
+        }
+    }
+}
+
+/// The tool, once every check passed; its JSON Schema is computed from it.
+fn assemble(
+    name: String,
+    source: Source,
+    about: About,
+    params: Vec<Param>,
+    program: String,
+    args: Vec<ArgTemplate>,
+    merged: Merged,
+) -> Option<Tool> {
+    let mut tool = Tool {
+        source,
+        name,
+        description: about.description?,
+        reason: about.reason,
+        program,
+        args,
+        working_dir: merged.working_dir,
+        env: merged.env.into_iter().map(|(k, (v, _))| (k, v)).collect(),
+        args_env_prefix: merged.args_env_prefix.map(|(p, _)| p),
+        timeout: merged.timeout,
+        max_output: merged.max_output,
+        params,
+        confirm: merged.confirm,
+        danger: merged.danger,
+        disabled: about.disabled,
+        arg_separator: merged.arg_separator,
+        annotations: about.annotations,
+        output: about.output,
+        sandbox: merged.sandbox,
+        allow: merged.allow,
+        availability: Availability::Unavailable { reason: "not probed yet".into() },
+        input_schema: serde_json::Value::Null,
+    };
+    tool.input_schema = schema::input_schema(&tool);
+    Some(tool)
+}

@@ -1,0 +1,8 @@
+//! cordon-core's integration tests: the library alone (policy files -> tools -> validated
+//! arguments -> argv), no daemon, no sandbox. One test binary, one module per area; the
+//! end-to-end suite (real cordond, real cordon) is the `cordon-tests` crate.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod policy;
+mod proptest_policy;
+mod validate;
