@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use diag::{Diagnostic, Severity};
+pub use pattern::PatternError;
 pub use probe::{SEARCH_PATH, resolve_run_as};
 pub use trust::{Subject, Trust, TrustError, Walked};
 

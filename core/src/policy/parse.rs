@@ -13,8 +13,7 @@ use super::units::{format_duration, format_size, parse_duration, parse_size};
 use super::{
     Allow, Annotations, ArgTemplate, Availability, Confirm, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, Danger, FILE_KEYS,
     KeyDoc, LIMIT_KEYS, Limits, MAX_OUTPUT_RANGE, Network, Output, PARAM_KEYS, Param, ParamKind, Pattern, Principal,
-    REGEX_MAX_LEN, REGEX_NEST_LIMIT, REGEX_SIZE_LIMIT, RunAs, SandboxPolicy, Segment, Source, TIMEOUT_RANGE, TOOL_KEYS,
-    Tool, env_key_forbidden, schema,
+    RunAs, SandboxPolicy, Segment, Source, TIMEOUT_RANGE, TOOL_KEYS, Tool, env_key_forbidden, schema,
 };
 
 type Value<'i> = Spanned<DeValue<'i>>;
@@ -533,39 +532,7 @@ impl Parser<'_> {
 
     fn pattern(&mut self, v: &Value<'_>) -> Option<Pattern> {
         let source = self.string(v, "pattern")?;
-        if source.len() > REGEX_MAX_LEN {
-            self.sink.error(v.span(), format!("pattern is {} bytes long; the limit is {REGEX_MAX_LEN}", source.len()));
-            return None;
-        }
-        let portable = match super::pattern::portable(&source) {
-            Ok(p) => p,
-            Err(e) => {
-                self.sink.error(v.span(), format!("unsupported pattern {source:?}: {e}"));
-                return None;
-            }
-        };
-        match regex::RegexBuilder::new(&format!("^(?:{portable})$"))
-            .size_limit(REGEX_SIZE_LIMIT)
-            .nest_limit(REGEX_NEST_LIMIT)
-            .build()
-        {
-            Ok(regex) => Some(Pattern { source, portable, regex }),
-            Err(regex::Error::CompiledTooBig(limit)) => {
-                self.sink.error(
-                    v.span(),
-                    format!(
-                        "pattern compiles to more than {limit} bytes; simplify it (bounded repetitions like {{1,1000}} are expensive)"
-                    ),
-                );
-                None
-            }
-            Err(e) => {
-                let detail =
-                    e.to_string().lines().last().unwrap_or("").trim().trim_start_matches("error: ").to_string();
-                self.sink.error(v.span(), format!("invalid pattern {source:?}: {detail}"));
-                None
-            }
-        }
+        Pattern::compile(&source).map_err(|e| self.sink.error(v.span(), e.to_string())).ok()
     }
 
     fn enum_values(&mut self, v: &Value<'_>) -> Option<Vec<String>> {

@@ -7,6 +7,49 @@
 //! one side understands (inline flags, named groups, `\p{..}`, `\A`, `\b`, POSIX classes) is
 //! rejected with a message saying what to write instead.
 
+use super::{Pattern, REGEX_MAX_LEN, REGEX_NEST_LIMIT, REGEX_SIZE_LIMIT};
+
+/// Why a pattern source does not compile. The messages are the policy parser's diagnostics.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("pattern is {len} bytes long; the limit is {REGEX_MAX_LEN}")]
+    TooLong { len: usize },
+    #[error("unsupported pattern {pattern:?}: {reason}")]
+    Unsupported { pattern: String, reason: String },
+    #[error(
+        "pattern compiles to more than {limit} bytes; simplify it (bounded repetitions like {{1,1000}} are expensive)"
+    )]
+    TooBig { limit: usize },
+    #[error("invalid pattern {pattern:?}: {detail}")]
+    Invalid { pattern: String, detail: String },
+}
+
+impl Pattern {
+    /// Compiles a pattern as written in a policy: the one way a [`Pattern`] is made, for the
+    /// policy parser and for the front-end rebuilding a param from the daemon's answer alike.
+    pub fn compile(source: &str) -> Result<Pattern, PatternError> {
+        if source.len() > REGEX_MAX_LEN {
+            return Err(PatternError::TooLong { len: source.len() });
+        }
+        let portable =
+            portable(source).map_err(|reason| PatternError::Unsupported { pattern: source.to_string(), reason })?;
+        match regex::RegexBuilder::new(&format!("^(?:{portable})$"))
+            .size_limit(REGEX_SIZE_LIMIT)
+            .nest_limit(REGEX_NEST_LIMIT)
+            .build()
+        {
+            Ok(regex) => Ok(Pattern { source: source.to_string(), portable, regex }),
+            Err(regex::Error::CompiledTooBig(limit)) => Err(PatternError::TooBig { limit }),
+            Err(e) => {
+                // regex's message is a multi-line drawing; its last line says what is wrong.
+                let detail =
+                    e.to_string().lines().last().unwrap_or("").trim().trim_start_matches("error: ").to_string();
+                Err(PatternError::Invalid { pattern: source.to_string(), detail })
+            }
+        }
+    }
+}
+
 const DIGIT: &str = "0-9";
 const WORD: &str = "0-9A-Za-z_";
 const SPACE: &str = "\\t\\n\\x0B\\f\\r ";
@@ -105,7 +148,7 @@ pub(crate) fn portable(source: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::portable;
+    use super::{Pattern, PatternError, portable};
 
     #[test]
     fn shorthand_classes_become_ascii() {
@@ -123,5 +166,17 @@ mod tests {
         for bad in [r"(?i)abc", r"(?P<n>x)", r"\p{L}", r"\Aabc", r"\bword", r"[[:alpha:]]", r"[\D]", r"ab\", r"[ab"] {
             assert!(portable(bad).is_err(), "{bad} should be refused");
         }
+    }
+
+    #[test]
+    fn compile_gives_the_parser_its_pattern_or_its_diagnostic() {
+        let p = Pattern::compile(r"\d+").unwrap();
+        assert_eq!((p.source.as_str(), p.portable.as_str()), (r"\d+", "[0-9]+"));
+        assert!(p.regex.is_match("123") && !p.regex.is_match("12a"));
+        assert!(matches!(Pattern::compile(&"a".repeat(1025)), Err(PatternError::TooLong { len: 1025 })));
+        assert!(matches!(Pattern::compile(r"(?i)a"), Err(PatternError::Unsupported { .. })));
+        assert!(matches!(Pattern::compile("a{1000}{1000}"), Err(PatternError::TooBig { .. })));
+        let e = Pattern::compile("(a").unwrap_err();
+        assert!(e.to_string().starts_with("invalid pattern \"(a\": "), "{e}");
     }
 }

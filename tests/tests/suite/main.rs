@@ -3,6 +3,7 @@
 
 mod audit;
 mod authz;
+mod check_agrees;
 mod e2e;
 mod escapes_confirm;
 mod escapes_grants;
