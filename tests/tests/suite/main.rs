@@ -11,6 +11,7 @@ mod escapes_metadata;
 mod escapes_syscalls;
 mod examples;
 mod mcp;
+mod mcp_messages;
 mod mcp_protocol;
 mod policy;
 mod proptest_policy;
