@@ -3,6 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use cordon_core::code::ErrorCode;
 use cordon_proto::{ERROR_CODE_KEY, ERROR_FIELD_KEY};
 use serde_json::json;
 
@@ -29,9 +30,51 @@ pub mod exit {
     pub const CONFIRMATION_REQUIRED: u8 = 3;
 }
 
-/// The stable code for "nothing listens on the socket" (ENOENT or ECONNREFUSED on connect), on
-/// every surface. Formerly `DAEMON_UNAVAILABLE` in `cordon mcp` results.
-pub const DAEMON_NOT_RUNNING: &str = "DAEMON_NOT_RUNNING";
+/// The code of a failure: one of cordon's stable codes, or, for a status from a daemon this
+/// cordon does not fully know, the code as sent (or the gRPC status name when it sent none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Code {
+    Known(ErrorCode),
+    Raw(String),
+}
+
+impl Code {
+    /// A code as the daemon sent it.
+    pub fn from_wire(s: &str) -> Code {
+        ErrorCode::parse(s).map_or_else(|| Code::Raw(s.to_string()), Code::Known)
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Code::Known(c) => c.as_str(),
+            Code::Raw(s) => s,
+        }
+    }
+}
+
+impl From<ErrorCode> for Code {
+    fn from(c: ErrorCode) -> Code {
+        Code::Known(c)
+    }
+}
+
+impl PartialEq<ErrorCode> for Code {
+    fn eq(&self, other: &ErrorCode) -> bool {
+        *self == Code::Known(*other)
+    }
+}
+
+impl serde::Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -58,8 +101,8 @@ pub enum CliError {
     /// The MCP front-end's own queue of calls waiting for the daemon is full.
     #[error("{queued} calls are already waiting for cordond in this session; retry after {retry_after_ms} ms")]
     Busy { queued: usize, retry_after_ms: u64 },
-    #[error("{}", rpc_message(.code.as_deref(), .message))]
-    Rpc { status: tonic::Code, code: Option<String>, field: Option<String>, message: String },
+    #[error("{}", rpc_message(.code.as_ref(), .message))]
+    Rpc { status: tonic::Code, code: Option<Code>, field: Option<String>, message: String },
     #[error("{0}")]
     Usage(String),
     #[error("unexpected answer from cordond: {0}")]
@@ -68,7 +111,7 @@ pub enum CliError {
     Other(String),
 }
 
-fn rpc_message(code: Option<&str>, message: &str) -> String {
+fn rpc_message(code: Option<&Code>, message: &str) -> String {
     match code {
         Some(c) => format!("{c}: {message}"),
         None => message.to_string(),
@@ -152,23 +195,24 @@ impl CliError {
         }
     }
 
-    /// The stable code for `--json` output.
-    pub fn code(&self) -> String {
-        match self {
+    /// The stable code for `--json` output (and MCP results).
+    pub fn code(&self) -> Code {
+        let ours = match self {
             // One name on every surface (CLI `--json` and MCP results); the MCP front-end called
             // this DAEMON_UNAVAILABLE before.
-            CliError::DaemonDown { .. } => DAEMON_NOT_RUNNING.into(),
-            CliError::SocketPermission { .. } => "SOCKET_PERMISSION_DENIED".into(),
-            CliError::Connect { .. } => "CONNECT_FAILED".into(),
-            CliError::ConnectionLost { .. } => "DAEMON_CONNECTION_LOST".into(),
-            CliError::Backlog { .. } => "DAEMON_BACKLOG_FULL".into(),
-            CliError::Busy { .. } => "BUSY".into(),
-            CliError::Rpc { code: Some(c), .. } => c.clone(),
-            CliError::Rpc { status, .. } => format!("{status:?}").to_ascii_uppercase(),
-            CliError::Usage(_) => "USAGE".into(),
-            CliError::Protocol(_) => "PROTOCOL".into(),
-            CliError::Other(_) => "ERROR".into(),
-        }
+            CliError::DaemonDown { .. } => ErrorCode::DaemonNotRunning,
+            CliError::SocketPermission { .. } => ErrorCode::SocketPermissionDenied,
+            CliError::Connect { .. } => ErrorCode::ConnectFailed,
+            CliError::ConnectionLost { .. } => ErrorCode::DaemonConnectionLost,
+            CliError::Backlog { .. } => ErrorCode::DaemonBacklogFull,
+            CliError::Busy { .. } => ErrorCode::Busy,
+            CliError::Rpc { code: Some(c), .. } => return c.clone(),
+            CliError::Rpc { status, .. } => return Code::Raw(format!("{status:?}").to_ascii_uppercase()),
+            CliError::Usage(_) => ErrorCode::Usage,
+            CliError::Protocol(_) => ErrorCode::Protocol,
+            CliError::Other(_) => ErrorCode::Error,
+        };
+        Code::Known(ours)
     }
 
     /// `{"error": {"code", "message", "field"?}}`.
@@ -190,7 +234,7 @@ impl From<tonic::Status> for CliError {
         let get = |key: &str| s.metadata().get(key).and_then(|v| v.to_str().ok()).map(str::to_string);
         CliError::Rpc {
             status: s.code(),
-            code: get(ERROR_CODE_KEY),
+            code: get(ERROR_CODE_KEY).as_deref().map(Code::from_wire),
             field: get(ERROR_FIELD_KEY),
             message: s.message().to_string(),
         }
@@ -217,26 +261,32 @@ mod tests {
         let path = Path::new("/run/x.sock");
         for kind in [io::ErrorKind::NotFound, io::ErrorKind::ConnectionRefused] {
             let e = CliError::from_status(path, transport(kind));
-            assert_eq!(e.code(), DAEMON_NOT_RUNNING, "{kind:?}");
+            assert_eq!(e.code(), ErrorCode::DaemonNotRunning, "{kind:?}");
             assert_eq!(e.exit_code(), exit::UNAVAILABLE);
             let e = CliError::from_connect_io(path.into(), io::Error::from(kind));
-            assert_eq!(e.code(), DAEMON_NOT_RUNNING, "{kind:?}");
+            assert_eq!(e.code(), ErrorCode::DaemonNotRunning, "{kind:?}");
         }
         for kind in [io::ErrorKind::ConnectionReset, io::ErrorKind::BrokenPipe, io::ErrorKind::UnexpectedEof] {
             let e = CliError::from_status(path, transport(kind));
-            assert_eq!(e.code(), "DAEMON_CONNECTION_LOST", "{kind:?}");
+            assert_eq!(e.code(), ErrorCode::DaemonConnectionLost, "{kind:?}");
             assert_eq!(e.exit_code(), exit::BUSY);
             assert!(!e.to_string().contains("not running"), "{e}");
             assert!(e.to_string().contains("underneath"), "says what happened: {e}");
         }
         let e = CliError::from_connect_io(path.into(), io::Error::from(io::ErrorKind::WouldBlock));
-        assert_eq!(e.code(), "DAEMON_BACKLOG_FULL");
+        assert_eq!(e.code(), ErrorCode::DaemonBacklogFull);
         let e = CliError::from_connect_io(path.into(), io::Error::from(io::ErrorKind::PermissionDenied));
-        assert_eq!(e.code(), "SOCKET_PERMISSION_DENIED");
+        assert_eq!(e.code(), ErrorCode::SocketPermissionDenied);
         // cordond's own UNAVAILABLE (a tool that cannot run here) is not a transport failure.
         let mut s = tonic::Status::unavailable("the tool is unavailable");
         s.metadata_mut().insert(ERROR_CODE_KEY, tonic::metadata::MetadataValue::from_static("TOOL_UNAVAILABLE"));
-        assert_eq!(CliError::from_status(path, s).code(), "TOOL_UNAVAILABLE");
-        assert_eq!(CliError::from_status(path, tonic::Status::unavailable("no source")).code(), "UNAVAILABLE");
+        assert_eq!(CliError::from_status(path, s).code(), ErrorCode::ToolUnavailable);
+        assert_eq!(CliError::from_status(path, tonic::Status::unavailable("no source")).code().as_str(), "UNAVAILABLE");
+        // A code this cordon does not know is kept as the daemon sent it.
+        let mut s = tonic::Status::failed_precondition("newer");
+        s.metadata_mut().insert(ERROR_CODE_KEY, tonic::metadata::MetadataValue::from_static("SOMETHING_NEW"));
+        let e = CliError::from_status(path, s);
+        assert_eq!(e.code(), Code::Raw("SOMETHING_NEW".into()));
+        assert_eq!(e.to_json()["error"]["code"], "SOMETHING_NEW");
     }
 }

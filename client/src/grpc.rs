@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cordon_core::policy::{Param, ParamKind, Pattern, PatternError};
+use cordon_core::validate::MAX_SAFE_INTEGER;
 use cordon_proto::v1;
 use cordon_proto::v1::cordon_client::CordonClient;
 use hyper_util::rt::TokioIo;
@@ -346,9 +348,66 @@ pub struct ToolInfo {
     pub executable: String,
     pub working_dir: String,
     pub source: String,
+    /// The params with their rules as the daemon sent them; [`ToolInfo::rebuild_params`] turns
+    /// them into the daemon's own [`Param`]s.
+    #[serde(skip)]
+    wire_params: Vec<v1::Param>,
+}
+
+/// Why a param's rules from `ListTools` do not rebuild into a [`Param`]. The front-end then
+/// refuses calls to that tool (it cannot check them as the daemon would).
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error(
+        "param {param:?} has type {kind:?}, which this cordon does not know; use the cordon that comes with cordond"
+    )]
+    UnknownType { param: String, kind: String },
+    #[error(
+        "param {param:?} of type {kind} came without its rules, or with another type's; use the cordon that comes with cordond"
+    )]
+    Rules { param: String, kind: String },
+    #[error("param {param:?}: {source}")]
+    Pattern { param: String, source: PatternError },
+    #[error("param {param:?}: `{bound}` is not a finite number")]
+    NotFinite { param: String, bound: &'static str },
+    #[error(
+        "param {param:?}: `{bound}` {value} is outside the safe integer range -{MAX_SAFE_INTEGER}..={MAX_SAFE_INTEGER}"
+    )]
+    UnsafeInteger { param: String, bound: &'static str, value: i64 },
+    #[error("param {param:?}: `{min}` is greater than `{max}`")]
+    Order { param: String, min: &'static str, max: &'static str },
+    #[error("param {param:?} of type enum has no values")]
+    NoValues { param: String },
+    #[error("param {param:?}: the default is not JSON ({source})")]
+    Default { param: String, source: serde_json::Error },
+    #[error("param {param:?} is listed twice")]
+    Duplicate { param: String },
+    #[error("the working directory {dir:?} is not an absolute path")]
+    WorkingDir { dir: String },
 }
 
 impl ToolInfo {
+    /// The daemon's [`Param`]s of this tool, rebuilt from their rules with the policy core's own
+    /// code (patterns compile as the policy parser compiles them), in the policy's order.
+    pub fn rebuild_params(&self) -> Result<Vec<Param>, RulesError> {
+        if self.working_dir().is_some_and(|d| !d.is_absolute()) {
+            return Err(RulesError::WorkingDir { dir: self.working_dir.clone() });
+        }
+        let mut params: Vec<Param> = Vec::with_capacity(self.wire_params.len());
+        for wire in &self.wire_params {
+            if params.iter().any(|p| p.name == wire.name) {
+                return Err(RulesError::Duplicate { param: wire.name.clone() });
+            }
+            params.push(rebuild_param(wire)?);
+        }
+        Ok(params)
+    }
+
+    /// The directory relative path arguments resolve against; `None` when the tool has none.
+    pub fn working_dir(&self) -> Option<&Path> {
+        (!self.working_dir.is_empty()).then(|| Path::new(&self.working_dir))
+    }
+
     /// A stand-in when only the name is known (for messages).
     pub fn minimal(name: String) -> ToolInfo {
         ToolInfo {
@@ -374,6 +433,7 @@ impl ToolInfo {
             executable: String::new(),
             working_dir: String::new(),
             source: String::new(),
+            wire_params: Vec::new(),
         }
     }
 
@@ -411,16 +471,17 @@ impl From<v1::Tool> for ToolInfo {
                 .flatten(),
             params: t
                 .params
-                .into_iter()
+                .iter()
                 .map(|p| ParamInfo {
                     default: (!p.default_json.is_empty()).then(|| serde_json::from_str(&p.default_json).ok()).flatten(),
-                    name: p.name,
-                    kind: p.r#type,
-                    description: p.description,
+                    name: p.name.clone(),
+                    kind: p.r#type.clone(),
+                    description: p.description.clone(),
                     required: p.required,
                     secret: p.secret,
                 })
                 .collect(),
+            wire_params: t.params,
             name: t.name,
             title: t.title,
             description: t.description,
@@ -442,6 +503,74 @@ impl From<v1::Tool> for ToolInfo {
             source: t.source,
         }
     }
+}
+
+fn rebuild_param(p: &v1::Param) -> Result<Param, RulesError> {
+    use v1::param::Rules;
+    let param = || p.name.clone();
+    let wrong = || RulesError::Rules { param: param(), kind: p.r#type.clone() };
+    let order = |lo: bool, min, max| if lo { Err(RulesError::Order { param: param(), min, max }) } else { Ok(()) };
+    let lengths = |min: Option<u64>, max: Option<u64>| {
+        order(min.zip(max).is_some_and(|(a, b)| a > b), "min_length", "max_length").map(|()| (min, max))
+    };
+    let kind = match (p.r#type.as_str(), &p.rules) {
+        ("string", Some(Rules::StringRules(r))) => {
+            let pattern = match &r.pattern {
+                Some(source) => {
+                    Some(Pattern::compile(source).map_err(|source| RulesError::Pattern { param: param(), source })?)
+                }
+                None => None,
+            };
+            let (min_length, max_length) = lengths(r.min_length, r.max_length)?;
+            ParamKind::String { pattern, min_length, max_length }
+        }
+        ("integer", Some(Rules::IntegerRules(r))) => {
+            for (bound, value) in [("min", r.min), ("max", r.max)] {
+                if let Some(value) = value
+                    && !(-MAX_SAFE_INTEGER..=MAX_SAFE_INTEGER).contains(&value)
+                {
+                    return Err(RulesError::UnsafeInteger { param: param(), bound, value });
+                }
+            }
+            order(r.min.zip(r.max).is_some_and(|(a, b)| a > b), "min", "max")?;
+            ParamKind::Integer { min: r.min, max: r.max }
+        }
+        ("number", Some(Rules::NumberRules(r))) => {
+            // A NaN bound would compare false both ways and admit everything.
+            for (bound, value) in [("min", r.min), ("max", r.max)] {
+                if value.is_some_and(|x| !x.is_finite()) {
+                    return Err(RulesError::NotFinite { param: param(), bound });
+                }
+            }
+            order(r.min.zip(r.max).is_some_and(|(a, b)| a > b), "min", "max")?;
+            ParamKind::Number { min: r.min, max: r.max }
+        }
+        ("boolean", None) => ParamKind::Boolean,
+        ("enum", Some(Rules::EnumRules(r))) => {
+            if r.values.is_empty() {
+                return Err(RulesError::NoValues { param: param() });
+            }
+            ParamKind::Enum { values: r.values.clone() }
+        }
+        ("path", Some(Rules::PathRules(r))) => {
+            let (min_length, max_length) = lengths(r.min_length, r.max_length)?;
+            ParamKind::Path { min_length, max_length }
+        }
+        ("string" | "integer" | "number" | "boolean" | "enum" | "path", _) => return Err(wrong()),
+        _ => return Err(RulesError::UnknownType { param: param(), kind: p.r#type.clone() }),
+    };
+    let default = match p.default_json.as_str() {
+        "" => None,
+        text => Some(serde_json::from_str(text).map_err(|source| RulesError::Default { param: param(), source })?),
+    };
+    Ok(Param {
+        name: p.name.clone(),
+        kind,
+        description: (!p.description.is_empty()).then(|| p.description.clone()),
+        required: p.required,
+        default,
+        secret: p.secret,
+    })
 }
 
 /// The result of `cordon run`, also its `--json` form.

@@ -9,6 +9,11 @@
 //! - [`error`]: client errors with their messages and stable exit codes.
 //! - [`mcp`]: the MCP stdio server (`cordon mcp`).
 //! - [`term`]: lines for people, with control and bidi characters escaped.
+//!
+//! Architecture invariant: no `unsafe` (the compiler checks it), and no dependency on the daemon
+//! or the sandbox: the front-end validates with `cordon_core`, and everything else is cordond's.
+
+#![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod audit;

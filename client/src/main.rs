@@ -1,5 +1,7 @@
 //! `cordon`: see [`cordon_client::cli`].
 
+#![forbid(unsafe_code)]
+
 use clap::Parser as _;
 
 fn main() -> std::process::ExitCode {

@@ -95,8 +95,37 @@ pub fn parse_arguments(text: &str) -> Result<Value, ValidationError> {
     })
 }
 
+/// What a call is checked against: the tool's name (for messages), its params in order and the
+/// working directory relative paths resolve against. The daemon takes it from its [`Tool`]; the
+/// MCP front-end rebuilds it from the daemon's `ListTools` answer, so both validate (and word
+/// every rejection) with this one module.
+#[derive(Debug, Clone, Copy)]
+pub struct Signature<'a> {
+    pub name: &'a str,
+    pub params: &'a [Param],
+    pub working_dir: Option<&'a Path>,
+}
+
+impl Signature<'_> {
+    fn param(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+}
+
+impl Tool {
+    /// What calls of this tool are validated against.
+    pub fn signature(&self) -> Signature<'_> {
+        Signature { name: &self.name, params: &self.params, working_dir: self.working_dir.as_deref() }
+    }
+}
+
 /// Validates `args` against the tool's params.
 pub fn validate(tool: &Tool, args: &Value) -> Result<Arguments, ValidationError> {
+    validate_signature(tool.signature(), args)
+}
+
+/// Validates `args` against a signature: [`validate`] without a whole [`Tool`].
+pub fn validate_signature(tool: Signature<'_>, args: &Value) -> Result<Arguments, ValidationError> {
     let Value::Object(map) = args else {
         return Err(ValidationError::new(
             ErrorCode::InvalidFieldType,
@@ -124,9 +153,9 @@ pub fn validate(tool: &Tool, args: &Value) -> Result<Arguments, ValidationError>
             format!("unknown field{} {}; {takes}{hint}", if unknown.len() == 1 { "" } else { "s" }, names.join(", ")),
         ));
     }
-    let base = tool.working_dir.as_deref();
+    let base = tool.working_dir;
     let mut values = Vec::new();
-    for p in &tool.params {
+    for p in tool.params {
         match map.get(&p.name) {
             Some(v) => values.push((p.name.clone(), check_value(p, v, base)?)),
             None => match &p.default {

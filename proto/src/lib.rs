@@ -8,6 +8,8 @@
 //! Only the daemon's `server` module and the client's gRPC module use these types; the rest of
 //! the code works with domain types.
 
+#![forbid(unsafe_code)]
+
 use std::io;
 use std::path::{Path, PathBuf};
 

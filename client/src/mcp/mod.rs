@@ -1,9 +1,17 @@
 //! `cordon mcp`: the MCP stdio server agent hosts spawn.
 //!
 //! # Layout
-//! - [`bridge`]: the hand-written `ServerHandler` (tools are dynamic): list, call, confirm,
-//!   describe_schema, progress, cancellation, elicitation, list_changed subscriptions.
-//! - [`check`]: argument validation against each tool's JSON Schema with the daemon's codes.
+//! - [`bridge`]: the hand-written `ServerHandler` (tools are dynamic): the session's state and
+//!   the dispatch of each request.
+//! - [`catalog`]: the daemon's tools of the current generation and the built-in tools
+//!   (`confirm`, `describe_schema`), as MCP lists them.
+//! - [`check`]: argument validation with the daemon's own code (`cordon_core::validate`), from
+//!   the params rebuilt out of `ListTools`.
+//! - [`call`]: a call run in cordond: progress, cancellation, BUSY retries, the result.
+//! - [`confirm`]: confirmations: agent tokens, elicitation (both protocol styles), admin approval.
+//! - [`daemon`]: the one connection to cordond and the gate of turns for invocations.
+//! - [`watch`]: registry generations -> `tools/list_changed`; logging notifications.
+//! - [`lines`]: the JSON-RPC line layer (every request gets an answer with its id).
 //! - [`render`]: a finished invocation as an MCP tool result.
 //!
 //! It runs unprivileged as the agent's user and forwards only validated calls; cordond validates
@@ -11,9 +19,14 @@
 //! stderr only.
 
 pub mod bridge;
+mod call;
+pub mod catalog;
 pub mod check;
+mod confirm;
+pub mod daemon;
 pub mod lines;
 pub mod render;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

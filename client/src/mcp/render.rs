@@ -1,6 +1,7 @@
 //! A finished invocation as an MCP tool result: stdout as text, stderr labelled, the exit
 //! status, timeouts and truncation said plainly; `isError` for anything but exit code 0.
 
+use cordon_core::code::ErrorCode;
 use rmcp::model::{CallToolResult, ContentBlock};
 
 use crate::grpc::{RunResult, ToolInfo};
@@ -67,4 +68,9 @@ pub fn failure(code: Option<&str>, message: &str) -> CallToolResult {
         None => message.to_string(),
     };
     CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+/// An `isError` result with one of cordon's stable codes.
+pub fn refused(code: ErrorCode, message: &str) -> CallToolResult {
+    failure(Some(code.as_str()), message)
 }

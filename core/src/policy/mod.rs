@@ -41,5 +41,6 @@ pub use load::{
     read_dir_sources, read_path_sources,
 };
 pub use model::*;
+pub use pattern::PatternError;
 pub use probe::{ProbeError, resolve_run_as};
 pub use trust::{Subject, Trust, TrustError, Walked};

@@ -1,16 +1,17 @@
-//! Domain types -> `cordon.v1` messages. Only the server module sees proto types.
+//! Domain types -> `cordon.v1` messages. Only the server module sees proto types; [`tool`] and
+//! [`param`] are public so the front-end's round trip (daemon -> proto -> client) can be tested.
 
 use cordon_proto::v1;
 
 use crate::confirm::{PendingInfo, Ticket};
 use crate::invoke::RunningInfo;
-use cordon_core::policy::{Availability, Confirm, Danger, Diagnostic, Output, Severity, Tool};
+use cordon_core::policy::{Availability, Confirm, Danger, Diagnostic, Output, Param, ParamKind, Severity, Tool};
 use cordon_sandbox::Outcome;
 use cordon_sandbox::OutputChunk;
 
 /// `now` is the tool's availability at this moment (`Tool::availability_now`, which checks its
 /// pins: computed once per tool and request by the caller).
-pub(crate) fn tool(t: &Tool, now: &Availability) -> v1::Tool {
+pub fn tool(t: &Tool, now: &Availability) -> v1::Tool {
     let (available, unavailable_reason, executable) = match now {
         Availability::Available { executable } => (true, String::new(), executable.display().to_string()),
         Availability::Unavailable { reason } => (false, reason.clone(), String::new()),
@@ -27,18 +28,7 @@ pub(crate) fn tool(t: &Tool, now: &Availability) -> v1::Tool {
         available,
         unavailable_reason,
         disabled: t.disabled,
-        params: t
-            .params
-            .iter()
-            .map(|p| v1::Param {
-                name: p.name.clone(),
-                r#type: p.kind.type_name().into(),
-                description: p.description.clone().unwrap_or_default(),
-                required: p.required,
-                default_json: p.default.as_ref().map(ToString::to_string).unwrap_or_default(),
-                secret: p.secret,
-            })
-            .collect(),
+        params: t.params.iter().map(param).collect(),
         input_schema_json: t.input_schema.to_string(),
         output_schema_json,
         output: match t.output {
@@ -64,6 +54,34 @@ pub(crate) fn tool(t: &Tool, now: &Availability) -> v1::Tool {
         executable,
         working_dir: t.working_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
         source: t.source.to_string(),
+    }
+}
+
+/// A param with its rules, from which the front-end rebuilds it (`cordon_client::grpc`).
+pub fn param(p: &Param) -> v1::Param {
+    use v1::param::Rules;
+    let rules = match &p.kind {
+        ParamKind::String { pattern, min_length, max_length } => Some(Rules::StringRules(v1::StringRules {
+            pattern: pattern.as_ref().map(|p| p.source.clone()),
+            min_length: *min_length,
+            max_length: *max_length,
+        })),
+        ParamKind::Integer { min, max } => Some(Rules::IntegerRules(v1::IntegerRules { min: *min, max: *max })),
+        ParamKind::Number { min, max } => Some(Rules::NumberRules(v1::NumberRules { min: *min, max: *max })),
+        ParamKind::Boolean => None,
+        ParamKind::Enum { values } => Some(Rules::EnumRules(v1::EnumRules { values: values.clone() })),
+        ParamKind::Path { min_length, max_length } => {
+            Some(Rules::PathRules(v1::PathRules { min_length: *min_length, max_length: *max_length }))
+        }
+    };
+    v1::Param {
+        name: p.name.clone(),
+        r#type: p.kind.type_name().into(),
+        description: p.description.clone().unwrap_or_default(),
+        required: p.required,
+        default_json: p.default.as_ref().map(ToString::to_string).unwrap_or_default(),
+        secret: p.secret,
+        rules,
     }
 }
 

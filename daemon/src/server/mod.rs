@@ -5,7 +5,7 @@
 //! error becomes a `tonic::Status` in `status.rs`.
 
 mod conn;
-mod convert;
+pub mod convert;
 mod service;
 pub mod socket;
 mod status;

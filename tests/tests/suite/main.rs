@@ -3,6 +3,7 @@
 
 mod audit;
 mod authz;
+mod check_agrees;
 mod e2e;
 mod escapes_confirm;
 mod escapes_grants;
@@ -10,6 +11,7 @@ mod escapes_metadata;
 mod escapes_syscalls;
 mod examples;
 mod mcp;
+mod mcp_messages;
 mod mcp_protocol;
 mod reliability_audit;
 mod reliability_policies;

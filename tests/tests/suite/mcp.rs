@@ -488,8 +488,8 @@ async fn calls_run_and_bad_arguments_name_the_fix(style: Style) {
         let (_, daemon) = blocking(|| d.run_json("exit-with", &arguments));
         assert_eq!(daemon["error"]["code"], code, "{daemon}");
         let message = daemon["error"]["message"].as_str().unwrap();
-        // The bridge words its own message (without the daemon's ranges or "did you mean"), but
-        // names the same field.
+        // The bridge gives the daemon's own message (mcp_messages.rs checks it word for word),
+        // so it names the same field.
         let field_in_text = format!("{field:?}");
         assert!(message.contains(&field_in_text) && text(&r).contains(&field_in_text), "{message} / {}", text(&r));
         assert!(text(&r).contains("Fix the arguments"), "{}", text(&r));

@@ -9,9 +9,7 @@ use toml::de::DeTable;
 use super::value::to_json;
 use super::{Parser, Value};
 use crate::policy::keys::PARAM_KEYS;
-use crate::policy::model::{
-    MAX_SAFE_INTEGER, Param, ParamKind, Pattern, REGEX_MAX_LEN, REGEX_NEST_LIMIT, REGEX_SIZE_LIMIT,
-};
+use crate::policy::model::{MAX_SAFE_INTEGER, Param, ParamKind, Pattern};
 use crate::validate::check_value;
 
 /// The rule keys, and the types each applies to.
@@ -171,39 +169,7 @@ impl Parser<'_> {
 
     fn pattern(&mut self, v: &Value<'_>) -> Option<Pattern> {
         let source = self.string(v, "pattern")?;
-        if source.len() > REGEX_MAX_LEN {
-            self.sink.error(v.span(), format!("pattern is {} bytes long; the limit is {REGEX_MAX_LEN}", source.len()));
-            return None;
-        }
-        let portable = match crate::policy::pattern::portable(&source) {
-            Ok(p) => p,
-            Err(e) => {
-                self.sink.error(v.span(), format!("unsupported pattern {source:?}: {e}"));
-                return None;
-            }
-        };
-        match regex::RegexBuilder::new(&format!("^(?:{portable})$"))
-            .size_limit(REGEX_SIZE_LIMIT)
-            .nest_limit(REGEX_NEST_LIMIT)
-            .build()
-        {
-            Ok(regex) => Some(Pattern { source, portable, regex }),
-            Err(regex::Error::CompiledTooBig(limit)) => {
-                self.sink.error(
-                    v.span(),
-                    format!(
-                        "pattern compiles to more than {limit} bytes; simplify it (bounded repetitions like {{1,1000}} are expensive)"
-                    ),
-                );
-                None
-            }
-            Err(e) => {
-                let detail =
-                    e.to_string().lines().last().unwrap_or("").trim().trim_start_matches("error: ").to_string();
-                self.sink.error(v.span(), format!("invalid pattern {source:?}: {detail}"));
-                None
-            }
-        }
+        Pattern::compile(&source).map_err(|e| self.sink.error(v.span(), e.to_string())).ok()
     }
 
     fn enum_values(&mut self, v: &Value<'_>) -> Option<Vec<String>> {

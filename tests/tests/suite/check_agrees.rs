@@ -1,19 +1,21 @@
-//! Property test: the front-end's JSON Schema check (`cordon mcp`, client/src/mcp/check.rs) and the
-//! daemon's validator (daemon/src/validate.rs) agree on every input for generated tools: both
-//! accept, or both reject with the same stable code. The one documented exception is path
-//! arithmetic the schema cannot express (a `..` that climbs out, a relative path without a
-//! working directory): the daemon alone rejects those. Fixed seed and case budget.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The MCP front-end's argument check (`cordon mcp`, client/src/mcp/check.rs) and the daemon's
+//! validator give the same verdict: both accept, or both reject with the same code, field AND
+//! message. The front-end's params are rebuilt the way it gets them: the daemon's conversion to
+//! `cordon.v1` (daemon/src/server/convert.rs), encoded and decoded, then rebuilt by the client
+//! (client/src/grpc.rs). A property test over generated tools (fixed seed and case budget), and
+//! the rules that must not rebuild (the front-end then refuses the tool's calls: fail closed).
 
 use std::path::PathBuf;
 
-use cordon_client::grpc::{ParamInfo, ToolInfo};
+use cordon_client::grpc::{RulesError, ToolInfo};
 use cordon_client::mcp::check::ArgCheck;
 use cordon_core::policy::{Host, Tool, load_sources};
-use cordon_core::validate::{ErrorCode, validate};
+use cordon_core::validate::validate;
+use cordon_proto::v1;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
-use serde_json::Value;
+use prost::Message as _;
+use serde_json::{Value, json};
 
 fn config() -> Config {
     Config { cases: 512, failure_persistence: None, rng_seed: RngSeed::Fixed(0x00c0_4d08), ..Config::default() }
@@ -183,33 +185,15 @@ fn case() -> impl Strategy<Value = (Option<Tool>, Value)> {
     })
 }
 
-/// What the front-end gets from `ListTools`, built from the daemon's tool.
-fn info(tool: &Tool) -> ToolInfo {
-    let mut info = ToolInfo::minimal(tool.name.clone());
-    info.input_schema = tool.input_schema.clone();
-    info.params = tool
-        .params
-        .iter()
-        .map(|p| ParamInfo {
-            name: p.name.clone(),
-            kind: p.kind.type_name().to_string(),
-            description: p.description.clone().unwrap_or_default(),
-            required: p.required,
-            default: p.default.clone(),
-            secret: p.secret,
-        })
-        .collect();
-    info
+/// What the front-end gets from `ListTools`: the daemon's conversion, through the wire.
+fn wire(tool: &Tool) -> v1::Tool {
+    let sent = cordon_daemon::server::convert::tool(tool, &tool.availability);
+    v1::Tool::decode(sent.encode_to_vec().as_slice()).unwrap()
 }
 
-/// The path rules only the daemon can apply.
-fn path_only(tool: &Tool, field: Option<&str>, args: &Value) -> bool {
-    let Some(param) = field.and_then(|f| tool.param(f)) else { return false };
-    if param.kind.type_name() != "path" {
-        return false;
-    }
-    let Some(text) = field.and_then(|f| args.get(f)).and_then(Value::as_str) else { return false };
-    text.split('/').any(|c| c == "..") || (!text.starts_with('/') && tool.working_dir.is_none())
+/// The front-end's check of a daemon tool.
+fn front_end(tool: &Tool) -> Result<ArgCheck, RulesError> {
+    ArgCheck::new(&ToolInfo::from(wire(tool)))
 }
 
 proptest! {
@@ -218,29 +202,124 @@ proptest! {
     #[test]
     fn the_front_end_check_and_the_daemon_agree((tool, args) in case()) {
         let Some(tool) = tool else { return Ok(()) };
-        let check = ArgCheck::new(&info(&tool)).map_err(|e| TestCaseError::fail(format!("schema does not compile: {e}")))?;
+        let check = front_end(&tool).map_err(|e| TestCaseError::fail(format!("the rules do not rebuild: {e}")))?;
         let by_front = check.check(&args);
-        let by_daemon = validate(&tool, &args);
-        match (&by_front, &by_daemon) {
-            (Ok(()), Ok(_)) => {}
-            // The daemon stopped at a path rule the schema cannot express; the front-end went on to
-            // a later problem. Both reject.
-            (Err(_), Err(d)) if d.code == ErrorCode::InvalidFieldValue && path_only(&tool, d.field.as_deref(), &args) => {}
-            (Err(f), Err(d)) => {
-                prop_assert!(ErrorCode::parse(f.code).is_some(), "front-end code {} is not a stable code", f.code);
-                prop_assert!(!f.message.trim().is_empty());
-                prop_assert_eq!(
-                    f.code, d.code.as_str(),
-                    "codes differ for {} on {}:\nfront-end: {}\ndaemon: {}\nschema: {}",
-                    args, tool.name, f.message, d.message, tool.input_schema
-                );
-            }
-            (Ok(()), Err(d)) if d.code == ErrorCode::InvalidFieldValue && path_only(&tool, d.field.as_deref(), &args) => {}
-            _ => prop_assert!(
-                false,
-                "disagreement on {}:\nfront-end: {:?}\ndaemon: {:?}\nschema: {}",
-                args, by_front, by_daemon.map(|_| "ok"), tool.input_schema
-            ),
-        }
+        let by_daemon = validate(&tool, &args).map(|_| ());
+        prop_assert_eq!(
+            &by_front, &by_daemon,
+            "verdicts differ for {} on a tool with params {:?} (working_dir {:?})", args, tool.params, tool.working_dir
+        );
     }
+}
+
+/// One tool from policy text.
+fn load(params: &str, keys: &str) -> Tool {
+    let text = format!(
+        "version = 1\n\n[tools.t]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/echo\"]\n{keys}\n\n\
+         [tools.t.params]\n{params}\n"
+    );
+    let set = load_sources(&[(PathBuf::from("t.toml"), text)], &Host::new(false, 6)).unwrap();
+    set.tools.into_iter().next().unwrap()
+}
+
+/// Every rule of every kind survives the round trip, and the messages carry the daemon's ranges,
+/// patterns as written and "did you mean" hints.
+#[test]
+fn every_rule_survives_the_round_trip() {
+    let tool = load(
+        r#"name = { type = "string", pattern = "\\w+", min_length = 2, max_length = 5, description = "a name" }
+count = { type = "integer", min = -3, max = 9 }
+ratio = { type = "number", min = 0.5, max = 2.5, default = 1.0 }
+mode = { type = "enum", values = ["fast", "slow"] }
+file = { type = "path", min_length = 3, max_length = 20 }
+flag = { type = "boolean" }
+token = { type = "string", secret = true, required = true }"#,
+        r#"working_dir = "/srv/w""#,
+    );
+    let check = front_end(&tool).unwrap();
+    for args in [
+        json!({ "token": "t", "name": "a" }),
+        json!({ "token": "t", "name": "abcdef" }),
+        json!({ "token": "t", "name": "a-b" }),
+        json!({ "token": "t", "count": -4 }),
+        json!({ "token": "t", "count": 10 }),
+        json!({ "token": "t", "count": 2.5 }),
+        json!({ "token": "t", "ratio": 0.25 }),
+        json!({ "token": "t", "ratio": 3 }),
+        json!({ "token": "t", "mode": "fats" }),
+        json!({ "token": "t", "file": "ab" }),
+        json!({ "token": "t", "file": "../../../etc" }),
+        json!({ "token": "t", "file": "a/very/long/path/name/here" }),
+        json!({ "token": "t", "flag": "yes" }),
+        json!({ "token": 5 }),
+        json!({}),
+        json!({ "token": "t", "nmae": "x" }),
+        json!({ "token": "t", "a": 1, "b": 2 }),
+        json!([1]),
+        json!({ "token": "t", "name": "ab", "count": 0, "mode": "slow", "file": "x/y", "flag": true }),
+    ] {
+        assert_eq!(check.check(&args), validate(&tool, &args).map(|_| ()), "{args}");
+    }
+    let e = check.check(&json!({ "token": "t", "nmae": "x" })).unwrap_err();
+    assert!(e.message.contains("did you mean \"name\""), "{e}");
+    let e = check.check(&json!({ "token": "t", "count": 10 })).unwrap_err();
+    assert!(e.message.contains("above the maximum 9"), "{e}");
+    let e = check.check(&json!({ "token": "t", "name": "a-b" })).unwrap_err();
+    assert!(e.message.contains("does not match the pattern \\w+"), "the pattern as written: {e}");
+    let e = check.check(&json!({ "token": "t", "file": "../../../etc" })).unwrap_err();
+    assert!(e.message.contains("climb above /srv/w"), "the working directory travels too: {e}");
+}
+
+/// Rules that do not rebuild make the front-end refuse the tool, never check it loosely.
+#[test]
+fn rules_that_do_not_rebuild_are_refused() {
+    let tool = load(
+        r#"s = { type = "string", pattern = "[a-z]+" }
+n = { type = "number", max = 5.0 }
+e = { type = "enum", values = ["a"] }"#,
+        "",
+    );
+    let sent = wire(&tool);
+    let broken = |edit: &dyn Fn(&mut v1::Tool)| {
+        let mut t = sent.clone();
+        edit(&mut t);
+        ArgCheck::new(&ToolInfo::from(t)).map(|_| ()).unwrap_err()
+    };
+    assert!(ArgCheck::new(&ToolInfo::from(sent.clone())).is_ok());
+    let set_rules = |i: usize, rules: v1::param::Rules| move |t: &mut v1::Tool| t.params[i].rules = Some(rules.clone());
+    let e = broken(&set_rules(
+        0,
+        v1::param::Rules::StringRules(v1::StringRules { pattern: Some("(?i)a".into()), ..Default::default() }),
+    ));
+    assert!(matches!(e, RulesError::Pattern { .. }) && e.to_string().contains("unsupported pattern"), "{e}");
+    let e = broken(&set_rules(
+        0,
+        v1::param::Rules::StringRules(v1::StringRules { pattern: Some("(a".into()), ..Default::default() }),
+    ));
+    assert!(e.to_string().contains("invalid pattern \"(a\""), "{e}");
+    let e = broken(&set_rules(1, v1::param::Rules::NumberRules(v1::NumberRules { min: None, max: Some(f64::NAN) })));
+    assert!(matches!(e, RulesError::NotFinite { .. }), "{e}");
+    let e = broken(&set_rules(
+        0,
+        v1::param::Rules::StringRules(v1::StringRules {
+            min_length: Some(5),
+            max_length: Some(2),
+            ..Default::default()
+        }),
+    ));
+    assert!(matches!(e, RulesError::Order { .. }), "{e}");
+    let e = broken(&set_rules(2, v1::param::Rules::EnumRules(v1::EnumRules { values: vec![] })));
+    assert!(matches!(e, RulesError::NoValues { .. }), "{e}");
+    let e = broken(&set_rules(1, v1::param::Rules::IntegerRules(v1::IntegerRules { min: None, max: Some(1) })));
+    assert!(matches!(e, RulesError::Rules { .. }), "another type's rules: {e}");
+    let e = broken(&|t: &mut v1::Tool| t.params[0].rules = None);
+    assert!(matches!(e, RulesError::Rules { .. }), "no rules: {e}");
+    let e = broken(&|t: &mut v1::Tool| t.params[0].r#type = "regex".into());
+    assert!(matches!(e, RulesError::UnknownType { .. }), "{e}");
+    let e = broken(&|t: &mut v1::Tool| t.params[1].default_json = "{".into());
+    assert!(matches!(e, RulesError::Default { .. }), "{e}");
+    let e = broken(&|t: &mut v1::Tool| t.params[1].name = "s".into());
+    assert!(matches!(e, RulesError::Duplicate { .. }), "{e}");
+    let e = broken(&|t: &mut v1::Tool| t.working_dir = "rel".into());
+    assert!(matches!(e, RulesError::WorkingDir { .. }), "{e}");
 }
