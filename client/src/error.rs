@@ -135,9 +135,14 @@ impl CliError {
     /// beneath it: a reconnect that found no socket is "not running"; anything else is a
     /// connection that cordond closed or that broke, never "not running".
     pub(crate) fn from_status(path: &std::path::Path, s: tonic::Status) -> CliError {
-        let transport = s.metadata().get(ERROR_CODE_KEY).is_none()
-            && matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal)
-            && std::error::Error::source(&s).is_some();
+        // A status cordond did not send (no cordon code) that came from the transport: the
+        // connection failed. `Cancelled` is what hyper reports when the peer closes the
+        // connection under a request in flight (cordond closing one over its per-uid cap).
+        let no_code = s.metadata().get(ERROR_CODE_KEY).is_none();
+        let transport = no_code
+            && (matches!(s.code(), tonic::Code::Cancelled)
+                || matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal)
+                    && std::error::Error::source(&s).is_some());
         if !transport {
             return CliError::from(s);
         }
@@ -282,6 +287,11 @@ mod tests {
         s.metadata_mut().insert(ERROR_CODE_KEY, tonic::metadata::MetadataValue::from_static("TOOL_UNAVAILABLE"));
         assert_eq!(CliError::from_status(path, s).code(), ErrorCode::ToolUnavailable);
         assert_eq!(CliError::from_status(path, tonic::Status::unavailable("no source")).code().as_str(), "UNAVAILABLE");
+        // The peer closing the connection under a request in flight (hyper: "operation was
+        // canceled") is a lost connection, not a code of its own.
+        let e = CliError::from_status(path, tonic::Status::cancelled("operation was canceled"));
+        assert_eq!(e.code(), ErrorCode::DaemonConnectionLost);
+        assert_eq!(e.exit_code(), exit::BUSY);
         // A code this cordon does not know is kept as the daemon sent it.
         let mut s = tonic::Status::failed_precondition("newer");
         s.metadata_mut().insert(ERROR_CODE_KEY, tonic::metadata::MetadataValue::from_static("SOMETHING_NEW"));
