@@ -191,9 +191,7 @@ async fn progress(peer: Peer<RoleServer>, token: ProgressToken, mut events: toki
             Ok(Some(Event::Output { data, .. })) => {
                 bytes += data.len() as u64;
                 tail.push_str(&String::from_utf8_lossy(&data));
-                if tail.len() > 4096 {
-                    tail = tail.split_off(tail.len() - 2048);
-                }
+                keep_tail(&mut tail, 4096, 2048);
                 dirty = true;
             }
             Ok(None) => break,
@@ -207,5 +205,37 @@ async fn progress(peer: Peer<RoleServer>, token: ProgressToken, mut events: toki
             last_sent = Instant::now();
             dirty = false;
         }
+    }
+}
+
+/// Once `tail` is longer than `max` bytes, keeps only about its last `keep` bytes, cut on a
+/// character boundary (output is multi-byte text as often as not).
+fn keep_tail(tail: &mut String, max: usize, keep: usize) {
+    if tail.len() <= max {
+        return;
+    }
+    let mut cut = tail.len().saturating_sub(keep);
+    while !tail.is_char_boundary(cut) {
+        cut += 1;
+    }
+    tail.drain(..cut);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_tail;
+
+    #[test]
+    fn the_progress_tail_is_cut_on_a_character_boundary() {
+        // 3-byte characters: a byte offset from the end lands inside one for most lengths.
+        for extra in 0..3 {
+            let mut tail = "x".repeat(extra) + &"€".repeat(2000);
+            keep_tail(&mut tail, 4096, 2048);
+            assert!(tail.len() <= 2048 && tail.len() > 2040, "{}", tail.len());
+            assert!(tail.chars().all(|c| c == '€'));
+        }
+        let mut short = String::from("short");
+        keep_tail(&mut short, 4096, 2048);
+        assert_eq!(short, "short");
     }
 }
