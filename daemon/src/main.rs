@@ -128,6 +128,14 @@ fn main() -> ExitCode {
         let roots: Vec<PathBuf> = raw[2..].iter().map(PathBuf::from).collect();
         cordon_sandbox::reaper_main(&roots);
     }
+    // A socket systemd passed, taken while the process has one thread (it clears LISTEN_FDS).
+    let activated = match cordon_daemon::server::socket::take_activated() {
+        Ok(l) => l.map(std::sync::Arc::new),
+        Err(e) => {
+            eprintln!("cordond: {:#}", anyhow::Error::from(e));
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -165,7 +173,7 @@ fn main() -> ExitCode {
         eprintln!("cordond: --policies DIR is required");
         return ExitCode::from(2);
     };
-    let config = args.config(policies);
+    let config = Config { activated, ..args.config(policies) };
     let loaded = match cordon_daemon::load(&config) {
         Ok(loaded) => loaded,
         Err(e) => {

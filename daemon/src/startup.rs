@@ -56,6 +56,10 @@ pub struct Config {
     /// the host has invocation cgroups: cordond (`None`: this program, which must then be cordond;
     /// a test process names the cordond binary).
     pub reaper: Option<PathBuf>,
+    /// A listening socket inherited through systemd's socket activation (`LISTEN_FDS`; see
+    /// [`socket::take_activated`]): served instead of binding [`Config::socket`], and left in
+    /// place at exit (systemd owns it).
+    pub activated: Option<Arc<std::os::unix::net::UnixListener>>,
 }
 
 impl Config {
@@ -74,6 +78,7 @@ impl Config {
             admin_group: None,
             socket_group: None,
             reaper: None,
+            activated: None,
         }
     }
 }
@@ -148,7 +153,7 @@ pub struct Server {
 }
 
 /// Everything before serving; see the module documentation.
-pub async fn start(config: Config, loaded: Loaded) -> Result<Server, StartError> {
+pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartError> {
     let Loaded { sandbox, registry } = loaded;
     let current = registry.current();
     if sandbox.landlock_abi < 1 {
@@ -192,7 +197,9 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Server, StartError>
     let admin_gid = group(&config.admin_group, authz::DEFAULT_ADMIN_GROUP, "--admin-group")?;
     let socket_gid = group(&config.socket_group, socket::DEFAULT_SOCKET_GROUP, "--socket-group")?;
     // The audit log comes before the socket: nothing is served that could not be audited.
-    check_trusted_dirs(&config.audit.path, &config.socket)?;
+    // (An activated socket's directory is systemd's, made by its `.socket` unit.)
+    let socket_dir_check = if config.activated.is_some() { None } else { Some(config.socket.as_path()) };
+    check_trusted_dirs(&config.audit.path, socket_dir_check)?;
     let (audit, recovery) = Audit::open(config.audit.clone()).map_err(StartError::Audit)?;
     let audit = Arc::new(audit);
     if recovery.cut_bytes > 0 || !recovery.aborted.is_empty() {
@@ -202,19 +209,30 @@ pub async fn start(config: Config, loaded: Loaded) -> Result<Server, StartError>
             "audit log recovered: invocations of the previous run that never finished are recorded as aborted"
         );
     }
-    let listener = socket::bind(&config.socket, socket_gid)?;
+    let listener = match &config.activated {
+        Some(inherited) => {
+            let listener = socket::serve_activated(inherited)?;
+            if let Some(path) = listener.local_addr().ok().and_then(|a| a.as_pathname().map(Path::to_path_buf)) {
+                config.socket = path;
+            }
+            listener
+        }
+        None => socket::bind(&config.socket, socket_gid)?,
+    };
     Ok(Server { config, sandbox, registry, audit, listener, admin_gid, _reaper: reaper })
 }
 
 /// The directories cordond writes its audit log and socket into must be (or be created beneath
 /// directories) that only root or its own user can write, as the policy directory: whoever can
 /// write them can remove the log or put their own socket (or a symlink) in its place.
-fn check_trusted_dirs(audit_path: &Path, socket_path: &Path) -> Result<(), StartError> {
+fn check_trusted_dirs(audit_path: &Path, socket_path: Option<&Path>) -> Result<(), StartError> {
     let parent = |p: &Path| p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
     let trust = policy::Trust::current();
-    for (dir, subject) in
-        [(parent(audit_path), policy::Subject::AUDIT_DIR), (parent(socket_path), policy::Subject::SOCKET_DIR)]
-    {
+    let dirs = [
+        Some((parent(audit_path), policy::Subject::AUDIT_DIR)),
+        socket_path.map(|p| (parent(p), policy::Subject::SOCKET_DIR)),
+    ];
+    for (dir, subject) in dirs.into_iter().flatten() {
         policy::trust::check_dir_or_parent(&dir, trust, subject).map_err(StartError::UntrustedDir)?;
     }
     Ok(())
@@ -275,12 +293,23 @@ impl Server {
         tokio::spawn(async move {
             while reload.recv().await.is_some() {
                 let d = reloader.clone();
+                notify::reloading();
                 // Reload does blocking file I/O; the result is logged by Daemon::reload.
                 let _ = tokio::task::spawn_blocking(move || d.reload(None)).await;
+                notify::ready();
             }
         });
+        let shutdown = async move {
+            shutdown.await;
+            notify::stopping();
+        };
+        notify::watchdog();
+        // The socket is bound (or inherited) and the start is on disk: connections are served from here.
+        notify::ready();
         let result = server::run(listener, daemon, shutdown, config.shutdown_grace).await;
-        if let Err(e) = std::fs::remove_file(&socket_path) {
+        if config.activated.is_none()
+            && let Err(e) = std::fs::remove_file(&socket_path)
+        {
             tracing::warn!(error = %e, socket = %socket_path.display(), "cannot remove socket");
         }
         if let Err(e) = audit.durable(Record::new(Decision::DaemonStopped).with("pid", std::process::id())).await {
@@ -396,4 +425,51 @@ pub fn probe_report() -> serde_json::Value {
             "meaning": view.describe(),
         },
     })
+}
+
+/// The service manager's notification protocol (`sd_notify(3)`): no-ops unless systemd (or
+/// anything else) set `NOTIFY_SOCKET`. A failed notification is logged, never fatal.
+mod notify {
+    use sd_notify::NotifyState;
+
+    fn send(states: &[NotifyState<'_>]) {
+        if let Err(e) = sd_notify::notify(false, states) {
+            tracing::warn!(error = %e, "cannot notify the service manager");
+        }
+    }
+
+    /// `READY=1`: serving (again, after a reload).
+    pub(super) fn ready() {
+        send(&[NotifyState::Ready, NotifyState::Status("serving")]);
+    }
+
+    /// `RELOADING=1` with `MONOTONIC_USEC`, as `Type=notify-reload` expects.
+    pub(super) fn reloading() {
+        match NotifyState::monotonic_usec_now() {
+            Ok(now) => send(&[NotifyState::Reloading, now, NotifyState::Status("reloading policies")]),
+            Err(e) => tracing::warn!(error = %e, "cannot read the monotonic clock for the reload notification"),
+        }
+    }
+
+    /// `STOPPING=1`: the graceful shutdown began.
+    pub(super) fn stopping() {
+        send(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    }
+
+    /// With `WatchdogSec=` set, `WATCHDOG=1` at half the interval, from a task of the runtime that
+    /// serves requests (a stuck runtime stops the pings and systemd restarts cordond).
+    pub(super) fn watchdog() {
+        let mut usec = 0;
+        if !sd_notify::watchdog_enabled(false, &mut usec) || usec == 0 {
+            return;
+        }
+        let every = std::time::Duration::from_micros(usec / 2);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                send(&[NotifyState::Watchdog]);
+            }
+        });
+    }
 }

@@ -21,6 +21,8 @@ pub enum SocketError {
     InUse(PathBuf),
     #[error("socket path {0} must be absolute")]
     Relative(PathBuf),
+    #[error("the socket systemd passed (LISTEN_FDS) cannot be served; check cordond.socket")]
+    Activation(#[source] io::Error),
     #[error("socket directory {dir} is {problem}; it must be a directory owned by uid {uid} with no access for others")]
     UnsafeDir { dir: PathBuf, problem: String, uid: u32 },
     #[error("{what} {path}: {source}")]
@@ -122,4 +124,27 @@ fn prepare_dir(dir: &Path, uid: u32) -> Result<(), SocketError> {
             Ok(())
         }
     }
+}
+
+/// The listening Unix socket systemd passed (socket activation: `LISTEN_FDS`, `LISTEN_PID`),
+/// if any. Call it once, first thing in `main`, while the process has one thread: it clears the
+/// variables (children must not think the socket is theirs) and marks the descriptor
+/// close-on-exec. More than one socket, or one that is not a listening Unix stream socket, is an
+/// error: cordond serves exactly one.
+pub fn take_activated() -> Result<Option<std::os::unix::net::UnixListener>, SocketError> {
+    let mut fds = listenfd::ListenFd::from_env();
+    match fds.len() {
+        0 => Ok(None),
+        1 => fds.take_unix_listener(0).map_err(SocketError::Activation),
+        n => Err(SocketError::Activation(std::io::Error::other(format!(
+            "systemd passed {n} sockets; cordond serves one (ListenStream= once in cordond.socket)"
+        )))),
+    }
+}
+
+/// A tokio listener on (a duplicate of) the activated socket.
+pub fn serve_activated(inherited: &std::os::unix::net::UnixListener) -> Result<UnixListener, SocketError> {
+    let listener = inherited.try_clone().map_err(SocketError::Activation)?;
+    listener.set_nonblocking(true).map_err(SocketError::Activation)?;
+    UnixListener::from_std(listener).map_err(SocketError::Activation)
 }

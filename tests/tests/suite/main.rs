@@ -18,4 +18,5 @@ mod reliability_policies;
 mod reliability_wire;
 mod render_escape;
 mod sandbox;
+mod systemd;
 mod wire;

@@ -1,0 +1,93 @@
+//! cordond under a service manager, without a running systemd: socket activation through
+//! systemd's own `systemd-socket-activate` (cordond serves the socket it is passed in
+//! `LISTEN_FDS` and leaves it in place at exit), and the `sd_notify` sequence read from a
+//! `NOTIFY_SOCKET` the test owns (`READY=1`; `RELOADING=1` with `MONOTONIC_USEC` then `READY=1`
+//! on SIGHUP; `STOPPING=1` on SIGTERM).
+
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use cordon_tests::{bin, cordon_at, eventually, fixture};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const SOCKET_ACTIVATE: &str = "/usr/bin/systemd-socket-activate";
+
+const TOOLS: &str = concat!(fixture!(header "20s"), fixture!(echo));
+
+/// The next notification, as its lines.
+fn next(notify: &UnixDatagram) -> Vec<String> {
+    let mut buf = [0u8; 4096];
+    let n = notify.recv(&mut buf).expect("a notification from cordond within 20 s");
+    String::from_utf8_lossy(&buf[..n]).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn an_activated_cordond_serves_the_passed_socket_and_notifies_ready_reloading_stopping() {
+    if !Path::new(SOCKET_ACTIVATE).exists() {
+        eprintln!("skipped: {SOCKET_ACTIVATE} is not installed (package systemd)");
+        return;
+    }
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("tools.toml"), TOOLS).unwrap();
+    std::fs::create_dir(dir.path().join("run")).unwrap();
+    let socket = dir.path().join("run").join("cordon.sock");
+    let unused = dir.path().join("run").join("bound-by-hand.sock");
+    let audit = dir.path().join("audit.jsonl");
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let log = std::fs::File::create(dir.path().join("cordond.log")).unwrap();
+    let mut child = Command::new(SOCKET_ACTIVATE)
+        .arg("-l")
+        .arg(&socket)
+        .arg(format!("--setenv=NOTIFY_SOCKET={}", notify_path.display()))
+        .arg("--")
+        .arg(bin("cordond"))
+        .arg("--policies")
+        .arg(&policies)
+        .arg("--audit")
+        .arg(&audit)
+        .arg("--socket")
+        .arg(&unused)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || socket.exists()), "systemd-socket-activate did not listen");
+
+    // The first connection starts cordond on the passed socket; it answers on it.
+    let out = cordon_at(&socket, &["run", "echo", "--arg", "text=activated"]);
+    out.assert_code(0);
+    assert_eq!(out.stdout, "[activated]");
+    let ready = next(&notify);
+    assert!(ready.contains(&"READY=1".to_string()), "{ready:?}");
+    assert!(!unused.exists(), "an activated cordond bound --socket too");
+    // cordond runs as the process systemd-socket-activate became (it execs, keeping its pid).
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+
+    kill(pid, Signal::SIGHUP).unwrap();
+    let reloading = next(&notify);
+    assert!(reloading.contains(&"RELOADING=1".to_string()), "{reloading:?}");
+    let usec = reloading.iter().find_map(|l| l.strip_prefix("MONOTONIC_USEC=")).expect("MONOTONIC_USEC");
+    assert!(usec.parse::<u64>().unwrap() > 0, "{reloading:?}");
+    let again = next(&notify);
+    assert!(again.contains(&"READY=1".to_string()), "after the reload: {again:?}");
+    cordon_at(&socket, &["run", "echo", "--arg", "text=reloaded"]).assert_code(0);
+
+    kill(pid, Signal::SIGTERM).unwrap();
+    let stopping = next(&notify);
+    assert!(stopping.contains(&"STOPPING=1".to_string()), "{stopping:?}");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "cordond exited with {status}");
+    // The socket is systemd's: cordond leaves it in place.
+    assert!(socket.exists(), "an activated cordond removed the socket it was passed");
+    let records = std::fs::read_to_string(&audit).unwrap();
+    let started = records.lines().find(|l| l.contains("\"daemon_started\"")).expect("daemon_started");
+    assert!(started.contains(&format!("\"socket\":\"{}\"", socket.display())), "{started}");
+}
