@@ -91,3 +91,34 @@ fn an_activated_cordond_serves_the_passed_socket_and_notifies_ready_reloading_st
     let started = records.lines().find(|l| l.contains("\"daemon_started\"")).expect("daemon_started");
     assert!(started.contains(&format!("\"socket\":\"{}\"", socket.display())), "{started}");
 }
+
+/// The shipped units (daemon/systemd) pass `systemd-analyze verify` with cordond where
+/// `ExecStart=` names it: no unknown directive, no bad value, no missing executable.
+#[test]
+fn the_units_pass_systemd_analyze_verify() {
+    const ANALYZE: &str = "/usr/bin/systemd-analyze";
+    if !Path::new(ANALYZE).exists() {
+        eprintln!("skipped: {ANALYZE} is not installed (package systemd)");
+        return;
+    }
+    let units = Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/systemd");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["cordond.service", "cordond.socket"] {
+        let text = std::fs::read_to_string(units.join(name)).unwrap();
+        let text = text.replace("ExecStart=/usr/bin/cordond ", &format!("ExecStart={} ", bin("cordond").display()));
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let service = std::fs::read_to_string(dir.path().join("cordond.service")).unwrap();
+    assert!(service.contains(&format!("ExecStart={} --policies", bin("cordond").display())), "{service}");
+    let out = Command::new(ANALYZE)
+        .arg("verify")
+        .arg(dir.path().join("cordond.socket"))
+        .arg(dir.path().join("cordond.service"))
+        .env("SYSTEMD_LOG_LEVEL", "warning")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let ours: Vec<&str> = stderr.lines().filter(|l| l.contains("cordond")).collect();
+    assert!(ours.is_empty(), "systemd-analyze found problems in the units:\n{}", ours.join("\n"));
+}
