@@ -418,9 +418,9 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
                 ),
                 &if s.cgroup_mechanisms.is_empty() { s.cgroup_note.clone() } else { s.cgroup_mechanisms.join("; ") },
             ),
-            Err(e) => check("daemon", "warn", e.to_string(), "the daemon answered but not with a status"),
+            Err(e) => check("daemon", "fail", e.to_string(), "the daemon answered but not with a status"),
         },
-        Err(e) => check("daemon", "warn", "not reachable".into(), &e.to_string()),
+        Err(e) => check("daemon", "fail", "not reachable".into(), &e.to_string()),
     }
     // Whether cordond can tell its own tools from other clients on its socket (invocation
     // cgroups); without that, tools with `unix_sockets` are unavailable.

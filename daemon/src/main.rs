@@ -158,7 +158,9 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
+            // One variable for both binaries (`cordon mcp` reads it too); RUST_LOG still works.
+            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
+                .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(|| LossyStderr)

@@ -84,7 +84,7 @@ impl Daemon {
         }
         let child = command
             .args(extra_args)
-            .env("RUST_LOG", "info")
+            .env("CORDON_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

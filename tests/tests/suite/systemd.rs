@@ -122,3 +122,23 @@ fn the_units_pass_systemd_analyze_verify() {
     let ours: Vec<&str> = stderr.lines().filter(|l| l.contains("cordond")).collect();
     assert!(ours.is_empty(), "systemd-analyze found problems in the units:\n{}", ours.join("\n"));
 }
+
+/// `cordon doctor` can serve as a health check: it exits 1 when cordond is not running at the
+/// socket (the `daemon` check fails), and 0 on this host while a daemon serves there.
+#[test]
+fn doctor_fails_while_the_daemon_is_down() {
+    let d = cordon_tests::Daemon::start(&[("tools.toml", TOOLS)]);
+    let up = d.cordon(&["doctor", "--json"]);
+    up.assert_code(0);
+    let json = up.json();
+    assert_eq!(json["ok"], true, "{json:#}");
+    let socket = d.socket.clone();
+    drop(d);
+    let down = cordon_at(&socket, &["doctor", "--json"]);
+    down.assert_code(1);
+    let json = down.json();
+    assert_eq!(json["ok"], false, "{json:#}");
+    let daemon = json["checks"].as_array().unwrap().iter().find(|c| c["name"] == "daemon").cloned().unwrap();
+    assert_eq!(daemon["level"], "fail", "{json:#}");
+    assert_eq!(daemon["found"], "not reachable", "{json:#}");
+}
