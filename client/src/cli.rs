@@ -10,7 +10,7 @@ use crate::{admin, audit};
 
 /// cordon: run admin-approved tools through cordond, and administer it.
 #[derive(Debug, Parser)]
-#[command(version, about, propagate_version = true)]
+#[command(name = "cordon", version = cordon_proto::VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// cordond's Unix socket [default: this user's daemon if running, else /run/cordon/cordon.sock]
     #[arg(long, global = true, env = "CORDON_SOCKET", value_name = "PATH")]

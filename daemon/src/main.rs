@@ -13,7 +13,7 @@ use cordon_daemon::{Config, Signals};
 
 /// cordond: runs admin-approved tools for AI agents, each invocation under control.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(name = "cordond", version = cordon_proto::VERSION, about)]
 struct Args {
     /// Directory of policy files (*.toml).
     #[arg(long, value_name = "DIR", required_unless_present = "probe")]

@@ -127,3 +127,6 @@ fn owned_by_root_or_me(dir: &Path) -> bool {
 pub const ERROR_CODE_KEY: &str = "cordon-error-code";
 /// gRPC metadata key naming the argument field an error is about.
 pub const ERROR_FIELD_KEY: &str = "cordon-error-field";
+
+/// The version both binaries print: the package version and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("CORDON_COMMIT"), ")");

@@ -1,10 +1,11 @@
 //! The real `cordond` on a temporary socket, driven by the real `cordon`.
 
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use cordon_tests::fixture;
-use cordon_tests::{Daemon, cordon_at, eventually, process_gone};
+use cordon_tests::{Daemon, bin, cordon_at, eventually, process_gone};
 use nix::sys::signal::Signal;
 use serde_json::json;
 
@@ -712,4 +713,26 @@ fn one_caller_cannot_take_every_slot_and_oversized_requests_are_refused_unread()
     });
     assert!(status.message().contains("too large"), "{status:?}");
     assert_eq!(started(), before, "an oversized call must not run");
+}
+
+/// `--version` names the binary and the commit it was built from (the one checked out, when the
+/// tests run from a git checkout).
+#[test]
+fn version_names_the_binary_and_the_commit() {
+    let head = Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    for name in ["cordond", "cordon"] {
+        let out = Command::new(bin(name)).arg("--version").output().unwrap();
+        assert!(out.status.success());
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let expected = format!("{name} {} (commit ", env!("CARGO_PKG_VERSION"));
+        assert!(line.starts_with(&expected) && line.ends_with(')'), "{line}");
+        if let Some(head) = &head {
+            assert_eq!(line, format!("{expected}{head})"));
+        }
+    }
 }
