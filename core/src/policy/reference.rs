@@ -137,11 +137,12 @@ pub fn authoring_reference() -> String {
         format_size(MAX_OUTPUT_RANGE.1),
         format_size(DEFAULT_MAX_OUTPUT),
     );
-    out.push_str("## 3. Validation of each call\n\nError codes: ");
-    let codes: Vec<String> = ErrorCode::VALIDATION.iter().map(|c| format!("`{c}`")).collect();
-    out.push_str(&codes.join(", "));
+    out.push_str("## 3. Validation of each call\n\nError codes:\n");
+    for c in ErrorCode::VALIDATION {
+        let _ = writeln!(out, "- `{c}`: {}", c.meaning());
+    }
     out.push_str(
-        ".\n\n- The arguments are one JSON object; unknown fields are refused, `null` is never a value.\n\
+        "\n- The arguments are one JSON object; unknown fields are refused, `null` is never a value.\n\
          - string: a `pattern` must match the whole value; without a pattern a leading `-` is refused (the empty string \
            passes); NUL is always refused; lengths count characters.\n\
          - integer: a JSON number with an integral value (5 or 5.0) within `min`/`max`; number: any JSON number within \
