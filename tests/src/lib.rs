@@ -380,6 +380,22 @@ macro_rules! require_root {
     };
 }
 
+/// Waits until exactly one human approval is pending with a client waiting on it, and returns it
+/// (as `cordon pending --json` lists it).
+pub fn wait_pending(socket: &Path) -> serde_json::Value {
+    let mut found = serde_json::Value::Null;
+    let ok = eventually(Duration::from_secs(10), || {
+        let p = cordon_at(socket, &["pending", "--json"]).json();
+        let waiting = p["pending"].as_array().is_some_and(|l| l.len() == 1 && l[0]["waiting"] == true);
+        if waiting {
+            found = p["pending"][0].clone();
+        }
+        waiting
+    });
+    assert!(ok, "no pending approval appeared");
+    found
+}
+
 /// Policy fixtures shared by the suites: `fixture!(NAME)` expands to a TOML string literal, so
 /// that a suite composes its policy at compile time with `concat!`, e.g.
 /// `const TOOLS: &str = concat!(fixture!(header "20s"), fixture!(echo), fixture!(missing));`.

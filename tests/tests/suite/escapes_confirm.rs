@@ -6,14 +6,13 @@
 use std::io::{Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
 use cordon_tests::require_root;
-use cordon_tests::{Daemon, Output, bin, cordon_at, eventually, is_root};
+use cordon_tests::{Daemon, Output, bin, cordon_at, eventually, is_root, wait_pending};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
     ElicitationAction, Implementation, ProtocolVersion,
@@ -111,21 +110,6 @@ fn matching(d: &Daemon, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
 
 fn started_of(d: &Daemon, tool: &str) -> usize {
     records(d, "started").iter().filter(|r| r["tool"] == tool).count()
-}
-
-/// Waits until exactly one approval is pending with a waiting client, and returns it.
-fn wait_pending(socket: &Path) -> Value {
-    let mut found = Value::Null;
-    let ok = eventually(Duration::from_secs(10), || {
-        let p = cordon_at(socket, &["pending", "--json"]).json();
-        let waiting = p["pending"].as_array().is_some_and(|l| l.len() == 1 && l[0]["waiting"] == true);
-        if waiting {
-            found = p["pending"][0].clone();
-        }
-        waiting
-    });
-    assert!(ok, "no pending approval appeared");
-    found
 }
 
 // ---------------------------------------------------------------------------------------------

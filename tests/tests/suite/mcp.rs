@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_tests::fixture;
-use cordon_tests::{Daemon, cordon_at, eventually, process_gone};
+use cordon_tests::{Daemon, cordon_at, eventually, process_gone, wait_pending};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam, ClientCapabilities,
     ClientConfig, ClientRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ErrorCode, Implementation,
@@ -332,21 +332,6 @@ fn lines(path: &Path) -> usize {
 
 fn running_invocations(socket: &Path) -> u64 {
     cordon_at(socket, &["status", "--json"]).json()["running_invocations"].as_u64().unwrap()
-}
-
-/// The one human approval waiting for an admin.
-fn wait_pending(socket: &Path) -> Value {
-    let mut found = Value::Null;
-    let ok = eventually(Duration::from_secs(10), || {
-        let p = cordon_at(socket, &["pending", "--json"]).json();
-        let waiting = p["pending"].as_array().is_some_and(|l| l.len() == 1 && l[0]["waiting"] == true);
-        if waiting {
-            found = p["pending"][0].clone();
-        }
-        waiting
-    });
-    assert!(ok, "no pending approval appeared");
-    found
 }
 
 /// Where `tools/list_changed` arrives: the handler callback (2025-11-25) or a listen
