@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{CliError, exit};
 use crate::grpc::{Client, DiagnosticInfo, Event, Invocation, PolicyReport, RunResult, ToolInfo};
-use crate::host::HostFacts;
+use crate::host::{self, HostFacts};
 use crate::term::{errln, outln};
 
 pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
@@ -286,7 +286,7 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
             message: d.message.clone(),
         }));
     }
-    let host = match HostFacts::probe() {
+    let host = match host::probe() {
         Ok(facts) => facts.policy_host(),
         Err(why) => {
             diagnostics.push(DiagnosticInfo {
@@ -371,7 +371,7 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             "a daemon started by this user runs every tool as this user, cannot honour run_as and has no cgroups (rlimits and process groups only)"
         },
     );
-    match HostFacts::probe() {
+    match host::probe() {
         Ok(host) => host_checks(&host, &mut check),
         Err(why) => check("host", "fail", why, "the host's sandbox support could not be probed"),
     }

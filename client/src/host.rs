@@ -5,55 +5,26 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use cordon_core::policy::Host;
-use serde::Deserialize;
+pub use cordon_core::host::HostFacts;
 
-/// `cordond --probe`'s answer.
-#[derive(Debug, Clone, Deserialize)]
-pub struct HostFacts {
-    pub is_root: bool,
-    pub landlock_abi: i32,
-    pub seccomp: bool,
-    /// `v2`, `hybrid`, `v1` or `none`.
-    pub cgroups: String,
-    pub fs_view: FsView,
-}
-
-/// The read-only filesystem view tools would run in.
-#[derive(Debug, Clone, Deserialize)]
-pub struct FsView {
-    pub mode: String,
-    /// `ok`, `warn` or `fail`.
-    pub level: String,
-    pub meaning: String,
-}
-
-impl HostFacts {
-    /// Runs `cordond --probe`.
-    pub fn probe() -> Result<HostFacts, String> {
-        let cordond = cordond().ok_or_else(|| {
-            "cordond was not found beside cordon or on PATH; install both binaries together".to_string()
-        })?;
-        let out = Command::new(&cordond)
-            .arg("--probe")
-            .output()
-            .map_err(|e| format!("cannot run {} --probe: {e}", cordond.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} --probe failed ({}): {}",
-                cordond.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        serde_json::from_slice(&out.stdout)
-            .map_err(|e| format!("{} --probe answered something else than its JSON report: {e}", cordond.display()))
+/// Runs `cordond --probe`: the host's facts, or why they could not be had.
+pub fn probe() -> Result<HostFacts, String> {
+    let cordond = cordond()
+        .ok_or_else(|| "cordond was not found beside cordon or on PATH; install both binaries together".to_string())?;
+    let out = Command::new(&cordond)
+        .arg("--probe")
+        .output()
+        .map_err(|e| format!("cannot run {} --probe: {e}", cordond.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} --probe failed ({}): {}",
+            cordond.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
-
-    /// The host facts availability is decided on, as an offline check assumes them.
-    pub fn policy_host(&self) -> Host {
-        Host::new(self.is_root, self.landlock_abi)
-    }
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("{} --probe answered something else than its JSON report: {e}", cordond.display()))
 }
 
 /// The daemon's binary: beside this executable first (an install or a build puts both there),

@@ -10,6 +10,7 @@
 //! - [`audit`]: the audit log's line format and hash chain (written by cordond, verified by
 //!   `cordon audit verify`).
 //! - [`display`]: caller-chosen text made safe for a terminal.
+//! - [`host`]: the host's sandbox facts as `cordond --probe` reports them.
 //! - [`resolve`]: opening paths without following symlinks.
 //!
 //! Architecture invariant: this crate has no `unsafe` (the compiler checks it), runs no process
@@ -22,6 +23,7 @@ pub mod argv;
 pub mod audit;
 pub mod code;
 pub mod display;
+pub mod host;
 pub mod policy;
 pub mod resolve;
 pub mod validate;

@@ -168,7 +168,13 @@ fn main() -> ExitCode {
         .init();
     let args = Args::parse();
     if args.probe {
-        println!("{}", cordon_daemon::startup::probe_report());
+        match serde_json::to_string(&cordon_daemon::startup::probe_report()) {
+            Ok(report) => println!("{report}"),
+            Err(e) => {
+                eprintln!("cordond: cannot write the probe report: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
         return ExitCode::SUCCESS;
     }
     let Some(policies) = args.policies.clone() else {

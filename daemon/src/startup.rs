@@ -407,24 +407,25 @@ impl Signals {
 
 /// `cordond --probe`: the host as a daemon started by this user would find it, without
 /// preparing anything (no cgroups are created).
-pub fn probe_report() -> serde_json::Value {
+pub fn probe_report() -> cordon_core::host::HostFacts {
     let is_root = nix::unistd::geteuid().is_root();
     let view = cordon_sandbox::probe_view_mode(is_root);
-    serde_json::json!({
-        "is_root": is_root,
-        "landlock_abi": cordon_sandbox::probe_landlock_abi(),
-        "seccomp": cordon_sandbox::seccomp_supported(),
-        "cgroups": cordon_sandbox::cgroup_layout(),
-        "fs_view": {
-            "mode": view.as_str(),
-            "level": match view {
-                ViewMode::Private | ViewMode::UserNamespace => "ok",
-                ViewMode::Unprotected { .. } => "warn",
-                ViewMode::Failed { .. } => "fail",
-            },
-            "meaning": view.describe(),
+    let level = match view {
+        ViewMode::Private | ViewMode::UserNamespace => "ok",
+        ViewMode::Unprotected { .. } => "warn",
+        ViewMode::Failed { .. } => "fail",
+    };
+    cordon_core::host::HostFacts {
+        is_root,
+        landlock_abi: cordon_sandbox::probe_landlock_abi(),
+        seccomp: cordon_sandbox::seccomp_supported(),
+        cgroups: cordon_sandbox::cgroup_layout().to_string(),
+        fs_view: cordon_core::host::FsView {
+            mode: view.as_str().to_string(),
+            level: level.to_string(),
+            meaning: view.describe(),
         },
-    })
+    }
 }
 
 /// The service manager's notification protocol (`sd_notify(3)`): no-ops unless systemd (or

@@ -725,3 +725,33 @@ fn version_names_the_binary_and_the_commit() {
         assert_eq!(line, format!("{name} {}", cordon_proto::VERSION), "rebuild the binaries: cargo build --workspace");
     }
 }
+
+/// `cordon` installed without `cordond` beside it or on PATH: `policy check` still checks the
+/// files and says availability was not checked (exit 0 on a good file); `doctor` fails its host
+/// check and says what to install.
+#[test]
+fn a_cordon_without_cordond_says_what_it_could_not_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("cordon");
+    std::fs::copy(bin("cordon"), &alone).unwrap();
+    let policy = dir.path().join("tools.toml");
+    std::fs::write(&policy, concat!(fixture!(header "20s"), fixture!(echo))).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(&alone).args(args).env("PATH", "/nonexistent").output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, stdout, stderr) = run(&["policy", "check", policy.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let all = format!("{stdout}{stderr}");
+    assert!(all.contains("availability was not checked against this host: cordond was not found"), "{all}");
+    let (code, stdout, _) = run(&["--socket", "/nonexistent.sock", "doctor", "--json"]);
+    assert_eq!(code, Some(1));
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let host = json["checks"].as_array().unwrap().iter().find(|c| c["name"] == "host").cloned().unwrap();
+    assert_eq!(host["level"], "fail", "{json:#}");
+    assert!(host["found"].as_str().unwrap().contains("install both binaries together"), "{json:#}");
+}
