@@ -62,6 +62,32 @@ struct Args {
     /// `cordon approve` approves.
     #[arg(long)]
     human_approval_via_elicitation: bool,
+    /// Where invocation cgroups go. `delegated`: inside cordond's own cgroup, delegated to it by
+    /// its service manager (systemd `Delegate=`), so the unit's limits and `systemctl stop` cover
+    /// every tool; cordond moves itself into the leaf `<own>/daemon`; an error when its cgroup is
+    /// the root or cannot be used. `root`: at the root of each hierarchy (`/cordon/<pid>`).
+    /// `auto`: `delegated` when systemd marked cordond's cgroup delegated (the `trusted.delegate`
+    /// attribute, systemd 251 and later), else `root`.
+    #[arg(long, value_enum, default_value_t = CgroupPlacement::Auto, value_name = "WHERE")]
+    cgroups: CgroupPlacement,
+}
+
+/// `--cgroups`: [`cordon_sandbox::Placement`] as a flag value.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum CgroupPlacement {
+    Auto,
+    Delegated,
+    Root,
+}
+
+impl From<CgroupPlacement> for cordon_sandbox::Placement {
+    fn from(p: CgroupPlacement) -> Self {
+        match p {
+            CgroupPlacement::Auto => cordon_sandbox::Placement::Auto,
+            CgroupPlacement::Delegated => cordon_sandbox::Placement::Delegated,
+            CgroupPlacement::Root => cordon_sandbox::Placement::Root,
+        }
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -113,12 +139,14 @@ impl Args {
             shutdown_grace: self.shutdown_grace,
             admin_group: self.admin_group,
             socket_group: self.socket_group,
+            cgroups: self.cgroups.into(),
             ..defaults
         }
     }
 }
 
-/// Exit codes: 0 clean shutdown, 78 (EX_CONFIG) policy errors, 1 anything else.
+/// Exit codes: 0 clean shutdown, 78 (EX_CONFIG) policy errors and unusable `--cgroups`, 1
+/// anything else.
 const EXIT_CONFIG: u8 = 78;
 
 fn main() -> ExitCode {
@@ -184,12 +212,16 @@ fn main() -> ExitCode {
     let config = Config { activated, ..args.config(policies) };
     let loaded = match cordon_daemon::load(&config) {
         Ok(loaded) => loaded,
-        Err(e) => {
+        Err(cordon_daemon::startup::StartError::Policy(e)) => {
             eprintln!("{e}");
             eprintln!(
                 "cordond: fix the policy files above and start again (check them with `cordon policy check {}`)",
                 config.policies.display()
             );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        Err(e) => {
+            eprintln!("cordond: {:#}", anyhow::Error::from(e));
             return ExitCode::from(EXIT_CONFIG);
         }
     };

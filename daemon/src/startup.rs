@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use cordon_core::policy::{self, LoadError, TrustError};
-use cordon_sandbox::{HostSandbox, ViewMode};
+use cordon_sandbox::{CgroupError, HostSandbox, Placement, ViewMode};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
@@ -60,6 +60,9 @@ pub struct Config {
     /// [`socket::take_activated`]): served instead of binding [`Config::socket`], and left in
     /// place at exit (systemd owns it).
     pub activated: Option<Arc<std::os::unix::net::UnixListener>>,
+    /// Where invocation cgroups go (`--cgroups`): inside cordond's own delegated cgroup or at
+    /// the root of each hierarchy ([`Placement::Auto`]: delegated when systemd marked it so).
+    pub cgroups: Placement,
 }
 
 impl Config {
@@ -79,6 +82,7 @@ impl Config {
             socket_group: None,
             reaper: None,
             activated: None,
+            cgroups: Placement::Auto,
         }
     }
 }
@@ -97,6 +101,9 @@ pub enum StartError {
     },
     #[error("this kernel has no seccomp filtering; cordond refuses to run tools without it")]
     NoSeccomp,
+    /// `--cgroups delegated` (or a cgroup systemd marked delegated) that cordond cannot use.
+    #[error(transparent)]
+    Cgroups(#[from] CgroupError),
     #[error("cannot start the cgroup reaper")]
     Reaper(#[source] std::io::Error),
     #[error("{flag} {name:?}: no such group")]
@@ -118,10 +125,11 @@ pub struct Loaded {
     pub registry: RegistryHandle,
 }
 
-/// Raises the open-files limit, probes the host and loads the policies. Blocking.
-pub fn load(config: &Config) -> Result<Loaded, LoadError> {
+/// Raises the open-files limit, probes the host (placing cordond's cgroups as
+/// [`Config::cgroups`] says) and loads the policies. Blocking.
+pub fn load(config: &Config) -> Result<Loaded, StartError> {
     raise_open_files_limit();
-    let sandbox = HostSandbox::probe();
+    let sandbox = HostSandbox::probe_placed(config.cgroups)?;
     let registry = RegistryHandle::load(&config.policies, sandbox.policy_host())?;
     Ok(Loaded { sandbox, registry })
 }
@@ -181,7 +189,7 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
     };
     tracing::info!(
         landlock_abi = sandbox.landlock_abi, root = sandbox.is_root, cgroups = sandbox.cgroups.mode,
-        mechanisms = ?sandbox.cgroups.mechanisms(), "sandbox"
+        cgroup_placement = %sandbox.cgroups.placement(), mechanisms = ?sandbox.cgroups.mechanisms(), "sandbox"
     );
     for w in &current.warnings {
         tracing::warn!("{w}");
@@ -270,6 +278,7 @@ impl Server {
                     "landlock_abi": sandbox.landlock_abi,
                     "seccomp": sandbox.seccomp,
                     "cgroup": sandbox.cgroups.mode.to_string(),
+                    "cgroup_delegated": sandbox.cgroups.delegated,
                     "root": sandbox.is_root,
                 }),
             );

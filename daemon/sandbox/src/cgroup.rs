@@ -20,6 +20,58 @@ use cordon_core::policy::Limits;
 
 const ROOT: &str = "/sys/fs/cgroup";
 
+/// Where cordond makes its invocation cgroups (`cordond --cgroups`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// [`Placement::Delegated`] when cordond's own cgroup carries systemd's delegation mark
+    /// (`trusted.delegate` or `user.delegate` = `1`, set by systemd 251 and later for
+    /// `Delegate=`), else [`Placement::Root`].
+    #[default]
+    Auto,
+    /// Inside cordond's own cgroup, which its service manager delegated to it: cordond moves
+    /// itself into the leaf `<own>/daemon` and makes invocations under `<own>/cordon/<pid>`, so
+    /// the unit's limits and its stop cover every tool. Refused (a startup error) where cordond's
+    /// own cgroup is the root of the hierarchy or cannot be entered.
+    Delegated,
+    /// At the root of each hierarchy (`/cordon/<pid>`), for a daemon started by hand.
+    Root,
+}
+
+impl Placement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placement::Auto => "auto",
+            Placement::Delegated => "delegated",
+            Placement::Root => "root",
+        }
+    }
+}
+
+/// Why cordond cannot use its delegated cgroup.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error(
+        "--cgroups delegated: cordond is not root and makes no cgroups; start it as root or use --cgroups auto"
+    )]
+    NotRoot,
+    #[error("cannot read cordond's own cgroup from /proc/self/cgroup")]
+    OwnUnreadable(#[source] io::Error),
+    #[error(
+        "--cgroups delegated: cordond's own cgroup ({hierarchy}) is the root of the hierarchy, not a cgroup \
+         delegated to it; run it as a service with Delegate= (systemd), or start it with --cgroups root"
+    )]
+    NotDelegated { hierarchy: String },
+    #[error(
+        "cannot use cordond's delegated cgroup {path}; check the unit's Delegate= and that /sys/fs/cgroup is \
+         writable (no ProtectControlGroups=), or start cordond with --cgroups root"
+    )]
+    Unusable {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
 /// Which cgroup mechanisms cordond can use on this host.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cgroups {
@@ -27,6 +79,9 @@ pub struct Cgroups {
     pub mode: &'static str,
     /// Why there is no cgroup support, when there is none.
     pub reason: Option<String>,
+    /// cordond's own (delegated) cgroup, as a path in the hierarchy that marks delegation,
+    /// when invocations are made inside it; `None`: at the root of each hierarchy.
+    pub delegated: Option<String>,
     /// cordon's directory in the v2 hierarchy (has `cgroup.kill`).
     kill_root: Option<PathBuf>,
     memory: Option<Controller>,
@@ -39,28 +94,105 @@ struct Controller {
     v2: bool,
 }
 
+/// The directories below which cordon's `cordon/<pid>` directory goes, one per hierarchy: the
+/// roots of the hierarchies, or cordond's own (delegated) cgroups.
+#[derive(Debug, Clone)]
+struct Bases {
+    /// Pure v2: `/sys/fs/cgroup` (or below).
+    v2: PathBuf,
+    /// Hybrid: `/sys/fs/cgroup/unified` (or below).
+    unified: PathBuf,
+    memory: PathBuf,
+    pids: PathBuf,
+}
+
+impl Bases {
+    fn root() -> Bases {
+        let root = Path::new(ROOT);
+        Bases { v2: root.to_path_buf(), unified: root.join("unified"), memory: root.join("memory"), pids: root.join("pids") }
+    }
+}
+
+/// The leaf cordond moves itself into inside its delegated cgroup (cgroup v2 allows no
+/// processes in a cgroup whose children have controllers enabled).
+pub const DAEMON_LEAF: &str = "daemon";
+
 impl Cgroups {
-    /// Finds and prepares cordon's cgroup directories. Never fails: missing mechanisms are
-    /// reported by [`Cgroups::mechanisms`].
+    /// Finds and prepares cordon's cgroup directories at the root of each hierarchy (a daemon
+    /// started by hand). Never fails: missing mechanisms are reported by [`Cgroups::mechanisms`].
     pub fn detect(is_root: bool) -> Cgroups {
         if !is_root {
             return Cgroups::none("cordond is not root and cannot create cgroups");
         }
+        Cgroups::layout(&Bases::root())
+    }
+
+    /// As [`Cgroups::detect`], placed as `placement` says. With [`Placement::Delegated`] (asked
+    /// for, or chosen by [`Placement::Auto`] from systemd's mark) cordond first moves itself into
+    /// `<own>/`[`DAEMON_LEAF`] in every hierarchy where its own cgroup is not the root; any
+    /// failure there is an error, never a silent fall back to the root (where tools would
+    /// escape the unit's limits and its stop).
+    pub fn prepare(is_root: bool, placement: Placement) -> Result<Cgroups, CgroupError> {
+        let own = match placement {
+            Placement::Root => None,
+            Placement::Auto => {
+                if !is_root {
+                    None
+                } else {
+                    // A host without /proc/self/cgroup has no cgroups to escape from.
+                    OwnCgroups::read().ok().filter(OwnCgroups::marked_delegated)
+                }
+            }
+            Placement::Delegated => {
+                if !is_root {
+                    return Err(CgroupError::NotRoot);
+                }
+                let own = OwnCgroups::read().map_err(CgroupError::OwnUnreadable)?;
+                if !own.marked_delegated() {
+                    tracing::warn!(
+                        cgroup = own.tracking_path().unwrap_or("?"),
+                        "--cgroups delegated: cordond's cgroup carries no delegation mark (systemd 251 and later set \
+                         one for Delegate=); make sure its unit has Delegate="
+                    );
+                }
+                Some(own)
+            }
+        };
+        let Some(own) = own else { return Ok(Cgroups::detect(is_root)) };
+        let Some((mount, tracking)) = own.tracking().filter(|(_, p)| *p != "/") else {
+            return Err(CgroupError::NotDelegated {
+                hierarchy: own.tracking_line().unwrap_or_else(|| "no cgroup v2 or name=systemd line".into()),
+            });
+        };
+        let (dir, tracking) = (under(&mount, tracking), tracking.to_string());
+        let bases = own.enter_leaf()?;
+        let mut cgroups = Cgroups::layout(&bases);
+        if !cgroups.available() {
+            let reason = cgroups.reason.take().unwrap_or_default();
+            return Err(CgroupError::Unusable { path: dir, source: io::Error::other(reason) });
+        }
+        cgroups.delegated = Some(tracking);
+        Ok(cgroups)
+    }
+
+    /// cordon's directories below `bases`.
+    fn layout(bases: &Bases) -> Cgroups {
         if is_cgroup2(Path::new(ROOT)) {
-            let base = Path::new(ROOT).join("cordon");
+            let top = &bases.v2;
+            let base = top.join("cordon");
             let dir = instance_dir(&base);
             if let Err(e) = fs::create_dir_all(&dir) {
                 return Cgroups::none(&format!("cannot create {}: {e}", dir.display()));
             }
             // Let the children of cordon's directory have memory and pids limits.
-            let available = fs::read_to_string(Path::new(ROOT).join("cgroup.controllers")).unwrap_or_default();
+            let available = fs::read_to_string(top.join("cgroup.controllers")).unwrap_or_default();
             let mut memory = None;
             let mut pids = None;
             for name in ["memory", "pids"] {
                 if !available.split_whitespace().any(|c| c == name) {
                     continue;
                 }
-                let enabled = [Path::new(ROOT), &base, &dir]
+                let enabled = [top, &base, &dir]
                     .iter()
                     .all(|d| fs::write(d.join("cgroup.subtree_control"), format!("+{name}")).is_ok());
                 if enabled {
@@ -68,18 +200,17 @@ impl Cgroups {
                     if name == "memory" { memory = c } else { pids = c }
                 }
             }
-            return Cgroups { mode: "v2", reason: None, kill_root: Some(dir), memory, pids };
+            return Cgroups { mode: "v2", reason: None, delegated: None, kill_root: Some(dir), memory, pids };
         }
         let unified = Path::new(ROOT).join("unified");
         let kill_root = if is_cgroup2(&unified) {
-            let dir = instance_dir(&unified.join("cordon"));
+            let dir = instance_dir(&bases.unified.join("cordon"));
             fs::create_dir_all(&dir).ok().map(|()| dir).filter(|d| d.join("cgroup.procs").exists())
         } else {
             None
         };
-        let v1 = |name: &str, file: &str| {
-            let base = Path::new(ROOT).join(name);
-            if !base.join(file).exists() {
+        let v1 = |name: &str, file: &str, base: &Path| {
+            if !Path::new(ROOT).join(name).join(file).exists() {
                 return None;
             }
             let dir = instance_dir(&base.join("cordon"));
@@ -87,13 +218,21 @@ impl Cgroups {
             Some(Controller { root: dir, v2: false })
         };
         // The root of a v1 hierarchy has no limit files of its own; its children do.
-        let memory = v1("memory", "memory.limit_in_bytes");
-        let pids = v1("pids", "cgroup.procs");
+        let memory = v1("memory", "memory.limit_in_bytes", &bases.memory);
+        let pids = v1("pids", "cgroup.procs", &bases.pids);
         if kill_root.is_none() && memory.is_none() && pids.is_none() {
             return Cgroups::none("no usable cgroup hierarchy under /sys/fs/cgroup");
         }
         let mode = if kill_root.is_some() { "hybrid" } else { "v1" };
-        Cgroups { mode, reason: None, kill_root, memory, pids }
+        Cgroups { mode, reason: None, delegated: None, kill_root, memory, pids }
+    }
+
+    /// `root`, or `delegated (CGROUP)`: where invocations are made, for logs and the audit.
+    pub fn placement(&self) -> String {
+        match &self.delegated {
+            Some(own) => format!("delegated ({own})"),
+            None => "root".to_string(),
+        }
     }
 
     fn none(reason: &str) -> Cgroups {
@@ -107,6 +246,9 @@ impl Cgroups {
     /// Human-readable mechanisms in force, for `status` and `doctor`.
     pub fn mechanisms(&self) -> Vec<String> {
         let mut m = Vec::new();
+        if let Some(own) = &self.delegated {
+            m.push(format!("inside cordond's delegated cgroup {own} (cordond in {own}/{DAEMON_LEAF})"));
+        }
         if let Some(k) = &self.kill_root {
             m.push(format!("cgroup.kill ({})", k.display()));
         }
@@ -251,6 +393,150 @@ pub(crate) fn clean_all(roots: &[PathBuf]) -> usize {
         let _ = fs::remove_dir(root);
     }
     cleaned
+}
+
+/// cordond's own cgroups, from `/proc/self/cgroup`: the path in each hierarchy cordon uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct OwnCgroups {
+    /// The `0::` line (pure v2, or the v2 hierarchy of a hybrid host).
+    v2: Option<String>,
+    /// The `name=systemd` line (where systemd tracks units on a pure v1 host).
+    systemd: Option<String>,
+    memory: Option<String>,
+    pids: Option<String>,
+}
+
+impl OwnCgroups {
+    fn read() -> io::Result<OwnCgroups> {
+        Ok(OwnCgroups::parse(&fs::read_to_string("/proc/self/cgroup")?))
+    }
+
+    fn parse(text: &str) -> OwnCgroups {
+        let mut own = OwnCgroups::default();
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+                continue;
+            };
+            if !path.starts_with('/') {
+                continue;
+            }
+            let path = Some(path.to_string());
+            if id == "0" && controllers.is_empty() {
+                own.v2 = path;
+                continue;
+            }
+            for c in controllers.split(',') {
+                match c {
+                    "name=systemd" => own.systemd.clone_from(&path),
+                    "memory" => own.memory.clone_from(&path),
+                    "pids" => own.pids.clone_from(&path),
+                    _ => {}
+                }
+            }
+        }
+        own
+    }
+
+    /// The hierarchy where the service manager tracks units and marks delegation: the v2
+    /// hierarchy (pure or hybrid), else `name=systemd`. Its mount point and cordond's path in it.
+    fn tracking(&self) -> Option<(PathBuf, &str)> {
+        let root = Path::new(ROOT);
+        if is_cgroup2(root) {
+            Some((root.to_path_buf(), self.v2.as_deref()?))
+        } else if is_cgroup2(&root.join("unified")) {
+            Some((root.join("unified"), self.v2.as_deref()?))
+        } else {
+            Some((root.join("systemd"), self.systemd.as_deref()?))
+        }
+    }
+
+    fn tracking_path(&self) -> Option<&str> {
+        self.tracking().map(|(_, path)| path)
+    }
+
+    /// The tracking hierarchy's line, for messages (`/sys/fs/cgroup/unified at /`).
+    fn tracking_line(&self) -> Option<String> {
+        self.tracking().map(|(mount, path)| format!("{path} in {}", mount.display()))
+    }
+
+    /// Whether cordond's cgroup in the tracking hierarchy is not the root and carries systemd's
+    /// delegation mark.
+    fn marked_delegated(&self) -> bool {
+        self.tracking().is_some_and(|(mount, path)| path != "/" && delegation_marked(&under(&mount, path)))
+    }
+
+    /// Moves cordond (the whole process) into `<own>/`[`DAEMON_LEAF`] in each hierarchy cordon
+    /// uses where its own cgroup is not the root, and returns the bases of its directories.
+    fn enter_leaf(&self) -> Result<Bases, CgroupError> {
+        let root = Path::new(ROOT);
+        let pure_v2 = is_cgroup2(root);
+        let own = |mount: PathBuf, path: &Option<String>| match path.as_deref() {
+            Some(p) => under(&mount, p),
+            None => mount,
+        };
+        let bases = Bases {
+            v2: own(root.to_path_buf(), &self.v2),
+            unified: own(root.join("unified"), &self.v2),
+            memory: own(root.join("memory"), &self.memory),
+            pids: own(root.join("pids"), &self.pids),
+        };
+        let mut used = Vec::new();
+        if pure_v2 {
+            used.push((root.to_path_buf(), &bases.v2));
+        } else {
+            for (mount, base) in
+                [(root.join("unified"), &bases.unified), (root.join("memory"), &bases.memory), (root.join("pids"), &bases.pids)]
+            {
+                if mount.join("cgroup.procs").exists() {
+                    used.push((mount, base));
+                }
+            }
+        }
+        let pid = std::process::id().to_string();
+        for (mount, base) in used {
+            if base == &mount {
+                continue;
+            }
+            let leaf = base.join(DAEMON_LEAF);
+            let entered = match fs::create_dir(&leaf) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+                _ => fs::write(leaf.join("cgroup.procs"), &pid),
+            };
+            entered.map_err(|source| CgroupError::Unusable { path: leaf, source })?;
+        }
+        Ok(bases)
+    }
+}
+
+/// `path` (a cgroup path, `/a/b`) inside the hierarchy mounted at `mount`.
+fn under(mount: &Path, path: &str) -> PathBuf {
+    let relative = path.trim_start_matches('/');
+    if relative.is_empty() { mount.to_path_buf() } else { mount.join(relative) }
+}
+
+/// Whether the cgroup directory `dir` carries systemd's delegation mark, as systemd reads it
+/// (`cg_is_delegated`): `trusted.delegate` (set by the system manager since systemd 251), or,
+/// when that is absent, `user.delegate` (also set by user managers), holding a true boolean.
+pub fn delegation_marked(dir: &Path) -> bool {
+    let truthy = |v: &[u8]| matches!(v, b"1" | b"yes" | b"y" | b"true" | b"t" | b"on");
+    match read_xattr(dir, "trusted.delegate") {
+        Some(v) => truthy(&v),
+        None => read_xattr(dir, "user.delegate").is_some_and(|v| truthy(&v)),
+    }
+}
+
+/// An extended attribute of `path` (at most 16 bytes), `None` when absent or unreadable.
+fn read_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let name = std::ffi::CString::new(name).ok()?;
+    let mut buf = [0u8; 16];
+    // SAFETY: `path` and `name` are NUL-terminated strings that live across the call, and `buf`
+    // is valid for writes of `buf.len()` bytes; getxattr writes at most that many.
+    let n = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = usize::try_from(n).ok()?;
+    buf.get(..n).map(<[u8]>::to_vec)
 }
 
 /// Each daemon works in its own directory, named by its pid, so that daemons side by side (and

@@ -38,7 +38,7 @@ mod seccomp;
 mod spawn;
 mod syscalls;
 
-pub use cgroup::{Cgroups, REAPER_ARG, host_layout as cgroup_layout, reaper_main, spawn_reaper};
+pub use cgroup::{CgroupError, Cgroups, DAEMON_LEAF, Placement, REAPER_ARG, delegation_marked, host_layout as cgroup_layout, reaper_main, spawn_reaper};
 pub use child::{Identity, Step as SetupStep};
 pub use landlock::{LandlockError, build as landlock_ruleset, probe_abi as probe_landlock_abi};
 pub use mntns::{MountViews, ViewError, ViewMode, probe_mode as probe_view_mode};
@@ -63,10 +63,20 @@ pub struct HostSandbox {
 }
 
 impl HostSandbox {
-    /// Probes the kernel and prepares cgroups (as root).
+    /// Probes the kernel and prepares cgroups (as root) at the root of each hierarchy.
     pub fn probe() -> HostSandbox {
         let is_root = nix::unistd::geteuid().is_root();
-        let cgroups = cgroup::Cgroups::detect(is_root);
+        HostSandbox::with_cgroups(is_root, cgroup::Cgroups::detect(is_root))
+    }
+
+    /// As [`HostSandbox::probe`], with the invocation cgroups placed as `placement` says (see
+    /// [`cgroup::Cgroups::prepare`]).
+    pub fn probe_placed(placement: cgroup::Placement) -> Result<HostSandbox, cgroup::CgroupError> {
+        let is_root = nix::unistd::geteuid().is_root();
+        Ok(HostSandbox::with_cgroups(is_root, cgroup::Cgroups::prepare(is_root, placement)?))
+    }
+
+    fn with_cgroups(is_root: bool, cgroups: cgroup::Cgroups) -> HostSandbox {
         let views = mntns::MountViews::probe(is_root);
         HostSandbox {
             landlock_abi: landlock::probe_abi(),
