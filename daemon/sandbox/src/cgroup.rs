@@ -50,9 +50,7 @@ impl Placement {
 /// Why cordond cannot use its delegated cgroup.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
-    #[error(
-        "--cgroups delegated: cordond is not root and makes no cgroups; start it as root or use --cgroups auto"
-    )]
+    #[error("--cgroups delegated: cordond is not root and makes no cgroups; start it as root or use --cgroups auto")]
     NotRoot,
     #[error("cannot read cordond's own cgroup from /proc/self/cgroup")]
     OwnUnreadable(#[source] io::Error),
@@ -109,7 +107,12 @@ struct Bases {
 impl Bases {
     fn root() -> Bases {
         let root = Path::new(ROOT);
-        Bases { v2: root.to_path_buf(), unified: root.join("unified"), memory: root.join("memory"), pids: root.join("pids") }
+        Bases {
+            v2: root.to_path_buf(),
+            unified: root.join("unified"),
+            memory: root.join("memory"),
+            pids: root.join("pids"),
+        }
     }
 }
 
@@ -485,9 +488,11 @@ impl OwnCgroups {
         if pure_v2 {
             used.push((root.to_path_buf(), &bases.v2));
         } else {
-            for (mount, base) in
-                [(root.join("unified"), &bases.unified), (root.join("memory"), &bases.memory), (root.join("pids"), &bases.pids)]
-            {
+            for (mount, base) in [
+                (root.join("unified"), &bases.unified),
+                (root.join("memory"), &bases.memory),
+                (root.join("pids"), &bases.pids),
+            ] {
                 if mount.join("cgroup.procs").exists() {
                     used.push((mount, base));
                 }
@@ -621,3 +626,42 @@ pub fn spawn_reaper(exe: &Path, roots: &[PathBuf]) -> io::Result<std::process::C
 
 /// The argument that selects [`reaper_main`].
 pub const REAPER_ARG: &str = "__cgroup-reaper";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_cgroups_are_read_per_hierarchy() {
+        let hybrid = "9:name=systemd:/system.slice/cordond.service\n8:pids:/system.slice/cordond.service\n\
+                      4:memory:/system.slice/cordond.service\n1:cpu,cpuacct:/\n0::/system.slice/cordond.service\n";
+        let own = OwnCgroups::parse(hybrid);
+        let unit = Some("/system.slice/cordond.service".to_string());
+        assert_eq!(own, OwnCgroups { v2: unit.clone(), systemd: unit.clone(), memory: unit.clone(), pids: unit });
+        let pure = OwnCgroups::parse("0::/system.slice/cordond.service/daemon\n");
+        assert_eq!(pure.v2.as_deref(), Some("/system.slice/cordond.service/daemon"));
+        assert_eq!(pure.memory, None);
+    }
+
+    #[test]
+    fn cgroup_paths_lie_under_their_mount() {
+        assert_eq!(under(Path::new("/sys/fs/cgroup"), "/"), Path::new("/sys/fs/cgroup"));
+        assert_eq!(
+            under(Path::new("/sys/fs/cgroup/unified"), "/a.service"),
+            Path::new("/sys/fs/cgroup/unified/a.service")
+        );
+    }
+
+    #[test]
+    fn without_root_delegated_is_refused_and_auto_makes_none() {
+        assert!(matches!(Cgroups::prepare(false, Placement::Delegated), Err(CgroupError::NotRoot)));
+        let auto = Cgroups::prepare(false, Placement::Auto).unwrap_or_default();
+        assert_eq!((auto.mode, auto.delegated), ("none", None));
+    }
+
+    #[test]
+    fn a_plain_directory_is_not_marked_delegated() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        assert!(!delegation_marked(dir.path()));
+    }
+}

@@ -38,7 +38,10 @@ mod seccomp;
 mod spawn;
 mod syscalls;
 
-pub use cgroup::{CgroupError, Cgroups, DAEMON_LEAF, Placement, REAPER_ARG, delegation_marked, host_layout as cgroup_layout, reaper_main, spawn_reaper};
+pub use cgroup::{
+    CgroupError, Cgroups, DAEMON_LEAF, Placement, REAPER_ARG, delegation_marked, host_layout as cgroup_layout,
+    reaper_main, spawn_reaper,
+};
 pub use child::{Identity, Step as SetupStep};
 pub use landlock::{LandlockError, build as landlock_ruleset, probe_abi as probe_landlock_abi};
 pub use mntns::{MountViews, ViewError, ViewMode, probe_mode as probe_view_mode};

@@ -3,6 +3,7 @@
 
 mod audit;
 mod authz;
+mod cgroup_delegation;
 mod check_agrees;
 mod e2e;
 mod escapes_confirm;
