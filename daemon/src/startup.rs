@@ -1,8 +1,9 @@
 //! What cordond does between parsing its flags and exiting, as a library, so that tests can
 //! start the very server `cordond` runs in their own process.
 //!
-//! 1. [`load`] (blocking): raises the open-files limit, probes the host's sandbox and loads the
-//!    policy directory.
+//! 1. [`load`] (blocking): raises the open-files limit, probes the host's sandbox (placing the
+//!    invocation cgroups as `--cgroups` says, in the daemon's delegated cgroup or at the root)
+//!    and loads the policy directory.
 //! 2. [`start`]: refuses a host without seccomp, cleans invocation cgroups a dead daemon left
 //!    and starts the cgroup reaper, opens and recovers the audit log, then binds the socket.
 //! 3. [`Server::serve`]: records `daemon_started`, serves until the shutdown future completes

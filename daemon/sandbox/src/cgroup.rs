@@ -7,6 +7,12 @@
 //! `memory` and `pids` for limits, the v2 hierarchy for `cgroup.kill`. cordon uses what is there
 //! and reports it; without root it uses none and says so.
 //!
+//! Where ([`Placement`]): by default at the root of each hierarchy (`<hierarchy>/cordon/<pid>`),
+//! or, in a cgroup its service manager delegated to it (systemd `Delegate=`), inside its own
+//! cgroup: cordond moves itself into `<own>/daemon` and makes `<own>/cordon/<pid>`, so the
+//! unit's limits and its stop cover every tool. Either way every invocation cgroup is
+//! `.../cordon/<daemon pid>/<id>`, the shape the peer check looks for.
+//!
 //! If cordond dies (even by SIGKILL), a small reaper process it started notices (its stdin pipe
 //! closes) and kills every invocation cgroup.
 
