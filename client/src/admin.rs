@@ -3,11 +3,12 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Host};
 use serde_json::{Map, Value, json};
 
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, DiagnosticInfo, Event, Invocation, PolicyReport, RunResult, ToolInfo};
+use crate::grpc::{Client, DiagnosticInfo, Event, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::host::{self, HostFacts};
 use crate::term::{errln, outln};
 
@@ -78,6 +79,9 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
     field("network", if t.network { "yes" } else { "none" }.to_string());
     field("output", t.output.to_string());
     field("source", t.source.clone());
+    if let Some(g) = &t.grants {
+        print_grants(g);
+    }
     if t.params.is_empty() {
         outln!("  params       none");
     } else {
@@ -98,6 +102,58 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
         }
     }
     Ok(0)
+}
+
+/// The grants block of `cordon tool NAME` (admins only: agents are not sent it).
+fn print_grants(g: &Grants) {
+    let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(" ") };
+    let ports = |v: &[u32]| {
+        if v.is_empty() { "none".to_string() } else { v.iter().map(u32::to_string).collect::<Vec<_>>().join(" ") }
+    };
+    let field = |k: &str, v: String| outln!("  {k:<12} {v}");
+    let grant = |k: &str, v: String| outln!("    {k:<11} {v}");
+    outln!("  may touch    (besides the system defaults: `cordon policy reference`)");
+    grant("read", list(&g.read));
+    grant("write", list(&g.write));
+    grant("exec", list(&g.exec));
+    grant("tcp connect", ports(&g.connect_tcp));
+    grant("tcp bind", ports(&g.bind_tcp));
+    grant("unix", list(&g.unix_sockets));
+    let l = &g.limits;
+    let mut limits = Vec::new();
+    if let Some(m) = l.memory_bytes {
+        limits.push(format!("memory {}", cordon_core::policy::units::format_size(m)));
+    }
+    if let Some(p) = l.processes {
+        limits.push(format!("processes {p}"));
+    }
+    if let Some(n) = l.open_files {
+        limits.push(format!("open files {n}"));
+    }
+    if let Some(f) = l.file_size_bytes {
+        limits.push(format!("file size {}", cordon_core::policy::units::format_size(f)));
+    }
+    if let Some(c) = l.cpu_time_ms {
+        limits.push(format!("cpu time {}s", c as f64 / 1000.0));
+    }
+    field("limits", if limits.is_empty() { "defaults".into() } else { limits.join(", ") });
+    field("env", list(&g.env_keys));
+    field(
+        "callers",
+        match &g.allow {
+            None => "admins only (no `allow`: no agent user may call it)".into(),
+            Some(a) => {
+                let mut who = vec!["admins".to_string()];
+                who.extend(a.users.iter().map(|u| format!("user {u}")));
+                who.extend(a.groups.iter().map(|g| format!("group {g}")));
+                who.join(", ")
+            }
+        },
+    );
+    field("run as", g.run_as.clone().unwrap_or_else(|| "the caller's own uid".into()));
+    if let Some(abi) = g.min_landlock_abi {
+        field("landlock", format!("ABI {abi} or newer"));
+    }
 }
 
 pub async fn run(
@@ -191,11 +247,17 @@ fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     } else if let Some(s) = result.signal {
         errln!("cordon: {name} was killed by signal {s}");
     }
+    for hint in &result.hints {
+        errln!("cordon: hint: {hint}");
+    }
     code
 }
 
-pub async fn pending(socket: &Path, as_json: bool) -> Result<u8, CliError> {
+pub async fn pending(socket: &Path, as_json: bool, watch: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
+    if watch {
+        return Err(CliError::Usage("`pending --watch` is not implemented yet".into()));
+    }
     let list = client.pending().await?;
     if as_json {
         print_json(&json!({ "pending": list }));
@@ -212,16 +274,31 @@ pub async fn pending(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     Ok(0)
 }
 
-pub async fn decide(socket: &Path, approval_id: &str, approve: bool) -> Result<u8, CliError> {
+pub async fn decide(socket: &Path, approval_id: &str, approve: bool, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    if approve {
+    let decision = if approve {
         client.approve(approval_id).await?;
-        outln!("approved {approval_id}");
+        "approved"
     } else {
         client.deny(approval_id).await?;
-        outln!("denied {approval_id}");
+        "denied"
+    };
+    if as_json {
+        print_json(&json!({ "approval_id": approval_id, "decision": decision }));
+    } else {
+        outln!("{decision} {approval_id}");
     }
-    Ok(0)
+    Ok(exit::OK)
+}
+
+/// `cordon policy reference`: the Markdown text, or (`--json`) the same as data.
+pub fn policy_reference(as_json: bool) -> Result<u8, CliError> {
+    if as_json {
+        print_json(&policy::reference::reference_json());
+    } else {
+        print!("{}", policy::reference::authoring_reference());
+    }
+    Ok(exit::OK)
 }
 
 /// Types `--arg KEY=VALUE` values by the tool's params: integers, numbers and booleans are
@@ -342,7 +419,7 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
             outln!("policy rejected: {errors} error(s)");
         }
     }
-    Ok(if ok { 0 } else { exit::FAILURE })
+    Ok(if ok { exit::OK } else { exit::DATA })
 }
 
 /// One finding of `cordon doctor`.
@@ -516,17 +593,22 @@ fn nix_is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-pub async fn cancel(socket: &Path, id: &str) -> Result<u8, CliError> {
+pub async fn cancel(socket: &Path, id: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    if client.cancel(id).await? {
-        outln!("cancelled {id}");
-        Ok(0)
-    } else {
-        errln!(
-            "cordon: no running invocation {id:?} (it may have finished already; `cordon status` lists running ones)"
-        );
-        Ok(exit::FAILURE)
+    if !client.cancel(id).await? {
+        return Err(CliError::Refused {
+            code: ErrorCode::UnknownInvocation,
+            message: format!(
+                "no running invocation {id:?} (it may have finished already; `cordon status` lists running ones)"
+            ),
+        });
     }
+    if as_json {
+        print_json(&json!({ "cancelled": true, "invocation_id": id }));
+    } else {
+        outln!("cancelled {id}");
+    }
+    Ok(exit::OK)
 }
 
 pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
@@ -545,7 +627,7 @@ pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             outln!("reload rejected; generation {generation} ({} tool(s)) stays in force", report.tools);
         }
     }
-    Ok(if report.ok { 0 } else { exit::FAILURE })
+    Ok(if report.ok { exit::OK } else { exit::DATA })
 }
 
 pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {

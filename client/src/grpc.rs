@@ -348,6 +348,9 @@ pub struct ToolInfo {
     pub executable: String,
     pub working_dir: String,
     pub source: String,
+    /// What the tool may touch and who may call it: sent to admins only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grants: Option<Grants>,
     /// The params with their rules as the daemon sent them; [`ToolInfo::rebuild_params`] turns
     /// them into the daemon's own [`Param`]s.
     #[serde(skip)]
@@ -433,6 +436,7 @@ impl ToolInfo {
             executable: String::new(),
             working_dir: String::new(),
             source: String::new(),
+            grants: None,
             wire_params: Vec::new(),
         }
     }
@@ -501,6 +505,64 @@ impl From<v1::Tool> for ToolInfo {
             executable: t.executable,
             working_dir: t.working_dir,
             source: t.source,
+            grants: t.grants.map(Grants::from),
+        }
+    }
+}
+
+/// A tool's grants, limits and callers (admins only; see `cordon tool NAME`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Grants {
+    pub read: Vec<String>,
+    pub write: Vec<String>,
+    pub exec: Vec<String>,
+    pub connect_tcp: Vec<u32>,
+    pub bind_tcp: Vec<u32>,
+    pub unix_sockets: Vec<String>,
+    pub limits: Limits,
+    pub env_keys: Vec<String>,
+    /// `None`: the policy has no `allow`, so no agent may call the tool (admins only).
+    pub allow: Option<Allow>,
+    /// `None`: the caller's own uid.
+    pub run_as: Option<String>,
+    pub min_landlock_abi: Option<u32>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Limits {
+    pub memory_bytes: Option<u64>,
+    pub processes: Option<u64>,
+    pub open_files: Option<u64>,
+    pub file_size_bytes: Option<u64>,
+    pub cpu_time_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Allow {
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+}
+
+impl From<v1::ToolGrants> for Grants {
+    fn from(g: v1::ToolGrants) -> Grants {
+        Grants {
+            read: g.read,
+            write: g.write,
+            exec: g.exec,
+            connect_tcp: g.connect_tcp,
+            bind_tcp: g.bind_tcp,
+            unix_sockets: g.unix_sockets,
+            limits: Limits {
+                memory_bytes: g.memory_bytes,
+                processes: g.processes,
+                open_files: g.open_files,
+                file_size_bytes: g.file_size_bytes,
+                cpu_time_ms: g.cpu_time_ms,
+            },
+            env_keys: g.env_keys,
+            allow: g.allow_set.then_some(Allow { users: g.allow_users, groups: g.allow_groups }),
+            run_as: (!g.run_as.is_empty()).then_some(g.run_as),
+            min_landlock_abi: g.min_landlock_abi,
         }
     }
 }
@@ -590,6 +652,9 @@ pub struct RunResult {
     pub stderr_total_bytes: u64,
     pub duration_ms: u64,
     pub sandbox: Option<SandboxFacts>,
+    /// Why a path argument may have been refused (the sandbox or a file mode), when the tool failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<String>,
     #[serde(skip)]
     pub stdout_bytes: Vec<u8>,
     #[serde(skip)]
@@ -619,6 +684,7 @@ impl RunResult {
                 uid: s.uid,
                 gid: s.gid,
             }),
+            hints: f.hints,
             stdout_bytes: f.stdout,
             stderr_bytes: f.stderr,
         }

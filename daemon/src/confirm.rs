@@ -67,6 +67,8 @@ pub struct Parked {
     pub identity: Option<Identity>,
     pub dedicated_uid: bool,
     pub caller: Caller,
+    /// The path arguments (param name, absolute path), for the hints of a failed run.
+    pub paths: Vec<(String, std::path::PathBuf)>,
 }
 
 /// What the caller is told when a confirmation is required.
@@ -563,6 +565,7 @@ mod tests {
             identity: None,
             dedicated_uid: false,
             caller: Caller { uid: 1000, gid: 1000, pid: None },
+            paths: Vec::new(),
         }
     }
 

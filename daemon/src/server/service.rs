@@ -14,6 +14,7 @@ use super::{Daemon, convert, status};
 use crate::audit::{Decision, Record, tail};
 use crate::authz::Role;
 use crate::caller::Caller;
+use crate::hint::HintInput;
 use crate::invoke::{Admission, CancelReason, Started};
 use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Availability, diag};
@@ -53,6 +54,7 @@ fn for_role(mut tool: v1::Tool, role: Role) -> v1::Tool {
         tool.working_dir.clear();
         tool.source.clear();
         tool.reason.clear();
+        tool.grants = None;
     }
     tool
 }
@@ -191,6 +193,16 @@ impl CordonService {
         // The channel is empty: the first message always fits.
         let _ = tx.try_send(Ok(accepted));
         let invoker = self.daemon.invoker.clone();
+        let mut paths = prepared.paths.clone();
+        if prepared.tool.working_dir.is_some() {
+            paths.push(("working_dir".into(), prepared.plan.cwd.clone()));
+        }
+        let hint = HintInput {
+            tool: prepared.tool.clone(),
+            paths,
+            identity: prepared.identity.map(|i| (i.uid, i.gid)),
+            admin: self.role(&prepared.caller) == Role::Admin,
+        };
         tokio::spawn(async move {
             let id = started.id().to_string();
             let (live_tx, mut live_rx) = tokio::sync::mpsc::channel::<OutputChunk>(16);
@@ -212,9 +224,15 @@ impl CordonService {
                 }
             };
             let event = match result {
-                Ok(outcome) => Ok(v1::InvokeEvent {
-                    event: Some(v1::invoke_event::Event::Finished(convert::finished(&id, outcome))),
-                }),
+                Ok(outcome) => {
+                    // A tool that failed on its own (not a timeout or cancel): say which path
+                    // arguments the sandbox or a file mode refused.
+                    let failed = !outcome.timed_out && !outcome.cancelled && outcome.exit_code != Some(0);
+                    let hints = if failed { hint.hints() } else { Vec::new() };
+                    let mut finished = convert::finished(&id, outcome);
+                    finished.hints = hints;
+                    Ok(v1::InvokeEvent { event: Some(v1::invoke_event::Event::Finished(finished)) })
+                }
                 Err(e) => Err(status::invoke(&e)),
             };
             let _ = tx.send(event).await;

@@ -816,7 +816,7 @@ async fn a_cancelled_approval_wait_leaves_nothing_pending() {
     let gone = blocking(|| eventually(Duration::from_secs(3), || pending(&d.socket) == json!([])));
     assert!(gone, "the cancelled call's approval is still pending: {}", pending(&d.socket));
     let out = blocking(|| d.cordon(&["approve", p["approval_id"].as_str().unwrap()]));
-    assert_eq!(out.code, Some(65), "an approval nobody can use any more: {out:?}");
+    assert_eq!(out.code, Some(66), "an approval nobody can use any more: {out:?}");
 }
 
 async fn a_declined_approval_leaves_nothing_pending(style: Style) {
