@@ -20,10 +20,20 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
         return Ok(0);
     }
     if tools.is_empty() {
-        outln!(
-            "no tools (generation {generation}){}",
-            if all { "" } else { "; `cordon tools --all` also lists unavailable ones" }
-        );
+        // Whether this caller is an admin decides the fix: ask cordond who it thinks we are.
+        match client.status().await {
+            Ok(s) if !s.caller.admin => {
+                outln!("no tools for you (generation {generation}): no tool's `allow` admits {}", s.caller);
+                outln!(
+                    "an admin gives access by adding your user or one of these groups to a tool's `allow` \
+                     (e.g. allow = {{ groups = [\"cordon\"] }}) and reloading; `cordon tool NAME` as an admin shows who may call it"
+                );
+            }
+            _ if all => outln!("no tools (generation {generation}): the policy directory defines none"),
+            _ => outln!(
+                "no tools available (generation {generation}); `cordon tools --all` also lists unavailable and disabled ones"
+            ),
+        }
         return Ok(0);
     }
     let rows: Vec<[String; 4]> = tools
@@ -640,13 +650,26 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     outln!("cordond {} (pid {}, uid {}), up {}s", s.version, s.daemon_pid, s.daemon_uid, s.uptime_ms / 1000);
     outln!("socket       {}", s.socket_path.display());
     outln!("policies     {} (generation {})", s.policy_dir, s.generation);
-    outln!(
-        "tools        {} total: {} available, {} unavailable, {} disabled",
-        s.tools_total,
-        s.tools_available,
-        s.tools_unavailable,
-        s.tools_disabled
-    );
+    if s.caller.admin {
+        outln!(
+            "tools        {} total: {} available, {} unavailable, {} disabled",
+            s.tools_total,
+            s.tools_available,
+            s.tools_unavailable,
+            s.tools_disabled
+        );
+    } else {
+        outln!(
+            "tools        {} you may use: {} available, {} unavailable (as {})",
+            s.tools_total,
+            s.tools_available,
+            s.tools_unavailable,
+            s.caller
+        );
+        if s.tools_total == 0 {
+            outln!("             an admin adds your user or one of your groups to a tool's `allow` to give you access");
+        }
+    }
     outln!(
         "sandbox      landlock ABI {}, seccomp {}, cgroups {}",
         s.landlock_abi,

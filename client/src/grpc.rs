@@ -778,6 +778,34 @@ pub struct StatusInfo {
     pub audit_head: String,
     /// Why the audit log failed; empty when healthy.
     pub audit_failure: String,
+    /// The caller as cordond sees it (the tool counts are of the tools it may use, unless admin).
+    pub caller: CallerInfo,
+}
+
+/// Who cordond says the caller is: what a tool's `allow` is matched against.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallerInfo {
+    pub admin: bool,
+    pub uid: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    pub groups: Vec<GroupInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupInfo {
+    pub gid: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub name: String,
+}
+
+impl std::fmt::Display for CallerInfo {
+    /// `uid 1001 (ann), groups 1001 (ann), 998 (cordon)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let named = |id: u32, name: &str| if name.is_empty() { id.to_string() } else { format!("{id} ({name})") };
+        let groups: Vec<String> = self.groups.iter().map(|g| named(g.gid, &g.name)).collect();
+        write!(f, "uid {}, groups {}", named(self.uid, &self.user), groups.join(", "))
+    }
 }
 
 impl From<v1::StatusResponse> for StatusInfo {
@@ -806,6 +834,20 @@ impl From<v1::StatusResponse> for StatusInfo {
             audit_seq: s.audit_seq,
             audit_head: s.audit_head,
             audit_failure: s.audit_failure,
+            caller: CallerInfo {
+                admin: s.caller_admin,
+                uid: s.caller_uid,
+                user: s.caller_user,
+                groups: s
+                    .caller_gids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, gid)| GroupInfo {
+                        gid: *gid,
+                        name: s.caller_group_names.get(i).cloned().unwrap_or_default(),
+                    })
+                    .collect(),
+            },
             running: s
                 .running
                 .into_iter()

@@ -453,7 +453,34 @@ impl v1::cordon_server::Cordon for CordonService {
         let admin = self.role(&caller) == Role::Admin;
         let d = &self.daemon;
         let registry = d.registry.current();
-        let counts = registry.counts();
+        let mut counts = registry.counts();
+        if !admin {
+            // An agent is told about the tools it may use, not the whole registry.
+            counts = Default::default();
+            for t in registry.tools.values().filter(|t| !t.disabled) {
+                if d.authz.may_use(&caller, Role::Agent, t) {
+                    counts.total += 1;
+                    if t.is_available() {
+                        counts.available += 1;
+                    } else {
+                        counts.unavailable += 1;
+                    }
+                }
+            }
+        }
+        let mut gids = crate::authz::groups_of(&caller);
+        gids.sort_unstable();
+        gids.dedup();
+        let group_names = gids
+            .iter()
+            .map(|g| {
+                nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(*g))
+                    .ok()
+                    .flatten()
+                    .map(|g| g.name)
+                    .unwrap_or_default()
+            })
+            .collect();
         let audit_head = d.audit.head();
         let mut running = d.invoker.running();
         // Agent callers see their own invocations only, and not where the policies live.
@@ -485,6 +512,15 @@ impl v1::cordon_server::Cordon for CordonService {
             audit_seq: audit_head.seq,
             audit_head: crate::audit::chain::hex(&audit_head.hash),
             audit_failure: d.audit.check().err().map(|e| e.to_string()).unwrap_or_default(),
+            caller_admin: admin,
+            caller_uid: caller.uid,
+            caller_user: nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(caller.uid))
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_default(),
+            caller_gids: gids,
+            caller_group_names: group_names,
         }))
     }
 

@@ -238,3 +238,45 @@ required = true
     assert!(out.stderr.contains("landlock refused it, not the file's mode; ask an admin"), "{out:#?}");
     assert!(!out.stderr.contains(&granted.display().to_string()), "{out:#?}");
 }
+
+/// An agent user whom no tool admits: `tools` names the real fix (an admin adds the user or a
+/// group to a tool's `allow`, with the uid and groups cordond sees), not `--all`; `status` counts
+/// the tools this caller may use, not the registry.
+#[test]
+fn an_agent_without_tools_is_told_the_real_fix_and_status_counts_its_own_tools() {
+    cordon_tests::require_root!();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/examples");
+    let policy = std::fs::read_to_string(examples.join("files.toml")).unwrap();
+    let d = start_for_agent(&policy);
+    let agent = |args: &[&str]| cordon_tests::agent::cordon(&d.socket, args);
+    let uid = cordon_tests::agent::id("-u", cordon_tests::agent::AGENT);
+
+    // The bundled read-only tools admit group `cordon`, which the test agent is not in.
+    let out = agent(&["tools"]);
+    out.assert_code(0);
+    assert!(out.stdout.contains(&format!("no tool's `allow` admits uid {uid} (cordon-t-agent), groups ")), "{out:#?}");
+    assert!(out.stdout.contains("(cordon-t-sock)"), "the groups cordond matched: {out:#?}");
+    assert!(out.stdout.contains("to a tool's `allow`"), "{out:#?}");
+    assert!(!out.stdout.contains("--all"), "not the wrong fix: {out:#?}");
+    let s = agent(&["status", "--json"]).json();
+    assert_eq!((s["tools_total"].as_u64(), s["tools_available"].as_u64()), (Some(0), Some(0)), "{s:#}");
+    assert_eq!(s["caller"]["admin"], false);
+    assert_eq!(s["caller"]["uid"], uid);
+    let out = agent(&["status"]);
+    assert!(out.stdout.contains("tools        0 you may use"), "{out:#?}");
+    // The admin still counts every tool.
+    let s = d.cordon(&["status", "--json"]).json();
+    assert_eq!(s["caller"]["admin"], true);
+    assert!(s["tools_total"].as_u64().unwrap() >= 4, "{s:#}");
+
+    // Admitted through a group it is in: counted, and listed.
+    d.write_policy("t.toml", &policy.replace("groups = [\"cordon\"]", "groups = [\"cordon-t-sock\"]"));
+    d.cordon(&["reload"]).assert_code(0);
+    let s = agent(&["status", "--json"]).json();
+    let admitted = s["tools_total"].as_u64().unwrap();
+    assert!(admitted >= 4, "{s:#}");
+    assert_eq!(
+        agent(&["tools", "--json"]).json()["tools"].as_array().unwrap().len() as u64,
+        s["tools_available"].as_u64().unwrap()
+    );
+}
