@@ -266,7 +266,7 @@ fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
 pub async fn pending(socket: &Path, as_json: bool, watch: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     if watch {
-        return Err(CliError::Usage("`pending --watch` is not implemented yet".into()));
+        return watch_pending(&mut client, as_json).await;
     }
     let list = client.pending().await?;
     if as_json {
@@ -282,6 +282,49 @@ pub async fn pending(socket: &Path, as_json: bool, watch: bool) -> Result<u8, Cl
         outln!("    {}", p.description);
     }
     Ok(0)
+}
+
+/// `pending --watch`: what is pending now, then each arrival and departure, until Ctrl-C (or
+/// cordond stops). `--json`: one JSON object a line, `{"event": "added", ...}` or
+/// `{"event": "approved"|"denied"|"expired"|"withdrawn", "approval_id", "tool"}`.
+async fn watch_pending(client: &mut Client, as_json: bool) -> Result<u8, CliError> {
+    if !as_json {
+        outln!("watching pending approvals (Ctrl-C to stop)");
+    }
+    client
+        .watch_pending(|event| {
+            match event {
+                crate::grpc::PendingEvent::Added(p) => {
+                    if as_json {
+                        let mut v = json!(p);
+                        v["event"] = json!("added");
+                        println!("{v}");
+                    } else {
+                        outln!(
+                            "+ {}  {}  uid {}  expires in {} s: `cordon approve {}` or `cordon deny {}`",
+                            p.approval_id,
+                            p.tool,
+                            p.caller_uid,
+                            p.expires_in_ms / 1000,
+                            p.approval_id,
+                            p.approval_id
+                        );
+                        outln!("    {}", p.description);
+                    }
+                }
+                crate::grpc::PendingEvent::Gone { approval_id, tool, reason } => {
+                    if as_json {
+                        println!("{}", json!({ "event": reason, "approval_id": approval_id, "tool": tool }));
+                    } else {
+                        outln!("- {approval_id}  {tool}  {reason}");
+                    }
+                }
+            }
+            // Lines go out as they happen, also into a pipe.
+            let _ = std::io::stdout().flush();
+        })
+        .await?;
+    Ok(exit::OK)
 }
 
 pub async fn decide(socket: &Path, approval_id: &str, approve: bool, as_json: bool) -> Result<u8, CliError> {

@@ -351,6 +351,62 @@ impl v1::cordon_server::Cordon for CordonService {
         Ok(Response::new(v1::ListPendingResponse { pending }))
     }
 
+    type WatchPendingStream = Pin<Box<dyn Stream<Item = Result<v1::PendingEvent, Status>> + Send>>;
+
+    async fn watch_pending(
+        &self,
+        request: Request<v1::WatchPendingRequest>,
+    ) -> Result<Response<Self::WatchPendingStream>, Status> {
+        let caller = self.caller(&request, "watch_pending")?;
+        self.require_admin(&caller, "watch_pending", "watching pending approvals")?;
+        let invoker = self.daemon.invoker.clone();
+        // Subscribe before the snapshot, so nothing in between is missed (a duplicate `added`
+        // is harmless: the client keys by approval id).
+        let mut changes = invoker.confirmations().subscribe();
+        let snapshot = invoker.confirmations().pending();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let added = |p: &crate::confirm::PendingInfo| v1::PendingEvent {
+            event: Some(v1::pending_event::Event::Added(convert::pending(p))),
+        };
+        tokio::spawn(async move {
+            for p in &snapshot {
+                if tx.send(Ok(added(p))).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                let event = tokio::select! {
+                    () = tx.closed() => return,
+                    change = changes.recv() => change,
+                };
+                let event = match event {
+                    Ok(crate::confirm::PendingChange::Added(p)) => added(&p),
+                    Ok(crate::confirm::PendingChange::Gone { approval_id, tool, reason }) => v1::PendingEvent {
+                        event: Some(v1::pending_event::Event::Gone(v1::PendingGone {
+                            approval_id,
+                            tool,
+                            reason: reason.into(),
+                        })),
+                    },
+                    // Fell behind: resend what is pending now.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        for p in &invoker.confirmations().pending() {
+                            if tx.send(Ok(added(p))).await.is_err() {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
     async fn approve(&self, request: Request<v1::ApproveRequest>) -> Result<Response<v1::ApproveResponse>, Status> {
         let caller = self.caller(&request, "approve")?;
         self.require_admin(&caller, "approve", "approving")?;

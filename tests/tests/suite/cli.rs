@@ -280,3 +280,64 @@ fn an_agent_without_tools_is_told_the_real_fix_and_status_counts_its_own_tools()
         s["tools_available"].as_u64().unwrap()
     );
 }
+
+/// `pending --watch --json`: what is pending, then each arrival and how each one left (approved,
+/// denied, withdrawn by a caller that went away, expired), as JSON lines, from a stream the
+/// daemon feeds (no polling). Agents may not watch.
+#[test]
+fn pending_watch_streams_arrivals_and_decisions() {
+    use std::io::BufRead as _;
+    use std::time::Duration;
+    let d = Daemon::start_with(
+        &[("c.toml", concat!(fixture!(header "20s"), fixture!(approved)))],
+        &["--approval-timeout", "3s"],
+    );
+    let mut watcher = d.cordon_spawn(&["pending", "--watch", "--json"]);
+    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stdout = watcher.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")));
+        }
+    });
+    let next = || rx.recv_timeout(Duration::from_secs(15)).expect("no event from pending --watch");
+    let run = |text: &str| d.cordon_spawn(&["run", "approved", "--arg", &format!("text={text}"), "--json"]);
+
+    let first = run("yes");
+    let added = next();
+    assert_eq!((added["event"].as_str(), added["tool"].as_str()), (Some("added"), Some("approved")), "{added}");
+    let id = added["approval_id"].as_str().unwrap().to_string();
+    d.cordon(&["approve", &id]).assert_code(0);
+    assert_eq!(next(), json!({ "event": "approved", "approval_id": id, "tool": "approved" }));
+    assert_eq!(first.wait_with_output().unwrap().status.code(), Some(0));
+
+    let second = run("no");
+    let id = next()["approval_id"].as_str().unwrap().to_string();
+    d.cordon(&["deny", &id]).assert_code(0);
+    assert_eq!(next(), json!({ "event": "denied", "approval_id": id, "tool": "approved" }));
+    assert_eq!(second.wait_with_output().unwrap().status.code(), Some(77));
+
+    let mut third = run("gone");
+    let id = next()["approval_id"].as_str().unwrap().to_string();
+    cordon_tests::wait_pending(&d.socket);
+    third.kill().unwrap();
+    let _ = third.wait();
+    assert_eq!(next(), json!({ "event": "withdrawn", "approval_id": id, "tool": "approved" }));
+
+    let fourth = run("late");
+    let id = next()["approval_id"].as_str().unwrap().to_string();
+    assert_eq!(next(), json!({ "event": "expired", "approval_id": id, "tool": "approved" }));
+    assert_eq!(fourth.wait_with_output().unwrap().status.code(), Some(124));
+
+    watcher.kill().unwrap();
+    let _ = watcher.wait();
+}
+
+/// Only admins may watch approvals.
+#[test]
+fn agents_may_not_watch_pending_approvals() {
+    cordon_tests::require_root!();
+    let d = start_for_agent("version = 1\n");
+    let out = cordon_tests::agent::cordon(&d.socket, &["pending", "--watch", "--json"]);
+    assert_json_error(&out, 77, "PERMISSION_DENIED");
+}
