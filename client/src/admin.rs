@@ -573,6 +573,37 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             },
         );
     }
+    // What an admin must fix on the running daemon: a failed audit log (nothing runs until
+    // `cordon audit resume`), and a root daemon without cgroups (no memory or process limits, no
+    // whole-tree kill).
+    if let Ok(mut client) = Client::connect(socket).await
+        && let Ok(s) = client.status().await
+    {
+        if s.audit_failure.is_empty() {
+            check(
+                "audit",
+                "ok",
+                format!("writing, seq {}", s.audit_seq),
+                "every decision is logged before it takes effect",
+            );
+        } else {
+            check(
+                "audit",
+                "fail",
+                format!("FAILED: {}", s.audit_failure),
+                "cordond refuses every invocation until the cause is fixed and an admin runs `cordon audit resume`",
+            );
+        }
+        if s.daemon_is_root && s.cgroup_mode == "none" {
+            check(
+                "limits",
+                "fail",
+                format!("cordond runs as root without cgroups: {}", s.cgroup_note),
+                "tools get no memory or process limits and a tool that leaves its process group survives the kill: \
+                 give cordond a writable cgroup v2 subtree (the unit's Delegate=yes), then restart it",
+            );
+        }
+    }
     // Tools that cannot run now, with the reason (a grant swapped since the registry loaded shows
     // here). Only admins see unavailable tools; others get none.
     if let Ok(mut client) = Client::connect(socket).await

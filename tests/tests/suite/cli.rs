@@ -341,3 +341,69 @@ fn agents_may_not_watch_pending_approvals() {
     let out = cordon_tests::agent::cordon(&d.socket, &["pending", "--watch", "--json"]);
     assert_json_error(&out, 77, "PERMISSION_DENIED");
 }
+
+/// The level of `doctor`'s check `name` (its first one of that name).
+fn doctor_level(out: &cordon_tests::Output, name: &str) -> Option<String> {
+    let j = out.json();
+    j["checks"].as_array().unwrap().iter().find(|c| c["name"] == name).map(|c| c["level"].as_str().unwrap().to_string())
+}
+
+/// `doctor` is a health check: a failed audit log makes it fail (exit 1) until it is resumed.
+#[test]
+fn doctor_fails_while_the_audit_log_is_failed() {
+    use std::process::Command;
+    let d = Daemon::start(&[("tools.toml", TOOLS)]);
+    let healthy = d.cordon(&["doctor", "--json"]);
+    assert_eq!(doctor_level(&healthy, "audit").as_deref(), Some("ok"), "{healthy:#?}");
+    let baseline = healthy.code;
+    let pid = d.pid().to_string();
+    let fsize = |value: &str| {
+        let out = Command::new("prlimit").args(["--pid", &pid, &format!("--fsize={value}:")]).output().unwrap();
+        assert!(out.status.success(), "prlimit: {out:?}");
+    };
+    fsize(&(std::fs::metadata(&d.audit).unwrap().len() + 100).to_string());
+    let failed = cordon_tests::eventually(std::time::Duration::from_secs(10), || {
+        d.run_json("echo", &json!({ "text": "fill" })).0.code == Some(69)
+    });
+    assert!(failed, "the audit log never failed");
+    let out = d.cordon(&["doctor", "--json"]);
+    out.assert_code(1);
+    assert_eq!(doctor_level(&out, "audit").as_deref(), Some("fail"), "{out:#?}");
+    assert!(out.stdout.contains("cordon audit resume"), "{out:#?}");
+    fsize("unlimited");
+    d.cordon(&["audit", "resume"]).assert_code(0);
+    let out = d.cordon(&["doctor", "--json"]);
+    assert_eq!(out.code, baseline, "{out:#?}");
+    assert_eq!(doctor_level(&out, "audit").as_deref(), Some("ok"), "{out:#?}");
+}
+
+/// A root cordond without cgroups (here: an empty /sys/fs/cgroup in its own mount namespace)
+/// runs tools without memory or process limits: `doctor` fails and says how to fix it.
+#[test]
+fn doctor_fails_when_a_root_daemon_has_no_cgroups() {
+    cordon_tests::require_root!();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("tools.toml"), TOOLS).unwrap();
+    let wrapper = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount -t tmpfs tmpfs /sys/fs/cgroup && exec \"$0\" \"$@\"",
+    ];
+    let d = Daemon::start_under(&wrapper, dir, policies, &[]);
+    assert_eq!(d.cordon(&["status", "--json"]).json()["cgroup_mode"], "none");
+    let out = d.cordon(&["doctor", "--json"]);
+    out.assert_code(1);
+    assert_eq!(doctor_level(&out, "limits").as_deref(), Some("fail"), "{out:#?}");
+    assert!(out.stdout.contains("Delegate=yes"), "{out:#?}");
+    let out = d.cordon(&["doctor"]);
+    assert!(
+        out.stdout.lines().any(|l| l.starts_with("fail  limits    cordond runs as root without cgroups")),
+        "{out:#?}"
+    );
+}
