@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::error::{CliError, exit};
 use crate::grpc::{Client, DiagnosticInfo, Event, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::host::{self, HostFacts};
-use crate::term::{errln, outln};
+use crate::term::{self, Stream, errln, outln};
 
 pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
@@ -65,13 +65,12 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
     outln!("{}{}", t.name, if t.title.is_empty() { String::new() } else { format!(" — {}", t.title) });
     outln!("  {}", t.description);
     let field = |k: &str, v: String| outln!("  {k:<12} {v}");
-    field(
-        "status",
-        match t.unavailable_reason.as_str() {
-            "" => t.status_word().to_string(),
-            reason => format!("{} ({reason})", t.status_word()),
-        },
-    );
+    let word = t.status_word();
+    let reason = match t.unavailable_reason.as_str() {
+        "" => String::new(),
+        reason => format!(" ({reason})"),
+    };
+    println!("  {:<12} {}{}", "status", term::paint(Stream::Out, term::level_style(word), word), term::line(&reason));
     if !t.reason.is_empty() {
         field("reason", t.reason.clone());
     }
@@ -258,7 +257,7 @@ fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
         errln!("cordon: {name} was killed by signal {s}");
     }
     for hint in &result.hints {
-        errln!("cordon: hint: {hint}");
+        eprintln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: hint:"), term::line(hint));
     }
     code
 }
@@ -624,7 +623,12 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         print_json(&json!({ "ok": !failed, "checks": checks }));
     } else {
         for c in &checks {
-            outln!("{:<5} {:<9} {}", c.level, c.name, c.found);
+            let level = format!("{:<5}", c.level);
+            println!(
+                "{} {}",
+                term::paint(Stream::Out, term::level_style(c.level), &level),
+                term::line(&format!("{:<9} {}", c.name, c.found))
+            );
             outln!("{:<15} {}", "", c.meaning);
         }
     }
@@ -760,7 +764,11 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         let path = if s.audit_path.is_empty() { String::new() } else { format!("{}, ", s.audit_path) };
         outln!("audit        {path}seq {} head {}", s.audit_seq, s.audit_head);
     } else {
-        outln!("audit        FAILED, invocations are refused: {}", s.audit_failure);
+        println!(
+            "audit        {} {}",
+            term::paint(Stream::Out, term::BAD, "FAILED,"),
+            term::line(&format!("invocations are refused: {}", s.audit_failure))
+        );
     }
     outln!("running      {} of at most {}", s.running_invocations, s.max_concurrent);
     for r in &s.running {
@@ -774,29 +782,34 @@ fn print_json(v: &Value) {
 }
 
 fn print_table(headers: &[&str; 4], rows: &[[String; 4]]) {
-    // Cells are escaped before the widths are measured, so the columns line up as printed.
+    // Cells are escaped before the widths are measured, so the columns line up as printed; the
+    // status column (1) is coloured after padding, so colour never changes the widths.
     let rows: Vec<[String; 4]> =
-        rows.iter().map(|row| row.clone().map(|cell| crate::term::line(&cell).into_owned())).collect();
-    let rows = rows.as_slice();
+        rows.iter().map(|row| row.clone().map(|cell| term::line(&cell).into_owned())).collect();
     let mut widths = headers.map(str::len);
-    for row in rows {
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: [&str; 4]| {
+    let line = |cells: [&str; 4], header: bool| {
         let mut out = String::new();
         for (i, cell) in cells.iter().enumerate() {
             if i == 3 {
                 out.push_str(cell);
+                continue;
+            }
+            let padded = format!("{cell:<width$}  ", width = widths[i]);
+            if i == 1 && !header {
+                out.push_str(&term::paint(Stream::Out, term::level_style(cell), &padded));
             } else {
-                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+                out.push_str(&padded);
             }
         }
-        outln!("{}", out.trim_end());
+        println!("{}", out.trim_end());
     };
-    line(*headers);
-    for row in rows {
-        line([&row[0], &row[1], &row[2], &row[3]]);
+    line(*headers, true);
+    for row in &rows {
+        line([&row[0], &row[1], &row[2], &row[3]], false);
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::error::CliError;
-use crate::{admin, audit};
+use crate::{admin, audit, term};
 
 /// cordon: run admin-approved tools through cordond, and administer it.
 #[derive(Debug, Parser)]
@@ -145,7 +145,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 println!("{}", e.to_json());
             } else {
                 // Messages may echo a caller's arguments: shown escaped (see `term`).
-                eprintln!("cordon: {}", crate::term::line(&e.to_string()));
+                eprintln!("{} {}", term::paint(term::Stream::Err, term::BAD, "cordon:"), term::line(&e.to_string()));
             }
             ExitCode::from(e.exit_code())
         }

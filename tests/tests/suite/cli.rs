@@ -407,3 +407,62 @@ fn doctor_fails_when_a_root_daemon_has_no_cgroups() {
         "{out:#?}"
     );
 }
+
+/// `cordon ARGS` against `d` with extra environment (colour decisions), output as text.
+fn cordon_env(d: &Daemon, args: &[&str], env: &[(&str, &str)]) -> cordon_tests::Output {
+    let mut c = std::process::Command::new(cordon_tests::bin("cordon"));
+    c.arg("--socket").arg(&d.socket).args(args).stdin(std::process::Stdio::null());
+    for var in ["NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "CI"] {
+        c.env_remove(var);
+    }
+    c.env("TERM", "xterm-256color");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap().into()
+}
+
+/// The same, on a terminal: `script` gives cordon a pty; what it printed comes back on stdout.
+fn cordon_on_a_pty(d: &Daemon, args: &str, env: &[(&str, &str)]) -> String {
+    let mut c = std::process::Command::new("script");
+    let command = format!("{} --socket {} {args}", cordon_tests::bin("cordon").display(), d.socket.display());
+    c.args(["-qec", &command, "/dev/null"]).stdin(std::process::Stdio::null());
+    for var in ["NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE", "CI"] {
+        c.env_remove(var);
+    }
+    c.env("TERM", "xterm-256color");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Colour only on a terminal: piped output has no escape codes; on a pty the status words,
+/// doctor levels and the error prefix are coloured; NO_COLOR removes it and CLICOLOR_FORCE
+/// forces it into a pipe. The control-byte escaping of values is unchanged.
+#[test]
+fn colour_on_a_terminal_only() {
+    let d = Daemon::start(&[("tools.toml", concat!(fixture!(header "20s"), fixture!(echo), fixture!(missing)))]);
+    for args in [&["tools", "--all"][..], &["doctor"], &["tool", "echo"], &["status"], &["run", "nope"]] {
+        let out = cordon_env(&d, args, &[]);
+        assert!(!out.stdout.contains('\u{1b}') && !out.stderr.contains('\u{1b}'), "escape codes in a pipe: {out:#?}");
+    }
+    let green = "\u{1b}[32mavailable";
+    let forced = cordon_env(&d, &["tools", "--all"], &[("CLICOLOR_FORCE", "1")]);
+    assert!(forced.stdout.contains(green) && forced.stdout.contains("\u{1b}[33munavailable"), "{forced:#?}");
+    let out = cordon_env(&d, &["tools", "--all"], &[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]);
+    assert!(!out.stdout.contains('\u{1b}'), "NO_COLOR wins: {out:#?}");
+
+    let tty = cordon_on_a_pty(&d, "tools --all", &[]);
+    assert!(tty.contains(green), "no colour on a terminal: {tty:?}");
+    let tty = cordon_on_a_pty(&d, "doctor", &[]);
+    assert!(tty.contains("\u{1b}[32mok"), "{tty:?}");
+    let tty = cordon_on_a_pty(&d, "run nope", &[]);
+    assert!(tty.contains("\u{1b}[1m\u{1b}[31mcordon:\u{1b}[0m UNKNOWN_TOOL"), "{tty:?}");
+    let tty = cordon_on_a_pty(&d, "tools --all", &[("NO_COLOR", "1")]);
+    assert!(!tty.contains('\u{1b}') && tty.contains("available"), "{tty:?}");
+    // A value's control bytes are still shown escaped, with colour on.
+    let tty = cordon_on_a_pty(&d, "run \"$(printf 'x\\033[2Jy')\"", &[]);
+    assert!(tty.contains("x\\u{1b}[2Jy") && !tty.contains("x\u{1b}[2Jy"), "{tty:?}");
+}
