@@ -3,13 +3,14 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Host};
 use serde_json::{Map, Value, json};
 
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, DiagnosticInfo, Event, Invocation, PolicyReport, RunResult, ToolInfo};
+use crate::grpc::{Client, DiagnosticInfo, Event, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::host::{self, HostFacts};
-use crate::term::{errln, outln};
+use crate::term::{self, Stream, errln, outln};
 
 pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
@@ -19,10 +20,20 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
         return Ok(0);
     }
     if tools.is_empty() {
-        outln!(
-            "no tools (generation {generation}){}",
-            if all { "" } else { "; `cordon tools --all` also lists unavailable ones" }
-        );
+        // Whether this caller is an admin decides the fix: ask cordond who it thinks we are.
+        match client.status().await {
+            Ok(s) if !s.caller.admin => {
+                outln!("no tools for you (generation {generation}): no tool's `allow` admits {}", s.caller);
+                outln!(
+                    "an admin gives access by adding your user or one of these groups to a tool's `allow` \
+                     (e.g. allow = {{ groups = [\"cordon\"] }}) and reloading; `cordon tool NAME` as an admin shows who may call it"
+                );
+            }
+            _ if all => outln!("no tools (generation {generation}): the policy directory defines none"),
+            _ => outln!(
+                "no tools available (generation {generation}); `cordon tools --all` also lists unavailable and disabled ones"
+            ),
+        }
         return Ok(0);
     }
     let rows: Vec<[String; 4]> = tools
@@ -54,13 +65,12 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
     outln!("{}{}", t.name, if t.title.is_empty() { String::new() } else { format!(" — {}", t.title) });
     outln!("  {}", t.description);
     let field = |k: &str, v: String| outln!("  {k:<12} {v}");
-    field(
-        "status",
-        match t.unavailable_reason.as_str() {
-            "" => t.status_word().to_string(),
-            reason => format!("{} ({reason})", t.status_word()),
-        },
-    );
+    let word = t.status_word();
+    let reason = match t.unavailable_reason.as_str() {
+        "" => String::new(),
+        reason => format!(" ({reason})"),
+    };
+    println!("  {:<12} {}{}", "status", term::paint(Stream::Out, term::level_style(word), word), term::line(&reason));
     if !t.reason.is_empty() {
         field("reason", t.reason.clone());
     }
@@ -78,6 +88,9 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
     field("network", if t.network { "yes" } else { "none" }.to_string());
     field("output", t.output.to_string());
     field("source", t.source.clone());
+    if let Some(g) = &t.grants {
+        print_grants(g);
+    }
     if t.params.is_empty() {
         outln!("  params       none");
     } else {
@@ -98,6 +111,58 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
         }
     }
     Ok(0)
+}
+
+/// The grants block of `cordon tool NAME` (admins only: agents are not sent it).
+fn print_grants(g: &Grants) {
+    let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(" ") };
+    let ports = |v: &[u32]| {
+        if v.is_empty() { "none".to_string() } else { v.iter().map(u32::to_string).collect::<Vec<_>>().join(" ") }
+    };
+    let field = |k: &str, v: String| outln!("  {k:<12} {v}");
+    let grant = |k: &str, v: String| outln!("    {k:<11} {v}");
+    outln!("  may touch    (besides the system defaults: `cordon policy reference`)");
+    grant("read", list(&g.read));
+    grant("write", list(&g.write));
+    grant("exec", list(&g.exec));
+    grant("tcp connect", ports(&g.connect_tcp));
+    grant("tcp bind", ports(&g.bind_tcp));
+    grant("unix", list(&g.unix_sockets));
+    let l = &g.limits;
+    let mut limits = Vec::new();
+    if let Some(m) = l.memory_bytes {
+        limits.push(format!("memory {}", cordon_core::policy::units::format_size(m)));
+    }
+    if let Some(p) = l.processes {
+        limits.push(format!("processes {p}"));
+    }
+    if let Some(n) = l.open_files {
+        limits.push(format!("open files {n}"));
+    }
+    if let Some(f) = l.file_size_bytes {
+        limits.push(format!("file size {}", cordon_core::policy::units::format_size(f)));
+    }
+    if let Some(c) = l.cpu_time_ms {
+        limits.push(format!("cpu time {}s", c as f64 / 1000.0));
+    }
+    field("limits", if limits.is_empty() { "defaults".into() } else { limits.join(", ") });
+    field("env", list(&g.env_keys));
+    field(
+        "callers",
+        match &g.allow {
+            None => "admins only (no `allow`: no agent user may call it)".into(),
+            Some(a) => {
+                let mut who = vec!["admins".to_string()];
+                who.extend(a.users.iter().map(|u| format!("user {u}")));
+                who.extend(a.groups.iter().map(|g| format!("group {g}")));
+                who.join(", ")
+            }
+        },
+    );
+    field("run as", g.run_as.clone().unwrap_or_else(|| "the caller's own uid".into()));
+    if let Some(abi) = g.min_landlock_abi {
+        field("landlock", format!("ABI {abi} or newer"));
+    }
 }
 
 pub async fn run(
@@ -191,11 +256,17 @@ fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     } else if let Some(s) = result.signal {
         errln!("cordon: {name} was killed by signal {s}");
     }
+    for hint in &result.hints {
+        eprintln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: hint:"), term::line(hint));
+    }
     code
 }
 
-pub async fn pending(socket: &Path, as_json: bool) -> Result<u8, CliError> {
+pub async fn pending(socket: &Path, as_json: bool, watch: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
+    if watch {
+        return watch_pending(&mut client, as_json).await;
+    }
     let list = client.pending().await?;
     if as_json {
         print_json(&json!({ "pending": list }));
@@ -212,16 +283,74 @@ pub async fn pending(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     Ok(0)
 }
 
-pub async fn decide(socket: &Path, approval_id: &str, approve: bool) -> Result<u8, CliError> {
+/// `pending --watch`: what is pending now, then each arrival and departure, until Ctrl-C (or
+/// cordond stops). `--json`: one JSON object a line, `{"event": "added", ...}` or
+/// `{"event": "approved"|"denied"|"expired"|"withdrawn", "approval_id", "tool"}`.
+async fn watch_pending(client: &mut Client, as_json: bool) -> Result<u8, CliError> {
+    if !as_json {
+        outln!("watching pending approvals (Ctrl-C to stop)");
+    }
+    client
+        .watch_pending(|event| {
+            match event {
+                crate::grpc::PendingEvent::Added(p) => {
+                    if as_json {
+                        let mut v = json!(p);
+                        v["event"] = json!("added");
+                        println!("{v}");
+                    } else {
+                        outln!(
+                            "+ {}  {}  uid {}  expires in {} s: `cordon approve {}` or `cordon deny {}`",
+                            p.approval_id,
+                            p.tool,
+                            p.caller_uid,
+                            p.expires_in_ms / 1000,
+                            p.approval_id,
+                            p.approval_id
+                        );
+                        outln!("    {}", p.description);
+                    }
+                }
+                crate::grpc::PendingEvent::Gone { approval_id, tool, reason } => {
+                    if as_json {
+                        println!("{}", json!({ "event": reason, "approval_id": approval_id, "tool": tool }));
+                    } else {
+                        outln!("- {approval_id}  {tool}  {reason}");
+                    }
+                }
+            }
+            // Lines go out as they happen, also into a pipe.
+            let _ = std::io::stdout().flush();
+        })
+        .await?;
+    Ok(exit::OK)
+}
+
+pub async fn decide(socket: &Path, approval_id: &str, approve: bool, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    if approve {
+    let decision = if approve {
         client.approve(approval_id).await?;
-        outln!("approved {approval_id}");
+        "approved"
     } else {
         client.deny(approval_id).await?;
-        outln!("denied {approval_id}");
+        "denied"
+    };
+    if as_json {
+        print_json(&json!({ "approval_id": approval_id, "decision": decision }));
+    } else {
+        outln!("{decision} {approval_id}");
     }
-    Ok(0)
+    Ok(exit::OK)
+}
+
+/// `cordon policy reference`: the Markdown text, or (`--json`) the same as data.
+pub fn policy_reference(as_json: bool) -> Result<u8, CliError> {
+    if as_json {
+        print_json(&policy::reference::reference_json());
+    } else {
+        print!("{}", policy::reference::authoring_reference());
+    }
+    Ok(exit::OK)
 }
 
 /// Types `--arg KEY=VALUE` values by the tool's params: integers, numbers and booleans are
@@ -342,7 +471,7 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
             outln!("policy rejected: {errors} error(s)");
         }
     }
-    Ok(if ok { 0 } else { exit::FAILURE })
+    Ok(if ok { exit::OK } else { exit::DATA })
 }
 
 /// One finding of `cordon doctor`.
@@ -443,6 +572,37 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             },
         );
     }
+    // What an admin must fix on the running daemon: a failed audit log (nothing runs until
+    // `cordon audit resume`), and a root daemon without cgroups (no memory or process limits, no
+    // whole-tree kill).
+    if let Ok(mut client) = Client::connect(socket).await
+        && let Ok(s) = client.status().await
+    {
+        if s.audit_failure.is_empty() {
+            check(
+                "audit",
+                "ok",
+                format!("writing, seq {}", s.audit_seq),
+                "every decision is logged before it takes effect",
+            );
+        } else {
+            check(
+                "audit",
+                "fail",
+                format!("FAILED: {}", s.audit_failure),
+                "cordond refuses every invocation until the cause is fixed and an admin runs `cordon audit resume`",
+            );
+        }
+        if s.daemon_is_root && s.cgroup_mode == "none" {
+            check(
+                "limits",
+                "fail",
+                format!("cordond runs as root without cgroups: {}", s.cgroup_note),
+                "tools get no memory or process limits and a tool that leaves its process group survives the kill: \
+                 give cordond a writable cgroup v2 subtree (the unit's Delegate=yes), then restart it",
+            );
+        }
+    }
     // Tools that cannot run now, with the reason (a grant swapped since the registry loaded shows
     // here). Only admins see unavailable tools; others get none.
     if let Ok(mut client) = Client::connect(socket).await
@@ -463,7 +623,12 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         print_json(&json!({ "ok": !failed, "checks": checks }));
     } else {
         for c in &checks {
-            outln!("{:<5} {:<9} {}", c.level, c.name, c.found);
+            let level = format!("{:<5}", c.level);
+            println!(
+                "{} {}",
+                term::paint(Stream::Out, term::level_style(c.level), &level),
+                term::line(&format!("{:<9} {}", c.name, c.found))
+            );
             outln!("{:<15} {}", "", c.meaning);
         }
     }
@@ -516,17 +681,22 @@ fn nix_is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-pub async fn cancel(socket: &Path, id: &str) -> Result<u8, CliError> {
+pub async fn cancel(socket: &Path, id: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    if client.cancel(id).await? {
-        outln!("cancelled {id}");
-        Ok(0)
-    } else {
-        errln!(
-            "cordon: no running invocation {id:?} (it may have finished already; `cordon status` lists running ones)"
-        );
-        Ok(exit::FAILURE)
+    if !client.cancel(id).await? {
+        return Err(CliError::Refused {
+            code: ErrorCode::UnknownInvocation,
+            message: format!(
+                "no running invocation {id:?} (it may have finished already; `cordon status` lists running ones)"
+            ),
+        });
     }
+    if as_json {
+        print_json(&json!({ "cancelled": true, "invocation_id": id }));
+    } else {
+        outln!("cancelled {id}");
+    }
+    Ok(exit::OK)
 }
 
 pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
@@ -545,7 +715,7 @@ pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             outln!("reload rejected; generation {generation} ({} tool(s)) stays in force", report.tools);
         }
     }
-    Ok(if report.ok { 0 } else { exit::FAILURE })
+    Ok(if report.ok { exit::OK } else { exit::DATA })
 }
 
 pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
@@ -558,13 +728,26 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     outln!("cordond {} (pid {}, uid {}), up {}s", s.version, s.daemon_pid, s.daemon_uid, s.uptime_ms / 1000);
     outln!("socket       {}", s.socket_path.display());
     outln!("policies     {} (generation {})", s.policy_dir, s.generation);
-    outln!(
-        "tools        {} total: {} available, {} unavailable, {} disabled",
-        s.tools_total,
-        s.tools_available,
-        s.tools_unavailable,
-        s.tools_disabled
-    );
+    if s.caller.admin {
+        outln!(
+            "tools        {} total: {} available, {} unavailable, {} disabled",
+            s.tools_total,
+            s.tools_available,
+            s.tools_unavailable,
+            s.tools_disabled
+        );
+    } else {
+        outln!(
+            "tools        {} you may use: {} available, {} unavailable (as {})",
+            s.tools_total,
+            s.tools_available,
+            s.tools_unavailable,
+            s.caller
+        );
+        if s.tools_total == 0 {
+            outln!("             an admin adds your user or one of your groups to a tool's `allow` to give you access");
+        }
+    }
     outln!(
         "sandbox      landlock ABI {}, seccomp {}, cgroups {}",
         s.landlock_abi,
@@ -581,7 +764,11 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         let path = if s.audit_path.is_empty() { String::new() } else { format!("{}, ", s.audit_path) };
         outln!("audit        {path}seq {} head {}", s.audit_seq, s.audit_head);
     } else {
-        outln!("audit        FAILED, invocations are refused: {}", s.audit_failure);
+        println!(
+            "audit        {} {}",
+            term::paint(Stream::Out, term::BAD, "FAILED,"),
+            term::line(&format!("invocations are refused: {}", s.audit_failure))
+        );
     }
     outln!("running      {} of at most {}", s.running_invocations, s.max_concurrent);
     for r in &s.running {
@@ -595,29 +782,34 @@ fn print_json(v: &Value) {
 }
 
 fn print_table(headers: &[&str; 4], rows: &[[String; 4]]) {
-    // Cells are escaped before the widths are measured, so the columns line up as printed.
+    // Cells are escaped before the widths are measured, so the columns line up as printed; the
+    // status column (1) is coloured after padding, so colour never changes the widths.
     let rows: Vec<[String; 4]> =
-        rows.iter().map(|row| row.clone().map(|cell| crate::term::line(&cell).into_owned())).collect();
-    let rows = rows.as_slice();
+        rows.iter().map(|row| row.clone().map(|cell| term::line(&cell).into_owned())).collect();
     let mut widths = headers.map(str::len);
-    for row in rows {
+    for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let line = |cells: [&str; 4]| {
+    let line = |cells: [&str; 4], header: bool| {
         let mut out = String::new();
         for (i, cell) in cells.iter().enumerate() {
             if i == 3 {
                 out.push_str(cell);
+                continue;
+            }
+            let padded = format!("{cell:<width$}  ", width = widths[i]);
+            if i == 1 && !header {
+                out.push_str(&term::paint(Stream::Out, term::level_style(cell), &padded));
             } else {
-                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+                out.push_str(&padded);
             }
         }
-        outln!("{}", out.trim_end());
+        println!("{}", out.trim_end());
     };
-    line(*headers);
-    for row in rows {
-        line([&row[0], &row[1], &row[2], &row[3]]);
+    line(*headers, true);
+    for row in &rows {
+        line([&row[0], &row[1], &row[2], &row[3]], false);
     }
 }

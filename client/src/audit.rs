@@ -119,14 +119,19 @@ pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
             } else {
                 outln!("BROKEN: {b}");
             }
-            Ok(exit::REJECTED)
+            Ok(exit::DATA)
         }
         Err(e @ VerifyError::Io { .. }) => Err(CliError::Other(e.to_string())),
     }
 }
 
-pub async fn resume(socket: &Path) -> Result<u8, CliError> {
+pub async fn resume(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    outln!("{}", client.resume_audit().await?);
-    Ok(0)
+    let message = client.resume_audit().await?;
+    if as_json {
+        println!("{}", json!({ "resumed": true, "message": message }));
+    } else {
+        outln!("{message}");
+    }
+    Ok(exit::OK)
 }

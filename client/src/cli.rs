@@ -6,12 +6,21 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::error::CliError;
-use crate::{admin, audit};
+use crate::{admin, audit, term};
 
 /// cordon: run admin-approved tools through cordond, and administer it.
 #[derive(Debug, Parser)]
-#[command(name = "cordon", version = cordon_proto::VERSION, about, propagate_version = true)]
+#[command(
+    name = "cordon",
+    version = cordon_proto::VERSION,
+    about,
+    propagate_version = true,
+    after_long_help = crate::error::exit::help_text()
+)]
 pub struct Cli {
+    /// Print JSON on stdout (one object; JSON lines for streams); errors as {"error": {"code", "message"}}
+    #[arg(long, global = true)]
+    pub json: bool,
     /// cordond's Unix socket [default: this user's daemon if running, else /run/cordon/cordon.sock]
     #[arg(long, global = true, env = "CORDON_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -25,19 +34,12 @@ pub enum Command {
     Mcp,
     /// List tools: name, availability, params, description.
     Tools {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
         /// Also list unavailable and disabled tools.
         #[arg(long)]
         all: bool,
     },
     /// Show one tool in full.
-    Tool {
-        name: String,
-        #[arg(long)]
-        json: bool,
-    },
+    Tool { name: String },
     /// Run a tool and print its output; exits with the tool's exit code.
     Run {
         tool: String,
@@ -47,30 +49,21 @@ pub enum Command {
         /// All arguments as one JSON object (instead of --arg).
         #[arg(long, value_name = "JSON", conflicts_with = "args")]
         args_json: Option<String>,
-        /// Print one JSON object with the result (or the error).
-        #[arg(long)]
-        json: bool,
     },
     /// Run an invocation that needed a confirmation (the token `run` printed).
-    Confirm {
-        token: String,
-        #[arg(long)]
-        json: bool,
-    },
+    Confirm { token: String },
     /// Human approvals waiting for an admin.
     Pending {
-        #[arg(long)]
-        json: bool,
+        /// Keep printing approvals as they arrive and as they are decided or expire, until Ctrl-C.
+        #[arg(long, short)]
+        watch: bool,
     },
     /// Approve a pending human approval: the waiting invocation runs.
     Approve { id: String },
     /// Deny a pending human approval: it never runs.
     Deny { id: String },
     /// Check this host for what cordon's sandbox needs, and what each finding means for tools.
-    Doctor {
-        #[arg(long)]
-        json: bool,
-    },
+    Doctor,
     /// Cancel a running invocation (its whole process group is killed).
     Cancel {
         /// The invocation id (`cordon status` lists running ones).
@@ -82,15 +75,9 @@ pub enum Command {
         command: PolicyCommand,
     },
     /// Re-read the daemon's policy directory (a failing reload keeps the current policies).
-    Reload {
-        #[arg(long)]
-        json: bool,
-    },
+    Reload,
     /// Daemon status: version, uptime, registry generation, tool counts, running invocations.
-    Status {
-        #[arg(long)]
-        json: bool,
-    },
+    Status,
     /// The audit log: read it, verify its hash chain, resume it after a failure.
     Audit {
         #[command(subcommand)]
@@ -114,17 +101,12 @@ pub enum AuditCommand {
         /// Only records with this decision (started, finished, denied, invalid, ...).
         #[arg(long, value_name = "KIND")]
         decision: Option<String>,
-        /// Print the records as written (JSON lines).
-        #[arg(long)]
-        json: bool,
     },
     /// Verify the hash chain of an audit log (offline; with its rotated files) and name the
     /// first bad line.
     Verify {
         /// The log [default: cordond's default for this user]
         path: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
     },
     /// After an audit write failure was fixed: let cordond continue the log and accept
     /// invocations again (admins only).
@@ -139,8 +121,6 @@ pub enum PolicyCommand {
     Check {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -157,59 +137,43 @@ pub fn run(cli: Cli) -> ExitCode {
         }
     };
     let socket = cli.socket.clone().unwrap_or_else(cordon_proto::client_socket_path);
-    let json = match &cli.command {
-        Command::Tools { json, .. }
-        | Command::Tool { json, .. }
-        | Command::Run { json, .. }
-        | Command::Reload { json }
-        | Command::Status { json } => *json,
-        Command::Policy { command: PolicyCommand::Check { json, .. } } => *json,
-        Command::Policy { command: PolicyCommand::Reference } => false,
-        Command::Cancel { .. } => false,
-        Command::Doctor { json } | Command::Confirm { json, .. } | Command::Pending { json } => *json,
-        Command::Approve { .. } | Command::Deny { .. } | Command::Mcp => false,
-        Command::Audit { command: AuditCommand::Tail { json, .. } | AuditCommand::Verify { json, .. } } => *json,
-        Command::Audit { command: AuditCommand::Resume } => false,
-    };
-    match runtime.block_on(dispatch(cli.command, socket)) {
+    let json = cli.json;
+    match runtime.block_on(dispatch(cli.command, socket, json)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             if json {
                 println!("{}", e.to_json());
             } else {
                 // Messages may echo a caller's arguments: shown escaped (see `term`).
-                eprintln!("cordon: {}", crate::term::line(&e.to_string()));
+                eprintln!("{} {}", term::paint(term::Stream::Err, term::BAD, "cordon:"), term::line(&e.to_string()));
             }
             ExitCode::from(e.exit_code())
         }
     }
 }
 
-async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
+async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, CliError> {
     match command {
         Command::Mcp => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
-        Command::Tools { json, all } => admin::tools(&socket, json, all).await,
-        Command::Tool { name, json } => admin::tool(&socket, &name, json).await,
-        Command::Run { tool, args, args_json, json } => admin::run(&socket, &tool, &args, args_json, json).await,
-        Command::Policy { command: PolicyCommand::Check { paths, json } } => admin::policy_check(&paths, json),
-        Command::Policy { command: PolicyCommand::Reference } => {
-            print!("{}", cordon_core::policy::reference::authoring_reference());
-            Ok(0)
-        }
-        Command::Cancel { id } => admin::cancel(&socket, &id).await,
-        Command::Doctor { json } => admin::doctor(&socket, json).await,
-        Command::Confirm { token, json } => admin::confirm(&socket, &token, json).await,
-        Command::Pending { json } => admin::pending(&socket, json).await,
-        Command::Approve { id } => admin::decide(&socket, &id, true).await,
-        Command::Deny { id } => admin::decide(&socket, &id, false).await,
-        Command::Reload { json } => admin::reload(&socket, json).await,
-        Command::Status { json } => admin::status(&socket, json).await,
+        Command::Tools { all } => admin::tools(&socket, json, all).await,
+        Command::Tool { name } => admin::tool(&socket, &name, json).await,
+        Command::Run { tool, args, args_json } => admin::run(&socket, &tool, &args, args_json, json).await,
+        Command::Policy { command: PolicyCommand::Check { paths } } => admin::policy_check(&paths, json),
+        Command::Policy { command: PolicyCommand::Reference } => admin::policy_reference(json),
+        Command::Cancel { id } => admin::cancel(&socket, &id, json).await,
+        Command::Doctor => admin::doctor(&socket, json).await,
+        Command::Confirm { token } => admin::confirm(&socket, &token, json).await,
+        Command::Pending { watch } => admin::pending(&socket, json, watch).await,
+        Command::Approve { id } => admin::decide(&socket, &id, true, json).await,
+        Command::Deny { id } => admin::decide(&socket, &id, false, json).await,
+        Command::Reload => admin::reload(&socket, json).await,
+        Command::Status => admin::status(&socket, json).await,
         Command::Audit { command } => match command {
-            AuditCommand::Tail { lines, follow, tool, decision, json } => {
+            AuditCommand::Tail { lines, follow, tool, decision } => {
                 audit::tail(&socket, lines, follow, tool.as_deref(), decision.as_deref(), json).await
             }
-            AuditCommand::Verify { path, json } => audit::verify(path, json),
-            AuditCommand::Resume => audit::resume(&socket).await,
+            AuditCommand::Verify { path } => audit::verify(path, json),
+            AuditCommand::Resume => audit::resume(&socket, json).await,
         },
     }
 }

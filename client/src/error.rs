@@ -7,28 +7,7 @@ use cordon_core::code::ErrorCode;
 use cordon_proto::{ERROR_CODE_KEY, ERROR_FIELD_KEY};
 use serde_json::json;
 
-/// Stable exit codes of the `cordon` binary (a tool's own exit code passes through `run`).
-pub mod exit {
-    /// Something failed that has no more specific code.
-    pub const FAILURE: u8 = 1;
-    /// Bad command-line usage (also clap's code).
-    pub const USAGE: u8 = 2;
-    /// `run`: the tool was killed after its timeout (as timeout(1)).
-    pub const TIMED_OUT: u8 = 124;
-    /// `run`: the call was rejected (unknown tool, invalid arguments); `audit verify`: the chain
-    /// is broken.
-    pub const REJECTED: u8 = 65;
-    /// cordond is not running, or the tool is unavailable on its host.
-    pub const UNAVAILABLE: u8 = 69;
-    /// `run`: every invocation slot is busy; try again.
-    pub const BUSY: u8 = 75;
-    /// The socket or the operation is not permitted for this user.
-    pub const PERMISSION: u8 = 77;
-    /// `run`: the invocation was cancelled.
-    pub const CANCELLED: u8 = 130;
-    /// `run`: the tool needs a confirmation (`cordon confirm TOKEN`); nothing ran.
-    pub const CONFIRMATION_REQUIRED: u8 = 3;
-}
+pub mod exit;
 
 /// The code of a failure: one of cordon's stable codes, or, for a status from a daemon this
 /// cordon does not fully know, the code as sent (or the gRPC status name when it sent none).
@@ -105,6 +84,9 @@ pub enum CliError {
     Rpc { status: tonic::Code, code: Option<Code>, field: Option<String>, message: String },
     #[error("{0}")]
     Usage(String),
+    /// A refusal the client decides from an answer (e.g. no such invocation to cancel).
+    #[error("{message}")]
+    Refused { code: ErrorCode, message: String },
     #[error("unexpected answer from cordond: {0}")]
     Protocol(String),
     #[error("{0}")]
@@ -182,21 +164,13 @@ impl CliError {
         )
     }
 
+    /// The exit code: by the error's code, from the one table in [`exit`] (a code this client
+    /// does not know, from a newer cordond, by its gRPC status).
     pub fn exit_code(&self) -> u8 {
-        match self {
-            CliError::DaemonDown { .. } => exit::UNAVAILABLE,
-            CliError::ConnectionLost { .. } | CliError::Backlog { .. } | CliError::Busy { .. } => exit::BUSY,
-            CliError::SocketPermission { .. } => exit::PERMISSION,
-            CliError::Usage(_) => exit::USAGE,
-            CliError::Rpc { status, .. } => match status {
-                tonic::Code::InvalidArgument | tonic::Code::NotFound => exit::REJECTED,
-                tonic::Code::FailedPrecondition | tonic::Code::Unavailable => exit::UNAVAILABLE,
-                tonic::Code::ResourceExhausted => exit::BUSY,
-                tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => exit::PERMISSION,
-                tonic::Code::DeadlineExceeded => exit::TIMED_OUT,
-                _ => exit::FAILURE,
-            },
-            CliError::Connect { .. } | CliError::Protocol(_) | CliError::Other(_) => exit::FAILURE,
+        match (self, self.code()) {
+            (_, Code::Known(c)) => exit::for_code(c),
+            (CliError::Rpc { status, .. }, Code::Raw(_)) => exit::for_status(*status),
+            (_, Code::Raw(_)) => exit::FAILURE,
         }
     }
 
@@ -214,6 +188,7 @@ impl CliError {
             CliError::Rpc { code: Some(c), .. } => return c.clone(),
             CliError::Rpc { status, .. } => return Code::Raw(format!("{status:?}").to_ascii_uppercase()),
             CliError::Usage(_) => ErrorCode::Usage,
+            CliError::Refused { code, .. } => *code,
             CliError::Protocol(_) => ErrorCode::Protocol,
             CliError::Other(_) => ErrorCode::Error,
         };
@@ -274,7 +249,7 @@ mod tests {
         for kind in [io::ErrorKind::ConnectionReset, io::ErrorKind::BrokenPipe, io::ErrorKind::UnexpectedEof] {
             let e = CliError::from_status(path, transport(kind));
             assert_eq!(e.code(), ErrorCode::DaemonConnectionLost, "{kind:?}");
-            assert_eq!(e.exit_code(), exit::BUSY);
+            assert_eq!(e.exit_code(), exit::TEMPORARY);
             assert!(!e.to_string().contains("not running"), "{e}");
             assert!(e.to_string().contains("underneath"), "says what happened: {e}");
         }
@@ -291,7 +266,7 @@ mod tests {
         // canceled") is a lost connection, not a code of its own.
         let e = CliError::from_status(path, tonic::Status::cancelled("operation was canceled"));
         assert_eq!(e.code(), ErrorCode::DaemonConnectionLost);
-        assert_eq!(e.exit_code(), exit::BUSY);
+        assert_eq!(e.exit_code(), exit::TEMPORARY);
         // A code this cordon does not know is kept as the daemon sent it.
         let mut s = tonic::Status::failed_precondition("newer");
         s.metadata_mut().insert(ERROR_CODE_KEY, tonic::metadata::MetadataValue::from_static("SOMETHING_NEW"));

@@ -128,19 +128,23 @@ impl Client {
 
     pub async fn pending(&mut self) -> Result<Vec<PendingInfo>, CliError> {
         let r = self.inner.list_pending(v1::ListPendingRequest {}).await.map_err(|s| self.fail(s))?.into_inner();
-        Ok(r.pending
-            .into_iter()
-            .map(|p| PendingInfo {
-                approval_id: p.approval_id,
-                tool: p.tool,
-                argv: p.argv,
-                description: p.description,
-                caller_uid: p.caller_uid,
-                caller_pid: p.caller_pid,
-                expires_in_ms: p.expires_in_ms,
-                waiting: p.waiting,
-            })
-            .collect())
+        Ok(r.pending.into_iter().map(pending_info).collect())
+    }
+
+    /// Pending approvals now, then every change, until the stream ends (or the caller stops).
+    pub async fn watch_pending(&mut self, mut on_event: impl FnMut(PendingEvent)) -> Result<(), CliError> {
+        let mut stream =
+            self.inner.watch_pending(v1::WatchPendingRequest {}).await.map_err(|s| self.fail(s))?.into_inner();
+        while let Some(e) = stream.message().await.map_err(|s| self.fail(s))? {
+            match e.event {
+                Some(v1::pending_event::Event::Added(p)) => on_event(PendingEvent::Added(pending_info(p))),
+                Some(v1::pending_event::Event::Gone(g)) => {
+                    on_event(PendingEvent::Gone { approval_id: g.approval_id, tool: g.tool, reason: g.reason })
+                }
+                None => return Err(CliError::Protocol("a pending event without its event".into())),
+            }
+        }
+        Ok(())
     }
 
     pub async fn approve(&mut self, approval_id: &str) -> Result<(), CliError> {
@@ -348,6 +352,9 @@ pub struct ToolInfo {
     pub executable: String,
     pub working_dir: String,
     pub source: String,
+    /// What the tool may touch and who may call it: sent to admins only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grants: Option<Grants>,
     /// The params with their rules as the daemon sent them; [`ToolInfo::rebuild_params`] turns
     /// them into the daemon's own [`Param`]s.
     #[serde(skip)]
@@ -433,6 +440,7 @@ impl ToolInfo {
             executable: String::new(),
             working_dir: String::new(),
             source: String::new(),
+            grants: None,
             wire_params: Vec::new(),
         }
     }
@@ -501,6 +509,64 @@ impl From<v1::Tool> for ToolInfo {
             executable: t.executable,
             working_dir: t.working_dir,
             source: t.source,
+            grants: t.grants.map(Grants::from),
+        }
+    }
+}
+
+/// A tool's grants, limits and callers (admins only; see `cordon tool NAME`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Grants {
+    pub read: Vec<String>,
+    pub write: Vec<String>,
+    pub exec: Vec<String>,
+    pub connect_tcp: Vec<u32>,
+    pub bind_tcp: Vec<u32>,
+    pub unix_sockets: Vec<String>,
+    pub limits: Limits,
+    pub env_keys: Vec<String>,
+    /// `None`: the policy has no `allow`, so no agent may call the tool (admins only).
+    pub allow: Option<Allow>,
+    /// `None`: the caller's own uid.
+    pub run_as: Option<String>,
+    pub min_landlock_abi: Option<u32>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Limits {
+    pub memory_bytes: Option<u64>,
+    pub processes: Option<u64>,
+    pub open_files: Option<u64>,
+    pub file_size_bytes: Option<u64>,
+    pub cpu_time_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Allow {
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+}
+
+impl From<v1::ToolGrants> for Grants {
+    fn from(g: v1::ToolGrants) -> Grants {
+        Grants {
+            read: g.read,
+            write: g.write,
+            exec: g.exec,
+            connect_tcp: g.connect_tcp,
+            bind_tcp: g.bind_tcp,
+            unix_sockets: g.unix_sockets,
+            limits: Limits {
+                memory_bytes: g.memory_bytes,
+                processes: g.processes,
+                open_files: g.open_files,
+                file_size_bytes: g.file_size_bytes,
+                cpu_time_ms: g.cpu_time_ms,
+            },
+            env_keys: g.env_keys,
+            allow: g.allow_set.then_some(Allow { users: g.allow_users, groups: g.allow_groups }),
+            run_as: (!g.run_as.is_empty()).then_some(g.run_as),
+            min_landlock_abi: g.min_landlock_abi,
         }
     }
 }
@@ -590,6 +656,9 @@ pub struct RunResult {
     pub stderr_total_bytes: u64,
     pub duration_ms: u64,
     pub sandbox: Option<SandboxFacts>,
+    /// Why a path argument may have been refused (the sandbox or a file mode), when the tool failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<String>,
     #[serde(skip)]
     pub stdout_bytes: Vec<u8>,
     #[serde(skip)]
@@ -619,10 +688,36 @@ impl RunResult {
                 uid: s.uid,
                 gid: s.gid,
             }),
+            hints: f.hints,
             stdout_bytes: f.stdout,
             stderr_bytes: f.stderr,
         }
     }
+}
+
+fn pending_info(p: v1::PendingApproval) -> PendingInfo {
+    PendingInfo {
+        approval_id: p.approval_id,
+        tool: p.tool,
+        argv: p.argv,
+        description: p.description,
+        caller_uid: p.caller_uid,
+        caller_pid: p.caller_pid,
+        expires_in_ms: p.expires_in_ms,
+        waiting: p.waiting,
+    }
+}
+
+/// A change `cordon pending --watch` prints.
+#[derive(Debug, Clone)]
+pub enum PendingEvent {
+    Added(PendingInfo),
+    /// `reason`: "approved", "denied", "expired" or "withdrawn".
+    Gone {
+        approval_id: String,
+        tool: String,
+        reason: String,
+    },
 }
 
 /// The sandbox one invocation ran in.
@@ -712,6 +807,34 @@ pub struct StatusInfo {
     pub audit_head: String,
     /// Why the audit log failed; empty when healthy.
     pub audit_failure: String,
+    /// The caller as cordond sees it (the tool counts are of the tools it may use, unless admin).
+    pub caller: CallerInfo,
+}
+
+/// Who cordond says the caller is: what a tool's `allow` is matched against.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallerInfo {
+    pub admin: bool,
+    pub uid: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    pub groups: Vec<GroupInfo>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupInfo {
+    pub gid: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub name: String,
+}
+
+impl std::fmt::Display for CallerInfo {
+    /// `uid 1001 (ann), groups 1001 (ann), 998 (cordon)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let named = |id: u32, name: &str| if name.is_empty() { id.to_string() } else { format!("{id} ({name})") };
+        let groups: Vec<String> = self.groups.iter().map(|g| named(g.gid, &g.name)).collect();
+        write!(f, "uid {}, groups {}", named(self.uid, &self.user), groups.join(", "))
+    }
 }
 
 impl From<v1::StatusResponse> for StatusInfo {
@@ -740,6 +863,20 @@ impl From<v1::StatusResponse> for StatusInfo {
             audit_seq: s.audit_seq,
             audit_head: s.audit_head,
             audit_failure: s.audit_failure,
+            caller: CallerInfo {
+                admin: s.caller_admin,
+                uid: s.caller_uid,
+                user: s.caller_user,
+                groups: s
+                    .caller_gids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, gid)| GroupInfo {
+                        gid: *gid,
+                        name: s.caller_group_names.get(i).cloned().unwrap_or_default(),
+                    })
+                    .collect(),
+            },
             running: s
                 .running
                 .into_iter()

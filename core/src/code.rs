@@ -62,6 +62,7 @@ codes! {
     ApprovalTimeout = "APPROVAL_TIMEOUT": "nobody approved the call in time; nothing ran",
     ApprovalFailed = "APPROVAL_FAILED": "the front-end could not ask the user; nothing ran",
     UnknownApproval = "UNKNOWN_APPROVAL": "no pending approval with that id",
+    UnknownInvocation = "UNKNOWN_INVOCATION": "no running invocation with that id (it may have finished)",
     TooManyConfirmations = "TOO_MANY_CONFIRMATIONS": "too many confirmations are pending for this caller or in total",
     ElicitationNotAccepted = "ELICITATION_NOT_ACCEPTED": "the tool needs an approval a person gives with `cordon approve`",
     // The client side of the socket.

@@ -71,7 +71,7 @@ pub fn group_id(name: &str) -> Option<u32> {
 }
 
 /// The caller's groups: its gid plus its user's memberships in the group database.
-fn groups_of(c: &Caller) -> Vec<u32> {
+pub fn groups_of(c: &Caller) -> Vec<u32> {
     let mut groups = vec![c.gid];
     if let Ok(Some(user)) = User::from_uid(Uid::from_raw(c.uid))
         && let Ok(name) = std::ffi::CString::new(user.name)

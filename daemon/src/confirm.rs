@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
 use crate::caller::Caller;
 use cordon_core::argv::Plan;
@@ -67,6 +67,8 @@ pub struct Parked {
     pub identity: Option<Identity>,
     pub dedicated_uid: bool,
     pub caller: Caller,
+    /// The path arguments (param name, absolute path), for the hints of a failed run.
+    pub paths: Vec<(String, std::path::PathBuf)>,
 }
 
 /// What the caller is told when a confirmation is required.
@@ -92,6 +94,16 @@ pub struct PendingInfo {
     pub caller: Caller,
     pub expires_in: Duration,
     pub waiting: bool,
+}
+
+/// A change to the pending human approvals, for `cordon pending --watch`.
+#[derive(Debug, Clone)]
+pub enum PendingChange {
+    /// A new approval is waiting for a person.
+    Added(PendingInfo),
+    /// It is no longer pending: `reason` is "approved", "denied", "expired" or "withdrawn" (the
+    /// caller stopped waiting).
+    Gone { approval_id: String, tool: String, reason: &'static str },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,6 +239,7 @@ pub struct Confirmations {
     agent_ttl: Duration,
     human_ttl: Duration,
     limits: Limits,
+    changes: broadcast::Sender<PendingChange>,
 }
 
 impl Default for Confirmations {
@@ -289,7 +302,30 @@ fn shell_quote(a: &str) -> String {
 
 impl Confirmations {
     pub fn new(agent_ttl: Duration, human_ttl: Duration) -> Confirmations {
-        Confirmations { records: Mutex::new(HashMap::new()), agent_ttl, human_ttl, limits: Limits::default() }
+        Confirmations {
+            records: Mutex::new(HashMap::new()),
+            agent_ttl,
+            human_ttl,
+            limits: Limits::default(),
+            changes: broadcast::channel(256).0,
+        }
+    }
+
+    /// Changes to the pending human approvals from now on (a receiver that falls behind hears
+    /// `Lagged` and should take a fresh [`Confirmations::pending`]).
+    pub fn subscribe(&self) -> broadcast::Receiver<PendingChange> {
+        self.changes.subscribe()
+    }
+
+    fn gone(&self, r: &Record, reason: &'static str) {
+        if r.mode == Confirm::Human {
+            // Nobody listening is fine.
+            let _ = self.changes.send(PendingChange::Gone {
+                approval_id: r.approval_id.clone(),
+                tool: r.parked.tool.name.clone(),
+                reason,
+            });
+        }
     }
 
     pub fn with_limits(mut self, limits: Limits) -> Confirmations {
@@ -326,6 +362,9 @@ impl Confirmations {
             }
             if !r.expiry_reported {
                 r.expiry_reported = true;
+                if *r.decision.borrow() == Decision::Undecided {
+                    self.gone(r, "expired");
+                }
                 expired.push(Expired {
                     approval_id: r.approval_id.clone(),
                     tool: r.parked.tool.name.clone(),
@@ -388,6 +427,17 @@ impl Confirmations {
         if let Some(why) = refusal {
             return Err(ConfirmError::TooMany(why));
         }
+        if mode == Confirm::Human {
+            let _ = self.changes.send(PendingChange::Added(PendingInfo {
+                approval_id: approval_id.clone(),
+                tool: record.parked.tool.name.clone(),
+                argv: argv.clone(),
+                description: description.clone(),
+                caller: record.parked.caller,
+                expires_in: ttl,
+                waiting: false,
+            }));
+        }
         map.insert(token_key(&token), record);
         let elicitation_approves = mode == Confirm::Human && l.elicitation_approves;
         Ok(Ticket { token, mode, approval_id, description, expires_in: ttl, argv, elicitation_approves })
@@ -427,6 +477,9 @@ impl Confirmations {
             };
             if let Some(via) = via {
                 let record = map.remove(&key).ok_or(ConfirmError::UnknownToken)?;
+                if via == Via::Elicitation {
+                    self.gone(&record, "approved");
+                }
                 return finish(record, via);
             }
             record.claimed = true;
@@ -443,7 +496,10 @@ impl Confirmations {
         match outcome {
             Ok(Ok(d)) if *d == Decision::Approved => finish(record, Via::Admin),
             Ok(_) => Err(ConfirmError::Denied),
-            Err(_) => Err(ConfirmError::TimedOut(self.human_ttl)),
+            Err(_) => {
+                self.gone(&record, "expired");
+                Err(ConfirmError::TimedOut(self.human_ttl))
+            }
         }
     }
 
@@ -493,6 +549,7 @@ impl Confirmations {
             return Err(ConfirmError::UnknownApproval(approval_id.to_string()));
         }
         record.decision.send_replace(decision);
+        self.gone(record, if decision == Decision::Approved { "approved" } else { "denied" });
         let decided = Decided { tool: record.parked.tool.name.clone(), caller: record.parked.caller };
         // A denied approval nobody waits on is gone at once; an approved one stays until redeemed.
         if decision == Decision::Denied && !record.claimed {
@@ -518,7 +575,13 @@ impl Claim<'_> {
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        self.store.lock().remove(&self.key);
+        let removed = self.store.lock().remove(&self.key);
+        // The waiting caller went away before anyone decided.
+        if let Some(r) = removed
+            && *r.decision.borrow() == Decision::Undecided
+        {
+            self.store.gone(&r, "withdrawn");
+        }
     }
 }
 
@@ -563,6 +626,7 @@ mod tests {
             identity: None,
             dedicated_uid: false,
             caller: Caller { uid: 1000, gid: 1000, pid: None },
+            paths: Vec::new(),
         }
     }
 

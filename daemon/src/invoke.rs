@@ -128,6 +128,8 @@ pub struct Prepared {
     /// `run_as` named the account: it is the tool's own.
     pub dedicated_uid: bool,
     pub confirmed: Option<Confirmed>,
+    /// The path arguments (param name, absolute path), for the hints of a failed run.
+    pub paths: Vec<(String, std::path::PathBuf)>,
     seccomp: Arc<Programs>,
     cancel: CancellationToken,
     _running: RunningGuard,
@@ -468,12 +470,19 @@ impl Invoker {
         };
         let account_uid = identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
         let plan = argv::plan(&tool, &executable, &args, &Account::for_uid(account_uid));
-        Ok(Parked { tool, generation: registry.generation, plan, identity, dedicated_uid, caller })
+        let paths = args
+            .iter()
+            .filter_map(|(name, v)| match v {
+                validate::ArgValue::Path(p) => Some((name.to_string(), p.clone())),
+                _ => None,
+            })
+            .collect();
+        Ok(Parked { tool, generation: registry.generation, plan, identity, dedicated_uid, caller, paths })
     }
 
     /// Takes a concurrency slot and registers the invocation as running.
     fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
-        let Parked { tool, generation, plan, identity, dedicated_uid, caller } = parked;
+        let Parked { tool, generation, plan, identity, dedicated_uid, caller, paths } = parked;
         // Every pinned path (grants, working_dir, command[0]) must still name what it named when
         // the registry loaded; a swapped one makes the tool unavailable, never redirected.
         if let Availability::Unavailable { reason } = tool.availability_now() {
@@ -510,6 +519,7 @@ impl Invoker {
             identity,
             dedicated_uid,
             confirmed,
+            paths,
             seccomp,
             cancel,
             _running: running,

@@ -24,6 +24,7 @@ pub mod audit;
 pub mod authz;
 pub mod caller;
 pub mod confirm;
+pub mod hint;
 pub mod invoke;
 pub mod registry;
 pub mod server;

@@ -41,6 +41,9 @@ pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
         text.push('\n');
     }
     text.push_str(&format!("[{}]", notes.join("; ")));
+    for hint in &r.hints {
+        text.push_str(&format!("\n[hint: {hint}]"));
+    }
 
     if tool.output == "json" && ok {
         return match serde_json::from_str::<serde_json::Value>(&r.stdout) {

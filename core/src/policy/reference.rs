@@ -191,6 +191,31 @@ pub fn authoring_reference() -> String {
     out
 }
 
+/// The reference as data (`cordon policy reference --json`): every key of every table, the error
+/// codes, the annotated example, and the Markdown text itself.
+pub fn reference_json() -> serde_json::Value {
+    let table = |t: &[KeyDoc]| -> Vec<serde_json::Value> {
+        t.iter()
+            .map(|k| {
+                serde_json::json!({ "key": k.name, "value": k.value, "meaning": k.doc, "in_defaults": k.defaultable })
+            })
+            .collect()
+    };
+    let codes: Vec<serde_json::Value> =
+        ErrorCode::ALL.iter().map(|c| serde_json::json!({ "code": c.as_str(), "meaning": c.meaning() })).collect();
+    serde_json::json!({
+        "keys": {
+            "file": table(FILE_KEYS),
+            "tool": table(TOOL_KEYS),
+            "param": table(PARAM_KEYS),
+            "limits": table(LIMIT_KEYS),
+        },
+        "error_codes": codes,
+        "example": EXAMPLE,
+        "markdown": authoring_reference(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

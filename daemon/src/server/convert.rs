@@ -5,7 +5,9 @@ use cordon_proto::v1;
 
 use crate::confirm::{PendingInfo, Ticket};
 use crate::invoke::RunningInfo;
-use cordon_core::policy::{Availability, Confirm, Danger, Diagnostic, Output, Param, ParamKind, Severity, Tool};
+use cordon_core::policy::{
+    Availability, Confirm, Danger, Diagnostic, Network, Output, Param, ParamKind, Principal, Severity, Tool,
+};
 use cordon_sandbox::Outcome;
 use cordon_sandbox::OutputChunk;
 
@@ -54,6 +56,46 @@ pub fn tool(t: &Tool, now: &Availability) -> v1::Tool {
         executable,
         working_dir: t.working_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
         source: t.source.to_string(),
+        grants: Some(grants(t)),
+    }
+}
+
+/// What the tool may touch and who may call it (`for_role` removes it for agents).
+fn grants(t: &Tool) -> v1::ToolGrants {
+    let paths = |p: &[std::path::PathBuf]| p.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+    let s = &t.sandbox;
+    let (connect_tcp, bind_tcp) = match &s.network {
+        Network::None => (Vec::new(), Vec::new()),
+        Network::Tcp { connect, bind } => {
+            (connect.iter().map(|p| u32::from(*p)).collect(), bind.iter().map(|p| u32::from(*p)).collect())
+        }
+    };
+    let names = |p: &[Principal]| p.iter().map(ToString::to_string).collect::<Vec<_>>();
+    v1::ToolGrants {
+        read: paths(&s.read),
+        write: paths(&s.write),
+        exec: paths(&s.exec),
+        connect_tcp,
+        bind_tcp,
+        unix_sockets: paths(&s.unix_sockets),
+        memory_bytes: s.limits.memory,
+        processes: s.limits.processes,
+        open_files: s.limits.open_files,
+        file_size_bytes: s.limits.file_size,
+        cpu_time_ms: s.limits.cpu_time.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        env_keys: t.env.keys().cloned().collect(),
+        allow_set: t.allow.is_some(),
+        allow_users: t.allow.as_ref().map(|a| names(&a.users)).unwrap_or_default(),
+        allow_groups: t.allow.as_ref().map(|a| names(&a.groups)).unwrap_or_default(),
+        run_as: s
+            .run_as
+            .as_ref()
+            .map(|r| match &r.group {
+                Some(g) => format!("{}:{g}", r.user),
+                None => r.user.to_string(),
+            })
+            .unwrap_or_default(),
+        min_landlock_abi: s.min_landlock_abi,
     }
 }
 
@@ -119,6 +161,7 @@ pub(crate) fn finished(id: &str, o: Outcome) -> v1::Finished {
             uid: o.facts.uid,
             gid: o.facts.gid,
         }),
+        hints: Vec::new(),
     }
 }
 

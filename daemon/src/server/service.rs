@@ -14,6 +14,7 @@ use super::{Daemon, convert, status};
 use crate::audit::{Decision, Record, tail};
 use crate::authz::Role;
 use crate::caller::Caller;
+use crate::hint::HintInput;
 use crate::invoke::{Admission, CancelReason, Started};
 use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Availability, diag};
@@ -53,6 +54,7 @@ fn for_role(mut tool: v1::Tool, role: Role) -> v1::Tool {
         tool.working_dir.clear();
         tool.source.clear();
         tool.reason.clear();
+        tool.grants = None;
     }
     tool
 }
@@ -191,6 +193,16 @@ impl CordonService {
         // The channel is empty: the first message always fits.
         let _ = tx.try_send(Ok(accepted));
         let invoker = self.daemon.invoker.clone();
+        let mut paths = prepared.paths.clone();
+        if prepared.tool.working_dir.is_some() {
+            paths.push(("working_dir".into(), prepared.plan.cwd.clone()));
+        }
+        let hint = HintInput {
+            tool: prepared.tool.clone(),
+            paths,
+            identity: prepared.identity.map(|i| (i.uid, i.gid)),
+            admin: self.role(&prepared.caller) == Role::Admin,
+        };
         tokio::spawn(async move {
             let id = started.id().to_string();
             let (live_tx, mut live_rx) = tokio::sync::mpsc::channel::<OutputChunk>(16);
@@ -212,9 +224,15 @@ impl CordonService {
                 }
             };
             let event = match result {
-                Ok(outcome) => Ok(v1::InvokeEvent {
-                    event: Some(v1::invoke_event::Event::Finished(convert::finished(&id, outcome))),
-                }),
+                Ok(outcome) => {
+                    // A tool that failed on its own (not a timeout or cancel): say which path
+                    // arguments the sandbox or a file mode refused.
+                    let failed = !outcome.timed_out && !outcome.cancelled && outcome.exit_code != Some(0);
+                    let hints = if failed { hint.hints() } else { Vec::new() };
+                    let mut finished = convert::finished(&id, outcome);
+                    finished.hints = hints;
+                    Ok(v1::InvokeEvent { event: Some(v1::invoke_event::Event::Finished(finished)) })
+                }
                 Err(e) => Err(status::invoke(&e)),
             };
             let _ = tx.send(event).await;
@@ -333,6 +351,62 @@ impl v1::cordon_server::Cordon for CordonService {
         Ok(Response::new(v1::ListPendingResponse { pending }))
     }
 
+    type WatchPendingStream = Pin<Box<dyn Stream<Item = Result<v1::PendingEvent, Status>> + Send>>;
+
+    async fn watch_pending(
+        &self,
+        request: Request<v1::WatchPendingRequest>,
+    ) -> Result<Response<Self::WatchPendingStream>, Status> {
+        let caller = self.caller(&request, "watch_pending")?;
+        self.require_admin(&caller, "watch_pending", "watching pending approvals")?;
+        let invoker = self.daemon.invoker.clone();
+        // Subscribe before the snapshot, so nothing in between is missed (a duplicate `added`
+        // is harmless: the client keys by approval id).
+        let mut changes = invoker.confirmations().subscribe();
+        let snapshot = invoker.confirmations().pending();
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let added = |p: &crate::confirm::PendingInfo| v1::PendingEvent {
+            event: Some(v1::pending_event::Event::Added(convert::pending(p))),
+        };
+        tokio::spawn(async move {
+            for p in &snapshot {
+                if tx.send(Ok(added(p))).await.is_err() {
+                    return;
+                }
+            }
+            loop {
+                let event = tokio::select! {
+                    () = tx.closed() => return,
+                    change = changes.recv() => change,
+                };
+                let event = match event {
+                    Ok(crate::confirm::PendingChange::Added(p)) => added(&p),
+                    Ok(crate::confirm::PendingChange::Gone { approval_id, tool, reason }) => v1::PendingEvent {
+                        event: Some(v1::pending_event::Event::Gone(v1::PendingGone {
+                            approval_id,
+                            tool,
+                            reason: reason.into(),
+                        })),
+                    },
+                    // Fell behind: resend what is pending now.
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        for p in &invoker.confirmations().pending() {
+                            if tx.send(Ok(added(p))).await.is_err() {
+                                return;
+                            }
+                        }
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
     async fn approve(&self, request: Request<v1::ApproveRequest>) -> Result<Response<v1::ApproveResponse>, Status> {
         let caller = self.caller(&request, "approve")?;
         self.require_admin(&caller, "approve", "approving")?;
@@ -435,7 +509,34 @@ impl v1::cordon_server::Cordon for CordonService {
         let admin = self.role(&caller) == Role::Admin;
         let d = &self.daemon;
         let registry = d.registry.current();
-        let counts = registry.counts();
+        let mut counts = registry.counts();
+        if !admin {
+            // An agent is told about the tools it may use, not the whole registry.
+            counts = Default::default();
+            for t in registry.tools.values().filter(|t| !t.disabled) {
+                if d.authz.may_use(&caller, Role::Agent, t) {
+                    counts.total += 1;
+                    if t.is_available() {
+                        counts.available += 1;
+                    } else {
+                        counts.unavailable += 1;
+                    }
+                }
+            }
+        }
+        let mut gids = crate::authz::groups_of(&caller);
+        gids.sort_unstable();
+        gids.dedup();
+        let group_names = gids
+            .iter()
+            .map(|g| {
+                nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(*g))
+                    .ok()
+                    .flatten()
+                    .map(|g| g.name)
+                    .unwrap_or_default()
+            })
+            .collect();
         let audit_head = d.audit.head();
         let mut running = d.invoker.running();
         // Agent callers see their own invocations only, and not where the policies live.
@@ -467,6 +568,15 @@ impl v1::cordon_server::Cordon for CordonService {
             audit_seq: audit_head.seq,
             audit_head: crate::audit::chain::hex(&audit_head.hash),
             audit_failure: d.audit.check().err().map(|e| e.to_string()).unwrap_or_default(),
+            caller_admin: admin,
+            caller_uid: caller.uid,
+            caller_user: nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(caller.uid))
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .unwrap_or_default(),
+            caller_gids: gids,
+            caller_group_names: group_names,
         }))
     }
 

@@ -125,7 +125,7 @@ fn shell_metacharacters_arrive_as_one_argument_byte_for_byte() {
 fn rejected_calls_say_why_with_stable_codes() {
     let d = daemon();
     let (out, j) = d.run_json("ech", &json!({}));
-    out.assert_code(65);
+    out.assert_code(66);
     assert_eq!(j["error"]["code"], "UNKNOWN_TOOL");
     assert!(j["error"]["message"].as_str().unwrap().contains("did you mean \"echo\""), "{j}");
 
@@ -269,7 +269,7 @@ fn a_broken_reload_keeps_the_previous_registry() {
 
     d.write_policy("broken.toml", "version = 1\n[tools.x]\ndescription = \"x\"\ncommand = []\n");
     let out = d.cordon(&["reload"]);
-    out.assert_code(1);
+    out.assert_code(65);
     assert!(out.stderr.contains("broken.toml:4:11: `command` is empty"), "{out:?}");
     assert!(out.stdout.contains("generation 1"), "{out:?}");
     // The old tools still run.
@@ -321,7 +321,7 @@ fn the_concurrency_limit_answers_resource_exhausted_at_once() {
     assert_eq!(j["signal"], Signal::SIGTERM as i32);
     // The slot is free again.
     d.cordon(&["run", "echo", "--arg", "text=x"]).assert_code(0);
-    d.cordon(&["cancel", &id]).assert_code(1);
+    d.cordon(&["cancel", &id]).assert_code(66);
 }
 
 #[test]
@@ -468,7 +468,7 @@ fn tools_and_tool_describe_the_registry() {
     assert_eq!(j["input_schema"]["required"], json!(["code"]));
     assert_eq!(j["input_schema"]["additionalProperties"], false);
     let out = d.cordon(&["tool", "ech"]);
-    out.assert_code(65);
+    out.assert_code(66);
     assert!(out.stderr.contains("did you mean \"echo\""), "{out:?}");
 }
 
@@ -483,7 +483,7 @@ fn policy_check_runs_offline_with_the_daemons_rules() {
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "version = 1\n[tools.a]\ndescription = \"a\"\ncomand = [\"ls\"]\n").unwrap();
     let out = cordon_at(Path::new("/nonexistent.sock"), &["policy", "check", bad.to_str().unwrap()]);
-    out.assert_code(1);
+    out.assert_code(65);
     let expected = format!("{}:4:1: unknown key \"comand\" in [tools.a]; did you mean \"command\"?", bad.display());
     assert!(out.stderr.contains(&expected), "{out:?}");
 }
@@ -616,7 +616,7 @@ fn a_human_approval_lets_the_invocation_run() {
     assert_eq!(d.cordon(&["pending", "--json"]).json()["pending"], json!([]));
     // Approving twice, or an unknown id, says so.
     let out = d.cordon(&["approve", &id]);
-    assert_eq!(out.code, Some(65), "{out:?}");
+    assert_eq!(out.code, Some(66), "{out:?}");
     assert!(out.stderr.contains("UNKNOWN_APPROVAL"), "{out:?}");
 }
 

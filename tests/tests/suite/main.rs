@@ -5,6 +5,7 @@ mod audit;
 mod authz;
 mod cgroup_delegation;
 mod check_agrees;
+mod cli;
 mod e2e;
 mod escapes_confirm;
 mod escapes_grants;

@@ -816,7 +816,7 @@ async fn a_cancelled_approval_wait_leaves_nothing_pending() {
     let gone = blocking(|| eventually(Duration::from_secs(3), || pending(&d.socket) == json!([])));
     assert!(gone, "the cancelled call's approval is still pending: {}", pending(&d.socket));
     let out = blocking(|| d.cordon(&["approve", p["approval_id"].as_str().unwrap()]));
-    assert_eq!(out.code, Some(65), "an approval nobody can use any more: {out:?}");
+    assert_eq!(out.code, Some(66), "an approval nobody can use any more: {out:?}");
 }
 
 async fn a_declined_approval_leaves_nothing_pending(style: Style) {
@@ -937,4 +937,32 @@ async fn the_daemon_coming_back_announces_list_changed() {
     // watch at least every 5 s).
     assert!(changes.next(Duration::from_secs(8)).await, "no tools/list_changed when the daemon came back");
     assert_eq!(listed(&client).await.len(), LISTED.len());
+}
+
+/// A failed call whose path argument lies outside the tool's grants says so in the result text:
+/// the hint comes from cordond, so the agent hears it too (without the grants: they are for
+/// admins). Here the MCP session runs as root (an admin), so the grants are named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_path_the_sandbox_refused_is_named_in_the_result() {
+    let policy = r#"version = 1
+[tools.list]
+description = "list a directory"
+reason = "tests"
+command = ["/bin/ls", "{{path}}"]
+read = ["/etc/ssl"]
+
+[tools.list.params.path]
+type = "path"
+required = true
+"#;
+    let d = Daemon::start(&[("tools.toml", policy)]);
+    let (client, _) = connect(&d, Style::Legacy, Elicit::Unsupported).await;
+    let outside = d.dir.path().to_path_buf();
+    let r = call(&client, "list", json!({ "path": outside })).await;
+    assert_eq!(r.is_error, Some(true), "{r:#?}");
+    let t = text(&r);
+    let hint = format!("[hint: path={} is outside what the sandbox lets list read", outside.display());
+    assert!(t.contains(&hint) && t.contains("landlock refused it, not the file's mode"), "{t}");
+    let r = call(&client, "list", json!({ "path": "/etc/ssl" })).await;
+    assert!(!text(&r).contains("[hint:"), "{r:#?}");
 }

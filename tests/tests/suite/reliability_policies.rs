@@ -340,7 +340,7 @@ fn hostile_policy_directories_are_refused_by_policy_check() {
         (case.apply)(&dir);
         let expected = (case.expect)(&dir);
         let out = policy_check(&dir);
-        assert_eq!(out.code, Some(1), "{}: {out:#?}", case.name);
+        assert_eq!(out.code, Some(65), "{}: {out:#?}", case.name);
         assert!(out.stderr.lines().any(|l| l == expected), "{}: expected\n{expected}\nin\n{}", case.name, out.stderr);
         assert!(out.stdout.contains("policy rejected"), "{}: {out:#?}", case.name);
         (case.undo)(&dir);
@@ -358,7 +358,7 @@ fn hostile_policy_directories_are_refused_by_reload_and_the_daemon_keeps_serving
         (case.apply)(&dir);
         let expected = (case.expect)(&dir);
         let out = cordon(&d, &["reload", "--json"]);
-        assert_eq!(out.code, Some(1), "{}: {out:#?}", case.name);
+        assert_eq!(out.code, Some(65), "{}: {out:#?}", case.name);
         let report = out.json();
         assert_eq!(report["ok"], false, "{}", case.name);
         assert_eq!(report["generation"], generation, "{}: a rejected reload keeps the generation", case.name);
@@ -447,7 +447,7 @@ fn a_directory_named_like_a_policy_is_refused() {
         d(&f)
     );
     let out = policy_check(&dir);
-    out.assert_code(1);
+    out.assert_code(65);
     assert!(out.stderr.lines().any(|l| l == expected), "{out:#?}");
     expect_startup_refused(&dir, &expected);
 }
@@ -472,7 +472,7 @@ fn trusted_symlinks_and_sticky_root_owned_ancestors_are_accepted() {
     // ... but not one owned by someone else, who could rename the policy directory away.
     nix::unistd::chown(tmp.path(), Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
     let out = policy_check(&dir);
-    out.assert_code(1);
+    out.assert_code(65);
     let expected = format!(
         "{}:1:1: cannot read policy directory: directory {} (above the policy directory {}) is owned by {} (mode 1777, \
          owner {}:root); a root cordond only trusts directories that only root can write: chown root {}",
@@ -523,7 +523,7 @@ fn policy_check_by_an_unprivileged_user_applies_its_own_daemon_rules_and_warns_a
     // A file someone else (not root) owns: refused for the user's own daemon too.
     nix::unistd::chown(&own, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
     let out = check_as_agent(&dir);
-    out.assert_code(1);
+    out.assert_code(65);
     let error = format!(
         "{}:1:1: policy file {} is owned by {} (mode 0644, owner {}:root); a cordond running as {AGENT} only trusts \
          files that only {AGENT} or root can write: chown {AGENT} {}",
@@ -540,7 +540,7 @@ fn policy_check_by_an_unprivileged_user_applies_its_own_daemon_rules_and_warns_a
     std::fs::write(&secret, marker_only("v-secret")).unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let out = check_as_agent(&dir);
-    out.assert_code(1);
+    out.assert_code(65);
     let error = format!("{}:1:1: cannot open policy file {}: EACCES: Permission denied", d(&secret), d(&secret));
     assert!(out.stderr.lines().any(|l| l == error), "expected\n{error}\n{out:#?}");
 }
@@ -608,7 +608,7 @@ fn reload_storms_over_broken_and_valid_policies_keep_the_daemon_serving() {
                     let mut last = 0;
                     for _ in 0..15 {
                         let out = cordon(&d, &["reload", "--json"]);
-                        assert!(matches!(out.code, Some(0 | 1)), "{out:#?}");
+                        assert!(matches!(out.code, Some(0 | 65)), "{out:#?}");
                         let generation = out.json()["generation"].as_u64().unwrap();
                         assert!(generation >= last, "generation went back from {last} to {generation}");
                         last = generation;
@@ -654,7 +654,7 @@ fn reload_storms_over_broken_and_valid_policies_keep_the_daemon_serving() {
     let generation = out.json()["generation"].as_u64().unwrap();
     assert_eq!(in_force(&d), (generation, vec!["v-final".to_string()]));
     publish(&dir, BROKEN, 1_000_001);
-    cordon(&d, &["reload"]).assert_code(1);
+    cordon(&d, &["reload"]).assert_code(65);
     let before = d.audit_records().len();
     d.signal(nix::sys::signal::Signal::SIGHUP);
     assert!(eventually(Duration::from_secs(20), || d.audit_records()[before..]
@@ -830,7 +830,7 @@ fn policy_check_of_a_fifo_or_device_named_directly_answers_at_once() {
     let fifo = dir.join("f.toml");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
     let out = policy_check(&fifo);
-    out.assert_code(1);
+    out.assert_code(65);
     let expected = format!(
         "{}:1:1: policy file {} is a FIFO (named pipe), not a regular file; cordond reads only regular files: remove it \
          or replace it with one",
@@ -839,6 +839,6 @@ fn policy_check_of_a_fifo_or_device_named_directly_answers_at_once() {
     );
     assert!(out.stderr.lines().any(|l| l == expected), "expected\n{expected}\n{out:#?}");
     let out = policy_check(Path::new("/dev/zero"));
-    out.assert_code(1);
+    out.assert_code(65);
     assert!(out.stderr.contains("policy file /dev/zero is a character device, not a regular file"), "{out:#?}");
 }

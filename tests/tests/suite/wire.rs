@@ -340,7 +340,7 @@ fn a_huge_unknown_tool_name_gets_a_clean_bounded_refusal() {
     let d = Daemon::start(&[("t.toml", "version = 1\n")]);
     let name = "x".repeat(30_000);
     let out = d.cordon(&["run", &name, "--json"]);
-    out.assert_code(65);
+    out.assert_code(66);
     let e = out.json();
     assert_eq!(e["error"]["code"], "UNKNOWN_TOOL", "{out:?}");
     assert!(e["error"]["message"].as_str().unwrap().len() < 4096, "{out:?}");

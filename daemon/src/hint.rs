@@ -1,0 +1,108 @@
+//! Hints for a failed run: a path argument (or the working directory) that the sandbox does not
+//! grant, or that the grants cover but the file's mode does not let the tool's uid read. The
+//! daemon knows the grants and the identity, so the hint is authoritative and every front-end
+//! (CLI, MCP) shows the same lines.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use cordon_core::policy::Tool;
+use cordon_core::policy::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
+
+/// What a hint needs, taken before the run (the run consumes the invocation).
+#[derive(Debug, Clone)]
+pub struct HintInput {
+    pub tool: std::sync::Arc<Tool>,
+    /// (param name, absolute path), plus ("working_dir", dir) when the tool sets one.
+    pub paths: Vec<(String, PathBuf)>,
+    /// Who the tool ran as: `None` when cordond is not root (then the tool ran as cordond).
+    pub identity: Option<(u32, u32)>,
+    /// The caller is an admin: the hint may name the tool's grants (agents are never shown them).
+    pub admin: bool,
+}
+
+impl HintInput {
+    /// One line per path argument the sandbox or the file mode would refuse.
+    pub fn hints(&self) -> Vec<String> {
+        self.paths.iter().filter_map(|(name, path)| self.hint(name, path)).collect()
+    }
+
+    fn hint(&self, name: &str, path: &Path) -> Option<String> {
+        let t = &self.tool;
+        let s = &t.sandbox;
+        let defaults = DEFAULT_READ_EXEC.iter().chain(DEFAULT_READ).chain(DEFAULT_WRITE_FILES).map(Path::new);
+        let granted: Vec<&Path> = s.read.iter().chain(&s.write).chain(&s.exec).map(PathBuf::as_path).collect();
+        let readable = granted.iter().copied().chain(defaults).any(|g| path.starts_with(g));
+        let shown = path.display();
+        if !readable && !self.admin {
+            return Some(format!(
+                "{name}={shown} is outside what the sandbox lets {tool} read: landlock refused it, not the file's \
+                 mode; ask an admin to grant it in the tool's policy",
+                tool = t.name
+            ));
+        }
+        if !readable {
+            let grants = if granted.is_empty() {
+                "none beyond the system directories".to_string()
+            } else {
+                granted.iter().map(|g| g.display().to_string()).collect::<Vec<_>>().join(", ")
+            };
+            return Some(format!(
+                "{name}={shown} is outside what the sandbox lets {tool} read (its grants: {grants}): landlock refused it, \
+                 not the file's mode; an admin grants it with read = [\"{shown}\"] (or a directory above it) in the \
+                 tool's policy; `cordon tool {tool}` shows the grants",
+                tool = t.name
+            ));
+        }
+        let why = self.mode_refuses(path)?;
+        let who = match self.identity {
+            Some((uid, gid)) => format!("uid {uid} (gid {gid}, no supplementary groups)"),
+            None => "cordond's own user".to_string(),
+        };
+        Some(format!(
+            "{name}={shown} is inside the tool's grants, but {why}, so {who} may not read it: the file's mode refused \
+             it, not the sandbox"
+        ))
+    }
+
+    /// Why the file mode refuses the tool's identity reading `path` (search on every directory
+    /// above it, read on it), or `None` when it allows it or the path does not exist.
+    fn mode_refuses(&self, path: &Path) -> Option<String> {
+        let meta = std::fs::metadata(path).ok()?;
+        let Some((uid, gid)) = self.identity else {
+            // The tool ran as cordond itself, with its groups: the kernel's own answer.
+            let mode = if meta.is_dir() {
+                nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::X_OK
+            } else {
+                nix::unistd::AccessFlags::R_OK
+            };
+            return nix::unistd::access(path, mode).err().map(|e| format!("access(2) says {e}"));
+        };
+        // The sandbox drops every capability and supplementary group: only the mode bits for
+        // this uid and gid count (ACLs are not consulted).
+        let allows = |m: &std::fs::Metadata, bit: u32| {
+            let mode = m.mode();
+            if m.uid() == uid {
+                mode & (bit << 6) != 0
+            } else if m.gid() == gid {
+                mode & (bit << 3) != 0
+            } else {
+                mode & bit != 0
+            }
+        };
+        for dir in path.ancestors().skip(1) {
+            let Ok(m) = std::fs::metadata(dir) else { continue };
+            if !allows(&m, 0o1) {
+                return Some(format!(
+                    "directory {} (mode {:04o}, owner {}:{}) cannot be searched",
+                    dir.display(),
+                    m.mode() & 0o7777,
+                    m.uid(),
+                    m.gid()
+                ));
+            }
+        }
+        let needed = if meta.is_dir() { allows(&meta, 0o4) && allows(&meta, 0o1) } else { allows(&meta, 0o4) };
+        (!needed).then(|| format!("its mode is {:04o} (owner {}:{})", meta.mode() & 0o7777, meta.uid(), meta.gid()))
+    }
+}
