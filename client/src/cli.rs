@@ -96,6 +96,20 @@ pub enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Print a shell completion script on stdout.
+    ///
+    /// The packages install them; for a shell of your own, e.g.
+    /// `cordon completions bash > ~/.local/share/bash-completion/completions/cordon`.
+    Completions {
+        #[arg(value_enum)]
+        shell: crate::docs::Shell,
+    },
+    /// Write the man pages (cordon.1, cordon-SUBCOMMAND.1, ...) into an existing directory (packaging).
+    #[command(hide = true)]
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -170,6 +184,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Approve { .. } | Command::Deny { .. } | Command::Mcp => false,
         Command::Audit { command: AuditCommand::Tail { json, .. } | AuditCommand::Verify { json, .. } } => *json,
         Command::Audit { command: AuditCommand::Resume } => false,
+        Command::Completions { .. } | Command::Man { .. } => false,
     };
     match runtime.block_on(dispatch(cli.command, socket)) {
         Ok(code) => ExitCode::from(code),
@@ -211,5 +226,7 @@ async fn dispatch(command: Command, socket: PathBuf) -> Result<u8, CliError> {
             AuditCommand::Verify { path, json } => audit::verify(path, json),
             AuditCommand::Resume => audit::resume(&socket).await,
         },
+        Command::Completions { shell } => crate::docs::completions(shell),
+        Command::Man { dir } => crate::docs::man_pages(&dir),
     }
 }

@@ -16,7 +16,7 @@ use cordon_daemon::{Config, Signals};
 #[command(name = "cordond", version = cordon_proto::VERSION, about)]
 struct Args {
     /// Directory of policy files (*.toml).
-    #[arg(long, value_name = "DIR", required_unless_present = "probe")]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["probe", "man_dir"])]
     policies: Option<PathBuf>,
     /// Print what this host offers the sandbox, as this user sees it (landlock ABI, seccomp,
     /// cgroups, the read-only filesystem view), as JSON, and exit. `cordon doctor` and
@@ -62,6 +62,21 @@ struct Args {
     /// `cordon approve` approves.
     #[arg(long)]
     human_approval_via_elicitation: bool,
+    /// Write the man page cordond.8 into an existing directory and exit (packaging).
+    #[arg(long, value_name = "DIR", exclusive = true, hide = true)]
+    man_dir: Option<PathBuf>,
+}
+
+/// `cordond --man-dir DIR`: cordond.8, from these flags.
+fn write_man_page(dir: &std::path::Path) -> ExitCode {
+    use clap::CommandFactory as _;
+    match clap_mangen::Man::new(Args::command()).section("8").generate_to(dir) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cordond: cannot write the man page into {}: {e}; give an existing, writable directory", dir.display());
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -176,6 +191,9 @@ fn main() -> ExitCode {
             }
         }
         return ExitCode::SUCCESS;
+    }
+    if let Some(dir) = &args.man_dir {
+        return write_man_page(dir);
     }
     let Some(policies) = args.policies.clone() else {
         eprintln!("cordond: --policies DIR is required");
