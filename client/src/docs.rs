@@ -37,7 +37,11 @@ pub fn completions(shell: Shell) -> Result<u8, CliError> {
 /// `cordon man --dir DIR` (hidden): writes cordon.1 and one page per visible subcommand
 /// (cordon-run.1, cordon-policy-check.1, ...) into an existing directory.
 pub fn man_pages(dir: &Path) -> Result<u8, CliError> {
-    clap_mangen::generate_to(Cli::command(), dir)
-        .map_err(|e| CliError::Other(format!("cannot write the man pages into {}: {e}; give an existing, writable directory", dir.display())))?;
+    clap_mangen::generate_to(Cli::command(), dir).map_err(|e| {
+        CliError::Other(format!(
+            "cannot write the man pages into {}: {e}; give an existing, writable directory",
+            dir.display()
+        ))
+    })?;
     Ok(0)
 }

@@ -73,7 +73,10 @@ fn write_man_page(dir: &std::path::Path) -> ExitCode {
     match clap_mangen::Man::new(Args::command()).section("8").generate_to(dir) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("cordond: cannot write the man page into {}: {e}; give an existing, writable directory", dir.display());
+            eprintln!(
+                "cordond: cannot write the man page into {}: {e}; give an existing, writable directory",
+                dir.display()
+            );
             ExitCode::FAILURE
         }
     }

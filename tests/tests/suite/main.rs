@@ -18,5 +18,6 @@ mod reliability_policies;
 mod reliability_wire;
 mod render_escape;
 mod sandbox;
+mod starter;
 mod systemd;
 mod wire;
