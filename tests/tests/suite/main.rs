@@ -4,6 +4,7 @@
 mod audit;
 mod authz;
 mod check_agrees;
+mod docs;
 mod e2e;
 mod escapes_confirm;
 mod escapes_grants;
