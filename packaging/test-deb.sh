@@ -228,6 +228,12 @@ check "install.sh: /var/lib/cordon is 700 root:root" test "$(stat -c '%a %U:%G' 
 check "install.sh: cordon policy check /etc/cordon/policies.d passes" /usr/local/bin/cordon policy check /etc/cordon/policies.d
 check "install.sh: every file of its list is installed" \
   bash -c "'$repo/packaging/install.sh' --list --no-build --layout other | while read -r mode path; do [ \"\$(stat -c %a \"\$path\")\" = \"\${mode#0}\" ] || exit 1; done"
+say "install.sh again (an upgrade): an admin's policy edit is kept, the shipped version lands next to it"
+run sed -i 's/^timeout = "10m"/timeout = "20m"/' /etc/cordon/policies.d/30-test.toml
+run "$repo/packaging/install.sh" --layout other
+check "install.sh: the admin's edit survived" grep -q '^timeout = "20m"' /etc/cordon/policies.d/30-test.toml
+check "install.sh: the shipped version is 30-test.toml.new" cmp "$repo/packaging/policies.d/30-test.toml" /etc/cordon/policies.d/30-test.toml.new
+check "install.sh: cordon policy check still passes (cordond reads only *.toml)" /usr/local/bin/cordon policy check /etc/cordon/policies.d
 run "$repo/packaging/install.sh" --uninstall --layout other
 local_installed=no
 check "install.sh --uninstall: no file of the list is left but the policies" \
