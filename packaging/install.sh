@@ -86,6 +86,10 @@ generate() {
   "$bin_src/cordond" --man-dir "$gen/man"
   gzip -9n "$gen"/man/*.[18]
   sed "s|^ExecStart=/usr/bin/cordond |ExecStart=$bindir/cordond |" "$repo/daemon/systemd/cordond.service" >"$gen/units/cordond.service"
+  grep -q "^ExecStart=$bindir/cordond " "$gen/units/cordond.service" || {
+    echo "install.sh: daemon/systemd/cordond.service has no 'ExecStart=/usr/bin/cordond ' line to point at $bindir" >&2
+    exit 1
+  }
   cp "$repo/daemon/systemd/cordond.socket" "$gen/units/cordond.socket"
 }
 
