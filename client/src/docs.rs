@@ -37,11 +37,25 @@ pub fn completions(shell: Shell) -> Result<u8, CliError> {
 /// `cordon man --dir DIR` (hidden): writes cordon.1 and one page per visible subcommand
 /// (cordon-run.1, cordon-policy-check.1, ...) into an existing directory.
 pub fn man_pages(dir: &Path) -> Result<u8, CliError> {
-    clap_mangen::generate_to(Cli::command(), dir).map_err(|e| {
+    clap_mangen::generate_to(man_command(Cli::command()), dir).map_err(|e| {
         CliError::Other(format!(
             "cannot write the man pages into {}: {e}; give an existing, writable directory",
             dir.display()
         ))
     })?;
     Ok(0)
+}
+
+/// The command as its man page names it: `cordon - the admin CLI ...`, not `cordon - cordon: ...`
+/// (the crate description starts with the binary's name, as `--help` shows it).
+fn man_command(cmd: clap::Command) -> clap::Command {
+    let prefix = format!("{}: ", cmd.get_name());
+    let about = cmd.get_about().map(ToString::to_string);
+    match about.as_deref().and_then(|a| a.strip_prefix(&prefix)) {
+        Some(rest) => {
+            let rest = rest.to_string();
+            cmd.about(rest)
+        }
+        None => cmd,
+    }
 }

@@ -70,7 +70,14 @@ struct Args {
 /// `cordond --man-dir DIR`: cordond.8, from these flags.
 fn write_man_page(dir: &std::path::Path) -> ExitCode {
     use clap::CommandFactory as _;
-    match clap_mangen::Man::new(Args::command()).section("8").generate_to(dir) {
+    // `cordond - the privileged daemon ...`, not `cordond - cordond: ...`.
+    let cmd = Args::command();
+    let about = cmd.get_about().map(|a| a.to_string().trim_start_matches("cordond: ").to_string());
+    let cmd = match about {
+        Some(about) => cmd.about(about),
+        None => cmd,
+    };
+    match clap_mangen::Man::new(cmd).section("8").generate_to(dir) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!(
