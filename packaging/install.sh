@@ -3,8 +3,9 @@
 # host without a package (Fedora, Arch, ...) and to stage the Debian package
 # (packaging/build-deb.sh stages with --destdir and cargo-deb packs the staged tree).
 #
-#   packaging/install.sh                 build the release binaries, install under /usr/local,
-#                                        create the groups and directories, enable cordond.socket
+#   cargo build --release --locked -p cordon-client -p cordon-daemon     (as yourself)
+#   sudo packaging/install.sh --no-build install under /usr/local, create the groups and
+#                                        directories, enable cordond.socket
 #   packaging/install.sh --uninstall     stop and disable cordond, remove the installed files
 #                                        (keeps /etc/cordon and the audit log in /var/lib/cordon)
 #
@@ -14,7 +15,8 @@
 #   --destdir DIR     stage into DIR instead of the live system (no groups, no systemctl)
 #   --layout debian   Debian's directories: units in /lib/systemd/system when the prefix is /usr,
 #                     zsh completions in share/zsh/vendor-completions (default: auto-detected)
-#   --no-build        use the binaries already in target/release
+#   --no-build        use the binaries already in target/release (without it, install.sh runs
+#                     cargo build --release first, which under sudo usually finds no cargo)
 #   --list            print "MODE DESTINATION" for every file and exit (after building)
 set -euo pipefail
 shopt -s nullglob
@@ -72,6 +74,12 @@ docdir=$prefix/share/doc/cordon
 # with this prefix's cordond path.
 generate() {
   if [ "$build" = 1 ]; then
+    command -v cargo >/dev/null 2>&1 || {
+      echo "install.sh: cargo is not on PATH (sudo resets it): build as yourself with" >&2
+      echo "  cargo build --release --locked -p cordon-client -p cordon-daemon" >&2
+      echo "then run install.sh --no-build as root" >&2
+      exit 1
+    }
     (cd "$repo" && cargo build --release --locked -p cordon-client -p cordon-daemon)
   fi
   for b in cordon cordond; do
@@ -189,6 +197,10 @@ do_uninstall() {
   echo "install.sh: removed cordon; kept $policydir (your policies), /var/lib/cordon (the audit log) and the groups cordon, cordon-admin"
 }
 
+if [ "$action" != list ] && [ -z "$destdir" ] && [ "$(id -u)" != 0 ]; then
+  echo "install.sh: installing on this system needs root (or --destdir DIR to stage)" >&2
+  exit 1
+fi
 case "$action" in
   install) do_install ;;
   uninstall) do_uninstall ;;

@@ -214,9 +214,10 @@ run ls -la /var/lib/cordon
 run getent group cordon cordon-admin
 
 say "without a package (Fedora and others): packaging/install.sh, then --uninstall"
-# The same list with the generic layout (what it picks off Debian) under /usr/local; the release
-# build is already there, so its cargo build does nothing.
-run "$repo/packaging/install.sh" --layout other
+# The same list with the generic layout (what it picks off Debian) under /usr/local. The build is
+# the README's (already done: cargo finds nothing to do).
+run bash -c "cd '$repo' && cargo build --release --locked -p cordon-client -p cordon-daemon"
+run "$repo/packaging/install.sh" --no-build --layout other
 local_installed=yes
 run stat -c '%A %U:%G %n' /usr/local/bin/cordon /usr/local/bin/cordond /etc/cordon/policies.d/*.toml
 run grep '^ExecStart=' /usr/local/lib/systemd/system/cordond.service
@@ -230,7 +231,7 @@ check "install.sh: every file of its list is installed" \
   bash -c "'$repo/packaging/install.sh' --list --no-build --layout other | while read -r mode path; do [ \"\$(stat -c %a \"\$path\")\" = \"\${mode#0}\" ] || exit 1; done"
 say "install.sh again (an upgrade): an admin's policy edit is kept, the shipped version lands next to it"
 run sed -i 's/^timeout = "10m"/timeout = "20m"/' /etc/cordon/policies.d/30-test.toml
-run "$repo/packaging/install.sh" --layout other
+run "$repo/packaging/install.sh" --no-build --layout other
 check "install.sh: the admin's edit survived" grep -q '^timeout = "20m"' /etc/cordon/policies.d/30-test.toml
 check "install.sh: the shipped version is 30-test.toml.new" cmp "$repo/packaging/policies.d/30-test.toml" /etc/cordon/policies.d/30-test.toml.new
 check "install.sh: cordon policy check still passes (cordond reads only *.toml)" /usr/local/bin/cordon policy check /etc/cordon/policies.d
