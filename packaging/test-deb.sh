@@ -20,6 +20,10 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 deb=${1:-$(ls -t "$repo"/target/debian/cordon_*.deb 2>/dev/null | head -n 1)}
 [ -f "$deb" ] || { echo "test-deb.sh: no package: build it with packaging/build-deb.sh" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "test-deb.sh: needs root" >&2; exit 1; }
+if [ -e /run/cordon/cordon.sock ]; then
+  echo "test-deb.sh: /run/cordon/cordon.sock exists (a cordond running as root?): stop it, or remove a stale socket" >&2
+  exit 1
+fi
 if dpkg-query -W -f='${Status}' cordon 2>/dev/null | grep -q installed; then
   echo "test-deb.sh: cordon is already installed here; this test installs and purges it: run it on a throwaway machine" >&2
   exit 1
@@ -93,7 +97,7 @@ check "the package's files are exactly packaging/install.sh --list" diff "$work/
 diff "$work/install-list" "$work/deb-files" || true
 run dpkg-query -W -f='${Conffiles}\n' cordon
 check "every starter policy is a conffile" \
-  bash -c 'for f in /etc/cordon/policies.d/*.toml; do dpkg-query -W -f="\${Conffiles}" cordon | grep -q " $f "; done'
+  bash -c 'for f in /etc/cordon/policies.d/*.toml; do dpkg-query -W -f="\${Conffiles}" cordon | grep -q " $f " || exit 1; done'
 
 say "policy directory: root-owned, not group/world-writable (cordond refuses otherwise)"
 run stat -c '%A %U:%G %n' /etc/cordon /etc/cordon/policies.d /etc/cordon/policies.d/*.toml
