@@ -83,6 +83,20 @@ pub enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Print a shell completion script on stdout.
+    ///
+    /// The packages install them; for a shell of your own, e.g.
+    /// `cordon completions bash > ~/.local/share/bash-completion/completions/cordon`.
+    Completions {
+        #[arg(value_enum)]
+        shell: crate::docs::Shell,
+    },
+    /// Write the man pages (cordon.1, cordon-SUBCOMMAND.1, ...) into an existing directory (packaging).
+    #[command(hide = true)]
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -175,5 +189,7 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
             AuditCommand::Verify { path } => audit::verify(path, json),
             AuditCommand::Resume => audit::resume(&socket, json).await,
         },
+        Command::Completions { shell } => crate::docs::completions(shell),
+        Command::Man { dir } => crate::docs::man_pages(&dir),
     }
 }

@@ -9,6 +9,7 @@
 //! - [`error`]: client errors with their messages and stable exit codes.
 //! - [`mcp`]: the MCP stdio server (`cordon mcp`).
 //! - [`term`]: lines for people, with control and bidi characters escaped.
+//! - [`docs`]: shell completions and man pages from the clap definitions.
 //!
 //! Architecture invariant: no `unsafe` (the compiler checks it), and no dependency on the daemon
 //! or the sandbox: the front-end validates with `cordon_core`, and everything else is cordond's.
@@ -18,6 +19,7 @@
 pub mod admin;
 pub mod audit;
 pub mod cli;
+pub mod docs;
 pub mod error;
 pub mod grpc;
 pub mod host;

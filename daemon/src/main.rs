@@ -16,7 +16,7 @@ use cordon_daemon::{Config, Signals};
 #[command(name = "cordond", version = cordon_proto::VERSION, about)]
 struct Args {
     /// Directory of policy files (*.toml).
-    #[arg(long, value_name = "DIR", required_unless_present = "probe")]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["probe", "man_dir"])]
     policies: Option<PathBuf>,
     /// Print what this host offers the sandbox, as this user sees it (landlock ABI, seccomp,
     /// cgroups, the read-only filesystem view), as JSON, and exit. `cordon doctor` and
@@ -70,6 +70,9 @@ struct Args {
     /// attribute, systemd 251 and later), else `root`.
     #[arg(long, value_enum, default_value_t = CgroupPlacement::Auto, value_name = "WHERE")]
     cgroups: CgroupPlacement,
+    /// Write the man page cordond.8 into an existing directory and exit (packaging).
+    #[arg(long, value_name = "DIR", exclusive = true, hide = true)]
+    man_dir: Option<PathBuf>,
 }
 
 /// `--cgroups`: [`cordon_sandbox::Placement`] as a flag value.
@@ -86,6 +89,28 @@ impl From<CgroupPlacement> for cordon_sandbox::Placement {
             CgroupPlacement::Auto => cordon_sandbox::Placement::Auto,
             CgroupPlacement::Delegated => cordon_sandbox::Placement::Delegated,
             CgroupPlacement::Root => cordon_sandbox::Placement::Root,
+        }
+    }
+}
+
+/// `cordond --man-dir DIR`: cordond.8, from these flags.
+fn write_man_page(dir: &std::path::Path) -> ExitCode {
+    use clap::CommandFactory as _;
+    // `cordond - the privileged daemon ...`, not `cordond - cordond: ...`.
+    let cmd = Args::command();
+    let about = cmd.get_about().map(|a| a.to_string().trim_start_matches("cordond: ").to_string());
+    let cmd = match about {
+        Some(about) => cmd.about(about),
+        None => cmd,
+    };
+    match clap_mangen::Man::new(cmd).section("8").generate_to(dir) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!(
+                "cordond: cannot write the man page into {}: {e}; give an existing, writable directory",
+                dir.display()
+            );
+            ExitCode::FAILURE
         }
     }
 }
@@ -204,6 +229,9 @@ fn main() -> ExitCode {
             }
         }
         return ExitCode::SUCCESS;
+    }
+    if let Some(dir) = &args.man_dir {
+        return write_man_page(dir);
     }
     let Some(policies) = args.policies.clone() else {
         eprintln!("cordond: --policies DIR is required");
