@@ -1,7 +1,7 @@
 #!/bin/bash
 # Tests cordond's systemd units under a real systemd (PID 1) in a throw-away Debian bookworm VM.
 #
-#   packaging/vm-test.sh [--bin-dir DIR] [--rebuild]
+#   packaging/vm-test.sh [--bin-dir DIR] [--unit-dir DIR] [--rebuild]
 #
 # Phases (each timed): host tools (apt-get, only what is missing), the base image (debootstrap +
 # mkfs.ext4 -d, built once and cached under $CORDON_VM_CACHE keyed by the package list and the
@@ -9,10 +9,12 @@
 # policies, the checks), the boot (qemu + KVM, root disk opened with snapshot=on so the cache
 # stays pristine). The checks run inside the VM as a oneshot unit after boot and write
 # "CORDON-VM: PASS|FAIL|INFO ..." lines to the serial console; this script prints them, and exits
-# 1 on any FAIL, on a missing END line or on timeout; 0 with "SKIPPED" when KVM is unusable.
+# 1 on any FAIL, on a missing END line or on timeout; 0 with "SKIPPED" when there is no /dev/kvm
+# (or, with CORDON_VM_ACCEL=kvm, when a KVM guest does not run; auto falls back to TCG).
 #
 # Environment: CORDON_BIN_DIR (cordond + cordon; default target/release if both are there, else
-# target/debug), CORDON_VM_CACHE (/var/tmp/cordon-vm), CORDON_VM_TIMEOUT (seconds for the boot and
+# target/debug), CORDON_UNIT_DIR (cordond.service + cordond.socket; default daemon/systemd),
+# CORDON_VM_CACHE (/var/tmp/cordon-vm), CORDON_VM_TIMEOUT (seconds for the boot and
 # the checks, 600), CORDON_VM_MEM (MiB, 1024), CORDON_VM_MIRROR (http://deb.debian.org/debian),
 # CORDON_VM_ACCEL (auto: KVM when a guest really runs, else TCG; kvm: skip without it; tcg),
 # CORDON_VM_LOG (where to keep the whole serial log; default a temporary file, kept on failure).
@@ -27,13 +29,16 @@ mem=${CORDON_VM_MEM:-1024}
 mirror=${CORDON_VM_MIRROR:-http://deb.debian.org/debian}
 suite=bookworm
 bin_dir=${CORDON_BIN_DIR:-}
+unit_dir=${CORDON_UNIT_DIR:-$repo/daemon/systemd}
 rebuild=0
 while [ $# -gt 0 ]; do
     case $1 in
     --bin-dir) bin_dir=$2; shift 2 ;;
     --bin-dir=*) bin_dir=${1#*=}; shift ;;
+    --unit-dir) unit_dir=$2; shift 2 ;;
+    --unit-dir=*) unit_dir=${1#*=}; shift ;;
     --rebuild) rebuild=1; shift ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "vm-test: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -136,14 +141,14 @@ flock -u 9
 phase "accelerator"
 if [ "$accel" != tcg ]; then
     probe_log=$(mktemp)
-    timeout 25 qemu-system-x86_64 -accel kvm -m 256 -nographic -nodefaults -no-reboot \
+    timeout 15 qemu-system-x86_64 -accel kvm -m 256 -nographic -nodefaults -no-reboot \
         -serial "file:$probe_log" -monitor none -kernel "$base/vmlinuz" \
         -append "console=ttyS0 panic=-1 loglevel=4" >/dev/null 2>&1 || true
     if grep -q 'Linux version' "$probe_log"; then
         accel=kvm
     elif [ "$accel" = kvm ]; then
         rm -f "$probe_log"
-        skip "/dev/kvm opens but a KVM guest does not run here (no kernel output in 25 s)"
+        skip "/dev/kvm opens but a KVM guest does not run here (no kernel output in 15 s)"
     else
         echo "vm-test: warning: /dev/kvm opens but a KVM guest does not run here (nested virtualization?): using TCG emulation, much slower"
         accel=tcg
@@ -177,7 +182,7 @@ p=$work/payload
 mkdir -p "$p/bin" "$p/units" "$p/policies"
 install -m 0755 "$vmdir/checks.sh" "$p/run"
 install -m 0755 "$bin_dir/cordond" "$bin_dir/cordon" "$p/bin/"
-install -m 0644 "$repo/daemon/systemd/cordond.service" "$repo/daemon/systemd/cordond.socket" "$p/units/"
+install -m 0644 "$unit_dir/cordond.service" "$unit_dir/cordond.socket" "$p/units/"
 install -m 0644 "$vmdir"/policies/*.toml "$p/policies/"
 (cd "$repo" && git rev-parse --short HEAD 2>/dev/null || echo unknown) >"$p/commit"
 echo "vm-test: binaries from $bin_dir ($("$bin_dir/cordond" --version 2>/dev/null | head -1))"
