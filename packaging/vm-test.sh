@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
     --unit-dir) unit_dir=$2; shift 2 ;;
     --unit-dir=*) unit_dir=${1#*=}; shift ;;
     --rebuild) rebuild=1; shift ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "vm-test: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
