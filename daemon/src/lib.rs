@@ -26,6 +26,7 @@ pub mod caller;
 pub mod confirm;
 pub mod hint;
 pub mod invoke;
+pub mod journal;
 pub mod registry;
 pub mod server;
 pub mod startup;

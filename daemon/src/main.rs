@@ -209,16 +209,27 @@ fn main() -> ExitCode {
             }
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            // One variable for both binaries (`cordon mcp` reads it too); RUST_LOG still works.
-            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
-                .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(|| LossyStderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    // One variable for both binaries (`cordon mcp` reads it too); RUST_LOG still works.
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
+            .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+    };
+    if cordon_daemon::journal::stderr_is_journal() {
+        let format = tracing_subscriber::fmt::format().without_time().with_ansi(false);
+        tracing_subscriber::fmt()
+            .with_env_filter(filter())
+            .with_writer(|| LossyStderr)
+            .with_ansi(false)
+            .event_format(cordon_daemon::journal::JournalFormat(format))
+            .init();
+    } else {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter())
+            .with_writer(|| LossyStderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
     let args = Args::parse();
     if args.probe {
         match serde_json::to_string(&cordon_daemon::startup::probe_report()) {

@@ -142,3 +142,55 @@ fn doctor_fails_while_the_daemon_is_down() {
     assert_eq!(daemon["level"], "fail", "{json:#}");
     assert_eq!(daemon["found"], "not reachable", "{json:#}");
 }
+
+/// Under systemd, stderr is a journal stream (`JOURNAL_STREAM=DEV:INODE` names it): every line
+/// carries its syslog priority, so `journalctl -p warning` finds a rejected reload, and the
+/// reload's multi-line reason stays in that one entry instead of becoming entries of priority
+/// info (what a real systemd showed before; packaging/vm-test.sh).
+#[test]
+fn on_a_journal_stream_every_line_carries_its_priority_and_an_event_stays_one_line() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("tools.toml"), TOOLS).unwrap();
+    let socket = dir.path().join("cordon.sock");
+    let log_path = dir.path().join("journal.txt");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let meta = log.metadata().unwrap();
+    let mut child = Command::new(bin("cordond"))
+        .arg("--policies")
+        .arg(&policies)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--audit")
+        .arg(dir.path().join("audit.jsonl"))
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .env("CORDON_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || socket.exists()), "cordond did not start");
+    // Two lines of TOML that fail: the reason spans lines (a caret under the bad spot).
+    std::fs::write(policies.join("broken.toml"), "version = 1\n[tools.x\n").unwrap();
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+    kill(pid, Signal::SIGHUP).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_to_string(&log_path).unwrap().contains("broken.toml")),
+        "no reload rejection logged"
+    );
+    kill(pid, Signal::SIGTERM).unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    for line in text.lines() {
+        assert!(
+            ["<3>", "<4>", "<6>", "<7>"].iter().any(|p| line.starts_with(p)),
+            "a line without its priority: {line:?}\n{text}"
+        );
+    }
+    let rejected = text.lines().find(|l| l.contains("broken.toml")).unwrap();
+    assert!(rejected.starts_with("<4>") || rejected.starts_with("<3>"), "{rejected}");
+    assert!(text.lines().any(|l| l.starts_with("<6>")), "no info line: {text}");
+}

@@ -1,0 +1,49 @@
+//! Log lines for the systemd journal. Under systemd, cordond's stderr is a journal stream
+//! (`JOURNAL_STREAM` names its device and inode): there each line starts with its syslog
+//! priority (`<3>` error, `<4>` warning, `<6>` info, `<7>` debug; sd-daemon(3)), so
+//! `journalctl -p warning` finds cordond's warnings, and an event stays one entry (a newline
+//! inside a message is written `\n`; the journal would split it into entries of priority info).
+//! The journal stamps its own time, so the line carries none.
+
+use std::fmt;
+
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// Whether stderr is the journal stream systemd connected (`JOURNAL_STREAM=DEV:INODE`).
+pub fn stderr_is_journal() -> bool {
+    let Ok(value) = std::env::var("JOURNAL_STREAM") else { return false };
+    let Some((dev, ino)) = value.split_once(':') else { return false };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else { return false };
+    nix::sys::stat::fstat(std::io::stderr()).is_ok_and(|st| st.st_dev as u64 == dev && st.st_ino as u64 == ino)
+}
+
+/// The syslog priority of a tracing level.
+pub fn priority(level: &Level) -> u8 {
+    match *level {
+        Level::ERROR => 3,
+        Level::WARN => 4,
+        Level::INFO => 6,
+        Level::DEBUG | Level::TRACE => 7,
+    }
+}
+
+/// Wraps an event format: `<PRIORITY>` first, the event on one line.
+#[derive(Debug)]
+pub struct JournalFormat<F>(pub F);
+
+impl<S, N, F> FormatEvent<S, N> for JournalFormat<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        let body = line.trim_end_matches('\n').replace('\n', "\\n");
+        writeln!(writer, "<{}>{body}", priority(event.metadata().level()))
+    }
+}
