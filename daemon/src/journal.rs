@@ -17,7 +17,7 @@ pub fn stderr_is_journal() -> bool {
     let Ok(value) = std::env::var("JOURNAL_STREAM") else { return false };
     let Some((dev, ino)) = value.split_once(':') else { return false };
     let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else { return false };
-    nix::sys::stat::fstat(std::io::stderr()).is_ok_and(|st| u64::from(st.st_dev) == dev && u64::from(st.st_ino) == ino)
+    nix::sys::stat::fstat(std::io::stderr()).is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
 }
 
 /// The syslog priority of a tracing level.
