@@ -65,6 +65,9 @@ check() { # check DESCRIPTION COMMAND...: one line, PASS or FAIL
   fi
 }
 
+unit_cgroup=cordon-deb-test-$$.service
+unit_cgroups=()
+
 cleanup() {
   set +e
   if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
@@ -82,6 +85,7 @@ cleanup() {
   rm -rf /var/lib/cordon
   [ "$had_state" = yes ] && mv "$work/var-lib-cordon.before" /var/lib/cordon
   rm -rf /run/cordon "$work"
+  for d in "${unit_cgroups[@]}"; do find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
 }
 trap cleanup EXIT
 
@@ -146,9 +150,18 @@ listen=$(sed -n 's/^ListenStream=//p' /lib/systemd/system/cordond.socket)
 sock_group=$(sed -n 's/^SocketGroup=//p' /lib/systemd/system/cordond.socket)
 sock_mode=$(sed -n 's/^SocketMode=//p' /lib/systemd/system/cordond.socket)
 echo "ExecStart=$exec_start; ListenStream=$listen (group $sock_group, mode $sock_mode)"
+# systemd runs the service in a cgroup of its own, delegated to it (the unit's Delegate=; the
+# unit starts cordond with --cgroups delegated): the same here, in every hierarchy cordond uses
+# (pure v2: /sys/fs/cgroup; hybrid: the v2 one at unified/ and the v1 memory and pids ones).
+for h in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/memory /sys/fs/cgroup/pids; do
+  [ -e "$h/cgroup.procs" ] || continue
+  mkdir "$h/$unit_cgroup" && unit_cgroups+=("$h/$unit_cgroup")
+done
+echo "the unit's cgroups: ${unit_cgroups[*]}"
 # A service's environment under systemd: no inherited variables, systemd's PATH.
 # shellcheck disable=SC2086
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin \
+  sh -c 'for d in '"${unit_cgroups[*]}"'; do echo $$ > "$d/cgroup.procs"; done; exec "$@"' sh \
   systemd-socket-activate -l "$listen" -- $exec_start >"$work/cordond.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do [ -S "$listen" ] && break; sleep 0.1; done
@@ -158,6 +171,8 @@ run chmod "$sock_mode" "$listen"
 run stat -c '%A %U:%G %n' "$listen"
 run cordon status
 run cordon reload
+run cat "/proc/$daemon_pid/cgroup"
+check "cordond moved itself into its unit's leaf cgroup (delegated)" grep -q "/$unit_cgroup/daemon\$" "/proc/$daemon_pid/cgroup"
 
 say "a developer account: in group cordon, not an admin"
 run useradd --create-home --shell /bin/bash "$dev"
