@@ -66,11 +66,17 @@ impl HintInput {
     }
 
     /// Why the file mode refuses the tool's identity reading `path` (search on every directory
-    /// above it, read on it), or `None` when it allows it or the path does not exist.
+    /// above it, read on it), or `None` when it allows it, the path does not exist, or a
+    /// component is a symlink.
+    ///
+    /// cordond is root: it could stat anything. The walk goes from `/` down and looks at nothing
+    /// the tool's identity could not have looked at itself: it stops at the first directory the
+    /// identity may not search (so a hint never tells an agent whether something exists behind
+    /// it) and follows no symlink (a link's target is somewhere else, perhaps unsearchable).
     fn mode_refuses(&self, path: &Path) -> Option<String> {
-        let meta = std::fs::metadata(path).ok()?;
         let Some((uid, gid)) = self.identity else {
             // The tool ran as cordond itself, with its groups: the kernel's own answer.
+            let meta = std::fs::metadata(path).ok()?;
             let mode = if meta.is_dir() {
                 nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::X_OK
             } else {
@@ -90,19 +96,29 @@ impl HintInput {
                 mode & bit != 0
             }
         };
-        for dir in path.ancestors().skip(1) {
-            let Ok(m) = std::fs::metadata(dir) else { continue };
+        let mut walked = PathBuf::new();
+        let mut components = path.components().peekable();
+        while let Some(component) = components.next() {
+            walked.push(component);
+            let m = std::fs::symlink_metadata(&walked).ok()?;
+            if m.file_type().is_symlink() {
+                return None;
+            }
+            if components.peek().is_none() {
+                let needed = if m.is_dir() { allows(&m, 0o4) && allows(&m, 0o1) } else { allows(&m, 0o4) };
+                return (!needed)
+                    .then(|| format!("its mode is {:04o} (owner {}:{})", m.mode() & 0o7777, m.uid(), m.gid()));
+            }
             if !allows(&m, 0o1) {
                 return Some(format!(
                     "directory {} (mode {:04o}, owner {}:{}) cannot be searched",
-                    dir.display(),
+                    walked.display(),
                     m.mode() & 0o7777,
                     m.uid(),
                     m.gid()
                 ));
             }
         }
-        let needed = if meta.is_dir() { allows(&meta, 0o4) && allows(&meta, 0o1) } else { allows(&meta, 0o4) };
-        (!needed).then(|| format!("its mode is {:04o} (owner {}:{})", meta.mode() & 0o7777, meta.uid(), meta.gid()))
+        None
     }
 }

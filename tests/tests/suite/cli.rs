@@ -239,6 +239,69 @@ required = true
     assert!(!out.stderr.contains(&granted.display().to_string()), "{out:#?}");
 }
 
+/// The hint is computed by a root daemon, which could stat anything: it must not become an
+/// oracle for an agent. Behind a directory the agent may not search, and through a symlink to
+/// one, an existing file and a missing one get the same answer (the agent's own `stat` could not
+/// tell them apart either).
+#[test]
+fn the_hint_tells_an_agent_nothing_its_own_uid_could_not_see() {
+    use std::os::unix::fs::PermissionsExt as _;
+    cordon_tests::require_root!();
+    let d = start_for_agent("version = 1\n");
+    let granted = d.dir.path().join("granted");
+    let private = granted.join("private");
+    let hidden = d.dir.path().join("hidden");
+    for dir in [&private, &hidden] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("present"), "x").unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    std::os::unix::fs::symlink(&hidden, granted.join("link")).unwrap();
+    d.write_policy(
+        "t.toml",
+        &format!(
+            r#"version = 1
+[tools.show]
+description = "show a file"
+reason = "tests"
+command = ["cat", "--", "{{{{file}}}}"]
+read = [{granted}, {hidden}]
+allow = {{ users = ["cordon-t-agent"] }}
+
+[tools.show.params.file]
+type = "path"
+required = true
+"#,
+            granted = cordon_tests::toml_str(&granted),
+            hidden = cordon_tests::toml_str(&hidden)
+        ),
+    );
+    d.cordon(&["reload"]).assert_code(0);
+    let hints = |file: &Path| {
+        let out = cordon_tests::agent::cordon(
+            &d.socket,
+            &["run", "show", "--arg", &format!("file={}", file.display()), "--json"],
+        );
+        assert_ne!(out.code, Some(0), "{out:#?}");
+        let j = out.json();
+        let hints: Vec<String> = j["hints"].as_array().map_or_else(Vec::new, |a| {
+            a.iter().map(|h| h.as_str().unwrap().replace(&file.display().to_string(), "FILE")).collect()
+        });
+        hints
+    };
+    // Behind an unsearchable directory: the directory is named, whether or not the file exists.
+    let present = hints(&private.join("present"));
+    assert_eq!(present, hints(&private.join("absent")), "an existence oracle behind {}", private.display());
+    assert!(
+        present[0].contains(&format!("directory {} (mode 0700, owner 0:0) cannot be searched", private.display())),
+        "{present:?}"
+    );
+    // Through a symlink to such a directory: no mode hint at all, present or absent.
+    let through = hints(&granted.join("link").join("present"));
+    assert_eq!(through, hints(&granted.join("link").join("absent")), "an existence oracle through a symlink");
+    assert!(through.is_empty(), "a mode hint followed a symlink as root: {through:?}");
+}
+
 /// An agent user whom no tool admits: `tools` names the real fix (an admin adds the user or a
 /// group to a tool's `allow`, with the uid and groups cordond sees), not `--all`; `status` counts
 /// the tools this caller may use, not the registry.
