@@ -47,3 +47,21 @@ where
         writeln!(writer, "<{}>{body}", priority(event.metadata().level()))
     }
 }
+
+/// A fatal message on stderr, before or after serving (a policy that does not load, a socket
+/// that cannot be bound): on a journal stream every line at priority error, so
+/// `journalctl -p err` shows why the unit failed; elsewhere as it is.
+pub fn fatal(text: &str) {
+    use std::io::Write as _;
+    let mut out = String::new();
+    let journal = stderr_is_journal();
+    for line in text.lines() {
+        if journal {
+            out.push_str("<3>");
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    // A failed write to stderr has nowhere else to go.
+    let _ = std::io::stderr().write_all(out.as_bytes());
+}

@@ -235,7 +235,7 @@ fn main() -> ExitCode {
         match serde_json::to_string(&cordon_daemon::startup::probe_report()) {
             Ok(report) => println!("{report}"),
             Err(e) => {
-                eprintln!("cordond: cannot write the probe report: {e}");
+                cordon_daemon::journal::fatal(&format!("cordond: cannot write the probe report: {e}"));
                 return ExitCode::FAILURE;
             }
         }
@@ -245,22 +245,21 @@ fn main() -> ExitCode {
         return write_man_page(dir);
     }
     let Some(policies) = args.policies.clone() else {
-        eprintln!("cordond: --policies DIR is required");
+        cordon_daemon::journal::fatal("cordond: --policies DIR is required");
         return ExitCode::from(2);
     };
     let config = Config { activated, ..args.config(policies) };
     let loaded = match cordon_daemon::load(&config) {
         Ok(loaded) => loaded,
         Err(cordon_daemon::startup::StartError::Policy(e)) => {
-            eprintln!("{e}");
-            eprintln!(
-                "cordond: fix the policy files above and start again (check them with `cordon policy check {}`)",
+            cordon_daemon::journal::fatal(&format!(
+                "{e}\ncordond: fix the policy files above and start again (check them with `cordon policy check {}`)",
                 config.policies.display()
-            );
+            ));
             return ExitCode::from(EXIT_CONFIG);
         }
         Err(e) => {
-            eprintln!("cordond: {:#}", anyhow::Error::from(e));
+            cordon_daemon::journal::fatal(&format!("cordond: {:#}", anyhow::Error::from(e)));
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -274,7 +273,7 @@ fn main() -> ExitCode {
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("cordond: {:#}", anyhow::Error::from(e));
+            cordon_daemon::journal::fatal(&format!("cordond: {:#}", anyhow::Error::from(e)));
             ExitCode::FAILURE
         }
     }

@@ -194,3 +194,38 @@ fn on_a_journal_stream_every_line_carries_its_priority_and_an_event_stays_one_li
     assert!(rejected.starts_with("<4>") || rejected.starts_with("<3>"), "{rejected}");
     assert!(text.lines().any(|l| l.starts_with("<6>")), "no info line: {text}");
 }
+
+/// A unit that fails to start says why at priority error (`journalctl -p err`): a policy that
+/// does not load, every line of the reason included.
+#[test]
+fn on_a_journal_stream_a_failed_start_is_an_error() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("broken.toml"), "version = 1\n[tools.x\n").unwrap();
+    let log_path = dir.path().join("journal.txt");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let meta = log.metadata().unwrap();
+    let status = Command::new(bin("cordond"))
+        .arg("--policies")
+        .arg(&policies)
+        .arg("--socket")
+        .arg(dir.path().join("cordon.sock"))
+        .arg("--audit")
+        .arg(dir.path().join("audit.jsonl"))
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(78), "a policy error is a configuration error");
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    assert!(text.contains("broken.toml"), "{text}");
+    assert!(text.contains("cordon policy check"), "{text}");
+    for line in text.lines().filter(|l| !l.starts_with("<6>") && !l.starts_with("<7>")) {
+        assert!(line.starts_with("<3>"), "a line of the failure not at priority error: {line:?}\n{text}");
+    }
+    assert!(text.lines().any(|l| l.starts_with("<3>") && l.contains("broken.toml")), "{text}");
+}
