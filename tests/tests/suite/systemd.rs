@@ -143,35 +143,40 @@ fn doctor_fails_while_the_daemon_is_down() {
     assert_eq!(daemon["found"], "not reachable", "{json:#}");
 }
 
+/// cordond on `DIR/policies`, socket `DIR/cordon.sock`, its stderr the file `log` announced as
+/// the journal stream (`JOURNAL_STREAM=DEV:INODE`, as systemd sets it).
+fn cordond_on_a_journal_stream(dir: &Path, log: &Path) -> Command {
+    use std::os::unix::fs::MetadataExt as _;
+    let file = std::fs::File::create(log).unwrap();
+    let meta = file.metadata().unwrap();
+    let mut cmd = Command::new(bin("cordond"));
+    cmd.arg("--policies")
+        .arg(dir.join("policies"))
+        .arg("--socket")
+        .arg(dir.join("cordon.sock"))
+        .arg("--audit")
+        .arg(dir.join("audit.jsonl"))
+        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
+        .env("CORDON_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file);
+    cmd
+}
+
 /// Under systemd, stderr is a journal stream (`JOURNAL_STREAM=DEV:INODE` names it): every line
 /// carries its syslog priority, so `journalctl -p warning` finds a rejected reload, and the
 /// reload's multi-line reason stays in that one entry instead of becoming entries of priority
 /// info (what a real systemd showed before; packaging/vm-test.sh).
 #[test]
 fn on_a_journal_stream_every_line_carries_its_priority_and_an_event_stays_one_line() {
-    use std::os::unix::fs::MetadataExt as _;
     let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("tools.toml"), TOOLS).unwrap();
     let socket = dir.path().join("cordon.sock");
     let log_path = dir.path().join("journal.txt");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let meta = log.metadata().unwrap();
-    let mut child = Command::new(bin("cordond"))
-        .arg("--policies")
-        .arg(&policies)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--audit")
-        .arg(dir.path().join("audit.jsonl"))
-        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
-        .env("CORDON_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    let mut child = cordond_on_a_journal_stream(dir.path(), &log_path).spawn().unwrap();
     assert!(eventually(Duration::from_secs(10), || socket.exists()), "cordond did not start");
     // Two lines of TOML that fail: the reason spans lines (a caret under the bad spot).
     std::fs::write(policies.join("broken.toml"), "version = 1\n[tools.x\n").unwrap();
@@ -199,27 +204,12 @@ fn on_a_journal_stream_every_line_carries_its_priority_and_an_event_stays_one_li
 /// does not load, every line of the reason included.
 #[test]
 fn on_a_journal_stream_a_failed_start_is_an_error() {
-    use std::os::unix::fs::MetadataExt as _;
     let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("broken.toml"), "version = 1\n[tools.x\n").unwrap();
     let log_path = dir.path().join("journal.txt");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let meta = log.metadata().unwrap();
-    let status = Command::new(bin("cordond"))
-        .arg("--policies")
-        .arg(&policies)
-        .arg("--socket")
-        .arg(dir.path().join("cordon.sock"))
-        .arg("--audit")
-        .arg(dir.path().join("audit.jsonl"))
-        .env("JOURNAL_STREAM", format!("{}:{}", meta.dev(), meta.ino()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .status()
-        .unwrap();
+    let status = cordond_on_a_journal_stream(dir.path(), &log_path).status().unwrap();
     assert_eq!(status.code(), Some(78), "a policy error is a configuration error");
     let text = std::fs::read_to_string(&log_path).unwrap();
     assert!(text.contains("broken.toml"), "{text}");
