@@ -17,8 +17,11 @@
 #   packaging/test-deb.sh [target/debian/cordon_*.deb]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-deb=${1:-$(ls -t "$repo"/target/debian/cordon_*.deb 2>/dev/null | head -n 1)}
-[ -f "$deb" ] || { echo "test-deb.sh: no package: build it with packaging/build-deb.sh" >&2; exit 1; }
+# The README's commands are run as written (tests/suite/readme.rs checks it), from the checkout.
+cd "$repo"
+set -- target/debian/cordon_*.deb
+[ "$#" = 1 ] && [ -f "$1" ] || { echo "test-deb.sh: need exactly one target/debian/cordon_*.deb: build it with packaging/build-deb.sh" >&2; exit 1; }
+deb=$1
 [ "$(id -u)" = 0 ] || { echo "test-deb.sh: needs root" >&2; exit 1; }
 if [ -e /run/cordon/cordon.sock ]; then
   echo "test-deb.sh: /run/cordon/cordon.sock exists (a cordond running as root?): stop it, or remove a stale socket" >&2
@@ -28,9 +31,10 @@ if dpkg-query -W -f='${Status}' cordon 2>/dev/null | grep -q installed; then
   echo "test-deb.sh: cordon is already installed here; this test installs and purges it: run it on a throwaway machine" >&2
   exit 1
 fi
-dev=${CORDON_TEST_DEV:-alice}
+# The README's developer.
+dev=alice
 if getent passwd "$dev" >/dev/null; then
-  echo "test-deb.sh: the account $dev exists already; set CORDON_TEST_DEV to an unused name" >&2
+  echo "test-deb.sh: the account $dev exists already; run this on a throwaway machine" >&2
   exit 1
 fi
 
@@ -77,7 +81,7 @@ cleanup() {
   if dpkg-query -W -f='${Status}' cordon 2>/dev/null | grep -q installed; then
     dpkg --purge cordon >/dev/null 2>&1
   fi
-  [ "$local_installed" = yes ] && "$repo/packaging/install.sh" --uninstall --layout other >/dev/null 2>&1
+  [ "$local_installed" = yes ] && "$repo/packaging/install.sh" --uninstall >/dev/null 2>&1
   [ "$had_etc" = no ] && rm -rf /etc/cordon
   getent passwd "$dev" >/dev/null && userdel -r "$dev" 2>/dev/null
   [ "$had_group_cordon" = no ] && getent group cordon >/dev/null && groupdel cordon
@@ -90,7 +94,7 @@ cleanup() {
 trap cleanup EXIT
 
 say "install"
-run dpkg -i "$deb"
+run dpkg -i target/debian/cordon_*.deb
 
 say "what the package installed"
 run dpkg -L cordon | grep -v '^/\.$' | sort | tee "$work/dpkg-L"
@@ -176,7 +180,7 @@ check "cordond moved itself into its unit's leaf cgroup (delegated)" grep -q "/$
 
 say "a developer account: in group cordon, not an admin"
 run useradd --create-home --shell /bin/bash "$dev"
-run usermod -aG cordon "$dev"
+run usermod -aG cordon alice
 run id "$dev"
 check "$dev is not an admin" bash -c "! id -nG $dev | grep -qw cordon-admin"
 run runuser -u "$dev" -- cordon tools
@@ -207,9 +211,24 @@ else
   failures=$((failures + 1))
 fi
 
+say "the README's first policy: check, install, reload, what the tool may touch"
+# The policy is the README's own (its toml block under "Write a first policy").
+awk '/^### /{s=($0=="### Write a first policy")} s&&/^```toml$/{b=1;next} b&&/^```$/{exit} b' README.md >"$work/50-team.toml"
+cd "$work"
+run cordon policy check 50-team.toml
+run install -m 0644 50-team.toml /etc/cordon/policies.d/
+run cordon reload
+run cordon tool disk-usage
+cd "$repo"
+check "$dev may use the new tool" runuser -u "$dev" -- cordon run disk-usage --arg path="/home/$dev/project"
+
 say "what the admin sees in the audit log"
 run cordon audit tail -n 4
+run cordon audit tail -n 20 --tool disk-usage --json
+run cordon audit verify
 check "the audit log records $dev's calls" bash -c "cordon audit tail -n 50 --json | grep -q 'git-changes'"
+check "the audit log records the new tool's call" bash -c "cordon audit tail -n 20 --tool disk-usage --json | grep -q '\"finished\"'"
+check "cordon audit verify passes" cordon audit verify
 
 say "stop cordond (SIGTERM, as systemctl stop)"
 run kill -TERM "$daemon_pid"
@@ -219,24 +238,29 @@ run tail -n 3 "$work/cordond.log"
 
 say "upgrade (the same package again): an admin's policy edit is kept"
 run sed -i 's/^timeout = "10m"/timeout = "20m"/' /etc/cordon/policies.d/30-test.toml
-run dpkg -i "$deb"
+run dpkg -i target/debian/cordon_*.deb
 check "the admin's edit survived the upgrade" grep -q '^timeout = "20m"' /etc/cordon/policies.d/30-test.toml
 
 say "purge"
 run dpkg --purge cordon
 check "the binaries are gone" test ! -e /usr/bin/cordon -a ! -e /usr/bin/cordond
 check "the units are gone" test ! -e /lib/systemd/system/cordond.service -a ! -e /etc/systemd/system/sockets.target.wants/cordond.socket
-check "/etc/cordon is gone (the conffiles, edited or not)" test ! -e /etc/cordon
+check "the starter policies are gone (the conffiles, edited or not)" bash -c '! ls /etc/cordon/policies.d/[123]0-*.toml'
+check "a policy the admin added stays (50-team.toml)" test -f /etc/cordon/policies.d/50-team.toml
+run rm -rf /etc/cordon
 check "/run/cordon is gone" test ! -e /run/cordon
 echo "left on purpose:"
 run ls -la /var/lib/cordon
 run getent group cordon cordon-admin
 
 say "without a package (Fedora and others): packaging/install.sh, then --uninstall"
-# The same list with the generic layout (what it picks off Debian) under /usr/local. The build is
-# the README's (already done: cargo finds nothing to do).
-run bash -c "cd '$repo' && cargo build --release --locked -p cordon-client -p cordon-daemon"
-run "$repo/packaging/install.sh" --no-build --layout other
+# The README's commands as written, under /usr/local (here on Debian install.sh picks Debian's zsh
+# completion directory; off Debian, share/zsh/site-functions). The build is already done: cargo
+# finds nothing to do.
+run cargo build --release --locked -p cordon-client -p cordon-daemon
+check "install.sh: off Debian, zsh completions go to share/zsh/site-functions" \
+  bash -c "packaging/install.sh --list --no-build --layout other | grep -q ' /usr/local/share/zsh/site-functions/_cordon\$'"
+run packaging/install.sh --no-build
 local_installed=yes
 run stat -c '%A %U:%G %n' /usr/local/bin/cordon /usr/local/bin/cordond /etc/cordon/policies.d/*.toml
 run grep '^ExecStart=' /usr/local/lib/systemd/system/cordond.service
@@ -247,17 +271,17 @@ check "install.sh: the groups exist" getent group cordon cordon-admin
 check "install.sh: /var/lib/cordon is 700 root:root" test "$(stat -c '%a %U:%G' /var/lib/cordon)" = "700 root:root"
 check "install.sh: cordon policy check /etc/cordon/policies.d passes" /usr/local/bin/cordon policy check /etc/cordon/policies.d
 check "install.sh: every file of its list is installed" \
-  bash -c "'$repo/packaging/install.sh' --list --no-build --layout other | while read -r mode path; do [ \"\$(stat -c %a \"\$path\")\" = \"\${mode#0}\" ] || exit 1; done"
+  bash -c "'$repo/packaging/install.sh' --list --no-build | while read -r mode path; do [ \"\$(stat -c %a \"\$path\")\" = \"\${mode#0}\" ] || exit 1; done"
 say "install.sh again (an upgrade): an admin's policy edit is kept, the shipped version lands next to it"
 run sed -i 's/^timeout = "10m"/timeout = "20m"/' /etc/cordon/policies.d/30-test.toml
-run "$repo/packaging/install.sh" --no-build --layout other
+run packaging/install.sh --no-build
 check "install.sh: the admin's edit survived" grep -q '^timeout = "20m"' /etc/cordon/policies.d/30-test.toml
 check "install.sh: the shipped version is 30-test.toml.new" cmp "$repo/packaging/policies.d/30-test.toml" /etc/cordon/policies.d/30-test.toml.new
 check "install.sh: cordon policy check still passes (cordond reads only *.toml)" /usr/local/bin/cordon policy check /etc/cordon/policies.d
-run "$repo/packaging/install.sh" --uninstall --layout other
+run packaging/install.sh --uninstall
 local_installed=no
 check "install.sh --uninstall: no file of the list is left but the policies" \
-  bash -c "'$repo/packaging/install.sh' --list --no-build --layout other | while read -r mode path; do case \"\$path\" in /etc/cordon/*) continue;; esac; [ ! -e \"\$path\" ] || exit 1; done"
+  bash -c "'$repo/packaging/install.sh' --list --no-build | while read -r mode path; do case \"\$path\" in /etc/cordon/*) continue;; esac; [ ! -e \"\$path\" ] || exit 1; done"
 check "install.sh --uninstall: the policies are kept" test -f /etc/cordon/policies.d/10-code.toml
 [ "$had_etc" = no ] && rm -rf /etc/cordon
 

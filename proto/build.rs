@@ -18,28 +18,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 /// The commit this build is from (`--version` shows it), read from `.git` without running git;
 /// `CORDON_COMMIT` in the environment wins (packaging from a tarball); "unknown" otherwise.
+/// A linked worktree's `.git` is a file (`gitdir: PATH`): HEAD is read there, and the refs from
+/// the repository it names in `commondir`.
 fn commit() -> String {
     println!("cargo:rerun-if-env-changed=CORDON_COMMIT");
     if let Ok(c) = std::env::var("CORDON_COMMIT") {
         return c;
     }
-    let git = PathBuf::from("../.git");
-    let Ok(head) = std::fs::read_to_string(git.join("HEAD")) else {
+    let Some((head_dir, refs_dir)) = git_dirs(&PathBuf::from("..")) else {
         return "unknown".into();
     };
-    println!("cargo:rerun-if-changed=../.git/HEAD");
+    let Ok(head) = std::fs::read_to_string(head_dir.join("HEAD")) else {
+        return "unknown".into();
+    };
+    watch(&head_dir.join("HEAD"));
     let head = head.trim();
     let hash = match head.strip_prefix("ref: ") {
         None => head.to_string(),
         Some(name) => {
-            // Only files that exist: cargo reruns a script whose watched file is missing every time.
-            for watched in [name, "packed-refs"] {
-                if git.join(watched).exists() {
-                    println!("cargo:rerun-if-changed=../.git/{watched}");
-                }
-            }
-            std::fs::read_to_string(git.join(name)).map(|h| h.trim().to_string()).unwrap_or_else(|_| {
-                std::fs::read_to_string(git.join("packed-refs"))
+            watch(&refs_dir.join(name));
+            watch(&refs_dir.join("packed-refs"));
+            std::fs::read_to_string(refs_dir.join(name)).map(|h| h.trim().to_string()).unwrap_or_else(|_| {
+                std::fs::read_to_string(refs_dir.join("packed-refs"))
                     .ok()
                     .and_then(|p| {
                         p.lines().find(|l| l.ends_with(&format!(" {name}"))).map(|l| l[..l.len().min(40)].to_string())
@@ -52,5 +52,35 @@ fn commit() -> String {
         hash[..12].to_string()
     } else {
         "unknown".into()
+    }
+}
+
+/// Where HEAD is, and where the refs are, for the checkout at `top`: both `top/.git` in a plain
+/// clone; in a linked worktree (`.git` is a file saying `gitdir: PATH`) HEAD in PATH and the
+/// refs in the repository PATH/commondir names.
+fn git_dirs(top: &std::path::Path) -> Option<(PathBuf, PathBuf)> {
+    let dot_git = top.join(".git");
+    if dot_git.is_dir() {
+        return Some((dot_git.clone(), dot_git));
+    }
+    let text = std::fs::read_to_string(&dot_git).ok()?;
+    watch(&dot_git);
+    let gitdir = PathBuf::from(text.trim().strip_prefix("gitdir:")?.trim());
+    let gitdir = if gitdir.is_absolute() { gitdir } else { top.join(gitdir) };
+    let common = match std::fs::read_to_string(gitdir.join("commondir")) {
+        Ok(c) => {
+            let c = PathBuf::from(c.trim());
+            if c.is_absolute() { c } else { gitdir.join(c) }
+        }
+        Err(_) => gitdir.clone(),
+    };
+    Some((gitdir, common))
+}
+
+/// Reruns the build script when `path` changes; only for files that exist (cargo reruns a
+/// script whose watched file is missing every time).
+fn watch(path: &std::path::Path) {
+    if path.exists() {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
 }

@@ -35,10 +35,12 @@ struct Args {
     /// On SIGTERM/SIGINT, how long running invocations may take to finish before they are killed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     shutdown_grace: Duration,
-    /// Members of this group are admins [default: cordon-admin, when it exists]
+    /// Members of this group are admins; "" for none (only root and cordond's user)
+    /// [default: cordon-admin, when it exists]
     #[arg(long, value_name = "GROUP")]
     admin_group: Option<String>,
-    /// As root: the group that may connect to the socket (mode 0660) [default: cordon, when it exists]
+    /// As root: the group that may connect to the socket (mode 0660); "" for none (mode 0600, the
+    /// owner only) [default: cordon, when it exists]
     #[arg(long, value_name = "GROUP")]
     socket_group: Option<String>,
     /// How long a `confirm = "agent"` token stays valid.

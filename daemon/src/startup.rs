@@ -197,6 +197,8 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
     }
     let group = |given: &Option<String>, default: &str, flag: &'static str| -> Result<Option<u32>, StartError> {
         match given {
+            // An empty name: no such group at all, whatever the host has.
+            Some(name) if name.is_empty() => Ok(None),
             Some(name) => {
                 authz::group_id(name).map(Some).ok_or_else(|| StartError::NoSuchGroup { flag, name: name.clone() })
             }

@@ -82,6 +82,13 @@ impl Daemon {
         if chosen.is_none() {
             command.arg("--audit").arg(&audit);
         }
+        // Hermetic: a host's own `cordon` and `cordon-admin` groups (an installed package) do
+        // not change a test daemon's socket mode or who its admins are, unless the test says so.
+        for flag in ["--socket-group", "--admin-group"] {
+            if !extra_args.contains(&flag) {
+                command.arg(flag).arg("");
+            }
+        }
         let child = command
             .args(extra_args)
             .env("CORDON_LOG", "info")

@@ -16,6 +16,7 @@ mod examples;
 mod mcp;
 mod mcp_messages;
 mod mcp_protocol;
+mod readme;
 mod reliability_audit;
 mod reliability_policies;
 mod reliability_wire;

@@ -275,6 +275,13 @@ fn the_socket_is_locked_down_under_umask_000() {
     }
     drop(d);
 
+    // `--socket-group ""`: no group, whatever the host has (only the owner may connect).
+    let socket = dir.path().join("none").join("run").join("cordon.sock");
+    let mut d = Umask000::start(&dir.path().join("none"), &socket, &["--socket-group", ""]);
+    d.wait_ready(&socket);
+    assert_locked_down(&socket, 0o600, egid);
+    drop(d);
+
     if is_root() {
         const GROUP: &str = "cordon-t-wire";
         let _ = Command::new("groupadd").args(["-f", GROUP]).output();

@@ -1,0 +1,78 @@
+//! The README's quick start and runbook are run by CI, so they cannot rot: the quick start as
+//! written by `.ci/quickstart` (which reads it from README.md), and every shell command of the
+//! runbook ("Install on a workstation") is one that `.ci/run` or the package test
+//! (`packaging/test-deb.sh`) runs literally. (The gRPC section's grpcurl lines are examples for a
+//! tool CI does not install; `tests/grpc-python` makes the same calls with a stock client.)
+
+use std::path::Path;
+
+fn repo_file(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `(section heading, command)` for every line of every ```sh block.
+fn readme_commands() -> Vec<(String, String)> {
+    let readme = repo_file("README.md");
+    let (mut section, mut in_block, mut out) = (String::new(), false, Vec::new());
+    for line in readme.lines() {
+        if !in_block && line.starts_with("## ") {
+            section = line.trim_start_matches('#').trim().to_string();
+        }
+        match (in_block, line) {
+            (false, "```sh") => in_block = true,
+            (true, "```") => in_block = false,
+            (true, l) => {
+                let command = l.split(" #").next().unwrap_or("").trim();
+                if !command.is_empty() && !command.starts_with('#') {
+                    out.push((section.clone(), command.to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn ci_runs_the_readme_quick_start_as_written() {
+    let run = repo_file(".ci/run");
+    assert!(run.lines().any(|l| l.trim() == ".ci/quickstart"), ".ci/run must run .ci/quickstart");
+    let quick: Vec<String> =
+        readme_commands().into_iter().filter(|(s, _)| s == "Quick start").map(|(_, c)| c).collect();
+    assert!(quick.iter().any(|c| c.contains("cordond -- --policies policies/examples")), "{quick:?}");
+    // The README's test command is the one .ci/run runs (as two lines: see its comment).
+    let test_command = "cargo build --workspace --all-targets && cargo test --workspace";
+    assert!(quick.iter().any(|c| c == test_command), "{quick:?}");
+    assert!(run.contains("cargo build --workspace --all-targets --locked"));
+    assert!(run.contains("cargo test --workspace --locked"));
+}
+
+#[test]
+fn every_runbook_command_is_run_by_ci() {
+    let ci = [repo_file(".ci/run"), repo_file("packaging/test-deb.sh")].join("\n");
+    let ran: Vec<String> = ci
+        .lines()
+        .map(|l| {
+            let l = l.trim();
+            l.strip_prefix("run ").unwrap_or(l).to_string()
+        })
+        .collect();
+    let mut missing = Vec::new();
+    for (section, command) in readme_commands() {
+        if section != "Install on a workstation (runbook)" {
+            continue;
+        }
+        // CI runs as root: `sudo X` is X there.
+        let command = command.strip_prefix("sudo ").unwrap_or(&command);
+        if !ran.iter().any(|l| l == command) {
+            missing.push(format!("{section}: {command}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README commands that neither .ci/run nor packaging/test-deb.sh runs as written (add them there, \
+         as `run COMMAND` in test-deb.sh):\n{}",
+        missing.join("\n")
+    );
+}
