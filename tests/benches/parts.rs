@@ -30,7 +30,7 @@ fn main() {
     if host.cgroups.available() {
         time("cgroup create + remove (per call)", |i| {
             let mut cg = host.cgroups.create(&format!("parts-{i}"), &policy.limits, 512).unwrap();
-            let _files = cg.procs_files().unwrap();
+            let _files = cg.procs_fds();
             cg.remove();
         });
     }

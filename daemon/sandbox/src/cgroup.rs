@@ -18,8 +18,11 @@
 
 use std::fs;
 use std::io::{self, Read as _, Write as _};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cordon_core::policy::Limits;
@@ -77,7 +80,7 @@ pub enum CgroupError {
 }
 
 /// Which cgroup mechanisms cordond can use on this host.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct Cgroups {
     /// `v2`, `hybrid`, `v1` or `none`.
     pub mode: &'static str,
@@ -90,6 +93,8 @@ pub struct Cgroups {
     kill_root: Option<PathBuf>,
     memory: Option<Controller>,
     pids: Option<Controller>,
+    /// Emptied invocation cgroups kept for the next invocations (shared by clones).
+    pool: Arc<Pool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,7 +214,15 @@ impl Cgroups {
                     if name == "memory" { memory = c } else { pids = c }
                 }
             }
-            return Cgroups { mode: "v2", reason: None, delegated: None, kill_root: Some(dir), memory, pids };
+            return Cgroups {
+                mode: "v2",
+                reason: None,
+                delegated: None,
+                kill_root: Some(dir),
+                memory,
+                pids,
+                pool: Arc::default(),
+            };
         }
         let unified = Path::new(ROOT).join("unified");
         let kill_root = if is_cgroup2(&unified) {
@@ -233,7 +246,7 @@ impl Cgroups {
             return Cgroups::none("no usable cgroup hierarchy under /sys/fs/cgroup");
         }
         let mode = if kill_root.is_some() { "hybrid" } else { "v1" };
-        Cgroups { mode, reason: None, delegated: None, kill_root, memory, pids }
+        Cgroups { mode, reason: None, delegated: None, kill_root, memory, pids, pool: Arc::default() }
     }
 
     /// `root`, or `delegated (CGROUP)`: where invocations are made, for logs and the audit.
@@ -289,66 +302,181 @@ impl Cgroups {
         roots
     }
 
-    /// Creates the cgroups of one invocation, with its limits written.
+    /// The cgroups of one invocation, with its limits written: a recycled leaf from the pool
+    /// when the invocation has no memory limit (its pids limit rewritten only when it differs),
+    /// else new directories named by `id`, removed afterwards.
+    ///
+    /// Why memory-limited invocations never get a recycled leaf: memory a finished invocation
+    /// left charged to its cgroup (page cache, tmpfs files) would count against the next one's
+    /// limit. A pids count, the only other limit, is exactly the live processes, and a leaf is
+    /// only recycled once it is verified empty ([`InvocationCgroup::release`]).
     pub fn create(&self, id: &str, limits: &Limits, default_processes: u64) -> io::Result<InvocationCgroup> {
-        let mut cg = InvocationCgroup { dirs: Vec::new(), kill_dir: None };
-        let mut make = |root: &Path| -> io::Result<PathBuf> {
-            let dir = root.join(id);
-            if !cg.dirs.contains(&dir) {
+        let processes = limits.processes.unwrap_or(default_processes);
+        if limits.memory.is_none() {
+            let leaf = match self.pool.take() {
+                Some(leaf) => leaf,
+                None => {
+                    let name = format!("l{}", self.pool.next.fetch_add(1, Ordering::Relaxed));
+                    self.make(&name, None, processes)?
+                }
+            };
+            let mut cg = InvocationCgroup { leaf: Some(leaf), pool: Some(self.pool.clone()) };
+            cg.set_processes(processes)?;
+            return Ok(cg);
+        }
+        Ok(InvocationCgroup { leaf: Some(self.make(id, limits.memory, processes)?), pool: None })
+    }
+
+    /// New directories `name` in each hierarchy, with their limits written and the files an
+    /// invocation uses opened.
+    fn make(&self, name: &str, memory: Option<u64>, processes: u64) -> io::Result<Leaf> {
+        let mut leaf = Leaf::default();
+        let make = |root: &Path, leaf: &mut Leaf| -> io::Result<PathBuf> {
+            let dir = root.join(name);
+            if !leaf.dirs.contains(&dir) {
                 fs::create_dir(&dir)?;
-                cg.dirs.push(dir.clone());
+                leaf.dirs.push(dir.clone());
             }
             Ok(dir)
         };
-        if let Some(root) = &self.kill_root {
-            let dir = make(root)?;
-            cg.kill_dir = Some(dir);
-        }
-        if let (Some(c), Some(bytes)) = (&self.memory, limits.memory) {
-            let dir = make(&c.root)?;
-            if c.v2 {
-                fs::write(dir.join("memory.max"), bytes.to_string())?;
-                // No swap: the limit means what it says.
-                let _ = fs::write(dir.join("memory.swap.max"), "0");
-            } else {
-                fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string())?;
-                let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
+        // Made (and so removed) in this order; opened below once every directory exists.
+        let result = (|| -> io::Result<()> {
+            if let Some(root) = &self.kill_root {
+                let dir = make(root, &mut leaf)?;
+                leaf.kill = open_write(&dir.join("cgroup.kill")).ok();
+                leaf.kill_dir = Some(dir);
+            }
+            if let (Some(c), Some(bytes)) = (&self.memory, memory) {
+                let dir = make(&c.root, &mut leaf)?;
+                if c.v2 {
+                    fs::write(dir.join("memory.max"), bytes.to_string())?;
+                    // No swap: the limit means what it says.
+                    let _ = fs::write(dir.join("memory.swap.max"), "0");
+                } else {
+                    fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string())?;
+                    let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
+                }
+            }
+            if let Some(c) = &self.pids {
+                let dir = make(&c.root, &mut leaf)?;
+                let file = open_write(&dir.join("pids.max"))?;
+                leaf.pids_max = Some((file, 0));
+                leaf.pids_current = Some(fs::File::open(dir.join("pids.current"))?);
+                leaf.set_processes(processes)?;
+            }
+            for dir in &leaf.dirs {
+                leaf.procs.push(open_write(&dir.join("cgroup.procs"))?.into());
+            }
+            if let Some(dir) = &leaf.kill_dir {
+                leaf.events = Some(fs::File::open(dir.join("cgroup.events"))?);
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => Ok(leaf),
+            Err(e) => {
+                leaf.remove();
+                Err(e)
             }
         }
-        if let Some(c) = &self.pids {
-            let dir = make(&c.root)?;
-            fs::write(dir.join("pids.max"), limits.processes.unwrap_or(default_processes).to_string())?;
-        }
-        Ok(cg)
     }
 }
 
-/// The cgroups of one invocation. Dropping it kills what is left inside and removes them.
-#[derive(Debug)]
-pub struct InvocationCgroup {
+/// How many emptied leaves the pool keeps (more are removed): enough for every invocation that
+/// may run at once on a busy host, small enough that idle ones cost nothing worth counting.
+const POOL_MAX: usize = 64;
+
+/// Emptied leaf cgroups, verified empty, for the next invocations without a memory limit.
+#[derive(Debug, Default)]
+struct Pool {
+    free: Mutex<Vec<Leaf>>,
+    /// Names new leaves (`l0`, `l1`, ...; invocation ids are 32 hex digits, so never alike).
+    next: AtomicU64,
+}
+
+impl Pool {
+    fn take(&self) -> Option<Leaf> {
+        self.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop()
+    }
+
+    /// Keeps `leaf` for the next invocation; gives it back when the pool is full.
+    fn put(&self, leaf: Leaf) -> Option<Leaf> {
+        let mut free = self.free.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if free.len() >= POOL_MAX {
+            return Some(leaf);
+        }
+        free.push(leaf);
+        None
+    }
+}
+
+/// One invocation's directories, and the files an invocation uses, opened once per leaf.
+#[derive(Debug, Default)]
+struct Leaf {
     dirs: Vec<PathBuf>,
     kill_dir: Option<PathBuf>,
+    /// `cgroup.procs` of every directory, open for the child to write itself into.
+    procs: Vec<OwnedFd>,
+    /// `cgroup.kill` of the v2 directory.
+    kill: Option<fs::File>,
+    /// `cgroup.events` of the v2 directory (`populated 0` when empty).
+    events: Option<fs::File>,
+    /// `pids.max` and the value last written to it.
+    pids_max: Option<(fs::File, u64)>,
+    /// `pids.current` (the live processes, for the emptiness check).
+    pids_current: Option<fs::File>,
 }
 
-impl InvocationCgroup {
-    /// `cgroup.procs` of every directory, open for the child to write itself into.
-    pub fn procs_files(&self) -> io::Result<Vec<OwnedFd>> {
-        self.dirs
-            .iter()
-            .map(|d| fs::OpenOptions::new().write(true).open(d.join("cgroup.procs")).map(OwnedFd::from))
-            .collect()
+impl Leaf {
+    fn set_processes(&mut self, n: u64) -> io::Result<()> {
+        if let Some((file, current)) = &mut self.pids_max
+            && *current != n
+        {
+            file.write_at(n.to_string().as_bytes(), 0)?;
+            *current = n;
+        }
+        Ok(())
     }
 
-    /// Kills every process in the invocation's cgroups.
-    pub fn kill(&self) {
+    fn kill(&self) {
+        if let Some(k) = &self.kill
+            && (&*k).write_all(b"1").is_ok()
+        {
+            return;
+        }
         kill_dir(self.kill_dir.as_deref(), &self.dirs);
     }
 
+    /// Whether no process is left in any of the leaf's directories, as the kernel counts.
+    fn is_empty(&self) -> bool {
+        let read = |file: &fs::File| -> Option<String> {
+            let mut buf = [0u8; 128];
+            let n = file.read_at(&mut buf, 0).ok()?;
+            Some(String::from_utf8_lossy(buf.get(..n)?).into_owned())
+        };
+        let v2_empty = match &self.events {
+            Some(fd) => read(fd).is_some_and(|t| t.lines().any(|l| l == "populated 0")),
+            None => true,
+        };
+        let pids_empty = match &self.pids_current {
+            Some(fd) => read(fd).is_some_and(|t| t.trim() == "0"),
+            None => true,
+        };
+        // A hierarchy with neither file (v1 without pids) cannot be checked: not recycled.
+        v2_empty && pids_empty && (self.events.is_some() || self.pids_current.is_some())
+    }
+
     /// Kills what is left, waits (briefly) for the cgroups to empty, and removes them.
-    pub fn remove(&mut self) {
+    fn remove(&mut self) {
+        self.procs.clear();
         self.kill();
+        self.kill = None;
+        self.events = None;
+        self.pids_max = None;
+        self.pids_current = None;
         let deadline = Instant::now() + Duration::from_secs(2);
-        for dir in std::mem::take(&mut self.dirs) {
+        // Innermost last made, first removed.
+        for dir in std::mem::take(&mut self.dirs).into_iter().rev() {
             while fs::remove_dir(&dir).is_err() && dir.exists() && Instant::now() < deadline {
                 kill_dir(self.kill_dir.as_deref(), std::slice::from_ref(&dir));
                 std::thread::sleep(Duration::from_millis(5));
@@ -360,11 +488,66 @@ impl InvocationCgroup {
     }
 }
 
+fn open_write(path: &Path) -> io::Result<fs::File> {
+    fs::OpenOptions::new().write(true).open(path)
+}
+
+/// The cgroups of one invocation. Dropping it kills what is left inside and removes them;
+/// [`InvocationCgroup::release`] gives an emptied recyclable one back to the pool instead.
+#[derive(Debug)]
+pub struct InvocationCgroup {
+    leaf: Option<Leaf>,
+    /// Where a recyclable leaf goes back (`None`: removed after use).
+    pool: Option<Arc<Pool>>,
+}
+
+impl InvocationCgroup {
+    /// `cgroup.procs` of every directory, open for the child to write itself into (owned by
+    /// this invocation cgroup, which outlives the child's start).
+    pub fn procs_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.leaf.iter().flat_map(|l| l.procs.iter().map(AsRawFd::as_raw_fd)).collect()
+    }
+
+    fn set_processes(&mut self, n: u64) -> io::Result<()> {
+        match &mut self.leaf {
+            Some(leaf) => leaf.set_processes(n),
+            None => Ok(()),
+        }
+    }
+
+    /// Kills every process in the invocation's cgroups.
+    pub fn kill(&self) {
+        if let Some(leaf) = &self.leaf {
+            leaf.kill();
+        }
+    }
+
+    /// After the invocation (its group killed and its leader reaped): back to the pool when it
+    /// is recyclable and verified empty (no system call beyond two reads), else handed back for
+    /// [`InvocationCgroup::remove`], which may wait for the kernel to empty it.
+    pub fn release(mut self) -> Option<InvocationCgroup> {
+        if let (Some(pool), Some(leaf)) = (&self.pool, &self.leaf)
+            && leaf.is_empty()
+        {
+            let pool = pool.clone();
+            if let Some(leaf) = self.leaf.take() {
+                self.leaf = pool.put(leaf);
+            }
+        }
+        self.leaf.is_some().then_some(self)
+    }
+
+    /// Kills what is left, waits (briefly) for the cgroups to empty, and removes them.
+    pub fn remove(&mut self) {
+        if let Some(mut leaf) = self.leaf.take() {
+            leaf.remove();
+        }
+    }
+}
+
 impl Drop for InvocationCgroup {
     fn drop(&mut self) {
-        if !self.dirs.is_empty() {
-            self.remove();
-        }
+        self.remove();
     }
 }
 
@@ -394,9 +577,12 @@ pub(crate) fn clean_all(roots: &[PathBuf]) -> usize {
             if !dir.is_dir() {
                 continue;
             }
-            let mut cg =
-                InvocationCgroup { kill_dir: dir.join("cgroup.kill").exists().then(|| dir.clone()), dirs: vec![dir] };
-            cg.remove();
+            let mut leaf = Leaf {
+                kill_dir: dir.join("cgroup.kill").exists().then(|| dir.clone()),
+                dirs: vec![dir],
+                ..Leaf::default()
+            };
+            leaf.remove();
             cleaned += 1;
         }
         let _ = fs::remove_dir(root);

@@ -110,8 +110,9 @@ pub struct Identity {
 pub(crate) struct ChildSetup {
     /// The daemon's pid, to detect that it died before the parent-death signal was armed.
     pub parent: libc::pid_t,
-    /// `cgroup.procs` of each of the invocation's cgroups, open for writing.
-    pub cgroup_procs: Vec<OwnedFd>,
+    /// `cgroup.procs` of each of the invocation's cgroups, open for writing (held open by the
+    /// invocation's cgroup, which outlives the child's start).
+    pub cgroup_procs: Vec<RawFd>,
     /// (resource, soft, hard).
     pub rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)>,
     pub identity: Option<Identity>,
@@ -124,6 +125,23 @@ pub(crate) struct ChildSetup {
     pub report: OwnedFd,
     /// The read-only view of the filesystem to enter (`None` where the host has none).
     pub view: Option<Arc<View>>,
+    /// The highest capability number the kernel knows ([`last_cap`]).
+    pub last_cap: libc::c_ulong,
+}
+
+/// The highest capability number the running kernel knows: the bounding set has one bit per
+/// capability up to it, each dropped by the child. Counted once per process in the parent
+/// (`PR_CAPBSET_READ` fails past the last one), so the child makes one call per capability.
+pub(crate) fn last_cap() -> libc::c_ulong {
+    static LAST: std::sync::OnceLock<libc::c_ulong> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        let mut cap: libc::c_ulong = 0;
+        // SAFETY: PR_CAPBSET_READ only reads this thread's bounding set.
+        while unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap + 1, 0, 0, 0) } >= 0 {
+            cap += 1;
+        }
+        cap
+    })
 }
 
 const PROC_SELF: &CStr = c"/proc/self";
@@ -434,10 +452,10 @@ fn setup(s: &ChildSetup) -> io::Result<()> {
         unsafe { *libc::__errno_location() = libc::ESRCH };
         return Err(fail(Step::ParentGone));
     }
-    for fd in &s.cgroup_procs {
+    for &fd in &s.cgroup_procs {
         // "0" moves the writing process itself.
         // SAFETY: see above.
-        if unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
+        if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
             return Err(fail(Step::JoinCgroup));
         }
     }
@@ -455,7 +473,7 @@ fn setup(s: &ChildSetup) -> io::Result<()> {
         return Err(fail(Step::CloseFds));
     }
     if let Some(id) = s.identity {
-        drop_identity(id, &fail)?;
+        drop_identity(id, s.last_cap, &fail)?;
     }
     // SAFETY: see above.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
@@ -470,17 +488,16 @@ fn setup(s: &ChildSetup) -> io::Result<()> {
 
 /// Leaves root for good: no capabilities (not even through a later exec as uid 0), no
 /// supplementary groups, then the target gid and uid.
-fn drop_identity(id: Identity, fail: &dyn Fn(Step) -> io::Error) -> io::Result<()> {
+fn drop_identity(id: Identity, last_cap: libc::c_ulong, fail: &dyn Fn(Step) -> io::Error) -> io::Result<()> {
     // SAFETY: see `setup`.
     unsafe {
         // The bounding set, then securebits so that uid 0 gains nothing at exec. Both need
         // CAP_SETPCAP, so they come before the uid changes.
-        let mut cap: libc::c_ulong = 0;
-        while libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) >= 0 {
+        // One drop per capability the kernel knows (counted once, in the parent).
+        for cap in 0..=last_cap {
             if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
                 return Err(fail(Step::DropCapabilities));
             }
-            cap += 1;
         }
         const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
         const SECBIT_NOROOT_LOCKED: libc::c_ulong = 1 << 1;

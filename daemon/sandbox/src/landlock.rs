@@ -10,14 +10,14 @@
 //! symlink after the load cannot move a grant (the invoker also refuses the tool then). A policy
 //! whose grants were not pinned cannot be built (fail closed).
 
-use std::os::fd::OwnedFd;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, Scope,
-};
+use std::os::unix::fs::OpenOptionsExt as _;
+
+use landlock::{ABI, Access, AccessFs, AccessNet, BitFlags, Scope};
 
 use cordon_core::policy::{Network, SandboxPolicy};
 
@@ -35,10 +35,10 @@ pub enum LandlockError {
     NoNetworkRules { abi: i32 },
     #[error("the tool's grants were not pinned when the registry loaded; reload the policies")]
     Unpinned,
-    #[error("cannot build the landlock ruleset: {0}")]
-    Ruleset(#[source] landlock::RulesetError),
-    #[error("cannot build the landlock ruleset: the kernel returned no ruleset")]
-    NoRuleset,
+    #[error("cannot create the landlock ruleset (does this kernel offer every access right of its ABI?): {0}")]
+    Create(#[source] io::Error),
+    #[error("cannot add a rule to the landlock ruleset: {0}")]
+    AddRule(#[source] io::Error),
 }
 
 /// The landlock ABI the running kernel offers (0 when it offers none).
@@ -61,7 +61,42 @@ pub(crate) fn read_access() -> BitFlags<AccessFs> {
     AccessFs::ReadFile | AccessFs::ReadDir
 }
 
+/// `struct landlock_ruleset_attr` (uapi): what the ruleset handles; its size tells the kernel
+/// which fields the caller knows.
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+/// `struct landlock_path_beneath_attr` (packed in the uapi header).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// `struct landlock_net_port_attr`.
+#[repr(C)]
+struct NetPortAttr {
+    allowed_access: u64,
+    port: u64,
+}
+
+const RULE_PATH_BENEATH: u32 = 1;
+const RULE_NET_PORT: u32 = 2;
+
 /// Builds the ruleset for one invocation and returns its descriptor, to be enforced in the child.
+///
+/// Exactly the kernel work a ruleset needs: one `landlock_create_ruleset` and one
+/// `landlock_add_rule` per grant, on descriptors opened once (the defaults, per process) or pinned
+/// when the registry loaded (the policy's grants); nothing is opened, probed or allocated per
+/// call. A ruleset cannot be shared between invocations: the child adds the rule for its own
+/// `/proc/self` to it, which a shared ruleset would hand to every later child.
+///
+/// Every access right of the host's ABI is handled (what the ABI cannot express is refused when
+/// the ruleset is created: nothing is ever silently unrestricted).
 pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError> {
     if abi < 1 {
         return Err(LandlockError::Unsupported);
@@ -70,59 +105,97 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
     if has_network && abi < ABI_NET {
         return Err(LandlockError::NoNetworkRules { abi });
     }
-    let err = LandlockError::Ruleset;
     let v = ABI::from(abi);
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(AccessFs::from_all(v))
-        .map_err(err)?;
-    if abi >= ABI_NET {
-        // Handled even for tools without network: no rule then means no TCP bind or connect.
-        ruleset = ruleset.handle_access(AccessNet::from_all(v)).map_err(err)?;
-    }
-    if abi >= ABI_SCOPES {
-        ruleset = ruleset.scope(Scope::from_all(v)).map_err(err)?;
-    }
-    let read_exec = AccessFs::from_read(v);
-    let write = AccessFs::from_all(v) & !AccessFs::Execute;
-    let mut created = ruleset.create().map_err(err)?;
-    for (fd, access) in defaults(v).iter() {
-        created = created.add_rule(PathBeneath::new(fd, *access)).map_err(err)?;
-    }
-    // The policy's grants come from the descriptors pinned when the registry loaded, never from
-    // paths opened now: whoever can write a parent of a granted path cannot move the grant.
     let pins = &policy.pins;
     let groups: [(&[PathBuf], &[cordon_core::policy::Pin], BitFlags<AccessFs>); 3] = [
         (&policy.read, &pins.read, read_access()),
-        (&policy.exec, &pins.exec, read_exec),
-        (&policy.write, &pins.write, write | read_access()),
+        (&policy.exec, &pins.exec, AccessFs::from_read(v)),
+        (&policy.write, &pins.write, (AccessFs::from_all(v) & !AccessFs::Execute) | read_access()),
     ];
-    for (paths, pinned, access) in groups {
-        if paths.len() != pinned.len() {
-            return Err(LandlockError::Unpinned);
-        }
+    if groups.iter().any(|(paths, pinned, _)| paths.len() != pinned.len()) {
+        return Err(LandlockError::Unpinned);
+    }
+    let attr = RulesetAttr {
+        handled_access_fs: AccessFs::from_all(v).bits(),
+        // Handled even for tools without network: no rule then means no TCP bind or connect.
+        handled_access_net: if abi >= ABI_NET { AccessNet::from_all(v).bits() } else { 0 },
+        scoped: if abi >= ABI_SCOPES { Scope::from_all(v).bits() } else { 0 },
+    };
+    // The fields this ABI knows: an older kernel refuses a larger struct with non-zero tails.
+    let size = if abi >= ABI_SCOPES {
+        std::mem::size_of::<RulesetAttr>()
+    } else if abi >= ABI_NET {
+        2 * std::mem::size_of::<u64>()
+    } else {
+        std::mem::size_of::<u64>()
+    };
+    // SAFETY: `attr` is a live, initialised landlock_ruleset_attr of at least `size` bytes; the
+    // call reads it and returns a new descriptor (or -1).
+    let fd = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, &attr as *const RulesetAttr, size, 0u32) };
+    let fd = i32::try_from(fd)
+        .ok()
+        .filter(|fd| *fd >= 0)
+        .ok_or_else(|| LandlockError::Create(io::Error::last_os_error()))?;
+    // SAFETY: the kernel just returned this descriptor to us, and nothing else owns it.
+    let ruleset = unsafe { OwnedFd::from_raw_fd(fd) };
+    for (fd, access) in defaults(v) {
+        add_path_rule(&ruleset, fd.as_fd(), *access)?;
+    }
+    // The policy's grants come from the descriptors pinned when the registry loaded, never from
+    // paths opened now: whoever can write a parent of a granted path cannot move the grant.
+    for (_, pinned, access) in groups {
         for pin in pinned {
             let access = if pin.node.is_dir() { access } else { access & AccessFs::from_file(v) };
-            created = created.add_rule(PathBeneath::new(&*pin.fd, access)).map_err(err)?;
+            add_path_rule(&ruleset, pin.fd.as_fd(), access.bits())?;
         }
     }
     if let Network::Tcp { connect, bind } = &policy.network {
-        for port in connect {
-            created = created.add_rule(NetPort::new(*port, AccessNet::ConnectTcp)).map_err(err)?;
-        }
-        for port in bind {
-            created = created.add_rule(NetPort::new(*port, AccessNet::BindTcp)).map_err(err)?;
+        let ports =
+            connect.iter().map(|p| (*p, AccessNet::ConnectTcp)).chain(bind.iter().map(|p| (*p, AccessNet::BindTcp)));
+        for (port, access) in ports {
+            let attr = NetPortAttr { allowed_access: access as u64, port: u64::from(port) };
+            // SAFETY: `attr` is a live landlock_net_port_attr; the call only reads it.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    ruleset.as_raw_fd(),
+                    RULE_NET_PORT,
+                    &attr as *const NetPortAttr,
+                    0u32,
+                )
+            };
+            if r < 0 {
+                return Err(LandlockError::AddRule(io::Error::last_os_error()));
+            }
         }
     }
-    let fd: Option<OwnedFd> = created.into();
-    fd.ok_or(LandlockError::NoRuleset)
+    Ok(ruleset)
 }
 
-/// The default grants, opened once per process (O_PATH descriptors) with the access rights each
-/// gets, keeping only the right kinds for files (landlock refuses directory rights on a file).
-/// The ABI is the host's, the same for every call of the process.
-fn defaults(abi: ABI) -> &'static [(PathFd, BitFlags<AccessFs>)] {
-    static DEFAULTS: OnceLock<Vec<(PathFd, BitFlags<AccessFs>)>> = OnceLock::new();
+fn add_path_rule(ruleset: &OwnedFd, parent: BorrowedFd<'_>, access: u64) -> Result<(), LandlockError> {
+    let attr = PathBeneathAttr { allowed_access: access, parent_fd: parent.as_raw_fd() };
+    // SAFETY: `attr` is a live landlock_path_beneath_attr naming a descriptor we hold open for
+    // the call; the call only reads it.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        )
+    };
+    if r < 0 {
+        return Err(LandlockError::AddRule(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// The default grants, opened once per process (`O_PATH` descriptors) with the access rights
+/// each gets, keeping only the right kinds for files (landlock refuses directory rights on a
+/// file). The ABI is the host's, the same for every call of the process.
+fn defaults(abi: ABI) -> &'static [(OwnedFd, u64)] {
+    static DEFAULTS: OnceLock<Vec<(OwnedFd, u64)>> = OnceLock::new();
     DEFAULTS.get_or_init(|| {
         let groups: [(&[&str], BitFlags<AccessFs>); 3] = [
             (DEFAULT_READ_EXEC, AccessFs::from_read(abi)),
@@ -133,9 +206,11 @@ fn defaults(abi: ABI) -> &'static [(PathFd, BitFlags<AccessFs>)] {
         for (paths, access) in groups {
             for p in paths.iter().map(Path::new) {
                 let Ok(meta) = std::fs::metadata(p) else { continue };
-                let Ok(fd) = PathFd::new(p) else { continue };
+                let Ok(file) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH).open(p) else {
+                    continue;
+                };
                 let access = if meta.is_dir() { access } else { access & AccessFs::from_file(abi) };
-                out.push((fd, access));
+                out.push((OwnedFd::from(file), access.bits()));
             }
         }
         out

@@ -160,10 +160,7 @@ pub async fn run(
     } else {
         None
     };
-    let cgroup_procs = match &cgroup {
-        Some(cg) => cg.procs_files().map_err(SpawnError::Cgroup)?,
-        None => Vec::new(),
-    };
+    let cgroup_procs = cgroup.as_ref().map(InvocationCgroup::procs_fds).unwrap_or_default();
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| SpawnError::Start { program: plan.argv[0].clone(), source: e.into() })?;
     let setup = ChildSetup {
@@ -176,6 +173,7 @@ pub async fn run(
         seccomp: confine.seccomp.clone(),
         report: report_write,
         view,
+        last_cap: child::last_cap(),
     };
     let facts = Facts {
         landlock_abi: confine.landlock_abi,
@@ -289,10 +287,13 @@ pub async fn run(
     };
     let (supervised, (stdout, stderr)) = tokio::join!(supervision, captures);
     let (status, timed_out, cancelled) = supervised?;
-    if let Some(mut cg) = cgroup.take() {
-        // Already killed; removing it may wait for the kernel to empty it, which the result
-        // need not wait for (and not on a runtime thread).
-        tokio::task::spawn_blocking(move || cg.remove());
+    if let Some(cg) = cgroup.take() {
+        // Already killed. An emptied leaf goes back to the pool at once; anything else is
+        // removed, which may wait for the kernel to empty it: not something the result waits
+        // for, nor a runtime thread.
+        if let Some(mut cg) = cg.release() {
+            tokio::task::spawn_blocking(move || cg.remove());
+        }
     }
 
     let (exit_code, signal) = match status {

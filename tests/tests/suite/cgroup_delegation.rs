@@ -384,3 +384,108 @@ fn a_hand_started_cordond_makes_invocation_cgroups_at_the_root() {
     drop(d);
     drop(client);
 }
+
+/// Tools for the recycled-leaf tests: `where` prints the tool's own cgroups; `leaver` leaves a
+/// process behind in a session of its own and exits at once; `bounded` has a memory limit.
+const POOL_TOOLS: &str = r#"
+[tools.where]
+description = "print my cgroups"
+reason = "tests"
+command = ["/bin/cat", "/proc/self/cgroup"]
+
+[tools.leaver]
+description = "leave a sleeper behind and exit"
+reason = "tests"
+command = ["/bin/sh", "-c", "/usr/bin/setsid /bin/sleep 1000 & echo $!"]
+
+[tools.bounded]
+description = "print my cgroups, under a memory limit"
+reason = "tests"
+command = ["/bin/cat", "/proc/self/cgroup"]
+limits = { memory = "256MiB" }
+"#;
+
+/// The invocation directories under this daemon's `cordon/<pid>` in every hierarchy.
+fn leaves(pid: i32) -> Vec<(Hierarchy, Vec<String>)> {
+    hierarchies()
+        .into_iter()
+        .filter_map(|h| {
+            let dir = h.mount.join("cordon").join(pid.to_string());
+            let names = std::fs::read_dir(&dir).ok()?.flatten().filter(|e| e.path().is_dir());
+            Some((h, names.map(|e| e.file_name().to_string_lossy().into_owned()).collect()))
+        })
+        .collect()
+}
+
+fn run_ok(d: &Daemon, tool: &str) -> String {
+    let out = d.cordon(&["run", tool]);
+    out.assert_code(0);
+    out.stdout
+}
+
+/// Invocations without a memory limit reuse emptied leaf cgroups instead of making and removing
+/// one each: after several calls one after another, each hierarchy holds one leaf, the same one
+/// every call ran in, and it is empty.
+#[test]
+fn emptied_invocation_cgroups_are_reused() {
+    require_root!("cordond makes cgroups only as root");
+    let d = Daemon::start(&[("tools.toml", &(fixture!(header "20s").to_string() + POOL_TOOLS))]);
+    let seen: std::collections::BTreeSet<String> = (0..6).map(|_| run_ok(&d, "where")).collect();
+    assert_eq!(seen.len(), 1, "the calls ran in different cgroups: {seen:?}");
+    for (h, names) in leaves(d.pid()) {
+        // A v1 memory hierarchy holds only memory-limited invocations (none here).
+        let expected = usize::from(h.controller != "memory");
+        assert_eq!(names.len(), expected, "{}: {names:?}", h.mount.display());
+        if expected == 0 {
+            continue;
+        }
+        let leaf = h.mount.join("cordon").join(d.pid().to_string()).join(&names[0]);
+        let procs = std::fs::read_to_string(leaf.join("cgroup.procs")).unwrap();
+        assert_eq!(procs, "", "a recycled leaf holds processes: {}", leaf.display());
+    }
+}
+
+/// The attack: a tool leaves a process behind (a new session, so the group kill misses it),
+/// hoping it lands in the next caller's cgroup. The cgroup kill ends it before the leaf is
+/// reused, and a leaf is only reused once the kernel counts it empty: no later call shares a
+/// cgroup with it, and no leaf of this daemon's holds a process between calls.
+#[test]
+fn a_process_left_behind_never_reaches_the_next_call_s_cgroup() {
+    require_root!("cordond makes cgroups only as root");
+    let d = Daemon::start(&[("tools.toml", &(fixture!(header "20s").to_string() + POOL_TOOLS))]);
+    for _ in 0..4 {
+        let pid: i32 = run_ok(&d, "leaver").trim().parse().unwrap();
+        let dead = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+        };
+        assert!(eventually(Duration::from_secs(5), dead), "the process {pid} the tool left behind survived");
+        let next = run_ok(&d, "where");
+        for (h, names) in leaves(d.pid()) {
+            for name in names {
+                let leaf = h.mount.join("cordon").join(d.pid().to_string()).join(&name);
+                let procs = std::fs::read_to_string(leaf.join("cgroup.procs")).unwrap_or_default();
+                assert!(!procs.lines().any(|p| p.trim() == pid.to_string()), "{pid} is in {}", leaf.display());
+                // Between calls nothing runs: a leaf holds no process at all.
+                assert_eq!(procs, "", "{} holds {procs:?} between calls ({next})", leaf.display());
+            }
+        }
+    }
+}
+
+/// A memory-limited invocation gets a cgroup of its own, named by its id, removed afterwards:
+/// memory a previous invocation left charged to a cgroup must not count against its limit.
+#[test]
+fn a_memory_limited_invocation_never_runs_in_a_recycled_cgroup() {
+    require_root!("cordond makes cgroups only as root");
+    let d = Daemon::start(&[("tools.toml", &(fixture!(header "20s").to_string() + POOL_TOOLS))]);
+    let recycled = run_ok(&d, "where");
+    let own = run_ok(&d, "bounded");
+    let memory = hierarchies().into_iter().find(|h| h.controller == "memory" || h.is_v2()).unwrap();
+    let path = memory.path_in(&own).unwrap();
+    let name = path.rsplit('/').next().unwrap().to_string();
+    assert!(name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()), "not an invocation id: {path}");
+    assert_ne!(memory.path_in(&recycled), Some(path.clone()));
+    let gone = || leaves(d.pid()).iter().all(|(_, names)| !names.contains(&name));
+    assert!(eventually(Duration::from_secs(5), gone), "{path} was kept: {:?}", leaves(d.pid()));
+}
