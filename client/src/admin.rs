@@ -173,7 +173,14 @@ pub async fn run(
     as_json: bool,
 ) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    let info = client.get_tool(tool).await?;
+    // The tool's params are asked for only when they decide how an `--arg` is typed (a value
+    // that reads as a number or a boolean); anything else is a string whatever the param is,
+    // and the call goes out without the extra round trip.
+    let info = if args_json.is_none() && args.iter().any(|a| needs_param_type(a)) {
+        client.get_tool(tool).await?
+    } else {
+        ToolInfo::minimal(tool.to_string())
+    };
     let arguments = match args_json {
         Some(text) => text,
         None => typed_arguments(&info, args)?.to_string(),
@@ -356,6 +363,13 @@ pub fn policy_reference(as_json: bool) -> Result<u8, CliError> {
 /// Types `--arg KEY=VALUE` values by the tool's params: integers, numbers and booleans are
 /// parsed; anything that does not parse is sent as a string so the daemon reports the exact
 /// validation error.
+/// Whether `--arg KEY=VALUE`'s value would be typed by its param's kind: it reads as an
+/// integer, a number or a boolean (see [`typed_arguments`]).
+fn needs_param_type(arg: &str) -> bool {
+    arg.split_once('=')
+        .is_some_and(|(_, v)| v.parse::<i64>().is_ok() || v.parse::<f64>().is_ok() || v.parse::<bool>().is_ok())
+}
+
 fn typed_arguments(tool: &ToolInfo, args: &[String]) -> Result<Value, CliError> {
     let mut map = Map::new();
     for arg in args {

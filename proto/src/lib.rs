@@ -37,13 +37,23 @@ pub async fn connect(path: impl AsRef<Path>) -> Result<Channel, ConnectError> {
     let path: PathBuf = path.as_ref().to_path_buf();
     // The URI is required by tonic but never used: the connector below ignores it.
     let endpoint = Endpoint::from_static("http://cordon.invalid");
-    // Probe first so the caller gets the real io::Error (ENOENT, ECONNREFUSED, EACCES).
-    connect_trusted(&path).await.map_err(|source| ConnectError { path: path.clone(), source })?;
+    // Connect first so the caller gets the real io::Error (ENOENT, ECONNREFUSED, EACCES); that
+    // connection is the channel's first (one connection, one accept and one peer check in the
+    // daemon); a reconnect makes a new one, checked the same way.
+    let first = connect_trusted(&path).await.map_err(|source| ConnectError { path: path.clone(), source })?;
+    let first = std::sync::Arc::new(std::sync::Mutex::new(Some(first)));
     let connector_path = path.clone();
     endpoint
         .connect_with_connector(tower::service_fn(move |_| {
             let path = connector_path.clone();
-            async move { Ok::<_, io::Error>(TokioIo::new(connect_trusted(&path).await?)) }
+            let first = first.lock().map(|mut f| f.take()).unwrap_or(None);
+            async move {
+                let stream = match first {
+                    Some(stream) => stream,
+                    None => connect_trusted(&path).await?,
+                };
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            }
         }))
         .await
         .map_err(|e| ConnectError { path, source: io::Error::other(e) })

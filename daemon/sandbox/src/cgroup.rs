@@ -508,6 +508,11 @@ impl InvocationCgroup {
         self.leaf.iter().flat_map(|l| l.procs.iter().map(AsRawFd::as_raw_fd)).collect()
     }
 
+    /// The invocation's directories, one per hierarchy.
+    pub fn dirs(&self) -> &[PathBuf] {
+        self.leaf.as_ref().map_or(&[], |l| l.dirs.as_slice())
+    }
+
     fn set_processes(&mut self, n: u64) -> io::Result<()> {
         match &mut self.leaf {
             Some(leaf) => leaf.set_processes(n),

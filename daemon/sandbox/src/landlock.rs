@@ -98,78 +98,115 @@ const RULE_NET_PORT: u32 = 2;
 /// Every access right of the host's ABI is handled (what the ABI cannot express is refused when
 /// the ruleset is created: nothing is ever silently unrestricted).
 pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError> {
-    if abi < 1 {
-        return Err(LandlockError::Unsupported);
-    }
-    let has_network = matches!(policy.network, Network::Tcp { .. });
-    if has_network && abi < ABI_NET {
-        return Err(LandlockError::NoNetworkRules { abi });
-    }
-    let v = ABI::from(abi);
-    let pins = &policy.pins;
-    let groups: [(&[PathBuf], &[cordon_core::policy::Pin], BitFlags<AccessFs>); 3] = [
-        (&policy.read, &pins.read, read_access()),
-        (&policy.exec, &pins.exec, AccessFs::from_read(v)),
-        (&policy.write, &pins.write, (AccessFs::from_all(v) & !AccessFs::Execute) | read_access()),
-    ];
-    if groups.iter().any(|(paths, pinned, _)| paths.len() != pinned.len()) {
-        return Err(LandlockError::Unpinned);
-    }
-    let attr = RulesetAttr {
-        handled_access_fs: AccessFs::from_all(v).bits(),
-        // Handled even for tools without network: no rule then means no TCP bind or connect.
-        handled_access_net: if abi >= ABI_NET { AccessNet::from_all(v).bits() } else { 0 },
-        scoped: if abi >= ABI_SCOPES { Scope::from_all(v).bits() } else { 0 },
-    };
-    // The fields this ABI knows: an older kernel refuses a larger struct with non-zero tails.
-    let size = if abi >= ABI_SCOPES {
-        std::mem::size_of::<RulesetAttr>()
-    } else if abi >= ABI_NET {
-        2 * std::mem::size_of::<u64>()
-    } else {
-        std::mem::size_of::<u64>()
-    };
-    // SAFETY: `attr` is a live, initialised landlock_ruleset_attr of at least `size` bytes; the
-    // call reads it and returns a new descriptor (or -1).
-    let fd = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, &attr as *const RulesetAttr, size, 0u32) };
+    let rules = Rules::of(abi, policy)?;
+    let size = rules.attr_size;
+    // SAFETY: `rules.attr` is a live, initialised landlock_ruleset_attr of at least `size`
+    // bytes; the call reads it and returns a new descriptor (or -1).
+    let fd = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, &rules.attr as *const RulesetAttr, size, 0u32) };
     let fd = i32::try_from(fd)
         .ok()
         .filter(|fd| *fd >= 0)
         .ok_or_else(|| LandlockError::Create(io::Error::last_os_error()))?;
     // SAFETY: the kernel just returned this descriptor to us, and nothing else owns it.
     let ruleset = unsafe { OwnedFd::from_raw_fd(fd) };
-    for (fd, access) in defaults(v) {
-        add_path_rule(&ruleset, fd.as_fd(), *access)?;
+    for (fd, access, _) in &rules.paths {
+        add_path_rule(&ruleset, *fd, *access)?;
     }
-    // The policy's grants come from the descriptors pinned when the registry loaded, never from
-    // paths opened now: whoever can write a parent of a granted path cannot move the grant.
-    for (_, pinned, access) in groups {
-        for pin in pinned {
-            let access = if pin.node.is_dir() { access } else { access & AccessFs::from_file(v) };
-            add_path_rule(&ruleset, pin.fd.as_fd(), access.bits())?;
-        }
-    }
-    if let Network::Tcp { connect, bind } = &policy.network {
-        let ports =
-            connect.iter().map(|p| (*p, AccessNet::ConnectTcp)).chain(bind.iter().map(|p| (*p, AccessNet::BindTcp)));
-        for (port, access) in ports {
-            let attr = NetPortAttr { allowed_access: access as u64, port: u64::from(port) };
-            // SAFETY: `attr` is a live landlock_net_port_attr; the call only reads it.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_landlock_add_rule,
-                    ruleset.as_raw_fd(),
-                    RULE_NET_PORT,
-                    &attr as *const NetPortAttr,
-                    0u32,
-                )
-            };
-            if r < 0 {
-                return Err(LandlockError::AddRule(io::Error::last_os_error()));
-            }
+    for (port, access) in rules.ports {
+        let attr = NetPortAttr { allowed_access: access, port: u64::from(port) };
+        // SAFETY: `attr` is a live landlock_net_port_attr; the call only reads it.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset.as_raw_fd(),
+                RULE_NET_PORT,
+                &attr as *const NetPortAttr,
+                0u32,
+            )
+        };
+        if r < 0 {
+            return Err(LandlockError::AddRule(io::Error::last_os_error()));
         }
     }
     Ok(ruleset)
+}
+
+/// What [`build`] gives the kernel for a policy ([`describe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RulesetDescription {
+    /// Handled access: filesystem, network, scopes.
+    pub handled: [u64; 3],
+    /// Every path rule: its access and its path.
+    pub paths: Vec<(u64, PathBuf)>,
+}
+
+/// What [`build`] gives the kernel for `policy`, for a benchmark's floor program to replay.
+pub fn describe(abi: i32, policy: &SandboxPolicy) -> Result<RulesetDescription, LandlockError> {
+    let rules = Rules::of(abi, policy)?;
+    let a = &rules.attr;
+    let paths = rules.paths.iter().map(|(_, access, path)| (*access, path.to_path_buf())).collect();
+    Ok(RulesetDescription { handled: [a.handled_access_fs, a.handled_access_net, a.scoped], paths })
+}
+
+/// The rules of one invocation's ruleset, from descriptors already open.
+struct Rules<'a> {
+    attr: RulesetAttr,
+    /// How much of `attr` this ABI knows: an older kernel refuses a larger struct.
+    attr_size: usize,
+    paths: Vec<(BorrowedFd<'a>, u64, &'a Path)>,
+    ports: Vec<(u16, u64)>,
+}
+
+impl<'a> Rules<'a> {
+    fn of(abi: i32, policy: &'a SandboxPolicy) -> Result<Rules<'a>, LandlockError> {
+        if abi < 1 {
+            return Err(LandlockError::Unsupported);
+        }
+        let has_network = matches!(policy.network, Network::Tcp { .. });
+        if has_network && abi < ABI_NET {
+            return Err(LandlockError::NoNetworkRules { abi });
+        }
+        let v = ABI::from(abi);
+        let pins = &policy.pins;
+        let groups: [(&[PathBuf], &[cordon_core::policy::Pin], BitFlags<AccessFs>); 3] = [
+            (&policy.read, &pins.read, read_access()),
+            (&policy.exec, &pins.exec, AccessFs::from_read(v)),
+            (&policy.write, &pins.write, (AccessFs::from_all(v) & !AccessFs::Execute) | read_access()),
+        ];
+        if groups.iter().any(|(paths, pinned, _)| paths.len() != pinned.len()) {
+            return Err(LandlockError::Unpinned);
+        }
+        let attr = RulesetAttr {
+            handled_access_fs: AccessFs::from_all(v).bits(),
+            // Handled even for tools without network: no rule then means no TCP bind or connect.
+            handled_access_net: if abi >= ABI_NET { AccessNet::from_all(v).bits() } else { 0 },
+            scoped: if abi >= ABI_SCOPES { Scope::from_all(v).bits() } else { 0 },
+        };
+        let attr_size = if abi >= ABI_SCOPES {
+            std::mem::size_of::<RulesetAttr>()
+        } else if abi >= ABI_NET {
+            2 * std::mem::size_of::<u64>()
+        } else {
+            std::mem::size_of::<u64>()
+        };
+        let mut paths: Vec<(BorrowedFd<'a>, u64, &'a Path)> =
+            defaults(v).iter().map(|(fd, access, path)| (fd.as_fd(), *access, *path)).collect();
+        // The policy's grants come from the descriptors pinned when the registry loaded, never
+        // from paths opened now: whoever can write a parent of a granted path cannot move the
+        // grant.
+        for (_, pinned, access) in groups {
+            for pin in pinned {
+                let access = if pin.node.is_dir() { access } else { access & AccessFs::from_file(v) };
+                paths.push((pin.fd.as_fd(), access.bits(), pin.path.as_path()));
+            }
+        }
+        let mut ports = Vec::new();
+        if let Network::Tcp { connect, bind } = &policy.network {
+            ports.extend(connect.iter().map(|p| (*p, AccessNet::ConnectTcp as u64)));
+            ports.extend(bind.iter().map(|p| (*p, AccessNet::BindTcp as u64)));
+        }
+        Ok(Rules { attr, attr_size, paths, ports })
+    }
 }
 
 fn add_path_rule(ruleset: &OwnedFd, parent: BorrowedFd<'_>, access: u64) -> Result<(), LandlockError> {
@@ -194,8 +231,8 @@ fn add_path_rule(ruleset: &OwnedFd, parent: BorrowedFd<'_>, access: u64) -> Resu
 /// The default grants, opened once per process (`O_PATH` descriptors) with the access rights
 /// each gets, keeping only the right kinds for files (landlock refuses directory rights on a
 /// file). The ABI is the host's, the same for every call of the process.
-fn defaults(abi: ABI) -> &'static [(OwnedFd, u64)] {
-    static DEFAULTS: OnceLock<Vec<(OwnedFd, u64)>> = OnceLock::new();
+fn defaults(abi: ABI) -> &'static [(OwnedFd, u64, &'static Path)] {
+    static DEFAULTS: OnceLock<Vec<(OwnedFd, u64, &'static Path)>> = OnceLock::new();
     DEFAULTS.get_or_init(|| {
         let groups: [(&[&str], BitFlags<AccessFs>); 3] = [
             (DEFAULT_READ_EXEC, AccessFs::from_read(abi)),
@@ -210,7 +247,7 @@ fn defaults(abi: ABI) -> &'static [(OwnedFd, u64)] {
                     continue;
                 };
                 let access = if meta.is_dir() { access } else { access & AccessFs::from_file(abi) };
-                out.push((OwnedFd::from(file), access.bits()));
+                out.push((OwnedFd::from(file), access.bits(), p));
             }
         }
         out

@@ -39,11 +39,14 @@ mod spawn;
 mod syscalls;
 
 pub use cgroup::{
-    CgroupError, Cgroups, DAEMON_LEAF, Placement, REAPER_ARG, delegation_marked, host_layout as cgroup_layout,
-    reaper_main, spawn_reaper,
+    CgroupError, Cgroups, DAEMON_LEAF, InvocationCgroup, Placement, REAPER_ARG, delegation_marked,
+    host_layout as cgroup_layout, reaper_main, spawn_reaper,
 };
 pub use child::{Identity, Step as SetupStep};
-pub use landlock::{LandlockError, build as landlock_ruleset, probe_abi as probe_landlock_abi};
+pub use landlock::{
+    LandlockError, RulesetDescription, build as landlock_ruleset, describe as describe_landlock_ruleset,
+    probe_abi as probe_landlock_abi,
+};
 pub use mntns::{MountViews, ViewError, ViewMode, probe_mode as probe_view_mode};
 pub use output::Captured;
 pub use peer::{PeerError, PeerProcess, in_invocation as peer_in_invocation, inspect as inspect_peer};
