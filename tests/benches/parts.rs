@@ -1,5 +1,7 @@
-//! Where an invocation's setup time goes: landlock ruleset, cgroups, seccomp compilation (which
-//! happens once per registry load, not per call), and fork versus posix_spawn.
+//! Where an invocation's time goes, phase by phase: validation, the pinned-path check, landlock
+//! ruleset, cgroups (a recycled leaf, or a new one for memory-limited runs), a durable audit
+//! record, seccomp compilation (once per registry load, not per call), and fork versus
+//! posix_spawn; each against a bare spawn where it says so.
 //! Run with `cargo bench -p cordon-tests --bench parts`.
 #![allow(clippy::unwrap_used)]
 
@@ -83,6 +85,53 @@ write = ["/tmp", "/var/tmp"]
     );
     time("landlock ruleset with 7 pinned grants", |_| {
         cordon_sandbox::landlock_ruleset(host.landlock_abi, &tool.sandbox).unwrap();
+    });
+    if host.cgroups.available() {
+        time("cgroup: recycled leaf (no memory limit)", |i| {
+            let cg = host.cgroups.create(&format!("leaf-{i}"), &tool.sandbox.limits, 512).unwrap();
+            let _fds = cg.procs_fds();
+            assert!(cg.release().is_none(), "an empty leaf was not recycled");
+        });
+    }
+    // Validation of a call's arguments (two params), as cordond does per call.
+    let text = r#"version = 1
+[tools.v]
+description = "validate"
+reason = "bench"
+command = ["/bin/echo", "{{text}}", "{{count}}"]
+[tools.v.params.text]
+type = "string"
+pattern = "[a-z ]+"
+required = true
+[tools.v.params.count]
+type = "integer"
+min = 1
+max = 100
+"#;
+    let set = cordon_core::policy::load_sources(&[("v.toml".into(), text.to_string())], &host.policy_host()).unwrap();
+    let v = &set.tools[0];
+    let reps = N * 20;
+    let t = Instant::now();
+    for _ in 0..reps {
+        let json = cordon_core::validate::parse_arguments(r#"{"text": "hello world", "count": 7}"#).unwrap();
+        cordon_core::validate::validate(v, &json).unwrap();
+    }
+    println!("{:<40} {:>8.3} ms", "validate a call (2 params)", t.elapsed().as_secs_f64() * 1e3 / f64::from(reps));
+    // The audit log's durable write (one record, write + fdatasync by the writer thread), on a
+    // disk-backed directory as a real log would be.
+    let dir = tempfile::Builder::new().prefix("cordon-parts-").tempdir_in("/var/tmp").unwrap();
+    let options = cordon_daemon::audit::Options {
+        path: dir.path().join("audit.jsonl"),
+        max_size: cordon_daemon::audit::DEFAULT_MAX_SIZE,
+        keep: cordon_daemon::audit::DEFAULT_KEEP,
+    };
+    let (audit, _) = cordon_daemon::audit::Audit::open(options).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    time("audit: one durable record (fdatasync)", |i| {
+        let record = cordon_daemon::audit::Record::new(cordon_daemon::audit::Decision::Started)
+            .invocation(&format!("{i:032x}"))
+            .tool("bench");
+        rt.block_on(audit.durable(record)).unwrap();
     });
     println!(
         "seccomp program: {} instructions",

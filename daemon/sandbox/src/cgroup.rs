@@ -19,7 +19,7 @@
 use std::fs;
 use std::io::{self, Read as _, Write as _};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::FileExt as _;
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -320,11 +320,34 @@ impl Cgroups {
                     self.make(&name, None, processes)?
                 }
             };
-            let mut cg = InvocationCgroup { leaf: Some(leaf), pool: Some(self.pool.clone()) };
+            let mut cg = InvocationCgroup { leaf: Some(leaf), pool: Some(self.pool.clone()), clone_into: false };
             cg.set_processes(processes)?;
+            cg.clone_into = self.clone_into(&cg);
             return Ok(cg);
         }
-        Ok(InvocationCgroup { leaf: Some(self.make(id, limits.memory, processes)?), pool: None })
+        let mut cg =
+            InvocationCgroup { leaf: Some(self.make(id, limits.memory, processes)?), pool: None, clone_into: false };
+        cg.clone_into = self.clone_into(&cg);
+        Ok(cg)
+    }
+
+    /// Whether `cg`'s child may be started inside it: this host passed the probe (made once, on
+    /// `cg` itself, the first time) and `cg` was never `cgroup.kill`ed.
+    fn clone_into(&self, cg: &InvocationCgroup) -> bool {
+        let Some(leaf) = &cg.leaf else { return false };
+        let Some(dir) = &leaf.v2_dir else { return false };
+        if leaf.killed {
+            return false;
+        }
+        *self.pool.clone_into.get_or_init(|| {
+            let works = super::child::clone_into_cgroup_works(dir.as_raw_fd());
+            if !works {
+                tracing::info!(
+                    "this kernel cannot start tools inside their cgroup (CLONE_INTO_CGROUP); they join it themselves"
+                );
+            }
+            works
+        })
     }
 
     /// New directories `name` in each hierarchy, with their limits written and the files an
@@ -369,6 +392,9 @@ impl Cgroups {
             }
             if let Some(dir) = &leaf.kill_dir {
                 leaf.events = Some(fs::File::open(dir.join("cgroup.events"))?);
+                leaf.v2_dir = Some(
+                    fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC).open(dir)?,
+                );
             }
             Ok(())
         })();
@@ -392,6 +418,9 @@ struct Pool {
     free: Mutex<Vec<Leaf>>,
     /// Names new leaves (`l0`, `l1`, ...; invocation ids are 32 hex digits, so never alike).
     next: AtomicU64,
+    /// Whether children may be started inside their cgroup (`CLONE_INTO_CGROUP`), probed on
+    /// the first new leaf.
+    clone_into: std::sync::OnceLock<bool>,
 }
 
 impl Pool {
@@ -421,10 +450,15 @@ struct Leaf {
     kill: Option<fs::File>,
     /// `cgroup.events` of the v2 directory (`populated 0` when empty).
     events: Option<fs::File>,
+    /// The v2 directory itself, for `CLONE_INTO_CGROUP`.
+    v2_dir: Option<fs::File>,
     /// `pids.max` and the value last written to it.
     pids_max: Option<(fs::File, u64)>,
     /// `pids.current` (the live processes, for the emptiness check).
     pids_current: Option<fs::File>,
+    /// `cgroup.kill` was written: some kernels kill every child later born in such a cgroup
+    /// with `CLONE_INTO_CGROUP`, so its children join it themselves.
+    killed: bool,
 }
 
 impl Leaf {
@@ -438,10 +472,17 @@ impl Leaf {
         Ok(())
     }
 
-    fn kill(&self) {
+    /// Kills every process in the leaf; nothing when the kernel counts it empty already.
+    fn kill(&mut self) {
+        if let Some(events) = &self.events
+            && read_at_start(events).is_some_and(|t| t.lines().any(|l| l == "populated 0"))
+        {
+            return;
+        }
         if let Some(k) = &self.kill
             && (&*k).write_all(b"1").is_ok()
         {
+            self.killed = true;
             return;
         }
         kill_dir(self.kill_dir.as_deref(), &self.dirs);
@@ -449,17 +490,12 @@ impl Leaf {
 
     /// Whether no process is left in any of the leaf's directories, as the kernel counts.
     fn is_empty(&self) -> bool {
-        let read = |file: &fs::File| -> Option<String> {
-            let mut buf = [0u8; 128];
-            let n = file.read_at(&mut buf, 0).ok()?;
-            Some(String::from_utf8_lossy(buf.get(..n)?).into_owned())
-        };
         let v2_empty = match &self.events {
-            Some(fd) => read(fd).is_some_and(|t| t.lines().any(|l| l == "populated 0")),
+            Some(fd) => read_at_start(fd).is_some_and(|t| t.lines().any(|l| l == "populated 0")),
             None => true,
         };
         let pids_empty = match &self.pids_current {
-            Some(fd) => read(fd).is_some_and(|t| t.trim() == "0"),
+            Some(fd) => read_at_start(fd).is_some_and(|t| t.trim() == "0"),
             None => true,
         };
         // A hierarchy with neither file (v1 without pids) cannot be checked: not recycled.
@@ -472,6 +508,7 @@ impl Leaf {
         self.kill();
         self.kill = None;
         self.events = None;
+        self.v2_dir = None;
         self.pids_max = None;
         self.pids_current = None;
         let deadline = Instant::now() + Duration::from_secs(2);
@@ -488,6 +525,13 @@ impl Leaf {
     }
 }
 
+/// A small cgroup file's text, read from its start.
+fn read_at_start(file: &fs::File) -> Option<String> {
+    let mut buf = [0u8; 128];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    Some(String::from_utf8_lossy(buf.get(..n)?).into_owned())
+}
+
 fn open_write(path: &Path) -> io::Result<fs::File> {
     fs::OpenOptions::new().write(true).open(path)
 }
@@ -499,6 +543,8 @@ pub struct InvocationCgroup {
     leaf: Option<Leaf>,
     /// Where a recyclable leaf goes back (`None`: removed after use).
     pool: Option<Arc<Pool>>,
+    /// The child may be started inside the v2 directory ([`InvocationCgroup::born_in`]).
+    clone_into: bool,
 }
 
 impl InvocationCgroup {
@@ -506,6 +552,18 @@ impl InvocationCgroup {
     /// this invocation cgroup, which outlives the child's start).
     pub fn procs_fds(&self) -> Vec<std::os::fd::RawFd> {
         self.leaf.iter().flat_map(|l| l.procs.iter().map(AsRawFd::as_raw_fd)).collect()
+    }
+
+    /// The v2 directory (to start the child in with `CLONE_INTO_CGROUP`) and the `cgroup.procs`
+    /// of [`InvocationCgroup::procs_fds`] that joins the same directory.
+    pub fn born_in(&self) -> Option<(std::os::fd::RawFd, std::os::fd::RawFd)> {
+        if !self.clone_into {
+            return None;
+        }
+        let leaf = self.leaf.as_ref()?;
+        let dir = leaf.v2_dir.as_ref()?.as_raw_fd();
+        let at = leaf.dirs.iter().position(|d| Some(d) == leaf.kill_dir.as_ref())?;
+        Some((dir, leaf.procs.get(at)?.as_raw_fd()))
     }
 
     /// The invocation's directories, one per hierarchy.
@@ -521,8 +579,8 @@ impl InvocationCgroup {
     }
 
     /// Kills every process in the invocation's cgroups.
-    pub fn kill(&self) {
-        if let Some(leaf) = &self.leaf {
+    pub fn kill(&mut self) {
+        if let Some(leaf) = &mut self.leaf {
             leaf.kill();
         }
     }

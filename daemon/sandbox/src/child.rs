@@ -127,6 +127,9 @@ pub(crate) struct ChildSetup {
     pub view: Option<Arc<View>>,
     /// The highest capability number the kernel knows ([`last_cap`]).
     pub last_cap: libc::c_ulong,
+    /// The invocation's cgroup v2 directory, to start the child in (`CLONE_INTO_CGROUP`), and
+    /// which of `cgroup_procs` it makes unnecessary.
+    pub born_in: Option<(RawFd, RawFd)>,
 }
 
 /// The highest capability number the running kernel knows: the bounding set has one bit per
@@ -240,6 +243,9 @@ struct ChildArgs<'a> {
     exec: &'a Exec,
     setup: &'a ChildSetup,
     mask: &'a libc::sigset_t,
+    /// The child was born in the cgroup of [`ChildSetup::born_in`] (`CLONE_INTO_CGROUP`): it
+    /// does not join that one itself.
+    born_in_cgroup: bool,
 }
 
 /// Size of the stack the child runs on until it execs.
@@ -247,8 +253,12 @@ const CHILD_STACK: usize = 256 * 1024;
 
 /// Starts the child with `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)`, as posix_spawn does:
 /// no page tables are copied (fork's cost grows with the daemon's memory), and this thread is
-/// suspended until the child has exec'd or died. Returns its pid and pidfd; a failure before the
-/// exec is read from the report pipe by the caller.
+/// suspended until the child has exec'd or died. Where the invocation has a cgroup v2 directory
+/// ([`ChildSetup::born_in`]), `clone3` with `CLONE_INTO_CGROUP` starts the child inside it, so
+/// it never migrates there (a migration takes the kernel's cgroup-wide lock); a kernel or a
+/// filter that refuses `clone3` gets the plain `clone`, and the child joins by writing
+/// `cgroup.procs` as before. Returns its pid and pidfd; a failure before the exec is read from
+/// the report pipe by the caller.
 pub(crate) fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t, OwnedFd)> {
     let mut stack = vec![0u8; CHILD_STACK];
     // SAFETY: sigset_t is plain data; sigfillset initialises it.
@@ -260,26 +270,44 @@ pub(crate) fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t,
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
     }
-    let args = ChildArgs { exec, setup, mask: &old };
     let mut pidfd: libc::c_int = -1;
-    // Why this is sound: the stack is ours and outlives the child's use of it (CLONE_VFORK
-    // suspends this thread until the child execs or exits). With CLONE_VM the child shares our
-    // memory and only reads `args` (and writes errno, while we are suspended); without
-    // CLONE_FILES and CLONE_SIGHAND it has its own descriptor table and signal handlers. Every
-    // signal is blocked across the clone, so no handler of ours can run on the child's side.
-    // SAFETY: see the paragraph above; `pidfd` and the stack pointer are valid for the call.
-    let pid = unsafe {
+    // SAFETY: the stack is ours; one past its end, rounded down to 16 bytes, is within it.
+    let top = unsafe {
         let top = stack.as_mut_ptr().add(stack.len());
-        let top = top.sub(top as usize % 16);
-        libc::clone(
-            child_main,
-            top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
-            (&args as *const ChildArgs<'_>).cast_mut().cast(),
-            &mut pidfd as *mut libc::c_int,
-        )
+        top.sub(top as usize % 16)
     };
-    let clone_error = io::Error::last_os_error();
+    let mut pid = -1;
+    let mut clone_error = io::Error::from_raw_os_error(libc::ENOSYS);
+    if let Some((dir, _)) = setup.born_in {
+        let args = ChildArgs { exec, setup, mask: &old, born_in_cgroup: true };
+        // SAFETY: as for `clone` below (the same flags, stack and argument), plus the cgroup
+        // directory descriptor, which `setup` holds open across the call.
+        let r = unsafe { clone3_into_cgroup(dir, stack.as_mut_ptr(), top, &args, &mut pidfd) };
+        match r {
+            Ok(child) => pid = child,
+            Err(e) => clone_error = e,
+        }
+    }
+    if pid < 0 {
+        let args = ChildArgs { exec, setup, mask: &old, born_in_cgroup: false };
+        // Why this is sound: the stack is ours and outlives the child's use of it (CLONE_VFORK
+        // suspends this thread until the child execs or exits). With CLONE_VM the child shares
+        // our memory and only reads `args` (and writes errno, while we are suspended); without
+        // CLONE_FILES and CLONE_SIGHAND it has its own descriptor table and signal handlers.
+        // Every signal is blocked across the clone, so no handler of ours can run on the
+        // child's side.
+        // SAFETY: see the paragraph above; `pidfd` and the stack pointer are valid for the call.
+        pid = unsafe {
+            libc::clone(
+                child_main,
+                top.cast(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD,
+                (&args as *const ChildArgs<'_>).cast_mut().cast(),
+                &mut pidfd as *mut libc::c_int,
+            )
+        };
+        clone_error = io::Error::last_os_error();
+    }
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     drop(stack);
@@ -288,6 +316,160 @@ pub(crate) fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t,
     }
     // SAFETY: CLONE_PIDFD stored a new descriptor that nothing else owns.
     Ok((pid, unsafe { OwnedFd::from_raw_fd(pidfd) }))
+}
+
+/// Whether this kernel starts a child in the cgroup v2 directory `dir` with `clone3`'s
+/// `CLONE_INTO_CGROUP`, and lets it live: a child that `_exit(0)`s at once must be seen exiting
+/// with 0. (Some kernels refuse `clone3` or the flag; and some kill a child born in a cgroup
+/// that was ever `cgroup.kill`ed, which is why a killed leaf never uses it.) Probed once per
+/// daemon, on a new, never-killed directory.
+pub(crate) fn clone_into_cgroup_works(dir: RawFd) -> bool {
+    let Ok(cgroup) = u64::try_from(dir) else { return false };
+    let args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        pidfd: 0,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup,
+    };
+    // SAFETY: a fork-like clone3 (no CLONE_VM, no new stack): the child runs on a copy of this
+    // thread's memory and only calls _exit(2), which is async-signal-safe.
+    let pid = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>()) };
+    if pid == 0 {
+        // SAFETY: _exit(2) never returns and runs no atexit handlers or destructors.
+        unsafe { libc::_exit(0) };
+    }
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid < 0 {
+        return false;
+    }
+    matches!(
+        nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None),
+        Ok(nix::sys::wait::WaitStatus::Exited(_, 0))
+    )
+}
+
+/// `struct clone_args` (linux/sched.h), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `clone3(CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_INTO_CGROUP)`: the child starts on
+/// `[stack, top)` inside the cgroup `cgroup_dir`, runs [`child_main`]`(args)` and exits with its
+/// value (it execs or `_exit`s first); the parent gets the child's pid.
+///
+/// `clone3` has no function argument: the child returns from the system call on the new stack,
+/// so the call is made in assembly that, in the child, calls [`child_main`] at once and never
+/// returns into a Rust frame (which would run on a stack it does not have).
+///
+/// # Safety
+/// As for `clone` in [`spawn`]: `[stack, top)` is a live allocation of the caller that outlives
+/// the child's use of it (CLONE_VFORK suspends the caller until the child execs or exits), `top`
+/// is 16-byte aligned, `args` and `pidfd` are valid for the call, every signal is blocked, and
+/// `cgroup_dir` is an open descriptor.
+unsafe fn clone3_into_cgroup(
+    cgroup_dir: RawFd,
+    stack: *mut u8,
+    top: *mut u8,
+    args: &ChildArgs<'_>,
+    pidfd: &mut libc::c_int,
+) -> io::Result<libc::pid_t> {
+    let clone = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
+        pidfd: pidfd as *mut libc::c_int as u64,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack as u64,
+        stack_size: top as u64 - stack as u64,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: u64::try_from(cgroup_dir).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?,
+    };
+    let main: extern "C" fn(*mut libc::c_void) -> libc::c_int = child_main;
+    let arg = (args as *const ChildArgs<'_>).cast_mut().cast::<libc::c_void>();
+    let ret: i64;
+    // SAFETY: see the function's contract. The parent's side of the block only runs the system
+    // call (which clobbers rcx/r11 on x86_64 and nothing but x0 on aarch64); the child's side
+    // never leaves the block: it calls `child_main`, which execs or `_exit`s, and exits with
+    // its value if it ever returned.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            // The child, on its new stack (the kernel set rsp to stack + stack_size).
+            "xor ebp, ebp",
+            "mov rdi, r13",
+            "call r12",
+            "mov edi, eax",
+            "mov eax, {exit}",
+            "syscall",
+            "ud2",
+            "2:",
+            exit = const libc::SYS_exit,
+            inlateout("rax") libc::SYS_clone3 => ret,
+            in("rdi") &clone as *const CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") main,
+            in("r13") arg,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        std::arch::asm!(
+            "svc #0",
+            "cbnz x0, 2f",
+            // The child, on its new stack (the kernel set sp to stack + stack_size).
+            "mov x29, xzr",
+            "mov x0, x21",
+            "blr x20",
+            "mov x8, {exit}",
+            "svc #0",
+            "brk #0",
+            "2:",
+            exit = const libc::SYS_exit,
+            inlateout("x0") &clone as *const CloneArgs as i64 => ret,
+            in("x1") std::mem::size_of::<CloneArgs>(),
+            in("x8") libc::SYS_clone3,
+            in("x20") main,
+            in("x21") arg,
+            options(nostack),
+        );
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let _ = (clone, main, arg);
+        ret = -i64::from(libc::ENOSYS);
+    }
+    if ret < 0 {
+        return Err(io::Error::from_raw_os_error(i32::try_from(-ret).unwrap_or(libc::EINVAL)));
+    }
+    libc::pid_t::try_from(ret).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// The kernel's `struct sigaction` (x86_64 and aarch64 alike: both define SA_RESTORER).
@@ -389,7 +571,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             return die(Step::Chdir);
         }
     }
-    if setup(a.setup).is_err() {
+    let joined = if a.born_in_cgroup { a.setup.born_in.map(|(_, procs)| procs) } else { None };
+    if setup(a.setup, joined).is_err() {
         // `setup` reported the step already.
         // SAFETY: as above.
         unsafe { libc::_exit(127) };
@@ -427,7 +610,7 @@ struct PathBeneathAttr {
 
 /// Runs in the child after fork. Only async-signal-safe system calls. Private to this module: it
 /// drops the privileges of whichever thread calls it, so only the child started by [`spawn`] may.
-fn setup(s: &ChildSetup) -> io::Result<()> {
+fn setup(s: &ChildSetup, joined: Option<RawFd>) -> io::Result<()> {
     let fail = |step: Step| -> io::Error {
         let err = io::Error::last_os_error();
         report(s.report.as_raw_fd(), step, err.raw_os_error().unwrap_or(0));
@@ -452,8 +635,8 @@ fn setup(s: &ChildSetup) -> io::Result<()> {
         unsafe { *libc::__errno_location() = libc::ESRCH };
         return Err(fail(Step::ParentGone));
     }
-    for &fd in &s.cgroup_procs {
-        // "0" moves the writing process itself.
+    for &fd in s.cgroup_procs.iter().filter(|fd| Some(**fd) != joined) {
+        // "0" moves the writing process itself (not into the cgroup it was born in).
         // SAFETY: see above.
         if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
             return Err(fail(Step::JoinCgroup));

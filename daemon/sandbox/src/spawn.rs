@@ -174,6 +174,7 @@ pub async fn run(
         report: report_write,
         view,
         last_cap: child::last_cap(),
+        born_in: cgroup.as_ref().and_then(InvocationCgroup::born_in),
     };
     let facts = Facts {
         landlock_abi: confine.landlock_abi,
@@ -264,7 +265,7 @@ pub async fn run(
             // The leader is a zombie: the group id is still ours. Nothing it started may outlive it,
             // not even what left the group with setsid (the cgroup kill).
             group.signal(Signal::SIGKILL);
-            if let Some(cg) = &cgroup {
+            if let Some(cg) = &mut cgroup {
                 cg.kill();
             }
             let status = waitid(Id::PIDFd(pidfd.get_ref().as_fd()), WaitPidFlag::WEXITED)
