@@ -23,10 +23,11 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
     #[error(
-        "all {max} invocation slots are busy and {queued} calls already wait for one, as many as cordond queues; \
-         retry later (an admin can raise --max-concurrent or --queue-max)"
+        "no invocation slot is free (cordond runs at most {max} at once, {per_caller} per caller) and {queued} calls \
+         already wait for one, as many as cordond queues; retry later (an admin can raise --max-concurrent, \
+         --max-per-caller or --queue-max)"
     )]
-    QueueFull { max: usize, queued: usize },
+    QueueFull { max: usize, per_caller: usize, queued: usize },
     #[error(
         "this caller already has {queued} calls waiting for a slot, as many as one caller may queue (it may run {max} \
          at once); retry when one finishes (an admin can raise --max-per-caller or --queue-max-per-caller)"
@@ -220,12 +221,18 @@ impl Slots {
     /// Takes a place in the queue, or says why there is none.
     fn enqueue(&self, uid: u32) -> Result<Queued<'_>, AdmissionError> {
         let mut state = lock(&self.state);
+        let full = |queued| AdmissionError::QueueFull {
+            max: self.limits.max_concurrent,
+            per_caller: self.limits.max_per_caller,
+            queued,
+        };
         if state.queued >= self.limits.queue_max {
-            return Err(AdmissionError::QueueFull { max: self.limits.max_concurrent, queued: state.queued });
+            return Err(full(state.queued));
         }
+        let queued = state.queued;
         let Some(entry) = state.callers.get_mut(&uid) else {
             // The caller's entry is held by this call's `CallerHold`: it cannot be missing.
-            return Err(AdmissionError::QueueFull { max: self.limits.max_concurrent, queued: state.queued });
+            return Err(full(queued));
         };
         if entry.queued >= self.limits.queue_max_per_caller {
             return Err(AdmissionError::CallerQueueFull { max: self.limits.max_per_caller, queued: entry.queued });

@@ -151,7 +151,7 @@ fn a_full_queue_answers_busy_at_once_and_the_queued_call_runs_when_a_slot_frees(
     out.assert_code(75);
     assert_eq!(j["error"]["code"], "BUSY", "{j}");
     let message = j["error"]["message"].as_str().unwrap();
-    assert!(message.contains("1 calls already wait") && message.contains("--queue-max"), "{message}");
+    assert!(message.contains("and 1 calls already wait") && message.contains("--queue-max)"), "{message}");
     let refused = wait_busy_records(&d, 1);
     assert_eq!(refused[0]["tool"], "echo");
     assert!(refused[0]["message"].as_str().unwrap().contains("already wait"), "{refused:?}");
@@ -202,6 +202,28 @@ fn a_queued_call_whose_client_goes_away_frees_its_place_and_never_runs() {
     let argv = started_argv(&d);
     assert!(!argv.iter().any(|a| a.contains("gone")), "a call whose client went away ran: {argv:?}");
     assert!(busy_records(&d).is_empty());
+}
+
+/// A client that cancels one queued call on a connection it keeps (RST_STREAM, as `cordon mcp`
+/// does on an MCP cancellation) frees that place too, and the connection goes on serving.
+#[test]
+fn a_queued_call_cancelled_on_a_shared_connection_frees_its_place() {
+    let d = Daemon::start_with(&[("t.toml", TOOLS)], &["--max-concurrent", "1", "--queue-max", "1"]);
+    let (holder, id) = occupy(&d);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let channel = rt.block_on(cordon_proto::connect(&d.socket)).unwrap();
+    let call = rt.spawn(invoke(channel.clone(), "nap"));
+    wait_queued(&d, 1);
+    call.abort();
+    wait_queued(&d, 0);
+    // The same connection queues the next call, which runs once the slot frees.
+    let next = rt.spawn(invoke(channel, "nap"));
+    wait_queued(&d, 1);
+    d.cordon(&["cancel", &id]).assert_code(0);
+    finish(holder);
+    rt.block_on(next).unwrap().unwrap();
+    let naps = started_argv(&d).iter().filter(|a| a.contains("sleep") && a.contains("0.3")).count();
+    assert_eq!(naps, 1, "only the call that was not cancelled runs");
 }
 
 #[test]
@@ -306,4 +328,29 @@ fn one_caller_cannot_take_every_place_in_the_queue() {
     finish(holder);
     assert_eq!(finish(mine)["stdout"], "[mine]");
     assert_eq!(finish(theirs)["stdout"], "[theirs]");
+}
+
+/// A call checked against one generation of the policies does not run under the next: a reload
+/// while it waits refuses it (POLICY_CHANGED, audited), and the next call runs.
+#[test]
+fn a_reload_while_a_call_waits_refuses_it() {
+    let d = Daemon::start_with(&[("t.toml", TOOLS)], &["--max-concurrent", "1"]);
+    let (holder, id) = occupy(&d);
+    let waiting = queue_echo(&d, "before");
+    wait_queued(&d, 1);
+    d.cordon(&["reload"]).assert_code(0);
+    d.cordon(&["cancel", &id]).assert_code(0);
+    finish(holder);
+    let j = finish(waiting);
+    assert_eq!(j["error"]["code"], "POLICY_CHANGED", "{j}");
+    assert!(j["error"]["message"].as_str().unwrap().contains("call the tool again"), "{j}");
+    assert!(!started_argv(&d).iter().any(|a| a.contains("before")), "a call checked before the reload ran");
+    assert!(
+        eventually(Duration::from_secs(10), || d
+            .audit_records()
+            .iter()
+            .any(|r| r["decision"] == "refused" && r["code"] == "POLICY_CHANGED")),
+        "the refusal was not audited"
+    );
+    assert_eq!(d.run_json("echo", &json!({ "text": "after" })).1["stdout"], "[after]");
 }

@@ -309,7 +309,7 @@ fn without_a_queue_the_concurrency_limit_answers_busy_at_once() {
     let (out, j) = d.run_json("echo", &json!({ "text": "x" }));
     out.assert_code(75);
     assert_eq!(j["error"]["code"], "BUSY");
-    assert!(j["error"]["message"].as_str().unwrap().contains("0 calls already wait"), "{j}");
+    assert!(j["error"]["message"].as_str().unwrap().contains("and 0 calls already wait"), "{j}");
     assert!(started.elapsed() < Duration::from_secs(5), "the refusal waited");
 
     let status = d.cordon(&["status", "--json"]).json();
