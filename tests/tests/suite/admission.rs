@@ -20,6 +20,11 @@ description = "sleep a moment"
 reason = "tests"
 command = ["/bin/sleep", "0.3"]
 
+[tools.quick]
+description = "exit at once"
+reason = "tests"
+command = ["/bin/true"]
+
 [tools.slow]
 description = "sleep until cancelled"
 reason = "tests"
@@ -119,7 +124,12 @@ fn thirty_two_concurrent_callers_under_the_default_limits_all_run() {
                 let socket = d.socket.clone();
                 tokio::spawn(async move {
                     let channel = cordon_proto::connect(&socket).await.unwrap();
-                    invoke(channel, "nap").await
+                    // One call that holds its slot a while, then a burst of short ones.
+                    invoke(channel.clone(), "nap").await?;
+                    for _ in 0..5 {
+                        invoke(channel.clone(), "quick").await?;
+                    }
+                    Ok::<(), tonic::Status>(())
                 })
             })
             .collect();
@@ -130,11 +140,11 @@ fn thirty_two_concurrent_callers_under_the_default_limits_all_run() {
         all
     });
     let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert!(failed.is_empty(), "{} of 32 calls failed: {failed:?}", failed.len());
+    assert!(failed.is_empty(), "{} of 32 callers were refused: {failed:?}", failed.len());
     let records = d.audit_records();
     let count = |decision: &str| records.iter().filter(|r| r["decision"] == decision).count();
-    assert_eq!(count("started"), 32);
-    assert_eq!(count("finished"), 32);
+    assert_eq!(count("started"), 32 * 6);
+    assert_eq!(count("finished"), 32 * 6);
     assert_eq!(count("refused"), 0);
     assert_eq!(status(&d)["queued_invocations"], 0);
 }
