@@ -705,7 +705,8 @@ impl Invoker {
         self.lock().get(id).map(|r| r.caller)
     }
 
-    /// Refuses new invocations from now on.
+    /// Refuses new invocations from now on; calls waiting in the admission queue wake and are
+    /// refused (SHUTTING_DOWN).
     pub fn close(&self) {
         self.closed.cancel();
     }
