@@ -784,11 +784,23 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             term::line(&format!("invocations are refused: {}", s.audit_failure))
         );
     }
-    outln!("running      {} of at most {}", s.running_invocations, s.max_concurrent);
+    outln!("running      {} of at most {} ({} per caller)", s.running_invocations, s.max_concurrent, s.max_per_caller);
+    outln!(
+        "queued       {} waiting for a slot; at most {} wait ({} per caller), each up to {}",
+        s.queued_invocations,
+        s.queue_max,
+        s.queue_max_per_caller,
+        duration_ms(s.queue_timeout_ms)
+    );
     for r in &s.running {
         outln!("  {}  {}  uid {}  {}ms", r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms);
     }
     Ok(0)
+}
+
+/// `30s`, `1500ms`: as the daemon's flags are written.
+fn duration_ms(ms: u64) -> String {
+    if ms.is_multiple_of(1000) { format!("{}s", ms / 1000) } else { format!("{ms}ms") }
 }
 
 fn print_json(v: &Value) {

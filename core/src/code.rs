@@ -57,7 +57,7 @@ codes! {
     ConfirmationExpired = "CONFIRMATION_EXPIRED": "the confirmation token expired; call the tool again",
     ConfirmationInUse = "CONFIRMATION_IN_USE": "the token is being redeemed by another call",
     ConfirmationForeign = "CONFIRMATION_FOREIGN": "the token was issued to another caller",
-    PolicyChanged = "POLICY_CHANGED": "the policy was reloaded after the confirmation was issued; call the tool again",
+    PolicyChanged = "POLICY_CHANGED": "the policy was reloaded after the call was checked (while it awaited a confirmation or a slot); call the tool again",
     ApprovalDenied = "APPROVAL_DENIED": "a person declined the call; nothing ran",
     ApprovalTimeout = "APPROVAL_TIMEOUT": "nobody approved the call in time; nothing ran",
     ApprovalFailed = "APPROVAL_FAILED": "the front-end could not ask the user; nothing ran",

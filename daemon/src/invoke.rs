@@ -1,19 +1,22 @@
-//! The invocation lifecycle: look up, validate, admit (concurrency limit), run, cancel.
+//! The invocation lifecycle: look up, validate, admit (concurrency limits and the wait queue,
+//! see [`crate::admission`]), run, cancel.
 //!
 //! Architecture invariant: a process is only ever started from a [`Started`] invocation, which
 //! can only be built by [`Invoker::start`] once its `started` audit record is on disk, from a
 //! [`Prepared`] one, which only [`Invoker::prepare`] builds after validation against the current
-//! registry and after a concurrency slot was taken. Every decision made here is audited here.
+//! registry and after a concurrency slot was taken (a call that waited for its slot is checked
+//! again against the registry and its pins once it has it). Every decision made here is audited
+//! here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use serde_json::{Value, json};
 
+use crate::admission::{self, AdmissionError, Slot, Slots};
 use crate::audit::{self, Audit, AuditError, Decision, Record};
 use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
@@ -33,10 +36,14 @@ pub enum InvokeError {
     Invalid(ValidationError),
     #[error("tool {tool:?} is unavailable on this host: {reason}")]
     Unavailable { tool: String, reason: String },
-    #[error("all {max} invocation slots are busy; retry when a running invocation finishes")]
-    Busy { max: usize },
-    #[error("this caller already runs {max} invocations, its limit; retry when one finishes")]
-    CallerBusy { max: usize },
+    /// No slot: the queue was full, or the wait passed its deadline.
+    #[error(transparent)]
+    Busy(AdmissionError),
+    #[error(
+        "the policies were reloaded while this call of {tool:?} waited for a slot; call the tool again \
+         (it is checked against the new policies)"
+    )]
+    Reloaded { tool: String },
     #[error("cordond is shutting down and accepts no new invocations")]
     ShuttingDown,
     #[error(transparent)]
@@ -55,7 +62,8 @@ impl InvokeError {
         match self {
             InvokeError::Invalid(v) => v.code,
             InvokeError::Unavailable { .. } => ErrorCode::ToolUnavailable,
-            InvokeError::Busy { .. } | InvokeError::CallerBusy { .. } => ErrorCode::Busy,
+            InvokeError::Busy(_) => ErrorCode::Busy,
+            InvokeError::Reloaded { .. } => ErrorCode::PolicyChanged,
             InvokeError::ShuttingDown => ErrorCode::ShuttingDown,
             InvokeError::Spawn(_) => ErrorCode::SpawnFailed,
             InvokeError::Random(_) => ErrorCode::Internal,
@@ -74,6 +82,15 @@ impl InvokeError {
             InvokeError::Confirm(ConfirmError::Expired | ConfirmError::TimedOut(_)) => Decision::ConfirmationExpired,
             InvokeError::Confirm(ConfirmError::Denied) => Decision::ConfirmationRefused,
             _ => Decision::Refused,
+        }
+    }
+}
+
+impl From<AdmissionError> for InvokeError {
+    fn from(e: AdmissionError) -> Self {
+        match e {
+            AdmissionError::ShuttingDown => InvokeError::ShuttingDown,
+            busy => InvokeError::Busy(busy),
         }
     }
 }
@@ -133,7 +150,8 @@ pub struct Prepared {
     seccomp: Arc<Programs>,
     cancel: CancellationToken,
     _running: RunningGuard,
-    _permit: OwnedSemaphorePermit,
+    // Boxed: a `Prepared` travels by value through `Admission` and `Started`.
+    _slot: Box<Slot>,
 }
 
 type RunningMap = Arc<Mutex<HashMap<String, Running>>>;
@@ -191,10 +209,8 @@ struct Running {
 /// Tunables of the invoker.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
-    /// Invocations that may run at once.
-    pub max_concurrent: usize,
-    /// Invocations one caller (uid) may run at once.
-    pub max_per_caller: usize,
+    /// The concurrency limits and the wait queue.
+    pub admission: admission::Limits,
     /// How long an agent confirmation token stays valid.
     pub agent_ttl: Duration,
     /// How long a human approval may take.
@@ -206,8 +222,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            max_concurrent: 16,
-            max_per_caller: 8,
+            admission: admission::Limits::default(),
             agent_ttl: crate::confirm::AGENT_TTL,
             human_ttl: crate::confirm::HUMAN_TTL,
             confirmations: crate::confirm::Limits::default(),
@@ -220,9 +235,7 @@ impl Default for Settings {
 pub struct Invoker {
     registry: Arc<RegistryHandle>,
     host: Arc<HostSandbox>,
-    slots: Arc<Semaphore>,
-    max: usize,
-    max_per_caller: usize,
+    slots: Slots,
     running: RunningMap,
     closed: CancellationToken,
     confirmations: Confirmations,
@@ -236,13 +249,10 @@ impl Invoker {
         settings: Settings,
         audit: Arc<Audit>,
     ) -> Invoker {
-        let max_concurrent = settings.max_concurrent;
         Invoker {
             registry,
             host,
-            slots: Arc::new(Semaphore::new(max_concurrent)),
-            max: max_concurrent,
-            max_per_caller: settings.max_per_caller,
+            slots: Slots::new(settings.admission),
             running: Arc::new(Mutex::new(HashMap::new())),
             closed: CancellationToken::new(),
             confirmations: Confirmations::new(settings.agent_ttl, settings.human_ttl)
@@ -259,14 +269,24 @@ impl Invoker {
         &self.host
     }
 
-    pub fn max_concurrent(&self) -> usize {
-        self.max
+    /// The concurrency limits and the wait queue's bounds.
+    pub fn limits(&self) -> admission::Limits {
+        self.slots.limits()
     }
 
-    /// Validates the call against the current registry and takes a slot (or parks it for
-    /// confirmation), or says why not.
-    pub fn prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
-        let result = self.try_prepare(caller, tool_name, arguments);
+    /// Calls waiting for a slot now: all of them, or those of one uid.
+    pub fn queued(&self, uid: Option<u32>) -> usize {
+        match uid {
+            None => self.slots.queued(),
+            Some(uid) => self.slots.queued_for(uid),
+        }
+    }
+
+    /// Validates the call against the current registry and takes a slot, waiting in the queue
+    /// when none is free (or parks it for confirmation), or says why not. Dropping the future
+    /// while it waits gives up its place in the queue; nothing is recorded for it.
+    pub async fn prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
+        let result = self.try_prepare(caller, tool_name, arguments).await;
         match &result {
             Ok(Admission::NeedsConfirmation(ticket)) => self.audit.record(
                 Record::new(Decision::ConfirmationRequested)
@@ -283,7 +303,7 @@ impl Invoker {
         result
     }
 
-    fn try_prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
+    async fn try_prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
         if self.closed.is_cancelled() {
             return Err(InvokeError::ShuttingDown);
         }
@@ -293,7 +313,7 @@ impl Invoker {
         if parked.tool.confirm != cordon_core::policy::Confirm::None {
             return Ok(Admission::NeedsConfirmation(self.confirmations.park(parked)?));
         }
-        self.admit(parked, None).map(Admission::Ready)
+        self.admit(parked, None).await.map(Admission::Ready)
     }
 
     /// Records a refused call. Raw arguments are kept (clipped) only when they did not
@@ -409,7 +429,7 @@ impl Invoker {
         if self.closed.is_cancelled() {
             return Err(InvokeError::ShuttingDown);
         }
-        self.admit(parked, Some(Confirmed { approval_id, via }))
+        self.admit(parked, Some(Confirmed { approval_id, via })).await
     }
 
     /// Records confirmations that expired unredeemed; called periodically.
@@ -480,8 +500,9 @@ impl Invoker {
         Ok(Parked { tool, generation: registry.generation, plan, identity, dedicated_uid, caller, paths })
     }
 
-    /// Takes a concurrency slot and registers the invocation as running.
-    fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
+    /// Takes a concurrency slot (waiting in the queue when none is free) and registers the
+    /// invocation as running.
+    async fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
         let Parked { tool, generation, plan, identity, dedicated_uid, caller, paths } = parked;
         // Every pinned path (grants, working_dir, command[0]) must still name what it named when
         // the registry loaded; a swapped one makes the tool unavailable, never redirected.
@@ -492,11 +513,27 @@ impl Invoker {
             tool: tool.name.clone(),
             reason: "no seccomp program was compiled for it".into(),
         })?;
-        let own = self.lock().values().filter(|r| r.caller.uid == caller.uid).count();
-        if own >= self.max_per_caller {
-            return Err(InvokeError::CallerBusy { max: self.max_per_caller });
+        let slot = self.slots.acquire(caller.uid, &self.closed).await?;
+        if slot.waited {
+            // The world may have moved during the wait: checked again, like a redeemed
+            // confirmation. A reload refuses the call (it was validated and authorized against
+            // the old policies); a swapped pin makes the tool unavailable.
+            if self.closed.is_cancelled() {
+                return Err(InvokeError::ShuttingDown);
+            }
+            let registry = self.registry.current();
+            let unchanged = registry.generation == generation
+                && registry.get(&tool.name).is_some_and(|t| Arc::ptr_eq(t, &tool) && !t.disabled);
+            if !unchanged {
+                return Err(match confirmed {
+                    Some(_) => ConfirmError::Stale.into(),
+                    None => InvokeError::Reloaded { tool: tool.name.clone() },
+                });
+            }
+            if let Availability::Unavailable { reason } = tool.availability_now() {
+                return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason });
+            }
         }
-        let permit = self.slots.clone().try_acquire_owned().map_err(|_| InvokeError::Busy { max: self.max })?;
         let id = new_id()?;
         let cancel = self.closed.child_token();
         self.lock().insert(
@@ -523,7 +560,7 @@ impl Invoker {
             seccomp,
             cancel,
             _running: running,
-            _permit: permit,
+            _slot: Box::new(slot),
         })
     }
 
@@ -592,7 +629,8 @@ impl Invoker {
             grace: KILL_GRACE,
             output,
         };
-        tracing::info!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");
+        // DEBUG: the audit log is the record of every call; INFO stays quiet on the hot path.
+        tracing::debug!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");
         let confinement = Confinement {
             id: &prepared.id,
             policy: &prepared.tool.sandbox,
@@ -606,7 +644,7 @@ impl Invoker {
         };
         let result = cordon_sandbox::run(spec, &confinement, &prepared.cancel).await;
         match &result {
-            Ok(o) => tracing::info!(
+            Ok(o) => tracing::debug!(
                 id = %prepared.id, exit_code = ?o.exit_code, signal = ?o.signal, timed_out = o.timed_out,
                 cancelled = o.cancelled, duration_ms = o.duration.as_millis() as u64, "invocation finished"
             ),
@@ -667,7 +705,8 @@ impl Invoker {
         self.lock().get(id).map(|r| r.caller)
     }
 
-    /// Refuses new invocations from now on.
+    /// Refuses new invocations from now on; calls waiting in the admission queue wake and are
+    /// refused (SHUTTING_DOWN).
     pub fn close(&self) {
         self.closed.cancel();
     }

@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod audit;
 pub mod authz;
 pub mod caller;

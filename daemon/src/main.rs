@@ -26,12 +26,22 @@ struct Args {
     /// Unix socket to listen on [default: /run/cordon/cordon.sock as root, else $XDG_RUNTIME_DIR/cordon/cordon.sock]
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// Invocations that may run at once; more get RESOURCE_EXHAUSTED.
+    /// Invocations that may run at once; more wait in the queue (see --queue-max).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_concurrent: u32,
-    /// Invocations one caller (uid) may run at once.
+    /// Invocations one caller (uid) may run at once; more of its calls wait in the queue.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
     max_per_caller: u32,
+    /// Calls that may wait for a free slot at once (first come, first served); when the queue
+    /// is full, a call is refused at once with BUSY (RESOURCE_EXHAUSTED). 0: no queue.
+    #[arg(long, default_value_t = 256, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=65536))]
+    queue_max: u32,
+    /// Calls one caller (uid) may have waiting at once, so that one caller cannot fill the queue.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=65536))]
+    queue_max_per_caller: u32,
+    /// The longest a call waits in the queue for a slot; then it is refused with BUSY.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    queue_timeout: Duration,
     /// On SIGTERM/SIGINT, how long running invocations may take to finish before they are killed.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     shutdown_grace: Duration,
@@ -154,8 +164,13 @@ impl Args {
                 keep: self.audit_keep,
             },
             settings: Settings {
-                max_concurrent: self.max_concurrent as usize,
-                max_per_caller: self.max_per_caller as usize,
+                admission: cordon_daemon::admission::Limits {
+                    max_concurrent: self.max_concurrent as usize,
+                    max_per_caller: self.max_per_caller as usize,
+                    queue_max: self.queue_max as usize,
+                    queue_max_per_caller: self.queue_max_per_caller as usize,
+                    queue_timeout: self.queue_timeout,
+                },
                 agent_ttl: self.confirm_ttl,
                 human_ttl: self.approval_timeout,
                 confirmations: cordon_daemon::confirm::Limits {

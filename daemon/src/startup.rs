@@ -297,7 +297,10 @@ impl Server {
         tracing::info!(
             socket = %socket_path.display(), policies = %config.policies.display(),
             audit = %config.audit.path.display(), tools = counts.total, available = counts.available,
-            generation = current.generation, "cordond listening"
+            generation = current.generation, max_concurrent = config.settings.admission.max_concurrent,
+            max_per_caller = config.settings.admission.max_per_caller, queue_max = config.settings.admission.queue_max,
+            queue_max_per_caller = config.settings.admission.queue_max_per_caller,
+            queue_timeout_ms = config.settings.admission.queue_timeout.as_millis() as u64, "cordond listening"
         );
 
         // A reload asked for while starting is served now: a reload right after startup.

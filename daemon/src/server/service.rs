@@ -299,7 +299,7 @@ impl v1::cordon_server::Cordon for CordonService {
         let req = request.into_inner();
         self.require_tool(&caller, &req.tool)?;
         let invoker = &self.daemon.invoker;
-        match invoker.prepare(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))? {
+        match invoker.prepare(caller, &req.tool, &req.arguments_json).await.map_err(|e| status::invoke(&e))? {
             Admission::Ready(prepared) => {
                 let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
                 Ok(self.run_stream(started, req.stream_output))
@@ -543,6 +543,9 @@ impl v1::cordon_server::Cordon for CordonService {
         if !admin {
             running.retain(|r| r.caller.uid == caller.uid);
         }
+        let queued = d.invoker.queued((!admin).then_some(caller.uid));
+        let limits = d.invoker.limits();
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         Ok(Response::new(v1::StatusResponse {
             version: env!("CARGO_PKG_VERSION").into(),
             uptime_ms: u64::try_from(d.started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -552,7 +555,12 @@ impl v1::cordon_server::Cordon for CordonService {
             tools_unavailable: counts.unavailable,
             tools_disabled: counts.disabled,
             running_invocations: u32::try_from(running.len()).unwrap_or(u32::MAX),
-            max_concurrent: u32::try_from(d.invoker.max_concurrent()).unwrap_or(u32::MAX),
+            max_concurrent: count(limits.max_concurrent),
+            queued_invocations: count(queued),
+            max_per_caller: count(limits.max_per_caller),
+            queue_max: count(limits.queue_max),
+            queue_max_per_caller: count(limits.queue_max_per_caller),
+            queue_timeout_ms: u64::try_from(limits.queue_timeout.as_millis()).unwrap_or(u64::MAX),
             policy_dir: if admin { d.registry.dir().display().to_string() } else { String::new() },
             socket_path: d.socket_path.display().to_string(),
             daemon_pid: std::process::id(),

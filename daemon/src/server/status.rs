@@ -58,7 +58,8 @@ pub(crate) fn invoke(e: &InvokeError) -> Status {
         InvokeError::Invalid(v) => return validation(v),
         InvokeError::Confirm(c) => return confirm(c),
         InvokeError::Unavailable { .. } | InvokeError::Spawn(_) => Code::FailedPrecondition,
-        InvokeError::Busy { .. } | InvokeError::CallerBusy { .. } => Code::ResourceExhausted,
+        InvokeError::Busy(_) => Code::ResourceExhausted,
+        InvokeError::Reloaded { .. } => Code::FailedPrecondition,
         InvokeError::ShuttingDown | InvokeError::Audit(_) => Code::Unavailable,
         InvokeError::Random(_) => Code::Internal,
     };

@@ -297,8 +297,9 @@ fn a_broken_reload_keeps_the_previous_registry() {
 }
 
 #[test]
-fn the_concurrency_limit_answers_resource_exhausted_at_once() {
-    let d = Daemon::start_with(&[("tools.toml", TOOLS)], &["--max-concurrent", "1"]);
+fn without_a_queue_the_concurrency_limit_answers_busy_at_once() {
+    // A full house queues calls (see the admission suite); with no queue, it answers at once.
+    let d = Daemon::start_with(&[("tools.toml", TOOLS)], &["--max-concurrent", "1", "--queue-max", "0"]);
     let first = d.cordon_spawn(&["run", "slow", "--json"]);
     assert!(
         eventually(Duration::from_secs(10), || d.cordon(&["status", "--json"]).json()["running_invocations"] == 1),
@@ -308,6 +309,7 @@ fn the_concurrency_limit_answers_resource_exhausted_at_once() {
     let (out, j) = d.run_json("echo", &json!({ "text": "x" }));
     out.assert_code(75);
     assert_eq!(j["error"]["code"], "BUSY");
+    assert!(j["error"]["message"].as_str().unwrap().contains("and 0 calls already wait"), "{j}");
     assert!(started.elapsed() < Duration::from_secs(5), "the refusal waited");
 
     let status = d.cordon(&["status", "--json"]).json();
@@ -672,19 +674,20 @@ fn closing_stdin_of_cordon_mcp_cancels_its_running_calls_at_once() {
 
 #[test]
 fn one_caller_cannot_take_every_slot_and_oversized_requests_are_refused_unread() {
-    let d = Daemon::start_with(&[("tools.toml", TOOLS)], &["--max-per-caller", "1"]);
+    // Over its limit, a caller's calls queue, up to its share of the queue (none here).
+    let d = Daemon::start_with(&[("tools.toml", TOOLS)], &["--max-per-caller", "1", "--queue-max-per-caller", "0"]);
     let first = d.cordon_spawn(&["run", "slow", "--json"]);
     assert!(eventually(Duration::from_secs(10), || d.cordon(&["status", "--json"]).json()["running_invocations"] == 1));
     let (out, j) = d.run_json("echo", &json!({ "text": "x" }));
     out.assert_code(75);
     assert_eq!(j["error"]["code"], "BUSY");
-    assert!(j["error"]["message"].as_str().unwrap().contains("this caller already runs 1"), "{j}");
+    assert!(j["error"]["message"].as_str().unwrap().contains("as many as one caller may queue (it may run 1"), "{j}");
     let id = d.cordon(&["status", "--json"]).json()["running"][0]["invocation_id"].as_str().unwrap().to_string();
     d.cordon(&["cancel", &id]).assert_code(0);
     first.wait_with_output().unwrap();
 
     // A 10 MiB argument never reaches validation.
-    let started = || d.log_text().matches("invocation started").count();
+    let started = || d.audit_records().iter().filter(|r| r["decision"] == "started").count();
     let before = started();
     let huge = json!({ "text": "a".repeat(10 * 1024 * 1024) }).to_string();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

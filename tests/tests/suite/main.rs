@@ -1,6 +1,7 @@
 //! cordon's integration suite: one test binary, one module per area.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod admission;
 mod audit;
 mod authz;
 mod cgroup_delegation;
