@@ -159,7 +159,6 @@ fn start(build: &Build, extra: &[&str]) -> Running {
         .arg(&socket)
         .arg("--audit")
         .arg(dir.path().join("audit.jsonl"))
-        .args(["--socket-group", "", "--admin-group", ""])
         .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
