@@ -24,6 +24,10 @@ pub struct Registry {
     pub loaded_at: SystemTime,
     /// Seccomp programs of every profile a tool of this generation uses, compiled at load.
     pub seccomp: ProgramCache,
+    /// What the next reload takes over: unchanged files are not parsed again, and their tools
+    /// stay the same `Arc`s when a fresh probe finds them unchanged (see
+    /// `cordon_core::policy::load_sources_after`).
+    reuse: policy::Reuse,
 }
 
 /// Tool counts for status reports.
@@ -149,33 +153,41 @@ impl RegistryHandle {
                 }],
             });
         };
-        let set = policy::load_dir(&self.dir, &self.host)?;
-        let next = Arc::new(build(set, self.current.borrow().generation + 1));
+        let previous = self.current();
+        let set = policy::load_dir_after(&self.dir, &self.host, &previous.reuse)?;
+        let next = Arc::new(build(set, previous.generation + 1));
+        // Only the tools that changed are new: the rest are shared with `previous`, which goes
+        // when its last reader lets go of it.
+        drop(previous);
         self.current.send_replace(next.clone());
         Ok(next)
     }
 }
 
 fn build(set: policy::PolicySet, generation: u64) -> Registry {
-    let mut tools = set.tools;
+    let policy::PolicySet { mut tools, diagnostics, files, reuse } = set;
     let seccomp = match cordon_sandbox::compile_seccomp_all(tools.iter().map(|t| Profile::of(&t.sandbox))) {
         Ok(cache) => cache,
         Err(e) => {
-            // Without a filter no tool may run: fail closed, and say why on every tool.
+            // Without a filter no tool may run: fail closed, and say why on every tool (copies:
+            // the loaded tools stay as they are for the next reload to compare with).
             tracing::error!(error = %e, "seccomp programs did not compile; every tool is unavailable");
             for t in &mut tools {
-                t.availability = Availability::Unavailable { reason: e.to_string() };
+                let mut copy = Tool::clone(t);
+                copy.availability = Availability::Unavailable { reason: e.to_string() };
+                *t = Arc::new(copy);
             }
             ProgramCache::new()
         }
     };
     Registry {
         generation,
-        tools: tools.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect(),
-        warnings: set.diagnostics,
-        files: set.files,
+        tools: tools.into_iter().map(|t| (t.name.clone(), t)).collect(),
+        warnings: diagnostics,
+        files,
         loaded_at: SystemTime::now(),
         seccomp,
+        reuse,
     }
 }
 

@@ -31,7 +31,7 @@ pub fn tool(t: &Tool, now: &Availability) -> v1::Tool {
         unavailable_reason,
         disabled: t.disabled,
         params: t.params.iter().map(param).collect(),
-        input_schema_json: t.input_schema.to_string(),
+        input_schema_json: t.input_schema.as_str().to_string(),
         output_schema_json,
         output: match t.output {
             Output::Text => v1::OutputFormat::Text,
@@ -104,7 +104,7 @@ pub fn param(p: &Param) -> v1::Param {
     use v1::param::Rules;
     let rules = match &p.kind {
         ParamKind::String { pattern, min_length, max_length } => Some(Rules::StringRules(v1::StringRules {
-            pattern: pattern.as_ref().map(|p| p.source.clone()),
+            pattern: pattern.as_ref().map(|p| p.source().to_string()),
             min_length: *min_length,
             max_length: *max_length,
         })),
