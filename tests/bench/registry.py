@@ -121,6 +121,7 @@ class Mcp:
             stderr=subprocess.DEVNULL,
         )
         self.next_id = 0
+        self.last_size = 0
         self.notifications = []
 
     def send(self, msg):
@@ -128,16 +129,21 @@ class Mcp:
         self.proc.stdin.flush()
 
     def rpc(self, method, params):
+        """The answer, and the time from sending the request to having read the whole answer
+        (parsing it here is not counted: that is this script's cost, not cordon's)."""
         self.next_id += 1
         rid = self.next_id
+        t = time.monotonic()
         self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         while True:
             line = self.proc.stdout.readline()
+            elapsed = time.monotonic() - t
             if not line:
                 raise RuntimeError(f"cordon mcp closed stdout during {method}")
+            self.last_size = len(line)
             msg = json.loads(line)
             if msg.get("id") == rid:
-                return msg
+                return msg, elapsed
             self.notifications.append(msg)
 
     def wait_notification(self, method, limit=30.0):
@@ -167,9 +173,7 @@ class Mcp:
 
 
 def timed_list(mcp, expect):
-    t = time.monotonic()
-    r = mcp.rpc("tools/list", {})
-    elapsed = time.monotonic() - t
+    r, elapsed = mcp.rpc("tools/list", {})
     tools = r.get("result", {}).get("tools")
     if tools is None:
         raise RuntimeError(f"tools/list failed: {r}")
@@ -177,9 +181,8 @@ def timed_list(mcp, expect):
     cursor = r["result"].get("nextCursor")
     count = len(tools)
     while cursor:
-        t2 = time.monotonic()
-        r = mcp.rpc("tools/list", {"cursor": cursor})
-        elapsed += time.monotonic() - t2
+        r, more = mcp.rpc("tools/list", {"cursor": cursor})
+        elapsed += more
         count += len(r["result"]["tools"])
         cursor = r["result"].get("nextCursor")
     if count < expect:
@@ -270,6 +273,7 @@ def main():
         mcp.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         cold = timed_list(mcp, total)
         warm = [timed_list(mcp, total) for _ in range(args.lists)]
+        rows.append(("cordon mcp tools/list answer size", f"{mcp.last_size / 1e6:.1f} MB"))
         rows.append(("cordon mcp tools/list, first (fetch)", f"{cold * 1000:.0f} ms"))
         rows.append((f"cordon mcp tools/list, warm ({args.lists}x: median / max)",
                      f"{statistics.median(warm) * 1000:.1f} / {max(warm) * 1000:.1f} ms"))

@@ -43,5 +43,5 @@ pub use load::{
 };
 pub use model::*;
 pub use pattern::PatternError;
-pub use probe::{ProbeError, resolve_run_as};
+pub use probe::{PinChecks, ProbeError, resolve_run_as};
 pub use trust::{Subject, Trust, TrustError, Walked};

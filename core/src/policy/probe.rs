@@ -134,6 +134,55 @@ impl Tool {
             unavailable => unavailable.clone(),
         }
     }
+
+    /// [`Tool::availability_now`] within one pass over many tools (one `ListTools`): a pinned
+    /// path that many tools share is checked once per pass, not once per tool.
+    pub fn availability_checked(&self, checks: &mut PinChecks) -> Availability {
+        match &self.availability {
+            Availability::Available { .. } => match checks.verify(&self.sandbox.pins) {
+                None => self.availability.clone(),
+                Some(reason) => Availability::Unavailable { reason },
+            },
+            unavailable => unavailable.clone(),
+        }
+    }
+}
+
+/// The outcome of each pin checked during one pass over many tools, by descriptor (tools that
+/// name one path share its descriptor) and, for `command[0]`, by name. Keep one only as long as
+/// one pass: a later pass must look again.
+#[derive(Debug, Default)]
+pub struct PinChecks {
+    /// (Descriptor's address, policy key) -> why the pin no longer holds, if it does not. The
+    /// addresses stay valid because the tools of the pass (and so their descriptors) outlive it.
+    pins: HashMap<(usize, &'static str), Option<String>>,
+    /// `command[0]` as resolved -> why it no longer names its pinned file, if it does not.
+    names: HashMap<PathBuf, Option<String>>,
+}
+
+impl PinChecks {
+    /// What [`verify`] says of `pins`, as a reason; `None`: every pin holds.
+    fn verify(&mut self, pins: &Pins) -> Option<String> {
+        for (what, pin) in pins.all() {
+            let key = (Arc::as_ptr(&pin.fd) as usize, what);
+            let reason =
+                self.pins.entry(key).or_insert_with(|| verify_pin(what, pin).err().map(|e| e.to_string())).clone();
+            if reason.is_some() {
+                return reason;
+            }
+        }
+        let e = pins.executable.as_ref()?;
+        if e.named == e.pin.path {
+            return None;
+        }
+        self.names
+            .entry(e.named.clone())
+            .or_insert_with(|| {
+                let only = Pins { executable: Some(e.clone()), ..Pins::default() };
+                verify(&only).err().map(|err| err.to_string())
+            })
+            .clone()
+    }
 }
 
 /// What one load has already opened and resolved, so that tools naming the same path share one
