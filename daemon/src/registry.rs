@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -114,6 +115,8 @@ impl RegistryHandle {
     pub fn load(dir: &Path, host: Host) -> Result<RegistryHandle, LoadError> {
         let set = policy::load_dir(dir, &host)?;
         let registry = Arc::new(build(set, 1));
+        // The load's parse trees and buffers are gone: give their memory back.
+        cordon_sandbox::release_free_memory();
         let (current, _) = watch::channel(registry);
         Ok(RegistryHandle { dir: dir.to_path_buf(), host, current, gate: Gate::default() })
     }
@@ -157,11 +160,31 @@ impl RegistryHandle {
         let set = policy::load_dir_after(&self.dir, &self.host, &previous.reuse)?;
         let next = Arc::new(build(set, previous.generation + 1));
         // Only the tools that changed are new: the rest are shared with `previous`, which goes
-        // when its last reader lets go of it.
+        // when its last reader lets go of it (here, unless a request still holds it).
         drop(previous);
-        self.current.send_replace(next.clone());
+        drop(self.current.send_replace(next.clone()));
+        cordon_sandbox::release_free_memory();
         Ok(next)
     }
+}
+
+/// Registries with more tools than this give the memory of a `ListTools` answer back to the
+/// kernel once it is sent (see [`release_memory_soon`]).
+pub const LARGE_REGISTRY: usize = 1000;
+
+/// Gives freed heap memory back to the kernel shortly (after a large `ListTools` answer has been
+/// encoded and sent, which happens after its handler returns); at most one such release waits
+/// at a time.
+pub fn release_memory_soon() {
+    static PENDING: AtomicBool = AtomicBool::new(false);
+    if PENDING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    tokio::spawn(async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        PENDING.store(false, Ordering::Release);
+        let _ = tokio::task::spawn_blocking(cordon_sandbox::release_free_memory).await;
+    });
 }
 
 fn build(set: policy::PolicySet, generation: u64) -> Registry {

@@ -265,6 +265,9 @@ impl v1::cordon_server::Cordon for CordonService {
                 (all || available).then(|| for_role(convert::tool(t, &now), role))
             })
             .collect();
+        if registry.tools.len() > crate::registry::LARGE_REGISTRY {
+            crate::registry::release_memory_soon();
+        }
         Ok(Response::new(v1::ListToolsResponse { generation: registry.generation, tools }))
     }
 

@@ -17,6 +17,10 @@ fn many_tools(count: usize, dirs: [&Path; 2], marker: &str) -> String {
     text
 }
 
+fn rss_kib(pid: i32) -> u64 {
+    cordon_tests::proc_status_field(pid, "VmRSS").unwrap()
+}
+
 fn open_fds(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
 }
@@ -46,4 +50,24 @@ fn pins_of_one_path_share_one_descriptor_across_tools_and_reloads() {
     let listed = many.cordon(&["--json", "tools"]).json();
     assert_eq!(listed["tools"].as_array().map_or(0, Vec::len), 600, "{listed}");
     assert_eq!(listed["generation"], 7);
+}
+
+/// Reloads in which every tool changed (the worst case: nothing can be shared with the previous
+/// generation) do not make the daemon's memory grow with each reload: the previous generation
+/// goes, and its memory is given back (a generation kept alive would add its size each time).
+#[test]
+fn memory_does_not_grow_with_reloads() {
+    let shared = tempfile::tempdir().unwrap();
+    let (a, b) = (shared.path().join("a"), shared.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let d = Daemon::start(&[("t.toml", &many_tools(1000, [&a, &b], ""))]);
+    d.cordon(&["reload"]).assert_code(0);
+    let settled = rss_kib(d.pid());
+    for round in 0..6 {
+        d.write_policy("t.toml", &many_tools(1000, [&a, &b], &format!(" (round {round})")));
+        d.cordon(&["reload"]).assert_code(0);
+    }
+    let after = rss_kib(d.pid());
+    assert!(after <= settled + settled / 2, "RSS {settled} KiB after the first reload, {after} KiB after six more");
 }
