@@ -74,13 +74,23 @@ impl Client {
     }
 
     pub async fn list_tools(&mut self, include_unavailable: bool) -> Result<(u64, Vec<ToolInfo>), CliError> {
+        let (generation, tools) = self.list_tools_iter(include_unavailable).await?;
+        Ok((generation, tools.collect()))
+    }
+
+    /// [`Client::list_tools`], each tool converted only when the iterator reaches it (a caller
+    /// that keeps less than the whole of each tool never holds all of them converted at once).
+    pub async fn list_tools_iter(
+        &mut self,
+        include_unavailable: bool,
+    ) -> Result<(u64, impl ExactSizeIterator<Item = ToolInfo> + use<>), CliError> {
         let r = self
             .inner
             .list_tools(v1::ListToolsRequest { include_unavailable })
             .await
             .map_err(|s| self.fail(s))?
             .into_inner();
-        Ok((r.generation, r.tools.into_iter().map(ToolInfo::from).collect()))
+        Ok((r.generation, r.tools.into_iter().map(ToolInfo::from)))
     }
 
     pub async fn get_tool(&mut self, name: &str) -> Result<ToolInfo, CliError> {

@@ -47,7 +47,11 @@ impl Catalog {
     /// The catalog of `tools`, taking over the entries of `previous` (the generation before)
     /// for tools the daemon describes exactly alike; only the others are built. Tools with the
     /// same input schema share one parsed schema.
-    pub(super) fn build(generation: u64, tools: Vec<ToolInfo>, previous: Option<&Catalog>) -> Catalog {
+    pub(super) fn build(
+        generation: u64,
+        tools: impl ExactSizeIterator<Item = ToolInfo>,
+        previous: Option<&Catalog>,
+    ) -> Catalog {
         // Schema text -> parsed schema, one of each per catalog (and shared with the previous).
         let mut schemas: HashMap<Arc<str>, Arc<JsonObject>> = HashMap::new();
         if let Some(p) = previous {
@@ -150,7 +154,7 @@ impl Catalogs {
             return Ok(c);
         }
         let (epoch, mut client) = daemon.connection().await?;
-        let (generation, tools) = match client.list_tools(false).await {
+        let (generation, tools) = match client.list_tools_iter(false).await {
             Ok(r) => r,
             Err(e) => return Err(daemon.after_failure(e, epoch).await),
         };
@@ -261,8 +265,9 @@ mod tests {
 
     #[test]
     fn a_new_generation_keeps_unchanged_entries_and_lists_exactly_the_new_set() {
-        let one = Catalog::build(1, vec![info("a", "same"), info("b", "before"), info("c", "removed")], None);
-        let two = Catalog::build(2, vec![info("a", "same"), info("b", "after"), info("d", "added")], Some(&one));
+        let one = Catalog::build(1, [info("a", "same"), info("b", "before"), info("c", "removed")].into_iter(), None);
+        let two =
+            Catalog::build(2, [info("a", "same"), info("b", "after"), info("d", "added")].into_iter(), Some(&one));
         assert!(two.shares_entry(&one, "a"), "an unchanged tool keeps its entry");
         assert!(!two.shares_entry(&one, "b"), "a changed tool is rebuilt");
         assert_eq!(names(&two), ["a", "b", "d"]);
@@ -277,11 +282,11 @@ mod tests {
 
     #[test]
     fn a_kept_entry_keeps_its_check() {
-        let one = Catalog::build(1, vec![info("a", "same")], None);
+        let one = Catalog::build(1, [info("a", "same")].into_iter(), None);
         let first = one.check(one.tool("a").unwrap());
-        let two = Catalog::build(2, vec![info("a", "same")], Some(&one));
+        let two = Catalog::build(2, [info("a", "same")].into_iter(), Some(&one));
         assert!(Arc::ptr_eq(&first, &two.check(two.tool("a").unwrap())));
-        let three = Catalog::build(3, vec![info("a", "changed")], Some(&two));
+        let three = Catalog::build(3, [info("a", "changed")].into_iter(), Some(&two));
         assert!(!Arc::ptr_eq(&first, &three.check(three.tool("a").unwrap())));
     }
 }
