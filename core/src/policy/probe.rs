@@ -16,7 +16,7 @@
 //! replace.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -454,13 +454,22 @@ impl PinCache {
             return Err(symlink_reason(label, path, path));
         }
         let p = match self.previous.get(path) {
-            // The same node as at the previous load: keep its descriptor (the fresh one closes).
-            Some(old) if old.node == node => old.clone(),
+            // The same node on the same mount as at the previous load: keep its descriptor (the
+            // fresh one closes). A descriptor also names its mount (exec and chdir go through
+            // it), so a path remounted in between gets the fresh one, as a fresh load would.
+            Some(old) if old.node == node && mount_id(&fd).is_some_and(|m| Some(m) == mount_id(&old.fd)) => old.clone(),
             _ => Pin { path: path.to_path_buf(), node, fd: Arc::new(fd) },
         };
         self.pins.insert(path.to_path_buf(), p.clone());
         Ok(p)
     }
+}
+
+/// The mount a descriptor is on (`mnt_id` of `/proc/self/fdinfo`); `None` when it cannot be
+/// read, and then nothing is taken over.
+fn mount_id(fd: &OwnedFd) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    info.lines().find_map(|l| l.strip_prefix("mnt_id:")?.trim().parse().ok())
 }
 
 /// Why a path with a symlink on it is not accepted, naming the real path to write instead.

@@ -173,3 +173,27 @@ fn one_pass_checks_a_shared_pin_once_and_says_what_a_check_per_tool_says() {
         );
     }
 }
+
+#[test]
+fn a_path_mounted_over_between_loads_gets_a_fresh_descriptor() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let sources = vec![file("a.toml", &[tool_text("t", "reads data", &data)])];
+    let one = load_sources(&sources, &host()).unwrap();
+    // The same directory (same dev, ino) on a new mount: a descriptor names its mount too.
+    let mounted = std::process::Command::new("mount").arg("--bind").arg(&data).arg(&data).status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: cannot bind-mount here (needs root and a mount namespace that allows it)");
+        return;
+    }
+    let outcome = load_sources_after(&sources, &host(), Some(&one.reuse)).map(|two| {
+        let (old, new) = (&get(&one, "t").sandbox.pins.read[0], &get(&two, "t").sandbox.pins.read[0]);
+        ((old.node.dev, old.node.ino) == (new.node.dev, new.node.ino), Arc::ptr_eq(&old.fd, &new.fd))
+    });
+    // Every descriptor on the new mount is closed by now (`two` is gone), so it unmounts.
+    let _ = std::process::Command::new("umount").arg(&data).status();
+    let (same_node, same_fd) = outcome.unwrap();
+    assert!(same_node, "a bind mount of a directory onto itself shows the same node");
+    assert!(!same_fd, "the previous mount's descriptor was kept");
+}
