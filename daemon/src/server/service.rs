@@ -262,7 +262,10 @@ impl v1::cordon_server::Cordon for CordonService {
             .filter_map(|t| {
                 let now = t.availability_checked(&mut checks);
                 let available = matches!(now, Availability::Available { .. });
-                (all || available).then(|| for_role(convert::tool(t, &now), role))
+                (all || available).then(|| match role {
+                    Role::Admin => convert::tool(t, &now),
+                    Role::Agent => for_role(convert::tool_for_agents(t, &now), role),
+                })
             })
             .collect();
         if registry.tools.len() > crate::registry::LARGE_REGISTRY {
