@@ -74,13 +74,23 @@ impl Client {
     }
 
     pub async fn list_tools(&mut self, include_unavailable: bool) -> Result<(u64, Vec<ToolInfo>), CliError> {
+        let (generation, tools) = self.list_tools_iter(include_unavailable).await?;
+        Ok((generation, tools.collect()))
+    }
+
+    /// [`Client::list_tools`], each tool converted only when the iterator reaches it (a caller
+    /// that keeps less than the whole of each tool never holds all of them converted at once).
+    pub async fn list_tools_iter(
+        &mut self,
+        include_unavailable: bool,
+    ) -> Result<(u64, impl ExactSizeIterator<Item = ToolInfo> + use<>), CliError> {
         let r = self
             .inner
             .list_tools(v1::ListToolsRequest { include_unavailable })
             .await
             .map_err(|s| self.fail(s))?
             .into_inner();
-        Ok((r.generation, r.tools.into_iter().map(ToolInfo::from).collect()))
+        Ok((r.generation, r.tools.into_iter().map(ToolInfo::from)))
     }
 
     pub async fn get_tool(&mut self, name: &str) -> Result<ToolInfo, CliError> {
@@ -314,7 +324,7 @@ pub struct Accepted {
     pub generation: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ParamInfo {
     pub name: String,
     #[serde(rename = "type")]
@@ -326,7 +336,49 @@ pub struct ParamInfo {
     pub secret: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// A JSON document as the daemon sent it: kept as text (a fraction of a parsed tree's size),
+/// parsed when it is needed, and shown as JSON (text that does not parse shows as `null`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JsonDoc(Arc<str>);
+
+impl JsonDoc {
+    pub fn new(text: String) -> JsonDoc {
+        JsonDoc(Arc::from(text))
+    }
+
+    /// The same text, held once: `shared` when it says the same.
+    pub fn share(&mut self, shared: &Arc<str>) {
+        if *self.0 == **shared {
+            self.0 = shared.clone();
+        }
+    }
+
+    pub fn shared(&self) -> &Arc<str> {
+        &self.0
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The document as a JSON object; `None` when it is not one.
+    pub fn object(&self) -> Option<serde_json::Map<String, serde_json::Value>> {
+        serde_json::from_str(&self.0).ok()
+    }
+
+    /// The document as a tree; `null` when the text does not parse.
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Serialize for JsonDoc {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.value().serialize(serializer)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolInfo {
     pub name: String,
     pub title: String,
@@ -337,7 +389,7 @@ pub struct ToolInfo {
     pub unavailable_reason: String,
     pub disabled: bool,
     pub params: Vec<ParamInfo>,
-    pub input_schema: serde_json::Value,
+    pub input_schema: JsonDoc,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,
     pub output: &'static str,
@@ -426,7 +478,7 @@ impl ToolInfo {
             unavailable_reason: String::new(),
             disabled: false,
             params: Vec::new(),
-            input_schema: serde_json::Value::Null,
+            input_schema: JsonDoc::default(),
             output_schema: None,
             output: "text",
             confirm: "none",
@@ -443,6 +495,20 @@ impl ToolInfo {
             grants: None,
             wire_params: Vec::new(),
         }
+    }
+
+    /// What the MCP front-end keeps: what an agent is shown and what the front-end check needs
+    /// (name, descriptions, schemas, the params' rules, the working directory, limits); the
+    /// admin-only details and the params as `cordon tool` shows them are dropped.
+    pub fn for_agents(mut self) -> ToolInfo {
+        self.reason = String::new();
+        self.unavailable_reason = String::new();
+        self.params = Vec::new();
+        self.command = Vec::new();
+        self.executable = String::new();
+        self.source = String::new();
+        self.grants = None;
+        self
     }
 
     pub fn status_word(&self) -> &'static str {
@@ -473,7 +539,7 @@ impl From<v1::Tool> for ToolInfo {
             _ => "safe",
         };
         ToolInfo {
-            input_schema: serde_json::from_str(&t.input_schema_json).unwrap_or(serde_json::Value::Null),
+            input_schema: JsonDoc::new(t.input_schema_json),
             output_schema: (!t.output_schema_json.is_empty())
                 .then(|| serde_json::from_str(&t.output_schema_json).ok())
                 .flatten(),
@@ -515,7 +581,7 @@ impl From<v1::Tool> for ToolInfo {
 }
 
 /// A tool's grants, limits and callers (admins only; see `cordon tool NAME`).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Grants {
     pub read: Vec<String>,
     pub write: Vec<String>,
@@ -532,7 +598,7 @@ pub struct Grants {
     pub min_landlock_abi: Option<u32>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Limits {
     pub memory_bytes: Option<u64>,
     pub processes: Option<u64>,
@@ -541,7 +607,7 @@ pub struct Limits {
     pub cpu_time_ms: Option<u64>,
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Allow {
     pub users: Vec<String>,
     pub groups: Vec<String>,

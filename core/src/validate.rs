@@ -200,8 +200,8 @@ pub fn check_value(p: &Param, v: &Value, base: Option<&Path>) -> Result<ArgValue
             check_length(s, *min_length, *max_length).map_err(value_err)?;
             match pattern {
                 Some(pat) => {
-                    if !pat.regex.is_match(s) {
-                        return Err(value_err(format!("{} does not match the pattern {}", shown(s), pat.source)));
+                    if !pat.is_match(s) {
+                        return Err(value_err(format!("{} does not match the pattern {}", shown(s), pat.source())));
                     }
                 }
                 None => {
@@ -369,7 +369,7 @@ pub fn normalize_path(raw: &str, base: Option<&Path>) -> Result<PathBuf, String>
 /// What a param accepts, for messages.
 fn expectation(p: &Param) -> String {
     let what = match &p.kind {
-        ParamKind::String { pattern: Some(pat), .. } => format!("a string matching {}", pat.source),
+        ParamKind::String { pattern: Some(pat), .. } => format!("a string matching {}", pat.source()),
         ParamKind::String { .. } => "a string".to_string(),
         ParamKind::Integer { min, max } => match (min, max) {
             (Some(a), Some(b)) => format!("an integer from {a} to {b}"),

@@ -611,7 +611,7 @@ mod tests {
         let set =
             cordon_core::policy::load_sources(&[("t.toml".into(), text)], &cordon_core::policy::Host::new(false, 7))
                 .unwrap_or_else(|e| panic!("{e}"));
-        let tool = Arc::new(set.tools.into_iter().next().unwrap());
+        let tool = set.tools.into_iter().next().unwrap();
         let plan = Plan {
             executable: "/bin/echo".into(),
             argv: vec!["/bin/echo".into(), "hi".into()],

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -24,6 +25,10 @@ pub struct Registry {
     pub loaded_at: SystemTime,
     /// Seccomp programs of every profile a tool of this generation uses, compiled at load.
     pub seccomp: ProgramCache,
+    /// What the next reload takes over: unchanged files are not parsed again, and their tools
+    /// stay the same `Arc`s when a fresh probe finds them unchanged (see
+    /// `cordon_core::policy::load_sources_after`).
+    reuse: policy::Reuse,
 }
 
 /// Tool counts for status reports.
@@ -110,6 +115,8 @@ impl RegistryHandle {
     pub fn load(dir: &Path, host: Host) -> Result<RegistryHandle, LoadError> {
         let set = policy::load_dir(dir, &host)?;
         let registry = Arc::new(build(set, 1));
+        // The load's parse trees and buffers are gone: give their memory back.
+        cordon_sandbox::release_free_memory();
         let (current, _) = watch::channel(registry);
         Ok(RegistryHandle { dir: dir.to_path_buf(), host, current, gate: Gate::default() })
     }
@@ -149,33 +156,61 @@ impl RegistryHandle {
                 }],
             });
         };
-        let set = policy::load_dir(&self.dir, &self.host)?;
-        let next = Arc::new(build(set, self.current.borrow().generation + 1));
-        self.current.send_replace(next.clone());
+        let previous = self.current();
+        let set = policy::load_dir_after(&self.dir, &self.host, &previous.reuse)?;
+        let next = Arc::new(build(set, previous.generation + 1));
+        // Only the tools that changed are new: the rest are shared with `previous`, which goes
+        // when its last reader lets go of it (here, unless a request still holds it).
+        drop(previous);
+        drop(self.current.send_replace(next.clone()));
+        cordon_sandbox::release_free_memory();
         Ok(next)
     }
 }
 
+/// Registries with more tools than this give the memory of a `ListTools` answer back to the
+/// kernel once it is sent (see [`release_memory_soon`]).
+pub const LARGE_REGISTRY: usize = 1000;
+
+/// Gives freed heap memory back to the kernel shortly (after a large `ListTools` answer has been
+/// encoded and sent, which happens after its handler returns); at most one such release waits
+/// at a time.
+pub fn release_memory_soon() {
+    static PENDING: AtomicBool = AtomicBool::new(false);
+    if PENDING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    tokio::spawn(async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        PENDING.store(false, Ordering::Release);
+        let _ = tokio::task::spawn_blocking(cordon_sandbox::release_free_memory).await;
+    });
+}
+
 fn build(set: policy::PolicySet, generation: u64) -> Registry {
-    let mut tools = set.tools;
+    let policy::PolicySet { mut tools, diagnostics, files, reuse } = set;
     let seccomp = match cordon_sandbox::compile_seccomp_all(tools.iter().map(|t| Profile::of(&t.sandbox))) {
         Ok(cache) => cache,
         Err(e) => {
-            // Without a filter no tool may run: fail closed, and say why on every tool.
+            // Without a filter no tool may run: fail closed, and say why on every tool (copies:
+            // the loaded tools stay as they are for the next reload to compare with).
             tracing::error!(error = %e, "seccomp programs did not compile; every tool is unavailable");
             for t in &mut tools {
-                t.availability = Availability::Unavailable { reason: e.to_string() };
+                let mut copy = Tool::clone(t);
+                copy.availability = Availability::Unavailable { reason: e.to_string() };
+                *t = Arc::new(copy);
             }
             ProgramCache::new()
         }
     };
     Registry {
         generation,
-        tools: tools.into_iter().map(|t| (t.name.clone(), Arc::new(t))).collect(),
-        warnings: set.diagnostics,
-        files: set.files,
+        tools: tools.into_iter().map(|t| (t.name.clone(), t)).collect(),
+        warnings: diagnostics,
+        files,
         loaded_at: SystemTime::now(),
         seccomp,
+        reuse,
     }
 }
 

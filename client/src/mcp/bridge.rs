@@ -19,7 +19,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use super::call::Start;
-use super::catalog::{CONFIRM_TOOL, Catalogs, DESCRIBE_TOOL, builtin_tools, to_mcp_tool};
+use super::catalog::{CONFIRM_TOOL, Catalogs, DESCRIBE_TOOL, builtin_tools};
 use super::confirm::AwaitingInput;
 use super::daemon::Daemon;
 use super::render;
@@ -88,7 +88,7 @@ impl ServerHandler for Bridge {
     ) -> Result<ListToolsResult, McpError> {
         match self.inner.catalogs.get(&self.inner.daemon).await {
             Ok(catalog) => {
-                let mut tools: Vec<Tool> = catalog.tools.iter().map(to_mcp_tool).collect();
+                let mut tools: Vec<Tool> = catalog.mcp_tools().collect();
                 tools.extend(builtin_tools(Some(&catalog)));
                 tracing::debug!(generation = catalog.generation, tools = tools.len(), "tools/list");
                 Ok(ListToolsResult::with_all_items(tools))
@@ -127,7 +127,7 @@ impl ServerHandler for Bridge {
             Err(e) => return Ok(self.failure(&e).into()),
         };
         let Some(tool) = catalog.tool(&name) else {
-            let names = catalog.tools.iter().map(|t| t.name.as_str()).chain([DESCRIBE_TOOL, CONFIRM_TOOL]);
+            let names = catalog.tools().map(|t| t.name.as_str()).chain([DESCRIBE_TOOL, CONFIRM_TOOL]);
             let hint = cordon_core::policy::diag::did_you_mean(&name, names);
             let code = ErrorCode::UnknownTool;
             return Err(McpError::invalid_params(format!("{code}: unknown tool {name:?}{hint}"), None));

@@ -2,7 +2,7 @@
 //! single flight) and the built-in tools, as MCP `Tool`s.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Value, json};
@@ -18,39 +18,126 @@ pub const CONFIRM_TOOL: &str = "confirm";
 /// The built-in tool that returns the policy authoring reference.
 pub const DESCRIBE_TOOL: &str = "describe_schema";
 
-/// One registry generation's tools; each tool's argument check is rebuilt on its first call
-/// (compiling every pattern of a thousand tools up front would make the first `tools/list` slow).
+/// One daemon tool as this session offers it: what the daemon said, the MCP tool built from it
+/// (once), and its argument check, rebuilt on its first call (compiling every pattern of a
+/// thousand tools up front would make the first `tools/list` slow). A tool the daemon describes
+/// alike in the next generation keeps its entry, MCP tool and check.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub(super) info: ToolInfo,
+    mcp: Tool,
+    /// An error (the daemon's rules did not rebuild) stays cached with the entry, so every call
+    /// to that tool is refused alike.
+    check: OnceLock<Arc<Result<ArgCheck, RulesError>>>,
+}
+
+/// One registry generation's tools.
 #[derive(Debug)]
 pub(super) struct Catalog {
     pub(super) generation: u64,
-    pub(super) tools: Vec<ToolInfo>,
-    checks: Mutex<HashMap<String, Arc<Result<ArgCheck, RulesError>>>>,
+    /// In the daemon's order.
+    entries: Vec<Arc<Entry>>,
+    /// Name -> index in `entries`.
+    by_name: HashMap<String, usize>,
+    /// Whether a tool asks for an agent's confirmation (then `confirm` is listed).
+    agent_confirms: bool,
 }
 
 impl Catalog {
-    pub(super) fn tool(&self, name: &str) -> Option<&ToolInfo> {
-        self.tools.iter().find(|t| t.name == name)
+    /// The catalog of `tools`, taking over the entries of `previous` (the generation before)
+    /// for tools the daemon describes exactly alike; only the others are built. Tools with the
+    /// same input schema share one parsed schema.
+    pub(super) fn build(
+        generation: u64,
+        tools: impl ExactSizeIterator<Item = ToolInfo>,
+        previous: Option<&Catalog>,
+    ) -> Catalog {
+        // Schema text -> parsed schema, one of each per catalog (and shared with the previous).
+        let mut schemas: HashMap<Arc<str>, Arc<JsonObject>> = HashMap::new();
+        if let Some(p) = previous {
+            for e in &p.entries {
+                schemas.entry(e.info.input_schema.shared().clone()).or_insert_with(|| e.mcp.input_schema.clone());
+            }
+        }
+        let mut entries = Vec::with_capacity(tools.len());
+        let mut by_name = HashMap::with_capacity(tools.len());
+        for info in tools {
+            let mut info = info.for_agents();
+            let kept = previous.and_then(|p| p.entry(&info.name)).filter(|e| e.info == info);
+            let entry = match kept {
+                Some(e) => e.clone(),
+                None => {
+                    let schema = match schemas.get_key_value(info.input_schema.as_str()) {
+                        Some((text, parsed)) => {
+                            info.input_schema.share(text);
+                            parsed.clone()
+                        }
+                        None => {
+                            let parsed = Arc::new(info.input_schema.object().unwrap_or_default());
+                            schemas.insert(info.input_schema.shared().clone(), parsed.clone());
+                            parsed
+                        }
+                    };
+                    Arc::new(Entry { mcp: to_mcp_tool(&info, schema), info, check: OnceLock::new() })
+                }
+            };
+            by_name.insert(entry.info.name.clone(), entries.len());
+            entries.push(entry);
+        }
+        let agent_confirms = entries.iter().any(|e| e.info.confirm == "agent");
+        Catalog { generation, entries, by_name, agent_confirms }
     }
 
-    /// The tool's argument check; an error (the daemon's rules did not rebuild) stays cached
-    /// for the generation, so every call to that tool is refused alike.
+    fn entry(&self, name: &str) -> Option<&Arc<Entry>> {
+        self.by_name.get(name).and_then(|&i| self.entries.get(i))
+    }
+
+    pub(super) fn tool(&self, name: &str) -> Option<&ToolInfo> {
+        self.entry(name).map(|e| &e.info)
+    }
+
+    /// Every daemon tool, in the daemon's order.
+    pub(super) fn tools(&self) -> impl Iterator<Item = &ToolInfo> {
+        self.entries.iter().map(|e| &e.info)
+    }
+
+    /// The daemon's tools as MCP lists them (built once per tool, cloned per request).
+    pub(super) fn mcp_tools(&self) -> impl Iterator<Item = Tool> + '_ {
+        self.entries.iter().map(|e| e.mcp.clone())
+    }
+
+    /// Whether this catalog holds the very entry `other` holds for `name` (for tests of the
+    /// incremental rebuild).
+    #[cfg(test)]
+    fn shares_entry(&self, other: &Catalog, name: &str) -> bool {
+        matches!((self.entry(name), other.entry(name)), (Some(a), Some(b)) if Arc::ptr_eq(a, b))
+    }
+
+    /// The tool's argument check (see [`Entry`]).
     pub(super) fn check(&self, tool: &ToolInfo) -> Arc<Result<ArgCheck, RulesError>> {
-        if let Some(c) = lock(&self.checks).get(&tool.name) {
-            return c.clone();
+        match self.entry(&tool.name) {
+            Some(e) if std::ptr::eq(&e.info, tool) || e.info == *tool => {
+                e.check.get_or_init(|| new_check(tool)).clone()
+            }
+            _ => new_check(tool),
         }
-        let check = Arc::new(ArgCheck::new(tool));
-        if let Err(e) = check.as_ref() {
-            tracing::warn!(tool = %tool.name, error = %e, "the tool's rules do not rebuild; refusing its calls");
-        }
-        lock(&self.checks).insert(tool.name.clone(), check.clone());
-        check
     }
 }
 
-/// The current catalog, dropped when the registry moves.
+fn new_check(tool: &ToolInfo) -> Arc<Result<ArgCheck, RulesError>> {
+    let check = Arc::new(ArgCheck::new(tool));
+    if let Err(e) = check.as_ref() {
+        tracing::warn!(tool = %tool.name, error = %e, "the tool's rules do not rebuild; refusing its calls");
+    }
+    check
+}
+
+/// The current catalog; when the registry moves it becomes the previous one, from which the
+/// next fetch takes over what did not change.
 #[derive(Debug, Default)]
 pub(super) struct Catalogs {
     current: Mutex<Option<Arc<Catalog>>>,
+    previous: Mutex<Option<Arc<Catalog>>>,
     /// Single flight for fetching the catalog.
     fetching: tokio::sync::Mutex<()>,
 }
@@ -67,17 +154,21 @@ impl Catalogs {
             return Ok(c);
         }
         let (epoch, mut client) = daemon.connection().await?;
-        let (generation, tools) = match client.list_tools(false).await {
+        let (generation, tools) = match client.list_tools_iter(false).await {
             Ok(r) => r,
             Err(e) => return Err(daemon.after_failure(e, epoch).await),
         };
-        let catalog = Arc::new(Catalog { generation, tools, checks: Mutex::new(HashMap::new()) });
+        let previous = lock(&self.previous).take();
+        let catalog = Arc::new(Catalog::build(generation, tools, previous.as_deref()));
+        drop(previous);
         *lock(&self.current) = Some(catalog.clone());
         Ok(catalog)
     }
 
     pub(super) fn invalidate(&self) {
-        *lock(&self.current) = None;
+        if let Some(old) = lock(&self.current).take() {
+            *lock(&self.previous) = Some(old);
+        }
     }
 }
 
@@ -103,7 +194,7 @@ pub(super) fn builtin_tools(catalog: Option<&Catalog>) -> Vec<Tool> {
         .with_title("Policy authoring reference")
         .with_annotations(ToolAnnotations::new().read_only(true).idempotent(true).destructive(false).open_world(false)),
     );
-    if catalog.is_none_or(|c| c.tools.iter().any(|t| t.confirm == "agent")) {
+    if catalog.is_none_or(|c| c.agent_confirms) {
         let schema: JsonObject = serde_json::from_value(json!({
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "type": "object",
@@ -130,20 +221,15 @@ pub(super) fn builtin_tools(catalog: Option<&Catalog>) -> Vec<Tool> {
     tools
 }
 
-/// A daemon tool as MCP lists it.
-pub(super) fn to_mcp_tool(t: &ToolInfo) -> Tool {
-    let schema: JsonObject = match &t.input_schema {
-        Value::Object(o) => o.clone(),
-        _ => JsonObject::new(),
-    };
+/// A daemon tool as MCP lists it, with its (possibly shared) input schema.
+fn to_mcp_tool(t: &ToolInfo, schema: Arc<JsonObject>) -> Tool {
     let title = if t.title.is_empty() { t.name.clone() } else { t.title.clone() };
     let mut description = t.description.clone();
     if t.confirm != "none" {
         description.push_str(&format!(" (asks for {} confirmation before it runs)", t.confirm));
     }
-    let mut tool = Tool::new_with_raw(t.name.clone(), Some(description.into()), Arc::new(schema))
-        .with_title(title)
-        .with_annotations(
+    let mut tool =
+        Tool::new_with_raw(t.name.clone(), Some(description.into()), schema).with_title(title).with_annotations(
             ToolAnnotations::new()
                 .read_only(t.read_only)
                 .idempotent(t.idempotent)
@@ -156,4 +242,51 @@ pub(super) fn to_mcp_tool(t: &ToolInfo) -> Tool {
         tool = tool.with_raw_output_schema(Arc::new(o.clone()));
     }
     tool
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_proto::v1;
+
+    fn info(name: &str, description: &str) -> ToolInfo {
+        ToolInfo::from(v1::Tool {
+            name: name.into(),
+            description: description.into(),
+            available: true,
+            input_schema_json: r#"{"type":"object","properties":{},"additionalProperties":false}"#.into(),
+            ..v1::Tool::default()
+        })
+    }
+
+    fn names(c: &Catalog) -> Vec<String> {
+        c.mcp_tools().map(|t| t.name.to_string()).collect()
+    }
+
+    #[test]
+    fn a_new_generation_keeps_unchanged_entries_and_lists_exactly_the_new_set() {
+        let one = Catalog::build(1, [info("a", "same"), info("b", "before"), info("c", "removed")].into_iter(), None);
+        let two =
+            Catalog::build(2, [info("a", "same"), info("b", "after"), info("d", "added")].into_iter(), Some(&one));
+        assert!(two.shares_entry(&one, "a"), "an unchanged tool keeps its entry");
+        assert!(!two.shares_entry(&one, "b"), "a changed tool is rebuilt");
+        assert_eq!(names(&two), ["a", "b", "d"]);
+        assert!(two.tool("c").is_none(), "a removed tool is gone");
+        let b = two.mcp_tools().find(|t| t.name == "b").unwrap();
+        assert_eq!(b.description.as_deref(), Some("after"));
+        // Tools with one schema share one parsed object, across generations too.
+        let schema = |c: &Catalog, n: &str| c.mcp_tools().find(|t| t.name == n).unwrap().input_schema;
+        assert!(Arc::ptr_eq(&schema(&two, "d"), &schema(&one, "a")));
+        assert_eq!(schema(&two, "d").get("type"), Some(&json!("object")));
+    }
+
+    #[test]
+    fn a_kept_entry_keeps_its_check() {
+        let one = Catalog::build(1, [info("a", "same")].into_iter(), None);
+        let first = one.check(one.tool("a").unwrap());
+        let two = Catalog::build(2, [info("a", "same")].into_iter(), Some(&one));
+        assert!(Arc::ptr_eq(&first, &two.check(two.tool("a").unwrap())));
+        let three = Catalog::build(3, [info("a", "changed")].into_iter(), Some(&two));
+        assert!(!Arc::ptr_eq(&first, &three.check(three.tool("a").unwrap())));
+    }
 }

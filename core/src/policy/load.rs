@@ -1,14 +1,17 @@
 //! Loading: policy files read under the trust rules, parsed, probed for availability on a
 //! [`Host`], and gathered into one [`PolicySet`] or one [`LoadError`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::errno::Errno;
+use sha2::{Digest as _, Sha256};
 
 use super::diag::{Diagnostic, Severity};
+use super::intern::Interner;
 use super::model::{Host, Source, Tool};
 use super::trust::{self, Subject, Trust, TrustError, TrustedDir, Walked};
 use super::{parse, probe};
@@ -17,10 +20,36 @@ use super::{parse, probe};
 #[derive(Debug, Clone)]
 pub struct PolicySet {
     /// Sorted by name.
-    pub tools: Vec<Tool>,
+    pub tools: Vec<Arc<Tool>>,
     /// Warnings (a successful load has no errors).
     pub diagnostics: Vec<Diagnostic>,
     pub files: Vec<PathBuf>,
+    /// What the next load may take over (see [`load_sources_after`]).
+    pub reuse: Reuse,
+}
+
+/// What a load leaves for the next one: for each policy file, the SHA-256 of its text, its tools
+/// as this load probed them and its parse warnings; and the host they were probed on. A file
+/// whose text is unchanged is not parsed again: its tools are probed again (every path opened and
+/// checked afresh) and keep their `Arc` when the outcome is the same.
+#[derive(Debug, Clone, Default)]
+pub struct Reuse {
+    host: Option<Host>,
+    files: HashMap<PathBuf, LoadedFile>,
+}
+
+#[derive(Debug, Clone)]
+struct LoadedFile {
+    digest: [u8; 32],
+    tools: Vec<Arc<Tool>>,
+    warnings: Vec<Diagnostic>,
+}
+
+impl Reuse {
+    /// Every tool of the load that left this.
+    fn tools(&self) -> impl Iterator<Item = &Tool> {
+        self.files.values().flat_map(|f| f.tools.iter().map(|t| &**t))
+    }
 }
 
 /// A load that found errors; nothing from it may be used.
@@ -214,15 +243,22 @@ pub fn read_path_sources(path: &Path, trust: Trust) -> Sources {
 /// Loads every policy file of `dir` under the trust rules of this process's user (see
 /// [`read_dir_sources`]).
 pub fn load_dir(dir: &Path, host: &Host) -> Result<PolicySet, LoadError> {
-    load_dir_as(dir, host, Trust::current())
+    load_dir_as(dir, host, Trust::current(), None)
 }
 
-/// [`load_dir`] under the trust rules of a daemon running as `trust`.
-pub fn load_dir_as(dir: &Path, host: &Host, trust: Trust) -> Result<PolicySet, LoadError> {
+/// [`load_dir`] after a load that left `previous` (see [`load_sources_after`]): what a daemon's
+/// reload calls.
+pub fn load_dir_after(dir: &Path, host: &Host, previous: &Reuse) -> Result<PolicySet, LoadError> {
+    load_dir_as(dir, host, Trust::current(), Some(previous))
+}
+
+/// [`load_dir`] under the trust rules of a daemon running as `trust`, taking over what the
+/// `previous` load can lend (see [`load_sources_after`]).
+pub fn load_dir_as(dir: &Path, host: &Host, trust: Trust, previous: Option<&Reuse>) -> Result<PolicySet, LoadError> {
     let read = read_dir_sources(dir, trust);
     let mut diagnostics = read.diagnostics;
     let files: Vec<PathBuf> = read.files.iter().map(|(f, _)| f.clone()).collect();
-    match load_sources(&read.files, host) {
+    match load_sources_after(&read.files, host, previous) {
         Err(mut e) => {
             diagnostics.append(&mut e.diagnostics);
             Err(LoadError { diagnostics })
@@ -241,28 +277,65 @@ pub fn load_dir_as(dir: &Path, host: &Host, trust: Trust) -> Result<PolicySet, L
 
 /// Loads policy texts given as (name, content), as if they were the files of one directory.
 pub fn load_sources(sources: &[(PathBuf, String)], host: &Host) -> Result<PolicySet, LoadError> {
+    load_sources_after(sources, host, None)
+}
+
+/// [`load_sources`], after a load that left `previous`: the result is what a fresh load gives,
+/// but a file whose path and text are unchanged (on the same host) is not parsed again; its
+/// tools are probed again like fresh ones and are the previous `Arc`s when nothing about them
+/// changed. Pins of unchanged paths keep their descriptors, and patterns and schemas stay shared
+/// with the previous generation.
+pub fn load_sources_after(
+    sources: &[(PathBuf, String)],
+    host: &Host,
+    previous: Option<&Reuse>,
+) -> Result<PolicySet, LoadError> {
+    let previous = previous.filter(|p| p.host.as_ref() == Some(host));
     let mut diagnostics = Vec::new();
-    let mut tools: Vec<Tool> = Vec::new();
+    let mut tools: Vec<Arc<Tool>> = Vec::new();
     let mut seen: BTreeMap<String, Source> = BTreeMap::new();
-    let mut pinned = probe::PinCache::default();
+    let (mut pinned, mut intern) = match previous {
+        Some(p) => (probe::PinCache::after(p.tools()), Interner::after(p.tools())),
+        None => (probe::PinCache::default(), Interner::default()),
+    };
+    let mut reuse = Reuse { host: Some(host.clone()), files: HashMap::new() };
     for (file, text) in sources {
-        let parsed = parse::parse_file(file, text, &seen);
+        let digest: [u8; 32] = Sha256::digest(text.as_bytes()).into();
+        let unchanged = previous.and_then(|p| p.files.get(file)).filter(|f| {
+            // A name an earlier file now defines is a duplicate: parse again to report it.
+            f.digest == digest && f.tools.iter().all(|t| !seen.contains_key(&t.name))
+        });
+        if let Some(before) = unchanged {
+            let mine: Vec<Arc<Tool>> = before.tools.iter().map(|t| probe::reprobe(t, host, &mut pinned)).collect();
+            for tool in &mine {
+                seen.insert(tool.name.clone(), tool.source.clone());
+            }
+            diagnostics.extend(before.warnings.iter().cloned());
+            tools.extend(mine.iter().cloned());
+            reuse.files.insert(file.clone(), LoadedFile { digest, tools: mine, warnings: before.warnings.clone() });
+            continue;
+        }
+        let parsed = parse::parse_file(file, text, &seen, &mut intern);
         let file_ok = !parsed.diagnostics.iter().any(Diagnostic::is_error);
-        diagnostics.extend(parsed.diagnostics);
         if file_ok {
+            let mut mine: Vec<Arc<Tool>> = Vec::with_capacity(parsed.tools.len());
             for mut tool in parsed.tools {
                 probe::probe(&mut tool, host, &mut pinned);
                 seen.insert(tool.name.clone(), tool.source.clone());
-                tools.push(tool);
+                mine.push(Arc::new(tool));
             }
+            tools.extend(mine.iter().cloned());
+            let warnings = parsed.diagnostics.clone();
+            reuse.files.insert(file.clone(), LoadedFile { digest, tools: mine, warnings });
         }
+        diagnostics.extend(parsed.diagnostics);
     }
     if diagnostics.iter().any(Diagnostic::is_error) {
         return Err(LoadError { diagnostics });
     }
     tools.sort_by(|a, b| a.name.cmp(&b.name));
-    diagnostics.extend(probe::exposure_warnings(&tools));
-    Ok(PolicySet { tools, diagnostics, files: sources.iter().map(|(f, _)| f.clone()).collect() })
+    diagnostics.extend(probe::exposure_warnings(&tools, &mut pinned));
+    Ok(PolicySet { tools, diagnostics, files: sources.iter().map(|(f, _)| f.clone()).collect(), reuse })
 }
 
 fn file_error(file: &Path, message: String) -> Diagnostic {

@@ -23,6 +23,7 @@
 
 pub mod defaults;
 pub mod diag;
+mod intern;
 mod keys;
 mod load;
 pub(crate) mod model;
@@ -37,10 +38,10 @@ pub mod units;
 pub use diag::{Diagnostic, Severity};
 pub use keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, TOOL_KEYS};
 pub use load::{
-    LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Sources, load_dir, load_dir_as, load_sources,
-    read_dir_sources, read_path_sources,
+    LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, load_dir, load_dir_after,
+    load_dir_as, load_sources, load_sources_after, read_dir_sources, read_path_sources,
 };
 pub use model::*;
 pub use pattern::PatternError;
-pub use probe::{ProbeError, resolve_run_as};
+pub use probe::{PinChecks, ProbeError, resolve_run_as};
 pub use trust::{Subject, Trust, TrustError, Walked};

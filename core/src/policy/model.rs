@@ -72,8 +72,9 @@ pub struct Tool {
     pub allow: Option<Allow>,
     pub source: Source,
     pub availability: Availability,
-    /// JSON Schema (draft 2020-12) of the arguments object.
-    pub input_schema: serde_json::Value,
+    /// JSON Schema (draft 2020-12) of the arguments object, as compact JSON text (shared by the
+    /// tools of a load that have the same one).
+    pub input_schema: JsonText,
 }
 
 impl Tool {
@@ -193,16 +194,85 @@ impl ParamKind {
     }
 }
 
-/// A compiled pattern that must match a whole value.
+/// A compiled pattern that must match a whole value. A handle: the tools of a registry that use
+/// the same pattern share one compiled regex (and its match caches); cloning is cheap.
 #[derive(Debug, Clone)]
-pub struct Pattern {
+pub struct Pattern(Arc<CompiledPattern>);
+
+#[derive(Debug)]
+struct CompiledPattern {
+    source: String,
+    portable: String,
+    regex: regex::Regex,
+}
+
+impl Pattern {
+    /// Only `Pattern::compile` (in `pattern.rs`) makes one.
+    pub(super) fn from_parts(source: String, portable: String, regex: regex::Regex) -> Pattern {
+        Pattern(Arc::new(CompiledPattern { source, portable, regex }))
+    }
+
     /// As written in the policy.
-    pub source: String,
-    /// `source` with shorthand classes spelled out in ASCII: what the daemon and the JSON Schema
-    /// both use.
-    pub portable: String,
-    /// `^(?:portable)$`.
-    pub regex: regex::Regex,
+    pub fn source(&self) -> &str {
+        &self.0.source
+    }
+
+    /// The source with shorthand classes spelled out in ASCII: what the daemon and the JSON
+    /// Schema both use.
+    pub fn portable(&self) -> &str {
+        &self.0.portable
+    }
+
+    /// Whether the whole of `value` matches (`^(?:portable)$`).
+    pub fn is_match(&self, value: &str) -> bool {
+        self.0.regex.is_match(value)
+    }
+
+    /// Whether both handles share one compiled regex.
+    pub fn shares_regex_with(&self, other: &Pattern) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A JSON document kept as its compact text: what `ListTools` sends as it is, a fraction of the
+/// size of a `serde_json::Value` tree, and shared (one allocation) by the tools of a registry
+/// that have the same document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonText(Arc<str>);
+
+impl JsonText {
+    /// Compact JSON text of `value`.
+    pub fn of(value: &serde_json::Value) -> JsonText {
+        JsonText(Arc::from(value.to_string()))
+    }
+
+    pub(super) fn from_shared(text: Arc<str>) -> JsonText {
+        JsonText(text)
+    }
+
+    pub(super) fn shared(&self) -> &Arc<str> {
+        &self.0
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The document as a tree (it was made from one, so it parses; `Null` otherwise).
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.0).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Whether both share one allocation.
+    pub fn shares_text_with(&self, other: &JsonText) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::fmt::Display for JsonText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -42,7 +42,7 @@ impl Pattern {
             .nest_limit(REGEX_NEST_LIMIT)
             .build()
         {
-            Ok(regex) => Ok(Pattern { source: source.to_string(), portable, regex }),
+            Ok(regex) => Ok(Pattern::from_parts(source.to_string(), portable, regex)),
             Err(regex::Error::CompiledTooBig(limit)) => Err(PatternError::TooBig { limit }),
             Err(e) => {
                 // regex's message is a multi-line drawing; its last line says what is wrong.
@@ -193,8 +193,8 @@ mod tests {
     #[test]
     fn compile_gives_the_parser_its_pattern_or_its_diagnostic() {
         let p = Pattern::compile(r"\d+").unwrap();
-        assert_eq!((p.source.as_str(), p.portable.as_str()), (r"\d+", "[0-9]+"));
-        assert!(p.regex.is_match("123") && !p.regex.is_match("12a"));
+        assert_eq!((p.source(), p.portable()), (r"\d+", "[0-9]+"));
+        assert!(p.is_match("123") && !p.is_match("12a"));
         assert!(matches!(Pattern::compile(&"a".repeat(1025)), Err(PatternError::TooLong { len: 1025 })));
         assert!(matches!(Pattern::compile(r"(?i)a"), Err(PatternError::Unsupported { .. })));
         assert!(matches!(Pattern::compile("a{1000}{1000}"), Err(PatternError::TooBig { .. })));

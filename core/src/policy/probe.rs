@@ -15,8 +15,8 @@
 //! [`exposure_warnings`] flags paths that another tool's write root, or anyone but root, could
 //! replace.
 
-use std::collections::{BTreeSet, HashMap};
-use std::os::fd::AsRawFd;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -134,38 +134,168 @@ impl Tool {
             unavailable => unavailable.clone(),
         }
     }
-}
 
-/// Paths already pinned during one load, so that tools naming the same path share one
-/// descriptor.
-#[derive(Debug, Default)]
-pub(crate) struct PinCache {
-    pins: HashMap<PathBuf, Pin>,
-}
-
-/// Decides a tool's availability and, when it is available, pins its paths.
-pub(super) fn probe(tool: &mut Tool, host: &Host, cache: &mut PinCache) {
-    match check(tool, host, cache) {
-        Ok((executable, pins)) => {
-            tool.sandbox.pins = Arc::new(pins);
-            tool.availability = Availability::Available { executable };
-        }
-        Err(e) => {
-            tool.sandbox.pins = Arc::default();
-            tool.availability = Availability::Unavailable { reason: e.to_string() };
+    /// [`Tool::availability_now`] within one pass over many tools (one `ListTools`): a pinned
+    /// path that many tools share is checked once per pass, not once per tool.
+    pub fn availability_checked(&self, checks: &mut PinChecks) -> Availability {
+        match &self.availability {
+            Availability::Available { .. } => match checks.verify(&self.sandbox.pins) {
+                None => self.availability.clone(),
+                Some(reason) => Availability::Unavailable { reason },
+            },
+            unavailable => unavailable.clone(),
         }
     }
 }
 
+/// The outcome of each pin checked during one pass over many tools, by descriptor (tools that
+/// name one path share its descriptor) and, for `command[0]`, by name. Keep one only as long as
+/// one pass: a later pass must look again.
+#[derive(Debug, Default)]
+pub struct PinChecks {
+    /// (Descriptor's address, policy key) -> why the pin no longer holds, if it does not. The
+    /// addresses stay valid because the tools of the pass (and so their descriptors) outlive it.
+    pins: HashMap<(usize, &'static str), Option<String>>,
+    /// `command[0]` as resolved -> why it no longer names its pinned file, if it does not.
+    names: HashMap<PathBuf, Option<String>>,
+}
+
+impl PinChecks {
+    /// What [`verify`] says of `pins`, as a reason; `None`: every pin holds.
+    fn verify(&mut self, pins: &Pins) -> Option<String> {
+        for (what, pin) in pins.all() {
+            let key = (Arc::as_ptr(&pin.fd) as usize, what);
+            let reason =
+                self.pins.entry(key).or_insert_with(|| verify_pin(what, pin).err().map(|e| e.to_string())).clone();
+            if reason.is_some() {
+                return reason;
+            }
+        }
+        let e = pins.executable.as_ref()?;
+        if e.named == e.pin.path {
+            return None;
+        }
+        self.names
+            .entry(e.named.clone())
+            .or_insert_with(|| {
+                let only = Pins { executable: Some(e.clone()), ..Pins::default() };
+                verify(&only).err().map(|err| err.to_string())
+            })
+            .clone()
+    }
+}
+
+/// What one load has already opened and resolved, so that tools naming the same path share one
+/// descriptor and the same `command[0]` is resolved once; and the pins of the load before it: a
+/// path that opens again, without symlinks, to the very same node (dev, ino, mode, owner) keeps
+/// the previous generation's descriptor, so a registry's descriptors do not grow with reloads
+/// and an unchanged tool's pins stay the same objects. Every path is still opened and checked
+/// afresh by each load; only the descriptor is kept.
+#[derive(Debug, Default)]
+pub(crate) struct PinCache {
+    pins: HashMap<PathBuf, Pin>,
+    previous: HashMap<PathBuf, Pin>,
+    /// `command[0]` as written -> the path it resolved to.
+    programs: HashMap<String, PathBuf>,
+    /// Resolved `command[0]` -> its pinned real file.
+    executables: HashMap<PathBuf, PinnedExecutable>,
+    /// `run_as` (as written) whose user and group resolved.
+    run_as: HashSet<String>,
+}
+
+impl PinCache {
+    /// A cache for a load that follows one which produced `tools`.
+    pub(crate) fn after<'a>(tools: impl IntoIterator<Item = &'a Tool>) -> PinCache {
+        let mut previous: HashMap<PathBuf, Pin> = HashMap::new();
+        for tool in tools {
+            for (_, pin) in tool.sandbox.pins.all() {
+                if !previous.contains_key(&pin.path) {
+                    previous.insert(pin.path.clone(), pin.clone());
+                }
+            }
+        }
+        PinCache { previous, ..PinCache::default() }
+    }
+
+    fn program(&mut self, program: &str) -> Result<PathBuf, ProbeError> {
+        if let Some(p) = self.programs.get(program) {
+            return Ok(p.clone());
+        }
+        let resolved = resolve_program(program)?;
+        self.programs.insert(program.to_string(), resolved.clone());
+        Ok(resolved)
+    }
+
+    fn executable(&mut self, named: &Path) -> Result<PinnedExecutable, ProbeError> {
+        if let Some(e) = self.executables.get(named) {
+            return Ok(e.clone());
+        }
+        let e = pin_executable(named, self)?;
+        self.executables.insert(named.to_path_buf(), e.clone());
+        Ok(e)
+    }
+
+    fn run_as(&mut self, run_as: &RunAs) -> Result<(), ProbeError> {
+        let key = format!("{run_as:?}");
+        if !self.run_as.contains(&key) {
+            run_as_ids(run_as)?;
+            self.run_as.insert(key);
+        }
+        Ok(())
+    }
+}
+
+/// Decides a tool's availability and, when it is available, pins its paths.
+pub(super) fn probe(tool: &mut Tool, host: &Host, cache: &mut PinCache) {
+    (tool.availability, tool.sandbox.pins) = outcome(tool, host, cache);
+}
+
+/// Probes a tool of the previous generation again (its policy text is unchanged), exactly as a
+/// fresh load probes: every path opened and checked again. The result is the previous `Arc`
+/// when the outcome is the same (same availability, the very same pinned descriptors, which
+/// [`PinCache`] keeps only for an unchanged node), else a new tool with the new outcome.
+pub(super) fn reprobe(old: &Arc<Tool>, host: &Host, cache: &mut PinCache) -> Arc<Tool> {
+    let (availability, pins) = outcome(old, host, cache);
+    if availability == old.availability && same_pins(&pins, &old.sandbox.pins) {
+        return old.clone();
+    }
+    let mut tool = Tool::clone(old);
+    tool.availability = availability;
+    tool.sandbox.pins = pins;
+    Arc::new(tool)
+}
+
+fn outcome(tool: &Tool, host: &Host, cache: &mut PinCache) -> (Availability, Arc<Pins>) {
+    match check(tool, host, cache) {
+        Ok((executable, pins)) => (Availability::Available { executable }, Arc::new(pins)),
+        Err(e) => (Availability::Unavailable { reason: e.to_string() }, Arc::default()),
+    }
+}
+
+/// The same pins, down to the descriptors.
+fn same_pins(a: &Pins, b: &Pins) -> bool {
+    let (ea, eb) = (a.executable.as_ref(), b.executable.as_ref());
+    let executables = match (ea, eb) {
+        (Some(x), Some(y)) => x.named == y.named && x.script == y.script,
+        (None, None) => true,
+        _ => false,
+    };
+    executables
+        && a.all().count() == b.all().count()
+        && a.all()
+            .zip(b.all())
+            .all(|((wa, pa), (wb, pb))| wa == wb && pa.path == pb.path && Arc::ptr_eq(&pa.fd, &pb.fd))
+}
+
 fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pins), ProbeError> {
-    let executable = resolve_program(&tool.program)?;
-    let mut pins = Pins { executable: Some(pin_executable(&executable, cache)?), ..Pins::default() };
+    let executable = cache.program(&tool.program)?;
+    let mut pins = Pins { executable: Some(cache.executable(&executable)?), ..Pins::default() };
     pin_paths(tool, cache, &mut pins)?;
     if let Some(run_as) = &tool.sandbox.run_as {
         if !host.is_root {
             return Err(ProbeError::RunAsNeedsRoot);
         }
-        run_as_ids(run_as)?;
+        cache.run_as(run_as)?;
     }
     host_allows(tool, host)?;
     Ok((executable, pins))
@@ -323,10 +453,23 @@ impl PinCache {
         if node.is_symlink() {
             return Err(symlink_reason(label, path, path));
         }
-        let p = Pin { path: path.to_path_buf(), node, fd: Arc::new(fd) };
+        let p = match self.previous.get(path) {
+            // The same node on the same mount as at the previous load: keep its descriptor (the
+            // fresh one closes). A descriptor also names its mount (exec and chdir go through
+            // it), so a path remounted in between gets the fresh one, as a fresh load would.
+            Some(old) if old.node == node && mount_id(&fd).is_some_and(|m| Some(m) == mount_id(&old.fd)) => old.clone(),
+            _ => Pin { path: path.to_path_buf(), node, fd: Arc::new(fd) },
+        };
         self.pins.insert(path.to_path_buf(), p.clone());
         Ok(p)
     }
+}
+
+/// The mount a descriptor is on (`mnt_id` of `/proc/self/fdinfo`); `None` when it cannot be
+/// read, and then nothing is taken over.
+fn mount_id(fd: &OwnedFd) -> Option<u64> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    info.lines().find_map(|l| l.strip_prefix("mnt_id:")?.trim().parse().ok())
 }
 
 /// Why a path with a symlink on it is not accepted, naming the real path to write instead.
@@ -424,7 +567,10 @@ fn changed(what: &'static str, path: &Path, was: &Node, now: String) -> ProbeErr
 /// tool's `write` root, and paths with a directory above them that anyone but root can write
 /// (sshd's StrictModes rule: owned by a non-root user, or group/other-writable without the
 /// sticky bit; in a sticky directory, an entry owned by a non-root user).
-pub(super) fn exposure_warnings(tools: &[Tool]) -> Vec<Diagnostic> {
+///
+/// Linear in the number of tools: write roots are looked up by each path's ancestors, and the
+/// directory checks are cached by path (`cache` holds this load's resolved `command[0]`s).
+pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let mut warn = |tool: &Tool, message: String| {
         out.push(Diagnostic {
@@ -435,6 +581,13 @@ pub(super) fn exposure_warnings(tools: &[Tool]) -> Vec<Diagnostic> {
             message,
         });
     };
+    // Every write root: (index of the tool, index of the root in its `write`), by root.
+    let mut roots: HashMap<&Path, Vec<(usize, usize)>> = HashMap::new();
+    for (i, tool) in tools.iter().enumerate() {
+        for (j, root) in tool.sandbox.write.iter().enumerate() {
+            roots.entry(root.as_path()).or_default().push((i, j));
+        }
+    }
     let mut weak_cache: HashMap<PathBuf, Option<String>> = HashMap::new();
     for tool in tools {
         let mut paths: Vec<(&str, PathBuf)> = Vec::new();
@@ -449,8 +602,12 @@ pub(super) fn exposure_warnings(tools: &[Tool]) -> Vec<Diagnostic> {
         if let Some(dir) = &tool.working_dir {
             paths.push(("working_dir", dir.clone()));
         }
-        if let Ok(named) = resolve_program(&tool.program) {
-            if let Ok(real) = std::fs::canonicalize(&named)
+        if let Ok(named) = cache.program(&tool.program) {
+            let real = match cache.executables.get(&named) {
+                Some(e) => Ok(e.pin.path.clone()),
+                None => std::fs::canonicalize(&named),
+            };
+            if let Ok(real) = real
                 && real != named
             {
                 paths.push(("command[0] (real file)", real));
@@ -459,23 +616,30 @@ pub(super) fn exposure_warnings(tools: &[Tool]) -> Vec<Diagnostic> {
         }
         let mut said: BTreeSet<String> = BTreeSet::new();
         for (what, path) in &paths {
-            for other in tools.iter().filter(|o| o.name != tool.name) {
-                for root in &other.sandbox.write {
-                    if path != root && path.starts_with(root) {
-                        let m = format!(
-                            "tool {:?}: {what} {} lies beneath {}, a write root of tool {:?} ({}), which can replace \
-                             it (making this tool unavailable) or change what is there; keep other tools' write roots \
-                             away from the paths this tool relies on",
-                            tool.name,
-                            path.display(),
-                            root.display(),
-                            other.name,
-                            other.source
-                        );
-                        if said.insert(m.clone()) {
-                            warn(tool, m);
-                        }
-                    }
+            // The write roots strictly above `path`, in the order of the tools and their roots.
+            let mut above: Vec<(usize, usize)> = path
+                .ancestors()
+                .skip(1)
+                .filter_map(|a| roots.get(a))
+                .flatten()
+                .copied()
+                .filter(|&(i, _)| tools[i].name != tool.name)
+                .collect();
+            above.sort_unstable();
+            for (i, j) in above {
+                let (other, root) = (&tools[i], &tools[i].sandbox.write[j]);
+                let m = format!(
+                    "tool {:?}: {what} {} lies beneath {}, a write root of tool {:?} ({}), which can replace \
+                     it (making this tool unavailable) or change what is there; keep other tools' write roots \
+                     away from the paths this tool relies on",
+                    tool.name,
+                    path.display(),
+                    root.display(),
+                    other.name,
+                    other.source
+                );
+                if said.insert(m.clone()) {
+                    warn(tool, m);
                 }
             }
             if let Some(weak) = replaceable_by(path, &mut weak_cache) {

@@ -19,7 +19,7 @@ pub fn input_schema(tool: &Tool) -> Value {
                 let mut forbidden = vec![json!({ "pattern": "\u{0}" })];
                 match pattern {
                     Some(pat) => {
-                        s.insert("pattern".into(), json!(format!("^(?:{})$", pat.portable)));
+                        s.insert("pattern".into(), json!(format!("^(?:{})$", pat.portable())));
                     }
                     // Without a pattern, values may not look like options.
                     None => forbidden.push(json!({ "pattern": "^-" })),

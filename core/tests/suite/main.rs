@@ -5,4 +5,5 @@
 
 mod policy;
 mod proptest_policy;
+mod reload;
 mod validate;

@@ -283,7 +283,12 @@ fn every_example_policy_loads_cleanly_and_every_tool_has_a_reason() {
         );
         assert!(!tool.description.trim().is_empty(), "example tool {} has no description", tool.name);
         // The schema each tool advertises is a valid draft 2020-12 schema.
-        assert!(jsonschema::draft202012::meta::is_valid(&tool.input_schema), "{}: {}", tool.name, tool.input_schema);
+        assert!(
+            jsonschema::draft202012::meta::is_valid(&tool.input_schema.value()),
+            "{}: {}",
+            tool.name,
+            tool.input_schema
+        );
     }
 }
 

@@ -21,7 +21,7 @@ fn tool(command: &str, keys: &str, params: &str) -> Tool {
     let set = load_sources(&[(PathBuf::from("t.toml"), text.clone())], &Host::new(false, 6))
         .unwrap_or_else(|e| panic!("policy does not load:\n{text}\n{e}"));
     assert!(set.diagnostics.iter().all(|d| !d.is_error()));
-    set.tools.into_iter().next().expect("one tool")
+    std::sync::Arc::unwrap_or_clone(set.tools.into_iter().next().expect("one tool"))
 }
 
 #[track_caller]
@@ -277,7 +277,7 @@ neg = { type = "integer", min = -20, max = 19 }"#,
     }
     assert_eq!(value(&t, json!({"pid": 0}), "pid"), ArgValue::Integer(0));
     assert_eq!(value(&t, json!({"neg": -5}), "neg"), ArgValue::Integer(-5));
-    let schema = &t.input_schema;
+    let schema = &t.input_schema.value();
     assert_eq!(schema["properties"]["pid"]["minimum"], 0);
     assert_eq!(schema["properties"]["x"]["minimum"], 0.0);
     assert_eq!(schema["properties"]["neg"]["minimum"], -20);
@@ -1044,10 +1044,10 @@ fn schema_validators(tools: &[Tool]) -> Vec<jsonschema::Validator> {
     tools
         .iter()
         .map(|t| {
-            assert_eq!(t.input_schema["$schema"], schema::DRAFT);
-            assert!(jsonschema::draft202012::meta::is_valid(&t.input_schema), "{}", t.input_schema);
-            jsonschema::draft202012::new(&t.input_schema)
-                .unwrap_or_else(|e| panic!("{}: {e}\n{}", t.name, t.input_schema))
+            let s = t.input_schema.value();
+            assert_eq!(s["$schema"], schema::DRAFT);
+            assert!(jsonschema::draft202012::meta::is_valid(&s), "{s}");
+            jsonschema::draft202012::new(&s).unwrap_or_else(|e| panic!("{}: {e}\n{s}", t.name))
         })
         .collect()
 }
@@ -1198,7 +1198,7 @@ fn the_schema_and_validate_agree_on_a_sweep_of_values() {
 #[test]
 fn the_schema_says_what_the_policy_says() {
     let tools = schema_tools();
-    let s = &tools[1].input_schema;
+    let s = &tools[1].input_schema.value();
     assert_eq!(s["type"], "object");
     assert_eq!(s["additionalProperties"], false);
     assert_eq!(s["required"], json!(["name", "count"]));
@@ -1207,7 +1207,7 @@ fn the_schema_says_what_the_policy_says() {
     // Without an explicit bound the schema states the safe-integer limit, as validate() applies it.
     assert_eq!(s["properties"]["count"]["maximum"], json!(MAX_SAFE_INTEGER));
     assert_eq!(s["properties"]["file"]["description"], "a path (must be absolute)");
-    let s = &tools[0].input_schema;
+    let s = &tools[0].input_schema.value();
     assert_eq!(s["required"], json!([]));
     assert_eq!(s["properties"]["x"]["default"], "a");
     assert_eq!(s["properties"]["e"]["enum"], json!(["dev", "release", "-i"]));
@@ -1219,7 +1219,7 @@ fn the_schema_says_what_the_policy_says() {
     assert_eq!(s["properties"]["u"]["maximum"], json!(MAX_SAFE_INTEGER));
     assert_eq!(s["properties"]["u"]["maximum"], json!(9_007_199_254_740_991_i64));
     // Shorthand classes are published spelled out, exactly as the daemon's own regex reads them.
-    let s = &tools[3].input_schema;
+    let s = &tools[3].input_schema.value();
     for (name, pattern) in [
         ("w", "^(?:[0-9A-Za-z_]+)$"),
         ("digits", "^(?:[0-9]+)$"),
@@ -1243,8 +1243,9 @@ fn integer_bounds_at_the_safe_limit_load_and_reach_the_schema() {
         "",
         r#"a = { type = "integer", min = -9007199254740991, max = 9007199254740991, default = 9007199254740991 }"#,
     );
-    assert_eq!(t.input_schema["properties"]["a"]["minimum"], json!(-MAX_SAFE_INTEGER));
-    assert_eq!(t.input_schema["properties"]["a"]["maximum"], json!(MAX_SAFE_INTEGER));
+    let s = t.input_schema.value();
+    assert_eq!(s["properties"]["a"]["minimum"], json!(-MAX_SAFE_INTEGER));
+    assert_eq!(s["properties"]["a"]["maximum"], json!(MAX_SAFE_INTEGER));
     assert_eq!(value(&t, json!({}), "a"), ArgValue::Integer(MAX_SAFE_INTEGER));
     assert_eq!(argv(&t, json!({})), strings(&["echo", "9007199254740991"]));
 }

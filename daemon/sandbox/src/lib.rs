@@ -31,6 +31,7 @@
 mod cgroup;
 mod child;
 mod landlock;
+mod memory;
 mod mntns;
 mod output;
 mod peer;
@@ -47,6 +48,7 @@ pub use landlock::{
     LandlockError, RulesetDescription, build as landlock_ruleset, describe as describe_landlock_ruleset,
     probe_abi as probe_landlock_abi,
 };
+pub use memory::release_free_memory;
 pub use mntns::{MountViews, ViewError, ViewMode, probe_mode as probe_view_mode};
 pub use output::Captured;
 pub use peer::{PeerError, PeerProcess, in_invocation as peer_in_invocation, inspect as inspect_peer};

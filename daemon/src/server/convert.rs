@@ -14,9 +14,24 @@ use cordon_sandbox::OutputChunk;
 /// `now` is the tool's availability at this moment (`Tool::availability_now`, which checks its
 /// pins: computed once per tool and request by the caller).
 pub fn tool(t: &Tool, now: &Availability) -> v1::Tool {
-    let (available, unavailable_reason, executable) = match now {
-        Availability::Available { executable } => (true, String::new(), executable.display().to_string()),
-        Availability::Unavailable { reason } => (false, reason.clone(), String::new()),
+    let mut out = tool_for_agents(t, now);
+    if let Availability::Available { executable } = now {
+        out.executable = executable.display().to_string();
+    }
+    out.reason = t.reason.clone().unwrap_or_default();
+    out.command = t.command_template();
+    out.working_dir = t.working_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
+    out.source = t.source.to_string();
+    out.grants = Some(grants(t));
+    out
+}
+
+/// [`tool`] without what only admins see (command, executable, working directory, source,
+/// reason, grants): not built at all for agent callers, whose `ListTools` answer leaves it out.
+pub fn tool_for_agents(t: &Tool, now: &Availability) -> v1::Tool {
+    let (available, unavailable_reason) = match now {
+        Availability::Available { .. } => (true, String::new()),
+        Availability::Unavailable { reason } => (false, reason.clone()),
     };
     let output_schema_json = match &t.output {
         Output::Json { schema: Some(s) } => s.to_string(),
@@ -26,12 +41,12 @@ pub fn tool(t: &Tool, now: &Availability) -> v1::Tool {
         name: t.name.clone(),
         title: t.annotations.title.clone().unwrap_or_default(),
         description: t.description.clone(),
-        reason: t.reason.clone().unwrap_or_default(),
+        reason: String::new(),
         available,
         unavailable_reason,
         disabled: t.disabled,
         params: t.params.iter().map(param).collect(),
-        input_schema_json: t.input_schema.to_string(),
+        input_schema_json: t.input_schema.as_str().to_string(),
         output_schema_json,
         output: match t.output {
             Output::Text => v1::OutputFormat::Text,
@@ -52,11 +67,11 @@ pub fn tool(t: &Tool, now: &Availability) -> v1::Tool {
         network: t.has_network(),
         timeout_ms: u64::try_from(t.timeout.as_millis()).unwrap_or(u64::MAX),
         max_output_bytes: t.max_output,
-        command: t.command_template(),
-        executable,
-        working_dir: t.working_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
-        source: t.source.to_string(),
-        grants: Some(grants(t)),
+        command: Vec::new(),
+        executable: String::new(),
+        working_dir: String::new(),
+        source: String::new(),
+        grants: None,
     }
 }
 
@@ -104,7 +119,7 @@ pub fn param(p: &Param) -> v1::Param {
     use v1::param::Rules;
     let rules = match &p.kind {
         ParamKind::String { pattern, min_length, max_length } => Some(Rules::StringRules(v1::StringRules {
-            pattern: pattern.as_ref().map(|p| p.source.clone()),
+            pattern: pattern.as_ref().map(|p| p.source().to_string()),
             min_length: *min_length,
             max_length: *max_length,
         })),

@@ -251,18 +251,26 @@ impl v1::cordon_server::Cordon for CordonService {
         let role = self.role(&caller);
         let all = request.get_ref().include_unavailable && role == Role::Admin;
         let registry = self.daemon.registry.current();
-        // Who may see a tool first (no system calls), then its pins, checked once per tool.
+        // Who may see a tool first (no system calls), then its pins, each distinct one checked
+        // once per request.
+        let mut checks = policy::PinChecks::default();
         let tools = registry
             .tools
             .values()
             .filter(|t| all || !t.disabled)
             .filter(|t| self.daemon.authz.may_use(&caller, role, t))
             .filter_map(|t| {
-                let now = t.availability_now();
+                let now = t.availability_checked(&mut checks);
                 let available = matches!(now, Availability::Available { .. });
-                (all || available).then(|| for_role(convert::tool(t, &now), role))
+                (all || available).then(|| match role {
+                    Role::Admin => convert::tool(t, &now),
+                    Role::Agent => for_role(convert::tool_for_agents(t, &now), role),
+                })
             })
             .collect();
+        if registry.tools.len() > crate::registry::LARGE_REGISTRY {
+            crate::registry::release_memory_soon();
+        }
         Ok(Response::new(v1::ListToolsResponse { generation: registry.generation, tools }))
     }
 

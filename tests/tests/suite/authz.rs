@@ -83,12 +83,24 @@ fn an_agent_caller_sees_only_the_tools_that_admit_it_without_sandbox_details() {
         out.json()["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
     names.sort();
     assert_eq!(names, ["as-nobody", "by-group", "slow", "whoami"]);
+    // ListTools builds no admin-only detail for an agent.
+    for t in out.json()["tools"].as_array().unwrap() {
+        assert_eq!(
+            (&t["command"], &t["executable"], &t["source"], &t["reason"]),
+            (&json!([]), &json!(""), &json!(""), &json!("")),
+            "{t}"
+        );
+        assert!(t.get("grants").is_none(), "{t}");
+    }
     let tool = as_agent(&d, &["tool", "whoami", "--json"]).json();
     assert_eq!(tool["command"], json!([]), "{tool}");
     assert_eq!(tool["executable"], "");
     // An admin still sees everything, details included.
     let all = d.cordon(&["tools", "--json"]).json();
     assert!(all["tools"].as_array().unwrap().iter().any(|t| t["name"] == "hidden"));
+    let whoami = all["tools"].as_array().unwrap().iter().find(|t| t["name"] == "whoami").unwrap();
+    assert_eq!(whoami["command"], json!(["/usr/bin/id", "-u"]), "{whoami}");
+    assert!(whoami["grants"].is_object() && !whoami["source"].as_str().unwrap().is_empty(), "{whoami}");
     assert_eq!(d.cordon(&["tool", "whoami", "--json"]).json()["command"], json!(["/usr/bin/id", "-u"]));
     let out = as_agent(&d, &["tool", "hidden"]);
     out.assert_code(77);

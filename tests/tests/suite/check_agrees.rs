@@ -102,6 +102,7 @@ fn tool() -> impl Strategy<Value = Option<Tool>> {
             load_sources(&[(PathBuf::from("t.toml"), text)], &Host::new(false, 6))
                 .ok()
                 .and_then(|set| set.tools.into_iter().next())
+                .map(std::sync::Arc::unwrap_or_clone)
         })
 }
 
@@ -219,7 +220,7 @@ fn load(params: &str, keys: &str) -> Tool {
          [tools.t.params]\n{params}\n"
     );
     let set = load_sources(&[(PathBuf::from("t.toml"), text)], &Host::new(false, 6)).unwrap();
-    set.tools.into_iter().next().unwrap()
+    std::sync::Arc::unwrap_or_clone(set.tools.into_iter().next().unwrap())
 }
 
 /// Every rule of every kind survives the round trip, and the messages carry the daemon's ranges,

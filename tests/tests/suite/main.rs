@@ -18,6 +18,7 @@ mod mcp;
 mod mcp_messages;
 mod mcp_protocol;
 mod readme;
+mod registry;
 mod reliability_audit;
 mod reliability_policies;
 mod reliability_wire;

@@ -660,6 +660,49 @@ async fn a_reload_announces_list_changed(style: Style) {
 
 in_both_styles!(a_reload_announces_list_changed);
 
+/// Three tools of one file, the middle one's description and the last one's name as given.
+fn edited(middle: &str, last: &str) -> String {
+    let tool = |name: &str, description: &str| {
+        format!("[tools.{name}]\ndescription = \"{description}\"\nreason = \"tests\"\ncommand = [\"/bin/true\"]\n")
+    };
+    format!("version = 1\n{}{}{}", tool("kept", "never edited"), tool("edited", middle), tool(last, "comes and goes"))
+}
+
+/// The front-end rebuilds only what changed when the registry moves: what it lists after a
+/// reload is exactly the new generation (a changed tool shows its change, a removed one is gone,
+/// an added one is there, an unchanged one is listed as before).
+async fn a_reload_lists_exactly_the_new_set(style: Style) {
+    let d = Daemon::start(&[("tools.toml", TOOLS), ("edited.toml", &edited("before", "gone"))]);
+    let (client, recorder) = connect(&d, style, Elicit::Accept).await;
+    let before = listed(&client).await;
+    assert!(before.contains_key("gone") && before.contains_key("edited"), "{:?}", before.keys());
+    let mut changes = ListChanged::open(&client, &recorder).await;
+
+    d.write_policy("edited.toml", &edited("after", "added"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        blocking(|| {
+            d.cordon(&["reload"]).assert_code(0);
+        });
+        if changes.next(Duration::from_secs(1)).await {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no tools/list_changed after a reload");
+    }
+    let after = listed(&client).await;
+    let names: Vec<&String> = after.keys().collect();
+    let mut want: Vec<String> = before.keys().filter(|n| *n != "gone").cloned().chain(["added".to_string()]).collect();
+    want.sort();
+    assert_eq!(names, want.iter().collect::<Vec<_>>());
+    assert_eq!(after["edited"]["description"], "after");
+    assert_eq!(after["kept"], before["kept"], "an unchanged tool is listed as before");
+    // And agrees with a fresh session's list.
+    let (fresh, _) = connect(&d, style, Elicit::Accept).await;
+    assert_eq!(listed(&fresh).await, after);
+}
+
+in_both_styles!(a_reload_lists_exactly_the_new_set);
+
 // ---------------------------------------------------------------------------------------------
 // Confirmations
 // ---------------------------------------------------------------------------------------------

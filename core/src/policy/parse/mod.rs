@@ -33,6 +33,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::diag::{Diagnostic, Sink};
+use super::intern::Interner;
 use super::keys::FILE_KEYS;
 use super::model::{Source, Tool};
 
@@ -44,9 +45,10 @@ pub(super) struct Parsed {
     pub(super) diagnostics: Vec<Diagnostic>,
 }
 
-/// Parses one file. `seen` holds tools already loaded from earlier files, for duplicate checks.
-pub(super) fn parse_file(file: &Path, text: &str, seen: &BTreeMap<String, Source>) -> Parsed {
-    let mut p = Parser { sink: Sink::new(file, text), file };
+/// Parses one file. `seen` holds tools already loaded from earlier files, for duplicate checks;
+/// `intern` the load's compiled patterns and schemas, shared between its tools.
+pub(super) fn parse_file(file: &Path, text: &str, seen: &BTreeMap<String, Source>, intern: &mut Interner) -> Parsed {
+    let mut p = Parser { sink: Sink::new(file, text), file, intern };
     let (doc, errors) = DeTable::parse_recoverable(text);
     if !errors.is_empty() {
         for e in errors {
@@ -66,6 +68,7 @@ pub(super) fn parse_file(file: &Path, text: &str, seen: &BTreeMap<String, Source
 struct Parser<'a> {
     sink: Sink<'a>,
     file: &'a Path,
+    intern: &'a mut Interner,
 }
 
 impl Parser<'_> {

@@ -169,7 +169,7 @@ impl Parser<'_> {
 
     fn pattern(&mut self, v: &Value<'_>) -> Option<Pattern> {
         let source = self.string(v, "pattern")?;
-        Pattern::compile(&source).map_err(|e| self.sink.error(v.span(), e.to_string())).ok()
+        self.intern.pattern(&source).map_err(|e| self.sink.error(v.span(), e.to_string())).ok()
     }
 
     fn enum_values(&mut self, v: &Value<'_>) -> Option<Vec<String>> {

@@ -14,7 +14,7 @@ use super::param::valid_tool_name;
 use super::value::to_json;
 use super::{Parser, Value};
 use crate::policy::keys::{KeyDoc, key};
-use crate::policy::model::{Annotations, ArgTemplate, Availability, Output, Param, ParamKind, Source, Tool};
+use crate::policy::model::{Annotations, ArgTemplate, Availability, JsonText, Output, Param, ParamKind, Source, Tool};
 use crate::policy::schema;
 use crate::validate::check_value;
 
@@ -68,7 +68,9 @@ impl Parser<'_> {
         }
         let (program, args) = command?;
         let source = Source { file: self.file.to_path_buf(), line: self.sink.line_of(&name_span) };
-        assemble(name, source, about, params, program, args, merged)
+        let mut tool = assemble(name, source, about, params, program, args, merged)?;
+        tool.input_schema = self.intern.json(&schema::input_schema(&tool));
+        Some(tool)
     }
 
     /// The name's own rules, the reserved name, and duplicates of earlier files.
@@ -222,7 +224,7 @@ impl Parser<'_> {
     }
 }
 
-/// The tool, once every check passed; its JSON Schema is computed from it.
+/// The tool, once every check passed (the caller sets its JSON Schema, computed from it).
 fn assemble(
     name: String,
     source: Source,
@@ -232,7 +234,7 @@ fn assemble(
     args: Vec<ArgTemplate>,
     merged: Merged,
 ) -> Option<Tool> {
-    let mut tool = Tool {
+    Some(Tool {
         source,
         name,
         description: about.description?,
@@ -254,8 +256,6 @@ fn assemble(
         sandbox: merged.sandbox,
         allow: merged.allow,
         availability: Availability::Unavailable { reason: "not probed yet".into() },
-        input_schema: serde_json::Value::Null,
-    };
-    tool.input_schema = schema::input_schema(&tool);
-    Some(tool)
+        input_schema: JsonText::of(&serde_json::Value::Null),
+    })
 }
