@@ -4,8 +4,16 @@
 //! - [`chain`]: the file format (`seq`, `time`, `decision`, ..., `prev`), line hashing and
 //!   `verify`, shared with `cordon audit verify`.
 //! - [`tail`]: reading the last records back, with filters (`cordon audit tail`).
-//! - `writer`: the thread that owns the file: batches records, group-commits `fdatasync`,
-//!   rotates by size, recovers a torn tail and unfinished invocations at startup.
+//! - `writer`: the file's writer: batches records, group-commits `fdatasync`, rotates by size,
+//!   recovers a torn tail and unfinished invocations at startup.
+//!
+//! Who writes: a [`Audit::durable`] caller that finds the writer idle writes (and syncs) the
+//! queue, its own record last, itself, on its own thread: no handoff to another thread and back
+//! on the path of an invocation. When the writer is busy (another caller's sync, or the writer
+//! thread's), the record waits in the queue and the writer thread takes it with everything
+//! else that gathered meanwhile (group commit). Queued records ([`Audit::record`]) are written by
+//! the writer thread. Whoever writes takes the queue whole and in order, holding the writer, so
+//! records reach the file in the order they were queued.
 //!
 //! Records are built with [`Record`] and handed to [`Audit`]: [`Audit::record`] queues one
 //! (refusals, confirmation requests, reloads), [`Audit::durable`] waits until it is on disk: the
@@ -23,7 +31,7 @@ pub mod tail;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, oneshot};
@@ -193,10 +201,52 @@ enum Msg {
     Resume(oneshot::Sender<Result<String, AuditError>>),
 }
 
+/// Records waiting for the writer, in order.
+#[derive(Debug, Default)]
+struct Queue {
+    msgs: Vec<Msg>,
+    /// The log is closing: nothing more is taken.
+    closed: bool,
+}
+
+/// The queue and the writer thread's wake-up.
+#[derive(Debug, Default)]
+struct Pending {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+}
+
+impl Pending {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `msg` (and wakes the writer thread when `wake`); false once the log is closed.
+    fn push(&self, msg: Msg, wake: bool) -> bool {
+        let mut q = self.lock();
+        if q.closed {
+            return false;
+        }
+        q.msgs.push(msg);
+        drop(q);
+        if wake {
+            self.wake.notify_one();
+        }
+        true
+    }
+
+    /// Everything queued, in order (taken by whoever holds the writer).
+    fn take(&self) -> Vec<Msg> {
+        std::mem::take(&mut self.lock().msgs)
+    }
+}
+
 /// Handle to the audit log; cheap to share.
 #[derive(Debug)]
 pub struct Audit {
-    tx: Mutex<Option<mpsc::Sender<Msg>>>,
+    pending: Arc<Pending>,
+    /// The file's writer; `None` once the log is closed (the file and its lock released).
+    writer: Arc<Mutex<Option<writer::Writer>>>,
     shared: Arc<writer::Shared>,
     path: PathBuf,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -223,12 +273,14 @@ impl Audit {
     pub fn open(options: Options) -> Result<(Audit, Recovery), AuditError> {
         let (state, recovery) = writer::Writer::open(&options)?;
         let shared = state.shared();
-        let (tx, rx) = mpsc::channel();
+        let writer = Arc::new(Mutex::new(Some(state)));
+        let pending = Arc::new(Pending::default());
+        let (w, p) = (writer.clone(), pending.clone());
         let thread = std::thread::Builder::new()
             .name("cordon-audit".into())
-            .spawn(move || state.run(&rx))
+            .spawn(move || writer::run(&w, &p))
             .map_err(|e| AuditError::Thread(Arc::new(e)))?;
-        let audit = Audit { tx: Mutex::new(Some(tx)), shared, path: options.path, thread: Mutex::new(Some(thread)) };
+        let audit = Audit { pending, writer, shared, path: options.path, thread: Mutex::new(Some(thread)) };
         Ok((audit, recovery))
     }
 
@@ -236,12 +288,9 @@ impl Audit {
         &self.path
     }
 
+    /// Queues `msg` for the writer thread.
     fn send(&self, msg: Msg) -> Result<(), AuditError> {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        match tx.as_ref().map(|tx| tx.send(msg)) {
-            Some(Ok(())) => Ok(()),
-            _ => Err(AuditError::Failed("the audit writer has stopped".into())),
-        }
+        if self.pending.push(msg, true) { Ok(()) } else { Err(stopped()) }
     }
 
     /// Queues a record. If the log has failed the record is lost, and the failure already
@@ -253,11 +302,29 @@ impl Audit {
     }
 
     /// Writes a record and waits until it is on disk; returns its seq.
+    ///
+    /// When the writer is idle, this caller writes and syncs the queue (its record last) itself,
+    /// on its own thread; when it is busy, the record waits for the writer thread's next batch.
     pub async fn durable(&self, record: Record) -> Result<u64, AuditError> {
         self.check()?;
         let (ack, done) = oneshot::channel();
-        self.send(Msg::Record { record, ack: Some(ack) })?;
-        done.await.unwrap_or_else(|_| Err(AuditError::Failed("the audit writer has stopped".into())))
+        if !self.pending.push(Msg::Record { record, ack: Some(ack) }, false) {
+            return Err(stopped());
+        }
+        match self.writer.try_lock() {
+            Ok(mut guard) => match guard.as_mut() {
+                Some(writer) => {
+                    let batch = self.pending.take();
+                    writer.process(batch);
+                }
+                // Closed while this record was queued: nobody will write it.
+                None => return Err(stopped()),
+            },
+            // Someone is writing (a sync may be under way): the writer thread takes this record
+            // in its next batch, after the current one.
+            Err(_) => self.pending.wake.notify_one(),
+        }
+        done.await.unwrap_or_else(|_| Err(stopped()))
     }
 
     /// Ok while records can be written; the reason otherwise.
@@ -273,7 +340,7 @@ impl Audit {
     pub async fn resume(&self) -> Result<String, AuditError> {
         let (ack, done) = oneshot::channel();
         self.send(Msg::Resume(ack))?;
-        done.await.unwrap_or_else(|_| Err(AuditError::Failed("the audit writer has stopped".into())))
+        done.await.unwrap_or_else(|_| Err(stopped()))
     }
 
     /// New lines as they are written (for `cordon audit tail -f`).
@@ -288,11 +355,24 @@ impl Audit {
 
     /// Writes everything queued, syncs and stops the writer (at shutdown).
     pub fn close(&self) {
-        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        self.pending.lock().closed = true;
+        self.pending.wake.notify_one();
         if let Some(thread) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = thread.join();
         }
     }
+}
+
+impl Drop for Audit {
+    /// A handle dropped without [`Audit::close`] closes the log all the same: the writer thread
+    /// writes what is queued, syncs and releases the file.
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn stopped() -> AuditError {
+    AuditError::Failed("the audit writer has stopped".into())
 }
 
 /// Cuts a free-form value to [`MAX_FREE_TEXT`] bytes (on a char boundary).

@@ -1,15 +1,16 @@
-//! The thread that owns the audit file.
+//! The audit file's writer.
 //!
-//! It takes every queued message at once, appends their lines with one `write`, and, when any of
-//! them waits for durability, one `fdatasync` for the whole batch (group commit: while one sync
-//! runs, the next batch gathers). On any error it marks the log failed and writes nothing more.
+//! Whoever holds it (a `durable` caller that found it idle, or the writer thread) takes every
+//! queued message at once, appends their lines with one `write`, and, when any of them waits for
+//! durability, one `fdatasync` for the whole batch (group commit: while one sync runs, the next
+//! batch gathers). On any error it marks the log failed and writes nothing more.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use nix::fcntl::{Flock, FlockArg};
@@ -19,10 +20,37 @@ use tokio::sync::{broadcast, oneshot};
 use super::chain::{self, GENESIS, Verifier};
 use super::{AuditError, Decision, Head, Msg, Options, Record};
 
+/// The writer thread: waits for queued records, then takes the writer and writes everything
+/// queued by then (records that `durable` callers queued while another write was under way,
+/// and every `record`); runs until the log is closed, then syncs.
+pub(super) fn run(writer: &Mutex<Option<Writer>>, pending: &super::Pending) {
+    loop {
+        {
+            let mut q = pending.lock();
+            while q.msgs.is_empty() && !q.closed {
+                q = pending.wake.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+            if q.msgs.is_empty() && q.closed {
+                break;
+            }
+        }
+        // The queue is taken while holding the writer, so that batches are written in the order
+        // their records were queued.
+        let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
+        let batch = pending.take();
+        if let Some(w) = w.as_mut() {
+            w.process(batch);
+        }
+    }
+    // Closed: sync, then release the file and its lock (a new `Audit::open` may follow).
+    let last = writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(w) = last {
+        w.sync_at_shutdown();
+    }
+}
+
 /// Lines kept for slow `tail -f` readers before they are told they fell behind.
 const TAIL_BUFFER: usize = 4096;
-/// Messages taken into one batch at most.
-const MAX_BATCH: usize = 4096;
 
 /// State shared with the handles.
 #[derive(Debug)]
@@ -85,6 +113,12 @@ pub(super) struct Writer {
 }
 
 type Ack = oneshot::Sender<Result<u64, AuditError>>;
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("path", &self.options.path).field("seq", &self.seq).finish_non_exhaustive()
+    }
+}
 
 fn open_error(path: &Path, what: &'static str, e: std::io::Error) -> AuditError {
     AuditError::Io { what, path: path.to_path_buf(), source: Arc::new(e) }
@@ -181,18 +215,8 @@ impl Writer {
         self.shared.clone()
     }
 
-    /// The writer loop: runs until every handle is gone.
-    pub(super) fn run(mut self, rx: &mpsc::Receiver<Msg>) {
-        while let Ok(first) = rx.recv() {
-            let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(m) => batch.push(m),
-                    Err(_) => break,
-                }
-            }
-            self.process(batch);
-        }
+    /// Syncs what was written, at shutdown (unless the log failed).
+    fn sync_at_shutdown(&self) {
         if self.shared.failure().is_none()
             && let Err(e) = self.file.sync_data()
         {
@@ -200,7 +224,8 @@ impl Writer {
         }
     }
 
-    fn process(&mut self, batch: Vec<Msg>) {
+    /// Writes a batch taken from the queue (whole and in order, while holding the writer).
+    pub(super) fn process(&mut self, batch: Vec<Msg>) {
         let mut out = String::new();
         let mut lines = Vec::new();
         let mut acks: Vec<(Ack, u64)> = Vec::new();
