@@ -188,3 +188,49 @@ async fn a_large_batch_rotates_as_often_as_it_must() {
     assert!(files > 50, "{files} files");
     assert_eq!(verify(&dir.path().join("audit.jsonl")).unwrap().records, 301 + files - 1);
 }
+
+/// Durable records from many tasks at once, on a runtime with several threads, mixed with
+/// queued ones: some are written by their callers (the writer idle), some by the writer thread
+/// (the writer busy). Every caller gets its own seq, each seq is the line its record is on, the
+/// chain verifies, and a record queued before a durable one by the same task is written before
+/// it.
+#[test]
+fn concurrent_durable_records_keep_the_order_they_were_queued_in() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let audit = Arc::new(Audit::open(options(dir.path())).unwrap().0);
+    let seqs: Vec<(String, u64)> = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let audit = audit.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                for i in 0..20 {
+                    let id = format!("{t}-{i}");
+                    audit.record(Record::new(Decision::Invalid).tool("t").with("before", id.as_str()));
+                    let seq = audit.durable(started(&id)).await.unwrap();
+                    out.push((id, seq));
+                }
+                out
+            }));
+        }
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(task.await.unwrap());
+        }
+        all
+    });
+    audit.close();
+    let records = lines(&path);
+    assert_eq!(records.len(), 16 * 20 * 2);
+    let mut seen = std::collections::BTreeSet::new();
+    for (id, seq) in &seqs {
+        assert!(seen.insert(*seq), "seq {seq} answered twice");
+        let line = &records[usize::try_from(*seq).unwrap() - 1];
+        assert_eq!((line["decision"].as_str(), line["id"].as_str()), (Some("started"), Some(id.as_str())));
+        let before = records.iter().position(|r| r["before"] == id.as_str()).unwrap();
+        assert!(before < usize::try_from(*seq).unwrap() - 1, "{id}: its queued record came after its durable one");
+    }
+    verify(&path).unwrap();
+}
