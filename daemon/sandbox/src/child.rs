@@ -325,19 +325,7 @@ pub(crate) fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t,
 /// daemon, on a new, never-killed directory.
 pub(crate) fn clone_into_cgroup_works(dir: RawFd) -> bool {
     let Ok(cgroup) = u64::try_from(dir) else { return false };
-    let args = CloneArgs {
-        flags: CLONE_INTO_CGROUP,
-        pidfd: 0,
-        child_tid: 0,
-        parent_tid: 0,
-        exit_signal: libc::SIGCHLD as u64,
-        stack: 0,
-        stack_size: 0,
-        tls: 0,
-        set_tid: 0,
-        set_tid_size: 0,
-        cgroup,
-    };
+    let args = CloneArgs::into_cgroup(CLONE_INTO_CGROUP, cgroup);
     // SAFETY: a fork-like clone3 (no CLONE_VM, no new stack): the child runs on a copy of this
     // thread's memory and only calls _exit(2), which is async-signal-safe.
     let pid = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>()) };
@@ -371,6 +359,25 @@ struct CloneArgs {
     cgroup: u64,
 }
 
+impl CloneArgs {
+    /// `flags`, into the cgroup directory `cgroup`, SIGCHLD at exit; nothing else set.
+    fn into_cgroup(flags: u64, cgroup: u64) -> CloneArgs {
+        CloneArgs {
+            flags,
+            pidfd: 0,
+            child_tid: 0,
+            parent_tid: 0,
+            exit_signal: libc::SIGCHLD as u64,
+            stack: 0,
+            stack_size: 0,
+            tls: 0,
+            set_tid: 0,
+            set_tid_size: 0,
+            cgroup,
+        }
+    }
+}
+
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// `clone3(CLONE_VM | CLONE_VFORK | CLONE_PIDFD | CLONE_INTO_CGROUP)`: the child starts on
@@ -393,18 +400,13 @@ unsafe fn clone3_into_cgroup(
     args: &ChildArgs<'_>,
     pidfd: &mut libc::c_int,
 ) -> io::Result<libc::pid_t> {
+    let cgroup = u64::try_from(cgroup_dir).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    let flags = (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP;
     let clone = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_INTO_CGROUP,
         pidfd: pidfd as *mut libc::c_int as u64,
-        child_tid: 0,
-        parent_tid: 0,
-        exit_signal: libc::SIGCHLD as u64,
         stack: stack as u64,
         stack_size: top as u64 - stack as u64,
-        tls: 0,
-        set_tid: 0,
-        set_tid_size: 0,
-        cgroup: u64::try_from(cgroup_dir).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?,
+        ..CloneArgs::into_cgroup(flags, cgroup)
     };
     let main: extern "C" fn(*mut libc::c_void) -> libc::c_int = child_main;
     let arg = (args as *const ChildArgs<'_>).cast_mut().cast::<libc::c_void>();

@@ -110,25 +110,26 @@ pub fn build(abi: i32, policy: &SandboxPolicy) -> Result<OwnedFd, LandlockError>
     // SAFETY: the kernel just returned this descriptor to us, and nothing else owns it.
     let ruleset = unsafe { OwnedFd::from_raw_fd(fd) };
     for (fd, access, _) in &rules.paths {
-        add_path_rule(&ruleset, *fd, *access)?;
+        let attr = PathBeneathAttr { allowed_access: *access, parent_fd: fd.as_raw_fd() };
+        add_rule(&ruleset, RULE_PATH_BENEATH, &attr)?;
     }
     for (port, access) in rules.ports {
-        let attr = NetPortAttr { allowed_access: access, port: u64::from(port) };
-        // SAFETY: `attr` is a live landlock_net_port_attr; the call only reads it.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_add_rule,
-                ruleset.as_raw_fd(),
-                RULE_NET_PORT,
-                &attr as *const NetPortAttr,
-                0u32,
-            )
-        };
-        if r < 0 {
-            return Err(LandlockError::AddRule(io::Error::last_os_error()));
-        }
+        add_rule(&ruleset, RULE_NET_PORT, &NetPortAttr { allowed_access: access, port: u64::from(port) })?;
     }
     Ok(ruleset)
+}
+
+/// `landlock_add_rule(ruleset, kind, attr)`. The attribute's type must be the one `kind` names
+/// (`PathBeneathAttr` for [`RULE_PATH_BENEATH`], `NetPortAttr` for [`RULE_NET_PORT`]); a path
+/// rule's descriptor stays open for the call (the caller holds it).
+fn add_rule<T>(ruleset: &OwnedFd, kind: u32, attr: &T) -> Result<(), LandlockError> {
+    // SAFETY: `attr` is a live, initialised attribute of the type `kind` names (see above); the
+    // call only reads it.
+    let r = unsafe { libc::syscall(libc::SYS_landlock_add_rule, ruleset.as_raw_fd(), kind, attr as *const T, 0u32) };
+    if r < 0 {
+        return Err(LandlockError::AddRule(io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 /// What [`build`] gives the kernel for a policy ([`describe`]).
@@ -207,25 +208,6 @@ impl<'a> Rules<'a> {
         }
         Ok(Rules { attr, attr_size, paths, ports })
     }
-}
-
-fn add_path_rule(ruleset: &OwnedFd, parent: BorrowedFd<'_>, access: u64) -> Result<(), LandlockError> {
-    let attr = PathBeneathAttr { allowed_access: access, parent_fd: parent.as_raw_fd() };
-    // SAFETY: `attr` is a live landlock_path_beneath_attr naming a descriptor we hold open for
-    // the call; the call only reads it.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_add_rule,
-            ruleset.as_raw_fd(),
-            RULE_PATH_BENEATH,
-            &attr as *const PathBeneathAttr,
-            0u32,
-        )
-    };
-    if r < 0 {
-        return Err(LandlockError::AddRule(io::Error::last_os_error()));
-    }
-    Ok(())
 }
 
 /// The default grants, opened once per process (`O_PATH` descriptors) with the access rights

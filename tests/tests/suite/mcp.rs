@@ -640,18 +640,7 @@ async fn a_reload_announces_list_changed(style: Style) {
     let mut changes = ListChanged::open(&client, &recorder).await;
 
     d.write_policy("fresh.toml", FRESH);
-    // The bridge follows the registry through a watch it opens when the session starts; until
-    // that watch is up a reload goes unseen, so reload until one is announced.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        blocking(|| {
-            d.cordon(&["reload"]).assert_code(0);
-        });
-        if changes.next(Duration::from_secs(1)).await {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no tools/list_changed after a reload");
-    }
+    reload_until_announced(&d, &mut changes).await;
     let tools = listed(&client).await;
     assert!(tools.contains_key("fresh"), "{:?}", tools.keys());
     let r = call(&client, "fresh", json!({})).await;
@@ -659,6 +648,22 @@ async fn a_reload_announces_list_changed(style: Style) {
 }
 
 in_both_styles!(a_reload_announces_list_changed);
+
+/// Reloads until the session announces `tools/list_changed`. The bridge follows the registry
+/// through a watch it opens when the session starts; until that watch is up a reload goes
+/// unseen, so one reload may not be enough.
+async fn reload_until_announced(d: &Daemon, changes: &mut ListChanged) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        blocking(|| {
+            d.cordon(&["reload"]).assert_code(0);
+        });
+        if changes.next(Duration::from_secs(1)).await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no tools/list_changed after a reload");
+    }
+}
 
 /// Three tools of one file, the middle one's description and the last one's name as given.
 fn edited(middle: &str, last: &str) -> String {
@@ -679,16 +684,7 @@ async fn a_reload_lists_exactly_the_new_set(style: Style) {
     let mut changes = ListChanged::open(&client, &recorder).await;
 
     d.write_policy("edited.toml", &edited("after", "added"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        blocking(|| {
-            d.cordon(&["reload"]).assert_code(0);
-        });
-        if changes.next(Duration::from_secs(1)).await {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no tools/list_changed after a reload");
-    }
+    reload_until_announced(&d, &mut changes).await;
     let after = listed(&client).await;
     let names: Vec<&String> = after.keys().collect();
     let mut want: Vec<String> = before.keys().filter(|n| *n != "gone").cloned().chain(["added".to_string()]).collect();
