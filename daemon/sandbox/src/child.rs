@@ -133,17 +133,23 @@ pub(crate) struct ChildSetup {
 }
 
 /// The highest capability number the running kernel knows: the bounding set has one bit per
-/// capability up to it, each dropped by the child. Counted once per process in the parent
-/// (`PR_CAPBSET_READ` fails past the last one), so the child makes one call per capability.
+/// capability up to it, each dropped by the child (one call each; a drop that fails stops the
+/// tool, so a wrong number fails closed). Read once per process in the parent from
+/// `/proc/sys/kernel/cap_last_cap`; where that cannot be read, counted with `PR_CAPBSET_READ`
+/// (which fails past the last one), and never less than `CAP_AUDIT_READ` (37, Linux 3.16).
 pub(crate) fn last_cap() -> libc::c_ulong {
     static LAST: std::sync::OnceLock<libc::c_ulong> = std::sync::OnceLock::new();
     *LAST.get_or_init(|| {
-        let mut cap: libc::c_ulong = 0;
-        // SAFETY: PR_CAPBSET_READ only reads this thread's bounding set.
-        while unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap + 1, 0, 0, 0) } >= 0 {
-            cap += 1;
-        }
-        cap
+        let known = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|t| t.trim().parse().ok());
+        let counted = || {
+            let mut cap: libc::c_ulong = 0;
+            // SAFETY: PR_CAPBSET_READ only reads this thread's bounding set.
+            while unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap + 1, 0, 0, 0) } >= 0 {
+                cap += 1;
+            }
+            cap
+        };
+        known.unwrap_or_else(counted).max(37)
     })
 }
 
