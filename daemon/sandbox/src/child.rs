@@ -417,11 +417,10 @@ unsafe fn clone3_into_cgroup(
     let main: extern "C" fn(*mut libc::c_void) -> libc::c_int = child_main;
     let arg = (args as *const ChildArgs<'_>).cast_mut().cast::<libc::c_void>();
     let ret: i64;
-    // SAFETY: see the function's contract. The parent's side of the block only runs the system
-    // call (which clobbers rcx/r11 on x86_64 and nothing but x0 on aarch64); the child's side
-    // never leaves the block: it calls `child_main`, which execs or `_exit`s, and exits with
-    // its value if it ever returned.
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: see the function's contract. The parent's side of the block only runs the system
+    // call (which clobbers rcx and r11); the child's side never leaves the block: it calls
+    // `child_main`, which execs or `_exit`s, and exits with its value if it ever returned.
     unsafe {
         std::arch::asm!(
             "syscall",
@@ -448,6 +447,9 @@ unsafe fn clone3_into_cgroup(
         );
     }
     #[cfg(target_arch = "aarch64")]
+    // SAFETY: see the function's contract. The parent's side of the block only runs the system
+    // call (which changes nothing but x0); the child's side never leaves the block: it calls
+    // `child_main`, which execs or `_exit`s, and exits with its value if it ever returned.
     unsafe {
         std::arch::asm!(
             "svc #0",

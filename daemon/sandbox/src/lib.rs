@@ -12,16 +12,17 @@
 //! - `spawn`: builds everything before the child starts, starts the child as the leader of a new
 //!   session, tracks it through a pidfd, enforces timeout and cancellation (SIGTERM, grace,
 //!   SIGKILL to the group, then the cgroup kill), and reaps it.
-//! - `child`: the vfork-style `clone`, and what the child does before exec, in the order
-//!   DESIGN.md fixes. Only `spawn` calls into it.
-//! - `landlock`: the filesystem / TCP / scope ruleset of an invocation.
+//! - `child`: the vfork-style `clone` (`clone3` into the invocation's cgroup where it can), and
+//!   what the child does before exec, in the order DESIGN.md fixes. Only `spawn` calls into it.
+//! - `landlock`: the filesystem / TCP / scope ruleset of an invocation, by raw system calls.
 //! - `seccomp` and `syscalls`: the BPF allow-list, compiled once per profile.
-//! - `cgroup`: a cgroup per invocation where the host allows it, and the reaper that kills
-//!   them if the daemon dies.
+//! - `cgroup`: a cgroup per invocation where the host allows it (recycled leaves for runs
+//!   without a memory limit), and the reaper that kills them if the daemon dies.
 //! - `output`: bounded head+tail capture of stdout and stderr.
 //! - `mntns`: the read-only view of the filesystem (a mount namespace) tools run in, so
 //!   that metadata changes landlock does not cover fail outside their write roots.
 //! - `peer`: who is at the other end of a connection to cordond's socket (pidfd, cgroup).
+//! - `memory`: handing freed heap memory back to the kernel after a load (`malloc_trim`).
 //!
 //! Architecture invariant: every `unsafe` block of cordon's is in this crate and carries a
 //! `// SAFETY:` comment; code that runs between clone and exec only makes async-signal-safe
