@@ -710,13 +710,18 @@ fn drop_identity(id: Identity, last_cap: libc::c_ulong, fail: &dyn Fn(Step) -> i
         if libc::prctl(libc::PR_SET_SECUREBITS, bits, 0, 0, 0) < 0 {
             return Err(fail(Step::DropCapabilities));
         }
-        if libc::setgroups(0, std::ptr::null()) < 0 {
+        // Raw system calls, not glibc's wrappers: those broadcast the change to every thread
+        // of the process (a signal to each, then a wait), walking the thread list that this
+        // child shares with the daemon through CLONE_VM while the daemon's threads run on.
+        // The kernel changes the credentials of the calling thread only, which is all this
+        // single-threaded child is.
+        if libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) < 0 {
             return Err(fail(Step::SetGroups));
         }
-        if libc::setresgid(id.gid, id.gid, id.gid) < 0 {
+        if libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid) < 0 {
             return Err(fail(Step::SetGid));
         }
-        if libc::setresuid(id.uid, id.uid, id.uid) < 0 {
+        if libc::syscall(libc::SYS_setresuid, id.uid, id.uid, id.uid) < 0 {
             return Err(fail(Step::SetUid));
         }
         if libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) < 0 {

@@ -629,6 +629,41 @@ fn a_setuid_root_copy_stays_unprivileged_under_no_new_privs() {
     assert_eq!(r["CapPrm"], "0000000000000000");
 }
 
+/// The child shares the daemon's memory until exec (a vfork-style clone): it must change its
+/// identity with the kernel's own calls, never glibc's wrappers, which would walk the daemon's
+/// thread list from the child and signal each thread (`tgkill`, then a wait on it).
+#[test]
+fn the_child_changes_identity_with_raw_system_calls_not_glibcs_thread_broadcast() {
+    require_root!("run_as = \"nobody\"");
+    if std::process::Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped: strace is not installed");
+        return;
+    }
+    let dir = tempdir();
+    let policies = mkdir(dir.path(), "policies");
+    std::fs::write(policies.join("attacks.toml"), policy(&[("t", "run_as = \"nobody\"".into())])).unwrap();
+    let traces = tempdir();
+    let trace = traces.path().join("trace");
+    let trace_arg = trace.to_str().unwrap().to_string();
+    let wrapper = ["strace", "-f", "-qq", "-o", &trace_arg, "-e", "trace=setresuid,setresgid,setgroups,tgkill,tkill"];
+    let mut d = Daemon::start_under(&wrapper, dir, policies, &[]);
+    let (_, r) = attack(&d, "t", &["ids"]);
+    assert_eq!((r["uid"].as_u64(), r["gid"].as_u64()), (Some(NOBODY.into()), Some(NOBODY.into())), "{r}");
+    // cordond (strace's child) stops on SIGTERM; strace then ends and flushes its output.
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", d.pid())).unwrap();
+    let cordond: i32 = children.split_whitespace().next().expect("cordond under strace").parse().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(cordond), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(d.wait_exit(Duration::from_secs(20)).is_some(), "strace did not end with cordond");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines.iter().any(|l| l.contains(&format!("setresuid({NOBODY}, {NOBODY}, {NOBODY})"))),
+        "the child's setresuid was not traced:\n{text}"
+    );
+    let signals: Vec<&&str> = lines.iter().filter(|l| l.contains("tgkill(") || l.contains("tkill(")).collect();
+    assert!(signals.is_empty(), "the child signalled threads while changing identity:\n{text}");
+}
+
 #[test]
 fn proc_self_status_shows_no_new_privs_seccomp_and_no_capabilities() {
     let mut tools = vec![("caller", String::new())];
