@@ -5,6 +5,7 @@
 //! - `floor`: the same C program doing only the kernel work cordon needs: join the invocation's
 //!   cgroups, a landlock ruleset with the same rules as cordond's, `no_new_privs`, cordond's own
 //!   seccomp program; then exec;
+//! - a gRPC round trip that runs nothing (`GetTool`), the transport's own share;
 //! - cordond over gRPC `Invoke` on one connection (p50, p99), and its CPU per invocation
 //!   (daemon and tool: the daemon's user+system time, its reaped children's included);
 //! - an MCP `tools/call` through `cordon mcp`;
@@ -15,7 +16,9 @@
 //!
 //! Rounds are interleaved and each figure is the best round's. `CORDON_BENCH_BASELINE=DIR`
 //! (a directory with another build's `cordond` and `cordon`) measures that build too, in the
-//! same rounds: before/after in one run. `CORDON_BENCH_N` calls per figure (default 400).
+//! same rounds: before/after in one run. `CORDON_BENCH_N` calls per figure (default 400);
+//! `CORDON_BENCH_ONLY=TEXT` measures only the figures whose name contains TEXT (with the bare
+//! baseline), e.g. to profile one of them.
 //!
 //! `cargo build --release --workspace && cargo bench -p cordon-tests --bench invoke`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -222,6 +225,26 @@ fn grpc_one(rt: &tokio::runtime::Runtime, build: &Build, n: usize) -> Figures {
     })
 }
 
+/// A gRPC round trip that runs nothing (`GetTool` on one connection): what the transport alone
+/// costs, for reading the Invoke figure against.
+fn grpc_round_trip(rt: &tokio::runtime::Runtime, build: &Build, n: usize) -> Figures {
+    let d = start(build, &[]);
+    rt.block_on(async {
+        let channel = cordon_proto::connect(&d.socket).await.unwrap();
+        let mut client = v1::cordon_client::CordonClient::new(channel);
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..n + 20 {
+            let t = Instant::now();
+            client.get_tool(v1::GetToolRequest { name: "true".into() }).await.unwrap();
+            if i >= 20 {
+                samples.push(t.elapsed());
+            }
+        }
+        let (p50, p99) = percentiles(samples);
+        Figures { p50, p99, ..Figures::default() }
+    })
+}
+
 /// `clients` connections calling `tool` `per_client` times each at once: calls per second and
 /// the share refused BUSY.
 fn grpc_many(
@@ -365,24 +388,36 @@ fn main() {
         }
         None => best.push((name, f)),
     };
+    // CORDON_BENCH_ONLY=TEXT: only the figures whose name contains TEXT (and the bare baseline).
+    let only = std::env::var("CORDON_BENCH_ONLY").ok();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| name.contains(o) || name.starts_with("bare"));
+    macro_rules! figure {
+        ($name:expr, $measure:expr $(,)?) => {{
+            let name: String = $name;
+            if wanted(&name) {
+                keep_best(name, $measure);
+            }
+        }};
+    }
     for round in 0..2 {
         eprintln!("round {}", round + 1);
         if let Some(floor) = &floor {
-            keep_best("bare: C vfork+exec".into(), run_floor(floor, "bare", n));
-            keep_best("floor: C, same kernel work".into(), run_floor(floor, "floor", n));
+            figure!("bare: C vfork+exec".into(), run_floor(floor, "bare", n));
+            figure!("floor: C, same kernel work".into(), run_floor(floor, "floor", n));
         }
         for b in &builds {
-            keep_best(format!("{}: gRPC Invoke, 1 connection", b.label), grpc_one(&rt, b, n));
-            keep_best(format!("{}: MCP tools/call", b.label), mcp(b, n));
+            figure!(format!("{}: gRPC round trip alone (GetTool)", b.label), grpc_round_trip(&rt, b, n));
+            figure!(format!("{}: gRPC Invoke, 1 connection", b.label), grpc_one(&rt, b, n));
+            figure!(format!("{}: MCP tools/call", b.label), mcp(b, n));
             let raised = ["--max-concurrent", "64", "--max-per-caller", "64"];
-            keep_best(format!("{}: 8 clients, limits raised", b.label), grpc_many(&rt, b, &raised, 8, n / 8, "true"));
-            keep_best(
+            figure!(format!("{}: 8 clients, limits raised", b.label), grpc_many(&rt, b, &raised, 8, n / 8, "true"));
+            figure!(
                 format!("{}: 32 clients, default limits, 50 ms tool", b.label),
                 grpc_many(&rt, b, &[], 32, 5, "nap"),
             );
             let socket = start(b, &[]);
             let cordon = b.dir.join("cordon");
-            keep_best(
+            figure!(
                 format!("{}: `cordon run` whole process", b.label),
                 whole(n / 4, || {
                     let mut c = Command::new(&cordon);
@@ -392,7 +427,7 @@ fn main() {
             );
         }
         if bwrap {
-            keep_best(
+            figure!(
                 "bwrap --ro-bind / / (whole process)".into(),
                 whole(n / 4, || {
                     let mut c = Command::new("bwrap");
