@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::error::CliError;
-use crate::{admin, audit, term};
+use crate::{admin, audit, init, registry_admin, term};
 
 /// cordon: run admin-approved tools through cordond, and administer it.
 #[derive(Debug, Parser)]
@@ -38,8 +38,31 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Show one tool in full.
-    Tool { name: String },
+    /// Show one tool in full (`cordon tool NAME`), or add and remove tools in cordond's policy
+    /// directory (`cordon tool add|remove|show`).
+    #[command(args_conflicts_with_subcommands = true, arg_required_else_help = true)]
+    Tool {
+        /// The tool to show (a tool named like a subcommand: `cordon tool show NAME`).
+        name: Option<String>,
+        #[command(subcommand)]
+        command: Option<ToolCommand>,
+    },
+    /// Scaffold a policy for a project from what it declares (package.json scripts, Makefile
+    /// targets, Cargo.toml, pytest/tox/nox, justfile recipes); writes a file for review, loads nothing.
+    Init {
+        /// The project's root directory.
+        #[arg(default_value = ".", value_name = "DIR")]
+        dir: PathBuf,
+        /// Where to write the policy (`-`: stdout) [default: ./cordon-PROJECT.toml]
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+        /// The project's name, the prefix of every tool name [default: DIR's name]
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+    },
     /// Run a tool and print its output; exits with the tool's exit code.
     Run {
         tool: String,
@@ -100,6 +123,37 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ToolCommand {
+    /// Show one tool in full (also a tool named `add`, `remove` or `show`).
+    Show { name: String },
+    /// Add a tool to cordond's policy directory, checked first, then reload (admins only).
+    ///
+    /// FILE is a policy file that defines exactly one tool (`version = 1`, optional
+    /// `[defaults]`, one `[tools.NAME]` table with its params); it is installed as it is, with
+    /// its comments, as NAME.toml. The directory as it would be afterwards must pass cordond's
+    /// own checks, or nothing is written.
+    Add {
+        /// The policy file holding the tool (`-`: read it from stdin).
+        #[arg(long, short, value_name = "FILE")]
+        file: PathBuf,
+        /// Replace a tool of the same name (when it is the only tool of its file).
+        #[arg(long)]
+        replace: bool,
+        /// cordond's policy directory [default: the one the running cordond reports]
+        #[arg(long, value_name = "DIR")]
+        policies: Option<PathBuf>,
+    },
+    /// Remove a tool from cordond's policy directory (its file, when it holds only this tool),
+    /// then reload (admins only).
+    Remove {
+        name: String,
+        /// cordond's policy directory [default: the one the running cordond reports]
+        #[arg(long, value_name = "DIR")]
+        policies: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Print the last records (admins only; through cordond).
     Tail {
@@ -133,8 +187,12 @@ pub enum PolicyCommand {
     Reference,
     /// Check policy files or directories offline, with the daemon's own rules.
     Check {
-        #[arg(required = true, value_name = "PATH")]
+        /// Files or directories [default with --tool: the running cordond's policy directory]
+        #[arg(required_unless_present = "tool", value_name = "PATH")]
         paths: Vec<PathBuf>,
+        /// Report on this one tool: where it is defined, its diagnostics, whether it is available.
+        #[arg(long, value_name = "NAME")]
+        tool: Option<String>,
     },
 }
 
@@ -170,9 +228,23 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
     match command {
         Command::Mcp => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
         Command::Tools { all } => admin::tools(&socket, json, all).await,
-        Command::Tool { name } => admin::tool(&socket, &name, json).await,
+        Command::Tool { name: Some(name), command: None }
+        | Command::Tool { command: Some(ToolCommand::Show { name }), .. } => admin::tool(&socket, &name, json).await,
+        Command::Tool { command: Some(ToolCommand::Add { file, replace, policies }), .. } => {
+            registry_admin::add(&socket, &file, replace, policies.as_deref(), json).await
+        }
+        Command::Tool { command: Some(ToolCommand::Remove { name, policies }), .. } => {
+            registry_admin::remove(&socket, &name, policies.as_deref(), json).await
+        }
+        Command::Tool { name: None, command: None } => {
+            Err(CliError::Usage("name a tool (`cordon tool NAME`), or `cordon tool add|remove|show`".into()))
+        }
+        Command::Init { dir, output, force, name } => init::init(&dir, output.as_deref(), force, name.as_deref(), json),
         Command::Run { tool, args, args_json } => admin::run(&socket, &tool, &args, args_json, json).await,
-        Command::Policy { command: PolicyCommand::Check { paths } } => admin::policy_check(&paths, json),
+        Command::Policy { command: PolicyCommand::Check { paths, tool: Some(tool) } } => {
+            registry_admin::check_tool(&socket, &paths, &tool, json).await
+        }
+        Command::Policy { command: PolicyCommand::Check { paths, tool: None } } => admin::policy_check(&paths, json),
         Command::Policy { command: PolicyCommand::Reference } => admin::policy_reference(json),
         Command::Cancel { id } => admin::cancel(&socket, &id, json).await,
         Command::Doctor => admin::doctor(&socket, json).await,

@@ -3,6 +3,9 @@
 //! # Layout
 //! - [`cli`]: flags and subcommands (clap), and dispatch.
 //! - [`admin`]: the admin subcommands: tools, tool, run, policy check, reload, status.
+//! - [`registry_admin`]: `cordon tool add|remove` (checked, atomic edits of the policy directory)
+//!   and `cordon policy check --tool NAME`.
+//! - [`init`]: `cordon init`: a policy scaffolded from a project's build files.
 //! - [`audit`]: `cordon audit tail|verify|resume`.
 //! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
@@ -23,7 +26,9 @@ pub mod docs;
 pub mod error;
 pub mod grpc;
 pub mod host;
+pub mod init;
 pub mod mcp;
+pub mod registry_admin;
 pub mod term;
 
 pub use cli::{Cli, run};

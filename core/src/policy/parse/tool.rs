@@ -111,6 +111,15 @@ impl Parser<'_> {
         if reason.is_none() && !table.contains_key("reason") {
             self.sink.warning(name_span.clone(), format!("{ctx} has no `reason`; say why agents may run it"));
         }
+        // `cordon init` (and importers) leave `reason = "TODO: ..."` for the admin to fill in.
+        if let (Some(r), Some(v)) = (&reason, table.get("reason"))
+            && r.trim_start().starts_with("TODO")
+        {
+            self.sink.warning(
+                v.span(),
+                format!("{ctx}: `reason` is still a TODO placeholder; replace it with why agents may run the tool"),
+            );
+        }
         let disabled = table.get("disabled").and_then(|v| self.boolean(v, "disabled")).unwrap_or(false);
         let annotations = table.get("annotations").map(|v| self.annotations(v)).unwrap_or_default();
         let output = table.get("output").map(|v| self.output(v)).unwrap_or_default();
