@@ -1,0 +1,220 @@
+//! `cordon tool add|remove` against a real daemon: a checked change lands as one file and is
+//! reloaded; a refused one leaves the directory byte for byte as it was and the generation where
+//! it was; agent users are told that only admins may do it. `cordon tool NAME` still shows, and
+//! a tool named like a subcommand is reached with `cordon tool show NAME`.
+//! And `cordon policy check --tool NAME`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cordon_tests::{Daemon, agent, fixture, require_root};
+
+const BASE: &str = concat!(fixture!(header "20s"), fixture!(echo), fixture!(off));
+
+/// Every file of the directory, by name, with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().into_string().unwrap(), std::fs::read(e.path()).unwrap())
+        })
+        .collect()
+}
+
+fn generation(d: &Daemon) -> u64 {
+    d.cordon(&["status", "--json"]).json()["generation"].as_u64().unwrap()
+}
+
+fn tool_file(name: &str, text: &str) -> String {
+    format!(
+        r#"version = 1
+# an admin's comment, kept as written
+
+[tools.{name}]
+description = "print a fixed word"
+reason = "tool_admin tests"
+command = ["/usr/bin/printf", "{text}"]
+"#
+    )
+}
+
+#[test]
+fn add_run_replace_and_remove_a_tool() {
+    require_root!("the policy directory is root's and the daemon runs tools as the caller");
+    let d = Daemon::start(&[("base.toml", BASE)]);
+    let work = tempfile::tempdir().unwrap();
+    let snippet = work.path().join("hello.toml");
+    std::fs::write(&snippet, tool_file("hello", "hi-there")).unwrap();
+    let before = generation(&d);
+
+    let out = d.cordon(&["tool", "add", "--file", snippet.to_str().unwrap()]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("added hello"), "{out:?}");
+    assert!(out.stdout.contains(&format!("generation {}", before + 1)), "{out:?}");
+    // One file, the snippet as written (comments too), mode 0644; no temporary left behind.
+    let installed = d.policies.join("hello.toml");
+    assert_eq!(std::fs::read_to_string(&installed).unwrap(), tool_file("hello", "hi-there"));
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(std::fs::metadata(&installed).unwrap().permissions().mode() & 0o7777, 0o644);
+    assert_eq!(snapshot(&d.policies).len(), 2, "{:?}", snapshot(&d.policies).keys());
+
+    let tools = d.cordon(&["tools", "--json"]).json();
+    assert!(tools["tools"].as_array().unwrap().iter().any(|t| t["name"] == "hello"), "{tools}");
+    let (out, json) = d.run_json("hello", &serde_json::json!({}));
+    assert_eq!(json["stdout"], "hi-there", "{out:?}");
+    // `cordon tool NAME` still shows one tool.
+    let out = d.cordon(&["tool", "hello"]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("print a fixed word"), "{out:?}");
+
+    // The same name again: refused unless --replace.
+    std::fs::write(&snippet, tool_file("hello", "replaced")).unwrap();
+    let out = d.cordon(&["tool", "add", "--file", snippet.to_str().unwrap()]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("already exists") && out.stderr.contains("--replace"), "{out:?}");
+    let out = d.cordon(&["tool", "add", "--replace", "--file", snippet.to_str().unwrap(), "--json"]);
+    out.assert_code(0);
+    assert_eq!(out.json()["action"], "replaced", "{out:?}");
+    let (_, json) = d.run_json("hello", &serde_json::json!({}));
+    assert_eq!(json["stdout"], "replaced");
+    // A name that base.toml defines among others: refused, with --replace too, naming the file.
+    let echo = work.path().join("echo.toml");
+    std::fs::write(&echo, tool_file("echo", "x")).unwrap();
+    let out = d.cordon(&["tool", "add", "--file", echo.to_str().unwrap()]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("base.toml"), "{out:?}");
+
+    // Remove: its own file goes; the tool is gone after the reload.
+    let g = generation(&d);
+    let out = d.cordon(&["tool", "remove", "hello"]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("removed hello") && out.stdout.contains(&format!("generation {}", g + 1)), "{out:?}");
+    assert!(!installed.exists());
+    let out = d.cordon(&["tool", "hello"]);
+    assert_eq!(out.code, Some(66), "{out:?}");
+    // A tool in a file with others: refused, naming the file; nothing changes.
+    let snap = snapshot(&d.policies);
+    let out = d.cordon(&["tool", "remove", "echo"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("base.toml") && out.stderr.contains("by hand"), "{out:?}");
+    assert_eq!(snapshot(&d.policies), snap);
+    // An unknown name: not found, with the close names.
+    let out = d.cordon(&["tool", "remove", "ecko"]);
+    assert_eq!(out.code, Some(66), "{out:?}");
+    assert!(out.stderr.contains("did you mean \"echo\""), "{out:?}");
+}
+
+#[test]
+fn an_invalid_tool_is_refused_and_nothing_changes() {
+    require_root!("the policy directory is root's");
+    let d = Daemon::start(&[("base.toml", BASE)]);
+    let work = tempfile::tempdir().unwrap();
+    let before = snapshot(&d.policies);
+    let g = generation(&d);
+    let bad = work.path().join("bad.toml");
+    // An unknown key and a placeholder without a param.
+    std::fs::write(
+        &bad,
+        "version = 1\n[tools.bad]\ndescription = \"x\"\ncomand = [\"/bin/true\"]\ncommand = [\"/bin/echo\", \"{{nope}}\"]\n",
+    )
+    .unwrap();
+    let out = d.cordon(&["tool", "add", "--file", bad.to_str().unwrap()]);
+    assert_eq!(out.code, Some(65), "{out:?}");
+    assert!(out.stderr.contains("bad.toml:4:") && out.stderr.contains("nothing was written"), "{out:?}");
+    // Valid alone, but a duplicate of a tool in another file would break the directory; and two
+    // tools in one file are refused.
+    let two = work.path().join("two.toml");
+    std::fs::write(
+        &two,
+        format!("{}\n[tools.other]\ndescription = \"o\"\ncommand = [\"/bin/true\"]\n", tool_file("one", "1")),
+    )
+    .unwrap();
+    let out = d.cordon(&["tool", "add", "--file", two.to_str().unwrap()]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("exactly one tool"), "{out:?}");
+    // From stdin, with --json: the diagnostics as data.
+    let out: cordon_tests::Output = std::process::Command::new(cordon_tests::bin("cordon"))
+        .args(["--socket", d.socket.to_str().unwrap(), "tool", "add", "--file", "-", "--json"])
+        .stdin(std::fs::File::open(&bad).unwrap())
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(out.code, Some(65), "{out:?}");
+    let json = out.json();
+    assert_eq!(json["ok"], false);
+    assert!(json["diagnostics"].as_array().unwrap().iter().any(|d| d["severity"] == "error"), "{json}");
+
+    assert_eq!(snapshot(&d.policies), before, "the directory is byte for byte as it was");
+    assert_eq!(generation(&d), g, "no reload happened");
+}
+
+#[test]
+fn agents_are_refused_with_what_to_do() {
+    require_root!("to run cordon as the agent user");
+    let d = Daemon::start_with(&[("base.toml", BASE)], &["--socket-group", agent::SOCKET_GROUP]);
+    let work = tempfile::tempdir().unwrap();
+    let snippet = work.path().join("hello.toml");
+    std::fs::write(&snippet, tool_file("hello", "hi")).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let before = snapshot(&d.policies);
+    for args in [vec!["tool", "add", "--file", snippet.to_str().unwrap()], vec!["tool", "remove", "echo"]] {
+        let out = agent::cordon(&d.socket, &args);
+        assert_eq!(out.code, Some(77), "{out:?}");
+        assert!(out.stderr.contains("only admins") && out.stderr.contains("sudo cordon tool"), "{out:?}");
+    }
+    assert_eq!(snapshot(&d.policies), before);
+}
+
+#[test]
+fn a_tool_named_like_a_subcommand_is_shown_with_show() {
+    require_root!("the daemon shows admins every tool");
+    let policy = concat!(
+        fixture!(header "20s"),
+        "\n[tools.add]\ndescription = \"a tool named add\"\nreason = \"tests\"\ncommand = [\"/bin/true\"]\n"
+    );
+    let d = Daemon::start(&[("base.toml", policy)]);
+    let out = d.cordon(&["tool", "show", "add"]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("a tool named add"), "{out:?}");
+    // `cordon tool add` is the subcommand: it asks for --file.
+    let out = d.cordon(&["tool", "add"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stderr.contains("--file"), "{out:?}");
+    // And a bare `cordon tool` says what it wants.
+    assert_eq!(d.cordon(&["tool"]).code, Some(2));
+}
+
+#[test]
+fn policy_check_reports_one_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.toml");
+    std::fs::write(
+        &file,
+        concat!(
+            fixture!(header "20s"),
+            fixture!(echo),
+            fixture!(missing),
+            "\n[tools.todo]\ndescription = \"d\"\nreason = \"TODO: why agents may run this\"\ncommand = [\"/bin/true\"]\n"
+        ),
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let out = cordon_tests::cordon_at(Path::new("/nonexistent.sock"), &["policy", "check", "--tool", "echo", path]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("status       available"), "{out:?}");
+    assert!(!out.stderr.contains("TODO"), "another tool's warning is not this tool's: {out:?}");
+    let out = cordon_tests::cordon_at(Path::new("/nonexistent.sock"), &["policy", "check", "--tool", "todo", path]);
+    out.assert_code(0);
+    assert!(out.stderr.contains("TODO placeholder"), "{out:?}");
+    let out = cordon_tests::cordon_at(
+        Path::new("/nonexistent.sock"),
+        &["policy", "check", "--tool", "missing", path, "--json"],
+    );
+    let json = out.json();
+    assert_eq!(json["status"], "unavailable", "{json}");
+    let out = cordon_tests::cordon_at(Path::new("/nonexistent.sock"), &["policy", "check", "--tool", "ecko", path]);
+    assert_eq!(out.code, Some(66), "{out:?}");
+    assert!(out.stderr.contains("close names: echo"), "{out:?}");
+}
