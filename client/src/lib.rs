@@ -4,6 +4,7 @@
 //! - [`cli`]: flags and subcommands (clap), and dispatch.
 //! - [`admin`]: the admin subcommands: tools, tool, run, policy check, reload, status.
 //! - [`audit`]: `cordon audit tail|verify|resume`.
+//! - [`import`]: `cordon import`: CtxNest and Gandalf tool definitions translated into a policy.
 //! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
 //! - [`error`]: client errors with their messages and stable exit codes.
@@ -23,6 +24,7 @@ pub mod docs;
 pub mod error;
 pub mod grpc;
 pub mod host;
+pub mod import;
 pub mod mcp;
 pub mod term;
 
