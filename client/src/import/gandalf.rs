@@ -372,7 +372,7 @@ mod tests {
         }}));
         let all = r.errors.join("\n");
         for want in [
-            "spell \"pipe\": command \"ls | wc -l\": `|` at column 4 is a pipe",
+            "spell \"pipe\": command \"ls | wc -l\": '|' at column 4 is a pipe",
             "spell \"quote\": command \"echo 'abc\": the single quote at column 6 does not close",
             "spell \"outside\": path \"/tmp\" is not in allowed_paths",
             "spell \"slow\": \"timeout\" must be a whole number",

@@ -105,10 +105,10 @@ pub fn run(opts: &Options, as_json: bool) -> Result<u8, CliError> {
     })?;
     let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         data_error(format!(
-            "{shown}:{}:{}: invalid JSON: {e}; fix the file (it must be the JSON {}) and run cordon import again",
+            "{shown}:{}:{}: invalid JSON: {e}; fix the file (it must be {}) and run cordon import again",
             e.line(),
             e.column(),
-            opts.format.map_or("CtxNest or Gandalf config", Foreign::describe)
+            opts.format.map_or("a CtxNest or Gandalf config", Foreign::describe)
         ))
     })?;
     let format = match (opts.format, Foreign::of_json(&doc)) {
@@ -133,7 +133,8 @@ pub fn run(opts: &Options, as_json: bool) -> Result<u8, CliError> {
         Foreign::CtxNest => ctxnest::translate(&doc, opts, &mut report),
         Foreign::Gandalf => gandalf::translate(&doc, opts, &mut report),
     };
-    if let Some(t) = &translated {
+    // The translation's own errors come first; the parser would only repeat them.
+    if let Some(t) = translated.as_ref().filter(|_| report.errors.is_empty()) {
         self_check(t, opts, &mut report);
     }
     let translated = match translated {
@@ -142,10 +143,9 @@ pub fn run(opts: &Options, as_json: bool) -> Result<u8, CliError> {
             let n = report.errors.len();
             let lines: Vec<String> = report.errors.iter().map(|e| format!("{shown}: {e}")).collect();
             return Err(data_error(format!(
-                "{}\nimport refused: {n} error(s) in {shown}; nothing was written. Fix them in the {} and run cordon \
+                "{}\nimport refused: {n} error(s) in {shown}; nothing was written. Fix them in {shown} and run cordon \
                  import again",
                 lines.join("\n"),
-                format.describe()
             )));
         }
     };

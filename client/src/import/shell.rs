@@ -41,7 +41,7 @@ pub(crate) fn split(command: &str) -> Result<Vec<String>, SplitError> {
     let refuse = |i: usize, c: char, what: &str| SplitError {
         column: i + 1,
         message: format!(
-            "`{}` at column {} is {what} to a shell; cordon runs commands without a shell, so it cannot be \
+            "'{}' at column {} is {what} to a shell; cordon runs commands without a shell, so it cannot be \
              translated: run a script that does it (e.g. \"sh /path/to/script.sh\", the script fixed by the admin)",
             c.escape_default(),
             i + 1
@@ -183,7 +183,7 @@ mod tests {
         ] {
             let e = err(cmd);
             assert_eq!(e.column, col, "{cmd}: {}", e.message);
-            assert!(e.message.contains(&format!("`{ch}` at column {col}")), "{cmd}: {}", e.message);
+            assert!(e.message.contains(&format!("'{ch}' at column {col}")), "{cmd}: {}", e.message);
             assert!(e.message.contains("without a shell"), "{}", e.message);
         }
     }
