@@ -108,7 +108,8 @@ impl Sources {
             let text = json.and_then(|name| {
                 trust::read_regular(walked, name, &path, trust, Subject::POLICY_FILE, MAX_POLICY_FILE_BYTES).ok()
             });
-            let message = if let Some(text) = text.and_then(|b| String::from_utf8(b).ok()) {
+            let text = text.and_then(|b| String::from_utf8(b).ok());
+            let message = if let Some(text) = text.filter(|t| foreign::Foreign::sniff(t).is_some()) {
                 format!("ignored: {}", foreign::hint(&path, &text))
             } else if why == "a directory" {
                 format!(
