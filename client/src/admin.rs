@@ -475,7 +475,12 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
         for d in &report.diagnostics {
             errln!("{d}");
         }
-        if ok {
+        if ok && sources.is_empty() {
+            outln!(
+                "ok, but nothing to load: no policy file (*.toml) found{}",
+                if report.diagnostics.is_empty() { "" } else { "; see the warnings above" }
+            );
+        } else if ok {
             outln!("ok: {tools} tool(s) in {} file(s)", sources.len());
             for (name, reason) in &unavailable {
                 outln!("note: {name} is unavailable on this host: {reason}");

@@ -97,6 +97,34 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Translate a CtxNest ctxnest.json or a Gandalf registry.json into a cordon policy (offline).
+    ///
+    /// `cordon import ctxnest FILE`, `cordon import gandalf FILE`, or `cordon import FILE` to detect the
+    /// format. Prints the policy on stdout, or writes it atomically with -o. Every tool gets a
+    /// `reason = "TODO: ..."` that cordond refuses until an admin replaces it, and comments where the
+    /// translation made a choice.
+    Import {
+        /// `ctxnest` or `gandalf` (optional: detected from the file), then the file.
+        #[arg(required = true, num_args = 1..=2, value_name = "[FORMAT] FILE")]
+        args: Vec<String>,
+        /// CtxNest: the project root that `workingDir` is relative to [default: the file's directory]
+        #[arg(long, value_name = "DIR")]
+        project_root: Option<PathBuf>,
+        /// CtxNest: the policy's namespace; tools become NAMESPACE__TOOL, as CtxNest's <project>__<tool>
+        /// [default: the project root's directory name]
+        #[arg(long, value_name = "NAME")]
+        namespace: Option<String>,
+        /// CtxNest: what `confirm: true` becomes: the agent confirms with a token (as CtxNest), or a
+        /// person approves
+        #[arg(long, value_enum, default_value = "agent")]
+        confirm: crate::import::ConfirmChoice,
+        /// Write the policy here (temporary file + rename) instead of printing it
+        #[arg(short, long, value_name = "OUT.toml")]
+        output: Option<PathBuf>,
+        /// Replace OUT.toml if it exists
+        #[arg(long, requires = "output")]
+        force: bool,
+    },
     /// Re-read the daemon's policy directory (a failing reload keeps the current policies).
     Reload,
     /// Daemon status: version, uptime, registry generation, tool counts, running invocations.
@@ -224,6 +252,19 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
+/// `ctxnest` or `gandalf`.
+fn import_format(name: &str) -> Result<cordon_core::policy::foreign::Foreign, CliError> {
+    use cordon_core::policy::foreign::Foreign;
+    match name {
+        "ctxnest" => Ok(Foreign::CtxNest),
+        "gandalf" => Ok(Foreign::Gandalf),
+        other => Err(CliError::Usage(format!(
+            "unknown import format {other:?}; use `cordon import ctxnest FILE`, `cordon import gandalf FILE`, or \
+             `cordon import FILE` to detect it"
+        ))),
+    }
+}
+
 async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, CliError> {
     match command {
         Command::Mcp => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
@@ -246,6 +287,23 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         }
         Command::Policy { command: PolicyCommand::Check { paths, tool: None } } => admin::policy_check(&paths, json),
         Command::Policy { command: PolicyCommand::Reference } => admin::policy_reference(json),
+        Command::Import { args, project_root, namespace, confirm, output, force } => {
+            let (format, file) = match args.as_slice() {
+                [file] => (None, file),
+                [format, file] => (Some(import_format(format)?), file),
+                _ => return Err(CliError::Usage("usage: cordon import [ctxnest|gandalf] FILE [-o OUT.toml]".into())),
+            };
+            let opts = crate::import::Options {
+                format,
+                file: PathBuf::from(file),
+                project_root,
+                namespace,
+                confirm,
+                output,
+                force,
+            };
+            crate::import::run(&opts, json)
+        }
         Command::Cancel { id } => admin::cancel(&socket, &id, json).await,
         Command::Doctor => admin::doctor(&socket, json).await,
         Command::Confirm { token } => admin::confirm(&socket, &token, json).await,

@@ -13,7 +13,7 @@
 //!
 //! Every tool gets the project root as `working_dir` and `read`, writes only what its toolchain
 //! needs (cargo: `target/`, tox: `.tox/`, nox: `.nox/`; pytest runs without its cache), no network,
-//! no `allow` (admins only), and a `reason` that starts with `TODO` (`policy check` warns about it).
+//! no `allow` (admins only), and a `reason` that starts with `TODO` (an error for `policy check` and cordond until an admin writes the real one).
 //! Its one free-form parameter (`cargo test`'s filter, pytest's test id) comes behind
 //! `arg_separator` with a pattern that refuses a leading `-`. `command[0]` is resolved on the
 //! caller's `PATH` now, because cordond looks bare names up only in its own fixed `PATH`.
@@ -667,7 +667,7 @@ fn render(root: &Path, project: &str, found: &Found, resolved: &[(String, Option
     line("#");
     line("# Review every tool before installing this file into cordond's policy directory:");
     line(&format!("# - each `reason` is the placeholder {:?}: say why agents may run the tool", REASON_PLACEHOLDER));
-    line("#   (`cordon policy check` warns while a TODO reason is left), or delete the tool;");
+    line("#   (`cordon policy check` and cordond refuse the file while a TODO reason is left), or delete the tool;");
     line("# - command[0] was resolved on the PATH of whoever ran `cordon init`, because cordond looks bare");
     line(&format!("#   names up only in {SEARCH_PATH}; check that each is the program you mean;"));
     line("# - the tools read the project, write only what their `write` lists, and have no network;");

@@ -7,6 +7,7 @@
 //!   and `cordon policy check --tool NAME`.
 //! - [`init`]: `cordon init`: a policy scaffolded from a project's build files.
 //! - [`audit`]: `cordon audit tail|verify|resume`.
+//! - [`import`]: `cordon import`: CtxNest and Gandalf tool definitions translated into a policy.
 //! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
 //! - [`error`]: client errors with their messages and stable exit codes.
@@ -26,6 +27,7 @@ pub mod docs;
 pub mod error;
 pub mod grpc;
 pub mod host;
+pub mod import;
 pub mod init;
 pub mod mcp;
 pub mod registry_admin;

@@ -19,6 +19,13 @@ pub(super) const fn key(name: &'static str, value: &'static str, doc: &'static s
 /// Keys of the top level of a policy file.
 pub const FILE_KEYS: &[KeyDoc] = &[
     key("version", "integer", "policy format version; must be 1", false),
+    key(
+        "namespace",
+        "string",
+        "prefix of every tool name in this file: namespace \"proj\" makes [tools.run-tests] the tool \
+         proj__run-tests (^[a-z][a-z0-9-]*$; keeps two projects' tools apart)",
+        false,
+    ),
     key("defaults", "table", "values every tool in this file starts from", false),
     key("tools", "table", "one [tools.NAME] table per tool; NAME matches ^[a-z][a-z0-9-]*$", false),
 ];

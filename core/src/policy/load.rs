@@ -14,7 +14,7 @@ use super::diag::{Diagnostic, Severity};
 use super::intern::Interner;
 use super::model::{Host, Source, Tool};
 use super::trust::{self, Subject, Trust, TrustError, TrustedDir, Walked};
-use super::{parse, probe};
+use super::{foreign, parse, probe};
 
 /// The outcome of loading policy files.
 #[derive(Debug, Clone)]
@@ -98,11 +98,20 @@ impl Sources {
         });
     }
 
-    /// One warning per ignored entry, up to [`MAX_IGNORED_NAMED`]; the rest are counted.
-    fn warn_ignored(&mut self, dir: &Path, ignored: Vec<Ignored>) {
+    /// One warning per ignored entry, up to [`MAX_IGNORED_NAMED`]; the rest are counted. A
+    /// `*.json` file is read (under the trust rules) to say how to convert it when it is a
+    /// CtxNest or Gandalf config.
+    fn warn_ignored(&mut self, dir: &Path, walked: &TrustedDir, trust: Trust, ignored: Vec<Ignored>) {
         let hidden = ignored.len().saturating_sub(MAX_IGNORED_NAMED);
         for (path, why) in ignored.into_iter().take(MAX_IGNORED_NAMED) {
-            let message = if why == "a directory" {
+            let json = path.file_name().filter(|n| trust::has_extension(n, "json"));
+            let text = json.and_then(|name| {
+                trust::read_regular(walked, name, &path, trust, Subject::POLICY_FILE, MAX_POLICY_FILE_BYTES).ok()
+            });
+            let text = text.and_then(|b| String::from_utf8(b).ok());
+            let message = if let Some(text) = text.filter(|t| foreign::Foreign::sniff(t).is_some()) {
+                format!("ignored: {}", foreign::hint(&path, &text))
+            } else if why == "a directory" {
                 format!(
                     "ignored: {} is a directory; policies are read only from *.toml files directly in the policy directory",
                     path.display()
@@ -138,7 +147,7 @@ pub fn read_dir_sources(dir: &Path, trust: Trust) -> Sources {
             return out;
         }
     };
-    out.warn_ignored(dir, ignored);
+    out.warn_ignored(dir, &walked, trust, ignored);
     for name in names {
         let path = dir.join(&name);
         let max = MAX_POLICY_FILE_BYTES.min(MAX_POLICY_TOTAL_BYTES.saturating_sub(out.bytes()));
@@ -236,6 +245,16 @@ pub fn read_path_sources(path: &Path, trust: Trust) -> Sources {
     }
     let mut out = Sources::default();
     let bytes = read_file_walked(path, trust, MAX_POLICY_FILE_BYTES);
+    let is_toml = path.file_name().is_some_and(|n| trust::has_extension(n, "toml"));
+    // A JSON file (a CtxNest or Gandalf config, most likely) is not a policy: say how to convert
+    // it instead of reporting it as broken TOML.
+    if !is_toml
+        && let Ok(text) = bytes.as_ref().map(|b| String::from_utf8_lossy(b))
+        && foreign::looks_like_json(&text)
+    {
+        out.error(path, foreign::hint(path, &text));
+        return out;
+    }
     push_bytes(&mut out, path.to_path_buf(), bytes, MAX_POLICY_FILE_BYTES);
     out
 }

@@ -9,7 +9,8 @@
 //! - `model`: the validated types ([`Tool`], [`Param`], [`SandboxPolicy`], [`Host`], ...) and the
 //!   policy facts everyone reads ([`BASE_ENV`], [`MAX_SAFE_INTEGER`], [`SEARCH_PATH`], ranges).
 //!   Leaves beside it: [`keys`](KeyDoc) (the key tables), [`diag`], [`units`], [`defaults`],
-//!   [`trust`], `pattern`.
+//!   [`trust`], `pattern`, [`foreign`] (recognizes CtxNest and Gandalf configs, to say how to
+//!   import them).
 //! - [`schema`] (a tool's JSON Schema), `probe` (availability and pinning).
 //! - [`crate::validate`] and [`crate::argv`] stand on the model too; `parse` uses the validator to
 //!   check param defaults.
@@ -23,6 +24,7 @@
 
 pub mod defaults;
 pub mod diag;
+pub mod foreign;
 mod intern;
 mod keys;
 mod load;

@@ -34,6 +34,20 @@ pub fn env_key_forbidden(key: &str) -> bool {
     key == "PATH" || key.starts_with("LD_") || key.starts_with("DYLD_")
 }
 
+/// Separates a file's `namespace` from its tool names: `namespace = "proj"` makes
+/// `[tools.run-tests]` the tool `proj__run-tests`. A plain tool name never contains `_`, so a
+/// namespaced name cannot collide with an unnamespaced one.
+pub const NAMESPACE_SEPARATOR: &str = "__";
+
+/// How a `reason` that nobody wrote yet starts (`cordon import` writes one): such a reason is an
+/// error until an admin replaces it with the real one.
+pub const REASON_PLACEHOLDER: &str = "TODO";
+
+/// Whether `reason` is still a placeholder (starts with [`REASON_PLACEHOLDER`]).
+pub fn reason_is_placeholder(reason: &str) -> bool {
+    reason.trim_start().starts_with(REASON_PLACEHOLDER)
+}
+
 /// The fixed PATH used to resolve bare program names, and given to every child.
 pub const SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 

@@ -123,7 +123,10 @@ pub fn authoring_reference() -> String {
          - a default must pass its own param's rules; `required` and `default` exclude each other;\n\
          - env keys {FORBIDDEN_ENV} are forbidden (also through `args_env_prefix`);\n\
          - `working_dir` and granted paths must be absolute without `..`;\n\
-         - a tool name may be defined only once across all files;\n\
+         - a tool name may be defined only once across all files; with `namespace = \"proj\"` the tools of a file \
+           are named `proj__NAME` (the namespace matches `^[a-z][a-z0-9-]*$`, the full name at most 64 characters);\n\
+         - a `reason` that starts with `TODO` (the placeholder `cordon import` writes) is an error until it says why \
+           the tool is allowed;\n\
          - `timeout` from {} to {} (default {}); `max_output` from {} to {} per stream (default {});\n\
          - integer params stay within ±{MAX_SAFE_INTEGER} (exact in every JSON implementation).\n\n\
          Warnings: a param no placeholder uses (unless `args_env_prefix` exports it), a tool without `reason`.\n\n\

@@ -578,3 +578,96 @@ fn engine_specific_pattern_syntax_is_a_load_error() {
         load_ok("pat.toml", &text);
     }
 }
+
+/// `namespace = "proj"` names every tool of the file `proj__NAME`, so two files can each define
+/// `run-tests`; the namespace is validated, and the full name must fit in 64 characters.
+#[test]
+fn a_namespace_prefixes_the_tool_names_of_its_file() {
+    let tool = |ns: &str| {
+        format!(
+            "version = 1\nnamespace = \"{ns}\"\n[tools.run-tests]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/true\"]\n"
+        )
+    };
+    let sources = [(PathBuf::from("a.toml"), tool("web")), (PathBuf::from("b.toml"), tool("api"))];
+    let set = load_sources(&sources, &HOST).unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = set.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["api__run-tests", "web__run-tests"]);
+    // The same namespace twice is a duplicate, named in full.
+    let twice = [(PathBuf::from("a.toml"), tool("web")), (PathBuf::from("b.toml"), tool("web"))];
+    let e = load_sources(&twice, &HOST).expect_err("duplicate");
+    assert!(
+        render(&e.diagnostics).contains("duplicate tool name \"web__run-tests\": already defined at a.toml:3"),
+        "{e}"
+    );
+    for bad in ["Web", "web_app", "1web", "", "web__x"] {
+        let e = load("ns.toml", &tool(bad)).expect_err(bad);
+        let text = render(&e.diagnostics);
+        assert!(text.contains(&format!("invalid namespace {bad:?}: a namespace matches ^[a-z][a-z0-9-]*$")), "{text}");
+    }
+    let long = format!(
+        "version = 1\nnamespace = \"{}\"\n[tools.{}]\ndescription = \"d\"\ncommand = [\"/bin/true\"]\n",
+        "n".repeat(32),
+        "t".repeat(40)
+    );
+    let e = load("long.toml", &long).expect_err("too long");
+    assert!(render(&e.diagnostics).contains("is longer than 64 characters; shorten the namespace or the name"), "{e}");
+}
+
+/// The reason `cordon import` writes ("TODO: ...") is an error until an admin replaces it.
+#[test]
+fn a_placeholder_reason_is_an_error_that_says_what_to_do() {
+    let text = "version = 1\n[tools.t]\ndescription = \"d\"\nreason = \"TODO: say why\"\ncommand = [\"/bin/true\"]\n";
+    let e = load("t.toml", text).expect_err("placeholder");
+    assert_eq!(
+        render(&e.diagnostics),
+        "t.toml:4:10: [tools.t] `reason` is still a placeholder (\"TODO: say why\"); review the tool, then write why \
+         agents may run it (a reason starting with \"TODO\" is not accepted)\n"
+    );
+    load_ok("t.toml", &text.replace("TODO: say why", "agents list files"));
+}
+
+/// A CtxNest or Gandalf JSON file in a policy directory is named with the `cordon import` command
+/// that converts it; other non-TOML files get the generic message. Checked directly, a JSON file
+/// is an error with the same hint instead of "invalid TOML".
+#[test]
+fn json_configs_in_a_policy_directory_say_how_to_import_them() {
+    use cordon_core::policy::{Trust, read_dir_sources, read_path_sources};
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::write(p.join("ctxnest.json"), r#"{"version": "1", "tools": {}}"#).unwrap();
+    std::fs::write(p.join("registry.json"), r#"{"spells": {}}"#).unwrap();
+    std::fs::write(p.join("notes.txt"), "hello").unwrap();
+    let read = read_dir_sources(p, Trust::current());
+    assert!(read.files.is_empty());
+    let text = render(&read.diagnostics);
+    let shown = |n: &str| p.join(n).display().to_string();
+    assert!(
+        text.contains(&format!(
+            "warning: ignored: {} looks like a CtxNest config (ctxnest.json), which cordond does not read: convert it \
+         with `cordon import ctxnest {} -o {}`",
+            shown("ctxnest.json"),
+            shown("ctxnest.json"),
+            shown("ctxnest.toml")
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("`cordon import gandalf {} -o {}`", shown("registry.json"), shown("registry.toml"))),
+        "{text}"
+    );
+    assert!(text.contains(&format!("ignored: {} does not end in .toml", shown("notes.txt"))), "{text}");
+    assert!(read.diagnostics.iter().all(|d| !d.is_error()), "{text}");
+
+    let direct = read_path_sources(&p.join("registry.json"), Trust::current());
+    assert!(direct.files.is_empty());
+    assert_eq!(direct.diagnostics.len(), 1);
+    assert!(direct.diagnostics[0].is_error());
+    assert!(direct.diagnostics[0].message.contains("looks like a Gandalf spell registry"), "{:?}", direct.diagnostics);
+    std::fs::write(p.join("other.json"), "[1, 2]").unwrap();
+    let direct = read_path_sources(&p.join("other.json"), Trust::current());
+    assert!(
+        direct.diagnostics[0].message.contains("cordond reads only TOML files named *.toml"),
+        "{:?}",
+        direct.diagnostics
+    );
+}

@@ -1,5 +1,5 @@
 //! `cordon init`: fixture projects in temporary directories; the scaffolded policy names the
-//! expected tools and grants, passes `cordon policy check` once its TODO reasons are filled (and
+//! expected tools and grants, passes `cordon policy check` once its TODO reasons are filled (refused before; and
 //! is warned about before), and a generated `make` tool runs through a real daemon.
 
 use std::path::Path;
@@ -95,10 +95,10 @@ fn scaffolds_every_kind_of_project_and_the_result_checks() {
     assert!(text.contains("resolved on PATH"), "{text}");
     assert!(tools.values().all(|t| t["reason"].as_str().unwrap().starts_with("TODO")));
 
-    // The TODO reasons do not pass silently; once filled, the file checks clean.
+    // The TODO reasons do not pass: each is an error until filled; then the file checks clean.
     let out = check(&file);
-    out.assert_code(0);
-    assert_eq!(out.stderr.matches("TODO placeholder").count(), tools.len(), "{out:?}");
+    out.assert_code(65);
+    assert_eq!(out.stderr.matches("`reason` is still a placeholder").count(), tools.len(), "{out:?}");
     std::fs::write(&file, text.replace("TODO: why agents may run this", "the team's build")).unwrap();
     let out = check(&file);
     out.assert_code(0);

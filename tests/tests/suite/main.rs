@@ -14,6 +14,7 @@ mod escapes_grants;
 mod escapes_metadata;
 mod escapes_syscalls;
 mod examples;
+mod import;
 mod init;
 mod mcp;
 mod mcp_messages;

@@ -190,6 +190,24 @@ fn a_tool_named_like_a_subcommand_is_shown_with_show() {
 fn policy_check_reports_one_tool() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("p.toml");
+    let path = file.to_str().unwrap();
+    let check = |args: &[&str]| {
+        let mut all = vec!["policy", "check", "--tool"];
+        all.extend_from_slice(args);
+        all.push(path);
+        cordon_tests::cordon_at(Path::new("/nonexistent.sock"), &all)
+    };
+    std::fs::write(&file, concat!(fixture!(header "20s"), fixture!(echo), fixture!(missing))).unwrap();
+    let out = check(&["echo"]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("status       available"), "{out:?}");
+    assert_eq!(check(&["missing", "--json"]).json()["status"], "unavailable");
+    let out = check(&["ecko"]);
+    assert_eq!(out.code, Some(66), "{out:?}");
+    assert!(out.stderr.contains("close names: echo"), "{out:?}");
+
+    // A tool whose reason is still the placeholder is an error that rejects the whole load: the
+    // echo report says so without showing the other tool's finding as its own.
     std::fs::write(
         &file,
         concat!(
@@ -200,21 +218,12 @@ fn policy_check_reports_one_tool() {
         ),
     )
     .unwrap();
-    let path = file.to_str().unwrap();
-    let out = cordon_tests::cordon_at(Path::new("/nonexistent.sock"), &["policy", "check", "--tool", "echo", path]);
-    out.assert_code(0);
-    assert!(out.stdout.contains("status       available"), "{out:?}");
-    assert!(!out.stderr.contains("TODO"), "another tool's warning is not this tool's: {out:?}");
-    let out = cordon_tests::cordon_at(Path::new("/nonexistent.sock"), &["policy", "check", "--tool", "todo", path]);
-    out.assert_code(0);
-    assert!(out.stderr.contains("TODO placeholder"), "{out:?}");
-    let out = cordon_tests::cordon_at(
-        Path::new("/nonexistent.sock"),
-        &["policy", "check", "--tool", "missing", path, "--json"],
-    );
-    let json = out.json();
-    assert_eq!(json["status"], "unavailable", "{json}");
-    let out = cordon_tests::cordon_at(Path::new("/nonexistent.sock"), &["policy", "check", "--tool", "ecko", path]);
-    assert_eq!(out.code, Some(66), "{out:?}");
-    assert!(out.stderr.contains("close names: echo"), "{out:?}");
+    let out = check(&["echo"]);
+    out.assert_code(65);
+    assert!(out.stdout.contains("status       rejected"), "{out:?}");
+    assert!(out.stdout.contains("1 more error(s) reject the whole load"), "{out:?}");
+    assert!(!out.stderr.contains("TODO"), "another tool's finding is not this tool's: {out:?}");
+    let out = check(&["todo"]);
+    out.assert_code(65);
+    assert!(out.stderr.contains("`reason` is still a placeholder"), "{out:?}");
 }

@@ -37,6 +37,9 @@ use super::intern::Interner;
 use super::keys::FILE_KEYS;
 use super::model::{Source, Tool};
 
+/// Longest `namespace` (the full name `NAMESPACE__NAME` must still fit in 64 characters).
+const MAX_NAMESPACE_LEN: usize = 32;
+
 /// One spanned TOML value.
 type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -75,6 +78,7 @@ impl Parser<'_> {
     fn document(&mut self, doc: &DeTable<'_>, seen: &BTreeMap<String, Source>) -> Vec<Tool> {
         self.unknown_keys(doc, FILE_KEYS, "at the top level");
         self.version(doc);
+        let namespace = self.namespace(doc);
         let defaults = self.defaults(doc);
         let mut tools = Vec::new();
         let Some(tools_value) = doc.get("tools") else {
@@ -85,7 +89,7 @@ impl Parser<'_> {
             return tools;
         };
         for (name, value) in table {
-            if let Some(tool) = self.tool(name, value, &defaults, seen) {
+            if let Some(tool) = self.tool(name, value, namespace.as_deref(), &defaults, seen) {
                 tools.push(tool);
             }
         }
@@ -104,6 +108,23 @@ impl Parser<'_> {
                 other => self.type_error(v.span(), "version", "the integer 1", other),
             },
         }
+    }
+
+    /// `namespace = "proj"`: every tool of the file is named `proj__NAME`.
+    fn namespace(&mut self, doc: &DeTable<'_>) -> Option<String> {
+        let v = doc.get("namespace")?;
+        let ns = self.string(v, "namespace")?;
+        if !param::valid_tool_name(&ns) || ns.len() > MAX_NAMESPACE_LEN {
+            self.sink.error(
+                v.span(),
+                format!(
+                    "invalid namespace {ns:?}: a namespace matches ^[a-z][a-z0-9-]*$ and has at most \
+                     {MAX_NAMESPACE_LEN} characters, e.g. namespace = \"webapp\""
+                ),
+            );
+            return None;
+        }
+        Some(ns)
     }
 
     fn error_count(&self) -> usize {

@@ -14,7 +14,10 @@ use super::param::valid_tool_name;
 use super::value::to_json;
 use super::{Parser, Value};
 use crate::policy::keys::{KeyDoc, key};
-use crate::policy::model::{Annotations, ArgTemplate, Availability, JsonText, Output, Param, ParamKind, Source, Tool};
+use crate::policy::model::{
+    Annotations, ArgTemplate, Availability, JsonText, NAMESPACE_SEPARATOR, Output, Param, ParamKind,
+    REASON_PLACEHOLDER, Source, Tool, reason_is_placeholder,
+};
 use crate::policy::schema;
 use crate::validate::check_value;
 
@@ -35,14 +38,19 @@ impl Parser<'_> {
         &mut self,
         name: &Spanned<Cow<'_, str>>,
         value: &Value<'_>,
+        namespace: Option<&str>,
         defaults: &Common,
         seen: &BTreeMap<String, Source>,
     ) -> Option<Tool> {
         let errors_before = self.error_count();
         let name_span = name.span();
-        let name = name.get_ref().to_string();
-        self.tool_name(&name, &name_span, seen);
-        let ctx = format!("[tools.{name}]");
+        let local = name.get_ref().to_string();
+        let name = match namespace {
+            Some(ns) => format!("{ns}{NAMESPACE_SEPARATOR}{local}"),
+            None => local.clone(),
+        };
+        self.tool_name(&local, &name, &name_span, seen);
+        let ctx = format!("[tools.{local}]");
         let table = self.table(value, &ctx)?;
         let own = self.common_table(table, &ctx, false);
         let about = self.about(table, &ctx, &name_span);
@@ -73,12 +81,18 @@ impl Parser<'_> {
         Some(tool)
     }
 
-    /// The name's own rules, the reserved name, and duplicates of earlier files.
-    fn tool_name(&mut self, name: &str, span: &Range<usize>, seen: &BTreeMap<String, Source>) {
-        if !valid_tool_name(name) {
+    /// The name's own rules, the reserved name, and duplicates of earlier files. `local` is the
+    /// name as written in `[tools.NAME]`, `name` the tool's full name (with the file's namespace).
+    fn tool_name(&mut self, local: &str, name: &str, span: &Range<usize>, seen: &BTreeMap<String, Source>) {
+        if !valid_tool_name(local) {
             self.sink.error(
                 span.clone(),
-                format!("invalid tool name {name:?}: names match ^[a-z][a-z0-9-]*$ (lower case, digits, dashes; at most 64 characters)"),
+                format!("invalid tool name {local:?}: names match ^[a-z][a-z0-9-]*$ (lower case, digits, dashes; at most 64 characters)"),
+            );
+        } else if name.len() > 64 {
+            self.sink.error(
+                span.clone(),
+                format!("tool name {name:?} (with the file's namespace) is longer than 64 characters; shorten the namespace or the name"),
             );
         }
         if name == RESERVED_TOOL_NAME {
@@ -107,18 +121,21 @@ impl Parser<'_> {
                 None
             }
         };
-        let reason = table.get("reason").and_then(|v| self.string(v, "reason"));
+        let reason = table.get("reason").and_then(|v| {
+            let reason = self.string(v, "reason")?;
+            if reason_is_placeholder(&reason) {
+                self.sink.error(
+                    v.span(),
+                    format!(
+                        "{ctx} `reason` is still a placeholder ({reason:?}); review the tool, then write why agents \
+                         may run it (a reason starting with \"{REASON_PLACEHOLDER}\" is not accepted)"
+                    ),
+                );
+            }
+            Some(reason)
+        });
         if reason.is_none() && !table.contains_key("reason") {
             self.sink.warning(name_span.clone(), format!("{ctx} has no `reason`; say why agents may run it"));
-        }
-        // `cordon init` (and importers) leave `reason = "TODO: ..."` for the admin to fill in.
-        if let (Some(r), Some(v)) = (&reason, table.get("reason"))
-            && r.trim_start().starts_with("TODO")
-        {
-            self.sink.warning(
-                v.span(),
-                format!("{ctx}: `reason` is still a TODO placeholder; replace it with why agents may run the tool"),
-            );
         }
         let disabled = table.get("disabled").and_then(|v| self.boolean(v, "disabled")).unwrap_or(false);
         let annotations = table.get("annotations").map(|v| self.annotations(v)).unwrap_or_default();

@@ -1,0 +1,397 @@
+//! Gandalf spells (`registry.json`, the `spells` object) -> a cordon policy.
+//!
+//! What each difference becomes (each also written as a comment above the key):
+//! - `command` is one string: split into words as a shell would, refusing anything a shell would
+//!   interpret (pipes, redirections, `$`, backticks, globs, `;`, `&&`, ...);
+//! - `allowed_commands` is checked against the first word (or its file name), as Gandalf checks
+//!   it; a spell without `allowed_commands` ("no commands allowed") is imported `disabled`;
+//! - `path` must be one of `allowed_paths` (as Gandalf checks) and becomes `working_dir`;
+//!   `allowed_paths` become `read` grants (Gandalf did not sandbox; nothing is writable);
+//! - `timeout` in seconds, default 30, maximum 300 (clamped);
+//! - arguments arrive as `SPELL_ARG_<KEY>`: `args_env_prefix = "SPELL_ARG_"`; Gandalf took any
+//!   key, cordon only declared params, so the admin declares them (a commented example is
+//!   written). Object and array values have no param type in cordon: they are refused.
+
+use std::path::{Component, Path, PathBuf};
+
+use cordon_core::policy::defaults::DEFAULT_READ_EXEC;
+use serde_json::{Map, Value};
+
+use super::out::{self, Entry, Table};
+use super::{Options, Report, Translated, shell};
+
+const SPELL_KEYS: &[&str] = &["name", "description", "command", "path", "allowed_paths", "allowed_commands", "timeout"];
+/// Gandalf's timeouts, in seconds.
+const DEFAULT_TIMEOUT_S: u64 = 30;
+const MAX_TIMEOUT_S: u64 = 300;
+/// How Gandalf passes arguments.
+pub(crate) const ARGS_ENV_PREFIX: &str = "SPELL_ARG_";
+
+pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Option<Translated> {
+    let Some(spells) = doc.get("spells").and_then(Value::as_object) else {
+        report.error("a Gandalf registry.json has a \"spells\" object (one entry per spell)");
+        return None;
+    };
+    if spells.is_empty() {
+        report.warn("\"spells\" is empty: the policy defines no tools");
+    }
+    let mut tables = Vec::new();
+    for (name, value) in spells {
+        if let Some(t) = spell(name, value, report) {
+            tables.push(t);
+        }
+    }
+    let header = vec![
+        format!(
+            "Imported by `cordon import gandalf` from the \"spells\" of {} (other registry sections are not tools).",
+            opts.file.display()
+        ),
+        "Review every tool and the comments beside its keys, then replace each `reason = \"TODO: ...\"` with why \
+         agents may run the tool: cordond refuses this file while a reason starts with \"TODO\"."
+            .to_string(),
+    ];
+    let top = vec![Entry { notes: vec![], key: "version".into(), value: "1".into() }];
+    let count = tables.len();
+    Some(Translated { text: out::render(&header, &top, &tables), tools: count })
+}
+
+/// A spell name as a cordon tool name: as is when valid, else lower case with `_` as `-`.
+fn tool_name(name: &str) -> Option<String> {
+    let valid = |n: &str| {
+        n.len() <= 64
+            && n.as_bytes().first().is_some_and(u8::is_ascii_lowercase)
+            && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if valid(name) {
+        return Some(name.to_string());
+    }
+    let renamed = name.to_ascii_lowercase().replace('_', "-");
+    valid(&renamed).then_some(renamed)
+}
+
+fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
+    let ctx = format!("spell {key:?}");
+    let Some(s) = value.as_object() else {
+        report.error(format!("{ctx}: a spell is a JSON object with \"description\" and \"command\""));
+        return None;
+    };
+    report.unknown_keys(s, SPELL_KEYS, &ctx);
+    let Some(name) = tool_name(key) else {
+        report.error(format!(
+            "{ctx}: cordon tool names match ^[a-z][a-z0-9-]*$ (at most 64 characters); rename the spell first"
+        ));
+        return None;
+    };
+    let mut table = Table::new(format!("tools.{name}"));
+    table.note(format!("Gandalf spell {key:?}."));
+    if name != key {
+        table.note(format!("Renamed to {name:?}: cordon tool names are lower case with dashes."));
+        report.warn(format!("{ctx} is the tool {name:?} (cordon tool names are lower case with dashes)"));
+    }
+    match s.get("name") {
+        None => {}
+        Some(Value::String(n)) if n == key => {}
+        Some(other) => report.warn(format!("{ctx}: \"name\" is {other}, not the spell's key; the key is used")),
+    }
+    match s.get("description") {
+        Some(Value::String(d)) if !d.trim().is_empty() => table.set("description", out::string(d)),
+        _ => report.error(format!("{ctx}: \"description\" must be a non-empty string; say what the spell does")),
+    }
+    table.set_noted(
+        "reason",
+        out::string("TODO: review this tool and say why agents may run it"),
+        "Written by cordon import: cordond refuses the file until this says why the tool is allowed.",
+    );
+    let allowed_paths = paths(s, &ctx, report);
+    let path = working_dir(s, &allowed_paths, &ctx, report);
+    command(s, path.as_deref(), &allowed_paths, &ctx, report, &mut table);
+    if let Some(p) = &path {
+        table.set_noted(
+            "working_dir",
+            out::string(&p.to_string_lossy()),
+            "path (one of allowed_paths, as Gandalf requires).",
+        );
+    } else {
+        table.note("No path: Gandalf ran the spell in its own directory; cordon runs it in / (set working_dir).");
+    }
+    if !allowed_paths.is_empty() {
+        let shown: Vec<String> = allowed_paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        table.set_noted(
+            "read",
+            out::strings(&shown),
+            "allowed_paths. Gandalf did not sandbox spells; cordon lets this one read these paths (and the system \
+             directories) and write nothing: add `write = [...]` for what it must change.",
+        );
+    }
+    timeout(s, &ctx, report, &mut table);
+    table.set_noted(
+        "args_env_prefix",
+        out::string(ARGS_ENV_PREFIX),
+        "Gandalf passed each argument KEY as the environment variable SPELL_ARG_KEY; cordon does the same for \
+         declared params only (any other argument is refused with UNKNOWN_FIELDS). Declare each argument the \
+         command reads, as below. Gandalf passed object and array values as JSON text; cordon params have no \
+         object or array type, so such values are refused (INVALID_FIELD_TYPE).",
+    );
+    table.trailer = vec![
+        String::new(),
+        format!("[tools.{name}.params.location]   # read by the command as $SPELL_ARG_LOCATION"),
+        "type = \"string\"".into(),
+        "description = \"what the agent passes\"".into(),
+        "pattern = \"[A-Za-z0-9 ,.-]{1,64}\"".into(),
+    ];
+    Some(table)
+}
+
+/// `allowed_paths`: absolute paths.
+fn paths(s: &Map<String, Value>, ctx: &str, report: &mut Report) -> Vec<PathBuf> {
+    let Some(v) = s.get("allowed_paths") else {
+        return Vec::new();
+    };
+    let Some(items) = v.as_array() else {
+        report.error(format!("{ctx}: \"allowed_paths\" must be an array of absolute paths, found {v}"));
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for item in items {
+        match item.as_str() {
+            Some(p) if p.starts_with('/') && !Path::new(p).components().any(|c| c == Component::ParentDir) => {
+                out.push(normalize(Path::new(p)));
+            }
+            _ => report.error(format!(
+                "{ctx}: allowed_paths entry {item} must be an absolute path without `..` (Gandalf resolved relative \
+                 paths against its own directory, which cordon cannot know); write it in full"
+            )),
+        }
+    }
+    out
+}
+
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    out.extend(p.components().filter(|c| matches!(c, Component::Normal(_))));
+    out
+}
+
+/// `path`: absolute, and one of `allowed_paths`.
+fn working_dir(s: &Map<String, Value>, allowed: &[PathBuf], ctx: &str, report: &mut Report) -> Option<PathBuf> {
+    let v = s.get("path")?;
+    let Some(p) = v.as_str().filter(|p| p.starts_with('/')) else {
+        report.error(format!("{ctx}: \"path\" must be an absolute directory, found {v}; write it in full"));
+        return None;
+    };
+    let p = normalize(Path::new(p));
+    if !allowed.contains(&p) {
+        report.error(format!(
+            "{ctx}: path {:?} is not in allowed_paths, so Gandalf refuses this spell too; add it to allowed_paths or \
+             remove path, then import again",
+            p.display()
+        ));
+        return None;
+    }
+    Some(p)
+}
+
+/// `command`: split into words; checked against `allowed_commands`; a relative program made
+/// absolute against `path`.
+fn command(
+    s: &Map<String, Value>,
+    path: Option<&Path>,
+    allowed_paths: &[PathBuf],
+    ctx: &str,
+    report: &mut Report,
+    table: &mut Table,
+) {
+    let Some(text) = s.get("command").and_then(Value::as_str) else {
+        report.error(format!("{ctx}: \"command\" must be a string, e.g. \"curl -sS https://example.com\""));
+        return;
+    };
+    let mut words = match shell::split(text) {
+        Ok(w) => w,
+        Err(e) => {
+            report.error(format!("{ctx}: command {text:?}: {}", e.message));
+            return;
+        }
+    };
+    if words.is_empty() {
+        report.error(format!("{ctx}: \"command\" is empty; give the program to run"));
+        return;
+    }
+    if let Some(w) = words.iter().find(|w| w.contains("{{")) {
+        report.error(format!(
+            "{ctx}: command word {w:?} contains `{{{{`, which cordon reads as a param placeholder; remove it"
+        ));
+        return;
+    }
+    let first = words[0].clone();
+    let base = Path::new(&first).file_name().map(|b| b.to_string_lossy().into_owned()).unwrap_or_default();
+    match s.get("allowed_commands") {
+        Some(Value::Array(list)) if !list.is_empty() => {
+            let list: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+            if !list.contains(&first.as_str()) && !list.contains(&base.as_str()) {
+                report.error(format!(
+                    "{ctx}: the command starts with {first:?}, which is not in its allowed_commands {list:?}; \
+                     Gandalf refuses to run it too. Fix the spell (e.g. run a script through an allowed \
+                     interpreter: \"sh {first}\") and import again"
+                ));
+                return;
+            }
+        }
+        None | Some(Value::Array(_)) => {
+            table.set_noted(
+                "disabled",
+                "true".into(),
+                "The spell has no allowed_commands, which Gandalf reads as \"no command allowed\": imported \
+                 disabled; remove this line once the command is reviewed.",
+            );
+            report.warn(format!("{ctx} has no allowed_commands (Gandalf allows no command then): imported disabled"));
+        }
+        Some(other) => {
+            report.error(format!("{ctx}: \"allowed_commands\" must be an array of command names, found {other}"));
+            return;
+        }
+    }
+    if first.contains('/') && !first.starts_with('/') {
+        let Some(dir) = path else {
+            report.error(format!(
+                "{ctx}: the command {first:?} is relative, and the spell has no path to resolve it against; write \
+                 the absolute path"
+            ));
+            return;
+        };
+        let mut p = dir.to_path_buf();
+        p.extend(Path::new(&first).components().filter(|c| matches!(c, Component::Normal(_))));
+        words[0] = p.to_string_lossy().into_owned();
+        table.note(format!("The command {first:?} was relative to path; cordon needs an absolute program."));
+    }
+    table.set("command", out::strings(&words));
+    // A program outside the system directories needs an exec grant of its own.
+    let program = Path::new(&words[0]);
+    if program.is_absolute() && !DEFAULT_READ_EXEC.iter().any(|d| program.starts_with(d)) {
+        let within = allowed_paths.iter().any(|a| program.starts_with(a));
+        table.set_noted(
+            "exec",
+            out::strings(&[&words[0]]),
+            if within {
+                "The program lies beneath allowed_paths: it may be executed (nothing else there may)."
+            } else {
+                "The program lies outside the system directories: it may be executed (Gandalf did not restrict this)."
+            },
+        );
+    }
+}
+
+fn timeout(s: &Map<String, Value>, ctx: &str, report: &mut Report, table: &mut Table) {
+    let secs = match s.get("timeout") {
+        None => {
+            table.set_noted(
+                "timeout",
+                out::string(&format!("{DEFAULT_TIMEOUT_S}s")),
+                "Gandalf's default timeout (30 seconds).",
+            );
+            return;
+        }
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 => n,
+            _ => {
+                report.error(format!("{ctx}: \"timeout\" must be a whole number of seconds, 1 to 300, found {v}"));
+                return;
+            }
+        },
+    };
+    if secs > MAX_TIMEOUT_S {
+        table.set_noted(
+            "timeout",
+            out::string(&format!("{MAX_TIMEOUT_S}s")),
+            format!("timeout {secs} s, clamped to Gandalf's maximum of 300 s."),
+        );
+        report.warn(format!("{ctx}: timeout {secs} s is above Gandalf's maximum; clamped to 300 s"));
+    } else {
+        table.set("timeout", out::string(&format!("{secs}s")));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(doc: Value) -> (Option<Translated>, Report) {
+        let opts = Options {
+            format: None,
+            file: "registry.json".into(),
+            project_root: None,
+            namespace: None,
+            confirm: super::super::ConfirmChoice::Agent,
+            output: None,
+            force: false,
+        };
+        let mut r = Report::default();
+        (translate(&doc, &opts, &mut r), r)
+    }
+
+    #[test]
+    fn the_seed_examples_translate_or_are_refused_as_gandalf_would() {
+        let (t, r) = run(serde_json::json!({ "cursor": [], "spells": {
+            "weather-api": { "name": "weather-api", "description": "Get weather data",
+                "command": "curl -X GET https://api.weather.com/v1/current", "allowed_commands": ["curl"] },
+            "data-processor": { "name": "data-processor", "description": "Process data files",
+                "command": "python3 /home/user/tools/process.py", "path": "/home/user/tools",
+                "allowed_paths": ["/home/user/tools"], "allowed_commands": ["python3"], "timeout": 120 },
+            "my-script": { "name": "my-script", "description": "Run custom script",
+                "command": "./scripts/my-tool.sh", "path": "/home/user/scripts",
+                "allowed_paths": ["/home/user/scripts"], "allowed_commands": ["bash", "sh"], "timeout": 60 },
+        }}));
+        // my-script's first word is not an allowed command: Gandalf's own check refuses it.
+        assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+        assert!(
+            r.errors[0].contains("\"./scripts/my-tool.sh\", which is not in its allowed_commands"),
+            "{:?}",
+            r.errors
+        );
+        let text = t.expect("text").text;
+        for want in [
+            "command = [\"curl\", \"-X\", \"GET\", \"https://api.weather.com/v1/current\"]",
+            "timeout = \"30s\"",
+            "timeout = \"120s\"",
+            "working_dir = \"/home/user/tools\"",
+            "read = [\"/home/user/tools\"]",
+            "args_env_prefix = \"SPELL_ARG_\"",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+    }
+
+    #[test]
+    fn bad_spells_are_named_with_what_to_do() {
+        let (_, r) = run(serde_json::json!({ "spells": {
+            "pipe": { "description": "x", "command": "ls | wc -l", "allowed_commands": ["ls"] },
+            "quote": { "description": "x", "command": "echo 'abc", "allowed_commands": ["echo"] },
+            "outside": { "description": "x", "command": "ls", "path": "/tmp", "allowed_paths": ["/srv"],
+                "allowed_commands": ["ls"] },
+            "slow": { "description": "x", "command": "ls", "allowed_commands": ["ls"], "timeout": 0 },
+            "Bad Name": { "description": "x", "command": "ls", "allowed_commands": ["ls"] },
+        }}));
+        let all = r.errors.join("\n");
+        for want in [
+            "spell \"pipe\": command \"ls | wc -l\": '|' at column 4 is a pipe",
+            "spell \"quote\": command \"echo 'abc\": the single quote at column 6 does not close",
+            "spell \"outside\": path \"/tmp\" is not in allowed_paths",
+            "spell \"slow\": \"timeout\" must be a whole number",
+            "spell \"Bad Name\": cordon tool names",
+        ] {
+            assert!(all.contains(want), "{want} missing:\n{all}");
+        }
+    }
+
+    #[test]
+    fn clamps_renames_and_disables() {
+        let (t, r) = run(serde_json::json!({ "spells": {
+            "Long_Job": { "description": "x", "command": "/bin/echo hi", "timeout": 900, "extra": true },
+        }}));
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        let text = t.expect("text").text;
+        assert!(text.contains("[tools.long-job]"), "{text}");
+        assert!(text.contains("timeout = \"300s\""), "{text}");
+        assert!(text.contains("disabled = true"), "{text}");
+        assert!(r.warnings.iter().any(|w| w.contains("unknown key \"extra\"")), "{:?}", r.warnings);
+    }
+}
