@@ -49,6 +49,10 @@ pub enum Command {
         /// All arguments as one JSON object (instead of --arg).
         #[arg(long, value_name = "JSON", conflicts_with = "args")]
         args_json: Option<String>,
+        /// Validate and resolve the call in cordond exactly as a real one, and show the argv,
+        /// environment and sandbox it would run with; run nothing (audited as a dry run).
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Run an invocation that needed a confirmation (the token `run` printed).
     Confirm { token: String },
@@ -131,8 +135,17 @@ pub enum AuditCommand {
 pub enum PolicyCommand {
     /// Print the policy authoring reference (the same text as the MCP `describe_schema` tool).
     Reference,
-    /// Check policy files or directories offline, with the daemon's own rules.
+    /// Check policy files or directories offline, with the daemon's own rules (and its lints).
     Check {
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Fail (exit 65) on any warning too, e.g. in CI.
+        #[arg(long)]
+        deny_warnings: bool,
+    },
+    /// Run the tools' examples offline ([[tools.NAME.examples]] must be accepted with their argv,
+    /// [[tools.NAME.refuse]] refused with their code) and print each outcome.
+    Test {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
@@ -171,8 +184,16 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Mcp => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
         Command::Tools { all } => admin::tools(&socket, json, all).await,
         Command::Tool { name } => admin::tool(&socket, &name, json).await,
-        Command::Run { tool, args, args_json } => admin::run(&socket, &tool, &args, args_json, json).await,
-        Command::Policy { command: PolicyCommand::Check { paths } } => admin::policy_check(&paths, json),
+        Command::Run { tool, args, args_json, dry_run: false } => {
+            admin::run(&socket, &tool, &args, args_json, json).await
+        }
+        Command::Run { tool, args, args_json, dry_run: true } => {
+            crate::dry_run::dry_run(&socket, &tool, &args, args_json, json).await
+        }
+        Command::Policy { command: PolicyCommand::Check { paths, deny_warnings } } => {
+            admin::policy_check(&paths, deny_warnings, json)
+        }
+        Command::Policy { command: PolicyCommand::Test { paths } } => crate::policy_test::policy_test(&paths, json),
         Command::Policy { command: PolicyCommand::Reference } => admin::policy_reference(json),
         Command::Cancel { id } => admin::cancel(&socket, &id, json).await,
         Command::Doctor => admin::doctor(&socket, json).await,

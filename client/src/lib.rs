@@ -20,10 +20,12 @@ pub mod admin;
 pub mod audit;
 pub mod cli;
 pub mod docs;
+pub mod dry_run;
 pub mod error;
 pub mod grpc;
 pub mod host;
 pub mod mcp;
+pub mod policy_test;
 pub mod term;
 
 pub use cli::{Cli, run};
