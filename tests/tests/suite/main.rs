@@ -17,6 +17,7 @@ mod examples;
 mod mcp;
 mod mcp_messages;
 mod mcp_protocol;
+mod policy_tests;
 mod readme;
 mod registry;
 mod reliability_audit;
