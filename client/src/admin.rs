@@ -114,7 +114,7 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
 }
 
 /// The grants block of `cordon tool NAME` (admins only: agents are not sent it).
-fn print_grants(g: &Grants) {
+pub(crate) fn print_grants(g: &Grants) {
     let list = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(" ") };
     let ports = |v: &[u32]| {
         if v.is_empty() { "none".to_string() } else { v.iter().map(u32::to_string).collect::<Vec<_>>().join(" ") }
@@ -365,12 +365,12 @@ pub fn policy_reference(as_json: bool) -> Result<u8, CliError> {
 /// validation error.
 /// Whether `--arg KEY=VALUE`'s value would be typed by its param's kind: it reads as an
 /// integer, a number or a boolean (see [`typed_arguments`]).
-fn needs_param_type(arg: &str) -> bool {
+pub(crate) fn needs_param_type(arg: &str) -> bool {
     arg.split_once('=')
         .is_some_and(|(_, v)| v.parse::<i64>().is_ok() || v.parse::<f64>().is_ok() || v.parse::<bool>().is_ok())
 }
 
-fn typed_arguments(tool: &ToolInfo, args: &[String]) -> Result<Value, CliError> {
+pub(crate) fn typed_arguments(tool: &ToolInfo, args: &[String]) -> Result<Value, CliError> {
     let mut map = Map::new();
     for arg in args {
         let Some((key, value)) = arg.split_once('=') else {
@@ -398,7 +398,7 @@ fn typed_arguments(tool: &ToolInfo, args: &[String]) -> Result<Value, CliError> 
     Ok(Value::Object(map))
 }
 
-pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
+pub fn policy_check(paths: &[PathBuf], deny_warnings: bool, as_json: bool) -> Result<u8, CliError> {
     let mut sources = Vec::new();
     let mut diagnostics: Vec<DiagnosticInfo> = Vec::new();
     // The rules of a cordond running as whoever checks: errors, exactly what that daemon would
@@ -465,6 +465,9 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
             .collect(),
         Err(_) => Vec::new(),
     };
+    let warnings = diagnostics.iter().filter(|d| d.severity == "warning").count();
+    let denied = ok && deny_warnings && warnings > 0;
+    let ok = ok && !denied;
     let report = PolicyReport { ok, generation: None, tools: u32::try_from(tools).unwrap_or(u32::MAX), diagnostics };
     if as_json {
         let unavailable: Vec<Value> = unavailable.iter().map(|(n, r)| json!({ "tool": n, "reason": r })).collect();
@@ -485,6 +488,8 @@ pub fn policy_check(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
             for (name, reason) in &unavailable {
                 outln!("note: {name} is unavailable on this host: {reason}");
             }
+        } else if denied {
+            outln!("policy rejected: {warnings} warning(s) and --deny-warnings; fix them (each says how)");
         } else {
             let errors = report.diagnostics.iter().filter(|d| d.severity == "error").count();
             outln!("policy rejected: {errors} error(s)");

@@ -72,6 +72,10 @@ pub enum Command {
         /// All arguments as one JSON object (instead of --arg).
         #[arg(long, value_name = "JSON", conflicts_with = "args")]
         args_json: Option<String>,
+        /// Validate and resolve the call in cordond exactly as a real one, and show the argv,
+        /// environment and sandbox it would run with; run nothing (audited as a dry run).
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Run an invocation that needed a confirmation (the token `run` printed).
     Confirm { token: String },
@@ -213,7 +217,7 @@ pub enum AuditCommand {
 pub enum PolicyCommand {
     /// Print the policy authoring reference (the same text as the MCP `describe_schema` tool).
     Reference,
-    /// Check policy files or directories offline, with the daemon's own rules.
+    /// Check policy files or directories offline, with the daemon's own rules (and its lints).
     Check {
         /// Files or directories [default with --tool: the running cordond's policy directory]
         #[arg(required_unless_present = "tool", value_name = "PATH")]
@@ -221,6 +225,15 @@ pub enum PolicyCommand {
         /// Report on this one tool: where it is defined, its diagnostics, whether it is available.
         #[arg(long, value_name = "NAME")]
         tool: Option<String>,
+        /// Fail (exit 65) on any warning too, e.g. in CI.
+        #[arg(long, conflicts_with = "tool")]
+        deny_warnings: bool,
+    },
+    /// Run the tools' examples offline ([[tools.NAME.examples]] must be accepted with their argv,
+    /// [[tools.NAME.refuse]] refused with their code) and print each outcome.
+    Test {
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
     },
 }
 
@@ -281,11 +294,19 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
             Err(CliError::Usage("name a tool (`cordon tool NAME`), or `cordon tool add|remove|show`".into()))
         }
         Command::Init { dir, output, force, name } => init::init(&dir, output.as_deref(), force, name.as_deref(), json),
-        Command::Run { tool, args, args_json } => admin::run(&socket, &tool, &args, args_json, json).await,
-        Command::Policy { command: PolicyCommand::Check { paths, tool: Some(tool) } } => {
+        Command::Run { tool, args, args_json, dry_run: false } => {
+            admin::run(&socket, &tool, &args, args_json, json).await
+        }
+        Command::Run { tool, args, args_json, dry_run: true } => {
+            crate::dry_run::dry_run(&socket, &tool, &args, args_json, json).await
+        }
+        Command::Policy { command: PolicyCommand::Check { paths, tool: Some(tool), .. } } => {
             registry_admin::check_tool(&socket, &paths, &tool, json).await
         }
-        Command::Policy { command: PolicyCommand::Check { paths, tool: None } } => admin::policy_check(&paths, json),
+        Command::Policy { command: PolicyCommand::Check { paths, tool: None, deny_warnings } } => {
+            admin::policy_check(&paths, deny_warnings, json)
+        }
+        Command::Policy { command: PolicyCommand::Test { paths } } => crate::policy_test::policy_test(&paths, json),
         Command::Policy { command: PolicyCommand::Reference } => admin::policy_reference(json),
         Command::Import { args, project_root, namespace, confirm, output, force } => {
             let (format, file) = match args.as_slice() {

@@ -24,12 +24,14 @@ pub mod admin;
 pub mod audit;
 pub mod cli;
 pub mod docs;
+pub mod dry_run;
 pub mod error;
 pub mod grpc;
 pub mod host;
 pub mod import;
 pub mod init;
 pub mod mcp;
+pub mod policy_test;
 pub mod registry_admin;
 pub mod term;
 

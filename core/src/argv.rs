@@ -65,6 +65,33 @@ pub struct Plan {
 /// Builds the plan. An element that refers to an omitted param is dropped, and so is an element
 /// that is exactly one placeholder whose value is the empty string.
 pub fn plan(tool: &Tool, executable: &Path, args: &Arguments, account: &Account) -> Plan {
+    let (argv, display_argv) = render(tool, args);
+    let tz = std::env::var("TZ").unwrap_or_else(|_| ":/etc/localtime".into());
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), SEARCH_PATH.into()),
+        ("HOME".into(), account.home.to_string_lossy().into_owned()),
+        ("USER".into(), account.user.clone()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("TZ".into(), tz),
+    ];
+    let mut set = |key: String, value: String| match env.iter_mut().find(|(k, _)| *k == key) {
+        Some(slot) => slot.1 = value,
+        None => env.push((key, value)),
+    };
+    for (k, v) in &tool.env {
+        set(k.clone(), v.clone());
+    }
+    if let Some(prefix) = &tool.args_env_prefix {
+        for (name, value) in args.iter() {
+            set(format!("{prefix}{}", name.to_ascii_uppercase()), value.to_arg());
+        }
+    }
+    let cwd = tool.working_dir.clone().unwrap_or_else(|| PathBuf::from("/"));
+    Plan { executable: executable.to_path_buf(), argv, display_argv, env, cwd }
+}
+
+/// The argv of a call, and the same with secret values replaced by [`REDACTED`] (see [`plan`]).
+pub fn render(tool: &Tool, args: &Arguments) -> (Vec<String>, Vec<String>) {
     let mut argv = vec![tool.program.clone()];
     let mut display_argv = vec![tool.program.clone()];
     let mut separated = false;
@@ -100,27 +127,5 @@ pub fn plan(tool: &Tool, executable: &Path, args: &Arguments, account: &Account)
         argv.push(real);
         display_argv.push(shown);
     }
-
-    let tz = std::env::var("TZ").unwrap_or_else(|_| ":/etc/localtime".into());
-    let mut env: Vec<(String, String)> = vec![
-        ("PATH".into(), SEARCH_PATH.into()),
-        ("HOME".into(), account.home.to_string_lossy().into_owned()),
-        ("USER".into(), account.user.clone()),
-        ("LANG".into(), "C.UTF-8".into()),
-        ("TZ".into(), tz),
-    ];
-    let mut set = |key: String, value: String| match env.iter_mut().find(|(k, _)| *k == key) {
-        Some(slot) => slot.1 = value,
-        None => env.push((key, value)),
-    };
-    for (k, v) in &tool.env {
-        set(k.clone(), v.clone());
-    }
-    if let Some(prefix) = &tool.args_env_prefix {
-        for (name, value) in args.iter() {
-            set(format!("{prefix}{}", name.to_ascii_uppercase()), value.to_arg());
-        }
-    }
-    let cwd = tool.working_dir.clone().unwrap_or_else(|| PathBuf::from("/"));
-    Plan { executable: executable.to_path_buf(), argv, display_argv, env, cwd }
+    (argv, display_argv)
 }

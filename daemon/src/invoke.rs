@@ -132,6 +132,43 @@ pub enum Admission {
     NeedsConfirmation(Ticket),
 }
 
+/// What a dry run found: the call as it would run now.
+#[derive(Debug)]
+pub struct DryRun {
+    pub tool: Arc<Tool>,
+    pub generation: u64,
+    pub plan: Plan,
+    pub identity: RunIdentity,
+}
+
+/// Whom a tool runs as, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunIdentity {
+    pub uid: u32,
+    pub gid: u32,
+    /// "policy run_as", "caller" or "daemon user (cordond is not root)".
+    pub source: &'static str,
+}
+
+impl RunIdentity {
+    fn of(identity: Option<Identity>, dedicated_uid: bool) -> RunIdentity {
+        match (identity, dedicated_uid) {
+            (Some(id), true) => RunIdentity { uid: id.uid, gid: id.gid, source: "policy run_as" },
+            (Some(id), false) => RunIdentity { uid: id.uid, gid: id.gid, source: "caller" },
+            (None, _) => RunIdentity {
+                uid: nix::unistd::geteuid().as_raw(),
+                gid: nix::unistd::getegid().as_raw(),
+                source: "daemon user (cordond is not root)",
+            },
+        }
+    }
+
+    /// As audit records write it (`run_as`).
+    fn json(self) -> Value {
+        json!({ "uid": self.uid, "gid": self.gid, "source": self.source })
+    }
+}
+
 /// An admitted invocation, ready to run.
 #[derive(Debug)]
 pub struct Prepared {
@@ -319,6 +356,11 @@ impl Invoker {
     /// Records a refused call. Raw arguments are kept (clipped) only when they did not
     /// validate; secret fields are redacted.
     fn refused(&self, caller: Caller, tool_name: &str, arguments: Option<&str>, e: &InvokeError) {
+        self.refused_as(caller, tool_name, arguments, e, false);
+    }
+
+    /// [`Self::refused`]; a refused dry run's record says `"dry_run": true`.
+    fn refused_as(&self, caller: Caller, tool_name: &str, arguments: Option<&str>, e: &InvokeError, dry_run: bool) {
         if matches!(e, InvokeError::Audit(_)) {
             // The log cannot take this record; the failure itself is logged and reported.
             tracing::warn!(tool = tool_name, caller = %caller, error = %e, "invocation refused: audit log failed");
@@ -331,6 +373,9 @@ impl Invoker {
         let mut record = Record::new(e.decision()).caller(&caller).error(e.code(), &message);
         if !tool_name.is_empty() {
             record = record.tool(tool_name);
+        }
+        if dry_run {
+            record = record.with("dry_run", true);
         }
         if let InvokeError::Invalid(v) = e {
             if let Some(field) = &v.field {
@@ -363,6 +408,48 @@ impl Invoker {
             _ if tool.is_some_and(|t| t.params.iter().any(|p| p.secret)) => Value::from(argv::REDACTED),
             _ => audit::clip(arguments),
         }
+    }
+
+    /// Validates and resolves a call exactly as [`Self::prepare`] does (same refusals, same
+    /// audit records for them, marked `"dry_run": true`), checks the tool's pins as admission
+    /// does, and says what would run; runs nothing, takes no slot (a dry run is never BUSY) and
+    /// parks no confirmation (the answer names the confirmation a real call needs). Audited as
+    /// `dry_run`.
+    pub fn dry_run(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<DryRun, InvokeError> {
+        let result = self.try_dry_run(caller, tool_name, arguments);
+        match &result {
+            Ok(d) => self.audit.record(
+                Record::new(Decision::DryRun)
+                    .tool(tool_name)
+                    .caller(&caller)
+                    .with("generation", d.generation)
+                    .with_argv(&d.plan.display_argv)
+                    .with("cwd", d.plan.cwd.display().to_string())
+                    .with("run_as", d.identity.json()),
+            ),
+            Err(e) => self.refused_as(caller, tool_name, Some(arguments), e, true),
+        }
+        result
+    }
+
+    fn try_dry_run(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<DryRun, InvokeError> {
+        if self.closed.is_cancelled() {
+            return Err(InvokeError::ShuttingDown);
+        }
+        // As for a real call: nothing is admitted while the audit log cannot take records.
+        self.audit.check()?;
+        let Parked { tool, generation, plan, identity, dedicated_uid, .. } =
+            self.resolve(caller, tool_name, arguments)?;
+        if let Availability::Unavailable { reason } = tool.availability_now() {
+            return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason });
+        }
+        if self.registry.current().seccomp_for(&tool).is_none() {
+            return Err(InvokeError::Unavailable {
+                tool: tool.name.clone(),
+                reason: "no seccomp program was compiled for it".into(),
+            });
+        }
+        Ok(DryRun { tool, generation, plan, identity: RunIdentity::of(identity, dedicated_uid) })
     }
 
     /// Redeems a confirmation token and admits the invocation it stands for. For a human
@@ -568,13 +655,7 @@ impl Invoker {
     /// run. If the log fails, the invocation is refused (UNAVAILABLE) and nothing runs.
     pub async fn start(&self, prepared: Prepared) -> Result<Started, InvokeError> {
         let p = &prepared;
-        let run_as = match (p.identity, p.dedicated_uid) {
-            (Some(id), true) => json!({ "uid": id.uid, "gid": id.gid, "source": "policy run_as" }),
-            (Some(id), false) => json!({ "uid": id.uid, "gid": id.gid, "source": "caller" }),
-            (None, _) => {
-                json!({ "uid": nix::unistd::geteuid().as_raw(), "gid": nix::unistd::getegid().as_raw(), "source": "daemon user (cordond is not root)" })
-            }
-        };
+        let run_as = RunIdentity::of(p.identity, p.dedicated_uid).json();
         let mut record = Record::new(Decision::Started)
             .invocation(&p.id)
             .tool(&p.tool.name)

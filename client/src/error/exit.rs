@@ -53,7 +53,8 @@ pub const TABLE: &[(u8, &str, &str)] = &[
     (
         DATA,
         "data",
-        "invalid arguments; `policy check` / `reload`: the policy has errors; `audit verify`: the chain is broken",
+        "invalid arguments; `policy check` / `reload`: the policy has errors (or warnings, with --deny-warnings); \
+         `policy test`: an example failed; `audit verify`: the chain is broken",
     ),
     (NOT_FOUND, "not found", "no such tool, invocation, approval or confirmation token (unknown, used or expired)"),
     (

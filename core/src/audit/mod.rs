@@ -47,10 +47,12 @@ pub enum Decision {
     Rotated,
     /// An admin resumed a failed log.
     Resumed,
+    /// `cordon run --dry-run` (the DryRun RPC): validated and resolved like a call; nothing ran.
+    DryRun,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 22] = [
+    pub const ALL: [Decision; 23] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -73,6 +75,7 @@ impl Decision {
         Decision::Recovered,
         Decision::Rotated,
         Decision::Resumed,
+        Decision::DryRun,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -99,6 +102,7 @@ impl Decision {
             Decision::Recovered => "recovered",
             Decision::Rotated => "rotated",
             Decision::Resumed => "resumed",
+            Decision::DryRun => "dry_run",
         }
     }
 

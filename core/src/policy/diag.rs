@@ -93,6 +93,17 @@ impl<'a> Sink<'a> {
         self.index.position(span.start).0
     }
 
+    /// 1-based (line, column) of the start of `span`.
+    pub(crate) fn position(&self, span: &Range<usize>) -> (u32, u32) {
+        self.index.position(span.start)
+    }
+
+    /// An error at a position found earlier with [`Sink::position`].
+    pub(crate) fn error_at(&mut self, line: u32, column: u32, message: impl Into<String>) {
+        let file = self.file.to_path_buf();
+        self.diagnostics.push(Diagnostic { severity: Severity::Error, file, line, column, message: message.into() });
+    }
+
     fn push(&mut self, severity: Severity, span: Range<usize>, message: String) {
         let (line, column) = self.index.position(span.start);
         self.diagnostics.push(Diagnostic { severity, file: self.file.to_path_buf(), line, column, message });

@@ -82,6 +82,27 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
         true,
     ),
     key("min_landlock_abi", "integer", "the tool is unavailable when the kernel's landlock ABI is lower", true),
+    key(
+        "accept_warnings",
+        "array of strings",
+        "lints reviewed and accepted for this tool (interpreter-code, leading-dash, program-choice, write-exec, \
+         root-socket, engine-socket, open-high-danger): `policy check` no longer warns about them",
+        false,
+    ),
+    key(
+        "examples",
+        "array of tables",
+        "[[tools.NAME.examples]] args = {...}, argv = [...]: calls that must be accepted (resolving to argv, \
+         when given); checked on every load and by `cordon policy test`",
+        false,
+    ),
+    key(
+        "refuse",
+        "array of tables",
+        "[[tools.NAME.refuse]] args = {...}, code = \"CODE\": calls that must be refused with that validation \
+         code; checked on every load and by `cordon policy test`",
+        false,
+    ),
 ];
 
 /// Keys of a `[tools.NAME.params.PARAM]` table.

@@ -11,8 +11,9 @@ use nix::errno::Errno;
 use sha2::{Digest as _, Sha256};
 
 use super::diag::{Diagnostic, Severity};
+use super::examples::{self, Outcome};
 use super::intern::Interner;
-use super::model::{Host, Source, Tool};
+use super::model::{Expect, Host, Source, Tool};
 use super::trust::{self, Subject, Trust, TrustError, TrustedDir, Walked};
 use super::{foreign, parse, probe};
 
@@ -355,6 +356,52 @@ pub fn load_sources_after(
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     diagnostics.extend(probe::exposure_warnings(&tools, &mut pinned));
     Ok(PolicySet { tools, diagnostics, files: sources.iter().map(|(f, _)| f.clone()).collect(), reuse })
+}
+
+/// What `cordon policy test` found: the problems of the files (other than failing examples) and
+/// the outcome of every example of every tool that parsed, in file order.
+#[derive(Debug, Clone)]
+pub struct TestReport {
+    pub diagnostics: Vec<Diagnostic>,
+    pub results: Vec<ExampleResult>,
+}
+
+/// One example of one tool, and what running it gave.
+#[derive(Debug, Clone)]
+pub struct ExampleResult {
+    pub tool: String,
+    pub file: PathBuf,
+    pub line: u32,
+    pub column: u32,
+    /// A `[[refuse]]` example (else `[[examples]]`).
+    pub refuse: bool,
+    pub outcome: Outcome,
+}
+
+/// Runs the examples of every tool in `sources` (as if they were the files of one directory),
+/// without probing the host: a tool need not be available for its examples to run.
+pub fn test_sources(sources: &[(PathBuf, String)]) -> TestReport {
+    let mut intern = Interner::default();
+    let mut seen: BTreeMap<String, Source> = BTreeMap::new();
+    let mut report = TestReport { diagnostics: Vec::new(), results: Vec::new() };
+    for (file, text) in sources {
+        let parsed = parse::parse_file_with(file, text, &seen, &mut intern, false);
+        for tool in &parsed.tools {
+            seen.insert(tool.name.clone(), tool.source.clone());
+            for (example, outcome) in examples::run_all(tool) {
+                report.results.push(ExampleResult {
+                    tool: tool.name.clone(),
+                    file: file.clone(),
+                    line: example.line,
+                    column: example.column,
+                    refuse: matches!(example.expect, Expect::Refused { .. }),
+                    outcome,
+                });
+            }
+        }
+        report.diagnostics.extend(parsed.diagnostics);
+    }
+    report
 }
 
 fn file_error(file: &Path, message: String) -> Diagnostic {

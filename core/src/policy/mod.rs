@@ -24,6 +24,7 @@
 
 pub mod defaults;
 pub mod diag;
+pub mod examples;
 pub mod foreign;
 mod intern;
 mod keys;
@@ -40,8 +41,9 @@ pub mod units;
 pub use diag::{Diagnostic, Severity};
 pub use keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, TOOL_KEYS};
 pub use load::{
-    LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, load_dir, load_dir_after,
-    load_dir_as, load_sources, load_sources_after, read_dir_sources, read_path_sources,
+    ExampleResult, LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, TestReport,
+    load_dir, load_dir_after, load_dir_as, load_sources, load_sources_after, read_dir_sources, read_path_sources,
+    test_sources,
 };
 pub use model::*;
 pub use pattern::PatternError;

@@ -3,7 +3,8 @@
 //! that the parser, the validator, argv planning and the reference all read.
 //!
 //! Architecture invariant: this module imports nothing else of the crate but [`crate::resolve`]
-//! (for [`Pin`]'s node): every other policy module, [`crate::validate`] and [`crate::argv`]
+//! (for [`Pin`]'s node) and [`crate::code`] (for [`Example`]'s expected code), both leaves: every
+//! other policy module, [`crate::validate`] and [`crate::argv`]
 //! stand above it.
 
 use std::collections::BTreeMap;
@@ -89,6 +90,30 @@ pub struct Tool {
     /// JSON Schema (draft 2020-12) of the arguments object, as compact JSON text (shared by the
     /// tools of a load that have the same one).
     pub input_schema: JsonText,
+    /// The policy's own tests: `[[tools.NAME.examples]]` then `[[tools.NAME.refuse]]`, in file
+    /// order (see `policy::examples`).
+    pub examples: Vec<Example>,
+}
+
+/// One policy test of a tool: arguments and what a call with them must give.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Example {
+    /// The arguments object, as a call would send it.
+    pub args: serde_json::Value,
+    pub expect: Expect,
+    /// Where the example's table starts (1-based line and column).
+    pub line: u32,
+    pub column: u32,
+}
+
+/// What an [`Example`] must give.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expect {
+    /// `[[examples]]`: accepted; with `argv`, resolving to exactly that argv (`argv[0]` is
+    /// `command[0]` as written).
+    Accepted { argv: Option<Vec<String>> },
+    /// `[[refuse]]`: refused with this validation code.
+    Refused { code: crate::code::ErrorCode },
 }
 
 impl Tool {

@@ -129,7 +129,20 @@ pub fn authoring_reference() -> String {
            the tool is allowed;\n\
          - `timeout` from {} to {} (default {}); `max_output` from {} to {} per stream (default {});\n\
          - integer params stay within ±{MAX_SAFE_INTEGER} (exact in every JSON implementation).\n\n\
-         Warnings: a param no placeholder uses (unless `args_env_prefix` exports it), a tool without `reason`.\n\n\
+         Warnings: a param no placeholder uses (unless `args_env_prefix` exports it), a tool without `reason`, `write` of \
+         a whole system directory or beneath /etc or /boot, a path beneath another tool's write root, and these lints \
+         (each named; `accept_warnings = [\"NAME\"]` on a tool silences a reviewed one; `cordon policy check \
+         --deny-warnings` fails on any warning): `interpreter-code` (a placeholder in the code of `sh -c`, `python3 -c`, \
+         `node -e`, `perl -e`, `ruby -e`, ...: pass it as a separate argument), `leading-dash` (a placeholder before any \
+         `--` whose pattern admits a leading `-`, tried on probe strings like \"-\", \"-x\", \"-rf\", \"--x\"; or a \
+         negative `min`), `program-choice` (a placeholder where `env`, `xargs`, `timeout`, `sudo`, ... take the program), \
+         `write-exec` (`write` and `exec` of one tree), `root-socket` (`unix_sockets` with run_as root), `engine-socket` \
+         (docker.sock, podman.sock, containerd.sock, crio.sock), `open-high-danger` (`danger = \"high\"` without \
+         `confirm`, allowed to a group every user is in).\n\n\
+         Policy tests: `[[tools.NAME.examples]]` (`args`, optional `argv`) must be accepted, resolving to exactly `argv` \
+         (argv[0] is command[0] as written); `[[tools.NAME.refuse]]` (`args`, `code`) must be refused with that \
+         validation code. Every load runs them (a failing one is an error at its position); `cordon policy test PATH` \
+         runs them offline and prints each outcome.\n\n\
          Unavailable (listed with the reason, never run): `command[0]` not found, a missing `working_dir` or granted path, \
          `run_as` without root or with an unknown account, a kernel without landlock, below `min_landlock_abi`, or network \
          rules below landlock ABI 4.\n\n",

@@ -4,7 +4,7 @@
 use cordon_proto::v1;
 
 use crate::confirm::{PendingInfo, Ticket};
-use crate::invoke::RunningInfo;
+use crate::invoke::{DryRun, RunningInfo};
 use cordon_core::policy::{
     Availability, Confirm, Danger, Diagnostic, Network, Output, Param, ParamKind, Principal, Severity, Tool,
 };
@@ -219,5 +219,52 @@ pub(crate) fn running(r: &RunningInfo) -> v1::RunningInvocation {
         caller_uid: r.caller.uid,
         caller_pid: r.caller.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
         elapsed_ms: u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// A dry run's answer. Agent callers get no grants, and the values of the policy's `env` as
+/// `<redacted>` (they may hold secrets; GetTool shows them only their keys, and to admins only).
+pub fn dry_run(d: &DryRun, host: &cordon_sandbox::HostSandbox, admin: bool) -> v1::DryRunResponse {
+    let t = &d.tool;
+    let env = d
+        .plan
+        .env
+        .iter()
+        .map(|(name, value)| {
+            // A value the policy set (not overridden by a param through args_env_prefix).
+            let from_policy = t.env.get(name).is_some_and(|v| v == value);
+            let exported_secret = t.args_env_prefix.as_ref().is_some_and(|prefix| {
+                t.params.iter().any(|p| p.secret && *name == format!("{prefix}{}", p.name.to_ascii_uppercase()))
+            });
+            let hidden = exported_secret || (from_policy && !admin);
+            v1::EnvVar {
+                name: name.clone(),
+                value: if hidden { cordon_core::argv::REDACTED.to_string() } else { value.clone() },
+            }
+        })
+        .collect();
+    v1::DryRunResponse {
+        tool: t.name.clone(),
+        generation: d.generation,
+        argv: d.plan.display_argv.clone(),
+        executable: d.plan.executable.display().to_string(),
+        working_dir: d.plan.cwd.display().to_string(),
+        env,
+        sandbox: Some(v1::SandboxFacts {
+            landlock_abi: host.landlock_abi,
+            seccomp: host.seccomp,
+            cgroup: host.cgroups.available(),
+            uid: d.identity.uid,
+            gid: d.identity.gid,
+        }),
+        identity_source: d.identity.source.to_string(),
+        timeout_ms: u64::try_from(t.timeout.as_millis()).unwrap_or(u64::MAX),
+        max_output_bytes: t.max_output,
+        confirm: match t.confirm {
+            Confirm::None => v1::Confirm::None,
+            Confirm::Agent => v1::Confirm::Agent,
+            Confirm::Human => v1::Confirm::Human,
+        } as i32,
+        grants: admin.then(|| grants(t)),
     }
 }

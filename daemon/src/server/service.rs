@@ -154,23 +154,27 @@ impl CordonService {
 
     /// Agent callers may only use tools whose `allow` admits them. An unknown tool is answered
     /// here (audited as `invalid`), so that "did you mean" names only tools this caller may see.
-    fn require_tool(&self, caller: &Caller, name: &str) -> Result<(), Status> {
+    /// `operation` is "invoke" or "dry_run" (whose records say `"dry_run": true`).
+    fn require_tool(&self, caller: &Caller, name: &str, operation: &str) -> Result<(), Status> {
         let role = self.role(caller);
         match self.daemon.registry.current().get(name) {
-            Some(tool) if tool.disabled => Err(self.unknown_invoked(caller, name)),
-            None => Err(self.unknown_invoked(caller, name)),
+            Some(tool) if tool.disabled => Err(self.unknown_invoked(caller, name, operation)),
+            None => Err(self.unknown_invoked(caller, name, operation)),
             Some(tool) if !self.daemon.authz.may_use(caller, role, tool) => {
-                Err(self.not_admitted(caller, name, "invoke"))
+                Err(self.not_admitted(caller, name, operation))
             }
             Some(_) => Ok(()),
         }
     }
 
-    fn unknown_invoked(&self, caller: &Caller, name: &str) -> Status {
+    fn unknown_invoked(&self, caller: &Caller, name: &str, operation: &str) -> Status {
         let status = self.unknown(caller, name);
-        self.audit(
-            Record::new(Decision::Invalid).tool(name).caller(caller).error(ErrorCode::UnknownTool, status.message()),
-        );
+        let mut record =
+            Record::new(Decision::Invalid).tool(name).caller(caller).error(ErrorCode::UnknownTool, status.message());
+        if operation == "dry_run" {
+            record = record.with("dry_run", true);
+        }
+        self.audit(record);
         status
     }
 
@@ -305,7 +309,7 @@ impl v1::cordon_server::Cordon for CordonService {
     async fn invoke(&self, request: Request<v1::InvokeRequest>) -> Result<Response<InvokeStream>, Status> {
         let caller = self.caller(&request, "invoke")?;
         let req = request.into_inner();
-        self.require_tool(&caller, &req.tool)?;
+        self.require_tool(&caller, &req.tool, "invoke")?;
         let invoker = &self.daemon.invoker;
         match invoker.prepare(caller, &req.tool, &req.arguments_json).await.map_err(|e| status::invoke(&e))? {
             Admission::Ready(prepared) => {
@@ -319,6 +323,16 @@ impl v1::cordon_server::Cordon for CordonService {
                 Ok(Response::new(Box::pin(tokio_stream::iter([Ok(event)]))))
             }
         }
+    }
+
+    async fn dry_run(&self, request: Request<v1::DryRunRequest>) -> Result<Response<v1::DryRunResponse>, Status> {
+        let caller = self.caller(&request, "dry_run")?;
+        let req = request.into_inner();
+        self.require_tool(&caller, &req.tool, "dry_run")?;
+        let invoker = &self.daemon.invoker;
+        let dry = invoker.dry_run(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))?;
+        let admin = self.role(&caller) == Role::Admin;
+        Ok(Response::new(convert::dry_run(&dry, invoker.host(), admin)))
     }
 
     type ConfirmStream = InvokeStream;

@@ -19,6 +19,7 @@ mod init;
 mod mcp;
 mod mcp_messages;
 mod mcp_protocol;
+mod policy_tests;
 mod readme;
 mod registry;
 mod reliability_audit;

@@ -10,6 +10,37 @@ use super::{Parser, Value};
 use crate::policy::keys::{KeyDoc, key};
 use crate::policy::model::{Allow, Network, Principal, RunAs};
 
+/// Directories a `write` grant of the whole of is a warning: they hold what every program and
+/// account relies on.
+const SYSTEM_DIRS: &[&str] = &[
+    "/dev",
+    "/etc",
+    "/boot",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/var",
+    "/root",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/usr/local",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+    "/usr/local/lib",
+    "/usr/share",
+    "/var/lib",
+    "/var/log",
+    "/var/spool",
+    "/run",
+];
+
 impl Parser<'_> {
     pub(super) fn path_list(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<PathBuf>> {
         let items = self.array(v, what, "an array of absolute paths")?;
@@ -34,12 +65,10 @@ impl Parser<'_> {
             self.sink.error(span, format!("{what} {:?} is in {k}, the kernel's own tree; a tool may not write or execute there (it could leave its cgroup or change kernel settings): remove it", path.display().to_string()));
         } else if path == Path::new("/") {
             self.sink.error(span, format!("{what} \"/\" contains /proc and /sys (a tool could leave its cgroup or change kernel settings); grant the directories the tool needs"));
-        } else if what == "write"
-            && ["/dev", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/var", "/root"]
-                .iter()
-                .any(|d| path == Path::new(d))
-        {
+        } else if what == "write" && SYSTEM_DIRS.iter().any(|d| path == Path::new(d)) {
             self.sink.warning(span, format!("write {:?} lets the tool change the whole system directory (for a tool run as root: devices, accounts, programs every tool runs); grant the subdirectory the tool needs", path.display().to_string()));
+        } else if what == "write" && ["/etc", "/boot"].iter().any(|d| path.starts_with(d)) {
+            self.sink.warning(span, format!("write {:?} lets the tool change the system's configuration or boot files (accounts, sudoers, services, cordon's own policies: root on the host for a tool run as root); keep system configuration out of tools' write grants, or write a copy elsewhere that an admin installs", path.display().to_string()));
         }
     }
 

@@ -13,6 +13,9 @@
 //! - `grants`: `read`/`write`/`exec` paths, `network`, `unix_sockets`, `allow`, `run_as`.
 //! - `limits`: `timeout`, `max_output` and the `limits` table.
 //! - `env`: the `env` table and `args_env_prefix`.
+//! - `examples`: `[[tools.NAME.examples]]` and `[[tools.NAME.refuse]]`, run once the tool is built.
+//! - `lint`: warnings about foot-guns in one built tool (interpreters fed a placeholder, options
+//!   a value can smuggle, program-choosing placeholders, risky grants).
 //!
 //! Diagnostics are sorted by position at the end (a stable sort), so the order of the checks
 //! only matters among problems reported at one position.
@@ -20,8 +23,10 @@
 mod command;
 mod common;
 mod env;
+mod examples;
 mod grants;
 mod limits;
+mod lint;
 mod param;
 mod tool;
 mod value;
@@ -51,7 +56,19 @@ pub(super) struct Parsed {
 /// Parses one file. `seen` holds tools already loaded from earlier files, for duplicate checks;
 /// `intern` the load's compiled patterns and schemas, shared between its tools.
 pub(super) fn parse_file(file: &Path, text: &str, seen: &BTreeMap<String, Source>, intern: &mut Interner) -> Parsed {
-    let mut p = Parser { sink: Sink::new(file, text), file, intern };
+    parse_file_with(file, text, seen, intern, true)
+}
+
+/// [`parse_file`]; with `run_examples` false, the tools' examples are read but not run (for
+/// `cordon policy test`, which runs them itself and reports each outcome).
+pub(super) fn parse_file_with(
+    file: &Path,
+    text: &str,
+    seen: &BTreeMap<String, Source>,
+    intern: &mut Interner,
+    run_examples: bool,
+) -> Parsed {
+    let mut p = Parser { sink: Sink::new(file, text), file, intern, run_examples };
     let (doc, errors) = DeTable::parse_recoverable(text);
     if !errors.is_empty() {
         for e in errors {
@@ -72,6 +89,8 @@ struct Parser<'a> {
     sink: Sink<'a>,
     file: &'a Path,
     intern: &'a mut Interner,
+    /// Run each tool's examples (an error for each that fails).
+    run_examples: bool,
 }
 
 impl Parser<'_> {

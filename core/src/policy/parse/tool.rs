@@ -65,6 +65,8 @@ impl Parser<'_> {
                 None
             }
         };
+        let examples = self.examples(table, &name);
+        let accepted = self.accepted_lints(table);
         let merged = own.over(defaults);
         self.check_exported_params(&merged.args_env_prefix, &params, &merged.env);
         if let Some((_, args)) = &command {
@@ -78,6 +80,11 @@ impl Parser<'_> {
         let source = Source { file: self.file.to_path_buf(), line: self.sink.line_of(&name_span) };
         let mut tool = assemble(name, source, about, params, program, args, merged)?;
         tool.input_schema = self.intern.json(&schema::input_schema(&tool));
+        tool.examples = examples;
+        self.lint(&tool, table, &name_span, &accepted);
+        if self.run_examples {
+            self.check_examples(&tool);
+        }
         Some(tool)
     }
 
@@ -283,5 +290,6 @@ fn assemble(
         allow: merged.allow,
         availability: Availability::Unavailable { reason: "not probed yet".into() },
         input_schema: JsonText::of(&serde_json::Value::Null),
+        examples: Vec::new(),
     })
 }

@@ -1,0 +1,63 @@
+//! `cordon run TOOL --dry-run`: cordond validates and resolves the call exactly as a real one
+//! (same refusals, same error codes) and says what would run (argv, environment, working
+//! directory, identity, sandbox, limits); nothing runs. cordond audits it as `dry_run`.
+
+use std::path::Path;
+
+use crate::admin::{needs_param_type, print_grants, typed_arguments};
+use crate::error::{CliError, exit};
+use crate::grpc::{Client, ToolInfo};
+use crate::term::outln;
+
+pub async fn dry_run(
+    socket: &Path,
+    tool: &str,
+    args: &[String],
+    args_json: Option<String>,
+    as_json: bool,
+) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    // Typed as `run` types them, so the dry run checks the very arguments `run` would send.
+    let info = if args_json.is_none() && args.iter().any(|a| needs_param_type(a)) {
+        client.get_tool(tool).await?
+    } else {
+        ToolInfo::minimal(tool.to_string())
+    };
+    let arguments = match args_json {
+        Some(text) => text,
+        None => typed_arguments(&info, args)?.to_string(),
+    };
+    let d = client.dry_run(tool, arguments).await?;
+    if as_json {
+        let mut v = serde_json::to_value(&d).map_err(|e| CliError::Protocol(e.to_string()))?;
+        // The environment as an object, in order of the child's environment.
+        let env: serde_json::Map<String, serde_json::Value> =
+            d.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str()))).collect();
+        v["env"] = serde_json::Value::Object(env);
+        println!("{v}");
+        return Ok(exit::OK);
+    }
+    let field = |k: &str, v: String| outln!("  {k:<12} {v}");
+    outln!("dry run of {} (registry generation {}): nothing ran", d.tool, d.generation);
+    field("argv", serde_json::Value::from(d.argv.clone()).to_string());
+    field("executable", d.executable.clone());
+    field("working dir", d.working_dir.clone());
+    field("run as", format!("uid {} gid {} ({})", d.uid, d.gid, d.identity_source));
+    let cgroup = if d.cgroup { "own cgroup" } else { "no cgroup" };
+    let seccomp = if d.seccomp { "seccomp" } else { "no seccomp" };
+    field("sandbox", format!("landlock ABI {}, {seccomp}, {cgroup}", d.landlock_abi));
+    field("timeout", format!("{}s", d.timeout_ms as f64 / 1000.0));
+    field("max output", cordon_core::policy::units::format_size(d.max_output_bytes) + " per stream");
+    if d.confirm != "none" {
+        field("confirm", format!("{}: a real call needs this confirmation first", d.confirm));
+    }
+    outln!("  environment");
+    for (k, v) in &d.env {
+        outln!("    {k}={v}");
+    }
+    match &d.grants {
+        Some(g) => print_grants(g),
+        None => outln!("  (grants, limits and callers are shown to admins only)"),
+    }
+    Ok(exit::OK)
+}

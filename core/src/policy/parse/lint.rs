@@ -1,0 +1,455 @@
+//! Foot-gun lints of one built tool: warnings (the file still loads) that name the problem and
+//! the fix. `cordon policy check --deny-warnings` turns them into a failing exit status for CI.
+//!
+//! - an interpreter's code flag followed by a placeholder (`sh -c {{x}}`, `python3 -c`,
+//!   `node -e`, `perl -e`, ...): the value is code;
+//! - a placeholder that starts an argv element, is not behind `--` (a literal one or
+//!   `arg_separator`) and whose param admits a leading `-` (a string pattern that matches one of
+//!   [`DASH_PROBES`], or a number with a negative `min`): the value can be an option;
+//! - a placeholder that chooses the program a wrapper (`env`, `xargs`, `timeout`, `sudo`, ...) runs;
+//! - `write` and `exec` of one tree: the tool can write a program and run it;
+//! - `unix_sockets` on a tool run as root, or naming a container engine's socket;
+//! - a `danger = "high"` tool without `confirm` that `allow` opens to every user (a group every
+//!   account is in).
+//!
+//! Writes to `/` and system directories are checked where paths are read (`grants`); a path
+//! beneath another tool's write root is checked across all files once the load has every tool
+//! (`probe::exposure_warnings`).
+
+use std::ops::Range;
+use std::path::Path;
+
+use toml::de::{DeTable, DeValue};
+
+use super::Parser;
+use crate::policy::model::{Confirm, Danger, ParamKind, Principal, Segment, Tool};
+
+/// Strings a pattern is tried on to decide whether it admits a leading `-`. Conservative, not a
+/// proof: a pattern that admits only other dash-led strings (say `-Z9` alone) is not caught.
+const DASH_PROBES: &[&str] =
+    &["-", "--", "-x", "-rf", "-e", "-c", "-n", "-1", "-o", "-x1", "--x", "--help", "--output=x", "-a", "-R"];
+
+/// Programs that run code given on their command line, and the flags that take it.
+const INTERPRETERS: &[(&[&str], &[&str])] = &[
+    (&["sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "busybox"], &["-c"]),
+    (&["python", "python2", "python3", "pypy", "pypy3"], &["-c"]),
+    (&["node", "nodejs", "bun"], &["-e", "--eval", "-p", "--print"]),
+    (&["deno"], &["eval"]),
+    (&["perl"], &["-e", "-E"]),
+    (&["ruby", "irb"], &["-e"]),
+    (&["php"], &["-r"]),
+    (&["lua", "luajit"], &["-e"]),
+    (&["Rscript"], &["-e"]),
+    (&["osascript"], &["-e"]),
+    // GNU sed's `e` command runs a shell command.
+    (&["sed", "gsed"], &["-e", "--expression"]),
+    (&["awk", "gawk", "mawk", "nawk"], &[]),
+];
+
+/// Programs that run another program named in their arguments.
+const WRAPPERS: &[&str] = &[
+    "env",
+    "xargs",
+    "nice",
+    "ionice",
+    "timeout",
+    "sudo",
+    "doas",
+    "nohup",
+    "stdbuf",
+    "exec",
+    "setsid",
+    "chroot",
+    "flock",
+    "time",
+    "strace",
+    "ltrace",
+    "taskset",
+    "unshare",
+    "nsenter",
+    "runuser",
+    "su",
+    "chrt",
+    "setpriv",
+    "systemd-run",
+    "firejail",
+    "watch",
+    "command",
+    "builtin",
+    "eatmydata",
+    "fakeroot",
+    "proot",
+];
+
+/// Sockets whose owner is root on the host: whoever talks to them can start a privileged
+/// container with the host's root mounted.
+const ENGINE_SOCKETS: &[&str] = &["docker.sock", "podman.sock", "containerd.sock", "crio.sock", "cri-dockerd.sock"];
+
+/// Groups every account is in on common systems, so `allow` with them admits every user (and
+/// `cordon`, cordond's default socket group: every caller that can connect is in it).
+const EVERYONE_GROUPS: &[&str] = &["users", "everyone", "staff", "domain users", "cordon"];
+
+/// The lints' names, for `accept_warnings`.
+pub(super) const LINTS: &[&str] = &[
+    "interpreter-code",
+    "leading-dash",
+    "program-choice",
+    "write-exec",
+    "root-socket",
+    "engine-socket",
+    "open-high-danger",
+];
+
+impl Parser<'_> {
+    /// `accept_warnings = ["write-exec", ...]`: lints an admin reviewed and accepts for this tool.
+    pub(super) fn accepted_lints(&mut self, table: &DeTable<'_>) -> Vec<String> {
+        let Some(v) = table.get("accept_warnings") else { return Vec::new() };
+        let Some(items) = self.array(v, "accept_warnings", "an array of lint names") else { return Vec::new() };
+        let mut out = Vec::new();
+        for item in items {
+            let Some(name) = self.string(item, "accept_warnings") else { continue };
+            if LINTS.contains(&name.as_str()) {
+                out.push(name);
+            } else {
+                self.sink.error(
+                    item.span(),
+                    format!(
+                        "unknown lint {name:?} in accept_warnings{}; the lints are {}",
+                        crate::policy::diag::did_you_mean(&name, LINTS.iter().copied()),
+                        LINTS.join(", ")
+                    ),
+                );
+            }
+        }
+        out
+    }
+
+    /// Warns about the foot-guns of `tool` (see the module documentation), except the lints
+    /// named in `accepted`.
+    pub(super) fn lint(&mut self, tool: &Tool, table: &DeTable<'_>, name_span: &Range<usize>, accepted: &[String]) {
+        let mut found: Vec<(Range<usize>, &str, String)> = Vec::new();
+        self.collect_lints(tool, table, name_span, &mut found);
+        for (span, lint, message) in found {
+            if !accepted.iter().any(|a| a == lint) {
+                self.sink.warning(
+                    span,
+                    format!("{message} [{lint}: if reviewed and intended, accept_warnings = [\"{lint}\"] silences it]"),
+                );
+            }
+        }
+    }
+
+    fn collect_lints(
+        &mut self,
+        tool: &Tool,
+        table: &DeTable<'_>,
+        name_span: &Range<usize>,
+        found: &mut Vec<(Range<usize>, &'static str, String)>,
+    ) {
+        let spans = command_spans(table);
+        let at = |i: usize| spans.get(i).cloned().unwrap_or_else(|| name_span.clone());
+        // The template as one list: index 0 is the program.
+        let program = base_name(&tool.program);
+        let start = skip_wrappers(tool, program);
+        for (i, message) in interpreter_code(tool, start) {
+            found.push((at(i), "interpreter-code", message));
+        }
+        for (i, message) in leading_dash(tool) {
+            found.push((at(i), "leading-dash", message));
+        }
+        for (i, message) in program_choosing(tool) {
+            found.push((at(i), "program-choice", message));
+        }
+        let key_span = |k: &str| table.get(k).map_or_else(|| name_span.clone(), |v| v.span());
+        for message in write_exec_overlap(tool) {
+            found.push((key_span("exec"), "write-exec", message));
+        }
+        for (lint, message) in socket_warnings(tool) {
+            found.push((key_span("unix_sockets"), lint, message));
+        }
+        if let Some(message) = open_high_danger(tool) {
+            found.push((key_span("allow"), "open-high-danger", message));
+        }
+    }
+}
+
+/// Elements (template index, program = 0) that are code for an interpreter and hold a
+/// placeholder. `start` is the index of the program after any wrappers.
+fn interpreter_code(tool: &Tool, start: usize) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let Some(program) = element_text(tool, start) else { return out };
+    let program = base_name(&program).to_string();
+    let Some(kind) = INTERPRETERS.iter().position(|(names, _)| names.iter().any(|n| is_named(&program, n))) else {
+        return out;
+    };
+    let flags = INTERPRETERS[kind].1;
+    // Shells take the code flag in a group too: `sh -ec '...'`.
+    let is_shell = kind == 0;
+    let mut i = start + 1;
+    let mut awk_program_seen = false;
+    while let Some(el) = tool.args.get(i - 1) {
+        let text = el.to_string();
+        let code_flag = flags.contains(&text.as_str())
+            || (is_shell
+                && !el.has_placeholder()
+                && text.starts_with('-')
+                && !text.starts_with("--")
+                && text[1..].contains('c'));
+        if flags.is_empty() && !awk_program_seen && !text.starts_with('-') {
+            // awk: the first operand is the program.
+            awk_program_seen = true;
+            if el.has_placeholder() {
+                out.push((i, code_message(tool, &program, None, el)));
+            }
+        } else if code_flag && let Some(next) = tool.args.get(i) {
+            if next.has_placeholder() {
+                out.push((i + 1, code_message(tool, &program, Some(&text), next)));
+            }
+            i += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+fn code_message(tool: &Tool, program: &str, flag: Option<&str>, el: &crate::policy::model::ArgTemplate) -> String {
+    let names: Vec<String> = el.placeholders().map(|p| format!("{{{{{p}}}}}")).collect();
+    let runs = match flag {
+        Some(f) => format!("`{program} {f}`"),
+        None => format!("`{program}`"),
+    };
+    format!(
+        "tool {:?}: {} is substituted into the code {runs} runs, so a value can run any command; pass the value as \
+         a separate argument the code reads (e.g. command = [\"sh\", \"-c\", \"grep -- \\\"$1\\\" file\", \"sh\", \
+         \"{{{{x}}}}\"], or sys.argv / process.argv / @ARGV) or run the program without an interpreter",
+        tool.name,
+        names.join(", ")
+    )
+}
+
+/// Byte spans of `command`'s elements, if it is an array.
+fn command_spans(table: &DeTable<'_>) -> Vec<Range<usize>> {
+    match table.get("command").map(|v| v.get_ref()) {
+        Some(DeValue::Array(items)) => items.iter().map(|i| i.span()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The text of template element `i` (0: the program) when it is a literal.
+fn element_text(tool: &Tool, i: usize) -> Option<String> {
+    if i == 0 {
+        return Some(tool.program.clone());
+    }
+    let el = tool.args.get(i - 1)?;
+    (!el.has_placeholder()).then(|| el.to_string())
+}
+
+fn base_name(program: &str) -> &str {
+    program.rsplit('/').next().unwrap_or(program)
+}
+
+/// `python3.12` is `python3`, `perl5.36` is `perl`.
+fn is_named(program: &str, name: &str) -> bool {
+    program == name
+        || program
+            .strip_prefix(name)
+            .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+/// Whether a literal wrapper argument is one of its options or option values, not the program:
+/// `-n`, `--signal=KILL`, `VAR=value` (env), a number or duration (`nice -n 5`, `timeout 10s`).
+fn wrapper_operand(text: &str) -> bool {
+    text.starts_with('-') || text.contains('=') || text.chars().next().is_some_and(|c| c.is_ascii_digit())
+}
+
+/// Index of the program after any wrappers at the front (0 when command[0] is no wrapper).
+fn skip_wrappers(tool: &Tool, program: &str) -> usize {
+    if !WRAPPERS.contains(&program) {
+        return 0;
+    }
+    let mut i = 1;
+    while let Some(text) = element_text(tool, i) {
+        if wrapper_operand(&text) {
+            i += 1;
+            continue;
+        }
+        if WRAPPERS.contains(&base_name(&text)) {
+            i += 1;
+            continue;
+        }
+        return i;
+    }
+    // A placeholder (or the end): no literal program found.
+    i
+}
+
+/// Placeholders a wrapper may take as the program to run.
+fn program_choosing(tool: &Tool) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut wrapper = base_name(&tool.program).to_string();
+    if !WRAPPERS.contains(&wrapper.as_str()) {
+        return out;
+    }
+    for (k, el) in tool.args.iter().enumerate() {
+        let i = k + 1;
+        if el.has_placeholder() {
+            let names: Vec<String> = el.placeholders().map(|p| format!("{{{{{p}}}}}")).collect();
+            out.push((
+                i,
+                format!(
+                    "tool {:?}: {} follows `{wrapper}` where it may name the program `{wrapper}` runs (or its options), \
+                     so a value can run any program; name the program literally (command = [\"{wrapper}\", ..., \
+                     \"/usr/bin/prog\", \"{{{{x}}}}\"]) or use an enum param of the programs allowed",
+                    tool.name,
+                    names.join(", ")
+                ),
+            ));
+            return out;
+        }
+        let text = el.to_string();
+        if wrapper_operand(&text) {
+            continue;
+        }
+        if WRAPPERS.contains(&base_name(&text)) {
+            wrapper = base_name(&text).to_string();
+            continue;
+        }
+        return out;
+    }
+    out
+}
+
+/// Programs whose `-e PATTERN` / `--regexp PATTERN` takes the next argument as the pattern even
+/// when it starts with `-` (the documented way to search for one).
+const PATTERN_OPTION_PROGRAMS: &[&str] = &["grep", "egrep", "fgrep", "rg", "ag", "ack", "git"];
+
+/// Placeholders a value can turn into an option.
+fn leading_dash(tool: &Tool) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut separated = tool.arg_separator;
+    let searcher = PATTERN_OPTION_PROGRAMS.contains(&base_name(&tool.program));
+    for (k, el) in tool.args.iter().enumerate() {
+        if !el.has_placeholder() && el.to_string() == "--" {
+            separated = true;
+        }
+        if separated {
+            break;
+        }
+        let after_pattern_option = k > 0 && {
+            let prev = &tool.args[k - 1];
+            !prev.has_placeholder() && matches!(prev.to_string().as_str(), "-e" | "--regexp")
+        };
+        if searcher && after_pattern_option {
+            continue;
+        }
+        let Some(Segment::Param(name)) = el.segments.first() else { continue };
+        let Some(param) = tool.param(name) else { continue };
+        let why = match &param.kind {
+            ParamKind::String { pattern: Some(p), .. } => {
+                DASH_PROBES.iter().find(|s| p.is_match(s)).map(|s| format!("its pattern {:?} admits {s:?}", p.source()))
+            }
+            ParamKind::Integer { min: Some(m), .. } if *m < 0 => Some(format!("its min {m} admits negative numbers")),
+            ParamKind::Number { min: Some(m), .. } if *m < 0.0 => Some(format!("its min {m} admits negative numbers")),
+            _ => None,
+        };
+        if let Some(why) = why {
+            out.push((
+                k + 1,
+                format!(
+                    "tool {:?}: {{{{{name}}}}} can start with \"-\" ({why}) and is not behind `--`, so a value can be \
+                     read as an option; make the pattern refuse a leading dash (e.g. start it with [^-]), set \
+                     arg_separator = true or put \"--\" before it, or join it to its option (\"--flag={{{{{name}}}}}\")",
+                    tool.name
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// `write` and `exec` of one tree (either beneath the other), and `command[0]` beneath a write root.
+fn write_exec_overlap(tool: &Tool) -> Vec<String> {
+    let mut out = Vec::new();
+    let sb = &tool.sandbox;
+    for w in &sb.write {
+        for x in &sb.exec {
+            if x.starts_with(w) || w.starts_with(x) {
+                out.push(format!(
+                    "tool {:?}: write {} and exec {} are one tree, so the tool can write a program and then run \
+                     it; grant exec only to directories the tool cannot write",
+                    tool.name,
+                    w.display(),
+                    x.display()
+                ));
+            }
+        }
+        let program = Path::new(&tool.program);
+        if program.is_absolute() && program.starts_with(w) {
+            out.push(format!(
+                "tool {:?}: command[0] {} lies beneath its own write root {}, so the tool can replace the program \
+                 it runs; install the program outside the trees the tool may write",
+                tool.name,
+                program.display(),
+                w.display()
+            ));
+        }
+    }
+    out
+}
+
+fn socket_warnings(tool: &Tool) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let sockets = &tool.sandbox.unix_sockets;
+    if sockets.is_empty() {
+        return out;
+    }
+    let root = tool.sandbox.run_as.as_ref().is_some_and(|r| match &r.user {
+        Principal::Name(n) => n == "root",
+        Principal::Id(id) => *id == 0,
+    });
+    if root {
+        out.push((
+            "root-socket",
+            format!(
+                "tool {:?} runs as root and may connect to Unix sockets ({}): services behind them see a root peer and \
+             grant it everything; run the tool as a dedicated user (run_as = \"name\") the service admits",
+                tool.name,
+                list(sockets)
+            ),
+        ));
+    }
+    for s in sockets {
+        let name = s.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if ENGINE_SOCKETS.contains(&name.as_str()) {
+            out.push(("engine-socket", format!(
+                "tool {:?}: unix_sockets {} is a container engine's socket; whoever talks to it is root on the host \
+                 (it can start a privileged container with / mounted); remove it and give the tool a narrower \
+                 command (e.g. a fixed `docker ps` tool run by an account in the engine's group)",
+                tool.name,
+                s.display()
+            )));
+        }
+    }
+    out
+}
+
+fn open_high_danger(tool: &Tool) -> Option<String> {
+    if tool.danger != Danger::High || tool.confirm != Confirm::None {
+        return None;
+    }
+    let allow = tool.allow.as_ref()?;
+    let broad = allow.groups.iter().find(|g| match g {
+        Principal::Name(n) => EVERYONE_GROUPS.contains(&n.as_str()),
+        Principal::Id(id) => *id == 100,
+    })?;
+    Some(format!(
+        "tool {:?} has danger = \"high\" and no confirmation, and allow admits group {broad:?}, which every user is \
+         in: any agent can run it unchecked; set confirm = \"human\" (or \"agent\"), or allow named users or a \
+         smaller group",
+        tool.name
+    ))
+}
+
+fn list(paths: &[std::path::PathBuf]) -> String {
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}
