@@ -348,6 +348,8 @@ pub fn attack_tool(name: &str, attack: &Path, extra: &str) -> String {
 description = "sandbox attack"
 reason = "sandbox tests"
 command = [{attack}, "{{{{attack}}}}", "{{{{a}}}}", "{{{{b}}}}", "{{{{c}}}}"]
+# The attack binary takes any argument on purpose (its first names the attack).
+accept_warnings = ["leading-dash"]
 {extra}
 
 [tools.{name}.params.attack]
