@@ -80,6 +80,41 @@ fn interpreter_code_flag_followed_by_a_placeholder() {
     )));
 }
 
+/// The code flag bundled with other short flags (`python3 -Ic`, `perl -le`), the code attached
+/// to its flag (`python3 -c{{x}}`, `node --eval={{x}}`), and a shell's `-c` followed by more
+/// options or `--` before its code operand (`sh -c -- {{x}}`, `bash -c -e {{x}}`).
+#[test]
+fn interpreter_code_bundled_attached_or_after_more_options() {
+    for command in [
+        r#"["python3", "-Ic", "{{x}}"]"#,
+        r#"["python3", "-I", "-c", "{{x}}"]"#,
+        r#"["python3", "-c{{x}}"]"#,
+        r#"["perl", "-le", "{{x}}"]"#,
+        r#"["perl", "-Mstrict", "-e", "{{x}}"]"#,
+        r#"["perl", "-e{{x}}"]"#,
+        r#"["ruby", "-ne", "{{x}}"]"#,
+        r#"["node", "--eval={{x}}"]"#,
+        r#"["node", "-pe", "{{x}}"]"#,
+        r#"["node", "--print={{x}}"]"#,
+        r#"["sh", "-c", "--", "{{x}}"]"#,
+        r#"["bash", "-c", "-e", "{{x}}"]"#,
+        r#"["bash", "-lc", "{{x}}"]"#,
+        r#"["sh", "-xc", "{{x}}"]"#,
+        r#"["env", "sh", "-c", "{{x}}"]"#,
+        r#"["busybox", "sh", "-c", "{{x}}"]"#,
+        r#"["sed", "--expression={{x}}"]"#,
+        r#"["php", "-r{{x}}"]"#,
+    ] {
+        let w = warnings(&tool(command, "", &[("x", SAFE_STR)]));
+        assert!(w.iter().any(|m| m.contains("[interpreter-code:")), "{command}: {w:#?}");
+    }
+    // Not code: an argument of the script after the code, and flags without code.
+    assert_clean(&warnings(&tool(r#"["python3", "-I", "script.py", "{{x}}"]"#, "", &[("x", SAFE_STR)])));
+    assert_clean(&warnings(&tool(r#"["python3", "-c", "print(1)", "{{x}}"]"#, "", &[("x", SAFE_STR)])));
+    assert_clean(&warnings(&tool(r#"["sh", "-c", "echo \"$1\"", "sh", "{{x}}"]"#, "", &[("x", SAFE_STR)])));
+    assert_clean(&warnings(&tool(r#"["perl", "-w", "script.pl", "{{x}}"]"#, "", &[("x", SAFE_STR)])));
+}
+
 #[test]
 fn leading_dash_not_behind_a_separator() {
     let w = warnings(&tool(r#"["rm", "-rf", "{{p}}"]"#, "", &[("p", STR)]));

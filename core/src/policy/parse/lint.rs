@@ -173,8 +173,18 @@ impl Parser<'_> {
     }
 }
 
+/// Short options that take the rest of their bundle (or the next element) as their own value, so
+/// a code letter after them in the bundle is part of that value (`perl -Mre`, `python3 -Wd`).
+const VALUE_LETTERS: &[(&str, &str)] =
+    &[("python", "WXm"), ("perl", "MmIiCdDx0"), ("ruby", "IrEKTWxC0"), ("node", "r")];
+
 /// Elements (template index, program = 0) that are code for an interpreter and hold a
 /// placeholder. `start` is the index of the program after any wrappers.
+///
+/// A code flag counts bundled with other short flags (`python3 -Ic`, `perl -le`), with its code
+/// attached (`python3 -c{{x}}`, `node --eval={{x}}`: that element is the code), and, for a
+/// shell, `-c` makes the first operand after the options (and after a `--`) the code
+/// (`sh -c -e -- {{x}}`).
 fn interpreter_code(tool: &Tool, start: usize) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let Some(program) = element_text(tool, start) else { return out };
@@ -182,34 +192,108 @@ fn interpreter_code(tool: &Tool, start: usize) -> Vec<(usize, String)> {
     let Some(kind) = INTERPRETERS.iter().position(|(names, _)| names.iter().any(|n| is_named(&program, n))) else {
         return out;
     };
-    let flags = INTERPRETERS[kind].1;
-    // Shells take the code flag in a group too: `sh -ec '...'`.
+    let (names, flags) = INTERPRETERS[kind];
+    let family = names[0];
+    // Shells take the code flag in a group too (`sh -ec '...'`), and the code as an operand.
     let is_shell = kind == 0;
-    let mut i = start + 1;
+    let short: String =
+        flags.iter().filter_map(|f| f.strip_prefix('-').filter(|l| l.len() == 1 && !l.starts_with('-'))).collect();
+    let long: Vec<&str> = flags.iter().copied().filter(|f| f.starts_with("--")).collect();
+    let value_letters = VALUE_LETTERS.iter().find(|(n, _)| *n == family).map_or("", |(_, l)| *l);
+    let mut shell_code_pending = false;
     let mut awk_program_seen = false;
+    let mut i = start + 1;
     while let Some(el) = tool.args.get(i - 1) {
         let text = el.to_string();
-        let code_flag = flags.contains(&text.as_str())
-            || (is_shell
-                && !el.has_placeholder()
-                && text.starts_with('-')
-                && !text.starts_with("--")
-                && text[1..].contains('c'));
-        if flags.is_empty() && !awk_program_seen && !text.starts_with('-') {
-            // awk: the first operand is the program.
-            awk_program_seen = true;
-            if el.has_placeholder() {
-                out.push((i, code_message(tool, &program, None, el)));
+        let literal = !el.has_placeholder();
+        if shell_code_pending {
+            if literal && text == "--" {
+                i += 1;
+                continue;
             }
-        } else if code_flag && let Some(next) = tool.args.get(i) {
-            if next.has_placeholder() {
-                out.push((i + 1, code_message(tool, &program, Some(&text), next)));
+            if literal && text.starts_with('-') {
+                // `-o NAME` / `-O NAME` take the next element.
+                if !text.starts_with("--") && text.ends_with(['o', 'O']) {
+                    i += 1;
+                }
+                i += 1;
+                continue;
+            }
+            // The first operand is the code.
+            if !literal {
+                out.push((i, code_message(tool, &program, Some("-c"), el)));
+            }
+            shell_code_pending = false;
+            i += 1;
+            continue;
+        }
+        if flags.is_empty() {
+            // awk: the first operand is the program.
+            if !awk_program_seen && !text.starts_with('-') {
+                awk_program_seen = true;
+                if !literal {
+                    out.push((i, code_message(tool, &program, None, el)));
+                }
             }
             i += 1;
+            continue;
+        }
+        // The code is the next element (`Some(flag)`), or this one (attached).
+        let mut next_is_code: Option<String> = None;
+        if flags.contains(&text.as_str()) && literal {
+            next_is_code = Some(text.clone());
+        } else if let Some((name, _)) = text.split_once('=').filter(|(n, _)| long.contains(n)) {
+            if !literal {
+                out.push((i, code_message(tool, &program, Some(name), el)));
+            }
+        } else if let Some(bundle) = head(el).strip_prefix('-').filter(|b| !b.starts_with('-') && !b.is_empty()) {
+            if is_shell {
+                if literal && bundle.contains('c') {
+                    shell_code_pending = true;
+                }
+            } else {
+                for (at, letter) in bundle.char_indices() {
+                    if value_letters.contains(letter) {
+                        break;
+                    }
+                    if short.contains(letter) {
+                        let flag = format!("-{letter}");
+                        // `1 +`: the dash.
+                        if 1 + at + letter.len_utf8() == text.len() {
+                            next_is_code = Some(flag);
+                            break;
+                        } else if !literal {
+                            // The rest of the element is the code.
+                            out.push((i, code_message(tool, &program, Some(&flag), el)));
+                            break;
+                        }
+                        // Literal code attached (`-cprint(1)`), or a bundle whose code flag
+                        // comes later (node's `-pe`): read on.
+                    }
+                }
+            }
+        }
+        if let Some(flag) = next_is_code {
+            if is_shell {
+                shell_code_pending = true;
+            } else {
+                if let Some(next) = tool.args.get(i).filter(|n| n.has_placeholder()) {
+                    out.push((i + 1, code_message(tool, &program, Some(&flag), next)));
+                }
+                i += 1;
+            }
         }
         i += 1;
     }
     out
+}
+
+/// The literal text an element starts with (empty when it starts with a placeholder).
+fn head(el: &crate::policy::model::ArgTemplate) -> &str {
+    match el.segments.first() {
+        Some(Segment::Literal(text)) => text,
+        _ => "",
+    }
 }
 
 fn code_message(tool: &Tool, program: &str, flag: Option<&str>, el: &crate::policy::model::ArgTemplate) -> String {
