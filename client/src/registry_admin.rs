@@ -130,12 +130,19 @@ pub async fn remove(socket: &Path, name: &str, policies: Option<&Path>, as_json:
     let (path, text) = match owners.as_slice() {
         [] => {
             let all: BTreeSet<String> = files.iter().flat_map(|(_, t)| tool_names(t)).collect();
+            // `build` for `proj__build`: a file's namespace is part of its tools' names.
+            let suffix = format!("{}{name}", policy::NAMESPACE_SEPARATOR);
+            let namespaced: Vec<&str> = all.iter().map(String::as_str).filter(|n| n.ends_with(&suffix)).collect();
+            let hint = if namespaced.is_empty() {
+                policy::diag::did_you_mean(name, all.iter().map(String::as_str))
+            } else {
+                format!(" (a namespaced file names it {})", namespaced.join(" or "))
+            };
             return Err(CliError::Refused {
                 code: ErrorCode::UnknownTool,
                 message: format!(
-                    "no tool {name:?} in {}{}; `cordon tools --all` lists the tools",
+                    "no tool {name:?} in {}{hint}; `cordon tools --all` lists the tools",
                     target.dir.display(),
-                    policy::diag::did_you_mean(name, all.iter().map(String::as_str))
                 ),
             });
         }
@@ -355,18 +362,28 @@ fn read_dir(target: &Target, as_json: bool) -> Result<Vec<(PathBuf, String)>, Cl
     Ok(read.files)
 }
 
+/// `"NS__"` for a file with `namespace = "NS"`, else empty.
+fn namespace_prefix(doc: &toml::Table) -> String {
+    match doc.get("namespace") {
+        Some(toml::Value::String(ns)) => format!("{ns}{}", policy::NAMESPACE_SEPARATOR),
+        _ => String::new(),
+    }
+}
+
 /// The files (path, text) that define a tool named `name`.
 fn owners(files: &[(PathBuf, String)], name: &str) -> Vec<(PathBuf, String)> {
     files.iter().filter(|(_, text)| tool_names(text).iter().any(|n| n == name)).cloned().collect()
 }
 
-/// The names under `[tools]` of a policy text (none when it is not TOML).
+/// The names of the tools a policy text defines (none when it is not TOML): the keys under
+/// `[tools]`, prefixed with the file's `namespace` as cordond names them (`proj__build`).
 fn tool_names(text: &str) -> Vec<String> {
     let Ok(doc) = text.parse::<toml::Table>() else {
         return Vec::new();
     };
+    let prefix = namespace_prefix(&doc);
     match doc.get("tools") {
-        Some(toml::Value::Table(tools)) => tools.keys().cloned().collect(),
+        Some(toml::Value::Table(tools)) => tools.keys().map(|k| format!("{prefix}{k}")).collect(),
         _ => Vec::new(),
     }
 }
@@ -560,6 +577,7 @@ pub async fn check_tool(socket: &Path, paths: &[PathBuf], name: &str, as_json: b
 /// `[tools.NAME.params.P]`, ...), or None at the file's top level and in `[defaults]`, which
 /// apply to every tool of the file.
 fn line_owners(text: &str) -> Vec<Option<String>> {
+    let prefix = text.parse::<toml::Table>().map(|doc| namespace_prefix(&doc)).unwrap_or_default();
     let mut owner: Option<String> = None;
     text.lines()
         .map(|l| {
@@ -569,10 +587,11 @@ fn line_owners(text: &str) -> Vec<Option<String>> {
                 let header = inner.split(']').next().unwrap_or("").trim();
                 owner = header.strip_prefix("tools.").map(|rest| {
                     let rest = rest.trim_start();
-                    match rest.strip_prefix('"') {
-                        Some(quoted) => quoted.split('"').next().unwrap_or("").to_string(),
-                        None => rest.split('.').next().unwrap_or("").trim().to_string(),
-                    }
+                    let key = match rest.strip_prefix('"') {
+                        Some(quoted) => quoted.split('"').next().unwrap_or(""),
+                        None => rest.split('.').next().unwrap_or("").trim(),
+                    };
+                    format!("{prefix}{key}")
                 });
                 if header != "defaults" && owner.is_none() {
                     owner = Some(String::new());

@@ -227,3 +227,30 @@ fn policy_check_reports_one_tool() {
     out.assert_code(65);
     assert!(out.stderr.contains("`reason` is still a placeholder"), "{out:?}");
 }
+
+/// A file's `namespace` is part of its tools' names: `tool remove build` does not remove the
+/// file of `proj__build`, `tool remove proj__build` does, and `tool add --replace` replaces a
+/// namespaced tool in its own file.
+#[test]
+fn namespaced_tools_are_found_by_their_full_name() {
+    require_root!("the policy directory is root's");
+    let ns = format!("version = 1\nnamespace = \"proj\"\n{}", &tool_file("build", "ns-build")["version = 1\n".len()..]);
+    let d = Daemon::start(&[("base.toml", BASE), ("proj.toml", &ns)]);
+    let snap = snapshot(&d.policies);
+    // `build` is not a tool: only `proj__build` is.
+    let out = d.cordon(&["tool", "remove", "build"]);
+    assert_eq!(out.code, Some(66), "{out:?}");
+    assert!(out.stderr.contains("proj__build"), "the close name is the namespaced one: {out:?}");
+    assert_eq!(snapshot(&d.policies), snap, "nothing was removed");
+    // --replace finds the namespaced tool's own file.
+    let work = tempfile::tempdir().unwrap();
+    let snippet = work.path().join("proj.toml");
+    std::fs::write(&snippet, ns.replace("ns-build", "ns-replaced")).unwrap();
+    let out = d.cordon(&["tool", "add", "--replace", "--file", snippet.to_str().unwrap()]);
+    out.assert_code(0);
+    assert!(std::fs::read_to_string(d.policies.join("proj.toml")).unwrap().contains("ns-replaced"));
+    assert_eq!(snapshot(&d.policies).len(), 2, "{:?}", snapshot(&d.policies).keys());
+    let out = d.cordon(&["tool", "remove", "proj__build"]);
+    out.assert_code(0);
+    assert!(!d.policies.join("proj.toml").exists());
+}
