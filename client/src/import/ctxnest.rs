@@ -243,6 +243,13 @@ fn command(t: &Map<String, Value>, cwd: &Path, ctx: &str, report: &mut Report, t
             .error(format!("{ctx}.command[0] {:?} must be literal: the executable cannot come from a param", words[0]));
         return;
     }
+    if Path::new(words[0]).components().any(|c| c == Component::ParentDir) {
+        report.error(format!(
+            "{ctx}.command[0] {:?} climbs out with `..`; write the program's absolute path (without `..`)",
+            words[0]
+        ));
+        return;
+    }
     let program;
     if words[0].contains('/') && !words[0].starts_with('/') {
         let mut p = cwd.to_path_buf();
@@ -622,5 +629,16 @@ mod tests {
         ] {
             assert!(all.contains(want), "{want} missing:\n{all}");
         }
+    }
+
+    /// A relative program that climbs out with `..` is refused, not silently made another program.
+    #[test]
+    fn a_program_climbing_out_with_parent_dirs_is_refused() {
+        let (_, r) = translate_json(serde_json::json!({
+            "version": "1",
+            "tools": { "t": { "description": "x", "command": ["../../bin/sh", "-x"], "workingDir": "sub" } }
+        }));
+        let all = r.errors.join("\n");
+        assert!(all.contains("tools.t.command[0] \"../../bin/sh\" climbs out with `..`"), "{all}");
     }
 }

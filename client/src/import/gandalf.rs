@@ -223,6 +223,23 @@ fn command(
         return;
     }
     let first = words[0].clone();
+    if let Some((var, _)) = first.split_once('=').filter(|(v, _)| {
+        v.as_bytes().first().is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_')
+            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    }) {
+        report.error(format!(
+            "{ctx}: the command starts with {first:?}, which a shell reads as setting the environment variable \
+             {var} for the command; cordon runs no shell: remove it from the command and, if the program needs \
+             it, add it to the tool's `env` by hand after review"
+        ));
+        return;
+    }
+    if Path::new(&first).components().any(|c| c == Component::ParentDir) {
+        report.error(format!(
+            "{ctx}: the command {first:?} climbs out with `..`; write the program's absolute path (without `..`)"
+        ));
+        return;
+    }
     let base = Path::new(&first).file_name().map(|b| b.to_string_lossy().into_owned()).unwrap_or_default();
     match s.get("allowed_commands") {
         Some(Value::Array(list)) if !list.is_empty() => {
@@ -393,5 +410,20 @@ mod tests {
         assert!(text.contains("timeout = \"300s\""), "{text}");
         assert!(text.contains("disabled = true"), "{text}");
         assert!(r.warnings.iter().any(|w| w.contains("unknown key \"extra\"")), "{:?}", r.warnings);
+    }
+
+    /// A program path that climbs out with `..` is not silently turned into another program, and
+    /// a leading `NAME=value` word (an environment assignment to a shell) is not a program.
+    #[test]
+    fn parent_dirs_and_assignments_in_the_program_are_refused() {
+        let (_, r) = run(serde_json::json!({ "spells": {
+            "up": { "description": "x", "command": "../bin/tool --x", "path": "/srv/a",
+                "allowed_paths": ["/srv/a"], "allowed_commands": ["tool"] },
+            "env": { "description": "x", "command": "LD_PRELOAD=/tmp/x.so ls" },
+        }}));
+        let all = r.errors.join("\n");
+        assert!(all.contains("spell \"up\": the command \"../bin/tool\" climbs out with `..`"), "{all}");
+        assert!(all.contains("spell \"env\": the command starts with \"LD_PRELOAD=/tmp/x.so\""), "{all}");
+        assert_eq!(r.errors.len(), 2, "{all}");
     }
 }
