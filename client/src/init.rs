@@ -229,13 +229,62 @@ fn simple(name: String, description: String, command: &[&str]) -> Gen {
     }
 }
 
+/// The largest build file read (a bigger one is left out, and noted).
+const MAX_BUILD_FILE: u64 = 4 << 20;
+
+/// A build file of the project: only a regular file that is (after symlinks) inside the
+/// project and at most [`MAX_BUILD_FILE`] bytes. The agent may write the project: a symlink to a
+/// file outside it, a FIFO (a read blocks forever) or `/dev/zero` is not read.
+fn read_checked(root: &Path, name: &str) -> Result<Option<String>, String> {
+    let path = root.join(name);
+    if fs::symlink_metadata(&path).is_err() {
+        return Ok(None);
+    }
+    let real = fs::canonicalize(&path).map_err(|e| format!("{name} cannot be resolved ({e})"))?;
+    if !real.starts_with(root) {
+        return Err(format!("{name} leads out of the project (to {}); it was not read", real.display()));
+    }
+    let meta = fs::metadata(&real).map_err(|e| format!("{name}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{name} is not a regular file; it was not read"));
+    }
+    if meta.len() > MAX_BUILD_FILE {
+        return Err(format!("{name} is larger than {MAX_BUILD_FILE} bytes; it was not read"));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(fs::File::open(&real).map_err(|e| format!("{name}: {e}"))?, MAX_BUILD_FILE),
+        &mut text,
+    )
+    .map_err(|e| format!("{name}: {e}"))?;
+    Ok(Some(text))
+}
+
+/// [`read_checked`], with a refusal noted for the report.
+fn read_noted(root: &Path, name: &str, found: &mut Found) -> Option<String> {
+    read_checked(root, name).unwrap_or_else(|why| {
+        found.notes.push(why);
+        None
+    })
+}
+
+/// [`read_checked`] without a note (an optional file whose absence or refusal changes little).
 fn read(root: &Path, name: &str) -> Option<String> {
-    fs::read_to_string(root.join(name)).ok()
+    read_checked(root, name).ok().flatten()
+}
+
+/// Whether an npm script name can be passed to `npm run` as is: not an option (a leading `-`),
+/// no placeholder braces, no control or space characters.
+fn plain_script_name(script: &str) -> bool {
+    !script.is_empty()
+        && !script.starts_with('-')
+        && script.len() <= 200
+        && script.chars().all(|c| c.is_ascii_graphic() && !matches!(c, '{' | '}' | '"' | '\\' | '\''))
 }
 
 /// `package.json` scripts.
 fn npm(root: &Path, project: &str, found: &mut Found) {
-    let Some(text) = read(root, "package.json") else { return };
+    let Some(text) = read_noted(root, "package.json", found) else { return };
     let doc: serde_json::Value = match serde_json::from_str(&text) {
         Ok(v) => v,
         Err(e) => {
@@ -263,6 +312,13 @@ fn npm(root: &Path, project: &str, found: &mut Found) {
             found.notes.push(format!("package.json: only the first {MAX_PER_SOURCE} scripts were taken"));
             break;
         }
+        if !plain_script_name(script) {
+            found.notes.push(format!(
+                "package.json script {script:?}: not a plain name (a leading `-` would be an option of {runner} run, \
+                 braces a placeholder); skipped"
+            ));
+            continue;
+        }
         let Some(name) = tool_name(project, runner, script) else {
             found.notes.push(format!("package.json script {script:?}: its tool name would be too long; skipped"));
             continue;
@@ -285,7 +341,7 @@ fn npm(root: &Path, project: &str, found: &mut Found) {
 /// Plain targets of the project's Makefile.
 fn make(root: &Path, project: &str, found: &mut Found) {
     let Some((file, text)) =
-        ["GNUmakefile", "makefile", "Makefile"].iter().find_map(|f| read(root, f).map(|t| (*f, t)))
+        ["GNUmakefile", "makefile", "Makefile"].iter().find_map(|f| read_noted(root, f, found).map(|t| (*f, t)))
     else {
         return;
     };
@@ -316,6 +372,7 @@ fn make(root: &Path, project: &str, found: &mut Found) {
 /// `$` references, no `.SPECIAL` targets, no file names with dots or slashes; in file order.
 fn make_targets(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut continued = false;
     let mut in_define = false;
     for line in text.lines() {
@@ -345,7 +402,8 @@ fn make_targets(text: &str) -> Vec<String> {
         for target in left.split_whitespace() {
             let plain = target.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
                 && target.starts_with(|c: char| c.is_ascii_alphanumeric());
-            if plain && !out.iter().any(|t| t == target) {
+            // A set: a Makefile of thousands of targets must not take quadratic time.
+            if plain && seen.insert(target) {
                 out.push(target.to_string());
             }
         }
@@ -414,7 +472,7 @@ fn cargo(root: &Path, project: &str, found: &mut Found) {
 fn python(root: &Path, project: &str, found: &mut Found) {
     let pyproject = read(root, "pyproject.toml").unwrap_or_default();
     let setup_cfg = read(root, "setup.cfg").unwrap_or_default();
-    let tox_ini = read(root, "tox.ini").unwrap_or_default();
+    let tox_ini = read_noted(root, "tox.ini", found).unwrap_or_default();
     let pytest = pyproject.contains("[tool.pytest")
         || pyproject.lines().any(|l| l.contains("\"pytest") || l.contains("'pytest"))
         || root.join("pytest.ini").is_file()
@@ -460,7 +518,7 @@ fn python(root: &Path, project: &str, found: &mut Found) {
                 .into(),
         );
     }
-    let sessions = nox_sessions(&read(root, "noxfile.py").unwrap_or_default());
+    let sessions = nox_sessions(&read_noted(root, "noxfile.py", found).unwrap_or_default());
     if !sessions.is_empty() {
         let mut g = simple(
             tool_name(project, "nox", "").unwrap_or_default(),
@@ -510,9 +568,10 @@ fn tox_envs(text: &str) -> Vec<String> {
         }
     }
     let mut out: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for env in raw.split([',', '\n']).map(str::trim) {
         let plain = !env.is_empty() && env.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-        if plain && !out.iter().any(|e| e == env) {
+        if plain && seen.insert(env) {
             out.push(env.to_string());
         }
     }
@@ -522,6 +581,7 @@ fn tox_envs(text: &str) -> Vec<String> {
 /// Functions decorated with `@nox.session` (or `@session`), by name.
 fn nox_sessions(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut decorated = false;
     for line in text.lines() {
         let t = line.trim_start();
@@ -534,7 +594,7 @@ fn nox_sessions(text: &str) -> Vec<String> {
         }
         if decorated && let Some(rest) = t.strip_prefix("def ") {
             let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            if !name.is_empty() && !out.contains(&name) {
+            if !name.is_empty() && seen.insert(name.clone()) {
                 out.push(name);
             }
         }
@@ -547,7 +607,8 @@ fn nox_sessions(text: &str) -> Vec<String> {
 
 /// justfile recipes without parameters, not private.
 fn just(root: &Path, project: &str, found: &mut Found) {
-    let Some((file, text)) = ["justfile", "Justfile", ".justfile"].iter().find_map(|f| read(root, f).map(|t| (*f, t)))
+    let Some((file, text)) =
+        ["justfile", "Justfile", ".justfile"].iter().find_map(|f| read_noted(root, f, found).map(|t| (*f, t)))
     else {
         return;
     };
@@ -579,6 +640,7 @@ fn just(root: &Path, project: &str, found: &mut Found) {
 /// (recipes without parameters, recipes with them).
 fn just_recipes(text: &str) -> (Vec<String>, Vec<String>) {
     let (mut plain, mut with_params) = (Vec::new(), Vec::new());
+    let mut seen = std::collections::HashSet::new();
     let mut private = false;
     for line in text.lines() {
         if line.is_empty() || line.starts_with([' ', '\t', '#']) {
@@ -608,7 +670,7 @@ fn just_recipes(text: &str) -> (Vec<String>, Vec<String>) {
         if valid && !private {
             if words.next().is_some() {
                 with_params.push(name.to_string());
-            } else if !plain.iter().any(|p| p == name) {
+            } else if seen.insert(name) {
                 plain.push(name.to_string());
             }
         }
@@ -672,6 +734,9 @@ fn render(root: &Path, project: &str, found: &Found, resolved: &[(String, Option
     line(&format!("#   names up only in {SEARCH_PATH}; check that each is the program you mean;"));
     line("# - the tools read the project, write only what their `write` lists, and have no network;");
     line("# - no tool has `allow`, so only admins may call them: add e.g. allow = { users = [\"alice\"] }.");
+    line("# - every tool runs code the project defines (package.json scripts, Makefile and justfile recipes,");
+    line("#   build.rs, conftest.py, tox and nox configuration): whoever can change the project's files (the");
+    line("#   agent itself, if it edits them) chooses what the tools run, within the grants below.");
     line("version = 1");
     line("");
     line("[defaults]");

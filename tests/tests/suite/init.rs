@@ -154,3 +154,35 @@ fn a_generated_make_tool_runs_through_the_daemon() {
     assert_ne!(json["exit_code"], 0, "{out:?}");
     assert!(!root.join("out.txt").exists());
 }
+
+/// The project's files may be written by the agent the policy is for: a script name that would
+/// be an option or a placeholder is left out (named in the report), a build file that is a
+/// symlink out of the project, a FIFO or huge is not read, and the file says that the tools
+/// run code the project defines.
+#[test]
+fn a_hostile_project_cannot_shape_the_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("evil");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(
+        root.join("package.json"),
+        r#"{"scripts": {"test": "x", "--userconfig=/tmp/x": "y", "{{x}}": "z", "a\nb": "w", "-e": "v"}}"#,
+    )
+    .unwrap();
+    // A Makefile that is a symlink out of the project (say, to a secret), and a FIFO justfile
+    // that would block a read forever.
+    let outside = tmp.path().join("secret");
+    std::fs::write(&outside, "root:\nsecret-target:\n").unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("Makefile")).unwrap();
+    nix::unistd::mkfifo(&root.join("justfile"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let out = init(tmp.path(), &[root.to_str().unwrap(), "-o", "-"]);
+    out.assert_code(0);
+    let text = &out.stdout;
+    assert!(text.contains("\"run\", \"test\"]"), "{out:?}");
+    for bad in ["--userconfig", "{{x}}", "\"-e\"", "a\\nb", "secret-target"] {
+        assert!(!text.contains(bad), "{bad} must not reach the policy:\n{text}");
+    }
+    assert!(out.stderr.contains("--userconfig"), "the skipped script is named: {out:?}");
+    assert!(out.stderr.contains("Makefile"), "the unread Makefile is named: {out:?}");
+    assert!(text.contains("whoever can change the project's files"), "the trust is said:\n{text}");
+}
