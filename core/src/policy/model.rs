@@ -44,9 +44,28 @@ pub const NAMESPACE_SEPARATOR: &str = "__";
 /// error until an admin replaces it with the real one.
 pub const REASON_PLACEHOLDER: &str = "TODO";
 
-/// Whether `reason` is still a placeholder (starts with [`REASON_PLACEHOLDER`]).
+/// Whether `reason` is still a placeholder: it starts with [`REASON_PLACEHOLDER`] in any case,
+/// after any whitespace (`"todo: ..."` is no more a reason than `"TODO: ..."`).
 pub fn reason_is_placeholder(reason: &str) -> bool {
-    reason.trim_start().starts_with(REASON_PLACEHOLDER)
+    reason
+        .trim_start()
+        .get(..REASON_PLACEHOLDER.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(REASON_PLACEHOLDER))
+}
+
+#[cfg(test)]
+mod placeholder_tests {
+    use super::reason_is_placeholder;
+
+    #[test]
+    fn a_placeholder_reason_is_recognised_in_any_case_after_whitespace() {
+        for r in ["TODO: why", "todo", " \u{2003}Todo: x", "\tTODO"] {
+            assert!(reason_is_placeholder(r), "{r:?}");
+        }
+        for r in ["", "to do", "builds the docs; TODO later", "tod", "\u{e9}todo"] {
+            assert!(!reason_is_placeholder(r), "{r:?}");
+        }
+    }
 }
 
 /// The fixed PATH used to resolve bare program names, and given to every child.
