@@ -802,10 +802,78 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         s.queue_max_per_caller,
         duration_ms(s.queue_timeout_ms)
     );
-    for r in &s.running {
-        outln!("  {}  {}  uid {}  {}ms", r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms);
+    if let Some(free) = s.audit_free_bytes {
+        let size = s.audit_log_bytes.map_or_else(|| "size unknown".to_string(), bytes);
+        outln!("audit disk   {} free; log {size} (with rotated files)", bytes(free));
+    }
+    if !s.running.is_empty() {
+        let rows: Vec<[String; 4]> = s
+            .running
+            .iter()
+            .map(|r| {
+                let figure = |v: Option<u64>, show: fn(u64) -> String| v.map_or_else(|| "-".to_string(), show);
+                let figures = format!(
+                    "cpu {}  mem {}  pids {}",
+                    figure(r.cpu_usec, |us| format!("{:.2}s", us as f64 / 1e6)),
+                    figure(r.memory_bytes, bytes),
+                    figure(r.pids, |n| n.to_string())
+                );
+                let figures = if r.cpu_usec.or(r.memory_bytes).or(r.pids).is_none() {
+                    "not measured".to_string()
+                } else {
+                    figures
+                };
+                [r.invocation_id.clone(), r.tool.clone(), format!("uid {}  {}ms", r.caller_uid, r.elapsed_ms), figures]
+            })
+            .collect();
+        print_table_plain(&["ID", "TOOL", "CALLER", "USAGE"], &rows);
+    }
+    if !s.figures_note.is_empty() && !s.running.is_empty() {
+        outln!("             ({})", s.figures_note);
     }
     Ok(0)
+}
+
+/// `512 B`, `3.1 MiB`: a byte count for people.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// A table with no coloured column.
+fn print_table_plain(headers: &[&str; 4], rows: &[[String; 4]]) {
+    let rows: Vec<[String; 4]> =
+        rows.iter().map(|row| row.clone().map(|cell| term::line(&cell).into_owned())).collect();
+    let mut widths = headers.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 4]| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i == 3 {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(*headers);
+    for row in &rows {
+        line([&row[0], &row[1], &row[2], &row[3]]);
+    }
 }
 
 /// `30s`, `1500ms`: as the daemon's flags are written.
