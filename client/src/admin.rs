@@ -55,6 +55,34 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
     Ok(0)
 }
 
+/// `cordon tools --search QUERY`: the caller's tools ranked by `query` (see [`crate::search`]).
+pub async fn search(socket: &Path, as_json: bool, all: bool, query: &str, limit: usize) -> Result<u8, CliError> {
+    if query.trim().is_empty() {
+        return Err(CliError::Usage("--search needs words to look for, e.g. `cordon tools --search log`".into()));
+    }
+    let mut client = Client::connect(socket).await?;
+    let (generation, tools) = client.list_tools(all).await?;
+    let (total, hits) = crate::search::rank(tools.iter(), query, limit);
+    if as_json {
+        print_json(&json!({ "generation": generation, "query": query, "matches": total, "tools": hits }));
+        return Ok(0);
+    }
+    if hits.is_empty() {
+        outln!(
+            "no tool matches {query:?} among the {} you may see (generation {generation}); try other words, or `cordon tools` to list them all",
+            tools.len()
+        );
+        return Ok(0);
+    }
+    let rows: Vec<[String; 4]> =
+        hits.iter().map(|h| [h.name.clone(), h.score.to_string(), h.params.join(" "), h.description.clone()]).collect();
+    print_table_plain(&["NAME", "SCORE", "PARAMS", "DESCRIPTION"], &rows);
+    if total > hits.len() {
+        outln!("({} of {total} matches shown; --limit shows more)", hits.len());
+    }
+    Ok(0)
+}
+
 pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     let t = client.get_tool(name).await?;
