@@ -7,6 +7,7 @@
 //! - then each query word, counted once per place: a word of the name 40 (a part of the name
 //!   20), a word of the description 10, of a param's name 8, of a param's description 4.
 //!
+//! Params are read from the tool's input schema (what every caller, agents included, is shown).
 //! Tools scoring 0 are left out; ties go by name, so the order is deterministic.
 
 use serde::Serialize;
@@ -34,8 +35,37 @@ fn words(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
+/// One param as the tool's input schema describes it (the schema is what every caller gets,
+/// agents included): name, description, type, required.
+struct Param {
+    name: String,
+    description: String,
+    kind: String,
+    required: bool,
+}
+
+fn params(schema: &Value) -> Vec<Param> {
+    let required: Vec<&str> =
+        schema["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let Some(props) = schema["properties"].as_object() else { return Vec::new() };
+    props
+        .iter()
+        .map(|(name, p)| Param {
+            name: name.clone(),
+            description: p["description"].as_str().unwrap_or_default().to_string(),
+            kind: p["type"].as_str().unwrap_or("any").to_string(),
+            required: required.contains(&name.as_str()),
+        })
+        .collect()
+}
+
 /// `tool`'s score for `query` (see the module docs); 0: no match.
 pub fn score(tool: &ToolInfo, query: &str) -> u32 {
+    let schema: Value = serde_json::from_str(tool.input_schema.as_str()).unwrap_or(Value::Null);
+    score_with(tool, &params(&schema), query)
+}
+
+fn score_with(tool: &ToolInfo, params: &[Param], query: &str) -> u32 {
     let q = query.trim().to_lowercase();
     if q.is_empty() {
         return 0;
@@ -52,8 +82,8 @@ pub fn score(tool: &ToolInfo, query: &str) -> u32 {
     };
     let name_words = words(&tool.name);
     let description = words(&tool.description);
-    let param_names: Vec<String> = tool.params.iter().flat_map(|p| words(&p.name)).collect();
-    let param_descriptions: Vec<String> = tool.params.iter().flat_map(|p| words(&p.description)).collect();
+    let param_names: Vec<String> = params.iter().flat_map(|p| words(&p.name)).collect();
+    let param_descriptions: Vec<String> = params.iter().flat_map(|p| words(&p.description)).collect();
     let mut seen = Vec::new();
     for w in words(&q) {
         if seen.contains(&w) {
@@ -80,22 +110,28 @@ pub fn score(tool: &ToolInfo, query: &str) -> u32 {
 
 /// The `limit` best matches of `query` among `tools`, best first, ties by name.
 pub fn rank<'a>(tools: impl Iterator<Item = &'a ToolInfo>, query: &str, limit: usize) -> (usize, Vec<Hit>) {
-    let mut scored: Vec<(u32, &ToolInfo)> = tools.map(|t| (score(t, query), t)).filter(|(s, _)| *s > 0).collect();
+    let mut scored: Vec<(u32, &ToolInfo, Value, Vec<Param>)> = tools
+        .filter_map(|t| {
+            let schema: Value = serde_json::from_str(t.input_schema.as_str()).unwrap_or(Value::Null);
+            let params = params(&schema);
+            let s = score_with(t, &params, query);
+            (s > 0).then_some((s, t, schema, params))
+        })
+        .collect();
     scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
     let total = scored.len();
     let hits = scored
         .into_iter()
         .take(limit)
-        .map(|(score, t)| Hit {
+        .map(|(score, t, input_schema, params)| Hit {
             name: t.name.clone(),
             description: t.description.clone(),
             score,
-            params: t
-                .params
+            params: params
                 .iter()
                 .map(|p| format!("{}{}:{}", p.name, if p.required { "" } else { "?" }, p.kind))
                 .collect(),
-            input_schema: serde_json::from_str(t.input_schema.as_str()).unwrap_or(Value::Null),
+            input_schema,
         })
         .collect();
     (total, hits)
@@ -111,17 +147,13 @@ mod tests {
             name: name.into(),
             description: description.into(),
             available: true,
-            input_schema_json: r#"{"type":"object"}"#.into(),
-            params: params
-                .iter()
-                .map(|(n, d)| v1::Param {
-                    name: (*n).into(),
-                    description: (*d).into(),
-                    r#type: "string".into(),
-                    required: true,
-                    ..v1::Param::default()
-                })
-                .collect(),
+            input_schema_json: serde_json::json!({
+                "type": "object",
+                "properties": params.iter().map(|(n, d)| ((*n).to_string(), serde_json::json!({ "type": "string", "description": d })))
+                    .collect::<serde_json::Map<String, Value>>(),
+                "required": params.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            })
+            .to_string(),
             ..v1::Tool::default()
         })
     }
