@@ -985,7 +985,7 @@ async fn the_daemon_coming_back_announces_list_changed() {
     let (dir, policies, _) = kill_keeping_the_directory(d);
     assert!(changes.next(Duration::from_secs(5)).await, "no tools/list_changed when the daemon went away");
     // A client that re-lists now sees only the built-in tools ...
-    assert_eq!(listed(&client).await.len(), 2);
+    assert_eq!(listed(&client).await.len(), 4);
 
     let _d = Daemon::start_in(dir, policies, &[]);
     assert_eq!(text(&wait_until_calls_work(&client).await), "[back]\n[exit code 0]");
