@@ -19,7 +19,7 @@ pub(super) fn encode(generation: u64, offset: usize) -> String {
 
 /// The (generation, offset) of a cursor this front-end made; `None`: not one of ours.
 fn decode(cursor: &str) -> Option<(u64, usize)> {
-    if cursor.is_empty() || cursor.len() % 2 != 0 || cursor.len() > 128 {
+    if cursor.is_empty() || !cursor.len().is_multiple_of(2) || cursor.len() > 128 {
         return None;
     }
     let bytes: Option<Vec<u8>> =
