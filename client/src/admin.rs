@@ -55,6 +55,34 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
     Ok(0)
 }
 
+/// `cordon tools --search QUERY`: the caller's tools ranked by `query` (see [`crate::search`]).
+pub async fn search(socket: &Path, as_json: bool, all: bool, query: &str, limit: usize) -> Result<u8, CliError> {
+    if query.trim().is_empty() {
+        return Err(CliError::Usage("--search needs words to look for, e.g. `cordon tools --search log`".into()));
+    }
+    let mut client = Client::connect(socket).await?;
+    let (generation, tools) = client.list_tools(all).await?;
+    let (total, hits) = crate::search::rank(tools.iter(), query, limit);
+    if as_json {
+        print_json(&json!({ "generation": generation, "query": query, "matches": total, "tools": hits }));
+        return Ok(0);
+    }
+    if hits.is_empty() {
+        outln!(
+            "no tool matches {query:?} among the {} you may see (generation {generation}); try other words, or `cordon tools` to list them all",
+            tools.len()
+        );
+        return Ok(0);
+    }
+    let rows: Vec<[String; 4]> =
+        hits.iter().map(|h| [h.name.clone(), h.score.to_string(), h.params.join(" "), h.description.clone()]).collect();
+    print_table_plain(&["NAME", "SCORE", "PARAMS", "DESCRIPTION"], &rows);
+    if total > hits.len() {
+        outln!("({} of {total} matches shown; --limit shows more)", hits.len());
+    }
+    Ok(0)
+}
+
 pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     let t = client.get_tool(name).await?;
@@ -802,10 +830,78 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         s.queue_max_per_caller,
         duration_ms(s.queue_timeout_ms)
     );
-    for r in &s.running {
-        outln!("  {}  {}  uid {}  {}ms", r.invocation_id, r.tool, r.caller_uid, r.elapsed_ms);
+    if let Some(free) = s.audit_free_bytes {
+        let size = s.audit_log_bytes.map_or_else(|| "size unknown".to_string(), bytes);
+        outln!("audit disk   {} free; log {size} (with rotated files)", bytes(free));
+    }
+    if !s.running.is_empty() {
+        let rows: Vec<[String; 4]> = s
+            .running
+            .iter()
+            .map(|r| {
+                let figure = |v: Option<u64>, show: fn(u64) -> String| v.map_or_else(|| "-".to_string(), show);
+                let figures = format!(
+                    "cpu {}  mem {}  pids {}",
+                    figure(r.cpu_usec, |us| format!("{:.2}s", us as f64 / 1e6)),
+                    figure(r.memory_bytes, bytes),
+                    figure(r.pids, |n| n.to_string())
+                );
+                let figures = if r.cpu_usec.or(r.memory_bytes).or(r.pids).is_none() {
+                    "not measured".to_string()
+                } else {
+                    figures
+                };
+                [r.invocation_id.clone(), r.tool.clone(), format!("uid {}  {}ms", r.caller_uid, r.elapsed_ms), figures]
+            })
+            .collect();
+        print_table_plain(&["ID", "TOOL", "CALLER", "USAGE"], &rows);
+    }
+    if !s.figures_note.is_empty() && !s.running.is_empty() {
+        outln!("             ({})", s.figures_note);
     }
     Ok(0)
+}
+
+/// `512 B`, `3.1 MiB`: a byte count for people.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// A table with no coloured column.
+fn print_table_plain(headers: &[&str; 4], rows: &[[String; 4]]) {
+    let rows: Vec<[String; 4]> =
+        rows.iter().map(|row| row.clone().map(|cell| term::line(&cell).into_owned())).collect();
+    let mut widths = headers.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 4]| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i == 3 {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(*headers);
+    for row in &rows {
+        line([&row[0], &row[1], &row[2], &row[3]]);
+    }
 }
 
 /// `30s`, `1500ms`: as the daemon's flags are written.

@@ -31,12 +31,23 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve MCP on stdin/stdout for an agent host (Claude Desktop, Claude Code, Cursor, Codex, ...).
-    Mcp,
+    Mcp {
+        /// List tools in pages of N (tools/list cursors; the built-in tools come first). Unset:
+        /// the whole list in one answer, which every client reads.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        page_size: Option<u32>,
+    },
     /// List tools: name, availability, params, description.
     Tools {
         /// Also list unavailable and disabled tools.
         #[arg(long)]
         all: bool,
+        /// Rank the tools by QUERY (name, description, params) and show the best matches.
+        #[arg(long, value_name = "QUERY")]
+        search: Option<String>,
+        /// With --search: how many matches to show (1 to 50).
+        #[arg(long, default_value_t = 10, requires = "search", value_parser = clap::value_parser!(u16).range(1..=50))]
+        limit: u16,
     },
     /// Show one tool in full (`cordon tool NAME`), or add and remove tools in cordond's policy
     /// directory (`cordon tool add|remove|show`).
@@ -239,8 +250,11 @@ pub enum PolicyCommand {
 
 /// Runs the command and maps every error to its exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    if let Command::Mcp = cli.command {
-        return crate::mcp::serve(cli.socket.unwrap_or_else(cordon_proto::client_socket_path));
+    if let Command::Mcp { page_size } = cli.command {
+        return crate::mcp::serve(
+            cli.socket.unwrap_or_else(cordon_proto::client_socket_path),
+            page_size.map(|n| n as usize),
+        );
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -280,8 +294,11 @@ fn import_format(name: &str) -> Result<cordon_core::policy::foreign::Foreign, Cl
 
 async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, CliError> {
     match command {
-        Command::Mcp => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
-        Command::Tools { all } => admin::tools(&socket, json, all).await,
+        Command::Mcp { .. } => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
+        Command::Tools { all, search: Some(query), limit } => {
+            admin::search(&socket, json, all, &query, usize::from(limit)).await
+        }
+        Command::Tools { all, search: None, .. } => admin::tools(&socket, json, all).await,
         Command::Tool { name: Some(name), command: None }
         | Command::Tool { command: Some(ToolCommand::Show { name }), .. } => admin::tool(&socket, &name, json).await,
         Command::Tool { command: Some(ToolCommand::Add { file, replace, policies }), .. } => {

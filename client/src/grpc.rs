@@ -908,6 +908,10 @@ pub struct RunningInfo {
     pub caller_uid: u32,
     pub caller_pid: u32,
     pub elapsed_ms: u64,
+    /// Read from the invocation's cgroups; `null` when not measured.
+    pub cpu_usec: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -947,6 +951,15 @@ pub struct StatusInfo {
     pub audit_failure: String,
     /// The caller as cordond sees it (the tool counts are of the tools it may use, unless admin).
     pub caller: CallerInfo,
+    /// Admins only: free space on the audit log's filesystem, and the log's bytes (with its
+    /// rotated files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_free_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_log_bytes: Option<u64>,
+    /// Why running invocations have no cpu/memory/process figures; empty when they have.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub figures_note: String,
 }
 
 /// Who cordond says the caller is: what a tool's `allow` is matched against.
@@ -1006,6 +1019,9 @@ impl From<v1::StatusResponse> for StatusInfo {
             audit_seq: s.audit_seq,
             audit_head: s.audit_head,
             audit_failure: s.audit_failure,
+            audit_free_bytes: s.audit_free_bytes,
+            audit_log_bytes: s.audit_log_bytes,
+            figures_note: s.figures_note,
             caller: CallerInfo {
                 admin: s.caller_admin,
                 uid: s.caller_uid,
@@ -1029,6 +1045,9 @@ impl From<v1::StatusResponse> for StatusInfo {
                     caller_uid: r.caller_uid,
                     caller_pid: r.caller_pid,
                     elapsed_ms: r.elapsed_ms,
+                    cpu_usec: r.cpu_usec,
+                    memory_bytes: r.memory_bytes,
+                    pids: r.pids,
                 })
                 .collect(),
         }

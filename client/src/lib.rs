@@ -33,6 +33,7 @@ pub mod init;
 pub mod mcp;
 pub mod policy_test;
 pub mod registry_admin;
+pub mod search;
 pub mod term;
 
 pub use cli::{Cli, run};

@@ -186,6 +186,7 @@ pub struct Prepared {
     pub paths: Vec<(String, std::path::PathBuf)>,
     seccomp: Arc<Programs>,
     cancel: CancellationToken,
+    cgroup_dirs: CgroupDirs,
     _running: RunningGuard,
     // Boxed: a `Prepared` travels by value through `Admission` and `Started`.
     _slot: Box<Slot>,
@@ -231,6 +232,8 @@ pub struct RunningInfo {
     pub tool: String,
     pub caller: Caller,
     pub elapsed: Duration,
+    /// The invocation's cgroup directories (empty until made, or without cgroups).
+    pub cgroup_dirs: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug)]
@@ -241,7 +244,11 @@ struct Running {
     cancel: CancellationToken,
     /// Set by the first cancel.
     cancelled_by: Option<CancelReason>,
+    /// Published by the sandbox once the invocation's cgroups exist.
+    cgroup_dirs: CgroupDirs,
 }
+
+type CgroupDirs = Arc<std::sync::OnceLock<Vec<std::path::PathBuf>>>;
 
 /// Tunables of the invoker.
 #[derive(Debug, Clone, Copy)]
@@ -623,6 +630,7 @@ impl Invoker {
         }
         let id = new_id()?;
         let cancel = self.closed.child_token();
+        let cgroup_dirs = CgroupDirs::default();
         self.lock().insert(
             id.clone(),
             Running {
@@ -631,6 +639,7 @@ impl Invoker {
                 started: Instant::now(),
                 cancel: cancel.clone(),
                 cancelled_by: None,
+                cgroup_dirs: cgroup_dirs.clone(),
             },
         );
         let running = RunningGuard { map: self.running.clone(), id: id.clone() };
@@ -646,6 +655,7 @@ impl Invoker {
             paths,
             seccomp,
             cancel,
+            cgroup_dirs,
             _running: running,
             _slot: Box::new(slot),
         })
@@ -722,6 +732,7 @@ impl Invoker {
             cgroups: &self.host.cgroups,
             views: &self.host.views,
             generation: prepared.generation,
+            cgroup_dirs: Some(prepared.cgroup_dirs.clone()),
         };
         let result = cordon_sandbox::run(spec, &confinement, &prepared.cancel).await;
         match &result {
@@ -809,6 +820,7 @@ impl Invoker {
                 tool: r.tool.clone(),
                 caller: r.caller,
                 elapsed: r.started.elapsed(),
+                cgroup_dirs: r.cgroup_dirs.get().cloned().unwrap_or_default(),
             })
             .collect();
         list.sort_by_key(|r| std::cmp::Reverse(r.elapsed));

@@ -128,6 +128,7 @@ fn main() {
                         cgroups: &h.cgroups,
                         views: &views,
                         generation: 1,
+                        cgroup_dirs: None,
                     };
                     let spec = RunSpec {
                         plan: &plan,

@@ -166,10 +166,12 @@ class Daemon:
     async def acordon(self, *args: str) -> subprocess.CompletedProcess[str]:
         return await anyio.to_thread.run_sync(lambda: self.cordon(*args))
 
-    def transport(self) -> Any:
+    def transport(self, *mcp_args: str) -> Any:
         """`cordon --socket SOCK mcp` over the SDK's stdio transport, its stderr to a log file."""
         params = StdioServerParameters(
-            command=str(self.cordon_bin), args=["--socket", str(self.socket), "mcp"], env={"CORDON_LOG": "warn"}
+            command=str(self.cordon_bin),
+            args=["--socket", str(self.socket), "mcp", *mcp_args],
+            env={"CORDON_LOG": "warn"},
         )
         return stdio_client(params, errlog=self.mcp_log.open("a"))
 
@@ -390,6 +392,43 @@ async def run_style(daemon: Daemon, report: Report, style: str, mode: str, index
         report.check(style, f"tools/list shows {added} after the reload", added in listed, f"listed {sorted(listed)}")
 
 
+async def search_and_pages(daemon: Daemon, report: Report) -> None:
+    """The built-in search_tools, and tools/list in pages (`cordon mcp --page-size 2`) walked
+    with the SDK's cursor: the same set as one unpaginated listing."""
+    style = "search and pages"
+    async with Client(daemon.transport(), mode="legacy", read_timeout_seconds=20) as whole:
+        everything = {t.name for t in (await whole.list_tools()).tools}
+        found = await whole.call_tool("search_tools", {"query": "echo"})
+        hits = (found.structured_content or {}).get("tools", [])
+        report.check(
+            style,
+            "search_tools ranks the exact name first",
+            not found.is_error and bool(hits) and hits[0]["name"] == "echo",
+            f"{found!r}",
+        )
+        refused = await whole.call_tool("search_tools", {"query": "echo", "nope": 1})
+        report.check(
+            style, "search_tools refuses unknown keys", refused.is_error and "UNKNOWN_FIELDS" in text_of(refused)
+        )
+    async with Client(daemon.transport("--page-size", "2"), mode="legacy", read_timeout_seconds=20) as paged:
+        walked: list[str] = []
+        cursor = None
+        pages = 0
+        while True:
+            page = await paged.list_tools(cursor=cursor)
+            walked.extend(t.name for t in page.tools)
+            pages += 1
+            cursor = page.next_cursor
+            if cursor is None or pages > 100:
+                break
+        report.check(
+            style,
+            "paginated tools/list walks to the unpaginated set",
+            pages > 1 and len(walked) == len(everything) and set(walked) == everything,
+            f"{pages} pages: {walked} vs {sorted(everything)}",
+        )
+
+
 async def main_async(daemon: Daemon, report: Report) -> None:
     styles = [
         ("2025-11-25 initialize", "legacy"),
@@ -403,6 +442,12 @@ async def main_async(daemon: Daemon, report: Report) -> None:
         except Exception as e:  # one style's failure must not hide the others
             report.check(style, "session ran to the end", False, f"{type(e).__name__}: {e}")
             traceback.print_exc()
+    try:
+        with anyio.fail_after(60):
+            await search_and_pages(daemon, report)
+    except Exception as e:
+        report.check("search and pages", "session ran to the end", False, f"{type(e).__name__}: {e}")
+        traceback.print_exc()
 
 
 def main() -> int:

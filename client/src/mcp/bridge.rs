@@ -22,8 +22,9 @@ use super::call::Start;
 use super::catalog::{CONFIRM_TOOL, Catalogs, DESCRIBE_TOOL, builtin_tools};
 use super::confirm::AwaitingInput;
 use super::daemon::Daemon;
-use super::render;
+use super::search::{SEARCH_TOOL, STATUS_TOOL};
 use super::watch::Notifier;
+use super::{pages, render, search};
 use crate::grpc::ToolInfo;
 
 #[derive(Debug, Clone)]
@@ -44,6 +45,8 @@ pub(super) struct Inner {
     pub(super) notify: Notifier,
     /// Human confirmations waiting for an input-required answer.
     pub(super) awaiting_input: AwaitingInput,
+    /// `tools/list` pages of this many tools (`--page-size`); `None`: one answer.
+    pub(super) page_size: Option<usize>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -51,7 +54,7 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Bridge {
-    pub fn new(socket: PathBuf, closed: tokio_util::sync::CancellationToken) -> Bridge {
+    pub fn new(socket: PathBuf, closed: tokio_util::sync::CancellationToken, page_size: Option<usize>) -> Bridge {
         Bridge {
             inner: Arc::new(Inner {
                 closed,
@@ -59,6 +62,7 @@ impl Bridge {
                 catalogs: Catalogs::default(),
                 notify: Notifier::default(),
                 awaiting_input: AwaitingInput::default(),
+                page_size,
             }),
         }
     }
@@ -83,21 +87,48 @@ impl ServerHandler for Bridge {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        match self.inner.catalogs.get(&self.inner.daemon).await {
-            Ok(catalog) => {
-                let mut tools: Vec<Tool> = catalog.mcp_tools().collect();
-                tools.extend(builtin_tools(Some(&catalog)));
-                tracing::debug!(generation = catalog.generation, tools = tools.len(), "tools/list");
-                Ok(ListToolsResult::with_all_items(tools))
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let catalog = match self.inner.catalogs.get(&self.inner.daemon).await {
+            Ok(catalog) => catalog,
+            Err(e) if cursor.is_none() => {
+                tracing::warn!(error = %e, "cordond unreachable; listing built-in tools only");
+                return Ok(ListToolsResult::with_all_items(builtin_tools(None)));
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cordond unreachable; listing built-in tools only");
-                Ok(ListToolsResult::with_all_items(builtin_tools(None)))
+                return Err(McpError::internal_error(
+                    format!("cannot list the tools: {e}; call tools/list again without a cursor once cordond is back"),
+                    None,
+                ));
             }
-        }
+        };
+        let Some(page_size) = self.inner.page_size else {
+            if cursor.is_some() {
+                return Err(McpError::invalid_params(
+                    "this server lists every tool in one answer and made no cursor; call tools/list without one",
+                    None,
+                ));
+            }
+            let mut tools: Vec<Tool> = catalog.mcp_tools().collect();
+            tools.extend(builtin_tools(Some(&catalog)));
+            tracing::debug!(generation = catalog.generation, tools = tools.len(), "tools/list");
+            return Ok(ListToolsResult::with_all_items(tools));
+        };
+        // Paged: the built-in tools lead, then the daemon's in its order.
+        let builtins = builtin_tools(Some(&catalog));
+        let total = builtins.len() + catalog.len();
+        let (range, next) = pages::page(cursor, catalog.generation, total, builtins.len(), page_size)?;
+        let nb = builtins.len();
+        let mut tools: Vec<Tool> = builtins.into_iter().skip(range.start).take(range.len()).collect();
+        let daemon_start = range.start.saturating_sub(nb);
+        let daemon_take = range.end.saturating_sub(nb.max(range.start));
+        tools.extend(catalog.mcp_tools().skip(daemon_start).take(daemon_take));
+        tracing::debug!(generation = catalog.generation, tools = tools.len(), next = ?next, "tools/list page");
+        let mut result = ListToolsResult::with_all_items(tools);
+        result.next_cursor = next;
+        Ok(result)
     }
 
     async fn call_tool(
@@ -110,6 +141,15 @@ impl ServerHandler for Bridge {
         if name == DESCRIBE_TOOL {
             let text = cordon_core::policy::reference::authoring_reference();
             return Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into());
+        }
+        if name == SEARCH_TOOL {
+            return match self.inner.catalogs.get(&self.inner.daemon).await {
+                Ok(catalog) => Ok(search::search(&catalog, &arguments).into()),
+                Err(e) => Ok(self.failure(&e).into()),
+            };
+        }
+        if name == STATUS_TOOL {
+            return Ok(self.status(&arguments).await.into());
         }
         if name == CONFIRM_TOOL {
             let Some(token) = arguments.get("token").and_then(Value::as_str) else {
@@ -127,7 +167,8 @@ impl ServerHandler for Bridge {
             Err(e) => return Ok(self.failure(&e).into()),
         };
         let Some(tool) = catalog.tool(&name) else {
-            let names = catalog.tools().map(|t| t.name.as_str()).chain([DESCRIBE_TOOL, CONFIRM_TOOL]);
+            let names =
+                catalog.tools().map(|t| t.name.as_str()).chain([DESCRIBE_TOOL, CONFIRM_TOOL, SEARCH_TOOL, STATUS_TOOL]);
             let hint = cordon_core::policy::diag::did_you_mean(&name, names);
             let code = ErrorCode::UnknownTool;
             return Err(McpError::invalid_params(format!("{code}: unknown tool {name:?}{hint}"), None));

@@ -88,6 +88,11 @@ impl Catalog {
         Catalog { generation, entries, by_name, agent_confirms }
     }
 
+    /// How many daemon tools.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     fn entry(&self, name: &str) -> Option<&Arc<Entry>> {
         self.by_name.get(name).and_then(|&i| self.entries.get(i))
     }
@@ -172,7 +177,7 @@ impl Catalogs {
     }
 }
 
-/// The built-in tools: `describe_schema` always, `confirm` when a tool may ask for an agent's
+/// The built-in tools: `describe_schema`, `search_tools` and `cordon_status` always, `confirm` when a tool may ask for an agent's
 /// confirmation (or the daemon's tools are unknown).
 pub(super) fn builtin_tools(catalog: Option<&Catalog>) -> Vec<Tool> {
     let mut tools = Vec::new();
@@ -194,6 +199,7 @@ pub(super) fn builtin_tools(catalog: Option<&Catalog>) -> Vec<Tool> {
         .with_title("Policy authoring reference")
         .with_annotations(ToolAnnotations::new().read_only(true).idempotent(true).destructive(false).open_world(false)),
     );
+    tools.extend(super::search::tools());
     if catalog.is_none_or(|c| c.agent_confirms) {
         let schema: JsonObject = serde_json::from_value(json!({
             "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -4,7 +4,7 @@
 //! - [`bridge`]: the hand-written `ServerHandler` (tools are dynamic): the session's state and
 //!   the dispatch of each request.
 //! - [`catalog`]: the daemon's tools of the current generation and the built-in tools
-//!   (`confirm`, `describe_schema`), as MCP lists them.
+//!   (`confirm`, `describe_schema`, `search_tools`, `cordon_status`), as MCP lists them.
 //! - [`check`]: argument validation with the daemon's own code (`cordon_core::validate`), from
 //!   the params rebuilt out of `ListTools`.
 //! - [`call`]: a call run in cordond: progress, cancellation, BUSY retries, the result.
@@ -13,6 +13,9 @@
 //! - [`watch`]: registry generations -> `tools/list_changed`; logging notifications.
 //! - [`lines`]: the JSON-RPC line layer (every request gets an answer with its id).
 //! - [`render`]: a finished invocation as an MCP tool result.
+//! - [`search`]: the built-in tools `search_tools` (ranking in [`crate::search`]) and
+//!   `cordon_status`.
+//! - [`pages`]: pagination of `tools/list` (`--page-size`) and its cursors.
 //!
 //! It runs unprivileged as the agent's user and forwards only validated calls; cordond validates
 //! again and enforces everything (sandbox, confirmations). stdout is the protocol: logs go to
@@ -25,7 +28,9 @@ pub mod check;
 mod confirm;
 pub mod daemon;
 pub mod lines;
+mod pages;
 pub mod render;
+mod search;
 mod watch;
 
 use std::path::PathBuf;
@@ -33,8 +38,9 @@ use std::process::ExitCode;
 
 use rmcp::ServiceExt as _;
 
-/// Serves MCP on stdin/stdout until the client closes stdin.
-pub fn serve(socket: PathBuf) -> ExitCode {
+/// Serves MCP on stdin/stdout until the client closes stdin. `page_size`: pages of `tools/list`
+/// (see [`pages`]); `None`: the whole list in one answer.
+pub fn serve(socket: PathBuf, page_size: Option<usize>) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
@@ -53,7 +59,7 @@ pub fn serve(socket: PathBuf) -> ExitCode {
     };
     runtime.block_on(async move {
         let closed = tokio_util::sync::CancellationToken::new();
-        let bridge = bridge::Bridge::new(socket, closed.clone());
+        let bridge = bridge::Bridge::new(socket, closed.clone(), page_size);
         // Non-blocking pipes when the host gives us pipes (it does), else the blocking handles.
         let (reader, writer) = rmcp::transport::stdio_pipes();
         let reader = EofSignal { inner: reader, closed };

@@ -39,6 +39,7 @@ mod peer;
 mod seccomp;
 mod spawn;
 mod syscalls;
+mod usage;
 
 pub use cgroup::{
     CgroupError, Cgroups, DAEMON_LEAF, InvocationCgroup, Placement, REAPER_ARG, delegation_marked,
@@ -57,6 +58,7 @@ pub use seccomp::{
     CompileError, Profile, ProgramCache, Programs, compile as compile_seccomp, compile_all as compile_seccomp_all,
 };
 pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, RunSpec, SpawnError, run};
+pub use usage::{Usage, read as read_usage};
 
 /// What the host offers the sandbox, probed once at startup.
 #[derive(Debug, Clone)]

@@ -76,6 +76,9 @@ pub struct Confinement<'a> {
     pub views: &'a MountViews,
     /// The registry generation of the tool (views are rebuilt per generation).
     pub generation: u64,
+    /// Where the invocation's cgroup directories are published once made, for figures of a
+    /// running invocation (`cordon status`); `None`: not published.
+    pub cgroup_dirs: Option<Arc<std::sync::OnceLock<Vec<std::path::PathBuf>>>>,
 }
 
 /// The sandbox an invocation actually ran in, for results and audit records.
@@ -160,6 +163,9 @@ pub async fn run(
     } else {
         None
     };
+    if let (Some(cg), Some(slot)) = (&cgroup, &confine.cgroup_dirs) {
+        let _ = slot.set(cg.dirs().to_vec());
+    }
     let cgroup_procs = cgroup.as_ref().map(InvocationCgroup::procs_fds).unwrap_or_default();
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| SpawnError::Start { program: plan.argv[0].clone(), source: e.into() })?;

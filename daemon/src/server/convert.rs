@@ -219,6 +219,10 @@ pub(crate) fn running(r: &RunningInfo) -> v1::RunningInvocation {
         caller_uid: r.caller.uid,
         caller_pid: r.caller.pid.and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
         elapsed_ms: u64::try_from(r.elapsed.as_millis()).unwrap_or(u64::MAX),
+        // Figures are read by `figures::running`.
+        cpu_usec: None,
+        memory_bytes: None,
+        pids: None,
     }
 }
 

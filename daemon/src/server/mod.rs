@@ -6,6 +6,7 @@
 
 mod conn;
 pub mod convert;
+mod figures;
 mod service;
 pub mod socket;
 mod status;

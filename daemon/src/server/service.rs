@@ -10,7 +10,7 @@ use tokio_stream::wrappers::{ReceiverStream, WatchStream};
 use tonic::{Request, Response, Status};
 
 use super::conn::{Peer, Verdict};
-use super::{Daemon, convert, status};
+use super::{Daemon, convert, figures, status};
 use crate::audit::{Decision, Record, tail};
 use crate::authz::Role;
 use crate::caller::Caller;
@@ -587,7 +587,10 @@ impl v1::cordon_server::Cordon for CordonService {
             socket_path: d.socket_path.display().to_string(),
             daemon_pid: std::process::id(),
             daemon_uid: nix::unistd::geteuid().as_raw(),
-            running: running.iter().map(convert::running).collect(),
+            running: running.iter().map(figures::running).collect(),
+            figures_note: figures::note(&d.invoker.host().cgroups),
+            audit_free_bytes: if admin { figures::free_bytes(d.audit.path()) } else { None },
+            audit_log_bytes: if admin { figures::log_bytes(d.audit.path()) } else { None },
             landlock_abi: d.invoker.host().landlock_abi,
             seccomp: d.invoker.host().seccomp,
             cgroup_mode: d.invoker.host().cgroups.mode.to_string(),

@@ -27,6 +27,7 @@ mod reliability_policies;
 mod reliability_wire;
 mod render_escape;
 mod sandbox;
+mod search_status;
 mod starter;
 mod systemd;
 mod tool_admin;

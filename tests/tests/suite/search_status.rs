@@ -1,0 +1,323 @@
+//! Tool search (`cordon tools --search`, the MCP built-in `search_tools`), `tools/list`
+//! pagination (`cordon mcp --page-size`) and status figures (`cordon status`, the MCP built-in
+//! `cordon_status`), against the real daemon. The agent parts need root (to act as the test
+//! user) and skip otherwise.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use cordon_tests::agent::{self, SOCKET_GROUP};
+use cordon_tests::{Daemon, bin, eventually, require_root};
+use serde_json::{Value, json};
+
+const POLICY: &str = r#"
+version = 1
+
+[tools.git-log]
+description = "show the commit history"
+reason = "tests"
+command = ["/bin/echo", "log"]
+allow = { groups = ["cordon-t-sock"] }
+
+[tools.git-log-all]
+description = "every branch's history"
+reason = "tests"
+command = ["/bin/echo", "all"]
+allow = { groups = ["cordon-t-sock"] }
+
+[tools.grep]
+description = "search files"
+reason = "tests"
+command = ["/bin/echo", "{{pattern}}"]
+allow = { groups = ["cordon-t-sock"] }
+
+[tools.grep.params.pattern]
+type = "string"
+description = "the git log line to look for"
+required = true
+
+[tools.log-reader]
+description = "read the git log (admins only)"
+reason = "tests"
+command = ["/bin/echo", "secret"]
+
+[tools.hold]
+description = "sleep a while"
+reason = "tests"
+command = ["/bin/sleep", "30"]
+limits = { memory = "64MiB" }
+allow = { groups = ["cordon-t-sock"] }
+"#;
+
+/// A daemon the agent user can reach, with `extra` flags.
+fn start(policy: &str, extra: &[&str]) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), policy).unwrap();
+    let mut args = vec!["--socket-group", SOCKET_GROUP];
+    args.extend_from_slice(extra);
+    Daemon::start_in(dir, policies, &args)
+}
+
+/// A `cordon mcp` process driven line by line.
+struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<Value>,
+    next: u64,
+}
+
+impl Session {
+    fn start(mut command: Command, socket: &Path, mcp_args: &[&str]) -> Session {
+        let mut child = command
+            .arg("--socket")
+            .arg(socket)
+            .arg("mcp")
+            .args(mcp_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn cordon mcp");
+        let stdout = child.stdout.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let Ok(v) = serde_json::from_str(&line) else { return };
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut s = Session { child, stdin, lines, next: 0 };
+        s.request(
+            "initialize",
+            json!({ "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": { "name": "raw", "version": "1" } }),
+        );
+        s.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        s
+    }
+
+    fn send(&mut self, v: &Value) {
+        self.stdin.write_all(&serde_json::to_vec(v).unwrap()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The whole answer (`result` or `error`) to one request.
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let id = self.next;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = self.lines.recv_timeout(left).unwrap_or_else(|e| panic!("no answer to {method} ({e})"));
+            if m.get("method").is_none() && m["id"] == id {
+                return m;
+            }
+        }
+    }
+
+    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        let m = self.request("tools/call", json!({ "name": tool, "arguments": arguments }));
+        m["result"].clone()
+    }
+
+    /// Every tool name, walking the pages; asserts the built-ins are on the first.
+    fn walk(&mut self) -> (Vec<String>, usize) {
+        let mut names = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let m = self.request("tools/list", params);
+            let result = &m["result"];
+            let page: Vec<String> =
+                result["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+            if pages == 0 {
+                for builtin in ["describe_schema", "search_tools", "cordon_status"] {
+                    assert!(page.iter().any(|n| n == builtin), "{builtin} not on the first page: {page:?}");
+                }
+            }
+            pages += 1;
+            names.extend(page);
+            match result["nextCursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => return (names, pages),
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn names(v: &Value) -> Vec<String> {
+    v["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn search_ranks_the_exact_name_first_and_shows_only_what_the_caller_may_see() {
+    require_root!();
+    let d = start(POLICY, &[]);
+    let admin = d.cordon(&["tools", "--search", "git-log", "--json"]).json();
+    assert_eq!(names(&admin)[..2], ["git-log", "git-log-all"], "{admin}");
+    assert!(names(&admin).contains(&"log-reader".to_string()), "admins see every tool: {admin}");
+    assert!(admin["tools"][0]["score"].as_u64().unwrap() > admin["tools"][1]["score"].as_u64().unwrap());
+    assert_eq!(admin["tools"][0]["input_schema"]["type"], "object");
+
+    let agent = agent::cordon(&d.socket, &["tools", "--search", "git log", "--json"]).json();
+    let found = names(&agent);
+    assert!(!found.contains(&"log-reader".to_string()), "a tool the agent may not call: {agent}");
+    assert!(found.contains(&"grep".to_string()), "param descriptions count: {agent}");
+    let text = agent::cordon(&d.socket, &["tools", "--search", "secret reader"]);
+    assert!(text.stdout.contains("no tool matches"), "{}", text.stdout);
+
+    let mut s = Session::start(agent::command(), &d.socket, &[]);
+    let r = s.call("search_tools", json!({ "query": "GIT-LOG", "limit": 2 }));
+    assert_eq!(r["isError"], false, "{r}");
+    let hits = &r["structuredContent"];
+    assert_eq!(names(hits), ["git-log", "git-log-all"], "{r}");
+    assert_eq!(hits["matches"], 3, "git-log, git-log-all and grep match; log-reader is not the agent's: {r}");
+    let all = s.call("search_tools", json!({ "query": "reader log" }));
+    assert!(!names(&all["structuredContent"]).contains(&"log-reader".to_string()), "{all}");
+    let r = s.call("search_tools", json!({ "query": "git", "bogus": 1 }));
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(r["content"][0]["text"].as_str().unwrap().starts_with("UNKNOWN_FIELDS:"), "{r}");
+    let r = s.call("search_tools", json!({ "query": "git", "limit": 51 }));
+    assert!(r["content"][0]["text"].as_str().unwrap().starts_with("INVALID_FIELD_VALUE:"), "{r}");
+    let r = s.call("search_tools", json!({}));
+    assert!(r["content"][0]["text"].as_str().unwrap().starts_with("MISSING_REQUIRED_FIELD:"), "{r}");
+}
+
+fn many_tools(n: usize, description: &str) -> String {
+    let mut p = String::from("version = 1\n");
+    for i in 0..n {
+        p.push_str(&format!(
+            "\n[tools.t{i:02}]\ndescription = \"{description} {i}\"\nreason = \"tests\"\ncommand = [\"/bin/true\"]\n"
+        ));
+    }
+    p
+}
+
+#[test]
+fn tools_list_pages_walk_to_the_whole_list_and_old_or_malformed_cursors_are_refused() {
+    let d = Daemon::start(&[("t.toml", &many_tools(25, "tool"))]);
+    let mut whole = Session::start(Command::new(bin("cordon")), &d.socket, &[]);
+    let (all, pages) = whole.walk();
+    assert_eq!(pages, 1, "unpaginated by default");
+    let mut paged = Session::start(Command::new(bin("cordon")), &d.socket, &["--page-size", "4"]);
+    let (walked, pages) = paged.walk();
+    assert_eq!(walked.len(), all.len(), "no tool twice: {walked:?}");
+    assert_eq!(walked.iter().collect::<BTreeSet<_>>(), all.iter().collect::<BTreeSet<_>>());
+    assert_eq!(pages, all.len().div_ceil(4));
+
+    let first = paged.request("tools/list", json!({}));
+    let cursor = first["result"]["nextCursor"].as_str().unwrap().to_string();
+    let bad = paged.request("tools/list", json!({ "cursor": "not-a-cursor" }));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("without a cursor"), "{bad}");
+    let unasked = whole.request("tools/list", json!({ "cursor": cursor }));
+    assert_eq!(unasked["error"]["code"], -32602, "an unpaginated session made no cursor: {unasked}");
+
+    d.write_policy("t.toml", &many_tools(26, "changed"));
+    d.cordon(&["reload"]).assert_code(0);
+    // The session moves to the new generation when cordond announces it.
+    let mut last = Value::Null;
+    let stale = eventually(Duration::from_secs(10), || {
+        last = paged.request("tools/list", json!({ "cursor": cursor }));
+        last["error"]["code"] == -32602
+    });
+    assert!(stale, "an old cursor still worked after the reload: {last}");
+    assert!(last["error"]["message"].as_str().unwrap().contains("older tool list"), "{last}");
+    let (walked, _) = paged.walk();
+    assert_eq!(walked.len(), all.len() + 1, "a fresh walk lists the new set");
+}
+
+/// `cordon status --json` as root.
+fn status(d: &Daemon) -> Value {
+    d.cordon(&["status", "--json"]).json()
+}
+
+#[test]
+fn status_shows_running_figures_the_queue_and_audit_space_and_agents_see_their_own() {
+    require_root!();
+    let d = start(POLICY, &["--max-concurrent", "1", "--max-per-caller", "1"]);
+    let mut root_run = d.cordon_spawn(&["run", "hold", "--json"]);
+    assert!(eventually(Duration::from_secs(10), || status(&d)["running_invocations"] == 1), "hold never ran");
+    let mut agent_run = agent::command()
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["run", "hold", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || status(&d)["queued_invocations"] == 1), "{}", status(&d));
+
+    let s = status(&d);
+    let running = &s["running"][0];
+    assert_eq!(running["tool"], "hold", "{s}");
+    if s["cgroup_mode"] == "none" {
+        eprintln!("skipped the figures: no cgroups on this host ({})", s["figures_note"]);
+        assert!(s["figures_note"].as_str().unwrap().starts_with("not measured"), "{s}");
+    } else {
+        let measured = ["memory_bytes", "cpu_usec", "pids"].iter().filter(|k| running[**k].is_u64()).count();
+        assert!(measured > 0, "a running tool with cgroups has figures: {s}");
+        if running["memory_bytes"].is_u64() {
+            assert!(running["memory_bytes"].as_u64().unwrap() > 0, "{s}");
+        }
+    }
+    assert!(s["audit_free_bytes"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["audit_log_bytes"].as_u64().unwrap() > 0, "{s}");
+    let text = d.cordon(&["status"]);
+    assert!(text.stdout.contains("audit disk"), "{}", text.stdout);
+    assert!(text.stdout.contains("USAGE") && text.stdout.contains("hold"), "{}", text.stdout);
+
+    // The agent sees its own queued call, not root's running one, and no audit figures.
+    let a = agent::cordon(&d.socket, &["status", "--json"]).json();
+    assert_eq!(a["running"], json!([]), "{a}");
+    assert_eq!(a["queued_invocations"], 1, "{a}");
+    assert!(a.get("audit_free_bytes").is_none(), "{a}");
+    let mut mcp = Session::start(agent::command(), &d.socket, &[]);
+    let r = mcp.call("cordon_status", json!({}));
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["running"], json!([]), "{r}");
+    assert_eq!(r["structuredContent"]["caller"]["admin"], false, "{r}");
+    let r = mcp.call("cordon_status", json!({ "x": 1 }));
+    assert!(r["content"][0]["text"].as_str().unwrap().starts_with("UNKNOWN_FIELDS:"), "{r}");
+
+    // Once root's call is cancelled the agent's runs, and the agent sees it as its own.
+    let id = s["running"][0]["invocation_id"].as_str().unwrap().to_string();
+    d.cordon(&["cancel", &id]).assert_code(0);
+    let uid = agent::id("-u", agent::AGENT);
+    assert!(eventually(Duration::from_secs(10), || {
+        let a = agent::cordon(&d.socket, &["status", "--json"]).json();
+        a["running"].as_array().is_some_and(|r| r.len() == 1 && r[0]["caller_uid"] == uid)
+    }));
+    let r = mcp.call("cordon_status", json!({}));
+    assert_eq!(r["structuredContent"]["running"][0]["tool"], "hold", "{r}");
+    let id = status(&d)["running"][0]["invocation_id"].as_str().unwrap().to_string();
+    d.cordon(&["cancel", &id]).assert_code(0);
+    let _ = root_run.wait();
+    let _ = agent_run.wait();
+}
