@@ -7,9 +7,9 @@
 //! `memory` and `pids` for limits, the v2 hierarchy for `cgroup.kill`. cordon uses what is there
 //! and reports it; without root it uses none and says so.
 //!
-//! Where ([`Placement`]): by default at the root of each hierarchy (`<hierarchy>/cordon/<pid>`),
+//! Where ([`Placement`]): by default at the root of each hierarchy (`<hierarchy>/cordon/<instance>`),
 //! or, in a cgroup its service manager delegated to it (systemd `Delegate=`), inside its own
-//! cgroup: cordond moves itself into `<own>/daemon` and makes `<own>/cordon/<pid>`, so the
+//! cgroup: cordond moves itself into `<own>/daemon` and makes `<own>/cordon/<instance>`, so the
 //! unit's limits and its stop cover every tool. Either way every invocation cgroup is
 //! `.../cordon/<daemon pid>/<id>`, the shape the peer check looks for.
 //!
@@ -38,11 +38,11 @@ pub enum Placement {
     #[default]
     Auto,
     /// Inside cordond's own cgroup, which its service manager delegated to it: cordond moves
-    /// itself into the leaf `<own>/daemon` and makes invocations under `<own>/cordon/<pid>`, so
+    /// itself into the leaf `<own>/daemon` and makes invocations under `<own>/cordon/<instance>`, so
     /// the unit's limits and its stop cover every tool. Refused (a startup error) where cordond's
     /// own cgroup is the root of the hierarchy or cannot be entered.
     Delegated,
-    /// At the root of each hierarchy (`/cordon/<pid>`), for a daemon started by hand.
+    /// At the root of each hierarchy (`/cordon/<instance>`), for a daemon started by hand.
     Root,
 }
 
@@ -103,7 +103,7 @@ struct Controller {
     v2: bool,
 }
 
-/// The directories below which cordon's `cordon/<pid>` directory goes, one per hierarchy: the
+/// The directories below which cordon's `cordon/<instance>` directory goes, one per hierarchy: the
 /// roots of the hierarchies, or cordond's own (delegated) cgroups.
 #[derive(Debug, Clone)]
 struct Bases {
@@ -799,29 +799,140 @@ fn read_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
     buf.get(..n).map(<[u8]>::to_vec)
 }
 
-/// Each daemon works in its own directory, named by its pid, so that daemons side by side (and
-/// their reapers) never touch each other's invocations.
+/// Who a daemon instance is, for the name of its directory: `<pid namespace>-<pid>-<start>`.
+///
+/// A pid alone names a process only inside one pid namespace: two daemons in two containers
+/// that share the host's cgroups may both be pid 1, and a daemon cannot tell whether a pid
+/// named in another namespace is alive. With the namespace's inode in the name, daemons of
+/// different namespaces never share a directory and never judge each other's; with the
+/// process's start time (clock ticks since boot), a pid reused by another process after the
+/// daemon died does not keep its directory alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Instance {
+    pid_ns: u64,
+    pid: i32,
+    start: u64,
+}
+
+impl Instance {
+    /// This process (read once: none of it changes while the process lives).
+    fn this() -> Instance {
+        static THIS: std::sync::OnceLock<Instance> = std::sync::OnceLock::new();
+        *THIS.get_or_init(|| {
+            let pid = std::process::id() as i32;
+            Instance { pid_ns: pid_namespace(), pid, start: start_time(pid).unwrap_or(0) }
+        })
+    }
+
+    fn name(&self) -> String {
+        format!("{}-{}-{}", self.pid_ns, self.pid, self.start)
+    }
+
+    fn parse(name: &str) -> Option<Instance> {
+        let mut parts = name.split('-');
+        let instance = Instance {
+            pid_ns: parts.next()?.parse().ok()?,
+            pid: parts.next()?.parse().ok()?,
+            start: parts.next()?.parse().ok()?,
+        };
+        parts.next().is_none().then_some(instance)
+    }
+
+    /// Whether the daemon that named a directory `name` is gone, as far as this process can
+    /// know. Unknown names, and instances of another pid namespace, are never judged gone.
+    fn gone(name: &str, me: &Instance) -> bool {
+        match Instance::parse(name) {
+            Some(other) if other == *me => false,
+            Some(other) if other.pid_ns != me.pid_ns => false,
+            Some(other) => start_time(other.pid) != Some(other.start),
+            // A directory of an older cordond, named by its pid only: gone when no such process
+            // exists here (as before; such a daemon ran in this namespace's view or it would
+            // not have shared these directories).
+            None => match name.parse::<i32>() {
+                Ok(pid) => pid != me.pid && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err(),
+                Err(_) => false,
+            },
+        }
+    }
+}
+
+/// The inode of this process's pid namespace (0 when /proc does not say).
+fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata("/proc/self/ns/pid").map(|m| m.ino()).unwrap_or(0)
+}
+
+/// When process `pid` started, in clock ticks since boot (`/proc/PID/stat`, field 22).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// This daemon's directory name under `cordon/` (see [`Instance`]).
+pub(crate) fn instance_name() -> String {
+    Instance::this().name()
+}
+
+/// Whether `name` names a daemon's directory under `cordon/`: `<pid ns>-<pid>-<start>` (all
+/// decimal), or an older cordond's bare pid.
+pub(crate) fn is_instance_name(name: &str) -> bool {
+    let number = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = name.split('-').collect();
+    matches!(parts.len(), 1 | 3) && parts.iter().all(|p| number(p))
+}
+
+/// Each daemon works in its own directory, named by [`Instance`], so that daemons side by side
+/// (and their reapers) never touch each other's invocations.
 fn instance_dir(base: &Path) -> PathBuf {
-    base.join(std::process::id().to_string())
+    base.join(Instance::this().name())
 }
 
 impl Cgroups {
     /// Kills and removes the invocation cgroups of daemons that are no longer running (they died
     /// before their reaper could act, or the reaper was killed too).
     pub fn clean_stale(&self) -> usize {
+        let me = Instance::this();
         let mut cleaned = 0;
         for root in self.roots() {
             let Some(base) = root.parent() else { continue };
             let Ok(entries) = fs::read_dir(base) else { continue };
             for entry in entries.flatten() {
-                let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-                let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
-                if pid != std::process::id() as i32 && !alive {
+                let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
+                if Instance::gone(&name, &me) {
                     cleaned += clean_all(&[entry.path()]);
                 }
             }
         }
         cleaned
+    }
+}
+
+#[cfg(test)]
+mod instance_tests {
+    use super::Instance;
+
+    #[test]
+    fn only_a_dead_daemon_of_this_pid_namespace_is_gone() {
+        let me = Instance::this();
+        assert_eq!(Instance::parse(&me.name()), Some(me));
+        assert!(!Instance::gone(&me.name(), &me), "this daemon");
+        // Another namespace: never judged, whatever its pid.
+        let foreign = Instance { pid_ns: me.pid_ns + 1, pid: 999_999_999, start: 1 };
+        assert!(!Instance::gone(&foreign.name(), &me));
+        // This namespace: a pid that does not exist, or that was reused by a later process.
+        assert!(Instance::gone(&Instance { pid: 999_999_999, ..me }.name(), &me));
+        assert!(Instance::gone(&Instance { start: me.start + 1, ..me }.name(), &me));
+        // A live process of this namespace with its own start time is not gone.
+        let parent = nix::unistd::getppid().as_raw();
+        let alive = Instance { pid: parent, start: super::start_time(parent).unwrap(), ..me };
+        assert!(!Instance::gone(&alive.name(), &me));
+        // Older daemons' pid-only names, and anything else.
+        assert!(Instance::gone("999999999", &me));
+        assert!(!Instance::gone(&parent.to_string(), &me));
+        assert!(!Instance::gone("daemon", &me));
+        assert!(!Instance::gone("1-2-3-4", &me));
     }
 }
 

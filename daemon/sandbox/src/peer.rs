@@ -213,17 +213,16 @@ pub(crate) fn in_cgroup(cgroup: &str, marker: &str) -> Result<bool, String> {
 }
 
 /// Whether `path` lies in some cordond's invocation cgroup: a `cordon` component, then a
-/// daemon pid, then an invocation below it.
+/// daemon instance's directory (see `cgroup::is_instance_name`: `<pid ns>-<pid>-<start>`, or an
+/// older cordond's bare pid), then an invocation below it.
 fn any_invocation(path: &str) -> bool {
     let parts: Vec<&str> = path.split('/').collect();
-    parts
-        .windows(3)
-        .any(|w| w[0] == "cordon" && !w[1].is_empty() && w[1].bytes().all(|b| b.is_ascii_digit()) && !w[2].is_empty())
+    parts.windows(3).any(|w| w[0] == "cordon" && super::cgroup::is_instance_name(w[1]) && !w[2].is_empty())
 }
 
-/// This daemon's invocation directory as a cgroup path (`/cordon/<pid>`).
+/// This daemon's invocation directory as a cgroup path (`/cordon/<instance>`).
 pub(crate) fn invocation_marker() -> String {
-    format!("/cordon/{}", std::process::id())
+    format!("/cordon/{}", super::cgroup::instance_name())
 }
 
 /// Whether `process` is inside an invocation cgroup of this or any other cordond
@@ -258,8 +257,19 @@ mod cross_daemon_tests {
         assert_eq!(in_cgroup(other, own), Ok(true));
         let nested = "0::/system.slice/cordon.service/cordon/7/ff\n";
         assert_eq!(in_cgroup(nested, own), Ok(true));
+        // Daemon directories named by pid namespace, pid and start time (and older ones by pid).
+        assert_eq!(in_cgroup("0::/cordon/4026531836-4242-118039/l0\n", own), Ok(true));
+        assert_eq!(in_cgroup("4:pids:/x.service/cordon/4026531836-7-1/ab\n0::/\n", own), Ok(true));
         // The daemon's own directory, not an invocation, and ordinary sessions are outside.
-        for outside in ["0::/cordon/4242\n", "0::/user.slice/user-1000.slice/session-2.scope\n", "0::/cordon/x/y\n"] {
+        for outside in [
+            "0::/cordon/4242\n",
+            "0::/cordon/4026531836-4242-118039\n",
+            "0::/user.slice/user-1000.slice/session-2.scope\n",
+            "0::/cordon/x/y\n",
+            "0::/cordon/1-2/y\n",
+            "0::/cordon/1-2-3-4/y\n",
+            "0::/cordon/-1-2/y\n",
+        ] {
             assert_eq!(in_cgroup(outside, own), Ok(false), "{outside}");
         }
     }

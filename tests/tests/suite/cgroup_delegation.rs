@@ -234,7 +234,7 @@ fn policies() -> String {
 /// The attack: a tool (and a child of it that left its session) outlives `systemctl stop`,
 /// because cordond made its cgroup outside the unit. In a delegated unit cordond moves itself
 /// (and the reaper it starts) into `<unit>/daemon`, leaves no process in the unit's own cgroup,
-/// puts the tool below `<unit>/cordon/<pid>/` in every hierarchy, and killing the unit's
+/// puts the tool below `<unit>/cordon/<instance>/` in every hierarchy, and killing the unit's
 /// cgroup kills the tool and its child.
 #[test]
 fn a_tool_cannot_outlive_the_stop_of_a_delegated_unit() {
@@ -256,7 +256,7 @@ fn a_tool_cannot_outlive_the_stop_of_a_delegated_unit() {
     status.assert_code(0);
     let mechanisms = status.json()["cgroup_mechanisms"].to_string();
     assert!(mechanisms.contains(&format!("delegated cgroup /{}", unit.name)), "{mechanisms}");
-    assert!(mechanisms.contains(&format!("{}/cordon/{pid}", unit.name)), "{mechanisms}");
+    assert!(mechanisms.contains(&format!("{}/cordon/{}", unit.name, instance(pid))), "{mechanisms}");
     let started = d.audit_records().into_iter().find(|r| r["decision"] == "daemon_started").unwrap();
     assert_eq!(started["sandbox"]["cgroup_delegated"], format!("/{}", unit.name), "{started}");
     assert!(d.log_text().contains("cgroup_placement=delegated"), "{}", d.log_text());
@@ -271,7 +271,7 @@ fn a_tool_cannot_outlive_the_stop_of_a_delegated_unit() {
             let inside = if h.controller == "memory" {
                 format!("/{}/", unit.name)
             } else {
-                format!("/{}/cordon/{pid}/", unit.name)
+                format!("/{}/cordon/{}/", unit.name, instance(pid))
             };
             assert!(path.starts_with(&inside), "tool pid {p} is outside the unit: {cg}");
         }
@@ -365,7 +365,7 @@ fn policies_text() -> &'static str {
 }
 
 /// A cordond started by hand (its cgroup is not marked delegated) works as before: invocation
-/// cgroups at the root of each hierarchy, `/cordon/<pid>/<id>`, and cordond stays where it was.
+/// cgroups at the root of each hierarchy, `/cordon/<instance>/<id>`, and cordond stays where it was.
 #[test]
 fn a_hand_started_cordond_makes_invocation_cgroups_at_the_root() {
     require_root!("cordond makes cgroups only as root");
@@ -376,7 +376,11 @@ fn a_hand_started_cordond_makes_invocation_cgroups_at_the_root() {
     let cg = proc_cgroup(tool[0]);
     for h in hierarchies().into_iter().filter(|h| h.controller != "memory") {
         let path = h.path_in(&cg).unwrap();
-        assert!(path.starts_with(&format!("/cordon/{pid}/")), "tool cgroup {path} ({}):\n{cg}", h.mount.display());
+        assert!(
+            path.starts_with(&format!("/cordon/{}/", instance(pid))),
+            "tool cgroup {path} ({}):\n{cg}",
+            h.mount.display()
+        );
         assert_eq!(h.path_in(&proc_cgroup(pid)), h.path_in(&before), "cordond moved itself:\n{}", proc_cgroup(pid));
     }
     let started = d.audit_records().into_iter().find(|r| r["decision"] == "daemon_started").unwrap();
@@ -405,12 +409,22 @@ command = ["/bin/cat", "/proc/self/cgroup"]
 limits = { memory = "256MiB" }
 "#;
 
-/// The invocation directories under this daemon's `cordon/<pid>` in every hierarchy.
+/// The name of daemon `pid`'s own directory under `cordon/`: its pid namespace's inode, its pid
+/// and its start time (`/proc/PID/stat` field 22), as cordond names it.
+fn instance(pid: i32) -> String {
+    use std::os::unix::fs::MetadataExt as _;
+    let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid")).unwrap().ino();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().nth(19).unwrap().to_string();
+    format!("{ns}-{pid}-{start}")
+}
+
+/// The invocation directories under this daemon's `cordon/<instance>` in every hierarchy.
 fn leaves(pid: i32) -> Vec<(Hierarchy, Vec<String>)> {
     hierarchies()
         .into_iter()
         .filter_map(|h| {
-            let dir = h.mount.join("cordon").join(pid.to_string());
+            let dir = h.mount.join("cordon").join(instance(pid));
             let names = std::fs::read_dir(&dir).ok()?.flatten().filter(|e| e.path().is_dir());
             Some((h, names.map(|e| e.file_name().to_string_lossy().into_owned()).collect()))
         })
@@ -439,7 +453,7 @@ fn emptied_invocation_cgroups_are_reused() {
         if expected == 0 {
             continue;
         }
-        let leaf = h.mount.join("cordon").join(d.pid().to_string()).join(&names[0]);
+        let leaf = h.mount.join("cordon").join(instance(d.pid())).join(&names[0]);
         let procs = std::fs::read_to_string(leaf.join("cgroup.procs")).unwrap();
         assert_eq!(procs, "", "a recycled leaf holds processes: {}", leaf.display());
     }
@@ -463,7 +477,7 @@ fn a_process_left_behind_never_reaches_the_next_call_s_cgroup() {
         let next = run_ok(&d, "where");
         for (h, names) in leaves(d.pid()) {
             for name in names {
-                let leaf = h.mount.join("cordon").join(d.pid().to_string()).join(&name);
+                let leaf = h.mount.join("cordon").join(instance(d.pid())).join(&name);
                 let procs = std::fs::read_to_string(leaf.join("cgroup.procs")).unwrap_or_default();
                 assert!(!procs.lines().any(|p| p.trim() == pid.to_string()), "{pid} is in {}", leaf.display());
                 // Between calls nothing runs: a leaf holds no process at all.

@@ -208,6 +208,49 @@ fn a_peer_in_a_pid_namespace_cordond_cannot_see_is_refused() {
     assert!(found, "{:#?}", d.audit_records());
 }
 
+/// Two daemons on one host, one of them in a pid namespace of its own (a container sharing the
+/// host's cgroups): when the second starts, it must not take the first one's invocation cgroups
+/// for a dead daemon's (the first's pid means nothing in its namespace) and kill them, nor share
+/// a directory with a daemon of the same pid in another namespace.
+#[test]
+fn a_daemon_in_a_pid_namespace_leaves_another_daemons_invocations_alone() {
+    require_root!();
+    let policy = "version = 1\n[tools.nap]\ndescription = \"sleeps\"\nreason = \"tests\"\ncommand = [\"/bin/sleep\", \"29.25\"]\n";
+    let host = Daemon::start(&[("t.toml", policy)]);
+    if host.cordon(&["status", "--json"]).json()["cgroup_mode"] == "none" {
+        eprintln!("skipped: no cgroups here");
+        return;
+    }
+    let mut call = host.cordon_spawn(&["run", "nap"]);
+    let sleeping = || {
+        let out = Command::new("pgrep").args(["-f", "^/bin/sleep 29.25$"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect::<Vec<_>>()
+    };
+    assert!(eventually(Duration::from_secs(10), || sleeping().len() == 1), "the tool never started");
+    let pid = sleeping()[0].clone();
+
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), policy).unwrap();
+    let contained =
+        Daemon::start_under(&["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"], dir, policies, &[]);
+    // The contained daemon listens (start_under waited for its socket): its startup clean-up of
+    // stale cgroups, which comes before, is done. (It cannot serve this host-side client.)
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "the host daemon's invocation was killed when a daemon started in a pid namespace:\n{}",
+        contained.log_text()
+    );
+    // The host daemon still runs tools (its cgroup directory was not removed under it).
+    let running = host.cordon(&["status", "--json"]).json();
+    assert_eq!(running["running"].as_array().map(Vec::len), Some(1), "{running}");
+    let id = running["running"][0]["invocation_id"].as_str().unwrap().to_string();
+    host.cordon(&["cancel", &id]).assert_code(0);
+    let _ = call.wait();
+}
+
 /// `cordon doctor`'s `peers` check: (level, found).
 fn peers_check(doctor: &Output) -> (String, String) {
     let json: Value = serde_json::from_str(&doctor.stdout).unwrap_or_else(|e| panic!("doctor: {e}: {doctor:?}"));
