@@ -2,7 +2,8 @@
 //! (README "Results"): `isError` exactly when the result is not `ok` (the tool's `ok_exit_codes`,
 //! its output schema); for JSON tools the value cordond validated as `structuredContent` (always
 //! an object, which the advertised output schema describes); every figure (exit code, signal,
-//! timeout, truncation, duration, cache) both in the text and in `_meta["cordon/result"]`.
+//! timeout, truncation, duration, cache) in `_meta["cordon/result"]`, and the way it ended in the
+//! text's last line.
 
 use cordon_core::code::ErrorCode;
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
@@ -18,8 +19,11 @@ pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
     if r.ok
         && let Some(structured) = &r.structured
     {
-        // The text block carries the same JSON (for clients that read only text).
-        let mut res = CallToolResult::success(vec![ContentBlock::text(structured.to_string())]);
+        // The text block carries the same JSON (for clients that read only text): stdout as
+        // the tool wrote it, or the wrapped value when it was wrapped.
+        let as_written = serde_json::from_str::<serde_json::Value>(&r.stdout).is_ok_and(|v| v == **structured);
+        let json_text = if as_written { r.stdout.clone() } else { structured.to_string() };
+        let mut res = CallToolResult::success(vec![ContentBlock::text(json_text)]);
         res.structured_content = Some((**structured).clone());
         res.meta = Some(meta);
         return res;
@@ -43,7 +47,6 @@ pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
     } else if let Some(code) = r.exit_code {
         notes.push(format!("exit code {code}"));
     }
-    notes.push(format!("{} ms", r.duration_ms));
     for (name, truncated, total) in
         [("stdout", r.stdout_truncated, r.stdout_total_bytes), ("stderr", r.stderr_truncated, r.stderr_total_bytes)]
     {
