@@ -267,6 +267,8 @@ fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
         (_, _, None, Some(s)) => u8::try_from(128 + s).unwrap_or(exit::FAILURE),
         _ => exit::FAILURE,
     };
+    // Exit code 0 that the policy does not count as success (output that fails its schema).
+    let code = if code == 0 && !result.ok { exit::FAILURE } else { code };
     if as_json {
         print_json(&json!(result));
         return code;
@@ -290,6 +292,15 @@ fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
         errln!("cordon: {name} was cancelled");
     } else if let Some(s) = result.signal {
         errln!("cordon: {name} was killed by signal {s}");
+    }
+    if let Some(e) =
+        result.error.as_ref().filter(|e| matches!(e.code.as_str(), "INVALID_OUTPUT" | "OUTPUT_SCHEMA_MISMATCH"))
+    {
+        errln!("cordon: {name}: {}", e.message);
+    }
+    if let Some(c) = &result.cache {
+        let (age, from) = (c.cache_age_ms, &c.cached_from);
+        errln!("cordon: {name}: cached result of invocation {from}, {} s old; nothing ran", age / 1000);
     }
     for hint in &result.hints {
         eprintln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: hint:"), term::line(hint));

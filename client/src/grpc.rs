@@ -791,10 +791,41 @@ pub struct RunResult {
     /// Why a path argument may have been refused (the sandbox or a file mode), when the tool failed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<String>,
+    /// The result contract, decided by cordond from the tool's policy (`ok_exit_codes`, the
+    /// output schema).
+    pub ok: bool,
+    /// Why not ok.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Box<ResultError>>,
+    /// JSON tools: the value sent as MCP structured content (always an object; see
+    /// `Tool::output_schema`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structured: Option<Box<serde_json::Value>>,
+    /// Answered from cordond's result cache: nothing ran for this call.
+    pub cached: bool,
+    /// For a cached answer: how old it is and which invocation ran.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<Box<CacheInfo>>,
     #[serde(skip)]
     pub stdout_bytes: Vec<u8>,
     #[serde(skip)]
     pub stderr_bytes: Vec<u8>,
+}
+
+/// Where a cached answer came from (`RunResult::cache`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CacheInfo {
+    pub cache_age_ms: u64,
+    /// The invocation that ran.
+    pub cached_from: String,
+}
+
+/// Why a finished call is not ok (`RunResult::error`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResultError {
+    /// EXIT_CODE, SIGNALLED, TIMED_OUT, CANCELLED, INVALID_OUTPUT or OUTPUT_SCHEMA_MISMATCH.
+    pub code: String,
+    pub message: String,
 }
 
 impl RunResult {
@@ -821,6 +852,18 @@ impl RunResult {
                 gid: s.gid,
             }),
             hints: f.hints,
+            ok: f.ok,
+            error: (!f.ok).then(|| {
+                Box::new(ResultError {
+                    code: if f.error_code.is_empty() { "NOT_OK".into() } else { f.error_code },
+                    message: f.error,
+                })
+            }),
+            structured: (!f.structured_json.is_empty())
+                .then(|| serde_json::from_str(&f.structured_json).ok().map(Box::new))
+                .flatten(),
+            cached: f.cached,
+            cache: f.cached.then(|| Box::new(CacheInfo { cache_age_ms: f.cache_age_ms, cached_from: f.cached_from })),
             stdout_bytes: f.stdout,
             stderr_bytes: f.stderr,
         }

@@ -18,11 +18,13 @@ use serde_json::{Value, json};
 
 use crate::admission::{self, AdmissionError, Slot, Slots};
 use crate::audit::{self, Audit, AuditError, Decision, Record};
+use crate::cache::{self, ResultCache};
 use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::registry::RegistryHandle;
 use cordon_core::argv::{self, Account, Plan};
-use cordon_core::policy::{Availability, Tool};
+use cordon_core::policy::output::{self, Verdict};
+use cordon_core::policy::{Availability, CachePolicy, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
 use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Programs, RunSpec, SpawnError};
 
@@ -130,6 +132,43 @@ pub enum Admission {
     Ready(Prepared),
     /// The tool needs a confirmation first; nothing runs until the token is redeemed.
     NeedsConfirmation(Ticket),
+    /// Answered from the result cache (audited as `cache_hit`); nothing runs.
+    Cached(CacheHit),
+}
+
+/// A call answered from the result cache.
+#[derive(Debug)]
+pub struct CacheHit {
+    /// This call's own id (its `cache_hit` record carries it).
+    pub id: String,
+    pub tool: Arc<Tool>,
+    pub generation: u64,
+    /// This call's argv, secrets redacted.
+    pub display_argv: Vec<String>,
+    /// The answer, and the invocation that ran for it.
+    pub entry: cache::Entry,
+}
+
+/// How a run ended, and what the tool's policy says about it.
+#[derive(Debug)]
+pub struct Answer {
+    pub outcome: Outcome,
+    pub verdict: Verdict,
+}
+
+/// The policy's verdict on a run.
+pub fn verdict(tool: &Tool, o: &Outcome) -> Verdict {
+    output::judge(
+        tool,
+        output::Ended {
+            exit_code: o.exit_code,
+            signal: o.signal,
+            timed_out: o.timed_out,
+            cancelled: o.cancelled,
+            stdout: &o.stdout.bytes,
+            stdout_truncated: o.stdout.truncated,
+        },
+    )
 }
 
 /// What a dry run found: the call as it would run now.
@@ -182,6 +221,8 @@ pub struct Prepared {
     /// `run_as` named the account: it is the tool's own.
     pub dedicated_uid: bool,
     pub confirmed: Option<Confirmed>,
+    /// Where the answer is kept, for a tool whose policy says `cache`.
+    cache: Option<(cache::Key, CachePolicy)>,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
     pub paths: Vec<(String, std::path::PathBuf)>,
     seccomp: Arc<Programs>,
@@ -261,6 +302,8 @@ pub struct Settings {
     pub human_ttl: Duration,
     /// Caps on outstanding confirmations, and whether MCP elicitation may approve a human one.
     pub confirmations: crate::confirm::Limits,
+    /// Bounds of the result cache.
+    pub cache: cache::Limits,
 }
 
 impl Default for Settings {
@@ -270,6 +313,7 @@ impl Default for Settings {
             agent_ttl: crate::confirm::AGENT_TTL,
             human_ttl: crate::confirm::HUMAN_TTL,
             confirmations: crate::confirm::Limits::default(),
+            cache: cache::Limits::default(),
         }
     }
 }
@@ -284,6 +328,7 @@ pub struct Invoker {
     closed: CancellationToken,
     confirmations: Confirmations,
     audit: Arc<Audit>,
+    cache: ResultCache,
 }
 
 impl Invoker {
@@ -302,11 +347,17 @@ impl Invoker {
             confirmations: Confirmations::new(settings.agent_ttl, settings.human_ttl)
                 .with_limits(settings.confirmations),
             audit,
+            cache: ResultCache::new(settings.cache),
         }
     }
 
     pub fn audit(&self) -> &Audit {
         &self.audit
+    }
+
+    /// The result cache (its figures, for status).
+    pub fn cache(&self) -> &ResultCache {
+        &self.cache
     }
 
     pub fn host(&self) -> &HostSandbox {
@@ -341,7 +392,8 @@ impl Invoker {
                     .with_argv(&ticket.argv)
                     .with("expires_in_ms", millis(ticket.expires_in)),
             ),
-            Ok(Admission::Ready(_)) => {}
+            // Its `cache_hit` record is on disk already.
+            Ok(Admission::Ready(_) | Admission::Cached(_)) => {}
             Err(e) => self.refused(caller, tool_name, Some(arguments), e),
         }
         result
@@ -357,7 +409,45 @@ impl Invoker {
         if parked.tool.confirm != cordon_core::policy::Confirm::None {
             return Ok(Admission::NeedsConfirmation(self.confirmations.park(parked)?));
         }
+        if let Some(hit) = self.cached(&parked).await? {
+            return Ok(Admission::Cached(hit));
+        }
         self.admit(parked, None).await.map(Admission::Ready)
+    }
+
+    /// The cached answer of a validated, authorized call, after the same pin check a run gets
+    /// (a swapped grant makes the tool unavailable, cached or not); its `cache_hit` record is
+    /// durable before the answer is given, like the terminal record of a run.
+    async fn cached(&self, parked: &Parked) -> Result<Option<CacheHit>, InvokeError> {
+        let Some((key, _)) = cache_key(parked) else {
+            return Ok(None);
+        };
+        let tool = &parked.tool;
+        if let Availability::Unavailable { reason } = tool.availability_now() {
+            return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason });
+        }
+        let Some(entry) = self.cache.get(&key) else {
+            return Ok(None);
+        };
+        let id = new_id()?;
+        let record = Record::new(Decision::CacheHit)
+            .invocation(&id)
+            .tool(&tool.name)
+            .caller(&parked.caller)
+            .with("generation", parked.generation)
+            .with_argv(&parked.plan.display_argv)
+            .with("cached_from", entry.invocation_id.as_str())
+            .with("cache_age_ms", millis(cache::age(&entry)))
+            .with("exit_code", entry.outcome.exit_code)
+            .with("ok", entry.verdict.ok());
+        self.audit.durable(record).await?;
+        Ok(Some(CacheHit {
+            id,
+            tool: tool.clone(),
+            generation: parked.generation,
+            display_argv: parked.plan.display_argv.clone(),
+            entry,
+        }))
     }
 
     /// Records a refused call. Raw arguments are kept (clipped) only when they did not
@@ -597,6 +687,7 @@ impl Invoker {
     /// Takes a concurrency slot (waiting in the queue when none is free) and registers the
     /// invocation as running.
     async fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
+        let cache = cache_key(&parked);
         let Parked { tool, generation, plan, identity, dedicated_uid, caller, paths } = parked;
         // Every pinned path (grants, working_dir, command[0]) must still name what it named when
         // the registry loaded; a swapped one makes the tool unavailable, never redirected.
@@ -652,6 +743,7 @@ impl Invoker {
             identity,
             dedicated_uid,
             confirmed,
+            cache,
             paths,
             seccomp,
             cancel,
@@ -711,7 +803,7 @@ impl Invoker {
 
     /// Runs a started invocation to its end and records how it ended, durably, before it
     /// returns: the outcome is only answered once its record is on disk.
-    pub async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Outcome, InvokeError> {
+    pub async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Answer, InvokeError> {
         let prepared = started.0;
         let spec = RunSpec {
             plan: &prepared.plan,
@@ -743,6 +835,7 @@ impl Invoker {
             Err(e) => tracing::warn!(id = %prepared.id, error = %e, "invocation failed to run"),
         }
         let cancelled_by = self.lock().get(&prepared.id).and_then(|r| r.cancelled_by);
+        let judged = result.as_ref().ok().map(|o| verdict(&prepared.tool, o));
         let record = Record::new(Decision::Failed).invocation(&prepared.id).tool(&prepared.tool.name);
         let record = match &result {
             Ok(o) => {
@@ -777,6 +870,12 @@ impl Invoker {
                 if o.cancelled {
                     r = r.with("cancelled_by", cancelled_by.unwrap_or(CancelReason::ClientGone).json());
                 }
+                if let Some(v) = &judged {
+                    r = r.with("ok", v.ok());
+                    if let Some(e) = &v.error {
+                        r = r.with("result_error", json!({ "code": e.code, "message": e.message }));
+                    }
+                }
                 r
             }
             Err(e) => record.error(ErrorCode::SpawnFailed, &e.to_string()),
@@ -789,7 +888,12 @@ impl Invoker {
             tracing::error!(id = %prepared.id, tool = %prepared.tool.name, error = %e, "invocation outcome withheld: its record is not on disk");
             return Err(InvokeError::Audit(unrecorded(&prepared.id, e)));
         }
-        Ok(result?)
+        let outcome = result?;
+        let verdict = judged.unwrap_or_else(|| verdict(&prepared.tool, &outcome));
+        if let Some((key, policy)) = prepared.cache.clone() {
+            self.cache.put(key, policy, &prepared.id, &prepared.plan.display_argv, &outcome, &verdict);
+        }
+        Ok(Answer { outcome, verdict })
     }
 
     /// Who started a running invocation.
@@ -834,6 +938,22 @@ impl Invoker {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Running>> {
         lock(&self.running)
     }
+}
+
+/// The result-cache key of a call of a tool whose policy says `cache`: everything that decides
+/// what the tool sees.
+fn cache_key(p: &Parked) -> Option<(cache::Key, CachePolicy)> {
+    let policy = p.tool.cache?;
+    let key = cache::Key {
+        tool: p.tool.name.clone(),
+        generation: p.generation,
+        caller_uid: p.caller.uid,
+        identity: p.identity.map(|i| (i.uid, i.gid)),
+        argv: p.plan.argv.clone(),
+        env: p.plan.env.clone(),
+        cwd: p.plan.cwd.clone(),
+    };
+    Some((key, policy))
 }
 
 /// The error a caller hears when the tool ran but its terminal record could not be written.

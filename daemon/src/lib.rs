@@ -8,6 +8,7 @@
 //! - [`audit`]: the hash-chained audit log and its writer thread (the line format and
 //!   verification are `cordon_core::audit`'s).
 //! - [`invoke`]: admission (concurrency limit), running, cancelling.
+//! - [`cache`]: the result cache of tools whose policy says `cache`.
 //! - [`confirm`]: confirmation tokens and human approvals.
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.
 //! - [`server`]: gRPC on a Unix socket; the caller comes from the kernel.
@@ -23,6 +24,7 @@
 pub mod admission;
 pub mod audit;
 pub mod authz;
+pub mod cache;
 pub mod caller;
 pub mod confirm;
 pub mod hint;

@@ -68,6 +68,13 @@ struct Args {
     /// Rotated audit files to keep (older ones are deleted).
     #[arg(long, default_value_t = audit::DEFAULT_KEEP)]
     audit_keep: usize,
+    /// Results the result cache keeps at most (tools whose policy says `cache`); the least
+    /// recently used go first. 0 turns the cache off.
+    #[arg(long, default_value_t = cordon_daemon::cache::DEFAULT_MAX_ENTRIES, value_name = "N")]
+    cache_max_entries: usize,
+    /// Bytes of cached results (output, argv, environment) kept at most.
+    #[arg(long, default_value = "64MiB", value_name = "SIZE", value_parser = parse_size)]
+    cache_max_bytes: u64,
     /// Let a `confirm = "human"` call be approved through MCP elicitation (the agent host's user
     /// answering in its UI). `cordon mcp` runs as the agent's uid, so anything running as that uid
     /// can answer: use it only when the agent cannot run its own programs. Off: only an admin's
@@ -176,6 +183,10 @@ impl Args {
                 confirmations: cordon_daemon::confirm::Limits {
                     elicitation_approves: self.human_approval_via_elicitation,
                     ..Default::default()
+                },
+                cache: cordon_daemon::cache::Limits {
+                    max_entries: self.cache_max_entries,
+                    max_bytes: self.cache_max_bytes,
                 },
             },
             shutdown_grace: self.shutdown_grace,

@@ -13,7 +13,9 @@ that tools/list shows the daemon's tools with the daemon's inputSchema, a call r
 tool's output, invalid calls come back as `isError` results with the daemon's codes, a cancelled
 call kills the tool's process, and a policy reload reaches the client as
 `notifications/tools/list_changed` (2025-11-25) or as an event on a `subscriptions/listen`
-stream (2026-07-28).
+stream (2026-07-28); and the result contract: a JSON tool's structuredContent, a wrapped array,
+the confirmation answer of a tool with an output schema and a cached result are all accepted by
+the SDK's own output-schema validation.
 
 Usage: driver.py [CORDOND [CORDON]]  (or $CORDOND / $CORDON; default target/debug/ of this repo)
 
@@ -72,6 +74,38 @@ command = ["/bin/sh", "-c", "echo $$ > \"$1\"; exec /bin/sleep 30", "sh", "{{pid
 write = ["/tmp"]
 
 [tools.slow.params.pidfile]
+type = "path"
+required = true
+
+[tools.counted]
+description = "a JSON object that matches its output schema"
+reason = "the MCP driver's result contract checks"
+command = ["/usr/bin/printf", "{\"n\": 3}"]
+output = { type = "json", schema = { type = "object", properties = { n = { type = "integer" } }, required = ["n"] } }
+
+[tools.listing]
+description = "a JSON array, sent wrapped as {result: [...]}"
+reason = "the MCP driver's result contract checks"
+command = ["/usr/bin/printf", "[\"a\", \"b\"]"]
+output = { type = "json", schema = { type = "array", items = { type = "string" } } }
+
+[tools.gated]
+description = "asks for an agent's confirmation; has an output schema"
+reason = "the MCP driver's result contract checks"
+command = ["/usr/bin/printf", "{\"n\": 1}"]
+confirm = "agent"
+output = { type = "json", schema = { type = "object", properties = { n = { type = "integer" } }, required = ["n"] } }
+
+[tools.cached]
+description = "counts its runs in a file; results cached"
+reason = "the MCP driver's result cache check"
+command = ["/bin/sh", "-c", "echo run >> \"$1\"; printf '{\"n\": 1}'", "sh", "{{file}}"]
+write = ["/tmp"]
+annotations = { read_only = true, idempotent = true }
+cache = { ttl = "10m" }
+output = { type = "json", schema = { type = "object", properties = { n = { type = "integer" } }, required = ["n"] } }
+
+[tools.cached.params.file]
 type = "path"
 required = true
 """
@@ -285,6 +319,8 @@ async def run_style(daemon: Daemon, report: Report, style: str, mode: str, index
             f"isError={result.is_error} text={text_of(result)!r}",
         )
 
+        await result_contract(daemon, report, style, client, index)
+
         # Invalid calls: isError results with the daemon's codes.
         result = await client.call_tool("echo", {})
         report.check(
@@ -427,6 +463,63 @@ async def search_and_pages(daemon: Daemon, report: Report) -> None:
             pages > 1 and len(walked) == len(everything) and set(walked) == everything,
             f"{pages} pages: {walked} vs {sorted(everything)}",
         )
+
+
+def result_meta(result: types.CallToolResult) -> dict[str, Any]:
+    """`_meta["cordon/result"]` of a result (the figures of the result contract)."""
+    meta = getattr(result, "meta", None) or {}
+    return dict(meta.get("cordon/result") or {})
+
+
+async def result_contract(daemon: Daemon, report: Report, style: str, client: Any, index: int) -> None:
+    """The SDK accepts what cordon sends for tools with output schemas (it validates
+    structuredContent against the outputSchema and raises when they disagree)."""
+    result = await client.call_tool("counted", {})
+    report.check(
+        style,
+        "JSON tool with a schema: structuredContent accepted by the SDK",
+        not result.is_error and result.structured_content == {"n": 3} and result_meta(result).get("ok") is True,
+        f"isError={result.is_error} structured={result.structured_content!r} meta={result_meta(result)!r}",
+    )
+    result = await client.call_tool("listing", {})
+    report.check(
+        style,
+        "JSON array: wrapped as {result: [...]} and accepted by the SDK",
+        not result.is_error and result.structured_content == {"result": ["a", "b"]},
+        f"isError={result.is_error} structured={result.structured_content!r}",
+    )
+    result = await client.call_tool("gated", {})
+    token = ((result.structured_content or {}).get("confirmation_required") or {}).get("token")
+    report.check(
+        style,
+        "confirmation answer of a schema tool accepted by the SDK, token in structuredContent",
+        not result.is_error and isinstance(token, str) and token in text_of(result),
+        f"isError={result.is_error} structured={result.structured_content!r}",
+    )
+    if isinstance(token, str):
+        result = await client.call_tool("confirm", {"token": token})
+        report.check(
+            style,
+            "confirm runs the schema tool; its answer accepted by the SDK",
+            not result.is_error and result.structured_content == {"n": 1},
+            f"isError={result.is_error} structured={result.structured_content!r} text={text_of(result)!r}",
+        )
+    counter = daemon.dir / f"cached-{index}"
+    first = await client.call_tool("cached", {"file": str(counter)})
+    second = await client.call_tool("cached", {"file": str(counter)})
+    meta = result_meta(second)
+    runs = counter.read_text().count("run") if counter.exists() else 0
+    report.check(
+        style,
+        "cached result accepted by the SDK: _meta says cached, its age and the invocation that ran",
+        not second.is_error
+        and second.structured_content == {"n": 1}
+        and meta.get("cached") is True
+        and isinstance(meta.get("cache_age_ms"), int)
+        and meta.get("cached_from") == result_meta(first).get("invocation_id")
+        and runs == 1,
+        f"first={result_meta(first)!r} second={meta!r} runs={runs}",
+    )
 
 
 async def main_async(daemon: Daemon, report: Report) -> None:

@@ -152,12 +152,37 @@ impl ServerHandler for Bridge {
             return Ok(self.status(&arguments).await.into());
         }
         if name == CONFIRM_TOOL {
-            let Some(token) = arguments.get("token").and_then(Value::as_str) else {
+            // The built-in tool's own input schema, applied as strictly as a daemon tool's.
+            let unknown: Vec<&String> =
+                request.arguments.iter().flatten().map(|(k, _)| k).filter(|k| *k != "token").collect();
+            if !unknown.is_empty() {
+                let names = unknown.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ");
                 return Ok(render::refused(
-                    ErrorCode::MissingRequiredField,
-                    "missing required field \"token\" (the token a tool returned when it asked for confirmation)",
+                    ErrorCode::UnknownFields,
+                    &format!("unknown field(s) {names}: `confirm` takes only {{\"token\": \"...\"}}; nothing ran"),
                 )
                 .into());
+            }
+            let token = match arguments.get("token") {
+                Some(Value::String(t)) => t,
+                None | Some(Value::Null) => {
+                    return Ok(render::refused(
+                        ErrorCode::MissingRequiredField,
+                        "missing required field \"token\" (the token a tool returned when it asked for confirmation)",
+                    )
+                    .into());
+                }
+                Some(other) => {
+                    return Ok(render::refused(
+                        ErrorCode::InvalidFieldType,
+                        &format!(
+                            "field \"token\" must be a string (the token a tool returned when it asked for \
+                             confirmation), got {}; nothing ran",
+                            json_type(other)
+                        ),
+                    )
+                    .into());
+                }
             };
             let tool = ToolInfo::minimal(CONFIRM_TOOL.into());
             return self.run(&tool, &context, Start::Confirm { token: token.to_string(), elicited: false }).await;
@@ -230,5 +255,17 @@ impl ServerHandler for Bridge {
         }
         context.cancelled().await;
         Ok(())
+    }
+}
+
+/// A JSON value's type, as error messages name it.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }

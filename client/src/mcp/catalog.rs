@@ -245,9 +245,45 @@ fn to_mcp_tool(t: &ToolInfo, schema: Arc<JsonObject>) -> Tool {
     if t.output == "json"
         && let Some(Value::Object(o)) = &t.output_schema
     {
-        tool = tool.with_raw_output_schema(Arc::new(o.clone()));
+        let schema = if t.confirm == "agent" { or_confirmation(o) } else { o.clone() };
+        tool = tool.with_raw_output_schema(Arc::new(schema));
     }
     tool
+}
+
+/// The structured content of an agent confirmation's answer (`confirm::confirmation`).
+pub(super) fn confirmation_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "confirmation_required": {
+                "type": "object",
+                "properties": {
+                    "token": { "type": "string" },
+                    "description": { "type": "string" },
+                    "expires_in_ms": { "type": "integer" }
+                },
+                "required": ["token", "description", "expires_in_ms"]
+            }
+        },
+        "required": ["confirmation_required"],
+        "additionalProperties": false
+    })
+}
+
+/// The output schema of a tool that asks for an agent's confirmation: its first answer is the
+/// confirmation (see [`confirmation_schema`]), the answer after `confirm` its own output. Both
+/// are objects, so the schema stays `type: object` (which MCP requires).
+fn or_confirmation(schema: &JsonObject) -> JsonObject {
+    let mut own = schema.clone();
+    let dialect = own.remove("$schema");
+    let mut union = JsonObject::new();
+    if let Some(d) = dialect {
+        union.insert("$schema".into(), d);
+    }
+    union.insert("type".into(), json!("object"));
+    union.insert("anyOf".into(), json!([Value::Object(own), confirmation_schema()]));
+    union
 }
 
 #[cfg(test)]

@@ -52,9 +52,20 @@ impl Bridge {
                 c.token,
                 c.expires_in_ms / 1000
             );
+            // The same object for every tool: a tool with an output schema advertises it as
+            // one of the two shapes its answers take (`catalog::or_confirmation`).
             let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-            result.structured_content =
-                Some(json!({ "confirmation_required": { "token": c.token, "description": c.description } }));
+            let confirmation = json!({
+                "confirmation_required": {
+                    "token": c.token,
+                    "description": c.description,
+                    "expires_in_ms": c.expires_in_ms,
+                }
+            });
+            let mut meta = rmcp::model::MetaObject::default();
+            meta.0.insert("cordon/confirmation".into(), confirmation["confirmation_required"].clone());
+            result.meta = Some(meta);
+            result.structured_content = Some(confirmation);
             return Ok(result.into());
         }
         // A person must approve: ask through the client when it can and cordond accepts that

@@ -1,12 +1,33 @@
-//! A finished invocation as an MCP tool result: stdout as text, stderr labelled, the exit
-//! status, timeouts and truncation said plainly; `isError` for anything but exit code 0.
+//! A finished invocation as an MCP tool result, following the result contract cordond decided
+//! (README "Results"): `isError` exactly when the result is not `ok` (the tool's `ok_exit_codes`,
+//! its output schema); for JSON tools the value cordond validated as `structuredContent` (always
+//! an object, which the advertised output schema describes); every figure (exit code, signal,
+//! timeout, truncation, duration, cache) in `_meta["cordon/result"]`, and the way it ended in the
+//! text's last line.
 
 use cordon_core::code::ErrorCode;
-use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
+use serde_json::json;
 
 use crate::grpc::{RunResult, ToolInfo};
 
+/// The `_meta` key of a result's figures.
+pub const RESULT_META: &str = "cordon/result";
+
 pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
+    let meta = meta(r);
+    if r.ok
+        && let Some(structured) = &r.structured
+    {
+        // The text block carries the same JSON (for clients that read only text): stdout as
+        // the tool wrote it, or the wrapped value when it was wrapped.
+        let as_written = serde_json::from_str::<serde_json::Value>(&r.stdout).is_ok_and(|v| v == **structured);
+        let json_text = if as_written { r.stdout.clone() } else { structured.to_string() };
+        let mut res = CallToolResult::success(vec![ContentBlock::text(json_text)]);
+        res.structured_content = Some((**structured).clone());
+        res.meta = Some(meta);
+        return res;
+    }
     let mut text = String::new();
     text.push_str(&r.stdout);
     if !r.stderr.is_empty() {
@@ -17,7 +38,6 @@ pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
         text.push_str(&r.stderr);
     }
     let mut notes = Vec::new();
-    let ok = r.exit_code == Some(0) && !r.timed_out && !r.cancelled;
     if r.timed_out {
         notes.push(format!("timed out after {} s and was killed", tool.timeout_ms.div_ceil(1000)));
     } else if r.cancelled {
@@ -37,6 +57,10 @@ pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
             ));
         }
     }
+    if let Some(c) = &r.cache {
+        let (age, from) = (c.cache_age_ms, &c.cached_from);
+        notes.push(format!("cached result of invocation {from}, {} s old; nothing ran for this call", age / 1000));
+    }
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
@@ -44,24 +68,46 @@ pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
     for hint in &r.hints {
         text.push_str(&format!("\n[hint: {hint}]"));
     }
-
-    if tool.output == "json" && ok {
-        return match serde_json::from_str::<serde_json::Value>(&r.stdout) {
-            Ok(value) => {
-                let mut res = CallToolResult::success(vec![ContentBlock::text(r.stdout.clone())]);
-                res.structured_content = Some(value);
-                res
-            }
-            Err(e) => CallToolResult::error(vec![ContentBlock::text(format!(
-                "the tool declares JSON output, but its stdout is not valid JSON ({e}):\n{text}"
-            ))]),
-        };
+    // Failures of the output itself lead: the raw output follows as evidence.
+    if let Some(e) = r.error.as_ref().filter(|e| matches!(e.code.as_str(), "INVALID_OUTPUT" | "OUTPUT_SCHEMA_MISMATCH"))
+    {
+        text = format!("{}: {}\n{text}", e.code, e.message);
     }
-    if ok {
+    let mut res = if r.ok {
         CallToolResult::success(vec![ContentBlock::text(text)])
     } else {
         CallToolResult::error(vec![ContentBlock::text(text)])
+    };
+    res.meta = Some(meta);
+    res
+}
+
+/// The result's figures, as `_meta["cordon/result"]`.
+fn meta(r: &RunResult) -> MetaObject {
+    let mut figures = json!({
+        "invocation_id": r.invocation_id,
+        "ok": r.ok,
+        "exit_code": r.exit_code,
+        "signal": r.signal,
+        "timed_out": r.timed_out,
+        "cancelled": r.cancelled,
+        "duration_ms": r.duration_ms,
+        "stdout_truncated": r.stdout_truncated,
+        "stderr_truncated": r.stderr_truncated,
+        "cached": r.cached,
+    });
+    if let Some(o) = figures.as_object_mut() {
+        if let Some(e) = &r.error {
+            o.insert("error".into(), json!({ "code": e.code, "message": e.message }));
+        }
+        if let Some(c) = &r.cache {
+            o.insert("cache_age_ms".into(), json!(c.cache_age_ms));
+            o.insert("cached_from".into(), json!(c.cached_from));
+        }
     }
+    let mut object = serde_json::Map::new();
+    object.insert(RESULT_META.into(), figures);
+    MetaObject(object)
 }
 
 /// An `isError` result carrying a message (and a stable code when there is one).

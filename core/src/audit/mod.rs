@@ -49,10 +49,13 @@ pub enum Decision {
     Resumed,
     /// `cordon run --dry-run` (the DryRun RPC): validated and resolved like a call; nothing ran.
     DryRun,
+    /// A call answered from the result cache (`cache` in the tool's policy): validated and
+    /// authorized like a call; nothing ran. The record names the invocation whose result it is.
+    CacheHit,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 23] = [
+    pub const ALL: [Decision; 24] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -76,6 +79,7 @@ impl Decision {
         Decision::Rotated,
         Decision::Resumed,
         Decision::DryRun,
+        Decision::CacheHit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -103,6 +107,7 @@ impl Decision {
             Decision::Rotated => "rotated",
             Decision::Resumed => "resumed",
             Decision::DryRun => "dry_run",
+            Decision::CacheHit => "cache_hit",
         }
     }
 

@@ -63,6 +63,20 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
         "\"json\" or { type = \"json\", schema = {...} } for structured output",
         false,
     ),
+    key(
+        "ok_exit_codes",
+        "array of integers",
+        "exit codes that mean success, 0 to 255 (default [0]); e.g. [0, 1] for grep, whose 1 means \"no match\"",
+        false,
+    ),
+    key(
+        "cache",
+        "table",
+        "{ ttl = duration, error_ttl = duration } answer repeated identical calls from cordond's result cache \
+         (1s to 24h; error_ttl caches failed results, default not cached); only for tools with annotations \
+         read_only and idempotent, and without confirm",
+        false,
+    ),
     key("read", "array of paths", "extra paths the tool may read beneath", true),
     key("write", "array of paths", "paths the tool may write beneath", true),
     key("exec", "array of paths", "extra paths the tool may execute from", true),

@@ -11,7 +11,8 @@
 //!   Leaves beside it: [`keys`](KeyDoc) (the key tables), [`diag`], [`units`], [`defaults`],
 //!   [`trust`], `pattern`, [`foreign`] (recognizes CtxNest and Gandalf configs, to say how to
 //!   import them).
-//! - [`schema`] (a tool's JSON Schema), `probe` (availability and pinning).
+//! - [`schema`] (a tool's JSON Schema), [`output`] (a result judged by the policy: ok_exit_codes,
+//!   the output schema, wrapping), `probe` (availability and pinning).
 //! - [`crate::validate`] and [`crate::argv`] stand on the model too; `parse` uses the validator to
 //!   check param defaults.
 //! - `parse` (one file -> tools), then `load` (read files under the trust rules, parse, probe).
@@ -30,6 +31,7 @@ mod intern;
 mod keys;
 mod load;
 pub(crate) mod model;
+pub mod output;
 mod parse;
 mod pattern;
 mod probe;

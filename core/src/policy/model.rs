@@ -112,6 +112,25 @@ pub struct Tool {
     /// The policy's own tests: `[[tools.NAME.examples]]` then `[[tools.NAME.refuse]]`, in file
     /// order (see `policy::examples`).
     pub examples: Vec<Example>,
+    /// Exit codes that mean the call succeeded (`ok_exit_codes`; default `[0]`). Sorted, unique.
+    pub ok_exit_codes: Vec<i32>,
+    /// `cache = { ttl, error_ttl }`: results may be answered from the daemon's result cache
+    /// (only read-only, idempotent tools without confirmation).
+    pub cache: Option<CachePolicy>,
+}
+
+/// Exit codes a tool that sets no `ok_exit_codes` succeeds with.
+pub const DEFAULT_OK_EXIT_CODES: &[i32] = &[0];
+/// Shortest and longest `cache.ttl` / `cache.error_ttl`.
+pub const CACHE_TTL_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(24 * 3600));
+
+/// How long a tool's results may be answered from the result cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachePolicy {
+    /// For a result that is `ok`.
+    pub ttl: Duration,
+    /// For a result that is not `ok` (`None`: such results are not cached).
+    pub error_ttl: Option<Duration>,
 }
 
 /// One policy test of a tool: arguments and what a call with them must give.
@@ -371,8 +390,31 @@ pub enum Output {
     #[default]
     Text,
     Json {
-        schema: Option<serde_json::Value>,
+        schema: Option<OutputSchema>,
     },
+}
+
+/// A tool's `output.schema`, compiled when the registry loaded (see `policy::output`).
+#[derive(Clone)]
+pub struct OutputSchema {
+    /// As written in the policy.
+    pub schema: serde_json::Value,
+    /// The schema does not say `type = "object"`: values are sent wrapped as `{"result": value}`,
+    /// and the schema advertised to MCP clients says so.
+    pub wrapped: bool,
+    pub(super) validator: Arc<jsonschema::Validator>,
+}
+
+impl std::fmt::Debug for OutputSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputSchema").field("schema", &self.schema).field("wrapped", &self.wrapped).finish()
+    }
+}
+
+impl PartialEq for OutputSchema {
+    fn eq(&self, other: &Self) -> bool {
+        self.schema == other.schema
+    }
 }
 
 /// What the kernel sandbox grants the tool.

@@ -48,11 +48,19 @@ env = { RES_OPTIONS = "use-vc" }    # DNS over TCP: the sandbox has no UDP
 read = ["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"]
 output = "json"
 annotations = { read_only = true, idempotent = true }
+cache = { ttl = "10m", error_ttl = "30s" }  # answer repeats from cordond's cache (read-only, idempotent only)
 
 [tools.fetch-crate.params.name]
 type = "string"
 pattern = "[A-Za-z0-9_-]{1,64}"
 required = true
+
+[tools.find-todo]
+description = "List the lines of the project that mention TODO"
+reason = "agents look for unfinished work"
+command = ["grep", "-rn", "TODO", "/srv/project/src"]
+ok_exit_codes = [0, 1]              # grep: 1 means "no match", which is an answer, not a failure
+annotations = { read_only = true, idempotent = true }
 
 [tools.deploy]
 description = "Deploy a tagged release to staging"
@@ -178,6 +186,11 @@ pub fn authoring_reference() -> String {
         "- Environment: exactly {} plus the tool's `env`, plus params as `args_env_prefix` + NAME (JSON text for \
          non-strings). stdin is /dev/null; the tool leads a new session, process group and (as root) cgroup.\n\
          - Output: each stream keeps its head and tail within `max_output`; the middle is cut and marked.\n\
+         - Results: `ok` when the exit code is one of `ok_exit_codes` (default [0]) and, for `output = \"json\"`, \
+           stdout is JSON passing `output.schema` (checked by cordond; a mismatch names the JSON pointer and the \
+           schema rule). Non-object JSON is sent wrapped as {{\"result\": value}}, and the advertised schema says so. \
+           `cache` results are answered again, after validation, authorization and the pin check, keyed on the \
+           tool, generation, caller uid and resolved argv/env; hits are audited as `cache_hit`.\n\
          - Timeout: SIGTERM to the group, SIGKILL 3 s later, then the cgroup is killed.\n\n\
          ## 5. Security guarantees\n\n\
          - Landlock grants read+execute beneath {}; read of {}; read+write of {}; and the tool's own /proc/self. \
@@ -241,7 +254,7 @@ mod tests {
     fn the_example_loads() {
         let set = load_sources(&[("example.toml".into(), EXAMPLE.to_string())], &Host::new(true, 7))
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(set.tools.len(), 3);
+        assert_eq!(set.tools.len(), 4);
         assert!(set.diagnostics.iter().all(|d| !d.is_error()));
     }
 

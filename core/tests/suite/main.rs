@@ -7,4 +7,5 @@ mod lint;
 mod policy;
 mod proptest_policy;
 mod reload;
+mod result;
 mod validate;

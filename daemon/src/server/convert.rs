@@ -4,11 +4,10 @@
 use cordon_proto::v1;
 
 use crate::confirm::{PendingInfo, Ticket};
-use crate::invoke::{DryRun, RunningInfo};
+use crate::invoke::{Answer, CacheHit, DryRun, RunningInfo};
 use cordon_core::policy::{
     Availability, Confirm, Danger, Diagnostic, Network, Output, Param, ParamKind, Principal, Severity, Tool,
 };
-use cordon_sandbox::Outcome;
 use cordon_sandbox::OutputChunk;
 
 /// `now` is the tool's availability at this moment (`Tool::availability_now`, which checks its
@@ -33,10 +32,7 @@ pub fn tool_for_agents(t: &Tool, now: &Availability) -> v1::Tool {
         Availability::Available { .. } => (true, String::new()),
         Availability::Unavailable { reason } => (false, reason.clone()),
     };
-    let output_schema_json = match &t.output {
-        Output::Json { schema: Some(s) } => s.to_string(),
-        _ => String::new(),
-    };
+    let output_schema_json = t.advertised_output_schema().map(|s| s.to_string()).unwrap_or_default();
     v1::Tool {
         name: t.name.clone(),
         title: t.annotations.title.clone().unwrap_or_default(),
@@ -155,8 +151,20 @@ pub(crate) fn diagnostic(d: &Diagnostic) -> v1::Diagnostic {
     }
 }
 
-pub(crate) fn finished(id: &str, o: Outcome) -> v1::Finished {
+pub(crate) fn finished(id: &str, answer: Answer) -> v1::Finished {
+    let Answer { outcome: o, verdict } = answer;
+    let (error_code, error) = match verdict.error {
+        Some(e) => (e.code.to_string(), e.message),
+        None => (String::new(), String::new()),
+    };
     v1::Finished {
+        ok: error_code.is_empty(),
+        error_code,
+        error,
+        structured_json: verdict.structured.map(|v| v.to_string()).unwrap_or_default(),
+        cached: false,
+        cache_age_ms: 0,
+        cached_from: String::new(),
         invocation_id: id.to_string(),
         exit_code: o.exit_code,
         signal: o.signal,
@@ -178,6 +186,18 @@ pub(crate) fn finished(id: &str, o: Outcome) -> v1::Finished {
         }),
         hints: Vec::new(),
     }
+}
+
+/// A call answered from the result cache: the cached run's result, under this call's id.
+pub(crate) fn cached(hit: CacheHit) -> v1::Finished {
+    let age = u64::try_from(crate::cache::age(&hit.entry).as_millis()).unwrap_or(u64::MAX);
+    let from = hit.entry.invocation_id.clone();
+    let answer = Answer { outcome: hit.entry.outcome, verdict: hit.entry.verdict };
+    let mut f = finished(&hit.id, answer);
+    f.cached = true;
+    f.cache_age_ms = age;
+    f.cached_from = from;
+    f
 }
 
 pub(crate) fn ticket(t: &Ticket) -> v1::ConfirmationRequired {

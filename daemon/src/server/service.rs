@@ -228,12 +228,12 @@ impl CordonService {
                 }
             };
             let event = match result {
-                Ok(outcome) => {
-                    // A tool that failed on its own (not a timeout or cancel): say which path
-                    // arguments the sandbox or a file mode refused.
-                    let failed = !outcome.timed_out && !outcome.cancelled && outcome.exit_code != Some(0);
+                Ok(answer) => {
+                    // A tool that failed on its own (an exit code its policy does not count as
+                    // success): say which path arguments the sandbox or a file mode refused.
+                    let failed = answer.verdict.error.as_ref().is_some_and(|e| e.code == "EXIT_CODE");
                     let hints = if failed { hint.hints() } else { Vec::new() };
-                    let mut finished = convert::finished(&id, outcome);
+                    let mut finished = convert::finished(&id, answer);
                     finished.hints = hints;
                     Ok(v1::InvokeEvent { event: Some(v1::invoke_event::Event::Finished(finished)) })
                 }
@@ -315,6 +315,18 @@ impl v1::cordon_server::Cordon for CordonService {
             Admission::Ready(prepared) => {
                 let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
                 Ok(self.run_stream(started, req.stream_output))
+            }
+            Admission::Cached(hit) => {
+                let accepted = v1::InvokeEvent {
+                    event: Some(v1::invoke_event::Event::Accepted(v1::Accepted {
+                        invocation_id: hit.id.clone(),
+                        argv: hit.display_argv.clone(),
+                        generation: hit.generation,
+                        tool: hit.tool.name.clone(),
+                    })),
+                };
+                let finished = v1::InvokeEvent { event: Some(v1::invoke_event::Event::Finished(convert::cached(hit))) };
+                Ok(Response::new(Box::pin(tokio_stream::iter([Ok(accepted), Ok(finished)]))))
             }
             Admission::NeedsConfirmation(ticket) => {
                 let event = v1::InvokeEvent {

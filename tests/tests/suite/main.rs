@@ -26,6 +26,7 @@ mod reliability_audit;
 mod reliability_policies;
 mod reliability_wire;
 mod render_escape;
+mod result_contract;
 mod sandbox;
 mod search_status;
 mod starter;

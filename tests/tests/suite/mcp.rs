@@ -557,7 +557,7 @@ async fn json_tools_return_structured_content() {
     assert_eq!(text(&r), r#"{"files": 3, "names": ["a", "b"]}"#);
 
     let r = call(&client, "broken-json", json!({})).await;
-    assert_failed(&r, "the tool declares JSON output, but its stdout is not valid JSON");
+    assert_failed(&r, "INVALID_OUTPUT: the tool declares JSON output, but its stdout is not valid JSON");
     assert!(text(&r).contains("not json"), "{}", text(&r));
     assert_eq!(r.structured_content, None);
 }

@@ -97,7 +97,7 @@ impl Parser<'_> {
         parse_size(&text).map_err(|e| self.sink.error(v.span(), e)).ok()
     }
 
-    fn duration(&mut self, v: &Value<'_>, what: &str) -> Option<Duration> {
+    pub(super) fn duration(&mut self, v: &Value<'_>, what: &str) -> Option<Duration> {
         let text = self.string_hint(v, what, "a duration string like \"30s\" or \"5m\"")?;
         parse_duration(&text).map_err(|e| self.sink.error(v.span(), e)).ok()
     }

@@ -5,6 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;
+use std::time::Duration;
 
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
@@ -15,8 +16,9 @@ use super::value::to_json;
 use super::{Parser, Value};
 use crate::policy::keys::{KeyDoc, key};
 use crate::policy::model::{
-    Annotations, ArgTemplate, Availability, JsonText, NAMESPACE_SEPARATOR, Output, Param, ParamKind,
-    REASON_PLACEHOLDER, Source, Tool, reason_is_placeholder,
+    Annotations, ArgTemplate, Availability, CACHE_TTL_RANGE, CachePolicy, Confirm, DEFAULT_OK_EXIT_CODES, JsonText,
+    NAMESPACE_SEPARATOR, Output, OutputSchema, Param, ParamKind, REASON_PLACEHOLDER, Source, Tool,
+    reason_is_placeholder,
 };
 use crate::policy::schema;
 use crate::validate::check_value;
@@ -68,6 +70,8 @@ impl Parser<'_> {
         let examples = self.examples(table, &name);
         let accepted = self.accepted_lints(table);
         let merged = own.over(defaults);
+        let ok_exit_codes = self.ok_exit_codes(table);
+        let cache = self.cache(table, &ctx, &about.annotations, merged.confirm);
         self.check_exported_params(&merged.args_env_prefix, &params, &merged.env);
         if let Some((_, args)) = &command {
             self.check_params_used(&name, &name_span, &params, args, merged.args_env_prefix.is_some());
@@ -81,6 +85,8 @@ impl Parser<'_> {
         let mut tool = assemble(name, source, about, params, program, args, merged)?;
         tool.input_schema = self.intern.json(&schema::input_schema(&tool));
         tool.examples = examples;
+        tool.ok_exit_codes = ok_exit_codes;
+        tool.cache = cache;
         self.lint(&tool, table, &name_span, &accepted);
         if self.run_examples {
             self.check_examples(&tool);
@@ -237,7 +243,9 @@ impl Parser<'_> {
                     None => self.sink.error(v.span(), "output table needs type = \"json\""),
                 }
                 let schema = t.get("schema").and_then(|s| match to_json(s.get_ref()) {
-                    Ok(json @ serde_json::Value::Object(_)) => Some(json),
+                    Ok(json @ serde_json::Value::Object(_)) => {
+                        OutputSchema::compile(json).map_err(|e| self.sink.error(s.span(), e)).ok()
+                    }
                     Ok(_) => {
                         self.sink.error(s.span(), "output.schema must be a table (a JSON Schema object)");
                         None
@@ -254,6 +262,97 @@ impl Parser<'_> {
                 Output::Text
             }
         }
+    }
+}
+
+impl Parser<'_> {
+    /// `ok_exit_codes`: a non-empty array of integers 0..=255 (default `[0]`), kept sorted.
+    fn ok_exit_codes(&mut self, table: &DeTable<'_>) -> Vec<i32> {
+        let Some(v) = table.get("ok_exit_codes") else {
+            return DEFAULT_OK_EXIT_CODES.to_vec();
+        };
+        let Some(items) = self.array(v, "ok_exit_codes", "an array of exit codes like [0, 1]") else {
+            return DEFAULT_OK_EXIT_CODES.to_vec();
+        };
+        if items.is_empty() {
+            self.sink.error(
+                v.span(),
+                "ok_exit_codes must not be empty: list the exit codes that mean success, e.g. [0] or [0, 1]",
+            );
+        }
+        let mut codes = Vec::new();
+        for item in items {
+            let Some(n) = self.integer(item, "ok_exit_codes element") else { continue };
+            match i32::try_from(n).ok().filter(|n| (0..=255).contains(n)) {
+                Some(code) => codes.push(code),
+                None => self.sink.error(
+                    item.span(),
+                    format!("ok_exit_codes element {n} is not an exit code; exit codes are 0 to 255"),
+                ),
+            }
+        }
+        codes.sort_unstable();
+        codes.dedup();
+        if codes.is_empty() { DEFAULT_OK_EXIT_CODES.to_vec() } else { codes }
+    }
+
+    /// `cache = { ttl, error_ttl }`: only for read-only, idempotent tools without confirmation
+    /// (a cached answer stands in for running the tool).
+    fn cache(
+        &mut self,
+        table: &DeTable<'_>,
+        ctx: &str,
+        annotations: &Annotations,
+        confirm: Confirm,
+    ) -> Option<CachePolicy> {
+        const KEYS: &[KeyDoc] = &[
+            key("ttl", "duration", "how long an ok result is answered from the cache (required)", false),
+            key(
+                "error_ttl",
+                "duration",
+                "how long a failed result is answered from the cache (default: not cached)",
+                false,
+            ),
+        ];
+        let v = table.get("cache")?;
+        let t = self.table(v, "cache")?;
+        self.unknown_keys(t, KEYS, "in cache");
+        let ttl_of = |this: &mut Self, k: &str| -> Option<Duration> {
+            let value = t.get(k)?;
+            let d = this.duration(value, &format!("cache.{k}"))?;
+            let (lo, hi) = CACHE_TTL_RANGE;
+            if d < lo || d > hi {
+                this.sink.error(value.span(), format!("cache.{k} must be between 1s and 24h"));
+                return None;
+            }
+            Some(d)
+        };
+        let ttl = ttl_of(self, "ttl");
+        let error_ttl = ttl_of(self, "error_ttl");
+        if !t.contains_key("ttl") {
+            self.sink.error(v.span(), "cache needs `ttl`, e.g. cache = { ttl = \"10m\", error_ttl = \"30s\" }");
+        }
+        if !(annotations.read_only && annotations.idempotent) {
+            self.sink.error(
+                v.span(),
+                format!(
+                    "{ctx} has `cache`, but only a tool whose annotations say read_only = true and idempotent = true \
+                     may be cached (a cached answer stands in for running it); if the tool changes nothing and \
+                     repeating a call gives the same answer, set annotations = {{ read_only = true, idempotent = true }}, \
+                     otherwise remove `cache`"
+                ),
+            );
+        }
+        if confirm != Confirm::None {
+            self.sink.error(
+                v.span(),
+                format!(
+                    "{ctx} has both `cache` and `confirm`: a confirmed call must run each time it is confirmed; \
+                     remove one of them"
+                ),
+            );
+        }
+        Some(CachePolicy { ttl: ttl?, error_ttl })
     }
 }
 
@@ -291,5 +390,7 @@ fn assemble(
         availability: Availability::Unavailable { reason: "not probed yet".into() },
         input_schema: JsonText::of(&serde_json::Value::Null),
         examples: Vec::new(),
+        ok_exit_codes: DEFAULT_OK_EXIT_CODES.to_vec(),
+        cache: None,
     })
 }
