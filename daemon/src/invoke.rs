@@ -182,6 +182,8 @@ pub struct Prepared {
     /// `run_as` named the account: it is the tool's own.
     pub dedicated_uid: bool,
     pub confirmed: Option<Confirmed>,
+    /// Started detached (a job): its `started` record says `"job": true`.
+    pub job: bool,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
     pub paths: Vec<(String, std::path::PathBuf)>,
     seccomp: Arc<Programs>,
@@ -254,6 +256,8 @@ pub struct Settings {
     pub human_ttl: Duration,
     /// Caps on outstanding confirmations, and whether MCP elicitation may approve a human one.
     pub confirmations: crate::confirm::Limits,
+    /// How long finished jobs are kept, and how many jobs (see [`crate::jobs`]).
+    pub jobs: crate::jobs::Limits,
 }
 
 impl Default for Settings {
@@ -263,6 +267,7 @@ impl Default for Settings {
             agent_ttl: crate::confirm::AGENT_TTL,
             human_ttl: crate::confirm::HUMAN_TTL,
             confirmations: crate::confirm::Limits::default(),
+            jobs: crate::jobs::Limits::default(),
         }
     }
 }
@@ -643,6 +648,7 @@ impl Invoker {
             identity,
             dedicated_uid,
             confirmed,
+            job: false,
             paths,
             seccomp,
             cancel,
@@ -674,6 +680,9 @@ impl Invoker {
                     "fs_view": self.host.views.mode().as_str(),
                 }),
             );
+        if p.job {
+            record = record.with("job", true);
+        }
         if let Some(c) = &p.confirmed {
             record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
         }

@@ -90,12 +90,15 @@ impl ServerHandler for Bridge {
             Ok(catalog) => {
                 let mut tools: Vec<Tool> = catalog.mcp_tools().collect();
                 tools.extend(builtin_tools(Some(&catalog)));
+                tools.extend(super::jobs::job_tools());
                 tracing::debug!(generation = catalog.generation, tools = tools.len(), "tools/list");
                 Ok(ListToolsResult::with_all_items(tools))
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cordond unreachable; listing built-in tools only");
-                Ok(ListToolsResult::with_all_items(builtin_tools(None)))
+                let mut tools = builtin_tools(None);
+                tools.extend(super::jobs::job_tools());
+                Ok(ListToolsResult::with_all_items(tools))
             }
         }
     }
@@ -110,6 +113,9 @@ impl ServerHandler for Bridge {
         if name == DESCRIBE_TOOL {
             let text = cordon_core::policy::reference::authoring_reference();
             return Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into());
+        }
+        if super::jobs::JOB_TOOLS.contains(&name.as_str()) {
+            return self.job_tool(&name, &arguments, &context).await;
         }
         if name == CONFIRM_TOOL {
             let Some(token) = arguments.get("token").and_then(Value::as_str) else {
@@ -127,7 +133,11 @@ impl ServerHandler for Bridge {
             Err(e) => return Ok(self.failure(&e).into()),
         };
         let Some(tool) = catalog.tool(&name) else {
-            let names = catalog.tools().map(|t| t.name.as_str()).chain([DESCRIBE_TOOL, CONFIRM_TOOL]);
+            let names = catalog
+                .tools()
+                .map(|t| t.name.as_str())
+                .chain([DESCRIBE_TOOL, CONFIRM_TOOL])
+                .chain(super::jobs::JOB_TOOLS);
             let hint = cordon_core::policy::diag::did_you_mean(&name, names);
             let code = ErrorCode::UnknownTool;
             return Err(McpError::invalid_params(format!("{code}: unknown tool {name:?}{hint}"), None));
