@@ -98,10 +98,25 @@ output = "json"
     fixture!(off),
 );
 
-/// The MCP-visible tools of [`TOOLS`]: every available, enabled tool and `describe_schema`
-/// (no tool asks for an agent confirmation, so `confirm` is not listed).
-const LISTED: &[&str] =
-    &["broken-json", "chatty", "describe_schema", "echo", "exit-with", "fetch", "hold", "report", "sleeper", "ticker"];
+/// The MCP-visible tools of [`TOOLS`]: every available, enabled tool, `describe_schema` and the
+/// job tools (no tool asks for an agent confirmation, so `confirm` is not listed).
+const LISTED: &[&str] = &[
+    "broken-json",
+    "chatty",
+    "describe_schema",
+    "echo",
+    "exit-with",
+    "fetch",
+    "hold",
+    "job_cancel",
+    "job_status",
+    "report",
+    "sleeper",
+    "start_job",
+    "ticker",
+];
+/// The built-in tools, which are not daemon tools.
+const BUILTIN: &[&str] = &["describe_schema", "job_cancel", "job_status", "start_job"];
 
 const CONFIRM_TOOLS: &str = concat!(
     fixture!(header "3s"),
@@ -402,7 +417,7 @@ async fn tools_list_mirrors_the_registry(style: Style) {
     assert_eq!(status("off").1, json!(true));
 
     // Each tool's input schema is exactly the daemon's.
-    for name in LISTED.iter().filter(|n| **n != "describe_schema") {
+    for name in LISTED.iter().filter(|n| !BUILTIN.contains(n)) {
         let daemon = blocking(|| d.cordon(&["tool", name, "--json"]).json());
         assert_eq!(tools[*name]["inputSchema"], daemon["input_schema"], "input schema of {name}");
         assert_eq!(tools[*name]["description"], daemon["description"], "description of {name}");
@@ -943,7 +958,11 @@ async fn the_daemon_going_away_and_coming_back(style: Style) {
     );
     assert!(changes.next(Duration::from_secs(5)).await, "no tools/list_changed when the daemon went away");
     let names: Vec<String> = listed(&client).await.into_keys().collect();
-    assert_eq!(names, ["confirm", "describe_schema"], "only the built-in tools while the daemon is away");
+    assert_eq!(
+        names,
+        ["confirm", "describe_schema", "job_cancel", "job_status", "start_job"],
+        "only the built-in tools while the daemon is away"
+    );
 
     let d = Daemon::start_in(dir, policies, &[]);
     assert_eq!(d.socket, socket);
@@ -968,7 +987,7 @@ async fn the_daemon_coming_back_announces_list_changed() {
     let (dir, policies, _) = kill_keeping_the_directory(d);
     assert!(changes.next(Duration::from_secs(5)).await, "no tools/list_changed when the daemon went away");
     // A client that re-lists now sees only the built-in tools ...
-    assert_eq!(listed(&client).await.len(), 2);
+    assert_eq!(listed(&client).await.len(), 5, "confirm, describe_schema and the three job tools");
 
     let _d = Daemon::start_in(dir, policies, &[]);
     assert_eq!(text(&wait_until_calls_work(&client).await), "[back]\n[exit code 0]");
