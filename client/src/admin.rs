@@ -193,14 +193,13 @@ pub(crate) fn print_grants(g: &Grants) {
     }
 }
 
-pub async fn run(
-    socket: &Path,
+/// The tool (as far as needed) and the arguments object of `cordon run`.
+pub(crate) async fn call_arguments(
+    client: &mut Client,
     tool: &str,
     args: &[String],
     args_json: Option<String>,
-    as_json: bool,
-) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+) -> Result<(ToolInfo, String), CliError> {
     // The tool's params are asked for only when they decide how an `--arg` is typed (a value
     // that reads as a number or a boolean); anything else is a string whatever the param is,
     // and the call goes out without the extra round trip.
@@ -213,6 +212,18 @@ pub async fn run(
         Some(text) => text,
         None => typed_arguments(&info, args)?.to_string(),
     };
+    Ok((info, arguments))
+}
+
+pub async fn run(
+    socket: &Path,
+    tool: &str,
+    args: &[String],
+    args_json: Option<String>,
+    as_json: bool,
+) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    let (info, arguments) = call_arguments(&mut client, tool, args, args_json).await?;
     let result = match client.invoke(tool, arguments, false, |_| {}).await? {
         Invocation::Finished(result) => result,
         Invocation::NeedsConfirmation(c) if c.mode == "human" => {
@@ -259,7 +270,7 @@ pub async fn confirm(socket: &Path, token: &str, as_json: bool) -> Result<u8, Cl
 }
 
 /// Prints a finished invocation and returns the exit code `cordon run` ends with.
-fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
+pub(crate) fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     let code = match (result.timed_out, result.cancelled, result.exit_code, result.signal) {
         (true, _, _, _) => exit::TIMED_OUT,
         (_, true, _, _) => exit::CANCELLED,

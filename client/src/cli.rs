@@ -87,9 +87,31 @@ pub enum Command {
         /// environment and sandbox it would run with; run nothing (audited as a dry run).
         #[arg(long)]
         dry_run: bool,
+        /// Start it as a job and print its id at once; it runs on when this command exits
+        /// (`cordon job ID` polls it, `cordon job ID --cancel` cancels it).
+        #[arg(long, conflicts_with = "dry_run")]
+        detach: bool,
     },
     /// Run an invocation that needed a confirmation (the token `run` printed).
-    Confirm { token: String },
+    Confirm {
+        token: String,
+        /// Run it as a job (as `run --detach`).
+        #[arg(long)]
+        detach: bool,
+    },
+    /// One job (`cordon run --detach`): its state, and its result once finished (exits with the
+    /// tool's exit code then, like `run`).
+    Job {
+        id: String,
+        /// Wait until it finishes.
+        #[arg(long, conflicts_with = "cancel")]
+        wait: bool,
+        /// Cancel it (its whole process group is killed).
+        #[arg(long)]
+        cancel: bool,
+    },
+    /// Your jobs (admins: everyone's), newest first; finished ones are kept for cordond's --job-ttl.
+    Jobs,
     /// Human approvals waiting for an admin.
     Pending {
         /// Keep printing approvals as they arrive and as they are decided or expire, until Ctrl-C.
@@ -311,10 +333,13 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
             Err(CliError::Usage("name a tool (`cordon tool NAME`), or `cordon tool add|remove|show`".into()))
         }
         Command::Init { dir, output, force, name } => init::init(&dir, output.as_deref(), force, name.as_deref(), json),
-        Command::Run { tool, args, args_json, dry_run: false } => {
+        Command::Run { tool, args, args_json, dry_run: false, detach: false } => {
             admin::run(&socket, &tool, &args, args_json, json).await
         }
-        Command::Run { tool, args, args_json, dry_run: true } => {
+        Command::Run { tool, args, args_json, dry_run: false, detach: true } => {
+            crate::jobs::run_detached(&socket, &tool, &args, args_json, json).await
+        }
+        Command::Run { tool, args, args_json, dry_run: true, .. } => {
             crate::dry_run::dry_run(&socket, &tool, &args, args_json, json).await
         }
         Command::Policy { command: PolicyCommand::Check { paths, tool: Some(tool), .. } } => {
@@ -344,7 +369,11 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         }
         Command::Cancel { id } => admin::cancel(&socket, &id, json).await,
         Command::Doctor => admin::doctor(&socket, json).await,
-        Command::Confirm { token } => admin::confirm(&socket, &token, json).await,
+        Command::Confirm { token, detach: false } => admin::confirm(&socket, &token, json).await,
+        Command::Confirm { token, detach: true } => crate::jobs::confirm_detached(&socket, &token, json).await,
+        Command::Job { id, wait, cancel: false } => crate::jobs::job(&socket, &id, wait, json).await,
+        Command::Job { id, cancel: true, .. } => crate::jobs::cancel(&socket, &id, json).await,
+        Command::Jobs => crate::jobs::jobs(&socket, json).await,
         Command::Pending { watch } => admin::pending(&socket, json, watch).await,
         Command::Approve { id } => admin::decide(&socket, &id, true, json).await,
         Command::Deny { id } => admin::decide(&socket, &id, false, json).await,

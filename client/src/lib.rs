@@ -30,6 +30,7 @@ pub mod grpc;
 pub mod host;
 pub mod import;
 pub mod init;
+pub mod jobs;
 pub mod mcp;
 pub mod policy_test;
 pub mod registry_admin;

@@ -63,6 +63,8 @@ codes! {
     ApprovalFailed = "APPROVAL_FAILED": "the front-end could not ask the user; nothing ran",
     UnknownApproval = "UNKNOWN_APPROVAL": "no pending approval with that id",
     UnknownInvocation = "UNKNOWN_INVOCATION": "no running invocation with that id (it may have finished)",
+    UnknownJob = "UNKNOWN_JOB": "no job with that id for this caller (it may have expired: `cordon jobs` lists yours)",
+    TooManyJobs = "TOO_MANY_JOBS": "as many jobs as cordond keeps (--jobs-max) are running; wait for one to finish",
     TooManyConfirmations = "TOO_MANY_CONFIRMATIONS": "too many confirmations are pending for this caller or in total",
     ElicitationNotAccepted = "ELICITATION_NOT_ACCEPTED": "the tool needs an approval a person gives with `cordon approve`",
     // The client side of the socket.

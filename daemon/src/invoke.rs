@@ -223,6 +223,8 @@ pub struct Prepared {
     pub confirmed: Option<Confirmed>,
     /// Where the answer is kept, for a tool whose policy says `cache`.
     cache: Option<(cache::Key, CachePolicy)>,
+    /// Started detached (a job): its `started` record says `"job": true`.
+    pub job: bool,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
     pub paths: Vec<(String, std::path::PathBuf)>,
     seccomp: Arc<Programs>,
@@ -304,6 +306,8 @@ pub struct Settings {
     pub confirmations: crate::confirm::Limits,
     /// Bounds of the result cache.
     pub cache: cache::Limits,
+    /// How long finished jobs are kept, and how many jobs (see [`crate::jobs`]).
+    pub jobs: crate::jobs::Limits,
 }
 
 impl Default for Settings {
@@ -314,6 +318,7 @@ impl Default for Settings {
             human_ttl: crate::confirm::HUMAN_TTL,
             confirmations: crate::confirm::Limits::default(),
             cache: cache::Limits::default(),
+            jobs: crate::jobs::Limits::default(),
         }
     }
 }
@@ -744,6 +749,7 @@ impl Invoker {
             dedicated_uid,
             confirmed,
             cache,
+            job: false,
             paths,
             seccomp,
             cancel,
@@ -776,6 +782,9 @@ impl Invoker {
                     "fs_view": self.host.views.mode().as_str(),
                 }),
             );
+        if p.job {
+            record = record.with("job", true);
+        }
         if let Some(c) = &p.confirmed {
             record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
         }

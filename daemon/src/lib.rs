@@ -29,6 +29,7 @@ pub mod caller;
 pub mod confirm;
 pub mod hint;
 pub mod invoke;
+pub mod jobs;
 pub mod journal;
 pub mod registry;
 pub mod server;

@@ -53,6 +53,14 @@ struct Args {
     /// owner only) [default: cordon, when it exists]
     #[arg(long, value_name = "GROUP")]
     socket_group: Option<String>,
+    /// How long a finished job (`cordon run --detach`) keeps its result; jobs are lost when cordond
+    /// restarts (their audit records stay).
+    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_duration)]
+    job_ttl: Duration,
+    /// How many jobs cordond keeps (running and finished); the oldest finished go first, and a
+    /// new job is refused (TOO_MANY_JOBS) while this many are running.
+    #[arg(long, default_value_t = 256, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    jobs_max: u32,
     /// How long a `confirm = "agent"` token stays valid.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     confirm_ttl: Duration,
@@ -188,6 +196,7 @@ impl Args {
                     max_entries: self.cache_max_entries,
                     max_bytes: self.cache_max_bytes,
                 },
+                jobs: cordon_daemon::jobs::Limits { ttl: self.job_ttl, max: self.jobs_max as usize },
             },
             shutdown_grace: self.shutdown_grace,
             admin_group: self.admin_group,

@@ -77,6 +77,7 @@ pub const fn for_code(code: ErrorCode) -> u8 {
         E::MissingRequiredField | E::InvalidFieldType | E::InvalidFieldValue | E::UnknownFields => DATA,
         E::UnknownTool
         | E::UnknownApproval
+        | E::UnknownJob
         | E::UnknownInvocation
         | E::ConfirmationInvalid
         | E::ConfirmationExpired
@@ -89,9 +90,12 @@ pub const fn for_code(code: ErrorCode) -> u8 {
         | E::ConnectFailed => UNAVAILABLE,
         E::Internal | E::Protocol => SOFTWARE,
         E::SpawnFailed => OS,
-        E::Busy | E::ConfirmationInUse | E::TooManyConfirmations | E::DaemonConnectionLost | E::DaemonBacklogFull => {
-            TEMPORARY
-        }
+        E::Busy
+        | E::TooManyJobs
+        | E::ConfirmationInUse
+        | E::TooManyConfirmations
+        | E::DaemonConnectionLost
+        | E::DaemonBacklogFull => TEMPORARY,
         E::PermissionDenied
         | E::NoPeerCredentials
         | E::UnknownPeer

@@ -151,6 +151,9 @@ impl ServerHandler for Bridge {
         if name == STATUS_TOOL {
             return Ok(self.status(&arguments).await.into());
         }
+        if super::jobs::JOB_TOOLS.contains(&name.as_str()) {
+            return self.job_tool(&name, &arguments, &context).await;
+        }
         if name == CONFIRM_TOOL {
             // The built-in tool's own input schema, applied as strictly as a daemon tool's.
             let unknown: Vec<&String> =
@@ -192,8 +195,11 @@ impl ServerHandler for Bridge {
             Err(e) => return Ok(self.failure(&e).into()),
         };
         let Some(tool) = catalog.tool(&name) else {
-            let names =
-                catalog.tools().map(|t| t.name.as_str()).chain([DESCRIBE_TOOL, CONFIRM_TOOL, SEARCH_TOOL, STATUS_TOOL]);
+            let names = catalog
+                .tools()
+                .map(|t| t.name.as_str())
+                .chain([DESCRIBE_TOOL, CONFIRM_TOOL, SEARCH_TOOL, STATUS_TOOL])
+                .chain(super::jobs::JOB_TOOLS);
             let hint = cordon_core::policy::diag::did_you_mean(&name, names);
             let code = ErrorCode::UnknownTool;
             return Err(McpError::invalid_params(format!("{code}: unknown tool {name:?}{hint}"), None));

@@ -200,6 +200,7 @@ pub(super) fn builtin_tools(catalog: Option<&Catalog>) -> Vec<Tool> {
         .with_annotations(ToolAnnotations::new().read_only(true).idempotent(true).destructive(false).open_world(false)),
     );
     tools.extend(super::search::tools());
+    tools.extend(super::jobs::job_tools());
     if catalog.is_none_or(|c| c.agent_confirms) {
         let schema: JsonObject = serde_json::from_value(json!({
             "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -9,6 +9,7 @@
 //!   the params rebuilt out of `ListTools`.
 //! - [`call`]: a call run in cordond: progress, cancellation, BUSY retries, the result.
 //! - [`confirm`]: confirmations: agent tokens, elicitation (both protocol styles), admin approval.
+//! - [`jobs`]: the built-in `start_job`, `job_status`, `job_cancel` (detached invocations).
 //! - [`daemon`]: the one connection to cordond and the gate of turns for invocations.
 //! - [`watch`]: registry generations -> `tools/list_changed`; logging notifications.
 //! - [`lines`]: the JSON-RPC line layer (every request gets an answer with its id).
@@ -27,6 +28,7 @@ pub mod catalog;
 pub mod check;
 mod confirm;
 pub mod daemon;
+mod jobs;
 pub mod lines;
 mod pages;
 pub mod render;

@@ -7,6 +7,7 @@
 mod conn;
 pub mod convert;
 mod figures;
+mod jobs;
 mod service;
 pub mod socket;
 mod status;
@@ -41,6 +42,8 @@ pub struct Daemon {
     pub audit: Arc<Audit>,
     pub started: Instant,
     pub socket_path: PathBuf,
+    /// Detached invocations and workflows, and their outcomes.
+    pub jobs: crate::jobs::Jobs<jobs::JobOutcome>,
 }
 
 impl Daemon {
@@ -52,8 +55,9 @@ impl Daemon {
         authz: Authorizer,
         audit: Arc<Audit>,
     ) -> Arc<Daemon> {
+        let jobs = crate::jobs::Jobs::new(settings.jobs);
         let invoker = Arc::new(Invoker::new(registry.clone(), host, settings, audit.clone()));
-        Arc::new(Daemon { registry, authz, invoker, audit, started: Instant::now(), socket_path })
+        Arc::new(Daemon { registry, authz, invoker, audit, started: Instant::now(), socket_path, jobs })
     }
 
     /// Reloads the policy directory (blocking I/O), audits and reports the outcome; used by the
@@ -148,12 +152,13 @@ pub async fn run(
 
     // Confirmations that expire unredeemed are audited within a second.
     let sweeper = {
-        let invoker = daemon.invoker.clone();
+        let daemon = daemon.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                invoker.sweep_confirmations();
+                daemon.invoker.sweep_confirmations();
+                daemon.jobs.sweep();
             }
         })
     };

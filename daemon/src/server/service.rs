@@ -59,17 +59,42 @@ fn for_role(mut tool: v1::Tool, role: Role) -> v1::Tool {
     tool
 }
 
+/// A finished invocation as the wire says it: with hints when the tool failed on its own (an
+/// exit code its policy does not count as success; not a timeout or cancel), naming which path
+/// arguments the sandbox or a file mode refused.
+pub(super) fn finished(hint: &HintInput, id: &str, answer: crate::invoke::Answer) -> v1::Finished {
+    let failed = answer.verdict.error.as_ref().is_some_and(|e| e.code == "EXIT_CODE");
+    let hints = if failed { hint.hints() } else { Vec::new() };
+    let mut finished = convert::finished(id, answer);
+    finished.hints = hints;
+    finished
+}
+
 impl CordonService {
-    fn role(&self, caller: &Caller) -> Role {
+    /// What the hints of a failed run need from its invocation.
+    pub(super) fn hint_input(&self, prepared: &crate::invoke::Prepared) -> HintInput {
+        let mut paths = prepared.paths.clone();
+        if prepared.tool.working_dir.is_some() {
+            paths.push(("working_dir".into(), prepared.plan.cwd.clone()));
+        }
+        HintInput {
+            tool: prepared.tool.clone(),
+            paths,
+            identity: prepared.identity.map(|i| (i.uid, i.gid)),
+            admin: self.role(&prepared.caller) == Role::Admin,
+        }
+    }
+
+    pub(super) fn role(&self, caller: &Caller) -> Role {
         self.daemon.authz.role(caller)
     }
 
-    fn audit(&self, record: Record) {
+    pub(super) fn audit(&self, record: Record) {
         self.daemon.audit.record(record);
     }
 
     /// The request's caller (see [`peer`]); refusals are audited under `operation`.
-    fn caller<T>(&self, request: &Request<T>, operation: &str) -> Result<Caller, Status> {
+    pub(super) fn caller<T>(&self, request: &Request<T>, operation: &str) -> Result<Caller, Status> {
         match peer(request) {
             Ok(caller) => Ok(caller),
             Err(PeerError::NoCredentials) => {
@@ -105,7 +130,7 @@ impl CordonService {
     }
 
     /// Admin-only operations; an agent caller's attempt is audited as `unauthorized`.
-    fn require_admin(&self, caller: &Caller, operation: &str, what: &str) -> Result<(), Status> {
+    pub(super) fn require_admin(&self, caller: &Caller, operation: &str, what: &str) -> Result<(), Status> {
         match self.role(caller) {
             Role::Admin => Ok(()),
             Role::Agent => {
@@ -155,7 +180,7 @@ impl CordonService {
     /// Agent callers may only use tools whose `allow` admits them. An unknown tool is answered
     /// here (audited as `invalid`), so that "did you mean" names only tools this caller may see.
     /// `operation` is "invoke" or "dry_run" (whose records say `"dry_run": true`).
-    fn require_tool(&self, caller: &Caller, name: &str, operation: &str) -> Result<(), Status> {
+    pub(super) fn require_tool(&self, caller: &Caller, name: &str, operation: &str) -> Result<(), Status> {
         let role = self.role(caller);
         match self.daemon.registry.current().get(name) {
             Some(tool) if tool.disabled => Err(self.unknown_invoked(caller, name, operation)),
@@ -197,16 +222,7 @@ impl CordonService {
         // The channel is empty: the first message always fits.
         let _ = tx.try_send(Ok(accepted));
         let invoker = self.daemon.invoker.clone();
-        let mut paths = prepared.paths.clone();
-        if prepared.tool.working_dir.is_some() {
-            paths.push(("working_dir".into(), prepared.plan.cwd.clone()));
-        }
-        let hint = HintInput {
-            tool: prepared.tool.clone(),
-            paths,
-            identity: prepared.identity.map(|i| (i.uid, i.gid)),
-            admin: self.role(&prepared.caller) == Role::Admin,
-        };
+        let hint = self.hint_input(started.prepared());
         tokio::spawn(async move {
             let id = started.id().to_string();
             let (live_tx, mut live_rx) = tokio::sync::mpsc::channel::<OutputChunk>(16);
@@ -229,13 +245,7 @@ impl CordonService {
             };
             let event = match result {
                 Ok(answer) => {
-                    // A tool that failed on its own (an exit code its policy does not count as
-                    // success): say which path arguments the sandbox or a file mode refused.
-                    let failed = answer.verdict.error.as_ref().is_some_and(|e| e.code == "EXIT_CODE");
-                    let hints = if failed { hint.hints() } else { Vec::new() };
-                    let mut finished = convert::finished(&id, answer);
-                    finished.hints = hints;
-                    Ok(v1::InvokeEvent { event: Some(v1::invoke_event::Event::Finished(finished)) })
+                    Ok(v1::InvokeEvent { event: Some(v1::invoke_event::Event::Finished(finished(&hint, &id, answer))) })
                 }
                 Err(e) => Err(status::invoke(&e)),
             };
@@ -685,6 +695,29 @@ impl v1::cordon_server::Cordon for CordonService {
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn start_job(&self, request: Request<v1::StartJobRequest>) -> Result<Response<v1::StartJobResponse>, Status> {
+        let caller = self.caller(&request, "start_job")?;
+        self.start_job_as(caller, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn get_job(&self, request: Request<v1::GetJobRequest>) -> Result<Response<v1::Job>, Status> {
+        let caller = self.caller(&request, "get_job")?;
+        self.get_job_as(caller, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn list_jobs(&self, request: Request<v1::ListJobsRequest>) -> Result<Response<v1::ListJobsResponse>, Status> {
+        let caller = self.caller(&request, "list_jobs")?;
+        Ok(Response::new(self.list_jobs_as(caller)))
+    }
+
+    async fn cancel_job(
+        &self,
+        request: Request<v1::CancelJobRequest>,
+    ) -> Result<Response<v1::CancelJobResponse>, Status> {
+        let caller = self.caller(&request, "cancel_job")?;
+        self.cancel_job_as(caller, &request.get_ref().job_id).map(Response::new)
     }
 
     async fn resume_audit(

@@ -151,6 +151,23 @@ pub(crate) fn tail_lagged(missed: u64) -> Status {
     )
 }
 
+/// A job id the caller may not see is answered like one that does not exist.
+pub(crate) fn unknown_job(id: &str) -> Status {
+    with_code(
+        Code::NotFound,
+        ErrorCode::UnknownJob,
+        None,
+        format!(
+            "no job {id:?} for this caller (finished jobs are kept for --job-ttl, and jobs are lost when cordond \
+             restarts); `cordon jobs` lists yours"
+        ),
+    )
+}
+
+pub(crate) fn jobs_full(e: &crate::jobs::Full) -> Status {
+    with_code(Code::ResourceExhausted, ErrorCode::TooManyJobs, None, e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

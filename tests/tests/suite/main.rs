@@ -16,6 +16,7 @@ mod escapes_syscalls;
 mod examples;
 mod import;
 mod init;
+mod jobs;
 mod mcp;
 mod mcp_messages;
 mod mcp_protocol;

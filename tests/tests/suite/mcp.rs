@@ -99,8 +99,8 @@ output = "json"
 );
 
 /// The MCP-visible tools of [`TOOLS`]: every available, enabled tool and the built-ins
-/// `describe_schema`, `search_tools` and `cordon_status` (no tool asks for an agent
-/// confirmation, so `confirm` is not listed).
+/// `describe_schema`, `search_tools`, `cordon_status` and the job tools (no tool asks for an
+/// agent confirmation, so `confirm` is not listed).
 const LISTED: &[&str] = &[
     "broken-json",
     "chatty",
@@ -110,11 +110,16 @@ const LISTED: &[&str] = &[
     "exit-with",
     "fetch",
     "hold",
+    "job_cancel",
+    "job_status",
     "report",
     "search_tools",
     "sleeper",
+    "start_job",
     "ticker",
 ];
+/// The built-in tools, which are not daemon tools.
+const BUILTIN: &[&str] = &["cordon_status", "describe_schema", "job_cancel", "job_status", "search_tools", "start_job"];
 
 const CONFIRM_TOOLS: &str = concat!(
     fixture!(header "3s"),
@@ -415,7 +420,7 @@ async fn tools_list_mirrors_the_registry(style: Style) {
     assert_eq!(status("off").1, json!(true));
 
     // Each tool's input schema is exactly the daemon's.
-    for name in LISTED.iter().filter(|n| !["describe_schema", "search_tools", "cordon_status"].contains(*n)) {
+    for name in LISTED.iter().filter(|n| !BUILTIN.contains(n)) {
         let daemon = blocking(|| d.cordon(&["tool", name, "--json"]).json());
         assert_eq!(tools[*name]["inputSchema"], daemon["input_schema"], "input schema of {name}");
         assert_eq!(tools[*name]["description"], daemon["description"], "description of {name}");
@@ -958,7 +963,7 @@ async fn the_daemon_going_away_and_coming_back(style: Style) {
     let names: Vec<String> = listed(&client).await.into_keys().collect();
     assert_eq!(
         names,
-        ["confirm", "cordon_status", "describe_schema", "search_tools"],
+        ["confirm", "cordon_status", "describe_schema", "job_cancel", "job_status", "search_tools", "start_job"],
         "only the built-in tools while the daemon is away"
     );
 
@@ -985,7 +990,11 @@ async fn the_daemon_coming_back_announces_list_changed() {
     let (dir, policies, _) = kill_keeping_the_directory(d);
     assert!(changes.next(Duration::from_secs(5)).await, "no tools/list_changed when the daemon went away");
     // A client that re-lists now sees only the built-in tools ...
-    assert_eq!(listed(&client).await.len(), 4);
+    assert_eq!(
+        listed(&client).await.len(),
+        7,
+        "confirm, describe_schema, search_tools, cordon_status and the three job tools"
+    );
 
     let _d = Daemon::start_in(dir, policies, &[]);
     assert_eq!(text(&wait_until_calls_work(&client).await), "[back]\n[exit code 0]");

@@ -1,0 +1,233 @@
+//! Detached invocations (jobs): started like any invocation, then left running when the client
+//! goes away, and polled or cancelled later by id.
+//!
+//! This table only remembers jobs and their outcomes; the invocation itself goes through
+//! [`crate::invoke::Invoker`] exactly like an attached one (validation, admission, confirmation,
+//! the durable `started` record, the terminal record). Bounded: a finished job is kept for
+//! `ttl`, and at most `max` jobs are kept (the oldest finished ones are evicted first; when `max`
+//! jobs are all running, a new one is refused). Jobs live in memory only: a restart of cordond
+//! loses them (their audit records stay).
+//!
+//! Generic over the outcome type `R`, so that the proto types stay in `server/`.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::caller::Caller;
+
+/// How long a finished job is kept by default.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+/// How many jobs are kept by default.
+pub const DEFAULT_MAX: usize = 256;
+
+/// The bounds of the job table.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// How long a finished job is kept.
+    pub ttl: Duration,
+    /// How many jobs (running and finished) are kept.
+    pub max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { ttl: DEFAULT_TTL, max: DEFAULT_MAX }
+    }
+}
+
+/// A job as callers see it.
+#[derive(Debug, Clone)]
+pub struct JobView<R> {
+    pub id: String,
+    pub tool: String,
+    pub owner: Caller,
+    pub argv: Vec<String>,
+    /// Since it started, or how long it ran.
+    pub elapsed: Duration,
+    /// The outcome, once finished.
+    pub outcome: Option<R>,
+    /// How long it is still kept (finished jobs only).
+    pub expires_in: Option<Duration>,
+}
+
+#[derive(Debug)]
+struct Entry<R> {
+    tool: String,
+    owner: Caller,
+    argv: Vec<String>,
+    started: Instant,
+    finished: Option<(Instant, R)>,
+    done: tokio::sync::watch::Sender<bool>,
+}
+
+/// The table is full of running jobs.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cordond already keeps {max} jobs and all of them are running (--jobs-max); wait for one to finish, or cancel \
+     one (`cordon jobs` lists yours)"
+)]
+pub struct Full {
+    pub max: usize,
+}
+
+/// The jobs cordond remembers.
+#[derive(Debug)]
+pub struct Jobs<R> {
+    limits: Limits,
+    table: Mutex<HashMap<String, Entry<R>>>,
+}
+
+impl<R: Clone> Jobs<R> {
+    pub fn new(limits: Limits) -> Jobs<R> {
+        Jobs { limits, table: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry<R>>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops expired jobs, then, while the table is full, the oldest finished ones. Err when
+    /// the table is still full (every job in it is running): a new job must not start.
+    pub fn make_room(&self) -> Result<(), Full> {
+        let mut table = self.lock();
+        Self::evict(&mut table, self.limits);
+        if table.len() >= self.limits.max { Err(Full { max: self.limits.max }) } else { Ok(()) }
+    }
+
+    fn evict(table: &mut HashMap<String, Entry<R>>, limits: Limits) {
+        table.retain(|_, e| e.finished.as_ref().is_none_or(|(at, _)| at.elapsed() < limits.ttl));
+        while table.len() >= limits.max {
+            let oldest = table
+                .iter()
+                .filter_map(|(id, e)| e.finished.as_ref().map(|(at, _)| (*at, id.clone())))
+                .min_by_key(|(at, _)| *at);
+            match oldest {
+                Some((_, id)) => {
+                    table.remove(&id);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Remembers a started job. Call [`Self::make_room`] before starting it; a job that started
+    /// is always remembered (the table may exceed `max` by the jobs that started at once).
+    pub fn insert(&self, id: &str, tool: &str, owner: Caller, argv: Vec<String>) {
+        let mut table = self.lock();
+        Self::evict(&mut table, self.limits);
+        let (done, _) = tokio::sync::watch::channel(false);
+        table.insert(
+            id.to_string(),
+            Entry { tool: tool.to_string(), owner, argv, started: Instant::now(), finished: None, done },
+        );
+    }
+
+    /// Records a job's outcome and wakes whoever waits for it.
+    pub fn finish(&self, id: &str, outcome: R) {
+        if let Some(e) = self.lock().get_mut(id) {
+            e.finished = Some((Instant::now(), outcome));
+            e.done.send_replace(true);
+        }
+    }
+
+    /// Drops expired jobs (called periodically).
+    pub fn sweep(&self) {
+        let ttl = self.limits.ttl;
+        self.lock().retain(|_, e| e.finished.as_ref().is_none_or(|(at, _)| at.elapsed() < ttl));
+    }
+
+    fn view(&self, id: &str, e: &Entry<R>, with_outcome: bool) -> JobView<R> {
+        let (elapsed, outcome, expires_in) = match &e.finished {
+            Some((at, r)) => (
+                at.duration_since(e.started),
+                with_outcome.then(|| r.clone()),
+                Some(self.limits.ttl.saturating_sub(at.elapsed())),
+            ),
+            None => (e.started.elapsed(), None, None),
+        };
+        JobView {
+            id: id.to_string(),
+            tool: e.tool.clone(),
+            owner: e.owner,
+            argv: e.argv.clone(),
+            elapsed,
+            outcome,
+            expires_in,
+        }
+    }
+
+    /// Who started a job (None: no such job, or expired).
+    pub fn owner(&self, id: &str) -> Option<Caller> {
+        self.lock().get(id).map(|e| e.owner)
+    }
+
+    /// Whether a job is still running.
+    pub fn running(&self, id: &str) -> bool {
+        self.lock().get(id).is_some_and(|e| e.finished.is_none())
+    }
+
+    /// One job with its outcome; with `wait`, waits up to that long for it to finish first.
+    pub async fn get(&self, id: &str, wait: Duration) -> Option<JobView<R>> {
+        let mut done = {
+            let table = self.lock();
+            let e = table.get(id)?;
+            if e.finished.is_some() || wait.is_zero() {
+                return Some(self.view(id, e, true));
+            }
+            e.done.subscribe()
+        };
+        let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
+        let table = self.lock();
+        table.get(id).map(|e| self.view(id, e, true))
+    }
+
+    /// Every job `visible` admits, newest first, without outcomes' payloads (`outcome` is set
+    /// for finished jobs so that callers can tell how they ended).
+    pub fn list(&self, visible: impl Fn(&Caller) -> bool) -> Vec<JobView<R>> {
+        let table = self.lock();
+        let mut jobs: Vec<(Instant, JobView<R>)> = table
+            .iter()
+            .filter(|(_, e)| visible(&e.owner))
+            .map(|(id, e)| (e.started, self.view(id, e, true)))
+            .collect();
+        jobs.sort_by_key(|(started, _)| std::cmp::Reverse(*started));
+        jobs.into_iter().map(|(_, v)| v).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(uid: u32) -> Caller {
+        Caller { uid, gid: uid, pid: Some(1) }
+    }
+
+    #[test]
+    fn the_oldest_finished_job_is_evicted_first_and_running_jobs_never() {
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_secs(60), max: 2 });
+        jobs.insert("a", "t", caller(1), vec![]);
+        jobs.insert("b", "t", caller(1), vec![]);
+        assert!(jobs.make_room().is_err(), "two running jobs fill a table of two");
+        jobs.finish("a", 0);
+        jobs.make_room().unwrap();
+        assert!(jobs.owner("a").is_none(), "the finished job made room");
+        assert!(jobs.running("b"));
+    }
+
+    #[test]
+    fn finished_jobs_expire() {
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::ZERO, max: 8 });
+        jobs.insert("a", "t", caller(1), vec![]);
+        jobs.sweep();
+        assert!(jobs.running("a"), "a running job never expires");
+        jobs.finish("a", 1);
+        jobs.sweep();
+        assert!(jobs.owner("a").is_none());
+    }
+}

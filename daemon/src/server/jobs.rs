@@ -1,0 +1,184 @@
+//! The job RPCs (`StartJob`, `GetJob`, `ListJobs`, `CancelJob`): detached invocations over
+//! [`crate::jobs::Jobs`]. A job goes through the invoker exactly like `Invoke` (validation,
+//! authorization, confirmation, admission, durable `started` and terminal records); only the
+//! result goes to the job table instead of a stream, so the client going away cancels nothing.
+
+use std::time::Duration;
+
+use cordon_core::code::ErrorCode;
+use cordon_proto::v1;
+use tonic::Status;
+
+use super::service::{CordonService, finished};
+use super::{convert, status};
+use crate::audit::{Decision, Record};
+use crate::authz::Role;
+use crate::caller::Caller;
+use crate::invoke::{Admission, CancelReason, Started};
+use crate::jobs::JobView;
+
+/// The longest one `GetJob` waits (clients wanting longer ask again).
+pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// How a job ended.
+#[derive(Debug, Clone)]
+pub enum JobOutcome {
+    /// The tool ran; how it ended.
+    Finished(v1::Finished),
+    /// It ended without an outcome to show (e.g. the terminal record could not be written).
+    Failed { code: ErrorCode, message: String },
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A job on the wire; `with_output` false leaves stdout and stderr out (listings).
+pub(super) fn job(view: JobView<JobOutcome>, with_output: bool) -> v1::Job {
+    let mut job = v1::Job {
+        job_id: view.id,
+        tool: view.tool,
+        state: if view.outcome.is_some() { "finished" } else { "running" }.into(),
+        caller_uid: view.owner.uid,
+        elapsed_ms: millis(view.elapsed),
+        argv: view.argv,
+        expires_in_ms: view.expires_in.map_or(0, millis),
+        ..Default::default()
+    };
+    match view.outcome {
+        None => {}
+        Some(JobOutcome::Finished(mut f)) => {
+            if !with_output {
+                f.stdout.clear();
+                f.stderr.clear();
+            }
+            job.finished = Some(f);
+        }
+        Some(JobOutcome::Failed { code, message }) => {
+            job.error_code = code.as_str().into();
+            job.error_message = message;
+        }
+    }
+    job
+}
+
+impl CordonService {
+    pub(super) async fn start_job_as(
+        &self,
+        caller: Caller,
+        req: v1::StartJobRequest,
+    ) -> Result<v1::StartJobResponse, Status> {
+        let invoker = &self.daemon.invoker;
+        if let Err(full) = self.daemon.jobs.make_room() {
+            let status = status::jobs_full(&full);
+            let mut record = Record::new(Decision::Refused)
+                .caller(&caller)
+                .with("job", true)
+                .error(ErrorCode::TooManyJobs, status.message());
+            if !req.tool.is_empty() {
+                record = record.tool(&req.tool);
+            }
+            self.audit(record);
+            return Err(status);
+        }
+        let mut prepared = if req.confirm_token.is_empty() {
+            self.require_tool(&caller, &req.tool, "invoke")?;
+            match invoker.prepare(caller, &req.tool, &req.arguments_json).await.map_err(|e| status::invoke(&e))? {
+                Admission::Ready(prepared) => prepared,
+                // Nothing runs until the token is redeemed (by StartJob naming it, or Confirm).
+                Admission::NeedsConfirmation(ticket) => {
+                    return Ok(v1::StartJobResponse {
+                        result: Some(v1::start_job_response::Result::ConfirmationRequired(convert::ticket(&ticket))),
+                    });
+                }
+                // Answered from the result cache (audited as `cache_hit`): a job that is
+                // finished from the start, polled like any other.
+                Admission::Cached(hit) => {
+                    let (id, tool, argv) = (hit.id.clone(), hit.tool.name.clone(), hit.display_argv.clone());
+                    self.daemon.jobs.insert(&id, &tool, caller, argv);
+                    self.daemon.jobs.finish(&id, JobOutcome::Finished(convert::cached(hit)));
+                    let view =
+                        self.daemon.jobs.get(&id, Duration::ZERO).await.ok_or_else(|| status::unknown_job(&id))?;
+                    return Ok(v1::StartJobResponse {
+                        result: Some(v1::start_job_response::Result::Job(job(view, true))),
+                    });
+                }
+            }
+        } else {
+            invoker
+                .redeem(caller, &req.confirm_token, req.approved_by_elicitation)
+                .await
+                .map_err(|e| status::invoke(&e))?
+        };
+        prepared.job = true;
+        let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
+        Ok(v1::StartJobResponse { result: Some(v1::start_job_response::Result::Job(self.spawn_job(started))) })
+    }
+
+    /// Runs a started invocation in its own task, to the job table. Nothing cancels it but
+    /// `Cancel`/`CancelJob`, its timeout, and cordond's shutdown.
+    fn spawn_job(&self, started: Started) -> v1::Job {
+        let p = started.prepared();
+        let id = p.id.clone();
+        let hint = self.hint_input(p);
+        self.daemon.jobs.insert(&id, &p.tool.name, p.caller, p.plan.display_argv.clone());
+        let view = JobView {
+            id: id.clone(),
+            tool: p.tool.name.clone(),
+            owner: p.caller,
+            argv: p.plan.display_argv.clone(),
+            elapsed: Duration::ZERO,
+            outcome: None,
+            expires_in: None,
+        };
+        let daemon = self.daemon.clone();
+        tokio::spawn(async move {
+            let outcome = match daemon.invoker.execute(started, None).await {
+                Ok(answer) => JobOutcome::Finished(finished(&hint, &id, answer)),
+                Err(e) => JobOutcome::Failed { code: e.code(), message: e.to_string() },
+            };
+            daemon.jobs.finish(&id, outcome);
+        });
+        job(view, true)
+    }
+
+    /// A job the caller may see: its own, or any for an admin. Another uid's job is answered
+    /// like an unknown one (and the attempt is audited).
+    pub(super) fn visible_job(&self, caller: &Caller, id: &str, operation: &str) -> Result<(), Status> {
+        match self.daemon.jobs.owner(id) {
+            Some(owner) if owner.uid == caller.uid || self.role(caller) == Role::Admin => Ok(()),
+            Some(_) => {
+                let status = status::unknown_job(id);
+                self.audit(
+                    Record::new(Decision::Denied)
+                        .caller(caller)
+                        .with("operation", operation)
+                        .with("job_id", id)
+                        .error(ErrorCode::UnknownJob, "another user's job"),
+                );
+                Err(status)
+            }
+            None => Err(status::unknown_job(id)),
+        }
+    }
+
+    pub(super) async fn get_job_as(&self, caller: Caller, req: v1::GetJobRequest) -> Result<v1::Job, Status> {
+        self.visible_job(&caller, &req.job_id, "get_job")?;
+        let wait = Duration::from_millis(req.wait_ms).min(MAX_WAIT);
+        let view = self.daemon.jobs.get(&req.job_id, wait).await.ok_or_else(|| status::unknown_job(&req.job_id))?;
+        Ok(job(view, true))
+    }
+
+    pub(super) fn list_jobs_as(&self, caller: Caller) -> v1::ListJobsResponse {
+        let admin = self.role(&caller) == Role::Admin;
+        let jobs = self.daemon.jobs.list(|owner| admin || owner.uid == caller.uid);
+        v1::ListJobsResponse { jobs: jobs.into_iter().map(|v| job(v, false)).collect() }
+    }
+
+    pub(super) fn cancel_job_as(&self, caller: Caller, id: &str) -> Result<v1::CancelJobResponse, Status> {
+        self.visible_job(&caller, id, "cancel_job")?;
+        let cancelled =
+            self.daemon.jobs.running(id) && self.daemon.invoker.cancel_with(id, CancelReason::Caller(caller));
+        Ok(v1::CancelJobResponse { cancelled })
+    }
+}
