@@ -24,7 +24,7 @@ pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub enum JobOutcome {
     /// The tool ran; how it ended.
-    Finished(v1::Finished),
+    Finished(Box<v1::Finished>),
     /// It ended without an outcome to show (e.g. the terminal record could not be written).
     Failed { code: ErrorCode, message: String },
 }
@@ -52,7 +52,7 @@ pub(super) fn job(view: JobView<JobOutcome>, with_output: bool) -> v1::Job {
                 f.stdout.clear();
                 f.stderr.clear();
             }
-            job.finished = Some(f);
+            job.finished = Some(*f);
         }
         Some(JobOutcome::Failed { code, message }) => {
             job.error_code = code.as_str().into();
@@ -96,7 +96,7 @@ impl CordonService {
                 Admission::Cached(hit) => {
                     let (id, tool, argv) = (hit.id.clone(), hit.tool.name.clone(), hit.display_argv.clone());
                     self.daemon.jobs.insert(&id, &tool, caller, argv);
-                    self.daemon.jobs.finish(&id, JobOutcome::Finished(convert::cached(hit)));
+                    self.daemon.jobs.finish(&id, JobOutcome::Finished(Box::new(convert::cached(hit))));
                     let view =
                         self.daemon.jobs.get(&id, Duration::ZERO).await.ok_or_else(|| status::unknown_job(&id))?;
                     return Ok(v1::StartJobResponse {
@@ -134,7 +134,7 @@ impl CordonService {
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
             let outcome = match daemon.invoker.execute(started, None).await {
-                Ok(answer) => JobOutcome::Finished(finished(&hint, &id, answer)),
+                Ok(answer) => JobOutcome::Finished(Box::new(finished(&hint, &id, answer))),
                 Err(e) => JobOutcome::Failed { code: e.code(), message: e.to_string() },
             };
             daemon.jobs.finish(&id, outcome);
