@@ -415,12 +415,12 @@ pub fn policy_reference(as_json: bool) -> Result<u8, CliError> {
 /// validation error.
 /// Whether `--arg KEY=VALUE`'s value would be typed by its param's kind: it reads as an
 /// integer, a number or a boolean (see [`typed_arguments`]).
-pub(crate) fn needs_param_type(arg: &str) -> bool {
+fn needs_param_type(arg: &str) -> bool {
     arg.split_once('=')
         .is_some_and(|(_, v)| v.parse::<i64>().is_ok() || v.parse::<f64>().is_ok() || v.parse::<bool>().is_ok())
 }
 
-pub(crate) fn typed_arguments(tool: &ToolInfo, args: &[String]) -> Result<Value, CliError> {
+fn typed_arguments(tool: &ToolInfo, args: &[String]) -> Result<Value, CliError> {
     let mut map = Map::new();
     for arg in args {
         let Some((key, value)) = arg.split_once('=') else {

@@ -4,9 +4,9 @@
 
 use std::path::Path;
 
-use crate::admin::{needs_param_type, print_grants, typed_arguments};
+use crate::admin::print_grants;
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, ToolInfo};
+use crate::grpc::Client;
 use crate::term::outln;
 
 pub async fn dry_run(
@@ -18,15 +18,7 @@ pub async fn dry_run(
 ) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     // Typed as `run` types them, so the dry run checks the very arguments `run` would send.
-    let info = if args_json.is_none() && args.iter().any(|a| needs_param_type(a)) {
-        client.get_tool(tool).await?
-    } else {
-        ToolInfo::minimal(tool.to_string())
-    };
-    let arguments = match args_json {
-        Some(text) => text,
-        None => typed_arguments(&info, args)?.to_string(),
-    };
+    let (_, arguments) = crate::admin::call_arguments(&mut client, tool, args, args_json).await?;
     let d = client.dry_run(tool, arguments).await?;
     if as_json {
         let mut v = serde_json::to_value(&d).map_err(|e| CliError::Protocol(e.to_string()))?;
