@@ -894,8 +894,9 @@ pub struct RunResult {
     /// The result contract, decided by cordond from the tool's policy (`ok_exit_codes`, the
     /// output schema).
     pub ok: bool,
-    /// Why not ok.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why not ok. Serialized as `failure`: `error` is a refused call's object (`{"error":
+    /// {code, message}}`, the fixed contract of `--json`), which a run that happened never is.
+    #[serde(rename = "failure", skip_serializing_if = "Option::is_none")]
     pub error: Option<Box<ResultError>>,
     /// JSON tools: the value sent as MCP structured content (always an object; see
     /// `Tool::output_schema`).

@@ -98,7 +98,7 @@ fn meta(r: &RunResult) -> MetaObject {
     });
     if let Some(o) = figures.as_object_mut() {
         if let Some(e) = &r.error {
-            o.insert("error".into(), json!({ "code": e.code, "message": e.message }));
+            o.insert("failure".into(), json!({ "code": e.code, "message": e.message }));
         }
         if let Some(c) = &r.cache {
             o.insert("cache_age_ms".into(), json!(c.cache_age_ms));

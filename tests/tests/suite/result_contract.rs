@@ -204,8 +204,9 @@ fn a_schema_mismatch_is_not_ok_and_says_what_did_not_match() {
     let (out, r) = d.run_json("mismatch", &json!({}));
     assert_eq!(r["exit_code"], 0, "{r}");
     assert_eq!(r["ok"], false, "{r}");
-    assert_eq!(r["error"]["code"], "OUTPUT_SCHEMA_MISMATCH", "{r}");
-    let message = r["error"]["message"].as_str().unwrap();
+    assert_eq!(r["failure"]["code"], "OUTPUT_SCHEMA_MISMATCH", "{r}");
+    assert!(r.get("error").is_none(), "a run that happened is not a refusal: {r}");
+    let message = r["failure"]["message"].as_str().unwrap();
     assert!(message.contains("at /n:") && message.contains("/properties/n/type"), "{message}");
     assert_ne!(out.code, Some(0), "cordon run fails for a result that is not ok");
 
@@ -214,7 +215,7 @@ fn a_schema_mismatch_is_not_ok_and_says_what_did_not_match() {
     assert_eq!(res["isError"], true, "{res}");
     assert!(res.get("structuredContent").is_none(), "{res}");
     assert!(text(&res).starts_with("OUTPUT_SCHEMA_MISMATCH: ") && text(&res).contains("at /n:"), "{res}");
-    assert_eq!(res["_meta"]["cordon/result"]["error"]["code"], "OUTPUT_SCHEMA_MISMATCH", "{res}");
+    assert_eq!(res["_meta"]["cordon/result"]["failure"]["code"], "OUTPUT_SCHEMA_MISMATCH", "{res}");
 }
 
 #[test]
@@ -241,7 +242,7 @@ fn ok_exit_codes_make_a_grep_without_match_a_success() {
     assert_eq!(out.code, Some(1), "cordon run passes the tool's exit code on");
     let (_, r) = d.run_json("grep-like", &json!({ "code": 2 }));
     assert_eq!(r["ok"], false, "{r}");
-    assert_eq!(r["error"]["code"], "EXIT_CODE", "{r}");
+    assert_eq!(r["failure"]["code"], "EXIT_CODE", "{r}");
 
     let mut mcp = Session::start(&d.socket);
     let res = mcp.call("grep-like", json!({ "code": 1 }));
