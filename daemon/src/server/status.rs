@@ -215,3 +215,8 @@ mod tests {
         assert!(field.len() < 2 * MAX_FIELD_CHARS, "{}", field.len());
     }
 }
+
+/// A workflow step's tool is gone or disabled (a reload, or a policy under repair).
+pub(crate) fn step_tool_unavailable(message: String) -> Status {
+    with_code(Code::FailedPrecondition, ErrorCode::ToolUnavailable, None, message)
+}
