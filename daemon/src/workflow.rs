@@ -199,16 +199,14 @@ impl Runner<'_> {
                 "tool {tool_name:?} now needs confirmation; workflows cannot include confirm tools: call it on its own"
             ));
         }
-        let answer = match self.invoker.prepare(caller, tool_name, &arguments).await {
-            Err(e) => return refused(e.to_string()),
-            Ok(Admission::NeedsConfirmation(_)) => {
-                return refused(format!(
-                    "tool {tool_name:?} needs confirmation; workflows cannot include confirm tools: call it on its own"
-                ));
-            }
+        match self.invoker.prepare(caller, tool_name, &arguments).await {
+            Err(e) => refused(e.to_string()),
+            Ok(Admission::NeedsConfirmation(_)) => refused(format!(
+                "tool {tool_name:?} needs confirmation; workflows cannot include confirm tools: call it on its own"
+            )),
             Ok(Admission::Cached(hit)) => {
                 let answer = Answer { outcome: hit.entry.outcome, verdict: hit.entry.verdict };
-                return result_of(index, tool_name, hit.id, &answer);
+                result_of(index, tool_name, hit.id, &answer)
             }
             Ok(Admission::Ready(mut prepared)) => {
                 prepared.workflow = Some(mark);
@@ -227,12 +225,11 @@ impl Runner<'_> {
                     }
                 };
                 match answer {
-                    Ok(a) => return result_of(index, tool_name, id, &a),
+                    Ok(a) => result_of(index, tool_name, id, &a),
                     Err(e) => StepResult { invocation_id: id, ..refused(e.to_string()) },
                 }
             }
-        };
-        answer
+        }
     }
 }
 
