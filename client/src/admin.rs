@@ -45,6 +45,9 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
                 .map(|p| format!("{}{}:{}", p.name, if p.required { "" } else { "?" }, p.kind))
                 .collect();
             let mut description = t.description.clone();
+            if t.workflow {
+                description = format!("[workflow: {}] {description}", t.steps.join(" -> "));
+            }
             if !t.unavailable_reason.is_empty() {
                 description = format!("{description} [{}]", t.unavailable_reason);
             }
@@ -226,6 +229,7 @@ pub async fn run(
     let (info, arguments) = call_arguments(&mut client, tool, args, args_json).await?;
     let result = match client.invoke(tool, arguments, false, |_| {}).await? {
         Invocation::Finished(result) => result,
+        Invocation::Workflow(w) => return Ok(print_workflow(&w, as_json)),
         Invocation::NeedsConfirmation(c) if c.mode == "human" => {
             // A person must approve: wait for it (an admin runs `cordon approve ID`).
             errln!("cordon: {}", c.description);
@@ -270,6 +274,35 @@ pub async fn confirm(socket: &Path, token: &str, as_json: bool) -> Result<u8, Cl
 }
 
 /// Prints a finished invocation and returns the exit code `cordon run` ends with.
+/// A workflow's steps as a table (or its result as JSON); exit code 0 only when every step ran
+/// and was ok.
+pub(crate) fn print_workflow(w: &crate::grpc::WorkflowInfo, as_json: bool) -> u8 {
+    if as_json {
+        print_json(&json!(w));
+    } else {
+        outln!("workflow {} ({}): {} of {} steps ran", w.workflow, w.workflow_id, w.steps.len(), w.step_count);
+        outln!("{:>4}  {:<24} {:<6} {:>5} {:>9}  ERROR", "STEP", "TOOL", "OK", "EXIT", "MS");
+        for s in &w.steps {
+            let exit = s.exit_code.map_or_else(|| "-".to_string(), |c| c.to_string());
+            let ok = if s.ok { "ok" } else { "FAILED" };
+            let error = s.error.as_deref().unwrap_or("");
+            outln!("{:>4}  {:<24} {:<6} {:>5} {:>9}  {}", s.index, s.tool, ok, exit, s.duration_ms, error);
+        }
+        for i in (w.steps.len() + 1)..=(w.step_count as usize) {
+            outln!("{i:>4}  (not run)");
+        }
+        if let Some(f) = &w.failed_step {
+            errln!("cordon: workflow {} failed at step {} ({}): {}", w.workflow, f.index, f.tool, f.why);
+            if let Some(tail) = w.steps.iter().find(|s| s.index == f.index).map(|s| &s.stderr_tail)
+                && !tail.is_empty()
+            {
+                errln!("cordon: step {} stderr (end):\n{}", f.index, tail.trim_end());
+            }
+        }
+    }
+    if w.ok { 0 } else { exit::FAILURE }
+}
+
 pub(crate) fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     let code = match (result.timed_out, result.cancelled, result.exit_code, result.signal) {
         (true, _, _, _) => exit::TIMED_OUT,

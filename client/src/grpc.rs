@@ -139,6 +139,7 @@ impl Client {
             Invocation::NeedsConfirmation(_) => {
                 Err(CliError::Protocol("a confirmed call asked for confirmation again".into()))
             }
+            Invocation::Workflow(_) => Err(CliError::Protocol("a confirmed call answered with a workflow".into())),
         }
     }
 
@@ -308,6 +309,7 @@ async fn follow(
             Some(v1::invoke_event::Event::ConfirmationRequired(c)) => {
                 return Ok(Invocation::NeedsConfirmation(confirmation_info(c)));
             }
+            Some(v1::invoke_event::Event::Workflow(w)) => return Ok(Invocation::Workflow(w.into())),
             Some(v1::invoke_event::Event::Finished(f)) => {
                 let argv = accepted.map(|a| a.argv).unwrap_or_default();
                 return Ok(Invocation::Finished(RunResult::from_proto(f, argv)));
@@ -397,6 +399,68 @@ pub enum Event {
 pub enum Invocation {
     Finished(RunResult),
     NeedsConfirmation(ConfirmationInfo),
+    /// The name was a workflow's: it ran, step after step.
+    Workflow(WorkflowInfo),
+}
+
+/// How a workflow ended: what `cordon run --json` prints and what the MCP front-end sends as
+/// `structuredContent` (the daemon advertises its schema as the workflow's output schema).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkflowInfo {
+    pub workflow: String,
+    pub workflow_id: String,
+    pub ok: bool,
+    pub step_count: u32,
+    pub steps: Vec<WorkflowStepInfo>,
+    pub failed_step: Option<FailedStepInfo>,
+}
+
+/// One step that ran (numbered from 1).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkflowStepInfo {
+    pub index: u32,
+    pub tool: String,
+    pub ok: bool,
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+    pub invocation_id: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub stderr_tail: String,
+}
+
+/// The first step that failed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailedStepInfo {
+    pub index: u32,
+    pub tool: String,
+    pub why: String,
+}
+
+impl From<v1::WorkflowResult> for WorkflowInfo {
+    fn from(w: v1::WorkflowResult) -> Self {
+        WorkflowInfo {
+            workflow: w.workflow,
+            workflow_id: w.workflow_id,
+            ok: w.ok,
+            step_count: w.step_count,
+            steps: w
+                .steps
+                .into_iter()
+                .map(|s| WorkflowStepInfo {
+                    index: s.index,
+                    tool: s.tool,
+                    ok: s.ok,
+                    exit_code: s.exit_code,
+                    duration_ms: s.duration_ms,
+                    error: (!s.error.is_empty()).then_some(s.error),
+                    invocation_id: s.invocation_id,
+                    stderr_tail: s.stderr_tail,
+                })
+                .collect(),
+            failed_step: w.failed_step.map(|f| FailedStepInfo { index: f.index, tool: f.tool, why: f.why }),
+        }
+    }
 }
 
 /// A confirmation the daemon asks for; nothing ran yet.
@@ -518,6 +582,12 @@ pub struct ToolInfo {
     /// What the tool may touch and who may call it: sent to admins only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grants: Option<Grants>,
+    /// A workflow (`[workflows.NAME]`), run by name like a tool.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub workflow: bool,
+    /// A workflow's step tools, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<String>,
     /// The params with their rules as the daemon sent them; [`ToolInfo::rebuild_params`] turns
     /// them into the daemon's own [`Param`]s.
     #[serde(skip)]
@@ -603,6 +673,8 @@ impl ToolInfo {
             executable: String::new(),
             working_dir: String::new(),
             source: String::new(),
+            workflow: false,
+            steps: Vec::new(),
             grants: None,
             wire_params: Vec::new(),
         }
@@ -687,6 +759,8 @@ impl From<v1::Tool> for ToolInfo {
             working_dir: t.working_dir,
             source: t.source,
             grants: t.grants.map(Grants::from),
+            workflow: t.workflow,
+            steps: t.steps,
         }
     }
 }

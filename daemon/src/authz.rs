@@ -10,7 +10,7 @@
 use nix::unistd::{Gid, Group, Uid, User};
 
 use crate::caller::Caller;
-use cordon_core::policy::{Principal, Tool};
+use cordon_core::policy::{Allow, Principal, Tool, Workflow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -45,10 +45,20 @@ impl Authorizer {
 
     /// Whether the caller may see and run `tool`.
     pub fn may_use(&self, c: &Caller, role: Role, tool: &Tool) -> bool {
+        self.admits(c, role, tool.allow.as_ref())
+    }
+
+    /// Whether the caller may see and run a workflow (each step's tool is checked on its own).
+    pub fn may_run(&self, c: &Caller, role: Role, workflow: &Workflow) -> bool {
+        self.admits(c, role, workflow.allow.as_ref())
+    }
+
+    /// Admins always; an agent caller when `allow` names it or one of its groups.
+    fn admits(&self, c: &Caller, role: Role, allow: Option<&Allow>) -> bool {
         if role == Role::Admin {
             return true;
         }
-        let Some(allow) = &tool.allow else { return false };
+        let Some(allow) = allow else { return false };
         let name = User::from_uid(Uid::from_raw(c.uid)).ok().flatten().map(|u| u.name);
         let user_ok = allow.users.iter().any(|p| match p {
             Principal::Id(id) => *id == c.uid,

@@ -225,6 +225,8 @@ pub struct Prepared {
     cache: Option<(cache::Key, CachePolicy)>,
     /// Started detached (a job): its `started` record says `"job": true`.
     pub job: bool,
+    /// A step of a workflow: its `started` and terminal records carry `workflow_id` and `step`.
+    pub workflow: Option<crate::workflow::StepMark>,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
     pub paths: Vec<(String, std::path::PathBuf)>,
     seccomp: Arc<Programs>,
@@ -750,6 +752,7 @@ impl Invoker {
             confirmed,
             cache,
             job: false,
+            workflow: None,
             paths,
             seccomp,
             cancel,
@@ -784,6 +787,9 @@ impl Invoker {
             );
         if p.job {
             record = record.with("job", true);
+        }
+        if let Some(m) = &p.workflow {
+            record = m.mark(record);
         }
         if let Some(c) = &p.confirmed {
             record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
@@ -888,6 +894,10 @@ impl Invoker {
                 r
             }
             Err(e) => record.error(ErrorCode::SpawnFailed, &e.to_string()),
+        };
+        let record = match &prepared.workflow {
+            Some(m) => m.mark(record),
+            None => record,
         };
         // The caller hears the outcome only once its record is on disk, so that the log never
         // says "aborted, outcome unknown" for a call whose client was told how it ended. If the

@@ -34,5 +34,6 @@ pub mod journal;
 pub mod registry;
 pub mod server;
 pub mod startup;
+pub mod workflow;
 
 pub use startup::{Config, Loaded, Server, Signals, StartError, load, run, start};

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use cordon_core::policy::{self, Availability, Diagnostic, Host, LoadError, Tool};
+use cordon_core::policy::{self, Availability, Diagnostic, Host, LoadError, Tool, Workflow};
 use cordon_sandbox::{Profile, ProgramCache, Programs};
 
 /// One generation of the registry.
@@ -19,6 +19,8 @@ use cordon_sandbox::{Profile, ProgramCache, Programs};
 pub struct Registry {
     pub generation: u64,
     pub tools: BTreeMap<String, Arc<Tool>>,
+    /// Workflows by name: steps of this generation's tools (see `crate::workflow`).
+    pub workflows: BTreeMap<String, Arc<Workflow>>,
     /// Warnings from the load that produced this generation.
     pub warnings: Vec<Diagnostic>,
     pub files: Vec<PathBuf>,
@@ -43,6 +45,10 @@ pub struct Counts {
 impl Registry {
     pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
         self.tools.get(name)
+    }
+
+    pub fn workflow(&self, name: &str) -> Option<&Arc<Workflow>> {
+        self.workflows.get(name)
     }
 
     /// The compiled seccomp programs for a tool of this generation.
@@ -188,7 +194,7 @@ pub fn release_memory_soon() {
 }
 
 fn build(set: policy::PolicySet, generation: u64) -> Registry {
-    let policy::PolicySet { mut tools, diagnostics, files, reuse } = set;
+    let policy::PolicySet { mut tools, workflows, diagnostics, files, reuse } = set;
     let seccomp = match cordon_sandbox::compile_seccomp_all(tools.iter().map(|t| Profile::of(&t.sandbox))) {
         Ok(cache) => cache,
         Err(e) => {
@@ -206,6 +212,7 @@ fn build(set: policy::PolicySet, generation: u64) -> Registry {
     Registry {
         generation,
         tools: tools.into_iter().map(|t| (t.name.clone(), t)).collect(),
+        workflows: workflows.into_iter().map(|w| (w.name.clone(), w)).collect(),
         warnings: diagnostics,
         files,
         loaded_at: SystemTime::now(),

@@ -168,6 +168,7 @@ impl Bridge {
                 Ok(render::result(real.as_ref().unwrap_or(tool), &r).into())
             }
             Ok(Invocation::NeedsConfirmation(c)) => Box::pin(self.confirmation(tool, context, c)).await,
+            Ok(Invocation::Workflow(w)) => Ok(super::render::workflow(&w).into()),
             Err(e) => Ok(self.failure(&e).into()),
         }
     }

@@ -235,6 +235,12 @@ fn to_mcp_tool(t: &ToolInfo, schema: Arc<JsonObject>) -> Tool {
     if t.confirm != "none" {
         description.push_str(&format!(" (asks for {} confirmation before it runs)", t.confirm));
     }
+    if t.workflow {
+        description.push_str(&format!(
+            " (a workflow: runs {} in order, stopping at the first failed step; the result lists each step)",
+            t.steps.join(", ")
+        ));
+    }
     let mut tool =
         Tool::new_with_raw(t.name.clone(), Some(description.into()), schema).with_title(title).with_annotations(
             ToolAnnotations::new()

@@ -9,10 +9,31 @@ use cordon_core::code::ErrorCode;
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::json;
 
-use crate::grpc::{RunResult, ToolInfo};
+use crate::grpc::{RunResult, ToolInfo, WorkflowInfo};
 
 /// The `_meta` key of a result's figures.
 pub const RESULT_META: &str = "cordon/result";
+
+/// A workflow's result: `structuredContent` is the [`WorkflowInfo`] (the workflow's advertised
+/// output schema describes it), the text says which steps ran and which failed; `isError` when
+/// a step failed or did not run.
+pub fn workflow(w: &WorkflowInfo) -> CallToolResult {
+    let value = serde_json::to_value(w).unwrap_or_default();
+    let mut text = value.to_string();
+    if let Some(f) = &w.failed_step {
+        text.push_str(&format!("\n[workflow {} failed at step {} ({}): {}]", w.workflow, f.index, f.tool, f.why));
+        if let Some(s) = w.steps.iter().find(|s| s.index == f.index && !s.stderr_tail.is_empty()) {
+            text.push_str(&format!("\n[stderr of step {}]\n{}", f.index, s.stderr_tail));
+        }
+    }
+    let mut res = if w.ok {
+        CallToolResult::success(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    };
+    res.structured_content = Some(value);
+    res
+}
 
 pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
     let meta = meta(r);

@@ -52,10 +52,15 @@ pub enum Decision {
     /// A call answered from the result cache (`cache` in the tool's policy): validated and
     /// authorized like a call; nothing ran. The record names the invocation whose result it is.
     CacheHit,
+    /// A workflow admitted (its own `allow` and every step tool's): its steps follow, each a
+    /// full invocation whose records carry `workflow_id` and `step`.
+    WorkflowStarted,
+    /// A workflow ended: the steps completed and the failed step, if any.
+    WorkflowFinished,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 24] = [
+    pub const ALL: [Decision; 26] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -80,6 +85,8 @@ impl Decision {
         Decision::Resumed,
         Decision::DryRun,
         Decision::CacheHit,
+        Decision::WorkflowStarted,
+        Decision::WorkflowFinished,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -108,6 +115,8 @@ impl Decision {
             Decision::Resumed => "resumed",
             Decision::DryRun => "dry_run",
             Decision::CacheHit => "cache_hit",
+            Decision::WorkflowStarted => "workflow_started",
+            Decision::WorkflowFinished => "workflow_finished",
         }
     }
 

@@ -28,6 +28,58 @@ pub const FILE_KEYS: &[KeyDoc] = &[
     ),
     key("defaults", "table", "values every tool in this file starts from", false),
     key("tools", "table", "one [tools.NAME] table per tool; NAME matches ^[a-z][a-z0-9-]*$", false),
+    key(
+        "workflows",
+        "table",
+        "one [workflows.NAME] table per workflow: steps that call tools one after another; NAME matches \
+         ^[a-z][a-z0-9-]*$ and is not a tool's name",
+        false,
+    ),
+];
+
+/// Keys of a `[workflows.NAME]` table.
+pub const WORKFLOW_KEYS: &[KeyDoc] = &[
+    key("description", "string", "what the workflow does, shown to the agent (required)", false),
+    key("reason", "string", "why this workflow is allowed, shown to admins (a warning when missing)", false),
+    key("params", "table", "one [workflows.NAME.params.PARAM] table per parameter, exactly like a tool's", false),
+    key(
+        "allow",
+        "table",
+        "{ users = [...], groups = [...] } agent callers admitted to the workflow (default: the file's \
+         [defaults] allow); a caller must also be admitted to every step's tool",
+        false,
+    ),
+    key(
+        "steps",
+        "array of tables",
+        "[[workflows.NAME.steps]] tool = \"NAME\", args = {...}, continue_on_error = bool: the calls, in order \
+         (1 to 32 steps)",
+        false,
+    ),
+];
+
+/// Keys of a `[[workflows.NAME.steps]]` table.
+pub const STEP_KEYS: &[KeyDoc] = &[
+    key(
+        "tool",
+        "string",
+        "the tool this step calls, by its full name (with its file's namespace), from any policy file; a tool \
+         with `confirm` cannot be a step (required)",
+        false,
+    ),
+    key(
+        "args",
+        "table",
+        "the tool's arguments: \"{{param}}\" (a whole value) passes the workflow's argument with its type; any \
+         other value is a literal that must fit the tool's param",
+        false,
+    ),
+    key(
+        "continue_on_error",
+        "boolean",
+        "run the next steps even when this one fails (default false: the workflow stops at the first failed step)",
+        false,
+    ),
 ];
 
 /// Keys of a `[tools.NAME]` table (and, where `defaultable`, of `[defaults]`).

@@ -13,7 +13,7 @@ use sha2::{Digest as _, Sha256};
 use super::diag::{Diagnostic, Severity};
 use super::examples::{self, Outcome};
 use super::intern::Interner;
-use super::model::{Expect, Host, Source, Tool};
+use super::model::{Expect, Host, Source, Tool, Workflow};
 use super::trust::{self, Subject, Trust, TrustError, TrustedDir, Walked};
 use super::{foreign, parse, probe};
 
@@ -22,6 +22,8 @@ use super::{foreign, parse, probe};
 pub struct PolicySet {
     /// Sorted by name.
     pub tools: Vec<Arc<Tool>>,
+    /// Sorted by name; every step names a tool of `tools` (see `[workflows.NAME]`).
+    pub workflows: Vec<Arc<Workflow>>,
     /// Warnings (a successful load has no errors).
     pub diagnostics: Vec<Diagnostic>,
     pub files: Vec<PathBuf>,
@@ -43,6 +45,8 @@ pub struct Reuse {
 struct LoadedFile {
     digest: [u8; 32],
     tools: Vec<Arc<Tool>>,
+    /// As parsed: linked to the tools again on every load.
+    workflows: Vec<Arc<Workflow>>,
     warnings: Vec<Diagnostic>,
 }
 
@@ -313,6 +317,7 @@ pub fn load_sources_after(
     let previous = previous.filter(|p| p.host.as_ref() == Some(host));
     let mut diagnostics = Vec::new();
     let mut tools: Vec<Arc<Tool>> = Vec::new();
+    let mut workflows: Vec<Arc<Workflow>> = Vec::new();
     let mut seen: BTreeMap<String, Source> = BTreeMap::new();
     let (mut pinned, mut intern) = match previous {
         Some(p) => (probe::PinCache::after(p.tools()), Interner::after(p.tools())),
@@ -332,7 +337,14 @@ pub fn load_sources_after(
             }
             diagnostics.extend(before.warnings.iter().cloned());
             tools.extend(mine.iter().cloned());
-            reuse.files.insert(file.clone(), LoadedFile { digest, tools: mine, warnings: before.warnings.clone() });
+            workflows.extend(before.workflows.iter().cloned());
+            let loaded = LoadedFile {
+                digest,
+                tools: mine,
+                workflows: before.workflows.clone(),
+                warnings: before.warnings.clone(),
+            };
+            reuse.files.insert(file.clone(), loaded);
             continue;
         }
         let parsed = parse::parse_file(file, text, &seen, &mut intern);
@@ -345,17 +357,28 @@ pub fn load_sources_after(
                 mine.push(Arc::new(tool));
             }
             tools.extend(mine.iter().cloned());
+            let flows: Vec<Arc<Workflow>> = parsed.workflows.into_iter().map(Arc::new).collect();
+            workflows.extend(flows.iter().cloned());
             let warnings = parsed.diagnostics.clone();
-            reuse.files.insert(file.clone(), LoadedFile { digest, tools: mine, warnings });
+            reuse.files.insert(file.clone(), LoadedFile { digest, tools: mine, workflows: flows, warnings });
         }
         diagnostics.extend(parsed.diagnostics);
     }
     if diagnostics.iter().any(Diagnostic::is_error) {
         return Err(LoadError { diagnostics });
     }
+    // Workflows are checked against every tool of the load, whichever file defines them.
+    let linked = parse::link(&tools, &workflows);
+    if !linked.is_empty() {
+        diagnostics.extend(linked);
+        diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
+        return Err(LoadError { diagnostics });
+    }
     tools.sort_by(|a, b| a.name.cmp(&b.name));
+    workflows.sort_by(|a, b| a.name.cmp(&b.name));
     diagnostics.extend(probe::exposure_warnings(&tools, &mut pinned));
-    Ok(PolicySet { tools, diagnostics, files: sources.iter().map(|(f, _)| f.clone()).collect(), reuse })
+    let files = sources.iter().map(|(f, _)| f.clone()).collect();
+    Ok(PolicySet { tools, workflows, diagnostics, files, reuse })
 }
 
 /// What `cordon policy test` found: the problems of the files (other than failing examples) and

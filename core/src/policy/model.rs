@@ -580,3 +580,63 @@ impl Host {
 /// Why a daemon that is not root cannot offer `unix_sockets` tools.
 pub const NOT_IDENTIFIABLE: &str = "unix_sockets needs invocation cgroups, which let cordond refuse its own tools on its \
      socket (cordond is not root and cannot create cgroups); run cordond as root";
+
+/// Most steps a workflow may have.
+pub const MAX_WORKFLOW_STEPS: usize = 32;
+
+/// A validated workflow: named steps, each a call of a tool of the same load, run one after
+/// another by cordond (see `[workflows.NAME]` in the reference). Every step tool exists, takes the
+/// arguments the step gives it and needs no confirmation: checked when the registry loaded.
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    /// With the file's namespace, like a tool's.
+    pub name: String,
+    pub description: String,
+    pub reason: Option<String>,
+    /// The workflow's own arguments, validated like a tool's.
+    pub params: Vec<Param>,
+    /// `None`: no agent caller is admitted (admins may run it).
+    pub allow: Option<Allow>,
+    /// In order; at most [`MAX_WORKFLOW_STEPS`].
+    pub steps: Vec<Step>,
+    pub source: Source,
+    /// JSON Schema of the arguments object, as compact JSON text.
+    pub input_schema: JsonText,
+}
+
+impl Workflow {
+    pub fn param(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// The step tools' names, in order.
+    pub fn step_tools(&self) -> impl Iterator<Item = &str> {
+        self.steps.iter().map(|s| s.tool.as_str())
+    }
+}
+
+/// One `[[workflows.NAME.steps]]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The full tool name (with its file's namespace).
+    pub tool: String,
+    /// The step tool's arguments, in name order.
+    pub args: BTreeMap<String, StepArg>,
+    /// Run the next steps even when this one fails (default false: the workflow stops).
+    pub continue_on_error: bool,
+    /// Where the step's `tool` is written (1-based line and column).
+    pub line: u32,
+    pub column: u32,
+    /// Where each argument's value is written.
+    pub arg_at: BTreeMap<String, (u32, u32)>,
+}
+
+/// One argument of a step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepArg {
+    /// `"{{param}}"`: the workflow's argument, with its type (left out when the call gives none
+    /// and the param has no default).
+    Param(String),
+    /// A TOML value, as JSON.
+    Literal(serde_json::Value),
+}

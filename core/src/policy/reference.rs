@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
-use super::keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, TOOL_KEYS};
+use super::keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, STEP_KEYS, TOOL_KEYS, WORKFLOW_KEYS};
 use super::model::{
     BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
     SEARCH_PATH, TIMEOUT_RANGE,
@@ -101,6 +101,23 @@ fn list(paths: &[&str]) -> String {
     paths.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
 }
 
+/// How workflows are checked and run.
+const WORKFLOWS: &str = "Workflows: `[workflows.NAME]` declares named steps that cordond runs one after another, \
+each a full call of a tool (validated, admitted, sandboxed and audited like a direct call). Its `params` are \
+exactly a tool's params (same keys, same validation, same error codes). A step's `args` give the step tool's \
+arguments: `\"{{param}}\"` as the whole value passes the workflow's argument with its type (left out when the call \
+gives none and the param has no default); any other value is a literal. Checked at load, against every tool of \
+every file: the step tool exists and is not disabled, each argument names one of its params, literals pass the \
+param's rules, placeholder types fit (string/enum into string/enum, string/path into path, integer into \
+integer/number), a required step param is always given, the workflow name is no tool's name, at most 32 steps. \
+Workflows cannot include confirm tools: call such a tool on its own. At call time the caller must be admitted \
+by the workflow's `allow` and by every step tool's `allow` (checked before any step runs, and again for each \
+step when it starts). Steps run in order; a step is ok by the result contract's `ok`; the first step that is not \
+ok stops the workflow unless it says `continue_on_error = true`. Each step looks its tool up in the registry \
+current when the step starts: after a reload, a step whose tool is gone or changed runs the new definition or \
+fails the workflow there with the reason. Steps are numbered from 1; their audit records carry `workflow_id` and \
+`step`, between `workflow_started` and `workflow_finished` records.\n\n";
+
 /// The complete reference, as Markdown.
 pub fn authoring_reference() -> String {
     let mut out = String::new();
@@ -114,6 +131,9 @@ pub fn authoring_reference() -> String {
     keys(&mut out, "`[tools.NAME]` (and `[defaults]`)", TOOL_KEYS, true);
     keys(&mut out, "`[tools.NAME.params.PARAM]`", PARAM_KEYS, false);
     keys(&mut out, "`limits`", LIMIT_KEYS, false);
+    keys(&mut out, "`[workflows.NAME]`", WORKFLOW_KEYS, false);
+    keys(&mut out, "`[[workflows.NAME.steps]]`", STEP_KEYS, false);
+    out.push_str(WORKFLOWS);
     let _ = write!(
         out,
         "Merging: a tool's value replaces its file's default, except `read`, `write`, `exec` and `unix_sockets` \
@@ -238,6 +258,8 @@ pub fn reference_json() -> serde_json::Value {
             "tool": table(TOOL_KEYS),
             "param": table(PARAM_KEYS),
             "limits": table(LIMIT_KEYS),
+            "workflow": table(WORKFLOW_KEYS),
+            "step": table(STEP_KEYS),
         },
         "error_codes": codes,
         "example": EXAMPLE,
@@ -261,7 +283,9 @@ mod tests {
     #[test]
     fn every_key_is_documented() {
         let doc = authoring_reference();
-        for k in FILE_KEYS.iter().chain(TOOL_KEYS).chain(PARAM_KEYS).chain(LIMIT_KEYS) {
+        for k in
+            FILE_KEYS.iter().chain(TOOL_KEYS).chain(PARAM_KEYS).chain(LIMIT_KEYS).chain(WORKFLOW_KEYS).chain(STEP_KEYS)
+        {
             assert!(doc.contains(&format!("`{}`", k.name)), "{} missing", k.name);
         }
         for c in ErrorCode::VALIDATION {

@@ -3,15 +3,21 @@
 
 use serde_json::{Map, Value, json};
 
-use super::model::{MAX_SAFE_INTEGER, ParamKind, Tool};
+use super::model::{MAX_SAFE_INTEGER, Param, ParamKind, Tool};
 
 pub const DRAFT: &str = "https://json-schema.org/draft/2020-12/schema";
 
 /// Builds the schema once, when the registry loads.
 pub fn input_schema(tool: &Tool) -> Value {
+    params_schema(&tool.params, tool.working_dir.as_deref())
+}
+
+/// JSON Schema of an arguments object with these params (a tool's, or a workflow's: path values
+/// are taken relative to `working_dir`, or must be absolute without one).
+pub fn params_schema(params: &[Param], working_dir: Option<&std::path::Path>) -> Value {
     let mut properties = Map::new();
     let mut required = Vec::new();
-    for p in &tool.params {
+    for p in params {
         let mut s = Map::new();
         match &p.kind {
             ParamKind::String { pattern, min_length, max_length } => {
@@ -56,7 +62,7 @@ pub fn input_schema(tool: &Tool) -> Value {
         }
         let mut description = p.description.clone().unwrap_or_default();
         if matches!(p.kind, ParamKind::Path { .. }) {
-            let base = match &tool.working_dir {
+            let base = match working_dir {
                 Some(dir) => format!("relative paths are taken from {}", dir.display()),
                 None => "must be absolute".to_string(),
             };

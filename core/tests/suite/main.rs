@@ -9,3 +9,4 @@ mod proptest_policy;
 mod reload;
 mod result;
 mod validate;
+mod workflow;

@@ -6,7 +6,7 @@ use cordon_proto::v1;
 use crate::confirm::{PendingInfo, Ticket};
 use crate::invoke::{Answer, CacheHit, DryRun, RunningInfo};
 use cordon_core::policy::{
-    Availability, Confirm, Danger, Diagnostic, Network, Output, Param, ParamKind, Principal, Severity, Tool,
+    Availability, Confirm, Danger, Diagnostic, Network, Output, Param, ParamKind, Principal, Severity, Tool, Workflow,
 };
 use cordon_sandbox::OutputChunk;
 
@@ -68,6 +68,76 @@ pub fn tool_for_agents(t: &Tool, now: &Availability) -> v1::Tool {
         working_dir: String::new(),
         source: String::new(),
         grants: None,
+        workflow: false,
+        steps: Vec::new(),
+    }
+}
+
+/// A workflow as `ListTools` and `GetTool` show it: like a tool (its params, its input schema),
+/// with `workflow` set, its step tools, and the schema of its result as the output schema.
+/// `available` when every step tool can run now; `admin` adds its source and reason.
+pub fn workflow(w: &Workflow, unavailable: Option<String>, admin: bool) -> v1::Tool {
+    v1::Tool {
+        name: w.name.clone(),
+        title: String::new(),
+        description: w.description.clone(),
+        reason: if admin { w.reason.clone().unwrap_or_default() } else { String::new() },
+        available: unavailable.is_none(),
+        unavailable_reason: unavailable.unwrap_or_default(),
+        disabled: false,
+        params: w.params.iter().map(param).collect(),
+        input_schema_json: w.input_schema.as_str().to_string(),
+        output_schema_json: WORKFLOW_RESULT_SCHEMA.to_string(),
+        output: v1::OutputFormat::Json as i32,
+        confirm: v1::Confirm::None as i32,
+        danger: v1::Danger::Safe as i32,
+        read_only: false,
+        idempotent: false,
+        network: false,
+        timeout_ms: 0,
+        max_output_bytes: 0,
+        command: Vec::new(),
+        executable: String::new(),
+        working_dir: String::new(),
+        source: if admin { w.source.to_string() } else { String::new() },
+        grants: None,
+        workflow: true,
+        steps: w.step_tools().map(str::to_string).collect(),
+    }
+}
+
+/// JSON Schema of a workflow's result as the MCP front-end sends it (`structuredContent`): the
+/// fields of [`v1::WorkflowResult`].
+pub const WORKFLOW_RESULT_SCHEMA: &str = r#"{"type":"object","properties":{"workflow":{"type":"string"},"workflow_id":{"type":"string"},"ok":{"type":"boolean"},"step_count":{"type":"integer"},"steps":{"type":"array","items":{"type":"object","properties":{"index":{"type":"integer"},"tool":{"type":"string"},"ok":{"type":"boolean"},"exit_code":{"type":["integer","null"]},"duration_ms":{"type":"integer"},"error":{"type":["string","null"]},"invocation_id":{"type":"string"},"stderr_tail":{"type":"string"}},"required":["index","tool","ok","exit_code","duration_ms","error","invocation_id"]}},"failed_step":{"type":["object","null"],"properties":{"index":{"type":"integer"},"tool":{"type":"string"},"why":{"type":"string"}},"required":["index","tool","why"]}},"required":["workflow","workflow_id","ok","step_count","steps","failed_step"]}"#;
+
+/// How a workflow ended, as the wire says it.
+pub fn workflow_result(run: &crate::workflow::WorkflowRun) -> v1::WorkflowResult {
+    let n = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+    v1::WorkflowResult {
+        workflow_id: run.id.clone(),
+        workflow: run.workflow.clone(),
+        ok: run.ok(),
+        steps: run
+            .steps
+            .iter()
+            .map(|s| v1::WorkflowStep {
+                index: n(s.index),
+                tool: s.tool.clone(),
+                ok: s.ok,
+                exit_code: s.exit_code,
+                duration_ms: s.duration_ms,
+                error: s.error.clone().unwrap_or_default(),
+                invocation_id: s.invocation_id.clone(),
+                stderr_tail: s.stderr_tail.clone(),
+            })
+            .collect(),
+        failed_step: run.failed_step.as_ref().map(|f| v1::WorkflowFailedStep {
+            index: n(f.index),
+            tool: f.tool.clone(),
+            why: f.why.clone(),
+        }),
+        step_count: n(run.step_count),
+        generation: run.generation,
     }
 }
 

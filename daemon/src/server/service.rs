@@ -192,6 +192,103 @@ impl CordonService {
         }
     }
 
+    /// Whether the caller may run the workflow and every one of its step tools.
+    fn may_run_all(
+        &self,
+        caller: &Caller,
+        role: Role,
+        registry: &crate::registry::Registry,
+        w: &cordon_core::policy::Workflow,
+    ) -> bool {
+        self.daemon.authz.may_run(caller, role, w)
+            && w.step_tools().all(|t| registry.get(t).is_some_and(|t| self.daemon.authz.may_use(caller, role, t)))
+    }
+
+    /// Runs a workflow for `caller` (RunWorkflow, or Invoke naming a workflow): its own `allow`
+    /// and every step tool's checked, its arguments validated, then its steps run (see
+    /// [`crate::workflow`]). If the client goes away, the running step is cancelled.
+    pub(super) async fn workflow_call(
+        &self,
+        caller: Caller,
+        name: &str,
+        arguments_json: &str,
+    ) -> Result<v1::WorkflowResult, Status> {
+        let role = self.role(&caller);
+        let registry = self.daemon.registry.current();
+        let Some(workflow) = registry.workflow(name).cloned() else {
+            return Err(self.unknown_invoked(&caller, name, "run_workflow"));
+        };
+        if !self.daemon.authz.may_run(&caller, role, &workflow) {
+            return Err(self.not_admitted(&caller, &workflow.name, "run_workflow"));
+        }
+        // Every step's tool, before any step runs: a caller is never left with half a workflow
+        // for want of a permission it lacked from the start.
+        for (i, tool_name) in workflow.step_tools().enumerate() {
+            match registry.get(tool_name) {
+                Some(t) if !t.disabled && self.daemon.authz.may_use(&caller, role, t) => {}
+                Some(t) if !t.disabled => {
+                    let message = format!(
+                        "workflow {:?} step {} calls tool {tool_name:?}, which does not admit uid {}; no step ran. An \
+                         admin can add the user or one of its groups to the tool's `allow`",
+                        workflow.name,
+                        i + 1,
+                        caller.uid
+                    );
+                    self.audit(
+                        Record::new(Decision::Denied)
+                            .tool(tool_name)
+                            .caller(&caller)
+                            .with("operation", "run_workflow")
+                            .with("workflow", workflow.name.as_str())
+                            .with("step", i + 1)
+                            .error(ErrorCode::PermissionDenied, &message),
+                    );
+                    return Err(status::denied(message));
+                }
+                _ => {
+                    let status = status::step_tool_unavailable(format!(
+                        "workflow {:?} step {} calls tool {tool_name:?}, which is not defined or disabled now; an \
+                         admin must fix the policies",
+                        workflow.name,
+                        i + 1
+                    ));
+                    return Err(status);
+                }
+            }
+        }
+        let args = match cordon_core::validate::parse_arguments(arguments_json).and_then(|json| {
+            let signature =
+                cordon_core::validate::Signature { name: &workflow.name, params: &workflow.params, working_dir: None };
+            cordon_core::validate::validate_signature(signature, &json)
+        }) {
+            Ok(args) => args,
+            Err(v) => {
+                let mut record = Record::new(Decision::Invalid)
+                    .tool(&workflow.name)
+                    .caller(&caller)
+                    .with("operation", "run_workflow")
+                    .error(v.code, &v.message);
+                if let Some(field) = &v.field {
+                    record = record.with("field", field.as_str());
+                }
+                self.audit(record);
+                return Err(status::validation(&v));
+            }
+        };
+        let daemon = self.daemon.clone();
+        let gone = tokio_util::sync::CancellationToken::new();
+        // Dropped (the client went away): the running step is cancelled, no further step starts.
+        let _guard = gone.clone().drop_guard();
+        let generation = registry.generation;
+        let task = tokio::spawn(async move {
+            let runner =
+                crate::workflow::Runner { invoker: &daemon.invoker, registry: &daemon.registry, authz: &daemon.authz };
+            runner.run(caller, workflow, generation, args, gone).await
+        });
+        let run = task.await.map_err(|e| status::task_failed("the workflow", &e))?.map_err(|e| status::invoke(&e))?;
+        Ok(convert::workflow_result(&run))
+    }
+
     fn unknown_invoked(&self, caller: &Caller, name: &str, operation: &str) -> Status {
         let status = self.unknown(caller, name);
         let mut record =
@@ -255,6 +352,17 @@ impl CordonService {
     }
 }
 
+/// Why a workflow cannot run now: the first step tool that cannot.
+fn workflow_unavailable(registry: &crate::registry::Registry, w: &cordon_core::policy::Workflow) -> Option<String> {
+    w.step_tools().find_map(|name| match registry.get(name) {
+        Some(t) if !t.disabled => match t.availability_now() {
+            Availability::Available { .. } => None,
+            Availability::Unavailable { reason } => Some(format!("step tool {name:?} is unavailable: {reason}")),
+        },
+        _ => Some(format!("step tool {name:?} is not defined or disabled")),
+    })
+}
+
 #[tonic::async_trait]
 impl v1::cordon_server::Cordon for CordonService {
     async fn list_tools(
@@ -281,7 +389,16 @@ impl v1::cordon_server::Cordon for CordonService {
                     Role::Agent => for_role(convert::tool_for_agents(t, &now), role),
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let mut tools = tools;
+        tools.extend(
+            registry
+                .workflows
+                .values()
+                .filter(|w| self.may_run_all(&caller, role, &registry, w))
+                .map(|w| convert::workflow(w, workflow_unavailable(&registry, w), role == Role::Admin))
+                .filter(|t| all || t.available),
+        );
         if registry.tools.len() > crate::registry::LARGE_REGISTRY {
             crate::registry::release_memory_soon();
         }
@@ -299,6 +416,13 @@ impl v1::cordon_server::Cordon for CordonService {
                 tool: Some(for_role(convert::tool(t, &t.availability_now()), role)),
             })),
             Some(_) => Err(self.not_admitted(&caller, name, "get_tool")),
+            None if let Some(w) = registry.workflow(name) => {
+                if !self.may_run_all(&caller, role, &registry, w) {
+                    return Err(self.not_admitted(&caller, name, "get_tool"));
+                }
+                let tool = convert::workflow(w, workflow_unavailable(&registry, w), role == Role::Admin);
+                Ok(Response::new(v1::GetToolResponse { generation: registry.generation, tool: Some(tool) }))
+            }
             // Audited like an unknown tool in Invoke (`cordon run` looks the tool up first).
             None => {
                 let status = self.unknown(&caller, name);
@@ -319,6 +443,14 @@ impl v1::cordon_server::Cordon for CordonService {
     async fn invoke(&self, request: Request<v1::InvokeRequest>) -> Result<Response<InvokeStream>, Status> {
         let caller = self.caller(&request, "invoke")?;
         let req = request.into_inner();
+        let registry = self.daemon.registry.current();
+        if registry.get(&req.tool).is_none() && registry.workflow(&req.tool).is_some() {
+            drop(registry);
+            let result = self.workflow_call(caller, &req.tool, &req.arguments_json).await?;
+            let event = v1::InvokeEvent { event: Some(v1::invoke_event::Event::Workflow(result)) };
+            return Ok(Response::new(Box::pin(tokio_stream::iter([Ok(event)]))));
+        }
+        drop(registry);
         self.require_tool(&caller, &req.tool, "invoke")?;
         let invoker = &self.daemon.invoker;
         match invoker.prepare(caller, &req.tool, &req.arguments_json).await.map_err(|e| status::invoke(&e))? {
@@ -355,6 +487,15 @@ impl v1::cordon_server::Cordon for CordonService {
         let dry = invoker.dry_run(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))?;
         let admin = self.role(&caller) == Role::Admin;
         Ok(Response::new(convert::dry_run(&dry, invoker.host(), admin)))
+    }
+
+    async fn run_workflow(
+        &self,
+        request: Request<v1::RunWorkflowRequest>,
+    ) -> Result<Response<v1::WorkflowResult>, Status> {
+        let caller = self.caller(&request, "run_workflow")?;
+        let req = request.into_inner();
+        Ok(Response::new(self.workflow_call(caller, &req.workflow, &req.arguments_json).await?))
     }
 
     type ConfirmStream = InvokeStream;

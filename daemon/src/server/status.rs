@@ -128,6 +128,11 @@ pub(crate) fn denied(message: String) -> Status {
     with_code(Code::PermissionDenied, ErrorCode::PermissionDenied, None, message)
 }
 
+/// A workflow step's tool is gone or disabled (a reload, or a policy under repair).
+pub(crate) fn step_tool_unavailable(message: String) -> Status {
+    with_code(Code::FailedPrecondition, ErrorCode::ToolUnavailable, None, message)
+}
+
 /// A blocking task of a handler (`what`) panicked or was cancelled.
 pub(crate) fn task_failed(what: &str, e: &tokio::task::JoinError) -> Status {
     with_code(Code::Internal, ErrorCode::Internal, None, format!("{what} failed: {e}"))

@@ -34,3 +34,4 @@ mod starter;
 mod systemd;
 mod tool_admin;
 mod wire;
+mod workflows;

@@ -14,6 +14,8 @@
 //! - `limits`: `timeout`, `max_output` and the `limits` table.
 //! - `env`: the `env` table and `args_env_prefix`.
 //! - `examples`: `[[tools.NAME.examples]]` and `[[tools.NAME.refuse]]`, run once the tool is built.
+//! - `workflow`: one `[workflows.NAME]` table and its steps, and `link`, the checks of a
+//!   workflow against every tool of the load (run by `load` once all files are parsed).
 //! - `lint`: warnings about foot-guns in one built tool (interpreters fed a placeholder, options
 //!   a value can smuggle, program-choosing placeholders, risky grants).
 //!
@@ -30,6 +32,9 @@ mod lint;
 mod param;
 mod tool;
 mod value;
+mod workflow;
+
+pub(super) use workflow::link;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -40,7 +45,7 @@ use toml::de::{DeTable, DeValue};
 use super::diag::{Diagnostic, Sink};
 use super::intern::Interner;
 use super::keys::FILE_KEYS;
-use super::model::{Source, Tool};
+use super::model::{Source, Tool, Workflow};
 
 /// Longest `namespace` (the full name `NAMESPACE__NAME` must still fit in 64 characters).
 const MAX_NAMESPACE_LEN: usize = 32;
@@ -50,6 +55,8 @@ type Value<'i> = Spanned<DeValue<'i>>;
 
 pub(super) struct Parsed {
     pub(super) tools: Vec<Tool>,
+    /// Not yet linked to the load's tools (see [`link`]).
+    pub(super) workflows: Vec<Workflow>,
     pub(super) diagnostics: Vec<Diagnostic>,
 }
 
@@ -75,13 +82,13 @@ pub(super) fn parse_file_with(
             let span = e.span().unwrap_or(0..0);
             p.sink.error(span, format!("invalid TOML: {}", e.message().trim_end()));
         }
-        return Parsed { tools: Vec::new(), diagnostics: p.sink.diagnostics };
+        return Parsed { tools: Vec::new(), workflows: Vec::new(), diagnostics: p.sink.diagnostics };
     }
-    let tools = p.document(doc.get_ref(), seen);
+    let (tools, workflows) = p.document(doc.get_ref(), seen);
     let mut diagnostics = p.sink.diagnostics;
     // In file order; the sort is stable, so problems at one position keep their order.
     diagnostics.sort_by_key(|d| (d.line, d.column));
-    Parsed { tools, diagnostics }
+    Parsed { tools, workflows, diagnostics }
 }
 
 /// The walk over one file: where its problems go, and which file it is.
@@ -94,25 +101,37 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn document(&mut self, doc: &DeTable<'_>, seen: &BTreeMap<String, Source>) -> Vec<Tool> {
+    fn document(&mut self, doc: &DeTable<'_>, seen: &BTreeMap<String, Source>) -> (Vec<Tool>, Vec<Workflow>) {
         self.unknown_keys(doc, FILE_KEYS, "at the top level");
         self.version(doc);
         let namespace = self.namespace(doc);
         let defaults = self.defaults(doc);
         let mut tools = Vec::new();
+        let mut workflows = Vec::new();
+        if let Some(value) = doc.get("workflows")
+            && let Some(table) = self.table(value, "workflows")
+        {
+            for (name, value) in table {
+                if let Some(w) = self.workflow(name, value, namespace.as_deref(), &defaults) {
+                    workflows.push(w);
+                }
+            }
+        }
         let Some(tools_value) = doc.get("tools") else {
-            self.sink.warning(0..0, "this file defines no tools; add a [tools.NAME] table");
-            return tools;
+            if !doc.contains_key("workflows") {
+                self.sink.warning(0..0, "this file defines no tools; add a [tools.NAME] table");
+            }
+            return (tools, workflows);
         };
         let Some(table) = self.table(tools_value, "tools") else {
-            return tools;
+            return (tools, workflows);
         };
         for (name, value) in table {
             if let Some(tool) = self.tool(name, value, namespace.as_deref(), &defaults, seen) {
                 tools.push(tool);
             }
         }
-        tools
+        (tools, workflows)
     }
 
     /// `version = 1`, the only format this parser reads.

@@ -16,7 +16,7 @@ use crate::validate::check_value;
 const RULE_KEYS: [&str; 6] = ["pattern", "min", "max", "min_length", "max_length", "values"];
 
 impl Parser<'_> {
-    pub(super) fn param(&mut self, tool: &str, key: &Spanned<Cow<'_, str>>, v: &Value<'_>) -> Option<Param> {
+    pub(super) fn param(&mut self, section: &str, key: &Spanned<Cow<'_, str>>, v: &Value<'_>) -> Option<Param> {
         let errors_before = self.error_count();
         let name = key.get_ref().to_string();
         if !valid_param_name(&name) {
@@ -25,7 +25,7 @@ impl Parser<'_> {
                 format!("invalid param name {name:?}: names match ^[a-z][a-z0-9_]*$ (at most 64 characters)"),
             );
         }
-        let ctx = format!("[tools.{tool}.params.{name}]");
+        let ctx = format!("[{section}.params.{name}]");
         let table = self.table(v, &ctx)?;
         self.unknown_keys(table, PARAM_KEYS, &format!("in {ctx}"));
         let kind_name = self.param_type(table, key.span(), &ctx);
@@ -202,7 +202,7 @@ fn valid_name(name: &str, separator: u8) -> bool {
         && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == separator)
 }
 
-/// Tool names: `^[a-z][a-z0-9-]*$`.
+/// Tool (and workflow) names: `^[a-z][a-z0-9-]*$`.
 pub(super) fn valid_tool_name(name: &str) -> bool {
     valid_name(name, b'-')
 }

@@ -24,7 +24,7 @@ use crate::policy::schema;
 use crate::validate::check_value;
 
 /// The MCP front-end's built-in tool that redeems confirmation tokens.
-const RESERVED_TOOL_NAME: &str = "confirm";
+pub(super) const RESERVED_TOOL_NAME: &str = "confirm";
 
 /// What a tool says about itself.
 struct About {
@@ -58,7 +58,7 @@ impl Parser<'_> {
         let about = self.about(table, &ctx, &name_span);
         // Names of every param table, valid or not: a broken param is reported once, not again
         // at each placeholder that uses it.
-        let (params, declared) = self.params(table, &name, &ctx);
+        let (params, declared) = self.params(table, &format!("tools.{name}"), &ctx);
         let command = match table.get("command") {
             Some(v) => self.command(v, &name, &declared),
             None => {
@@ -157,7 +157,7 @@ impl Parser<'_> {
     }
 
     /// The valid params, and the names of every param table (valid or not).
-    fn params(&mut self, table: &DeTable<'_>, tool: &str, ctx: &str) -> (Vec<Param>, Vec<String>) {
+    pub(super) fn params(&mut self, table: &DeTable<'_>, section: &str, ctx: &str) -> (Vec<Param>, Vec<String>) {
         let Some(v) = table.get("params") else {
             return (Vec::new(), Vec::new());
         };
@@ -165,7 +165,7 @@ impl Parser<'_> {
             return (Vec::new(), Vec::new());
         };
         let declared = t.keys().map(|k| k.get_ref().to_string()).collect();
-        let params = t.iter().filter_map(|(k, v)| self.param(tool, k, v)).collect();
+        let params = t.iter().filter_map(|(k, v)| self.param(section, k, v)).collect();
         (params, declared)
     }
 
