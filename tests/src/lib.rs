@@ -500,3 +500,100 @@ required = true
 "#
     };
 }
+
+/// `cordon mcp` driven line by line (JSON-RPC over its stdin and stdout), for tests that look
+/// at the exact messages.
+pub mod mcp_lines {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::path::Path;
+    use std::process::{Child, ChildStdin, Command, Stdio};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use serde_json::{Value, json};
+
+    use super::bin;
+
+    #[derive(Debug)]
+    pub struct Session {
+        child: Child,
+        stdin: ChildStdin,
+        lines: mpsc::Receiver<Value>,
+        next: u64,
+    }
+
+    impl Session {
+        /// `cordon --socket SOCKET mcp`, initialized (protocol 2025-11-25).
+        pub fn start(socket: &Path) -> Session {
+            let mut child = Command::new(bin("cordon"))
+                .arg("--socket")
+                .arg(socket)
+                .arg("mcp")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let stdout = child.stdout.take().unwrap();
+            let stdin = child.stdin.take().unwrap();
+            let (tx, lines) = mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { return };
+                    let v: Value = serde_json::from_str(&line).expect("stdout is JSON-RPC");
+                    if tx.send(v).is_err() {
+                        return;
+                    }
+                }
+            });
+            let mut s = Session { child, stdin, lines, next: 0 };
+            s.request(
+                "initialize",
+                json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } }),
+            );
+            s.notify("notifications/initialized");
+            s
+        }
+
+        pub fn notify(&mut self, method: &str) {
+            let line = json!({ "jsonrpc": "2.0", "method": method }).to_string();
+            writeln!(self.stdin, "{line}").unwrap();
+        }
+
+        /// Sends a request and returns its `result` (notifications in between are skipped).
+        pub fn request(&mut self, method: &str, params: Value) -> Value {
+            self.next += 1;
+            let id = self.next;
+            let line = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string();
+            writeln!(self.stdin, "{line}").unwrap();
+            self.stdin.flush().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let m = self.lines.recv_timeout(left).expect("an answer in time");
+                if m.get("method").is_none() && m["id"] == json!(id) {
+                    return m["result"].clone();
+                }
+            }
+        }
+
+        /// `tools/call` of `tool` with `arguments`.
+        pub fn call(&mut self, tool: &str, arguments: Value) -> Value {
+            self.request("tools/call", json!({ "name": tool, "arguments": arguments }))
+        }
+
+        /// The `outputSchema` `tools/list` advertises for `tool`.
+        pub fn output_schema(&mut self, tool: &str) -> Option<Value> {
+            let list = self.request("tools/list", json!({}));
+            let t = list["tools"].as_array().unwrap().iter().find(|t| t["name"] == tool).cloned().unwrap();
+            t.get("outputSchema").cloned()
+        }
+    }
+
+    impl Drop for Session {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}

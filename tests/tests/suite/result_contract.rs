@@ -4,15 +4,12 @@
 //! built-in `confirm` tool's own input schema, and the result cache (hits, error TTL, callers,
 //! reloads, the audit record).
 
-use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cordon_tests::agent::{self, SOCKET_GROUP};
-use cordon_tests::{Daemon, bin, toml_str};
+use cordon_tests::{Daemon, toml_str};
 use serde_json::{Value, json};
 
 fn policy(dir: &Path) -> String {
@@ -108,84 +105,7 @@ fn runs(path: &str) -> usize {
     std::fs::read_to_string(path).unwrap().lines().count()
 }
 
-/// `cordon mcp`, driven line by line.
-struct Session {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<Value>,
-    next: u64,
-}
-
-impl Session {
-    fn start(socket: &Path) -> Session {
-        let mut child = Command::new(bin("cordon"))
-            .arg("--socket")
-            .arg(socket)
-            .arg("mcp")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                let v: Value = serde_json::from_str(&line).expect("stdout is JSON-RPC");
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut s = Session { child, stdin, lines, next: 0 };
-        s.request(
-            "initialize",
-            json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } }),
-        );
-        s.notify("notifications/initialized");
-        s
-    }
-
-    fn notify(&mut self, method: &str) {
-        let line = json!({ "jsonrpc": "2.0", "method": method }).to_string();
-        writeln!(self.stdin, "{line}").unwrap();
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next += 1;
-        let id = self.next;
-        let line = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string();
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let m = self.lines.recv_timeout(left).expect("an answer in time");
-            if m.get("method").is_none() && m["id"] == json!(id) {
-                return m["result"].clone();
-            }
-        }
-    }
-
-    fn call(&mut self, tool: &str, arguments: Value) -> Value {
-        self.request("tools/call", json!({ "name": tool, "arguments": arguments }))
-    }
-
-    fn output_schema(&mut self, tool: &str) -> Option<Value> {
-        let list = self.request("tools/list", json!({}));
-        let t = list["tools"].as_array().unwrap().iter().find(|t| t["name"] == tool).cloned().unwrap();
-        t.get("outputSchema").cloned()
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use cordon_tests::mcp_lines::Session;
 
 fn text(r: &Value) -> String {
     r["content"][0]["text"].as_str().unwrap_or_default().to_string()

@@ -3,15 +3,12 @@
 //! admitted to the workflow and to every step's tool; every record is linked by `workflow_id`;
 //! the same result on `cordon run` and over MCP.
 
-use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
-use cordon_tests::{Daemon, bin, eventually, require_root, toml_str};
+use cordon_tests::{Daemon, eventually, require_root, toml_str};
 use serde_json::{Value, json};
 
 fn policy(out: &Path) -> String {
@@ -224,70 +221,7 @@ fn an_agent_must_be_admitted_to_every_step_tool_before_any_step_runs() {
     assert_eq!(o.json()["steps"].as_array().unwrap().len(), 3, "{o:?}");
 }
 
-/// `cordon mcp`, driven line by line.
-struct Session {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<Value>,
-    next: u64,
-}
-
-impl Session {
-    fn start(socket: &Path) -> Session {
-        let mut child = Command::new(bin("cordon"))
-            .arg("--socket")
-            .arg(socket)
-            .arg("mcp")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                let v: Value = serde_json::from_str(&line).expect("stdout is JSON-RPC");
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut s = Session { child, stdin, lines, next: 0 };
-        s.request(
-            "initialize",
-            json!({ "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } }),
-        );
-        let line = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }).to_string();
-        writeln!(s.stdin, "{line}").unwrap();
-        s
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next += 1;
-        let id = self.next;
-        let line = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }).to_string();
-        writeln!(self.stdin, "{line}").unwrap();
-        self.stdin.flush().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let m = self.lines.recv_timeout(left).expect("an answer in time");
-            if m.get("method").is_none() && m["id"] == json!(id) {
-                return m["result"].clone();
-            }
-        }
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use cordon_tests::mcp_lines::Session;
 
 #[test]
 fn a_workflow_is_an_mcp_tool_whose_structured_result_lists_the_steps() {
