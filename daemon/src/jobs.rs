@@ -146,8 +146,16 @@ impl<R: Clone> Jobs<R> {
 
     /// Drops expired jobs (called periodically).
     pub fn sweep(&self) {
+        drop(self.live());
+    }
+
+    /// The table without expired jobs: every lookup goes through it, so that a result is never
+    /// answered past its TTL, whenever the periodic sweep last ran.
+    fn live(&self) -> MutexGuard<'_, HashMap<String, Entry<R>>> {
         let ttl = self.limits.ttl;
-        self.lock().retain(|_, e| e.finished.as_ref().is_none_or(|(at, _)| at.elapsed() < ttl));
+        let mut table = self.lock();
+        table.retain(|_, e| e.finished.as_ref().is_none_or(|(at, _)| at.elapsed() < ttl));
+        table
     }
 
     fn view(&self, id: &str, e: &Entry<R>, with_outcome: bool) -> JobView<R> {
@@ -172,7 +180,7 @@ impl<R: Clone> Jobs<R> {
 
     /// Who started a job (None: no such job, or expired).
     pub fn owner(&self, id: &str) -> Option<Caller> {
-        self.lock().get(id).map(|e| e.owner)
+        self.live().get(id).map(|e| e.owner)
     }
 
     /// Whether a job is still running.
@@ -183,7 +191,7 @@ impl<R: Clone> Jobs<R> {
     /// One job with its outcome; with `wait`, waits up to that long for it to finish first.
     pub async fn get(&self, id: &str, wait: Duration) -> Option<JobView<R>> {
         let mut done = {
-            let table = self.lock();
+            let table = self.live();
             let e = table.get(id)?;
             if e.finished.is_some() || wait.is_zero() {
                 return Some(self.view(id, e, true));
@@ -191,14 +199,14 @@ impl<R: Clone> Jobs<R> {
             e.done.subscribe()
         };
         let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
-        let table = self.lock();
+        let table = self.live();
         table.get(id).map(|e| self.view(id, e, true))
     }
 
     /// Every job `visible` admits, newest first, without outcomes' payloads (`outcome` is set
     /// for finished jobs so that callers can tell how they ended).
     pub fn list(&self, visible: impl Fn(&Caller) -> bool) -> Vec<JobView<R>> {
-        let table = self.lock();
+        let table = self.live();
         let mut jobs: Vec<(Instant, JobView<R>)> = table
             .iter()
             .filter(|(_, e)| visible(&e.owner))
@@ -243,6 +251,18 @@ mod tests {
         assert!(jobs.owner("theirs").is_some(), "uid 2's unread result survives uid 1's flood");
         assert!(jobs.owner("flood9").is_some() && jobs.owner("flood8").is_some());
         assert!(jobs.owner("flood0").is_none());
+    }
+
+    #[tokio::test]
+    async fn an_expired_job_is_never_answered_even_before_the_sweep() {
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_millis(20), max: 8 });
+        jobs.insert("a", "t", caller(1), vec![]);
+        jobs.finish("a", 1);
+        assert!(jobs.get("a", Duration::ZERO).await.is_some());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(jobs.get("a", Duration::ZERO).await.is_none());
+        assert!(jobs.owner("a").is_none());
+        assert!(jobs.list(|_| true).is_empty());
     }
 
     #[test]
