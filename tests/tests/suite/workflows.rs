@@ -358,4 +358,13 @@ fn a_workflow_is_an_mcp_tool_whose_structured_result_lists_the_steps() {
     let res = mcp.request("tools/call", json!({ "name": "pipeline", "arguments": { "word": 5 } }));
     assert_eq!(res["isError"], true, "{res}");
     assert_eq!(res["structuredContent"]["error"]["code"], "INVALID_FIELD_TYPE", "{res}");
+
+    // start_job runs tools only: a workflow is refused saying so, not as an unknown tool.
+    let res = mcp.request(
+        "tools/call",
+        json!({ "name": "start_job", "arguments": { "tool": "pipeline", "arguments": { "word": "job" } } }),
+    );
+    assert_eq!(res["isError"], true, "{res}");
+    let text = res["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("is a workflow") && text.contains("call it directly"), "{res}");
 }
