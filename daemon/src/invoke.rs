@@ -22,6 +22,7 @@ use crate::cache::{self, ResultCache};
 use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::registry::RegistryHandle;
+use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
 use cordon_core::policy::output::{self, Verdict};
 use cordon_core::policy::{Availability, CachePolicy, Tool};
@@ -226,7 +227,7 @@ pub struct Prepared {
     /// Started detached (a job): its `started` record says `"job": true`.
     pub job: bool,
     /// A step of a workflow: its `started` and terminal records carry `workflow_id` and `step`.
-    pub workflow: Option<crate::workflow::StepMark>,
+    pub workflow: Option<StepMark>,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
     pub paths: Vec<(String, std::path::PathBuf)>,
     seccomp: Arc<Programs>,
@@ -388,9 +389,22 @@ impl Invoker {
     /// when none is free (or parks it for confirmation), or says why not. Dropping the future
     /// while it waits gives up its place in the queue; nothing is recorded for it.
     pub async fn prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
-        let result = self.try_prepare(caller, tool_name, arguments).await;
+        self.prepare_step(caller, tool_name, arguments, None).await
+    }
+
+    /// [`Self::prepare`] for a workflow's step: every record it writes (a refusal, a
+    /// confirmation request, a cache hit) carries the step's mark, like the records of its run.
+    pub async fn prepare_step(
+        &self,
+        caller: Caller,
+        tool_name: &str,
+        arguments: &str,
+        mark: Option<&StepMark>,
+    ) -> Result<Admission, InvokeError> {
+        let result = self.try_prepare(caller, tool_name, arguments, mark).await;
         match &result {
-            Ok(Admission::NeedsConfirmation(ticket)) => self.audit.record(
+            Ok(Admission::NeedsConfirmation(ticket)) => self.audit.record(marked(
+                mark,
                 Record::new(Decision::ConfirmationRequested)
                     .tool(tool_name)
                     .caller(&caller)
@@ -398,15 +412,21 @@ impl Invoker {
                     .with("approval_id", ticket.approval_id.as_str())
                     .with_argv(&ticket.argv)
                     .with("expires_in_ms", millis(ticket.expires_in)),
-            ),
+            )),
             // Its `cache_hit` record is on disk already.
             Ok(Admission::Ready(_) | Admission::Cached(_)) => {}
-            Err(e) => self.refused(caller, tool_name, Some(arguments), e),
+            Err(e) => self.refused_as(caller, tool_name, Some(arguments), e, false, mark),
         }
         result
     }
 
-    async fn try_prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
+    async fn try_prepare(
+        &self,
+        caller: Caller,
+        tool_name: &str,
+        arguments: &str,
+        mark: Option<&StepMark>,
+    ) -> Result<Admission, InvokeError> {
         if self.closed.is_cancelled() {
             return Err(InvokeError::ShuttingDown);
         }
@@ -416,7 +436,7 @@ impl Invoker {
         if parked.tool.confirm != cordon_core::policy::Confirm::None {
             return Ok(Admission::NeedsConfirmation(self.confirmations.park(parked)?));
         }
-        if let Some(hit) = self.cached(&parked).await? {
+        if let Some(hit) = self.cached(&parked, mark).await? {
             return Ok(Admission::Cached(hit));
         }
         self.admit(parked, None).await.map(Admission::Ready)
@@ -425,7 +445,7 @@ impl Invoker {
     /// The cached answer of a validated, authorized call, after the same pin check a run gets
     /// (a swapped grant makes the tool unavailable, cached or not); its `cache_hit` record is
     /// durable before the answer is given, like the terminal record of a run.
-    async fn cached(&self, parked: &Parked) -> Result<Option<CacheHit>, InvokeError> {
+    async fn cached(&self, parked: &Parked, mark: Option<&StepMark>) -> Result<Option<CacheHit>, InvokeError> {
         let Some((key, _)) = cache_key(parked) else {
             return Ok(None);
         };
@@ -447,7 +467,7 @@ impl Invoker {
             .with("cache_age_ms", millis(cache::age(&entry)))
             .with("exit_code", entry.outcome.exit_code)
             .with("ok", entry.verdict.ok());
-        self.audit.durable(record).await?;
+        self.audit.durable(marked(mark, record)).await?;
         Ok(Some(CacheHit {
             id,
             tool: tool.clone(),
@@ -460,11 +480,20 @@ impl Invoker {
     /// Records a refused call. Raw arguments are kept (clipped) only when they did not
     /// validate; secret fields are redacted.
     fn refused(&self, caller: Caller, tool_name: &str, arguments: Option<&str>, e: &InvokeError) {
-        self.refused_as(caller, tool_name, arguments, e, false);
+        self.refused_as(caller, tool_name, arguments, e, false, None);
     }
 
     /// [`Self::refused`]; a refused dry run's record says `"dry_run": true`.
-    fn refused_as(&self, caller: Caller, tool_name: &str, arguments: Option<&str>, e: &InvokeError, dry_run: bool) {
+    /// A step's refusal carries its `mark`.
+    fn refused_as(
+        &self,
+        caller: Caller,
+        tool_name: &str,
+        arguments: Option<&str>,
+        e: &InvokeError,
+        dry_run: bool,
+        mark: Option<&StepMark>,
+    ) {
         if matches!(e, InvokeError::Audit(_)) {
             // The log cannot take this record; the failure itself is logged and reported.
             tracing::warn!(tool = tool_name, caller = %caller, error = %e, "invocation refused: audit log failed");
@@ -489,7 +518,7 @@ impl Invoker {
                 record = record.with("arguments", self.redacted_arguments(tool_name, arguments));
             }
         }
-        self.audit.record(record);
+        self.audit.record(marked(mark, record));
     }
 
     /// Raw arguments for an `invalid` record: values of the tool's secret params replaced.
@@ -531,7 +560,7 @@ impl Invoker {
                     .with("cwd", d.plan.cwd.display().to_string())
                     .with("run_as", d.identity.json()),
             ),
-            Err(e) => self.refused_as(caller, tool_name, Some(arguments), e, true),
+            Err(e) => self.refused_as(caller, tool_name, Some(arguments), e, true, None),
         }
         result
     }
@@ -973,6 +1002,14 @@ fn cache_key(p: &Parked) -> Option<(cache::Key, CachePolicy)> {
         cwd: p.plan.cwd.clone(),
     };
     Some((key, policy))
+}
+
+/// `record` with a workflow step's mark, when there is one.
+fn marked(mark: Option<&StepMark>, record: Record) -> Record {
+    match mark {
+        Some(m) => m.mark(record),
+        None => record,
+    }
 }
 
 /// The error a caller hears when the tool ran but its terminal record could not be written.

@@ -4,8 +4,8 @@
 //! This table only remembers jobs and their outcomes; the invocation itself goes through
 //! [`crate::invoke::Invoker`] exactly like an attached one (validation, admission, confirmation,
 //! the durable `started` record, the terminal record). Bounded: a finished job is kept for
-//! `ttl`, and at most `max` jobs are kept (the oldest finished ones are evicted first; when `max`
-//! jobs are all running, a new one is refused). Jobs live in memory only: a restart of cordond
+//! `ttl`, and at most `max` jobs are kept (the oldest finished ones of the uid keeping the most
+//! are evicted first; when `max` jobs are all running, a new one is refused). Jobs live in memory only: a restart of cordond
 //! loses them (their audit records stay).
 //!
 //! Generic over the outcome type `R`, so that the proto types stay in `server/`.
@@ -99,15 +99,24 @@ impl<R: Clone> Jobs<R> {
         if table.len() >= self.limits.max { Err(Full { max: self.limits.max }) } else { Ok(()) }
     }
 
+    /// Drops expired jobs, then, while the table is full, a finished job of the uid that keeps
+    /// the most jobs (its oldest finished one). One uid starting many jobs thus only ever evicts
+    /// its own results while it holds more than anyone else: it cannot push another uid's
+    /// unread results out of the table before their TTL.
     fn evict(table: &mut HashMap<String, Entry<R>>, limits: Limits) {
         table.retain(|_, e| e.finished.as_ref().is_none_or(|(at, _)| at.elapsed() < limits.ttl));
         while table.len() >= limits.max {
-            let oldest = table
+            let mut held: HashMap<u32, usize> = HashMap::new();
+            for e in table.values() {
+                *held.entry(e.owner.uid).or_default() += 1;
+            }
+            // The most jobs held first, then the oldest finish.
+            let victim = table
                 .iter()
-                .filter_map(|(id, e)| e.finished.as_ref().map(|(at, _)| (*at, id.clone())))
-                .min_by_key(|(at, _)| *at);
-            match oldest {
-                Some((_, id)) => {
+                .filter_map(|(id, e)| e.finished.as_ref().map(|(at, _)| (held[&e.owner.uid], *at, id.clone())))
+                .min_by_key(|(count, at, _)| (std::cmp::Reverse(*count), *at));
+            match victim {
+                Some((_, _, id)) => {
                     table.remove(&id);
                 }
                 None => break,
@@ -137,8 +146,16 @@ impl<R: Clone> Jobs<R> {
 
     /// Drops expired jobs (called periodically).
     pub fn sweep(&self) {
+        drop(self.live());
+    }
+
+    /// The table without expired jobs: every lookup goes through it, so that a result is never
+    /// answered past its TTL, whenever the periodic sweep last ran.
+    fn live(&self) -> MutexGuard<'_, HashMap<String, Entry<R>>> {
         let ttl = self.limits.ttl;
-        self.lock().retain(|_, e| e.finished.as_ref().is_none_or(|(at, _)| at.elapsed() < ttl));
+        let mut table = self.lock();
+        table.retain(|_, e| e.finished.as_ref().is_none_or(|(at, _)| at.elapsed() < ttl));
+        table
     }
 
     fn view(&self, id: &str, e: &Entry<R>, with_outcome: bool) -> JobView<R> {
@@ -163,7 +180,7 @@ impl<R: Clone> Jobs<R> {
 
     /// Who started a job (None: no such job, or expired).
     pub fn owner(&self, id: &str) -> Option<Caller> {
-        self.lock().get(id).map(|e| e.owner)
+        self.live().get(id).map(|e| e.owner)
     }
 
     /// Whether a job is still running.
@@ -174,7 +191,7 @@ impl<R: Clone> Jobs<R> {
     /// One job with its outcome; with `wait`, waits up to that long for it to finish first.
     pub async fn get(&self, id: &str, wait: Duration) -> Option<JobView<R>> {
         let mut done = {
-            let table = self.lock();
+            let table = self.live();
             let e = table.get(id)?;
             if e.finished.is_some() || wait.is_zero() {
                 return Some(self.view(id, e, true));
@@ -182,14 +199,14 @@ impl<R: Clone> Jobs<R> {
             e.done.subscribe()
         };
         let _ = tokio::time::timeout(wait, done.wait_for(|d| *d)).await;
-        let table = self.lock();
+        let table = self.live();
         table.get(id).map(|e| self.view(id, e, true))
     }
 
     /// Every job `visible` admits, newest first, without outcomes' payloads (`outcome` is set
     /// for finished jobs so that callers can tell how they ended).
     pub fn list(&self, visible: impl Fn(&Caller) -> bool) -> Vec<JobView<R>> {
-        let table = self.lock();
+        let table = self.live();
         let mut jobs: Vec<(Instant, JobView<R>)> = table
             .iter()
             .filter(|(_, e)| visible(&e.owner))
@@ -218,6 +235,34 @@ mod tests {
         jobs.make_room().unwrap();
         assert!(jobs.owner("a").is_none(), "the finished job made room");
         assert!(jobs.running("b"));
+    }
+
+    #[test]
+    fn one_uid_starting_many_jobs_evicts_its_own_results_not_another_uids() {
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_secs(60), max: 3 });
+        jobs.insert("theirs", "t", caller(2), vec![]);
+        jobs.finish("theirs", 0);
+        for n in 0..10 {
+            let id = format!("flood{n}");
+            jobs.make_room().unwrap();
+            jobs.insert(&id, "t", caller(1), vec![]);
+            jobs.finish(&id, 0);
+        }
+        assert!(jobs.owner("theirs").is_some(), "uid 2's unread result survives uid 1's flood");
+        assert!(jobs.owner("flood9").is_some() && jobs.owner("flood8").is_some());
+        assert!(jobs.owner("flood0").is_none());
+    }
+
+    #[tokio::test]
+    async fn an_expired_job_is_never_answered_even_before_the_sweep() {
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_millis(20), max: 8 });
+        jobs.insert("a", "t", caller(1), vec![]);
+        jobs.finish("a", 1);
+        assert!(jobs.get("a", Duration::ZERO).await.is_some());
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(jobs.get("a", Duration::ZERO).await.is_none());
+        assert!(jobs.owner("a").is_none());
+        assert!(jobs.list(|_| true).is_empty());
     }
 
     #[test]

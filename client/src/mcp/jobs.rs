@@ -39,7 +39,7 @@ pub(super) fn job_tools() -> Vec<Tool> {
         Tool::new_with_raw(
             START_JOB_TOOL,
             Some(
-                "Start one of the other tools (or workflows) in the background and get a job id at once; the job keeps \
+                "Start one of the other tools (not a workflow: call those directly) in the background and get a job id at once; the job keeps \
                  running if this session ends. Poll it with job_status, stop it with job_cancel. The arguments are \
                  checked exactly as when calling the tool directly, and a tool that needs confirmation still asks first."
                     .into(),
@@ -48,7 +48,7 @@ pub(super) fn job_tools() -> Vec<Tool> {
                 "$schema": "https://json-schema.org/draft/2020-12/schema",
                 "type": "object",
                 "properties": {
-                    "tool": { "type": "string", "description": "the tool or workflow to run" },
+                    "tool": { "type": "string", "description": "the tool to run (a workflow cannot run as a job)" },
                     "arguments": { "type": "object", "description": "its arguments, as its input schema says" },
                     "confirm_token": { "type": "string", "description": "instead of tool and arguments: the token start_job answered when the tool asked for confirmation" }
                 },
@@ -201,6 +201,17 @@ impl Bridge {
                     )
                     .into());
                 };
+                // cordond runs tools as jobs, not workflows (StartJob names a tool).
+                if info.workflow {
+                    return Ok(render::refused(
+                        ErrorCode::UnknownTool,
+                        &format!(
+                            "{tool:?} is a workflow, and start_job runs tools only; call it directly (tools/call \
+                             {tool:?}), which runs its steps and answers when they are done"
+                        ),
+                    )
+                    .into());
+                }
                 // Checked here exactly as a direct call would be (cordond checks again).
                 match catalog.check(info).as_ref() {
                     Ok(check) => {

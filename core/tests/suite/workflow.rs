@@ -191,3 +191,13 @@ fn unknown_keys_of_a_workflow_and_a_step_are_errors() {
         "{e}"
     );
 }
+
+#[test]
+fn a_secret_workflow_param_can_only_fill_a_secret_step_param() {
+    // The step's audit records show its argv with only the step tool's secret params redacted:
+    // a secret workflow param passed to a plain one would be written out in the clear.
+    let e = errors(
+        "[workflows.w]\ndescription = \"d\"\nreason = \"r\"\n[workflows.w.params.t]\ntype = \"string\"\nrequired = true\nsecret = true\n[[workflows.w.steps]]\ntool = \"build\"\nargs = { target = \"{{t}}\" }\n",
+    );
+    assert!(e.contains("workflow param \"t\" is secret, but param \"target\" of tool \"build\" is not"), "{e}");
+}

@@ -146,6 +146,24 @@ fn jobs_are_bounded_and_the_oldest_finished_goes_first() {
 }
 
 #[test]
+fn one_uid_flooding_the_job_table_evicts_its_own_results_not_another_uids() {
+    require_root!();
+    let d = start(&["--jobs-max", "3"]);
+    let out = agent::cordon(&d.socket, &["run", "quick", "--arg", "text=mine", "--detach"]);
+    out.assert_code(0);
+    let theirs = out.stdout.trim().to_string();
+    agent::cordon(&d.socket, &["job", &theirs, "--wait"]).assert_code(0);
+    // Another uid starts (and finishes) more jobs than the table holds.
+    for n in 0..5 {
+        let id = detach(&d, "quick", &["--arg", &format!("text={}", "x".repeat(n + 1))]);
+        d.cordon(&["job", &id, "--wait"]).assert_code(0);
+    }
+    let seen = agent::cordon(&d.socket, &["job", &theirs, "--json"]);
+    seen.assert_code(0);
+    assert_eq!(seen.json()["result"]["stdout"], "mine", "{seen:?}");
+}
+
+#[test]
 fn finished_jobs_expire_after_the_ttl() {
     require_root!();
     let d = start(&["--job-ttl", "1s"]);

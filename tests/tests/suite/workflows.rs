@@ -83,6 +83,20 @@ continue_on_error = true
 tool = "put"
 args = {{ word = "three", file = {three} }}
 
+[tools.stamp]
+description = "prints a word, cached"
+reason = "tests"
+command = ["/bin/echo", "stamp"]
+annotations = {{ read_only = true, idempotent = true }}
+cache = {{ ttl = "10m" }}
+
+[workflows.stamped]
+description = "stamp (cached after the first run)"
+reason = "tests"
+
+[[workflows.stamped.steps]]
+tool = "stamp"
+
 [workflows.forbidden]
 description = "put, then a tool the agent may not call"
 reason = "tests"
@@ -171,6 +185,33 @@ fn a_failed_step_stops_the_workflow_and_the_result_says_where() {
 }
 
 #[test]
+fn a_step_answered_from_the_result_cache_is_linked_to_its_workflow() {
+    require_root!();
+    let (d, _) = start();
+    let (o, _) = d.run_json("stamped", &json!({}));
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let (o, r) = d.run_json("stamped", &json!({}));
+    assert_eq!(o.code, Some(0), "{o:?}");
+    let id = r["workflow_id"].as_str().unwrap().to_string();
+    let mut linked = Vec::new();
+    assert!(eventually(Duration::from_secs(10), || {
+        linked = d.audit_records().into_iter().filter(|r| r["workflow_id"] == id.as_str()).collect();
+        linked.iter().any(|r| r["decision"] == "workflow_finished")
+    }));
+    let decisions: Vec<(String, Value)> =
+        linked.iter().map(|r| (r["decision"].as_str().unwrap().to_string(), r["step"].clone())).collect();
+    assert_eq!(
+        decisions,
+        [
+            ("workflow_started".to_string(), Value::Null),
+            ("cache_hit".to_string(), json!(1)),
+            ("workflow_finished".to_string(), Value::Null),
+        ],
+        "{linked:#?}"
+    );
+}
+
+#[test]
 fn continue_on_error_runs_the_next_steps_and_the_workflow_still_fails() {
     require_root!();
     let (d, out) = start();
@@ -251,4 +292,13 @@ fn a_workflow_is_an_mcp_tool_whose_structured_result_lists_the_steps() {
     let res = mcp.request("tools/call", json!({ "name": "pipeline", "arguments": { "word": 5 } }));
     assert_eq!(res["isError"], true, "{res}");
     assert_eq!(res["structuredContent"]["error"]["code"], "INVALID_FIELD_TYPE", "{res}");
+
+    // start_job runs tools only: a workflow is refused saying so, not as an unknown tool.
+    let res = mcp.request(
+        "tools/call",
+        json!({ "name": "start_job", "arguments": { "tool": "pipeline", "arguments": { "word": "job" } } }),
+    );
+    assert_eq!(res["isError"], true, "{res}");
+    let text = res["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("is a workflow") && text.contains("call it directly"), "{res}");
 }

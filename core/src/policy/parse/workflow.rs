@@ -315,6 +315,19 @@ fn link_step(w: &Workflow, i: usize, step: &Step, by_name: &BTreeMap<&str, &Tool
                         ),
                     );
                 }
+                if own.secret && !param.secret {
+                    // The step's records show its argv with the step tool's secrets redacted
+                    // only: this value would be written out in the clear.
+                    error(
+                        at,
+                        format!(
+                            "step {n}: workflow param {name:?} is secret, but param {key:?} of tool {:?} is not, so \
+                             the step's audit records would show its value; mark {key:?} `secret = true` in the tool, \
+                             or pass a param that is not secret",
+                            tool.name
+                        ),
+                    );
+                }
                 if param.required && !own.required && own.default.is_none() {
                     error(
                         at,
