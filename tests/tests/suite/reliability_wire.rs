@@ -222,9 +222,15 @@ fn a_daemon_in_a_pid_namespace_leaves_another_daemons_invocations_alone() {
         return;
     }
     let mut call = host.cordon_spawn(&["run", "nap"]);
+    // The tool's process, found by its command line in /proc (no procps needed).
     let sleeping = || {
-        let out = Command::new("pgrep").args(["-f", "^/bin/sleep 29.25$"]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect::<Vec<_>>()
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+            .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"/bin/sleep\x0029.25\x00"))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
     };
     assert!(eventually(Duration::from_secs(10), || sleeping().len() == 1), "the tool never started");
     let pid = sleeping()[0].clone();
