@@ -119,18 +119,25 @@ impl Parser<'_> {
         }
     }
 
-    /// `description` (required), `reason` (a warning when missing), `disabled`, `annotations`,
-    /// `output`.
-    fn about(&mut self, table: &DeTable<'_>, ctx: &str, name_span: &Range<usize>) -> About {
+    /// `description` (required, not empty) and `reason` (a warning when missing, an error while
+    /// it is the placeholder an importer or `cordon init` wrote) of a tool or a workflow (`noun`).
+    pub(super) fn description_and_reason(
+        &mut self,
+        table: &DeTable<'_>,
+        ctx: &str,
+        name_span: &Range<usize>,
+        noun: &str,
+    ) -> (Option<String>, Option<String>) {
         let description = match table.get("description") {
             Some(v) => self.string(v, "description").filter(|s| {
-                if s.trim().is_empty() {
-                    self.sink.error(v.span(), "`description` must not be empty; say what the tool does");
+                let empty = s.trim().is_empty();
+                if empty {
+                    self.sink.error(v.span(), format!("`description` must not be empty; say what the {noun} does"));
                 }
-                !s.trim().is_empty()
+                !empty
             }),
             None => {
-                self.sink.error(name_span.clone(), format!("{ctx} is missing `description`; say what the tool does"));
+                self.sink.error(name_span.clone(), format!("{ctx} is missing `description`; say what the {noun} does"));
                 None
             }
         };
@@ -140,16 +147,23 @@ impl Parser<'_> {
                 self.sink.error(
                     v.span(),
                     format!(
-                        "{ctx} `reason` is still a placeholder ({reason:?}); review the tool, then write why agents \
+                        "{ctx} `reason` is still a placeholder ({reason:?}); review the {noun}, then write why agents \
                          may run it (a reason starting with \"{REASON_PLACEHOLDER}\" is not accepted)"
                     ),
                 );
             }
             Some(reason)
         });
-        if reason.is_none() && !table.contains_key("reason") {
+        if !table.contains_key("reason") {
             self.sink.warning(name_span.clone(), format!("{ctx} has no `reason`; say why agents may run it"));
         }
+        (description, reason)
+    }
+
+    /// `description` (required), `reason` (a warning when missing), `disabled`, `annotations`,
+    /// `output`.
+    fn about(&mut self, table: &DeTable<'_>, ctx: &str, name_span: &Range<usize>) -> About {
+        let (description, reason) = self.description_and_reason(table, ctx, name_span, "tool");
         let disabled = table.get("disabled").and_then(|v| self.boolean(v, "disabled")).unwrap_or(false);
         let annotations = table.get("annotations").map(|v| self.annotations(v)).unwrap_or_default();
         let output = table.get("output").map(|v| self.output(v)).unwrap_or_default();

@@ -17,8 +17,7 @@ use super::{Parser, Value};
 use crate::policy::diag::{Diagnostic, Severity, did_you_mean};
 use crate::policy::keys::{STEP_KEYS, WORKFLOW_KEYS};
 use crate::policy::model::{
-    Confirm, MAX_WORKFLOW_STEPS, NAMESPACE_SEPARATOR, ParamKind, REASON_PLACEHOLDER, Source, Step, StepArg, Tool,
-    Workflow, reason_is_placeholder,
+    Confirm, MAX_WORKFLOW_STEPS, NAMESPACE_SEPARATOR, ParamKind, Source, Step, StepArg, Tool, Workflow,
 };
 use crate::policy::schema;
 use crate::validate::check_value;
@@ -58,35 +57,7 @@ impl Parser<'_> {
         let ctx = format!("[workflows.{local}]");
         let table = self.table(value, &ctx)?;
         self.unknown_keys(table, WORKFLOW_KEYS, &format!("in {ctx}"));
-        let description = match table.get("description") {
-            Some(v) => self.string(v, "description").filter(|s| {
-                let empty = s.trim().is_empty();
-                if empty {
-                    self.sink.error(v.span(), "`description` must not be empty; say what the workflow does");
-                }
-                !empty
-            }),
-            None => {
-                self.sink.error(span.clone(), format!("{ctx} is missing `description`; say what the workflow does"));
-                None
-            }
-        };
-        let reason = table.get("reason").and_then(|v| {
-            let reason = self.string(v, "reason")?;
-            if reason_is_placeholder(&reason) {
-                self.sink.error(
-                    v.span(),
-                    format!(
-                        "{ctx} `reason` is still a placeholder ({reason:?}); write why agents may run the workflow \
-                         (a reason starting with \"{REASON_PLACEHOLDER}\" is not accepted)"
-                    ),
-                );
-            }
-            Some(reason)
-        });
-        if !table.contains_key("reason") {
-            self.sink.warning(span.clone(), format!("{ctx} has no `reason`; say why agents may run it"));
-        }
+        let (description, reason) = self.description_and_reason(table, &ctx, &span, "workflow");
         let (params, declared) = self.params(table, &format!("workflows.{full}"), &ctx);
         let allow = match table.get("allow") {
             Some(v) => self.allow(v),
