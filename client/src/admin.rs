@@ -964,7 +964,8 @@ fn duration_ms(ms: u64) -> String {
     if ms.is_multiple_of(1000) { format!("{}s", ms / 1000) } else { format!("{ms}ms") }
 }
 
-fn print_json(v: &Value) {
+/// One JSON value on stdout, pretty (the `--json` output of every subcommand).
+pub(crate) fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")));
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use cordon_core::code::ErrorCode;
 use serde_json::json;
 
+use crate::admin::print_json;
 use crate::admin::{call_arguments, print_result};
 use crate::error::{CliError, exit};
 use crate::grpc::{Client, Detached, JobInfo, ToolInfo};
@@ -15,10 +16,6 @@ use crate::term::{errln, outln};
 
 /// One `GetJob` waits this long; `--wait` asks again until the job finishes.
 const WAIT_STEP: Duration = Duration::from_secs(30);
-
-fn print_json(v: &serde_json::Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")));
-}
 
 pub async fn run_detached(
     socket: &Path,

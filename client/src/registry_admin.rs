@@ -18,6 +18,7 @@ use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Diagnostic, Host, Trust};
 use serde_json::{Value, json};
 
+use crate::admin::print_json;
 use crate::error::{CliError, exit};
 use crate::grpc::{Client, DiagnosticInfo, PolicyReport};
 use crate::host;
@@ -606,10 +607,6 @@ fn line_owners(text: &str) -> Vec<Option<String>> {
 fn header_line(text: &str, name: &str) -> u32 {
     let owned = line_owners(text);
     owned.iter().position(|o| o.as_deref() == Some(name)).map_or(1, |i| u32::try_from(i + 1).unwrap_or(u32::MAX))
-}
-
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")));
 }
 
 #[cfg(test)]
