@@ -114,6 +114,17 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
     }
     field("timeout", format!("{}s", t.timeout_ms as f64 / 1000.0));
     field("max_output", format!("{} bytes per stream", t.max_output_bytes));
+    if !t.ok_exit_codes.is_empty() && t.ok_exit_codes != [0] {
+        let codes: Vec<String> = t.ok_exit_codes.iter().map(i32::to_string).collect();
+        field("ok_exit", format!("exit codes {} mean success", codes.join(", ")));
+    }
+    if let Some(c) = &t.cache {
+        let errors = c.error_ttl_ms.map_or_else(
+            || "failed results not cached".to_string(),
+            |ms| format!("failed results for {}s", ms as f64 / 1000.0),
+        );
+        field("cache", format!("ok results for {}s, {errors}", c.ttl_ms as f64 / 1000.0));
+    }
     field("confirm", t.confirm.to_string());
     field("danger", t.danger.to_string());
     field("network", if t.network { "yes" } else { "none" }.to_string());
@@ -885,6 +896,27 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         s.queue_max_per_caller,
         duration_ms(s.queue_timeout_ms)
     );
+    outln!(
+        "jobs         {} running, {} finished kept; {} workflows running",
+        s.jobs_running,
+        s.jobs_finished,
+        s.workflows_running
+    );
+    if let Some(c) = &s.cache {
+        if c.max_entries == 0 {
+            outln!("cache        off (--cache-max-entries 0)");
+        } else {
+            outln!(
+                "cache        {} entries, {} (at most {}, {}); {} hits, {} misses",
+                c.entries,
+                bytes(c.bytes),
+                c.max_entries,
+                bytes(c.max_bytes),
+                c.hits,
+                c.misses
+            );
+        }
+    }
     if let Some(free) = s.audit_free_bytes {
         let size = s.audit_log_bytes.map_or_else(|| "size unknown".to_string(), bytes);
         outln!("audit disk   {} free; log {size} (with rotated files)", bytes(free));

@@ -126,7 +126,8 @@ pub enum Command {
     Doctor,
     /// Cancel a running invocation (its whole process group is killed).
     Cancel {
-        /// The invocation id (`cordon status` lists running ones).
+        /// The invocation or workflow id (`cordon status` lists running invocations; a workflow's
+        /// id is in its `workflow_started` audit record, or `cordon jobs` for detached ones).
         id: String,
     },
     /// Policy files.

@@ -343,6 +343,9 @@ pub enum Detached {
 #[derive(Debug, Clone, Serialize)]
 pub struct JobInfo {
     pub job_id: String,
+    /// "tool" or "workflow".
+    pub kind: String,
+    /// The tool or workflow.
     pub tool: String,
     /// "running" or "finished".
     pub state: String,
@@ -352,6 +355,9 @@ pub struct JobInfo {
     /// How the tool ended, once finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<RunResult>,
+    /// How the workflow ended, once finished (workflow jobs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<WorkflowInfo>,
     /// When the job ended without a result to show.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<JobError>,
@@ -371,6 +377,9 @@ impl JobInfo {
         let finished = j.state == "finished";
         JobInfo {
             result: j.finished.map(|f| RunResult::from_proto(f, j.argv.clone())),
+            workflow: j.workflow.map(WorkflowInfo::from),
+            // A daemon from before workflow jobs ran tools only.
+            kind: if j.kind.is_empty() { "tool".into() } else { j.kind },
             error: (!j.error_code.is_empty()).then_some(JobError { code: j.error_code, message: j.error_message }),
             expires_in_ms: finished.then_some(j.expires_in_ms),
             job_id: j.job_id,
@@ -588,10 +597,25 @@ pub struct ToolInfo {
     /// A workflow's step tools, in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<String>,
+    /// Exit codes that mean success (empty for workflows).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ok_exit_codes: Vec<i32>,
+    /// The result cache policy, when the tool has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CachePolicyInfo>,
     /// The params with their rules as the daemon sent them; [`ToolInfo::rebuild_params`] turns
     /// them into the daemon's own [`Param`]s.
     #[serde(skip)]
     wire_params: Vec<v1::Param>,
+}
+
+/// A tool's `cache`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CachePolicyInfo {
+    pub ttl_ms: u64,
+    /// Failed results are not cached when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_ttl_ms: Option<u64>,
 }
 
 /// Why a param's rules from `ListTools` do not rebuild into a [`Param`]. The front-end then
@@ -673,6 +697,8 @@ impl ToolInfo {
             executable: String::new(),
             working_dir: String::new(),
             source: String::new(),
+            ok_exit_codes: Vec::new(),
+            cache: None,
             workflow: false,
             steps: Vec::new(),
             grants: None,
@@ -761,6 +787,8 @@ impl From<v1::Tool> for ToolInfo {
             grants: t.grants.map(Grants::from),
             workflow: t.workflow,
             steps: t.steps,
+            ok_exit_codes: t.ok_exit_codes,
+            cache: t.cache.map(|c| CachePolicyInfo { ttl_ms: c.ttl_ms, error_ttl_ms: c.error_ttl_ms }),
         }
     }
 }
@@ -1178,6 +1206,25 @@ pub struct StatusInfo {
     /// Why running invocations have no cpu/memory/process figures; empty when they have.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub figures_note: String,
+    /// Jobs (an agent's own): running, and finished ones still kept.
+    pub jobs_running: u32,
+    pub jobs_finished: u32,
+    /// Workflows running now (an agent's own).
+    pub workflows_running: u32,
+    /// Admins only: the result cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheFigures>,
+}
+
+/// The result cache's figures since cordond started.
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheFigures {
+    pub entries: u64,
+    pub bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub max_entries: u64,
+    pub max_bytes: u64,
 }
 
 /// Who cordond says the caller is: what a tool's `allow` is matched against.
@@ -1240,6 +1287,17 @@ impl From<v1::StatusResponse> for StatusInfo {
             audit_free_bytes: s.audit_free_bytes,
             audit_log_bytes: s.audit_log_bytes,
             figures_note: s.figures_note,
+            jobs_running: s.jobs_running,
+            jobs_finished: s.jobs_finished,
+            workflows_running: s.workflows_running,
+            cache: s.cache.map(|c| CacheFigures {
+                entries: c.entries,
+                bytes: c.bytes,
+                hits: c.hits,
+                misses: c.misses,
+                max_entries: c.max_entries,
+                max_bytes: c.max_bytes,
+            }),
             caller: CallerInfo {
                 admin: s.caller_admin,
                 uid: s.caller_uid,

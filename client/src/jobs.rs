@@ -1,5 +1,6 @@
 //! `cordon run --detach`, `cordon confirm --detach`, `cordon job ID [--wait|--cancel]`,
-//! `cordon jobs`: detached invocations (jobs), started now and polled or cancelled later.
+//! `cordon jobs`: detached invocations and workflows (jobs), started now and polled or cancelled
+//! later.
 //! cordond keeps a finished job's result for its `--job-ttl`; jobs are lost when it restarts.
 
 use std::path::Path;
@@ -9,7 +10,7 @@ use cordon_core::code::ErrorCode;
 use serde_json::json;
 
 use crate::admin::print_json;
-use crate::admin::{call_arguments, print_result};
+use crate::admin::{call_arguments, print_result, print_workflow};
 use crate::error::{CliError, exit};
 use crate::grpc::{Client, Detached, JobInfo, ToolInfo};
 use crate::term::{errln, outln};
@@ -44,8 +45,9 @@ fn print_started(started: Detached, as_json: bool) -> u8 {
             } else {
                 // The id alone on stdout, for scripts: `id=$(cordon run T --detach)`.
                 outln!("{}", job.job_id);
+                let what = if job.kind == "workflow" { "workflow " } else { "" };
                 errln!(
-                    "cordon: {} runs as job {}; `cordon job {} --wait` waits for its result",
+                    "cordon: {what}{} runs as job {}; `cordon job {} --wait` waits for its result",
                     job.tool,
                     job.job_id,
                     job.job_id
@@ -88,6 +90,14 @@ pub async fn job(socket: &Path, id: &str, wait: bool, as_json: bool) -> Result<u
 
 /// Prints a job; a finished one exits like `cordon run` would have.
 fn print_job(job: &JobInfo, as_json: bool) -> u8 {
+    if let Some(w) = &job.workflow {
+        if as_json {
+            print_json(&json!(job));
+            return if w.ok { exit::OK } else { exit::FAILURE };
+        }
+        errln!("cordon: job {} (workflow {}) finished after {} ms", job.job_id, job.tool, job.elapsed_ms);
+        return print_workflow(w, false);
+    }
     let code = match (&job.result, &job.error) {
         (Some(r), _) => {
             if !as_json {
@@ -110,7 +120,8 @@ fn print_job(job: &JobInfo, as_json: bool) -> u8 {
     } else if let Some(e) = &job.error {
         errln!("cordon: job {} ({}) ended without a result: {}: {}", job.job_id, job.tool, e.code, e.message);
     } else {
-        outln!("{} running {} ({} s)", job.job_id, job.tool, job.elapsed_ms / 1000);
+        let what = if job.kind == "workflow" { "workflow " } else { "" };
+        outln!("{} running {what}{} ({} s)", job.job_id, job.tool, job.elapsed_ms / 1000);
     }
     code
 }
@@ -150,6 +161,11 @@ pub async fn jobs(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     }
     for j in &jobs {
         let how = match (&j.result, &j.error) {
+            _ if let Some(w) = &j.workflow => match &w.failed_step {
+                None if w.ok => "ok".to_string(),
+                Some(f) => format!("step {} failed", f.index),
+                None => "failed".to_string(),
+            },
             (Some(r), _) if r.timed_out => "timed out".to_string(),
             (Some(r), _) if r.cancelled => "cancelled".to_string(),
             (Some(r), _) => match (r.exit_code, r.signal) {
@@ -160,7 +176,8 @@ pub async fn jobs(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             (None, Some(e)) => e.code.clone(),
             (None, None) => "running".to_string(),
         };
-        outln!("{}  {:<9}  {:<12}  uid {}  {} ms", j.job_id, how, j.tool, j.caller_uid, j.elapsed_ms);
+        let tool = if j.kind == "workflow" { format!("{} (workflow)", j.tool) } else { j.tool.clone() };
+        outln!("{}  {:<13}  {:<12}  uid {}  {} ms", j.job_id, how, tool, j.caller_uid, j.elapsed_ms);
     }
     Ok(exit::OK)
 }

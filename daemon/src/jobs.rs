@@ -5,7 +5,8 @@
 //! [`crate::invoke::Invoker`] exactly like an attached one (validation, admission, confirmation,
 //! the durable `started` record, the terminal record). Bounded: a finished job is kept for
 //! `ttl`, and at most `max` jobs are kept (the oldest finished ones of the uid keeping the most
-//! are evicted first; when `max` jobs are all running, a new one is refused). Jobs live in memory only: a restart of cordond
+//! are evicted first; when `max` jobs are all running, a new one is refused), and one uid may have at
+//! most `per_caller` jobs running. Jobs live in memory only: a restart of cordond
 //! loses them (their audit records stay).
 //!
 //! Generic over the outcome type `R`, so that the proto types stay in `server/`.
@@ -20,6 +21,8 @@ use crate::caller::Caller;
 pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 /// How many jobs are kept by default.
 pub const DEFAULT_MAX: usize = 256;
+/// How many jobs one uid may have running at once by default.
+pub const DEFAULT_PER_CALLER: usize = 16;
 
 /// The bounds of the job table.
 #[derive(Debug, Clone, Copy)]
@@ -28,11 +31,34 @@ pub struct Limits {
     pub ttl: Duration,
     /// How many jobs (running and finished) are kept.
     pub max: usize,
+    /// How many jobs one uid may have running at once. Running jobs are never evicted, and a
+    /// workflow job holds no invocation slot between its steps (so `--max-per-caller` does not
+    /// bound it): without this, one uid could fill the table with running jobs and refuse
+    /// everyone else's.
+    pub per_caller: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { ttl: DEFAULT_TTL, max: DEFAULT_MAX }
+        Limits { ttl: DEFAULT_TTL, max: DEFAULT_MAX, per_caller: DEFAULT_PER_CALLER }
+    }
+}
+
+/// What a job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One invocation of a tool.
+    Tool,
+    /// A workflow: its steps are invocations of their own.
+    Workflow,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Tool => "tool",
+            Kind::Workflow => "workflow",
+        }
     }
 }
 
@@ -40,6 +66,8 @@ impl Default for Limits {
 #[derive(Debug, Clone)]
 pub struct JobView<R> {
     pub id: String,
+    pub kind: Kind,
+    /// The tool or workflow.
     pub tool: String,
     pub owner: Caller,
     pub argv: Vec<String>,
@@ -53,6 +81,7 @@ pub struct JobView<R> {
 
 #[derive(Debug)]
 struct Entry<R> {
+    kind: Kind,
     tool: String,
     owner: Caller,
     argv: Vec<String>,
@@ -61,14 +90,21 @@ struct Entry<R> {
     done: tokio::sync::watch::Sender<bool>,
 }
 
-/// The table is full of running jobs.
+/// A new job cannot start now.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "cordond already keeps {max} jobs and all of them are running (--jobs-max); wait for one to finish, or cancel \
-     one (`cordon jobs` lists yours)"
-)]
-pub struct Full {
-    pub max: usize,
+pub enum Full {
+    /// The table is full of running jobs.
+    #[error(
+        "cordond already keeps {max} jobs and all of them are running (--jobs-max); wait for one to finish, or \
+         cancel one (`cordon jobs` lists yours)"
+    )]
+    Table { max: usize },
+    /// The caller has its share running.
+    #[error(
+        "uid {uid} already has {per_caller} jobs running (--jobs-per-caller); wait for one to finish, or cancel one \
+         (`cordon jobs` lists them)"
+    )]
+    Caller { uid: u32, per_caller: usize },
 }
 
 /// The jobs cordond remembers.
@@ -92,11 +128,16 @@ impl<R: Clone> Jobs<R> {
     }
 
     /// Drops expired jobs, then, while the table is full, the oldest finished ones. Err when
-    /// the table is still full (every job in it is running): a new job must not start.
-    pub fn make_room(&self) -> Result<(), Full> {
+    /// `uid` already has its share of running jobs, or the table is still full (every job in it
+    /// is running): a new job must not start.
+    pub fn make_room(&self, uid: u32) -> Result<(), Full> {
         let mut table = self.lock();
+        let per_caller = self.limits.per_caller;
+        if table.values().filter(|e| e.owner.uid == uid && e.finished.is_none()).count() >= per_caller {
+            return Err(Full::Caller { uid, per_caller });
+        }
         Self::evict(&mut table, self.limits);
-        if table.len() >= self.limits.max { Err(Full { max: self.limits.max }) } else { Ok(()) }
+        if table.len() >= self.limits.max { Err(Full::Table { max: self.limits.max }) } else { Ok(()) }
     }
 
     /// Drops expired jobs, then, while the table is full, a finished job of the uid that keeps
@@ -126,14 +167,14 @@ impl<R: Clone> Jobs<R> {
 
     /// Remembers a started job. Call [`Self::make_room`] before starting it; a job that started
     /// is always remembered (the table may exceed `max` by the jobs that started at once).
-    pub fn insert(&self, id: &str, tool: &str, owner: Caller, argv: Vec<String>) {
+    pub fn insert(&self, id: &str, kind: Kind, tool: &str, owner: Caller, argv: Vec<String>) -> JobView<R> {
         let mut table = self.lock();
         Self::evict(&mut table, self.limits);
         let (done, _) = tokio::sync::watch::channel(false);
-        table.insert(
-            id.to_string(),
-            Entry { tool: tool.to_string(), owner, argv, started: Instant::now(), finished: None, done },
-        );
+        let entry = Entry { kind, tool: tool.to_string(), owner, argv, started: Instant::now(), finished: None, done };
+        let view = self.view(id, &entry, true);
+        table.insert(id.to_string(), entry);
+        view
     }
 
     /// Records a job's outcome and wakes whoever waits for it.
@@ -169,6 +210,7 @@ impl<R: Clone> Jobs<R> {
         };
         JobView {
             id: id.to_string(),
+            kind: e.kind,
             tool: e.tool.clone(),
             owner: e.owner,
             argv: e.argv.clone(),
@@ -181,6 +223,16 @@ impl<R: Clone> Jobs<R> {
     /// Who started a job (None: no such job, or expired).
     pub fn owner(&self, id: &str) -> Option<Caller> {
         self.live().get(id).map(|e| e.owner)
+    }
+
+    /// How many jobs `visible` admits are running, and how many finished ones are kept.
+    pub fn counts(&self, visible: impl Fn(&Caller) -> bool) -> (usize, usize) {
+        let table = self.live();
+        let mine = table.values().filter(|e| visible(&e.owner));
+        mine.fold((0, 0), |(running, done), e| match e.finished {
+            None => (running + 1, done),
+            Some(_) => (running, done + 1),
+        })
     }
 
     /// Whether a job is still running.
@@ -227,25 +279,25 @@ mod tests {
 
     #[test]
     fn the_oldest_finished_job_is_evicted_first_and_running_jobs_never() {
-        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_secs(60), max: 2 });
-        jobs.insert("a", "t", caller(1), vec![]);
-        jobs.insert("b", "t", caller(1), vec![]);
-        assert!(jobs.make_room().is_err(), "two running jobs fill a table of two");
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_secs(60), max: 2, per_caller: 8 });
+        jobs.insert("a", Kind::Tool, "t", caller(1), vec![]);
+        jobs.insert("b", Kind::Tool, "t", caller(2), vec![]);
+        assert!(matches!(jobs.make_room(3), Err(Full::Table { max: 2 })), "two running jobs fill a table of two");
         jobs.finish("a", 0);
-        jobs.make_room().unwrap();
+        jobs.make_room(3).unwrap();
         assert!(jobs.owner("a").is_none(), "the finished job made room");
         assert!(jobs.running("b"));
     }
 
     #[test]
     fn one_uid_starting_many_jobs_evicts_its_own_results_not_another_uids() {
-        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_secs(60), max: 3 });
-        jobs.insert("theirs", "t", caller(2), vec![]);
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_secs(60), max: 3, per_caller: 8 });
+        jobs.insert("theirs", Kind::Tool, "t", caller(2), vec![]);
         jobs.finish("theirs", 0);
         for n in 0..10 {
             let id = format!("flood{n}");
-            jobs.make_room().unwrap();
-            jobs.insert(&id, "t", caller(1), vec![]);
+            jobs.make_room(1).unwrap();
+            jobs.insert(&id, Kind::Tool, "t", caller(1), vec![]);
             jobs.finish(&id, 0);
         }
         assert!(jobs.owner("theirs").is_some(), "uid 2's unread result survives uid 1's flood");
@@ -255,8 +307,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_expired_job_is_never_answered_even_before_the_sweep() {
-        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_millis(20), max: 8 });
-        jobs.insert("a", "t", caller(1), vec![]);
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_millis(20), max: 8, per_caller: 8 });
+        jobs.insert("a", Kind::Tool, "t", caller(1), vec![]);
         jobs.finish("a", 1);
         assert!(jobs.get("a", Duration::ZERO).await.is_some());
         std::thread::sleep(Duration::from_millis(40));
@@ -266,9 +318,22 @@ mod tests {
     }
 
     #[test]
+    fn one_uid_cannot_fill_the_table_with_running_jobs() {
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_secs(60), max: 8, per_caller: 2 });
+        for id in ["a", "b"] {
+            jobs.make_room(1).unwrap();
+            jobs.insert(id, Kind::Workflow, "w", caller(1), vec![]);
+        }
+        assert!(matches!(jobs.make_room(1), Err(Full::Caller { uid: 1, per_caller: 2 })));
+        jobs.make_room(2).expect("another uid still starts jobs");
+        jobs.finish("a", 0);
+        jobs.make_room(1).expect("a finished job frees its owner's share");
+    }
+
+    #[test]
     fn finished_jobs_expire() {
-        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::ZERO, max: 8 });
-        jobs.insert("a", "t", caller(1), vec![]);
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::ZERO, max: 8, per_caller: 8 });
+        jobs.insert("a", Kind::Tool, "t", caller(1), vec![]);
         jobs.sweep();
         assert!(jobs.running("a"), "a running job never expires");
         jobs.finish("a", 1);

@@ -61,6 +61,10 @@ struct Args {
     /// new job is refused (TOO_MANY_JOBS) while this many are running.
     #[arg(long, default_value_t = 256, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     jobs_max: u32,
+    /// How many jobs one uid may have running at once; more are refused (TOO_MANY_JOBS), so that
+    /// one user cannot fill the job table with running jobs.
+    #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    jobs_per_caller: u32,
     /// How long a `confirm = "agent"` token stays valid.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     confirm_ttl: Duration,
@@ -196,7 +200,11 @@ impl Args {
                     max_entries: self.cache_max_entries,
                     max_bytes: self.cache_max_bytes,
                 },
-                jobs: cordon_daemon::jobs::Limits { ttl: self.job_ttl, max: self.jobs_max as usize },
+                jobs: cordon_daemon::jobs::Limits {
+                    ttl: self.job_ttl,
+                    max: self.jobs_max as usize,
+                    per_caller: self.jobs_per_caller as usize,
+                },
             },
             shutdown_grace: self.shutdown_grace,
             admin_group: self.admin_group,

@@ -12,7 +12,8 @@
 //! before the `workflow_started` record, and is authorized again for each step's tool when the
 //! step starts; `workflow_finished` is durable before the result is answered.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -83,35 +84,159 @@ impl WorkflowRun {
     }
 }
 
+/// Stops a workflow: the running step is cancelled (with the reason, in its record) and no
+/// further step starts. The first reason given is kept.
+#[derive(Debug, Clone, Default)]
+pub struct Stop {
+    token: CancellationToken,
+    reason: Arc<Mutex<Option<CancelReason>>>,
+}
+
+impl Stop {
+    /// Stops the workflow for `reason` (the first reason given wins).
+    pub fn stop(&self, reason: CancelReason) {
+        self.reason.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(reason);
+        self.token.cancel();
+    }
+
+    /// Stops the workflow when the returned guard is dropped, unless it was stopped already:
+    /// the client that waits for it went away.
+    pub fn on_drop(&self) -> tokio_util::sync::DropGuard {
+        self.token.clone().drop_guard()
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Why it stopped; a stop through [`Self::on_drop`] is the client going away.
+    fn reason(&self) -> CancelReason {
+        self.reason.lock().unwrap_or_else(|p| p.into_inner()).unwrap_or(CancelReason::ClientGone)
+    }
+
+    /// Why the remaining steps did not run, in a sentence.
+    fn why(&self) -> String {
+        match self.reason() {
+            CancelReason::Caller(c) => format!("cancelled by uid {}; the remaining steps did not run", c.uid),
+            CancelReason::ClientGone => "the client went away; the remaining steps did not run".into(),
+            CancelReason::Shutdown => "cordond is shutting down; the remaining steps did not run".into(),
+        }
+    }
+}
+
+/// The workflows running now, by id: `Cancel` finds a workflow by its own id, whichever client
+/// started it (attached or as a job).
+#[derive(Debug, Default)]
+pub struct Running {
+    table: Mutex<HashMap<String, (Caller, Stop)>>,
+}
+
+impl Running {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, (Caller, Stop)>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Who started a running workflow.
+    pub fn owner(&self, id: &str) -> Option<Caller> {
+        self.lock().get(id).map(|(c, _)| *c)
+    }
+
+    /// Stops a running workflow; false when no workflow with that id runs.
+    pub fn stop(&self, id: &str, reason: CancelReason) -> bool {
+        let stop = self.lock().get(id).map(|(_, s)| s.clone());
+        stop.inspect(|s| s.stop(reason)).is_some()
+    }
+
+    /// Stops every running workflow (cordond's shutdown).
+    pub fn stop_all(&self) {
+        for (_, stop) in self.lock().values() {
+            stop.stop(CancelReason::Shutdown);
+        }
+    }
+
+    /// How many workflows run now (of `uid` only, when given).
+    pub fn count(&self, uid: Option<u32>) -> usize {
+        self.lock().values().filter(|(c, _)| uid.is_none_or(|u| c.uid == u)).count()
+    }
+}
+
+/// Keeps a workflow in [`Running`] while it runs.
+#[derive(Debug)]
+struct Registration {
+    running: Arc<Running>,
+    id: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.running.lock().remove(&self.id);
+    }
+}
+
+/// A workflow whose `workflow_started` record is durable; [`Runner::run`] runs its steps.
+#[derive(Debug)]
+pub struct Begun {
+    id: String,
+    caller: Caller,
+    workflow: Arc<Workflow>,
+    generation: u64,
+    args: Arguments,
+    stop: Stop,
+    _registration: Registration,
+}
+
+impl Begun {
+    /// The workflow's id (its records' `workflow_id`, and its job id when detached).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+}
+
 /// What a run needs from the daemon.
 #[derive(Debug)]
 pub struct Runner<'a> {
     pub invoker: &'a Arc<Invoker>,
     pub registry: &'a RegistryHandle,
     pub authz: &'a Authorizer,
+    pub running: &'a Arc<Running>,
 }
 
 impl Runner<'_> {
-    /// Runs an authorized workflow whose arguments validated (`args`), step after step. `gone`
-    /// is cancelled when the client goes away: the running step is cancelled and no further step
-    /// starts. Fails only when the audit log cannot take the workflow's records.
-    pub async fn run(
+    /// Begins an authorized workflow whose arguments validated (`args`): a new id, the durable
+    /// `workflow_started` record, and an entry in [`Running`] so that `Cancel` finds it. `stop`
+    /// stops it: the running step is cancelled and no further step starts. Fails when the audit
+    /// log cannot take the record (no step runs then). `job`: started detached (the record says
+    /// `"job": true`).
+    pub async fn begin(
         &self,
         caller: Caller,
         workflow: Arc<Workflow>,
         generation: u64,
         args: Arguments,
-        gone: CancellationToken,
-    ) -> Result<WorkflowRun, InvokeError> {
+        stop: Stop,
+        job: bool,
+    ) -> Result<Begun, InvokeError> {
         let id = new_id()?;
-        let audit = self.invoker.audit();
-        let started = Record::new(Decision::WorkflowStarted)
+        let mut started = Record::new(Decision::WorkflowStarted)
             .with("workflow_id", id.as_str())
             .with("workflow", workflow.name.as_str())
             .caller(&caller)
             .with("generation", generation)
             .with("steps", workflow.step_tools().collect::<Vec<_>>());
-        audit.durable(started).await?;
+        if job {
+            started = started.with("job", true);
+        }
+        self.invoker.audit().durable(started).await?;
+        self.running.lock().insert(id.clone(), (caller, stop.clone()));
+        let registration = Registration { running: self.running.clone(), id: id.clone() };
+        Ok(Begun { id, caller, workflow, generation, args, stop, _registration: registration })
+    }
+
+    /// Runs a begun workflow's steps one after another, then writes its durable
+    /// `workflow_finished` record. Fails only when the audit log cannot take that record.
+    pub async fn run(&self, begun: Begun) -> Result<WorkflowRun, InvokeError> {
+        let Begun { id, caller, workflow, generation, args, stop, _registration } = begun;
+        let audit = self.invoker.audit();
         let mut run = WorkflowRun {
             id: id.clone(),
             workflow: workflow.name.clone(),
@@ -122,16 +247,12 @@ impl Runner<'_> {
         };
         for (i, step) in workflow.steps.iter().enumerate() {
             let index = i + 1;
-            if gone.is_cancelled() {
-                run.failed_step.get_or_insert(FailedStep {
-                    index,
-                    tool: step.tool.clone(),
-                    why: "the client went away; the remaining steps did not run".into(),
-                });
+            if stop.is_stopped() {
+                run.failed_step.get_or_insert(FailedStep { index, tool: step.tool.clone(), why: stop.why() });
                 break;
             }
             let mark = StepMark { workflow_id: id.clone(), step: index };
-            let result = self.step(caller, &step.tool, step_arguments(&step.args, &args), mark, &gone).await;
+            let result = self.step(caller, &step.tool, step_arguments(&step.args, &args), mark, &stop).await;
             let ok = result.ok;
             if !ok && run.failed_step.is_none() {
                 let why = result.error.clone().unwrap_or_else(|| "the step failed".into());
@@ -164,7 +285,7 @@ impl Runner<'_> {
         tool_name: &str,
         arguments: String,
         mark: StepMark,
-        gone: &CancellationToken,
+        stop: &Stop,
     ) -> StepResult {
         let index = mark.step;
         let refused = |why: String| StepResult {
@@ -219,8 +340,8 @@ impl Runner<'_> {
                 tokio::pin!(run);
                 let answer = tokio::select! {
                     r = &mut run => r,
-                    () = gone.cancelled() => {
-                        self.invoker.cancel_with(&id, CancelReason::ClientGone);
+                    () = stop.token.cancelled() => {
+                        self.invoker.cancel_with(&id, stop.reason());
                         run.await
                     }
                 };

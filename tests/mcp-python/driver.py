@@ -14,7 +14,8 @@ tool's output, invalid calls come back as `isError` results with the daemon's co
 call kills the tool's process, and a policy reload reaches the client as
 `notifications/tools/list_changed` (2025-11-25) or as an event on a `subscriptions/listen`
 stream (2026-07-28); and the result contract: a JSON tool's structuredContent, a wrapped array,
-the confirmation answer of a tool with an output schema and a cached result are all accepted by
+the confirmation answer of a tool with an output schema, a cached result, a failed workflow step and
+polled jobs (a tool's and a workflow's) are all accepted by
 the SDK's own output-schema validation.
 
 Usage: driver.py [CORDOND [CORDON]]  (or $CORDOND / $CORDON; default target/debug/ of this repo)
@@ -108,6 +109,30 @@ output = { type = "json", schema = { type = "object", properties = { n = { type 
 [tools.cached.params.file]
 type = "path"
 required = true
+
+[tools.fails]
+description = "fails with exit code 3"
+reason = "the MCP driver's workflow check"
+command = ["/bin/sh", "-c", "echo it broke >&2; exit 3"]
+
+[workflows.pipeline]
+description = "echo, fails, echo"
+reason = "the MCP driver's workflow and job checks"
+
+[workflows.pipeline.params.text]
+type = "string"
+required = true
+
+[[workflows.pipeline.steps]]
+tool = "echo"
+args = { text = "{{text}}" }
+
+[[workflows.pipeline.steps]]
+tool = "fails"
+
+[[workflows.pipeline.steps]]
+tool = "echo"
+args = { text = "never" }
 """
 
 ADDED_POLICY = """
@@ -520,6 +545,38 @@ async def result_contract(daemon: Daemon, report: Report, style: str, client: An
         and runs == 1,
         f"first={result_meta(first)!r} second={meta!r} runs={runs}",
     )
+    # A workflow whose step 2 fails: the SDK validates structuredContent against the workflow's
+    # advertised outputSchema (it raises when they disagree).
+    result = await client.call_tool("pipeline", {"text": "hi"})
+    structured = result.structured_content or {}
+    failed = structured.get("failed_step") or {}
+    report.check(
+        style,
+        "failed workflow step: isError, structuredContent (accepted by the SDK) names step 2",
+        result.is_error
+        and failed.get("index") == 2
+        and failed.get("tool") == "fails"
+        and len(structured.get("steps") or []) == 2
+        and "failed at step 2 (fails)" in text_of(result),
+        f"isError={result.is_error} structured={structured!r}",
+    )
+    # Jobs: a tool and a workflow started detached, then polled to their end.
+    for name, args in (("echo", {"text": "job"}), ("pipeline", {"text": "job"})):
+        started = await client.call_tool("start_job", {"tool": name, "arguments": args})
+        job = started.structured_content or {}
+        job_id = job.get("job_id")
+        polled = await client.call_tool("job_status", {"job_id": job_id, "wait_seconds": 30})
+        state = polled.structured_content or {}
+        if name == "echo":
+            ok = not polled.is_error and (state.get("result") or {}).get("stdout") == "[job]"
+        else:
+            ok = polled.is_error and ((state.get("workflow") or {}).get("failed_step") or {}).get("index") == 2
+        report.check(
+            style,
+            f"start_job {name} ({job.get('kind')}) then job_status: finished with its result",
+            not started.is_error and isinstance(job_id, str) and state.get("state") == "finished" and ok,
+            f"started={job!r} polled isError={polled.is_error} {state!r}",
+        )
 
 
 async def main_async(daemon: Daemon, report: Report) -> None:

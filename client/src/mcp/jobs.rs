@@ -39,7 +39,7 @@ pub(super) fn job_tools() -> Vec<Tool> {
         Tool::new_with_raw(
             START_JOB_TOOL,
             Some(
-                "Start one of the other tools (not a workflow: call those directly) in the background and get a job id at once; the job keeps \
+                "Start one of the other tools or workflows in the background and get a job id at once; the job keeps \
                  running if this session ends. Poll it with job_status, stop it with job_cancel. The arguments are \
                  checked exactly as when calling the tool directly, and a tool that needs confirmation still asks first."
                     .into(),
@@ -48,7 +48,7 @@ pub(super) fn job_tools() -> Vec<Tool> {
                 "$schema": "https://json-schema.org/draft/2020-12/schema",
                 "type": "object",
                 "properties": {
-                    "tool": { "type": "string", "description": "the tool to run (a workflow cannot run as a job)" },
+                    "tool": { "type": "string", "description": "the tool or workflow to run" },
                     "arguments": { "type": "object", "description": "its arguments, as its input schema says" },
                     "confirm_token": { "type": "string", "description": "instead of tool and arguments: the token start_job answered when the tool asked for confirmation" }
                 },
@@ -97,6 +97,19 @@ pub(super) fn job_tools() -> Vec<Tool> {
 /// job as structured content.
 fn job_result(job: &JobInfo) -> CallToolResult {
     let structured = json!(job);
+    if let Some(w) = &job.workflow {
+        let rendered = render::workflow(w);
+        let mut text = format!("job {} (workflow {}) finished after {} ms.\n", job.job_id, job.tool, job.elapsed_ms);
+        for c in &rendered.content {
+            if let Some(t) = c.as_text() {
+                text.push_str(&t.text);
+            }
+        }
+        let mut res = CallToolResult::success(vec![ContentBlock::text(text)]);
+        res.is_error = rendered.is_error;
+        res.structured_content = Some(structured);
+        return res;
+    }
     let mut result = match (&job.result, &job.error) {
         (Some(r), _) => {
             let mut info = ToolInfo::minimal(job.tool.clone());
@@ -117,8 +130,9 @@ fn job_result(job: &JobInfo) -> CallToolResult {
             job.job_id, job.tool, e.code, e.message
         ))]),
         (None, None) => CallToolResult::success(vec![ContentBlock::text(format!(
-            "job {} ({}) is running ({} s so far); call job_status again (wait_seconds waits for it), or job_cancel",
+            "job {} ({}{}) is running ({} s so far); call job_status again (wait_seconds waits for it), or job_cancel",
             job.job_id,
+            if job.kind == "workflow" { "workflow " } else { "" },
             job.tool,
             job.elapsed_ms / 1000
         ))]),
@@ -201,17 +215,6 @@ impl Bridge {
                     )
                     .into());
                 };
-                // cordond runs tools as jobs, not workflows (StartJob names a tool).
-                if info.workflow {
-                    return Ok(render::refused(
-                        ErrorCode::UnknownTool,
-                        &format!(
-                            "{tool:?} is a workflow, and start_job runs tools only; call it directly (tools/call \
-                             {tool:?}), which runs its steps and answers when they are done"
-                        ),
-                    )
-                    .into());
-                }
                 // Checked here exactly as a direct call would be (cordond checks again).
                 match catalog.check(info).as_ref() {
                     Ok(check) => {
@@ -246,12 +249,15 @@ impl Bridge {
         };
         match client.start_job(&tool, call_arguments, token).await {
             Ok(Detached::Started(job)) => {
+                let what = if job.kind == "workflow" {
+                    format!("workflow {} (its steps run one after another)", job.tool)
+                } else {
+                    job.argv.join(" ")
+                };
                 let text = format!(
-                    "job {} started: {}. Poll it with job_status {{\"job_id\": \"{}\"}} (wait_seconds waits for it); \
-                     cancel it with job_cancel.",
-                    job.job_id,
-                    job.argv.join(" "),
-                    job.job_id
+                    "job {} started: {what}. Poll it with job_status {{\"job_id\": \"{}\"}} (wait_seconds waits for \
+                     it); cancel it with job_cancel.",
+                    job.job_id, job.job_id
                 );
                 let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
                 r.structured_content = Some(json!(job));

@@ -70,7 +70,13 @@ pub fn tool_for_agents(t: &Tool, now: &Availability) -> v1::Tool {
         grants: None,
         workflow: false,
         steps: Vec::new(),
+        ok_exit_codes: t.ok_exit_codes.clone(),
+        cache: t.cache.as_ref().map(|c| v1::ToolCache { ttl_ms: millis(c.ttl), error_ttl_ms: c.error_ttl.map(millis) }),
     }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A workflow as `ListTools` and `GetTool` show it: like a tool (its params, its input schema),
@@ -103,6 +109,8 @@ pub fn workflow(w: &Workflow, unavailable: Option<String>, admin: bool) -> v1::T
         grants: None,
         workflow: true,
         steps: w.step_tools().map(str::to_string).collect(),
+        ok_exit_codes: Vec::new(),
+        cache: None,
     }
 }
 

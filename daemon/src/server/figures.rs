@@ -1,8 +1,6 @@
 //! The figures `Status` reports beyond counters: what each running invocation uses now (read
-//! from its cgroups) and the audit log's size and the free space of its filesystem.
-//!
-//! Running invocations and the admission queue are listed here; work of other kinds (e.g.
-//! background jobs) belongs beside them in [`running`]'s callers, each with its own figures.
+//! from its cgroups), the audit log's size and the free space of its filesystem, and the result
+//! cache's size and hits. (Jobs and workflows are counted by their own tables.)
 
 use std::path::Path;
 
@@ -53,6 +51,20 @@ pub(crate) fn log_bytes(log: &Path) -> Option<u64> {
     Some(live.saturating_add(rotated))
 }
 
+/// The result cache's figures.
+pub(crate) fn cache(cache: &crate::cache::ResultCache) -> v1::CacheFigures {
+    let stats = cache.stats();
+    let limits = cache.limits();
+    v1::CacheFigures {
+        entries: stats.entries as u64,
+        bytes: stats.bytes,
+        hits: stats.hits,
+        misses: stats.misses,
+        max_entries: limits.max_entries as u64,
+        max_bytes: limits.max_bytes,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,3 +81,4 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+

@@ -15,7 +15,8 @@ use crate::audit::{Decision, Record};
 use crate::authz::Role;
 use crate::caller::Caller;
 use crate::invoke::{Admission, CancelReason, Started};
-use crate::jobs::JobView;
+use crate::jobs::{JobView, Kind};
+use crate::workflow::Stop;
 
 /// The longest one `GetJob` waits (clients wanting longer ask again).
 pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -25,6 +26,8 @@ pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
 pub enum JobOutcome {
     /// The tool ran; how it ended.
     Finished(Box<v1::Finished>),
+    /// A workflow ran; its result.
+    Workflow(Box<v1::WorkflowResult>),
     /// It ended without an outcome to show (e.g. the terminal record could not be written).
     Failed { code: ErrorCode, message: String },
 }
@@ -37,6 +40,7 @@ fn millis(d: Duration) -> u64 {
 pub(super) fn job(view: JobView<JobOutcome>, with_output: bool) -> v1::Job {
     let mut job = v1::Job {
         job_id: view.id,
+        kind: view.kind.as_str().into(),
         tool: view.tool,
         state: if view.outcome.is_some() { "finished" } else { "running" }.into(),
         caller_uid: view.owner.uid,
@@ -54,6 +58,14 @@ pub(super) fn job(view: JobView<JobOutcome>, with_output: bool) -> v1::Job {
             }
             job.finished = Some(*f);
         }
+        Some(JobOutcome::Workflow(mut w)) => {
+            if !with_output {
+                for step in &mut w.steps {
+                    step.stderr_tail.clear();
+                }
+            }
+            job.workflow = Some(*w);
+        }
         Some(JobOutcome::Failed { code, message }) => {
             job.error_code = code.as_str().into();
             job.error_message = message;
@@ -69,7 +81,7 @@ impl CordonService {
         req: v1::StartJobRequest,
     ) -> Result<v1::StartJobResponse, Status> {
         let invoker = &self.daemon.invoker;
-        if let Err(full) = self.daemon.jobs.make_room() {
+        if let Err(full) = self.daemon.jobs.make_room(caller.uid) {
             let status = status::jobs_full(&full);
             let mut record = Record::new(Decision::Refused)
                 .caller(&caller)
@@ -80,6 +92,12 @@ impl CordonService {
             }
             self.audit(record);
             return Err(status);
+        }
+        if req.confirm_token.is_empty() {
+            let registry = self.daemon.registry.current();
+            if registry.get(&req.tool).is_none() && registry.workflow(&req.tool).is_some() {
+                return self.start_workflow_job(caller, &req.tool, &req.arguments_json).await;
+            }
         }
         let mut prepared = if req.confirm_token.is_empty() {
             self.require_tool(&caller, &req.tool, "invoke")?;
@@ -95,7 +113,7 @@ impl CordonService {
                 // finished from the start, polled like any other.
                 Admission::Cached(hit) => {
                     let (id, tool, argv) = (hit.id.clone(), hit.tool.name.clone(), hit.display_argv.clone());
-                    self.daemon.jobs.insert(&id, &tool, caller, argv);
+                    self.daemon.jobs.insert(&id, Kind::Tool, &tool, caller, argv);
                     self.daemon.jobs.finish(&id, JobOutcome::Finished(Box::new(convert::cached(hit))));
                     let view =
                         self.daemon.jobs.get(&id, Duration::ZERO).await.ok_or_else(|| status::unknown_job(&id))?;
@@ -121,16 +139,7 @@ impl CordonService {
         let p = started.prepared();
         let id = p.id.clone();
         let hint = self.hint_input(p);
-        self.daemon.jobs.insert(&id, &p.tool.name, p.caller, p.plan.display_argv.clone());
-        let view = JobView {
-            id: id.clone(),
-            tool: p.tool.name.clone(),
-            owner: p.caller,
-            argv: p.plan.display_argv.clone(),
-            elapsed: Duration::ZERO,
-            outcome: None,
-            expires_in: None,
-        };
+        let view = self.daemon.jobs.insert(&id, Kind::Tool, &p.tool.name, p.caller, p.plan.display_argv.clone());
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
             let outcome = match daemon.invoker.execute(started, None).await {
@@ -140,6 +149,33 @@ impl CordonService {
             daemon.jobs.finish(&id, outcome);
         });
         job(view, true)
+    }
+
+    /// Starts a workflow as a job: admitted and begun (its durable `workflow_started` record)
+    /// before the id is answered, then its steps run in their own task to the job table.
+    /// `CancelJob` (or `Cancel` with the id) stops it: the running step is cancelled, no further
+    /// step starts.
+    async fn start_workflow_job(
+        &self,
+        caller: Caller,
+        name: &str,
+        arguments_json: &str,
+    ) -> Result<v1::StartJobResponse, Status> {
+        let admitted = self.admit_workflow(&caller, name, arguments_json)?;
+        let name = admitted.name().to_string();
+        let begun = self.begin_workflow(admitted, Stop::default(), true).await?;
+        let id = begun.id().to_string();
+        let view = self.daemon.jobs.insert(&id, Kind::Workflow, &name, caller, Vec::new());
+        let daemon = self.daemon.clone();
+        tokio::spawn(async move {
+            let service = CordonService { daemon };
+            let outcome = match service.runner().run(begun).await {
+                Ok(run) => JobOutcome::Workflow(Box::new(convert::workflow_result(&run))),
+                Err(e) => JobOutcome::Failed { code: e.code(), message: e.to_string() },
+            };
+            service.daemon.jobs.finish(&id, outcome);
+        });
+        Ok(v1::StartJobResponse { result: Some(v1::start_job_response::Result::Job(job(view, true))) })
     }
 
     /// A job the caller may see: its own, or any for an admin. Another uid's job is answered
@@ -177,8 +213,9 @@ impl CordonService {
 
     pub(super) fn cancel_job_as(&self, caller: Caller, id: &str) -> Result<v1::CancelJobResponse, Status> {
         self.visible_job(&caller, id, "cancel_job")?;
-        let cancelled =
-            self.daemon.jobs.running(id) && self.daemon.invoker.cancel_with(id, CancelReason::Caller(caller));
+        let reason = CancelReason::Caller(caller);
+        let cancelled = self.daemon.jobs.running(id)
+            && (self.daemon.invoker.cancel_with(id, reason) || self.daemon.workflows.stop(id, reason));
         Ok(v1::CancelJobResponse { cancelled })
     }
 }

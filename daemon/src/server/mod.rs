@@ -44,6 +44,8 @@ pub struct Daemon {
     pub socket_path: PathBuf,
     /// Detached invocations and workflows, and their outcomes.
     pub jobs: crate::jobs::Jobs<jobs::JobOutcome>,
+    /// The workflows running now (attached or detached), so that `Cancel` finds them by id.
+    pub workflows: Arc<crate::workflow::Running>,
 }
 
 impl Daemon {
@@ -57,7 +59,16 @@ impl Daemon {
     ) -> Arc<Daemon> {
         let jobs = crate::jobs::Jobs::new(settings.jobs);
         let invoker = Arc::new(Invoker::new(registry.clone(), host, settings, audit.clone()));
-        Arc::new(Daemon { registry, authz, invoker, audit, started: Instant::now(), socket_path, jobs })
+        Arc::new(Daemon {
+            registry,
+            authz,
+            invoker,
+            audit,
+            started: Instant::now(),
+            socket_path,
+            jobs,
+            workflows: Arc::default(),
+        })
     }
 
     /// Reloads the policy directory (blocking I/O), audits and reports the outcome; used by the
@@ -164,6 +175,7 @@ pub async fn run(
     };
     let _sweeper = AbortOnDrop(sweeper);
     let invoker = daemon.invoker.clone();
+    let workflows = daemon.workflows.clone();
     let stop = async move {
         shutdown.await;
         tracing::info!(grace_ms = grace.as_millis() as u64, running = invoker.running_count(), "shutting down");
@@ -174,6 +186,7 @@ pub async fn run(
             if invoker.running_count() > 0 {
                 tracing::warn!(running = invoker.running_count(), "shutdown deadline passed; cancelling invocations");
                 invoker.cancel_all();
+                workflows.stop_all();
             }
         });
     };

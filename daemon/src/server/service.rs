@@ -24,6 +24,20 @@ pub(crate) struct CordonService {
     pub(crate) daemon: Arc<Daemon>,
 }
 
+/// A workflow call that passed authorization and validation; nothing has run yet.
+pub(super) struct AdmittedWorkflow {
+    caller: Caller,
+    workflow: Arc<cordon_core::policy::Workflow>,
+    generation: u64,
+    args: cordon_core::validate::Arguments,
+}
+
+impl AdmittedWorkflow {
+    pub(super) fn name(&self) -> &str {
+        &self.workflow.name
+    }
+}
+
 /// Why a connection's peer cannot make requests.
 enum PeerError {
     NoCredentials,
@@ -204,15 +218,15 @@ impl CordonService {
             && w.step_tools().all(|t| registry.get(t).is_some_and(|t| self.daemon.authz.may_use(caller, role, t)))
     }
 
-    /// Runs a workflow for `caller` (RunWorkflow, or Invoke naming a workflow): its own `allow`
-    /// and every step tool's checked, its arguments validated, then its steps run (see
-    /// [`crate::workflow`]). If the client goes away, the running step is cancelled.
-    pub(super) async fn workflow_call(
+    /// Admits a workflow call for `caller`: its own `allow` and every step tool's checked, its
+    /// arguments validated (refusals audited). Nothing has run yet.
+    pub(super) fn admit_workflow(
         &self,
-        caller: Caller,
+        caller: &Caller,
         name: &str,
         arguments_json: &str,
-    ) -> Result<v1::WorkflowResult, Status> {
+    ) -> Result<AdmittedWorkflow, Status> {
+        let caller = *caller;
         let role = self.role(&caller);
         let registry = self.daemon.registry.current();
         let Some(workflow) = registry.workflow(name).cloned() else {
@@ -275,16 +289,43 @@ impl CordonService {
                 return Err(status::validation(&v));
             }
         };
-        let daemon = self.daemon.clone();
-        let gone = tokio_util::sync::CancellationToken::new();
+        Ok(AdmittedWorkflow { caller, workflow, generation: registry.generation, args })
+    }
+
+    /// Begins an admitted workflow (its durable `workflow_started` record), stopped by `stop`.
+    /// `job`: started detached (the record says `"job": true`).
+    pub(super) async fn begin_workflow(
+        &self,
+        admitted: AdmittedWorkflow,
+        stop: crate::workflow::Stop,
+        job: bool,
+    ) -> Result<crate::workflow::Begun, Status> {
+        let AdmittedWorkflow { caller, workflow, generation, args } = admitted;
+        self.runner().begin(caller, workflow, generation, args, stop, job).await.map_err(|e| status::invoke(&e))
+    }
+
+    /// The workflow runner over this daemon's state.
+    pub(super) fn runner(&self) -> crate::workflow::Runner<'_> {
+        let d = &self.daemon;
+        crate::workflow::Runner { invoker: &d.invoker, registry: &d.registry, authz: &d.authz, running: &d.workflows }
+    }
+
+    /// Runs a workflow for `caller` (RunWorkflow, or Invoke naming a workflow) and answers once
+    /// it ended (see [`crate::workflow`]). If the client goes away, the running step is
+    /// cancelled and no further step starts; `Cancel` with the workflow's id does the same.
+    pub(super) async fn workflow_call(
+        &self,
+        caller: Caller,
+        name: &str,
+        arguments_json: &str,
+    ) -> Result<v1::WorkflowResult, Status> {
+        let admitted = self.admit_workflow(&caller, name, arguments_json)?;
+        let stop = crate::workflow::Stop::default();
         // Dropped (the client went away): the running step is cancelled, no further step starts.
-        let _guard = gone.clone().drop_guard();
-        let generation = registry.generation;
-        let task = tokio::spawn(async move {
-            let runner =
-                crate::workflow::Runner { invoker: &daemon.invoker, registry: &daemon.registry, authz: &daemon.authz };
-            runner.run(caller, workflow, generation, args, gone).await
-        });
+        let _guard = stop.on_drop();
+        let begun = self.begin_workflow(admitted, stop, false).await?;
+        let daemon = self.daemon.clone();
+        let task = tokio::spawn(async move { CordonService { daemon }.runner().run(begun).await });
         let run = task.await.map_err(|e| status::task_failed("the workflow", &e))?.map_err(|e| status::invoke(&e))?;
         Ok(convert::workflow_result(&run))
     }
@@ -644,12 +685,13 @@ impl v1::cordon_server::Cordon for CordonService {
     async fn cancel(&self, request: Request<v1::CancelRequest>) -> Result<Response<v1::CancelResponse>, Status> {
         let caller = self.caller(&request, "cancel")?;
         let id = &request.get_ref().invocation_id;
-        if let Some(owner) = self.daemon.invoker.owner(id)
+        if let Some(owner) = self.daemon.invoker.owner(id).or_else(|| self.daemon.workflows.owner(id))
             && owner.uid != caller.uid
         {
             self.require_admin(&caller, "cancel", "cancelling another user's invocation")?;
         }
-        let cancelled = self.daemon.invoker.cancel_with(id, CancelReason::Caller(caller));
+        let cancelled = self.daemon.invoker.cancel_with(id, CancelReason::Caller(caller))
+            || self.daemon.workflows.stop(id, CancelReason::Caller(caller));
         Ok(Response::new(v1::CancelResponse { cancelled }))
     }
 
@@ -730,6 +772,7 @@ impl v1::cordon_server::Cordon for CordonService {
         }
         let queued = d.invoker.queued((!admin).then_some(caller.uid));
         let limits = d.invoker.limits();
+        let (jobs_running, jobs_finished) = d.jobs.counts(|owner| admin || owner.uid == caller.uid);
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         Ok(Response::new(v1::StatusResponse {
             version: env!("CARGO_PKG_VERSION").into(),
@@ -773,6 +816,10 @@ impl v1::cordon_server::Cordon for CordonService {
                 .unwrap_or_default(),
             caller_gids: gids,
             caller_group_names: group_names,
+            jobs_running: count(jobs_running),
+            jobs_finished: count(jobs_finished),
+            workflows_running: count(d.workflows.count((!admin).then_some(caller.uid))),
+            cache: admin.then(|| figures::cache(d.invoker.cache())),
         }))
     }
 

@@ -164,6 +164,31 @@ fn one_uid_flooding_the_job_table_evicts_its_own_results_not_another_uids() {
 }
 
 #[test]
+fn one_uid_cannot_fill_the_job_table_with_running_jobs() {
+    require_root!();
+    let d = start(&["--jobs-per-caller", "2"]);
+    let mut mine = Vec::new();
+    for _ in 0..2 {
+        let out = agent::cordon(&d.socket, &["run", "hold", "--detach"]);
+        out.assert_code(0);
+        mine.push(out.stdout.trim().to_string());
+    }
+    let refused = agent::cordon(&d.socket, &["run", "quick", "--arg", "text=x", "--detach", "--json"]);
+    refused.assert_code(75);
+    assert_eq!(refused.json()["error"]["code"], "TOO_MANY_JOBS", "{refused:?}");
+    assert!(refused.json()["error"]["message"].as_str().unwrap().contains("--jobs-per-caller"), "{refused:?}");
+    // Another uid still starts jobs; the agent again once one of its own ended.
+    let other = detach(&d, "quick", &["--arg", "text=root"]);
+    d.cordon(&["job", &other, "--wait"]).assert_code(0);
+    agent::cordon(&d.socket, &["job", &mine[0], "--cancel"]).assert_code(0);
+    agent::cordon(&d.socket, &["job", &mine[0], "--wait"]);
+    agent::cordon(&d.socket, &["run", "quick", "--arg", "text=again", "--detach"]).assert_code(0);
+    agent::cordon(&d.socket, &["job", &mine[1], "--cancel"]).assert_code(0);
+    let refusal = |r: &Value| r["decision"] == "refused" && r["code"] == "TOO_MANY_JOBS" && r["job"] == true;
+    assert!(eventually(Duration::from_secs(10), || d.audit_records().iter().any(refusal)), "the refusal is audited");
+}
+
+#[test]
 fn finished_jobs_expire_after_the_ttl() {
     require_root!();
     let d = start(&["--job-ttl", "1s"]);

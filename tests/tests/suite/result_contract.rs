@@ -176,6 +176,19 @@ fn ok_exit_codes_make_a_grep_without_match_a_success() {
 }
 
 #[test]
+fn cordon_tool_shows_the_ok_exit_codes_and_the_cache_policy() {
+    let (d, _) = start();
+    let shown = d.cordon(&["tool", "grep-like"]);
+    shown.assert_code(0);
+    assert!(shown.stdout.contains("exit codes 0, 1 mean success"), "{shown:?}");
+    let json = d.cordon(&["tool", "cached-fail", "--json"]).json();
+    assert_eq!(json["cache"], json!({ "ttl_ms": 600_000, "error_ttl_ms": 1000 }), "{json}");
+    assert_eq!(json["ok_exit_codes"], json!([0]), "{json}");
+    let shown = d.cordon(&["tool", "cached"]).stdout;
+    assert!(shown.contains("ok results for 600s, failed results not cached"), "{shown}");
+}
+
+#[test]
 fn a_confirmation_answer_fits_the_tools_output_schema_and_confirm_applies_its_own() {
     let (d, _) = start();
     let mut mcp = Session::start(&d.socket);

@@ -97,6 +97,26 @@ reason = "tests"
 [[workflows.stamped.steps]]
 tool = "stamp"
 
+[tools.nap]
+description = "sleeps long"
+reason = "tests"
+command = ["/bin/sleep", "30"]
+
+[workflows.slow]
+description = "put, nap, put"
+reason = "tests"
+
+[[workflows.slow.steps]]
+tool = "put"
+args = {{ word = "one", file = {one} }}
+
+[[workflows.slow.steps]]
+tool = "nap"
+
+[[workflows.slow.steps]]
+tool = "put"
+args = {{ word = "three", file = {three} }}
+
 [workflows.forbidden]
 description = "put, then a tool the agent may not call"
 reason = "tests"
@@ -293,12 +313,148 @@ fn a_workflow_is_an_mcp_tool_whose_structured_result_lists_the_steps() {
     assert_eq!(res["isError"], true, "{res}");
     assert_eq!(res["structuredContent"]["error"]["code"], "INVALID_FIELD_TYPE", "{res}");
 
-    // start_job runs tools only: a workflow is refused saying so, not as an unknown tool.
+    // start_job runs a workflow detached too; job_status shows its steps once it ended.
     let res = mcp.request(
         "tools/call",
         json!({ "name": "start_job", "arguments": { "tool": "pipeline", "arguments": { "word": "job" } } }),
     );
+    assert_eq!(res["isError"], false, "{res}");
+    assert_eq!(res["structuredContent"]["kind"], "workflow", "{res}");
+    let id = res["structuredContent"]["job_id"].as_str().unwrap().to_string();
+    assert!(res["content"][0]["text"].as_str().unwrap().contains("workflow pipeline"), "{res}");
+    let res =
+        mcp.request("tools/call", json!({ "name": "job_status", "arguments": { "job_id": id, "wait_seconds": 30 } }));
+    eprintln!("MCP job_status of a failed workflow job:\n{}", serde_json::to_string_pretty(&res).unwrap());
+    assert_eq!(res["isError"], true, "a failed step fails the polled job: {res}");
+    let s = &res["structuredContent"];
+    assert_eq!((s["state"].as_str(), s["kind"].as_str()), (Some("finished"), Some("workflow")), "{res}");
+    assert_eq!(s["workflow"]["failed_step"]["index"], 2, "{res}");
+    assert_eq!(s["workflow"]["workflow_id"], id.as_str(), "the job id is the workflow id: {res}");
+    assert!(res["content"][0]["text"].as_str().unwrap().contains("failed at step 2 (boom)"), "{res}");
+    // Bad arguments are refused before anything starts, as for a direct call.
+    let res = mcp.request(
+        "tools/call",
+        json!({ "name": "start_job", "arguments": { "tool": "pipeline", "arguments": { "word": 5 } } }),
+    );
     assert_eq!(res["isError"], true, "{res}");
-    let text = res["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("is a workflow") && text.contains("call it directly"), "{res}");
+    assert_eq!(res["structuredContent"]["error"]["code"], "INVALID_FIELD_TYPE", "{res}");
+}
+
+#[test]
+fn a_workflow_runs_detached_and_is_polled_to_its_steps() {
+    require_root!();
+    let (d, out) = start();
+    let o = d.cordon(&["run", "pipeline", "--arg", "word=detached", "--detach"]);
+    o.assert_code(0);
+    let id = o.stdout.trim().to_string();
+    assert_eq!(id.len(), 32, "the id alone on stdout: {o:?}");
+    assert!(o.stderr.contains("workflow pipeline runs as job"), "{o:?}");
+    let done = d.cordon(&["job", &id, "--wait", "--json"]);
+    assert_eq!(done.code, Some(1), "a failed step fails the polled job like `cordon run`: {done:?}");
+    let job = done.json();
+    assert_eq!((job["kind"].as_str(), job["state"].as_str()), (Some("workflow"), Some("finished")), "{job}");
+    assert_eq!(job["workflow"]["failed_step"]["tool"], "boom", "{job}");
+    assert_eq!(job["workflow"]["steps"].as_array().unwrap().len(), 2, "{job}");
+    assert_eq!(std::fs::read_to_string(out.join("one")).unwrap(), "detached\n");
+    assert!(!out.join("three").exists());
+    // Plain: the step table, and the exit code of `cordon run`.
+    let plain = d.cordon(&["job", &id]);
+    assert_eq!(plain.code, Some(1), "{plain:?}");
+    assert!(plain.stdout.contains("(not run)") && plain.stderr.contains("failed at step 2 (boom)"), "{plain:?}");
+    let list = d.cordon(&["jobs"]);
+    assert!(list.stdout.contains(&format!("{id}  step 2 failed")), "{list:?}");
+    // Its records: the workflow_started record says it is a job.
+    let records = d.audit_records();
+    let started = records.iter().find(|r| r["decision"] == "workflow_started" && r["workflow_id"] == id.as_str());
+    assert_eq!(started.unwrap_or_else(|| panic!("{records:#?}"))["job"], true);
+    // Arguments are validated before the id is answered: nothing starts.
+    let bad = d.cordon(&["run", "pipeline", "--arg", "word=NO", "--detach", "--json"]);
+    bad.assert_code(65);
+    assert_eq!(bad.json()["error"]["code"], "INVALID_FIELD_VALUE", "{bad:?}");
+}
+
+/// The workflow_id of a running `slow` workflow other than `not`, once its step 2 (the long
+/// nap) started, from the audit records.
+fn running_slow(d: &Daemon, not: &str) -> String {
+    let mut id = String::new();
+    assert!(eventually(Duration::from_secs(20), || {
+        let records = d.audit_records();
+        let started =
+            |r: &&Value| r["decision"] == "workflow_started" && r["workflow"] == "slow" && r["workflow_id"] != not;
+        let Some(w) = records.iter().find(started) else { return false };
+        id = w["workflow_id"].as_str().unwrap().to_string();
+        records.iter().any(|r| r["decision"] == "started" && r["workflow_id"] == id.as_str() && r["step"] == 2)
+    }));
+    id
+}
+
+#[test]
+fn a_running_workflow_is_cancelled_by_its_id_detached_or_attached_by_its_owner_or_an_admin() {
+    require_root!();
+    let (d, out) = start();
+    // Detached, as the agent; cancelled by its owner.
+    let o = agent::cordon(&d.socket, &["run", "slow", "--detach"]);
+    o.assert_code(0);
+    let id = o.stdout.trim().to_string();
+    assert_eq!(running_slow(&d, ""), id);
+    let cancel = agent::cordon(&d.socket, &["job", &id, "--cancel", "--json"]);
+    cancel.assert_code(0);
+    assert_eq!(cancel.json()["cancelled"], true, "{cancel:?}");
+    let done = agent::cordon(&d.socket, &["job", &id, "--wait", "--json"]);
+    let w = &done.json()["workflow"];
+    assert_eq!(w["failed_step"]["index"], 2, "the running step was cancelled: {done:?}");
+    assert_eq!(w["steps"][1]["ok"], false, "{done:?}");
+    assert!(!out.join("three").exists(), "no step starts after the cancel");
+    let cancelled = d.audit_records();
+    let step2 = cancelled.iter().find(|r| r["decision"] == "cancelled" && r["workflow_id"] == id.as_str());
+    let step2 = step2.unwrap_or_else(|| panic!("step 2's cancelled record: {cancelled:#?}"));
+    assert_eq!(step2["cancelled_by"]["by"], "caller", "{step2}");
+
+    // Attached (`cordon run slow`, as root): cancelled by its workflow id with `cordon cancel`;
+    // the agent may not cancel root's workflow.
+    let _ = std::fs::remove_file(out.join("one"));
+    let run = d.cordon_spawn(&["run", "slow", "--json"]);
+    let id = running_slow(&d, &id);
+    let refused = agent::cordon(&d.socket, &["cancel", &id, "--json"]);
+    refused.assert_code(77);
+    assert_eq!(refused.json()["error"]["code"], "PERMISSION_DENIED", "{refused:?}");
+    d.cordon(&["cancel", &id]).assert_code(0);
+    let run = run.wait_with_output().unwrap();
+    assert_eq!(run.status.code(), Some(1), "the attached run answers with its failed step: {run:?}");
+    let answer: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert!(answer["failed_step"]["why"].as_str().unwrap().contains("cancel"), "{answer}");
+    let finished = d.audit_records();
+    let f = finished.iter().find(|r| r["decision"] == "workflow_finished" && r["workflow_id"] == id.as_str());
+    let f = f.unwrap_or_else(|| panic!("{finished:#?}"));
+    assert_eq!(f["failed_step"]["index"], 2, "{f}");
+    assert!(!out.join("three").exists());
+}
+
+#[test]
+fn status_counts_jobs_running_workflows_and_the_cache_for_admins() {
+    require_root!();
+    let (d, _) = start();
+    let o = agent::cordon(&d.socket, &["run", "slow", "--detach"]);
+    o.assert_code(0);
+    let id = o.stdout.trim().to_string();
+    assert_eq!(running_slow(&d, ""), id);
+    for _ in 0..2 {
+        d.cordon(&["run", "stamp"]).assert_code(0);
+    }
+    let s = d.cordon(&["status", "--json"]).json();
+    assert_eq!((s["jobs_running"].as_u64(), s["workflows_running"].as_u64()), (Some(1), Some(1)), "{s}");
+    assert_eq!(s["cache"]["entries"], 1, "{s}");
+    assert!(s["cache"]["hits"].as_u64().unwrap() >= 1 && s["cache"]["misses"].as_u64().unwrap() >= 1, "{s}");
+    let text = d.cordon(&["status"]).stdout;
+    assert!(text.contains("jobs         1 running") && text.contains("1 workflows running"), "{text}");
+    assert!(text.contains("cache        1 entries"), "{text}");
+    // The agent sees its own job and workflow, and no cache figures.
+    let a = agent::cordon(&d.socket, &["status", "--json"]).json();
+    assert_eq!((a["jobs_running"].as_u64(), a["workflows_running"].as_u64()), (Some(1), Some(1)), "{a}");
+    assert!(a.get("cache").is_none(), "{a}");
+    d.cordon(&["cancel", &id]).assert_code(0);
+    agent::cordon(&d.socket, &["job", &id, "--wait"]);
+    let a = agent::cordon(&d.socket, &["status", "--json"]).json();
+    assert_eq!((a["jobs_running"].as_u64(), a["jobs_finished"].as_u64()), (Some(0), Some(1)), "{a}");
+    assert_eq!(a["workflows_running"], 0, "{a}");
 }
