@@ -56,6 +56,9 @@ pub struct StepResult {
     /// Empty when the step never started.
     pub invocation_id: String,
     pub stderr_tail: String,
+    /// The step's JSON result as validated (`ok` JSON tools only), for later steps'
+    /// `{{steps.N.FIELD}}` arguments.
+    pub output: Option<Value>,
 }
 
 /// The first step that was not ok.
@@ -252,7 +255,10 @@ impl Runner<'_> {
                 break;
             }
             let mark = StepMark { workflow_id: id.clone(), step: index };
-            let result = self.step(caller, &step.tool, step_arguments(&step.args, &args), mark, &stop).await;
+            let result = match step_arguments(&step.args, &args, &run.steps) {
+                Ok(arguments) => self.step(caller, &step.tool, arguments, mark, &stop).await,
+                Err(why) => StepResult::refused(index, &step.tool, why),
+            };
             let ok = result.ok;
             if !ok && run.failed_step.is_none() {
                 let why = result.error.clone().unwrap_or_else(|| "the step failed".into());
@@ -288,16 +294,7 @@ impl Runner<'_> {
         stop: &Stop,
     ) -> StepResult {
         let index = mark.step;
-        let refused = |why: String| StepResult {
-            index,
-            tool: tool_name.to_string(),
-            ok: false,
-            exit_code: None,
-            duration_ms: 0,
-            error: Some(why),
-            invocation_id: String::new(),
-            stderr_tail: String::new(),
-        };
+        let refused = |why: String| StepResult::refused(index, tool_name, why);
         let registry = self.registry.current();
         let tool = match registry.get(tool_name) {
             Some(t) if !t.disabled => t.clone(),
@@ -354,6 +351,23 @@ impl Runner<'_> {
     }
 }
 
+impl StepResult {
+    /// A step that did not start, and why.
+    fn refused(index: usize, tool: &str, why: String) -> StepResult {
+        StepResult {
+            index,
+            tool: tool.to_string(),
+            ok: false,
+            exit_code: None,
+            duration_ms: 0,
+            error: Some(why),
+            invocation_id: String::new(),
+            stderr_tail: String::new(),
+            output: None,
+        }
+    }
+}
+
 /// A step's result from its run.
 fn result_of(index: usize, tool: &str, id: String, a: &Answer) -> StepResult {
     let o = &a.outcome;
@@ -374,23 +388,49 @@ fn result_of(index: usize, tool: &str, id: String, a: &Answer) -> StepResult {
         error,
         invocation_id: id,
         stderr_tail,
+        output: if a.verdict.ok() { a.verdict.structured.clone() } else { None },
     }
 }
 
 /// The step tool's arguments object: literals as written, `{{param}}` the workflow's validated
-/// argument (left out when the call gave none and the param has no default).
-fn step_arguments(step: &std::collections::BTreeMap<String, StepArg>, args: &Arguments) -> String {
+/// argument (left out when the call gave none and the param has no default), `{{steps.N.FIELD}}`
+/// that field of step N's JSON result (`done`: the steps that ran). Err (the step does not
+/// start) when such a field is missing: step N failed or did not give it.
+fn step_arguments(
+    step: &std::collections::BTreeMap<String, StepArg>,
+    args: &Arguments,
+    done: &[StepResult],
+) -> Result<String, String> {
     let mut map = Map::new();
     for (key, arg) in step {
         let value = match arg {
             StepArg::Literal(v) => Some(v.clone()),
             StepArg::Param(name) => args.get(name).map(|v| v.to_json()),
+            StepArg::Output { step, field } => {
+                let source = done.iter().find(|s| s.index == *step);
+                let value = source.and_then(|s| s.output.as_ref()).and_then(|o| o.get(field.as_str()));
+                match (source, value) {
+                    (_, Some(v)) if !v.is_null() => Some(v.clone()),
+                    (Some(s), _) if s.ok => {
+                        return Err(format!(
+                            "args.{key} takes field {field:?} of step {step}'s result, which has no such field (or it \
+                             is null); the step did not run"
+                        ));
+                    }
+                    _ => {
+                        return Err(format!(
+                            "args.{key} takes field {field:?} of step {step}'s result, but step {step} failed; the \
+                             step did not run"
+                        ));
+                    }
+                }
+            }
         };
         if let Some(v) = value {
             map.insert(key.clone(), v);
         }
     }
-    Value::Object(map).to_string()
+    Ok(Value::Object(map).to_string())
 }
 
 /// 128 random bits, hex.

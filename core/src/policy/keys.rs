@@ -70,8 +70,9 @@ pub const STEP_KEYS: &[KeyDoc] = &[
     key(
         "args",
         "table",
-        "the tool's arguments: \"{{param}}\" (a whole value) passes the workflow's argument with its type; any \
-         other value is a literal that must fit the tool's param",
+        "the tool's arguments: \"{{param}}\" (a whole value) passes the workflow's argument with its type; \
+         \"{{steps.N.FIELD}}\" a top-level field of earlier step N's JSON result (its output schema gives the type); \
+         any other value is a literal that must fit the tool's param",
         false,
     ),
     key(

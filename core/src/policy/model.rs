@@ -639,4 +639,9 @@ pub enum StepArg {
     Param(String),
     /// A TOML value, as JSON.
     Literal(serde_json::Value),
+    /// `"{{steps.N.FIELD}}"`: top-level field `FIELD` of an earlier step's JSON result (step `N`,
+    /// from 1), as the daemon validated it against that tool's output schema. The step tool
+    /// validates the value like any argument; a step whose value is missing (step N failed, or
+    /// its result has no such field) fails there.
+    Output { step: usize, field: String },
 }

@@ -27,6 +27,12 @@ description = "deploy"
 reason = "r"
 command = ["/bin/echo", "deploy"]
 confirm = "agent"
+
+[tools.version]
+description = "prints the version as JSON"
+reason = "r"
+command = ["/bin/echo", "{\"version\": \"1.2\", \"build\": 7}"]
+output = { type = "json", schema = { type = "object", properties = { version = { type = "string" }, build = { type = "integer" } } } }
 "#;
 
 fn load(workflows: &str) -> Result<PolicySet, LoadError> {
@@ -200,4 +206,49 @@ fn a_secret_workflow_param_can_only_fill_a_secret_step_param() {
         "[workflows.w]\ndescription = \"d\"\nreason = \"r\"\n[workflows.w.params.t]\ntype = \"string\"\nrequired = true\nsecret = true\n[[workflows.w.steps]]\ntool = \"build\"\nargs = { target = \"{{t}}\" }\n",
     );
     assert!(e.contains("workflow param \"t\" is secret, but param \"target\" of tool \"build\" is not"), "{e}");
+}
+
+#[test]
+fn a_step_takes_a_typed_field_of_an_earlier_steps_json_result() {
+    let ok = r#"
+[workflows.release]
+description = "d"
+reason = "r"
+[[workflows.release.steps]]
+tool = "version"
+[[workflows.release.steps]]
+tool = "build"
+args = { target = "{{steps.1.version}}", jobs = "{{ steps.1.build }}" }
+"#;
+    let set = load(ok).unwrap_or_else(|e| panic!("{e}"));
+    let args = &set.workflows[0].steps[1].args;
+    assert_eq!(args["target"], StepArg::Output { step: 1, field: "version".into() });
+    assert_eq!(args["jobs"], StepArg::Output { step: 1, field: "build".into() });
+
+    let later = errors(&ok.replace("{{steps.1.version}}", "{{steps.2.version}}"));
+    assert!(
+        later.contains("step 2 does not run before it; a step can take fields of the results of steps 1 to 1"),
+        "{later}"
+    );
+    let malformed = errors(&ok.replace("{{steps.1.version}}", "{{steps.one}}"));
+    assert!(malformed.contains("write {{steps.N.FIELD}}"), "{malformed}");
+    let unknown = errors(&ok.replace("{{steps.1.version}}", "{{steps.1.name}}"));
+    assert!(unknown.contains("declares no such top-level property (it declares: build, version)"), "{unknown}");
+    let mistyped = errors(&ok.replace("{{ steps.1.build }}", "{{steps.1.version}}"));
+    assert!(mistyped.contains("type \"string\", which does not fit a param of type integer"), "{mistyped}");
+    let text_tool = errors(
+        r#"
+[workflows.release]
+description = "d"
+reason = "r"
+[[workflows.release.steps]]
+tool = "build"
+args = { target = "x" }
+[[workflows.release.steps]]
+tool = "build"
+args = { target = "{{steps.1.version}}" }
+"#,
+    );
+    assert!(text_tool.contains("that tool has no JSON result with an output schema"), "{text_tool}");
+    assert!(text_tool.contains("b-flows.toml:"), "reported at the step: {text_tool}");
 }

@@ -117,6 +117,32 @@ tool = "nap"
 tool = "put"
 args = {{ word = "three", file = {three} }}
 
+[tools.word-of]
+description = "prints the word it is given, as JSON (or nothing for 'none')"
+reason = "tests"
+command = ["/bin/sh", "-c", "if [ \"$1\" = none ]; then echo '{{}}'; else printf '{{\"word\": \"%s\"}}' \"$1\"; fi", "sh", "{{{{w}}}}"]
+output = {{ type = "json", schema = {{ type = "object", properties = {{ word = {{ type = "string" }} }} }} }}
+
+[tools.word-of.params.w]
+type = "string"
+required = true
+
+[workflows.chain]
+description = "word-of, then put its word"
+reason = "tests"
+
+[workflows.chain.params.w]
+type = "string"
+required = true
+
+[[workflows.chain.steps]]
+tool = "word-of"
+args = {{ w = "{{{{w}}}}" }}
+
+[[workflows.chain.steps]]
+tool = "put"
+args = {{ word = "{{{{steps.1.word}}}}", file = {one} }}
+
 [workflows.forbidden]
 description = "put, then a tool the agent may not call"
 reason = "tests"
@@ -371,6 +397,29 @@ fn a_workflow_runs_detached_and_is_polled_to_its_steps() {
     let bad = d.cordon(&["run", "pipeline", "--arg", "word=NO", "--detach", "--json"]);
     bad.assert_code(65);
     assert_eq!(bad.json()["error"]["code"], "INVALID_FIELD_VALUE", "{bad:?}");
+}
+
+#[test]
+fn a_step_takes_a_field_of_an_earlier_steps_json_result_validated_by_its_own_params() {
+    require_root!();
+    let (d, out) = start();
+    let (o, r) = d.run_json("chain", &json!({ "w": "relayed" }));
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(std::fs::read_to_string(out.join("one")).unwrap(), "relayed\n", "step 2 got step 1's word");
+    // The value goes through the step tool's own rules: step 1 may print anything, step 2's
+    // pattern still decides (here: refused, and nothing is written).
+    std::fs::remove_file(out.join("one")).unwrap();
+    let (o, r) = d.run_json("chain", &json!({ "w": "Not-A-Word; rm -rf /" }));
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert_eq!(r["failed_step"]["index"], 2, "{r}");
+    assert!(r["failed_step"]["why"].as_str().unwrap().contains("does not match the pattern"), "{r}");
+    assert!(!out.join("one").exists());
+    // Step 1's result without the field: step 2 does not start, and says why.
+    let (o, r) = d.run_json("chain", &json!({ "w": "none" }));
+    assert_eq!(o.code, Some(1), "{o:?}");
+    assert_eq!(r["steps"][1]["invocation_id"], "", "step 2 never started: {r}");
+    assert!(r["failed_step"]["why"].as_str().unwrap().contains("has no such field"), "{r}");
 }
 
 /// The workflow_id of a running `slow` workflow other than `not`, once its step 2 (the long

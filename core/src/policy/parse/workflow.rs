@@ -129,7 +129,7 @@ impl Parser<'_> {
             for (k, value) in t {
                 let key = k.get_ref().to_string();
                 arg_at.insert(key.clone(), self.sink.position(&value.span()));
-                if let Some(arg) = self.step_arg(value, &key, declared) {
+                if let Some(arg) = self.step_arg(value, &key, declared, index + 1) {
                     args.insert(key, arg);
                 }
             }
@@ -137,11 +137,15 @@ impl Parser<'_> {
         Some(Step { tool: tool?, args, continue_on_error, line, column, arg_at })
     }
 
-    /// `"{{param}}"` (a workflow param, passed with its type) or a literal TOML value.
-    fn step_arg(&mut self, v: &Value<'_>, key: &str, declared: &[String]) -> Option<StepArg> {
+    /// `"{{param}}"` (a workflow param, passed with its type), `"{{steps.N.FIELD}}"` (a field of
+    /// an earlier step's JSON result) or a literal TOML value. `n` is this step's number.
+    fn step_arg(&mut self, v: &Value<'_>, key: &str, declared: &[String], n: usize) -> Option<StepArg> {
         if let DeValue::String(s) = v.get_ref() {
             if let Some(name) = s.strip_prefix("{{").and_then(|r| r.strip_suffix("}}")) {
                 let name = name.trim();
+                if let Some(reference) = name.strip_prefix("steps.") {
+                    return self.step_output(v, key, reference, n);
+                }
                 if !declared.iter().any(|d| d == name) {
                     let hint = did_you_mean(name, declared.iter().map(String::as_str));
                     self.sink.error(
@@ -170,6 +174,39 @@ impl Parser<'_> {
             Ok(json) => Some(StepArg::Literal(json)),
             Err(e) => {
                 self.sink.error(v.span(), format!("invalid args.{key}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// `steps.N.FIELD` of step `n`'s args: an earlier step and a plain top-level field name
+    /// (what that step's tool returns is checked by [`link`]).
+    fn step_output(&mut self, v: &Value<'_>, key: &str, reference: &str, n: usize) -> Option<StepArg> {
+        let (step, field) = reference.split_once('.').unwrap_or((reference, ""));
+        let step: Option<usize> = step.parse().ok().filter(|s| *s >= 1);
+        let field_ok = field.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        match step {
+            Some(step) if step < n && field_ok => Some(StepArg::Output { step, field: field.to_string() }),
+            Some(step) if step >= n => {
+                self.sink.error(
+                    v.span(),
+                    format!(
+                        "args.{key} of step {n} uses {{{{steps.{reference}}}}}, but step {step} does not run before \
+                         it; a step can take fields of the results of steps 1 to {} only",
+                        n - 1
+                    ),
+                );
+                None
+            }
+            _ => {
+                self.sink.error(
+                    v.span(),
+                    format!(
+                        "args.{key} = {{{{steps.{reference}}}}}: write {{{{steps.N.FIELD}}}}, N an earlier step's \
+                         number (from 1) and FIELD a top-level field of its JSON result (letters, digits, _ and -)"
+                    ),
+                );
                 None
             }
         }
@@ -272,6 +309,18 @@ fn link_step(w: &Workflow, i: usize, step: &Step, by_name: &BTreeMap<&str, &Tool
                     );
                 }
             }
+            StepArg::Output { step: from, field } => {
+                let Some(source) = w.steps.get(from - 1).and_then(|s| by_name.get(s.tool.as_str())) else { continue };
+                if let Err(why) = output_fits(source, field, &param.kind) {
+                    error(
+                        at,
+                        format!(
+                            "step {n}: args.{key} takes field {field:?} of step {from}'s result (tool {:?}), but {why}",
+                            source.name
+                        ),
+                    );
+                }
+            }
             StepArg::Param(name) => {
                 let Some(own) = w.param(name) else { continue };
                 if !fits(&own.kind, &param.kind) {
@@ -324,6 +373,42 @@ fn link_step(w: &Workflow, i: usize, step: &Step, by_name: &BTreeMap<&str, &Tool
                 ),
             );
         }
+    }
+}
+
+/// Whether field `field` of `source`'s JSON result (as its advertised output schema declares it)
+/// may be passed to a param of kind `to`; Err says why not.
+fn output_fits(source: &Tool, field: &str, to: &ParamKind) -> Result<(), String> {
+    let Some(schema) = source.advertised_output_schema() else {
+        return Err(
+            "that tool has no JSON result with an output schema (output = { type = \"json\", schema = ... }); a step \
+             can take fields of such results only"
+                .into(),
+        );
+    };
+    let properties = schema.get("properties").and_then(|p| p.as_object());
+    let Some(property) = properties.and_then(|p| p.get(field)) else {
+        let known: Vec<&str> = properties.map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
+        let list = if known.is_empty() { "none".to_string() } else { known.join(", ") };
+        return Err(format!("its output schema declares no such top-level property (it declares: {list})"));
+    };
+    let ty = property.get("type").and_then(|t| t.as_str());
+    let fits = matches!(
+        (ty, to),
+        (Some("string"), ParamKind::String { .. } | ParamKind::Enum { .. } | ParamKind::Path { .. })
+            | (Some("integer"), ParamKind::Integer { .. } | ParamKind::Number { .. })
+            | (Some("number"), ParamKind::Number { .. })
+            | (Some("boolean"), ParamKind::Boolean)
+    );
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "the schema gives it type {}, which does not fit a param of type {}; declare the property with one \
+             type (string, integer, number or boolean) that fits",
+            ty.map_or_else(|| "(none, or several)".to_string(), |t| format!("{t:?}")),
+            to.type_name()
+        ))
     }
 }
 
