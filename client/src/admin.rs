@@ -700,7 +700,7 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             check(
                 "audit",
                 "ok",
-                format!("writing, seq {}", s.audit_seq),
+                if s.caller.admin { format!("writing, seq {}", s.audit_seq) } else { "writing".to_string() },
                 "every decision is logged before it takes effect",
             );
         } else {
@@ -880,7 +880,11 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     }
     if s.audit_failure.is_empty() {
         let path = if s.audit_path.is_empty() { String::new() } else { format!("{}, ", s.audit_path) };
-        outln!("audit        {path}seq {} head {}", s.audit_seq, s.audit_head);
+        if s.caller.admin {
+            outln!("audit        {path}seq {} head {}", s.audit_seq, s.audit_head);
+        } else {
+            outln!("audit        writing (its position is shown to admins)");
+        }
     } else {
         println!(
             "audit        {} {}",

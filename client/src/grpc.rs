@@ -1191,8 +1191,11 @@ pub struct StatusInfo {
     pub cgroup_note: String,
     /// Empty for agent callers.
     pub audit_path: String,
-    pub audit_seq: u64,
+    /// The last record's seq and hash: admins only (left out for agent callers).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub audit_head: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub audit_seq: u64,
     /// Why the audit log failed; empty when healthy.
     pub audit_failure: String,
     /// The caller as cordond sees it (the tool counts are of the tools it may use, unless admin).
@@ -1214,6 +1217,10 @@ pub struct StatusInfo {
     /// Admins only: the result cache.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheFigures>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The result cache's figures since cordond started.

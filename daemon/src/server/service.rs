@@ -804,8 +804,9 @@ impl v1::cordon_server::Cordon for CordonService {
             cgroup_note: d.invoker.host().cgroups.reason.clone().unwrap_or_default(),
             daemon_is_root: d.invoker.host().is_root,
             audit_path: if admin { d.audit.path().display().to_string() } else { String::new() },
-            audit_seq: audit_head.seq,
-            audit_head: crate::audit::chain::hex(&audit_head.hash),
+            // The record count tells of other users' activity: admins only.
+            audit_seq: if admin { audit_head.seq } else { 0 },
+            audit_head: if admin { crate::audit::chain::hex(&audit_head.hash) } else { String::new() },
             audit_failure: d.audit.check().err().map(|e| e.to_string()).unwrap_or_default(),
             caller_admin: admin,
             caller_uid: caller.uid,

@@ -298,6 +298,8 @@ fn status_shows_running_figures_the_queue_and_audit_space_and_agents_see_their_o
     assert_eq!(a["running"], json!([]), "{a}");
     assert_eq!(a["queued_invocations"], 1, "{a}");
     assert!(a.get("audit_free_bytes").is_none(), "{a}");
+    assert!(a.get("audit_seq").is_none() && a.get("audit_head").is_none(), "no audit position for agents: {a}");
+    assert!(s["audit_seq"].as_u64().unwrap() > 0 && s["audit_head"].as_str().unwrap().len() == 64, "{s}");
     let mut mcp = Session::start(agent::command(), &d.socket, &[]);
     let r = mcp.call("cordon_status", json!({}));
     assert_eq!(r["isError"], false, "{r}");
