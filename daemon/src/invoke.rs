@@ -989,7 +989,8 @@ impl Invoker {
 }
 
 /// The result-cache key of a call of a tool whose policy says `cache`: everything that decides
-/// what the tool sees.
+/// what the tool sees. The identity is uid and gid only because tools run with no supplementary
+/// groups (the child's `setgroups(0)`); an identity that keeps groups must add them here.
 fn cache_key(p: &Parked) -> Option<(cache::Key, CachePolicy)> {
     let policy = p.tool.cache?;
     let key = cache::Key {
