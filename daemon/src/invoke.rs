@@ -198,7 +198,7 @@ pub struct RunIdentity {
 }
 
 impl RunIdentity {
-    fn of(tool: &Tool, identity: Option<Identity>, dedicated_uid: bool) -> RunIdentity {
+    fn of(tool: &Tool, identity: Option<&Identity>, dedicated_uid: bool) -> RunIdentity {
         let owner = tool.sandbox.run_as == Some(RunAs::OwnerOfWorkingDir);
         match (identity, dedicated_uid) {
             (Some(id), _) if owner => RunIdentity { uid: id.uid, gid: id.gid, source: "owner of working_dir" },
@@ -591,7 +591,7 @@ impl Invoker {
                 reason: "no seccomp program was compiled for it".into(),
             });
         }
-        let identity = RunIdentity::of(&tool, identity, dedicated_uid);
+        let identity = RunIdentity::of(&tool, identity.as_ref(), dedicated_uid);
         Ok(DryRun { tool, generation, plan, identity })
     }
 
@@ -719,7 +719,7 @@ impl Invoker {
             }
             (_, false) => (None, false),
         };
-        let account_uid = identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+        let account_uid = identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
         // A search_path directory someone other than root can write is only used by a tool that
         // runs as that account (what it puts there runs with no more than its own rights).
         if let Some(writer) = tool.sandbox.pins.search_path_writer
@@ -818,7 +818,7 @@ impl Invoker {
     /// run. If the log fails, the invocation is refused (UNAVAILABLE) and nothing runs.
     pub async fn start(&self, prepared: Prepared) -> Result<Started, InvokeError> {
         let p = &prepared;
-        let run_as = RunIdentity::of(&p.tool, p.identity, p.dedicated_uid).json();
+        let run_as = RunIdentity::of(&p.tool, p.identity.as_ref(), p.dedicated_uid).json();
         let mut record = Record::new(Decision::Started)
             .invocation(&p.id)
             .tool(&p.tool.name)
@@ -1053,15 +1053,15 @@ fn owner_identity(tool: &Tool, caller: Caller) -> Result<Identity, InvokeError> 
     let groups = nix::unistd::getgrouplist(&name, user.gid)
         .map_err(|e| unavailable(format!("cannot list the groups of {}: {e}", user.name)))?;
     let ids: Vec<u32> = groups.iter().map(|g| g.as_raw()).collect();
-    let groups = cordon_sandbox::Groups::new(&ids).ok_or_else(|| {
-        unavailable(format!(
+    if ids.len() > cordon_core::policy::MAX_OWNER_GROUPS {
+        return Err(unavailable(format!(
             "{} is in {} groups, more than the {} a tool run as the owner of its working_dir may keep",
             user.name,
             ids.len(),
             cordon_core::policy::MAX_OWNER_GROUPS
-        ))
-    })?;
-    Ok(Identity { uid: node.uid, gid: user.gid.as_raw(), groups })
+        )));
+    }
+    Ok(Identity { uid: node.uid, gid: user.gid.as_raw(), groups: ids.into() })
 }
 
 /// The result-cache key of a call of a tool whose policy says `cache`: everything that decides
@@ -1072,7 +1072,7 @@ fn cache_key(p: &Parked) -> Option<(cache::Key, CachePolicy)> {
         tool: p.tool.name.clone(),
         generation: p.generation,
         caller_uid: p.caller.uid,
-        identity: p.identity.map(|i| (i.uid, i.gid)),
+        identity: p.identity.as_ref().map(|i| (i.uid, i.gid)),
         argv: p.plan.argv.clone(),
         env: p.plan.env.clone(),
         cwd: p.plan.cwd.clone(),

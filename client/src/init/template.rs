@@ -210,10 +210,10 @@ pub fn render(
                 "search_path",
                 "pytest's directory, then its Python's (the virtualenv's python links there)".into(),
             ));
-            if let Some(venv) = interp.parent().and_then(Path::parent).filter(|v| v.join("pyvenv.cfg").is_file()) {
-                if !by_default(venv) {
-                    push(&mut g.read, venv.to_path_buf());
-                }
+            if let Some(venv) = interp.parent().and_then(Path::parent).filter(|v| v.join("pyvenv.cfg").is_file())
+                && !by_default(venv)
+            {
+                push(&mut g.read, venv.to_path_buf());
             }
             if !by_default(&prefix) {
                 push(&mut g.read, prefix);

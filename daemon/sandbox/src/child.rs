@@ -99,47 +99,21 @@ impl Step {
 }
 
 /// The identity to switch to (only when cordond runs as root).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub uid: u32,
     pub gid: u32,
     /// Supplementary groups the tool keeps (none for the caller and a named `run_as`; the
-    /// owner's groups for `run_as = { owner_of = "working_dir" }`). Inline, so the child reads
-    /// them without allocating.
-    pub groups: Groups,
+    /// owner's groups for `run_as = { owner_of = "working_dir" }`), at most
+    /// [`cordon_core::policy::MAX_OWNER_GROUPS`]. Allocated before the clone; the child only
+    /// reads them.
+    pub groups: Arc<[u32]>,
 }
 
 impl Identity {
     /// `uid` and `gid` without supplementary groups.
     pub fn plain(uid: u32, gid: u32) -> Identity {
-        Identity { uid, gid, groups: Groups::default() }
-    }
-}
-
-/// At most [`cordon_core::policy::MAX_OWNER_GROUPS`] supplementary group ids, stored inline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Groups {
-    len: usize,
-    ids: [libc::gid_t; cordon_core::policy::MAX_OWNER_GROUPS],
-}
-
-impl Default for Groups {
-    fn default() -> Groups {
-        Groups { len: 0, ids: [0; cordon_core::policy::MAX_OWNER_GROUPS] }
-    }
-}
-
-impl Groups {
-    /// `None` when there are more than [`cordon_core::policy::MAX_OWNER_GROUPS`] (never cut).
-    pub fn new(ids: &[u32]) -> Option<Groups> {
-        let mut g = Groups::default();
-        g.ids.get_mut(..ids.len())?.copy_from_slice(ids);
-        g.len = ids.len();
-        Some(g)
-    }
-
-    pub fn as_slice(&self) -> &[u32] {
-        &self.ids[..self.len]
+        Identity { uid, gid, groups: Arc::from(Vec::new()) }
     }
 }
 
@@ -703,7 +677,7 @@ fn setup(s: &ChildSetup, joined: Option<RawFd>) -> io::Result<()> {
     if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } < 0 {
         return Err(fail(Step::CloseFds));
     }
-    if let Some(id) = s.identity {
+    if let Some(id) = &s.identity {
         drop_identity(id, s.last_cap, &fail)?;
     }
     // SAFETY: see above.
@@ -719,9 +693,9 @@ fn setup(s: &ChildSetup, joined: Option<RawFd>) -> io::Result<()> {
 
 /// Leaves root for good: no capabilities (not even through a later exec as uid 0), the
 /// identity's supplementary groups only (usually none), then the target gid and uid.
-fn drop_identity(id: Identity, last_cap: libc::c_ulong, fail: &dyn Fn(Step) -> io::Error) -> io::Result<()> {
-    // SAFETY: see `setup`. `setgroups` reads `len` ids from the array inside `id`, a copy on
-    // this stack frame that outlives the call.
+fn drop_identity(id: &Identity, last_cap: libc::c_ulong, fail: &dyn Fn(Step) -> io::Error) -> io::Result<()> {
+    // SAFETY: see `setup`. `setgroups` reads `len` ids from `id.groups`, allocated by the parent
+    // before the clone and kept alive by it until the child has exec'd.
     unsafe {
         // The bounding set, then securebits so that uid 0 gains nothing at exec. Both need
         // CAP_SETPCAP, so they come before the uid changes.
@@ -754,8 +728,8 @@ fn drop_identity(id: Identity, last_cap: libc::c_ulong, fail: &dyn Fn(Step) -> i
         // child shares with the daemon through CLONE_VM while the daemon's threads run on.
         // The kernel changes the credentials of the calling thread only, which is all this
         // single-threaded child is.
-        // The groups live inline in `id` (prepared before the clone): no allocation here.
-        let groups = id.groups.as_slice();
+        // The groups were allocated before the clone: nothing is allocated here.
+        let groups: &[u32] = &id.groups;
         if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) < 0 {
             return Err(fail(Step::SetGroups));
         }

@@ -45,7 +45,7 @@ pub use cgroup::{
     CgroupError, Cgroups, DAEMON_LEAF, InvocationCgroup, Placement, REAPER_ARG, delegation_marked,
     host_layout as cgroup_layout, reaper_main, spawn_reaper,
 };
-pub use child::{Groups, Identity, Step as SetupStep};
+pub use child::{Identity, Step as SetupStep};
 pub use landlock::{
     LandlockError, RulesetDescription, build as landlock_ruleset, describe as describe_landlock_ruleset,
     probe_abi as probe_landlock_abi,

@@ -80,7 +80,7 @@ impl CordonService {
         HintInput {
             tool: prepared.tool.clone(),
             paths,
-            identity: prepared.identity.map(|i| (i.uid, i.gid)),
+            identity: prepared.identity.as_ref().map(|i| (i.uid, i.gid)),
             admin: self.role(&prepared.caller) == Role::Admin,
         }
     }
