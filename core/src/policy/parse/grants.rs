@@ -63,7 +63,8 @@ impl Parser<'_> {
             self.sink.error(
                 v.span(),
                 format!(
-                    "search_path is empty, so the tool would find no program by name; list the directories                      (e.g. [\"/usr/bin\", \"/bin\"]), or leave the key out for the fixed PATH {SEARCH_PATH}"
+                    "search_path is empty, so the tool would find no program by name; list the directories \
+                     (e.g. [\"/usr/bin\"]), or leave the key out for the fixed PATH {SEARCH_PATH}"
                 ),
             );
             return None;
@@ -86,8 +87,7 @@ impl Parser<'_> {
                 self.sink.error(
                     item.span(),
                     format!(
-                        "search_path {:?} contains `:`, which separates PATH's directories; rename the directory \
-                         or link it from a path without `:`",
+                        "search_path {:?} contains `:`, which separates PATH's directories; name a directory without it",
                         path.display().to_string()
                     ),
                 );
