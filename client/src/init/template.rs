@@ -351,7 +351,10 @@ fn text(kind: Template, root: &Path, project: &str, g: &Grants, tools: &[T], tmp
     line("# the tools run code the project defines (tests, build scripts) within the grants below.");
     line("#");
     line("# TEMP: until cordond gives every invocation a private temporary directory, the tools share");
-    line(&format!("# {} (write, exec and TMPDIR below, marked TEMP); create it before installing.", tmp.display()));
+    line(&format!(
+        "# {} (in write, exec and TMPDIR below where marked TEMP); create it before installing.",
+        tmp.display()
+    ));
     line("version = 1");
     line("");
     line("[defaults]");
@@ -368,12 +371,15 @@ fn text(kind: Template, root: &Path, project: &str, g: &Grants, tools: &[T], tmp
     for w in why("write") {
         line(&w);
     }
-    line("# TEMP: the temp dir in write and exec");
+    line(&format!("# TEMP: {} in write", tmp.display()));
     line(&format!("write = {}", list(&g.write)));
     for w in why("exec") {
         line(&w);
     }
     if !g.exec.is_empty() {
+        if g.exec.iter().any(|e| e == tmp) {
+            line(&format!("# TEMP: {} in exec (rustdoc runs each doctest from TMPDIR)", tmp.display()));
+        }
         line(&format!("exec = {}", list(&g.exec)));
     }
     let env: Vec<String> = g
@@ -381,6 +387,7 @@ fn text(kind: Template, root: &Path, project: &str, g: &Grants, tools: &[T], tmp
         .iter()
         .map(|(k, v)| if *k == "TMPDIR" { format!("{k} = {}  # TEMP", q(v)) } else { format!("{k} = {}", q(v)) })
         .collect();
+    line("");
     line("[defaults.env]");
     for e in env {
         line(&e);

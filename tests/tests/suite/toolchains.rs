@@ -82,7 +82,21 @@ fn search_path_that_someone_else_can_write_is_refused() {
     for (name, dir) in [("everyone", &everyone), ("group", &group), ("agents", &agents_bin)] {
         policy.push_str(&tool(name, &format!("command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]", q(dir))));
     }
+    // The same account's toolchain for a tool that runs as that account: its own project.
+    let project = mkdir(&agents.join("project"), 0o755);
+    chown(&project, agent::id("-u", AGENT), agent::id("-g", AGENT));
+    policy.push_str(&tool(
+        "agents-own",
+        &format!(
+            "command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]\nworking_dir = {}\n\
+             run_as = {{ owner_of = \"working_dir\" }}",
+            q(&agents_bin),
+            q(&project)
+        ),
+    ));
     let d = Daemon::start(&[("t.toml", &policy)]);
+    let (out, r) = d.run_json("agents-own", &json!({}));
+    assert_eq!((r["exit_code"].as_i64(), r["stdout"].as_str()), (Some(0), Some("hello\n")), "{out:?}");
     for (name, says) in [
         ("everyone", format!("search_path {} can be changed by someone other than root", everyone.display())),
         ("group", "is writable by group".to_string()),
