@@ -81,6 +81,7 @@ impl CordonService {
             tool: prepared.tool.clone(),
             paths,
             identity: prepared.identity.as_ref().map(|i| (i.uid, i.gid)),
+            groups: prepared.identity.as_ref().map_or_else(|| std::sync::Arc::from(Vec::new()), |i| i.groups.clone()),
             admin: self.role(&prepared.caller) == Role::Admin,
         }
     }
