@@ -343,7 +343,8 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
 /// it must be that account; otherwise the daemon checks it at each call.
 fn search_path_writer(tool: &Tool, host: &Host) -> Result<Option<u32>, ProbeError> {
     let daemon_uid = if host.is_root { 0 } else { nix::unistd::geteuid().as_raw() };
-    let mut writer: Option<u32> = None;
+    // The account, and the search_path directory it can change.
+    let mut writer: Option<(u32, &PathBuf)> = None;
     for dir in &tool.sandbox.search_path {
         let untrusted = |why: String| ProbeError::SearchPathUntrusted { path: dir.clone(), why };
         let mut chain: Vec<&Path> = dir.ancestors().collect();
@@ -369,18 +370,18 @@ fn search_path_writer(tool: &Tool, host: &Host) -> Result<Option<u32>, ProbeErro
                 continue;
             }
             match writer {
-                Some(w) if w != owner => {
+                Some((w, _)) if w != owner => {
                     return Err(untrusted(format!(
                         "{} is owned by uid {owner}, and a directory on it by uid {w}",
                         component.display()
                     )));
                 }
-                _ => writer = Some(owner),
+                _ => writer = Some((owner, dir)),
             }
         }
     }
-    let Some(w) = writer else { return Ok(None) };
-    let path = tool.sandbox.search_path.first().cloned().unwrap_or_default();
+    let Some((w, dir)) = writer else { return Ok(None) };
+    let path = dir.clone();
     let fixed = match &tool.sandbox.run_as {
         Some(r @ RunAs::Account { .. }) if host.is_root => Some(run_as_ids(r)?.0),
         Some(RunAs::OwnerOfWorkingDir) if host.is_root => None,

@@ -94,7 +94,21 @@ fn search_path_that_someone_else_can_write_is_refused() {
             q(&project)
         ),
     ));
+    // Another named account: refused when the registry loads.
+    policy.push_str(&tool(
+        "nobodys",
+        &format!("command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]\nrun_as = \"nobody\"", q(&agents_bin)),
+    ));
     let d = Daemon::start(&[("t.toml", &policy)]);
+    let (out, r) = d.run_json("nobodys", &json!({}));
+    assert_eq!(r["error"]["code"], "TOOL_UNAVAILABLE", "{out:?}");
+    let message = r["error"]["message"].as_str().unwrap();
+    let says = format!(
+        "search_path {} is writable by uid {}, but the tool runs as uid 65534",
+        agents_bin.display(),
+        agent::id("-u", AGENT)
+    );
+    assert!(message.contains(&says), "{message}");
     let (out, r) = d.run_json("agents-own", &json!({}));
     assert_eq!((r["exit_code"].as_i64(), r["stdout"].as_str()), (Some(0), Some("hello\n")), "{out:?}");
     for (name, says) in [
