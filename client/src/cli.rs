@@ -73,6 +73,12 @@ pub enum Command {
         /// The project's name, the prefix of every tool name [default: DIR's name]
         #[arg(long, value_name = "NAME")]
         name: Option<String>,
+        /// Write a ready-made policy for this kind of project instead of scanning its build
+        /// files: the toolchain found on PATH (search_path), its homes read-only, the build
+        /// output and a temp dir writable (rust: cargo test, clippy; python: pytest; node: npm
+        /// test, node --test; c: make test with gcc).
+        #[arg(long, value_name = "KIND")]
+        template: Option<crate::init::template::Template>,
     },
     /// Run a tool and print its output; exits with the tool's exit code.
     Run {
@@ -333,7 +339,9 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Tool { name: None, command: None } => {
             Err(CliError::Usage("name a tool (`cordon tool NAME`), or `cordon tool add|remove|show`".into()))
         }
-        Command::Init { dir, output, force, name } => init::init(&dir, output.as_deref(), force, name.as_deref(), json),
+        Command::Init { dir, output, force, name, template } => {
+            init::init(&dir, output.as_deref(), force, name.as_deref(), template, json)
+        }
         Command::Run { tool, args, args_json, dry_run: false, detach: false } => {
             admin::run(&socket, &tool, &args, args_json, json).await
         }

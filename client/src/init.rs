@@ -28,6 +28,8 @@ use cordon_core::policy::SEARCH_PATH;
 use cordon_core::policy::defaults::DEFAULT_READ_EXEC;
 use serde_json::json;
 
+pub mod template;
+
 use crate::error::{CliError, exit};
 use crate::registry_admin::{sync_dir, temp_path};
 use crate::term::{errln, outln};
@@ -71,7 +73,14 @@ struct Found {
     notes: Vec<String>,
 }
 
-pub fn init(dir: &Path, output: Option<&Path>, force: bool, name: Option<&str>, as_json: bool) -> Result<u8, CliError> {
+pub fn init(
+    dir: &Path,
+    output: Option<&Path>,
+    force: bool,
+    name: Option<&str>,
+    kind: Option<template::Template>,
+    as_json: bool,
+) -> Result<u8, CliError> {
     let root = fs::canonicalize(dir).map_err(|e| {
         CliError::Usage(format!("cannot open the project directory {}: {e}; pass the project's root", dir.display()))
     })?;
@@ -79,6 +88,9 @@ pub fn init(dir: &Path, output: Option<&Path>, force: bool, name: Option<&str>, 
         return Err(CliError::Usage(format!("{} is not a directory; pass the project's root", root.display())));
     }
     let project = project_name(name, &root)?;
+    if let Some(kind) = kind {
+        return init_template(kind, &root, &project, output, force, as_json);
+    }
     let mut found = Found::default();
     npm(&root, &project, &mut found);
     make(&root, &project, &mut found);
@@ -162,6 +174,63 @@ pub fn init(dir: &Path, output: Option<&Path>, force: bool, name: Option<&str>, 
     report(format!(
         "  1. review {file}: replace each `reason = \"TODO: ...\"` with why agents may run the tool, remove what they should not run, add `allow` for the agent users"
     ));
+    report(format!("  2. cordon policy check {file}"));
+    report(format!(
+        "  3. install it as root into cordond's policy directory (`cordon status` shows it): sudo install -m 0644 {file} /etc/cordon/policies.d/, then `cordon reload`"
+    ));
+    Ok(exit::OK)
+}
+
+/// `cordon init --template KIND`: the ready-made policy of [`template`], written like a scan's.
+fn init_template(
+    kind: template::Template,
+    root: &Path,
+    project: &str,
+    output: Option<&Path>,
+    force: bool,
+    as_json: bool,
+) -> Result<u8, CliError> {
+    let path_var = std::env::var_os("PATH").unwrap_or_else(|| SEARCH_PATH.into());
+    let (text, notes) = template::render(kind, root, project, &path_var)?;
+    let to_stdout = output == Some(Path::new("-"));
+    let dest = match output {
+        Some(p) if !to_stdout => p.to_path_buf(),
+        _ => PathBuf::from(format!("cordon-{project}.toml")),
+    };
+    if to_stdout {
+        if !as_json {
+            print!("{text}");
+        }
+    } else {
+        write_new(&dest, &text, force)?;
+    }
+    let shown = if to_stdout { "-".to_string() } else { dest.display().to_string() };
+    if as_json {
+        let mut out =
+            json!({ "project": project, "root": root, "file": shown, "template": kind.name(), "notes": notes });
+        if to_stdout {
+            out["policy"] = json!(text);
+        }
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(exit::OK);
+    }
+    let report = |line: String| {
+        if to_stdout {
+            errln!("{line}");
+        } else {
+            outln!("{line}");
+        }
+    };
+    report(format!("project {project} at {}: the {} template", root.display(), kind.name()));
+    for n in &notes {
+        report(format!("  note: {n}"));
+    }
+    let file = if to_stdout { "FILE".to_string() } else { dest.display().to_string() };
+    if !to_stdout {
+        report(format!("wrote {file} (nothing was loaded)"));
+    }
+    report("next steps:".into());
+    report(format!("  1. review {file}; add `allow` for the agent users"));
     report(format!("  2. cordon policy check {file}"));
     report(format!(
         "  3. install it as root into cordond's policy directory (`cordon status` shows it): sudo install -m 0644 {file} /etc/cordon/policies.d/, then `cordon reload`"

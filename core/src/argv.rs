@@ -67,8 +67,14 @@ pub struct Plan {
 pub fn plan(tool: &Tool, executable: &Path, args: &Arguments, account: &Account) -> Plan {
     let (argv, display_argv) = render(tool, args);
     let tz = std::env::var("TZ").unwrap_or_else(|_| ":/etc/localtime".into());
+    let path = if tool.sandbox.search_path.is_empty() {
+        SEARCH_PATH.to_string()
+    } else {
+        let dirs: Vec<String> = tool.sandbox.search_path.iter().map(|d| d.to_string_lossy().into_owned()).collect();
+        dirs.join(":")
+    };
     let mut env: Vec<(String, String)> = vec![
-        ("PATH".into(), SEARCH_PATH.into()),
+        ("PATH".into(), path),
         ("HOME".into(), account.home.to_string_lossy().into_owned()),
         ("USER".into(), account.user.clone()),
         ("LANG".into(), "C.UTF-8".into()),

@@ -275,7 +275,7 @@ fn random_hex(bytes: usize) -> Result<String, ConfirmError> {
 /// so that what is approved is what runs.
 pub fn describe(parked: &Parked) -> String {
     let argv: Vec<String> = parked.plan.display_argv.iter().map(|a| shell_quote(a)).collect();
-    let who = match parked.identity {
+    let who = match &parked.identity {
         Some(id) => format!("uid {} gid {}", id.uid, id.gid),
         None => "cordond's own user".to_string(),
     };

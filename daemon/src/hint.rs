@@ -17,6 +17,8 @@ pub struct HintInput {
     pub paths: Vec<(String, PathBuf)>,
     /// Who the tool ran as: `None` when cordond is not root (then the tool ran as cordond).
     pub identity: Option<(u32, u32)>,
+    /// The supplementary groups it kept (only `run_as = { owner_of = "working_dir" }` keeps any).
+    pub groups: std::sync::Arc<[u32]>,
     /// The caller is an admin: the hint may name the tool's grants (agents are never shown them).
     pub admin: bool,
 }
@@ -56,7 +58,11 @@ impl HintInput {
         }
         let why = self.mode_refuses(path)?;
         let who = match self.identity {
-            Some((uid, gid)) => format!("uid {uid} (gid {gid}, no supplementary groups)"),
+            Some((uid, gid)) if self.groups.is_empty() => format!("uid {uid} (gid {gid}, no supplementary groups)"),
+            Some((uid, gid)) => {
+                let groups: Vec<String> = self.groups.iter().map(u32::to_string).collect();
+                format!("uid {uid} (gid {gid}, supplementary groups {})", groups.join(","))
+            }
             None => "cordond's own user".to_string(),
         };
         Some(format!(
@@ -84,13 +90,14 @@ impl HintInput {
             };
             return nix::unistd::access(path, mode).err().map(|e| format!("access(2) says {e}"));
         };
-        // The sandbox drops every capability and supplementary group: only the mode bits for
-        // this uid and gid count (ACLs are not consulted).
+        // The sandbox drops every capability and every supplementary group but those it keeps
+        // (the owner's, for run_as owner_of): only the mode bits for this uid and these groups
+        // count (ACLs are not consulted).
         let allows = |m: &std::fs::Metadata, bit: u32| {
             let mode = m.mode();
             if m.uid() == uid {
                 mode & (bit << 6) != 0
-            } else if m.gid() == gid {
+            } else if m.gid() == gid || self.groups.contains(&m.gid()) {
                 mode & (bit << 3) != 0
             } else {
                 mode & bit != 0

@@ -25,7 +25,7 @@ use crate::registry::RegistryHandle;
 use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
 use cordon_core::policy::output::{self, Verdict};
-use cordon_core::policy::{Availability, CachePolicy, Tool};
+use cordon_core::policy::{Availability, CachePolicy, RunAs, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
 use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Programs, RunSpec, SpawnError};
 
@@ -39,6 +39,12 @@ pub enum InvokeError {
     Invalid(ValidationError),
     #[error("tool {tool:?} is unavailable on this host: {reason}")]
     Unavailable { tool: String, reason: String },
+    /// `run_as = { owner_of = "working_dir" }`: the caller is neither that owner nor root.
+    #[error(
+        "tool {tool:?} runs as the owner of its working_dir {dir} ({owner}); only {owner} or root may call it, \
+         so that no caller gains another account's identity by naming its directory"
+    )]
+    NotOwner { tool: String, dir: String, owner: String },
     /// No slot: the queue was full, or the wait passed its deadline.
     #[error(transparent)]
     Busy(AdmissionError),
@@ -65,6 +71,7 @@ impl InvokeError {
         match self {
             InvokeError::Invalid(v) => v.code,
             InvokeError::Unavailable { .. } => ErrorCode::ToolUnavailable,
+            InvokeError::NotOwner { .. } => ErrorCode::PermissionDenied,
             InvokeError::Busy(_) => ErrorCode::Busy,
             InvokeError::Reloaded { .. } => ErrorCode::PolicyChanged,
             InvokeError::ShuttingDown => ErrorCode::ShuttingDown,
@@ -79,7 +86,7 @@ impl InvokeError {
     fn decision(&self) -> Decision {
         match self {
             InvokeError::Invalid(_) | InvokeError::Confirm(ConfirmError::UnknownToken) => Decision::Invalid,
-            InvokeError::Confirm(ConfirmError::Foreign) => Decision::Denied,
+            InvokeError::Confirm(ConfirmError::Foreign) | InvokeError::NotOwner { .. } => Decision::Denied,
             // Approving a human confirmation is an admin's act; the agent's front-end claimed it.
             InvokeError::Confirm(ConfirmError::ElicitationNotAccepted) => Decision::Unauthorized,
             InvokeError::Confirm(ConfirmError::Expired | ConfirmError::TimedOut(_)) => Decision::ConfirmationExpired,
@@ -186,13 +193,15 @@ pub struct DryRun {
 pub struct RunIdentity {
     pub uid: u32,
     pub gid: u32,
-    /// "policy run_as", "caller" or "daemon user (cordond is not root)".
+    /// "policy run_as", "owner of working_dir", "caller" or "daemon user (cordond is not root)".
     pub source: &'static str,
 }
 
 impl RunIdentity {
-    fn of(identity: Option<Identity>, dedicated_uid: bool) -> RunIdentity {
+    fn of(tool: &Tool, identity: Option<&Identity>, dedicated_uid: bool) -> RunIdentity {
+        let owner = tool.sandbox.run_as == Some(RunAs::OwnerOfWorkingDir);
         match (identity, dedicated_uid) {
+            (Some(id), _) if owner => RunIdentity { uid: id.uid, gid: id.gid, source: "owner of working_dir" },
             (Some(id), true) => RunIdentity { uid: id.uid, gid: id.gid, source: "policy run_as" },
             (Some(id), false) => RunIdentity { uid: id.uid, gid: id.gid, source: "caller" },
             (None, _) => RunIdentity {
@@ -582,7 +591,8 @@ impl Invoker {
                 reason: "no seccomp program was compiled for it".into(),
             });
         }
-        Ok(DryRun { tool, generation, plan, identity: RunIdentity::of(identity, dedicated_uid) })
+        let identity = RunIdentity::of(&tool, identity.as_ref(), dedicated_uid);
+        Ok(DryRun { tool, generation, plan, identity })
     }
 
     /// Redeems a confirmation token and admits the invocation it stands for. For a human
@@ -696,19 +706,32 @@ impl Invoker {
         // As root, the tool runs as the caller unless the policy names another account; as a
         // normal user, cordond cannot change identity and the tool runs as cordond's user.
         let (identity, dedicated_uid) = match (&tool.sandbox.run_as, self.host.is_root) {
+            (Some(RunAs::OwnerOfWorkingDir), true) => (Some(owner_identity(&tool, caller)?), false),
             (Some(run_as), true) => {
                 let (uid, gid) = cordon_core::policy::resolve_run_as(run_as).map_err(unavailable)?;
-                (Some(Identity { uid, gid }), true)
+                (Some(Identity::plain(uid, gid)), true)
             }
             // The caller's account and its primary group from the user database, not the
             // effective gid it connected with: `sg` or a setgid program would otherwise choose
             // which of its groups the tool gets. A uid without an account keeps its peer gid.
             (None, true) => {
-                (Some(Identity { uid: caller.uid, gid: Account::for_uid(caller.uid).gid.unwrap_or(caller.gid) }), false)
+                (Some(Identity::plain(caller.uid, Account::for_uid(caller.uid).gid.unwrap_or(caller.gid))), false)
             }
             (_, false) => (None, false),
         };
-        let account_uid = identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+        let account_uid = identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+        // A search_path directory someone other than root can write is only used by a tool that
+        // runs as that account (what it puts there runs with no more than its own rights).
+        if let Some(writer) = tool.sandbox.pins.search_path_writer
+            && writer != account_uid
+        {
+            return Err(unavailable(format!(
+                "its search_path can be changed by uid {writer} ({}), and this call would run as uid {account_uid} \
+                 ({}); it runs only as that account",
+                Account::for_uid(writer).user,
+                Account::for_uid(account_uid).user
+            )));
+        }
         let plan = argv::plan(&tool, &executable, &args, &Account::for_uid(account_uid));
         let paths = args
             .iter()
@@ -795,7 +818,7 @@ impl Invoker {
     /// run. If the log fails, the invocation is refused (UNAVAILABLE) and nothing runs.
     pub async fn start(&self, prepared: Prepared) -> Result<Started, InvokeError> {
         let p = &prepared;
-        let run_as = RunIdentity::of(p.identity, p.dedicated_uid).json();
+        let run_as = RunIdentity::of(&p.tool, p.identity.as_ref(), p.dedicated_uid).json();
         let mut record = Record::new(Decision::Started)
             .invocation(&p.id)
             .tool(&p.tool.name)
@@ -988,6 +1011,59 @@ impl Invoker {
     }
 }
 
+/// The identity of a call of a tool with `run_as = { owner_of = "working_dir" }`: the account
+/// that owns the working directory now, read from the descriptor pinned at load (the very
+/// directory the child enters: through that descriptor, or by name checked against its dev and
+/// inode), with its primary group and supplementary groups. Never root; only that account
+/// itself or root may call.
+fn owner_identity(tool: &Tool, caller: Caller) -> Result<Identity, InvokeError> {
+    let unavailable = |reason: String| InvokeError::Unavailable { tool: tool.name.clone(), reason };
+    let Some(pin) = tool.sandbox.pins.working_dir.as_ref() else {
+        return Err(unavailable("run_as = { owner_of = \"working_dir\" } needs a working_dir".into()));
+    };
+    let dir = pin.path.display().to_string();
+    let node = cordon_core::resolve::Node::of(&*pin.fd)
+        .map_err(|e| unavailable(format!("cannot inspect its working_dir {dir}: {e}")))?;
+    if node.uid == 0 {
+        return Err(unavailable(format!(
+            "its working_dir {dir} is owned by root, and run_as = {{ owner_of = \"working_dir\" }} never runs a \
+             tool as root; chown the project to the account whose work it is (chown -R USER: {dir}), or name the \
+             account with run_as = \"USER\""
+        )));
+    }
+    let user = match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(node.uid)) {
+        Ok(Some(u)) => u,
+        _ => {
+            return Err(unavailable(format!(
+                "its working_dir {dir} is owned by uid {}, which has no account in the user database (so no \
+                 groups to run with); chown it to an account",
+                node.uid
+            )));
+        }
+    };
+    if caller.uid != node.uid && caller.uid != 0 {
+        return Err(InvokeError::NotOwner {
+            tool: tool.name.clone(),
+            dir,
+            owner: format!("{} (uid {})", user.name, node.uid),
+        });
+    }
+    let name = std::ffi::CString::new(user.name.as_bytes())
+        .map_err(|_| unavailable(format!("the account name of uid {} is not a C string", node.uid)))?;
+    let groups = nix::unistd::getgrouplist(&name, user.gid)
+        .map_err(|e| unavailable(format!("cannot list the groups of {}: {e}", user.name)))?;
+    let ids: Vec<u32> = groups.iter().map(|g| g.as_raw()).collect();
+    if ids.len() > cordon_core::policy::MAX_OWNER_GROUPS {
+        return Err(unavailable(format!(
+            "{} is in {} groups, more than the {} a tool run as the owner of its working_dir may keep",
+            user.name,
+            ids.len(),
+            cordon_core::policy::MAX_OWNER_GROUPS
+        )));
+    }
+    Ok(Identity { uid: node.uid, gid: user.gid.as_raw(), groups: ids.into() })
+}
+
 /// The result-cache key of a call of a tool whose policy says `cache`: everything that decides
 /// what the tool sees. The identity is uid and gid only because tools run with no supplementary
 /// groups (the child's `setgroups(0)`); an identity that keeps groups must add them here.
@@ -997,7 +1073,7 @@ fn cache_key(p: &Parked) -> Option<(cache::Key, CachePolicy)> {
         tool: p.tool.name.clone(),
         generation: p.generation,
         caller_uid: p.caller.uid,
-        identity: p.identity.map(|i| (i.uid, i.gid)),
+        identity: p.identity.as_ref().map(|i| (i.uid, i.gid)),
         argv: p.plan.argv.clone(),
         env: p.plan.env.clone(),
         cwd: p.plan.cwd.clone(),

@@ -133,6 +133,14 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
     key("read", "array of paths", "extra paths the tool may read beneath", true),
     key("write", "array of paths", "paths the tool may write beneath", true),
     key("exec", "array of paths", "extra paths the tool may execute from", true),
+    key(
+        "search_path",
+        "array of paths",
+        "the directories, in order, of the tool's PATH and where a bare command[0] is looked up (default the \
+         fixed PATH); each is pinned and granted read and execute; one that anyone but root (or the one account \
+         the tool runs as) can write makes the tool unavailable",
+        true,
+    ),
     key("network", "\"none\" | table", "\"none\" or { connect_tcp = [ports], bind_tcp = [ports] }", true),
     key("unix_sockets", "false | array of paths", "Unix socket paths the tool may connect to (default none)", true),
     key(
@@ -144,8 +152,10 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
     key("allow", "table", "{ users = [...], groups = [...] } agent callers admitted to this tool", true),
     key(
         "run_as",
-        "string | integer",
-        "\"user\" or \"user:group\" to run as instead of the caller (daemon must be root)",
+        "string | integer | table",
+        "\"user\" or \"user:group\" to run as instead of the caller, or { owner_of = \"working_dir\" }: the \
+         owner of the working_dir at call time, with its groups, never root, callable only by that owner or root \
+         (daemon must be root)",
         true,
     ),
     key("min_landlock_abi", "integer", "the tool is unavailable when the kernel's landlock ABI is lower", true),

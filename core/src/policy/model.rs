@@ -71,6 +71,9 @@ mod placeholder_tests {
 /// The fixed PATH used to resolve bare program names, and given to every child.
 pub const SEARCH_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// Most directories a tool's `search_path` may list.
+pub const MAX_SEARCH_PATH: usize = 32;
+
 /// The only variables a child inherits from the base environment.
 pub const BASE_ENV: &[&str] = &["PATH", "HOME", "USER", "LANG", "TZ"];
 
@@ -428,6 +431,10 @@ pub struct SandboxPolicy {
     pub limits: Limits,
     pub run_as: Option<RunAs>,
     pub min_landlock_abi: Option<u32>,
+    /// `search_path`: the directories, in order, that make the tool's `PATH` (and where a bare
+    /// `command[0]` is looked up); empty: the fixed [`SEARCH_PATH`]. Each is also in `exec`
+    /// (granted read and execute, pinned like every grant).
+    pub search_path: Vec<PathBuf>,
     /// The paths above, opened without following symlinks when the registry loaded (empty until
     /// the tool is probed, and for a tool that is unavailable).
     pub pins: Arc<Pins>,
@@ -447,6 +454,10 @@ pub struct Pins {
     /// itself is not pinned; the directory that holds it is).
     pub socket_dirs: Vec<Pin>,
     pub executable: Option<PinnedExecutable>,
+    /// The one account other than root (and cordond's own user) that can write a `search_path`
+    /// directory or a directory above it, when there is one: the tool may then only run as that
+    /// account (whatever it puts there runs with no more than its own rights).
+    pub search_path_writer: Option<u32>,
 }
 
 impl Pins {
@@ -547,11 +558,21 @@ pub struct Allow {
     pub groups: Vec<Principal>,
 }
 
+/// Whom a tool runs as instead of the caller (cordond must be root).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunAs {
-    pub user: Principal,
-    pub group: Option<Principal>,
+pub enum RunAs {
+    /// `run_as = "user"` or `"user:group"`: an account the admin names (its primary group unless
+    /// a group is given; no supplementary groups).
+    Account { user: Principal, group: Option<Principal> },
+    /// `run_as = { owner_of = "working_dir" }`: the account that owns the tool's working
+    /// directory when it is called (its primary group and its supplementary groups), never root;
+    /// only that account itself or root may call the tool.
+    OwnerOfWorkingDir,
 }
+
+/// Most supplementary groups a tool run as the owner of its working directory gets; an owner
+/// in more groups is refused (never silently cut).
+pub const MAX_OWNER_GROUPS: usize = 64;
 
 /// Host facts that decide availability. The daemon builds it from its sandbox probe
 /// (`cordon_sandbox::HostSandbox::policy_host`); an offline `policy check` asks `cordond --probe`.

@@ -40,6 +40,23 @@ pub enum ProbeError {
     },
     #[error("{program:?} was not found in {SEARCH_PATH}; install it or use an absolute path")]
     NotInSearchPath { program: String },
+    #[error("{program:?} was not found in the tool's search_path ({path}); add its directory or use an absolute path")]
+    NotInToolSearchPath { program: String, path: String },
+    #[error("search_path {} is not a directory; list directories", path.display())]
+    SearchPathNotDir { path: PathBuf },
+    #[error(
+        "search_path {} can be changed by someone other than root: {why}; whoever can write it chooses the programs \
+         the tool runs, so make it and every directory above it owned by root and writable only by root (or by the \
+         one account the tool runs as)",
+        path.display()
+    )]
+    SearchPathUntrusted { path: PathBuf, why: String },
+    #[error(
+        "search_path {} is writable by uid {writer}, but the tool runs as uid {runs_as}; a tool may use a toolchain \
+         directory someone other than root can write only when it runs as that account",
+        path.display()
+    )]
+    SearchPathForeign { path: PathBuf, writer: u32, runs_as: u32 },
     #[error("{label} {}: {}", path.display(), io_reason(source))]
     Open {
         label: String,
@@ -79,6 +96,10 @@ pub enum ProbeError {
     SocketWithoutName { path: PathBuf },
     #[error("run_as needs cordond to run as root")]
     RunAsNeedsRoot,
+    #[error(
+        "run_as = {{ owner_of = \"working_dir\" }} needs a working_dir (set working_dir to the project's directory)"
+    )]
+    OwnerWithoutWorkingDir,
     #[error("run_as user {name:?} does not exist")]
     NoSuchUser { name: String },
     #[error("run_as group {name:?} does not exist")]
@@ -217,12 +238,19 @@ impl PinCache {
         PinCache { previous, ..PinCache::default() }
     }
 
-    fn program(&mut self, program: &str) -> Result<PathBuf, ProbeError> {
-        if let Some(p) = self.programs.get(program) {
+    fn program(&mut self, program: &str, search_path: &[PathBuf]) -> Result<PathBuf, ProbeError> {
+        let key = if search_path.is_empty() || program.starts_with('/') {
+            program.to_string()
+        } else {
+            // NUL cannot be in a program name or a path: the key is unambiguous.
+            let dirs: Vec<String> = search_path.iter().map(|d| d.display().to_string()).collect();
+            format!("{program}\0{}", dirs.join("\0"))
+        };
+        if let Some(p) = self.programs.get(&key) {
             return Ok(p.clone());
         }
-        let resolved = resolve_program(program)?;
-        self.programs.insert(program.to_string(), resolved.clone());
+        let resolved = resolve_program_in(program, search_path)?;
+        self.programs.insert(key, resolved.clone());
         Ok(resolved)
     }
 
@@ -238,7 +266,9 @@ impl PinCache {
     fn run_as(&mut self, run_as: &RunAs) -> Result<(), ProbeError> {
         let key = format!("{run_as:?}");
         if !self.run_as.contains(&key) {
-            run_as_ids(run_as)?;
+            if let RunAs::Account { .. } = run_as {
+                run_as_ids(run_as)?;
+            }
             self.run_as.insert(key);
         }
         Ok(())
@@ -288,17 +318,80 @@ fn same_pins(a: &Pins, b: &Pins) -> bool {
 }
 
 fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pins), ProbeError> {
-    let executable = cache.program(&tool.program)?;
+    let executable = cache.program(&tool.program, &tool.sandbox.search_path)?;
     let mut pins = Pins { executable: Some(cache.executable(&executable)?), ..Pins::default() };
     pin_paths(tool, cache, &mut pins)?;
     if let Some(run_as) = &tool.sandbox.run_as {
         if !host.is_root {
             return Err(ProbeError::RunAsNeedsRoot);
         }
+        if *run_as == RunAs::OwnerOfWorkingDir && tool.working_dir.is_none() {
+            return Err(ProbeError::OwnerWithoutWorkingDir);
+        }
         cache.run_as(run_as)?;
     }
+    pins.search_path_writer = search_path_writer(tool, host)?;
     host_allows(tool, host)?;
     Ok((executable, pins))
+}
+
+/// Who besides root (and cordond's own user) can change a `search_path` directory: the one
+/// account that owns it or a directory above it (sshd's StrictModes rule: a group- or
+/// other-writable directory is refused, except a root-owned sticky one above it, like `/tmp`).
+/// Two such accounts, or a writable group, make the tool unavailable. When the tool's identity
+/// is known now (a named `run_as`, or a daemon that is not root and runs every tool as itself)
+/// it must be that account; otherwise the daemon checks it at each call.
+fn search_path_writer(tool: &Tool, host: &Host) -> Result<Option<u32>, ProbeError> {
+    let daemon_uid = if host.is_root { 0 } else { nix::unistd::geteuid().as_raw() };
+    // The account, and the search_path directory it can change.
+    let mut writer: Option<(u32, &PathBuf)> = None;
+    for dir in &tool.sandbox.search_path {
+        let untrusted = |why: String| ProbeError::SearchPathUntrusted { path: dir.clone(), why };
+        let mut chain: Vec<&Path> = dir.ancestors().collect();
+        chain.reverse();
+        for (i, component) in chain.iter().enumerate() {
+            let m = std::fs::symlink_metadata(component).map_err(|source| ProbeError::Open {
+                label: "search_path".into(),
+                path: component.to_path_buf(),
+                source,
+            })?;
+            let last = i + 1 == chain.len();
+            if last && !m.is_dir() {
+                return Err(ProbeError::SearchPathNotDir { path: dir.clone() });
+            }
+            let mode = m.mode() & 0o7777;
+            let sticky_root = mode & 0o1000 != 0 && m.uid() == 0 && !last;
+            if mode & 0o022 != 0 && !sticky_root {
+                let who = if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", m.gid()) };
+                return Err(untrusted(format!("{} (mode {mode:o}) is writable by {who}", component.display())));
+            }
+            let owner = m.uid();
+            if owner == 0 || owner == daemon_uid {
+                continue;
+            }
+            match writer {
+                Some((w, _)) if w != owner => {
+                    return Err(untrusted(format!(
+                        "{} is owned by uid {owner}, and a directory on it by uid {w}",
+                        component.display()
+                    )));
+                }
+                _ => writer = Some((owner, dir)),
+            }
+        }
+    }
+    let Some((w, dir)) = writer else { return Ok(None) };
+    let path = dir.clone();
+    let fixed = match &tool.sandbox.run_as {
+        Some(r @ RunAs::Account { .. }) if host.is_root => Some(run_as_ids(r)?.0),
+        Some(RunAs::OwnerOfWorkingDir) if host.is_root => None,
+        None if host.is_root => None,
+        _ => Some(daemon_uid),
+    };
+    match fixed {
+        Some(runs_as) if runs_as != w => Err(ProbeError::SearchPathForeign { path, writer: w, runs_as }),
+        _ => Ok(Some(w)),
+    }
 }
 
 /// Pins the working directory, the grants and the directory of each socket.
@@ -373,7 +466,12 @@ pub fn resolve_run_as(run_as: &RunAs) -> Result<(u32, u32), String> {
 
 fn run_as_ids(run_as: &RunAs) -> Result<(u32, u32), ProbeError> {
     use nix::unistd::{Uid, User};
-    let user = match &run_as.user {
+    let RunAs::Account { user, group } = run_as else {
+        // Resolved at each call from the working directory's owner (the daemon does it).
+        return Err(ProbeError::OwnerWithoutWorkingDir);
+    };
+    let run_as = (user, group);
+    let user = match run_as.0 {
         Principal::Name(n) => {
             User::from_name(n).ok().flatten().ok_or_else(|| ProbeError::NoSuchUser { name: n.clone() })?
         }
@@ -382,14 +480,14 @@ fn run_as_ids(run_as: &RunAs) -> Result<(u32, u32), ProbeError> {
             // No account: the gid must be named, never guessed from the uid (gid 42 may well be
             // `shadow` on a host without uid 42).
             _ => {
-                let Some(group) = &run_as.group else {
+                let Some(group) = run_as.1 else {
                     return Err(ProbeError::UidWithoutGroup { id: *id });
                 };
                 return Ok((*id, resolve_group(group)?));
             }
         },
     };
-    let gid = match &run_as.group {
+    let gid = match run_as.1 {
         Some(g) => resolve_group(g)?,
         None => user.gid.as_raw(),
     };
@@ -405,6 +503,25 @@ fn resolve_group(g: &Principal) -> Result<u32, ProbeError> {
             .map(|g| g.gid.as_raw())
             .ok_or_else(|| ProbeError::NoSuchGroup { name: n.clone() }),
     }
+}
+
+/// Resolves `command[0]` as [`resolve_program`] does, a bare name in `search_path` when the tool
+/// has one.
+fn resolve_program_in(program: &str, search_path: &[PathBuf]) -> Result<PathBuf, ProbeError> {
+    if search_path.is_empty() || program.starts_with('/') {
+        return resolve_program(program);
+    }
+    for dir in search_path {
+        let candidate = dir.join(program);
+        if let Ok(m) = std::fs::metadata(&candidate)
+            && m.is_file()
+            && m.permissions().mode() & 0o111 != 0
+        {
+            return Ok(candidate);
+        }
+    }
+    let dirs: Vec<String> = search_path.iter().map(|d| d.display().to_string()).collect();
+    Err(ProbeError::NotInToolSearchPath { program: program.to_string(), path: dirs.join(":") })
 }
 
 /// Resolves `command[0]`: an absolute path must be an executable file; a bare name is looked up in
@@ -602,7 +719,7 @@ pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Ve
         if let Some(dir) = &tool.working_dir {
             paths.push(("working_dir", dir.clone()));
         }
-        if let Ok(named) = cache.program(&tool.program) {
+        if let Ok(named) = cache.program(&tool.program, &tool.sandbox.search_path) {
             let real = match cache.executables.get(&named) {
                 Some(e) => Ok(e.pin.path.clone()),
                 None => std::fs::canonicalize(&named),

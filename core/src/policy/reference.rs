@@ -30,6 +30,9 @@ reason = "agents must check their changes; the Makefile is reviewed like code"
 command = ["make", "-C", "/srv/project", "test", "FILTER={{filter}}"]
 write = ["/srv/project/target"]     # build output only
 exec = ["/srv/project/target"]      # the test binaries it builds
+working_dir = "/srv/project"
+search_path = ["/usr/local/bin", "/usr/bin"]  # the tool's PATH; each pinned, granted read + execute
+run_as = { owner_of = "working_dir" }         # the project's owner at call time (never root)
 limits = { memory = "2GiB", processes = 128, cpu_time = "5m" }
 annotations = { title = "Run tests", idempotent = true }
 
@@ -143,7 +146,8 @@ pub fn authoring_reference() -> String {
          A file with any error is rejected whole; every problem is reported as `file:line:col: message`. Errors:\n\n\
          - unknown keys (with suggestions) and wrong value types;\n\
          - tool names must match `^[a-z][a-z0-9-]*$`; param names `^[a-z][a-z0-9_]*$` (64 characters at most);\n\
-         - `command` must be non-empty; `command[0]` is a literal absolute path or a bare name looked up in `{SEARCH_PATH}`;\n\
+         - `command` must be non-empty; `command[0]` is a literal absolute path or a bare name looked up in `{SEARCH_PATH}` \
+           (or in the tool's `search_path`, which is then its whole `PATH`);\n\
          - every `{{{{param}}}}` placeholder needs a param; `{{{{ name }}}}` with spaces is literal text (a warning);\n\
          - patterns: at most {REGEX_MAX_LEN} bytes, compiled with size and nesting limits; only syntax that Rust and JSON \
            Schema (ECMA-262) validators read alike (`\\d \\w \\s` are rewritten to ASCII classes, `.` to a class without \
@@ -173,7 +177,10 @@ pub fn authoring_reference() -> String {
          runs them offline and prints each outcome.\n\n\
          Unavailable (listed with the reason, never run): `command[0]` not found, a missing `working_dir` or granted path, \
          `run_as` without root or with an unknown account, a kernel without landlock, below `min_landlock_abi`, or network \
-         rules below landlock ABI 4.\n\n",
+         rules below landlock ABI 4; a `search_path` directory (or one above it) that is a symlink, group- or \
+         other-writable (a root-owned sticky directory above it excepted), or owned by two accounts other than root; \
+         owned by one such account, the tool runs only when the call runs as that account (a named `run_as`, the owner, \
+         or the caller), and is refused otherwise.\n\n",
         format_duration(TIMEOUT_RANGE.0),
         format_duration(TIMEOUT_RANGE.1),
         format_duration(DEFAULT_TIMEOUT),
@@ -219,7 +226,11 @@ pub fn authoring_reference() -> String {
          - Seccomp allow-list, default deny: no io_uring, ptrace, process_vm_*, bpf, perf, keyring, userfaultfd, mounts, \
            namespaces (clone3 answers ENOSYS), module or kexec calls; no UDP, raw, packet, netlink, vsock or MPTCP sockets; \
            no TIOCSTI; no TCP Fast Open; prlimit/setpriority/sched_set* only on the tool itself.\n\
-         - As root, tools run as the caller (or `run_as`), without supplementary groups or capabilities, with no_new_privs.\n\
+         - As root, tools run as the caller (or `run_as`), without supplementary groups or capabilities, with no_new_privs. \
+           `run_as = {{ owner_of = \"working_dir\" }}` runs as the account that owns the working_dir when it is called \
+           (read from the descriptor pinned at load, the directory the tool enters), with its primary and supplementary \
+           groups; never root (a root-owned working_dir is refused), and only for callers that are that account or root \
+           (PERMISSION_DENIED otherwise).\n\
          - Confirmations are enforced by cordond: \"agent\" tokens are 32 random bytes, single use, short-lived, bound to \
            (tool, resolved argv, caller); \"human\" approvals come from an admin or the agent host's user.\n\n\
          ## 6. Limitations\n\n\

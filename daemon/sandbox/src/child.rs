@@ -99,10 +99,22 @@ impl Step {
 }
 
 /// The identity to switch to (only when cordond runs as root).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub uid: u32,
     pub gid: u32,
+    /// Supplementary groups the tool keeps (none for the caller and a named `run_as`; the
+    /// owner's groups for `run_as = { owner_of = "working_dir" }`), at most
+    /// [`cordon_core::policy::MAX_OWNER_GROUPS`]. Allocated before the clone; the child only
+    /// reads them.
+    pub groups: Arc<[u32]>,
+}
+
+impl Identity {
+    /// `uid` and `gid` without supplementary groups.
+    pub fn plain(uid: u32, gid: u32) -> Identity {
+        Identity { uid, gid, groups: Arc::from(Vec::new()) }
+    }
 }
 
 /// Everything the child needs, prepared (and allocated) before the fork.
@@ -665,7 +677,7 @@ fn setup(s: &ChildSetup, joined: Option<RawFd>) -> io::Result<()> {
     if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } < 0 {
         return Err(fail(Step::CloseFds));
     }
-    if let Some(id) = s.identity {
+    if let Some(id) = &s.identity {
         drop_identity(id, s.last_cap, &fail)?;
     }
     // SAFETY: see above.
@@ -679,10 +691,11 @@ fn setup(s: &ChildSetup, joined: Option<RawFd>) -> io::Result<()> {
     Ok(())
 }
 
-/// Leaves root for good: no capabilities (not even through a later exec as uid 0), no
-/// supplementary groups, then the target gid and uid.
-fn drop_identity(id: Identity, last_cap: libc::c_ulong, fail: &dyn Fn(Step) -> io::Error) -> io::Result<()> {
-    // SAFETY: see `setup`.
+/// Leaves root for good: no capabilities (not even through a later exec as uid 0), the
+/// identity's supplementary groups only (usually none), then the target gid and uid.
+fn drop_identity(id: &Identity, last_cap: libc::c_ulong, fail: &dyn Fn(Step) -> io::Error) -> io::Result<()> {
+    // SAFETY: see `setup`. `setgroups` reads `len` ids from `id.groups`, allocated by the parent
+    // before the clone and kept alive by it until the child has exec'd.
     unsafe {
         // The bounding set, then securebits so that uid 0 gains nothing at exec. Both need
         // CAP_SETPCAP, so they come before the uid changes.
@@ -715,7 +728,9 @@ fn drop_identity(id: Identity, last_cap: libc::c_ulong, fail: &dyn Fn(Step) -> i
         // child shares with the daemon through CLONE_VM while the daemon's threads run on.
         // The kernel changes the credentials of the calling thread only, which is all this
         // single-threaded child is.
-        if libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) < 0 {
+        // The groups were allocated before the clone: nothing is allocated here.
+        let groups: &[u32] = &id.groups;
+        if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) < 0 {
             return Err(fail(Step::SetGroups));
         }
         if libc::syscall(libc::SYS_setresgid, id.gid, id.gid, id.gid) < 0 {

@@ -173,7 +173,7 @@ pub async fn run(
         parent: nix::unistd::getpid().as_raw(),
         cgroup_procs,
         rlimits: rlimits(confine),
-        identity: confine.identity,
+        identity: confine.identity.clone(),
         landlock: ruleset,
         proc_self_access: landlock::read_access().bits(),
         seccomp: confine.seccomp.clone(),
@@ -187,8 +187,8 @@ pub async fn run(
         seccomp: true,
         cgroup: cgroup.is_some(),
         mount_view: setup.view.is_some(),
-        uid: confine.identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid),
-        gid: confine.identity.map_or_else(|| nix::unistd::getegid().as_raw(), |i| i.gid),
+        uid: confine.identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid),
+        gid: confine.identity.as_ref().map_or_else(|| nix::unistd::getegid().as_raw(), |i| i.gid),
     };
 
     let start_err = |source: io::Error| SpawnError::Start { program: plan.argv[0].clone(), source };

@@ -6,7 +6,8 @@ use cordon_proto::v1;
 use crate::confirm::{PendingInfo, Ticket};
 use crate::invoke::{Answer, CacheHit, DryRun, RunningInfo};
 use cordon_core::policy::{
-    Availability, Confirm, Danger, Diagnostic, Network, Output, Param, ParamKind, Principal, Severity, Tool, Workflow,
+    Availability, Confirm, Danger, Diagnostic, Network, Output, Param, ParamKind, Principal, RunAs, Severity, Tool,
+    Workflow,
 };
 use cordon_sandbox::OutputChunk;
 
@@ -179,9 +180,10 @@ fn grants(t: &Tool) -> v1::ToolGrants {
         run_as: s
             .run_as
             .as_ref()
-            .map(|r| match &r.group {
-                Some(g) => format!("{}:{g}", r.user),
-                None => r.user.to_string(),
+            .map(|r| match r {
+                RunAs::Account { user, group: Some(g) } => format!("{user}:{g}"),
+                RunAs::Account { user, group: None } => user.to_string(),
+                RunAs::OwnerOfWorkingDir => "owner of working_dir".to_string(),
             })
             .unwrap_or_default(),
         min_landlock_abi: s.min_landlock_abi,

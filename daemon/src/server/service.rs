@@ -94,7 +94,8 @@ impl CordonService {
         HintInput {
             tool: prepared.tool.clone(),
             paths,
-            identity: prepared.identity.map(|i| (i.uid, i.gid)),
+            identity: prepared.identity.as_ref().map(|i| (i.uid, i.gid)),
+            groups: prepared.identity.as_ref().map_or_else(|| std::sync::Arc::from(Vec::new()), |i| i.groups.clone()),
             admin: self.role(&prepared.caller) == Role::Admin,
         }
     }

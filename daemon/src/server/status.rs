@@ -58,6 +58,7 @@ pub(crate) fn invoke(e: &InvokeError) -> Status {
         InvokeError::Invalid(v) => return validation(v),
         InvokeError::Confirm(c) => return confirm(c),
         InvokeError::Unavailable { .. } | InvokeError::Spawn(_) => Code::FailedPrecondition,
+        InvokeError::NotOwner { .. } => Code::PermissionDenied,
         InvokeError::Busy(_) => Code::ResourceExhausted,
         InvokeError::Reloaded { .. } => Code::FailedPrecondition,
         InvokeError::ShuttingDown | InvokeError::Audit(_) => Code::Unavailable,

@@ -33,5 +33,6 @@ mod search_status;
 mod starter;
 mod systemd;
 mod tool_admin;
+mod toolchains;
 mod wire;
 mod workflows;

@@ -35,6 +35,7 @@ pub(super) struct Common {
     pub(super) allow: Option<Allow>,
     pub(super) run_as: Option<RunAs>,
     pub(super) min_landlock_abi: Option<u32>,
+    pub(super) search_path: Option<Vec<PathBuf>>,
 }
 
 /// A tool's shared values after the merge: its own where set, else its file's defaults; path
@@ -57,10 +58,20 @@ impl Common {
     pub(super) fn over(self, defaults: &Common) -> Merged {
         let mut env = defaults.env.clone().unwrap_or_default();
         env.extend(self.env.unwrap_or_default());
+        // A tool's own `search_path` replaces its file's (the order is the lookup order); each
+        // directory is also granted read and execute through `exec`.
+        let search_path = self.search_path.or(defaults.search_path.clone()).unwrap_or_default();
+        let mut exec = concat(&defaults.exec, &self.exec);
+        for dir in &search_path {
+            if !exec.contains(dir) {
+                exec.push(dir.clone());
+            }
+        }
         let sandbox = SandboxPolicy {
             read: concat(&defaults.read, &self.read),
             write: concat(&defaults.write, &self.write),
-            exec: concat(&defaults.exec, &self.exec),
+            exec,
+            search_path,
             network: self.network.or(defaults.network.clone()).unwrap_or_default(),
             unix_sockets: concat(&defaults.unix_sockets, &self.unix_sockets),
             limits: self.limits.unwrap_or_default().or(defaults.limits.unwrap_or_default()),
@@ -139,6 +150,7 @@ impl Parser<'_> {
             "read" => c.read = self.path_list(v, name),
             "write" => c.write = self.path_list(v, name),
             "exec" => c.exec = self.path_list(v, name),
+            "search_path" => c.search_path = self.search_path(v),
             "network" => c.network = self.network(v),
             "unix_sockets" => c.unix_sockets = self.unix_sockets(v),
             "limits" => c.limits = self.limits(v),

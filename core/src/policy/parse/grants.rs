@@ -8,7 +8,7 @@ use toml::de::DeValue;
 
 use super::{Parser, Value};
 use crate::policy::keys::{KeyDoc, key};
-use crate::policy::model::{Allow, Network, Principal, RunAs};
+use crate::policy::model::{Allow, MAX_SEARCH_PATH, Network, Principal, RunAs, SEARCH_PATH};
 
 /// Directories a `write` grant of the whole of is a warning: they hold what every program and
 /// account relies on.
@@ -53,6 +53,59 @@ impl Parser<'_> {
             }
         }
         paths.into_iter().collect()
+    }
+
+    /// `search_path`: absolute directories, each once, none with a `:` (the `PATH` separator),
+    /// at most [`MAX_SEARCH_PATH`]; not empty (leave the key out for the fixed default).
+    pub(super) fn search_path(&mut self, v: &Value<'_>) -> Option<Vec<PathBuf>> {
+        let items = self.array(v, "search_path", "an array of absolute directories")?;
+        if items.is_empty() {
+            self.sink.error(
+                v.span(),
+                format!(
+                    "search_path is empty, so the tool would find no program by name; list the directories \
+                     (e.g. [\"/usr/bin\"]), or leave the key out for the fixed PATH {SEARCH_PATH}"
+                ),
+            );
+            return None;
+        }
+        if items.len() > MAX_SEARCH_PATH {
+            self.sink.error(
+                v.span(),
+                format!("search_path has {} directories; at most {MAX_SEARCH_PATH} are allowed", items.len()),
+            );
+            return None;
+        }
+        let mut out: Vec<PathBuf> = Vec::new();
+        let mut ok = true;
+        for item in items.iter() {
+            let Some(path) = self.abs_path(item, "search_path") else {
+                ok = false;
+                continue;
+            };
+            if path.as_os_str().as_encoded_bytes().contains(&b':') {
+                self.sink.error(
+                    item.span(),
+                    format!(
+                        "search_path {:?} contains `:`, which separates PATH's directories; name a directory without it",
+                        path.display().to_string()
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+            if out.contains(&path) {
+                self.sink.error(
+                    item.span(),
+                    format!("search_path lists {:?} twice; keep the first", path.display().to_string()),
+                );
+                ok = false;
+                continue;
+            }
+            self.kernel_grant(item.span(), "search_path", &path);
+            out.push(path);
+        }
+        ok.then_some(out)
     }
 
     /// `write` and `exec` may not reach the kernel's own trees: writing beneath /sys/fs/cgroup
@@ -191,17 +244,59 @@ impl Parser<'_> {
                     Err(_) => valid_account_name(t).then(|| Principal::Name(t.to_string())),
                 };
                 match (parse(user), group.map(parse)) {
-                    (Some(user), None) => Some(RunAs { user, group: None }),
-                    (Some(user), Some(Some(g))) => Some(RunAs { user, group: Some(g) }),
+                    (Some(user), None) => Some(RunAs::Account { user, group: None }),
+                    (Some(user), Some(Some(g))) => Some(RunAs::Account { user, group: Some(g) }),
                     _ => {
-                        self.sink.error(v.span(), format!("invalid run_as {s:?}; write \"user\" or \"user:group\""));
+                        self.sink.error(
+                            v.span(),
+                            format!(
+                                "invalid run_as {s:?}; write \"user\", \"user:group\" or {{ owner_of = \"working_dir\" }}"
+                            ),
+                        );
                         None
                     }
                 }
             }
-            DeValue::Integer(_) => self.principal(v, "run_as").map(|user| RunAs { user, group: None }),
+            DeValue::Integer(_) => self.principal(v, "run_as").map(|user| RunAs::Account { user, group: None }),
+            DeValue::Table(t) => {
+                const KEYS: &[KeyDoc] = &[key(
+                    "owner_of",
+                    "string",
+                    "\"working_dir\": run as the account that owns the tool's working_dir when it is called",
+                    false,
+                )];
+                self.unknown_keys(t, KEYS, "in run_as");
+                match t.get("owner_of") {
+                    Some(o) => match o.get_ref() {
+                        DeValue::String(s) if s == "working_dir" => Some(RunAs::OwnerOfWorkingDir),
+                        DeValue::String(s) => {
+                            self.sink.error(
+                                o.span(),
+                                format!(
+                                    "invalid run_as owner_of {s:?}; the only one is \"working_dir\" (the owner of the \
+                                     tool's working directory)"
+                                ),
+                            );
+                            None
+                        }
+                        other => {
+                            self.type_error(o.span(), "run_as.owner_of", "\"working_dir\"", other);
+                            None
+                        }
+                    },
+                    None => {
+                        self.sink.error(v.span(), "run_as table needs owner_of = \"working_dir\"".to_string());
+                        None
+                    }
+                }
+            }
             other => {
-                self.type_error(v.span(), "run_as", "\"user\", \"user:group\" or a uid", other);
+                self.type_error(
+                    v.span(),
+                    "run_as",
+                    "\"user\", \"user:group\", a uid or { owner_of = \"working_dir\" }",
+                    other,
+                );
                 None
             }
         }

@@ -22,7 +22,7 @@ use std::path::Path;
 use toml::de::{DeTable, DeValue};
 
 use super::Parser;
-use crate::policy::model::{Confirm, Danger, ParamKind, Principal, Segment, Tool};
+use crate::policy::model::{Confirm, Danger, ParamKind, Principal, RunAs, Segment, Tool};
 
 /// Strings a pattern is tried on to decide whether it admits a leading `-`. Conservative, not a
 /// proof: a pattern that admits only other dash-led strings (say `-Z9` alone) is not caught.
@@ -487,9 +487,10 @@ fn socket_warnings(tool: &Tool) -> Vec<(&'static str, String)> {
     if sockets.is_empty() {
         return out;
     }
-    let root = tool.sandbox.run_as.as_ref().is_some_and(|r| match &r.user {
-        Principal::Name(n) => n == "root",
-        Principal::Id(id) => *id == 0,
+    let root = tool.sandbox.run_as.as_ref().is_some_and(|r| match r {
+        RunAs::Account { user: Principal::Name(n), .. } => n == "root",
+        RunAs::Account { user: Principal::Id(id), .. } => *id == 0,
+        RunAs::OwnerOfWorkingDir => false,
     });
     if root {
         out.push((

@@ -17,7 +17,7 @@ use super::{Parser, Value};
 use crate::policy::keys::{KeyDoc, key};
 use crate::policy::model::{
     Annotations, ArgTemplate, Availability, CACHE_TTL_RANGE, CachePolicy, Confirm, DEFAULT_OK_EXIT_CODES, JsonText,
-    NAMESPACE_SEPARATOR, Output, OutputSchema, Param, ParamKind, REASON_PLACEHOLDER, Source, Tool,
+    NAMESPACE_SEPARATOR, Output, OutputSchema, Param, ParamKind, REASON_PLACEHOLDER, RunAs, Source, Tool,
     reason_is_placeholder,
 };
 use crate::policy::schema;
@@ -73,6 +73,15 @@ impl Parser<'_> {
         let ok_exit_codes = self.ok_exit_codes(table);
         let cache = self.cache(table, &ctx, &about.annotations, merged.confirm);
         self.check_exported_params(&merged.args_env_prefix, &params, &merged.env);
+        if merged.sandbox.run_as == Some(RunAs::OwnerOfWorkingDir) && merged.working_dir.is_none() {
+            self.sink.error(
+                name_span.clone(),
+                format!(
+                    "{ctx} has run_as = {{ owner_of = \"working_dir\" }} but no working_dir; set working_dir to the \
+                     project's directory (here or in [defaults])"
+                ),
+            );
+        }
         if let Some((_, args)) = &command {
             self.check_params_used(&name, &name_span, &params, args, merged.args_env_prefix.is_some());
             self.check_path_defaults(&name_span, &params, merged.working_dir.as_deref());

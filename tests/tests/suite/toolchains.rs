@@ -1,0 +1,395 @@
+//! Toolchains and identities (issue 15 items 2 and 3): `search_path` (the tool's PATH, pinned,
+//! granted, refused when someone else could change it), `run_as = { owner_of = "working_dir" }`
+//! (the project owner's identity for a root caller, never root, only for the owner or root), and
+//! the `cordon init --template` policies, each checked with `cordon policy check` and run with
+//! the real toolchain through the real daemon against a tiny project.
+
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
+use cordon_tests::{Daemon, Output, bin, require_root, toml_str as q};
+use serde_json::{Value, json};
+
+/// A temporary directory others may traverse (tools run as another account enter it by name).
+fn open_tempdir() -> tempfile::TempDir {
+    let t = tempfile::Builder::new().prefix("cordon-tc-").tempdir().unwrap();
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    t
+}
+
+fn mkdir(path: &Path, mode: u32) -> PathBuf {
+    std::fs::create_dir_all(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path.to_path_buf()
+}
+
+fn script(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn check(file: &Path) -> Output {
+    Command::new(bin("cordon")).args(["policy", "check"]).arg(file).output().unwrap().into()
+}
+
+fn chown(path: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+}
+
+fn tool(name: &str, body: &str) -> String {
+    format!("\n[tools.{name}]\ndescription = \"t\"\nreason = \"toolchain tests\"\n{body}\n")
+}
+
+// ---------------------------------------------------------------------------------------------
+// search_path
+
+#[test]
+fn search_path_is_the_tools_path_finds_bare_names_and_grants_execute() {
+    let tmp = open_tempdir();
+    let bin_dir = mkdir(&tmp.path().join("toolchain/bin"), 0o755);
+    script(&bin_dir.join("hello"), "#!/bin/sh\necho \"PATH=$PATH\"\n");
+    // The same script, named by its absolute path, without the grant search_path brings: the
+    // sandbox refuses to execute it (so the run above works because of search_path's grant).
+    let policy = format!(
+        "version = 1\n{}{}",
+        tool("hello", &format!("command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]", q(&bin_dir))),
+        tool("ungranted", &format!("command = [\"/usr/bin/env\", {}]", q(bin_dir.join("hello")))),
+    );
+    let d = Daemon::start(&[("t.toml", &policy)]);
+    let (out, r) = d.run_json("hello", &json!({}));
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    assert_eq!(r["stdout"], format!("PATH={}:/usr/bin\n", bin_dir.display()), "{r}");
+    let (out, r) = d.run_json("ungranted", &json!({}));
+    assert_eq!(r["exit_code"], 126, "env cannot execute a file outside the grants: {out:?}");
+    assert!(r["stderr"].as_str().unwrap().contains("Permission denied"), "{r}");
+}
+
+#[test]
+fn search_path_that_someone_else_can_write_is_refused() {
+    require_root!("a directory owned by another account");
+    let tmp = open_tempdir();
+    let everyone = mkdir(&tmp.path().join("everyone/bin"), 0o777);
+    let group = mkdir(&tmp.path().join("group/bin"), 0o775);
+    let agents = mkdir(&tmp.path().join("agents"), 0o755);
+    let agents_bin = mkdir(&agents.join("bin"), 0o755);
+    chown(&agents, agent::id("-u", AGENT), agent::id("-g", AGENT));
+    for dir in [&everyone, &group, &agents_bin] {
+        script(&dir.join("hello"), "#!/bin/sh\necho hello\n");
+    }
+    let mut policy = "version = 1\n".to_string();
+    for (name, dir) in [("everyone", &everyone), ("group", &group), ("agents", &agents_bin)] {
+        policy.push_str(&tool(name, &format!("command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]", q(dir))));
+    }
+    // The same account's toolchain for a tool that runs as that account: its own project.
+    let project = mkdir(&agents.join("project"), 0o755);
+    chown(&project, agent::id("-u", AGENT), agent::id("-g", AGENT));
+    policy.push_str(&tool(
+        "agents-own",
+        &format!(
+            "command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]\nworking_dir = {}\n\
+             run_as = {{ owner_of = \"working_dir\" }}",
+            q(&agents_bin),
+            q(&project)
+        ),
+    ));
+    // Another named account: refused when the registry loads.
+    policy.push_str(&tool(
+        "nobodys",
+        &format!("command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]\nrun_as = \"nobody\"", q(&agents_bin)),
+    ));
+    let d = Daemon::start(&[("t.toml", &policy)]);
+    let (out, r) = d.run_json("nobodys", &json!({}));
+    assert_eq!(r["error"]["code"], "TOOL_UNAVAILABLE", "{out:?}");
+    let message = r["error"]["message"].as_str().unwrap();
+    let says = format!(
+        "search_path {} is writable by uid {}, but the tool runs as uid 65534",
+        agents_bin.display(),
+        agent::id("-u", AGENT)
+    );
+    assert!(message.contains(&says), "{message}");
+    let (out, r) = d.run_json("agents-own", &json!({}));
+    assert_eq!((r["exit_code"].as_i64(), r["stdout"].as_str()), (Some(0), Some("hello\n")), "{out:?}");
+    for (name, says) in [
+        ("everyone", format!("search_path {} can be changed by someone other than root", everyone.display())),
+        ("group", "is writable by group".to_string()),
+    ] {
+        let (out, r) = d.run_json(name, &json!({}));
+        assert_eq!(r["error"]["code"], "TOOL_UNAVAILABLE", "{name}: {out:?}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&says), "{name}: {message}");
+    }
+    // Owned by one account: usable only by a call that runs as that account; a root caller
+    // (who runs as root) is refused before anything runs.
+    let (out, r) = d.run_json("agents", &json!({}));
+    assert_eq!(r["error"]["code"], "TOOL_UNAVAILABLE", "{out:?}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("its search_path can be changed by uid") && message.contains("runs only as that account"),
+        "{message}"
+    );
+}
+
+#[test]
+fn search_path_and_owner_identity_mistakes_are_load_errors() {
+    let tmp = open_tempdir();
+    for (body, says) in [
+        ("command = [\"ls\"]\nsearch_path = []", "search_path is empty"),
+        ("command = [\"ls\"]\nsearch_path = [\"/usr/bin\", \"/usr/bin\"]", "lists \"/usr/bin\" twice"),
+        ("command = [\"ls\"]\nsearch_path = [\"/opt/a:b\"]", "contains `:`"),
+        ("command = [\"ls\"]\nsearch_path = [\"bin\"]", "is relative"),
+        ("command = [\"ls\"]\nrun_as = { owner_of = \"working_dir\" }", "but no working_dir"),
+        (
+            "command = [\"ls\"]\nworking_dir = \"/tmp\"\nrun_as = { owner_of = \"home\" }",
+            "the only one is \"working_dir\"",
+        ),
+    ] {
+        let file = tmp.path().join("p.toml");
+        std::fs::write(&file, format!("version = 1\n{}", tool("t", body))).unwrap();
+        let out = check(&file);
+        assert_ne!(out.code, Some(0), "{body}: {out:?}");
+        assert!(out.stdout.contains(says) || out.stderr.contains(says), "{body}: {says}: {out:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// run_as = { owner_of = "working_dir" }
+
+fn owner_tool(name: &str, project: &Path, command: &str) -> String {
+    tool(
+        name,
+        &format!(
+            "command = {command}\nworking_dir = {p}\nwrite = [{p}]\nrun_as = {{ owner_of = \"working_dir\" }}\n\
+             allow = {{ users = [\"{AGENT}\"] }}",
+            p = q(project)
+        ),
+    )
+}
+
+#[test]
+fn a_root_callers_tool_runs_as_the_projects_owner_with_its_groups_and_writes_as_it() {
+    require_root!("run_as = { owner_of = \"working_dir\" } needs a root daemon");
+    let tmp = open_tempdir();
+    let project = mkdir(&tmp.path().join("project"), 0o755);
+    let (uid, gid) = (agent::id("-u", AGENT), agent::id("-g", AGENT));
+    chown(&project, uid, gid);
+    let command = "[\"sh\", \"-c\", \"id -u; id -g; id -G; mkdir -p out && echo built > out/file\"]";
+    let d = Daemon::start(&[("t.toml", &format!("version = 1\n{}", owner_tool("build", &project, command)))]);
+    let (out, r) = d.run_json("build", &json!({}));
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    let lines: Vec<&str> = r["stdout"].as_str().unwrap().lines().collect();
+    assert_eq!(lines[0], uid.to_string(), "{r}");
+    assert_eq!(lines[1], gid.to_string(), "{r}");
+    let sock_gid = nix::unistd::Group::from_name(SOCKET_GROUP).unwrap().unwrap().gid.as_raw();
+    let groups: Vec<u32> = lines[2].split_whitespace().map(|g| g.parse().unwrap()).collect();
+    assert!(groups.contains(&sock_gid), "the owner's supplementary group {SOCKET_GROUP} is kept: {r}");
+    for made in [project.join("out"), project.join("out/file")] {
+        let m = std::fs::metadata(&made).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, gid), "{} belongs to the owner", made.display());
+    }
+    let started = d.audit_records().into_iter().find(|r| r["decision"] == "started").unwrap();
+    assert_eq!(started["run_as"]["source"], "owner of working_dir", "{started}");
+    assert_eq!(started["run_as"]["uid"], uid, "{started}");
+}
+
+#[test]
+fn the_owner_identity_never_runs_as_root() {
+    require_root!("run_as = { owner_of = \"working_dir\" } needs a root daemon");
+    let tmp = open_tempdir();
+    let project = mkdir(&tmp.path().join("project"), 0o755);
+    let d = Daemon::start(&[("t.toml", &format!("version = 1\n{}", owner_tool("t", &project, "[\"touch\", \"x\"]")))]);
+    let (out, r) = d.run_json("t", &json!({}));
+    assert_eq!(r["error"]["code"], "TOOL_UNAVAILABLE", "{out:?}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("its working_dir {} is owned by root", project.display()))
+            && message.contains("never runs a tool as root"),
+        "{message}"
+    );
+    assert!(!project.join("x").exists());
+}
+
+#[test]
+fn the_owner_identity_is_only_for_the_owner_or_root() {
+    require_root!("an agent caller and a project owned by another account");
+    let tmp = open_tempdir();
+    let theirs = mkdir(&tmp.path().join("theirs"), 0o755);
+    chown(&theirs, 65534, 65534);
+    let mine = mkdir(&tmp.path().join("mine"), 0o755);
+    chown(&mine, agent::id("-u", AGENT), agent::id("-g", AGENT));
+    let policy = format!(
+        "version = 1\n{}{}",
+        owner_tool("theirs", &theirs, "[\"touch\", \"x\"]"),
+        owner_tool("mine", &mine, "[\"touch\", \"x\"]")
+    );
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let policies = mkdir(&dir.path().join("policies"), 0o755);
+    std::fs::write(policies.join("t.toml"), policy).unwrap();
+    let d = Daemon::start_in(dir, policies, &["--socket-group", SOCKET_GROUP]);
+    // The agent names a tool whose directory nobody owns: refused, nothing runs.
+    let out = agent::cordon(&d.socket, &["run", "theirs", "--json"]);
+    let r = out.json();
+    assert_eq!(r["error"]["code"], "PERMISSION_DENIED", "{out:?}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.contains("only nobody (uid 65534) or root may call it"), "{message}");
+    assert!(!theirs.join("x").exists());
+    // Its own project: runs, as itself.
+    let out = agent::cordon(&d.socket, &["run", "mine", "--json"]);
+    assert_eq!(out.json()["exit_code"], 0, "{out:?}");
+    assert_eq!(std::fs::metadata(mine.join("x")).unwrap().uid(), agent::id("-u", AGENT));
+    let denied = d.audit_records().into_iter().find(|r| r["tool"] == "theirs").unwrap();
+    assert_eq!(denied["decision"], "denied", "{denied}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// cordon init --template: the real toolchains through the real daemon
+
+/// `cordon init --template KIND ROOT` with `path` first on PATH: the policy, which must pass
+/// `cordon policy check` with no warning and every tool available; then a daemon on it.
+fn template(kind: &str, root: &Path, path: Option<&Path>) -> (String, Daemon) {
+    let mut c = Command::new(bin("cordon"));
+    if let Some(p) = path {
+        let old = std::env::var("PATH").unwrap_or_default();
+        c.env("PATH", format!("{}:{old}", p.display()));
+    }
+    let file = root.parent().unwrap().join(format!("{kind}.toml"));
+    let out: Output =
+        c.args(["init", "--template", kind, "--name", "proj", "-o"]).arg(&file).arg(root).output().unwrap().into();
+    out.assert_code(0);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let checked = check(&file);
+    checked.assert_code(0);
+    let said = format!("{}{}", checked.stdout, checked.stderr);
+    assert!(!said.contains("warning") && !said.contains("unavailable"), "{said}\n{text}");
+    assert!(text.contains("TEMP"), "the temp grant is marked for removal: {text}");
+    let d = Daemon::start(&[("t.toml", &text)]);
+    (text, d)
+}
+
+/// A toolchain program on this machine's PATH, or a skip message.
+fn have(program: &str) -> bool {
+    let ok =
+        Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: {program} is not installed");
+    }
+    ok
+}
+
+fn ok_run(d: &Daemon, tool: &str) -> Value {
+    let (out, r) = d.run_json(tool, &json!({}));
+    assert_eq!(r["exit_code"], 0, "{tool}: {out:?}");
+    r
+}
+
+#[test]
+fn rust_template_runs_cargo_test_with_doctests_and_clippy() {
+    if !have("cargo") {
+        return;
+    }
+    let tmp = open_tempdir();
+    let root = tmp.path().join("proj");
+    mkdir(&root.join("src"), 0o755);
+    std::fs::write(root.join("Cargo.toml"), "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n")
+        .unwrap();
+    std::fs::write(
+        root.join("src/lib.rs"),
+        "/// Adds one.\n///\n/// ```\n/// assert_eq!(tiny::add_one(1), 2);\n/// ```\npub fn add_one(x: i32) -> i32 {\n    x + 1\n}\n\n\
+         #[cfg(test)]\nmod tests {\n    #[test]\n    fn adds() {\n        assert_eq!(super::add_one(2), 3);\n    }\n}\n",
+    )
+    .unwrap();
+    // What the template's notes ask for: the lock file, target/ and the temp dir.
+    let lock = Command::new("cargo").args(["generate-lockfile", "--offline"]).current_dir(&root).output().unwrap();
+    assert!(lock.status.success(), "{lock:?}");
+    mkdir(&root.join("target"), 0o755);
+    mkdir(&root.join(".cordon-tmp"), 0o755);
+    let (_, d) = template("rust", &root, None);
+    let r = ok_run(&d, "proj-cargo-test");
+    let all = format!("{}{}", r["stdout"], r["stderr"]);
+    assert!(all.contains("test tests::adds ... ok"), "{all}");
+    assert!(all.contains("Doc-tests tiny") && all.contains("src/lib.rs - add_one (line 3) ... ok"), "{all}");
+    let r = ok_run(&d, "proj-cargo-clippy");
+    assert!(r["stderr"].as_str().unwrap().contains("Checking tiny"), "{r}");
+}
+
+/// Where CI installs pytest (a virtualenv, see .ci/run); `CORDON_TEST_PYTEST_VENV` overrides.
+fn pytest_venv() -> Option<PathBuf> {
+    let venv = std::env::var_os("CORDON_TEST_PYTEST_VENV")
+        .map_or_else(|| PathBuf::from("/opt/cordon-pytest-venv"), PathBuf::from);
+    let ok = venv.join("bin/pytest").is_file();
+    if !ok {
+        eprintln!("skipped: no pytest at {}/bin/pytest (.ci/run installs it there)", venv.display());
+    }
+    ok.then_some(venv)
+}
+
+#[test]
+fn python_template_runs_pytest_with_multiprocessing_and_tmp_path() {
+    let Some(venv) = pytest_venv() else { return };
+    let tmp = open_tempdir();
+    let root = tmp.path().join("proj");
+    mkdir(&root.join("tests"), 0o755);
+    std::fs::write(root.join("conftest.py"), "").unwrap();
+    std::fs::write(
+        root.join("tests/test_x.py"),
+        "import multiprocessing\n\n\ndef square(x):\n    return x * x\n\n\ndef test_tmp_path(tmp_path):\n    \
+         p = tmp_path / \"f.txt\"\n    p.write_text(\"hi\")\n    assert p.read_text() == \"hi\"\n\n\n\
+         def test_multiprocessing():\n    with multiprocessing.Pool(2) as pool:\n        \
+         assert pool.map(square, [1, 2, 3]) == [1, 4, 9]\n",
+    )
+    .unwrap();
+    mkdir(&root.join(".cordon-tmp"), 0o755);
+    let (text, d) = template("python", &root, Some(&venv.join("bin")));
+    assert!(text.contains(&format!("search_path = [{}", q(venv.join("bin")))), "{text}");
+    let r = ok_run(&d, "proj-pytest");
+    assert!(r["stdout"].as_str().unwrap().contains("2 passed"), "{r}");
+}
+
+#[test]
+fn node_template_runs_npm_test_and_node_test() {
+    if !have("node") || !have("npm") {
+        return;
+    }
+    let tmp = open_tempdir();
+    let root = tmp.path().join("proj");
+    mkdir(&root.join("test"), 0o755);
+    std::fs::write(
+        root.join("package.json"),
+        r#"{ "name": "tiny", "version": "1.0.0", "private": true, "scripts": { "test": "node --test" } }"#,
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("test/add.test.js"),
+        "const test = require('node:test');\nconst assert = require('node:assert');\n\
+         test('adds', () => { assert.strictEqual(1 + 1, 2); });\n",
+    )
+    .unwrap();
+    mkdir(&root.join(".cordon-tmp"), 0o755);
+    let (_, d) = template("node", &root, None);
+    for tool in ["proj-npm-test", "proj-node-test"] {
+        let r = ok_run(&d, tool);
+        assert!(r["stdout"].as_str().unwrap().contains("# pass 1"), "{tool}: {r}");
+    }
+}
+
+#[test]
+fn c_template_runs_make_test_with_gcc() {
+    if !have("make") || !have("gcc") {
+        return;
+    }
+    let tmp = open_tempdir();
+    let root = mkdir(&tmp.path().join("proj"), 0o755);
+    std::fs::write(
+        root.join("t.c"),
+        "#include <stdio.h>\nint add(int a, int b) { return a + b; }\n\
+         int main(void) { if (add(1, 2) != 3) return 1; puts(\"tests ok\"); return 0; }\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("Makefile"), "test: t\n\t./t\n\nt: t.c\n\tgcc -o t t.c\n").unwrap();
+    mkdir(&root.join(".cordon-tmp"), 0o755);
+    let (_, d) = template("c", &root, None);
+    let r = ok_run(&d, "proj-make-test");
+    assert!(r["stdout"].as_str().unwrap().contains("tests ok"), "{r}");
+    assert!(root.join("t").is_file());
+}
