@@ -42,8 +42,9 @@ pub struct Key {
     pub tool: String,
     pub generation: u64,
     pub caller_uid: u32,
-    /// The identity the tool runs as (`None`: cordond's own user).
-    pub identity: Option<(u32, u32)>,
+    /// The identity the tool runs as: uid, gid, supplementary groups (`None`: cordond's own
+    /// user).
+    pub identity: Option<(u32, u32, Vec<u32>)>,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
@@ -54,7 +55,8 @@ impl Key {
         let strings: usize = self.argv.iter().map(String::len).sum::<usize>()
             + self.env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
             + self.tool.len()
-            + self.cwd.as_os_str().len();
+            + self.cwd.as_os_str().len()
+            + self.identity.as_ref().map_or(0, |(_, _, groups)| groups.len() * 4);
         strings as u64 + 128
     }
 }

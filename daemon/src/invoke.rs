@@ -1065,15 +1065,15 @@ fn owner_identity(tool: &Tool, caller: Caller) -> Result<Identity, InvokeError> 
 }
 
 /// The result-cache key of a call of a tool whose policy says `cache`: everything that decides
-/// what the tool sees. The identity is uid and gid only because tools run with no supplementary
-/// groups (the child's `setgroups(0)`); an identity that keeps groups must add them here.
+/// what the tool sees, including the identity's supplementary groups (an owner identity keeps the
+/// owner's, which change what it may read).
 fn cache_key(p: &Parked) -> Option<(cache::Key, CachePolicy)> {
     let policy = p.tool.cache?;
     let key = cache::Key {
         tool: p.tool.name.clone(),
         generation: p.generation,
         caller_uid: p.caller.uid,
-        identity: p.identity.as_ref().map(|i| (i.uid, i.gid)),
+        identity: p.identity.as_ref().map(|i| (i.uid, i.gid, i.groups.to_vec())),
         argv: p.plan.argv.clone(),
         env: p.plan.env.clone(),
         cwd: p.plan.cwd.clone(),
