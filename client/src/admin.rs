@@ -349,6 +349,9 @@ pub(crate) fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -
     for hint in &result.hints {
         eprintln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: hint:"), term::line(hint));
     }
+    for d in &result.denials {
+        eprintln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: denied:"), term::line(&d.message));
+    }
     code
 }
 
