@@ -343,8 +343,7 @@ fn path_in(line: &str) -> Option<String> {
     before
         .split_whitespace()
         .map(|w| w.trim_end_matches([':', ',', ';']))
-        .filter(|w| w.starts_with('/') && w.len() > 1)
-        .last()
+        .rfind(|w| w.starts_with('/') && w.len() > 1)
         .map(str::to_string)
 }
 

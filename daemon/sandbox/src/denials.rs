@@ -237,15 +237,10 @@ impl Watch {
         let mut enabled = false;
         if settle {
             let deadline = tokio::time::Instant::now() + SETTLE;
-            loop {
-                match self.shared.status() {
-                    Some(s) => {
-                        enabled = s.enabled;
-                        if s.backlog == 0 || tokio::time::Instant::now() >= deadline {
-                            break;
-                        }
-                    }
-                    None => break,
+            while let Some(s) = self.shared.status() {
+                enabled = s.enabled;
+                if s.backlog == 0 || tokio::time::Instant::now() >= deadline {
+                    break;
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -379,7 +374,7 @@ fn fields(text: &str) -> Vec<(&str, &str, bool)> {
 
 /// An unquoted audit string is hex-encoded (it had a space, quote or control character).
 fn untrusted(value: &str, quoted: bool) -> String {
-    if quoted || value.len() % 2 != 0 || !value.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if quoted || !value.len().is_multiple_of(2) || !value.bytes().all(|b| b.is_ascii_hexdigit()) {
         return value.to_string();
     }
     let bytes: Vec<u8> =
