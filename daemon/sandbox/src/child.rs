@@ -1,6 +1,7 @@
 //! Starting the child ([`spawn`]: a vfork-style `clone`) and what it does before exec, in the
-//! order DESIGN.md fixes: default signal handlers, stdio, the read-only filesystem view (enter
-//! its namespaces, reopen stdin there), working dir, then [`setup`]:
+//! order DESIGN.md fixes: default signal handlers, stdio, the audit login uid when denials are
+//! logged (a fresh audit session; best effort, see `denials.rs`), the read-only filesystem view
+//! (enter its namespaces, reopen stdin there), working dir, then [`setup`]:
 //! `setsid` -> parent-death signal (and re-check the parent) -> join cgroups -> `setrlimit` ->
 //! mark fds >= 3 close-on-exec -> drop groups, gid, uid (and every capability) -> `no_new_privs`
 //! -> landlock `restrict_self` -> seccomp filter last -> restore the signal mask -> exec.
