@@ -785,6 +785,13 @@ fn host_checks(host: &HostFacts, check: &mut impl FnMut(&'static str, &'static s
         _ => "fail",
     };
     check("fs-view", level, host.fs_view.mode.clone(), &host.fs_view.meaning);
+    let d = &host.denials;
+    let found = match (d.seccomp, d.landlock) {
+        (true, true) => "seccomp and landlock logged",
+        (true, false) => "seccomp logged",
+        _ => "inferred only",
+    };
+    check("denials", if d.seccomp { "ok" } else { "warn" }, found.to_string(), &d.meaning);
 }
 
 fn nix_is_root() -> bool {

@@ -46,6 +46,9 @@ const READLOG_GROUPS: u32 = 1;
 const NLM_F_REQUEST: u16 = 1;
 /// Records no running invocation has claimed yet (they may be for one that is registering).
 const STRAYS: usize = 256;
+/// The kernel stamps records with a coarse clock (a tick, a few ms): a record this much older
+/// than its invocation's start still counts as its own.
+const CLOCK_SLACK_MS: u64 = 100;
 /// How long a failed run waits at most for the kernel's audit queue to empty.
 const SETTLE: Duration = Duration::from_millis(200);
 /// `AUDIT_ARCH_*` of this build's architecture.
@@ -94,12 +97,19 @@ struct State {
     sessions: HashMap<u32, u32>,
     /// Landlock domain -> leader pid.
     domains: HashMap<u64, u32>,
-    strays: VecDeque<Rec>,
+    /// (the record's time in ms since the epoch, the record).
+    strays: VecDeque<(u64, Rec)>,
 }
 
 #[derive(Debug, Default)]
 struct Slot {
     denials: Vec<Denial>,
+    /// The invocation's audit session: records are matched by it alone when it is known (by
+    /// the pid only when it is not).
+    ses: Option<u32>,
+    /// When the invocation started (ms since the epoch): an older record is someone else's,
+    /// whose pid the leader's may have recycled.
+    since_ms: u64,
 }
 
 impl Slot {
@@ -113,12 +123,16 @@ impl Slot {
 }
 
 impl State {
-    /// Gives `rec` to its invocation; `false` when none claims it (yet).
-    fn route(&mut self, rec: &Rec) -> bool {
+    /// Gives `rec` (logged at `at`, ms since the epoch) to its invocation; `false` when none
+    /// claims it (yet).
+    fn route(&mut self, at: u64, rec: &Rec) -> bool {
+        let current = |slot: &Slot| at.saturating_add(CLOCK_SLACK_MS) >= slot.since_ms;
         match rec {
             Rec::Seccomp { pid, ses, denied } => {
-                let leader = ses.and_then(|s| self.sessions.get(&s).copied()).or(Some(*pid));
-                match leader.and_then(|p| self.slots.get_mut(&p)) {
+                let leader = ses
+                    .and_then(|s| self.sessions.get(&s).copied())
+                    .or_else(|| self.slots.get(pid).filter(|slot| slot.ses.is_none()).map(|_| *pid));
+                match leader.and_then(|p| self.slots.get_mut(&p)).filter(|slot| current(slot)) {
                     Some(slot) => {
                         slot.add(denied.clone());
                         true
@@ -134,7 +148,7 @@ impl State {
                 None => false,
             },
             Rec::Allocated { domain, pid } => {
-                if !self.slots.contains_key(pid) {
+                if !self.slots.get(pid).is_some_and(current) {
                     return false;
                 }
                 self.domains.insert(*domain, *pid);
@@ -151,19 +165,19 @@ impl State {
     /// Offers every stray record again (an invocation or a domain just appeared).
     fn reroute(&mut self) {
         let strays = std::mem::take(&mut self.strays);
-        for rec in strays {
-            if !self.route(&rec) {
-                self.strays.push_back(rec);
+        for (at, rec) in strays {
+            if !self.route(at, &rec) {
+                self.strays.push_back((at, rec));
             }
         }
     }
 
-    fn take(&mut self, rec: Rec) {
-        if !self.route(&rec) {
+    fn take(&mut self, at: u64, rec: Rec) {
+        if !self.route(at, &rec) {
             if self.strays.len() == STRAYS {
                 self.strays.pop_front();
             }
-            self.strays.push_back(rec);
+            self.strays.push_back((at, rec));
         }
     }
 }
@@ -198,14 +212,15 @@ impl DenialLog {
     }
 
     /// Starts collecting the denials of the invocation whose leader is `pid` (it has exec'd:
-    /// its audit session is set, see `child.rs`).
-    pub fn watch(&self, pid: u32, landlock_logs: bool) -> Watch {
+    /// its audit session is set, see `child.rs`), started at `since` (taken before the clone).
+    pub fn watch(&self, pid: u32, since: std::time::SystemTime, landlock_logs: bool) -> Watch {
+        let since_ms = since.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         let ses = std::fs::read_to_string(format!("/proc/{pid}/sessionid"))
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok())
             .filter(|s| *s != u32::MAX);
         let mut state = self.shared.lock();
-        state.slots.insert(pid, Slot::default());
+        state.slots.insert(pid, Slot { denials: Vec::new(), ses, since_ms });
         if let Some(s) = ses {
             state.sessions.insert(s, pid);
         }
@@ -213,11 +228,38 @@ impl DenialLog {
         drop(state);
         Watch { shared: self.shared.clone(), pid, ses, landlock_logs }
     }
+}
 
-    /// Whether audit is enabled (`None`: cannot ask).
-    pub fn audit_enabled(&self) -> Option<bool> {
-        self.shared.status().map(|s| s.enabled)
-    }
+/// What [`probe`] found: whether the audit log can be read, and whether audit is enabled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    /// `Err`: why the log cannot be read.
+    pub readable: Result<(), String>,
+    /// Kernel audit is enabled (`auditctl -e 1`); `None`: cannot ask.
+    pub audit_enabled: Option<bool>,
+}
+
+/// Whether this process could read the audit log (for `cordond --probe`; starts no thread).
+pub fn probe() -> Probe {
+    let open = || {
+        socket(
+            AddressFamily::Netlink,
+            SockType::Raw,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            SockProtocol::NetlinkAudit,
+        )
+    };
+    let readable = match open() {
+        Err(e) => Err(format!("no audit netlink socket: {e}")),
+        Ok(sock) => bind(sock.as_raw_fd(), &NetlinkAddr::new(0, READLOG_GROUPS))
+            .map_err(|e| format!("cannot join the audit log's multicast group (needs CAP_AUDIT_READ): {e}")),
+    };
+    let audit_enabled = open().ok().and_then(|control| {
+        let shared =
+            Shared { sock: open().ok()?, control: Mutex::new(Some(control)), state: Mutex::new(State::default()) };
+        shared.status().map(|s| s.enabled)
+    });
+    Probe { readable, audit_enabled }
 }
 
 /// One invocation's collection; unregisters when dropped.
@@ -297,8 +339,8 @@ impl Shared {
                 Ok(0) => break,
                 Ok(n) => {
                     for (kind, text) in messages(&buf[..n]) {
-                        if let Some(rec) = parse(kind, text) {
-                            state.take(rec);
+                        if let Some((at, rec)) = parse(kind, text) {
+                            state.take(at, rec);
                         }
                     }
                 }
@@ -382,11 +424,23 @@ fn untrusted(value: &str, quoted: bool) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn parse(kind: u16, payload: &[u8]) -> Option<Rec> {
+/// The time of a record (`audit(SECONDS.MILLIS:SERIAL): ...`), in ms since the epoch.
+fn stamp(text: &str) -> Option<u64> {
+    let inner = text.strip_prefix("audit(")?;
+    let (secs, rest) = inner.split_once('.')?;
+    let millis = rest.get(..3)?;
+    secs.parse::<u64>().ok()?.checked_mul(1000)?.checked_add(millis.parse().ok()?)
+}
+
+fn parse(kind: u16, payload: &[u8]) -> Option<(u64, Rec)> {
     if !matches!(kind, AUDIT_SECCOMP | AUDIT_LANDLOCK_ACCESS | AUDIT_LANDLOCK_DOMAIN) {
         return None;
     }
     let text = std::str::from_utf8(payload).ok()?.trim_end_matches('\0');
+    Some((stamp(text)?, record(kind, text)?))
+}
+
+fn record(kind: u16, text: &str) -> Option<Rec> {
     let f = fields(text);
     let get = |k: &str| f.iter().find(|(key, _, _)| *key == k).map(|(_, v, q)| (*v, *q));
     let num = |k: &str| get(k).and_then(|(v, _)| v.parse::<u64>().ok());
@@ -452,18 +506,20 @@ mod tests {
     #[test]
     fn records_parse() {
         assert_eq!(
-            parse(AUDIT_LANDLOCK_ACCESS, ACCESS.as_bytes()),
+            parse(AUDIT_LANDLOCK_ACCESS, ACCESS.as_bytes()).map(|r| r.1),
             Some(Rec::Access {
                 domain: 0x14bba5be6,
                 denied: Denied::Fs { access: vec!["make_reg".into()], path: "/tmp/den".into() }
             })
         );
         assert_eq!(
-            parse(AUDIT_LANDLOCK_DOMAIN, DOMAIN.as_bytes()),
+            parse(AUDIT_LANDLOCK_DOMAIN, DOMAIN.as_bytes()).map(|r| r.1),
             Some(Rec::Allocated { domain: 0x14bba5be6, pid: 24057 })
         );
-        let Some(Rec::Seccomp { pid: 24058, ses: None, denied: Denied::Syscall { nr: 83, name, killed: false } }) =
-            parse(AUDIT_SECCOMP, SECCOMP.as_bytes())
+        let Some((
+            1_795_636_370_623,
+            Rec::Seccomp { pid: 24058, ses: None, denied: Denied::Syscall { nr: 83, name, killed: false } },
+        )) = parse(AUDIT_SECCOMP, SECCOMP.as_bytes())
         else {
             panic!("seccomp record not parsed");
         };
@@ -473,9 +529,10 @@ mod tests {
         // SECCOMP_RET_ALLOW / LOG actions are not denials.
         assert_eq!(parse(AUDIT_SECCOMP, SECCOMP.replace("0x50000", "0x7ffc0000").as_bytes()), None);
         let hexed = ACCESS.replace(r#"path="/tmp/den""#, "path=2F746D702F6120622");
-        assert!(matches!(parse(AUDIT_LANDLOCK_ACCESS, hexed.as_bytes()), Some(Rec::Access { .. })));
+        assert!(matches!(parse(AUDIT_LANDLOCK_ACCESS, hexed.as_bytes()), Some((_, Rec::Access { .. }))));
         let hexed = ACCESS.replace(r#"path="/tmp/den""#, "path=2F746D702F612062");
-        let Some(Rec::Access { denied: Denied::Fs { path, .. }, .. }) = parse(AUDIT_LANDLOCK_ACCESS, hexed.as_bytes())
+        let Some((_, Rec::Access { denied: Denied::Fs { path, .. }, .. })) =
+            parse(AUDIT_LANDLOCK_ACCESS, hexed.as_bytes())
         else {
             panic!()
         };
@@ -486,20 +543,29 @@ mod tests {
     fn routing_claims_strays_and_bounds_each_invocation() {
         let mut s = State::default();
         // The access record comes before the domain's, and both before the invocation registers.
-        s.take(parse(AUDIT_LANDLOCK_ACCESS, ACCESS.as_bytes()).unwrap());
-        s.take(parse(AUDIT_LANDLOCK_DOMAIN, DOMAIN.as_bytes()).unwrap());
+        let (at, access) = parse(AUDIT_LANDLOCK_ACCESS, ACCESS.as_bytes()).unwrap();
+        s.take(at, access);
+        let (at, domain) = parse(AUDIT_LANDLOCK_DOMAIN, DOMAIN.as_bytes()).unwrap();
+        s.take(at, domain);
         assert_eq!(s.strays.len(), 2);
-        s.slots.insert(24057, Slot::default());
+        // An invocation whose leader got the same pid later (recycled) does not claim them.
+        s.slots.insert(24057, Slot { since_ms: at + 5_000, ..Slot::default() });
+        s.reroute();
+        assert_eq!(s.strays.len(), 2);
+        s.slots.insert(24057, Slot { since_ms: at - 2, ..Slot::default() });
         s.reroute();
         assert!(s.strays.is_empty());
         assert_eq!(s.slots[&24057].denials.len(), 1);
         // Deduplicated and bounded.
         for i in 0..(MAX_DENIALS as u32 + 10) {
             for _ in 0..2 {
-                s.take(Rec::Access {
-                    domain: 0x14bba5be6,
-                    denied: Denied::Fs { access: vec!["read_file".into()], path: format!("/x/{i}") },
-                });
+                s.take(
+                    at,
+                    Rec::Access {
+                        domain: 0x14bba5be6,
+                        denied: Denied::Fs { access: vec!["read_file".into()], path: format!("/x/{i}") },
+                    },
+                );
             }
         }
         let slot = &s.slots[&24057];
@@ -507,8 +573,18 @@ mod tests {
         assert_eq!(slot.denials[1].count, 2);
         // Someone else's records stay strays, and the ring is bounded.
         for pid in 0..(STRAYS as u32 + 5) {
-            s.take(Rec::Seccomp { pid: 1_000_000 + pid, ses: None, denied: Denied::Scope { what: "x".into() } });
+            s.take(at, Rec::Seccomp { pid: 1_000_000 + pid, ses: None, denied: Denied::Scope { what: "x".into() } });
         }
         assert_eq!(s.strays.len(), STRAYS);
+        // A known session is matched by session only: the same pid in another session is not it.
+        s.slots.insert(7, Slot { ses: Some(42), ..Slot::default() });
+        s.sessions.insert(42, 7);
+        let sys = |ses| Rec::Seccomp { pid: 7, ses, denied: Denied::Syscall { nr: 1, name: None, killed: false } };
+        assert!(!s.route(at, &sys(Some(9))));
+        assert!(!s.route(at, &sys(None)));
+        assert!(s.route(at, &sys(Some(42))));
+        // Without a session (the login uid could not be set), by the leader's pid.
+        s.slots.insert(8, Slot::default());
+        assert!(s.route(at, &Rec::Seccomp { pid: 8, ses: Some(3), denied: Denied::Scope { what: "y".into() } }));
     }
 }

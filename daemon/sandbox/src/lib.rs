@@ -49,7 +49,7 @@ pub use cgroup::{
     host_layout as cgroup_layout, reaper_main, spawn_reaper,
 };
 pub use child::{Identity, Step as SetupStep};
-pub use denials::{DenialLog, Watch as DenialWatch};
+pub use denials::{DenialLog, Probe as DenialProbe, Watch as DenialWatch, probe as probe_denials};
 pub use landlock::{
     LandlockError, RulesetDescription, build as landlock_ruleset, describe as describe_landlock_ruleset,
     probe_abi as probe_landlock_abi,

@@ -230,6 +230,7 @@ pub async fn run(
         );
         exec.exe_id = Some((e.pin.node.dev, e.pin.node.ino));
     }
+    let spawned_at = std::time::SystemTime::now();
     let spawned = child::spawn(&exec, &setup);
     // Our copies of the child's ends (stdio, report pipe, ruleset) close here, so the report
     // pipe's EOF means the child exec'd.
@@ -248,7 +249,7 @@ pub async fn run(
     drop(report_read);
     let pid = u32::try_from(pid).map_err(|_| start_err(io::Error::other("negative pid")))?;
     // The child has exec'd (its audit session is set): collect its denials from here on.
-    let watch = confine.denials.map(|log| log.watch(pid, confine.landlock_abi >= 7));
+    let watch = confine.denials.map(|log| log.watch(pid, spawned_at, confine.landlock_abi >= 7));
     // From here on the group is killed if this future is dropped before the child is reaped.
     let mut group = Group { pid, reaped: false };
     let supervise = |source| SpawnError::Supervise { pid, source };
