@@ -360,6 +360,9 @@ pub(crate) fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -
     for hint in &result.hints {
         eprintln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: hint:"), term::line(hint));
     }
+    for d in &result.denials {
+        eprintln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: denied:"), term::line(&d.message));
+    }
     code
 }
 
@@ -793,6 +796,13 @@ fn host_checks(host: &HostFacts, check: &mut impl FnMut(&'static str, &'static s
         _ => "fail",
     };
     check("fs-view", level, host.fs_view.mode.clone(), &host.fs_view.meaning);
+    let d = &host.denials;
+    let found = match (d.seccomp, d.landlock) {
+        (true, true) => "seccomp and landlock logged",
+        (true, false) => "seccomp logged",
+        _ => "inferred only",
+    };
+    check("denials", if d.seccomp { "ok" } else { "warn" }, found.to_string(), &d.meaning);
 }
 
 fn nix_is_root() -> bool {

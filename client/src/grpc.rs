@@ -993,6 +993,9 @@ pub struct RunResult {
     /// Why a path argument may have been refused (the sandbox or a file mode), when the tool failed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<String>,
+    /// What the sandbox denied a failed run, and the policy key that would allow each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub denials: Vec<Denial>,
     /// The result contract, decided by cordond from the tool's policy (`ok_exit_codes`, the
     /// output schema).
     pub ok: bool,
@@ -1013,6 +1016,21 @@ pub struct RunResult {
     pub stdout_bytes: Vec<u8>,
     #[serde(skip)]
     pub stderr_bytes: Vec<u8>,
+}
+
+/// One denial of a failed run (`RunResult::denials`; the proto's `Denial`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Denial {
+    /// `landlock`, `seccomp` (kernel records) or `inferred` (from the tool's error message).
+    pub source: String,
+    /// A path, `port N`, a system call's name.
+    pub target: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub access: Vec<String>,
+    /// The policy key that would allow it; empty when none does.
+    pub grant_key: String,
+    pub count: u32,
+    pub message: String,
 }
 
 /// Where a cached answer came from (`RunResult::cache`).
@@ -1055,6 +1073,18 @@ impl RunResult {
                 gid: s.gid,
             }),
             hints: f.hints,
+            denials: f
+                .denials
+                .into_iter()
+                .map(|d| Denial {
+                    source: d.source,
+                    target: d.target,
+                    access: d.access,
+                    grant_key: d.grant_key,
+                    count: d.count,
+                    message: d.message,
+                })
+                .collect(),
             ok: f.ok,
             error: (!f.ok).then(|| {
                 Box::new(ResultError {

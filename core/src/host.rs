@@ -19,6 +19,22 @@ pub struct HostFacts {
     pub cgroups: String,
     /// The read-only filesystem view tools would run in.
     pub fs_view: FsView,
+    /// Whether a failed run's denials can be named from the kernel's audit log (absent from an
+    /// older cordond's report).
+    #[serde(default)]
+    pub denials: DenialFacts,
+}
+
+/// What the kernel's audit log tells cordond about denials (README "When the sandbox denied
+/// something").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DenialFacts {
+    /// cordond can read the audit log (root, `CAP_AUDIT_READ`): seccomp's refusals are named.
+    pub seccomp: bool,
+    /// Landlock's denials are logged too (ABI 7+ and kernel audit enabled).
+    pub landlock: bool,
+    /// Why not, or what it means, in a sentence.
+    pub meaning: String,
 }
 
 /// The read-only filesystem view tools would run in.

@@ -22,6 +22,7 @@
 pub mod argv;
 pub mod audit;
 pub mod code;
+pub mod denial;
 pub mod display;
 pub mod host;
 pub mod policy;

@@ -239,6 +239,8 @@ mod tests {
             stderr: Captured { bytes: Vec::new(), truncated: false, total: 0 },
             duration: Duration::from_millis(5),
             facts: Facts { landlock_abi: 1, seccomp: true, cgroup: false, mount_view: false, uid: 1, gid: 1 },
+            denials: Vec::new(),
+            logged: Default::default(),
         }
     }
 

@@ -24,6 +24,7 @@ use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::registry::RegistryHandle;
 use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
+use cordon_core::denial::Explained;
 use cordon_core::policy::output::{self, Verdict};
 use cordon_core::policy::{Availability, CachePolicy, RunAs, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
@@ -162,6 +163,21 @@ pub struct CacheHit {
 pub struct Answer {
     pub outcome: Outcome,
     pub verdict: Verdict,
+    /// What the sandbox denied a run that failed, explained (empty otherwise).
+    pub denials: Vec<Explained>,
+}
+
+/// The denials of a run the policy counts as failed on its own (an exit code, a signal), with
+/// the key that would allow each: the kernel's records, plus notes inferred from the tool's
+/// stderr where the kernel logged nothing.
+pub fn denials(tool: &Tool, o: &Outcome, v: &Verdict) -> Vec<Explained> {
+    let failed = v.error.as_ref().is_some_and(|e| matches!(e.code, "EXIT_CODE" | "SIGNALLED"));
+    if !failed || o.timed_out || o.cancelled {
+        return Vec::new();
+    }
+    let mut all = o.denials.clone();
+    all.extend(cordon_core::denial::infer(&o.stderr.bytes, o.logged, &o.denials));
+    cordon_core::denial::explain(tool, &all)
 }
 
 /// The policy's verdict on a run.
@@ -892,6 +908,7 @@ impl Invoker {
             views: &self.host.views,
             generation: prepared.generation,
             cgroup_dirs: Some(prepared.cgroup_dirs.clone()),
+            denials: self.host.denials.as_ref().ok().map(|d| d.as_ref()),
         };
         let result = cordon_sandbox::run(spec, &confinement, &prepared.cancel).await;
         match &result {
@@ -903,6 +920,10 @@ impl Invoker {
         }
         let cancelled_by = self.lock().get(&prepared.id).and_then(|r| r.cancelled_by);
         let judged = result.as_ref().ok().map(|o| verdict(&prepared.tool, o));
+        let explained = match (&result, &judged) {
+            (Ok(o), Some(v)) => denials(&prepared.tool, o, v),
+            _ => Vec::new(),
+        };
         let record = Record::new(Decision::Failed).invocation(&prepared.id).tool(&prepared.tool.name);
         let record = match &result {
             Ok(o) => {
@@ -937,6 +958,9 @@ impl Invoker {
                 if o.cancelled {
                     r = r.with("cancelled_by", cancelled_by.unwrap_or(CancelReason::ClientGone).json());
                 }
+                if !explained.is_empty() {
+                    r = r.with("denials", explained.iter().map(Explained::json).collect::<Vec<_>>());
+                }
                 if let Some(v) = &judged {
                     r = r.with("ok", v.ok());
                     if let Some(e) = &v.error {
@@ -964,7 +988,7 @@ impl Invoker {
         if let Some((key, policy)) = prepared.cache.clone() {
             self.cache.put(key, policy, &prepared.id, &prepared.plan.display_argv, &outcome, &verdict);
         }
-        Ok(Answer { outcome, verdict })
+        Ok(Answer { outcome, verdict, denials: explained })
     }
 
     /// Who started a running invocation.

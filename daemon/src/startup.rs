@@ -430,9 +430,26 @@ pub fn probe_report() -> cordon_core::host::HostFacts {
         ViewMode::Unprotected { .. } => "warn",
         ViewMode::Failed { .. } => "fail",
     };
+    let abi = cordon_sandbox::probe_landlock_abi();
+    let d = cordon_sandbox::probe_denials();
+    let landlock = d.readable.is_ok() && abi >= 7 && d.audit_enabled == Some(true);
+    let meaning = match (&d.readable, landlock) {
+        (Err(why), _) => format!(
+            "denials are inferred from the tools' own messages only: cordond cannot read the kernel audit log ({why})"
+        ),
+        (Ok(()), true) => "seccomp's and landlock's denials are named exactly, from the kernel audit log".to_string(),
+        (Ok(()), false) if abi < 7 => {
+            format!("seccomp's denials are named from the kernel audit log; landlock ABI {abi} logs none (needs 7)")
+        }
+        (Ok(()), false) => "seccomp's denials are named from the kernel audit log; landlock's are logged only while \
+                            kernel audit is enabled (auditctl -e 1): until then their paths are inferred from the \
+                            tools' messages"
+            .to_string(),
+    };
     cordon_core::host::HostFacts {
+        denials: cordon_core::host::DenialFacts { seccomp: d.readable.is_ok(), landlock, meaning },
         is_root,
-        landlock_abi: cordon_sandbox::probe_landlock_abi(),
+        landlock_abi: abi,
         seccomp: cordon_sandbox::seccomp_supported(),
         cgroups: cordon_sandbox::cgroup_layout().to_string(),
         fs_view: cordon_core::host::FsView {

@@ -323,7 +323,7 @@ impl Runner<'_> {
                 "tool {tool_name:?} needs confirmation; workflows cannot include confirm tools: call it on its own"
             )),
             Ok(Admission::Cached(hit)) => {
-                let answer = Answer { outcome: hit.entry.outcome, verdict: hit.entry.verdict };
+                let answer = Answer { outcome: hit.entry.outcome, verdict: hit.entry.verdict, denials: Vec::new() };
                 result_of(index, tool_name, hit.id, &answer)
             }
             Ok(Admission::Ready(mut prepared)) => {

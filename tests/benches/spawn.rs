@@ -129,6 +129,7 @@ fn main() {
                         views: &views,
                         generation: 1,
                         cgroup_dirs: None,
+                        denials: None,
                     };
                     let spec = RunSpec {
                         plan: &plan,

@@ -89,6 +89,9 @@ pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
     for hint in &r.hints {
         text.push_str(&format!("\n[hint: {hint}]"));
     }
+    for d in &r.denials {
+        text.push_str(&format!("\n[denied: {}]", d.message));
+    }
     // Failures of the output itself lead: the raw output follows as evidence.
     if let Some(e) = r.error.as_ref().filter(|e| matches!(e.code.as_str(), "INVALID_OUTPUT" | "OUTPUT_SCHEMA_MISMATCH"))
     {
@@ -124,6 +127,9 @@ fn meta(r: &RunResult) -> MetaObject {
         if let Some(c) = &r.cache {
             o.insert("cache_age_ms".into(), json!(c.cache_age_ms));
             o.insert("cached_from".into(), json!(c.cached_from));
+        }
+        if !r.denials.is_empty() {
+            o.insert("denials".into(), json!(r.denials));
         }
     }
     let mut object = serde_json::Map::new();

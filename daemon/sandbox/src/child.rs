@@ -1,6 +1,7 @@
 //! Starting the child ([`spawn`]: a vfork-style `clone`) and what it does before exec, in the
-//! order DESIGN.md fixes: default signal handlers, stdio, the read-only filesystem view (enter
-//! its namespaces, reopen stdin there), working dir, then [`setup`]:
+//! order DESIGN.md fixes: default signal handlers, stdio, the audit login uid when denials are
+//! logged (a fresh audit session; best effort, see `denials.rs`), the read-only filesystem view
+//! (enter its namespaces, reopen stdin there), working dir, then [`setup`]:
 //! `setsid` -> parent-death signal (and re-check the parent) -> join cgroups -> `setrlimit` ->
 //! mark fds >= 3 close-on-exec -> drop groups, gid, uid (and every capability) -> `no_new_privs`
 //! -> landlock `restrict_self` -> seccomp filter last -> restore the signal mask -> exec.
@@ -142,6 +143,31 @@ pub(crate) struct ChildSetup {
     /// The invocation's cgroup v2 directory, to start the child in (`CLONE_INTO_CGROUP`), and
     /// which of `cgroup_procs` it makes unnecessary.
     pub born_in: Option<(RawFd, RawFd)>,
+    /// Denials are read from the kernel's audit log (`denials.rs`): the decimal uid to write to
+    /// `/proc/self/loginuid` (a fresh audit session for the invocation), the landlock
+    /// `restrict_self` flags, and the seccomp filter installed with `SECCOMP_FILTER_FLAG_LOG`
+    /// (then [`Programs::quiet`] after it).
+    pub log: Option<DenialLogging>,
+}
+
+/// What the child does so that the kernel logs its denials (see [`ChildSetup::log`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DenialLogging {
+    /// The login uid, decimal, and its length.
+    pub loginuid: ([u8; 10], usize),
+    /// `landlock_restrict_self` flags (`LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON` on ABI 7+).
+    pub landlock_flags: u32,
+}
+
+impl DenialLogging {
+    pub(crate) fn new(uid: u32, landlock_abi: i32) -> DenialLogging {
+        let text = uid.to_string();
+        let mut buf = [0u8; 10];
+        buf[..text.len()].copy_from_slice(text.as_bytes());
+        // LANDLOCK_RESTRICT_SELF_LOG_NEW_EXEC_ON: log what the tool is denied after exec.
+        let landlock_flags = if landlock_abi >= 7 { 2 } else { 0 };
+        DenialLogging { loginuid: (buf, text.len()), landlock_flags }
+    }
 }
 
 /// The highest capability number the running kernel knows: the bounding set has one bit per
@@ -166,6 +192,7 @@ pub(crate) fn last_cap() -> libc::c_ulong {
 }
 
 const PROC_SELF: &CStr = c"/proc/self";
+const LOGINUID: &CStr = c"/proc/self/loginuid";
 
 /// Writes the failed step and its errno to the report pipe (five bytes, one write).
 fn report(fd: RawFd, step: Step, errno: i32) {
@@ -520,8 +547,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     let default = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
     // The descriptor the program runs through: the pinned one, or (in a view) its reopening.
     let mut exe_fd = a.exec.exe_fd;
-    // SAFETY: raw system calls (rt_sigaction, dup2, setns, open, capset, chdir or fchdir, stat)
-    // on data prepared before the clone; `cwd_fd` is a descriptor the registry holds open for as
+    // SAFETY: raw system calls (rt_sigaction, dup2, open/write/close of the login uid, setns,
+    // open, capset, chdir or fchdir, stat) on data prepared before the clone; `cwd_fd` is a descriptor the registry holds open for as
     // long as the `Exec` lives.
     unsafe {
         for sig in 1..=64 {
@@ -537,6 +564,16 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         for (from, to) in [(&a.exec.stdin, 0), (&a.exec.stdout, 1), (&a.exec.stderr, 2)] {
             if libc::dup2(from.as_raw_fd(), to) < 0 {
                 return die(Step::Stdio);
+            }
+        }
+        // A fresh audit session for the invocation, inherited by all it starts (before the
+        // view, whose /proc is read-only, and before capabilities go). Best effort: where the
+        // kernel refuses (a login uid already set and immutable), denials are matched by pid.
+        if let Some(log) = &a.setup.log {
+            let fd = libc::open(LOGINUID.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd >= 0 {
+                libc::write(fd, log.loginuid.0.as_ptr().cast(), log.loginuid.1);
+                libc::close(fd);
             }
         }
         if let Some(view) = &a.setup.view {
@@ -685,8 +722,30 @@ fn setup(s: &ChildSetup, joined: Option<RawFd>) -> io::Result<()> {
         return Err(fail(Step::NoNewPrivs));
     }
     restrict_landlock(s, &fail)?;
-    if seccompiler::apply_filter(&s.seccomp.program).is_err() {
-        return Err(fail(Step::Seccomp));
+    match &s.log {
+        None => {
+            if seccompiler::apply_filter(&s.seccomp.program).is_err() {
+                return Err(fail(Step::Seccomp));
+            }
+        }
+        Some(_) => {
+            // The allow-list with its refusals logged, then the quiet companion on top (see
+            // `Programs::quiet`): both, or the tool does not run.
+            const SECCOMP_SET_MODE_FILTER: libc::c_ulong = 1;
+            const SECCOMP_FILTER_FLAG_LOG: libc::c_ulong = 2;
+            for (program, flags) in [(&s.seccomp.program, SECCOMP_FILTER_FLAG_LOG), (&s.seccomp.quiet, 0)] {
+                let prog = libc::sock_fprog {
+                    len: program.len() as libc::c_ushort,
+                    filter: program.as_ptr() as *mut libc::sock_filter,
+                };
+                // SAFETY: see above; `prog` points into a program compiled before the fork
+                // (seccompiler's `sock_filter` is `#[repr(C)]` with the kernel's layout), which
+                // the kernel only reads (and copies) during the call.
+                if unsafe { libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog) } < 0 {
+                    return Err(fail(Step::Seccomp));
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -783,8 +842,9 @@ fn restrict_landlock(s: &ChildSetup, fail: &dyn Fn(Step) -> io::Error) -> io::Re
     }
     // SAFETY: see `setup`; closing a descriptor we opened above.
     unsafe { libc::close(proc_self) };
+    let flags = s.log.map_or(0u32, |l| l.landlock_flags);
     // SAFETY: see `setup`.
-    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) } < 0 {
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, flags) } < 0 {
         return Err(fail(Step::LandlockRestrict));
     }
     Ok(())

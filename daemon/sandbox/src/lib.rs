@@ -22,6 +22,8 @@
 //! - `mntns`: the read-only view of the filesystem (a mount namespace) tools run in, so
 //!   that metadata changes landlock does not cover fail outside their write roots.
 //! - `peer`: who is at the other end of a connection to cordond's socket (pidfd, cgroup).
+//! - `denials`: the kernel's audit records of what landlock and seccomp denied, matched to
+//!   invocations (read as a listener of the audit multicast group; see the module).
 //! - `memory`: handing freed heap memory back to the kernel after a load (`malloc_trim`).
 //!
 //! Architecture invariant: every `unsafe` block of cordon's is in this crate and carries a
@@ -31,6 +33,7 @@
 
 mod cgroup;
 mod child;
+mod denials;
 mod landlock;
 mod memory;
 mod mntns;
@@ -46,6 +49,7 @@ pub use cgroup::{
     host_layout as cgroup_layout, reaper_main, spawn_reaper,
 };
 pub use child::{Identity, Step as SetupStep};
+pub use denials::{DenialLog, Probe as DenialProbe, Watch as DenialWatch, probe as probe_denials};
 pub use landlock::{
     LandlockError, RulesetDescription, build as landlock_ruleset, describe as describe_landlock_ruleset,
     probe_abi as probe_landlock_abi,
@@ -71,6 +75,8 @@ pub struct HostSandbox {
     pub cgroups: cgroup::Cgroups,
     /// The read-only filesystem views tools run in, and which mode this host allows.
     pub views: std::sync::Arc<mntns::MountViews>,
+    /// The reader of the kernel's audit log that explains denials (`Err`: why there is none).
+    pub denials: Result<std::sync::Arc<DenialLog>, String>,
 }
 
 impl HostSandbox {
@@ -95,6 +101,7 @@ impl HostSandbox {
             is_root,
             cgroups,
             views: std::sync::Arc::new(views),
+            denials: DenialLog::open().map(std::sync::Arc::new),
         }
     }
 }

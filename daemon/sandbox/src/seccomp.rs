@@ -52,6 +52,13 @@ impl Profile {
 #[derive(Debug)]
 pub struct Programs {
     pub program: BpfProgram,
+    /// Installed after `program` when refusals are logged (`SECCOMP_FILTER_FLAG_LOG`, see
+    /// `denials.rs`): it answers the ENOSYS and EOPNOTSUPP syscalls exactly as `program` does and
+    /// allows everything else. The kernel runs every filter and keeps the strictest action, and
+    /// on a tie the newest filter's, which is this one, installed without the log flag: so
+    /// `clone3`'s ENOSYS (every fork under glibc) is never logged, and the EPERM refusals are.
+    /// It never allows what `program` refuses (ALLOW is the weakest action).
+    pub quiet: BpfProgram,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -248,7 +255,28 @@ pub fn compile(profile: Profile) -> Result<Programs, CompileError> {
     if p.len() > usize::from(u16::MAX) {
         return Err(CompileError(format!("program of {} instructions is too long", p.len())));
     }
-    Ok(Programs { program: p })
+    Ok(Programs { program: p, quiet: quiet()? })
+}
+
+/// The companion filter of [`Programs::quiet`]: the same answers for the ENOSYS and EOPNOTSUPP
+/// syscalls, ALLOW for every other number.
+fn quiet() -> Result<BpfProgram, CompileError> {
+    let answers: Vec<(u32, u32)> = ENOSYS_LIST
+        .iter()
+        .map(|e| (e.0 as u32, ENOSYS))
+        .chain(NOTSUP.iter().map(|e| (e.0 as u32, EOPNOTSUPP)))
+        .collect();
+    let n = answers.len();
+    let mut p = vec![stmt(LD_W_ABS, NR)];
+    // Check i (at 1 + i) jumps to its return (at 2 + n + i): n instructions ahead.
+    for (nr, _) in &answers {
+        p.push(jump(JEQ_K, *nr, n, 0)?);
+    }
+    p.push(stmt(RET_K, RET_ALLOW));
+    for (_, ret) in &answers {
+        p.push(stmt(RET_K, *ret));
+    }
+    Ok(p)
 }
 
 /// The argument checks, by syscall number. Each block is entered with the syscall number in A
@@ -637,6 +665,27 @@ mod tests {
             _ => 1,
         };
         if rank(last) <= rank(first) { last } else { first }
+    }
+
+    /// The quiet companion (installed last, unlogged) changes no answer of the logged program,
+    /// and is the filter that answers exactly the ENOSYS and EOPNOTSUPP syscalls (so those are
+    /// never logged) while every refusal (EPERM, kill) stays the logged program's.
+    #[test]
+    fn quiet_companion_changes_no_answer() {
+        let arch = AUDIT_ARCH;
+        for profile in all_profiles() {
+            let p = compile(profile).unwrap();
+            for nr in (0..1024).chain([X32_BIT | 1, u32::MAX]) {
+                for arch in [arch, 0x4000_0003] {
+                    let d = data(arch, nr, [0, 0, 0, 0, 0, 0]);
+                    let (logged, quiet) = (run(&p.program, &d), run(&p.quiet, &d));
+                    assert_eq!(combine(logged, quiet), logged, "nr {nr} arch {arch:#x}");
+                    let special = ENOSYS_LIST.iter().chain(NOTSUP).any(|e| e.0 as u32 == nr);
+                    let quiet_decides = quiet != RET_ALLOW && logged & 0xffff_0000 == RET_ERRNO;
+                    assert_eq!(quiet_decides, special && arch == AUDIT_ARCH, "nr {nr} arch {arch:#x}");
+                }
+            }
+        }
     }
 
     fn data(arch: u32, nr: u32, args: [u64; 6]) -> [u8; 64] {

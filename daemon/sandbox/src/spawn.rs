@@ -19,11 +19,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{Cgroups, InvocationCgroup};
 use super::child::{self, ChildSetup, Exec, Identity, Step};
+use super::denials::DenialLog;
 use super::landlock::{self, LandlockError};
 use super::mntns::{MountViews, ViewError};
 use super::output::{Capture, Captured};
 use super::seccomp::Programs;
 use cordon_core::argv::Plan;
+use cordon_core::denial::{Denial, Logged};
 use cordon_core::policy::SandboxPolicy;
 
 /// Process limit of an invocation whose policy sets none (cgroup `pids.max`).
@@ -79,6 +81,9 @@ pub struct Confinement<'a> {
     /// Where the invocation's cgroup directories are published once made, for figures of a
     /// running invocation (`cordon status`); `None`: not published.
     pub cgroup_dirs: Option<Arc<std::sync::OnceLock<Vec<std::path::PathBuf>>>>,
+    /// The kernel audit log reader: the tool's denials are logged and collected (`None`: the
+    /// daemon cannot read the log, nothing is logged).
+    pub denials: Option<&'a DenialLog>,
 }
 
 /// The sandbox an invocation actually ran in, for results and audit records.
@@ -105,6 +110,10 @@ pub struct Outcome {
     pub stderr: Captured,
     pub duration: Duration,
     pub facts: Facts,
+    /// What the kernel logged that the sandbox denied the tool (read after a failed run only;
+    /// bounded, deduplicated), and which kinds of denial it logs at all.
+    pub denials: Vec<Denial>,
+    pub logged: Logged,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -181,6 +190,10 @@ pub async fn run(
         view,
         last_cap: child::last_cap(),
         born_in: cgroup.as_ref().and_then(InvocationCgroup::born_in),
+        log: confine.denials.map(|_| {
+            let uid = confine.identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+            child::DenialLogging::new(uid, confine.landlock_abi)
+        }),
     };
     let facts = Facts {
         landlock_abi: confine.landlock_abi,
@@ -217,6 +230,7 @@ pub async fn run(
         );
         exec.exe_id = Some((e.pin.node.dev, e.pin.node.ino));
     }
+    let spawned_at = std::time::SystemTime::now();
     let spawned = child::spawn(&exec, &setup);
     // Our copies of the child's ends (stdio, report pipe, ruleset) close here, so the report
     // pipe's EOF means the child exec'd.
@@ -234,6 +248,8 @@ pub async fn run(
     }
     drop(report_read);
     let pid = u32::try_from(pid).map_err(|_| start_err(io::Error::other("negative pid")))?;
+    // The child has exec'd (its audit session is set): collect its denials from here on.
+    let watch = confine.denials.map(|log| log.watch(pid, spawned_at, confine.landlock_abi >= 7));
     // From here on the group is killed if this future is dropped before the child is reaped.
     let mut group = Group { pid, reaped: false };
     let supervise = |source| SpawnError::Supervise { pid, source };
@@ -308,7 +324,13 @@ pub async fn run(
         WaitStatus::Signaled(_, sig, _) => (None, Some(sig as i32)),
         _ => (None, None),
     };
-    Ok(Outcome { pid, exit_code, signal, timed_out, cancelled, stdout, stderr, duration: started.elapsed(), facts })
+    let duration = started.elapsed();
+    // Only a run that failed waits (briefly, bounded) for the kernel's records of its denials.
+    let (denials, logged) = match watch {
+        Some(w) => w.finish(exit_code != Some(0)).await,
+        None => (Vec::new(), Logged::default()),
+    };
+    Ok(Outcome { pid, exit_code, signal, timed_out, cancelled, stdout, stderr, duration, facts, denials, logged })
 }
 
 /// Resource limits for the child: always a core size of 0 and a descriptor limit; the rest as

@@ -534,3 +534,79 @@ pub(super) fn table_markdown(instructions: &[(String, usize)]) -> String {
     }
     s
 }
+
+/// Names of system calls that are denied (EPERM), so a denial can name them: the ones programs
+/// are known to try. Any other number is shown as a number.
+const DENIED_NAMES: &[(i64, &str)] = &[
+    (libc::SYS_mount, "mount"),
+    (libc::SYS_umount2, "umount2"),
+    (libc::SYS_pivot_root, "pivot_root"),
+    (libc::SYS_chroot, "chroot"),
+    (libc::SYS_ptrace, "ptrace"),
+    (libc::SYS_bpf, "bpf"),
+    (libc::SYS_unshare, "unshare"),
+    (libc::SYS_setns, "setns"),
+    (libc::SYS_kexec_load, "kexec_load"),
+    (libc::SYS_init_module, "init_module"),
+    (libc::SYS_finit_module, "finit_module"),
+    (libc::SYS_delete_module, "delete_module"),
+    (libc::SYS_reboot, "reboot"),
+    (libc::SYS_swapon, "swapon"),
+    (libc::SYS_swapoff, "swapoff"),
+    (libc::SYS_perf_event_open, "perf_event_open"),
+    (libc::SYS_keyctl, "keyctl"),
+    (libc::SYS_add_key, "add_key"),
+    (libc::SYS_request_key, "request_key"),
+    (libc::SYS_io_uring_setup, "io_uring_setup"),
+    (libc::SYS_io_uring_enter, "io_uring_enter"),
+    (libc::SYS_io_uring_register, "io_uring_register"),
+    (libc::SYS_userfaultfd, "userfaultfd"),
+    (libc::SYS_process_vm_readv, "process_vm_readv"),
+    (libc::SYS_process_vm_writev, "process_vm_writev"),
+    (libc::SYS_acct, "acct"),
+    (libc::SYS_settimeofday, "settimeofday"),
+    (libc::SYS_clock_settime, "clock_settime"),
+    (libc::SYS_adjtimex, "adjtimex"),
+    (libc::SYS_sethostname, "sethostname"),
+    (libc::SYS_setdomainname, "setdomainname"),
+    (libc::SYS_quotactl, "quotactl"),
+    (libc::SYS_open_by_handle_at, "open_by_handle_at"),
+    (libc::SYS_name_to_handle_at, "name_to_handle_at"),
+    (libc::SYS_fanotify_init, "fanotify_init"),
+    (libc::SYS_syslog, "syslog"),
+    (libc::SYS_vhangup, "vhangup"),
+    (libc::SYS_kcmp, "kcmp"),
+    (libc::SYS_move_pages, "move_pages"),
+    (libc::SYS_migrate_pages, "migrate_pages"),
+    (libc::SYS_fsopen, "fsopen"),
+    (libc::SYS_fsmount, "fsmount"),
+    (libc::SYS_fsconfig, "fsconfig"),
+    (libc::SYS_fspick, "fspick"),
+    (libc::SYS_move_mount, "move_mount"),
+    (libc::SYS_open_tree, "open_tree"),
+    (libc::SYS_mount_setattr, "mount_setattr"),
+    (libc::SYS_pidfd_getfd, "pidfd_getfd"),
+    (libc::SYS_process_madvise, "process_madvise"),
+    (libc::SYS_get_robust_list, "get_robust_list"),
+    (libc::SYS_personality, "personality"),
+    (libc::SYS_landlock_create_ruleset, "landlock_create_ruleset"),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_iopl, "iopl"),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_ioperm, "ioperm"),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_modify_ldt, "modify_ldt"),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_uselib, "uselib"),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_ustat, "ustat"),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_sysfs, "sysfs"),
+];
+
+/// The name of system call `nr` of this architecture, when cordon knows it.
+pub(super) fn name(nr: i64) -> Option<&'static str> {
+    let three = ALLOWED.iter().chain(ALLOWED_ARCH).chain(ENOSYS).chain(NOTSUP).map(|e| (e.0, e.1));
+    let four = CHECKED.iter().chain(CHECKED_ARCH).map(|e| (e.0, e.1));
+    three.chain(four).chain(DENIED_NAMES.iter().copied()).find(|(n, _)| *n == nr).map(|(_, name)| name)
+}

@@ -232,7 +232,7 @@ pub(crate) fn diagnostic(d: &Diagnostic) -> v1::Diagnostic {
 }
 
 pub(crate) fn finished(id: &str, answer: Answer) -> v1::Finished {
-    let Answer { outcome: o, verdict } = answer;
+    let Answer { outcome: o, verdict, denials } = answer;
     let (error_code, error) = match verdict.error {
         Some(e) => (e.code.to_string(), e.message),
         None => (String::new(), String::new()),
@@ -265,6 +265,18 @@ pub(crate) fn finished(id: &str, answer: Answer) -> v1::Finished {
             gid: o.facts.gid,
         }),
         hints: Vec::new(),
+        denials: denials.iter().map(denial).collect(),
+    }
+}
+
+fn denial(e: &cordon_core::denial::Explained) -> v1::Denial {
+    v1::Denial {
+        source: e.denial.denied.source().to_string(),
+        target: e.denial.denied.target(),
+        access: e.denial.denied.access(),
+        grant_key: e.remedy.key().to_string(),
+        count: e.denial.count,
+        message: e.message.clone(),
     }
 }
 
@@ -272,7 +284,7 @@ pub(crate) fn finished(id: &str, answer: Answer) -> v1::Finished {
 pub(crate) fn cached(hit: CacheHit) -> v1::Finished {
     let age = u64::try_from(crate::cache::age(&hit.entry).as_millis()).unwrap_or(u64::MAX);
     let from = hit.entry.invocation_id.clone();
-    let answer = Answer { outcome: hit.entry.outcome, verdict: hit.entry.verdict };
+    let answer = Answer { outcome: hit.entry.outcome, verdict: hit.entry.verdict, denials: Vec::new() };
     let mut f = finished(&hit.id, answer);
     f.cached = true;
     f.cache_age_ms = age;

@@ -1,4 +1,4 @@
-//! `cordon-attack ATTACK [ARGS...]`: performs exactly one attack on the sandbox it runs in and
+//! `cordon-attack [--fail] ATTACK [ARGS...]`: performs exactly one attack on the sandbox it runs in and
 //! prints one JSON line, `{"attack": NAME, "ok": BOOL, "errno": N|null, ...}`: `ok` says whether
 //! the operation succeeded, `errno` is the error of the failing system call. The sandbox suite
 //! (`tests/tests/suite/sandbox.rs`) runs it as a tool through the real daemon.
@@ -16,7 +16,12 @@ use serde_json::{Map, Value, json};
 fn main() {
     // SAFETY: installing SIG_IGN for SIGXFSZ touches no memory of ours.
     unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // `--fail`: exit 1 when the attack did not succeed (a failed run, for the denial tests).
+    let fail = args.first().is_some_and(|a| a == "--fail");
+    if fail {
+        args.remove(0);
+    }
     let Some(name) = args.first() else {
         eprintln!("usage: cordon-attack ATTACK [ARGS...]");
         std::process::exit(2);
@@ -29,7 +34,11 @@ fn main() {
             std::process::exit(2);
         }
     };
+    let succeeded = extra.get("ok") == Some(&json!(true));
     emit(name, extra);
+    if fail && !succeeded {
+        std::process::exit(1);
+    }
 }
 
 /// Prints the one result line.

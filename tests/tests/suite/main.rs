@@ -7,6 +7,7 @@ mod authz;
 mod cgroup_delegation;
 mod check_agrees;
 mod cli;
+mod denials;
 mod docs;
 mod e2e;
 mod escapes_confirm;
