@@ -203,6 +203,9 @@ impl DenialLog {
         )
         .ok();
         let shared = Arc::new(Shared { sock, control: Mutex::new(control), state: Mutex::new(State::default()) });
+        if let Some(why) = shared.status().and_then(|s| unsafe_to_log(s.failure)) {
+            return Err(why);
+        }
         let reader = shared.clone();
         std::thread::Builder::new()
             .name("cordon-audit-log".into())
@@ -254,12 +257,16 @@ pub fn probe() -> Probe {
         Ok(sock) => bind(sock.as_raw_fd(), &NetlinkAddr::new(0, READLOG_GROUPS))
             .map_err(|e| format!("cannot join the audit log's multicast group (needs CAP_AUDIT_READ): {e}")),
     };
-    let audit_enabled = open().ok().and_then(|control| {
+    let status = open().ok().and_then(|control| {
         let shared =
             Shared { sock: open().ok()?, control: Mutex::new(Some(control)), state: Mutex::new(State::default()) };
-        shared.status().map(|s| s.enabled)
+        shared.status()
     });
-    Probe { readable, audit_enabled }
+    let readable = match status.as_ref().and_then(|s| unsafe_to_log(s.failure)) {
+        Some(why) => Err(why),
+        None => readable,
+    };
+    Probe { readable, audit_enabled: status.map(|s| s.enabled) }
 }
 
 /// One invocation's collection; unregisters when dropped.
@@ -310,7 +317,24 @@ impl Drop for Watch {
 /// What `AUDIT_GET` says.
 struct Status {
     enabled: bool,
+    /// What the kernel does when it loses records: 0 silent, 1 printk, 2 panic.
+    failure: u32,
     backlog: u32,
+}
+
+/// `AUDIT_FAIL_PANIC`: the kernel halts when it loses an audit record.
+const AUDIT_FAIL_PANIC: u32 = 2;
+
+/// Why denials must not be logged on a kernel whose audit failure mode is `failure`. Logged
+/// refusals are records a tool produces at will (a loop of denied system calls); where losing
+/// one (a full backlog) halts the host, that would hand every tool a way to stop the machine.
+fn unsafe_to_log(failure: u32) -> Option<String> {
+    (failure == AUDIT_FAIL_PANIC).then(|| {
+        "the kernel's audit failure mode is panic (auditctl -f 2): a tool flooding denied system calls could \
+         overflow the audit backlog and halt the host, so cordond does not have the kernel log denials (they are \
+         inferred from the tool's errors instead)"
+            .to_string()
+    })
 }
 
 impl Shared {
@@ -370,7 +394,7 @@ impl Shared {
         // struct audit_status: mask, enabled, failure, pid, rate_limit, backlog_limit, lost, backlog.
         let word = |i: usize| body.get(4 * i..4 * i + 4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
         (kind == AUDIT_GET).then_some(())?;
-        Some(Status { enabled: word(1)? != 0, backlog: word(7)? })
+        Some(Status { enabled: word(1)? != 0, failure: word(2)?, backlog: word(7)? })
     }
 }
 
@@ -502,6 +526,13 @@ mod tests {
         r#"audit(1795636370.615:28): domain=14bba5be6 blockers=fs.make_reg path="/tmp/den" dev="vda" ino=10248422"#;
     const DOMAIN: &str = r#"audit(1795636370.615:28): domain=14bba5be6 status=allocated mode=enforcing pid=24057 uid=0 exe="/tmp/den/ll" comm="ll""#;
     const SECCOMP: &str = r#"audit(1795636370.623:30): auid=4294967295 uid=0 gid=0 ses=4294967295 pid=24058 comm="mkdir" exe="/usr/bin/mkdir" sig=0 arch=c000003e syscall=83 compat=0 ip=0x7f4493a50f37 code=0x50000"#;
+
+    #[test]
+    fn a_kernel_that_panics_on_lost_records_gets_no_logged_denials() {
+        assert!(unsafe_to_log(AUDIT_FAIL_PANIC).unwrap().contains("auditctl -f 2"));
+        assert_eq!(unsafe_to_log(0), None);
+        assert_eq!(unsafe_to_log(1), None);
+    }
 
     #[test]
     fn records_parse() {

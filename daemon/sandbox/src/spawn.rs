@@ -191,7 +191,7 @@ pub async fn run(
         last_cap: child::last_cap(),
         born_in: cgroup.as_ref().and_then(InvocationCgroup::born_in),
         log: confine.denials.map(|_| {
-            let uid = confine.identity.map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+            let uid = confine.identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
             child::DenialLogging::new(uid, confine.landlock_abi)
         }),
     };
