@@ -417,6 +417,41 @@ impl PartialEq for OutputSchema {
     }
 }
 
+/// Size of a tool's private temp space when neither `temp.size` nor `limits.memory` sets one.
+pub const DEFAULT_TEMP_SIZE: u64 = 512 << 20;
+
+/// Smallest `temp.size` a policy may set.
+pub const MIN_TEMP_SIZE: u64 = 1 << 20;
+
+/// A tool's private temp space (policy key `temp`): a fresh directory per invocation, granted
+/// read, write and exec, named by `TMPDIR`; where cordond can make mount namespaces, a size-bounded
+/// tmpfs, with a private `/tmp` and `/dev/shm` besides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Temp {
+    /// `temp = false`: no temp space, no `TMPDIR` (the tool sees only its grants).
+    Off,
+    /// The default (`temp = true`, or `temp = { size = "256MiB" }`).
+    #[default]
+    On,
+    /// `temp = { size = ... }`.
+    Sized(u64),
+}
+
+impl Temp {
+    /// The size bound of each private tmpfs: `temp.size`, else `limits.memory`, else
+    /// [`DEFAULT_TEMP_SIZE`]. (tmpfs pages count against the writer's memory cgroup too.)
+    pub fn size(self, limits: &Limits) -> u64 {
+        match self {
+            Temp::Sized(n) => n,
+            _ => limits.memory.unwrap_or(DEFAULT_TEMP_SIZE),
+        }
+    }
+
+    pub fn enabled(self) -> bool {
+        self != Temp::Off
+    }
+}
+
 /// What the kernel sandbox grants the tool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SandboxPolicy {
@@ -428,6 +463,8 @@ pub struct SandboxPolicy {
     pub limits: Limits,
     pub run_as: Option<RunAs>,
     pub min_landlock_abi: Option<u32>,
+    /// The tool's private temp space (`temp`).
+    pub temp: Temp,
     /// The paths above, opened without following symlinks when the registry loaded (empty until
     /// the tool is probed, and for a tool that is unavailable).
     pub pins: Arc<Pins>,

@@ -1,0 +1,438 @@
+//! The private temp space of one invocation (policy key `temp`, on unless `temp = false`).
+//!
+//! Every invocation gets a fresh directory of its own, granted every landlock right but device
+//! creation (read, write, exec: compilers and test runners build programs there and run them)
+//! and named by `TMPDIR` (unless the policy's `env` sets `TMPDIR` itself: the admin's choice
+//! stands). Where the tool runs in a read-only view (a mount namespace, see [`super::mntns`]), the
+//! child also leaves the view's shared namespace for one of its own (`unshare(CLONE_NEWNS)`) and
+//! mounts fresh, size-bounded tmpfs there (nosuid, nodev), so nothing of its temp space is
+//! shared with the host or with other invocations, and it all goes when the last process of the
+//! invocation exits:
+//!
+//! - a private `/tmp` (mode 1777, `TMPDIR=/tmp`), unless the tool's executable, working dir or
+//!   any of its grants lies beneath `/tmp` (a private `/tmp` would hide them): then a tmpfs
+//!   (mode 0700, owned by the identity the tool runs as) over a fresh, empty directory the daemon
+//!   makes in its own temp dir (`$TMPDIR` of cordond, else `/tmp`), named by `TMPDIR`;
+//! - a private `/dev/shm` (mode 1777, noexec), unless something of the tool lies beneath
+//!   `/dev/shm` (then the host's, as granted).
+//!
+//! Landlock rules name inodes: a tmpfs mounted in the child is not beneath any rule the parent
+//! built, so the child adds one rule per mount, on the mount's own descriptor (`fsmount`), before
+//! `restrict_self`. Without a view (a daemon that is not root and cannot make user namespaces)
+//! the fresh directory is a plain directory on the host, granted the same way, with no size bound
+//! but the filesystem's and `limits.file_size`.
+//!
+//! The daemon removes the directory it made when the invocation ends, without following
+//! anything the tool planted: descent is by `openat(O_NOFOLLOW)` from descriptors, removal by
+//! `unlinkat`, and the directory itself is checked to be the one it made (dev, ino) before its
+//! name goes. Under a view the directory is only a mount point and is empty on the host.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use landlock::{ABI, Access, AccessFs, BitFlags};
+
+use cordon_core::argv::Plan;
+use cordon_core::policy::SandboxPolicy;
+
+use super::child::Identity;
+
+/// Most temp entries of one invocation (TMPDIR or `/tmp`, and `/dev/shm`).
+pub(crate) const MAX_ENTRIES: usize = 2;
+
+/// Deepest directory tree the removal descends into (a tool cannot make it recurse forever);
+/// anything deeper is left and logged.
+const MAX_DEPTH: usize = 256;
+
+/// What an invocation's temp space is, for results and audit records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TempKind {
+    /// `temp = false`.
+    Off,
+    /// A private tmpfs `/tmp` (TMPDIR=/tmp).
+    PrivateTmp,
+    /// A private tmpfs over a fresh directory (the tool has grants beneath `/tmp`).
+    PrivateDir,
+    /// A fresh directory on the host, no mount namespace (no size bound).
+    HostDir,
+}
+
+impl TempKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TempKind::Off => "none",
+            TempKind::PrivateTmp => "private-tmp",
+            TempKind::PrivateDir => "private-dir",
+            TempKind::HostDir => "host-dir",
+        }
+    }
+}
+
+/// One directory the child makes its tool's temp space.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub target: CString,
+    /// Mount a fresh tmpfs over `target` (else: grant `target` as it is).
+    pub mount: bool,
+    /// tmpfs `mode` option (octal text).
+    pub mode: &'static CStr,
+    /// tmpfs `uid` and `gid` options (the identity the tool runs as), when set.
+    pub owner: Option<(CString, CString)>,
+    pub noexec: bool,
+    /// Landlock rights on it.
+    pub access: u64,
+    /// The (dev, ino) `target` must be before anything is mounted on it or granted.
+    pub expect: Option<(u64, u64)>,
+}
+
+/// What the child does for the temp space, prepared before the clone.
+#[derive(Debug)]
+pub(crate) struct ChildTemp {
+    /// Leave the view's mount namespace for a new one first.
+    pub unshare: bool,
+    /// tmpfs `size` option (bytes, decimal text).
+    pub size: CString,
+    pub entries: Vec<Entry>,
+}
+
+/// The temp space of one invocation, held by the parent until the invocation ends.
+#[derive(Debug)]
+pub(crate) struct TempSpace {
+    pub kind: TempKind,
+    /// The value for `TMPDIR`.
+    pub tmpdir: PathBuf,
+    /// The directory made on the host, removed when this is dropped (or by [`TempSpace::remove`]).
+    pub dir: Option<HostDir>,
+}
+
+impl TempSpace {
+    /// Removes the host directory (if any) now; call off the async runtime.
+    pub(crate) fn remove(mut self) {
+        if let Some(dir) = self.dir.take() {
+            dir.remove();
+        }
+    }
+}
+
+impl Drop for TempSpace {
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            dir.remove();
+        }
+    }
+}
+
+/// Whether `path` is `root` or lies beneath it.
+fn beneath(path: &Path, root: &Path) -> bool {
+    path.starts_with(root)
+}
+
+/// `path` is a real directory (no symlink at its end) on this host; checked once per daemon.
+fn real_dir(path: &'static str, slot: &'static OnceLock<bool>) -> bool {
+    *slot.get_or_init(|| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()))
+}
+
+/// Whether any path the tool relies on lies beneath `root` (so a private mount there would hide it).
+fn relies_on(policy: &SandboxPolicy, plan: &Plan, exe: &Path, root: &Path) -> bool {
+    let pins = &policy.pins;
+    [plan.cwd.as_path(), plan.executable.as_path(), exe]
+        .into_iter()
+        .chain(policy.read.iter().map(PathBuf::as_path))
+        .chain(policy.write.iter().map(PathBuf::as_path))
+        .chain(policy.exec.iter().map(PathBuf::as_path))
+        .chain(policy.unix_sockets.iter().map(PathBuf::as_path))
+        .chain(pins.all().map(|(_, p)| p.path.as_path()))
+        .any(|p| beneath(p, root))
+}
+
+/// Landlock rights on the temp space: everything the ABI knows but making device nodes
+/// (exec too), and for `/dev/shm` no exec.
+fn access(abi: i32, exec: bool) -> u64 {
+    let v = ABI::from(abi);
+    let mut a: BitFlags<AccessFs> = AccessFs::from_all(v) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    if !exec {
+        a &= !AccessFs::Execute;
+    }
+    a.bits()
+}
+
+fn cstring(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// Prepares the temp space of an invocation: decides what the child mounts and makes the
+/// directory on the host where one is needed. `None` for `temp = false`.
+pub(crate) fn prepare(
+    id: &str,
+    policy: &SandboxPolicy,
+    plan: &Plan,
+    exe: &Path,
+    abi: i32,
+    identity: Option<Identity>,
+    namespaced: bool,
+) -> io::Result<Option<(TempSpace, ChildTemp)>> {
+    static TMP: OnceLock<bool> = OnceLock::new();
+    static SHM: OnceLock<bool> = OnceLock::new();
+    if !policy.temp.enabled() {
+        return Ok(None);
+    }
+    let size = CString::new(policy.temp.size(&policy.limits).to_string())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let owner = match identity {
+        Some(id) => Some((CString::new(id.uid.to_string())?, CString::new(id.gid.to_string())?)),
+        None => None,
+    };
+    let private_tmp = namespaced && real_dir("/tmp", &TMP) && !relies_on(policy, plan, exe, Path::new("/tmp"));
+    let private_shm = namespaced && real_dir("/dev/shm", &SHM) && !relies_on(policy, plan, exe, Path::new("/dev/shm"));
+    let mut entries = Vec::with_capacity(MAX_ENTRIES);
+    let (kind, tmpdir, dir) = if private_tmp {
+        entries.push(Entry {
+            target: c"/tmp".into(),
+            mount: true,
+            mode: c"1777",
+            owner: None,
+            noexec: false,
+            access: access(abi, true),
+            expect: None,
+        });
+        (TempKind::PrivateTmp, PathBuf::from("/tmp"), None)
+    } else {
+        let dir = HostDir::create(id, if namespaced { None } else { identity })?;
+        entries.push(Entry {
+            target: cstring(&dir.path)?,
+            mount: namespaced,
+            mode: c"700",
+            owner: owner.clone(),
+            noexec: false,
+            access: access(abi, true),
+            expect: Some(dir.id),
+        });
+        let kind = if namespaced { TempKind::PrivateDir } else { TempKind::HostDir };
+        (kind, dir.path.clone(), Some(dir))
+    };
+    if private_shm {
+        entries.push(Entry {
+            target: c"/dev/shm".into(),
+            mount: true,
+            mode: c"1777",
+            owner: None,
+            noexec: true,
+            access: access(abi, false),
+            expect: None,
+        });
+    }
+    let unshare = entries.iter().any(|e| e.mount);
+    Ok(Some((TempSpace { kind, tmpdir, dir }, ChildTemp { unshare, size, entries })))
+}
+
+/// A fresh directory on the host: made with `mkdtemp` (mode 0700, a name nobody could have
+/// taken) in the daemon's temp dir, held by descriptor.
+#[derive(Debug)]
+pub(crate) struct HostDir {
+    pub path: PathBuf,
+    /// The directory it was made in, and its name there.
+    parent: OwnedFd,
+    name: CString,
+    fd: OwnedFd,
+    pub id: (u64, u64),
+}
+
+impl HostDir {
+    /// Makes the directory; owned by `chown` when given (a root daemon running a tool without a
+    /// view), else by the daemon.
+    fn create(id: &str, chown: Option<Identity>) -> io::Result<HostDir> {
+        let root = std::env::temp_dir();
+        // The invocation id only helps a human reading the directory; keep it to safe bytes.
+        let tag: String = id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(40).collect();
+        let mut template = root.join(format!("cordon-{tag}-XXXXXX")).into_os_string().into_vec();
+        template.push(0);
+        // SAFETY: `template` is a writable, NUL-terminated buffer ending in "XXXXXX", which
+        // mkdtemp(3) replaces in place; it makes the directory with mode 0700 or fails.
+        let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+        if made.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        template.pop();
+        let path = PathBuf::from(OsStr::from_bytes(&template));
+        let name = CString::new(path.file_name().map(OsStr::as_bytes).unwrap_or_default())?;
+        let parent = open_dir(libc::AT_FDCWD, &cstring(&root)?, libc::O_PATH)?;
+        let fd = match open_dir(parent.as_raw_fd(), &name, libc::O_RDONLY) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = nix::unistd::unlinkat(&parent, name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir);
+                return Err(e);
+            }
+        };
+        let st = nix::sys::stat::fstat(&fd).map_err(io::Error::from)?;
+        let dir = HostDir { path, parent, name, fd, id: (st.st_dev, st.st_ino) };
+        if let Some(who) = chown {
+            nix::unistd::fchown(&dir.fd, Some(who.uid.into()), Some(who.gid.into())).map_err(io::Error::from)?;
+        }
+        Ok(dir)
+    }
+
+    /// Empties and removes the directory, following no symlink. Failures are logged: the tool
+    /// has ended, nothing else can be done about them.
+    fn remove(self) {
+        let mut depth_exceeded = false;
+        if let Err(e) = clear(&self.fd, 0, &mut depth_exceeded) {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot empty an invocation's temp directory");
+        }
+        if depth_exceeded {
+            tracing::warn!(path = %self.path.display(), "an invocation's temp directory is nested deeper than {MAX_DEPTH}; left in place");
+        }
+        // The name must still be the directory made (a tool may rename its own directory where it
+        // may write the parent): never remove something else.
+        let same =
+            nix::sys::stat::fstatat(&self.parent, self.name.as_c_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| (st.st_dev, st.st_ino) == self.id);
+        if !same {
+            tracing::warn!(path = %self.path.display(), "an invocation's temp directory was moved away; not removed");
+            return;
+        }
+        if let Err(e) = nix::unistd::unlinkat(&self.parent, self.name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir)
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot remove an invocation's temp directory");
+        }
+    }
+}
+
+/// `openat(dir, name, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | extra)`.
+fn open_dir(dir: RawFd, name: &CStr, extra: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: openat(2) with a NUL-terminated name; the result is a new descriptor we own.
+    let fd =
+        unsafe { libc::openat(dir, name.as_ptr(), libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC | extra) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Removes everything in the directory `dir` (descriptor), depth first, never following a
+/// symlink: a symlink is an entry like any other and `unlinkat` removes the link itself.
+fn clear(dir: &OwnedFd, depth: usize, exceeded: &mut bool) -> io::Result<()> {
+    // A tool may have made its directories unwritable or unsearchable for its owner.
+    let _ = nix::sys::stat::fchmod(dir, nix::sys::stat::Mode::from_bits_truncate(0o700));
+    let names: Vec<CString> = {
+        let dup = nix::unistd::dup(dir).map_err(io::Error::from)?;
+        let mut listing = nix::dir::Dir::from_fd(dup).map_err(io::Error::from)?;
+        listing
+            .iter()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_owned())
+            .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+            .collect()
+    };
+    for name in names {
+        match nix::unistd::unlinkat(dir, name.as_c_str(), nix::unistd::UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => continue,
+            Err(nix::errno::Errno::EISDIR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if depth + 1 >= MAX_DEPTH {
+            *exceeded = true;
+            continue;
+        }
+        let sub = open_dir(dir.as_raw_fd(), &name, libc::O_RDONLY)?;
+        clear(&sub, depth + 1, exceeded)?;
+        drop(sub);
+        nix::unistd::unlinkat(dir, name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir)?;
+    }
+    Ok(())
+}
+
+/// `fsconfig` commands (linux/mount.h).
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+
+/// In the child, before it drops its capabilities: leaves the view's mount namespace for a new
+/// one (when `t.unshare`), mounts each tmpfs and opens each entry for its landlock rule, storing
+/// the descriptors in `fds` (-1 past the last). Raw system calls only, on data prepared before
+/// the clone. Returns false with errno set on failure.
+pub(crate) fn enter(t: &ChildTemp, fds: &mut [RawFd; MAX_ENTRIES]) -> bool {
+    // SAFETY: raw system calls on C strings and stack values prepared before the clone; every
+    // descriptor opened here is close-on-exec.
+    unsafe {
+        if t.unshare && libc::unshare(libc::CLONE_NEWNS) < 0 {
+            return false;
+        }
+        for (i, e) in t.entries.iter().take(MAX_ENTRIES).enumerate() {
+            let target = libc::openat(
+                libc::AT_FDCWD,
+                e.target.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            );
+            if target < 0 {
+                return false;
+            }
+            if let Some((dev, ino)) = e.expect {
+                let mut st: libc::stat = std::mem::zeroed();
+                if libc::fstat(target, &mut st) < 0 || st.st_dev != dev || st.st_ino != ino {
+                    *libc::__errno_location() = libc::ESTALE;
+                    return false;
+                }
+            }
+            if !e.mount {
+                fds[i] = target;
+                continue;
+            }
+            let fs = libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) as RawFd;
+            if fs < 0 {
+                return false;
+            }
+            let set = |key: &CStr, value: &CStr| {
+                libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr(), 0) == 0
+            };
+            if !set(c"size", &t.size) || !set(c"mode", e.mode) {
+                return false;
+            }
+            if let Some((uid, gid)) = &e.owner
+                && (!set(c"uid", uid) || !set(c"gid", gid))
+            {
+                return false;
+            }
+            if libc::syscall(
+                libc::SYS_fsconfig,
+                fs,
+                FSCONFIG_CMD_CREATE,
+                std::ptr::null::<libc::c_char>(),
+                std::ptr::null::<libc::c_char>(),
+                0,
+            ) < 0
+            {
+                return false;
+            }
+            let mut attrs = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+            if e.noexec {
+                attrs |= libc::MOUNT_ATTR_NOEXEC;
+            }
+            let mnt = libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs) as RawFd;
+            if mnt < 0 {
+                return false;
+            }
+            libc::close(fs);
+            if libc::syscall(
+                libc::SYS_move_mount,
+                mnt,
+                c"".as_ptr(),
+                target,
+                c"".as_ptr(),
+                libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+            ) < 0
+            {
+                return false;
+            }
+            libc::close(target);
+            // The mount's descriptor names the new tmpfs's root: the landlock rule goes there.
+            fds[i] = mnt;
+        }
+    }
+    true
+}
