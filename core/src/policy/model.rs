@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -449,6 +449,50 @@ impl Temp {
 
     pub fn enabled(self) -> bool {
         self != Temp::Off
+    }
+
+    /// What the tool's temp space is, in a sentence (`cordon tool NAME`). `sandbox` is the
+    /// tool's, `working_dir` its own (the executable is among the pins once probed).
+    pub fn describe(sandbox: &SandboxPolicy, working_dir: Option<&Path>) -> String {
+        let size = crate::policy::units::format_size(sandbox.temp.size(&sandbox.limits));
+        if !sandbox.temp.enabled() {
+            return "none (temp = false): no TMPDIR".into();
+        }
+        let beneath = |root: &str| {
+            let root = Path::new(root);
+            sandbox.relies_beneath(root) || working_dir.is_some_and(|w| w.starts_with(root))
+        };
+        let shm = if beneath("/dev/shm") {
+            "/dev/shm stays the host's (the tool's paths lie beneath it)"
+        } else {
+            "a private /dev/shm"
+        };
+        if beneath("/tmp") {
+            format!(
+                "TMPDIR = a fresh directory per call, a private {size} tmpfs, and {shm}, where cordond makes mount \
+                 namespaces (else a plain directory); /tmp stays the host's: the tool's paths lie beneath /tmp"
+            )
+        } else {
+            format!(
+                "TMPDIR = /tmp, a private {size} tmpfs per call, and {shm}, where cordond makes mount namespaces \
+                 (else TMPDIR = a fresh plain directory and /tmp is the host's)"
+            )
+        }
+    }
+}
+
+impl SandboxPolicy {
+    /// Whether any path of the tool (its grants, and once probed its pinned working dir and
+    /// executable) is `root` or lies beneath it: a private mount there would hide it.
+    pub fn relies_beneath(&self, root: &Path) -> bool {
+        self.read
+            .iter()
+            .chain(&self.write)
+            .chain(&self.exec)
+            .chain(&self.unix_sockets)
+            .map(PathBuf::as_path)
+            .chain(self.pins.all().map(|(_, p)| p.path.as_path()))
+            .any(|p| p.starts_with(root))
     }
 }
 

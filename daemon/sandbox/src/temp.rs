@@ -126,27 +126,17 @@ impl Drop for TempSpace {
     }
 }
 
-/// Whether `path` is `root` or lies beneath it.
-fn beneath(path: &Path, root: &Path) -> bool {
-    path.starts_with(root)
-}
-
 /// `path` is a real directory (no symlink at its end) on this host; checked once per daemon.
 fn real_dir(path: &'static str, slot: &'static OnceLock<bool>) -> bool {
     *slot.get_or_init(|| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()))
 }
 
-/// Whether any path the tool relies on lies beneath `root` (so a private mount there would hide it).
+/// Whether any path the tool relies on lies beneath `root` (so a private mount there would hide
+/// it): its grants and pins ([`SandboxPolicy::relies_beneath`]), and this call's working dir and
+/// executable.
 fn relies_on(policy: &SandboxPolicy, plan: &Plan, exe: &Path, root: &Path) -> bool {
-    let pins = &policy.pins;
-    [plan.cwd.as_path(), plan.executable.as_path(), exe]
-        .into_iter()
-        .chain(policy.read.iter().map(PathBuf::as_path))
-        .chain(policy.write.iter().map(PathBuf::as_path))
-        .chain(policy.exec.iter().map(PathBuf::as_path))
-        .chain(policy.unix_sockets.iter().map(PathBuf::as_path))
-        .chain(pins.all().map(|(_, p)| p.path.as_path()))
-        .any(|p| beneath(p, root))
+    policy.relies_beneath(root)
+        || [plan.cwd.as_path(), plan.executable.as_path(), exe].iter().any(|p| p.starts_with(root))
 }
 
 /// Landlock rights on the temp space: everything the ABI knows but making device nodes
@@ -435,4 +425,54 @@ pub(crate) fn enter(t: &ChildTemp, fds: &mut [RawFd; MAX_ENTRIES]) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    /// The daemon's removal of a host directory (a daemon without views) follows nothing a tool
+    /// planted: symlinks to a file and a directory outside, the same deep inside, and
+    /// directories the tool made unreadable; all of it goes, and nothing outside.
+    #[test]
+    fn removal_follows_no_planted_symlink() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("precious"), "keep").unwrap();
+        std::fs::create_dir(outside.path().join("dir")).unwrap();
+        std::fs::write(outside.path().join("dir").join("inner"), "keep").unwrap();
+        let dir = HostDir::create("test-removal", None).unwrap();
+        let p = dir.path.clone();
+        assert_eq!(std::fs::symlink_metadata(&p).unwrap().permissions().mode() & 0o7777, 0o700);
+        std::os::unix::fs::symlink(outside.path().join("precious"), p.join("file-link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("dir"), p.join("dir-link")).unwrap();
+        std::fs::create_dir_all(p.join("a/b/c")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), p.join("a/b/c/up")).unwrap();
+        std::fs::write(p.join("a/b/file"), "x").unwrap();
+        std::fs::set_permissions(p.join("a/b"), std::fs::Permissions::from_mode(0o000)).unwrap();
+        std::fs::set_permissions(p.join("a"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        dir.remove();
+        assert!(!p.exists(), "{} is still there", p.display());
+        assert_eq!(std::fs::read_to_string(outside.path().join("precious")).unwrap(), "keep");
+        assert_eq!(std::fs::read_to_string(outside.path().join("dir").join("inner")).unwrap(), "keep");
+    }
+
+    /// A directory moved away and replaced (by a symlink, or another directory) under its name:
+    /// the name is not removed, and the symlink's target is untouched.
+    #[test]
+    fn a_replaced_directory_name_is_left_alone() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("precious"), "keep").unwrap();
+        let dir = HostDir::create("test-replaced", None).unwrap();
+        let p = dir.path.clone();
+        let moved = p.with_extension("moved");
+        std::fs::rename(&p, &moved).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &p).unwrap();
+        dir.remove();
+        assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(outside.path().join("precious")).unwrap(), "keep");
+        std::fs::remove_file(&p).unwrap();
+        std::fs::remove_dir_all(&moved).unwrap();
+    }
 }

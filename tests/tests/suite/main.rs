@@ -32,6 +32,7 @@ mod sandbox;
 mod search_status;
 mod starter;
 mod systemd;
+mod temp;
 mod tool_admin;
 mod wire;
 mod workflows;
