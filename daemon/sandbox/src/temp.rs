@@ -106,23 +106,14 @@ pub(crate) struct TempSpace {
     /// The value for `TMPDIR`.
     pub tmpdir: PathBuf,
     /// The directory made on the host, removed when this is dropped (or by [`TempSpace::remove`]).
-    pub dir: Option<HostDir>,
+    pub _dir: Option<HostDir>,
 }
 
 impl TempSpace {
-    /// Removes the host directory (if any) now; call off the async runtime.
-    pub(crate) fn remove(mut self) {
-        if let Some(dir) = self.dir.take() {
-            dir.remove();
-        }
-    }
-}
-
-impl Drop for TempSpace {
-    fn drop(&mut self) {
-        if let Some(dir) = self.dir.take() {
-            dir.remove();
-        }
+    /// Removes the host directory (if any) now; call off the async runtime. (Dropping it does
+    /// the same, on whichever thread drops it.)
+    pub(crate) fn remove(self) {
+        drop(self);
     }
 }
 
@@ -216,7 +207,7 @@ pub(crate) fn prepare(
         });
     }
     let unshare = entries.iter().any(|e| e.mount);
-    Ok(Some((TempSpace { kind, tmpdir, dir }, ChildTemp { unshare, size, entries })))
+    Ok(Some((TempSpace { kind, tmpdir, _dir: dir }, ChildTemp { unshare, size, entries })))
 }
 
 /// A fresh directory on the host: made with `mkdtemp` (mode 0700, a name nobody could have
@@ -265,9 +256,17 @@ impl HostDir {
         Ok(dir)
     }
 
+    /// Empties and removes the directory (see `Drop`).
+    #[cfg(test)]
+    fn remove(self) {
+        drop(self);
+    }
+}
+
+impl Drop for HostDir {
     /// Empties and removes the directory, following no symlink. Failures are logged: the tool
     /// has ended, nothing else can be done about them.
-    fn remove(self) {
+    fn drop(&mut self) {
         let mut depth_exceeded = false;
         if let Err(e) = clear(&self.fd, 0, &mut depth_exceeded) {
             tracing::warn!(path = %self.path.display(), error = %e, "cannot empty an invocation's temp directory");
