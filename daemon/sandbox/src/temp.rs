@@ -12,7 +12,8 @@
 //! - a private `/tmp` (mode 1777, `TMPDIR=/tmp`), unless the tool's executable, working dir or
 //!   any of its grants lies beneath `/tmp` (a private `/tmp` would hide them): then a tmpfs
 //!   (mode 0700, owned by the identity the tool runs as) over a fresh, empty directory the daemon
-//!   makes in its own temp dir (`$TMPDIR` of cordond, else `/tmp`), named by `TMPDIR`;
+//!   makes in a directory of its own ([`Root`]: `cordon-tmp.XXXXXX` in cordond's `$TMPDIR`, else
+//!   `/tmp`), named by `TMPDIR`;
 //! - a private `/dev/shm` (mode 1777, noexec), unless something of the tool lies beneath
 //!   `/dev/shm` (then the host's, as granted).
 //!
@@ -210,13 +211,117 @@ pub(crate) fn prepare(
     Ok(Some((TempSpace { kind, tmpdir, _dir: dir }, ChildTemp { unshare, size, entries })))
 }
 
-/// A fresh directory on the host: made with `mkdtemp` (mode 0700, a name nobody could have
-/// taken) in the daemon's temp dir, held by descriptor.
+/// Prefix of the directory each daemon keeps its invocations' directories in.
+const ROOT_PREFIX: &str = "cordon-tmp.";
+/// Its prefix until it is locked (see [`root`]).
+const MAKING_PREFIX: &str = "cordon-tmp-new.";
+
+/// This daemon's directory for invocation directories: `cordon-tmp.XXXXXX` (`mkdtemp`, then
+/// mode 0711 so that a `run_as` identity can reach its own directory inside) in cordond's temp
+/// dir, held open and `flock`ed for the daemon's life. The lock is what tells a live daemon's
+/// directory from a dead one's: a daemon killed mid-invocation (even by SIGKILL) leaves its
+/// directories behind, and the next daemon to make its own removes every unlocked one first.
+#[derive(Debug)]
+struct Root {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+/// The daemon's [`Root`], made (after the sweep) on first use; a failure is retried next time.
+fn root() -> io::Result<std::sync::Arc<Root>> {
+    static ROOT: std::sync::Mutex<Option<std::sync::Arc<Root>>> = std::sync::Mutex::new(None);
+    let mut slot = ROOT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = &*slot {
+        return Ok(r.clone());
+    }
+    let base = std::env::temp_dir();
+    sweep(&base);
+    // Made under another prefix and locked before it takes its final name, so that another
+    // daemon's sweep never sees it unlocked.
+    let mut template = base.join(format!("{MAKING_PREFIX}XXXXXX")).into_os_string().into_vec();
+    template.push(0);
+    // SAFETY: `template` is a writable, NUL-terminated buffer ending in "XXXXXX", which
+    // mkdtemp(3) replaces in place; it makes the directory with mode 0700 or fails.
+    let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+    if made.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    template.pop();
+    let making = PathBuf::from(OsStr::from_bytes(&template));
+    let suffix = making.file_name().map(OsStr::as_bytes).unwrap_or_default()[MAKING_PREFIX.len()..].to_vec();
+    let path = base.join(OsStr::from_bytes(&[ROOT_PREFIX.as_bytes(), &suffix].concat()));
+    let fd = open_dir(libc::AT_FDCWD, &cstring(&making)?, libc::O_RDONLY)?;
+    let ready = || -> io::Result<()> {
+        if !try_lock(&fd) {
+            return Err(io::Error::last_os_error());
+        }
+        nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(0o711)).map_err(io::Error::from)?;
+        nix::fcntl::renameat2(
+            nix::fcntl::AT_FDCWD,
+            making.as_path(),
+            nix::fcntl::AT_FDCWD,
+            path.as_path(),
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(io::Error::from)
+    };
+    if let Err(e) = ready() {
+        let _ = std::fs::remove_dir(&making);
+        return Err(e);
+    }
+    let r = std::sync::Arc::new(Root { path, fd });
+    *slot = Some(r.clone());
+    Ok(r)
+}
+
+/// Removes the directories of daemons that are gone: every `cordon-tmp.*` directory in `base`
+/// owned by this user that nobody holds locked, emptied without following anything in it.
+fn sweep(base: &Path) {
+    let Ok(base_fd) = cstring(base).and_then(|b| open_dir(libc::AT_FDCWD, &b, libc::O_RDONLY)) else { return };
+    let Ok(listing) = std::fs::read_dir(base) else { return };
+    let me = nix::unistd::geteuid().as_raw();
+    for entry in listing.flatten() {
+        let name = entry.file_name();
+        if !name.as_bytes().starts_with(ROOT_PREFIX.as_bytes()) {
+            continue;
+        }
+        let Ok(cname) = CString::new(name.as_bytes()) else { continue };
+        // Not a symlink, a directory, ours, and no live daemon's.
+        let Ok(fd) = open_dir(base_fd.as_raw_fd(), &cname, libc::O_RDONLY) else { continue };
+        if !nix::sys::stat::fstat(&fd).is_ok_and(|st| st.st_uid == me) {
+            continue;
+        }
+        if !try_lock(&fd) {
+            continue;
+        }
+        let mut deep = false;
+        let removed = clear(&fd, 0, &mut deep).and_then(|()| {
+            nix::unistd::unlinkat(&base_fd, cname.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir)
+                .map_err(io::Error::from)
+        });
+        let path = base.join(&name);
+        match removed {
+            Ok(()) => tracing::info!(path = %path.display(), "removed the temp directories a previous cordond left"),
+            Err(e) => tracing::warn!(
+                path = %path.display(), error = %e, "cannot remove the temp directories a previous cordond left"
+            ),
+        }
+    }
+}
+
+/// `flock(fd, LOCK_EX | LOCK_NB)`: true when this descriptor now holds the lock.
+fn try_lock(fd: &OwnedFd) -> bool {
+    // SAFETY: flock(2) on a descriptor we own; no memory is passed.
+    unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// A fresh directory on the host for one invocation, in this daemon's [`Root`] (mode 0700),
+/// held by descriptor.
 #[derive(Debug)]
 pub(crate) struct HostDir {
     pub path: PathBuf,
-    /// The directory it was made in, and its name there.
-    parent: OwnedFd,
+    /// The directory it was made in (which holds it), and its name there.
+    parent: std::sync::Arc<Root>,
     name: CString,
     fd: OwnedFd,
     pub id: (u64, u64),
@@ -226,30 +331,22 @@ impl HostDir {
     /// Makes the directory; owned by `chown` when given (a root daemon running a tool without a
     /// view), else by the daemon.
     fn create(id: &str, chown: Option<Identity>) -> io::Result<HostDir> {
-        let root = std::env::temp_dir();
-        // The invocation id only helps a human reading the directory; keep it to safe bytes.
-        let tag: String = id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(40).collect();
-        let mut template = root.join(format!("cordon-{tag}-XXXXXX")).into_os_string().into_vec();
-        template.push(0);
-        // SAFETY: `template` is a writable, NUL-terminated buffer ending in "XXXXXX", which
-        // mkdtemp(3) replaces in place; it makes the directory with mode 0700 or fails.
-        let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
-        if made.is_null() {
-            return Err(io::Error::last_os_error());
-        }
-        template.pop();
-        let path = PathBuf::from(OsStr::from_bytes(&template));
-        let name = CString::new(path.file_name().map(OsStr::as_bytes).unwrap_or_default())?;
-        let parent = open_dir(libc::AT_FDCWD, &cstring(&root)?, libc::O_PATH)?;
-        let fd = match open_dir(parent.as_raw_fd(), &name, libc::O_RDONLY) {
+        let root = root()?;
+        // The invocation id is unique in this daemon; keep it to safe bytes all the same.
+        let tag: String = id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(64).collect();
+        let name = CString::new(if tag.is_empty() { "invocation".to_string() } else { tag })?;
+        nix::sys::stat::mkdirat(&root.fd, name.as_c_str(), nix::sys::stat::Mode::from_bits_truncate(0o700))
+            .map_err(io::Error::from)?;
+        let path = root.path.join(OsStr::from_bytes(name.as_bytes()));
+        let fd = match open_dir(root.fd.as_raw_fd(), &name, libc::O_RDONLY) {
             Ok(fd) => fd,
             Err(e) => {
-                let _ = nix::unistd::unlinkat(&parent, name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir);
+                let _ = nix::unistd::unlinkat(&root.fd, name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir);
                 return Err(e);
             }
         };
         let st = nix::sys::stat::fstat(&fd).map_err(io::Error::from)?;
-        let dir = HostDir { path, parent, name, fd, id: (st.st_dev, st.st_ino) };
+        let dir = HostDir { path, parent: root, name, fd, id: (st.st_dev, st.st_ino) };
         if let Some(who) = chown {
             nix::unistd::fchown(&dir.fd, Some(who.uid.into()), Some(who.gid.into())).map_err(io::Error::from)?;
         }
@@ -277,13 +374,14 @@ impl Drop for HostDir {
         // The name must still be the directory made (a tool may rename its own directory where it
         // may write the parent): never remove something else.
         let same =
-            nix::sys::stat::fstatat(&self.parent, self.name.as_c_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            nix::sys::stat::fstatat(&self.parent.fd, self.name.as_c_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
                 .is_ok_and(|st| (st.st_dev, st.st_ino) == self.id);
         if !same {
             tracing::warn!(path = %self.path.display(), "an invocation's temp directory was moved away; not removed");
             return;
         }
-        if let Err(e) = nix::unistd::unlinkat(&self.parent, self.name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir)
+        if let Err(e) =
+            nix::unistd::unlinkat(&self.parent.fd, self.name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir)
         {
             tracing::warn!(path = %self.path.display(), error = %e, "cannot remove an invocation's temp directory");
         }
@@ -455,6 +553,36 @@ mod tests {
         assert!(!p.exists(), "{} is still there", p.display());
         assert_eq!(std::fs::read_to_string(outside.path().join("precious")).unwrap(), "keep");
         assert_eq!(std::fs::read_to_string(outside.path().join("dir").join("inner")).unwrap(), "keep");
+    }
+
+    /// What a daemon killed mid-invocation left is removed by the next one (without following
+    /// its symlinks); a live daemon's directory (locked) and anything else are left alone.
+    #[test]
+    fn a_dead_daemons_directories_are_swept_and_a_live_ones_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("precious"), "keep").unwrap();
+        let dead = base.path().join("cordon-tmp.dead01");
+        std::fs::create_dir_all(dead.join("inv/sub")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dead.join("inv/link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("precious"), dead.join("inv/sub/f")).unwrap();
+        let live = base.path().join("cordon-tmp.live01");
+        std::fs::create_dir_all(live.join("inv")).unwrap();
+        let held = OwnedFd::from(std::fs::File::open(&live).unwrap());
+        assert!(try_lock(&held));
+        let linked = base.path().join("cordon-tmp.link01");
+        std::os::unix::fs::symlink(outside.path(), &linked).unwrap();
+        let other = base.path().join("unrelated");
+        std::fs::create_dir(&other).unwrap();
+        sweep(base.path());
+        assert!(!dead.exists(), "a dead daemon's directory was kept");
+        assert!(live.join("inv").exists(), "a live daemon's directory was swept");
+        assert!(std::fs::symlink_metadata(&linked).unwrap().file_type().is_symlink());
+        assert!(other.exists());
+        assert_eq!(std::fs::read_to_string(outside.path().join("precious")).unwrap(), "keep");
+        drop(held);
+        sweep(base.path());
+        assert!(!live.exists(), "an unlocked directory was kept");
     }
 
     /// A directory moved away and replaced (by a symlink, or another directory) under its name:
