@@ -188,6 +188,9 @@ pub(crate) fn print_grants(g: &Grants) {
         limits.push(format!("cpu time {}s", c as f64 / 1000.0));
     }
     field("limits", if limits.is_empty() { "defaults".into() } else { limits.join(", ") });
+    if !g.temp.is_empty() {
+        field("temp", g.temp.clone());
+    }
     field("env", list(&g.env_keys));
     field(
         "callers",

@@ -864,6 +864,8 @@ pub struct Grants {
     /// `None`: the caller's own uid.
     pub run_as: Option<String>,
     pub min_landlock_abi: Option<u32>,
+    /// The tool's private temp space, in a sentence.
+    pub temp: String,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -901,6 +903,7 @@ impl From<v1::ToolGrants> for Grants {
             allow: g.allow_set.then_some(Allow { users: g.allow_users, groups: g.allow_groups }),
             run_as: (!g.run_as.is_empty()).then_some(g.run_as),
             min_landlock_abi: g.min_landlock_abi,
+            temp: g.temp,
         }
     }
 }

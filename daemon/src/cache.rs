@@ -238,7 +238,15 @@ mod tests {
             stdout: Captured { bytes: stdout.as_bytes().to_vec(), truncated: false, total: stdout.len() as u64 },
             stderr: Captured { bytes: Vec::new(), truncated: false, total: 0 },
             duration: Duration::from_millis(5),
-            facts: Facts { landlock_abi: 1, seccomp: true, cgroup: false, mount_view: false, uid: 1, gid: 1 },
+            facts: Facts {
+                landlock_abi: 1,
+                seccomp: true,
+                cgroup: false,
+                mount_view: false,
+                temp: cordon_sandbox::TempKind::Off,
+                uid: 1,
+                gid: 1,
+            },
             denials: Vec::new(),
             logged: Default::default(),
         }

@@ -951,6 +951,7 @@ impl Invoker {
                             "seccomp": o.facts.seccomp,
                             "cgroup": o.facts.cgroup,
                             "fs_view": o.facts.mount_view,
+                            "temp": o.facts.temp.as_str(),
                             "uid": o.facts.uid,
                             "gid": o.facts.gid,
                         }),

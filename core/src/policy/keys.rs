@@ -160,6 +160,13 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
     ),
     key("min_landlock_abi", "integer", "the tool is unavailable when the kernel's landlock ABI is lower", true),
     key(
+        "temp",
+        "boolean | table",
+        "the tool's private temp space, fresh per invocation and named by TMPDIR (default true); \
+         { size = size } bounds it (default limits.memory, else 512MiB); false gives none",
+        true,
+    ),
+    key(
         "accept_warnings",
         "array of strings",
         "lints reviewed and accepted for this tool (interpreter-code, leading-dash, program-choice, write-exec, \
@@ -196,6 +203,10 @@ pub const PARAM_KEYS: &[KeyDoc] = &[
     key("values", "array of strings", "enum only: the accepted values", false),
     key("secret", "boolean", "redact the value in logs and audit records", false),
 ];
+
+/// Keys of a `temp = { ... }` table.
+pub const TEMP_KEYS: &[KeyDoc] =
+    &[key("size", "size", "bound of each private tmpfs (TMPDIR or /tmp, and /dev/shm); at least 1MiB", false)];
 
 /// Keys of a `limits` table.
 pub const LIMIT_KEYS: &[KeyDoc] = &[

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -420,6 +420,85 @@ impl PartialEq for OutputSchema {
     }
 }
 
+/// Size of a tool's private temp space when neither `temp.size` nor `limits.memory` sets one.
+pub const DEFAULT_TEMP_SIZE: u64 = 512 << 20;
+
+/// Smallest `temp.size` a policy may set.
+pub const MIN_TEMP_SIZE: u64 = 1 << 20;
+
+/// A tool's private temp space (policy key `temp`): a fresh directory per invocation, granted
+/// read, write and exec, named by `TMPDIR`; where cordond can make mount namespaces, a size-bounded
+/// tmpfs, with a private `/tmp` and `/dev/shm` besides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Temp {
+    /// `temp = false`: no temp space, no `TMPDIR` (the tool sees only its grants).
+    Off,
+    /// The default (`temp = true`, or `temp = { size = "256MiB" }`).
+    #[default]
+    On,
+    /// `temp = { size = ... }`.
+    Sized(u64),
+}
+
+impl Temp {
+    /// The size bound of each private tmpfs: `temp.size`, else `limits.memory`, else
+    /// [`DEFAULT_TEMP_SIZE`]. (tmpfs pages count against the writer's memory cgroup too.)
+    pub fn size(self, limits: &Limits) -> u64 {
+        match self {
+            Temp::Sized(n) => n,
+            _ => limits.memory.unwrap_or(DEFAULT_TEMP_SIZE),
+        }
+    }
+
+    pub fn enabled(self) -> bool {
+        self != Temp::Off
+    }
+
+    /// What the tool's temp space is, in a sentence (`cordon tool NAME`). `sandbox` is the
+    /// tool's, `working_dir` its own (the executable is among the pins once probed).
+    pub fn describe(sandbox: &SandboxPolicy, working_dir: Option<&Path>) -> String {
+        let size = crate::policy::units::format_size(sandbox.temp.size(&sandbox.limits));
+        if !sandbox.temp.enabled() {
+            return "none (temp = false): no TMPDIR".into();
+        }
+        let beneath = |root: &str| {
+            let root = Path::new(root);
+            sandbox.relies_beneath(root) || working_dir.is_some_and(|w| w.starts_with(root))
+        };
+        let shm = if beneath("/dev/shm") {
+            "/dev/shm stays the host's (the tool's paths lie beneath it)"
+        } else {
+            "a private /dev/shm"
+        };
+        if beneath("/tmp") {
+            format!(
+                "TMPDIR = a fresh directory per call, a private {size} tmpfs, and {shm}, where cordond makes mount \
+                 namespaces (else a plain directory); /tmp stays the host's: the tool's paths lie beneath /tmp"
+            )
+        } else {
+            format!(
+                "TMPDIR = /tmp, a private {size} tmpfs per call, and {shm}, where cordond makes mount namespaces \
+                 (else TMPDIR = a fresh plain directory and /tmp is the host's)"
+            )
+        }
+    }
+}
+
+impl SandboxPolicy {
+    /// Whether any path of the tool (its grants, and once probed its pinned working dir and
+    /// executable) is `root` or lies beneath it: a private mount there would hide it.
+    pub fn relies_beneath(&self, root: &Path) -> bool {
+        self.read
+            .iter()
+            .chain(&self.write)
+            .chain(&self.exec)
+            .chain(&self.unix_sockets)
+            .map(PathBuf::as_path)
+            .chain(self.pins.all().map(|(_, p)| p.path.as_path()))
+            .any(|p| p.starts_with(root))
+    }
+}
+
 /// What the kernel sandbox grants the tool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SandboxPolicy {
@@ -435,6 +514,8 @@ pub struct SandboxPolicy {
     /// `command[0]` is looked up); empty: the fixed [`SEARCH_PATH`]. Each is also in `exec`
     /// (granted read and execute, pinned like every grant).
     pub search_path: Vec<PathBuf>,
+    /// The tool's private temp space (`temp`).
+    pub temp: Temp,
     /// The paths above, opened without following symlinks when the registry loaded (empty until
     /// the tool is probed, and for a tool that is unavailable).
     pub pins: Arc<Pins>,

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
-use super::keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, STEP_KEYS, TOOL_KEYS, WORKFLOW_KEYS};
+use super::keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS};
 use super::model::{
     BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
     SEARCH_PATH, TIMEOUT_RANGE,
@@ -134,6 +134,7 @@ pub fn authoring_reference() -> String {
     keys(&mut out, "`[tools.NAME]` (and `[defaults]`)", TOOL_KEYS, true);
     keys(&mut out, "`[tools.NAME.params.PARAM]`", PARAM_KEYS, false);
     keys(&mut out, "`limits`", LIMIT_KEYS, false);
+    keys(&mut out, "`temp`", TEMP_KEYS, false);
     keys(&mut out, "`[workflows.NAME]`", WORKFLOW_KEYS, false);
     keys(&mut out, "`[[workflows.NAME.steps]]`", STEP_KEYS, false);
     out.push_str(WORKFLOWS);
@@ -269,6 +270,7 @@ pub fn reference_json() -> serde_json::Value {
             "tool": table(TOOL_KEYS),
             "param": table(PARAM_KEYS),
             "limits": table(LIMIT_KEYS),
+            "temp": table(TEMP_KEYS),
             "workflow": table(WORKFLOW_KEYS),
             "step": table(STEP_KEYS),
         },
@@ -294,8 +296,14 @@ mod tests {
     #[test]
     fn every_key_is_documented() {
         let doc = authoring_reference();
-        for k in
-            FILE_KEYS.iter().chain(TOOL_KEYS).chain(PARAM_KEYS).chain(LIMIT_KEYS).chain(WORKFLOW_KEYS).chain(STEP_KEYS)
+        for k in FILE_KEYS
+            .iter()
+            .chain(TOOL_KEYS)
+            .chain(PARAM_KEYS)
+            .chain(LIMIT_KEYS)
+            .chain(TEMP_KEYS)
+            .chain(WORKFLOW_KEYS)
+            .chain(STEP_KEYS)
         {
             assert!(doc.contains(&format!("`{}`", k.name)), "{} missing", k.name);
         }

@@ -1,7 +1,9 @@
 //! Starting the child ([`spawn`]: a vfork-style `clone`) and what it does before exec, in the
 //! order DESIGN.md fixes: default signal handlers, stdio, the audit login uid when denials are
 //! logged (a fresh audit session; best effort, see `denials.rs`), the read-only filesystem view
-//! (enter its namespaces, reopen stdin there), working dir, then [`setup`]:
+//! (enter its namespaces, reopen stdin there), the private temp space (a mount namespace of its
+//! own with fresh tmpfs, see [`super::temp`]; then, in a user namespace, drop every capability),
+//! working dir, then [`setup`]:
 //! `setsid` -> parent-death signal (and re-check the parent) -> join cgroups -> `setrlimit` ->
 //! mark fds >= 3 close-on-exec -> drop groups, gid, uid (and every capability) -> `no_new_privs`
 //! -> landlock `restrict_self` -> seccomp filter last -> restore the signal mask -> exec.
@@ -21,6 +23,7 @@ use std::sync::Arc;
 
 use super::mntns::{self, View};
 use super::seccomp::Programs;
+use super::temp::{self, ChildTemp};
 
 /// Steps of [`setup`], reported to the parent when one fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,10 +48,12 @@ pub enum Step {
     Chdir,
     Exec,
     MountView,
+    Temp,
+    LandlockTemp,
 }
 
 impl Step {
-    const ALL: [Step; 19] = [
+    const ALL: [Step; 21] = [
         Step::Setsid,
         Step::ParentDeathSignal,
         Step::ParentGone,
@@ -68,6 +73,8 @@ impl Step {
         Step::Chdir,
         Step::Exec,
         Step::MountView,
+        Step::Temp,
+        Step::LandlockTemp,
     ];
 
     pub fn from_byte(b: u8) -> Option<Step> {
@@ -95,6 +102,8 @@ impl Step {
             Step::Chdir => "changing to the working directory",
             Step::Exec => "executing the program",
             Step::MountView => "entering the read-only filesystem view (setns)",
+            Step::Temp => "making the private temp space (unshare, tmpfs mounts)",
+            Step::LandlockTemp => "granting the private temp space in landlock",
         }
     }
 }
@@ -138,6 +147,8 @@ pub(crate) struct ChildSetup {
     pub report: OwnedFd,
     /// The read-only view of the filesystem to enter (`None` where the host has none).
     pub view: Option<Arc<View>>,
+    /// The private temp space to make (`None`: `temp = false`).
+    pub temp: Option<ChildTemp>,
     /// The highest capability number the kernel knows ([`last_cap`]).
     pub last_cap: libc::c_ulong,
     /// The invocation's cgroup v2 directory, to start the child in (`CLONE_INTO_CGROUP`), and
@@ -547,8 +558,11 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     let default = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
     // The descriptor the program runs through: the pinned one, or (in a view) its reopening.
     let mut exe_fd = a.exec.exe_fd;
+    // The temp space's directories, for their landlock rules (-1: none).
+    let mut temp_fds: [RawFd; temp::MAX_ENTRIES] = [-1; temp::MAX_ENTRIES];
     // SAFETY: raw system calls (rt_sigaction, dup2, open/write/close of the login uid, setns,
-    // open, capset, chdir or fchdir, stat) on data prepared before the clone; `cwd_fd` is a descriptor the registry holds open for as
+    // open, capset, chdir or fchdir, stat) on data prepared before the clone; `cwd_fd` is a
+    // descriptor the registry holds open for as
     // long as the `Exec` lives.
     unsafe {
         for sig in 1..=64 {
@@ -588,6 +602,16 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
                 return die(Step::Stdio);
             }
             libc::close(null);
+        }
+        // The temp space: in a view, a mount namespace of its own with fresh tmpfs (this needs
+        // CAP_SYS_ADMIN, in the user namespace for a daemon that is not root); without one, the
+        // directory the parent made. Either way, opened for its landlock rules.
+        if let Some(t) = &a.setup.temp
+            && !temp::enter(t, &mut temp_fds)
+        {
+            return die(Step::Temp);
+        }
+        if let Some(view) = &a.setup.view {
             if view.user.is_some() {
                 // Entering the user namespace gave every capability in it: none go further.
                 let header = CapHeader { version: 0x2008_0522, pid: 0 };
@@ -631,7 +655,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         }
     }
     let joined = if a.born_in_cgroup { a.setup.born_in.map(|(_, procs)| procs) } else { None };
-    if setup(a.setup, joined).is_err() {
+    if setup(a.setup, joined, &temp_fds).is_err() {
         // `setup` reported the step already.
         // SAFETY: as above.
         unsafe { libc::_exit(127) };
@@ -669,7 +693,7 @@ struct PathBeneathAttr {
 
 /// Runs in the child after fork. Only async-signal-safe system calls. Private to this module: it
 /// drops the privileges of whichever thread calls it, so only the child started by [`spawn`] may.
-fn setup(s: &ChildSetup, joined: Option<RawFd>) -> io::Result<()> {
+fn setup(s: &ChildSetup, joined: Option<RawFd>, temp_fds: &[RawFd]) -> io::Result<()> {
     let fail = |step: Step| -> io::Error {
         let err = io::Error::last_os_error();
         report(s.report.as_raw_fd(), step, err.raw_os_error().unwrap_or(0));
@@ -721,7 +745,7 @@ fn setup(s: &ChildSetup, joined: Option<RawFd>) -> io::Result<()> {
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
         return Err(fail(Step::NoNewPrivs));
     }
-    restrict_landlock(s, &fail)?;
+    restrict_landlock(s, temp_fds, &fail)?;
     match &s.log {
         None => {
             if seccompiler::apply_filter(&s.seccomp.program).is_err() {
@@ -825,7 +849,7 @@ struct CapData {
     inheritable: u32,
 }
 
-fn restrict_landlock(s: &ChildSetup, fail: &dyn Fn(Step) -> io::Error) -> io::Result<()> {
+fn restrict_landlock(s: &ChildSetup, temp_fds: &[RawFd], fail: &dyn Fn(Step) -> io::Error) -> io::Result<()> {
     let ruleset: RawFd = s.landlock.as_raw_fd();
     // SAFETY: see `setup`. The path is a static C string.
     let proc_self = unsafe { libc::open(PROC_SELF.as_ptr(), libc::O_PATH | libc::O_CLOEXEC | libc::O_DIRECTORY) };
@@ -842,6 +866,28 @@ fn restrict_landlock(s: &ChildSetup, fail: &dyn Fn(Step) -> io::Error) -> io::Re
     }
     // SAFETY: see `setup`; closing a descriptor we opened above.
     unsafe { libc::close(proc_self) };
+    // The private temp space: rules on the new mounts themselves (rules the parent built from
+    // host paths do not reach a tmpfs mounted here), or on the directory the parent made.
+    if let Some(t) = &s.temp {
+        for (e, &fd) in t.entries.iter().zip(temp_fds).filter(|(_, fd)| **fd >= 0) {
+            let attr = PathBeneathAttr { allowed_access: e.access, parent_fd: fd };
+            // SAFETY: see `setup`; `attr` lives on this stack frame for the duration of the call.
+            let added = unsafe {
+                libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    ruleset,
+                    1u32, /* LANDLOCK_RULE_PATH_BENEATH */
+                    &attr,
+                    0u32,
+                )
+            };
+            if added < 0 {
+                return Err(fail(Step::LandlockTemp));
+            }
+            // SAFETY: see `setup`; closing a descriptor `temp::enter` opened.
+            unsafe { libc::close(fd) };
+        }
+    }
     let flags = s.log.map_or(0u32, |l| l.landlock_flags);
     // SAFETY: see `setup`.
     if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, flags) } < 0 {

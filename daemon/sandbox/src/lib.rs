@@ -21,6 +21,9 @@
 //! - `output`: bounded head+tail capture of stdout and stderr.
 //! - `mntns`: the read-only view of the filesystem (a mount namespace) tools run in, so
 //!   that metadata changes landlock does not cover fail outside their write roots.
+//! - `temp`: each invocation's private temp space (a fresh directory named by `TMPDIR`; under
+//!   a view, size-bounded tmpfs in a mount namespace of the child's own, with a private `/tmp`
+//!   and `/dev/shm`), and its symlink-safe removal.
 //! - `peer`: who is at the other end of a connection to cordond's socket (pidfd, cgroup).
 //! - `denials`: the kernel's audit records of what landlock and seccomp denied, matched to
 //!   invocations (read as a listener of the audit multicast group; see the module).
@@ -42,6 +45,7 @@ mod peer;
 mod seccomp;
 mod spawn;
 mod syscalls;
+mod temp;
 mod usage;
 
 pub use cgroup::{
@@ -62,6 +66,7 @@ pub use seccomp::{
     CompileError, Profile, ProgramCache, Programs, compile as compile_seccomp, compile_all as compile_seccomp_all,
 };
 pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, RunSpec, SpawnError, run};
+pub use temp::TempKind;
 pub use usage::{Usage, read as read_usage};
 
 /// What the host offers the sandbox, probed once at startup.

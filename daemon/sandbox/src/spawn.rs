@@ -24,6 +24,7 @@ use super::landlock::{self, LandlockError};
 use super::mntns::{MountViews, ViewError};
 use super::output::{Capture, Captured};
 use super::seccomp::Programs;
+use super::temp::{self, TempKind};
 use cordon_core::argv::Plan;
 use cordon_core::denial::{Denial, Logged};
 use cordon_core::policy::SandboxPolicy;
@@ -94,6 +95,8 @@ pub struct Facts {
     pub cgroup: bool,
     /// The tool ran in a read-only view of the filesystem (see [`super::mntns`]).
     pub mount_view: bool,
+    /// The tool's private temp space (see [`super::temp`]).
+    pub temp: TempKind,
     pub uid: u32,
     pub gid: u32,
 }
@@ -122,6 +125,12 @@ pub enum SpawnError {
     Landlock(#[from] LandlockError),
     #[error(transparent)]
     View(#[from] ViewError),
+    #[error(
+        "cannot make the invocation's temp directory in {dir}: {0}; check that cordond's TMPDIR (else /tmp) \
+         exists and is writable, or set temp = false for the tool",
+        dir = std::env::temp_dir().display()
+    )]
+    Temp(#[source] io::Error),
     #[error("cannot create the invocation's cgroup: {0}")]
     Cgroup(#[source] io::Error),
     #[error("sandbox setup failed while {}: {source}", step.describe())]
@@ -175,6 +184,23 @@ pub async fn run(
     if let (Some(cg), Some(slot)) = (&cgroup, &confine.cgroup_dirs) {
         let _ = slot.set(cg.dirs().to_vec());
     }
+    // The private temp space: made now, removed when the invocation ends (also when this future
+    // is dropped). The executable's pinned path counts as something the tool relies on.
+    let exe_pin = confine.policy.pins.executable.as_ref().map(|e| e.pin.path.as_path());
+    let (temp_space, child_temp) = match temp::prepare(
+        confine.id,
+        confine.policy,
+        plan,
+        exe_pin.unwrap_or(plan.executable.as_path()),
+        confine.landlock_abi,
+        confine.identity.as_ref(),
+        view.is_some(),
+    )
+    .map_err(SpawnError::Temp)?
+    {
+        Some((space, child)) => (Some(space), Some(child)),
+        None => (None, None),
+    };
     let cgroup_procs = cgroup.as_ref().map(InvocationCgroup::procs_fds).unwrap_or_default();
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| SpawnError::Start { program: plan.argv[0].clone(), source: e.into() })?;
@@ -188,6 +214,7 @@ pub async fn run(
         seccomp: confine.seccomp.clone(),
         report: report_write,
         view,
+        temp: child_temp,
         last_cap: child::last_cap(),
         born_in: cgroup.as_ref().and_then(InvocationCgroup::born_in),
         log: confine.denials.map(|_| {
@@ -200,6 +227,7 @@ pub async fn run(
         seccomp: true,
         cgroup: cgroup.is_some(),
         mount_view: setup.view.is_some(),
+        temp: temp_space.as_ref().map_or(TempKind::Off, |t| t.kind),
         uid: confine.identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid),
         gid: confine.identity.as_ref().map_or_else(|| nix::unistd::getegid().as_raw(), |i| i.gid),
     };
@@ -218,8 +246,22 @@ pub async fn run(
         Some(e) if e.script => e.pin.path.as_path(),
         _ => plan.executable.as_path(),
     };
+    // TMPDIR names the temp space, unless the policy's env sets it (the admin's choice stands).
+    let with_tmpdir;
+    let env = match &temp_space {
+        Some(t) if !plan.env.iter().any(|(k, _)| k == "TMPDIR") => {
+            with_tmpdir = plan
+                .env
+                .iter()
+                .cloned()
+                .chain(std::iter::once(("TMPDIR".to_string(), t.tmpdir.to_string_lossy().into_owned())))
+                .collect::<Vec<_>>();
+            &with_tmpdir
+        }
+        _ => &plan.env,
+    };
     let mut exec =
-        Exec::new(exe_path, &plan.argv, &plan.env, &plan.cwd, null.into(), out_write, err_write).map_err(start_err)?;
+        Exec::new(exe_path, &plan.argv, env, &plan.cwd, null.into(), out_write, err_write).map_err(start_err)?;
     exec.cwd_fd = pins.working_dir.as_ref().map(|p| p.fd.as_raw_fd());
     exec.cwd_id = pins.working_dir.as_ref().map(|p| (p.node.dev, p.node.ino));
     exec.exe_fd = pins.executable.as_ref().filter(|e| !e.script).map(|e| e.pin.fd.as_raw_fd());
@@ -317,6 +359,12 @@ pub async fn run(
         if let Some(mut cg) = cg.release() {
             tokio::task::spawn_blocking(move || cg.remove());
         }
+    }
+
+    // Every process of the invocation is gone (under a view its tmpfs went with the last one):
+    // the host directory goes now, before the caller hears the outcome.
+    if let Some(t) = temp_space {
+        let _ = tokio::task::spawn_blocking(move || t.remove()).await;
     }
 
     let (exit_code, signal) = match status {

@@ -187,6 +187,7 @@ fn grants(t: &Tool) -> v1::ToolGrants {
             })
             .unwrap_or_default(),
         min_landlock_abi: s.min_landlock_abi,
+        temp: cordon_core::policy::Temp::describe(s, t.working_dir.as_deref()),
     }
 }
 

@@ -108,10 +108,12 @@ fn policy(t: &Tree) -> String {
     text.push_str(&param("attack", "attack"));
     text.push_str(&param("attack", "a"));
     text.push_str(&param("attack", "b"));
-    // The reproduction from the review: chmod with no write grant at all.
+    // The reproduction from the review: chmod with no write grant at all. Its victims live in
+    // the host's /tmp, which a private /tmp would hide (`temp.rs` tests that): this tool sees
+    // the host's.
     text.push_str(&format!(
         "\n[tools.chmod-nothing]\ndescription = \"chmod\"\nreason = \"tests\"\n\
-         command = [\"/bin/chmod\", \"0666\", \"{{{{path}}}}\"]\n{}",
+         command = [\"/bin/chmod\", \"0666\", \"{{{{path}}}}\"]\ntemp = false\n{}",
         param("chmod-nothing", "path")
     ));
     for (name, command) in [

@@ -33,6 +33,7 @@ mod sandbox;
 mod search_status;
 mod starter;
 mod systemd;
+mod temp;
 mod tool_admin;
 mod toolchains;
 mod wire;

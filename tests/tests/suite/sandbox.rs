@@ -712,8 +712,12 @@ fn only_stdin_stdout_and_stderr_are_open() {
 fn the_environment_holds_only_the_allowed_keys() {
     let d = daemon(&[("t", "env = { FOO = \"bar\" }".into())]);
     let (_, r) = attack(&d, "t", &["env"]);
-    assert_eq!(r["keys"], json!(["FOO", "HOME", "LANG", "PATH", "TZ", "USER"]), "{r}");
+    assert_eq!(r["keys"], json!(["FOO", "HOME", "LANG", "PATH", "TMPDIR", "TZ", "USER"]), "{r}");
     assert_eq!(r["vars"]["FOO"], "bar");
+    // The private temp space: /tmp itself in a view (the tool relies on nothing beneath /tmp),
+    // else a fresh directory in cordond's temp dir.
+    let tmpdir = r["vars"]["TMPDIR"].as_str().unwrap();
+    assert!(tmpdir == "/tmp" || tmpdir.contains("/cordon-"), "{r}");
 }
 
 // ---------------------------------------------------------------------------------------------

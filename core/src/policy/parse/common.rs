@@ -12,7 +12,8 @@ use super::{Parser, Value};
 use crate::policy::diag::did_you_mean;
 use crate::policy::keys::TOOL_KEYS;
 use crate::policy::model::{
-    Allow, Confirm, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, Danger, Limits, Network, RunAs, SandboxPolicy,
+    Allow, Confirm, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, Danger, Limits, MIN_TEMP_SIZE, Network, RunAs, SandboxPolicy,
+    Temp,
 };
 
 /// Values a `[defaults]` table and a `[tools.NAME]` table share.
@@ -36,6 +37,7 @@ pub(super) struct Common {
     pub(super) run_as: Option<RunAs>,
     pub(super) min_landlock_abi: Option<u32>,
     pub(super) search_path: Option<Vec<PathBuf>>,
+    pub(super) temp: Option<Temp>,
 }
 
 /// A tool's shared values after the merge: its own where set, else its file's defaults; path
@@ -77,6 +79,7 @@ impl Common {
             limits: self.limits.unwrap_or_default().or(defaults.limits.unwrap_or_default()),
             run_as: self.run_as.or(defaults.run_as.clone()),
             min_landlock_abi: self.min_landlock_abi.or(defaults.min_landlock_abi),
+            temp: self.temp.or(defaults.temp).unwrap_or_default(),
             pins: Default::default(),
         };
         Merged {
@@ -157,6 +160,7 @@ impl Parser<'_> {
             "allow" => c.allow = self.allow(v),
             "run_as" => c.run_as = self.run_as(v),
             "min_landlock_abi" => c.min_landlock_abi = self.min_landlock_abi(v),
+            "temp" => c.temp = self.temp(v),
             _ => {}
         }
     }
@@ -198,6 +202,34 @@ impl Parser<'_> {
                     v.span(),
                     format!("min_landlock_abi {n} is out of range; landlock ABIs are 1 and up (e.g. 4 for TCP rules)"),
                 );
+                None
+            }
+        }
+    }
+
+    /// `temp = true | false | { size = "256MiB" }`.
+    fn temp(&mut self, v: &Value<'_>) -> Option<Temp> {
+        const EXPECTED: &str = "true, false or { size = \"256MiB\" }";
+        match v.get_ref() {
+            DeValue::Boolean(true) => Some(Temp::On),
+            DeValue::Boolean(false) => Some(Temp::Off),
+            DeValue::Table(t) => {
+                self.unknown_keys(t, crate::policy::keys::TEMP_KEYS, "in temp");
+                let Some(size) = t.get("size") else {
+                    return Some(Temp::On);
+                };
+                let n = self.size(size, "temp.size")?;
+                if n < MIN_TEMP_SIZE {
+                    self.sink.error(
+                        size.span(),
+                        "temp.size must be at least 1MiB; write temp = false to give the tool no temp space",
+                    );
+                    return None;
+                }
+                Some(Temp::Sized(n))
+            }
+            other => {
+                self.type_error(v.span(), "temp", EXPECTED, other);
                 None
             }
         }

@@ -92,7 +92,7 @@ impl Parser<'_> {
         checked
     }
 
-    fn size(&mut self, v: &Value<'_>, what: &str) -> Option<u64> {
+    pub(super) fn size(&mut self, v: &Value<'_>, what: &str) -> Option<u64> {
         let text = self.string_hint(v, what, "a size string like \"100KiB\" or \"1GiB\"")?;
         parse_size(&text).map_err(|e| self.sink.error(v.span(), e)).ok()
     }

@@ -1,0 +1,605 @@
+//! The private temp space of one invocation (policy key `temp`, on unless `temp = false`).
+//!
+//! Every invocation gets a fresh directory of its own, granted every landlock right but device
+//! creation (read, write, exec: compilers and test runners build programs there and run them)
+//! and named by `TMPDIR` (unless the policy's `env` sets `TMPDIR` itself: the admin's choice
+//! stands). Where the tool runs in a read-only view (a mount namespace, see [`super::mntns`]), the
+//! child also leaves the view's shared namespace for one of its own (`unshare(CLONE_NEWNS)`) and
+//! mounts fresh, size-bounded tmpfs there (nosuid, nodev), so nothing of its temp space is
+//! shared with the host or with other invocations, and it all goes when the last process of the
+//! invocation exits:
+//!
+//! - a private `/tmp` (mode 1777, `TMPDIR=/tmp`), unless the tool's executable, working dir or
+//!   any of its grants lies beneath `/tmp` (a private `/tmp` would hide them): then a tmpfs
+//!   (mode 0700, owned by the identity the tool runs as) over a fresh, empty directory the daemon
+//!   makes in a directory of its own ([`Root`]: `cordon-tmp.XXXXXX` in cordond's `$TMPDIR`, else
+//!   `/tmp`), named by `TMPDIR`;
+//! - a private `/dev/shm` (mode 1777, noexec), unless something of the tool lies beneath
+//!   `/dev/shm` (then the host's, as granted).
+//!
+//! Landlock rules name inodes: a tmpfs mounted in the child is not beneath any rule the parent
+//! built, so the child adds one rule per mount, on the mount's own descriptor (`fsmount`), before
+//! `restrict_self`. Without a view (a daemon that is not root and cannot make user namespaces)
+//! the fresh directory is a plain directory on the host, granted the same way, with no size bound
+//! but the filesystem's and `limits.file_size`.
+//!
+//! The daemon removes the directory it made when the invocation ends, without following
+//! anything the tool planted: descent is by `openat(O_NOFOLLOW)` from descriptors, removal by
+//! `unlinkat`, and the directory itself is checked to be the one it made (dev, ino) before its
+//! name goes. Under a view the directory is only a mount point and is empty on the host.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use landlock::{ABI, Access, AccessFs, BitFlags};
+
+use cordon_core::argv::Plan;
+use cordon_core::policy::SandboxPolicy;
+
+use super::child::Identity;
+
+/// Most temp entries of one invocation (TMPDIR or `/tmp`, and `/dev/shm`).
+pub(crate) const MAX_ENTRIES: usize = 2;
+
+/// Deepest directory tree the removal descends into (a tool cannot make it recurse forever);
+/// anything deeper is left and logged.
+const MAX_DEPTH: usize = 256;
+
+/// What an invocation's temp space is, for results and audit records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TempKind {
+    /// `temp = false`.
+    Off,
+    /// A private tmpfs `/tmp` (TMPDIR=/tmp).
+    PrivateTmp,
+    /// A private tmpfs over a fresh directory (the tool has grants beneath `/tmp`).
+    PrivateDir,
+    /// A fresh directory on the host, no mount namespace (no size bound).
+    HostDir,
+}
+
+impl TempKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TempKind::Off => "none",
+            TempKind::PrivateTmp => "private-tmp",
+            TempKind::PrivateDir => "private-dir",
+            TempKind::HostDir => "host-dir",
+        }
+    }
+}
+
+/// One directory the child makes its tool's temp space.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub target: CString,
+    /// Mount a fresh tmpfs over `target` (else: grant `target` as it is).
+    pub mount: bool,
+    /// tmpfs `mode` option (octal text).
+    pub mode: &'static CStr,
+    /// tmpfs `uid` and `gid` options (the identity the tool runs as), when set.
+    pub owner: Option<(CString, CString)>,
+    pub noexec: bool,
+    /// Landlock rights on it.
+    pub access: u64,
+    /// The (dev, ino) `target` must be before anything is mounted on it or granted.
+    pub expect: Option<(u64, u64)>,
+}
+
+/// What the child does for the temp space, prepared before the clone.
+#[derive(Debug)]
+pub(crate) struct ChildTemp {
+    /// Leave the view's mount namespace for a new one first.
+    pub unshare: bool,
+    /// tmpfs `size` option (bytes, decimal text).
+    pub size: CString,
+    pub entries: Vec<Entry>,
+}
+
+/// The temp space of one invocation, held by the parent until the invocation ends.
+#[derive(Debug)]
+pub(crate) struct TempSpace {
+    pub kind: TempKind,
+    /// The value for `TMPDIR`.
+    pub tmpdir: PathBuf,
+    /// The directory made on the host, removed when this is dropped (or by [`TempSpace::remove`]).
+    pub _dir: Option<HostDir>,
+}
+
+impl TempSpace {
+    /// Removes the host directory (if any) now; call off the async runtime. (Dropping it does
+    /// the same, on whichever thread drops it.)
+    pub(crate) fn remove(self) {
+        drop(self);
+    }
+}
+
+/// `path` is a real directory (no symlink at its end) on this host; checked once per daemon.
+fn real_dir(path: &'static str, slot: &'static OnceLock<bool>) -> bool {
+    *slot.get_or_init(|| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()))
+}
+
+/// Whether any path the tool relies on lies beneath `root` (so a private mount there would hide
+/// it): its grants and pins ([`SandboxPolicy::relies_beneath`]), and this call's working dir and
+/// executable.
+fn relies_on(policy: &SandboxPolicy, plan: &Plan, exe: &Path, root: &Path) -> bool {
+    policy.relies_beneath(root)
+        || [plan.cwd.as_path(), plan.executable.as_path(), exe].iter().any(|p| p.starts_with(root))
+}
+
+/// Landlock rights on the temp space: everything the ABI knows but making device nodes
+/// (exec too), and for `/dev/shm` no exec.
+fn access(abi: i32, exec: bool) -> u64 {
+    let v = ABI::from(abi);
+    let mut a: BitFlags<AccessFs> = AccessFs::from_all(v) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    if !exec {
+        a &= !AccessFs::Execute;
+    }
+    a.bits()
+}
+
+fn cstring(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// Prepares the temp space of an invocation: decides what the child mounts and makes the
+/// directory on the host where one is needed. `None` for `temp = false`.
+pub(crate) fn prepare(
+    id: &str,
+    policy: &SandboxPolicy,
+    plan: &Plan,
+    exe: &Path,
+    abi: i32,
+    identity: Option<&Identity>,
+    namespaced: bool,
+) -> io::Result<Option<(TempSpace, ChildTemp)>> {
+    static TMP: OnceLock<bool> = OnceLock::new();
+    static SHM: OnceLock<bool> = OnceLock::new();
+    if !policy.temp.enabled() {
+        return Ok(None);
+    }
+    let size = CString::new(policy.temp.size(&policy.limits).to_string())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let owner = match identity {
+        Some(id) => Some((CString::new(id.uid.to_string())?, CString::new(id.gid.to_string())?)),
+        None => None,
+    };
+    let private_tmp = namespaced && real_dir("/tmp", &TMP) && !relies_on(policy, plan, exe, Path::new("/tmp"));
+    let private_shm = namespaced && real_dir("/dev/shm", &SHM) && !relies_on(policy, plan, exe, Path::new("/dev/shm"));
+    let mut entries = Vec::with_capacity(MAX_ENTRIES);
+    let (kind, tmpdir, dir) = if private_tmp {
+        entries.push(Entry {
+            target: c"/tmp".into(),
+            mount: true,
+            mode: c"1777",
+            owner: None,
+            noexec: false,
+            access: access(abi, true),
+            expect: None,
+        });
+        (TempKind::PrivateTmp, PathBuf::from("/tmp"), None)
+    } else {
+        let dir = HostDir::create(id, if namespaced { None } else { identity })?;
+        entries.push(Entry {
+            target: cstring(&dir.path)?,
+            mount: namespaced,
+            mode: c"700",
+            owner: owner.clone(),
+            noexec: false,
+            access: access(abi, true),
+            expect: Some(dir.id),
+        });
+        let kind = if namespaced { TempKind::PrivateDir } else { TempKind::HostDir };
+        (kind, dir.path.clone(), Some(dir))
+    };
+    if private_shm {
+        entries.push(Entry {
+            target: c"/dev/shm".into(),
+            mount: true,
+            mode: c"1777",
+            owner: None,
+            noexec: true,
+            access: access(abi, false),
+            expect: None,
+        });
+    }
+    let unshare = entries.iter().any(|e| e.mount);
+    Ok(Some((TempSpace { kind, tmpdir, _dir: dir }, ChildTemp { unshare, size, entries })))
+}
+
+/// Prefix of the directory each daemon keeps its invocations' directories in.
+const ROOT_PREFIX: &str = "cordon-tmp.";
+/// Its prefix until it is locked (see [`root`]).
+const MAKING_PREFIX: &str = "cordon-tmp-new.";
+
+/// This daemon's directory for invocation directories: `cordon-tmp.XXXXXX` (`mkdtemp`, then
+/// mode 0711 so that a `run_as` identity can reach its own directory inside) in cordond's temp
+/// dir, held open and `flock`ed for the daemon's life. The lock is what tells a live daemon's
+/// directory from a dead one's: a daemon killed mid-invocation (even by SIGKILL) leaves its
+/// directories behind, and the next daemon to make its own removes every unlocked one first.
+#[derive(Debug)]
+struct Root {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+/// The daemon's [`Root`], made (after the sweep) on first use; a failure is retried next time.
+fn root() -> io::Result<std::sync::Arc<Root>> {
+    static ROOT: std::sync::Mutex<Option<std::sync::Arc<Root>>> = std::sync::Mutex::new(None);
+    let mut slot = ROOT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = &*slot {
+        return Ok(r.clone());
+    }
+    let base = std::env::temp_dir();
+    sweep(&base);
+    // Made under another prefix and locked before it takes its final name, so that another
+    // daemon's sweep never sees it unlocked.
+    let mut template = base.join(format!("{MAKING_PREFIX}XXXXXX")).into_os_string().into_vec();
+    template.push(0);
+    // SAFETY: `template` is a writable, NUL-terminated buffer ending in "XXXXXX", which
+    // mkdtemp(3) replaces in place; it makes the directory with mode 0700 or fails.
+    let made = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+    if made.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    template.pop();
+    let making = PathBuf::from(OsStr::from_bytes(&template));
+    let suffix = making.file_name().map(OsStr::as_bytes).unwrap_or_default()[MAKING_PREFIX.len()..].to_vec();
+    let path = base.join(OsStr::from_bytes(&[ROOT_PREFIX.as_bytes(), &suffix].concat()));
+    let fd = open_dir(libc::AT_FDCWD, &cstring(&making)?, libc::O_RDONLY)?;
+    let ready = || -> io::Result<()> {
+        if !try_lock(&fd) {
+            return Err(io::Error::last_os_error());
+        }
+        nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(0o711)).map_err(io::Error::from)?;
+        nix::fcntl::renameat2(
+            nix::fcntl::AT_FDCWD,
+            making.as_path(),
+            nix::fcntl::AT_FDCWD,
+            path.as_path(),
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(io::Error::from)
+    };
+    if let Err(e) = ready() {
+        let _ = std::fs::remove_dir(&making);
+        return Err(e);
+    }
+    let r = std::sync::Arc::new(Root { path, fd });
+    *slot = Some(r.clone());
+    Ok(r)
+}
+
+/// Removes the directories of daemons that are gone: every `cordon-tmp.*` directory in `base`
+/// owned by this user that nobody holds locked, emptied without following anything in it.
+fn sweep(base: &Path) {
+    let Ok(base_fd) = cstring(base).and_then(|b| open_dir(libc::AT_FDCWD, &b, libc::O_RDONLY)) else { return };
+    let Ok(listing) = std::fs::read_dir(base) else { return };
+    let me = nix::unistd::geteuid().as_raw();
+    for entry in listing.flatten() {
+        let name = entry.file_name();
+        if !name.as_bytes().starts_with(ROOT_PREFIX.as_bytes()) {
+            continue;
+        }
+        let Ok(cname) = CString::new(name.as_bytes()) else { continue };
+        // Not a symlink, a directory, ours, and no live daemon's.
+        let Ok(fd) = open_dir(base_fd.as_raw_fd(), &cname, libc::O_RDONLY) else { continue };
+        if !nix::sys::stat::fstat(&fd).is_ok_and(|st| st.st_uid == me) {
+            continue;
+        }
+        if !try_lock(&fd) {
+            continue;
+        }
+        let mut deep = false;
+        let removed = clear(&fd, 0, &mut deep).and_then(|()| {
+            nix::unistd::unlinkat(&base_fd, cname.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir)
+                .map_err(io::Error::from)
+        });
+        let path = base.join(&name);
+        match removed {
+            Ok(()) => tracing::info!(path = %path.display(), "removed the temp directories a previous cordond left"),
+            Err(e) => tracing::warn!(
+                path = %path.display(), error = %e, "cannot remove the temp directories a previous cordond left"
+            ),
+        }
+    }
+}
+
+/// `flock(fd, LOCK_EX | LOCK_NB)`: true when this descriptor now holds the lock.
+fn try_lock(fd: &OwnedFd) -> bool {
+    // SAFETY: flock(2) on a descriptor we own; no memory is passed.
+    unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// A fresh directory on the host for one invocation, in this daemon's [`Root`] (mode 0700),
+/// held by descriptor.
+#[derive(Debug)]
+pub(crate) struct HostDir {
+    pub path: PathBuf,
+    /// The directory it was made in (which holds it), and its name there.
+    parent: std::sync::Arc<Root>,
+    name: CString,
+    fd: OwnedFd,
+    pub id: (u64, u64),
+}
+
+impl HostDir {
+    /// Makes the directory; owned by `chown` when given (a root daemon running a tool without a
+    /// view), else by the daemon.
+    fn create(id: &str, chown: Option<&Identity>) -> io::Result<HostDir> {
+        let root = root()?;
+        // The invocation id is unique in this daemon; keep it to safe bytes all the same.
+        let tag: String = id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(64).collect();
+        let name = CString::new(if tag.is_empty() { "invocation".to_string() } else { tag })?;
+        nix::sys::stat::mkdirat(&root.fd, name.as_c_str(), nix::sys::stat::Mode::from_bits_truncate(0o700))
+            .map_err(io::Error::from)?;
+        let path = root.path.join(OsStr::from_bytes(name.as_bytes()));
+        let fd = match open_dir(root.fd.as_raw_fd(), &name, libc::O_RDONLY) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = nix::unistd::unlinkat(&root.fd, name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir);
+                return Err(e);
+            }
+        };
+        let st = nix::sys::stat::fstat(&fd).map_err(io::Error::from)?;
+        let dir = HostDir { path, parent: root, name, fd, id: (st.st_dev, st.st_ino) };
+        if let Some(who) = chown {
+            nix::unistd::fchown(&dir.fd, Some(who.uid.into()), Some(who.gid.into())).map_err(io::Error::from)?;
+        }
+        Ok(dir)
+    }
+
+    /// Empties and removes the directory (see `Drop`).
+    #[cfg(test)]
+    fn remove(self) {
+        drop(self);
+    }
+}
+
+impl Drop for HostDir {
+    /// Empties and removes the directory, following no symlink. Failures are logged: the tool
+    /// has ended, nothing else can be done about them.
+    fn drop(&mut self) {
+        let mut depth_exceeded = false;
+        if let Err(e) = clear(&self.fd, 0, &mut depth_exceeded) {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot empty an invocation's temp directory");
+        }
+        if depth_exceeded {
+            tracing::warn!(path = %self.path.display(), "an invocation's temp directory is nested deeper than {MAX_DEPTH}; left in place");
+        }
+        // The name must still be the directory made (a tool may rename its own directory where it
+        // may write the parent): never remove something else.
+        let same =
+            nix::sys::stat::fstatat(&self.parent.fd, self.name.as_c_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| (st.st_dev, st.st_ino) == self.id);
+        if !same {
+            tracing::warn!(path = %self.path.display(), "an invocation's temp directory was moved away; not removed");
+            return;
+        }
+        if let Err(e) =
+            nix::unistd::unlinkat(&self.parent.fd, self.name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir)
+        {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot remove an invocation's temp directory");
+        }
+    }
+}
+
+/// `openat(dir, name, O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | extra)`.
+fn open_dir(dir: RawFd, name: &CStr, extra: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: openat(2) with a NUL-terminated name; the result is a new descriptor we own.
+    let fd =
+        unsafe { libc::openat(dir, name.as_ptr(), libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC | extra) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Removes everything in the directory `dir` (descriptor), depth first, never following a
+/// symlink: a symlink is an entry like any other and `unlinkat` removes the link itself.
+fn clear(dir: &OwnedFd, depth: usize, exceeded: &mut bool) -> io::Result<()> {
+    // A tool may have made its directories unwritable or unsearchable for its owner.
+    let _ = nix::sys::stat::fchmod(dir, nix::sys::stat::Mode::from_bits_truncate(0o700));
+    let names: Vec<CString> = {
+        let dup = nix::unistd::dup(dir).map_err(io::Error::from)?;
+        let mut listing = nix::dir::Dir::from_fd(dup).map_err(io::Error::from)?;
+        listing
+            .iter()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_owned())
+            .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+            .collect()
+    };
+    for name in names {
+        match nix::unistd::unlinkat(dir, name.as_c_str(), nix::unistd::UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => continue,
+            Err(nix::errno::Errno::EISDIR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if depth + 1 >= MAX_DEPTH {
+            *exceeded = true;
+            continue;
+        }
+        let sub = open_dir(dir.as_raw_fd(), &name, libc::O_RDONLY)?;
+        clear(&sub, depth + 1, exceeded)?;
+        drop(sub);
+        nix::unistd::unlinkat(dir, name.as_c_str(), nix::unistd::UnlinkatFlags::RemoveDir)?;
+    }
+    Ok(())
+}
+
+/// `fsconfig` commands (linux/mount.h).
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+
+/// In the child, before it drops its capabilities: leaves the view's mount namespace for a new
+/// one (when `t.unshare`), mounts each tmpfs and opens each entry for its landlock rule, storing
+/// the descriptors in `fds` (-1 past the last). Raw system calls only, on data prepared before
+/// the clone. Returns false with errno set on failure.
+pub(crate) fn enter(t: &ChildTemp, fds: &mut [RawFd; MAX_ENTRIES]) -> bool {
+    // SAFETY: raw system calls on C strings and stack values prepared before the clone; every
+    // descriptor opened here is close-on-exec.
+    unsafe {
+        if t.unshare && libc::unshare(libc::CLONE_NEWNS) < 0 {
+            return false;
+        }
+        for (i, e) in t.entries.iter().take(MAX_ENTRIES).enumerate() {
+            let target = libc::openat(
+                libc::AT_FDCWD,
+                e.target.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            );
+            if target < 0 {
+                return false;
+            }
+            if let Some((dev, ino)) = e.expect {
+                let mut st: libc::stat = std::mem::zeroed();
+                if libc::fstat(target, &mut st) < 0 || st.st_dev != dev || st.st_ino != ino {
+                    *libc::__errno_location() = libc::ESTALE;
+                    return false;
+                }
+            }
+            if !e.mount {
+                fds[i] = target;
+                continue;
+            }
+            let fs = libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) as RawFd;
+            if fs < 0 {
+                return false;
+            }
+            let set = |key: &CStr, value: &CStr| {
+                libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr(), 0) == 0
+            };
+            if !set(c"size", &t.size) || !set(c"mode", e.mode) {
+                return false;
+            }
+            if let Some((uid, gid)) = &e.owner
+                && (!set(c"uid", uid) || !set(c"gid", gid))
+            {
+                return false;
+            }
+            if libc::syscall(
+                libc::SYS_fsconfig,
+                fs,
+                FSCONFIG_CMD_CREATE,
+                std::ptr::null::<libc::c_char>(),
+                std::ptr::null::<libc::c_char>(),
+                0,
+            ) < 0
+            {
+                return false;
+            }
+            let mut attrs = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+            if e.noexec {
+                attrs |= libc::MOUNT_ATTR_NOEXEC;
+            }
+            let mnt = libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs) as RawFd;
+            if mnt < 0 {
+                return false;
+            }
+            libc::close(fs);
+            if libc::syscall(
+                libc::SYS_move_mount,
+                mnt,
+                c"".as_ptr(),
+                target,
+                c"".as_ptr(),
+                libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+            ) < 0
+            {
+                return false;
+            }
+            libc::close(target);
+            // The mount's descriptor names the new tmpfs's root: the landlock rule goes there.
+            fds[i] = mnt;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    /// The daemon's removal of a host directory (a daemon without views) follows nothing a tool
+    /// planted: symlinks to a file and a directory outside, the same deep inside, and
+    /// directories the tool made unreadable; all of it goes, and nothing outside.
+    #[test]
+    fn removal_follows_no_planted_symlink() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("precious"), "keep").unwrap();
+        std::fs::create_dir(outside.path().join("dir")).unwrap();
+        std::fs::write(outside.path().join("dir").join("inner"), "keep").unwrap();
+        let dir = HostDir::create("test-removal", None).unwrap();
+        let p = dir.path.clone();
+        assert_eq!(std::fs::symlink_metadata(&p).unwrap().permissions().mode() & 0o7777, 0o700);
+        std::os::unix::fs::symlink(outside.path().join("precious"), p.join("file-link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("dir"), p.join("dir-link")).unwrap();
+        std::fs::create_dir_all(p.join("a/b/c")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), p.join("a/b/c/up")).unwrap();
+        std::fs::write(p.join("a/b/file"), "x").unwrap();
+        std::fs::set_permissions(p.join("a/b"), std::fs::Permissions::from_mode(0o000)).unwrap();
+        std::fs::set_permissions(p.join("a"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        dir.remove();
+        assert!(!p.exists(), "{} is still there", p.display());
+        assert_eq!(std::fs::read_to_string(outside.path().join("precious")).unwrap(), "keep");
+        assert_eq!(std::fs::read_to_string(outside.path().join("dir").join("inner")).unwrap(), "keep");
+    }
+
+    /// What a daemon killed mid-invocation left is removed by the next one (without following
+    /// its symlinks); a live daemon's directory (locked) and anything else are left alone.
+    #[test]
+    fn a_dead_daemons_directories_are_swept_and_a_live_ones_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("precious"), "keep").unwrap();
+        let dead = base.path().join("cordon-tmp.dead01");
+        std::fs::create_dir_all(dead.join("inv/sub")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dead.join("inv/link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("precious"), dead.join("inv/sub/f")).unwrap();
+        let live = base.path().join("cordon-tmp.live01");
+        std::fs::create_dir_all(live.join("inv")).unwrap();
+        let held = OwnedFd::from(std::fs::File::open(&live).unwrap());
+        assert!(try_lock(&held));
+        let linked = base.path().join("cordon-tmp.link01");
+        std::os::unix::fs::symlink(outside.path(), &linked).unwrap();
+        let other = base.path().join("unrelated");
+        std::fs::create_dir(&other).unwrap();
+        sweep(base.path());
+        assert!(!dead.exists(), "a dead daemon's directory was kept");
+        assert!(live.join("inv").exists(), "a live daemon's directory was swept");
+        assert!(std::fs::symlink_metadata(&linked).unwrap().file_type().is_symlink());
+        assert!(other.exists());
+        assert_eq!(std::fs::read_to_string(outside.path().join("precious")).unwrap(), "keep");
+        drop(held);
+        sweep(base.path());
+        assert!(!live.exists(), "an unlocked directory was kept");
+    }
+
+    /// A directory moved away and replaced (by a symlink, or another directory) under its name:
+    /// the name is not removed, and the symlink's target is untouched.
+    #[test]
+    fn a_replaced_directory_name_is_left_alone() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("precious"), "keep").unwrap();
+        let dir = HostDir::create("test-replaced", None).unwrap();
+        let p = dir.path.clone();
+        let moved = p.with_extension("moved");
+        std::fs::rename(&p, &moved).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &p).unwrap();
+        dir.remove();
+        assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(outside.path().join("precious")).unwrap(), "keep");
+        std::fs::remove_file(&p).unwrap();
+        std::fs::remove_dir_all(&moved).unwrap();
+    }
+}
