@@ -4,12 +4,12 @@
 //!
 //! Every template: the project root as `working_dir` and `read`; the toolchain's directories as
 //! `search_path` (so bare names and `cargo clippy`'s subcommand lookup work) and its homes
-//! read-only; only the build output and a temporary directory writable; no network; no `allow`
-//! (admins only until one is added); real `reason`s, so the file passes `cordon policy check`.
+//! read-only; only the build output writable; no network; no `allow` (admins only until one is
+//! added); real `reason`s, so the file passes `cordon policy check`.
 //!
-//! Temporary space: until cordond gives every invocation a private temporary directory of its
-//! own, each template grants `<project>/.cordon-tmp` (read, write, exec) and sets `TMPDIR` to it;
-//! the lines doing so are marked `TEMP:` so they can be dropped when that lands.
+//! Temporary space is cordond's own: every invocation gets a private `TMPDIR` (read, write,
+//! exec; and where cordond can make mount namespaces a private `/tmp` and `/dev/shm`), so
+//! rustdoc's doctests, gcc, pytest's `tmp_path` and multiprocessing need no grant here.
 
 use std::path::{Path, PathBuf};
 
@@ -42,8 +42,8 @@ impl Template {
     }
 }
 
-/// The directory every template grants for temporary files, inside the project.
-pub const TEMP_DIR: &str = ".cordon-tmp";
+/// npm's cache directory, inside the project (npm writes its logs there on every run).
+pub const NPM_CACHE_DIR: &str = ".npm-cache";
 
 /// The system directories after a toolchain's own in every `search_path`.
 const SYSTEM_PATH: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
@@ -120,10 +120,9 @@ pub fn render(
     project: &str,
     path_var: &std::ffi::OsStr,
 ) -> Result<(String, Vec<String>), CliError> {
-    let tmp = root.join(TEMP_DIR);
     let mut g = Grants::default();
     let mut notes: Vec<String> = Vec::new();
-    let mut must_exist: Vec<PathBuf> = vec![tmp.clone()];
+    let mut must_exist: Vec<PathBuf> = Vec::new();
     let tools: Vec<T> = match kind {
         Template::Rust => {
             let cargo = which("cargo", path_var).ok_or_else(|| missing("cargo", "rust"))?;
@@ -218,13 +217,6 @@ pub fn render(
             if !by_default(&prefix) {
                 push(&mut g.read, prefix);
             }
-            // TEMP: multiprocessing's semaphores live in /dev/shm, which is the host's; drop
-            // this once cordond gives each invocation a private /dev/shm.
-            push(&mut g.write, PathBuf::from("/dev/shm"));
-            g.why.push((
-                "write",
-                "TEMP: /dev/shm is for multiprocessing's semaphores (shared with the host until cordond gives each invocation its own)".into(),
-            ));
             g.env.push(("PYTHONDONTWRITEBYTECODE", "1".into()));
             vec![T {
                 suffix: "pytest",
@@ -261,7 +253,11 @@ pub fn render(
                 "search_path",
                 "node's directory first: npm runs scripts with the node it finds on PATH".into(),
             ));
-            g.env.push(("npm_config_cache", tmp.join("npm-cache").display().to_string()));
+            let cache = root.join(NPM_CACHE_DIR);
+            push(&mut g.write, cache.clone());
+            g.why.push(("write", format!("npm's cache and logs ({NPM_CACHE_DIR}, add it to .gitignore)")));
+            g.env.push(("npm_config_cache", cache.display().to_string()));
+            must_exist.push(cache);
             g.env.push(("npm_config_update_notifier", "false".into()));
             g.env.push(("npm_config_audit", "false".into()));
             g.env.push(("npm_config_fund", "false".into()));
@@ -306,15 +302,6 @@ pub fn render(
             }]
         }
     };
-    // TEMP: the shared temporary directory (see the module comment).
-    if !g.write.iter().any(|w| tmp.starts_with(w)) {
-        push(&mut g.write, tmp.clone());
-    }
-    // rustdoc builds each doctest in TMPDIR and runs it from there.
-    if kind == Template::Rust && !g.exec.iter().any(|w| tmp.starts_with(w)) {
-        push(&mut g.exec, tmp.clone());
-    }
-    g.env.push(("TMPDIR", tmp.display().to_string()));
     for d in &must_exist {
         if !d.is_dir() {
             notes.push(format!(
@@ -325,7 +312,7 @@ pub fn render(
             ));
         }
     }
-    Ok((text(kind, root, project, &g, &tools, &tmp), notes))
+    Ok((text(kind, root, project, &g, &tools), notes))
 }
 
 fn list(paths: &[PathBuf]) -> String {
@@ -333,7 +320,7 @@ fn list(paths: &[PathBuf]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-fn text(kind: Template, root: &Path, project: &str, g: &Grants, tools: &[T], tmp: &Path) -> String {
+fn text(kind: Template, root: &Path, project: &str, g: &Grants, tools: &[T]) -> String {
     let mut s = String::new();
     let mut line = |l: &str| {
         s.push_str(l);
@@ -349,12 +336,7 @@ fn text(kind: Template, root: &Path, project: &str, g: &Grants, tools: &[T], tmp
     line("# The toolchain was found on the PATH of whoever ran `cordon init`. Review before installing:");
     line("# no tool has `allow`, so only admins may call them until you add e.g. allow = { users = [\"alice\"] };");
     line("# the tools run code the project defines (tests, build scripts) within the grants below.");
-    line("#");
-    line("# TEMP: until cordond gives every invocation a private temporary directory, the tools share");
-    line(&format!(
-        "# {} (in write, exec and TMPDIR below where marked TEMP); create it before installing.",
-        tmp.display()
-    ));
+    line("# Temporary files need no grant: cordond gives every invocation its own TMPDIR.");
     line("version = 1");
     line("");
     line("[defaults]");
@@ -371,26 +353,22 @@ fn text(kind: Template, root: &Path, project: &str, g: &Grants, tools: &[T], tmp
     for w in why("write") {
         line(&w);
     }
-    line(&format!("# TEMP: {} in write", tmp.display()));
-    line(&format!("write = {}", list(&g.write)));
+    if !g.write.is_empty() {
+        line(&format!("write = {}", list(&g.write)));
+    }
     for w in why("exec") {
         line(&w);
     }
     if !g.exec.is_empty() {
-        if g.exec.iter().any(|e| e == tmp) {
-            line(&format!("# TEMP: {} in exec (rustdoc runs each doctest from TMPDIR)", tmp.display()));
-        }
         line(&format!("exec = {}", list(&g.exec)));
     }
-    let env: Vec<String> = g
-        .env
-        .iter()
-        .map(|(k, v)| if *k == "TMPDIR" { format!("{k} = {}  # TEMP", q(v)) } else { format!("{k} = {}", q(v)) })
-        .collect();
-    line("");
-    line("[defaults.env]");
-    for e in env {
-        line(&e);
+    let env: Vec<String> = g.env.iter().map(|(k, v)| format!("{k} = {}", q(v))).collect();
+    if !env.is_empty() {
+        line("");
+        line("[defaults.env]");
+        for e in env {
+            line(&e);
+        }
     }
     for t in tools {
         line("");

@@ -50,12 +50,16 @@ fn search_path_is_the_tools_path_finds_bare_names_and_grants_execute() {
     let tmp = open_tempdir();
     let bin_dir = mkdir(&tmp.path().join("toolchain/bin"), 0o755);
     script(&bin_dir.join("hello"), "#!/bin/sh\necho \"PATH=$PATH\"\n");
-    // The same script, named by its absolute path, without the grant search_path brings: the
-    // sandbox refuses to execute it (so the run above works because of search_path's grant).
+    // The same script, named by its absolute path, readable but without the execute grant
+    // search_path brings: the sandbox refuses to execute it (so the run above works because of
+    // search_path's grant). (The read grant also keeps the host's /tmp, where the script is.)
     let policy = format!(
         "version = 1\n{}{}",
         tool("hello", &format!("command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]", q(&bin_dir))),
-        tool("ungranted", &format!("command = [\"/usr/bin/env\", {}]", q(bin_dir.join("hello")))),
+        tool(
+            "ungranted",
+            &format!("command = [\"/usr/bin/env\", {}]\nread = [{}]", q(bin_dir.join("hello")), q(&bin_dir))
+        ),
     );
     let d = Daemon::start(&[("t.toml", &policy)]);
     let (out, r) = d.run_json("hello", &json!({}));
@@ -262,7 +266,7 @@ fn template(kind: &str, root: &Path, path: Option<&Path>) -> (String, Daemon) {
     checked.assert_code(0);
     let said = format!("{}{}", checked.stdout, checked.stderr);
     assert!(!said.contains("warning") && !said.contains("unavailable"), "{said}\n{text}");
-    assert!(text.contains("TEMP"), "the temp grant is marked for removal: {text}");
+    assert!(!text.contains("TMPDIR =") && !text.contains("/dev/shm"), "temp space is cordond's own: {text}");
     let d = Daemon::start(&[("t.toml", &text)]);
     (text, d)
 }
@@ -303,7 +307,6 @@ fn rust_template_runs_cargo_test_with_doctests_and_clippy() {
     let lock = Command::new("cargo").args(["generate-lockfile", "--offline"]).current_dir(&root).output().unwrap();
     assert!(lock.status.success(), "{lock:?}");
     mkdir(&root.join("target"), 0o755);
-    mkdir(&root.join(".cordon-tmp"), 0o755);
     let (_, d) = template("rust", &root, None);
     let r = ok_run(&d, "proj-cargo-test");
     let all = format!("{}{}", r["stdout"], r["stderr"]);
@@ -339,7 +342,6 @@ fn python_template_runs_pytest_with_multiprocessing_and_tmp_path() {
          assert pool.map(square, [1, 2, 3]) == [1, 4, 9]\n",
     )
     .unwrap();
-    mkdir(&root.join(".cordon-tmp"), 0o755);
     let (text, d) = template("python", &root, Some(&venv.join("bin")));
     assert!(text.contains(&format!("search_path = [{}", q(venv.join("bin")))), "{text}");
     let r = ok_run(&d, "proj-pytest");
@@ -365,7 +367,7 @@ fn node_template_runs_npm_test_and_node_test() {
          test('adds', () => { assert.strictEqual(1 + 1, 2); });\n",
     )
     .unwrap();
-    mkdir(&root.join(".cordon-tmp"), 0o755);
+    mkdir(&root.join(".npm-cache"), 0o755);
     let (_, d) = template("node", &root, None);
     for tool in ["proj-npm-test", "proj-node-test"] {
         let r = ok_run(&d, tool);
@@ -387,7 +389,6 @@ fn c_template_runs_make_test_with_gcc() {
     )
     .unwrap();
     std::fs::write(root.join("Makefile"), "test: t\n\t./t\n\nt: t.c\n\tgcc -o t t.c\n").unwrap();
-    mkdir(&root.join(".cordon-tmp"), 0o755);
     let (_, d) = template("c", &root, None);
     let r = ok_run(&d, "proj-make-test");
     assert!(r["stdout"].as_str().unwrap().contains("tests ok"), "{r}");
