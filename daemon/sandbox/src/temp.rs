@@ -97,6 +97,8 @@ pub(crate) struct ChildTemp {
     pub unshare: bool,
     /// tmpfs `size` option (bytes, decimal text).
     pub size: CString,
+    /// tmpfs `nr_inodes` option (decimal text): see [`inodes_for`].
+    pub inodes: CString,
     pub entries: Vec<Entry>,
 }
 
@@ -146,6 +148,18 @@ fn cstring(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
+/// Bytes of temp space per inode allowed: a tmpfs's `size` bounds its pages only, and each inode
+/// (an empty file) costs the kernel about 1 KiB of memory no cgroup may count. Left at tmpfs's
+/// default (half the host's RAM pages), one call could pin gigabytes of kernel memory with
+/// empty files; at one inode per 16 KiB of `size`, a 512 MiB temp space allows 32,768 files
+/// (about 32 MiB of kernel memory).
+const BYTES_PER_INODE: u64 = 16 * 1024;
+
+/// The tmpfs `nr_inodes` for a temp space of `bytes`: [`BYTES_PER_INODE`], at least 1,024.
+pub(crate) fn inodes_for(bytes: u64) -> u64 {
+    (bytes / BYTES_PER_INODE).max(1024)
+}
+
 /// Prepares the temp space of an invocation: decides what the child mounts and makes the
 /// directory on the host where one is needed. `None` for `temp = false`.
 pub(crate) fn prepare(
@@ -162,8 +176,9 @@ pub(crate) fn prepare(
     if !policy.temp.enabled() {
         return Ok(None);
     }
-    let size = CString::new(policy.temp.size(&policy.limits).to_string())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let bytes = policy.temp.size(&policy.limits);
+    let size = CString::new(bytes.to_string()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let inodes = CString::new(inodes_for(bytes).to_string()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let owner = match identity {
         Some(id) => Some((CString::new(id.uid.to_string())?, CString::new(id.gid.to_string())?)),
         None => None,
@@ -208,7 +223,7 @@ pub(crate) fn prepare(
         });
     }
     let unshare = entries.iter().any(|e| e.mount);
-    Ok(Some((TempSpace { kind, tmpdir, _dir: dir }, ChildTemp { unshare, size, entries })))
+    Ok(Some((TempSpace { kind, tmpdir, _dir: dir }, ChildTemp { unshare, size, inodes, entries })))
 }
 
 /// Prefix of the directory each daemon keeps its invocations' directories in.
@@ -477,7 +492,7 @@ pub(crate) fn enter(t: &ChildTemp, fds: &mut [RawFd; MAX_ENTRIES]) -> bool {
             let set = |key: &CStr, value: &CStr| {
                 libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr(), 0) == 0
             };
-            if !set(c"size", &t.size) || !set(c"mode", e.mode) {
+            if !set(c"size", &t.size) || !set(c"nr_inodes", &t.inodes) || !set(c"mode", e.mode) {
                 return false;
             }
             if let Some((uid, gid)) = &e.owner

@@ -281,6 +281,24 @@ fn the_size_bound_gives_enospc() {
 }
 
 #[test]
+fn the_number_of_files_is_bounded_too() {
+    require_view!();
+    // Empty files cost no pages but kernel memory no cgroup may count: the tmpfs bounds its
+    // inodes with its size (1 per 16 KiB, at least 1,024; 1MiB gives 1,024).
+    let d = Daemon::start(&[("t.toml", &policy(&[("small", "temp = { size = \"1MiB\" }".into())]))]);
+    for place in ["$TMPDIR", "/dev/shm"] {
+        let j = sh(
+            &d,
+            "small",
+            &format!("n=0; while [ $n -lt 2000 ]; do touch {place}/f$n || break; n=$((n+1)); done; echo made=$n"),
+        );
+        let made: u32 = stdout(&j).trim().trim_start_matches("made=").parse().unwrap_or_else(|_| panic!("{j}"));
+        assert!((1000..1024).contains(&made), "{place}: {made} files in a 1,024-inode tmpfs: {j}");
+        assert!(j["stderr"].as_str().unwrap().contains("No space left on device"), "{place}: {j}");
+    }
+}
+
+#[test]
 fn tmpfs_pages_count_against_the_memory_limit() {
     require_view!();
     // A temp space larger than the memory limit: what the tool keeps in tmpfs is charged to its
