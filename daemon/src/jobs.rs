@@ -112,11 +112,36 @@ pub enum Full {
 pub struct Jobs<R> {
     limits: Limits,
     table: Mutex<HashMap<String, Entry<R>>>,
+    /// Jobs admitted by [`Jobs::make_room`] and not yet inserted, by uid: counted with the
+    /// running ones, so that calls starting at once cannot all pass the check before any is in
+    /// the table. Locked after `table`, never before.
+    reserved: Mutex<HashMap<u32, usize>>,
+}
+
+/// A place in the job table, held from [`Jobs::make_room`] until the job is inserted (drop it
+/// after [`Jobs::insert`], or without inserting when the job did not start).
+#[derive(Debug)]
+#[must_use = "the place is given back when this is dropped"]
+pub struct Reservation<'a> {
+    reserved: &'a Mutex<HashMap<u32, usize>>,
+    uid: u32,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = reserved.get_mut(&self.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                reserved.remove(&self.uid);
+            }
+        }
+    }
 }
 
 impl<R: Clone> Jobs<R> {
     pub fn new(limits: Limits) -> Jobs<R> {
-        Jobs { limits, table: Mutex::new(HashMap::new()) }
+        Jobs { limits, table: Mutex::new(HashMap::new()), reserved: Mutex::new(HashMap::new()) }
     }
 
     pub fn limits(&self) -> Limits {
@@ -127,17 +152,24 @@ impl<R: Clone> Jobs<R> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Drops expired jobs, then, while the table is full, the oldest finished ones. Err when
-    /// `uid` already has its share of running jobs, or the table is still full (every job in it
-    /// is running): a new job must not start.
-    pub fn make_room(&self, uid: u32) -> Result<(), Full> {
+    /// Drops expired jobs, then, while the table is full, the oldest finished ones, and reserves
+    /// a place for `uid`'s new job. Err when `uid` already has its share of running (and
+    /// reserved) jobs, or the table is still full (every job in it running or reserved): a new
+    /// job must not start.
+    pub fn make_room(&self, uid: u32) -> Result<Reservation<'_>, Full> {
         let mut table = self.lock();
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
         let per_caller = self.limits.per_caller;
-        if table.values().filter(|e| e.owner.uid == uid && e.finished.is_none()).count() >= per_caller {
+        let mine = reserved.get(&uid).copied().unwrap_or(0);
+        if table.values().filter(|e| e.owner.uid == uid && e.finished.is_none()).count() + mine >= per_caller {
             return Err(Full::Caller { uid, per_caller });
         }
         Self::evict(&mut table, self.limits);
-        if table.len() >= self.limits.max { Err(Full::Table { max: self.limits.max }) } else { Ok(()) }
+        if table.len() + reserved.values().sum::<usize>() >= self.limits.max {
+            return Err(Full::Table { max: self.limits.max });
+        }
+        *reserved.entry(uid).or_default() += 1;
+        Ok(Reservation { reserved: &self.reserved, uid })
     }
 
     /// Drops expired jobs, then, while the table is full, a finished job of the uid that keeps
@@ -284,7 +316,7 @@ mod tests {
         jobs.insert("b", Kind::Tool, "t", caller(2), vec![]);
         assert!(matches!(jobs.make_room(3), Err(Full::Table { max: 2 })), "two running jobs fill a table of two");
         jobs.finish("a", 0);
-        jobs.make_room(3).unwrap();
+        drop(jobs.make_room(3).unwrap());
         assert!(jobs.owner("a").is_none(), "the finished job made room");
         assert!(jobs.running("b"));
     }
@@ -296,8 +328,9 @@ mod tests {
         jobs.finish("theirs", 0);
         for n in 0..10 {
             let id = format!("flood{n}");
-            jobs.make_room(1).unwrap();
+            let place = jobs.make_room(1).unwrap();
             jobs.insert(&id, Kind::Tool, "t", caller(1), vec![]);
+            drop(place);
             jobs.finish(&id, 0);
         }
         assert!(jobs.owner("theirs").is_some(), "uid 2's unread result survives uid 1's flood");
@@ -321,13 +354,31 @@ mod tests {
     fn one_uid_cannot_fill_the_table_with_running_jobs() {
         let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_secs(60), max: 8, per_caller: 2 });
         for id in ["a", "b"] {
-            jobs.make_room(1).unwrap();
+            let place = jobs.make_room(1).unwrap();
             jobs.insert(id, Kind::Workflow, "w", caller(1), vec![]);
+            drop(place);
         }
         assert!(matches!(jobs.make_room(1), Err(Full::Caller { uid: 1, per_caller: 2 })));
-        jobs.make_room(2).expect("another uid still starts jobs");
+        drop(jobs.make_room(2).expect("another uid still starts jobs"));
         jobs.finish("a", 0);
-        jobs.make_room(1).expect("a finished job frees its owner's share");
+        drop(jobs.make_room(1).expect("a finished job frees its owner's share"));
+    }
+
+    #[test]
+    fn places_are_reserved_until_the_job_is_in_the_table() {
+        let jobs: Jobs<u8> = Jobs::new(Limits { ttl: Duration::from_secs(60), max: 3, per_caller: 2 });
+        // Two calls of uid 1 pass the check at once: the third is refused before either inserts.
+        let first = jobs.make_room(1).unwrap();
+        let second = jobs.make_room(1).unwrap();
+        assert!(matches!(jobs.make_room(1), Err(Full::Caller { .. })));
+        let other = jobs.make_room(2).unwrap();
+        assert!(matches!(jobs.make_room(3), Err(Full::Table { max: 3 })), "reservations fill the table too");
+        // A call that did not start gives its place back.
+        drop(second);
+        drop(other);
+        let again = jobs.make_room(1).unwrap();
+        drop((first, again));
+        assert!(jobs.reserved.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -178,7 +178,8 @@ pub(crate) fn prepare(
     }
     let bytes = policy.temp.size(&policy.limits);
     let size = CString::new(bytes.to_string()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let inodes = CString::new(inodes_for(bytes).to_string()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let inodes =
+        CString::new(inodes_for(bytes).to_string()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let owner = match identity {
         Some(id) => Some((CString::new(id.uid.to_string())?, CString::new(id.gid.to_string())?)),
         None => None,

@@ -81,18 +81,22 @@ impl CordonService {
         req: v1::StartJobRequest,
     ) -> Result<v1::StartJobResponse, Status> {
         let invoker = &self.daemon.invoker;
-        if let Err(full) = self.daemon.jobs.make_room(caller.uid) {
-            let status = status::jobs_full(&full);
-            let mut record = Record::new(Decision::Refused)
-                .caller(&caller)
-                .with("job", true)
-                .error(ErrorCode::TooManyJobs, status.message());
-            if !req.tool.is_empty() {
-                record = record.tool(&req.tool);
+        // Held until the job is in the table (or did not start): see `Jobs::make_room`.
+        let _place = match self.daemon.jobs.make_room(caller.uid) {
+            Ok(place) => place,
+            Err(full) => {
+                let status = status::jobs_full(&full);
+                let mut record = Record::new(Decision::Refused)
+                    .caller(&caller)
+                    .with("job", true)
+                    .error(ErrorCode::TooManyJobs, status.message());
+                if !req.tool.is_empty() {
+                    record = record.tool(&req.tool);
+                }
+                self.audit(record);
+                return Err(status);
             }
-            self.audit(record);
-            return Err(status);
-        }
+        };
         if req.confirm_token.is_empty() {
             let registry = self.daemon.registry.current();
             if registry.get(&req.tool).is_none() && registry.workflow(&req.tool).is_some() {

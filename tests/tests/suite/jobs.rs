@@ -189,6 +189,39 @@ fn one_uid_cannot_fill_the_job_table_with_running_jobs() {
 }
 
 #[test]
+fn jobs_started_at_once_cannot_pass_the_per_caller_limit_together() {
+    require_root!();
+    let d = start(&["--jobs-per-caller", "3"]);
+    // Twenty detached calls at once, each its own client: the check and the insert are one step.
+    let children: Vec<_> = (0..20)
+        .map(|_| {
+            agent::command()
+                .arg("--socket")
+                .arg(&d.socket)
+                .args(["run", "hold", "--detach"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let started: Vec<String> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .collect();
+    assert_eq!(started.len(), 3, "exactly --jobs-per-caller jobs started: {started:?}");
+    let running = agent::cordon(&d.socket, &["jobs", "--json"]).json();
+    let n = running["jobs"].as_array().unwrap().iter().filter(|j| j["state"] == "running").count();
+    assert_eq!(n, 3, "{running}");
+    for id in &started {
+        agent::cordon(&d.socket, &["job", id, "--cancel"]).assert_code(0);
+    }
+}
+
+#[test]
 fn finished_jobs_expire_after_the_ttl() {
     require_root!();
     let d = start(&["--job-ttl", "1s"]);
