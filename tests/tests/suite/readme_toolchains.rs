@@ -399,6 +399,9 @@ fn readme_git_example_commit() {
     let lines: Vec<&str> = log.lines().collect();
     let agent_commit = "tiny agent (cordon) <agent@tiny.invalid>|tiny agent (cordon)|Fix the off-by-one in add_one";
     assert_eq!(lines, [agent_commit, agent_commit, "alice <alice@example.com>|alice|init"], "{log}");
+    // Nothing changed since: git's "nothing to commit", exit 1, as the README says.
+    let out = agent::cordon(&d.socket, &["run", "tiny-git-commit", "--arg", "message=Nothing"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
     drop(d);
     // The message can never be an option, nor two lines: refused before anything runs.
     let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
