@@ -65,10 +65,10 @@ fn examples() -> Vec<Example> {
             }
         } else if let Some(heading) = line.strip_prefix("### ") {
             out.push(Example { heading: heading.to_string(), ..Example::default() });
-        } else if let Some(lang) = line.strip_prefix("```") {
-            if !out.is_empty() {
-                block = Some((lang.to_string(), Vec::new()));
-            }
+        } else if let Some(lang) = line.strip_prefix("```")
+            && !out.is_empty()
+        {
+            block = Some((lang.to_string(), Vec::new()));
         }
     }
     out

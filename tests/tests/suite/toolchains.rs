@@ -299,7 +299,7 @@ fn rust_project(root: &Path) {
     )
     .unwrap();
     // What the template's notes ask for: the lock file, target/ and the temp dir.
-    let lock = Command::new("cargo").args(["generate-lockfile", "--offline"]).current_dir(&root).output().unwrap();
+    let lock = Command::new("cargo").args(["generate-lockfile", "--offline"]).current_dir(root).output().unwrap();
     assert!(lock.status.success(), "{lock:?}");
     mkdir(&root.join("target"), 0o755);
 }
