@@ -156,6 +156,18 @@ pub fn render(
                 g.env.push(("RUSTUP_HOME", r.display().to_string()));
                 g.why.push(("exec", "rustup's proxies run the toolchain's cargo, rustc and clippy-driver".into()));
             }
+            // A toolchain that is not rustup's proxies (a toolchain directory on PATH, an
+            // installer's /opt/rust): rustc loads librustc_driver and the standard library from
+            // its PREFIX/lib, and links with the rust-lld it ships in PREFIX/lib/rustlib/*/bin.
+            if !bin.ends_with(".cargo/bin")
+                && let Some(prefix) =
+                    std::fs::canonicalize(&cargo).ok().and_then(|r| r.parent()?.parent().map(Path::to_path_buf))
+                && !by_default(&prefix)
+            {
+                push(&mut g.read, prefix.clone());
+                push(&mut g.exec, prefix);
+                g.why.push(("exec", "the toolchain's own programs: rustc links with the rust-lld it ships".into()));
+            }
             g.env.push(("CARGO_NET_OFFLINE", "true".into()));
             g.env.push(("CARGO_TERM_COLOR", "never".into()));
             g.accept_write_exec = Some(

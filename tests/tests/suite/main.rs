@@ -23,6 +23,7 @@ mod mcp_messages;
 mod mcp_protocol;
 mod policy_tests;
 mod readme;
+mod readme_toolchains;
 mod registry;
 mod reliability_audit;
 mod reliability_policies;

@@ -287,13 +287,8 @@ fn ok_run(d: &Daemon, tool: &str) -> Value {
     r
 }
 
-#[test]
-fn rust_template_runs_cargo_test_with_doctests_and_clippy() {
-    if !have("cargo") {
-        return;
-    }
-    let tmp = open_tempdir();
-    let root = tmp.path().join("proj");
+/// A tiny crate with a unit test and a doctest, its lock file and target/ (the template's notes).
+fn rust_project(root: &Path) {
     mkdir(&root.join("src"), 0o755);
     std::fs::write(root.join("Cargo.toml"), "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n")
         .unwrap();
@@ -304,9 +299,19 @@ fn rust_template_runs_cargo_test_with_doctests_and_clippy() {
     )
     .unwrap();
     // What the template's notes ask for: the lock file, target/ and the temp dir.
-    let lock = Command::new("cargo").args(["generate-lockfile", "--offline"]).current_dir(&root).output().unwrap();
+    let lock = Command::new("cargo").args(["generate-lockfile", "--offline"]).current_dir(root).output().unwrap();
     assert!(lock.status.success(), "{lock:?}");
     mkdir(&root.join("target"), 0o755);
+}
+
+#[test]
+fn rust_template_runs_cargo_test_with_doctests_and_clippy() {
+    if !have("cargo") {
+        return;
+    }
+    let tmp = open_tempdir();
+    let root = tmp.path().join("proj");
+    rust_project(&root);
     let (_, d) = template("rust", &root, None);
     let r = ok_run(&d, "proj-cargo-test");
     let all = format!("{}{}", r["stdout"], r["stderr"]);
@@ -393,4 +398,42 @@ fn c_template_runs_make_test_with_gcc() {
     let r = ok_run(&d, "proj-make-test");
     assert!(r["stdout"].as_str().unwrap().contains("tests ok"), "{r}");
     assert!(root.join("t").is_file());
+}
+
+/// A toolchain directory on PATH instead of rustup's proxies (a standalone install, /opt/rust):
+/// rustc needs its PREFIX/lib (librustc_driver, the standard library) readable and the rust-lld
+/// it ships there executable, which the template grants; without them rustc cannot even start.
+#[test]
+fn rust_template_grants_a_standalone_toolchain_its_prefix() {
+    if !have("rustc") {
+        return;
+    }
+    let sysroot = Command::new("rustc").args(["--print", "sysroot"]).output().unwrap();
+    let sysroot = PathBuf::from(String::from_utf8(sysroot.stdout).unwrap().trim());
+    let tmp = open_tempdir();
+    let root = tmp.path().join("proj");
+    rust_project(&root);
+    // No rustup where the template looks (HOME, RUSTUP_HOME): only the toolchain's bin on PATH.
+    let file = tmp.path().join("rust.toml");
+    let out: Output = Command::new(bin("cordon"))
+        .env("PATH", format!("{}:/usr/bin:/bin", sysroot.join("bin").display()))
+        .env("HOME", tmp.path())
+        .env_remove("RUSTUP_HOME")
+        .env_remove("CARGO_HOME")
+        .args(["init", "--template", "rust", "--name", "proj", "-o"])
+        .arg(&file)
+        .arg(&root)
+        .output()
+        .unwrap()
+        .into();
+    out.assert_code(0);
+    let text = std::fs::read_to_string(&file).unwrap();
+    check(&file).assert_code(0);
+    assert!(!text.contains("RUSTUP_HOME"), "{text}");
+    assert!(text.contains(&format!("read = [{}, {}]", q(&root), q(&sysroot))), "{text}");
+    assert!(text.contains(&format!("exec = [{}, {}]", q(root.join("target")), q(&sysroot))), "{text}");
+    let d = Daemon::start(&[("t.toml", &text)]);
+    let r = ok_run(&d, "proj-cargo-test");
+    let all = format!("{}{}", r["stdout"], r["stderr"]);
+    assert!(all.contains("test tests::adds ... ok") && all.contains("Doc-tests tiny"), "{all}");
 }
