@@ -315,8 +315,12 @@ fn tmpfs_pages_count_against_the_memory_limit() {
         eprintln!("skipped: no memory cgroup on this host");
         return;
     }
-    // The memory cgroup's OOM kill, not a timeout and not a full tmpfs.
-    assert_eq!(j["signal"], 9, "256MiB of tmpfs under a 48MiB memory limit: {j}");
+    // The memory cgroup's OOM kill, not a timeout and not a full tmpfs. Where the kernel kills
+    // the whole group on OOM (cgroup v2's memory.oom.group) the tool ends by SIGKILL; under
+    // cgroup v1 (hybrid hosts) the OOM killer picks the biggest process, `head`, and the shell
+    // reports it (rc=137).
+    let killed = j["signal"] == 9 || stdout(&j).contains("rc=137");
+    assert!(killed, "256MiB of tmpfs under a 48MiB memory limit: {j}");
     assert_eq!(j["timed_out"], false, "{j}");
     assert!(!j["stderr"].as_str().unwrap().contains("No space left"), "{j}");
 }
