@@ -162,6 +162,26 @@ impl State {
         }
     }
 
+    /// Registers the invocation led by `pid` with its audit session `ses`; answers the session
+    /// its records are matched by: `None` (the pid only) when another live invocation has the
+    /// same session, which then loses it too (records of a shared session belong to no one).
+    fn register(&mut self, pid: u32, ses: Option<u32>, since_ms: u64) -> Option<u32> {
+        let ses = match ses {
+            Some(s) if let Some(other) = self.sessions.remove(&s) => {
+                if let Some(slot) = self.slots.get_mut(&other) {
+                    slot.ses = None;
+                }
+                None
+            }
+            ses => ses,
+        };
+        self.slots.insert(pid, Slot { denials: Vec::new(), ses, since_ms });
+        if let Some(s) = ses {
+            self.sessions.insert(s, pid);
+        }
+        ses
+    }
+
     /// Offers every stray record again (an invocation or a domain just appeared).
     fn reroute(&mut self) {
         let strays = std::mem::take(&mut self.strays);
@@ -218,19 +238,22 @@ impl DenialLog {
     /// its audit session is set, see `child.rs`), started at `since` (taken before the clone).
     pub fn watch(&self, pid: u32, since: std::time::SystemTime, landlock_logs: bool) -> Watch {
         let since_ms = since.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        let ses = std::fs::read_to_string(format!("/proc/{pid}/sessionid"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u32>().ok())
-            .filter(|s| *s != u32::MAX);
+        // The invocation's own session, when its child could set one: not unset, not cordond's
+        // own (the login uid write failed: every invocation would share it), and no other live
+        // invocation's. Otherwise records are matched by the leader's pid only.
+        let ses =
+            session_of(&format!("/proc/{pid}/sessionid")).filter(|s| Some(*s) != session_of("/proc/self/sessionid"));
         let mut state = self.shared.lock();
-        state.slots.insert(pid, Slot { denials: Vec::new(), ses, since_ms });
-        if let Some(s) = ses {
-            state.sessions.insert(s, pid);
-        }
+        let ses = state.register(pid, ses, since_ms);
         state.reroute();
         drop(state);
         Watch { shared: self.shared.clone(), pid, ses, landlock_logs }
     }
+}
+
+/// The audit session id in a `sessionid` file of /proc; `None` when unset or unreadable.
+fn session_of(path: &str) -> Option<u32> {
+    std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse::<u32>().ok()).filter(|s| *s != u32::MAX)
 }
 
 /// What [`probe`] found: whether the audit log can be read, and whether audit is enabled.
@@ -306,7 +329,9 @@ impl Drop for Watch {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
         state.slots.remove(&self.pid);
-        if let Some(s) = self.ses {
+        if let Some(s) = self.ses
+            && state.sessions.get(&s) == Some(&self.pid)
+        {
             state.sessions.remove(&s);
         }
         let pid = self.pid;
@@ -568,6 +593,22 @@ mod tests {
             panic!()
         };
         assert_eq!(path, "/tmp/a b");
+    }
+
+    #[test]
+    fn a_session_two_invocations_share_is_no_ones_and_records_go_by_pid() {
+        let mut s = State::default();
+        let denied = |name: &str| Denied::Syscall { name: Some(name.into()), nr: 0, killed: false };
+        assert_eq!(s.register(100, Some(7), 0), Some(7));
+        // A second invocation with the same session (its login uid could not be set): neither
+        // keeps it, so a record of session 7 is nobody's; each is matched by its leader's pid.
+        assert_eq!(s.register(200, Some(7), 0), None);
+        assert_eq!(s.slots[&100].ses, None);
+        s.take(10, Rec::Seccomp { pid: 300, ses: Some(7), denied: denied("ptrace") });
+        assert!(s.slots.values().all(|slot| slot.denials.is_empty()), "a shared session's record is no one's");
+        s.take(10, Rec::Seccomp { pid: 200, ses: Some(7), denied: denied("unshare") });
+        assert_eq!(s.slots[&200].denials.len(), 1);
+        assert!(s.slots[&100].denials.is_empty());
     }
 
     #[test]
