@@ -239,13 +239,17 @@ pub fn explain(tool: &Tool, denials: &[Denial]) -> Vec<Explained> {
             let remedy = remedy(&d.denied, &tool.sandbox);
             let n = times(d.count);
             let fix = match &remedy {
+                // The path of an inferred denial is the tool's own words (its stderr), which the
+                // tool controls: never offered as a grant to make, only as what would allow it.
+                Remedy::Grant { key: key @ ("read" | "write" | "exec"), value } if d.denied.source() == "inferred" => {
+                    let or_write = if *key == "read" { " (`write` if it must change it)" } else { "" };
+                    format!(
+                        "unverified: the path is from the tool's own message and the kernel logged no denial; only if \
+                         the tool should have {value:?} at all, `{key}` would allow it{or_write}"
+                    )
+                }
                 Remedy::Grant { key: key @ ("read" | "write" | "exec"), value } => {
-                    let or_write = if *key == "read" && d.denied.source() == "inferred" {
-                        "; `write` instead if the tool must change it"
-                    } else {
-                        ""
-                    };
-                    format!("the policy key `{key}` allows it: {key} = [{value:?}] (or a directory above it){or_write}")
+                    format!("the policy key `{key}` allows it: {key} = [{value:?}] (or a directory above it)")
                 }
                 Remedy::Grant { key: key @ ("connect_tcp" | "bind_tcp"), value } => {
                     format!("the policy key `{key}` allows it: network = {{ {key} = [{value}] }}")
