@@ -62,6 +62,10 @@ const NATIVE_ARCH: u32 = 0;
 /// The reader of the kernel's audit records, one per daemon.
 pub struct DenialLog {
     shared: Arc<Shared>,
+    /// [`DenialLog::logging_allowed`]'s last answer, and when it was asked (ms since `epoch`).
+    allowed: std::sync::atomic::AtomicBool,
+    asked_ms: std::sync::atomic::AtomicU64,
+    epoch: std::time::Instant,
 }
 
 impl std::fmt::Debug for DenialLog {
@@ -231,7 +235,28 @@ impl DenialLog {
             .name("cordon-audit-log".into())
             .spawn(move || reader.listen())
             .map_err(|e| format!("cannot start the audit log reader: {e}"))?;
-        Ok(DenialLog { shared })
+        let allowed = shared.status().is_some_and(|s| s.may_log());
+        Ok(DenialLog {
+            shared,
+            allowed: std::sync::atomic::AtomicBool::new(allowed),
+            asked_ms: std::sync::atomic::AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+        })
+    }
+
+    /// Whether tools may have the kernel log their denials now: asked of the kernel at most
+    /// once a second (auditd may start or change the settings while cordond runs). See
+    /// [`Status::may_log`]; `false` when the kernel cannot be asked.
+    pub fn logging_allowed(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let asked = self.asked_ms.load(Relaxed);
+        if now.saturating_sub(asked) >= 1000
+            && self.asked_ms.compare_exchange(asked, now.max(1), Relaxed, Relaxed).is_ok()
+        {
+            self.allowed.store(self.shared.status().is_some_and(|s| s.may_log()), Relaxed);
+        }
+        self.allowed.load(Relaxed)
     }
 
     /// Starts collecting the denials of the invocation whose leader is `pid` (it has exec'd:
@@ -285,9 +310,18 @@ pub fn probe() -> Probe {
             Shared { sock: open().ok()?, control: Mutex::new(Some(control)), state: Mutex::new(State::default()) };
         shared.status()
     });
-    let readable = match status.as_ref().and_then(|s| unsafe_to_log(s.failure)) {
-        Some(why) => Err(why),
-        None => readable,
+    let readable = match &status {
+        _ if readable.is_err() => readable,
+        None => Err("cannot ask the kernel's audit settings (needs CAP_AUDIT_CONTROL), so denials are not logged".into()),
+        Some(s) => match unsafe_to_log(s.failure) {
+            Some(why) => Err(why),
+            None if !s.may_log() => Err(
+                "kernel audit is enabled with no rate limit: a tool's flood of denied calls would fill auditd's log, so \
+                 cordond does not have the kernel log denials; set one (`auditctl -r 1000`) to have them named exactly"
+                    .into(),
+            ),
+            None => readable,
+        },
     };
     Probe { readable, audit_enabled: status.map(|s| s.enabled) }
 }
@@ -344,7 +378,21 @@ struct Status {
     enabled: bool,
     /// What the kernel does when it loses records: 0 silent, 1 printk, 2 panic.
     failure: u32,
+    /// Records per second the kernel sends at most (0: no limit).
+    rate_limit: u32,
     backlog: u32,
+}
+
+impl Status {
+    /// Whether tools may have their refusals logged. A tool decides how many records its
+    /// denials make (a loop of refused calls: thousands a second). With audit disabled they go
+    /// to listeners like cordond and to the kernel log, which rate-limits them. With audit
+    /// enabled they go to auditd's log, whose disk-full action may halt the host or whose
+    /// rotation may push out other evidence: only where the kernel bounds them (`auditctl -r
+    /// N`). Never where a lost record halts the host (`auditctl -f 2`).
+    fn may_log(&self) -> bool {
+        unsafe_to_log(self.failure).is_none() && (!self.enabled || self.rate_limit > 0)
+    }
 }
 
 /// `AUDIT_FAIL_PANIC`: the kernel halts when it loses an audit record.
@@ -419,7 +467,7 @@ impl Shared {
         // struct audit_status: mask, enabled, failure, pid, rate_limit, backlog_limit, lost, backlog.
         let word = |i: usize| body.get(4 * i..4 * i + 4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
         (kind == AUDIT_GET).then_some(())?;
-        Some(Status { enabled: word(1)? != 0, failure: word(2)?, backlog: word(7)? })
+        Some(Status { enabled: word(1)? != 0, failure: word(2)?, rate_limit: word(4)?, backlog: word(7)? })
     }
 }
 
@@ -557,6 +605,16 @@ mod tests {
         assert!(unsafe_to_log(AUDIT_FAIL_PANIC).unwrap().contains("auditctl -f 2"));
         assert_eq!(unsafe_to_log(0), None);
         assert_eq!(unsafe_to_log(1), None);
+    }
+
+    #[test]
+    fn denials_are_logged_only_where_a_flood_of_them_is_bounded() {
+        let status = |enabled, failure, rate_limit| Status { enabled, failure, rate_limit, backlog: 0 };
+        assert!(status(false, 1, 0).may_log(), "audit off: listeners and the rate-limited kernel log");
+        assert!(!status(true, 1, 0).may_log(), "auditd with no rate limit: a tool could fill its disk");
+        assert!(status(true, 1, 500).may_log(), "auditd with a rate limit");
+        assert!(!status(true, AUDIT_FAIL_PANIC, 500).may_log());
+        assert!(!status(false, AUDIT_FAIL_PANIC, 0).may_log());
     }
 
     #[test]

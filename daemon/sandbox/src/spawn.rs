@@ -165,6 +165,9 @@ pub async fn run(
 ) -> Result<Outcome, SpawnError> {
     let plan = spec.plan;
     let started = Instant::now();
+    // The kernel logs this tool's denials only where a flood of them is bounded (see
+    // `denials::Status::may_log`); otherwise they are inferred from its messages.
+    let denials = confine.denials.filter(|d| d.logging_allowed());
 
     // Everything the child needs is built here, before it starts.
     let ruleset = landlock::build(confine.landlock_abi, confine.policy)?;
@@ -217,7 +220,7 @@ pub async fn run(
         temp: child_temp,
         last_cap: child::last_cap(),
         born_in: cgroup.as_ref().and_then(InvocationCgroup::born_in),
-        log: confine.denials.map(|_| {
+        log: denials.map(|_| {
             let uid = confine.identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
             child::DenialLogging::new(uid, confine.landlock_abi)
         }),
@@ -291,7 +294,7 @@ pub async fn run(
     drop(report_read);
     let pid = u32::try_from(pid).map_err(|_| start_err(io::Error::other("negative pid")))?;
     // The child has exec'd (its audit session is set): collect its denials from here on.
-    let watch = confine.denials.map(|log| log.watch(pid, spawned_at, confine.landlock_abi >= 7));
+    let watch = denials.map(|log| log.watch(pid, spawned_at, confine.landlock_abi >= 7));
     // From here on the group is killed if this future is dropped before the child is reaped.
     let mut group = Group { pid, reaped: false };
     let supervise = |source| SpawnError::Supervise { pid, source };
