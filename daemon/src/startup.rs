@@ -322,6 +322,7 @@ impl Server {
         // The socket is bound (or inherited) and the start is on disk: connections are served from here.
         notify::ready();
         let result = server::run(listener, daemon, shutdown, config.shutdown_grace).await;
+        cordon_sandbox::remove_own_temp_dir();
         if config.activated.is_none()
             && let Err(e) = std::fs::remove_file(&socket_path)
         {

@@ -243,9 +243,22 @@ struct Root {
     fd: OwnedFd,
 }
 
+/// This daemon's [`Root`], once made.
+static ROOT: std::sync::Mutex<Option<std::sync::Arc<Root>>> = std::sync::Mutex::new(None);
+
+/// Removes this daemon's directory for invocation directories, when it has one and it is empty
+/// (cordond's clean stop, after the last invocation ended); anything left is for the next
+/// daemon's sweep. Later invocations make a new one.
+pub fn remove_own_dir() {
+    let taken = ROOT.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(root) = taken {
+        // Removed while still locked: another daemon's sweep never sees it unlocked and in use.
+        let _ = std::fs::remove_dir(&root.path);
+    }
+}
+
 /// The daemon's [`Root`], made (after the sweep) on first use; a failure is retried next time.
 fn root() -> io::Result<std::sync::Arc<Root>> {
-    static ROOT: std::sync::Mutex<Option<std::sync::Arc<Root>>> = std::sync::Mutex::new(None);
     let mut slot = ROOT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(r) = &*slot {
         return Ok(r.clone());

@@ -281,6 +281,38 @@ fn the_size_bound_gives_enospc() {
 }
 
 #[test]
+fn a_daemon_that_stops_cleanly_leaves_no_directory_of_its_own() {
+    require_view!();
+    // cordond's own temp dir (TMPDIR here) gets its `cordon-tmp.XXXXXX` when a tool's TMPDIR is
+    // a fresh directory (its working dir lies beneath /tmp); a clean stop removes it.
+    let tmp = work_dir();
+    let w = work_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), policy(&[("here", format!("working_dir = {}", toml_str(w.path())))]))
+        .unwrap();
+    let tmpdir = format!("TMPDIR={}", tmp.path().display());
+    let d = Daemon::start_under(&["/usr/bin/env", &tmpdir], dir, policies, &[]);
+    let j = sh(&d, "here", "echo $TMPDIR");
+    assert!(stdout(&j).starts_with(&format!("{}/cordon-tmp.", tmp.path().display())), "{j}");
+    let ours = || {
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("cordon-tmp"))
+            .count()
+    };
+    assert_eq!(ours(), 1);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.pid()), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let stopped = cordon_tests::eventually(std::time::Duration::from_secs(20), || {
+        std::fs::read_to_string(format!("/proc/{}/stat", d.pid())).map_or(true, |s| s.contains(") Z "))
+    });
+    assert!(stopped, "cordond did not stop on SIGTERM");
+    assert_eq!(ours(), 0, "the stopped daemon's directory is gone");
+}
+
+#[test]
 fn the_number_of_files_is_bounded_too() {
     require_view!();
     // Empty files cost no pages but kernel memory no cgroup may count: the tmpfs bounds its
