@@ -26,7 +26,7 @@ use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
 use cordon_core::denial::Explained;
 use cordon_core::policy::output::{self, Verdict};
-use cordon_core::policy::{Availability, CachePolicy, RunAs, Tool};
+use cordon_core::policy::{Availability, CachePolicy, Control, RunAs, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
 use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Programs, RunSpec, SpawnError};
 
@@ -736,17 +736,42 @@ impl Invoker {
             (_, false) => (None, false),
         };
         let account_uid = identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
-        // A search_path directory someone other than root can write is only used by a tool that
+        // A program someone other than root can change (a search_path directory or an entry of
+        // one, what a symlink there leads to, command[0]'s real file) is only used by a tool that
         // runs as that account (what it puts there runs with no more than its own rights).
-        if let Some(writer) = tool.sandbox.pins.search_path_writer
-            && writer != account_uid
-        {
-            return Err(unavailable(format!(
-                "its search_path can be changed by uid {writer} ({}), and this call would run as uid {account_uid} \
-                 ({}); it runs only as that account",
-                Account::for_uid(writer).user,
-                Account::for_uid(account_uid).user
-            )));
+        // command[0]'s real file is looked at again now, through its pin: root may have changed
+        // its owner or mode since the registry loaded.
+        let daemon_uid = if self.host.is_root { 0 } else { nix::unistd::geteuid().as_raw() };
+        let executable_now = tool
+            .sandbox
+            .pins
+            .executable
+            .as_ref()
+            .and_then(|e| Some((e.pin.path.clone(), cordon_core::policy::executable_control(&e.pin, daemon_uid)?)));
+        let writer = match executable_now {
+            Some((path, Control::Shared(why))) => {
+                return Err(unavailable(format!(
+                    "command[0] {}: {why}; whoever can write it chooses what the tool runs, so `chown root` it and \
+                     make it writable only by root (`chmod go-w`)",
+                    path.display()
+                )));
+            }
+            Some((path, Control::Owner(uid))) => Some((uid, path)),
+            None => None,
+        };
+        let loaded = tool.sandbox.pins.search_path_writer.as_ref().map(|w| (w.uid, w.path.clone()));
+        for (writer, path) in loaded.into_iter().chain(writer) {
+            if writer != account_uid {
+                return Err(unavailable(format!(
+                    "uid {writer} ({}) can change the programs it runs ({} is theirs), and this call would run as \
+                     uid {account_uid} ({}); it runs only as that account: `chown root` {} (or remove it) to let \
+                     other callers use it",
+                    Account::for_uid(writer).user,
+                    path.display(),
+                    Account::for_uid(account_uid).user,
+                    path.display()
+                )));
+            }
         }
         let plan = argv::plan(&tool, &executable, &args, &Account::for_uid(account_uid));
         let paths = args

@@ -49,5 +49,5 @@ pub use load::{
 };
 pub use model::*;
 pub use pattern::PatternError;
-pub use probe::{PinChecks, ProbeError, resolve_run_as};
+pub use probe::{Control, PinChecks, ProbeError, executable_control, resolve_run_as};
 pub use trust::{Subject, Trust, TrustError, Walked};

@@ -535,10 +535,20 @@ pub struct Pins {
     /// itself is not pinned; the directory that holds it is).
     pub socket_dirs: Vec<Pin>,
     pub executable: Option<PinnedExecutable>,
-    /// The one account other than root (and cordond's own user) that can write a `search_path`
-    /// directory or a directory above it, when there is one: the tool may then only run as that
-    /// account (whatever it puts there runs with no more than its own rights).
-    pub search_path_writer: Option<u32>,
+    /// The one account other than root (and cordond's own user) that can change a program the
+    /// tool may run, when there is one: it can write a `search_path` directory or a directory
+    /// above it, or owns an entry of one (or what a symlink entry leads to), or owns the real
+    /// file of `command[0]`. The tool may then only run as that account (whatever it puts there
+    /// runs with no more than its own rights).
+    pub search_path_writer: Option<SearchPathWriter>,
+}
+
+/// An account that can change a program a tool may run, and the first path that lets it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchPathWriter {
+    pub uid: u32,
+    /// The directory it can write, or the file it owns.
+    pub path: PathBuf,
 }
 
 impl Pins {

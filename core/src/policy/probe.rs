@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 use super::defaults::ABI_NET;
 use super::diag::{Diagnostic, Severity};
-use super::model::{Availability, Host, Network, Pin, PinnedExecutable, Pins, Principal, RunAs, SEARCH_PATH, Tool};
+use super::model::{
+    Availability, Host, Network, Pin, PinnedExecutable, Pins, Principal, RunAs, SEARCH_PATH, SearchPathWriter, Tool,
+};
 use crate::resolve::{Node, on_kernel_fs, open_no_symlinks};
 
 /// Why a tool cannot run on this host, or no longer can: the reason it is listed as unavailable
@@ -57,6 +59,34 @@ pub enum ProbeError {
         path.display()
     )]
     SearchPathForeign { path: PathBuf, writer: u32, runs_as: u32 },
+    #[error(
+        "search_path {} holds {}, where {why}; whoever can write it chooses the programs the tool runs, so `chown \
+         root` it and make it writable only by root (`chmod go-w`), or remove it",
+        dir.display(),
+        entry.display()
+    )]
+    SearchPathEntryShared { dir: PathBuf, entry: PathBuf, why: String },
+    #[error(
+        "{} is owned by uid {owner}, but the tool runs as uid {runs_as}; a program another account owns (in a \
+         search_path directory, or one a symlink there leads to, or command[0] itself) runs with no more than that \
+         account's rights, so a tool may use it only when it runs as that account: `chown root` it or remove it \
+         (or run the tool as that account)",
+        path.display()
+    )]
+    ProgramForeign { path: PathBuf, owner: u32, runs_as: u32 },
+    #[error(
+        "command[0] {}: {why}; whoever can write it chooses what the tool runs, so `chown root` it and make it \
+         writable only by root (`chmod go-w`)",
+        path.display()
+    )]
+    ProgramShared { path: PathBuf, why: String },
+    #[error(
+        "two accounts other than root can change the programs the tool runs: {} is owned by uid {first_uid} and {} \
+         by uid {second_uid}, and a tool runs as at most one of them; `chown root` the other's (or remove it)",
+        first.display(),
+        second.display()
+    )]
+    TwoWriters { first: PathBuf, first_uid: u32, second: PathBuf, second_uid: u32 },
     #[error("{label} {}: {}", path.display(), io_reason(source))]
     Open {
         label: String,
@@ -222,6 +252,10 @@ pub(crate) struct PinCache {
     executables: HashMap<PathBuf, PinnedExecutable>,
     /// `run_as` (as written) whose user and group resolved.
     run_as: HashSet<String>,
+    /// search_path directory -> what in it someone other than root controls.
+    scans: HashMap<PathBuf, Arc<Vec<Finding>>>,
+    /// Directory -> who besides root controls it, and whether it is a shared sticky one.
+    dirs: HashMap<PathBuf, (Option<Control>, bool)>,
 }
 
 impl PinCache {
@@ -311,6 +345,7 @@ fn same_pins(a: &Pins, b: &Pins) -> bool {
         _ => false,
     };
     executables
+        && a.search_path_writer == b.search_path_writer
         && a.all().count() == b.all().count()
         && a.all()
             .zip(b.all())
@@ -330,21 +365,45 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
         }
         cache.run_as(run_as)?;
     }
-    pins.search_path_writer = search_path_writer(tool, host)?;
+    pins.search_path_writer = search_path_writer(tool, host, &pins, cache)?;
     host_allows(tool, host)?;
     Ok((executable, pins))
 }
 
-/// Who besides root (and cordond's own user) can change a `search_path` directory: the one
-/// account that owns it or a directory above it (sshd's StrictModes rule: a group- or
-/// other-writable directory is refused, except a root-owned sticky one above it, like `/tmp`).
-/// Two such accounts, or a writable group, make the tool unavailable. When the tool's identity
-/// is known now (a named `run_as`, or a daemon that is not root and runs every tool as itself)
-/// it must be that account; otherwise the daemon checks it at each call.
-fn search_path_writer(tool: &Tool, host: &Host) -> Result<Option<u32>, ProbeError> {
-    let daemon_uid = if host.is_root { 0 } else { nix::unistd::geteuid().as_raw() };
-    // The account, and the search_path directory it can change.
-    let mut writer: Option<(u32, &PathBuf)> = None;
+/// Who besides root (and cordond's own user) can change a program the tool may run: the one
+/// account that owns a `search_path` directory or a directory above it (sshd's StrictModes rule:
+/// a group- or other-writable directory is refused, except a root-owned sticky one above it,
+/// like `/tmp`), that owns an entry of one (any entry PATH may find there: a program its owner
+/// can rewrite is the same as a directory it can write), or a node on the way to what a symlink
+/// entry leads to, or that owns the real file of `command[0]`. Two such accounts, or a
+/// group- or other-writable directory or file, make the tool unavailable. When the tool's
+/// identity is known now (a named `run_as`, or a daemon that is not root and runs every tool as
+/// itself) it must be that account; otherwise the daemon checks it at each call.
+fn search_path_writer(
+    tool: &Tool,
+    host: &Host,
+    pins: &Pins,
+    cache: &mut PinCache,
+) -> Result<Option<SearchPathWriter>, ProbeError> {
+    let daemon_uid = daemon_uid(host);
+    // The account, the first path that lets it change the tool's programs, and whether that
+    // is a directory on a search_path (else a file).
+    let mut writer: Option<(u32, PathBuf, bool)> = None;
+    let mut add = |owner: u32, path: &Path, dir: bool| -> Result<(), ProbeError> {
+        match &writer {
+            Some((w, first, _)) if *w != owner => Err(ProbeError::TwoWriters {
+                first: first.clone(),
+                first_uid: *w,
+                second: path.to_path_buf(),
+                second_uid: owner,
+            }),
+            Some(_) => Ok(()),
+            None => {
+                writer = Some((owner, path.to_path_buf(), dir));
+                Ok(())
+            }
+        }
+    };
     for dir in &tool.sandbox.search_path {
         let untrusted = |why: String| ProbeError::SearchPathUntrusted { path: dir.clone(), why };
         let mut chain: Vec<&Path> = dir.ancestors().collect();
@@ -366,22 +425,34 @@ fn search_path_writer(tool: &Tool, host: &Host) -> Result<Option<u32>, ProbeErro
                 return Err(untrusted(format!("{} (mode {mode:o}) is writable by {who}", component.display())));
             }
             let owner = m.uid();
-            if owner == 0 || owner == daemon_uid {
-                continue;
+            if owner != 0 && owner != daemon_uid {
+                add(owner, dir, true)?;
             }
-            match writer {
-                Some((w, _)) if w != owner => {
-                    return Err(untrusted(format!(
-                        "{} is owned by uid {owner}, and a directory on it by uid {w}",
-                        component.display()
-                    )));
+        }
+        for finding in cache.scan(dir, daemon_uid)?.iter() {
+            match &finding.control {
+                Control::Owner(owner) => add(*owner, &finding.path, false)?,
+                Control::Shared(why) => {
+                    return Err(ProbeError::SearchPathEntryShared {
+                        dir: dir.clone(),
+                        entry: finding.entry.clone(),
+                        why: why.clone(),
+                    });
                 }
-                _ => writer = Some((owner, dir)),
             }
         }
     }
-    let Some((w, dir)) = writer else { return Ok(None) };
-    let path = dir.clone();
+    // The real file of command[0], wherever it is (it is pinned: the call checks it again).
+    if let Some(e) = &pins.executable {
+        match executable_control(&e.pin, daemon_uid) {
+            Some(Control::Owner(owner)) => add(owner, &e.pin.path, false)?,
+            Some(Control::Shared(why)) => {
+                return Err(ProbeError::ProgramShared { path: e.pin.path.clone(), why });
+            }
+            None => {}
+        }
+    }
+    let Some((uid, path, dir)) = writer else { return Ok(None) };
     let fixed = match &tool.sandbox.run_as {
         Some(r @ RunAs::Account { .. }) if host.is_root => Some(run_as_ids(r)?.0),
         Some(RunAs::OwnerOfWorkingDir) if host.is_root => None,
@@ -389,8 +460,197 @@ fn search_path_writer(tool: &Tool, host: &Host) -> Result<Option<u32>, ProbeErro
         _ => Some(daemon_uid),
     };
     match fixed {
-        Some(runs_as) if runs_as != w => Err(ProbeError::SearchPathForeign { path, writer: w, runs_as }),
-        _ => Ok(Some(w)),
+        Some(runs_as) if runs_as != uid && dir => Err(ProbeError::SearchPathForeign { path, writer: uid, runs_as }),
+        Some(runs_as) if runs_as != uid => Err(ProbeError::ProgramForeign { path, owner: uid, runs_as }),
+        _ => Ok(Some(SearchPathWriter { uid, path })),
+    }
+}
+
+/// The account tools cannot be protected from: root, or cordond's own user when it is not root.
+fn daemon_uid(host: &Host) -> u32 {
+    if host.is_root { 0 } else { nix::unistd::geteuid().as_raw() }
+}
+
+/// Who besides root and cordond's user controls a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// It is owned by this account, which can rewrite it (a file; chmod it) or what is in it.
+    Owner(u32),
+    /// A group or everyone can write it: why.
+    Shared(String),
+}
+
+/// A node of a search_path directory's entry that someone other than root controls.
+#[derive(Debug, Clone)]
+pub(crate) struct Finding {
+    /// The search_path entry it is reached from.
+    entry: PathBuf,
+    /// The node itself: the entry, or a directory or file on the way to what a symlink entry
+    /// leads to.
+    path: PathBuf,
+    control: Control,
+}
+
+/// Who besides root and cordond's user (`daemon_uid`) controls the node `m` at `path`. A
+/// root-owned sticky directory (like `/tmp`) is not counted: its entries are, by owner.
+fn control_of(path: &Path, m: &std::fs::Metadata, daemon_uid: u32) -> Option<Control> {
+    let mode = m.mode() & 0o7777;
+    let sticky_root_dir = m.is_dir() && mode & 0o1000 != 0 && m.uid() == 0;
+    if mode & 0o022 != 0 && !sticky_root_dir {
+        let who = if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", m.gid()) };
+        return Some(Control::Shared(format!("{} (mode {mode:o}) is writable by {who}", path.display())));
+    }
+    let owner = m.uid();
+    (owner != 0 && owner != daemon_uid).then_some(Control::Owner(owner))
+}
+
+/// Who besides root and cordond's user (`daemon_uid`) controls the pinned executable now: its
+/// owner, or a group or everyone who can write it. Read through the pinned descriptor.
+pub fn executable_control(pin: &Pin, daemon_uid: u32) -> Option<Control> {
+    let st = match nix::sys::stat::fstat(&*pin.fd) {
+        Ok(st) => st,
+        Err(e) => return Some(Control::Shared(format!("{} cannot be inspected: {e}", pin.path.display()))),
+    };
+    let mode = st.st_mode & 0o7777;
+    if mode & 0o022 != 0 {
+        let who = if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", st.st_gid) };
+        return Some(Control::Shared(format!("{} (mode {mode:o}) is writable by {who}", pin.path.display())));
+    }
+    (st.st_uid != 0 && st.st_uid != daemon_uid).then_some(Control::Owner(st.st_uid))
+}
+
+/// At most this many symlinks are followed from one entry (the kernel's own limit): a longer
+/// chain cannot be executed anyway.
+const MAX_LINKS: u32 = 40;
+
+impl PinCache {
+    /// What in the search_path directory `dir` someone other than root and cordond's user
+    /// controls: every entry but subdirectories (PATH finds no program in one, and its owner
+    /// cannot turn it into a file without writing `dir`), by owner and mode; for a symlink
+    /// entry, every node on the way to what it leads to, resolved as exec would (the link
+    /// itself cannot be changed, only replaced by whoever writes `dir`). Scanned once per load.
+    fn scan(&mut self, dir: &Path, daemon_uid: u32) -> Result<Arc<Vec<Finding>>, ProbeError> {
+        if let Some(found) = self.scans.get(dir) {
+            return Ok(found.clone());
+        }
+        let open = |source| ProbeError::Open { label: "search_path".into(), path: dir.to_path_buf(), source };
+        let mut found: Vec<Finding> = Vec::new();
+        let note = |found: &mut Vec<Finding>, entry: &Path, path: &Path, control: Control| {
+            // One finding per account, and the first group- or other-writable node.
+            let seen = found.iter().any(|f| match (&f.control, &control) {
+                (Control::Owner(a), Control::Owner(b)) => a == b,
+                (Control::Shared(_), Control::Shared(_)) => true,
+                _ => false,
+            });
+            if !seen {
+                found.push(Finding { entry: entry.to_path_buf(), path: path.to_path_buf(), control });
+            }
+        };
+        for entry in std::fs::read_dir(dir).map_err(open)? {
+            let entry = entry.map_err(open)?;
+            let path = entry.path();
+            // Gone since it was listed: nothing PATH can find.
+            let Ok(m) = std::fs::symlink_metadata(&path) else { continue };
+            if m.is_dir() {
+                continue;
+            }
+            if m.file_type().is_symlink() {
+                let mut nodes = Vec::new();
+                let mut links = 0;
+                self.walk(&path, daemon_uid, &mut links, &mut nodes);
+                for (node, control) in nodes {
+                    note(&mut found, &path, &node, control);
+                }
+            } else if let Some(control) = control_of(&path, &m, daemon_uid) {
+                note(&mut found, &path, &path, control);
+            }
+        }
+        let found = Arc::new(found);
+        self.scans.insert(dir.to_path_buf(), found.clone());
+        Ok(found)
+    }
+
+    /// Resolves the absolute `path` component by component, following symlinks as exec would,
+    /// and lists who controls a node on the way: each directory (by owner and mode; a
+    /// root-owned sticky one excepted), a symlink in a shared sticky directory (by its owner,
+    /// who may replace it there), and the node it ends at. Directories' verdicts are cached for
+    /// the load. Returns the real path, or `None` where it stops resolving (a missing node: the
+    /// directory that would hold it was checked).
+    fn walk(
+        &mut self,
+        path: &Path,
+        daemon_uid: u32,
+        links: &mut u32,
+        out: &mut Vec<(PathBuf, Control)>,
+    ) -> Option<PathBuf> {
+        let mut real = PathBuf::from("/");
+        let mut parent_shared_sticky = false;
+        let components: Vec<std::path::Component> = path.components().collect();
+        for (i, c) in components.iter().enumerate() {
+            let last = i + 1 == components.len();
+            let name = match c {
+                std::path::Component::RootDir => {
+                    real = PathBuf::from("/");
+                    parent_shared_sticky = self.dir_node(&real, daemon_uid, out)?;
+                    continue;
+                }
+                std::path::Component::ParentDir => {
+                    real.pop();
+                    parent_shared_sticky = self.dir_node(&real, daemon_uid, out)?;
+                    continue;
+                }
+                std::path::Component::Normal(name) => name,
+                _ => continue,
+            };
+            let candidate = real.join(name);
+            let m = std::fs::symlink_metadata(&candidate).ok()?;
+            if m.file_type().is_symlink() {
+                if parent_shared_sticky && m.uid() != 0 && m.uid() != daemon_uid {
+                    out.push((candidate.clone(), Control::Owner(m.uid())));
+                }
+                *links += 1;
+                if *links > MAX_LINKS {
+                    return None;
+                }
+                let target = std::fs::read_link(&candidate).ok()?;
+                // An absolute target replaces `real`; a relative one is taken from it.
+                real = self.walk(&real.join(target), daemon_uid, links, out)?;
+                if !last {
+                    parent_shared_sticky = self.dir_node(&real, daemon_uid, out)?;
+                }
+            } else if m.is_dir() {
+                real = candidate;
+                parent_shared_sticky = self.dir_node(&real, daemon_uid, out)?;
+            } else {
+                if let Some(control) = control_of(&candidate, &m, daemon_uid) {
+                    out.push((candidate.clone(), control));
+                }
+                real = candidate;
+                if !last {
+                    return None;
+                }
+            }
+        }
+        Some(real)
+    }
+
+    /// Checks the directory `dir` (cached for the load) into `out`; whether it is a shared
+    /// sticky one (whose entries' owners may replace them). `None`: it is not a directory.
+    fn dir_node(&mut self, dir: &Path, daemon_uid: u32, out: &mut Vec<(PathBuf, Control)>) -> Option<bool> {
+        let (control, shared_sticky) = match self.dirs.get(dir) {
+            Some(v) => v.clone(),
+            None => {
+                let m = std::fs::symlink_metadata(dir).ok().filter(|m| m.is_dir())?;
+                let mode = m.mode() & 0o7777;
+                let v = (control_of(dir, &m, daemon_uid), mode & 0o1000 != 0 && mode & 0o022 != 0);
+                self.dirs.insert(dir.to_path_buf(), v.clone());
+                v
+            }
+        };
+        if let Some(control) = control {
+            out.push((dir.to_path_buf(), control));
+        }
+        Some(shared_sticky)
     }
 }
 

@@ -286,9 +286,11 @@ allow = {{ users = ["{AGENT}"] }}
         );
     }
 
-    // After a reload (the new file accepted), the writer swaps the whole directory for a link.
+    // After a reload (the new file accepted, and made root's: the agent's file would run only
+    // as the agent), the writer swaps the whole directory for a link.
     std::fs::write(&prog, std::fs::read("/usr/bin/id").unwrap()).unwrap();
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&prog, Some(0), Some(0)).unwrap();
     d.cordon(&["reload"]).assert_code(0);
     let (code, r) = run(&d, false, "prog", "{}");
     assert_eq!((code, r["stdout"].as_str().unwrap().trim()), (Some(0), "0"), "{r:#}");

@@ -130,8 +130,195 @@ fn search_path_that_someone_else_can_write_is_refused() {
     assert_eq!(r["error"]["code"], "TOOL_UNAVAILABLE", "{out:?}");
     let message = r["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("its search_path can be changed by uid") && message.contains("runs only as that account"),
+        message.contains(&format!("uid {} ({AGENT}) can change the programs it runs", agent::id("-u", AGENT)))
+            && message.contains("runs only as that account"),
         "{message}"
+    );
+}
+
+/// A daemon on `policy` whose socket the test agent may use.
+fn agent_daemon(policy: &str) -> Daemon {
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let policies = mkdir(&dir.path().join("policies"), 0o755);
+    std::fs::write(policies.join("t.toml"), policy).unwrap();
+    Daemon::start_in(dir, policies, &["--socket-group", SOCKET_GROUP])
+}
+
+/// `sp` runs a bare command[0] found in a search_path directory; `sp2` has a shell look the
+/// name up in the same search_path; `sp3` names a file its owner can rewrite by absolute path.
+fn program_tools(dir: &Path, program: &str) -> String {
+    let sp = format!("search_path = [{}, \"/usr/bin\"]\nallow = {{ users = [\"{AGENT}\"] }}", q(dir));
+    format!(
+        "version = 1\n{}{}{}",
+        tool("sp", &format!("command = [\"{program}\"]\n{sp}")),
+        tool("sp2", &format!("command = [\"/bin/sh\", \"-c\", \"{program}\"]\n{sp}")),
+        tool(
+            "sp3",
+            &format!("command = [{}]\nexec = [{}]\nallow = {{ users = [\"{AGENT}\"] }}", q(dir.join(program)), q(dir))
+        ),
+    )
+}
+
+fn unavailable_saying(out: &Output, says: &[&str]) {
+    let r = out.json();
+    assert_eq!(r["error"]["code"], "TOOL_UNAVAILABLE", "{out:?}");
+    let message = r["error"]["message"].as_str().unwrap();
+    for s in says {
+        assert!(message.contains(s), "{s:?} not in: {message}");
+    }
+}
+
+/// The reviewer's case: a root-owned search_path directory (mode 755) holding a program another
+/// account owns. Its owner can rewrite the program, so it is the same as that account writing
+/// the directory: the tool is only for calls that run as that account, whether command[0] is
+/// the program (`sp`) or a shell finds it by name (`sp2`), or command[0] names it (`sp3`).
+#[test]
+fn a_program_another_account_owns_in_a_search_path_directory_is_only_for_that_account() {
+    require_root!("files owned by other accounts, and an agent caller");
+    let tmp = open_tempdir();
+    let bin_dir = mkdir(&tmp.path().join("tb/bin"), 0o755);
+    let helper = bin_dir.join("helper");
+    script(&helper, "#!/bin/sh\necho \"helper as $(id -u)\"\n");
+    chown(&helper, 65534, 65534);
+    let d = agent_daemon(&program_tools(&bin_dir, "helper"));
+    // What nobody puts there would run as the caller: never happens, for root or the agent.
+    std::fs::write(&helper, "#!/bin/sh\necho \"PWNED as $(id -u)\"\n").unwrap();
+    let said = format!("{} is theirs", helper.display());
+    for name in ["sp", "sp2", "sp3"] {
+        let out = d.cordon(&["run", name, "--json"]);
+        unavailable_saying(&out, &["uid 65534 (nobody) can change the programs it runs", &said, "chown root"]);
+        let out = agent::cordon(&d.socket, &["run", name, "--json"]);
+        unavailable_saying(
+            &out,
+            &["uid 65534 (nobody)", &said, &format!("would run as uid {}", agent::id("-u", AGENT))],
+        );
+    }
+    // Run as nobody: its own program, with its own rights.
+    let mut policy = String::from("version = 1\n");
+    let sp = format!("search_path = [{}, \"/usr/bin\"]\nrun_as = \"nobody\"", q(&bin_dir));
+    policy.push_str(&tool("nobodys", &format!("command = [\"/bin/sh\", \"-c\", \"helper\"]\n{sp}")));
+    // As another named account: refused when the registry loads, naming the file and the fix.
+    policy.push_str(&tool(
+        "agents",
+        &format!(
+            "command = [\"/bin/sh\", \"-c\", \"helper\"]\nsearch_path = [{}, \"/usr/bin\"]\nrun_as = \"{AGENT}\"",
+            q(&bin_dir)
+        ),
+    ));
+    let d = Daemon::start(&[("t.toml", &policy)]);
+    let (out, r) = d.run_json("nobodys", &json!({}));
+    assert_eq!((r["exit_code"].as_i64(), r["stdout"].as_str()), (Some(0), Some("PWNED as 65534\n")), "{out:?}");
+    let (out, _) = d.run_json("agents", &json!({}));
+    unavailable_saying(
+        &out,
+        &[
+            &format!("{} is owned by uid 65534, but the tool runs as uid {}", helper.display(), agent::id("-u", AGENT)),
+            "`chown root` it or remove it",
+        ],
+    );
+    // The same verdict from `cordon policy check`, which an admin runs before deploying.
+    let file = tmp.path().join("t.toml");
+    std::fs::write(&file, &policy).unwrap();
+    let out = check(&file);
+    assert!(out.stdout.contains(&format!("{} is owned by uid 65534", helper.display())), "{out:?}");
+}
+
+/// A program the test agent owns in a root-owned directory: the tool is the agent's, usable by
+/// the agent's own calls only (root is refused), whatever other programs the directory holds.
+#[test]
+fn a_program_the_agent_owns_makes_the_tool_the_agents() {
+    require_root!("a file owned by the test agent, and an agent caller");
+    let tmp = open_tempdir();
+    let bin_dir = mkdir(&tmp.path().join("tb/bin"), 0o755);
+    script(&bin_dir.join("hello"), "#!/bin/sh\necho \"hello as $(id -u)\"\n");
+    let mine = bin_dir.join("mine");
+    script(&mine, "#!/bin/sh\necho mine\n");
+    chown(&mine, agent::id("-u", AGENT), agent::id("-g", AGENT));
+    let d = agent_daemon(&program_tools(&bin_dir, "hello"));
+    let agent_uid = agent::id("-u", AGENT);
+    for name in ["sp", "sp2"] {
+        let out = agent::cordon(&d.socket, &["run", name, "--json"]);
+        let r = out.json();
+        assert_eq!(r["stdout"], format!("hello as {agent_uid}\n"), "{name}: {out:?}");
+        let out = d.cordon(&["run", name, "--json"]);
+        unavailable_saying(
+            &out,
+            &[&format!("uid {agent_uid} ({AGENT})"), &format!("{} is theirs", mine.display()), "would run as uid 0"],
+        );
+    }
+    // command[0] by absolute path names a root-owned file: the directory's other entries do
+    // not matter to it (no search_path).
+    let out = d.cordon(&["run", "sp3", "--json"]);
+    assert_eq!(out.json()["stdout"], "hello as 0\n", "{out:?}");
+}
+
+/// A group-writable program in a search_path directory, or what a symlink entry leads to when
+/// another account owns it (a root-owned link to /home/nobody/bin/x): the same as the directory.
+#[test]
+fn a_writable_program_or_a_link_to_another_accounts_file_in_a_search_path_directory() {
+    require_root!("files owned by other accounts");
+    let tmp = open_tempdir();
+    let shared = mkdir(&tmp.path().join("shared/bin"), 0o755);
+    script(&shared.join("hello"), "#!/bin/sh\necho hello\n");
+    let writable = shared.join("other");
+    script(&writable, "#!/bin/sh\necho other\n");
+    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o775)).unwrap();
+    // A link in a root directory, to a root-owned file, in a directory nobody owns.
+    let theirs = mkdir(&tmp.path().join("home/nobody/bin"), 0o755);
+    chown(&theirs, 65534, 65534);
+    script(&theirs.join("x"), "#!/bin/sh\necho x\n");
+    let linked = mkdir(&tmp.path().join("linked/bin"), 0o755);
+    script(&linked.join("hello"), "#!/bin/sh\necho hello\n");
+    std::os::unix::fs::symlink(theirs.join("x"), linked.join("x")).unwrap();
+    let policy = format!(
+        "version = 1\n{}{}",
+        tool("shared", &format!("command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]", q(&shared))),
+        tool("linked", &format!("command = [\"hello\"]\nsearch_path = [{}, \"/usr/bin\"]", q(&linked))),
+    );
+    let d = Daemon::start(&[("t.toml", &policy)]);
+    let out = d.cordon(&["run", "shared", "--json"]);
+    let says = format!(
+        "search_path {} holds {}, where {} (mode 775) is writable by group",
+        shared.display(),
+        writable.display(),
+        writable.display()
+    );
+    unavailable_saying(
+        &out,
+        &[&says, "`chown root` it and make it writable only by root (`chmod go-w`), or remove it"],
+    );
+    let out = d.cordon(&["run", "linked", "--json"]);
+    unavailable_saying(
+        &out,
+        &["uid 65534 (nobody) can change the programs it runs", &format!("{} is theirs", theirs.display())],
+    );
+}
+
+/// command[0]'s real file is looked at again at each call, through its pin: made group-writable,
+/// or given to another account, after the registry loaded, it no longer runs for anyone else.
+#[test]
+fn command0_given_away_after_the_load_is_refused_at_the_call() {
+    require_root!("chown to another account");
+    let tmp = open_tempdir();
+    let dir = mkdir(&tmp.path().join("late/bin"), 0o755);
+    let prog = dir.join("prog");
+    script(&prog, "#!/bin/sh\necho prog\n");
+    let policy = format!("version = 1\n{}", tool("late", &format!("command = [{}]\nexec = [{}]", q(&prog), q(&dir))));
+    let d = Daemon::start(&[("t.toml", &policy)]);
+    let (out, r) = d.run_json("late", &json!({}));
+    assert_eq!(r["stdout"], "prog\n", "{out:?}");
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let out = d.cordon(&["run", "late", "--json"]);
+    unavailable_saying(
+        &out,
+        &[&format!("command[0] {}: {} (mode 775) is writable by group", prog.display(), prog.display())],
+    );
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chown(&prog, 65534, 65534);
+    let out = d.cordon(&["run", "late", "--json"]);
+    unavailable_saying(
+        &out,
+        &["uid 65534 (nobody) can change the programs it runs", &format!("{} is theirs", prog.display())],
     );
 }
 
