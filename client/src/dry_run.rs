@@ -47,6 +47,9 @@ pub async fn dry_run(
     for (k, v) in &d.env {
         outln!("    {k}={v}");
     }
+    if !d.env.iter().any(|(k, _)| k == "TMPDIR") {
+        outln!("    (TMPDIR is set when the call runs: its own private temp space, unless the tool says temp = false)");
+    }
     match &d.grants {
         Some(g) => print_grants(g),
         None => outln!("  (grants, limits and callers are shown to admins only)"),

@@ -125,6 +125,10 @@ fn dry_run_resolves_in_the_daemon_runs_nothing_and_refuses_like_a_real_call() {
     let out = d.cordon(&["run", "make-file", "--dry-run", "--arg", "name=created"]);
     out.assert_code(0);
     assert!(out.stdout.contains("nothing ran") && out.stdout.contains("GREETING=hello"), "{out:#?}");
+    assert!(
+        out.stdout.contains("(TMPDIR is set when the call runs"),
+        "the temp space is decided at run time: {out:#?}"
+    );
     assert!(!target.exists(), "a dry run created the file");
 
     // A refused dry run has the code (and exit status) of the real call.
