@@ -114,20 +114,9 @@ pub fn init(
     }
     let text = render(&root, &project, &found, &resolved);
 
-    let to_stdout = output == Some(Path::new("-"));
-    let dest = match output {
-        Some(p) if !to_stdout => p.to_path_buf(),
-        _ => PathBuf::from(format!("cordon-{project}.toml")),
-    };
-    if to_stdout {
-        if !as_json {
-            print!("{text}");
-        }
-    } else {
-        write_new(&dest, &text, force)?;
-    }
+    let shown = emit(output, &project, &text, force, as_json)?;
+    let to_stdout = shown == "-";
     let unresolved: Vec<&str> = resolved.iter().filter(|(_, r)| r.is_none()).map(|(p, _)| p.as_str()).collect();
-    let shown = if to_stdout { "-".to_string() } else { dest.display().to_string() };
     if as_json {
         let tools: Vec<serde_json::Value> =
             found.tools.iter().map(|t| json!({ "name": t.name, "description": t.description })).collect();
@@ -167,9 +156,9 @@ pub fn init(
         ));
     }
     if !to_stdout {
-        report(format!("wrote {} (nothing was loaded)", dest.display()));
+        report(format!("wrote {shown} (nothing was loaded)"));
     }
-    let file = if to_stdout { "FILE".to_string() } else { dest.display().to_string() };
+    let file = if to_stdout { "FILE".to_string() } else { shown.clone() };
     report("next steps:".into());
     report(format!(
         "  1. review {file}: replace each `reason = \"TODO: ...\"` with why agents may run the tool, remove what they should not run, add `allow` for the agent users"
@@ -192,19 +181,8 @@ fn init_template(
 ) -> Result<u8, CliError> {
     let path_var = std::env::var_os("PATH").unwrap_or_else(|| SEARCH_PATH.into());
     let (text, notes) = template::render(kind, root, project, &path_var)?;
-    let to_stdout = output == Some(Path::new("-"));
-    let dest = match output {
-        Some(p) if !to_stdout => p.to_path_buf(),
-        _ => PathBuf::from(format!("cordon-{project}.toml")),
-    };
-    if to_stdout {
-        if !as_json {
-            print!("{text}");
-        }
-    } else {
-        write_new(&dest, &text, force)?;
-    }
-    let shown = if to_stdout { "-".to_string() } else { dest.display().to_string() };
+    let shown = emit(output, project, &text, force, as_json)?;
+    let to_stdout = shown == "-";
     if as_json {
         let mut out =
             json!({ "project": project, "root": root, "file": shown, "template": kind.name(), "notes": notes });
@@ -225,7 +203,7 @@ fn init_template(
     for n in &notes {
         report(format!("  note: {n}"));
     }
-    let file = if to_stdout { "FILE".to_string() } else { dest.display().to_string() };
+    let file = if to_stdout { "FILE".to_string() } else { shown.clone() };
     if !to_stdout {
         report(format!("wrote {file} (nothing was loaded)"));
     }
@@ -923,6 +901,20 @@ fn write_new(dest: &Path, text: &str, force: bool) -> Result<(), CliError> {
         return Err(fail(e));
     }
     Ok(())
+}
+
+/// Writes a generated policy to `output` (`-`: stdout, unless `as_json`; none:
+/// `cordon-PROJECT.toml`, never over an existing file unless `force`); answers where it went.
+fn emit(output: Option<&Path>, project: &str, text: &str, force: bool, as_json: bool) -> Result<String, CliError> {
+    if output == Some(Path::new("-")) {
+        if !as_json {
+            print!("{text}");
+        }
+        return Ok("-".to_string());
+    }
+    let dest = output.map_or_else(|| PathBuf::from(format!("cordon-{project}.toml")), Path::to_path_buf);
+    write_new(&dest, text, force)?;
+    Ok(dest.display().to_string())
 }
 
 #[cfg(test)]
