@@ -266,8 +266,9 @@ impl DenialLog {
         // The invocation's own session, when its child could set one: not unset, not cordond's
         // own (the login uid write failed: every invocation would share it), and no other live
         // invocation's. Otherwise records are matched by the leader's pid only.
-        let ses =
-            session_of(&format!("/proc/{pid}/sessionid")).filter(|s| Some(*s) != session_of("/proc/self/sessionid"));
+        static OWN: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+        let own = *OWN.get_or_init(|| session_of("/proc/self/sessionid"));
+        let ses = session_of(&format!("/proc/{pid}/sessionid")).filter(|s| Some(*s) != own);
         let mut state = self.shared.lock();
         let ses = state.register(pid, ses, since_ms);
         state.reroute();
