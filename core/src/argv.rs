@@ -92,6 +92,13 @@ pub fn plan(tool: &Tool, executable: &Path, args: &Arguments, account: &Account)
             set(format!("{prefix}{}", name.to_ascii_uppercase()), value.to_arg());
         }
     }
+    // A tool with hosts reaches them through cordond's egress proxy only (set last: neither the
+    // policy's env nor an argument export can change them).
+    if tool.sandbox.network.egress().is_some() {
+        for (k, v) in crate::egress::proxy_env() {
+            set(k, v);
+        }
+    }
     let cwd = tool.working_dir.clone().unwrap_or_else(|| PathBuf::from("/"));
     Plan { executable: executable.to_path_buf(), argv, display_argv, env, cwd }
 }

@@ -51,6 +51,10 @@ pub struct FsView {
 impl HostFacts {
     /// The host facts availability is decided on, as an offline check assumes them.
     pub fn policy_host(&self) -> Host {
-        Host::new(self.is_root, self.landlock_abi)
+        let mut host = Host::new(self.is_root, self.landlock_abi);
+        if !self.is_root && self.fs_view.mode == "none" {
+            host.netns_unavailable = Some(Host::no_netns(&self.fs_view.meaning));
+        }
+        host
     }
 }

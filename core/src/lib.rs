@@ -9,6 +9,7 @@
 //! - [`code`]: every error code cordon answers with, one enum.
 //! - [`audit`]: the audit log's line format and hash chain (written by cordond, verified by
 //!   `cordon audit verify`).
+//! - [`egress`]: network access by host name: host rules, their matching, special addresses.
 //! - [`display`]: caller-chosen text made safe for a terminal.
 //! - [`host`]: the host's sandbox facts as `cordond --probe` reports them.
 //! - [`resolve`]: opening paths without following symlinks.
@@ -24,6 +25,7 @@ pub mod audit;
 pub mod code;
 pub mod denial;
 pub mod display;
+pub mod egress;
 pub mod host;
 pub mod policy;
 pub mod resolve;

@@ -919,6 +919,7 @@ impl Invoker {
             max_output: prepared.tool.max_output,
             grace: KILL_GRACE,
             output,
+            proxy: None,
         };
         // DEBUG: the audit log is the record of every call; INFO stays quiet on the hot path.
         tracing::debug!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");

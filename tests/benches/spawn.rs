@@ -137,6 +137,7 @@ fn main() {
                         max_output: 1024,
                         grace: Duration::from_secs(1),
                         output: None,
+                        proxy: None,
                     };
                     let out = run(spec, &confine, &CancellationToken::new()).await.unwrap();
                     assert_eq!(out.exit_code, Some(0));

@@ -599,10 +599,20 @@ pub struct PinnedExecutable {
 pub enum Network {
     #[default]
     None,
-    Tcp {
-        connect: Vec<u16>,
-        bind: Vec<u16>,
-    },
+    /// Landlock's TCP rules; with `egress` (`hosts`), the tool also runs in a network namespace
+    /// of its own whose only way out is cordond's egress proxy, and `connect`/`bind` apply inside
+    /// that namespace (its own loopback).
+    Tcp { connect: Vec<u16>, bind: Vec<u16>, egress: Option<crate::egress::Egress> },
+}
+
+impl Network {
+    /// The tool's host rules (`network.hosts`), when it has any.
+    pub fn egress(&self) -> Option<&crate::egress::Egress> {
+        match self {
+            Network::Tcp { egress, .. } => egress.as_ref(),
+            Network::None => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -678,6 +688,9 @@ pub struct Host {
     /// Why no tool can run on this host for want of a read-only filesystem view (`None`: views
     /// work, or this host runs tools without them, as a daemon that is not root may).
     pub views_unavailable: Option<String>,
+    /// Why tools with `network.hosts` cannot be offered here: they need a network namespace of
+    /// their own (`None`: cordond can make one).
+    pub netns_unavailable: Option<String>,
 }
 
 impl Host {
@@ -685,7 +698,17 @@ impl Host {
     /// invocation cgroups (so `unix_sockets` tools are offered) and read-only views.
     pub fn new(is_root: bool, landlock_abi: i32) -> Host {
         let unix_sockets_unavailable = (!is_root).then(|| NOT_IDENTIFIABLE.to_string());
-        Host { is_root, landlock_abi, unix_sockets_unavailable, views_unavailable: None }
+        Host { is_root, landlock_abi, unix_sockets_unavailable, views_unavailable: None, netns_unavailable: None }
+    }
+
+    /// The reason a tool with `network.hosts` is unavailable on a host whose daemon is not root
+    /// and cannot create user namespaces (`why`).
+    pub fn no_netns(why: &str) -> String {
+        format!(
+            "network.hosts needs a network namespace of the tool's own, and cordond is not root and cannot create \
+             user namespaces here ({why}); run cordond as root, or allow unprivileged user namespaces \
+             (sysctl kernel.unprivileged_userns_clone=1, or an AppArmor profile that permits them)"
+        )
     }
 }
 

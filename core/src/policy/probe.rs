@@ -144,6 +144,9 @@ pub enum ProbeError {
     NoUnixSockets { reason: String },
     #[error("no read-only filesystem view on this host: {reason}")]
     NoViews { reason: String },
+    /// The host's own reason (see [`Host::netns_unavailable`]).
+    #[error("{reason}")]
+    NoNetns { reason: String },
     #[error("this kernel offers no landlock, and cordon never runs a tool unsandboxed")]
     NoLandlock,
     #[error("the policy needs landlock ABI {min}, this kernel offers {have}")]
@@ -714,6 +717,11 @@ fn host_allows(tool: &Tool, host: &Host) -> Result<(), ProbeError> {
     }
     if matches!(tool.sandbox.network, Network::Tcp { .. }) && host.landlock_abi < ABI_NET {
         return Err(ProbeError::NetworkNeedsAbi { have: host.landlock_abi });
+    }
+    if tool.sandbox.network.egress().is_some()
+        && let Some(reason) = &host.netns_unavailable
+    {
+        return Err(ProbeError::NoNetns { reason: reason.clone() });
     }
     Ok(())
 }

@@ -300,3 +300,21 @@ fn a_refuse_example_with_another_code_or_accepted_fails() {
     let e = load(&text).unwrap_err().to_string();
     assert!(e.contains("invalid code \"BUSY\""), "{e}");
 }
+
+#[test]
+fn connect_tcp_beside_hosts_warns_unless_the_tool_binds_the_port_itself() {
+    let w = warnings(&tool(
+        r#"["/bin/true"]"#,
+        r#"network = { hosts = ["api.github.com:443"], connect_tcp = [443, 8080], bind_tcp = [8080] }"#,
+        &[],
+    ));
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("connect_tcp = [443] beside hosts"), "{}", w[0]);
+    assert!(w[0].contains("[connect-inside-netns:"), "{}", w[0]);
+    let quiet = warnings(&tool(
+        r#"["/bin/true"]"#,
+        r#"network = { hosts = ["api.github.com:443"], connect_tcp = [8080], bind_tcp = [8080] }"#,
+        &[],
+    ));
+    assert!(quiet.is_empty(), "{quiet:?}");
+}

@@ -671,3 +671,44 @@ fn json_configs_in_a_policy_directory_say_how_to_import_them() {
         direct.diagnostics
     );
 }
+
+#[test]
+fn hosts_load_with_their_bounds_set_the_proxy_environment_and_need_a_network_namespace() {
+    use cordon_core::egress::{DEFAULT_MAX_BYTES, PROXY_PORT};
+    let text = r#"version = 1
+[tools.fetch]
+description = "Fetches from two APIs"
+reason = "fixture"
+command = ["/bin/true"]
+env = { LANG = "C" }
+network = { hosts = ["api.github.com:443", "*.pypi.org:443", "10.0.0.0/8:8080"], max_connections = 4 }
+"#;
+    let set = load_ok("hosts.toml", text);
+    assert!(set.diagnostics.iter().all(|d| d.severity == Severity::Warning), "{}", render(&set.diagnostics));
+    let tool = &set.tools[0];
+    let egress = tool.sandbox.network.egress().expect("hosts parsed");
+    let shown: Vec<String> = egress.hosts.iter().map(ToString::to_string).collect();
+    assert_eq!(shown, ["api.github.com:443", "*.pypi.org:443", "10.0.0.0/8:8080"]);
+    assert_eq!((egress.max_connections, egress.max_bytes), (4, DEFAULT_MAX_BYTES));
+    assert!(matches!(tool.availability, Availability::Available { .. }), "{:?}", tool.availability);
+
+    let account = cordon_core::argv::Account { user: "u".into(), home: "/h".into(), gid: None };
+    let plan = cordon_core::argv::plan(tool, Path::new("/bin/true"), &Default::default(), &account);
+    let env = |k: &str| plan.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(env("https_proxy"), Some(format!("http://127.0.0.1:{PROXY_PORT}")));
+    assert_eq!(env("HTTP_PROXY"), Some(format!("http://127.0.0.1:{PROXY_PORT}")));
+    assert_eq!(env("ALL_PROXY"), Some(format!("socks5h://127.0.0.1:{PROXY_PORT}")));
+    assert_eq!(env("no_proxy"), Some(String::new()));
+
+    // A daemon that is not root and cannot make user namespaces cannot give it its own network.
+    let mut host = Host::new(false, 6);
+    host.netns_unavailable = Some(Host::no_netns("user namespaces are disabled"));
+    let set = load_sources(&[(PathBuf::from("hosts.toml"), text.to_string())], &host).expect("loads");
+    match &set.tools[0].availability {
+        Availability::Unavailable { reason } => {
+            assert!(reason.contains("network.hosts needs a network namespace"), "{reason}");
+            assert!(reason.contains("user namespaces are disabled"), "{reason}");
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+}

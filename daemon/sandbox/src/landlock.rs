@@ -202,7 +202,7 @@ impl<'a> Rules<'a> {
             }
         }
         let mut ports = Vec::new();
-        if let Network::Tcp { connect, bind } = &policy.network {
+        if let Network::Tcp { connect, bind, .. } = &policy.network {
             ports.extend(connect.iter().map(|p| (*p, AccessNet::ConnectTcp as u64)));
             ports.extend(bind.iter().map(|p| (*p, AccessNet::BindTcp as u64)));
         }

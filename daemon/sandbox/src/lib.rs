@@ -65,7 +65,7 @@ pub use peer::{PeerError, PeerProcess, in_invocation as peer_in_invocation, insp
 pub use seccomp::{
     CompileError, Profile, ProgramCache, Programs, compile as compile_seccomp, compile_all as compile_seccomp_all,
 };
-pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, RunSpec, SpawnError, run};
+pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, ProxyHandoff, RunSpec, SpawnError, run};
 pub use temp::{TempKind, remove_own_dir as remove_own_temp_dir};
 pub use usage::{Usage, read as read_usage};
 
@@ -120,6 +120,10 @@ impl HostSandbox {
             unix_sockets_unavailable: peer::tools_identifiable(&self.cgroups).err(),
             views_unavailable: match self.views.mode() {
                 mntns::ViewMode::Failed { reason } => Some(reason.clone()),
+                _ => None,
+            },
+            netns_unavailable: match self.views.mode() {
+                mntns::ViewMode::Unprotected { reason } => Some(cordon_core::policy::Host::no_netns(reason)),
                 _ => None,
             },
         }

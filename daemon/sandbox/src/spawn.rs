@@ -50,6 +50,20 @@ pub struct RunSpec<'a> {
     pub grace: Duration,
     /// Where to send output as it arrives (best effort: chunks are dropped when it is full).
     pub output: Option<OutputSink>,
+    /// For a tool with `network.hosts` (required for one): receives the egress proxy's listening
+    /// socket, `127.0.0.1:PROXY_PORT` inside the tool's own network namespace, as soon as the
+    /// child has made it (before the tool can connect; connections wait in its backlog).
+    pub proxy: Option<ProxyHandoff>,
+}
+
+/// Where [`run`] hands the egress proxy's listener (see [`RunSpec::proxy`]).
+#[derive(Clone)]
+pub struct ProxyHandoff(pub Arc<dyn Fn(std::net::TcpListener) + Send + Sync>);
+
+impl std::fmt::Debug for ProxyHandoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProxyHandoff")
+    }
 }
 
 /// A chunk of live output.

@@ -156,7 +156,7 @@ fn grants(t: &Tool) -> v1::ToolGrants {
     let s = &t.sandbox;
     let (connect_tcp, bind_tcp) = match &s.network {
         Network::None => (Vec::new(), Vec::new()),
-        Network::Tcp { connect, bind } => {
+        Network::Tcp { connect, bind, .. } => {
             (connect.iter().map(|p| u32::from(*p)).collect(), bind.iter().map(|p| u32::from(*p)).collect())
         }
     };

@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 
-use toml::de::DeValue;
+use toml::de::{DeTable, DeValue};
 
 use super::{Parser, Value};
 use crate::policy::keys::{KeyDoc, key};
@@ -159,17 +159,112 @@ impl Parser<'_> {
                 const KEYS: &[KeyDoc] = &[
                     key("connect_tcp", "array of ports", "TCP ports the tool may connect to", false),
                     key("bind_tcp", "array of ports", "TCP ports the tool may bind", false),
+                    key(
+                        "hosts",
+                        "array of \"host:port\"",
+                        "hosts the tool may reach through cordond's egress proxy, from a network namespace of its own",
+                        false,
+                    ),
+                    key("max_connections", "integer", "connections open at once through the proxy (hosts)", false),
+                    key("max_bytes", "size", "bytes through the proxy per invocation, both directions (hosts)", false),
                 ];
                 self.unknown_keys(t, KEYS, "in network");
                 let connect = t.get("connect_tcp").and_then(|v| self.ports(v, "connect_tcp")).unwrap_or_default();
                 let bind = t.get("bind_tcp").and_then(|v| self.ports(v, "bind_tcp")).unwrap_or_default();
-                Some(Network::Tcp { connect, bind })
+                let egress = match t.get("hosts") {
+                    Some(h) => self.egress(h, t, &bind),
+                    None => {
+                        for k in ["max_connections", "max_bytes"] {
+                            if let Some(v) = t.get(k) {
+                                self.sink.error(
+                                    v.span(),
+                                    format!("network.{k} bounds the connections of `hosts`, and this network has none"),
+                                );
+                            }
+                        }
+                        None
+                    }
+                };
+                Some(Network::Tcp { connect, bind, egress })
             }
             other => {
                 self.type_error(v.span(), "network", "\"none\" or a table", other);
                 None
             }
         }
+    }
+
+    /// `network.hosts` and its bounds. The proxy's port inside the namespace is cordon's, so the
+    /// tool may not bind it.
+    fn egress(&mut self, hosts: &Value<'_>, t: &DeTable<'_>, bind: &[u16]) -> Option<crate::egress::Egress> {
+        use crate::egress::{
+            DEFAULT_MAX_BYTES, DEFAULT_MAX_CONNECTIONS, Egress, MAX_CONNECTIONS_LIMIT, MAX_HOSTS, PROXY_PORT,
+        };
+        let items = self.array(hosts, "hosts", "an array of \"host:port\" strings")?;
+        if items.is_empty() {
+            self.sink.error(
+                hosts.span(),
+                "hosts = [] grants no host; remove it (the tool then has no network), or list \"host:port\" entries",
+            );
+            return None;
+        }
+        if items.len() > MAX_HOSTS {
+            self.sink.error(hosts.span(), format!("hosts has {} entries; at most {MAX_HOSTS}", items.len()));
+            return None;
+        }
+        let mut rules = Vec::new();
+        let mut ok = true;
+        for item in items.iter() {
+            let Some(text) = self.string(item, "hosts") else {
+                ok = false;
+                continue;
+            };
+            match crate::egress::parse_rule(&text) {
+                Ok(r) if rules.contains(&r) => {
+                    self.sink.error(item.span(), format!("{text:?} is listed twice in hosts"));
+                    ok = false;
+                }
+                Ok(r) => rules.push(r),
+                Err(e) => {
+                    self.sink.error(item.span(), format!("invalid hosts entry {e}"));
+                    ok = false;
+                }
+            }
+        }
+        if bind.contains(&PROXY_PORT) {
+            self.sink.error(
+                hosts.span(),
+                format!(
+                    "bind_tcp has {PROXY_PORT}, the port of cordond's egress proxy inside the tool's network \
+                     namespace (hosts); bind another port"
+                ),
+            );
+            ok = false;
+        }
+        let max_connections = match t.get("max_connections") {
+            None => Some(DEFAULT_MAX_CONNECTIONS),
+            Some(v) => self.integer(v, "max_connections").and_then(|n| match u32::try_from(n) {
+                Ok(n) if (1..=MAX_CONNECTIONS_LIMIT).contains(&n) => Some(n),
+                _ => {
+                    self.sink.error(
+                        v.span(),
+                        format!("max_connections = {n} is out of range (1 to {MAX_CONNECTIONS_LIMIT})"),
+                    );
+                    None
+                }
+            }),
+        };
+        let max_bytes = match t.get("max_bytes") {
+            None => Some(DEFAULT_MAX_BYTES),
+            Some(v) => self.size(v, "max_bytes").and_then(|n| {
+                if n == 0 {
+                    self.sink.error(v.span(), "max_bytes = 0 lets no byte through; remove hosts instead");
+                }
+                (n > 0).then_some(n)
+            }),
+        };
+        let (Some(max_connections), Some(max_bytes)) = (max_connections, max_bytes) else { return None };
+        ok.then_some(Egress { hosts: rules, max_connections, max_bytes })
     }
 
     fn ports(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<u16>> {

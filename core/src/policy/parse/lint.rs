@@ -9,6 +9,8 @@
 //! - a placeholder that chooses the program a wrapper (`env`, `xargs`, `timeout`, `sudo`, ...) runs;
 //! - `write` and `exec` of one tree: the tool can write a program and run it;
 //! - `unix_sockets` on a tool run as root, or naming a container engine's socket;
+//! - `connect_tcp` beside `hosts` on a port the tool does not bind: inside its own network
+//!   namespace nothing listens there (hosts are reached through `hosts` only);
 //! - a `danger = "high"` tool without `confirm` that `allow` opens to every user (a group every
 //!   account is in).
 //!
@@ -98,6 +100,7 @@ pub(super) const LINTS: &[&str] = &[
     "root-socket",
     "engine-socket",
     "open-high-danger",
+    "connect-inside-netns",
 ];
 
 impl Parser<'_> {
@@ -166,6 +169,9 @@ impl Parser<'_> {
         }
         for (lint, message) in socket_warnings(tool) {
             found.push((key_span("unix_sockets"), lint, message));
+        }
+        if let Some(message) = connect_inside_netns(tool) {
+            found.push((key_span("network"), "connect-inside-netns", message));
         }
         if let Some(message) = open_high_danger(tool) {
             found.push((key_span("allow"), "open-high-danger", message));
@@ -479,6 +485,22 @@ fn write_exec_overlap(tool: &Tool) -> Vec<String> {
         }
     }
     out
+}
+
+/// `connect_tcp` ports beside `hosts` that the tool does not bind itself: with `hosts` the tool
+/// has a network namespace of its own, where such a port reaches nothing.
+fn connect_inside_netns(tool: &Tool) -> Option<String> {
+    let crate::policy::Network::Tcp { connect, bind, egress: Some(_) } = &tool.sandbox.network else { return None };
+    let lonely: Vec<String> = connect.iter().filter(|p| !bind.contains(p)).map(u16::to_string).collect();
+    (!lonely.is_empty()).then(|| {
+        format!(
+            "connect_tcp = [{}] beside hosts: a tool with hosts runs in a network namespace of its own, where \
+             connect_tcp reaches only servers the tool starts itself (bind_tcp); a host elsewhere is reached only \
+             through hosts, e.g. hosts = [\"api.example.com:{}\"]",
+            lonely.join(", "),
+            lonely[0]
+        )
+    })
 }
 
 fn socket_warnings(tool: &Tool) -> Vec<(&'static str, String)> {

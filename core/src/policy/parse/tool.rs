@@ -82,6 +82,19 @@ impl Parser<'_> {
                 ),
             );
         }
+        if merged.sandbox.network.egress().is_some() {
+            for (k, (_, span)) in &merged.env {
+                if crate::egress::PROXY_ENV.contains(&k.as_str()) {
+                    self.sink.error(
+                        span.clone(),
+                        format!(
+                            "env sets {k}, which cordon sets for a tool with network.hosts (its only way out is \
+                             cordond's egress proxy); remove it"
+                        ),
+                    );
+                }
+            }
+        }
         if let Some((_, args)) = &command {
             self.check_params_used(&name, &name_span, &params, args, merged.args_env_prefix.is_some());
             self.check_path_defaults(&name_span, &params, merged.working_dir.as_deref());

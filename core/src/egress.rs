@@ -1,0 +1,512 @@
+//! Network access by host name (`network = { hosts = [...] }`): the host rules a policy writes,
+//! how a requested host and port match them, and which resolved addresses a name may reach.
+//!
+//! A tool with `hosts` runs in a network namespace of its own whose only way out is cordond's
+//! egress proxy (listening inside that namespace on [`PROXY_PORT`]). The proxy asks these
+//! functions, in this order: [`Egress::matching`] (is `host:port` on the list at all; nothing is
+//! resolved for a name that is not), then, for a name, [`Egress::reachable`] on each address the
+//! daemon's resolver returned: private, loopback, link-local (cloud metadata) and other special
+//! addresses are refused unless the policy grants the address itself (`"10.0.0.7:443"` or
+//! `"10.0.0.0/8:443"`), so DNS rebinding and SSRF to the host's own services fail.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// The TCP port of the egress proxy inside a tool's network namespace (127.0.0.1 only).
+pub const PROXY_PORT: u16 = 3128;
+/// Concurrent connections per invocation when the policy sets no `max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 32;
+/// Bytes per invocation (both directions, all connections) when the policy sets no `max_bytes`.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+/// Upper bound of `max_connections`.
+pub const MAX_CONNECTIONS_LIMIT: u32 = 4096;
+/// At most this many host rules per tool.
+pub const MAX_HOSTS: usize = 256;
+
+/// The environment variables cordon sets for a tool with `hosts` (a policy's `env` may not).
+pub const PROXY_ENV: &[&str] =
+    &["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"];
+
+/// The proxy variables' values: every HTTP(S) client through the proxy, SOCKS5 with names
+/// resolved by the proxy for the rest, nothing exempt.
+pub fn proxy_env() -> Vec<(String, String)> {
+    let http = format!("http://127.0.0.1:{PROXY_PORT}");
+    let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+    PROXY_ENV
+        .iter()
+        .map(|k| {
+            let v = match k.to_ascii_uppercase().as_str() {
+                "ALL_PROXY" => socks.clone(),
+                "NO_PROXY" => String::new(),
+                _ => http.clone(),
+            };
+            ((*k).to_string(), v)
+        })
+        .collect()
+}
+
+/// What a policy's `hosts` entry names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HostPattern {
+    /// An exact name, lowercase, without a trailing dot.
+    Name(String),
+    /// `*.suffix`: any name ending in `.suffix` (not `suffix` itself).
+    Suffix(String),
+    /// One address, written as such.
+    Addr(IpAddr),
+    /// An address range written as CIDR (`10.0.0.0/8`).
+    Net { base: IpAddr, prefix: u8 },
+}
+
+/// One `hosts` entry: a pattern and the one port it grants.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostRule {
+    pub host: HostPattern,
+    pub port: u16,
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostPattern::Name(n) => f.write_str(n),
+            HostPattern::Suffix(s) => write!(f, "*.{s}"),
+            HostPattern::Addr(IpAddr::V6(a)) => write!(f, "[{a}]"),
+            HostPattern::Addr(a) => write!(f, "{a}"),
+            HostPattern::Net { base: IpAddr::V6(b), prefix } => write!(f, "[{b}/{prefix}]"),
+            HostPattern::Net { base, prefix } => write!(f, "{base}/{prefix}"),
+        }
+    }
+}
+
+impl fmt::Display for HostRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// A tool's egress: the host rules and the bounds of one invocation's connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Egress {
+    pub hosts: Vec<HostRule>,
+    /// Connections open at once (more wait in no queue: they are refused).
+    pub max_connections: u32,
+    /// Bytes through the proxy per invocation, both directions together; a connection that
+    /// would pass it is cut.
+    pub max_bytes: u64,
+}
+
+/// Why the proxy refuses a connection (its audit record's `why`, and the tool's 403 body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// `host:port` matches no rule.
+    NotListed,
+    /// Every address the name resolved to is special and not granted as an address.
+    Special { addr: IpAddr, class: &'static str },
+    /// The name did not resolve.
+    Unresolved(String),
+}
+
+/// A requested host, normalized: an address literal, or a lowercase name without a trailing dot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Addr(IpAddr),
+    Name(String),
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Addr(a) => write!(f, "{a}"),
+            Target::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+impl Target {
+    /// Reads the host part of a request (`[::1]`, `10.0.0.1`, `API.GitHub.com.`); `None` when it is
+    /// no valid host name or address.
+    pub fn parse(host: &str) -> Option<Target> {
+        let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+        if let Ok(a) = bare.parse::<IpAddr>() {
+            return Some(Target::Addr(canonical(a)));
+        }
+        let name = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+        valid_name(&name).ok()?;
+        Some(Target::Name(name))
+    }
+}
+
+impl Egress {
+    /// The first rule that grants `target:port`, or `None`. Names match name rules (exact, or a
+    /// `*.` suffix), addresses match address and range rules; a name never matches an address
+    /// rule before it is resolved.
+    pub fn matching(&self, target: &Target, port: u16) -> Option<&HostRule> {
+        self.hosts.iter().filter(|r| r.port == port).find(|r| match (&r.host, target) {
+            (HostPattern::Name(n), Target::Name(t)) => n == t,
+            (HostPattern::Suffix(s), Target::Name(t)) => {
+                t.len() > s.len() + 1 && t.ends_with(s.as_str()) && t.as_bytes()[t.len() - s.len() - 1] == b'.'
+            }
+            (HostPattern::Addr(a), Target::Addr(t)) => a == t,
+            (HostPattern::Net { base, prefix }, Target::Addr(t)) => in_net(*t, *base, *prefix),
+            _ => false,
+        })
+    }
+
+    /// Whether a granted name may connect to `addr` (one of its resolved addresses): any public
+    /// address; a special one (private, loopback, link-local, ...) only when the policy grants the
+    /// address itself on this port. `Err` names the address's class.
+    pub fn reachable(&self, addr: IpAddr, port: u16) -> Result<(), &'static str> {
+        let addr = canonical(addr);
+        match special(addr) {
+            Some(class) if self.matching(&Target::Addr(addr), port).is_none() => Err(class),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+pub fn canonical(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+fn in_net(addr: IpAddr, base: IpAddr, prefix: u8) -> bool {
+    match (canonical(addr), base) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(b)) => {
+            let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(prefix)) };
+            u128::from(a) & mask == u128::from(b) & mask
+        }
+        _ => false,
+    }
+}
+
+/// The class of an address a name must not reach without the address being granted itself, or
+/// `None` for a public address.
+pub fn special(addr: IpAddr) -> Option<&'static str> {
+    match canonical(addr) {
+        IpAddr::V4(a) => special_v4(a),
+        IpAddr::V6(a) => special_v6(a),
+    }
+}
+
+fn special_v4(a: Ipv4Addr) -> Option<&'static str> {
+    let o = a.octets();
+    let v4 = |base: [u8; 4], prefix: u8| in_net(IpAddr::V4(a), IpAddr::V4(Ipv4Addr::from(base)), prefix);
+    Some(if a.is_loopback() {
+        "loopback"
+    } else if a.is_unspecified() || o[0] == 0 {
+        "unspecified (\"this network\")"
+    } else if a.is_private() {
+        "private"
+    } else if a.is_link_local() {
+        "link-local (where cloud metadata services answer)"
+    } else if v4([100, 64, 0, 0], 10) {
+        "shared address space (carrier-grade NAT; some clouds' metadata)"
+    } else if v4([192, 0, 0, 0], 24) {
+        "IETF protocol assignments"
+    } else if v4([198, 18, 0, 0], 15) {
+        "benchmarking"
+    } else if v4([192, 0, 2, 0], 24) || v4([198, 51, 100, 0], 24) || v4([203, 0, 113, 0], 24) {
+        "documentation"
+    } else if a.is_multicast() {
+        "multicast"
+    } else if o[0] >= 240 {
+        "reserved (or broadcast)"
+    } else {
+        return None;
+    })
+}
+
+fn special_v6(a: Ipv6Addr) -> Option<&'static str> {
+    let s = a.segments();
+    let v6 = |base: Ipv6Addr, prefix: u8| in_net(IpAddr::V6(a), IpAddr::V6(base), prefix);
+    // Addresses that carry an IPv4 address: judged by it.
+    let embedded = |v4: Ipv4Addr| special_v4(v4).map(|_| "an IPv6 form of a special IPv4 address");
+    if v6(Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96) {
+        // NAT64
+        return embedded(Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8));
+    }
+    if s[0] == 0x2002 {
+        // 6to4
+        return embedded(Ipv4Addr::new((s[1] >> 8) as u8, s[1] as u8, (s[2] >> 8) as u8, s[2] as u8));
+    }
+    Some(if a.is_loopback() {
+        "loopback"
+    } else if a.is_unspecified() {
+        "unspecified"
+    } else if v6(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 96) {
+        "IPv4-compatible (deprecated)"
+    } else if v6(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7) {
+        "unique local (IPv6 private, where some clouds' metadata answers)"
+    } else if v6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10) {
+        "link-local"
+    } else if v6(Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10) {
+        "site-local (deprecated)"
+    } else if a.is_multicast() {
+        "multicast"
+    } else if v6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32) {
+        "documentation"
+    } else if v6(Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23) {
+        "IETF protocol assignments"
+    } else if v6(Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64) {
+        "discard-only"
+    } else {
+        return None;
+    })
+}
+
+/// Checks a host name (lowercase, no trailing dot): labels of letters, digits, `-` and `_`, at
+/// most 63 bytes each and 253 in all.
+fn valid_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the host name is empty".into());
+    }
+    if name.len() > 253 {
+        return Err("the host name is longer than 253 characters".into());
+    }
+    if !name.is_ascii() {
+        return Err("the host name is not ASCII; write an internationalized name in its xn-- (punycode) form".into());
+    }
+    for label in name.split('.') {
+        if label.is_empty() {
+            return Err("the host name has an empty label (two dots in a row, or a dot at the start)".into());
+        }
+        if label.len() > 63 {
+            return Err(format!("the label {label:?} is longer than 63 characters"));
+        }
+        if let Some(c) = label.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_')) {
+            return Err(format!("{c:?} cannot appear in a host name"));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(format!("the label {label:?} starts or ends with `-`"));
+        }
+    }
+    if name.rsplit('.').next().is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit())) {
+        return Err("the name ends in a numeric label; write an IPv4 address in full (four numbers)".into());
+    }
+    Ok(())
+}
+
+/// Parses one `hosts` entry: `name:port`, `*.suffix:port`, `IP:port`, `[IPv6]:port`, or a range
+/// written as CIDR, `10.0.0.0/8:port` or `[fd00::/8]:port`. The error says what to write instead.
+pub fn parse_rule(text: &str) -> Result<HostRule, String> {
+    let example = "write \"name:port\" (e.g. \"api.github.com:443\"), \"*.example.com:443\" or \"10.0.0.7:8080\"";
+    let text = text.trim();
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (inner, after) =
+            rest.split_once(']').ok_or_else(|| format!("{text:?} opens `[` without closing it; {example}"))?;
+        let port = after.strip_prefix(':').ok_or_else(|| format!("{text:?} has no port after `]`; {example}"))?;
+        (format!("[{inner}]"), port)
+    } else {
+        match text.rsplit_once(':') {
+            Some((h, _)) if h.contains(':') => {
+                return Err(format!("{text:?}: an IPv6 address goes in brackets, e.g. \"[2001:db8::1]:443\""));
+            }
+            Some((h, p)) => (h.to_string(), p),
+            None => return Err(format!("{text:?} has no port; every entry names one port, {example}")),
+        }
+    };
+    let port = match port.parse::<u32>() {
+        Ok(p) if (1..=65535).contains(&p) => p as u16,
+        Ok(_) => return Err(format!("{text:?}: port {port} is out of range (1 to 65535)")),
+        Err(_) if port == "*" => {
+            return Err(format!("{text:?}: a port wildcard grants every service of the host; list each port"));
+        }
+        Err(_) => return Err(format!("{text:?}: {port:?} is not a port number; {example}")),
+    };
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    if let Some((base, prefix)) = bare.unwrap_or(&host).split_once('/') {
+        let base: IpAddr = base
+            .parse()
+            .map_err(|_| format!("{text:?}: a range is written as an address and a prefix, e.g. 10.0.0.0/8"))?;
+        if bare.is_none() && base.is_ipv6() {
+            return Err(format!("{text:?}: an IPv6 range goes in brackets, e.g. \"[fd00::/8]:443\""));
+        }
+        let max = if base.is_ipv4() { 32 } else { 128 };
+        let prefix: u8 = prefix
+            .parse()
+            .ok()
+            .filter(|p| *p <= max)
+            .ok_or_else(|| format!("{text:?}: the prefix length must be a number from 0 to {max}"))?;
+        let min = if base.is_ipv4() { 8 } else { 7 };
+        if prefix < min {
+            return Err(format!(
+                "{text:?}: a /{prefix} range is a large part of the internet; ranges are for private networks \
+                 (at least /{min}); list the hosts instead"
+            ));
+        }
+        if base != masked(base, prefix) {
+            return Err(format!(
+                "{text:?}: {base} has bits set beyond /{prefix}; write the range's first address ({})",
+                masked(base, prefix)
+            ));
+        }
+        return Ok(HostRule { host: HostPattern::Net { base, prefix }, port });
+    }
+    if let Some(inner) = bare {
+        let a: IpAddr = inner.parse().map_err(|_| format!("{text:?}: {inner:?} in brackets is not an IPv6 address"))?;
+        return Ok(HostRule { host: HostPattern::Addr(canonical(a)), port });
+    }
+    if let Ok(a) = host.parse::<IpAddr>() {
+        if a.is_unspecified() {
+            return Err(format!("{text:?}: {a} is no host to connect to"));
+        }
+        return Ok(HostRule { host: HostPattern::Addr(a), port });
+    }
+    if host == "*" {
+        return Err(format!(
+            "{text:?}: `*` grants every host; list the hosts the tool needs (a tool that needs all of them is \
+             not one to give hosts)"
+        ));
+    }
+    let lower = host.strip_suffix('.').unwrap_or(&host).to_ascii_lowercase();
+    if let Some(suffix) = lower.strip_prefix("*.") {
+        valid_name(suffix).map_err(|e| format!("{text:?}: {e}"))?;
+        if !suffix.contains('.') {
+            return Err(format!(
+                "{text:?}: `*.{suffix}` grants a whole top-level domain; a wildcard needs at least two labels after \
+                 it, e.g. \"*.pypi.org:443\""
+            ));
+        }
+        return Ok(HostRule { host: HostPattern::Suffix(suffix.to_string()), port });
+    }
+    if lower.contains('*') {
+        return Err(format!(
+            "{text:?}: `*` may only stand alone as the first label (\"*.example.com:443\"), matching every name \
+             below it"
+        ));
+    }
+    valid_name(&lower).map_err(|e| format!("{text:?}: {e}"))?;
+    Ok(HostRule { host: HostPattern::Name(lower), port })
+}
+
+fn masked(a: IpAddr, prefix: u8) -> IpAddr {
+    match a {
+        IpAddr::V4(v) => {
+            let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix)) };
+            IpAddr::V4(Ipv4Addr::from(u32::from(v) & mask))
+        }
+        IpAddr::V6(v) => {
+            let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(prefix)) };
+            IpAddr::V6(Ipv6Addr::from(u128::from(v) & mask))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn egress(hosts: &[&str]) -> Egress {
+        Egress {
+            hosts: hosts.iter().map(|h| parse_rule(h).unwrap()).collect(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+
+    fn target(s: &str) -> Target {
+        Target::parse(s).unwrap()
+    }
+
+    #[test]
+    fn rules_parse_and_print_back() {
+        for (text, shown) in [
+            ("api.github.com:443", "api.github.com:443"),
+            ("API.GitHub.com.:443", "api.github.com:443"),
+            ("*.pypi.org:443", "*.pypi.org:443"),
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("[::1]:8080", "[::1]:8080"),
+            ("10.0.0.0/8:443", "10.0.0.0/8:443"),
+            ("[fd00::/8]:443", "[fd00::/8]:443"),
+            ("_svc.example.com:53", "_svc.example.com:53"),
+        ] {
+            assert_eq!(parse_rule(text).unwrap().to_string(), shown, "{text}");
+        }
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_what_to_write() {
+        for (text, says) in [
+            ("*:443", "grants every host"),
+            ("*.com:443", "whole top-level domain"),
+            ("api.*.com:443", "only stand alone"),
+            ("a*.example.com:443", "only stand alone"),
+            ("api.github.com", "has no port"),
+            ("api.github.com:0", "out of range"),
+            ("api.github.com:70000", "out of range"),
+            ("api.github.com:*", "port wildcard"),
+            ("api.github.com:https", "not a port number"),
+            ("0.0.0.0/0:443", "large part of the internet"),
+            ("10.0.0.1/8:443", "write the range's first address (10.0.0.0)"),
+            ("::1:443", "goes in brackets"),
+            ("fd00::/8:443", "goes in brackets"),
+            ("0.0.0.0:80", "no host to connect to"),
+            ("bad.example..com:443", "empty label"),
+            ("-x.example.com:443", "starts or ends"),
+            ("bücher.example:443", "punycode"),
+            ("1.2.3:443", "numeric label"),
+            ("exa mple.com:443", "cannot appear"),
+        ] {
+            let e = parse_rule(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn names_match_exactly_or_below_a_wildcard_on_the_same_port() {
+        let e = egress(&["api.github.com:443", "*.pypi.org:443", "10.1.0.0/16:8080", "[fd00::7]:443"]);
+        assert!(e.matching(&target("api.github.com"), 443).is_some());
+        assert!(e.matching(&target("API.GITHUB.COM."), 443).is_some());
+        assert!(e.matching(&target("api.github.com"), 80).is_none());
+        assert!(e.matching(&target("github.com"), 443).is_none());
+        assert!(e.matching(&target("evilapi.github.com"), 443).is_none());
+        assert!(e.matching(&target("files.pypi.org"), 443).is_some());
+        assert!(e.matching(&target("a.b.pypi.org"), 443).is_some());
+        assert!(e.matching(&target("pypi.org"), 443).is_none(), "the wildcard is below the suffix only");
+        assert!(e.matching(&target("evilpypi.org"), 443).is_none());
+        assert!(e.matching(&target("10.1.2.3"), 8080).is_some());
+        assert!(e.matching(&target("10.2.0.1"), 8080).is_none());
+        assert!(e.matching(&target("[fd00::7]"), 443).is_some());
+        assert!(e.matching(&target("::ffff:10.1.2.3"), 8080).is_some(), "a mapped address is its IPv4 form");
+        assert!(Target::parse("exa mple.com").is_none());
+    }
+
+    #[test]
+    fn names_reach_special_addresses_only_where_the_address_is_granted() {
+        let e = egress(&["localhost:8080", "127.0.0.1:8080", "internal.example:443"]);
+        assert_eq!(e.reachable("127.0.0.1".parse().unwrap(), 8080), Ok(()));
+        assert_eq!(e.reachable("127.0.0.1".parse().unwrap(), 8081), Err("loopback"));
+        assert_eq!(e.reachable("::ffff:127.0.0.1".parse().unwrap(), 8080), Ok(()));
+        assert!(e.reachable("169.254.169.254".parse().unwrap(), 443).unwrap_err().contains("metadata"));
+        assert!(e.reachable("10.0.0.1".parse().unwrap(), 443).is_err());
+        assert!(e.reachable("100.100.100.200".parse().unwrap(), 443).is_err());
+        assert!(e.reachable("[fd00:ec2::254]".trim_matches(['[', ']']).parse().unwrap(), 443).is_err());
+        assert!(e.reachable("64:ff9b::a00:1".parse().unwrap(), 443).is_err(), "NAT64 of 10.0.0.1");
+        assert!(e.reachable("2002:a00:1::".parse().unwrap(), 443).is_err(), "6to4 of 10.0.0.1");
+        assert!(e.reachable("::1".parse().unwrap(), 443).is_err());
+        assert!(e.reachable("fe80::1".parse().unwrap(), 443).is_err());
+        assert!(e.reachable("0.1.2.3".parse().unwrap(), 443).is_err());
+        assert!(e.reachable("255.255.255.255".parse().unwrap(), 443).is_err());
+        assert_eq!(e.reachable("140.82.112.5".parse().unwrap(), 443), Ok(()));
+        assert_eq!(e.reachable("2606:4700::1111".parse().unwrap(), 443), Ok(()));
+    }
+
+    #[test]
+    fn the_proxy_environment_sends_everything_through_the_proxy() {
+        let env = proxy_env();
+        assert_eq!(env.len(), PROXY_ENV.len());
+        assert!(env.contains(&("http_proxy".into(), format!("http://127.0.0.1:{PROXY_PORT}"))));
+        assert!(env.contains(&("ALL_PROXY".into(), format!("socks5h://127.0.0.1:{PROXY_PORT}"))));
+        assert!(env.contains(&("NO_PROXY".into(), String::new())));
+    }
+}
