@@ -978,6 +978,7 @@ impl Invoker {
                             "cgroup": o.facts.cgroup,
                             "fs_view": o.facts.mount_view,
                             "temp": o.facts.temp.as_str(),
+                            "netns": o.facts.netns,
                             "uid": o.facts.uid,
                             "gid": o.facts.gid,
                         }),
