@@ -100,6 +100,9 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
         "tcp-connect-to" => tcp_connect_to(arg(args, 0, "address")?, num(args, 1, "port")?)?,
         "net-view" => net_view(),
         "resolve" => resolve(arg(args, 0, "name")?),
+        "http-connect" => http_connect(arg(args, 0, "host:port")?, arg(args, 1, "path")?)?,
+        "proxy-flood" => proxy_flood(num(args, 0, "connections")?, arg(args, 1, "host:port")?)?,
+        "proxy-hold" => proxy_hold(arg(args, 0, "host:port")?, arg(args, 1, "pid file")?)?,
         "tcp-bind" => tcp_bind(num(args, 0, "port")?),
         "tcp-fastopen" => tcp_fastopen(num(args, 0, "port")?),
         "tcp-listen" => tcp_listen(),
@@ -332,6 +335,90 @@ fn resolve(name: &str) -> Map<String, Value> {
         }
         Err(e) => with(outcome(Err(e.raw_os_error().unwrap_or(-1))), "error", json!(e.to_string())),
     }
+}
+
+/// The egress proxy inside a tool's network namespace (`network.hosts`).
+const PROXY: (std::net::Ipv4Addr, u16) = (std::net::Ipv4Addr::LOCALHOST, 3128);
+
+/// Sends `CONNECT target` to the egress proxy and reads its answer's head: the stream, the status
+/// code and the head's text.
+fn connect_through_proxy(target: &str) -> Result<(std::net::TcpStream, u16, String), String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(PROXY).map_err(|e| format!("connect to the proxy: {e}"))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            Ok(_) => break,
+            Err(e) => return Err(format!("reading the proxy's answer: {e}")),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Ok((s, status, head))
+}
+
+/// A program that speaks HTTP CONNECT itself: tunnels to `target`, then GETs `path` through it.
+fn http_connect(target: &str, path: &str) -> Result<Map<String, Value>, String> {
+    use std::io::{Read, Write};
+    let (mut s, status, head) = connect_through_proxy(target)?;
+    let mut rest = Vec::new();
+    if status != 200 {
+        let _ = s.read_to_end(&mut rest);
+        let mut m = outcome(Err(0));
+        m.insert("connect_status".into(), json!(status));
+        m.insert("head".into(), json!(head));
+        m.insert("body".into(), json!(String::from_utf8_lossy(&rest)));
+        return Ok(m);
+    }
+    let host = target.rsplit_once(':').map_or(target, |(h, _)| h);
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    s.read_to_end(&mut rest).map_err(|e| format!("reading through the tunnel: {e}"))?;
+    let text = String::from_utf8_lossy(&rest);
+    let mut m = outcome(Ok(0));
+    m.insert("connect_status".into(), json!(status));
+    m.insert("response".into(), json!(text.lines().next().unwrap_or_default()));
+    m.insert("body".into(), json!(text.split("\r\n\r\n").nth(1).unwrap_or_default()));
+    Ok(m)
+}
+
+/// Opens `n` tunnels to `target` at once and keeps them open: how many the proxy accepted.
+fn proxy_flood(n: usize, target: &str) -> Result<Map<String, Value>, String> {
+    let mut open = Vec::new();
+    let mut statuses: std::collections::BTreeMap<String, u32> = Default::default();
+    for _ in 0..n {
+        match connect_through_proxy(target) {
+            Ok((s, status, _)) => {
+                *statuses.entry(status.to_string()).or_default() += 1;
+                open.push(s);
+            }
+            Err(e) => *statuses.entry(e).or_default() += 1,
+        }
+    }
+    let mut m = outcome(Ok(0));
+    m.insert("statuses".into(), json!(statuses));
+    Ok(m)
+}
+
+/// Tunnels to `target`, writes "PID NETNS" to `pid_file`, then reads until the tunnel closes.
+fn proxy_hold(target: &str, pid_file: &str) -> Result<Map<String, Value>, String> {
+    use std::io::Read;
+    let (mut s, status, _) = connect_through_proxy(target)?;
+    if status != 200 {
+        return Ok(with(outcome(Err(0)), "connect_status", json!(status)));
+    }
+    let netns = std::fs::read_link("/proc/self/ns/net").map_err(|e| e.to_string())?;
+    std::fs::write(pid_file, format!("{} {}", std::process::id(), netns.display())).map_err(|e| e.to_string())?;
+    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    let mut total = 0u64;
+    let mut buf = [0u8; 8192];
+    while let Ok(n @ 1..) = s.read(&mut buf) {
+        total += n as u64;
+    }
+    Ok(with(outcome(Ok(0)), "bytes", json!(total)))
 }
 
 fn tcp_bind(port: u16) -> Map<String, Value> {

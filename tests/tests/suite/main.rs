@@ -21,6 +21,7 @@ mod jobs;
 mod mcp;
 mod mcp_messages;
 mod mcp_protocol;
+mod netns;
 mod policy_tests;
 mod readme;
 mod readme_toolchains;

@@ -1,0 +1,308 @@
+//! Network access by host name (`network.hosts`), attacked through the real daemon: a tool with
+//! hosts runs in a network namespace of its own whose only way out is cordond's egress proxy.
+//!
+//! Upstream servers run in the test (the host's namespace) on 127.0.0.1 and are granted
+//! explicitly; nothing leaves loopback. The tools are the attack binary (a program that speaks
+//! CONNECT itself, floods, holds a tunnel) and the system's `curl` (plain HTTP through the proxy,
+//! CONNECT tunnels, SOCKS5), each asserted to the exact errno, status or audit record.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cordon_tests::agent::AGENT;
+use cordon_tests::{Daemon, eventually, process_gone, toml_str};
+use serde_json::{Value, json};
+
+const ATTACK: &str = env!("CARGO_BIN_EXE_cordon-attack");
+const CURL: &str = "/usr/bin/curl";
+
+/// What the upstream server saw: each request's head, and how many connections are open.
+#[derive(Default)]
+struct Seen {
+    heads: Mutex<Vec<String>>,
+    open: AtomicUsize,
+    closed: AtomicUsize,
+}
+
+/// An HTTP/1.1 server on 127.0.0.1 (the host's namespace). `GET /big/N` answers N bytes,
+/// `GET /hold` sends a byte every 50 ms until the client goes, anything else
+/// `hello from upstream PATH`. Every answer closes the connection.
+struct Upstream {
+    port: u16,
+    seen: Arc<Seen>,
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Seen::default());
+        let s = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let s = s.clone();
+                std::thread::spawn(move || serve(conn, &s));
+            }
+        });
+        Upstream { port, seen }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.seen.heads.lock().unwrap().clone()
+    }
+}
+
+fn serve(mut conn: TcpStream, seen: &Seen) {
+    seen.open.fetch_add(1, Ordering::SeqCst);
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 65536 {
+        match conn.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    seen.heads.lock().unwrap().push(head.clone());
+    let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+    if let Some(n) = path.strip_prefix("/big/").and_then(|n| n.parse::<usize>().ok()) {
+        let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n");
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(chunk.len());
+            if conn.write_all(&chunk[..k]).is_err() {
+                break;
+            }
+            left -= k;
+        }
+    } else if path == "/hold" {
+        let _ = write!(conn, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+        while conn.write_all(b".").is_ok() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    } else {
+        let body = format!("hello from upstream {path}\n");
+        let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    }
+    seen.closed.fetch_add(1, Ordering::SeqCst);
+}
+
+fn bin_dir() -> PathBuf {
+    Path::new(ATTACK).parent().unwrap().to_path_buf()
+}
+
+/// A policy: `[defaults]` granting the attack binary's directory, then the given tool tables.
+fn policy(tools: &str) -> String {
+    format!("version = 1\n\n[defaults]\nexec = [{}]\ntimeout = \"10s\"\n{tools}", toml_str(bin_dir()))
+}
+
+fn attack_tool(name: &str, network: &str) -> String {
+    cordon_tests::attack_tool(name, Path::new(ATTACK), &format!("network = {network}"))
+}
+
+/// A curl tool: `curl -sS -f --max-time 5 [OPTION] URL`, OPTION from a fixed set.
+fn curl_tool(name: &str, network: &str) -> String {
+    format!(
+        r#"
+[tools.{name}]
+description = "curl through the egress proxy"
+reason = "egress tests"
+command = ["{CURL}", "-sS", "-f", "--max-time", "5", "{{{{how}}}}", "{{{{url}}}}"]
+network = {network}
+
+[tools.{name}.params.how]
+type = "string"
+enum = ["--proxytunnel", "--socks5-hostname=127.0.0.1:3128", "--http1.1"]
+default = "--http1.1"
+
+[tools.{name}.params.url]
+type = "string"
+pattern = "http://[a-z0-9.:-]+/[a-z0-9/]*"
+required = true
+"#
+    )
+}
+
+/// Who runs `cordon`: the test's own user, or the agent user (a daemon that runs as it refuses
+/// other callers' sockets).
+#[derive(Clone, Copy)]
+enum Client {
+    Me,
+    Agent,
+}
+
+fn run_as(d: &Daemon, client: Client, tool: &str, args: Value) -> Value {
+    let argv = ["run", tool, "--args-json", &args.to_string(), "--json"];
+    let out = match client {
+        Client::Me => d.cordon(&argv),
+        Client::Agent => cordon_tests::agent::cordon(&d.socket, &argv),
+    };
+    let result = out.json();
+    assert!(result.get("error").is_none(), "{tool} {args} was not run: {out:?}\n{}", d.log_text());
+    result
+}
+
+fn run(d: &Daemon, tool: &str, args: Value) -> Value {
+    run_as(d, Client::Me, tool, args)
+}
+
+/// The attack's JSON line of a run.
+fn report(result: &Value) -> Value {
+    let line = result["stdout"].as_str().unwrap_or_default().lines().next().unwrap_or_default().to_string();
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("no JSON line from the attack ({e}): {result:#}"))
+}
+
+fn attack_args(args: &[&str]) -> Value {
+    let mut map = serde_json::Map::new();
+    map.insert("attack".into(), json!(args[0]));
+    for (key, value) in ["a", "b", "c"].iter().zip(&args[1..]) {
+        map.insert((*key).into(), json!(value));
+    }
+    Value::Object(map)
+}
+
+fn attack(d: &Daemon, tool: &str, args: &[&str]) -> Value {
+    report(&run(d, tool, attack_args(args)))
+}
+
+fn curl_installed() -> bool {
+    if Path::new(CURL).exists() {
+        return true;
+    }
+    eprintln!("skipped: {CURL} is not installed (.ci/run installs it)");
+    false
+}
+
+fn own_netns() -> String {
+    std::fs::read_link("/proc/self/ns/net").unwrap().display().to_string()
+}
+
+/// Runs the isolation attacks against one daemon's `hosts` tool `t` (and `t-inside`, which also
+/// has connect_tcp to the upstream's port: inside its namespace nothing listens there).
+fn assert_isolated(d: &Daemon, client: Client, upstream: u16) {
+    let attack = |_: &Daemon, tool: &str, args: &[&str]| report(&run_as(d, client, tool, attack_args(args)));
+    let r = attack(d, "t", &["net-view"]);
+    assert_eq!(r["interfaces"], json!(["lo"]), "{r}");
+    assert_ne!(r["netns"], json!(own_netns()), "the tool shares the host's network namespace: {r}");
+    // No route out of the namespace, not even to the proxy's port elsewhere.
+    let r = attack(d, "t", &["tcp-connect-to", "192.0.2.1", "3128"]);
+    assert_eq!((r["step"].as_str(), r["errno"].as_i64()), (Some("connect"), Some(libc::ENETUNREACH.into())), "{r}");
+    // The upstream listens on the host's loopback: landlock refuses the port first...
+    let r = attack(d, "t", &["tcp-connect-to", "127.0.0.1", &upstream.to_string()]);
+    assert_eq!(r["errno"], libc::EACCES, "{r}");
+    // ...and with the port granted, the namespace has nothing listening there.
+    let r = attack(d, "t-inside", &["tcp-connect-to", "127.0.0.1", &upstream.to_string()]);
+    assert_eq!(r["errno"], libc::ECONNREFUSED, "{r}");
+    // The proxy's port is the way out.
+    let r = attack(d, "t", &["tcp-connect-to", "127.0.0.1", "3128"]);
+    assert_eq!(r["ok"], true, "{r}");
+    // No DNS: UDP is refused by seccomp, and there is no resolver to reach over TCP.
+    let r = attack(d, "t", &["socket", "udp"]);
+    assert_eq!(r["errno"], libc::EPERM, "{r}");
+    let r = attack(d, "t", &["resolve", "cordon-egress-test.invalid"]);
+    assert_eq!(r["ok"], false, "{r}");
+    let r = attack(d, "t-inside", &["tcp-connect-to", "192.0.2.53", "53"]);
+    assert_eq!(r["errno"], libc::EACCES, "{r}");
+}
+
+fn isolation_tools(upstream: u16) -> String {
+    let hosts = format!("[\"127.0.0.1:{upstream}\"]");
+    attack_tool("t", &format!("{{ hosts = {hosts} }}"))
+        + &attack_tool(
+            "t-inside",
+            &format!("{{ hosts = {hosts}, connect_tcp = [{upstream}], bind_tcp = [{upstream}] }}"),
+        )
+}
+
+#[test]
+fn a_hosts_tool_sees_only_loopback_and_reaches_nothing_but_the_proxy() {
+    let up = Upstream::start();
+    let d = Daemon::start(&[("t.toml", &policy(&isolation_tools(up.port)))]);
+    assert_isolated(&d, Client::Me, up.port);
+    assert!(up.heads().is_empty(), "a connection reached the upstream: {:?}", up.heads());
+    // Each call has its own namespace.
+    let a = attack(&d, "t", &["net-view"]);
+    let b = attack(&d, "t", &["net-view"]);
+    assert_ne!(a["netns"], b["netns"], "two calls shared a namespace");
+}
+
+#[test]
+fn a_daemon_that_is_not_root_isolates_hosts_tools_in_its_user_namespace() {
+    cordon_tests::require_root!("a test user to run cordond as");
+    let userns = std::process::Command::new("setpriv")
+        .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+        .args(["unshare", "--user", "--net", "--map-current-user", "/bin/true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let up = Upstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (uid, gid) = (cordon_tests::agent::id("-u", AGENT), cordon_tests::agent::id("-g", AGENT));
+    std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), policy(&isolation_tools(up.port))).unwrap();
+    let d = Daemon::start_under(&["setpriv", "--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"], dir, policies, &[]);
+    if !userns {
+        // Without user namespaces a daemon that is not root cannot isolate the tool: unavailable,
+        // and the listing says why.
+        let out = cordon_tests::agent::cordon(&d.socket, &["tools", "--all", "--json"]);
+        let text = format!("{}", out.json());
+        assert!(text.contains("network.hosts needs a network namespace"), "{text}");
+        eprintln!("note: unprivileged user namespaces are off here; checked the tool is unavailable instead");
+        return;
+    }
+    assert_isolated(&d, Client::Agent, up.port);
+}
+
+#[test]
+fn killing_the_daemon_mid_transfer_leaves_no_process_namespace_or_connection_behind() {
+    let up = Upstream::start();
+    let dir = tempfile::Builder::new().prefix("cordon-egress-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let pid_file = dir.path().join("pid");
+    let tools = attack_tool(
+        "hold",
+        &format!("{{ hosts = [\"127.0.0.1:{}\"] }}\nwrite = [{}]\ntimeout = \"60s\"", up.port, toml_str(dir.path())),
+    );
+    let mut d = Daemon::start(&[("t.toml", &policy(&tools))]);
+    let args = json!({"attack": "proxy-hold", "a": format!("127.0.0.1:{}", up.port), "b": pid_file.to_str().unwrap()});
+    let mut client = d.cordon_spawn(&["run", "hold", "--args-json", &args.to_string()]);
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_to_string(&pid_file).is_ok_and(|s| s.contains(' '))),
+        "the tool never tunnelled through:\n{}",
+        d.log_text()
+    );
+    let text = std::fs::read_to_string(&pid_file).unwrap();
+    let (pid, netns) = text.split_once(' ').unwrap();
+    let pid: i32 = pid.parse().unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || up.seen.open.load(Ordering::SeqCst) == 1),
+        "the upstream saw no connection"
+    );
+    d.signal(nix::sys::signal::Signal::SIGKILL);
+    d.wait_exit(Duration::from_secs(10)).expect("cordond died");
+    let _ = client.kill();
+    let _ = client.wait();
+    // The tool dies with the daemon (parent-death signal, then the group), the upstream sees its
+    // connection end, and no process is left in the namespace (which then goes with them).
+    assert!(eventually(Duration::from_secs(10), || process_gone(pid)), "the tool {pid} outlived cordond");
+    assert!(
+        eventually(Duration::from_secs(10), || up.seen.closed.load(Ordering::SeqCst) == 1),
+        "the upstream connection outlived cordond"
+    );
+    let in_ns = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+            .filter(|e| std::fs::read_link(e.path().join("ns/net")).is_ok_and(|l| l.display().to_string() == netns))
+            .count()
+    };
+    assert!(eventually(Duration::from_secs(10), || in_ns() == 0), "processes remain in {netns}");
+}
