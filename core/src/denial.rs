@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::egress::Refusal;
 use crate::policy::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 use crate::policy::{SandboxPolicy, Tool};
 
@@ -34,6 +35,9 @@ pub enum Denied {
     /// or `EPERM`; `path` when the message names one). `not_seccomp`: seccomp's refusals are
     /// logged and none was, so an EPERM came from elsewhere (a capability, a file's owner).
     Inferred { errno: &'static str, path: Option<String>, not_seccomp: bool },
+    /// cordond's egress proxy refused (or, at `max_bytes`, cut) a connection to `host:port` (a
+    /// tool with `network.hosts`). `host` is what the tool asked for: a valid name or address.
+    Host { host: String, port: u16, refusal: Refusal },
 }
 
 /// A denial and how many times it happened in the invocation.
@@ -43,13 +47,15 @@ pub struct Denial {
     pub count: u32,
 }
 
-/// Who decided: `landlock`, `seccomp` (both from kernel records) or `inferred`.
+/// Who decided: `landlock`, `seccomp` (both from kernel records), `proxy` (cordond's egress
+/// proxy, which knows exactly what it refused) or `inferred`.
 impl Denied {
     pub fn source(&self) -> &'static str {
         match self {
             Denied::Fs { .. } | Denied::Net { .. } | Denied::Scope { .. } => "landlock",
             Denied::Syscall { .. } => "seccomp",
             Denied::Inferred { .. } => "inferred",
+            Denied::Host { .. } => "proxy",
         }
     }
 
@@ -61,6 +67,8 @@ impl Denied {
             Denied::Scope { what } => what.clone(),
             Denied::Syscall { nr, name, .. } => name.clone().unwrap_or_else(|| format!("syscall {nr}")),
             Denied::Inferred { path, errno, .. } => path.clone().unwrap_or_else(|| (*errno).to_string()),
+            Denied::Host { host, port, .. } if host.contains(':') => format!("[{host}]:{port}"),
+            Denied::Host { host, port, .. } => format!("{host}:{port}"),
         }
     }
 
@@ -70,6 +78,7 @@ impl Denied {
             Denied::Fs { access, .. } => access.clone(),
             Denied::Net { access, .. } => vec![access.clone()],
             Denied::Scope { what } => vec![what.clone()],
+            Denied::Host { refusal, .. } => vec![refusal.kind().to_string()],
             Denied::Syscall { .. } | Denied::Inferred { .. } => Vec::new(),
         }
     }
@@ -197,6 +206,17 @@ pub fn remedy(denied: &Denied, policy: &SandboxPolicy) -> Remedy {
              without any) or a file owned by another user (`run_as` = its owner)"
                 .into(),
         ),
+        Denied::Host { host, port, refusal } => match refusal {
+            Refusal::NotListed => Remedy::Grant { key: "hosts", value: denied.target() },
+            Refusal::Special { addr, .. } => Remedy::Grant {
+                key: "hosts",
+                value: crate::egress::HostRule { host: crate::egress::HostPattern::Addr(*addr), port: *port }
+                    .to_string(),
+            },
+            Refusal::Unresolved(_) => Remedy::NotSandbox(refusal.explain(host, *port)),
+            Refusal::MaxConnections(_) => Remedy::Grant { key: "max_connections", value: String::new() },
+            Refusal::MaxBytes(_) => Remedy::Grant { key: "max_bytes", value: String::new() },
+        },
         Denied::Inferred { .. } => Remedy::Unsure(
             "EPERM is seccomp (a system call outside the allow-list, not grantable) or a capability the tool does not \
              have (tools run without any; a file owned by another user needs `run_as` = its owner)"
@@ -238,7 +258,13 @@ pub fn explain(tool: &Tool, denials: &[Denial]) -> Vec<Explained> {
         .map(|d| {
             let remedy = remedy(&d.denied, &tool.sandbox);
             let n = times(d.count);
+            let fix = match (&remedy, &d.denied) {
+                // The host is the tool's own request: what would allow it, never that it should.
+                (Remedy::Grant { .. }, Denied::Host { host, port, refusal }) => refusal.explain(host, *port),
+                _ => String::new(),
+            };
             let fix = match &remedy {
+                _ if !fix.is_empty() => fix,
                 // The path of an inferred denial is the tool's own words (its stderr), which the
                 // tool controls: never offered as a grant to make, only as what would allow it.
                 Remedy::Grant { key: key @ ("read" | "write" | "exec"), value } if d.denied.source() == "inferred" => {
@@ -268,6 +294,10 @@ pub fn explain(tool: &Tool, denials: &[Denial]) -> Vec<Explained> {
                     let how = if *killed { "killed the tool at" } else { "denied (EPERM)" };
                     format!("seccomp {how} {what} (syscall {nr}){n}: {fix}")
                 }
+                Denied::Host { refusal: Refusal::MaxBytes(_), .. } => {
+                    format!("the egress proxy cut or refused a connection to {}{n}: {fix}", d.denied.target())
+                }
+                Denied::Host { .. } => format!("the egress proxy refused {}{n}: {fix}", d.denied.target()),
                 Denied::Inferred { errno, path, .. } => {
                     let on = path.as_deref().map(|p| format!(" on {p}")).unwrap_or_default();
                     let why = if *errno == "EROFS" {

@@ -1,0 +1,179 @@
+//! Copying an allowed connection both ways, with a bounded buffer per direction and every byte
+//! counted against the invocation's `max_bytes` before it is sent. A slow reader slows its
+//! writer down (each write is awaited before the next read), so nothing is buffered beyond the
+//! two buffers, whatever the tool or the server send.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use super::{Protocol, Proxy, Request, http, socks};
+
+/// Bytes read at once per direction.
+const BUFFER: usize = 16 * 1024;
+
+/// How a spliced connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum End {
+    /// Both sides closed (or, for plain HTTP, the server finished its response).
+    Closed,
+    /// The next bytes would have passed the invocation's `max_bytes`: cut.
+    MaxBytes,
+    /// The invocation ended.
+    Stopped,
+    /// A read or write failed (a reset, say).
+    Error,
+}
+
+impl End {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            End::Closed => "closed",
+            End::MaxBytes => "max_bytes",
+            End::Stopped => "stopped",
+            End::Error => "error",
+        }
+    }
+}
+
+/// What a spliced connection did.
+#[derive(Debug)]
+pub(super) struct Done {
+    pub(super) up: u64,
+    pub(super) down: u64,
+    pub(super) end: End,
+    pub(super) error: Option<String>,
+    pub(super) host: String,
+    pub(super) port: u16,
+}
+
+/// How one direction ended.
+#[derive(Debug)]
+enum Flow {
+    Eof,
+    /// The announced body was sent (plain HTTP): nothing more goes up.
+    Limit,
+    MaxBytes,
+    Stopped,
+    Error(String),
+}
+
+/// Tells the tool its connection is up, sends what goes first (a forwarded request's head, early
+/// bytes), then copies both ways until both sides are done, the budget is spent or the
+/// invocation ends.
+pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpStream, request: Request) -> Done {
+    let Request { protocol, host, port, forward, mut early } = request;
+    let mut done = Done { up: 0, down: 0, end: End::Closed, error: None, host: super::shown_host(&host), port };
+    let answered = match protocol {
+        Protocol::Connect => http::established(&mut client).await,
+        Protocol::Socks5 => socks::send(&mut client, socks::SUCCEEDED).await,
+        Protocol::Http => Ok(()),
+    };
+    if let Err(e) = answered {
+        done.end = End::Error;
+        done.error = Some(e.to_string());
+        return done;
+    }
+    // Plain HTTP: the rewritten head, then exactly the announced body.
+    let mut body = None;
+    let mut first = Vec::new();
+    if let Some(f) = forward {
+        let n = usize::try_from(f.body).unwrap_or(usize::MAX).min(early.len());
+        early.truncate(n);
+        body = Some(f.body - n as u64);
+        first = f.head;
+    }
+    first.extend_from_slice(&early);
+    if !first.is_empty() {
+        if !proxy.take(first.len()) {
+            done.end = End::MaxBytes;
+            return done;
+        }
+        if let Err(e) = upstream.write_all(&first).await {
+            done.end = End::Error;
+            done.error = Some(e.to_string());
+            return done;
+        }
+        done.up += first.len() as u64;
+    }
+    let end = proxy.stop.child_token();
+    let (mut cr, mut cw) = client.split();
+    let (mut ur, mut uw) = upstream.split();
+    let (mut up, mut down) = (0u64, 0u64);
+    let upward = async {
+        let f = pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await;
+        if !matches!(f, Flow::Eof | Flow::Limit) {
+            end.cancel();
+        }
+        f
+    };
+    let downward = async {
+        let f = pump(proxy, &mut ur, &mut cw, None, &end, &mut down).await;
+        // Plain HTTP ends with the response (Connection: close); a tunnel may be half-closed.
+        if protocol == Protocol::Http || !matches!(f, Flow::Eof) {
+            end.cancel();
+        }
+        f
+    };
+    let (a, b) = tokio::join!(upward, downward);
+    done.up += up;
+    done.down = down;
+    for f in [a, b] {
+        match f {
+            Flow::MaxBytes => done.end = End::MaxBytes,
+            Flow::Stopped if done.end == End::Closed && proxy.stop.is_cancelled() => done.end = End::Stopped,
+            Flow::Error(e) if done.end == End::Closed => {
+                done.end = End::Error;
+                done.error = Some(e);
+            }
+            _ => {}
+        }
+    }
+    done
+}
+
+/// Copies `from` to `to` until end of file, `limit` bytes (when given), the budget, an error, or
+/// `end`.
+async fn pump<R, W>(
+    proxy: &Proxy,
+    from: &mut R,
+    to: &mut W,
+    mut limit: Option<u64>,
+    end: &CancellationToken,
+    count: &mut u64,
+) -> Flow
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        let want = match limit {
+            Some(0) => return Flow::Limit,
+            Some(l) => usize::try_from(l).unwrap_or(BUFFER).min(BUFFER),
+            None => BUFFER,
+        };
+        let n = tokio::select! {
+            _ = end.cancelled() => return Flow::Stopped,
+            r = from.read(&mut buf[..want]) => match r {
+                Ok(n) => n,
+                Err(e) => return Flow::Error(e.to_string()),
+            },
+        };
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return Flow::Eof;
+        }
+        if !proxy.take(n) {
+            return Flow::MaxBytes;
+        }
+        tokio::select! {
+            _ = end.cancelled() => return Flow::Stopped,
+            r = to.write_all(&buf[..n]) => if let Err(e) = r { return Flow::Error(e.to_string()) },
+        }
+        *count += n as u64;
+        if let Some(l) = &mut limit {
+            *l -= n as u64;
+        }
+    }
+}
