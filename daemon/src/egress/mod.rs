@@ -488,12 +488,17 @@ impl Proxy {
             .with("port", request.port)
     }
 
-    /// Takes `n` bytes from the invocation's `max_bytes`; false (nothing taken) when they would
-    /// pass it.
+    /// Takes `n` bytes from the invocation's `max_bytes`; false when they would pass it, and
+    /// from then on the budget is spent (later connections are refused).
     fn take(&self, n: usize) -> bool {
         let n = n as u64;
         let max = self.ctx.egress.max_bytes;
-        self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| u.checked_add(n).filter(|t| *t <= max)).is_ok()
+        let fits = |u: u64| u.checked_add(n).filter(|t| *t <= max);
+        if self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, fits).is_ok() {
+            return true;
+        }
+        self.used.fetch_max(max, Ordering::Relaxed);
+        false
     }
 
     fn summary(&self) -> Summary {
