@@ -253,10 +253,14 @@ fn times(n: u32) -> String {
 
 /// Explains each denial of a tool's run.
 pub fn explain(tool: &Tool, denials: &[Denial]) -> Vec<Explained> {
+    explain_for(&tool.sandbox, denials)
+}
+
+fn explain_for(policy: &SandboxPolicy, denials: &[Denial]) -> Vec<Explained> {
     denials
         .iter()
         .map(|d| {
-            let remedy = remedy(&d.denied, &tool.sandbox);
+            let remedy = remedy(&d.denied, policy);
             let n = times(d.count);
             let fix = match (&remedy, &d.denied) {
                 // The host is the tool's own request: what would allow it, never that it should.
@@ -397,6 +401,46 @@ mod tests {
         assert_eq!(path_in("cat: /root/x: Permission denied").as_deref(), Some("/root/x"));
         assert_eq!(path_in("Permission denied"), None);
         assert_eq!(path_in("sh: /x/y: Permission denied, see /docs"), Some("/x/y".into()));
+    }
+
+    #[test]
+    fn proxy_refusals_say_what_would_allow_them_never_that_it_should() {
+        let host =
+            |host: &str, port, refusal| Denial { denied: Denied::Host { host: host.into(), port, refusal }, count: 2 };
+        let special = Refusal::Special { addr: "127.0.0.1".parse().unwrap(), class: "loopback" };
+        let v6 = Refusal::Special { addr: "fd00::7".parse().unwrap(), class: "unique local" };
+        let got = explain_for(
+            &SandboxPolicy::default(),
+            &[
+                host("evil.example", 443, Refusal::NotListed),
+                host("localhost", 8080, special),
+                host("internal.example", 443, v6),
+                host("2001:db8::1", 443, Refusal::NotListed),
+                host("api.example.com", 443, Refusal::MaxBytes(1024)),
+            ],
+        );
+        assert_eq!(
+            got[0].message,
+            "the egress proxy refused evil.example:443 (2 times): evil.example:443 is not in the tool's network.hosts; \
+             only if the tool should reach it at all, network = { hosts = [\"evil.example:443\"] } would allow it"
+        );
+        assert_eq!(got[0].remedy, Remedy::Grant { key: "hosts", value: "evil.example:443".into() });
+        assert_eq!(
+            (got[0].denial.denied.source(), got[0].denial.denied.access()),
+            ("proxy", vec!["not-listed".into()])
+        );
+        assert_eq!(
+            got[1].message,
+            "the egress proxy refused localhost:8080 (2 times): localhost resolved to 127.0.0.1, a loopback address; \
+             names reach special addresses only where network.hosts grants the address itself: only if the tool \
+             should reach 127.0.0.1 at all, adding \"127.0.0.1:8080\" would allow it"
+        );
+        assert_eq!(got[1].remedy, Remedy::Grant { key: "hosts", value: "127.0.0.1:8080".into() });
+        assert_eq!(got[2].remedy, Remedy::Grant { key: "hosts", value: "[fd00::7]:443".into() });
+        assert_eq!(got[3].denial.denied.target(), "[2001:db8::1]:443");
+        assert!(got[3].message.contains("hosts = [\"[2001:db8::1]:443\"]"), "{}", got[3].message);
+        assert!(got[4].message.starts_with("the egress proxy cut or refused a connection to api.example.com:443"));
+        assert_eq!(got[4].remedy.key(), "max_bytes");
     }
 
     #[test]

@@ -50,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::{Audit, Decision, Record};
 use cordon_core::denial::{Denial, Denied, MAX_DENIALS};
 use cordon_core::egress::{Egress, Refusal, Target, canonical};
+use cordon_sandbox::ProxyHandoff;
 
 /// Longest request head (request line and headers, or a SOCKS5 handshake) the proxy reads.
 pub const HEAD_LIMIT: usize = 16 * 1024;
@@ -275,6 +276,63 @@ pub async fn serve(listener: TcpListener, ctx: Context, stop: CancellationToken)
     drop(listener);
     while tasks.join_next().await.is_some() {}
     proxy.summary()
+}
+
+/// An invocation's proxy, from before its listener exists to its summary: the sandbox calls the
+/// [`ProxyHandoff`] with the listener it made inside the tool's network namespace, which starts
+/// [`serve`] on it; [`Handoff::finish`] stops it once the tool has ended.
+#[derive(Debug)]
+pub struct Handoff {
+    stop: CancellationToken,
+    task: Arc<Mutex<Option<tokio::task::JoinHandle<Summary>>>>,
+}
+
+impl Handoff {
+    /// The proxy of one invocation (started when the listener arrives) and the hand-off that
+    /// starts it. Call from within the runtime.
+    pub fn new(ctx: Context) -> (Handoff, ProxyHandoff) {
+        let stop = CancellationToken::new();
+        let task: Arc<Mutex<Option<tokio::task::JoinHandle<Summary>>>> = Arc::default();
+        let runtime = tokio::runtime::Handle::current();
+        let ctx = Mutex::new(Some(ctx));
+        let (token, slot) = (stop.clone(), task.clone());
+        let hand = move |listener: std::net::TcpListener| {
+            let Some(ctx) = ctx.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+                // One listener per invocation: a second one is nobody's.
+                tracing::error!("egress proxy: a second listener was handed over; closed");
+                return;
+            };
+            let stop = token.clone();
+            let handle = runtime.spawn(async move {
+                let id = ctx.invocation.clone();
+                let listener = listener.set_nonblocking(true).and_then(|()| TcpListener::from_std(listener));
+                match listener {
+                    Ok(l) => serve(l, ctx, stop).await,
+                    Err(e) => {
+                        // The tool's connections fail (nobody accepts them): closed, not open.
+                        tracing::error!(id = %id, error = %e, "egress proxy: cannot use the listener");
+                        Summary::default()
+                    }
+                }
+            });
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        };
+        (Handoff { stop, task }, ProxyHandoff(Arc::new(hand)))
+    }
+
+    /// Stops the proxy (closing every open connection, each recorded) and says what its
+    /// connections did; `None` when it never started (the sandbox handed over no listener).
+    pub async fn finish(self) -> Option<Summary> {
+        self.stop.cancel();
+        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        match task.await {
+            Ok(summary) => Some(summary),
+            Err(e) => {
+                tracing::error!(error = %e, "egress proxy task failed");
+                None
+            }
+        }
+    }
 }
 
 /// Which permit an accepted connection holds while it is handled.

@@ -405,3 +405,34 @@ async fn stopping_the_proxy_closes_open_tunnels_and_records_them() {
     assert_eq!(summary.connections, 1);
     assert_eq!(records.last().unwrap()["end"], "stopped");
 }
+
+#[tokio::test]
+async fn the_handoff_starts_the_proxy_on_the_listener_and_finish_stops_it() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { path: dir.path().join("audit.jsonl"), max_size: DEFAULT_MAX_SIZE, keep: DEFAULT_KEEP };
+    let audit = Arc::new(Audit::open(options).unwrap().0);
+    let ctx = |audit: &Arc<Audit>| Context {
+        invocation: "inv2".into(),
+        tool: "fetch".into(),
+        egress: egress(&[format!("127.0.0.1:{up}")]),
+        audit: audit.clone(),
+        resolver: Resolver::System,
+    };
+    // As the sandbox does: a blocking std listener, handed over from another thread.
+    let (proxy, hand) = Handoff::new(ctx(&audit));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || (hand.0)(listener)).join().unwrap();
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(format!("GET http://127.0.0.1:{up}/echo HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    let summary = proxy.finish().await.unwrap();
+    assert_eq!(summary.connections, 1);
+    assert!(TcpStream::connect(addr).await.is_err(), "the listener is closed once the proxy stops");
+    // No listener handed over: nothing ran, nothing to say.
+    let (proxy, _hand) = Handoff::new(ctx(&audit));
+    assert_eq!(proxy.finish().await, None);
+}
