@@ -214,6 +214,7 @@ pub fn remedy(denied: &Denied, policy: &SandboxPolicy) -> Remedy {
                     .to_string(),
             },
             Refusal::Unresolved(_) => Remedy::NotSandbox(refusal.explain(host, *port)),
+            Refusal::SniMismatch { .. } => Remedy::NotGrantable(refusal.explain(host, *port)),
             Refusal::MaxConnections(_) => Remedy::Grant { key: "max_connections", value: String::new() },
             Refusal::MaxBytes(_) => Remedy::Grant { key: "max_bytes", value: String::new() },
         },

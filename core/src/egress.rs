@@ -108,6 +108,9 @@ pub enum Refusal {
     MaxConnections(u32),
     /// The invocation's connections moved `max_bytes` (a new one is refused, an open one cut).
     MaxBytes(u64),
+    /// A tunnel opened for one name carried a TLS ClientHello for another (`sni`): cut before
+    /// anything reached upstream.
+    SniMismatch { sni: String },
 }
 
 impl Refusal {
@@ -119,6 +122,7 @@ impl Refusal {
             Refusal::Unresolved(_) => "unresolved",
             Refusal::MaxConnections(_) => "max-connections",
             Refusal::MaxBytes(_) => "max-bytes",
+            Refusal::SniMismatch { .. } => "sni-mismatch",
         }
     }
 
@@ -146,6 +150,10 @@ impl Refusal {
             Refusal::MaxBytes(n) => {
                 format!("the invocation's connections moved {n} bytes through the proxy, its network.max_bytes")
             }
+            Refusal::SniMismatch { sni } => format!(
+                "the tunnel to {host}:{port} carried a TLS ClientHello for {sni:?}; a tunnel carries TLS only for the \
+                 name it was opened for"
+            ),
         }
     }
 }

@@ -29,6 +29,7 @@
 //! invocation are each a record, the rest are counted in its terminal record.
 
 mod http;
+mod sni;
 mod socks;
 mod splice;
 #[cfg(test)]
@@ -419,10 +420,21 @@ impl Proxy {
         if let Some(e) = &done.error {
             r = r.with("error", e.as_str());
         }
-        if done.end == splice::End::MaxBytes {
-            self.cut.fetch_add(1, Ordering::Relaxed);
-            r = r.with("message", Refusal::MaxBytes(self.ctx.egress.max_bytes).explain(&done.host, done.port));
-            self.add_denial(&done.host, done.port, Refusal::MaxBytes(self.ctx.egress.max_bytes));
+        let cut = match (&done.end, &done.sni) {
+            (splice::End::MaxBytes, _) => {
+                self.cut.fetch_add(1, Ordering::Relaxed);
+                Some(Refusal::MaxBytes(self.ctx.egress.max_bytes))
+            }
+            (splice::End::SniMismatch, Some(sni)) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                r = r.with("sni", clip(sni));
+                Some(Refusal::SniMismatch { sni: clip(sni) })
+            }
+            _ => None,
+        };
+        if let Some(refusal) = cut {
+            r = r.with("message", refusal.explain(&done.host, done.port));
+            self.add_denial(&done.host, done.port, refusal);
         }
         self.ctx.audit.record(r);
     }
@@ -640,7 +652,7 @@ async fn connect(addrs: &[IpAddr], port: u16) -> Result<TcpStream, Upstream> {
 
 fn http_status(why: &Why) -> u16 {
     match why {
-        Why::Refused(Refusal::NotListed | Refusal::Special { .. }) => 403,
+        Why::Refused(Refusal::NotListed | Refusal::Special { .. } | Refusal::SniMismatch { .. }) => 403,
         Why::Refused(Refusal::Unresolved(_)) => 502,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::MaxBytes(_)) | Why::Audit(_) => 503,
         Why::InvalidHost(_) => 400,
@@ -650,7 +662,7 @@ fn http_status(why: &Why) -> u16 {
 /// RFC 1928's reply codes.
 fn socks_code(why: &Why) -> u8 {
     match why {
-        Why::Refused(Refusal::NotListed | Refusal::Special { .. }) => socks::NOT_ALLOWED,
+        Why::Refused(Refusal::NotListed | Refusal::Special { .. } | Refusal::SniMismatch { .. }) => socks::NOT_ALLOWED,
         Why::Refused(Refusal::Unresolved(_)) | Why::InvalidHost(_) => socks::HOST_UNREACHABLE,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::MaxBytes(_)) | Why::Audit(_) => socks::GENERAL_FAILURE,
     }

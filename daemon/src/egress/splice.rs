@@ -7,7 +7,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::{Protocol, Proxy, Request, http, socks};
+use super::{Protocol, Proxy, Request, http, sni, socks};
+use cordon_core::egress::Target;
 
 /// Bytes read at once per direction.
 const BUFFER: usize = 16 * 1024;
@@ -23,6 +24,8 @@ pub(super) enum End {
     Stopped,
     /// A read or write failed (a reset, say).
     Error,
+    /// A tunnel for one name carried a TLS ClientHello for another: cut before it went up.
+    SniMismatch,
 }
 
 impl End {
@@ -32,6 +35,7 @@ impl End {
             End::MaxBytes => "max_bytes",
             End::Stopped => "stopped",
             End::Error => "error",
+            End::SniMismatch => "sni_mismatch",
         }
     }
 }
@@ -43,6 +47,8 @@ pub(super) struct Done {
     pub(super) down: u64,
     pub(super) end: End,
     pub(super) error: Option<String>,
+    /// The server name of a ClientHello that did not match the tunnel's.
+    pub(super) sni: Option<String>,
     pub(super) host: String,
     pub(super) port: u16,
 }
@@ -56,6 +62,8 @@ enum Flow {
     MaxBytes,
     Stopped,
     Error(String),
+    /// The first flight was a ClientHello for this other name.
+    Sni(String),
 }
 
 /// Tells the tool its connection is up, sends what goes first (a forwarded request's head, early
@@ -63,7 +71,13 @@ enum Flow {
 /// invocation ends.
 pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpStream, request: Request) -> Done {
     let Request { protocol, host, port, forward, mut early } = request;
-    let mut done = Done { up: 0, down: 0, end: End::Closed, error: None, host: super::shown_host(&host), port };
+    let mut done =
+        Done { up: 0, down: 0, end: End::Closed, error: None, sni: None, host: super::shown_host(&host), port };
+    // A tunnel to a name: its TLS, if it speaks TLS, must be for that name.
+    let tunnel_name = match (protocol, Target::parse(&host)) {
+        (Protocol::Connect | Protocol::Socks5, Some(Target::Name(n))) => Some(n),
+        _ => None,
+    };
     let answered = match protocol {
         Protocol::Connect => http::established(&mut client).await,
         Protocol::Socks5 => socks::send(&mut client, socks::SUCCEEDED).await,
@@ -101,7 +115,13 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
     let (mut ur, mut uw) = upstream.split();
     let (mut up, mut down) = (0u64, 0u64);
     let upward = async {
-        let f = pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await;
+        let f = match &tunnel_name {
+            Some(name) => match first_flight(proxy, &mut cr, &mut uw, name, &end, &mut up).await {
+                Ok(()) => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
+                Err(f) => f,
+            },
+            None => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
+        };
         if !matches!(f, Flow::Eof | Flow::Limit) {
             end.cancel();
         }
@@ -121,6 +141,10 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
     for f in [a, b] {
         match f {
             Flow::MaxBytes => done.end = End::MaxBytes,
+            Flow::Sni(name) => {
+                done.end = End::SniMismatch;
+                done.sni = Some(name);
+            }
             Flow::Stopped if done.end == End::Closed && proxy.stop.is_cancelled() => done.end = End::Stopped,
             Flow::Error(e) if done.end == End::Closed => {
                 done.end = End::Error;
@@ -130,6 +154,50 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
         }
     }
     done
+}
+
+/// Reads the tool's first flight in a tunnel to `name` and, when it is a TLS ClientHello for
+/// another name, ends the connection before any of it goes up; otherwise sends it up. The
+/// server's side is copied meanwhile (a protocol where the server speaks first is not held up).
+async fn first_flight<R, W>(
+    proxy: &Proxy,
+    from: &mut R,
+    to: &mut W,
+    name: &str,
+    end: &CancellationToken,
+    count: &mut u64,
+) -> Result<(), Flow>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; BUFFER];
+    loop {
+        let n = tokio::select! {
+            _ = end.cancelled() => return Err(Flow::Stopped),
+            r = from.read(&mut chunk) => r.map_err(|e| Flow::Error(e.to_string()))?,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if n == 0 || sni::complete(&buf) {
+            break;
+        }
+    }
+    if let Some(sni) = sni::server_name(&buf).filter(|s| s != name) {
+        return Err(Flow::Sni(sni));
+    }
+    if buf.is_empty() {
+        return Ok(());
+    }
+    if !proxy.take(buf.len()) {
+        return Err(Flow::MaxBytes);
+    }
+    tokio::select! {
+        _ = end.cancelled() => return Err(Flow::Stopped),
+        r = to.write_all(&buf) => r.map_err(|e| Flow::Error(e.to_string()))?,
+    }
+    *count += buf.len() as u64;
+    Ok(())
 }
 
 /// Copies `from` to `to` until end of file, `limit` bytes (when given), the budget, an error, or

@@ -436,3 +436,64 @@ async fn the_handoff_starts_the_proxy_on_the_listener_and_finish_stops_it() {
     let (proxy, _hand) = Handoff::new(ctx(&audit));
     assert_eq!(proxy.finish().await, None);
 }
+
+#[tokio::test]
+async fn a_tunnel_to_one_name_carries_no_tls_for_another() {
+    let up = upstream().await;
+    let rules = [format!("ok.test:{up}"), format!("127.0.0.1:{up}")];
+    let h = proxy(egress(&rules), fixed(&[("ok.test", "127.0.0.1")])).await;
+    let connect = format!("CONNECT ok.test:{up} HTTP/1.1\r\n\r\n");
+    let mut c = h.client().await;
+    c.write_all(connect.as_bytes()).await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    c.write_all(&sni::client_hello("evil.example")).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest).await;
+    assert!(rest.is_empty(), "cut");
+    // The right name goes through.
+    let mut c = h.client().await;
+    c.write_all(connect.as_bytes()).await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    let hello = sni::client_hello("OK.test");
+    c.write_all(&hello).await.unwrap();
+    drop(c);
+    h.closed(2).await;
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (2, 1));
+    assert_eq!(
+        summary.denials[0].denied,
+        Denied::Host { host: "ok.test".into(), port: up, refusal: Refusal::SniMismatch { sni: "evil.example".into() } }
+    );
+    let closed: Vec<_> = records.iter().filter(|r| r["decision"] == "egress_closed").collect();
+    assert_eq!(
+        (&closed[0]["end"], &closed[0]["sni"], &closed[0]["bytes_up"]),
+        (&json!("sni_mismatch"), &json!("evil.example"), &json!(0))
+    );
+    assert_eq!((&closed[1]["end"], closed[1]["bytes_up"].as_u64()), (&json!("closed"), Some(hello.len() as u64)));
+}
+
+#[tokio::test]
+async fn a_flood_holds_a_bounded_number_of_connections_and_closes_the_rest() {
+    let up = upstream().await;
+    let mut e = egress(&[format!("127.0.0.1:{up}")]);
+    e.max_connections = 1;
+    let h = proxy(e, Resolver::System).await;
+    // One connection served, REFUSERS waiting to be refused in their protocol, and the rest
+    // (silent clients, all of them) closed at once.
+    let flood = 1 + REFUSERS + 40;
+    let mut clients = Vec::new();
+    for _ in 0..flood {
+        clients.push(h.client().await);
+    }
+    let mut closed = 0;
+    for c in clients.iter_mut().skip(1 + REFUSERS) {
+        let mut b = [0u8; 1];
+        if c.read(&mut b).await.unwrap_or(0) == 0 {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 40);
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.refused, summary.connections), (40, 0), "the waiting ones were never answered");
+    assert_eq!(records.iter().filter(|r| r["why"] == "max-connections").count(), 40);
+}
