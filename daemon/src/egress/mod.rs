@@ -375,14 +375,20 @@ impl Proxy {
             let why = Why::Refused(Refusal::MaxConnections(self.ctx.egress.max_connections));
             return self.refuse(conn, &mut client, &request, why).await;
         }
-        let addrs = match self.decide(&request).await {
-            Ok(a) => a,
+        let decided = tokio::select! {
+            // Resolution may take a while: the invocation's end does not wait for it.
+            _ = self.stop.cancelled() => return,
+            d = self.decide(&request) => d,
+        };
+        let (rule, addrs) = match decided {
+            Ok(d) => d,
             Err(why) => return self.refuse(conn, &mut client, &request, why).await,
         };
         // On disk before anything reaches upstream; fail closed.
         let record = self
             .record(Decision::Egress, conn, &request)
             .with("allowed", true)
+            .with("rule", rule)
             .with("addresses", addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>());
         if let Err(e) = self.ctx.audit.durable(record).await {
             tracing::error!(id = %self.ctx.invocation, error = %e, "egress connection refused: its record is not on disk");
@@ -439,21 +445,22 @@ impl Proxy {
         self.ctx.audit.record(r);
     }
 
-    /// The tool's rules on `request`: the addresses to connect to, or why not.
-    async fn decide(&self, request: &Request) -> Result<Vec<IpAddr>, Why> {
+    /// The tool's rules on `request`: the rule that grants it and the addresses to connect to,
+    /// or why not.
+    async fn decide(&self, request: &Request) -> Result<(String, Vec<IpAddr>), Why> {
         let egress = &self.ctx.egress;
         let Some(target) = Target::parse(&request.host) else {
             return Err(Why::InvalidHost(clip(&request.host)));
         };
-        if egress.matching(&target, request.port).is_none() {
+        let Some(rule) = egress.matching(&target, request.port).map(|r| r.to_string()) else {
             return Err(Why::Refused(Refusal::NotListed));
-        }
+        };
         if self.used.load(Ordering::Relaxed) >= egress.max_bytes {
             return Err(Why::Refused(Refusal::MaxBytes(egress.max_bytes)));
         }
         let name = match target {
             // Only an address or range rule matches an address: granted as such.
-            Target::Addr(a) => return Ok(vec![a]),
+            Target::Addr(a) => return Ok((rule, vec![a])),
             Target::Name(n) => n,
         };
         let resolved =
@@ -476,7 +483,7 @@ impl Proxy {
         match (kept.is_empty(), first_special) {
             (true, Some(special)) => Err(Why::Refused(special)),
             (true, None) => Err(Why::Refused(Refusal::Unresolved("no address".into()))),
-            (false, _) => Ok(kept),
+            (false, _) => Ok((rule, kept)),
         }
     }
 

@@ -179,6 +179,7 @@ async fn connect_to_a_granted_address_tunnels_and_is_recorded_before_and_after()
         )
     );
     assert_eq!(d["addresses"], json!(["127.0.0.1"]));
+    assert_eq!(d["rule"], json!(format!("127.0.0.1:{up}")));
     assert_eq!(c["decision"], "egress_closed");
     assert_eq!(
         (&c["conn"], &c["end"], &c["address"]),
