@@ -167,8 +167,21 @@ pub(crate) fn print_grants(g: &Grants) {
     grant("read", list(&g.read));
     grant("write", list(&g.write));
     grant("exec", list(&g.exec));
-    grant("tcp connect", ports(&g.connect_tcp));
-    grant("tcp bind", ports(&g.bind_tcp));
+    if g.hosts.is_empty() {
+        grant("tcp connect", ports(&g.connect_tcp));
+        grant("tcp bind", ports(&g.bind_tcp));
+    } else {
+        let bounds = match (g.max_connections, g.max_bytes) {
+            (Some(c), Some(b)) => {
+                format!(" ({c} connections at once, {} per call)", cordon_core::policy::units::format_size(b))
+            }
+            _ => String::new(),
+        };
+        grant("hosts", format!("{}{bounds}", g.hosts.join(" ")));
+        outln!("    {:<11} through cordond's egress proxy only, from a network namespace of its own", "");
+        grant("tcp connect", format!("{} (inside its own namespace)", ports(&g.connect_tcp)));
+        grant("tcp bind", format!("{} (inside its own namespace)", ports(&g.bind_tcp)));
+    }
     grant("unix", list(&g.unix_sockets));
     let l = &g.limits;
     let mut limits = Vec::new();
@@ -799,6 +812,16 @@ fn host_checks(host: &HostFacts, check: &mut impl FnMut(&'static str, &'static s
         _ => "fail",
     };
     check("fs-view", level, host.fs_view.mode.clone(), &host.fs_view.meaning);
+    match host.policy_host().netns_unavailable {
+        None => check(
+            "egress",
+            "ok",
+            if host.is_root { "network namespaces".into() } else { "in the user namespace".into() },
+            "tools with network.hosts run in a network namespace of their own whose only way out is cordond's \
+             egress proxy (names checked, addresses vetted, every connection audited)",
+        ),
+        Some(why) => check("egress", "warn", "unavailable".into(), &why),
+    }
     let d = &host.denials;
     let found = match (d.seccomp, d.landlock) {
         (true, true) => "seccomp and landlock logged",

@@ -37,7 +37,8 @@ pub async fn dry_run(
     field("run as", format!("uid {} gid {} ({})", d.uid, d.gid, d.identity_source));
     let cgroup = if d.cgroup { "own cgroup" } else { "no cgroup" };
     let seccomp = if d.seccomp { "seccomp" } else { "no seccomp" };
-    field("sandbox", format!("landlock ABI {}, {seccomp}, {cgroup}", d.landlock_abi));
+    let netns = if d.netns { ", own network namespace (egress proxy only)" } else { "" };
+    field("sandbox", format!("landlock ABI {}, {seccomp}, {cgroup}{netns}", d.landlock_abi));
     field("timeout", format!("{}s", d.timeout_ms as f64 / 1000.0));
     field("max output", cordon_core::policy::units::format_size(d.max_output_bytes) + " per stream");
     if d.confirm != "none" {

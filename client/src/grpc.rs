@@ -810,6 +810,8 @@ pub struct DryRunInfo {
     pub landlock_abi: i32,
     pub seccomp: bool,
     pub cgroup: bool,
+    /// The call would run in a network namespace of its own behind the egress proxy.
+    pub netns: bool,
     pub timeout_ms: u64,
     pub max_output_bytes: u64,
     /// "none", "agent" or "human": what a real call would need first.
@@ -840,6 +842,7 @@ impl From<v1::DryRunResponse> for DryRunInfo {
             landlock_abi: sandbox.landlock_abi,
             seccomp: sandbox.seccomp,
             cgroup: sandbox.cgroup,
+            netns: sandbox.netns,
             timeout_ms: r.timeout_ms,
             max_output_bytes: r.max_output_bytes,
             confirm,
@@ -866,6 +869,10 @@ pub struct Grants {
     pub min_landlock_abi: Option<u32>,
     /// The tool's private temp space, in a sentence.
     pub temp: String,
+    /// `network.hosts` (empty: none) and, with hosts, the bounds of one invocation's connections.
+    pub hosts: Vec<String>,
+    pub max_connections: Option<u32>,
+    pub max_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -891,6 +898,9 @@ impl From<v1::ToolGrants> for Grants {
             exec: g.exec,
             connect_tcp: g.connect_tcp,
             bind_tcp: g.bind_tcp,
+            hosts: g.hosts,
+            max_connections: g.max_connections,
+            max_bytes: g.max_bytes,
             unix_sockets: g.unix_sockets,
             limits: Limits {
                 memory_bytes: g.memory_bytes,
@@ -1074,6 +1084,7 @@ impl RunResult {
                 cgroup: s.cgroup,
                 uid: s.uid,
                 gid: s.gid,
+                netns: s.netns,
             }),
             hints: f.hints,
             denials: f
@@ -1139,6 +1150,8 @@ pub struct SandboxFacts {
     pub cgroup: bool,
     pub uid: u32,
     pub gid: u32,
+    /// A network namespace of the tool's own behind cordond's egress proxy (`network.hosts`).
+    pub netns: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -244,6 +244,7 @@ mod tests {
                 cgroup: false,
                 mount_view: false,
                 temp: cordon_sandbox::TempKind::Off,
+                netns: false,
                 uid: 1,
                 gid: 1,
             },

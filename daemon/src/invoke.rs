@@ -1004,6 +1004,7 @@ impl Invoker {
                             "cgroup": o.facts.cgroup,
                             "fs_view": o.facts.mount_view,
                             "temp": o.facts.temp.as_str(),
+                            "netns": o.facts.netns,
                             "uid": o.facts.uid,
                             "gid": o.facts.gid,
                         }),

@@ -2,7 +2,8 @@
 //! order DESIGN.md fixes: default signal handlers, stdio, the audit login uid when denials are
 //! logged (a fresh audit session; best effort, see `denials.rs`), the read-only filesystem view
 //! (enter its namespaces, reopen stdin there), the private temp space (a mount namespace of its
-//! own with fresh tmpfs, see [`super::temp`]; then, in a user namespace, drop every capability),
+//! own with fresh tmpfs, see [`super::temp`]), the network namespace of a tool with `hosts` (see
+//! [`super::netns`]; then, in a user namespace, drop every capability),
 //! working dir, then [`setup`]:
 //! `setsid` -> parent-death signal (and re-check the parent) -> join cgroups -> `setrlimit` ->
 //! mark fds >= 3 close-on-exec -> drop groups, gid, uid (and every capability) -> `no_new_privs`
@@ -22,6 +23,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use super::mntns::{self, View};
+use super::netns::{self, ChildNet};
 use super::seccomp::Programs;
 use super::temp::{self, ChildTemp};
 
@@ -50,10 +52,11 @@ pub enum Step {
     MountView,
     Temp,
     LandlockTemp,
+    Network,
 }
 
 impl Step {
-    const ALL: [Step; 21] = [
+    const ALL: [Step; 22] = [
         Step::Setsid,
         Step::ParentDeathSignal,
         Step::ParentGone,
@@ -75,6 +78,7 @@ impl Step {
         Step::MountView,
         Step::Temp,
         Step::LandlockTemp,
+        Step::Network,
     ];
 
     pub fn from_byte(b: u8) -> Option<Step> {
@@ -104,6 +108,7 @@ impl Step {
             Step::MountView => "entering the read-only filesystem view (setns)",
             Step::Temp => "making the private temp space (unshare, tmpfs mounts)",
             Step::LandlockTemp => "granting the private temp space in landlock",
+            Step::Network => "making the network namespace (unshare, loopback up, the egress proxy's listener)",
         }
     }
 }
@@ -149,6 +154,9 @@ pub(crate) struct ChildSetup {
     pub view: Option<Arc<View>>,
     /// The private temp space to make (`None`: `temp = false`).
     pub temp: Option<ChildTemp>,
+    /// A network namespace of the tool's own with the egress proxy's listener (`network.hosts`;
+    /// see [`super::netns`]).
+    pub net: Option<ChildNet>,
     /// The highest capability number the kernel knows ([`last_cap`]).
     pub last_cap: libc::c_ulong,
     /// The invocation's cgroup v2 directory, to start the child in (`CLONE_INTO_CGROUP`), and
@@ -561,7 +569,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // The temp space's directories, for their landlock rules (-1: none).
     let mut temp_fds: [RawFd; temp::MAX_ENTRIES] = [-1; temp::MAX_ENTRIES];
     // SAFETY: raw system calls only (rt_sigaction, dup2, the login uid's open/write/close, setns,
-    // the temp mounts, capset, chdir/fchdir, stat) on data prepared before the clone; `cwd_fd` is
+    // the temp mounts, the network namespace, capset, chdir/fchdir, stat) on data prepared before
+    // the clone; `cwd_fd` is
     // held open by the registry for as long as the `Exec` lives.
     unsafe {
         for sig in 1..=64 {
@@ -609,6 +618,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             && !temp::enter(t, &mut temp_fds)
         {
             return die(Step::Temp);
+        }
+        // The network namespace of a tool with hosts, made while the capabilities last (in the
+        // view's user namespace, which then owns it).
+        if let Some(net) = &a.setup.net
+            && !netns::enter(net)
+        {
+            return die(Step::Network);
         }
         if let Some(view) = &a.setup.view {
             if view.user.is_some() {

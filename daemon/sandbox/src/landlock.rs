@@ -202,9 +202,13 @@ impl<'a> Rules<'a> {
             }
         }
         let mut ports = Vec::new();
-        if let Network::Tcp { connect, bind, .. } = &policy.network {
+        if let Network::Tcp { connect, bind, egress } = &policy.network {
             ports.extend(connect.iter().map(|p| (*p, AccessNet::ConnectTcp as u64)));
             ports.extend(bind.iter().map(|p| (*p, AccessNet::BindTcp as u64)));
+            // The egress proxy's port, inside the tool's own network namespace.
+            if egress.is_some() && !connect.contains(&cordon_core::egress::PROXY_PORT) {
+                ports.push((cordon_core::egress::PROXY_PORT, AccessNet::ConnectTcp as u64));
+            }
         }
         Ok(Rules { attr, attr_size, paths, ports })
     }

@@ -24,6 +24,8 @@
 //! - `temp`: each invocation's private temp space (a fresh directory named by `TMPDIR`; under
 //!   a view, size-bounded tmpfs in a mount namespace of the child's own, with a private `/tmp`
 //!   and `/dev/shm`), and its symlink-safe removal.
+//! - `netns`: the network namespace of a tool with `network.hosts` (loopback only) and the egress
+//!   proxy's listener the child makes in it and hands to cordond.
 //! - `peer`: who is at the other end of a connection to cordond's socket (pidfd, cgroup).
 //! - `denials`: the kernel's audit records of what landlock and seccomp denied, matched to
 //!   invocations (read as a listener of the audit multicast group; see the module).
@@ -40,6 +42,7 @@ mod denials;
 mod landlock;
 mod memory;
 mod mntns;
+mod netns;
 mod output;
 mod peer;
 mod seccomp;

@@ -22,6 +22,7 @@ use super::child::{self, ChildSetup, Exec, Identity, Step};
 use super::denials::DenialLog;
 use super::landlock::{self, LandlockError};
 use super::mntns::{MountViews, ViewError};
+use super::netns;
 use super::output::{Capture, Captured};
 use super::seccomp::Programs;
 use super::temp::{self, TempKind};
@@ -111,6 +112,8 @@ pub struct Facts {
     pub mount_view: bool,
     /// The tool's private temp space (see [`super::temp`]).
     pub temp: TempKind,
+    /// The tool ran in a network namespace of its own behind the egress proxy (`network.hosts`).
+    pub netns: bool,
     pub uid: u32,
     pub gid: u32,
 }
@@ -145,6 +148,8 @@ pub enum SpawnError {
         dir = std::env::temp_dir().display()
     )]
     Temp(#[source] io::Error),
+    #[error("a tool with network.hosts runs only behind cordond's egress proxy, and none was given")]
+    NoProxy,
     #[error("cannot create the invocation's cgroup: {0}")]
     Cgroup(#[source] io::Error),
     #[error("sandbox setup failed while {}: {source}", step.describe())]
@@ -218,6 +223,15 @@ pub async fn run(
         Some((space, child)) => (Some(space), Some(child)),
         None => (None, None),
     };
+    // A tool with hosts: its own network namespace, whose proxy listener comes back to `proxy`.
+    let (parent_net, child_net) = match (confine.policy.network.egress(), &spec.proxy) {
+        (None, _) => (None, None),
+        (Some(_), None) => return Err(SpawnError::NoProxy),
+        (Some(_), Some(_)) => {
+            let (p, c) = netns::pair().map_err(|e| SpawnError::Setup { step: Step::Network, source: e })?;
+            (Some(p), Some(c))
+        }
+    };
     let cgroup_procs = cgroup.as_ref().map(InvocationCgroup::procs_fds).unwrap_or_default();
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| SpawnError::Start { program: plan.argv[0].clone(), source: e.into() })?;
@@ -232,6 +246,7 @@ pub async fn run(
         report: report_write,
         view,
         temp: child_temp,
+        net: child_net,
         last_cap: child::last_cap(),
         born_in: cgroup.as_ref().and_then(InvocationCgroup::born_in),
         log: denials.map(|_| {
@@ -245,6 +260,7 @@ pub async fn run(
         cgroup: cgroup.is_some(),
         mount_view: setup.view.is_some(),
         temp: temp_space.as_ref().map_or(TempKind::Off, |t| t.kind),
+        netns: setup.net.is_some(),
         uid: confine.identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid),
         gid: confine.identity.as_ref().map_or_else(|| nix::unistd::getegid().as_raw(), |i| i.gid),
     };
@@ -312,6 +328,13 @@ pub async fn run(
     // From here on the group is killed if this future is dropped before the child is reaped.
     let mut group = Group { pid, reaped: false };
     let supervise = |source| SpawnError::Supervise { pid, source };
+    // The child sent the proxy's listener before it exec'd: it is waiting. Without it the tool
+    // does not run on (the group dies with `group`).
+    if let (Some(net), Some(ProxyHandoff(handoff))) = (&parent_net, &spec.proxy) {
+        let listener = net.receive().map_err(|source| SpawnError::Setup { step: Step::Network, source })?;
+        handoff(listener);
+    }
+    drop(parent_net);
     // SAFETY: `pidfd` is an open descriptor owned by the OwnedFd moved into the AsyncFd, which
     // keeps it open and unchanged until the AsyncFd is dropped.
     let pidfd = unsafe { AsyncFd::register(pidfd) }.map_err(|e| supervise(e.into()))?;

@@ -188,6 +188,9 @@ fn grants(t: &Tool) -> v1::ToolGrants {
             .unwrap_or_default(),
         min_landlock_abi: s.min_landlock_abi,
         temp: cordon_core::policy::Temp::describe(s, t.working_dir.as_deref()),
+        hosts: s.network.egress().map(|e| e.hosts.iter().map(ToString::to_string).collect()).unwrap_or_default(),
+        max_connections: s.network.egress().map(|e| e.max_connections),
+        max_bytes: s.network.egress().map(|e| e.max_bytes),
     }
 }
 
@@ -264,6 +267,7 @@ pub(crate) fn finished(id: &str, answer: Answer) -> v1::Finished {
             cgroup: o.facts.cgroup,
             uid: o.facts.uid,
             gid: o.facts.gid,
+            netns: o.facts.netns,
         }),
         hints: Vec::new(),
         denials: denials.iter().map(denial).collect(),
@@ -373,6 +377,7 @@ pub fn dry_run(d: &DryRun, host: &cordon_sandbox::HostSandbox, admin: bool) -> v
             cgroup: host.cgroups.available(),
             uid: d.identity.uid,
             gid: d.identity.gid,
+            netns: t.sandbox.network.egress().is_some(),
         }),
         identity_source: d.identity.source.to_string(),
         timeout_ms: u64::try_from(t.timeout.as_millis()).unwrap_or(u64::MAX),

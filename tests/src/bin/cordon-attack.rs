@@ -97,6 +97,9 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
         "exec" => exec(arg(args, 0, "program")?, &args[1..])?,
         "memfd-exec" => memfd_exec(&args[0..])?,
         "tcp-connect" => tcp_connect(num(args, 0, "port")?),
+        "tcp-connect-to" => tcp_connect_to(arg(args, 0, "address")?, num(args, 1, "port")?)?,
+        "net-view" => net_view(),
+        "resolve" => resolve(arg(args, 0, "name")?),
         "tcp-bind" => tcp_bind(num(args, 0, "port")?),
         "tcp-fastopen" => tcp_fastopen(num(args, 0, "port")?),
         "tcp-listen" => tcp_listen(),
@@ -297,6 +300,38 @@ fn tcp_connect(port: u16) -> Map<String, Value> {
     }));
     close(fd);
     stepped("connect", r)
+}
+
+/// connect(2) to any address (IPv4 or IPv6), with a short timeout.
+fn tcp_connect_to(addr: &str, port: u16) -> Result<Map<String, Value>, String> {
+    let ip: std::net::IpAddr = addr.parse().map_err(|e| format!("address {addr:?}: {e}"))?;
+    let r = std::net::TcpStream::connect_timeout(&(ip, port).into(), std::time::Duration::from_secs(2));
+    Ok(stepped("connect", r.map(|_| 0).map_err(|e| e.raw_os_error().unwrap_or(-1))))
+}
+
+/// The network namespace the attack runs in (its inode) and the interfaces it sees.
+fn net_view() -> Map<String, Value> {
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.to_string_lossy().into_owned());
+    let dev = std::fs::read_to_string("/proc/self/net/dev").unwrap_or_default();
+    // Lines after the two header lines: "  lo: 123 ...".
+    let interfaces: Vec<&str> = dev.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).collect();
+    let mut m = outcome(Ok(0));
+    m.insert("netns".into(), json!(netns.ok()));
+    m.insert("interfaces".into(), json!(interfaces));
+    m
+}
+
+/// Resolves a name with the C library's resolver (getaddrinfo).
+fn resolve(name: &str) -> Map<String, Value> {
+    use std::net::ToSocketAddrs;
+    match (name, 80).to_socket_addrs() {
+        Ok(addrs) => {
+            let mut m = outcome(Ok(0));
+            m.insert("addresses".into(), json!(addrs.map(|a| a.ip().to_string()).collect::<Vec<_>>()));
+            m
+        }
+        Err(e) => with(outcome(Err(e.raw_os_error().unwrap_or(-1))), "error", json!(e.to_string())),
+    }
 }
 
 fn tcp_bind(port: u16) -> Map<String, Value> {
