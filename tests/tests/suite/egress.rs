@@ -42,7 +42,7 @@ fn q(s: impl AsRef<Path>) -> String {
 }
 
 /// `fetch` runs curl on a URL (through the proxy its environment names); `tunnel` the same with
-/// `--proxytunnel` (HTTP CONNECT); both with `hosts`.
+/// `--proxytunnel` (HTTP CONNECT), `socks` through SOCKS5; all with `hosts`.
 fn daemon(hosts: &str) -> Daemon {
     let policy = format!(
         r#"version = 1
@@ -67,6 +67,16 @@ reason = "egress tests"
 command = [{curl}, "-sS", "--max-time", "10", "--proxytunnel", "{{{{url}}}}"]
 
 [tools.tunnel.params.url]
+type = "string"
+pattern = "http://[^\\x00 ]+"
+required = true
+
+[tools.socks]
+description = "fetches a URL through SOCKS5, names resolved by the proxy"
+reason = "egress tests"
+command = [{curl}, "-sS", "--max-time", "10", "-x", "socks5h://127.0.0.1:3128", "{{{{url}}}}"]
+
+[tools.socks.params.url]
 type = "string"
 pattern = "http://[^\\x00 ]+"
 required = true
@@ -105,6 +115,7 @@ fn curl_reaches_a_granted_host_through_the_proxy_and_each_connection_is_recorded
         ("fetch", format!("http://127.0.0.1:{port}/a"), "http"),
         ("fetch", format!("http://localhost:{port}/b"), "http"),
         ("tunnel", format!("http://localhost:{port}/c"), "connect"),
+        ("socks", format!("http://localhost:{port}/d"), "socks5"),
     ] {
         let r = fetch(&d, tool, &url);
         assert_eq!(
