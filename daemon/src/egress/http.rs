@@ -2,6 +2,8 @@
 //! host:port` and absolute-form requests (`GET http://host:port/path HTTP/1.1`), the rewrite
 //! of the latter to origin-form, and the proxy's own answers.
 //!
+//! The response's head gets `Connection: close` in place of the server's connection headers.
+//!
 //! A forwarded request is rewritten, not passed through: its `Host` is the one its URL names
 //! (a different `Host` could reach another site behind the same address), hop-by-hop and proxy
 //! headers are dropped, `Connection: close` ends the exchange after one response, and only the
@@ -120,7 +122,7 @@ fn too_long() -> Bad {
 }
 
 /// The end of the head (after its blank line), searching from `from`.
-fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+pub(super) fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     (from..buf.len()).find_map(|i| {
         let rest = &buf[i..];
         if rest.starts_with(b"\r\n\r\n") {
@@ -264,6 +266,36 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+/// A response head as the tool gets it: `Connection: close` instead of the server's connection
+/// headers (the proxy closes after one response, and the client must not count on reusing the
+/// connection). `None` leaves it as it is: an interim (1xx) response, or no parsable head.
+pub(super) fn close_response(head: &[u8]) -> Option<Vec<u8>> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    if !matches!(resp.parse(head), Ok(httparse::Status::Complete(_))) || resp.code.is_none_or(|c| c < 200) {
+        return None;
+    }
+    let line_end = head.iter().position(|b| *b == b'\n')? + 1;
+    let mut listed: Vec<String> = Vec::new();
+    for h in resp.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("connection")) {
+        let value = std::str::from_utf8(h.value).unwrap_or_default();
+        listed.extend(value.split(',').map(|t| t.trim().to_ascii_lowercase()).filter(|t| !t.is_empty()));
+    }
+    let mut out = head[..line_end].to_vec();
+    for h in resp.headers.iter() {
+        let name = h.name.to_ascii_lowercase();
+        if matches!(name.as_str(), "connection" | "keep-alive" | "proxy-connection") || listed.contains(&name) {
+            continue;
+        }
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    Some(out)
+}
+
 /// Answers with `status`, a text body and `X-Cordon-Refused: kind`, then closes.
 pub(super) async fn refused(client: &mut TcpStream, status: u16, kind: &str, body: &str) {
     let response = format!(
@@ -310,6 +342,17 @@ mod tests {
         let f = r.forward.unwrap();
         assert!(String::from_utf8(f.head).unwrap().starts_with("POST /?q HTTP/1.0\r\nHost: [::1]\r\n"));
         assert_eq!(f.body, 5);
+    }
+
+    #[test]
+    fn a_response_says_connection_close() {
+        let head = b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nContent-Length: 2\r\n\r\n";
+        assert_eq!(
+            String::from_utf8(close_response(head).unwrap()).unwrap(),
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(close_response(b"HTTP/1.1 100 Continue\r\n\r\n"), None);
+        assert_eq!(close_response(b"garbage\r\n\r\n"), None);
     }
 
     #[test]

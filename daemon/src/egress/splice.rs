@@ -128,7 +128,13 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
         f
     };
     let downward = async {
-        let f = pump(proxy, &mut ur, &mut cw, None, &end, &mut down).await;
+        let f = match protocol {
+            Protocol::Http => match response_head(proxy, &mut ur, &mut cw, &end, &mut down).await {
+                Ok(()) => pump(proxy, &mut ur, &mut cw, None, &end, &mut down).await,
+                Err(f) => f,
+            },
+            Protocol::Connect | Protocol::Socks5 => pump(proxy, &mut ur, &mut cw, None, &end, &mut down).await,
+        };
         // Plain HTTP ends with the response (Connection: close); a tunnel may be half-closed.
         if protocol == Protocol::Http || !matches!(f, Flow::Eof) {
             end.cancel();
@@ -197,6 +203,57 @@ where
         r = to.write_all(&buf) => r.map_err(|e| Flow::Error(e.to_string()))?,
     }
     *count += buf.len() as u64;
+    Ok(())
+}
+
+/// Passes a plain-HTTP response head to the tool with `Connection: close` (see
+/// [`http::close_response`]); a head longer than [`super::HEAD_LIMIT`] or not parsable goes as
+/// it came.
+async fn response_head<R, W>(
+    proxy: &Proxy,
+    from: &mut R,
+    to: &mut W,
+    end: &CancellationToken,
+    count: &mut u64,
+) -> Result<(), Flow>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; BUFFER];
+    let mut eof = false;
+    let out = loop {
+        let n = tokio::select! {
+            _ = end.cancelled() => return Err(Flow::Stopped),
+            r = from.read(&mut chunk) => r.map_err(|e| Flow::Error(e.to_string()))?,
+        };
+        let from_at = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if n == 0 || buf.len() > super::HEAD_LIMIT {
+            eof = n == 0;
+            break buf;
+        }
+        if let Some(e) = http::head_end(&buf, from_at) {
+            let mut out = http::close_response(&buf[..e]).unwrap_or_else(|| buf[..e].to_vec());
+            out.extend_from_slice(&buf[e..]);
+            break out;
+        }
+    };
+    if !out.is_empty() {
+        if !proxy.take(out.len()) {
+            return Err(Flow::MaxBytes);
+        }
+        tokio::select! {
+            _ = end.cancelled() => return Err(Flow::Stopped),
+            r = to.write_all(&out) => r.map_err(|e| Flow::Error(e.to_string()))?,
+        }
+        *count += out.len() as u64;
+    }
+    if eof {
+        let _ = to.shutdown().await;
+        return Err(Flow::Eof);
+    }
     Ok(())
 }
 

@@ -34,8 +34,11 @@ async fn upstream() -> u16 {
                         Ok(n) => head.extend_from_slice(&b[..n]),
                     }
                 }
+                let connection =
+                    if head.starts_with(b"GET /keep ") { "keep-alive\r\nKeep-Alive: timeout=5" } else { "close" };
                 let body = if head.starts_with(b"GET /big ") { vec![b'x'; BIG] } else { head };
-                let h = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                let h =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n", body.len());
                 let _ = s.write_all(h.as_bytes()).await;
                 let _ = s.write_all(&body).await;
             });
@@ -209,8 +212,12 @@ async fn absolute_form_requests_are_forwarded_in_origin_form_without_proxy_heade
         body,
         format!("GET /echo?q=1 HTTP/1.1\r\nHost: 127.0.0.1:{up}\r\nAccept: */*\r\nConnection: close\r\n\r\n")
     );
+    // The proxy closes after one response, and says so whatever the server said.
+    let out = h.exchange(format!("GET http://127.0.0.1:{up}/keep HTTP/1.1\r\n\r\n").as_bytes()).await;
+    let sent = format!("GET /keep HTTP/1.1\r\nHost: 127.0.0.1:{up}\r\nConnection: close\r\n\r\n");
+    assert_eq!(out, format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sent}", sent.len()));
     let (summary, records) = h.finish().await;
-    assert_eq!(summary.connections, 1);
+    assert_eq!(summary.connections, 2);
     assert_eq!(records[0]["protocol"], "http");
 }
 
