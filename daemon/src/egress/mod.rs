@@ -336,6 +336,14 @@ impl Handoff {
     }
 }
 
+impl Drop for Handoff {
+    /// An invocation dropped before [`Handoff::finish`] stops its proxy all the same (its task
+    /// then ends on its own, closing every connection).
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
 /// Which permit an accepted connection holds while it is handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {

@@ -443,6 +443,21 @@ async fn the_handoff_starts_the_proxy_on_the_listener_and_finish_stops_it() {
     // No listener handed over: nothing ran, nothing to say.
     let (proxy, _hand) = Handoff::new(ctx(&audit));
     assert_eq!(proxy.finish().await, None);
+    // Dropped without finish (an invocation whose future was dropped): the proxy stops anyway.
+    let (proxy, hand) = Handoff::new(ctx(&audit));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    (hand.0)(listener);
+    drop(proxy);
+    let mut closed = false;
+    for _ in 0..1000 {
+        if TcpStream::connect(addr).await.is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(closed, "the listener of a dropped proxy is still open after 10 s");
 }
 
 #[tokio::test]
