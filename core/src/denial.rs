@@ -10,6 +10,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::egress::Refusal;
 use crate::policy::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 use crate::policy::{SandboxPolicy, Tool};
 
@@ -34,6 +35,9 @@ pub enum Denied {
     /// or `EPERM`; `path` when the message names one). `not_seccomp`: seccomp's refusals are
     /// logged and none was, so an EPERM came from elsewhere (a capability, a file's owner).
     Inferred { errno: &'static str, path: Option<String>, not_seccomp: bool },
+    /// cordond's egress proxy refused (or, at `max_bytes`, cut) a connection to `host:port` (a
+    /// tool with `network.hosts`). `host` is what the tool asked for: a valid name or address.
+    Host { host: String, port: u16, refusal: Refusal },
 }
 
 /// A denial and how many times it happened in the invocation.
@@ -43,13 +47,15 @@ pub struct Denial {
     pub count: u32,
 }
 
-/// Who decided: `landlock`, `seccomp` (both from kernel records) or `inferred`.
+/// Who decided: `landlock`, `seccomp` (both from kernel records), `proxy` (cordond's egress
+/// proxy, which knows exactly what it refused) or `inferred`.
 impl Denied {
     pub fn source(&self) -> &'static str {
         match self {
             Denied::Fs { .. } | Denied::Net { .. } | Denied::Scope { .. } => "landlock",
             Denied::Syscall { .. } => "seccomp",
             Denied::Inferred { .. } => "inferred",
+            Denied::Host { .. } => "proxy",
         }
     }
 
@@ -61,6 +67,8 @@ impl Denied {
             Denied::Scope { what } => what.clone(),
             Denied::Syscall { nr, name, .. } => name.clone().unwrap_or_else(|| format!("syscall {nr}")),
             Denied::Inferred { path, errno, .. } => path.clone().unwrap_or_else(|| (*errno).to_string()),
+            Denied::Host { host, port, .. } if host.contains(':') => format!("[{host}]:{port}"),
+            Denied::Host { host, port, .. } => format!("{host}:{port}"),
         }
     }
 
@@ -70,6 +78,7 @@ impl Denied {
             Denied::Fs { access, .. } => access.clone(),
             Denied::Net { access, .. } => vec![access.clone()],
             Denied::Scope { what } => vec![what.clone()],
+            Denied::Host { refusal, .. } => vec![refusal.kind().to_string()],
             Denied::Syscall { .. } | Denied::Inferred { .. } => Vec::new(),
         }
     }
@@ -197,6 +206,18 @@ pub fn remedy(denied: &Denied, policy: &SandboxPolicy) -> Remedy {
              without any) or a file owned by another user (`run_as` = its owner)"
                 .into(),
         ),
+        Denied::Host { host, port, refusal } => match refusal {
+            Refusal::NotListed => Remedy::Grant { key: "hosts", value: denied.target() },
+            Refusal::Special { addr, .. } => Remedy::Grant {
+                key: "hosts",
+                value: crate::egress::HostRule { host: crate::egress::HostPattern::Addr(*addr), port: *port }
+                    .to_string(),
+            },
+            Refusal::Unresolved(_) => Remedy::NotSandbox(refusal.explain(host, *port)),
+            Refusal::SniMismatch { .. } => Remedy::NotGrantable(refusal.explain(host, *port)),
+            Refusal::MaxConnections(_) => Remedy::Grant { key: "max_connections", value: String::new() },
+            Refusal::MaxBytes(_) => Remedy::Grant { key: "max_bytes", value: String::new() },
+        },
         Denied::Inferred { .. } => Remedy::Unsure(
             "EPERM is seccomp (a system call outside the allow-list, not grantable) or a capability the tool does not \
              have (tools run without any; a file owned by another user needs `run_as` = its owner)"
@@ -233,12 +254,22 @@ fn times(n: u32) -> String {
 
 /// Explains each denial of a tool's run.
 pub fn explain(tool: &Tool, denials: &[Denial]) -> Vec<Explained> {
+    explain_for(&tool.sandbox, denials)
+}
+
+fn explain_for(policy: &SandboxPolicy, denials: &[Denial]) -> Vec<Explained> {
     denials
         .iter()
         .map(|d| {
-            let remedy = remedy(&d.denied, &tool.sandbox);
+            let remedy = remedy(&d.denied, policy);
             let n = times(d.count);
+            let fix = match (&remedy, &d.denied) {
+                // The host is the tool's own request: what would allow it, never that it should.
+                (Remedy::Grant { .. }, Denied::Host { host, port, refusal }) => refusal.explain(host, *port),
+                _ => String::new(),
+            };
             let fix = match &remedy {
+                _ if !fix.is_empty() => fix,
                 // The path of an inferred denial is the tool's own words (its stderr), which the
                 // tool controls: never offered as a grant to make, only as what would allow it.
                 Remedy::Grant { key: key @ ("read" | "write" | "exec"), value } if d.denied.source() == "inferred" => {
@@ -268,6 +299,10 @@ pub fn explain(tool: &Tool, denials: &[Denial]) -> Vec<Explained> {
                     let how = if *killed { "killed the tool at" } else { "denied (EPERM)" };
                     format!("seccomp {how} {what} (syscall {nr}){n}: {fix}")
                 }
+                Denied::Host { refusal: Refusal::MaxBytes(_), .. } => {
+                    format!("the egress proxy cut or refused a connection to {}{n}: {fix}", d.denied.target())
+                }
+                Denied::Host { .. } => format!("the egress proxy refused {}{n}: {fix}", d.denied.target()),
                 Denied::Inferred { errno, path, .. } => {
                     let on = path.as_deref().map(|p| format!(" on {p}")).unwrap_or_default();
                     let why = if *errno == "EROFS" {
@@ -367,6 +402,46 @@ mod tests {
         assert_eq!(path_in("cat: /root/x: Permission denied").as_deref(), Some("/root/x"));
         assert_eq!(path_in("Permission denied"), None);
         assert_eq!(path_in("sh: /x/y: Permission denied, see /docs"), Some("/x/y".into()));
+    }
+
+    #[test]
+    fn proxy_refusals_say_what_would_allow_them_never_that_it_should() {
+        let host =
+            |host: &str, port, refusal| Denial { denied: Denied::Host { host: host.into(), port, refusal }, count: 2 };
+        let special = Refusal::Special { addr: "127.0.0.1".parse().unwrap(), class: "loopback" };
+        let v6 = Refusal::Special { addr: "fd00::7".parse().unwrap(), class: "unique local" };
+        let got = explain_for(
+            &SandboxPolicy::default(),
+            &[
+                host("evil.example", 443, Refusal::NotListed),
+                host("localhost", 8080, special),
+                host("internal.example", 443, v6),
+                host("2001:db8::1", 443, Refusal::NotListed),
+                host("api.example.com", 443, Refusal::MaxBytes(1024)),
+            ],
+        );
+        assert_eq!(
+            got[0].message,
+            "the egress proxy refused evil.example:443 (2 times): evil.example:443 is not in the tool's network.hosts; \
+             only if the tool should reach it at all, network = { hosts = [\"evil.example:443\"] } would allow it"
+        );
+        assert_eq!(got[0].remedy, Remedy::Grant { key: "hosts", value: "evil.example:443".into() });
+        assert_eq!(
+            (got[0].denial.denied.source(), got[0].denial.denied.access()),
+            ("proxy", vec!["not-listed".into()])
+        );
+        assert_eq!(
+            got[1].message,
+            "the egress proxy refused localhost:8080 (2 times): localhost resolved to 127.0.0.1, a loopback address; \
+             names reach special addresses only where network.hosts grants the address itself: only if the tool \
+             should reach 127.0.0.1 at all, adding \"127.0.0.1:8080\" would allow it"
+        );
+        assert_eq!(got[1].remedy, Remedy::Grant { key: "hosts", value: "127.0.0.1:8080".into() });
+        assert_eq!(got[2].remedy, Remedy::Grant { key: "hosts", value: "[fd00::7]:443".into() });
+        assert_eq!(got[3].denial.denied.target(), "[2001:db8::1]:443");
+        assert!(got[3].message.contains("hosts = [\"[2001:db8::1]:443\"]"), "{}", got[3].message);
+        assert!(got[4].message.starts_with("the egress proxy cut or refused a connection to api.example.com:443"));
+        assert_eq!(got[4].remedy.key(), "max_bytes");
     }
 
     #[test]

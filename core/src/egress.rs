@@ -96,7 +96,7 @@ pub struct Egress {
 }
 
 /// Why the proxy refuses a connection (its audit record's `why`, and the tool's 403 body).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Refusal {
     /// `host:port` matches no rule.
     NotListed,
@@ -104,6 +104,66 @@ pub enum Refusal {
     Special { addr: IpAddr, class: &'static str },
     /// The name did not resolve.
     Unresolved(String),
+    /// The invocation had `max_connections` connections open already.
+    MaxConnections(u32),
+    /// The invocation's connections moved `max_bytes` (a new one is refused, an open one cut).
+    MaxBytes(u64),
+    /// A tunnel opened for one name carried a TLS ClientHello for another (`sni`): cut before
+    /// anything reached upstream.
+    SniMismatch { sni: String },
+}
+
+impl Refusal {
+    /// The refusal's name in audit records and the proxy's `X-Cordon-Refused` header.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::NotListed => "not-listed",
+            Refusal::Special { .. } => "special-address",
+            Refusal::Unresolved(_) => "unresolved",
+            Refusal::MaxConnections(_) => "max-connections",
+            Refusal::MaxBytes(_) => "max-bytes",
+            Refusal::SniMismatch { .. } => "sni-mismatch",
+        }
+    }
+
+    /// Why `host:port` was refused and what would allow it, in a sentence. The host comes from
+    /// the tool, so this says what *would* allow it, never that it should be granted.
+    pub fn explain(&self, host: &str, port: u16) -> String {
+        match self {
+            Refusal::NotListed => format!(
+                "{host}:{port} is not in the tool's network.hosts; only if the tool should reach it at all, \
+                 network = {{ hosts = [\"{}\"] }} would allow it",
+                HostRule { host: rule_pattern(host), port }
+            ),
+            Refusal::Special { addr, class } => {
+                let grant = HostRule { host: HostPattern::Addr(*addr), port };
+                format!(
+                    "{host} resolved to {addr}, a {class} address; names reach special addresses only where \
+                     network.hosts grants the address itself: only if the tool should reach {addr} at all, adding \
+                     \"{grant}\" would allow it"
+                )
+            }
+            Refusal::Unresolved(e) => format!("{host} did not resolve from cordond's resolver ({e})"),
+            Refusal::MaxConnections(n) => format!(
+                "the invocation had {n} connections open through the proxy already (network.max_connections = {n})"
+            ),
+            Refusal::MaxBytes(n) => {
+                format!("the invocation's connections moved {n} bytes through the proxy, its network.max_bytes")
+            }
+            Refusal::SniMismatch { sni } => format!(
+                "the tunnel to {host}:{port} carried a TLS ClientHello for {sni:?}; a tunnel carries TLS only for the \
+                 name it was opened for"
+            ),
+        }
+    }
+}
+
+/// `host` as a `hosts` entry writes it (an address literal as such, IPv6 in brackets).
+fn rule_pattern(host: &str) -> HostPattern {
+    match Target::parse(host) {
+        Some(Target::Addr(a)) => HostPattern::Addr(a),
+        _ => HostPattern::Name(host.to_string()),
+    }
 }
 
 /// A requested host, normalized: an address literal, or a lowercase name without a trailing dot.

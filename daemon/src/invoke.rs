@@ -21,6 +21,7 @@ use crate::audit::{self, Audit, AuditError, Decision, Record};
 use crate::cache::{self, ResultCache};
 use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
+use crate::egress;
 use crate::registry::RegistryHandle;
 use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
@@ -163,7 +164,8 @@ pub struct CacheHit {
 pub struct Answer {
     pub outcome: Outcome,
     pub verdict: Verdict,
-    /// What the sandbox denied a run that failed, explained (empty otherwise).
+    /// What the sandbox denied a run that failed, explained, and every refusal of the egress
+    /// proxy (on any outcome: cordon knows exactly what it refused).
     pub denials: Vec<Explained>,
 }
 
@@ -913,13 +915,29 @@ impl Invoker {
     /// returns: the outcome is only answered once its record is on disk.
     pub async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Answer, InvokeError> {
         let prepared = started.0;
+        // A tool with `network.hosts`: its egress proxy starts once the sandbox hands over the
+        // listener it made inside the tool's network namespace.
+        let (proxy, handoff) = match prepared.tool.sandbox.network.egress() {
+            Some(rules) => {
+                let ctx = egress::Context {
+                    invocation: prepared.id.clone(),
+                    tool: prepared.tool.name.clone(),
+                    egress: rules.clone(),
+                    audit: self.audit.clone(),
+                    resolver: egress::Resolver::System,
+                };
+                let (proxy, handoff) = egress::Handoff::new(ctx);
+                (Some(proxy), Some(handoff))
+            }
+            None => (None, None),
+        };
         let spec = RunSpec {
             plan: &prepared.plan,
             timeout: prepared.tool.timeout,
             max_output: prepared.tool.max_output,
             grace: KILL_GRACE,
             output,
-            proxy: None,
+            proxy: handoff,
         };
         // DEBUG: the audit log is the record of every call; INFO stays quiet on the hot path.
         tracing::debug!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");
@@ -937,6 +955,11 @@ impl Invoker {
             denials: self.host.denials.as_ref().ok().map(|d| d.as_ref()),
         };
         let result = cordon_sandbox::run(spec, &confinement, &prepared.cancel).await;
+        // The tool is gone: its connections are closed and recorded before its terminal record.
+        let proxied = match proxy {
+            Some(p) => p.finish().await,
+            None => None,
+        };
         match &result {
             Ok(o) => tracing::debug!(
                 id = %prepared.id, exit_code = ?o.exit_code, signal = ?o.signal, timed_out = o.timed_out,
@@ -946,10 +969,13 @@ impl Invoker {
         }
         let cancelled_by = self.lock().get(&prepared.id).and_then(|r| r.cancelled_by);
         let judged = result.as_ref().ok().map(|o| verdict(&prepared.tool, o));
-        let explained = match (&result, &judged) {
+        let mut explained = match (&result, &judged) {
             (Ok(o), Some(v)) => denials(&prepared.tool, o, v),
             _ => Vec::new(),
         };
+        if let Some(s) = &proxied {
+            explained.extend(cordon_core::denial::explain(&prepared.tool, &s.denials));
+        }
         let record = Record::new(Decision::Failed).invocation(&prepared.id).tool(&prepared.tool.name);
         let record = match &result {
             Ok(o) => {
@@ -998,6 +1024,10 @@ impl Invoker {
                 r
             }
             Err(e) => record.error(ErrorCode::SpawnFailed, &e.to_string()),
+        };
+        let record = match &proxied {
+            Some(s) => record.with("egress", s.json()),
+            None => record,
         };
         let record = match &prepared.workflow {
             Some(m) => m.mark(record),

@@ -9,6 +9,7 @@
 //!   verification are `cordon_core::audit`'s).
 //! - [`invoke`]: admission (concurrency limit), running, cancelling.
 //! - [`cache`]: the result cache of tools whose policy says `cache`.
+//! - [`egress`]: the egress proxy of tools with `network.hosts` (one per invocation).
 //! - [`confirm`]: confirmation tokens and human approvals.
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.
 //! - [`server`]: gRPC on a Unix socket; the caller comes from the kernel.
@@ -27,6 +28,7 @@ pub mod authz;
 pub mod cache;
 pub mod caller;
 pub mod confirm;
+pub mod egress;
 pub mod hint;
 pub mod invoke;
 pub mod jobs;

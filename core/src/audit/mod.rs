@@ -57,10 +57,16 @@ pub enum Decision {
     WorkflowStarted,
     /// A workflow ended: the steps completed and the failed step, if any.
     WorkflowFinished,
+    /// The egress proxy decided on a connection of a tool with `network.hosts`: allowed (on disk
+    /// before cordond connects upstream) or refused and why (the first refusals of an invocation
+    /// each; the rest are counted in its terminal record).
+    Egress,
+    /// An allowed egress connection ended: bytes each way, duration, how it ended.
+    EgressClosed,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 26] = [
+    pub const ALL: [Decision; 28] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -87,6 +93,8 @@ impl Decision {
         Decision::CacheHit,
         Decision::WorkflowStarted,
         Decision::WorkflowFinished,
+        Decision::Egress,
+        Decision::EgressClosed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -117,6 +125,8 @@ impl Decision {
             Decision::CacheHit => "cache_hit",
             Decision::WorkflowStarted => "workflow_started",
             Decision::WorkflowFinished => "workflow_finished",
+            Decision::Egress => "egress",
+            Decision::EgressClosed => "egress_closed",
         }
     }
 

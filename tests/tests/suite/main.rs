@@ -10,6 +10,7 @@ mod cli;
 mod denials;
 mod docs;
 mod e2e;
+mod egress;
 mod escapes_confirm;
 mod escapes_grants;
 mod escapes_metadata;

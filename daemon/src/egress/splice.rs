@@ -1,0 +1,304 @@
+//! Copying an allowed connection both ways, with a bounded buffer per direction and every byte
+//! counted against the invocation's `max_bytes` before it is sent. A slow reader slows its
+//! writer down (each write is awaited before the next read), so nothing is buffered beyond the
+//! two buffers, whatever the tool or the server send.
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use super::{Protocol, Proxy, Request, http, sni, socks};
+use cordon_core::egress::Target;
+
+/// Bytes read at once per direction.
+const BUFFER: usize = 16 * 1024;
+
+/// How a spliced connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum End {
+    /// Both sides closed (or, for plain HTTP, the server finished its response).
+    Closed,
+    /// The next bytes would have passed the invocation's `max_bytes`: cut.
+    MaxBytes,
+    /// The invocation ended.
+    Stopped,
+    /// A read or write failed (a reset, say).
+    Error,
+    /// A tunnel for one name carried a TLS ClientHello for another: cut before it went up.
+    SniMismatch,
+}
+
+impl End {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            End::Closed => "closed",
+            End::MaxBytes => "max_bytes",
+            End::Stopped => "stopped",
+            End::Error => "error",
+            End::SniMismatch => "sni_mismatch",
+        }
+    }
+}
+
+/// What a spliced connection did.
+#[derive(Debug)]
+pub(super) struct Done {
+    pub(super) up: u64,
+    pub(super) down: u64,
+    pub(super) end: End,
+    pub(super) error: Option<String>,
+    /// The server name of a ClientHello that did not match the tunnel's.
+    pub(super) sni: Option<String>,
+    pub(super) host: String,
+    pub(super) port: u16,
+}
+
+/// How one direction ended.
+#[derive(Debug)]
+enum Flow {
+    Eof,
+    /// The announced body was sent (plain HTTP): nothing more goes up.
+    Limit,
+    MaxBytes,
+    Stopped,
+    Error(String),
+    /// The first flight was a ClientHello for this other name.
+    Sni(String),
+}
+
+/// Tells the tool its connection is up, sends what goes first (a forwarded request's head, early
+/// bytes), then copies both ways until both sides are done, the budget is spent or the
+/// invocation ends.
+pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpStream, request: Request) -> Done {
+    let Request { protocol, host, port, forward, mut early } = request;
+    let mut done =
+        Done { up: 0, down: 0, end: End::Closed, error: None, sni: None, host: super::shown_host(&host), port };
+    // A tunnel to a name: its TLS, if it speaks TLS, must be for that name.
+    let tunnel_name = match (protocol, Target::parse(&host)) {
+        (Protocol::Connect | Protocol::Socks5, Some(Target::Name(n))) => Some(n),
+        _ => None,
+    };
+    let answered = match protocol {
+        Protocol::Connect => http::established(&mut client).await,
+        Protocol::Socks5 => socks::send(&mut client, socks::SUCCEEDED).await,
+        Protocol::Http => Ok(()),
+    };
+    if let Err(e) = answered {
+        done.end = End::Error;
+        done.error = Some(e.to_string());
+        return done;
+    }
+    // Plain HTTP: the rewritten head, then exactly the announced body.
+    let mut body = None;
+    let mut first = Vec::new();
+    if let Some(f) = forward {
+        let n = usize::try_from(f.body).unwrap_or(usize::MAX).min(early.len());
+        early.truncate(n);
+        body = Some(f.body - n as u64);
+        first = f.head;
+    }
+    first.extend_from_slice(&early);
+    if !first.is_empty() {
+        if !proxy.take(first.len()) {
+            done.end = End::MaxBytes;
+            return done;
+        }
+        if let Err(e) = upstream.write_all(&first).await {
+            done.end = End::Error;
+            done.error = Some(e.to_string());
+            return done;
+        }
+        done.up += first.len() as u64;
+    }
+    let end = proxy.stop.child_token();
+    let (mut cr, mut cw) = client.split();
+    let (mut ur, mut uw) = upstream.split();
+    let (mut up, mut down) = (0u64, 0u64);
+    let upward = async {
+        let f = match &tunnel_name {
+            Some(name) => match first_flight(proxy, &mut cr, &mut uw, name, &end, &mut up).await {
+                Ok(()) => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
+                Err(f) => f,
+            },
+            None => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
+        };
+        if !matches!(f, Flow::Eof | Flow::Limit) {
+            end.cancel();
+        }
+        f
+    };
+    let downward = async {
+        let f = match protocol {
+            Protocol::Http => match response_head(proxy, &mut ur, &mut cw, &end, &mut down).await {
+                Ok(()) => pump(proxy, &mut ur, &mut cw, None, &end, &mut down).await,
+                Err(f) => f,
+            },
+            Protocol::Connect | Protocol::Socks5 => pump(proxy, &mut ur, &mut cw, None, &end, &mut down).await,
+        };
+        // Plain HTTP ends with the response (Connection: close); a tunnel may be half-closed.
+        if protocol == Protocol::Http || !matches!(f, Flow::Eof) {
+            end.cancel();
+        }
+        f
+    };
+    let (a, b) = tokio::join!(upward, downward);
+    done.up += up;
+    done.down = down;
+    for f in [a, b] {
+        match f {
+            Flow::MaxBytes => done.end = End::MaxBytes,
+            Flow::Sni(name) => {
+                done.end = End::SniMismatch;
+                done.sni = Some(name);
+            }
+            Flow::Stopped if done.end == End::Closed && proxy.stop.is_cancelled() => done.end = End::Stopped,
+            Flow::Error(e) if done.end == End::Closed => {
+                done.end = End::Error;
+                done.error = Some(e);
+            }
+            _ => {}
+        }
+    }
+    done
+}
+
+/// Reads the tool's first flight in a tunnel to `name` and, when it is a TLS ClientHello for
+/// another name, ends the connection before any of it goes up; otherwise sends it up. The
+/// server's side is copied meanwhile (a protocol where the server speaks first is not held up).
+async fn first_flight<R, W>(
+    proxy: &Proxy,
+    from: &mut R,
+    to: &mut W,
+    name: &str,
+    end: &CancellationToken,
+    count: &mut u64,
+) -> Result<(), Flow>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; BUFFER];
+    loop {
+        let n = tokio::select! {
+            _ = end.cancelled() => return Err(Flow::Stopped),
+            r = from.read(&mut chunk) => r.map_err(|e| Flow::Error(e.to_string()))?,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if n == 0 || sni::complete(&buf) {
+            break;
+        }
+    }
+    if let Some(sni) = sni::server_name(&buf).filter(|s| s != name) {
+        return Err(Flow::Sni(sni));
+    }
+    if buf.is_empty() {
+        return Ok(());
+    }
+    if !proxy.take(buf.len()) {
+        return Err(Flow::MaxBytes);
+    }
+    tokio::select! {
+        _ = end.cancelled() => return Err(Flow::Stopped),
+        r = to.write_all(&buf) => r.map_err(|e| Flow::Error(e.to_string()))?,
+    }
+    *count += buf.len() as u64;
+    Ok(())
+}
+
+/// Passes a plain-HTTP response head to the tool with `Connection: close` (see
+/// [`http::close_response`]); a head longer than [`super::HEAD_LIMIT`] or not parsable goes as
+/// it came.
+async fn response_head<R, W>(
+    proxy: &Proxy,
+    from: &mut R,
+    to: &mut W,
+    end: &CancellationToken,
+    count: &mut u64,
+) -> Result<(), Flow>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; BUFFER];
+    let mut eof = false;
+    let out = loop {
+        let n = tokio::select! {
+            _ = end.cancelled() => return Err(Flow::Stopped),
+            r = from.read(&mut chunk) => r.map_err(|e| Flow::Error(e.to_string()))?,
+        };
+        let from_at = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if n == 0 || buf.len() > super::HEAD_LIMIT {
+            eof = n == 0;
+            break buf;
+        }
+        if let Some(e) = http::head_end(&buf, from_at) {
+            let mut out = http::close_response(&buf[..e]).unwrap_or_else(|| buf[..e].to_vec());
+            out.extend_from_slice(&buf[e..]);
+            break out;
+        }
+    };
+    if !out.is_empty() {
+        if !proxy.take(out.len()) {
+            return Err(Flow::MaxBytes);
+        }
+        tokio::select! {
+            _ = end.cancelled() => return Err(Flow::Stopped),
+            r = to.write_all(&out) => r.map_err(|e| Flow::Error(e.to_string()))?,
+        }
+        *count += out.len() as u64;
+    }
+    if eof {
+        let _ = to.shutdown().await;
+        return Err(Flow::Eof);
+    }
+    Ok(())
+}
+
+/// Copies `from` to `to` until end of file, `limit` bytes (when given), the budget, an error, or
+/// `end`.
+async fn pump<R, W>(
+    proxy: &Proxy,
+    from: &mut R,
+    to: &mut W,
+    mut limit: Option<u64>,
+    end: &CancellationToken,
+    count: &mut u64,
+) -> Flow
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; BUFFER];
+    loop {
+        let want = match limit {
+            Some(0) => return Flow::Limit,
+            Some(l) => usize::try_from(l).unwrap_or(BUFFER).min(BUFFER),
+            None => BUFFER,
+        };
+        let n = tokio::select! {
+            _ = end.cancelled() => return Flow::Stopped,
+            r = from.read(&mut buf[..want]) => match r {
+                Ok(n) => n,
+                Err(e) => return Flow::Error(e.to_string()),
+            },
+        };
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return Flow::Eof;
+        }
+        if !proxy.take(n) {
+            return Flow::MaxBytes;
+        }
+        tokio::select! {
+            _ = end.cancelled() => return Flow::Stopped,
+            r = to.write_all(&buf[..n]) => if let Err(e) = r { return Flow::Error(e.to_string()) },
+        }
+        *count += n as u64;
+        if let Some(l) = &mut limit {
+            *l -= n as u64;
+        }
+    }
+}

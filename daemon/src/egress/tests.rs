@@ -1,0 +1,522 @@
+//! The proxy engine against real loopback sockets: an upstream HTTP server on 127.0.0.1, the
+//! proxy on another 127.0.0.1 listener, clients speaking CONNECT, absolute-form HTTP and SOCKS5,
+//! and a real audit log on a temp file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::task::JoinHandle;
+
+use super::*;
+use crate::audit::{DEFAULT_KEEP, DEFAULT_MAX_SIZE, Options};
+use cordon_core::egress::parse_rule;
+
+/// Bytes `/big` answers with.
+const BIG: usize = 256 * 1024;
+
+/// An HTTP server on 127.0.0.1: `/echo` answers with the request head it received, `/big`
+/// with [`BIG`] bytes; a connection that sends nothing is closed.
+async fn upstream() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let connection =
+                    if head.starts_with(b"GET /keep ") { "keep-alive\r\nKeep-Alive: timeout=5" } else { "close" };
+                let body = if head.starts_with(b"GET /big ") { vec![b'x'; BIG] } else { head };
+                let h =
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n", body.len());
+                let _ = s.write_all(h.as_bytes()).await;
+                let _ = s.write_all(&body).await;
+            });
+        }
+    });
+    port
+}
+
+struct Harness {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    proxy: JoinHandle<Summary>,
+    audit: Arc<Audit>,
+    dir: tempfile::TempDir,
+}
+
+fn egress(hosts: &[String]) -> Egress {
+    Egress { hosts: hosts.iter().map(|h| parse_rule(h).unwrap()).collect(), max_connections: 32, max_bytes: 1 << 30 }
+}
+
+async fn proxy(egress: Egress, resolver: Resolver) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { path: dir.path().join("audit.jsonl"), max_size: DEFAULT_MAX_SIZE, keep: DEFAULT_KEEP };
+    let audit = Arc::new(Audit::open(options).unwrap().0);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let ctx = Context { invocation: "inv1".into(), tool: "fetch".into(), egress, audit: audit.clone(), resolver };
+    let proxy = tokio::spawn(serve(listener, ctx, stop.clone()));
+    Harness { addr, stop, proxy, audit, dir }
+}
+
+impl Harness {
+    /// Stops the proxy; its summary and the egress records written.
+    async fn finish(self) -> (Summary, Vec<Value>) {
+        self.stop.cancel();
+        let summary = self.proxy.await.unwrap();
+        self.audit.close();
+        (summary, records(self.dir.path()))
+    }
+
+    /// Waits until `n` connections have their `egress_closed` record in the file.
+    async fn closed(&self, n: usize) {
+        for _ in 0..1000 {
+            if records(self.dir.path()).iter().filter(|r| r["decision"] == "egress_closed").count() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("fewer than {n} egress_closed records after 10 s");
+    }
+
+    async fn client(&self) -> TcpStream {
+        TcpStream::connect(self.addr).await.unwrap()
+    }
+
+    /// Sends `request` and reads the answer to its end.
+    async fn exchange(&self, request: &[u8]) -> String {
+        let mut c = self.client().await;
+        c.write_all(request).await.unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+fn records(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("audit.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["decision"].as_str().is_some_and(|d| d.starts_with("egress")))
+        .collect()
+}
+
+fn fixed(table: &[(&str, &str)]) -> Resolver {
+    let map = table.iter().map(|(n, a)| (n.to_string(), vec![a.parse().unwrap()])).collect();
+    Resolver::Fixed(Arc::new(map))
+}
+
+/// Reads an HTTP response head from `c`.
+async fn response_head(c: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if c.read(&mut b).await.unwrap() == 0 {
+            break;
+        }
+        head.push(b[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
+/// SOCKS5 greeting and CONNECT to a name; the reply code.
+async fn socks_connect(c: &mut TcpStream, name: &str, port: u16) -> u8 {
+    c.write_all(&[5, 1, 0]).await.unwrap();
+    let mut m = [0u8; 2];
+    c.read_exact(&mut m).await.unwrap();
+    assert_eq!(m, [5, 0], "no authentication is chosen");
+    let mut req = vec![5, 1, 0, 3, name.len() as u8];
+    req.extend_from_slice(name.as_bytes());
+    req.extend_from_slice(&port.to_be_bytes());
+    c.write_all(&req).await.unwrap();
+    let mut reply = [0u8; 10];
+    c.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[0], 5);
+    reply[1]
+}
+
+#[tokio::test]
+async fn connect_to_a_granted_address_tunnels_and_is_recorded_before_and_after() {
+    let up = upstream().await;
+    let h = proxy(egress(&[format!("127.0.0.1:{up}")]), Resolver::System).await;
+    let mut c = h.client().await;
+    c.write_all(format!("CONNECT 127.0.0.1:{up} HTTP/1.1\r\nHost: 127.0.0.1:{up}\r\n\r\n").as_bytes()).await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    let request = "GET /echo HTTP/1.1\r\nHost: a\r\n\r\n";
+    c.write_all(request.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK") && out.ends_with(request), "{out}");
+    drop(c);
+    h.closed(1).await;
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused, summary.cut), (1, 0, 0));
+    assert_eq!(summary.bytes_up, request.len() as u64);
+    assert_eq!(summary.bytes_down, out.len() as u64);
+    assert!(summary.denials.is_empty());
+    assert_eq!(records.len(), 2, "{records:#?}");
+    let (d, c) = (&records[0], &records[1]);
+    assert_eq!(
+        (&d["decision"], &d["id"], &d["tool"], &d["protocol"], &d["host"], &d["port"], &d["allowed"]),
+        (
+            &json!("egress"),
+            &json!("inv1"),
+            &json!("fetch"),
+            &json!("connect"),
+            &json!("127.0.0.1"),
+            &json!(up),
+            &json!(true)
+        )
+    );
+    assert_eq!(d["addresses"], json!(["127.0.0.1"]));
+    assert_eq!(d["rule"], json!(format!("127.0.0.1:{up}")));
+    assert_eq!(c["decision"], "egress_closed");
+    assert_eq!(
+        (&c["conn"], &c["end"], &c["address"]),
+        (&d["conn"], &json!("closed"), &json!(format!("127.0.0.1:{up}")))
+    );
+    assert_eq!(
+        (c["bytes_up"].as_u64(), c["bytes_down"].as_u64()),
+        (Some(request.len() as u64), Some(out.len() as u64))
+    );
+}
+
+#[tokio::test]
+async fn absolute_form_requests_are_forwarded_in_origin_form_without_proxy_headers() {
+    let up = upstream().await;
+    let h = proxy(egress(&[format!("127.0.0.1:{up}")]), Resolver::System).await;
+    let out = h
+        .exchange(
+            format!(
+                "GET http://127.0.0.1:{up}/echo?q=1 HTTP/1.1\r\nHost: evil.example\r\nProxy-Authorization: Basic eA==\r\n\
+                 Proxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+    let body = out.split_once("\r\n\r\n").unwrap().1;
+    assert_eq!(
+        body,
+        format!("GET /echo?q=1 HTTP/1.1\r\nHost: 127.0.0.1:{up}\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+    );
+    // The proxy closes after one response, and says so whatever the server said.
+    let out = h.exchange(format!("GET http://127.0.0.1:{up}/keep HTTP/1.1\r\n\r\n").as_bytes()).await;
+    let sent = format!("GET /keep HTTP/1.1\r\nHost: 127.0.0.1:{up}\r\nConnection: close\r\n\r\n");
+    assert_eq!(out, format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{sent}", sent.len()));
+    let (summary, records) = h.finish().await;
+    assert_eq!(summary.connections, 2);
+    assert_eq!(records[0]["protocol"], "http");
+}
+
+#[tokio::test]
+async fn a_host_not_listed_is_refused_with_403_and_recorded_without_being_resolved() {
+    let up = upstream().await;
+    // The resolver knows no name: a refusal that resolved would say "unresolved".
+    let h = proxy(egress(&[format!("127.0.0.1:{up}")]), fixed(&[])).await;
+    let out = h.exchange(b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n").await;
+    assert!(out.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{out}");
+    assert!(out.contains("\r\nX-Cordon-Refused: not-listed\r\n"), "{out}");
+    assert!(
+        out.ends_with(
+            "cordon: the egress proxy refused evil.example:443 for tool fetch: evil.example:443 is not in the tool's \
+             network.hosts; only if the tool should reach it at all, network = { hosts = [\"evil.example:443\"] } \
+             would allow it\n"
+        ),
+        "{out}"
+    );
+    // An address is granted only by an address rule, whatever the port.
+    let out = h.exchange(format!("GET http://127.0.0.1:{}/ HTTP/1.1\r\n\r\n", up + 1).as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{out}");
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (0, 2));
+    assert_eq!(
+        summary.denials[0].denied,
+        Denied::Host { host: "evil.example".into(), port: 443, refusal: Refusal::NotListed }
+    );
+    assert_eq!(records.len(), 2, "{records:#?}");
+    assert_eq!((&records[0]["allowed"], &records[0]["why"]), (&json!(false), &json!("not-listed")));
+    assert_eq!((&records[0]["host"], &records[0]["port"]), (&json!("evil.example"), &json!(443)));
+}
+
+#[tokio::test]
+async fn a_name_reaches_loopback_only_where_the_address_itself_is_granted() {
+    let up = upstream().await;
+    let h = proxy(egress(&[format!("localhost:{up}")]), Resolver::System).await;
+    let out = h.exchange(format!("CONNECT localhost:{up} HTTP/1.1\r\n\r\n").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{out}");
+    assert!(out.contains("X-Cordon-Refused: special-address"), "{out}");
+    assert!(out.contains("localhost resolved to "), "{out}");
+    assert!(
+        out.contains(", a loopback address; names reach special addresses only where network.hosts grants"),
+        "{out}"
+    );
+    let (summary, records) = h.finish().await;
+    assert!(
+        matches!(&summary.denials[0].denied, Denied::Host { refusal: Refusal::Special { class: "loopback", .. }, .. }),
+        "{summary:?}"
+    );
+    assert_eq!(records[0]["why"], "special-address");
+
+    let h = proxy(egress(&[format!("localhost:{up}"), format!("127.0.0.1:{up}")]), Resolver::System).await;
+    let mut c = h.client().await;
+    c.write_all(format!("CONNECT localhost:{up} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    drop(c);
+    let (summary, records) = h.finish().await;
+    assert_eq!(summary.connections, 1);
+    // ::1, if the host resolves localhost to it too, is not granted: only 127.0.0.1 is tried.
+    assert_eq!(records[0]["addresses"], json!(["127.0.0.1"]));
+}
+
+#[tokio::test]
+async fn a_name_that_resolves_to_a_private_address_is_refused_over_socks5_too() {
+    let up = upstream().await;
+    let rules = [format!("rebind.test:{up}"), format!("ok.test:{up}"), format!("127.0.0.1:{up}")];
+    let h = proxy(egress(&rules), fixed(&[("rebind.test", "10.1.2.3"), ("ok.test", "127.0.0.1")])).await;
+    let mut c = h.client().await;
+    assert_eq!(socks_connect(&mut c, "rebind.test", up).await, 2, "not allowed by ruleset");
+    let mut c = h.client().await;
+    assert_eq!(socks_connect(&mut c, "evil.test", up).await, 2);
+    let mut c = h.client().await;
+    assert_eq!(socks_connect(&mut c, "ok.test", up).await, 0);
+    c.write_all(b"GET /echo HTTP/1.1\r\n\r\n").await.unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    assert!(out.ends_with("\r\n\r\nGET /echo HTTP/1.1\r\n\r\n"), "{out}");
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (1, 2));
+    let special = Refusal::Special { addr: "10.1.2.3".parse().unwrap(), class: "private" };
+    assert_eq!(summary.denials[0].denied, Denied::Host { host: "rebind.test".into(), port: up, refusal: special });
+    let why: Vec<_> = records.iter().map(|r| (r["protocol"].clone(), r["why"].clone())).collect();
+    assert_eq!(
+        why,
+        [
+            (json!("socks5"), json!("special-address")),
+            (json!("socks5"), json!("not-listed")),
+            (json!("socks5"), Value::Null),
+            (json!("socks5"), Value::Null),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn connections_beyond_max_connections_are_refused() {
+    let up = upstream().await;
+    let mut e = egress(&[format!("127.0.0.1:{up}")]);
+    e.max_connections = 2;
+    let h = proxy(e, Resolver::System).await;
+    let connect = format!("CONNECT 127.0.0.1:{up} HTTP/1.1\r\n\r\n");
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut c = h.client().await;
+        c.write_all(connect.as_bytes()).await.unwrap();
+        assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+        open.push(c);
+    }
+    let out = h.exchange(connect.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{out}");
+    assert!(out.contains("X-Cordon-Refused: max-connections"), "{out}");
+    assert!(out.contains("network.max_connections = 2"), "{out}");
+    drop(open);
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (2, 1));
+    assert!(records.iter().any(|r| r["why"] == "max-connections"), "{records:#?}");
+}
+
+#[tokio::test]
+async fn a_transfer_that_would_pass_max_bytes_is_cut_and_later_connections_refused() {
+    let up = upstream().await;
+    let mut e = egress(&[format!("127.0.0.1:{up}")]);
+    e.max_bytes = 64 * 1024;
+    let h = proxy(e, Resolver::System).await;
+    let out = h.exchange(format!("GET http://127.0.0.1:{up}/big HTTP/1.1\r\n\r\n").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{}", &out[..out.len().min(100)]);
+    assert!(out.len() < BIG, "cut: {} bytes arrived", out.len());
+    let out = h.exchange(format!("GET http://127.0.0.1:{up}/echo HTTP/1.1\r\n\r\n").as_bytes()).await;
+    assert!(out.contains("X-Cordon-Refused: max-bytes"), "{out}");
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.cut, summary.refused), (1, 1, 1));
+    assert!(summary.bytes_up + summary.bytes_down <= 64 * 1024, "{summary:?}");
+    let closed = records.iter().find(|r| r["decision"] == "egress_closed").unwrap();
+    assert_eq!(closed["end"], "max_bytes");
+    assert!(matches!(summary.denials[0].denied, Denied::Host { refusal: Refusal::MaxBytes(65536), .. }));
+}
+
+#[tokio::test]
+async fn malformed_and_oversized_heads_get_400() {
+    let h = proxy(egress(&["api.example.com:443".into()]), fixed(&[])).await;
+    let out = h.exchange(b"CONNECT api.example.com HTTP/1.1\r\n\r\n").await;
+    assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n") && out.contains("names no port"), "{out}");
+    let out = h.exchange(b"GET /index.html HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n") && out.contains("egress proxy"), "{out}");
+    let big = format!("CONNECT api.example.com:443 HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "a".repeat(HEAD_LIMIT));
+    let out = h.exchange(big.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n") && out.contains("longer than 16 KiB"), "{out}");
+    let out = h.exchange(b"CONNECT bad..name:443 HTTP/1.1\r\n\r\n").await;
+    assert!(out.starts_with("HTTP/1.1 400 Bad Request\r\n") && out.contains("invalid-host"), "{out}");
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.refused, summary.connections), (4, 0));
+    assert!(summary.denials.is_empty(), "invalid requests are no policy denials");
+    let why: Vec<_> = records.iter().map(|r| r["why"].as_str().unwrap()).collect();
+    assert_eq!(why, ["invalid-request", "invalid-request", "invalid-request", "invalid-host"]);
+}
+
+#[tokio::test]
+async fn refusals_past_the_first_64_are_counted_not_recorded() {
+    let h = proxy(egress(&["api.example.com:443".into()]), fixed(&[])).await;
+    for _ in 0..(MAX_REFUSAL_RECORDS + 6) {
+        let out = h.exchange(b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n").await;
+        assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    }
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.refused, summary.unrecorded), (MAX_REFUSAL_RECORDS + 6, 6));
+    assert_eq!(records.len() as u64, MAX_REFUSAL_RECORDS);
+    assert_eq!(summary.denials.len(), 1);
+    assert_eq!(summary.denials[0].count, MAX_REFUSAL_RECORDS as u32 + 6);
+}
+
+#[tokio::test]
+async fn without_an_audit_log_nothing_connects() {
+    let up = upstream().await;
+    let h = proxy(egress(&[format!("127.0.0.1:{up}")]), Resolver::System).await;
+    h.audit.close();
+    let out = h.exchange(format!("CONNECT 127.0.0.1:{up} HTTP/1.1\r\n\r\n").as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{out}");
+    assert!(out.contains("X-Cordon-Refused: audit-unavailable"), "{out}");
+    let (summary, _) = h.finish().await;
+    assert_eq!(summary.connections, 0);
+}
+
+#[tokio::test]
+async fn stopping_the_proxy_closes_open_tunnels_and_records_them() {
+    let up = upstream().await;
+    let h = proxy(egress(&[format!("127.0.0.1:{up}")]), Resolver::System).await;
+    let mut c = h.client().await;
+    c.write_all(format!("CONNECT 127.0.0.1:{up} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    let (summary, records) = h.finish().await;
+    let mut rest = Vec::new();
+    assert_eq!(c.read_to_end(&mut rest).await.unwrap(), 0, "the tunnel is closed");
+    assert_eq!(summary.connections, 1);
+    assert_eq!(records.last().unwrap()["end"], "stopped");
+}
+
+#[tokio::test]
+async fn the_handoff_starts_the_proxy_on_the_listener_and_finish_stops_it() {
+    let up = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options { path: dir.path().join("audit.jsonl"), max_size: DEFAULT_MAX_SIZE, keep: DEFAULT_KEEP };
+    let audit = Arc::new(Audit::open(options).unwrap().0);
+    let ctx = |audit: &Arc<Audit>| Context {
+        invocation: "inv2".into(),
+        tool: "fetch".into(),
+        egress: egress(&[format!("127.0.0.1:{up}")]),
+        audit: audit.clone(),
+        resolver: Resolver::System,
+    };
+    // As the sandbox does: a blocking std listener, handed over from another thread.
+    let (proxy, hand) = Handoff::new(ctx(&audit));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || (hand.0)(listener)).join().unwrap();
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(format!("GET http://127.0.0.1:{up}/echo HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    let summary = proxy.finish().await.unwrap();
+    assert_eq!(summary.connections, 1);
+    assert!(TcpStream::connect(addr).await.is_err(), "the listener is closed once the proxy stops");
+    // No listener handed over: nothing ran, nothing to say.
+    let (proxy, _hand) = Handoff::new(ctx(&audit));
+    assert_eq!(proxy.finish().await, None);
+    // Dropped without finish (an invocation whose future was dropped): the proxy stops anyway.
+    let (proxy, hand) = Handoff::new(ctx(&audit));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    (hand.0)(listener);
+    drop(proxy);
+    let mut closed = false;
+    for _ in 0..1000 {
+        if TcpStream::connect(addr).await.is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(closed, "the listener of a dropped proxy is still open after 10 s");
+}
+
+#[tokio::test]
+async fn a_tunnel_to_one_name_carries_no_tls_for_another() {
+    let up = upstream().await;
+    let rules = [format!("ok.test:{up}"), format!("127.0.0.1:{up}")];
+    let h = proxy(egress(&rules), fixed(&[("ok.test", "127.0.0.1")])).await;
+    let connect = format!("CONNECT ok.test:{up} HTTP/1.1\r\n\r\n");
+    let mut c = h.client().await;
+    c.write_all(connect.as_bytes()).await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    c.write_all(&sni::client_hello("evil.example")).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest).await;
+    assert!(rest.is_empty(), "cut");
+    // The right name goes through.
+    let mut c = h.client().await;
+    c.write_all(connect.as_bytes()).await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    let hello = sni::client_hello("OK.test");
+    c.write_all(&hello).await.unwrap();
+    drop(c);
+    h.closed(2).await;
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (2, 1));
+    assert_eq!(
+        summary.denials[0].denied,
+        Denied::Host { host: "ok.test".into(), port: up, refusal: Refusal::SniMismatch { sni: "evil.example".into() } }
+    );
+    let closed: Vec<_> = records.iter().filter(|r| r["decision"] == "egress_closed").collect();
+    assert_eq!(
+        (&closed[0]["end"], &closed[0]["sni"], &closed[0]["bytes_up"]),
+        (&json!("sni_mismatch"), &json!("evil.example"), &json!(0))
+    );
+    assert_eq!((&closed[1]["end"], closed[1]["bytes_up"].as_u64()), (&json!("closed"), Some(hello.len() as u64)));
+}
+
+#[tokio::test]
+async fn a_flood_holds_a_bounded_number_of_connections_and_closes_the_rest() {
+    let up = upstream().await;
+    let mut e = egress(&[format!("127.0.0.1:{up}")]);
+    e.max_connections = 1;
+    let h = proxy(e, Resolver::System).await;
+    // One connection served, REFUSERS waiting to be refused in their protocol, and the rest
+    // (silent clients, all of them) closed at once.
+    let flood = 1 + REFUSERS + 40;
+    let mut clients = Vec::new();
+    for _ in 0..flood {
+        clients.push(h.client().await);
+    }
+    let mut closed = 0;
+    for c in clients.iter_mut().skip(1 + REFUSERS) {
+        let mut b = [0u8; 1];
+        if c.read(&mut b).await.unwrap_or(0) == 0 {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 40);
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.refused, summary.connections), (40, 0), "the waiting ones were never answered");
+    assert_eq!(records.iter().filter(|r| r["why"] == "max-connections").count(), 40);
+}
