@@ -243,7 +243,8 @@ fn main() {
         let direct = download[0].1;
         println!("{:<58} {:>9} {:>12}", "throughput: curl in the sandbox from 127.0.0.1", "MiB/s", "vs direct");
         for (tool, v) in &download {
-            let what = if *tool == "curl-direct" { "directly (connect_tcp)" } else { "through the egress proxy (hosts)" };
+            let what =
+                if *tool == "curl-direct" { "directly (connect_tcp)" } else { "through the egress proxy (hosts)" };
             println!("  {what:<56} {v:>9.0} {:>11.2}x", v / direct);
         }
     } else {
