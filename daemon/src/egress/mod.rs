@@ -66,6 +66,9 @@ pub const MAX_REFUSAL_RECORDS: u64 = 64;
 /// Connections beyond `max_connections` answered at once (each reads a request head to refuse
 /// it in its protocol); connections beyond these are closed without an answer.
 const REFUSERS: usize = 8;
+/// Names being resolved at once, across every invocation of the daemon.
+const MAX_RESOLVING: usize = 32;
+static RESOLVING: Semaphore = Semaphore::const_new(MAX_RESOLVING);
 /// Addresses of one name the proxy tries, in the resolver's order.
 const MAX_ADDRESSES: usize = 4;
 
@@ -95,7 +98,14 @@ impl Resolver {
     async fn resolve(&self, name: &str, port: u16) -> Result<Vec<IpAddr>, String> {
         match self {
             Resolver::System => {
-                match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((name, port))).await {
+                // Each resolution holds a thread of the blocking pool (getaddrinfo), which the
+                // rest of cordond shares: at most MAX_RESOLVING at once, daemon-wide; a wait for
+                // a turn counts against the timeout.
+                let lookup = async {
+                    let _turn = RESOLVING.acquire().await;
+                    tokio::net::lookup_host((name, port)).await
+                };
+                match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
                     Ok(Ok(addrs)) => Ok(addrs.map(|a| canonical(a.ip())).collect()),
                     Ok(Err(e)) => Err(e.to_string()),
                     Err(_) => Err(format!("no answer within {} s", RESOLVE_TIMEOUT.as_secs())),
