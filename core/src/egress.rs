@@ -108,8 +108,9 @@ pub enum Refusal {
     MaxConnections(u32),
     /// The invocation's connections moved `max_bytes` (a new one is refused, an open one cut).
     MaxBytes(u64),
-    /// A tunnel opened for one name carried a TLS ClientHello for another (`sni`): cut before
-    /// anything reached upstream.
+    /// A tunnel opened for one name carried a TLS ClientHello for another (`sni`), or one whose
+    /// name could not be read from its first record (`sni` empty): cut before anything reached
+    /// upstream.
     SniMismatch { sni: String },
 }
 
@@ -150,6 +151,11 @@ impl Refusal {
             Refusal::MaxBytes(n) => {
                 format!("the invocation's connections moved {n} bytes through the proxy, its network.max_bytes")
             }
+            Refusal::SniMismatch { sni } if sni.is_empty() => format!(
+                "the tunnel to {host}:{port} carried a TLS ClientHello whose server name could not be read from its \
+                 first record (cut short, split over records, or malformed); a tunnel carries TLS only for the name \
+                 it was opened for, and the whole ClientHello must come in one record"
+            ),
             Refusal::SniMismatch { sni } => format!(
                 "the tunnel to {host}:{port} carried a TLS ClientHello for {sni:?}; a tunnel carries TLS only for the \
                  name it was opened for"
