@@ -190,11 +190,13 @@ impl fmt::Display for Target {
 
 impl Target {
     /// Reads the host part of a request (`[::1]`, `10.0.0.1`, `API.GitHub.com.`); `None` when it is
-    /// no valid host name or address.
+    /// no valid host name or address. The unspecified address (`0.0.0.0`, `::`) is none: connecting
+    /// to it reaches the daemon's own host, whatever range a policy grants.
     pub fn parse(host: &str) -> Option<Target> {
         let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
         if let Ok(a) = bare.parse::<IpAddr>() {
-            return Some(Target::Addr(canonical(a)));
+            let a = canonical(a);
+            return (!a.is_unspecified()).then_some(Target::Addr(a));
         }
         let name = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
         valid_name(&name).ok()?;
@@ -223,6 +225,10 @@ impl Egress {
     /// address itself on this port. `Err` names the address's class.
     pub fn reachable(&self, addr: IpAddr, port: u16) -> Result<(), &'static str> {
         let addr = canonical(addr);
+        if addr.is_unspecified() {
+            // The daemon's own host, whatever the policy says (see `Target::parse`).
+            return Err("unspecified (the daemon's own host)");
+        }
         match special(addr) {
             Some(class) if self.matching(&Target::Addr(addr), port).is_none() => Err(class),
             _ => Ok(()),
@@ -545,6 +551,17 @@ mod tests {
         assert!(e.matching(&target("[fd00::7]"), 443).is_some());
         assert!(e.matching(&target("::ffff:10.1.2.3"), 8080).is_some(), "a mapped address is its IPv4 form");
         assert!(Target::parse("exa mple.com").is_none());
+    }
+
+    #[test]
+    fn the_unspecified_address_is_never_a_target() {
+        let e = egress(&["0.0.0.0/8:80", "[::/8]:80", "any.example:80"]);
+        for a in ["0.0.0.0", "[::]", "::ffff:0.0.0.0"] {
+            assert_eq!(Target::parse(a), None, "{a}");
+        }
+        assert!(e.matching(&target("0.1.2.3"), 80).is_some(), "the rest of the range is as granted");
+        assert!(e.reachable("0.0.0.0".parse().unwrap(), 80).unwrap_err().contains("own host"));
+        assert!(e.reachable("::".parse().unwrap(), 80).unwrap_err().contains("own host"));
     }
 
     #[test]

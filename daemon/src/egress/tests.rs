@@ -595,3 +595,21 @@ async fn a_client_hello_split_over_records_is_not_let_through() {
     let closed: Vec<_> = records.iter().filter(|r| r["decision"] == "egress_closed").collect();
     assert_eq!((&closed[0]["end"], &closed[0]["bytes_up"]), (&json!("sni_mismatch"), &json!(0)));
 }
+
+/// Attack: a range that contains 0.0.0.0 (`0.0.0.0/8`) must not make `CONNECT 0.0.0.0:port`
+/// reach the daemon host's own services (connecting to the unspecified address is connecting
+/// to the local host).
+#[tokio::test]
+async fn the_unspecified_address_is_no_target_even_in_a_granted_range() {
+    let up = upstream().await;
+    let h = proxy(egress(&[format!("0.0.0.0/8:{up}"), format!("[::/8]:{up}")]), Resolver::System).await;
+    for target in ["0.0.0.0", "[::]", "[::ffff:0.0.0.0]"] {
+        // A request in the tunnel: when it is (wrongly) opened, the server answers and closes.
+        let request = format!("CONNECT {target}:{up} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+        let answer = h.exchange(request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{target}: {answer}");
+        assert!(answer.contains("X-Cordon-Refused: invalid-host"), "{target}: {answer}");
+    }
+    let (summary, _) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (0, 3));
+}
