@@ -554,6 +554,35 @@ mod tests {
     }
 
     #[test]
+    fn other_spellings_of_an_address_are_neither_addresses_nor_names() {
+        let e = egress(&["127.0.0.1:80", "[::1]:80", "*.example.com:80"]);
+        for t in [
+            "127.1",
+            "0x7f.1",
+            "0x7f.0.0.1",
+            "0177.0.0.1",
+            "2130706433",
+            "127.0.0.1.",
+            "fe80::1%lo",
+            "[::1%lo]",
+            "[::1]x",
+            "ok.example.com\0",
+            "ok.example.com%2e",
+            " ok.example.com",
+            "ok.example.com..",
+            "",
+        ] {
+            assert_eq!(Target::parse(t), None, "{t:?}");
+        }
+        // A name made of hex digits is a name (resolved by cordond, its address then checked),
+        // never the address a C library would read it as.
+        assert_eq!(Target::parse("0x7f000001"), Some(Target::Name("0x7f000001".into())));
+        assert!(e.matching(&target("0x7f000001"), 80).is_none());
+        assert!(e.matching(&target("example.com.evil.test"), 80).is_none());
+        assert!(e.matching(&target("evil.test.example.com"), 80).is_some(), "below the suffix, as granted");
+    }
+
+    #[test]
     fn the_unspecified_address_is_never_a_target() {
         let e = egress(&["0.0.0.0/8:80", "[::/8]:80", "any.example:80"]);
         for a in ["0.0.0.0", "[::]", "::ffff:0.0.0.0"] {
