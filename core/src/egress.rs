@@ -313,6 +313,9 @@ fn special_v6(a: Ipv6Addr) -> Option<&'static str> {
     }
     Some(if a.is_loopback() {
         "loopback"
+    } else if v6(Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48) {
+        // RFC 8215: a site's own translator, which may embed an IPv4 address anywhere in it.
+        "local-use IPv4/IPv6 translation (may reach private IPv4 addresses)"
     } else if a.is_unspecified() {
         "unspecified"
     } else if v6(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 96) {
@@ -605,6 +608,7 @@ mod tests {
         assert!(e.reachable("[fd00:ec2::254]".trim_matches(['[', ']']).parse().unwrap(), 443).is_err());
         assert!(e.reachable("64:ff9b::a00:1".parse().unwrap(), 443).is_err(), "NAT64 of 10.0.0.1");
         assert!(e.reachable("2002:a00:1::".parse().unwrap(), 443).is_err(), "6to4 of 10.0.0.1");
+        assert!(e.reachable("64:ff9b:1::a00:1".parse().unwrap(), 443).is_err(), "local-use NAT64 of 10.0.0.1");
         assert!(e.reachable("::1".parse().unwrap(), 443).is_err());
         assert!(e.reachable("fe80::1".parse().unwrap(), 443).is_err());
         assert!(e.reachable("0.1.2.3".parse().unwrap(), 443).is_err());
