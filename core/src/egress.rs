@@ -108,8 +108,9 @@ pub enum Refusal {
     MaxConnections(u32),
     /// The invocation's connections moved `max_bytes` (a new one is refused, an open one cut).
     MaxBytes(u64),
-    /// A tunnel opened for one name carried a TLS ClientHello for another (`sni`): cut before
-    /// anything reached upstream.
+    /// A tunnel opened for one name carried a TLS ClientHello for another (`sni`), or one whose
+    /// name could not be read from its first record (`sni` empty): cut before anything reached
+    /// upstream.
     SniMismatch { sni: String },
 }
 
@@ -150,6 +151,11 @@ impl Refusal {
             Refusal::MaxBytes(n) => {
                 format!("the invocation's connections moved {n} bytes through the proxy, its network.max_bytes")
             }
+            Refusal::SniMismatch { sni } if sni.is_empty() => format!(
+                "the tunnel to {host}:{port} carried a TLS ClientHello whose server name could not be read from its \
+                 first record (cut short, split over records, or malformed); a tunnel carries TLS only for the name \
+                 it was opened for, and the whole ClientHello must come in one record"
+            ),
             Refusal::SniMismatch { sni } => format!(
                 "the tunnel to {host}:{port} carried a TLS ClientHello for {sni:?}; a tunnel carries TLS only for the \
                  name it was opened for"
@@ -184,11 +190,13 @@ impl fmt::Display for Target {
 
 impl Target {
     /// Reads the host part of a request (`[::1]`, `10.0.0.1`, `API.GitHub.com.`); `None` when it is
-    /// no valid host name or address.
+    /// no valid host name or address. The unspecified address (`0.0.0.0`, `::`) is none: connecting
+    /// to it reaches the daemon's own host, whatever range a policy grants.
     pub fn parse(host: &str) -> Option<Target> {
         let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
         if let Ok(a) = bare.parse::<IpAddr>() {
-            return Some(Target::Addr(canonical(a)));
+            let a = canonical(a);
+            return (!a.is_unspecified()).then_some(Target::Addr(a));
         }
         let name = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
         valid_name(&name).ok()?;
@@ -217,6 +225,10 @@ impl Egress {
     /// address itself on this port. `Err` names the address's class.
     pub fn reachable(&self, addr: IpAddr, port: u16) -> Result<(), &'static str> {
         let addr = canonical(addr);
+        if addr.is_unspecified() {
+            // The daemon's own host, whatever the policy says (see `Target::parse`).
+            return Err("unspecified (the daemon's own host)");
+        }
         match special(addr) {
             Some(class) if self.matching(&Target::Addr(addr), port).is_none() => Err(class),
             _ => Ok(()),
@@ -301,6 +313,9 @@ fn special_v6(a: Ipv6Addr) -> Option<&'static str> {
     }
     Some(if a.is_loopback() {
         "loopback"
+    } else if v6(Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48) {
+        // RFC 8215: a site's own translator, which may embed an IPv4 address anywhere in it.
+        "local-use IPv4/IPv6 translation (may reach private IPv4 addresses)"
     } else if a.is_unspecified() {
         "unspecified"
     } else if v6(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 96) {
@@ -542,6 +557,46 @@ mod tests {
     }
 
     #[test]
+    fn other_spellings_of_an_address_are_neither_addresses_nor_names() {
+        let e = egress(&["127.0.0.1:80", "[::1]:80", "*.example.com:80"]);
+        for t in [
+            "127.1",
+            "0x7f.1",
+            "0x7f.0.0.1",
+            "0177.0.0.1",
+            "2130706433",
+            "127.0.0.1.",
+            "fe80::1%lo",
+            "[::1%lo]",
+            "[::1]x",
+            "ok.example.com\0",
+            "ok.example.com%2e",
+            " ok.example.com",
+            "ok.example.com..",
+            "",
+        ] {
+            assert_eq!(Target::parse(t), None, "{t:?}");
+        }
+        // A name made of hex digits is a name (resolved by cordond, its address then checked),
+        // never the address a C library would read it as.
+        assert_eq!(Target::parse("0x7f000001"), Some(Target::Name("0x7f000001".into())));
+        assert!(e.matching(&target("0x7f000001"), 80).is_none());
+        assert!(e.matching(&target("example.com.evil.test"), 80).is_none());
+        assert!(e.matching(&target("evil.test.example.com"), 80).is_some(), "below the suffix, as granted");
+    }
+
+    #[test]
+    fn the_unspecified_address_is_never_a_target() {
+        let e = egress(&["0.0.0.0/8:80", "[::/8]:80", "any.example:80"]);
+        for a in ["0.0.0.0", "[::]", "::ffff:0.0.0.0"] {
+            assert_eq!(Target::parse(a), None, "{a}");
+        }
+        assert!(e.matching(&target("0.1.2.3"), 80).is_some(), "the rest of the range is as granted");
+        assert!(e.reachable("0.0.0.0".parse().unwrap(), 80).unwrap_err().contains("own host"));
+        assert!(e.reachable("::".parse().unwrap(), 80).unwrap_err().contains("own host"));
+    }
+
+    #[test]
     fn names_reach_special_addresses_only_where_the_address_is_granted() {
         let e = egress(&["localhost:8080", "127.0.0.1:8080", "internal.example:443"]);
         assert_eq!(e.reachable("127.0.0.1".parse().unwrap(), 8080), Ok(()));
@@ -553,6 +608,7 @@ mod tests {
         assert!(e.reachable("[fd00:ec2::254]".trim_matches(['[', ']']).parse().unwrap(), 443).is_err());
         assert!(e.reachable("64:ff9b::a00:1".parse().unwrap(), 443).is_err(), "NAT64 of 10.0.0.1");
         assert!(e.reachable("2002:a00:1::".parse().unwrap(), 443).is_err(), "6to4 of 10.0.0.1");
+        assert!(e.reachable("64:ff9b:1::a00:1".parse().unwrap(), 443).is_err(), "local-use NAT64 of 10.0.0.1");
         assert!(e.reachable("::1".parse().unwrap(), 443).is_err());
         assert!(e.reachable("fe80::1".parse().unwrap(), 443).is_err());
         assert!(e.reachable("0.1.2.3".parse().unwrap(), 443).is_err());

@@ -186,6 +186,14 @@ fn parse(head: &[u8], early: Vec<u8>) -> Result<Request, Bad> {
     let mut length: Option<u64> = None;
     for h in req.headers.iter() {
         let value = std::str::from_utf8(h.value).unwrap_or_default();
+        // A server that reads `_` as `-` (CGI's environment does) would frame the body by a
+        // header the proxy did not: the rest of the bytes sent would be a request of their own.
+        let dashed = h.name.replace('_', "-");
+        if h.name.contains('_')
+            && (dashed.eq_ignore_ascii_case("transfer-encoding") || dashed.eq_ignore_ascii_case("content-length"))
+        {
+            return Err(Bad::http(400, format!("the header {:?} is spelled with `_`; write it with `-`", h.name)));
+        }
         if h.name.eq_ignore_ascii_case("connection") || h.name.eq_ignore_ascii_case("proxy-connection") {
             listed.extend(value.split(',').map(|t| t.trim().to_ascii_lowercase()).filter(|t| !t.is_empty()));
         }
@@ -197,7 +205,13 @@ fn parse(head: &[u8], early: Vec<u8>) -> Result<Request, Bad> {
             ));
         }
         if h.name.eq_ignore_ascii_case("content-length") {
-            let n: u64 = value.trim().parse().map_err(|_| Bad::http(400, "Content-Length is not a number"))?;
+            // Digits only: `+5` parses here but not everywhere, and the body must end where the
+            // server thinks it does.
+            let digits = value.trim();
+            let n: u64 = Some(digits)
+                .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|d| d.parse().ok())
+                .ok_or_else(|| Bad::http(400, "Content-Length is not a number"))?;
             if length.is_some_and(|l| l != n) {
                 return Err(Bad::http(400, "two different Content-Length headers"));
             }
@@ -372,6 +386,9 @@ mod tests {
             ("GET http://a.example/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", "Content-Length"),
             ("GET http://a.example/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "two different"),
             ("GET http://a.example/ HTTP/1.1\r\nBad Header\r\n\r\n", "malformed"),
+            ("POST http://a.example/ HTTP/1.1\r\nContent-Length: +5\r\n\r\n", "not a number"),
+            ("POST http://a.example/ HTTP/1.1\r\nContent-Length: 5\r\nTransfer_Encoding: chunked\r\n\r\n", "`_`"),
+            ("POST http://a.example/ HTTP/1.1\r\nContent_Length: 5\r\n\r\n", "`_`"),
             ("\u{1}\u{2} x\r\n\r\n", "malformed"),
         ] {
             let e = head(text).unwrap_err();

@@ -1,6 +1,7 @@
 //! The server name (SNI) of a TLS ClientHello: a tunnel opened for one name must not carry a TLS
 //! session for another (the same address may serve both: a CDN, a shared host). Only the first
-//! record is read; a client that sends no TLS, or no SNI, is not judged here.
+//! record is read, and it must hold the whole ClientHello; a client that sends no TLS, or a
+//! ClientHello without SNI, is not judged here.
 
 /// The TLS record type of a handshake, the first byte of a ClientHello.
 pub(super) const HANDSHAKE: u8 = 0x16;
@@ -15,20 +16,47 @@ pub(super) fn complete(buf: &[u8]) -> bool {
     buf.len() >= 5 && buf.len() >= 5 + usize::from(u16::from_be_bytes([buf[3], buf[4]]))
 }
 
-/// The host name a ClientHello in `record` asks for, lowercase, without a trailing dot; `None`
-/// when it is no ClientHello or names none.
-pub(super) fn server_name(record: &[u8]) -> Option<String> {
+/// What the first record of a tunnel says about the TLS server name it is for.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Hello {
+    /// No TLS handshake record (another protocol, or nothing): not judged here.
+    NotTls,
+    /// A whole ClientHello in the first record, and the name it asks for (lowercase, without a
+    /// trailing dot), `None` when it names none.
+    Name(Option<String>),
+    /// A handshake record without a whole ClientHello in it (cut short, fragmented over several
+    /// records, or malformed): its name cannot be read before it goes up, so it does not go.
+    Unreadable,
+}
+
+/// Reads the first record of `buf` (see [`complete`]).
+pub(super) fn hello(buf: &[u8]) -> Hello {
+    if buf.first() != Some(&HANDSHAKE) {
+        return Hello::NotTls;
+    }
+    match server_name(buf) {
+        Some(name) => Hello::Name(name),
+        None => Hello::Unreadable,
+    }
+}
+
+/// The host name a ClientHello record asks for; `None` when the record holds no whole, well-formed
+/// ClientHello (a handshake message fragmented over records is one that does not).
+fn server_name(record: &[u8]) -> Option<Option<String>> {
     let mut r = Reader(record);
     if r.u8()? != HANDSHAKE {
         return None;
     }
     r.take(2)?; // record version
     let len = r.u16()?;
-    let mut r = Reader(r.0.get(..usize::from(len)).unwrap_or(r.0));
+    let mut r = Reader(r.take(usize::from(len))?);
     if r.u8()? != 1 {
         return None; // not a ClientHello
     }
-    r.take(3)?; // handshake length (the record may hold only its start)
+    let n = r.take(3)?;
+    let n = usize::from(n[0]) << 16 | usize::from(n[1]) << 8 | usize::from(n[2]);
+    // The whole message in this record, or no judgement can be made.
+    let mut r = Reader(r.take(n)?);
     r.take(2 + 32)?; // client version, random
     let n = r.u8()?;
     r.take(usize::from(n))?; // session id
@@ -36,9 +64,14 @@ pub(super) fn server_name(record: &[u8]) -> Option<String> {
     r.take(usize::from(n))?; // cipher suites
     let n = r.u8()?;
     r.take(usize::from(n))?; // compression methods
+    if r.0.is_empty() {
+        return Some(None); // no extensions at all
+    }
     let n = r.u16()?;
-    let mut ext = Reader(r.take(usize::from(n)).unwrap_or(r.0));
-    while let (Some(kind), Some(n)) = (ext.u16(), ext.u16()) {
+    let mut ext = Reader(r.take(usize::from(n))?);
+    while !ext.0.is_empty() {
+        let kind = ext.u16()?;
+        let n = ext.u16()?;
         let data = ext.take(usize::from(n))?;
         if kind != 0 {
             continue;
@@ -51,12 +84,12 @@ pub(super) fn server_name(record: &[u8]) -> Option<String> {
             let name = list.take(usize::from(n))?;
             if name_type == 0 {
                 let name = std::str::from_utf8(name).ok()?;
-                return Some(name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase());
+                return Some(Some(name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()));
             }
         }
-        return None;
+        return Some(None);
     }
-    None
+    Some(None)
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -116,12 +149,13 @@ mod tests {
 
     #[test]
     fn the_server_name_of_a_client_hello() {
-        let hello = client_hello("API.Example.com.");
-        assert!(complete(&hello));
-        assert!(!complete(&hello[..hello.len() - 1]));
-        assert_eq!(server_name(&hello).as_deref(), Some("api.example.com"));
-        assert_eq!(server_name(&hello[..40]), None, "cut short");
-        assert_eq!(server_name(b"GET / HTTP/1.1\r\n\r\n"), None);
+        let h = client_hello("API.Example.com.");
+        assert!(complete(&h));
+        assert!(!complete(&h[..h.len() - 1]));
+        assert_eq!(hello(&h), Hello::Name(Some("api.example.com".into())));
+        assert_eq!(hello(&h[..40]), Hello::Unreadable, "cut short");
+        assert_eq!(hello(b"GET / HTTP/1.1\r\n\r\n"), Hello::NotTls);
+        assert_eq!(hello(b""), Hello::NotTls);
         assert!(complete(b"G"), "not TLS: nothing to wait for");
     }
 }

@@ -91,6 +91,8 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
     // Plain HTTP: the rewritten head, then exactly the announced body.
     let mut body = None;
     let mut first = Vec::new();
+    // A tunnel's early bytes are the start of its first flight: checked with it, not sent ahead.
+    let flight = if tunnel_name.is_some() { std::mem::take(&mut early) } else { Vec::new() };
     if let Some(f) = forward {
         let n = usize::try_from(f.body).unwrap_or(usize::MAX).min(early.len());
         early.truncate(n);
@@ -116,7 +118,7 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
     let (mut up, mut down) = (0u64, 0u64);
     let upward = async {
         let f = match &tunnel_name {
-            Some(name) => match first_flight(proxy, &mut cr, &mut uw, name, &end, &mut up).await {
+            Some(name) => match first_flight(proxy, flight, &mut cr, &mut uw, name, &end, &mut up).await {
                 Ok(()) => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
                 Err(f) => f,
             },
@@ -162,11 +164,14 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
     done
 }
 
-/// Reads the tool's first flight in a tunnel to `name` and, when it is a TLS ClientHello for
-/// another name, ends the connection before any of it goes up; otherwise sends it up. The
-/// server's side is copied meanwhile (a protocol where the server speaks first is not held up).
+/// Reads the tool's first flight in a tunnel to `name` (after the bytes that came with its
+/// request, `buf`) and, when it is a TLS ClientHello for another name or one whose name cannot be
+/// read from its first record, ends the connection before any of it goes up; otherwise sends it
+/// up. The server's side is copied meanwhile (a protocol where the server speaks first is not
+/// held up).
 async fn first_flight<R, W>(
     proxy: &Proxy,
+    mut buf: Vec<u8>,
     from: &mut R,
     to: &mut W,
     name: &str,
@@ -177,20 +182,22 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut buf = Vec::new();
     let mut chunk = vec![0u8; BUFFER];
-    loop {
+    while buf.is_empty() || !sni::complete(&buf) {
         let n = tokio::select! {
             _ = end.cancelled() => return Err(Flow::Stopped),
             r = from.read(&mut chunk) => r.map_err(|e| Flow::Error(e.to_string()))?,
         };
-        buf.extend_from_slice(&chunk[..n]);
-        if n == 0 || sni::complete(&buf) {
+        if n == 0 {
             break;
         }
+        buf.extend_from_slice(&chunk[..n]);
     }
-    if let Some(sni) = sni::server_name(&buf).filter(|s| s != name) {
-        return Err(Flow::Sni(sni));
+    match sni::hello(&buf) {
+        sni::Hello::Name(Some(sni)) if sni != name => return Err(Flow::Sni(sni)),
+        // Recorded with an empty `sni`: no name could be read.
+        sni::Hello::Unreadable => return Err(Flow::Sni(String::new())),
+        sni::Hello::NotTls | sni::Hello::Name(_) => {}
     }
     if buf.is_empty() {
         return Ok(());

@@ -520,3 +520,96 @@ async fn a_flood_holds_a_bounded_number_of_connections_and_closes_the_rest() {
     assert_eq!((summary.refused, summary.connections), (40, 0), "the waiting ones were never answered");
     assert_eq!(records.iter().filter(|r| r["why"] == "max-connections").count(), 40);
 }
+
+/// A server on 127.0.0.1 that reads each connection to its end and hands over what it got.
+async fn sink() -> (u16, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let _ = s.read_to_end(&mut got).await;
+                let _ = tx.send(got);
+            });
+        }
+    });
+    (port, rx)
+}
+
+/// Attack: the ClientHello for another name sent in the same write as the CONNECT head (early
+/// data) must not reach upstream unchecked.
+#[tokio::test]
+async fn a_client_hello_sent_with_the_connect_head_is_checked_too() {
+    let (up, mut got) = sink().await;
+    let rules = [format!("ok.test:{up}"), format!("127.0.0.1:{up}")];
+    let h = proxy(egress(&rules), fixed(&[("ok.test", "127.0.0.1")])).await;
+    let mut request = format!("CONNECT ok.test:{up} HTTP/1.1\r\n\r\n").into_bytes();
+    request.extend_from_slice(&sni::client_hello("evil.example"));
+    let mut c = h.client().await;
+    c.write_all(&request).await.unwrap();
+    c.shutdown().await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest).await;
+    h.closed(1).await;
+    assert_eq!(got.recv().await.unwrap(), Vec::<u8>::new(), "nothing of the ClientHello reached upstream");
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (1, 1));
+    let closed: Vec<_> = records.iter().filter(|r| r["decision"] == "egress_closed").collect();
+    assert_eq!(
+        (&closed[0]["end"], &closed[0]["sni"], &closed[0]["bytes_up"]),
+        (&json!("sni_mismatch"), &json!("evil.example"), &json!(0))
+    );
+}
+
+/// Attack: a ClientHello for another name split over two TLS records (legal TLS: a handshake
+/// message may be fragmented), so that the first record holds no server name.
+#[tokio::test]
+async fn a_client_hello_split_over_records_is_not_let_through() {
+    let (up, mut got) = sink().await;
+    let rules = [format!("ok.test:{up}"), format!("127.0.0.1:{up}")];
+    let h = proxy(egress(&rules), fixed(&[("ok.test", "127.0.0.1")])).await;
+    let hello = sni::client_hello("evil.example");
+    let handshake = &hello[5..];
+    let mut split = Vec::new();
+    for part in [&handshake[..10], &handshake[10..]] {
+        split.extend_from_slice(&[sni::HANDSHAKE, 3, 1]);
+        split.extend_from_slice(&(part.len() as u16).to_be_bytes());
+        split.extend_from_slice(part);
+    }
+    let mut c = h.client().await;
+    c.write_all(format!("CONNECT ok.test:{up} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    c.write_all(&split).await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest).await;
+    h.closed(1).await;
+    assert_eq!(got.recv().await.unwrap(), Vec::<u8>::new(), "nothing of the ClientHello reached upstream");
+    let (summary, records) = h.finish().await;
+    assert_eq!(summary.refused, 1);
+    let closed: Vec<_> = records.iter().filter(|r| r["decision"] == "egress_closed").collect();
+    assert_eq!((&closed[0]["end"], &closed[0]["bytes_up"]), (&json!("sni_mismatch"), &json!(0)));
+}
+
+/// Attack: a range that contains 0.0.0.0 (`0.0.0.0/8`) must not make `CONNECT 0.0.0.0:port`
+/// reach the daemon host's own services (connecting to the unspecified address is connecting
+/// to the local host).
+#[tokio::test]
+async fn the_unspecified_address_is_no_target_even_in_a_granted_range() {
+    let up = upstream().await;
+    let h = proxy(egress(&[format!("0.0.0.0/8:{up}"), format!("[::/8]:{up}")]), Resolver::System).await;
+    for target in ["0.0.0.0", "[::]", "[::ffff:0.0.0.0]"] {
+        // A request in the tunnel: when it is (wrongly) opened, the server answers and closes.
+        let request = format!("CONNECT {target}:{up} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n");
+        let answer = h.exchange(request.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{target}: {answer}");
+        assert!(answer.contains("X-Cordon-Refused: invalid-host"), "{target}: {answer}");
+    }
+    let (summary, _) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (0, 3));
+}

@@ -194,9 +194,15 @@ fn assert_isolated(d: &Daemon, client: Client, upstream: u16) {
     // ...and with the port granted, the namespace has nothing listening there.
     let r = attack(d, "t-inside", &["tcp-connect-to", "127.0.0.1", &upstream.to_string()]);
     assert_eq!(r["errno"], libc::ECONNREFUSED, "{r}");
-    // The proxy's port is the way out.
+    // The proxy's port is the way out, on 127.0.0.1 only: nothing answers on [::1].
     let r = attack(d, "t", &["tcp-connect-to", "127.0.0.1", "3128"]);
     assert_eq!(r["ok"], true, "{r}");
+    let r = attack(d, "t", &["tcp-connect-to", "::1", "3128"]);
+    assert_eq!(r["errno"], libc::ECONNREFUSED, "{r}");
+    // The proxy's listener (made by the child, sent to cordond) is not among the tool's
+    // descriptors: the tool cannot accept the connections of another process, or close it.
+    let r = attack(d, "t", &["fds"]);
+    assert_eq!(r["fds"], json!([0, 1, 2]), "{r}");
     // No DNS: UDP is refused by seccomp, and there is no resolver to reach over TCP.
     let r = attack(d, "t", &["socket", "udp"]);
     assert_eq!(r["errno"], libc::EPERM, "{r}");
