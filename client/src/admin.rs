@@ -171,9 +171,9 @@ pub(crate) fn print_grants(g: &Grants) {
         grant("tcp connect", ports(&g.connect_tcp));
         grant("tcp bind", ports(&g.bind_tcp));
     } else {
-        let bounds = match (g.max_connections, g.max_bytes) {
-            (Some(c), Some(b)) => {
-                format!(" ({c} connections at once, {} per call)", cordon_core::policy::units::format_size(b))
+        let bounds = match (g.max_connections, g.max_connections_per_call, g.max_bytes) {
+            (Some(c), Some(n), Some(b)) => {
+                format!(" ({c} connections at once, {n} and {} per call)", cordon_core::policy::units::format_size(b))
             }
             _ => String::new(),
         };

@@ -872,6 +872,7 @@ pub struct Grants {
     /// `network.hosts` (empty: none) and, with hosts, the bounds of one invocation's connections.
     pub hosts: Vec<String>,
     pub max_connections: Option<u32>,
+    pub max_connections_per_call: Option<u32>,
     pub max_bytes: Option<u64>,
 }
 
@@ -900,6 +901,7 @@ impl From<v1::ToolGrants> for Grants {
             bind_tcp: g.bind_tcp,
             hosts: g.hosts,
             max_connections: g.max_connections,
+            max_connections_per_call: g.max_connections_per_call,
             max_bytes: g.max_bytes,
             unix_sockets: g.unix_sockets,
             limits: Limits {

@@ -20,6 +20,12 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 32;
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// Upper bound of `max_connections`.
 pub const MAX_CONNECTIONS_LIMIT: u32 = 4096;
+/// Connections per invocation, one after another, when the policy sets no
+/// `max_connections_per_call`: each costs two audit records (one durable), so a tool that
+/// opens short connections in a loop cannot rotate the audit log's history away in one call.
+pub const DEFAULT_CONNECTIONS_PER_CALL: u32 = 1024;
+/// Upper bound of `max_connections_per_call`.
+pub const CONNECTIONS_PER_CALL_LIMIT: u32 = 1_000_000;
 /// At most this many host rules per tool.
 pub const MAX_HOSTS: usize = 256;
 
@@ -90,6 +96,8 @@ pub struct Egress {
     pub hosts: Vec<HostRule>,
     /// Connections open at once (more wait in no queue: they are refused).
     pub max_connections: u32,
+    /// Connections made in one invocation, all told (more are refused).
+    pub max_connections_per_call: u32,
     /// Bytes through the proxy per invocation, both directions together; a connection that
     /// would pass it is cut.
     pub max_bytes: u64,
@@ -106,6 +114,8 @@ pub enum Refusal {
     Unresolved(String),
     /// The invocation had `max_connections` connections open already.
     MaxConnections(u32),
+    /// The invocation had made `max_connections_per_call` connections already.
+    ConnectionsPerCall(u32),
     /// The invocation's connections moved `max_bytes` (a new one is refused, an open one cut).
     MaxBytes(u64),
     /// A tunnel opened for one name carried a TLS ClientHello for another (`sni`), or one whose
@@ -122,6 +132,7 @@ impl Refusal {
             Refusal::Special { .. } => "special-address",
             Refusal::Unresolved(_) => "unresolved",
             Refusal::MaxConnections(_) => "max-connections",
+            Refusal::ConnectionsPerCall(_) => "max-connections-per-call",
             Refusal::MaxBytes(_) => "max-bytes",
             Refusal::SniMismatch { .. } => "sni-mismatch",
         }
@@ -147,6 +158,9 @@ impl Refusal {
             Refusal::Unresolved(e) => format!("{host} did not resolve from cordond's resolver ({e})"),
             Refusal::MaxConnections(n) => format!(
                 "the invocation had {n} connections open through the proxy already (network.max_connections = {n})"
+            ),
+            Refusal::ConnectionsPerCall(n) => format!(
+                "the invocation made {n} connections through the proxy already (network.max_connections_per_call = {n})"
             ),
             Refusal::MaxBytes(n) => {
                 format!("the invocation's connections moved {n} bytes through the proxy, its network.max_bytes")
@@ -485,6 +499,7 @@ mod tests {
         Egress {
             hosts: hosts.iter().map(|h| parse_rule(h).unwrap()).collect(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_call: DEFAULT_CONNECTIONS_PER_CALL,
             max_bytes: DEFAULT_MAX_BYTES,
         }
     }

@@ -79,6 +79,7 @@ async fn proxy(port: u16, disk: &str) -> Proxy {
     let egress = Egress {
         hosts: vec![parse_rule(&format!("127.0.0.1:{port}")).unwrap()],
         max_connections: 64,
+        max_connections_per_call: cordon_core::egress::CONNECTIONS_PER_CALL_LIMIT,
         max_bytes: u64::MAX / 2,
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

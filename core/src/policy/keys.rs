@@ -146,7 +146,7 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
         "\"none\" | table",
         "\"none\" or { connect_tcp = [ports], bind_tcp = [ports] } (landlock, any host), or { hosts = \
          [\"api.github.com:443\", \"*.pypi.org:443\"] } (only those, through cordond's egress proxy from a network \
-         namespace of the tool's own; max_connections, max_bytes bound it)",
+         namespace of the tool's own; max_connections, max_connections_per_call, max_bytes bound it)",
         true,
     ),
     key("unix_sockets", "false | array of paths", "Unix socket paths the tool may connect to (default none)", true),

@@ -99,15 +99,23 @@ impl Resolver {
         match self {
             Resolver::System => {
                 // Each resolution holds a thread of the blocking pool (getaddrinfo), which the
-                // rest of cordond shares: at most MAX_RESOLVING at once, daemon-wide; a wait for
-                // a turn counts against the timeout.
-                let lookup = async {
-                    let _turn = RESOLVING.acquire().await;
-                    tokio::net::lookup_host((name, port)).await
+                // rest of cordond shares: at most MAX_RESOLVING at once, daemon-wide. The turn is
+                // held by a task of its own until getaddrinfo returns, even when this caller has
+                // given up at the timeout (the thread runs on), so slow resolvers cannot pile up
+                // threads. Waiting for a turn counts against the timeout.
+                let name = name.to_string();
+                let lookup = async move {
+                    let turn = RESOLVING.acquire().await;
+                    let resolved = tokio::spawn(async move {
+                        let _turn = turn;
+                        tokio::net::lookup_host((name.as_str(), port)).await.map(|a| a.collect::<Vec<_>>())
+                    });
+                    resolved.await
                 };
                 match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-                    Ok(Ok(addrs)) => Ok(addrs.map(|a| canonical(a.ip())).collect()),
-                    Ok(Err(e)) => Err(e.to_string()),
+                    Ok(Ok(Ok(addrs))) => Ok(addrs.into_iter().map(|a| canonical(a.ip())).collect()),
+                    Ok(Ok(Err(e))) => Err(e.to_string()),
+                    Ok(Err(e)) => Err(format!("the resolution failed ({e})")),
                     Err(_) => Err(format!("no answer within {} s", RESOLVE_TIMEOUT.as_secs())),
                 }
             }
@@ -222,6 +230,8 @@ struct Proxy {
     up: AtomicU64,
     down: AtomicU64,
     connections: AtomicU64,
+    /// Connections granted so far (against `max_connections_per_call`).
+    granted: AtomicU64,
     refused: AtomicU64,
     recorded: AtomicU64,
     unrecorded: AtomicU64,
@@ -244,6 +254,7 @@ pub async fn serve(listener: TcpListener, ctx: Context, stop: CancellationToken)
         up: AtomicU64::new(0),
         down: AtomicU64::new(0),
         connections: AtomicU64::new(0),
+        granted: AtomicU64::new(0),
         refused: AtomicU64::new(0),
         recorded: AtomicU64::new(0),
         unrecorded: AtomicU64::new(0),
@@ -478,7 +489,7 @@ impl Proxy {
         }
         let name = match target {
             // Only an address or range rule matches an address: granted as such.
-            Target::Addr(a) => return Ok((rule, vec![a])),
+            Target::Addr(a) => return self.grant(rule, vec![a]),
             Target::Name(n) => n,
         };
         let resolved =
@@ -501,8 +512,18 @@ impl Proxy {
         match (kept.is_empty(), first_special) {
             (true, Some(special)) => Err(Why::Refused(special)),
             (true, None) => Err(Why::Refused(Refusal::Unresolved("no address".into()))),
-            (false, _) => Ok((rule, kept)),
+            (false, _) => self.grant(rule, kept),
         }
+    }
+
+    /// Counts a granted connection against `max_connections_per_call` (race-free: the count is
+    /// taken and checked in one step).
+    fn grant(&self, rule: String, addrs: Vec<IpAddr>) -> Result<(String, Vec<IpAddr>), Why> {
+        let limit = self.ctx.egress.max_connections_per_call;
+        if self.granted.fetch_add(1, Ordering::Relaxed) >= u64::from(limit) {
+            return Err(Why::Refused(Refusal::ConnectionsPerCall(limit)));
+        }
+        Ok((rule, addrs))
     }
 
     /// Answers a refusal in the request's protocol and records it.
@@ -679,7 +700,8 @@ fn http_status(why: &Why) -> u16 {
     match why {
         Why::Refused(Refusal::NotListed | Refusal::Special { .. } | Refusal::SniMismatch { .. }) => 403,
         Why::Refused(Refusal::Unresolved(_)) => 502,
-        Why::Refused(Refusal::MaxConnections(_) | Refusal::MaxBytes(_)) | Why::Audit(_) => 503,
+        Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
+        | Why::Audit(_) => 503,
         Why::InvalidHost(_) => 400,
     }
 }
@@ -689,7 +711,8 @@ fn socks_code(why: &Why) -> u8 {
     match why {
         Why::Refused(Refusal::NotListed | Refusal::Special { .. } | Refusal::SniMismatch { .. }) => socks::NOT_ALLOWED,
         Why::Refused(Refusal::Unresolved(_)) | Why::InvalidHost(_) => socks::HOST_UNREACHABLE,
-        Why::Refused(Refusal::MaxConnections(_) | Refusal::MaxBytes(_)) | Why::Audit(_) => socks::GENERAL_FAILURE,
+        Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
+        | Why::Audit(_) => socks::GENERAL_FAILURE,
     }
 }
 

@@ -56,7 +56,12 @@ struct Harness {
 }
 
 fn egress(hosts: &[String]) -> Egress {
-    Egress { hosts: hosts.iter().map(|h| parse_rule(h).unwrap()).collect(), max_connections: 32, max_bytes: 1 << 30 }
+    Egress {
+        hosts: hosts.iter().map(|h| parse_rule(h).unwrap()).collect(),
+        max_connections: 32,
+        max_connections_per_call: cordon_core::egress::DEFAULT_CONNECTIONS_PER_CALL,
+        max_bytes: 1 << 30,
+    }
 }
 
 async fn proxy(egress: Egress, resolver: Resolver) -> Harness {
@@ -334,6 +339,29 @@ async fn connections_beyond_max_connections_are_refused() {
     let (summary, records) = h.finish().await;
     assert_eq!((summary.connections, summary.refused), (2, 1));
     assert!(records.iter().any(|r| r["why"] == "max-connections"), "{records:#?}");
+}
+
+#[tokio::test]
+async fn connections_past_max_connections_per_call_are_refused_one_after_another_too() {
+    let up = upstream().await;
+    let mut e = egress(&[format!("127.0.0.1:{up}")]);
+    e.max_connections_per_call = 3;
+    let h = proxy(e, Resolver::System).await;
+    let connect = format!("CONNECT 127.0.0.1:{up} HTTP/1.1\r\n\r\n");
+    // Each closed before the next opens: never more than one at a time.
+    for _ in 0..3 {
+        let mut c = h.client().await;
+        c.write_all(connect.as_bytes()).await.unwrap();
+        assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    }
+    let out = h.exchange(connect.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{out}");
+    assert!(out.contains("X-Cordon-Refused: max-connections-per-call"), "{out}");
+    assert!(out.contains("network.max_connections_per_call = 3"), "{out}");
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (3, 1));
+    let allowed = records.iter().filter(|r| r["decision"] == "egress" && r["allowed"] == true).count();
+    assert_eq!(allowed, 3, "{records:#?}");
 }
 
 #[tokio::test]

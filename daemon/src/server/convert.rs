@@ -191,6 +191,7 @@ fn grants(t: &Tool) -> v1::ToolGrants {
         hosts: s.network.egress().map(|e| e.hosts.iter().map(ToString::to_string).collect()).unwrap_or_default(),
         max_connections: s.network.egress().map(|e| e.max_connections),
         max_bytes: s.network.egress().map(|e| e.max_bytes),
+        max_connections_per_call: s.network.egress().map(|e| e.max_connections_per_call),
     }
 }
 

@@ -166,6 +166,12 @@ impl Parser<'_> {
                         false,
                     ),
                     key("max_connections", "integer", "connections open at once through the proxy (hosts)", false),
+                    key(
+                        "max_connections_per_call",
+                        "integer",
+                        "connections through the proxy per invocation, all told (hosts)",
+                        false,
+                    ),
                     key("max_bytes", "size", "bytes through the proxy per invocation, both directions (hosts)", false),
                 ];
                 self.unknown_keys(t, KEYS, "in network");
@@ -174,7 +180,7 @@ impl Parser<'_> {
                 let egress = match t.get("hosts") {
                     Some(h) => self.egress(h, t, &bind),
                     None => {
-                        for k in ["max_connections", "max_bytes"] {
+                        for k in ["max_connections", "max_connections_per_call", "max_bytes"] {
                             if let Some(v) = t.get(k) {
                                 self.sink.error(
                                     v.span(),
@@ -198,7 +204,8 @@ impl Parser<'_> {
     /// tool may not bind it.
     fn egress(&mut self, hosts: &Value<'_>, t: &DeTable<'_>, bind: &[u16]) -> Option<crate::egress::Egress> {
         use crate::egress::{
-            DEFAULT_MAX_BYTES, DEFAULT_MAX_CONNECTIONS, Egress, MAX_CONNECTIONS_LIMIT, MAX_HOSTS, PROXY_PORT,
+            CONNECTIONS_PER_CALL_LIMIT, DEFAULT_CONNECTIONS_PER_CALL, DEFAULT_MAX_BYTES, DEFAULT_MAX_CONNECTIONS,
+            Egress, MAX_CONNECTIONS_LIMIT, MAX_HOSTS, PROXY_PORT,
         };
         let items = self.array(hosts, "hosts", "an array of \"host:port\" strings")?;
         if items.is_empty() {
@@ -254,6 +261,19 @@ impl Parser<'_> {
                 }
             }),
         };
+        let per_call = match t.get("max_connections_per_call") {
+            None => Some(DEFAULT_CONNECTIONS_PER_CALL),
+            Some(v) => self.integer(v, "max_connections_per_call").and_then(|n| match u32::try_from(n) {
+                Ok(n) if (1..=CONNECTIONS_PER_CALL_LIMIT).contains(&n) => Some(n),
+                _ => {
+                    self.sink.error(
+                        v.span(),
+                        format!("max_connections_per_call = {n} is out of range (1 to {CONNECTIONS_PER_CALL_LIMIT})"),
+                    );
+                    None
+                }
+            }),
+        };
         let max_bytes = match t.get("max_bytes") {
             None => Some(DEFAULT_MAX_BYTES),
             Some(v) => self.size(v, "max_bytes").and_then(|n| {
@@ -263,8 +283,12 @@ impl Parser<'_> {
                 (n > 0).then_some(n)
             }),
         };
-        let (Some(max_connections), Some(max_bytes)) = (max_connections, max_bytes) else { return None };
-        ok.then_some(Egress { hosts: rules, max_connections, max_bytes })
+        let (Some(max_connections), Some(max_connections_per_call), Some(max_bytes)) =
+            (max_connections, per_call, max_bytes)
+        else {
+            return None;
+        };
+        ok.then_some(Egress { hosts: rules, max_connections, max_connections_per_call, max_bytes })
     }
 
     fn ports(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<u16>> {
