@@ -155,6 +155,12 @@ fn every_record_carries_the_digest_of_its_generation_across_a_reload() {
     let cancelled = records.iter().find(|r| r["decision"] == "cancelled").unwrap();
     assert_eq!(cancelled["id"], held.as_str());
     assert_eq!(cancelled["policy"], first.as_str(), "the generation it ran under, not the current one");
+    // `audit tail` shows the first 12 hex digits, enough to tell sets apart by eye.
+    let tail = d.cordon(&["audit", "tail", "-n", "1", "--decision", "reload"]);
+    tail.assert_code(0);
+    assert!(tail.stdout.contains(&format!("  policy={}  ", &second[..12])), "{tail:?}");
+    assert!(tail.stdout.contains(&format!("  previous_policy={}", &first[..12])), "{tail:?}");
+    assert!(!tail.stdout.contains(second.as_str()), "{tail:?}");
     // The chain holds with the new field.
     let verify = d.cordon(&["audit", "verify", d.audit.to_str().unwrap()]);
     verify.assert_code(0);
