@@ -274,7 +274,7 @@ pub enum PolicyCommand {
     ///
     /// Prints both sets' digests, then the tools added (in the new set only), removed (in the old
     /// only) and changed, with each changed key as `KEY: OLD -> NEW` (params, limits and network
-    /// by their inner keys: `params.NAME.pattern`, `limits.memory`). The running daemon is the
+    /// by their inner keys: `params.NAME.pattern`, `limits.memory`), then the workflows alike. The running daemon is the
     /// old side: `cordon policy diff DIR` says what a reload from DIR would change. Reading a
     /// daemon's policies takes an admin; directories are loaded offline with cordond's own rules
     /// (availability on this host is not compared). Exit status: 0 identical, 1 different, 2 on

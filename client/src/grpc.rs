@@ -243,13 +243,22 @@ impl Client {
     /// The loaded policy set as `cordon policy diff` compares it (admins only).
     pub async fn policy(&mut self) -> Result<LoadedPolicy, CliError> {
         let r = self.inner.get_policy(v1::GetPolicyRequest {}).await.map_err(|s| self.fail(s))?.into_inner();
-        let mut tools = std::collections::BTreeMap::new();
-        for t in r.tools {
-            let value: serde_json::Value = serde_json::from_str(&t.policy_json)
-                .map_err(|e| CliError::Protocol(format!("GetPolicy sent tool {:?} as bad JSON: {e}", t.name)))?;
-            tools.insert(t.name, value);
-        }
-        Ok(LoadedPolicy { generation: Some(r.generation), digest: r.policy_digest, dir: r.policy_dir, tools })
+        let parse = |list: Vec<v1::ToolPolicy>, what: &str| {
+            let mut out = std::collections::BTreeMap::new();
+            for t in list {
+                let value: serde_json::Value = serde_json::from_str(&t.policy_json)
+                    .map_err(|e| CliError::Protocol(format!("GetPolicy sent {what} {:?} as bad JSON: {e}", t.name)))?;
+                out.insert(t.name, value);
+            }
+            Ok::<_, CliError>(out)
+        };
+        Ok(LoadedPolicy {
+            generation: Some(r.generation),
+            digest: r.policy_digest,
+            dir: r.policy_dir,
+            tools: parse(r.tools, "tool")?,
+            workflows: parse(r.workflows, "workflow")?,
+        })
     }
 
     pub async fn status(&mut self) -> Result<StatusInfo, CliError> {
@@ -1227,6 +1236,8 @@ pub struct LoadedPolicy {
     pub dir: String,
     /// Name -> `cordon_core::policy::fleet::describe`.
     pub tools: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Name -> `cordon_core::policy::fleet::describe_workflow`.
+    pub workflows: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Serialize)]

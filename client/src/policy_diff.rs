@@ -1,7 +1,8 @@
 //! `cordon policy diff`: what differs between two policy sets, each a running cordond (through
 //! `GetPolicy`, admins only) or a directory loaded offline with the daemon's own loader.
 //!
-//! Tools are compared as `cordon_core::policy::fleet::describe` renders them (the same function
+//! Tools and workflows are compared as `cordon_core::policy::fleet::describe` (and
+//! `describe_workflow`) render them (the same function
 //! the daemon answers `GetPolicy` with, so a daemon and the directory it loaded agree), and the
 //! sets by their digests. Exit status as diff(1): 0 identical, 1 different, 2 trouble (see
 //! `cli::run`).
@@ -85,6 +86,7 @@ fn load_dir(dir: &Path) -> Result<LoadedPolicy, CliError> {
         digest: set.digest,
         dir: dir.display().to_string(),
         tools: set.tools.iter().map(|t| (t.name.clone(), fleet::describe(t))).collect::<BTreeMap<_, _>>(),
+        workflows: set.workflows.iter().map(|w| (w.name.clone(), fleet::describe_workflow(w))).collect(),
     })
 }
 
@@ -93,7 +95,8 @@ fn load_dir(dir: &Path) -> Result<LoadedPolicy, CliError> {
 pub async fn diff(old: Side, new: Side, as_json: bool) -> Result<u8, CliError> {
     let (a, b) = (old.load().await?, new.load().await?);
     let d = fleet::diff(&a.tools, &b.tools);
-    let identical = a.digest == b.digest && d.is_empty();
+    let w = fleet::diff(&a.workflows, &b.workflows);
+    let identical = a.digest == b.digest && d.is_empty() && w.is_empty();
     if as_json {
         crate::admin::print_json(&json!({
             "identical": identical,
@@ -102,6 +105,7 @@ pub async fn diff(old: Side, new: Side, as_json: bool) -> Result<u8, CliError> {
             "added": d.added,
             "removed": d.removed,
             "changed": d.changed,
+            "workflows": { "added": w.added, "removed": w.removed, "changed": w.changed },
         }));
         return Ok(u8::from(!identical));
     }
@@ -111,23 +115,30 @@ pub async fn diff(old: Side, new: Side, as_json: bool) -> Result<u8, CliError> {
         outln!("identical");
         return Ok(0);
     }
+    print_diff(&d, "");
+    print_diff(&w, " workflow");
+    if d.is_empty() && w.is_empty() {
+        // The files differ, the tools and workflows do not: comments, layout or file names.
+        outln!("no tool or workflow differs; the files do (comments, layout or file names)");
+    }
+    Ok(1)
+}
+
+/// `added: NAME`, `removed: NAME`, `changed: NAME` and its keys (`what`: "" for tools,
+/// " workflow" for workflows).
+fn print_diff(d: &fleet::Diff, what: &str) {
     for name in &d.added {
-        outln!("added: {name}");
+        outln!("added{what}: {name}");
     }
     for name in &d.removed {
-        outln!("removed: {name}");
+        outln!("removed{what}: {name}");
     }
     for c in &d.changed {
-        outln!("changed: {}", c.tool);
+        outln!("changed{what}: {}", c.name);
         for k in &c.keys {
             outln!("  {}: {} -> {}", k.key, shown(&k.old), shown(&k.new));
         }
     }
-    if d.is_empty() {
-        // The files differ, the tools do not: comments, layout, file names or workflows.
-        outln!("no tool differs; the files do (comments, layout, file names or workflows)");
-    }
-    Ok(1)
 }
 
 /// A value as JSON, `(unset)` for none.

@@ -268,6 +268,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn digests_answer_for_their_generation_and_forget_the_oldest() {
+        let digests = Digests::default();
+        assert_eq!(digests.of(None), None, "nothing before the first load");
+        for g in 1..=(Digests::KEEP as u64 + 1) {
+            digests.insert(g, Arc::from(format!("d{g}")));
+        }
+        assert_eq!(digests.of(Some(2)).as_deref(), Some("d2"));
+        assert_eq!(digests.of(None).as_deref(), Some(&*format!("d{}", Digests::KEEP + 1)), "the current one");
+        assert_eq!(digests.of(Some(1)), None, "the oldest is forgotten: no digest rather than a wrong one");
+        assert_eq!(digests.of(Some(Digests::KEEP as u64 + 2)), None, "a generation not yet entered has none");
+    }
+
+    #[test]
     fn a_reload_waits_for_the_one_before_it_only_so_long() {
         let gate = Gate::default();
         let first = gate.enter(Duration::ZERO).expect("a free gate is entered at once");

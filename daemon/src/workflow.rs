@@ -270,6 +270,7 @@ impl Runner<'_> {
             }
         }
         let mut finished = Record::new(Decision::WorkflowFinished)
+            .policy_of(generation)
             .with("workflow_id", id.as_str())
             .with("workflow", workflow.name.as_str())
             .caller(&caller)

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
-use super::model::{Allow, Confirm, Danger, Network, Output, Param, ParamKind, RunAs, Temp, Tool};
+use super::model::{Allow, Confirm, Danger, Network, Output, Param, ParamKind, RunAs, StepArg, Temp, Tool, Workflow};
 use super::units::{format_duration, format_size};
 
 /// The digest of a policy set: `files` are (name relative to the policy directory, text), in any order.
@@ -160,6 +160,40 @@ pub fn describe(tool: &Tool) -> Value {
     Value::Object(o)
 }
 
+/// A workflow's policy as one JSON object, like [`describe`]: `description`, `reason`, `params`,
+/// `allow` and `steps`, an object keyed by step number (from 1) so that a changed step shows as
+/// `steps.N.KEY`; a step argument is its literal value, `"{{param}}"` or `"{{steps.N.FIELD}}"`.
+pub fn describe_workflow(w: &Workflow) -> Value {
+    let steps: Map<String, Value> = w
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let args: Map<String, Value> = s
+                .args
+                .iter()
+                .map(|(k, a)| {
+                    let v = match a {
+                        StepArg::Param(p) => json!(format!("{{{{{p}}}}}")),
+                        StepArg::Literal(v) => v.clone(),
+                        StepArg::Output { step, field } => json!(format!("{{{{steps.{step}.{field}}}}}")),
+                    };
+                    (k.clone(), v)
+                })
+                .collect();
+            let step = json!({ "tool": s.tool, "args": args, "continue_on_error": s.continue_on_error });
+            ((i + 1).to_string(), step)
+        })
+        .collect();
+    json!({
+        "description": w.description,
+        "reason": w.reason,
+        "params": w.params.iter().map(|p| (p.name.clone(), param(p))).collect::<Map<String, Value>>(),
+        "allow": allow(w.allow.as_ref()),
+        "steps": steps,
+    })
+}
+
 fn paths(list: &[PathBuf]) -> Value {
     json!(list.iter().map(|p| p.display().to_string()).collect::<Vec<_>>())
 }
@@ -206,7 +240,8 @@ fn param(p: &Param) -> Value {
     o
 }
 
-/// How two sets of tools (name -> [`describe`]) differ.
+/// How two sets of tools (name -> [`describe`]) or of workflows (name ->
+/// [`describe_workflow`]) differ.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Diff {
     /// In the new set only, by name.
@@ -217,10 +252,10 @@ pub struct Diff {
     pub changed: Vec<Changed>,
 }
 
-/// One tool whose policy differs.
+/// One tool (or workflow) whose policy differs.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Changed {
-    pub tool: String,
+    pub name: String,
     /// Sorted by key.
     pub keys: Vec<KeyChange>,
 }
@@ -240,7 +275,8 @@ impl Diff {
     }
 }
 
-/// What changed from `old` to `new` (both name -> [`describe`]).
+/// What changed from `old` to `new` (both name -> [`describe`], or both name ->
+/// [`describe_workflow`]).
 pub fn diff(old: &BTreeMap<String, Value>, new: &BTreeMap<String, Value>) -> Diff {
     let mut d = Diff::default();
     for (name, before) in old {
@@ -261,7 +297,7 @@ pub fn diff(old: &BTreeMap<String, Value>, new: &BTreeMap<String, Value>) -> Dif
                         (o != n).then(|| KeyChange { key: k.clone(), old: o, new: n })
                     })
                     .collect();
-                d.changed.push(Changed { tool: name.clone(), keys });
+                d.changed.push(Changed { name: name.clone(), keys });
             }
             Some(_) => {}
         }
@@ -343,7 +379,7 @@ mod tests {
         assert_eq!(
             d.changed,
             [Changed {
-                tool: "a".into(),
+                name: "a".into(),
                 keys: vec![
                     KeyChange { key: "params.p.pattern".into(), old: json!("[a-z]+"), new: json!("[a-z]*") },
                     KeyChange { key: "reason".into(), old: Value::Null, new: json!("r") },

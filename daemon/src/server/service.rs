@@ -844,6 +844,14 @@ impl v1::cordon_server::Cordon for CordonService {
                 .values()
                 .map(|t| v1::ToolPolicy { name: t.name.clone(), policy_json: policy::fleet::describe(t).to_string() })
                 .collect(),
+            workflows: registry
+                .workflows
+                .values()
+                .map(|w| v1::ToolPolicy {
+                    name: w.name.clone(),
+                    policy_json: policy::fleet::describe_workflow(w).to_string(),
+                })
+                .collect(),
         }))
     }
 

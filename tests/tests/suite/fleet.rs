@@ -27,6 +27,14 @@ required = true
 description = "waits until cancelled"
 reason = "tests"
 command = ["/bin/sleep", "30"]
+
+[workflows.greet]
+description = "greets"
+reason = "tests"
+
+[[workflows.greet.steps]]
+tool = "echo"
+args = { word = "hello" }
 "#;
 
 const MORE: &str = r#"version = 1
@@ -37,7 +45,8 @@ reason = "tests"
 command = ["/bin/true"]
 "#;
 
-/// `TOOLS` with `echo`'s pattern and grants changed, `gone` dropped and `fresh` added.
+/// `TOOLS` with `echo`'s pattern and grants changed, `gone` dropped, `fresh` added and the
+/// workflow's step argument changed.
 const CHANGED: &str = r#"version = 1
 
 [tools.echo]
@@ -60,6 +69,14 @@ command = ["/bin/sleep", "30"]
 description = "added in the new set"
 reason = "tests"
 command = ["/bin/true"]
+
+[workflows.greet]
+description = "greets"
+reason = "tests"
+
+[[workflows.greet.steps]]
+tool = "echo"
+args = { word = "howdy" }
 "#;
 
 /// The digest as coreutils computes it, independently of cordon: `sha256sum` of the `*.toml`
@@ -174,7 +191,9 @@ fn expected_diff(old: &str, new: &str) -> String {
          removed: gone\n\
          changed: echo\n  \
          params.word.pattern: \"[a-z]+\" -> \"[a-z0-9]+\"\n  \
-         read: [] -> [\"/etc\"]\n"
+         read: [] -> [\"/etc\"]\n\
+         changed workflow: greet\n  \
+         steps.1.args.word: \"hello\" -> \"howdy\"\n"
     )
 }
 
@@ -199,10 +218,13 @@ fn policy_diff_of_two_directories_names_added_removed_and_changed_keys() {
             "new": { "source": "directory", "policy_dir": n, "policy_digest": nd },
             "added": ["fresh"],
             "removed": ["gone"],
-            "changed": [{ "tool": "echo", "keys": [
+            "changed": [{ "name": "echo", "keys": [
                 { "key": "params.word.pattern", "old": "[a-z]+", "new": "[a-z0-9]+" },
                 { "key": "read", "old": [], "new": ["/etc"] },
             ]}],
+            "workflows": { "added": [], "removed": [], "changed": [{ "name": "greet", "keys": [
+                { "key": "steps.1.args.word", "old": "hello", "new": "howdy" },
+            ]}]},
         })
     );
 
@@ -212,11 +234,11 @@ fn policy_diff_of_two_directories_names_added_removed_and_changed_keys() {
     out.assert_code(0);
     assert!(out.stdout.ends_with("\nidentical\n"), "{out:?}");
 
-    // A comment: the files differ (exit 1), no tool does.
+    // A comment: the files differ (exit 1), no tool or workflow does.
     let commented = policy_dir(&[("a.toml", &format!("# reviewed\n{TOOLS}")), ("b.toml", MORE)]);
     let out = cordon_tests::cordon_at(Path::new("/x"), &["policy", "diff", o, commented.path().to_str().unwrap()]);
     out.assert_code(1);
-    assert!(out.stdout.ends_with("\nno tool differs; the files do (comments, layout, file names or workflows)\n"));
+    assert!(out.stdout.ends_with("\nno tool or workflow differs; the files do (comments, layout or file names)\n"));
 
     // Trouble is 2, like diff: a missing directory, a directory that does not load.
     let out = cordon_tests::cordon_at(Path::new("/x"), &["policy", "diff", o, "/nonexistent/policies"]);
