@@ -3,7 +3,8 @@
 //!
 //! The digest is of the files, not of their meaning: SHA-256 over the lines `sha256sum` prints
 //! for the loaded `*.toml` files, sorted by name (relative to the policy directory), so an admin
-//! can reproduce it with coreutils (`cd DIR && LC_ALL=C sha256sum *.toml | sha256sum`). It does
+//! can reproduce it with coreutils (`cd DIR && LC_ALL=C sh -c 'sha256sum *.toml | sha256sum'`: the
+//! shell sorts the glob in the C locale, byte order). It does
 //! not depend on mtimes, inode order or the directory's path; any change to a loaded file
 //! (a comment too) changes it. What a change means, tool by tool, is [`diff`]'s job: it
 //! compares [`describe`], the policy of each tool as the parser understood it, and ignores what

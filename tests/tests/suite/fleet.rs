@@ -84,7 +84,8 @@ args = { word = "howdy" }
 fn sha256sum_digest(dir: &Path) -> String {
     let out = Command::new("sh")
         .arg("-c")
-        .arg("LC_ALL=C sha256sum *.toml | sha256sum")
+        .arg("sha256sum *.toml | sha256sum")
+        .env("LC_ALL", "C")
         .current_dir(dir)
         .output()
         .expect("sha256sum");
