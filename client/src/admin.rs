@@ -882,6 +882,7 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     outln!("cordond {} (pid {}, uid {}), up {}s", s.version, s.daemon_pid, s.daemon_uid, s.uptime_ms / 1000);
     outln!("socket       {}", s.socket_path.display());
     outln!("policies     {} (generation {})", s.policy_dir, s.generation);
+    outln!("policy set   {}", s.policy_digest);
     if s.caller.admin {
         outln!(
             "tools        {} total: {} available, {} unavailable, {} disabled",

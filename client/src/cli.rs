@@ -269,6 +269,24 @@ pub enum PolicyCommand {
         #[arg(long, conflicts_with = "tool")]
         deny_warnings: bool,
     },
+    /// Compare two policy sets: a running cordond (--socket) with a directory (`diff DIR`), two
+    /// directories (`diff OLD NEW`), or two daemons (`diff --against-socket PATH`).
+    ///
+    /// Prints both sets' digests, then the tools added (in the new set only), removed (in the old
+    /// only) and changed, with each changed key as `KEY: OLD -> NEW` (params, limits and network
+    /// by their inner keys: `params.NAME.pattern`, `limits.memory`), then the workflows alike. The running daemon is the
+    /// old side: `cordon policy diff DIR` says what a reload from DIR would change. Reading a
+    /// daemon's policies takes an admin; directories are loaded offline with cordond's own rules
+    /// (availability on this host is not compared). Exit status: 0 identical, 1 different, 2 on
+    /// any error (like diff).
+    Diff {
+        /// `DIR` (the daemon at --socket against DIR) or `OLD NEW` (two directories).
+        #[arg(num_args = 1..=2, value_name = "DIR", required_unless_present = "against_socket")]
+        dirs: Vec<PathBuf>,
+        /// Compare the daemon at --socket (old) with the daemon at PATH (new).
+        #[arg(long, value_name = "PATH", conflicts_with = "dirs")]
+        against_socket: Option<PathBuf>,
+    },
     /// Run the tools' examples offline ([[tools.NAME.examples]] must be accepted with their argv,
     /// [[tools.NAME.refuse]] refused with their code) and print each outcome.
     Test {
@@ -294,6 +312,8 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     let socket = cli.socket.clone().unwrap_or_else(cordon_proto::client_socket_path);
     let json = cli.json;
+    // `policy diff` exits as diff(1) does: 2 for any trouble, 1 meaning "different".
+    let diff = matches!(cli.command, Command::Policy { command: PolicyCommand::Diff { .. } });
     match runtime.block_on(dispatch(cli.command, socket, json)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -303,10 +323,13 @@ pub fn run(cli: Cli) -> ExitCode {
                 // Messages may echo a caller's arguments: shown escaped (see `term`).
                 eprintln!("{} {}", term::paint(term::Stream::Err, term::BAD, "cordon:"), term::line(&e.to_string()));
             }
-            ExitCode::from(e.exit_code())
+            ExitCode::from(if diff { DIFF_TROUBLE } else { e.exit_code() })
         }
     }
 }
+
+/// The exit status of `cordon policy diff` on any error (0 and 1 mean identical and different).
+const DIFF_TROUBLE: u8 = 2;
 
 /// `ctxnest` or `gandalf`.
 fn import_format(name: &str) -> Result<cordon_core::policy::foreign::Foreign, CliError> {
@@ -359,6 +382,20 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         }
         Command::Policy { command: PolicyCommand::Test { paths } } => crate::policy_test::policy_test(&paths, json),
         Command::Policy { command: PolicyCommand::Reference } => admin::policy_reference(json),
+        Command::Policy { command: PolicyCommand::Diff { dirs, against_socket } } => {
+            use crate::policy_diff::{Side, diff};
+            let (old, new) = match (dirs.as_slice(), against_socket) {
+                ([], Some(other)) => (Side::Daemon(socket), Side::Daemon(other)),
+                ([dir], None) => (Side::Daemon(socket), Side::Dir(dir.clone())),
+                ([a, b], None) => (Side::Dir(a.clone()), Side::Dir(b.clone())),
+                _ => {
+                    return Err(CliError::Usage(
+                        "usage: cordon policy diff DIR | OLD NEW | --against-socket PATH".into(),
+                    ));
+                }
+            };
+            diff(old, new, json).await
+        }
         Command::Import { args, project_root, namespace, confirm, output, force } => {
             let (format, file) = match args.as_slice() {
                 [file] => (None, file),

@@ -240,6 +240,27 @@ impl Client {
         })
     }
 
+    /// The loaded policy set as `cordon policy diff` compares it (admins only).
+    pub async fn policy(&mut self) -> Result<LoadedPolicy, CliError> {
+        let r = self.inner.get_policy(v1::GetPolicyRequest {}).await.map_err(|s| self.fail(s))?.into_inner();
+        let parse = |list: Vec<v1::ToolPolicy>, what: &str| {
+            let mut out = std::collections::BTreeMap::new();
+            for t in list {
+                let value: serde_json::Value = serde_json::from_str(&t.policy_json)
+                    .map_err(|e| CliError::Protocol(format!("GetPolicy sent {what} {:?} as bad JSON: {e}", t.name)))?;
+                out.insert(t.name, value);
+            }
+            Ok::<_, CliError>(out)
+        };
+        Ok(LoadedPolicy {
+            generation: Some(r.generation),
+            digest: r.policy_digest,
+            dir: r.policy_dir,
+            tools: parse(r.tools, "tool")?,
+            workflows: parse(r.workflows, "workflow")?,
+        })
+    }
+
     pub async fn status(&mut self) -> Result<StatusInfo, CliError> {
         Ok(StatusInfo::from(self.inner.status(v1::StatusRequest {}).await.map_err(|s| self.fail(s))?.into_inner()))
     }
@@ -1208,11 +1229,26 @@ pub struct RunningInfo {
     pub pids: Option<u64>,
 }
 
+/// A policy set as `cordon policy diff` compares it: from a daemon (`GetPolicy`) or a directory.
+#[derive(Debug, Clone)]
+pub struct LoadedPolicy {
+    /// The daemon's registry generation (`None` for a directory).
+    pub generation: Option<u64>,
+    pub digest: String,
+    pub dir: String,
+    /// Name -> `cordon_core::policy::fleet::describe`.
+    pub tools: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Name -> `cordon_core::policy::fleet::describe_workflow`.
+    pub workflows: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusInfo {
     pub version: String,
     pub uptime_ms: u64,
     pub generation: u64,
+    /// SHA-256 (hex) of the loaded policy files by name: equal on hosts with the same files.
+    pub policy_digest: String,
     pub tools_total: u32,
     pub tools_available: u32,
     pub tools_unavailable: u32,
@@ -1314,6 +1350,7 @@ impl From<v1::StatusResponse> for StatusInfo {
             version: s.version,
             uptime_ms: s.uptime_ms,
             generation: s.generation,
+            policy_digest: s.policy_digest,
             tools_total: s.tools_total,
             tools_available: s.tools_available,
             tools_unavailable: s.tools_unavailable,

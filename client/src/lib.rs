@@ -7,6 +7,7 @@
 //!   and `cordon policy check --tool NAME`.
 //! - [`init`]: `cordon init`: a policy scaffolded from a project's build files.
 //! - [`audit`]: `cordon audit tail|verify|resume`.
+//! - [`policy_diff`]: `cordon policy diff` (daemons and directories compared, tool by tool).
 //! - [`import`]: `cordon import`: CtxNest and Gandalf tool definitions translated into a policy.
 //! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
@@ -32,6 +33,7 @@ pub mod import;
 pub mod init;
 pub mod jobs;
 pub mod mcp;
+pub mod policy_diff;
 pub mod policy_test;
 pub mod registry_admin;
 pub mod search;

@@ -488,7 +488,7 @@ impl Invoker {
             .invocation(&id)
             .tool(&tool.name)
             .caller(&parked.caller)
-            .with("generation", parked.generation)
+            .generation(parked.generation)
             .with_argv(&parked.plan.display_argv)
             .with("cached_from", entry.invocation_id.as_str())
             .with("cache_age_ms", millis(cache::age(&entry)))
@@ -582,7 +582,7 @@ impl Invoker {
                 Record::new(Decision::DryRun)
                     .tool(tool_name)
                     .caller(&caller)
-                    .with("generation", d.generation)
+                    .generation(d.generation)
                     .with_argv(&d.plan.display_argv)
                     .with("cwd", d.plan.cwd.display().to_string())
                     .with("run_as", d.identity.json()),
@@ -866,7 +866,7 @@ impl Invoker {
             .invocation(&p.id)
             .tool(&p.tool.name)
             .caller(&p.caller)
-            .with("generation", p.generation)
+            .generation(p.generation)
             .with_argv(&p.plan.display_argv)
             .with("cwd", p.plan.cwd.display().to_string())
             .with("run_as", run_as)
@@ -976,7 +976,10 @@ impl Invoker {
         if let Some(s) = &proxied {
             explained.extend(cordon_core::denial::explain(&prepared.tool, &s.denials));
         }
-        let record = Record::new(Decision::Failed).invocation(&prepared.id).tool(&prepared.tool.name);
+        let record = Record::new(Decision::Failed)
+            .invocation(&prepared.id)
+            .tool(&prepared.tool.name)
+            .policy_of(prepared.generation);
         let record = match &result {
             Ok(o) => {
                 let decision = if o.timed_out {
@@ -989,6 +992,7 @@ impl Invoker {
                 let mut r = Record::new(decision)
                     .invocation(&prepared.id)
                     .tool(&prepared.tool.name)
+                    .policy_of(prepared.generation)
                     .with("exit_code", o.exit_code)
                     .with("signal", o.signal)
                     .with("duration_ms", millis(o.duration))

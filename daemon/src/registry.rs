@@ -3,7 +3,7 @@
 //! Architecture invariant: readers always see one complete generation; a failed reload leaves
 //! the previous generation in force, and the generation number only grows on success.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -24,6 +24,9 @@ pub struct Registry {
     /// Warnings from the load that produced this generation.
     pub warnings: Vec<Diagnostic>,
     pub files: Vec<PathBuf>,
+    /// SHA-256 (hex) of the policy files this generation was loaded from, by name (see
+    /// `cordon_core::policy::fleet::digest`): the same on every host with the same files.
+    pub policy_digest: Arc<str>,
     pub loaded_at: SystemTime,
     /// Seccomp programs of every profile a tool of this generation uses, compiled at load.
     pub seccomp: ProgramCache,
@@ -72,11 +75,41 @@ impl Registry {
     }
 }
 
+/// The policy digests of the latest generations, for the audit writer: every record carries the
+/// digest of the generation it names (`generation`), or of the current one. A generation is
+/// entered here before it is published, so no record can name a generation not yet known.
+#[derive(Debug, Default)]
+pub struct Digests(Mutex<VecDeque<(u64, Arc<str>)>>);
+
+impl Digests {
+    /// Generations remembered (an invocation that outlives this many reloads ends with a
+    /// terminal record without `policy`).
+    const KEEP: usize = 256;
+
+    fn insert(&self, generation: u64, digest: Arc<str>) {
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() == Self::KEEP {
+            known.pop_front();
+        }
+        known.push_back((generation, digest));
+    }
+
+    /// The digest of `generation` when given, else of the current generation.
+    pub fn of(&self, generation: Option<u64>) -> Option<Arc<str>> {
+        let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match generation {
+            Some(g) => known.iter().rev().find(|(n, _)| *n == g).map(|(_, d)| d.clone()),
+            None => known.back().map(|(_, d)| d.clone()),
+        }
+    }
+}
+
 /// Owns the current generation and reloads it.
 #[derive(Debug)]
 pub struct RegistryHandle {
     dir: PathBuf,
     host: Host,
+    digests: Arc<Digests>,
     current: watch::Sender<Arc<Registry>>,
     /// Serializes reloads so generations are assigned in order.
     gate: Gate,
@@ -123,8 +156,15 @@ impl RegistryHandle {
         let registry = Arc::new(build(set, 1));
         // The load's parse trees and buffers are gone: give their memory back.
         cordon_sandbox::release_free_memory();
+        let digests = Arc::new(Digests::default());
+        digests.insert(registry.generation, registry.policy_digest.clone());
         let (current, _) = watch::channel(registry);
-        Ok(RegistryHandle { dir: dir.to_path_buf(), host, current, gate: Gate::default() })
+        Ok(RegistryHandle { dir: dir.to_path_buf(), host, digests, current, gate: Gate::default() })
+    }
+
+    /// The policy digests of the latest generations (for the audit log).
+    pub fn digests(&self) -> Arc<Digests> {
+        self.digests.clone()
     }
 
     pub fn dir(&self) -> &Path {
@@ -168,6 +208,7 @@ impl RegistryHandle {
         // Only the tools that changed are new: the rest are shared with `previous`, which goes
         // when its last reader lets go of it (here, unless a request still holds it).
         drop(previous);
+        self.digests.insert(next.generation, next.policy_digest.clone());
         drop(self.current.send_replace(next.clone()));
         cordon_sandbox::release_free_memory();
         Ok(next)
@@ -194,7 +235,7 @@ pub fn release_memory_soon() {
 }
 
 fn build(set: policy::PolicySet, generation: u64) -> Registry {
-    let policy::PolicySet { mut tools, workflows, diagnostics, files, reuse } = set;
+    let policy::PolicySet { mut tools, workflows, diagnostics, files, digest, reuse } = set;
     let seccomp = match cordon_sandbox::compile_seccomp_all(tools.iter().map(|t| Profile::of(&t.sandbox))) {
         Ok(cache) => cache,
         Err(e) => {
@@ -215,6 +256,7 @@ fn build(set: policy::PolicySet, generation: u64) -> Registry {
         workflows: workflows.into_iter().map(|w| (w.name.clone(), w)).collect(),
         warnings: diagnostics,
         files,
+        policy_digest: Arc::from(digest),
         loaded_at: SystemTime::now(),
         seccomp,
         reuse,
@@ -224,6 +266,19 @@ fn build(set: policy::PolicySet, generation: u64) -> Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digests_answer_for_their_generation_and_forget_the_oldest() {
+        let digests = Digests::default();
+        assert_eq!(digests.of(None), None, "nothing before the first load");
+        for g in 1..=(Digests::KEEP as u64 + 1) {
+            digests.insert(g, Arc::from(format!("d{g}")));
+        }
+        assert_eq!(digests.of(Some(2)).as_deref(), Some("d2"));
+        assert_eq!(digests.of(None).as_deref(), Some(&*format!("d{}", Digests::KEEP + 1)), "the current one");
+        assert_eq!(digests.of(Some(1)), None, "the oldest is forgotten: no digest rather than a wrong one");
+        assert_eq!(digests.of(Some(Digests::KEEP as u64 + 2)), None, "a generation not yet entered has none");
+    }
 
     #[test]
     fn a_reload_waits_for_the_one_before_it_only_so_long() {

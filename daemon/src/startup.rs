@@ -213,6 +213,7 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
     check_trusted_dirs(&config.audit.path, socket_dir_check)?;
     let (audit, recovery) = Audit::open(config.audit.clone()).map_err(StartError::Audit)?;
     let audit = Arc::new(audit);
+    audit.follow_policies(registry.digests());
     if recovery.cut_bytes > 0 || !recovery.aborted.is_empty() {
         tracing::warn!(
             cut_bytes = recovery.cut_bytes,
@@ -272,7 +273,7 @@ impl Server {
             .with("version", env!("CARGO_PKG_VERSION"))
             .with("policies", config.policies.display().to_string())
             .with("socket", socket_path.display().to_string())
-            .with("generation", current.generation)
+            .generation(current.generation)
             .with("tools", counts.total)
             .with("human_approval_via_elicitation", config.settings.confirmations.elicitation_approves)
             .with(

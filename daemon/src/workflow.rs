@@ -224,7 +224,7 @@ impl Runner<'_> {
             .with("workflow_id", id.as_str())
             .with("workflow", workflow.name.as_str())
             .caller(&caller)
-            .with("generation", generation)
+            .generation(generation)
             .with("steps", workflow.step_tools().collect::<Vec<_>>());
         if job {
             started = started.with("job", true);
@@ -270,6 +270,7 @@ impl Runner<'_> {
             }
         }
         let mut finished = Record::new(Decision::WorkflowFinished)
+            .policy_of(generation)
             .with("workflow_id", id.as_str())
             .with("workflow", workflow.name.as_str())
             .caller(&caller)

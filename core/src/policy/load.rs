@@ -27,6 +27,9 @@ pub struct PolicySet {
     /// Warnings (a successful load has no errors).
     pub diagnostics: Vec<Diagnostic>,
     pub files: Vec<PathBuf>,
+    /// SHA-256 (hex) of the loaded files by name (see [`super::fleet::digest`]): the same for the
+    /// same files on every host.
+    pub digest: String,
     /// What the next load may take over (see [`load_sources_after`]).
     pub reuse: Reuse,
 }
@@ -378,7 +381,8 @@ pub fn load_sources_after(
     workflows.sort_by(|a, b| a.name.cmp(&b.name));
     diagnostics.extend(probe::exposure_warnings(&tools, &mut pinned));
     let files = sources.iter().map(|(f, _)| f.clone()).collect();
-    Ok(PolicySet { tools, workflows, diagnostics, files, reuse })
+    let digest = super::fleet::digest(sources.iter().map(|(f, text)| (file_name(f), text.as_bytes())));
+    Ok(PolicySet { tools, workflows, diagnostics, files, digest, reuse })
 }
 
 /// What `cordon policy test` found: the problems of the files (other than failing examples) and
@@ -425,6 +429,11 @@ pub fn test_sources(sources: &[(PathBuf, String)]) -> TestReport {
         report.diagnostics.extend(parsed.diagnostics);
     }
     report
+}
+
+/// A policy file's name within its directory (all of the path when it has none).
+fn file_name(path: &Path) -> &[u8] {
+    path.file_name().map_or(path.as_os_str(), |n| n).as_bytes()
 }
 
 fn file_error(file: &Path, message: String) -> Diagnostic {

@@ -11,6 +11,7 @@
 //!   Leaves beside it: [`keys`](KeyDoc) (the key tables), [`diag`], [`units`], [`defaults`],
 //!   [`trust`], `pattern`, [`foreign`] (recognizes CtxNest and Gandalf configs, to say how to
 //!   import them).
+//! - [`fleet`]: the policy digest, a tool's policy as canonical JSON and the diff of two sets.
 //! - [`schema`] (a tool's JSON Schema), [`output`] (a result judged by the policy: ok_exit_codes,
 //!   the output schema, wrapping), `probe` (availability and pinning).
 //! - [`crate::validate`] and [`crate::argv`] stand on the model too; `parse` uses the validator to
@@ -26,6 +27,7 @@
 pub mod defaults;
 pub mod diag;
 pub mod examples;
+pub mod fleet;
 pub mod foreign;
 mod intern;
 mod keys;

@@ -49,12 +49,14 @@ pub struct Record {
     /// The invocation it belongs to, when it belongs to one.
     invocation: Option<String>,
     tool: Option<String>,
+    /// The registry generation the record is about (see [`Record::generation`]).
+    generation: Option<u64>,
     fields: Vec<(&'static str, Value)>,
 }
 
 impl Record {
     pub fn new(decision: Decision) -> Record {
-        Record { decision, invocation: None, tool: None, fields: Vec::new() }
+        Record { decision, invocation: None, tool: None, generation: None, fields: Vec::new() }
     }
 
     pub fn decision(&self) -> Decision {
@@ -68,6 +70,21 @@ impl Record {
 
     pub fn tool(mut self, name: &str) -> Record {
         self.tool = Some(name.to_string());
+        self
+    }
+
+    /// Adds `generation`: the record is about that registry generation, and its `policy` is
+    /// that generation's digest (a record without one carries the current generation's).
+    pub fn generation(mut self, generation: u64) -> Record {
+        self.generation = Some(generation);
+        self.with("generation", generation)
+    }
+
+    /// The record is about that registry generation (its `policy` is that generation's
+    /// digest), without a `generation` field of its own: an invocation's terminal record, whose
+    /// `started` record names the generation.
+    pub fn policy_of(mut self, generation: u64) -> Record {
+        self.generation = Some(generation);
         self
     }
 
@@ -341,6 +358,12 @@ impl Audit {
         let (ack, done) = oneshot::channel();
         self.send(Msg::Resume(ack))?;
         done.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// From now on every record carries `policy`, the digest of the policy generation it names,
+    /// or of the current one (set once, when the registry is loaded).
+    pub fn follow_policies(&self, digests: Arc<crate::registry::Digests>) {
+        let _ = self.shared.policies.set(digests);
     }
 
     /// New lines as they are written (for `cordon audit tail -f`).

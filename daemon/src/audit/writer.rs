@@ -58,6 +58,9 @@ pub(super) struct Shared {
     failure: Mutex<Option<String>>,
     head: Mutex<Head>,
     pub(super) lines: broadcast::Sender<Arc<str>>,
+    /// Where records find the policy digest (`policy`); unset until the daemon's registry is
+    /// loaded (the records of recovering the log are of an earlier run, whose policy is unknown).
+    pub(super) policies: std::sync::OnceLock<Arc<crate::registry::Digests>>,
 }
 
 impl Shared {
@@ -163,6 +166,7 @@ impl Writer {
             failure: Mutex::new(None),
             head: Mutex::new(Head { seq: scan.seq, hash: scan.prev }),
             lines: broadcast::channel(TAIL_BUFFER).0,
+            policies: std::sync::OnceLock::new(),
         });
         let recovery = Recovery {
             records: scan.records,
@@ -319,6 +323,11 @@ impl Writer {
     fn encode(&mut self, record: &Record, out: &mut String) -> Arc<str> {
         self.seq += 1;
         let mut line = record.open_line(self.seq, &chain::rfc3339(SystemTime::now()));
+        if let Some(digest) = self.shared.policies.get().and_then(|d| d.of(record.generation)) {
+            line.push_str(",\"policy\":\"");
+            line.push_str(&digest);
+            line.push('"');
+        }
         line.push_str(",\"prev\":\"");
         line.push_str(&chain::hex(&self.prev));
         line.push_str("\"}");

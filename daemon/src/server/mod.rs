@@ -57,6 +57,7 @@ impl Daemon {
         authz: Authorizer,
         audit: Arc<Audit>,
     ) -> Arc<Daemon> {
+        audit.follow_policies(registry.digests());
         let jobs = crate::jobs::Jobs::new(settings.jobs);
         let invoker = Arc::new(Invoker::new(registry.clone(), host, settings, audit.clone()));
         Arc::new(Daemon {
@@ -77,15 +78,17 @@ impl Daemon {
         let who = by.map_or_else(|| "SIGHUP".to_string(), |c| format!("rpc from {c}"));
         let who = who.as_str();
         let by_json = by.map_or_else(|| serde_json::Value::from("SIGHUP"), crate::audit::caller_json);
+        let before = self.registry.current().policy_digest.clone();
         let result = self.registry.reload();
         self.audit.record(match &result {
             Ok(registry) => Record::new(Decision::Reload)
                 .with("by", by_json)
-                .with("generation", registry.generation)
+                .generation(registry.generation)
+                .with("previous_policy", &*before)
                 .with("tools", registry.tools.len()),
             Err(e) => Record::new(Decision::ReloadRejected)
                 .with("by", by_json)
-                .with("generation", self.registry.current().generation)
+                .generation(self.registry.current().generation)
                 .with("errors", e.diagnostics.len())
                 .with("message", crate::audit::clip(&e.to_string())),
         });

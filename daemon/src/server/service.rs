@@ -779,6 +779,7 @@ impl v1::cordon_server::Cordon for CordonService {
             version: env!("CARGO_PKG_VERSION").into(),
             uptime_ms: u64::try_from(d.started.elapsed().as_millis()).unwrap_or(u64::MAX),
             generation: registry.generation,
+            policy_digest: registry.policy_digest.to_string(),
             tools_total: counts.total,
             tools_available: counts.available,
             tools_unavailable: counts.unavailable,
@@ -822,6 +823,35 @@ impl v1::cordon_server::Cordon for CordonService {
             jobs_finished: count(jobs_finished),
             workflows_running: count(d.workflows.count((!admin).then_some(caller.uid))),
             cache: admin.then(|| figures::cache(d.invoker.cache())),
+        }))
+    }
+
+    async fn get_policy(
+        &self,
+        request: Request<v1::GetPolicyRequest>,
+    ) -> Result<Response<v1::GetPolicyResponse>, Status> {
+        let caller = self.caller(&request, "get_policy")?;
+        self.require_admin(&caller, "get_policy", "reading the loaded policies")?;
+        let d = &self.daemon;
+        let registry = d.registry.current();
+        Ok(Response::new(v1::GetPolicyResponse {
+            generation: registry.generation,
+            policy_digest: registry.policy_digest.to_string(),
+            policy_dir: d.registry.dir().display().to_string(),
+            files: registry.files.iter().map(|f| f.display().to_string()).collect(),
+            tools: registry
+                .tools
+                .values()
+                .map(|t| v1::ToolPolicy { name: t.name.clone(), policy_json: policy::fleet::describe(t).to_string() })
+                .collect(),
+            workflows: registry
+                .workflows
+                .values()
+                .map(|w| v1::ToolPolicy {
+                    name: w.name.clone(),
+                    policy_json: policy::fleet::describe_workflow(w).to_string(),
+                })
+                .collect(),
         }))
     }
 

@@ -172,9 +172,18 @@ fn an_agent_caller_cannot_administer_the_daemon() {
         out.assert_code(77);
         assert!(out.stderr.contains("is for admins"), "{args:?}: {out:?}");
     }
+    // Nor read its loaded policies (`policy diff` against the daemon exits 2, as diff(1) does on
+    // trouble).
+    let out = as_agent(&d, &["policy", "diff", d.policies.to_str().unwrap()]);
+    out.assert_code(2);
+    assert!(out.stderr.contains("is for admins"), "{out:?}");
     let status = as_agent(&d, &["status", "--json"]).json();
     assert_eq!(status["policy_dir"], "");
     assert_eq!(status["audit_path"], "");
+    // The policy digest it does see: the same as an admin's.
+    let digest = d.cordon(&["status", "--json"]).json()["policy_digest"].clone();
+    assert_eq!(digest.as_str().map(str::len), Some(64), "{digest}");
+    assert_eq!(status["policy_digest"], digest);
     // Every refusal is audited as `unauthorized`, with the operation and the agent's uid.
     let uid = agent::id("-u", AGENT);
     let mut refused = Vec::new();
@@ -188,9 +197,12 @@ fn an_agent_caller_cannot_administer_the_daemon() {
                 r["operation"].as_str().unwrap().to_string()
             })
             .collect();
-        refused.len() == 6
+        refused.len() == 7
     }));
-    assert_eq!(refused, ["reload", "list_pending", "approve", "tail_audit", "tail_audit", "resume_audit"]);
+    assert_eq!(
+        refused,
+        ["reload", "list_pending", "approve", "tail_audit", "tail_audit", "resume_audit", "get_policy"]
+    );
 }
 
 #[test]
