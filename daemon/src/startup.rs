@@ -327,19 +327,7 @@ impl Server {
 
         let metrics_task = metrics.map(|(endpoint, counted)| {
             let d = daemon.clone();
-            let snapshot = Arc::new(move || {
-                let current = d.registry.current();
-                let counts = current.counts();
-                metrics::Snapshot {
-                    running: d.invoker.running_count(),
-                    queued: d.invoker.queued_count(),
-                    jobs_running: d.jobs.counts(|_| true).0,
-                    generation: current.generation,
-                    tools_available: counts.available,
-                    tools_unavailable: counts.unavailable,
-                    tools_disabled: counts.disabled,
-                }
-            });
+            let snapshot = Arc::new(move || d.metrics_snapshot());
             tokio::spawn(endpoint.serve(counted, snapshot))
         });
 

@@ -202,6 +202,11 @@ fn counts_every_outcome_and_refusal_exactly_and_speaks_openmetrics() {
     let writes = sample(&text, "cordon_audit_write_duration_seconds_count").unwrap();
     assert!(writes >= 1.0, "{text}");
     expect("cordon_audit_failures_total", 0.0);
+    // The same text over the gRPC socket, for admins (root here): `cordon metrics`.
+    let rpc = d.cordon(&["metrics"]);
+    rpc.assert_code(0);
+    check_openmetrics(&rpc.stdout);
+    assert_eq!(sample(&rpc.stdout, "cordon_invocations_total{tool=\"no\",outcome=\"failed\"}"), Some(1.0));
     if egress.is_some() {
         expect("cordon_invocations_total{tool=\"fetch\",outcome=\"ok\"}", 2.0);
         expect("cordon_egress_connections_total{tool=\"fetch\",result=\"allowed\",reason=\"\"}", 1.0);
@@ -248,6 +253,35 @@ fn without_the_token_or_with_a_wrong_one_the_answer_is_401() {
     let (status, _) = curl(&format!("http://{}/other", metrics_address(&d)), &good);
     assert_eq!(status, 404);
     assert!(!d.dir.path().join("audit").join("metrics.token").exists(), "the admin's token is used, none written");
+}
+
+#[test]
+fn cordon_metrics_is_for_admins_and_says_when_metrics_are_off() {
+    cordon_tests::require_root!();
+    use std::os::unix::fs::PermissionsExt as _;
+    let start = |extra: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        // The agent must be able to reach the socket's directory.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let policies = dir.path().join("policies");
+        std::fs::create_dir(&policies).unwrap();
+        std::fs::write(policies.join("m.toml"), policy(None)).unwrap();
+        let mut args = vec!["--socket-group", cordon_tests::agent::SOCKET_GROUP];
+        args.extend_from_slice(extra);
+        Daemon::start_in(dir, policies, &args)
+    };
+    let on = start(&["--metrics", "127.0.0.1:0"]);
+    let agent = cordon_tests::agent::cordon(&on.socket, &["metrics"]);
+    assert_ne!(agent.code, Some(0));
+    assert!(agent.stderr.contains("PERMISSION_DENIED"), "{agent:?}");
+    assert!(agent.stdout.is_empty(), "{agent:?}");
+    let refused = on.audit_records().into_iter().filter(|r| r["operation"] == "get_metrics").count();
+    assert_eq!(refused, 1, "the refusal is audited");
+
+    let off = start(&[]);
+    let out = off.cordon(&["metrics"]);
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("cordond counts metrics only when started with --metrics 127.0.0.1:PORT"), "{out:?}");
 }
 
 #[test]
