@@ -872,6 +872,16 @@ pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     Ok(if report.ok { exit::OK } else { exit::DATA })
 }
 
+/// `cordon metrics`: the exposition text as it is (it is already machine-readable).
+pub async fn metrics(socket: &Path) -> Result<u8, CliError> {
+    let mut client = Client::connect(socket).await?;
+    let text = client.metrics().await?;
+    // Raw, for tools that read it (promtool, a pushgateway): the encoder escapes label values,
+    // which are policy tool names and fixed words.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+    Ok(exit::OK)
+}
+
 pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     let s = client.status().await?;

@@ -173,6 +173,9 @@ pub enum Command {
     Reload,
     /// Daemon status: version, uptime, registry generation, tool counts, running invocations.
     Status,
+    /// Print the Prometheus metrics (admins; cordond started with --metrics), as its HTTP
+    /// endpoint serves them.
+    Metrics,
     /// The audit log: read it, verify its hash chain, resume it after a failure.
     Audit {
         #[command(subcommand)]
@@ -424,6 +427,7 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Approve { id } => admin::decide(&socket, &id, true, json).await,
         Command::Deny { id } => admin::decide(&socket, &id, false, json).await,
         Command::Reload => admin::reload(&socket, json).await,
+        Command::Metrics => admin::metrics(&socket).await,
         Command::Status => admin::status(&socket, json).await,
         Command::Audit { command } => match command {
             AuditCommand::Tail { lines, follow, tool, decision } => {

@@ -288,6 +288,11 @@ impl Client {
         Ok(())
     }
 
+    /// The metrics text (admins; cordond started with `--metrics`).
+    pub async fn metrics(&mut self) -> Result<String, CliError> {
+        Ok(self.inner.get_metrics(v1::GetMetricsRequest {}).await.map_err(|s| self.fail(s))?.into_inner().text)
+    }
+
     pub async fn resume_audit(&mut self) -> Result<String, CliError> {
         Ok(self.inner.resume_audit(v1::ResumeAuditRequest {}).await.map_err(|s| self.fail(s))?.into_inner().message)
     }

@@ -22,6 +22,7 @@ use crate::cache::{self, ResultCache};
 use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::egress;
+use crate::metrics::Outcome as Ended;
 use crate::registry::RegistryHandle;
 use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
@@ -480,7 +481,11 @@ impl Invoker {
         if let Availability::Unavailable { reason } = tool.availability_now() {
             return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason });
         }
-        let Some(entry) = self.cache.get(&key) else {
+        let entry = self.cache.get(&key);
+        if let Some(m) = self.audit.metrics() {
+            m.cache_lookup(entry.is_some());
+        }
+        let Some(entry) = entry else {
             return Ok(None);
         };
         let id = new_id()?;
@@ -1029,6 +1034,27 @@ impl Invoker {
             }
             Err(e) => record.error(ErrorCode::SpawnFailed, &e.to_string()),
         };
+        if let Some(m) = self.audit.metrics() {
+            let tool = prepared.tool.name.as_str();
+            match (&result, &judged) {
+                (Ok(o), Some(v)) => {
+                    let outcome = if o.timed_out {
+                        Ended::TimedOut
+                    } else if o.cancelled {
+                        Ended::Cancelled
+                    } else if v.ok() {
+                        Ended::Ok
+                    } else {
+                        Ended::Failed
+                    };
+                    m.invocation(tool, outcome, Some(o.duration));
+                }
+                _ => m.invocation(tool, Ended::SpawnFailed, None),
+            }
+            if let Some(s) = &proxied {
+                m.egress_bytes(tool, s.bytes_up, s.bytes_down);
+            }
+        }
         let record = match &proxied {
             Some(s) => record.with("egress", s.json()),
             None => record,
@@ -1086,6 +1112,11 @@ impl Invoker {
             .collect();
         list.sort_by_key(|r| std::cmp::Reverse(r.elapsed));
         list
+    }
+
+    /// Calls waiting for a slot now.
+    pub fn queued_count(&self) -> usize {
+        self.slots.queued()
     }
 
     pub fn running_count(&self) -> usize {

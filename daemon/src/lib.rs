@@ -11,6 +11,7 @@
 //! - [`cache`]: the result cache of tools whose policy says `cache`.
 //! - [`egress`]: the egress proxy of tools with `network.hosts` (one per invocation).
 //! - [`confirm`]: confirmation tokens and human approvals.
+//! - [`metrics`]: the Prometheus endpoint (`--metrics`, loopback, bearer token) and what it counts.
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.
 //! - [`server`]: gRPC on a Unix socket; the caller comes from the kernel.
 //! - [`startup`]: from a [`Config`] to a serving daemon and back: host probe, policy load, cgroup
@@ -33,6 +34,7 @@ pub mod hint;
 pub mod invoke;
 pub mod jobs;
 pub mod journal;
+pub mod metrics;
 pub mod registry;
 pub mod server;
 pub mod startup;

@@ -101,6 +101,16 @@ struct Args {
     /// attribute, systemd 251 and later), else `root`.
     #[arg(long, value_enum, default_value_t = CgroupPlacement::Auto, value_name = "WHERE")]
     cgroups: CgroupPlacement,
+    /// Serve Prometheus metrics on this loopback address (127.0.0.1:PORT or [::1]:PORT; port 0:
+    /// any free port, logged), at /metrics, to requests with `Authorization: Bearer TOKEN`. Off
+    /// by default. Other addresses are refused: the metrics show every user's activity.
+    #[arg(long, value_name = "ADDR", value_parser = cordon_daemon::metrics::parse_listen)]
+    metrics: Option<std::net::SocketAddr>,
+    /// The bearer token of --metrics, one line in a file others cannot read [default: a fresh
+    /// token at each start, written to metrics.token beside the audit log, mode 0640 group
+    /// --admin-group as root, else 0600]
+    #[arg(long, value_name = "PATH", requires = "metrics")]
+    metrics_token_file: Option<PathBuf>,
     /// Write the man page cordond.8 into an existing directory and exit (packaging).
     #[arg(long, value_name = "DIR", exclusive = true, hide = true)]
     man_dir: Option<PathBuf>,
@@ -210,6 +220,9 @@ impl Args {
             admin_group: self.admin_group,
             socket_group: self.socket_group,
             cgroups: self.cgroups.into(),
+            metrics: self
+                .metrics
+                .map(|listen| cordon_daemon::metrics::Options { listen, token_file: self.metrics_token_file }),
             ..defaults
         }
     }

@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, watch};
 use crate::audit::{self, Audit, AuditError, Decision, Record};
 use crate::authz::{self, Authorizer};
 use crate::invoke::Settings;
+use crate::metrics::{self, Metrics};
 use crate::registry::RegistryHandle;
 use crate::server::socket::{self, SocketError};
 use crate::server::{self, Daemon};
@@ -64,6 +65,9 @@ pub struct Config {
     /// Where invocation cgroups go (`--cgroups`): inside cordond's own delegated cgroup or at
     /// the root of each hierarchy ([`Placement::Auto`]: delegated when systemd marked it so).
     pub cgroups: Placement,
+    /// The Prometheus endpoint (`--metrics`, `--metrics-token-file`); `None`: off, and nothing
+    /// is counted.
+    pub metrics: Option<metrics::Options>,
 }
 
 impl Config {
@@ -84,6 +88,7 @@ impl Config {
             reaper: None,
             activated: None,
             cgroups: Placement::Auto,
+            metrics: None,
         }
     }
 }
@@ -115,6 +120,8 @@ pub enum StartError {
     Audit(#[source] AuditError),
     #[error(transparent)]
     Socket(#[from] SocketError),
+    #[error(transparent)]
+    Metrics(#[from] metrics::http::MetricsError),
     #[error("gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
 }
@@ -157,6 +164,8 @@ pub struct Server {
     audit: Arc<Audit>,
     listener: tokio::net::UnixListener,
     admin_gid: Option<u32>,
+    /// The metrics endpoint, bound, with what it serves (`--metrics`).
+    metrics: Option<(metrics::http::Endpoint, Arc<Metrics>)>,
     /// Kept for the daemon's lifetime: its stdin pipe is what the reaper watches.
     _reaper: Option<std::process::Child>,
 }
@@ -221,6 +230,19 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
             "audit log recovered: invocations of the previous run that never finished are recorded as aborted"
         );
     }
+    // Bound before the socket: a daemon that serves calls serves its metrics too. Counting
+    // starts now, so the endpoint's first scrape covers every call.
+    let metrics = match &config.metrics {
+        Some(options) => {
+            let endpoint = metrics::http::Endpoint::bind(options, &config.audit.path, admin_gid).await?;
+            let counted = Arc::new(Metrics::new());
+            audit.observe(counted.clone());
+            let address = endpoint.local_addr().map_or_else(|| options.listen.to_string(), |a| a.to_string());
+            tracing::info!(address = %address, token_file = %endpoint.token_file.display(), "metrics endpoint listening");
+            Some((endpoint, counted))
+        }
+        None => None,
+    };
     let listener = match &config.activated {
         Some(inherited) => {
             let listener = socket::serve_activated(inherited)?;
@@ -231,7 +253,7 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
         }
         None => socket::bind(&config.socket, socket_gid)?,
     };
-    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, _reaper: reaper })
+    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, metrics, _reaper: reaper })
 }
 
 /// The directories cordond writes its audit log and socket into must be (or be created beneath
@@ -263,7 +285,7 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
         mut reload: mpsc::Receiver<()>,
     ) -> Result<(), StartError> {
-        let Server { config, sandbox, registry, audit, listener, admin_gid, _reaper } = self;
+        let Server { config, sandbox, registry, audit, listener, admin_gid, metrics, _reaper } = self;
         let current = registry.current();
         let counts = current.counts();
         let socket_path = config.socket.clone();
@@ -304,6 +326,12 @@ impl Server {
             queue_timeout_ms = config.settings.admission.queue_timeout.as_millis() as u64, "cordond listening"
         );
 
+        let metrics_task = metrics.map(|(endpoint, counted)| {
+            let d = daemon.clone();
+            let snapshot = Arc::new(move || d.metrics_snapshot());
+            tokio::spawn(endpoint.serve(counted, snapshot))
+        });
+
         // A reload asked for while starting is served now: a reload right after startup.
         let reloader = daemon.clone();
         tokio::spawn(async move {
@@ -323,6 +351,9 @@ impl Server {
         // The socket is bound (or inherited) and the start is on disk: connections are served from here.
         notify::ready();
         let result = server::run(listener, daemon, shutdown, config.shutdown_grace).await;
+        if let Some(task) = metrics_task {
+            task.abort();
+        }
         cordon_sandbox::remove_own_temp_dir();
         if config.activated.is_none()
             && let Err(e) = std::fs::remove_file(&socket_path)

@@ -7,7 +7,8 @@
 //!   seccomp program; then exec;
 //! - a gRPC round trip that runs nothing (`GetTool`), the transport's own share;
 //! - cordond over gRPC `Invoke` on one connection (p50, p99), and its CPU per invocation
-//!   (daemon and tool: the daemon's user+system time, its reaped children's included);
+//!   (daemon and tool: the daemon's user+system time, its reaped children's included); the same
+//!   with `--metrics` (counting on), to read the metrics' cost as a ratio;
 //! - an MCP `tools/call` through `cordon mcp`;
 //! - throughput with 8 clients (limits raised);
 //! - `cordon run` as a whole process, against `bwrap --ro-bind / / /bin/true` where bubblewrap is
@@ -203,9 +204,12 @@ async fn invoke(channel: tonic::transport::Channel, tool: &str) -> bool {
     true
 }
 
-/// gRPC on one connection: p50, p99 and the daemon's CPU per call.
-fn grpc_one(rt: &tokio::runtime::Runtime, build: &Build, n: usize) -> Figures {
-    let d = start(build, &["--max-concurrent", "64", "--max-per-caller", "64"]);
+/// gRPC on one connection: p50, p99 and the daemon's CPU per call; `extra` flags on top of raised
+/// limits (`--metrics` to compare the same call with counting on).
+fn grpc_one(rt: &tokio::runtime::Runtime, build: &Build, n: usize, extra: &[&str]) -> Figures {
+    let mut args = vec!["--max-concurrent", "64", "--max-per-caller", "64"];
+    args.extend_from_slice(extra);
+    let d = start(build, &args);
     let pid = d.child.id() as i32;
     rt.block_on(async {
         let channel = cordon_proto::connect(&d.socket).await.unwrap();
@@ -407,7 +411,11 @@ fn main() {
         }
         for b in &builds {
             figure!(format!("{}: gRPC round trip alone (GetTool)", b.label), grpc_round_trip(&rt, b, n));
-            figure!(format!("{}: gRPC Invoke, 1 connection", b.label), grpc_one(&rt, b, n));
+            figure!(format!("{}: gRPC Invoke, 1 connection", b.label), grpc_one(&rt, b, n, &[]));
+            figure!(
+                format!("{}: gRPC Invoke, 1 connection, --metrics", b.label),
+                grpc_one(&rt, b, n, &["--metrics", "127.0.0.1:0"]),
+            );
             figure!(format!("{}: MCP tools/call", b.label), mcp(b, n));
             let raised = ["--max-concurrent", "64", "--max-per-caller", "64"];
             figure!(format!("{}: 8 clients, limits raised", b.label), grpc_many(&rt, b, &raised, 8, n / 8, "true"));

@@ -51,16 +51,23 @@ pub struct Record {
     tool: Option<String>,
     /// The registry generation the record is about (see [`Record::generation`]).
     generation: Option<u64>,
+    /// The error code of [`Record::error`] (also in `fields`), for the metrics.
+    code: Option<ErrorCode>,
     fields: Vec<(&'static str, Value)>,
 }
 
 impl Record {
     pub fn new(decision: Decision) -> Record {
-        Record { decision, invocation: None, tool: None, generation: None, fields: Vec::new() }
+        Record { decision, invocation: None, tool: None, generation: None, code: None, fields: Vec::new() }
     }
 
     pub fn decision(&self) -> Decision {
         self.decision
+    }
+
+    /// The code given to [`Record::error`], if any.
+    pub fn code(&self) -> Option<ErrorCode> {
+        self.code
     }
 
     pub fn invocation(mut self, id: &str) -> Record {
@@ -128,7 +135,8 @@ impl Record {
     }
 
     /// An error code and message.
-    pub fn error(self, code: ErrorCode, message: &str) -> Record {
+    pub fn error(mut self, code: ErrorCode, message: &str) -> Record {
+        self.code = Some(code);
         self.with("code", code.as_str()).with("message", message)
     }
 
@@ -313,6 +321,9 @@ impl Audit {
     /// Queues a record. If the log has failed the record is lost, and the failure already
     /// refuses every invocation.
     pub fn record(&self, record: Record) {
+        if let Some(m) = self.metrics() {
+            m.record(&record);
+        }
         if let Err(e) = self.send(Msg::Record { record, ack: None }) {
             tracing::error!(error = %e, "audit record dropped");
         }
@@ -323,6 +334,9 @@ impl Audit {
     /// When the writer is idle, this caller writes and syncs the queue (its record last) itself,
     /// on its own thread; when it is busy, the record waits for the writer thread's next batch.
     pub async fn durable(&self, record: Record) -> Result<u64, AuditError> {
+        if let Some(m) = self.metrics() {
+            m.record(&record);
+        }
         self.check()?;
         let (ack, done) = oneshot::channel();
         if !self.pending.push(Msg::Record { record, ack: Some(ack) }, false) {
@@ -342,6 +356,17 @@ impl Audit {
             Err(_) => self.pending.wake.notify_one(),
         }
         done.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// From now on, refusals, writes and failures are counted in `metrics` (once; later calls
+    /// change nothing).
+    pub fn observe(&self, metrics: Arc<crate::metrics::Metrics>) {
+        let _ = self.shared.metrics.set(metrics);
+    }
+
+    /// The metrics this log counts into (`cordond --metrics`).
+    pub fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+        self.shared.metrics.get().map(Arc::as_ref)
     }
 
     /// Ok while records can be written; the reason otherwise.

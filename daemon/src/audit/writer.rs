@@ -61,6 +61,8 @@ pub(super) struct Shared {
     /// Where records find the policy digest (`policy`); unset until the daemon's registry is
     /// loaded (the records of recovering the log are of an earlier run, whose policy is unknown).
     pub(super) policies: std::sync::OnceLock<Arc<crate::registry::Digests>>,
+    /// Set once, before serving, when cordond exports metrics.
+    pub(super) metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
 }
 
 impl Shared {
@@ -167,6 +169,7 @@ impl Writer {
             head: Mutex::new(Head { seq: scan.seq, hash: scan.prev }),
             lines: broadcast::channel(TAIL_BUFFER).0,
             policies: std::sync::OnceLock::new(),
+            metrics: std::sync::OnceLock::new(),
         });
         let recovery = Recovery {
             records: scan.records,
@@ -281,11 +284,16 @@ impl Writer {
             return;
         }
         let durable = !acks.is_empty();
+        let metrics = self.shared.metrics.get();
+        let began = metrics.map(|_| std::time::Instant::now());
         let result = self
             .file
             .write_all(out.as_bytes())
             .map_err(|e| ("write", e))
             .and_then(|()| if durable { self.file.sync_data().map_err(|e| ("sync", e)) } else { Ok(()) });
+        if let (Some(m), Some(began)) = (metrics, began) {
+            m.audit_write(began.elapsed());
+        }
         match result {
             Ok(()) => {
                 self.size += out.len() as u64;
@@ -308,6 +316,9 @@ impl Writer {
 
     fn fail(&self, reason: String) {
         tracing::error!(reason = %reason, "audit log failed: refusing invocations until `cordon audit resume`");
+        if let Some(m) = self.shared.metrics.get() {
+            m.audit_failed();
+        }
         self.shared.set_failure(Some(reason));
     }
 

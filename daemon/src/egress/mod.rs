@@ -281,7 +281,7 @@ pub async fn serve(listener: TcpListener, ctx: Context, stop: CancellationToken)
                         let refusal = Refusal::MaxConnections(proxy.ctx.egress.max_connections);
                         let text = format!("closed unanswered: {}", refusal.explain("", 0));
                         let record = proxy.refusal_record(conn, refusal.kind(), &text);
-                        proxy.note_refusal(None, Some(record)).await;
+                        proxy.note_refusal(refusal.kind(), None, Some(record)).await;
                     }
                 }
                 Err(e) => {
@@ -388,7 +388,7 @@ impl Proxy {
             Ok(Err(bad)) if bad.silent() => return,
             Ok(Err(bad)) => {
                 let record = self.refusal_record(conn, "invalid-request", &bad.message);
-                self.note_refusal(None, Some(record)).await;
+                self.note_refusal("invalid-request", None, Some(record)).await;
                 bad.answer(&mut client).await;
                 return;
             }
@@ -396,7 +396,7 @@ impl Proxy {
             Err(_) => {
                 let message = format!("no complete request within {} s", HEAD_TIMEOUT.as_secs());
                 let record = self.refusal_record(conn, "timeout", &message);
-                self.note_refusal(None, Some(record)).await;
+                self.note_refusal("timeout", None, Some(record)).await;
                 return;
             }
         };
@@ -422,6 +422,9 @@ impl Proxy {
         if let Err(e) = self.ctx.audit.durable(record).await {
             tracing::error!(id = %self.ctx.invocation, error = %e, "egress connection refused: its record is not on disk");
             return self.refuse(conn, &mut client, &request, Why::Audit(e.to_string())).await;
+        }
+        if let Some(m) = self.ctx.audit.metrics() {
+            m.egress_connection(&self.ctx.tool, None);
         }
         let started = Instant::now();
         let upstream = tokio::select! {
@@ -541,7 +544,7 @@ impl Proxy {
         };
         // Recorded before the tool hears of it (a tool that retries at once must not outrun
         // the log's order of events).
-        self.note_refusal(denial, Some(record)).await;
+        self.note_refusal(why.kind(), denial, Some(record)).await;
         match request.protocol {
             Protocol::Socks5 => socks::reply(client, socks_code(&why)).await,
             Protocol::Connect | Protocol::Http => {
@@ -568,8 +571,11 @@ impl Proxy {
 
     /// Counts a refusal, keeps its denial, and writes its record while fewer than
     /// [`MAX_REFUSAL_RECORDS`] were.
-    async fn note_refusal(&self, denial: Option<(String, u16, Refusal)>, record: Option<Record>) {
+    async fn note_refusal(&self, kind: &'static str, denial: Option<(String, u16, Refusal)>, record: Option<Record>) {
         self.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = self.ctx.audit.metrics() {
+            m.egress_connection(&self.ctx.tool, Some(kind));
+        }
         if let Some((host, port, refusal)) = denial {
             self.add_denial(&host, port, refusal);
         }

@@ -72,6 +72,21 @@ impl Daemon {
         })
     }
 
+    /// The gauges of the metrics, now.
+    pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+        let current = self.registry.current();
+        let counts = current.counts();
+        crate::metrics::Snapshot {
+            running: self.invoker.running_count(),
+            queued: self.invoker.queued_count(),
+            jobs_running: self.jobs.counts(|_| true).0,
+            generation: current.generation,
+            tools_available: counts.available,
+            tools_unavailable: counts.unavailable,
+            tools_disabled: counts.disabled,
+        }
+    }
+
     /// Reloads the policy directory (blocking I/O), audits and reports the outcome; used by the
     /// RPC (`by` the caller) and by SIGHUP (`by` None).
     pub fn reload(&self, by: Option<&Caller>) -> v1::ReloadResponse {

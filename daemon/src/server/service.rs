@@ -940,6 +940,17 @@ impl v1::cordon_server::Cordon for CordonService {
         self.cancel_job_as(caller, &request.get_ref().job_id).map(Response::new)
     }
 
+    async fn get_metrics(
+        &self,
+        request: Request<v1::GetMetricsRequest>,
+    ) -> Result<Response<v1::GetMetricsResponse>, Status> {
+        let caller = self.caller(&request, "get_metrics")?;
+        self.require_admin(&caller, "get_metrics", "reading the metrics (every user's activity)")?;
+        let metrics = self.daemon.audit.metrics().ok_or_else(status::metrics_off)?;
+        let text = metrics.encode(self.daemon.metrics_snapshot()).map_err(|_| status::metrics_off())?;
+        Ok(Response::new(v1::GetMetricsResponse { text }))
+    }
+
     async fn resume_audit(
         &self,
         request: Request<v1::ResumeAuditRequest>,

@@ -125,6 +125,14 @@ pub(crate) fn from_sandbox() -> Status {
     )
 }
 
+/// `GetMetrics` on a daemon started without `--metrics`.
+pub(crate) fn metrics_off() -> Status {
+    without_code(
+        Code::FailedPrecondition,
+        "cordond counts metrics only when started with --metrics 127.0.0.1:PORT; restart it with that flag",
+    )
+}
+
 pub(crate) fn denied(message: String) -> Status {
     with_code(Code::PermissionDenied, ErrorCode::PermissionDenied, None, message)
 }

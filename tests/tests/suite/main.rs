@@ -23,6 +23,7 @@ mod jobs;
 mod mcp;
 mod mcp_messages;
 mod mcp_protocol;
+mod metrics;
 mod netns;
 mod policy_tests;
 mod readme;
