@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::egress::Refusal;
 use crate::policy::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
-use crate::policy::{SandboxPolicy, Tool};
+use crate::policy::{Network, SandboxPolicy, Tool};
 
 /// At most this many distinct denials are kept per invocation (the rest are only counted).
 pub const MAX_DENIALS: usize = 16;
@@ -166,6 +166,17 @@ pub fn remedy(denied: &Denied, policy: &SandboxPolicy) -> Remedy {
         Denied::Syscall { killed: true, .. } => Remedy::NotGrantable(
             "a system call of a foreign architecture (32-bit on a 64-bit host) kills the tool; no policy key allows it".into(),
         ),
+        // The tool may make TCP sockets already: what seccomp refused was another kind (UDP for
+        // DNS or QUIC, netlink, raw, ...), which no key allows; a hint to grant `network` would
+        // send the admin the wrong way.
+        Denied::Syscall { name: Some(name), .. } if name == "socket" && matches!(policy.network, Network::Tcp { .. }) => {
+            Remedy::NotGrantable(
+                "the tool may make TCP sockets; this one was of another family or type (UDP for DNS or QUIC, netlink, \
+                 raw, ...), which cordon never allows (Unix sockets come with `unix_sockets`; with network.hosts, \
+                 names are resolved by cordond's egress proxy)"
+                    .into(),
+            )
+        }
         Denied::Syscall { name, .. } => match name.as_deref().and_then(syscall_key) {
             Some((key, how)) => Remedy::Grant { key, value: how.to_string() },
             None => Remedy::NotGrantable(
@@ -443,6 +454,21 @@ mod tests {
         assert!(got[3].message.contains("hosts = [\"[2001:db8::1]:443\"]"), "{}", got[3].message);
         assert!(got[4].message.starts_with("the egress proxy cut or refused a connection to api.example.com:443"));
         assert_eq!(got[4].remedy.key(), "max_bytes");
+    }
+
+    #[test]
+    fn a_refused_socket_of_a_tool_with_tcp_is_not_sent_to_the_network_key() {
+        let socket = Denied::Syscall { nr: 41, name: Some("socket".into()), killed: false };
+        let none = remedy(&socket, &SandboxPolicy::default());
+        assert_eq!(none.key(), "network", "{none:?}");
+        let tcp = SandboxPolicy {
+            network: Network::Tcp { connect: vec![443], bind: Vec::new(), egress: None },
+            ..SandboxPolicy::default()
+        };
+        match remedy(&socket, &tcp) {
+            Remedy::NotGrantable(why) => assert!(why.contains("another family or type"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
