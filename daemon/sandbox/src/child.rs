@@ -568,9 +568,8 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     let mut exe_fd = a.exec.exe_fd;
     // The temp space's directories, for their landlock rules (-1: none).
     let mut temp_fds: [RawFd; temp::MAX_ENTRIES] = [-1; temp::MAX_ENTRIES];
-    // SAFETY: raw system calls only (rt_sigaction, dup2, the login uid's open/write/close, setns,
-    // the temp mounts, the network namespace, capset, chdir/fchdir, stat) on data prepared before
-    // the clone; `cwd_fd` is
+    // SAFETY: raw system calls only (rt_sigaction, dup2, loginuid open/write/close, setns, temp
+    // mounts, netns, capset, chdir/fchdir, stat) on data prepared before the clone; `cwd_fd` is
     // held open by the registry for as long as the `Exec` lives.
     unsafe {
         for sig in 1..=64 {
