@@ -3,7 +3,6 @@
 //! upstream HTTP server on the host's 127.0.0.1 only through cordond's egress proxy. Every
 //! server here is on 127.0.0.1, granted explicitly; nothing leaves the machine.
 
-use std::io::{Read, Write};
 use std::path::Path;
 
 use cordon_tests::Daemon;
@@ -11,31 +10,7 @@ use serde_json::{Value, json};
 
 const CURL: &str = "/usr/bin/curl";
 
-/// An HTTP server on the host's 127.0.0.1 that answers every request with `hello from
-/// upstream`; its port.
-fn upstream() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in listener.incoming() {
-            let Ok(mut s) = s else { return };
-            std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut b) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&b[..n]),
-                    }
-                }
-                let body = "hello from upstream\n";
-                let _ =
-                    write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            });
-        }
-    });
-    port
-}
+use cordon_tests::hello_upstream as upstream;
 
 fn q(s: impl AsRef<Path>) -> String {
     serde_json::to_string(s.as_ref().to_str().unwrap()).unwrap()

@@ -325,28 +325,4 @@ fn a_non_loopback_address_or_a_readable_token_is_refused_at_startup() {
     assert!(!dir.path().join("s.sock").exists(), "nothing was served");
 }
 
-/// An HTTP server on 127.0.0.1 answering `hello from upstream`; its port.
-fn upstream() -> u16 {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for s in listener.incoming() {
-            let Ok(mut s) = s else { return };
-            std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut b = [0u8; 1024];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut b) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&b[..n]),
-                    }
-                }
-                let body = "hello from upstream\n";
-                let _ =
-                    write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            });
-        }
-    });
-    port
-}
+use cordon_tests::hello_upstream as upstream;
