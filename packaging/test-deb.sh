@@ -23,6 +23,93 @@ set -- target/debian/cordon_*.deb
 [ "$#" = 1 ] && [ -f "$1" ] || { echo "test-deb.sh: need exactly one target/debian/cordon_*.deb: build it with packaging/build-deb.sh" >&2; exit 1; }
 deb=$1
 [ "$(id -u)" = 0 ] || { echo "test-deb.sh: needs root" >&2; exit 1; }
+# What this run changes on the machine, and what was there before, is kept in a journal only
+# root can write. A run that is cut off (killed, or the machine's session ends) leaves it behind,
+# and the next run first undoes what that one left: the package installed, the developer account,
+# the groups, a daemon, its cgroups, /run/cordon.
+journal=/var/lib/cordon-deb-test.journal
+work=""
+daemon_pid=""
+had_group_cordon=no
+had_group_admin=no
+had_state=no
+had_etc=no
+local_installed=no
+unit_cgroups=()
+
+journal_write() {
+  local tmp="$journal.tmp"
+  (
+    umask 077
+    printf 'work=%s\nhad_group_cordon=%s\nhad_group_admin=%s\nhad_state=%s\nhad_etc=%s\nlocal_installed=%s\ndaemon_pid=%s\nunit_cgroups=%s\n' \
+      "$work" "$had_group_cordon" "$had_group_admin" "$had_state" "$had_etc" "$local_installed" "$daemon_pid" \
+      "${unit_cgroups[*]}" >"$tmp"
+  )
+  mv -f "$tmp" "$journal"
+}
+
+# Reads the journal as data (never sourced): each value is checked against what this script
+# itself writes.
+journal_read() {
+  local key value
+  while IFS='=' read -r key value; do
+    case "$key" in
+      work) [[ "$value" =~ ^/tmp/cordon-deb-test\.[A-Za-z0-9]+$ || -z "$value" ]] && work=$value ;;
+      had_group_cordon | had_group_admin | had_state | had_etc | local_installed)
+        [[ "$value" == yes || "$value" == no ]] && printf -v "$key" '%s' "$value" ;;
+      daemon_pid) [[ "$value" =~ ^[0-9]*$ ]] && daemon_pid=$value ;;
+      unit_cgroups)
+        unit_cgroups=()
+        for d in $value; do
+          [[ "$d" =~ ^/sys/fs/cgroup(/[a-z]+)?/cordon-deb-test-[0-9]+\.service$ ]] && unit_cgroups+=("$d")
+        done
+        ;;
+    esac
+  done <"$journal"
+}
+
+cleanup() {
+  set +e
+  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null \
+    && grep -qE '^(systemd-socket-|cordond)' "/proc/$daemon_pid/comm" 2>/dev/null; then
+    kill -TERM "$daemon_pid"
+    # Not a child when an earlier run's daemon is stopped: wait for it by its pid.
+    for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+    wait "$daemon_pid" 2>/dev/null
+  fi
+  if dpkg-query -W -f='${Status}' cordon 2>/dev/null | grep -q installed; then
+    dpkg --purge cordon >/dev/null 2>&1
+  fi
+  [ "$local_installed" = yes ] && "$repo/packaging/install.sh" --uninstall >/dev/null 2>&1
+  [ "$had_etc" = no ] && rm -rf /etc/cordon
+  getent passwd "$dev" >/dev/null && userdel -r "$dev" 2>/dev/null
+  [ "$had_group_cordon" = no ] && getent group cordon >/dev/null && groupdel cordon
+  [ "$had_group_admin" = no ] && getent group cordon-admin >/dev/null && groupdel cordon-admin
+  rm -rf /var/lib/cordon
+  [ "$had_state" = yes ] && [ -n "$work" ] && mv "$work/var-lib-cordon.before" /var/lib/cordon
+  rm -rf /run/cordon
+  [ -n "$work" ] && rm -rf "$work"
+  for d in "${unit_cgroups[@]}"; do find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
+  rm -f "$journal"
+}
+
+# The README's developer.
+dev=alice
+if [ -f "$journal" ]; then
+  [ "$(stat -c '%u %a' "$journal")" = "0 600" ] || {
+    echo "test-deb.sh: $journal is not root's own 0600 file: remove it after looking at it" >&2
+    exit 1
+  }
+  echo "test-deb.sh: an earlier run was cut off before it restored this machine; undoing what it left ($journal):"
+  sed 's/^/  /' "$journal"
+  journal_read
+  cleanup
+  set -e
+  work=""
+  daemon_pid=""
+  local_installed=no
+  unit_cgroups=()
+fi
 if [ -e /run/cordon/cordon.sock ]; then
   echo "test-deb.sh: /run/cordon/cordon.sock exists (a cordond running as root?): stop it, or remove a stale socket" >&2
   exit 1
@@ -31,8 +118,6 @@ if dpkg-query -W -f='${Status}' cordon 2>/dev/null | grep -q installed; then
   echo "test-deb.sh: cordon is already installed here; this test installs and purges it: run it on a throwaway machine" >&2
   exit 1
 fi
-# The README's developer.
-dev=alice
 if getent passwd "$dev" >/dev/null; then
   echo "test-deb.sh: the account $dev exists already; run this on a throwaway machine" >&2
   exit 1
@@ -41,17 +126,17 @@ fi
 work=$(mktemp -d /tmp/cordon-deb-test.XXXXXX)
 chmod 0755 "$work"
 failures=0
-daemon_pid=""
 had_group_cordon=$(getent group cordon >/dev/null && echo yes || echo no)
 had_group_admin=$(getent group cordon-admin >/dev/null && echo yes || echo no)
 had_state=$([ -e /var/lib/cordon ] && echo yes || echo no)
+had_etc=$([ -e /etc/cordon ] && echo yes || echo no)
+journal_write
+trap cleanup EXIT
 # A hand-started root cordond's audit log from before: set aside, restored afterwards (the
 # package starts on a log of its own).
 if [ "$had_state" = yes ]; then
   mv /var/lib/cordon "$work/var-lib-cordon.before"
 fi
-had_etc=$([ -e /etc/cordon ] && echo yes || echo no)
-local_installed=no
 
 say() { printf '\n== %s\n' "$*"; }
 run() {
@@ -70,28 +155,6 @@ check() { # check DESCRIPTION COMMAND...: one line, PASS or FAIL
 }
 
 unit_cgroup=cordon-deb-test-$$.service
-unit_cgroups=()
-
-cleanup() {
-  set +e
-  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
-    kill -TERM "$daemon_pid"
-    wait "$daemon_pid" 2>/dev/null
-  fi
-  if dpkg-query -W -f='${Status}' cordon 2>/dev/null | grep -q installed; then
-    dpkg --purge cordon >/dev/null 2>&1
-  fi
-  [ "$local_installed" = yes ] && "$repo/packaging/install.sh" --uninstall >/dev/null 2>&1
-  [ "$had_etc" = no ] && rm -rf /etc/cordon
-  getent passwd "$dev" >/dev/null && userdel -r "$dev" 2>/dev/null
-  [ "$had_group_cordon" = no ] && getent group cordon >/dev/null && groupdel cordon
-  [ "$had_group_admin" = no ] && getent group cordon-admin >/dev/null && groupdel cordon-admin
-  rm -rf /var/lib/cordon
-  [ "$had_state" = yes ] && mv "$work/var-lib-cordon.before" /var/lib/cordon
-  rm -rf /run/cordon "$work"
-  for d in "${unit_cgroups[@]}"; do find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
-}
-trap cleanup EXIT
 
 say "install"
 run dpkg -i target/debian/cordon_*.deb
@@ -159,7 +222,9 @@ echo "ExecStart=$exec_start; ListenStream=$listen (group $sock_group, mode $sock
 # (pure v2: /sys/fs/cgroup; hybrid: the v2 one at unified/ and the v1 memory and pids ones).
 for h in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/memory /sys/fs/cgroup/pids; do
   [ -e "$h/cgroup.procs" ] || continue
-  mkdir "$h/$unit_cgroup" && unit_cgroups+=("$h/$unit_cgroup")
+  unit_cgroups+=("$h/$unit_cgroup")
+  journal_write
+  mkdir "$h/$unit_cgroup"
 done
 echo "the unit's cgroups: ${unit_cgroups[*]}"
 # A service's environment under systemd: no inherited variables, systemd's PATH.
@@ -168,6 +233,7 @@ env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin \
   sh -c 'for d in '"${unit_cgroups[*]}"'; do echo $$ > "$d/cgroup.procs"; done; exec "$@"' sh \
   systemd-socket-activate -l "$listen" -- $exec_start >"$work/cordond.log" 2>&1 &
 daemon_pid=$!
+journal_write
 for _ in $(seq 100); do [ -S "$listen" ] && break; sleep 0.1; done
 # What systemd does for SocketGroup= and SocketMode= after binding.
 run chgrp "$sock_group" "$listen"
@@ -260,8 +326,9 @@ say "without a package (Fedora and others): packaging/install.sh, then --uninsta
 run cargo build --release --locked -p cordon-client -p cordon-daemon
 check "install.sh: off Debian, zsh completions go to share/zsh/site-functions" \
   bash -c "packaging/install.sh --list --no-build --layout other | grep -q ' /usr/local/share/zsh/site-functions/_cordon\$'"
-run packaging/install.sh --no-build
 local_installed=yes
+journal_write
+run packaging/install.sh --no-build
 run stat -c '%A %U:%G %n' /usr/local/bin/cordon /usr/local/bin/cordond /etc/cordon/policies.d/*.toml
 run grep '^ExecStart=' /usr/local/lib/systemd/system/cordond.service
 check "install.sh: the unit starts /usr/local/bin/cordond" grep -q '^ExecStart=/usr/local/bin/cordond ' /usr/local/lib/systemd/system/cordond.service
