@@ -1,4 +1,6 @@
-//! Authorization: a caller's role comes only from the kernel's peer credentials.
+//! Authorization: a caller's role comes only from who the server established it is: the kernel's
+//! peer credentials on the Unix socket, or the local account a verified client certificate or
+//! an admin-issued token is mapped to.
 //!
 //! *Admin*: uid 0, the daemon's own uid, or a member of the admin group. Everyone else who can
 //! connect is an *agent caller*, and sees and runs only the tools whose `allow` admits it (a tool
@@ -80,8 +82,17 @@ pub fn group_id(name: &str) -> Option<u32> {
     Group::from_name(name).ok().flatten().map(|g| g.gid.as_raw())
 }
 
-/// The caller's groups: its gid plus its user's memberships in the group database.
+/// The caller's groups: the ones its mapping names when it has one (a certificate or a token
+/// mapped to an account and groups), else its gid plus its user's memberships in the group
+/// database.
 pub fn groups_of(c: &Caller) -> Vec<u32> {
+    if let Some(groups) = &c.groups {
+        let mut groups = groups.to_vec();
+        if !groups.contains(&c.gid) {
+            groups.insert(0, c.gid);
+        }
+        return groups;
+    }
     let mut groups = vec![c.gid];
     if let Ok(Some(user)) = User::from_uid(Uid::from_raw(c.uid))
         && let Ok(name) = std::ffi::CString::new(user.name)
@@ -90,4 +101,23 @@ pub fn groups_of(c: &Caller) -> Vec<u32> {
         groups.extend(list.into_iter().map(Gid::as_raw));
     }
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caller::Via;
+
+    #[test]
+    fn a_mapped_callers_groups_are_exactly_its_mappings_not_the_accounts() {
+        // uid 0's database groups would include 0; a mapping that names groups replaces them.
+        let mapped =
+            Caller { uid: 65534, gid: 65534, pid: None, via: Via::Token("t1".into()), groups: Some([4242].into()) };
+        assert_eq!(groups_of(&mapped), vec![65534, 4242]);
+        let authz = Authorizer { daemon_uid: 1, admin_gid: Some(4242) };
+        assert_eq!(authz.role(&mapped), Role::Admin, "the admin group named by the mapping");
+        let without = Caller { groups: Some([7].into()), ..mapped.clone() };
+        assert_eq!(authz.role(&without), Role::Agent);
+        assert_eq!(groups_of(&without), vec![65534, 7]);
+    }
 }

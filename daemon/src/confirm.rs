@@ -368,7 +368,7 @@ impl Confirmations {
                 expired.push(Expired {
                     approval_id: r.approval_id.clone(),
                     tool: r.parked.tool.name.clone(),
-                    caller: r.parked.caller,
+                    caller: r.parked.caller.clone(),
                     mode: r.mode,
                 });
             }
@@ -433,7 +433,7 @@ impl Confirmations {
                 tool: record.parked.tool.name.clone(),
                 argv: argv.clone(),
                 description: description.clone(),
-                caller: record.parked.caller,
+                caller: record.parked.caller.clone(),
                 expires_in: ttl,
                 waiting: false,
             }));
@@ -515,7 +515,7 @@ impl Confirmations {
                 tool: r.parked.tool.name.clone(),
                 argv: r.parked.plan.display_argv.clone(),
                 description: r.description.clone(),
-                caller: r.parked.caller,
+                caller: r.parked.caller.clone(),
                 expires_in: r.expires.saturating_duration_since(now),
                 waiting: r.claimed,
             })
@@ -550,7 +550,7 @@ impl Confirmations {
         }
         record.decision.send_replace(decision);
         self.gone(record, if decision == Decision::Approved { "approved" } else { "denied" });
-        let decided = Decided { tool: record.parked.tool.name.clone(), caller: record.parked.caller };
+        let decided = Decided { tool: record.parked.tool.name.clone(), caller: record.parked.caller.clone() };
         // A denied approval nobody waits on is gone at once; an approved one stays until redeemed.
         if decision == Decision::Denied && !record.claimed {
             map.remove(&key);
@@ -625,7 +625,7 @@ mod tests {
             plan,
             identity: None,
             dedicated_uid: false,
-            caller: Caller { uid: 1000, gid: 1000, pid: None },
+            caller: Caller::socket(1000, 1000, None),
             paths: Vec::new(),
         }
     }
@@ -644,10 +644,10 @@ mod tests {
     async fn a_token_is_refused_to_another_user_and_stays_usable_for_its_owner() {
         let store = Confirmations::default();
         let ticket = store.park(parked("agent")).unwrap();
-        let stranger = Caller { uid: 1001, gid: 1001, pid: None };
+        let stranger = Caller::socket(1001, 1001, None);
         assert_eq!(store.redeem(&ticket.token, stranger, false).await.unwrap_err(), ConfirmError::Foreign);
-        let owner = Caller { uid: 1000, gid: 1000, pid: None };
-        assert!(store.redeem(&ticket.token, owner, false).await.is_ok());
+        let owner = Caller::socket(1000, 1000, None);
+        assert!(store.redeem(&ticket.token, owner.clone(), false).await.is_ok());
         assert_eq!(store.redeem(&ticket.token, owner, false).await.unwrap_err(), ConfirmError::UnknownToken);
     }
 
@@ -655,7 +655,7 @@ mod tests {
     async fn a_waiter_that_goes_away_leaves_nothing_behind() {
         let store = Arc::new(Confirmations::new(AGENT_TTL, Duration::from_secs(30)));
         let ticket = store.park(parked("human")).unwrap();
-        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        let owner = Caller::socket(1000, 1000, None);
         let waiting = {
             let store = store.clone();
             let token = ticket.token.clone();
@@ -686,7 +686,7 @@ mod tests {
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].approval_id, ticket.approval_id);
         assert!(store.sweep().is_empty(), "reported twice");
-        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        let owner = Caller::socket(1000, 1000, None);
         assert_eq!(store.redeem(&ticket.token, owner, false).await.unwrap_err(), ConfirmError::Expired);
     }
 
@@ -699,11 +699,11 @@ mod tests {
         assert!(matches!(store.park(parked("agent")), Err(ConfirmError::TooMany(_))));
         // Another caller has its own allowance, up to the total.
         let mut other = parked("agent");
-        other.caller = Caller { uid: 1001, gid: 1001, pid: None };
+        other.caller = Caller::socket(1001, 1001, None);
         store.park(other.clone()).unwrap();
         assert!(matches!(store.park(other.clone()), Err(ConfirmError::TooMany(m)) if m.contains("all callers")));
         // Redeeming one frees a place.
-        let owner = Caller { uid: 1000, gid: 1000, pid: None };
+        let owner = Caller::socket(1000, 1000, None);
         store.redeem(&first.token, owner, false).await.unwrap();
         store.park(parked("agent")).unwrap();
         // Bytes count too.
@@ -716,8 +716,11 @@ mod tests {
         let store = Confirmations::default();
         let ticket = store.park(parked("human")).unwrap();
         assert!(!ticket.elicitation_approves);
-        let owner = Caller { uid: 1000, gid: 1000, pid: None };
-        assert_eq!(store.redeem(&ticket.token, owner, true).await.unwrap_err(), ConfirmError::ElicitationNotAccepted);
+        let owner = Caller::socket(1000, 1000, None);
+        assert_eq!(
+            store.redeem(&ticket.token, owner.clone(), true).await.unwrap_err(),
+            ConfirmError::ElicitationNotAccepted
+        );
         assert_eq!(store.pending().len(), 1);
         let store = Confirmations::default().with_limits(Limits { elicitation_approves: true, ..Limits::default() });
         let ticket = store.park(parked("human")).unwrap();

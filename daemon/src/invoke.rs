@@ -109,7 +109,7 @@ impl From<AdmissionError> for InvokeError {
 }
 
 /// Why an invocation was cancelled, for its audit record.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum CancelReason {
     /// `Cancel` from this caller.
     Caller(Caller),
@@ -429,7 +429,7 @@ impl Invoker {
         arguments: &str,
         mark: Option<&StepMark>,
     ) -> Result<Admission, InvokeError> {
-        let result = self.try_prepare(caller, tool_name, arguments, mark).await;
+        let result = self.try_prepare(caller.clone(), tool_name, arguments, mark).await;
         match &result {
             Ok(Admission::NeedsConfirmation(ticket)) => self.audit.record(marked(
                 mark,
@@ -581,7 +581,7 @@ impl Invoker {
     /// parks no confirmation (the answer names the confirmation a real call needs). Audited as
     /// `dry_run`.
     pub fn dry_run(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<DryRun, InvokeError> {
-        let result = self.try_dry_run(caller, tool_name, arguments);
+        let result = self.try_dry_run(caller.clone(), tool_name, arguments);
         match &result {
             Ok(d) => self.audit.record(
                 Record::new(Decision::DryRun)
@@ -628,7 +628,7 @@ impl Invoker {
     ) -> Result<Prepared, InvokeError> {
         // Known before the wait, for the record of a refusal: which tool and approval it was.
         let known = self.confirmations.peek(token, caller.uid);
-        let result = self.try_redeem(caller, token, approved_by_elicitation).await;
+        let result = self.try_redeem(caller.clone(), token, approved_by_elicitation).await;
         match &result {
             Ok(prepared) => {
                 // An admin's approval was recorded when it was given.
@@ -729,7 +729,7 @@ impl Invoker {
         // As root, the tool runs as the caller unless the policy names another account; as a
         // normal user, cordond cannot change identity and the tool runs as cordond's user.
         let (identity, dedicated_uid) = match (&tool.sandbox.run_as, self.host.is_root) {
-            (Some(RunAs::OwnerOfWorkingDir), true) => (Some(owner_identity(&tool, caller)?), false),
+            (Some(RunAs::OwnerOfWorkingDir), true) => (Some(owner_identity(&tool, caller.clone())?), false),
             (Some(run_as), true) => {
                 let (uid, gid) = cordon_core::policy::resolve_run_as(run_as).map_err(unavailable)?;
                 (Some(Identity::plain(uid, gid)), true)
@@ -833,7 +833,7 @@ impl Invoker {
             id.clone(),
             Running {
                 tool: tool.name.clone(),
-                caller,
+                caller: caller.clone(),
                 started: Instant::now(),
                 cancel: cancel.clone(),
                 cancelled_by: None,
@@ -972,7 +972,7 @@ impl Invoker {
             ),
             Err(e) => tracing::warn!(id = %prepared.id, error = %e, "invocation failed to run"),
         }
-        let cancelled_by = self.lock().get(&prepared.id).and_then(|r| r.cancelled_by);
+        let cancelled_by = self.lock().get(&prepared.id).and_then(|r| r.cancelled_by.clone());
         let judged = result.as_ref().ok().map(|o| verdict(&prepared.tool, o));
         let mut explained = match (&result, &judged) {
             (Ok(o), Some(v)) => denials(&prepared.tool, o, v),
@@ -1081,7 +1081,7 @@ impl Invoker {
 
     /// Who started a running invocation.
     pub fn owner(&self, id: &str) -> Option<Caller> {
-        self.lock().get(id).map(|r| r.caller)
+        self.lock().get(id).map(|r| r.caller.clone())
     }
 
     /// Refuses new invocations from now on; calls waiting in the admission queue wake and are
@@ -1105,7 +1105,7 @@ impl Invoker {
             .map(|(id, r)| RunningInfo {
                 id: id.clone(),
                 tool: r.tool.clone(),
-                caller: r.caller,
+                caller: r.caller.clone(),
                 elapsed: r.started.elapsed(),
                 cgroup_dirs: r.cgroup_dirs.get().cloned().unwrap_or_default(),
             })

@@ -244,7 +244,7 @@ impl<R: Clone> Jobs<R> {
             id: id.to_string(),
             kind: e.kind,
             tool: e.tool.clone(),
-            owner: e.owner,
+            owner: e.owner.clone(),
             argv: e.argv.clone(),
             elapsed,
             outcome,
@@ -254,7 +254,7 @@ impl<R: Clone> Jobs<R> {
 
     /// Who started a job (None: no such job, or expired).
     pub fn owner(&self, id: &str) -> Option<Caller> {
-        self.live().get(id).map(|e| e.owner)
+        self.live().get(id).map(|e| e.owner.clone())
     }
 
     /// How many jobs `visible` admits are running, and how many finished ones are kept.
@@ -306,7 +306,7 @@ mod tests {
     use super::*;
 
     fn caller(uid: u32) -> Caller {
-        Caller { uid, gid: uid, pid: Some(1) }
+        Caller::socket(uid, uid, Some(1))
     }
 
     #[test]

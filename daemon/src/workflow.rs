@@ -114,7 +114,7 @@ impl Stop {
 
     /// Why it stopped; a stop through [`Self::on_drop`] is the client going away.
     fn reason(&self) -> CancelReason {
-        self.reason.lock().unwrap_or_else(|p| p.into_inner()).unwrap_or(CancelReason::ClientGone)
+        self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or(CancelReason::ClientGone)
     }
 
     /// Why the remaining steps did not run, in a sentence.
@@ -141,7 +141,7 @@ impl Running {
 
     /// Who started a running workflow.
     pub fn owner(&self, id: &str) -> Option<Caller> {
-        self.lock().get(id).map(|(c, _)| *c)
+        self.lock().get(id).map(|(c, _)| c.clone())
     }
 
     /// Stops a running workflow; false when no workflow with that id runs.
@@ -230,7 +230,7 @@ impl Runner<'_> {
             started = started.with("job", true);
         }
         self.invoker.audit().durable(started).await?;
-        self.running.lock().insert(id.clone(), (caller, stop.clone()));
+        self.running.lock().insert(id.clone(), (caller.clone(), stop.clone()));
         let registration = Registration { running: self.running.clone(), id: id.clone() };
         Ok(Begun { id, caller, workflow, generation, args, stop, _registration: registration })
     }
@@ -256,7 +256,7 @@ impl Runner<'_> {
             }
             let mark = StepMark { workflow_id: id.clone(), step: index };
             let result = match step_arguments(&step.args, &args, &run.steps) {
-                Ok(arguments) => self.step(caller, &step.tool, arguments, mark, &stop).await,
+                Ok(arguments) => self.step(caller.clone(), &step.tool, arguments, mark, &stop).await,
                 Err(why) => StepResult::refused(index, &step.tool, why),
             };
             let ok = result.ok;

@@ -169,7 +169,16 @@ impl Record {
 }
 
 pub fn caller_json(c: &Caller) -> Value {
-    json!({ "uid": c.uid, "gid": c.gid, "pid": c.pid })
+    let mut v = json!({ "uid": c.uid, "gid": c.gid, "pid": c.pid });
+    match &c.via {
+        crate::caller::Via::Socket => {}
+        crate::caller::Via::Certificate(subject) => v["certificate"] = Value::from(&**subject),
+        crate::caller::Via::Token(id) => v["token"] = Value::from(&**id),
+    }
+    if let Some(groups) = &c.groups {
+        v["groups"] = Value::from(groups.to_vec());
+    }
+    v
 }
 
 /// Where and how the log is kept.

@@ -258,7 +258,7 @@ impl Conn {
                 return None;
             }
         };
-        let caller = Caller { uid: cred.uid(), gid: cred.gid(), pid: cred.pid() };
+        let caller = Caller::socket(cred.uid(), cred.gid(), cred.pid());
         let peer = Peer::decide(&io, caller);
         let budget = if peer.verdict == Verdict::Outside { limits } else { refused };
         let slot = budget.acquire(cred.uid())?;

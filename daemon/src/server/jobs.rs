@@ -105,7 +105,11 @@ impl CordonService {
         }
         let mut prepared = if req.confirm_token.is_empty() {
             self.require_tool(&caller, &req.tool, "invoke")?;
-            match invoker.prepare(caller, &req.tool, &req.arguments_json).await.map_err(|e| status::invoke(&e))? {
+            match invoker
+                .prepare(caller.clone(), &req.tool, &req.arguments_json)
+                .await
+                .map_err(|e| status::invoke(&e))?
+            {
                 Admission::Ready(prepared) => prepared,
                 // Nothing runs until the token is redeemed (by StartJob naming it, or Confirm).
                 Admission::NeedsConfirmation(ticket) => {
@@ -143,7 +147,8 @@ impl CordonService {
         let p = started.prepared();
         let id = p.id.clone();
         let hint = self.hint_input(p);
-        let view = self.daemon.jobs.insert(&id, Kind::Tool, &p.tool.name, p.caller, p.plan.display_argv.clone());
+        let view =
+            self.daemon.jobs.insert(&id, Kind::Tool, &p.tool.name, p.caller.clone(), p.plan.display_argv.clone());
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
             let outcome = match daemon.invoker.execute(started, None).await {
@@ -219,7 +224,7 @@ impl CordonService {
         self.visible_job(&caller, id, "cancel_job")?;
         let reason = CancelReason::Caller(caller);
         let cancelled = self.daemon.jobs.running(id)
-            && (self.daemon.invoker.cancel_with(id, reason) || self.daemon.workflows.stop(id, reason));
+            && (self.daemon.invoker.cancel_with(id, reason.clone()) || self.daemon.workflows.stop(id, reason));
         Ok(v1::CancelJobResponse { cancelled })
     }
 }

@@ -52,9 +52,9 @@ enum PeerError {
 fn peer<T>(request: &Request<T>) -> Result<Caller, PeerError> {
     let peer = request.extensions().get::<Peer>().ok_or(PeerError::NoCredentials)?;
     match &peer.verdict {
-        Verdict::Outside => Ok(peer.caller),
-        Verdict::Sandboxed => Err(PeerError::Sandboxed(peer.caller)),
-        Verdict::Unknown(why) => Err(PeerError::Unknown(peer.caller, why.clone())),
+        Verdict::Outside => Ok(peer.caller.clone()),
+        Verdict::Sandboxed => Err(PeerError::Sandboxed(peer.caller.clone())),
+        Verdict::Unknown(why) => Err(PeerError::Unknown(peer.caller.clone(), why.clone())),
     }
 }
 
@@ -227,7 +227,7 @@ impl CordonService {
         name: &str,
         arguments_json: &str,
     ) -> Result<AdmittedWorkflow, Status> {
-        let caller = *caller;
+        let caller = caller.clone();
         let role = self.role(&caller);
         let registry = self.daemon.registry.current();
         let Some(workflow) = registry.workflow(name).cloned() else {
@@ -526,7 +526,7 @@ impl v1::cordon_server::Cordon for CordonService {
         let req = request.into_inner();
         self.require_tool(&caller, &req.tool, "dry_run")?;
         let invoker = &self.daemon.invoker;
-        let dry = invoker.dry_run(caller, &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))?;
+        let dry = invoker.dry_run(caller.clone(), &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))?;
         let admin = self.role(&caller) == Role::Admin;
         Ok(Response::new(convert::dry_run(&dry, invoker.host(), admin)))
     }
@@ -691,7 +691,7 @@ impl v1::cordon_server::Cordon for CordonService {
         {
             self.require_admin(&caller, "cancel", "cancelling another user's invocation")?;
         }
-        let cancelled = self.daemon.invoker.cancel_with(id, CancelReason::Caller(caller))
+        let cancelled = self.daemon.invoker.cancel_with(id, CancelReason::Caller(caller.clone()))
             || self.daemon.workflows.stop(id, CancelReason::Caller(caller));
         Ok(Response::new(v1::CancelResponse { cancelled }))
     }
