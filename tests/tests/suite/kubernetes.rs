@@ -353,3 +353,28 @@ fn every_cordon_command_line_of_the_daemonset_is_accepted_by_the_real_binaries()
         }
     }
 }
+
+#[test]
+fn a_client_in_a_pid_namespace_cordond_cannot_see_is_refused_which_is_why_the_daemonset_has_host_pid() {
+    require_root!("to make a pid namespace");
+    // cordond in a pid namespace of its own (as in a pod without hostPID), the client outside
+    // it (as in another pod): SO_PEERCRED reports pid 0, and cordond refuses what it cannot pin.
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("tools.toml"), TOOLS).unwrap();
+    let d = Daemon::start_under(&["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"], dir, policies, &[]);
+    let out = d.cordon(&["run", "echo", "--arg", "text=hi"]);
+    out.assert_code(77);
+    assert!(
+        out.stderr.contains(
+            "UNKNOWN_PEER: cordond could not identify the process that opened this connection (the peer process is \
+             in a pid namespace cordond cannot see; run the client in cordond's pid namespace)"
+        ),
+        "{out:#?}"
+    );
+    // In the node's pid namespace (hostPID) every pod's processes are visible to cordond.
+    let docs = manifest("daemonset.yaml");
+    let spec = &of_kind(&docs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    assert_eq!(spec["hostPID"].as_bool(), Some(true));
+}
