@@ -6,10 +6,11 @@
 //! with the files (0644), all root's; containers see it through a read-only mount. The tests
 //! build that tree in a temporary directory and mount it read-only in a mount namespace of their
 //! own (`unshare -m`), so nothing outside the test sees the mount: cordond loads it there, refuses
-//! it writable, and refuses every link or file someone else could have placed in it. Then the
-//! manifests themselves: the ConfigMap's policies pass `cordon policy check` in exactly that
-//! layout, and every `cordond`/`cordon` command line of the DaemonSet is accepted by the real
-//! binaries' parsers.
+//! it writable, refuses every link or file someone else could have placed in it, and reloads
+//! one version at a time, driven by the DaemonSet's own `reloader` script. Then the manifests
+//! themselves: the ConfigMap's policies pass `cordon policy check` in exactly that layout, every
+//! `cordond`/`cordon` command line of the DaemonSet is accepted by the real binaries' parsers,
+//! and `hostPID` is shown needed (cordond refuses a client in a pid namespace it cannot see).
 
 use std::os::unix::fs::{PermissionsExt as _, lchown, symlink};
 use std::path::{Path, PathBuf};
@@ -377,4 +378,56 @@ fn a_client_in_a_pid_namespace_cordond_cannot_see_is_refused_which_is_why_the_da
     let docs = manifest("daemonset.yaml");
     let spec = &of_kind(&docs, "DaemonSet")[0]["spec"]["template"]["spec"];
     assert_eq!(spec["hostPID"].as_bool(), Some(true));
+}
+
+/// The DaemonSet's `reloader` container's script, with its paths and its period replaced.
+fn reloader_script(policies: &Path, socket: &Path, cordon: &Path) -> String {
+    let docs = manifest("daemonset.yaml");
+    let spec = &of_kind(&docs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    let reloader = spec["containers"].as_vec().unwrap().iter().find(|c| c["name"].as_str() == Some("reloader"));
+    let command = strings(&reloader.expect("a reloader container")["command"]);
+    assert_eq!(command[..2], ["/bin/sh", "-c"]);
+    let script = &command[2];
+    for fixed in ["/etc/cordon/policies.d", "/run/cordon/cordon.sock", "/usr/bin/cordon ", "sleep 10"] {
+        assert!(script.contains(fixed), "{fixed} not in {script}");
+    }
+    script
+        .replace("/etc/cordon/policies.d", policies.to_str().unwrap())
+        .replace("/run/cordon/cordon.sock", socket.to_str().unwrap())
+        .replace("/usr/bin/cordon ", &format!("{} ", cordon.display()))
+        .replace("sleep 10", "sleep 0.1")
+}
+
+#[test]
+fn the_reloader_has_cordond_reload_when_the_kubelet_swaps_the_configmap() {
+    require_root!("to mount a directory read-only");
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let first = [("tools.toml", TOOLS)];
+    let vol = configmap_volume(dir.path(), &first);
+    let vol_arg = vol.to_str().unwrap().to_string();
+    let wrapper = ["unshare", "-m", "--propagation", "private", "sh", "-c", MOUNT_READ_ONLY, "sh", &vol_arg];
+    let d = Daemon::start_under(&wrapper, dir, vol.join("..data"), &[]);
+    let script = reloader_script(&vol, &d.socket, &bin("cordon"));
+    let log = d.dir.path().join("reloader.log");
+    let mut reloader = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let names = || -> Vec<String> {
+        let out = d.cordon(&["tools", "--json"]);
+        out.json()["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names(), ["echo"]);
+    let second_tools = TOOLS.replace("tools.echo", "tools.echo-v2");
+    let second = [("tools.toml", second_tools.as_str())];
+    update(&vol, (FIRST, &first), (SECOND, &second));
+    let reloaded = cordon_tests::eventually(std::time::Duration::from_secs(20), || names() == ["echo-v2"]);
+    let _ = reloader.kill();
+    let _ = reloader.wait();
+    let printed = std::fs::read_to_string(&log).unwrap();
+    assert!(reloaded, "cordond did not reload; the reloader printed: {printed}");
+    assert!(printed.contains(&format!("policies changed to {SECOND}: reloading")), "{printed}");
 }
