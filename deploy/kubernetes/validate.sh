@@ -7,10 +7,10 @@ here="$(cd "$(dirname "$0")" && pwd)"
 venv="${1:-/tmp/cordon-k8s-venv}"
 # The Kubernetes release whose schemas the manifests must satisfy (the package bundles several).
 k8s_version=1.33.0
-if [ ! -x "$venv/bin/kubernetes-validate" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
-fi
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+# Every run: a venv left with another version is brought to the pin (nothing is fetched when it
+# already matches).
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
 validate() { "$venv/bin/kubernetes-validate" --strict --kubernetes-version "$k8s_version" "$@"; }
 # kustomization.yaml is kustomize's, not a Kubernetes resource (no schema): its resources must exist.
 mapfile -t files < <(find "$here" -name '*.yaml' ! -name kustomization.yaml | sort)
