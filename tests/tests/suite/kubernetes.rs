@@ -431,3 +431,33 @@ fn the_reloader_has_cordond_reload_when_the_kubelet_swaps_the_configmap() {
     assert!(reloaded, "cordond did not reload; the reloader printed: {printed}");
     assert!(printed.contains(&format!("policies changed to {SECOND}: reloading")), "{printed}");
 }
+
+#[test]
+fn an_agent_pod_connects_through_its_read_only_mount_of_the_socket_directory() {
+    require_root!("to mount a directory read-only");
+    // examples/agent-pod.yaml mounts the node's /run/cordon read-only at /run/cordon.
+    let docs = manifest("examples/agent-pod.yaml");
+    let pod = of_kind(&docs, "Pod")[0];
+    let mounts = pod["spec"]["containers"][0]["volumeMounts"].as_vec().unwrap();
+    let socket = mounts.iter().find(|m| m["mountPath"].as_str() == Some("/run/cordon")).expect("the socket's mount");
+    assert_eq!(socket["readOnly"].as_bool(), Some(true));
+
+    let allowed = TOOLS
+        .replace("[defaults]\n", &format!("[defaults]\nallow = {{ users = [\"{}\"] }}\n", cordon_tests::agent::AGENT));
+    let d = Daemon::start_with(&[("tools.toml", &allowed)], &["--socket-group", cordon_tests::agent::SOCKET_GROUP]);
+    let run_dir = d.socket.parent().unwrap().to_str().unwrap().to_string();
+    let out: Output = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", MOUNT_READ_ONLY, "sh", &run_dir])
+        .arg("setpriv")
+        .args(["--reuid", cordon_tests::agent::AGENT, "--regid", cordon_tests::agent::AGENT, "--init-groups", "--"])
+        .arg(bin("cordon"))
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["run", "echo", "--arg", "text=through-a-read-only-mount"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+        .into();
+    out.assert_code(0);
+    assert_eq!(out.stdout, "[through-a-read-only-mount]");
+}
