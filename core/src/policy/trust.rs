@@ -13,9 +13,21 @@
 //! - a daemon that is not root also accepts group write permission for the group named like its
 //!   user when it is the daemon's primary group and lists no other member (the user-private-group
 //!   convention of umask 002 systems); a root daemon never does;
+//! - a directory of policies (not the audit or socket directory, which the daemon writes) may be
+//!   writable by group or others when it lies on a mount that is read-only here: nobody can add,
+//!   rename or remove an entry through this mount. This is a Kubernetes ConfigMap volume, which
+//!   the kubelet makes mode 0777 (its emptyDir convention) and mounts read-only into containers;
+//!   its writable view is the kubelet's, below `/var/lib/kubelet/pods`, which only root can
+//!   enter. Because another view of such a directory could still be writable, what cordond takes
+//!   from it is held to more: every symlink in it must be owned by root (or the daemon's user)
+//!   and lead to an entry beneath it (a relative target without `..`, as the kubelet's
+//!   `name -> ..data/name` and `..data -> ..2026_...` are), and every file and directory it
+//!   leads to is checked as usual (regular files not writable by group or others). A file
+//!   never gets this exemption: a write through another view would change its content;
 //! - symlinks are followed only through this same walk (each directory on the target's path is
-//!   checked; a symlink itself only matters when it sits in a sticky directory, where its owner
-//!   could replace it), at most [`MAX_SYMLINKS`] of them (a loop is an error, never a hang);
+//!   checked; a symlink itself only matters when it sits in a sticky directory or one of the
+//!   read-only directories above, where someone else could replace it), at most
+//!   [`MAX_SYMLINKS`] of them (a loop is an error, never a hang);
 //! - only regular files are opened, with `O_NOFOLLOW | O_NONBLOCK` and checked again with
 //!   `fstat` on the open descriptor, and read up to a size bound: a FIFO, a device or a 10 GiB
 //!   file cannot hang or exhaust the daemon.
@@ -116,6 +128,12 @@ impl Subject {
     pub const POLICY_FILE: Subject = Subject { name: "policy file" };
     pub const AUDIT_DIR: Subject = Subject { name: "audit directory" };
     pub const SOCKET_DIR: Subject = Subject { name: "socket directory" };
+
+    /// Whether the daemon only reads this object (policies), so a read-only mount of it counts
+    /// (see the module documentation); not for the directories it writes into.
+    fn read_only_counts(self) -> bool {
+        self == Subject::POLICY_DIR || self == Subject::POLICY_FILE
+    }
 }
 
 /// A file or directory that someone but root (or the daemon's user) could have written.
@@ -161,6 +179,14 @@ pub enum TrustError {
     Io { action: &'static str, what: String, path: PathBuf, errno: Errno },
     #[error("{what} {} changed while it was being checked; try again", .path.display())]
     Changed { what: String, path: PathBuf },
+    /// A symlink in a directory that only a read-only mount protects leads out of it.
+    #[error(
+        "{what} {}: the symlink {} leads to {}, out of {}, a directory others may write that is only mounted read-only here \
+         (a Kubernetes ConfigMap volume); cordond follows a symlink there only to an entry beneath it (a relative target \
+         without ..): mount the ConfigMap as the kubelet writes it, or use a directory only root can write",
+        .path.display(), .link.display(), .target.display(), .dir.display()
+    )]
+    LinkLeaves { what: String, path: PathBuf, link: PathBuf, target: PathBuf, dir: PathBuf },
 }
 
 impl TrustError {
@@ -199,6 +225,8 @@ enum Role {
 }
 
 /// Checks the owner and mode of one object.
+/// `read_only`: the object is a directory on a mount that is read-only here (see the module
+/// documentation: it then may be writable by group or others when `subject` is only read).
 fn check(
     trust: Trust,
     st: &FileStat,
@@ -206,6 +234,7 @@ fn check(
     role: Role,
     subject: Subject,
     target: &Path,
+    read_only: bool,
 ) -> Result<(), TrustError> {
     let mode = st.st_mode & 0o7777;
     let what = match role {
@@ -226,7 +255,8 @@ fn check(
             bits &= !0o020;
         }
         let sticky_root = mode & 0o1000 != 0 && st.st_uid == 0 && role == Role::Above;
-        if bits != 0 && !sticky_root {
+        let mounted_read_only = read_only && subject.read_only_counts() && file_type(st) == SFlag::S_IFDIR;
+        if bits != 0 && !sticky_root && !mounted_read_only {
             let who = match bits {
                 0o020 => "group",
                 0o002 => "others",
@@ -305,14 +335,16 @@ fn walk_as(path: &Path, trust: Trust, subject: Subject, target: Option<&Path>) -
     };
     let root = nix::fcntl::open("/", DIR_FLAGS, Mode::empty()).map_err(|e| io("open", Path::new("/"), e))?;
     let root_st = fstat(&root).map_err(|e| io("inspect", Path::new("/"), e))?;
+    let root_ro = read_only_mount(&root).map_err(|e| io("inspect the mount of", Path::new("/"), e))?;
     // The physical chain of directories walked so far; the last one is where we are.
-    let mut stack: Vec<(OwnedFd, PathBuf, FileStat)> = Vec::new();
+    let mut stack: Vec<Step> = Vec::new();
     let mut pending: Vec<OsString> = components(&absolute);
     pending.reverse();
     let last_role = if target.is_some() { Role::Above } else { Role::Target };
     let target = target.unwrap_or(&absolute).to_path_buf();
-    check(trust, &root_st, Path::new("/"), if pending.is_empty() { last_role } else { Role::Above }, subject, &target)?;
-    stack.push((root, PathBuf::from("/"), root_st));
+    let root_role = if pending.is_empty() { last_role } else { Role::Above };
+    check(trust, &root_st, Path::new("/"), root_role, subject, &target, root_ro)?;
+    stack.push(Step::new(root, PathBuf::from("/"), root_st, root_ro));
     let mut links = 0;
     let mut via: Option<PathBuf> = None;
     while let Some(name) = pending.pop() {
@@ -322,7 +354,8 @@ fn walk_as(path: &Path, trust: Trust, subject: Subject, target: Option<&Path>) -
             }
             continue;
         }
-        let (dir_fd, dir_path, dir_st) = stack.last().ok_or_else(|| io("resolve", &absolute, Errno::EINVAL))?;
+        let step = stack.last().ok_or_else(|| io("resolve", &absolute, Errno::EINVAL))?;
+        let (dir_fd, dir_path, dir_st) = (&step.fd, &step.path, &step.st);
         let here = dir_path.join(&name);
         let st = match fstatat(dir_fd, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
@@ -336,11 +369,20 @@ fn walk_as(path: &Path, trust: Trust, subject: Subject, target: Option<&Path>) -
                 if links > MAX_SYMLINKS {
                     return Err(TrustError::SymlinkLoop { what, path: absolute });
                 }
-                if dir_st.st_mode & 0o1000 != 0 {
-                    check(trust, &st, &here, Role::Link, subject, &target)?;
+                if dir_st.st_mode & 0o1000 != 0 || step.others_may_write {
+                    check(trust, &st, &here, Role::Link, subject, &target, false)?;
                 }
                 let link =
                     PathBuf::from(readlinkat(dir_fd, name.as_os_str()).map_err(|e| io("read the symlink", &here, e))?);
+                if step.others_may_write && !stays_beneath(&link) {
+                    return Err(TrustError::LinkLeaves {
+                        what,
+                        path: absolute,
+                        link: here,
+                        target: link,
+                        dir: dir_path.clone(),
+                    });
+                }
                 if link.is_absolute() {
                     stack.truncate(1);
                 }
@@ -350,26 +392,59 @@ fn walk_as(path: &Path, trust: Trust, subject: Subject, target: Option<&Path>) -
                 via = Some(here);
             }
             SFlag::S_IFDIR => {
-                check(trust, &st, &here, if last { last_role } else { Role::Above }, subject, &target)?;
                 let fd =
                     openat(dir_fd, name.as_os_str(), DIR_FLAGS, Mode::empty()).map_err(|e| io("open", &here, e))?;
                 let opened = fstat(&fd).map_err(|e| io("inspect", &here, e))?;
                 if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) {
                     return Err(TrustError::Changed { what, path: here });
                 }
-                stack.push((fd, here, st));
+                let ro = read_only_mount(&fd).map_err(|e| io("inspect the mount of", &here, e))?;
+                check(trust, &opened, &here, if last { last_role } else { Role::Above }, subject, &target, ro)?;
+                stack.push(Step::new(fd, here, opened, ro));
             }
             _ if last => {
-                let (fd, parent_path, _) = stack.pop().ok_or_else(|| io("resolve", &absolute, Errno::EINVAL))?;
-                return Ok(Walked::File { parent: TrustedDir { fd, path: parent_path }, name, path: here });
+                let step = stack.pop().ok_or_else(|| io("resolve", &absolute, Errno::EINVAL))?;
+                return Ok(Walked::File { parent: TrustedDir { fd: step.fd, path: step.path }, name, path: here });
             }
             _ => {
                 return Err(TrustError::NotDirectory { what, path: here, kind: kind_of(&st) });
             }
         }
     }
-    let (fd, path, _) = stack.pop().ok_or_else(|| io("resolve", &absolute, Errno::EINVAL))?;
-    Ok(Walked::Dir(TrustedDir { fd, path }))
+    let step = stack.pop().ok_or_else(|| io("resolve", &absolute, Errno::EINVAL))?;
+    Ok(Walked::Dir(TrustedDir { fd: step.fd, path: step.path }))
+}
+
+/// One directory of a walk, checked and open.
+struct Step {
+    fd: OwnedFd,
+    path: PathBuf,
+    st: FileStat,
+    /// Writable by group or others, accepted only because it is mounted read-only here: someone
+    /// could still change its entries through another view, so its symlinks must be trusted
+    /// ones and stay beneath it.
+    others_may_write: bool,
+}
+
+impl Step {
+    fn new(fd: OwnedFd, path: PathBuf, st: FileStat, read_only: bool) -> Step {
+        let others_may_write = read_only && st.st_mode & 0o022 != 0;
+        Step { fd, path, st, others_may_write }
+    }
+}
+
+/// Whether the directory open as `fd` lies on a mount that is read-only here.
+fn read_only_mount(fd: &OwnedFd) -> Result<bool, Errno> {
+    let vfs = nix::sys::statvfs::fstatvfs(fd)?;
+    Ok(vfs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
+
+/// Whether a symlink's target names an entry beneath the symlink's own directory: relative,
+/// not empty, no `..` component.
+fn stays_beneath(link: &Path) -> bool {
+    link.is_relative()
+        && link.components().any(|c| matches!(c, Component::Normal(_)))
+        && link.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 fn components(path: &Path) -> Vec<OsString> {
@@ -430,7 +505,7 @@ pub fn read_regular(
     if !is_regular(&st) {
         return Err(TrustError::NotRegular { what, path: path.to_path_buf(), kind: kind_of(&st) });
     }
-    check(trust, &st, path, Role::Target, subject, path)?;
+    check(trust, &st, path, Role::Target, subject, path, false)?;
     if st.st_size as u64 > max {
         return Err(TrustError::TooLarge { what, path: path.to_path_buf(), size: st.st_size as u64, max });
     }
@@ -450,7 +525,7 @@ pub fn read_regular(
     if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) {
         return Err(TrustError::Changed { what, path: path.to_path_buf() });
     }
-    check(trust, &opened, path, Role::Target, subject, path)?;
+    check(trust, &opened, path, Role::Target, subject, path, false)?;
     let mut bytes = Vec::with_capacity(usize::try_from(opened.st_size.max(0)).unwrap_or(0).min(1 << 20));
     // A file that grows after the stat is still read only up to the bound.
     std::fs::File::from(fd)
@@ -515,6 +590,16 @@ mod tests {
         match walk(&tmp.path().join("link").join(".."), Trust::current(), Subject::POLICY_DIR).unwrap() {
             Walked::Dir(d) => assert_eq!(d.path, real),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn links_in_a_directory_only_a_read_only_mount_protects_must_stay_beneath_it() {
+        for ok in ["..data/a.toml", "..2026_11_26_01_50_00.1", "./a.toml", "a/b/c"] {
+            assert!(stays_beneath(Path::new(ok)), "{ok}");
+        }
+        for leaves in ["/etc/a.toml", "../a.toml", "..data/../../a.toml", "", ".", "a/.."] {
+            assert!(!stays_beneath(Path::new(leaves)), "{leaves}");
         }
     }
 

@@ -20,6 +20,7 @@ mod fleet;
 mod import;
 mod init;
 mod jobs;
+mod kubernetes;
 mod mcp;
 mod mcp_messages;
 mod mcp_protocol;
