@@ -55,10 +55,21 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Bridge {
     pub fn new(socket: PathBuf, closed: tokio_util::sync::CancellationToken, page_size: Option<usize>) -> Bridge {
+        Bridge::for_token(socket, closed, page_size, None)
+    }
+
+    /// A session whose every request to cordond carries `token` (`cordon mcp --http`): cordond
+    /// verifies it and takes its account as the caller.
+    pub fn for_token(
+        socket: PathBuf,
+        closed: tokio_util::sync::CancellationToken,
+        page_size: Option<usize>,
+        token: Option<cordon_core::token::Bearer>,
+    ) -> Bridge {
         Bridge {
             inner: Arc::new(Inner {
                 closed,
-                daemon: Daemon::new(socket),
+                daemon: Daemon::new(socket, token),
                 catalogs: Catalogs::default(),
                 notify: Notifier::default(),
                 awaiting_input: AwaitingInput::default(),

@@ -116,6 +116,7 @@ impl Subject {
     pub const POLICY_FILE: Subject = Subject { name: "policy file" };
     pub const AUDIT_DIR: Subject = Subject { name: "audit directory" };
     pub const SOCKET_DIR: Subject = Subject { name: "socket directory" };
+    pub const TOKEN_FILE: Subject = Subject { name: "token file" };
 }
 
 /// A file or directory that someone but root (or the daemon's user) could have written.
