@@ -45,8 +45,9 @@ pub enum Command {
         /// clear text: put a TLS proxy in front).
         #[arg(long, requires = "http")]
         allow_remote: bool,
-        /// With --http: a browser origin allowed to call (scheme://host:port; repeat). None by
-        /// default: a request with an Origin header is refused.
+        /// With --http: a browser origin allowed to call (scheme://host:port; repeat). By default
+        /// only this server's own origin (http://localhost:PORT) is: a request with any other
+        /// Origin header is refused.
         #[arg(long, value_name = "ORIGIN", requires = "http")]
         allow_origin: Vec<String>,
         /// With --http: a Host header value allowed besides the bound address and localhost

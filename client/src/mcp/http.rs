@@ -7,8 +7,9 @@
 //!    `WWW-Authenticate` and nothing else done. The token is then checked by cordond (this
 //!    process is unprivileged and proves nothing): a token cordond refuses is 401 too.
 //! 2. **Host and Origin** (rmcp's checks, configured here): `Host` must name the bound address or
-//!    a loopback name (`--allow-host` adds names), an `Origin`, when present, must be in
-//!    `--allow-origin` (none by default: every browser origin is refused), against DNS rebinding.
+//!    a loopback name (`--allow-host` adds names), an `Origin`, when present, must be this
+//!    server's own or in `--allow-origin` (every other browser origin is refused), against DNS
+//!    rebinding.
 //! 3. **Session binding**: a session belongs to the token that opened it; another token naming
 //!    its `Mcp-Session-Id` is refused (403). A token holds at most `--max-sessions-per-token`
 //!    sessions; sessions idle for `--session-idle` are closed.
@@ -46,7 +47,7 @@ pub struct HttpOptions {
     pub listen: SocketAddr,
     /// Serve on an address other than loopback (`--allow-remote`).
     pub allow_remote: bool,
-    /// Browser origins allowed (`--allow-origin`); none: any request with an `Origin` is refused.
+    /// Browser origins allowed besides this server's own (`--allow-origin`).
     pub allow_origins: Vec<String>,
     /// Host names besides the bound address and the loopback names (`--allow-host`).
     pub allow_hosts: Vec<String>,
@@ -106,6 +107,19 @@ pub fn allowed_hosts(opts: &HttpOptions, bound: SocketAddr) -> Vec<String> {
     hosts
 }
 
+/// The `Origin` values accepted: this server's own (a page it served, and it serves none) on
+/// the loopback names, and `--allow-origin` ones. Any other origin, including other localhost
+/// ports (other local web applications), is refused.
+pub fn allowed_origins(opts: &HttpOptions, bound: SocketAddr) -> Vec<String> {
+    let port = bound.port();
+    let mut origins =
+        vec![format!("http://localhost:{port}"), format!("http://127.0.0.1:{port}"), format!("http://[::1]:{port}")];
+    origins.extend(opts.allow_origins.iter().cloned());
+    origins.sort();
+    origins.dedup();
+    origins
+}
+
 /// Which token opened each session, so that no other token can use it.
 #[derive(Debug, Default)]
 struct Sessions {
@@ -157,7 +171,7 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
     let stop = tokio_util::sync::CancellationToken::new();
     let mut config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(allowed_hosts(&opts, bound))
-        .with_allowed_origins(opts.allow_origins.clone())
+        .with_allowed_origins(allowed_origins(&opts, bound))
         .enforce_origin_validation()
         .with_max_request_body_bytes(opts.max_body)
         .with_cancellation_token(stop.clone());
@@ -414,6 +428,19 @@ mod tests {
     fn hosts_are_the_bound_address_and_loopback_names_on_its_port() {
         let hosts = allowed_hosts(&opts("127.0.0.1:0"), "127.0.0.1:4100".parse().unwrap());
         assert_eq!(hosts, vec!["127.0.0.1:4100", "[::1]:4100", "localhost:4100"]);
+    }
+
+    #[test]
+    fn origins_are_this_servers_own_and_the_allowed_ones() {
+        let mut o = opts("127.0.0.1:0");
+        o.allow_origins = vec!["https://app.example:443".into()];
+        let origins = allowed_origins(&o, "127.0.0.1:4100".parse().unwrap());
+        assert_eq!(origins, vec![
+            "http://127.0.0.1:4100",
+            "http://[::1]:4100",
+            "http://localhost:4100",
+            "https://app.example:443"
+        ]);
     }
 
     #[test]
