@@ -133,7 +133,7 @@ pub enum IssueError {
 }
 
 /// A verified token: who the caller is.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapped {
     pub id: String,
     pub uid: u32,

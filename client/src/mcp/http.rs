@@ -435,12 +435,10 @@ mod tests {
         let mut o = opts("127.0.0.1:0");
         o.allow_origins = vec!["https://app.example:443".into()];
         let origins = allowed_origins(&o, "127.0.0.1:4100".parse().unwrap());
-        assert_eq!(origins, vec![
-            "http://127.0.0.1:4100",
-            "http://[::1]:4100",
-            "http://localhost:4100",
-            "https://app.example:443"
-        ]);
+        assert_eq!(
+            origins,
+            vec!["http://127.0.0.1:4100", "http://[::1]:4100", "http://localhost:4100", "https://app.example:443"]
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod import;
 mod init;
 mod jobs;
 mod mcp;
+mod mcp_http;
 mod mcp_messages;
 mod mcp_protocol;
 mod metrics;
