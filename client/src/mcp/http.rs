@@ -58,8 +58,9 @@ pub struct HttpOptions {
     pub stateless: bool,
 }
 
-/// Sessions the front-end holds at once, whatever the tokens.
-pub const MAX_SESSIONS: usize = 1024;
+/// Sessions the front-end holds at once, whatever the tokens: each holds a connection to
+/// cordond, which accepts at most 256 per uid (this front-end's).
+pub const MAX_SESSIONS: usize = 200;
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 512;
 /// How long a client may take to send a request's headers.
