@@ -335,7 +335,7 @@ fn a_foreign_origin_or_host_is_refused() {
         (format!("Origin: http://localhost:{}", port + 1), "Origin header is not allowed"),
         ("Origin: https://app.example:8443".to_string(), "Origin header is not allowed"),
     ] {
-        let a = post(port, Some(&t), &[header.clone()], &initialize());
+        let a = post(port, Some(&t), std::slice::from_ref(&header), &initialize());
         assert_eq!(a.status, 403, "{header}: {a:#?}");
         assert!(a.body.contains(says), "{header}: {a:#?}");
         assert!(a.header("mcp-session-id").is_none(), "{header}: a session was opened");
@@ -345,7 +345,7 @@ fn a_foreign_origin_or_host_is_refused() {
         format!("Origin: http://localhost:{port}"),
         "Origin: https://app.example:443".into(),
     ] {
-        let a = post(port, Some(&t), &[header.clone()], &initialize());
+        let a = post(port, Some(&t), std::slice::from_ref(&header), &initialize());
         assert_eq!(a.status, 200, "{header}: {a:#?}");
     }
 }
