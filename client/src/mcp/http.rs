@@ -5,7 +5,9 @@
 //! Every request passes, in this order:
 //! 1. **Token**: exactly one `Authorization: Bearer cordon_<id>_<secret>` header, or 401 with
 //!    `WWW-Authenticate` and nothing else done. The token is then checked by cordond (this
-//!    process is unprivileged and proves nothing): a token cordond refuses is 401 too.
+//!    process is unprivileged and proves nothing): a token cordond refuses is 401 too. After
+//!    [`MAX_REFUSALS`] refusals in a minute, 429 without asking cordond (each refusal is an
+//!    audit record; guessing must not fill the log).
 //! 2. **Host and Origin** (rmcp's checks, configured here): `Host` must name the bound address or
 //!    a loopback name (`--allow-host` adds names), an `Origin`, when present, must be this
 //!    server's own or in `--allow-origin` (every other browser origin is refused), against DNS
@@ -65,6 +67,11 @@ pub const MAX_SESSIONS: usize = 200;
 pub const MAX_CONNECTIONS: usize = 512;
 /// How long a client may take to send a request's headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tokens cordond may refuse per [`REFUSAL_WINDOW`]; beyond, requests get 429 without asking
+/// it: every refusal is an audit record, and whoever can reach the port could otherwise write
+/// records as fast as they can guess tokens.
+pub const MAX_REFUSALS: u32 = 30;
+const REFUSAL_WINDOW: Duration = Duration::from_secs(60);
 
 type Body = BoxBody<Bytes, std::convert::Infallible>;
 
@@ -137,6 +144,8 @@ struct Front {
     checker: tokio::sync::Mutex<Option<Client>>,
     socket: PathBuf,
     max_per_token: usize,
+    /// Refusals in the current window: (window start, count).
+    refusals: std::sync::Mutex<(tokio::time::Instant, u32)>,
 }
 
 /// Serves until interrupted (SIGINT, SIGTERM).
@@ -202,6 +211,7 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
         checker: tokio::sync::Mutex::new(None),
         socket,
         max_per_token: opts.max_sessions_per_token,
+        refusals: std::sync::Mutex::new((tokio::time::Instant::now(), 0)),
     });
     // The address on stderr, for whoever started us (and tests asking for port 0).
     eprintln!("cordon mcp: serving MCP over HTTP on http://{bound}/mcp");
@@ -331,8 +341,31 @@ impl Front {
         response
     }
 
+    /// Counts a refusal; whether the window still has room for asking cordond.
+    fn refusals(&self, add: bool) -> bool {
+        let mut w = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let now = tokio::time::Instant::now();
+        if now.duration_since(w.0) >= REFUSAL_WINDOW {
+            *w = (now, 0);
+        }
+        if add {
+            w.1 = w.1.saturating_add(1);
+        }
+        w.1 < MAX_REFUSALS
+    }
+
     /// Asks cordond whether `token` is good now (every request: a revoked token stops at once).
     async fn check_with_daemon(&self, token: &Bearer) -> Result<(), Box<Response<Body>>> {
+        if !self.refusals(false) {
+            return Err(Box::new(plain(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "cordon mcp: cordond refused {MAX_REFUSALS} tokens within {} s; no token is checked until that \
+                     window ends: retry later",
+                    REFUSAL_WINDOW.as_secs()
+                ),
+            )));
+        }
         let base = {
             let mut slot = self.checker.lock().await;
             match slot.as_ref() {
@@ -356,6 +389,7 @@ impl Front {
         match client.status().await {
             Ok(_) => Ok(()),
             Err(e) if e.code() == cordon_core::code::ErrorCode::TokenRefused => {
+                self.refusals(true);
                 Err(Box::new(unauthorized(Some("invalid_token"), &format!("cordon mcp: {e}"))))
             }
             Err(e) => {

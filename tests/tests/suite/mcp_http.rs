@@ -465,3 +465,24 @@ mod sha2_free {
         String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
     }
 }
+
+/// Guessing tokens cannot fill the audit log through the front-end: after 30 refusals within a
+/// minute it answers 429 without asking cordond, so there are exactly 30 refusal records.
+#[test]
+fn guessed_tokens_are_refused_and_then_no_longer_checked() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &[]);
+    let statuses: Vec<u16> = (0..40)
+        .map(|i| {
+            let guess = format!("cordon_{i:016x}_{}", "a".repeat(64));
+            post(f.port, Some(&guess), &[], &initialize()).status
+        })
+        .collect();
+    assert_eq!(statuses[..30], [401; 30], "{statuses:?}");
+    assert_eq!(statuses[30..], [429; 10], "{statuses:?}");
+    let refused = d.audit_records().iter().filter(|r| r["code"] == "TOKEN_REFUSED").count();
+    assert_eq!(refused, 30);
+    let a = post(f.port, Some(&format!("cordon_{}_{}", "f".repeat(16), "a".repeat(64))), &[], &initialize());
+    assert!(a.body.contains("no token is checked until that window ends"), "{a:#?}");
+}
