@@ -316,13 +316,21 @@ impl Front {
         let fingerprint = (token.id.clone(), token.hash());
         if let Some(id) = &session {
             let sessions = self.sessions.lock().await;
-            if let Some(owner) = sessions.by_id.get(id)
-                && !(owner.0 == fingerprint.0 && token::hashes_equal(&owner.1, &fingerprint.1))
-            {
-                return plain(
-                    StatusCode::FORBIDDEN,
-                    "cordon mcp: this session was opened with another token; open your own session (initialize)",
-                );
+            match sessions.by_id.get(id) {
+                // Not one this front-end bound to a token (ended, expired, or never made here).
+                None => {
+                    return plain(
+                        StatusCode::NOT_FOUND,
+                        "cordon mcp: no such session (it ended or was idle too long); open a new one (initialize)",
+                    );
+                }
+                Some(owner) if !(owner.0 == fingerprint.0 && token::hashes_equal(&owner.1, &fingerprint.1)) => {
+                    return plain(
+                        StatusCode::FORBIDDEN,
+                        "cordon mcp: this session was opened with another token; open your own session (initialize)",
+                    );
+                }
+                Some(_) => {}
             }
         }
         // 2 and 4 are rmcp's; the session's bridge is built inside this scope.

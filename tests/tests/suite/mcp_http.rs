@@ -309,6 +309,15 @@ fn two_sessions_with_tokens_for_two_accounts_see_only_their_tools_and_run_as_the
     assert_eq!(stolen.status, 403, "{stolen:#?}");
     assert!(stolen.body.contains("opened with another token"), "{stolen:#?}");
     assert_eq!(a.daemon_tools(), ["id-a"]);
+    // A session id this front-end never bound: 404, nothing reaches the session layer.
+    let made_up = post(
+        f.port,
+        Some(&ta),
+        &["Mcp-Session-Id: 00000000-0000-4000-8000-000000000000".into(), "MCP-Protocol-Version: 2025-06-18".into()],
+        &json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list"}),
+    );
+    assert_eq!(made_up.status, 404, "{made_up:#?}");
+    assert!(made_up.body.contains("no such session"), "{made_up:#?}");
     // The started records carry the token's account and id.
     let records = d.audit_records();
     for (tool, token, account) in [("id-a", &ta, AGENT), ("id-b", &tb, OTHER)] {
