@@ -495,3 +495,31 @@ fn guessed_tokens_are_refused_and_then_no_longer_checked() {
     let a = post(f.port, Some(&format!("cordon_{}_{}", "f".repeat(16), "a".repeat(64))), &[], &initialize());
     assert!(a.body.contains("no token is checked until that window ends"), "{a:#?}");
 }
+
+/// A token holds at most `--max-sessions-per-token` sessions: one more is 429 (and is not kept);
+/// ending one (DELETE) makes room; another token is not affected.
+#[test]
+fn a_token_holds_at_most_its_share_of_sessions() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &["--max-sessions-per-token", "2"]);
+    let (ta, tb) = (issue(&d, AGENT, &[]), issue(&d, OTHER, &[]));
+    let first = Session::open(f.port, &ta);
+    let _second = Session::open(f.port, &ta);
+    let third = post(f.port, Some(&ta), &[], &initialize());
+    assert_eq!(third.status, 429, "{third:#?}");
+    assert!(third.body.contains("this token holds 2 sessions"), "{third:#?}");
+    let _other = Session::open(f.port, &tb);
+    let out = Command::new(CURL)
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "DELETE"])
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {ta}"))
+        .arg("-H")
+        .arg(format!("Mcp-Session-Id: {}", first.id))
+        .arg(format!("http://127.0.0.1:{}/mcp", f.port))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with('2'), "DELETE: {out:?}");
+    let again = Session::open(f.port, &ta);
+    assert_eq!(again.daemon_tools(), ["id-a"]);
+}
