@@ -236,6 +236,11 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
             _ = tokio::signal::ctrl_c() => break,
             _ = terminate.recv() => break,
         };
+        // Small answers go out at once (an SSE event per message; Nagle would hold each back until
+        // the client's delayed ACK, about 40 ms).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
         let front = front.clone();
         tokio::spawn(async move {
             let _permit = permit;
