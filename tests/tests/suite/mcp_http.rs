@@ -523,3 +523,28 @@ fn a_token_holds_at_most_its_share_of_sessions() {
     let again = Session::open(f.port, &ta);
     assert_eq!(again.daemon_tools(), ["id-a"]);
 }
+
+/// `--stateless`: no sessions, every request stands alone and is answered as plain JSON, still
+/// as the token's account (each request builds its bridge with that request's token).
+#[test]
+fn stateless_mode_answers_json_and_runs_as_the_token_account() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &["--stateless"]);
+    let (ta, tb) = (issue(&d, AGENT, &[]), issue(&d, OTHER, &[]));
+    let init = post(f.port, Some(&ta), &[], &initialize());
+    assert_eq!(init.status, 200, "{init:#?}");
+    assert!(init.header("mcp-session-id").is_none(), "a session in stateless mode: {init:#?}");
+    assert_eq!(init.header("content-type"), Some("application/json"), "{init:#?}");
+    let version = ["MCP-Protocol-Version: 2025-06-18".to_string()];
+    for (token, tool, account) in [(&ta, "id-a", AGENT), (&tb, "id-b", OTHER)] {
+        let call =
+            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": tool, "arguments": {}}});
+        let r = post(f.port, Some(token), &version, &call).reply(4);
+        let text = r["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{r}"));
+        assert_eq!(text.lines().next(), Some(agent::id("-u", account).to_string().as_str()), "{r}");
+    }
+    let wrong = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "id-b", "arguments": {}}});
+    let r = post(f.port, Some(&ta), &version, &wrong).reply(5);
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("UNKNOWN_TOOL"), "{r}");
+}
