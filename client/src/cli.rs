@@ -36,6 +36,41 @@ pub enum Command {
         /// the whole list in one answer, which every client reads.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
         page_size: Option<u32>,
+        /// Serve MCP over streamable HTTP on ADDR (e.g. 127.0.0.1:8765) instead of stdio, at
+        /// http://ADDR/ (any path); every request needs `Authorization: Bearer <token>` from
+        /// `cordon token issue`, and runs as the token's account.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// With --http: allow an address that is not loopback (tokens then cross that network in
+        /// clear text: put a TLS proxy in front).
+        #[arg(long, requires = "http")]
+        allow_remote: bool,
+        /// With --http: a browser origin allowed to call (scheme://host:port; repeat). By default
+        /// only this server's own origin (http://localhost:PORT) is: a request with any other
+        /// Origin header is refused.
+        #[arg(long, value_name = "ORIGIN", requires = "http")]
+        allow_origin: Vec<String>,
+        /// With --http: a Host header value allowed besides the bound address and localhost
+        /// (host or host:port; repeat), e.g. the name a proxy forwards.
+        #[arg(long, value_name = "HOST", requires = "http")]
+        allow_host: Vec<String>,
+        /// With --http: sessions one token may hold at once.
+        #[arg(long, value_name = "N", default_value_t = 8, requires = "http")]
+        max_sessions_per_token: usize,
+        /// With --http: a session idle this long is closed (e.g. 30m).
+        #[arg(long, value_name = "DURATION", default_value = "30m", requires = "http")]
+        session_idle: String,
+        /// With --http: the largest request body (bytes).
+        #[arg(long, value_name = "BYTES", default_value_t = 1024 * 1024, requires = "http")]
+        max_body: usize,
+        /// With --http: no sessions (every request stands alone; JSON answers where possible).
+        #[arg(long, requires = "http")]
+        stateless: bool,
+    },
+    /// Bearer tokens for agents that reach cordond through `cordon mcp --http` (admins).
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
     },
     /// List tools: name, availability, params, description.
     Tools {
@@ -229,6 +264,28 @@ pub enum ToolCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Issue a token acting as ACCOUNT (never an admin); prints it once on stdout.
+    Issue {
+        /// The local account the token acts as.
+        account: String,
+        /// What the token is for (listed, audited).
+        #[arg(long)]
+        label: String,
+        /// The caller's groups are exactly these (repeat) instead of the account's own.
+        #[arg(long = "group", value_name = "GROUP")]
+        groups: Vec<String>,
+        /// Expire after DURATION (e.g. 12h, 30d); default: never.
+        #[arg(long, value_name = "DURATION")]
+        expires: Option<String>,
+    },
+    /// List the tokens (ids, accounts, labels, state; never a secret).
+    List,
+    /// Revoke a token by its id: every request carrying it is refused from now on.
+    Revoke { id: String },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Print the last records (admins only; through cordond).
     Tail {
@@ -300,7 +357,46 @@ pub enum PolicyCommand {
 
 /// Runs the command and maps every error to its exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    if let Command::Mcp { page_size } = cli.command {
+    if let Command::Mcp {
+        page_size,
+        http: Some(listen),
+        allow_remote,
+        allow_origin,
+        allow_host,
+        max_sessions_per_token,
+        session_idle,
+        max_body,
+        stateless,
+    } = cli.command
+    {
+        let session_idle = match cordon_core::policy::units::parse_duration(&session_idle) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                eprintln!("cordon mcp: --session-idle must be more than 0");
+                return ExitCode::from(crate::error::exit::USAGE);
+            }
+            Err(e) => {
+                eprintln!("cordon mcp: --session-idle {session_idle:?}: {e}");
+                return ExitCode::from(crate::error::exit::USAGE);
+            }
+        };
+        let opts = crate::mcp::http::HttpOptions {
+            listen,
+            allow_remote,
+            allow_origins: allow_origin,
+            allow_hosts: allow_host,
+            max_sessions_per_token,
+            session_idle,
+            max_body,
+            stateless,
+        };
+        return crate::mcp::http::serve(
+            cli.socket.unwrap_or_else(cordon_proto::client_socket_path),
+            page_size.map(|n| n as usize),
+            opts,
+        );
+    }
+    if let Command::Mcp { page_size, .. } = cli.command {
         return crate::mcp::serve(
             cli.socket.unwrap_or_else(cordon_proto::client_socket_path),
             page_size.map(|n| n as usize),
@@ -428,6 +524,20 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Deny { id } => admin::decide(&socket, &id, false, json).await,
         Command::Reload => admin::reload(&socket, json).await,
         Command::Metrics => admin::metrics(&socket).await,
+        Command::Token { command } => match command {
+            TokenCommand::Issue { account, label, groups, expires } => {
+                let expires = match expires {
+                    None => None,
+                    Some(text) => Some(
+                        cordon_core::policy::units::parse_duration(&text)
+                            .map_err(|e| CliError::Usage(format!("--expires {text:?}: {e}")))?,
+                    ),
+                };
+                crate::token_admin::issue(&socket, &account, groups, expires, &label, json).await
+            }
+            TokenCommand::List => crate::token_admin::list(&socket, json).await,
+            TokenCommand::Revoke { id } => crate::token_admin::revoke(&socket, &id, json).await,
+        },
         Command::Status => admin::status(&socket, json).await,
         Command::Audit { command } => match command {
             AuditCommand::Tail { lines, follow, tool, decision } => {

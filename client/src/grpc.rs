@@ -11,6 +11,7 @@ use cordon_proto::v1;
 use cordon_proto::v1::cordon_client::CordonClient;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::transport::Endpoint;
 
@@ -19,8 +20,30 @@ use crate::error::CliError;
 /// A connection to cordond: one HTTP/2 connection, multiplexed; clones share it.
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: CordonClient<Channel>,
+    inner: CordonClient<InterceptedService<Channel, Bearer>>,
+    channel: Channel,
     socket: PathBuf,
+}
+
+/// Adds `authorization: Bearer <token>` to every request when the client acts for an agent's
+/// token (`cordon mcp --http`); cordond then takes the token's account as the caller.
+#[derive(Clone, Default)]
+pub struct Bearer(Option<tonic::metadata::AsciiMetadataValue>);
+
+impl std::fmt::Debug for Bearer {
+    /// Never prints the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Bearer(<token>)" } else { "Bearer(none)" })
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            request.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(request)
+    }
 }
 
 /// How long opening the connection (socket and HTTP/2 handshake) may take.
@@ -64,8 +87,20 @@ impl Client {
                 });
             }
         };
-        let inner = CordonClient::new(channel).max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
-        Ok(Client { inner, socket: path })
+        let inner = CordonClient::with_interceptor(channel.clone(), Bearer::default())
+            .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
+        Ok(Client { inner, channel, socket: path })
+    }
+
+    /// This connection, its requests carrying `token` (a whole `cordon_..._...` token, already
+    /// checked for its shape): cordond verifies it on every request.
+    pub fn with_token(&self, token: &cordon_core::token::Bearer) -> Result<Client, CliError> {
+        let value = format!("Bearer {}", token.expose())
+            .parse::<tonic::metadata::AsciiMetadataValue>()
+            .map_err(|_| CliError::Usage("a token is ASCII text".into()))?;
+        let inner = CordonClient::with_interceptor(self.channel.clone(), Bearer(Some(value)))
+            .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
+        Ok(Client { inner, channel: self.channel.clone(), socket: self.socket.clone() })
     }
 
     /// A failed call, classified (see [`CliError::from_status`]).
@@ -295,6 +330,78 @@ impl Client {
 
     pub async fn resume_audit(&mut self) -> Result<String, CliError> {
         Ok(self.inner.resume_audit(v1::ResumeAuditRequest {}).await.map_err(|s| self.fail(s))?.into_inner().message)
+    }
+
+    /// Issues a token (admins): its description and the whole token, shown only now.
+    pub async fn issue_token(
+        &mut self,
+        account: &str,
+        groups: Vec<String>,
+        expires_in: Option<Duration>,
+        label: &str,
+    ) -> Result<(TokenInfo, String), CliError> {
+        let r = self
+            .inner
+            .issue_token(v1::IssueTokenRequest {
+                account: account.into(),
+                groups,
+                expires_in_secs: expires_in.map_or(0, |d| d.as_secs().max(1)),
+                label: label.into(),
+            })
+            .await
+            .map_err(|s| self.fail(s))?
+            .into_inner();
+        let info =
+            r.token.map(TokenInfo::from).ok_or_else(|| CliError::Protocol("IssueToken answered no token".into()))?;
+        Ok((info, r.secret))
+    }
+
+    pub async fn list_tokens(&mut self) -> Result<Vec<TokenInfo>, CliError> {
+        let r = self.inner.list_tokens(v1::ListTokensRequest {}).await.map_err(|s| self.fail(s))?.into_inner();
+        Ok(r.tokens.into_iter().map(TokenInfo::from).collect())
+    }
+
+    pub async fn revoke_token(&mut self, id: &str) -> Result<TokenInfo, CliError> {
+        let r = self
+            .inner
+            .revoke_token(v1::RevokeTokenRequest { id: id.into() })
+            .await
+            .map_err(|s| self.fail(s))?
+            .into_inner();
+        r.token.map(TokenInfo::from).ok_or_else(|| CliError::Protocol("RevokeToken answered no token".into()))
+    }
+}
+
+/// A bearer token as cordond lists it (never its secret).
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenInfo {
+    pub id: String,
+    pub account: String,
+    pub uid: u32,
+    pub groups: Vec<String>,
+    pub label: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// Unix seconds; `None`: never.
+    pub expires: Option<u64>,
+    /// Unix seconds; `None`: not revoked.
+    pub revoked: Option<u64>,
+    pub issued_by: String,
+}
+
+impl From<v1::TokenInfo> for TokenInfo {
+    fn from(t: v1::TokenInfo) -> TokenInfo {
+        TokenInfo {
+            id: t.id,
+            account: t.account,
+            uid: t.uid,
+            groups: t.groups,
+            label: t.label,
+            created: t.created,
+            expires: (t.expires > 0).then_some(t.expires),
+            revoked: (t.revoked > 0).then_some(t.revoked),
+            issued_by: t.issued_by,
+        }
     }
 }
 
@@ -1328,6 +1435,9 @@ pub struct CacheFigures {
 pub struct CallerInfo {
     pub admin: bool,
     pub uid: u32,
+    /// How cordond identified the caller: "socket", "token <id>", "certificate <subject>".
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub via: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub user: String,
     pub groups: Vec<GroupInfo>,
@@ -1398,6 +1508,7 @@ impl From<v1::StatusResponse> for StatusInfo {
             caller: CallerInfo {
                 admin: s.caller_admin,
                 uid: s.caller_uid,
+                via: s.caller_via,
                 user: s.caller_user,
                 groups: s
                     .caller_gids

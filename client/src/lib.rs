@@ -38,5 +38,6 @@ pub mod policy_test;
 pub mod registry_admin;
 pub mod search;
 pub mod term;
+pub mod token_admin;
 
 pub use cli::{Cli, run};

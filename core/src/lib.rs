@@ -13,6 +13,7 @@
 //! - [`display`]: caller-chosen text made safe for a terminal.
 //! - [`host`]: the host's sandbox facts as `cordond --probe` reports them.
 //! - [`resolve`]: opening paths without following symlinks.
+//! - [`token`]: the bearer tokens an admin issues for agents: their text form and hash.
 //!
 //! Architecture invariant: this crate has no `unsafe` (the compiler checks it), runs no process
 //! and changes no credentials. The daemon and the MCP front-end validate with the same code, so
@@ -29,4 +30,5 @@ pub mod egress;
 pub mod host;
 pub mod policy;
 pub mod resolve;
+pub mod token;
 pub mod validate;

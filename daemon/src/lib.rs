@@ -13,6 +13,7 @@
 //! - [`confirm`]: confirmation tokens and human approvals.
 //! - [`metrics`]: the Prometheus endpoint (`--metrics`, loopback, bearer token) and what it counts.
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.
+//! - [`tokens`]: bearer tokens admins issue for agents behind an HTTP front-end (stored hashed).
 //! - [`server`]: gRPC on a Unix socket; the caller comes from the kernel.
 //! - [`startup`]: from a [`Config`] to a serving daemon and back: host probe, policy load, cgroup
 //!   reaper, audit log open and recovery, socket, signals.
@@ -38,6 +39,7 @@ pub mod metrics;
 pub mod registry;
 pub mod server;
 pub mod startup;
+pub mod tokens;
 pub mod workflow;
 
 pub use startup::{Config, Loaded, Server, Signals, StartError, load, run, start};

@@ -122,6 +122,8 @@ pub enum StartError {
     Socket(#[from] SocketError),
     #[error(transparent)]
     Metrics(#[from] metrics::http::MetricsError),
+    #[error(transparent)]
+    Tokens(#[from] crate::tokens::StoreError),
     #[error("gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
 }
@@ -164,6 +166,8 @@ pub struct Server {
     audit: Arc<Audit>,
     listener: tokio::net::UnixListener,
     admin_gid: Option<u32>,
+    /// Bearer tokens for agents, read from beside the audit log.
+    tokens: Arc<crate::tokens::Tokens>,
     /// The metrics endpoint, bound, with what it serves (`--metrics`).
     metrics: Option<(metrics::http::Endpoint, Arc<Metrics>)>,
     /// Kept for the daemon's lifetime: its stdin pipe is what the reaper watches.
@@ -230,6 +234,8 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
             "audit log recovered: invocations of the previous run that never finished are recorded as aborted"
         );
     }
+    // Before the socket too: a token file that cannot be trusted stops the start.
+    let tokens = Arc::new(crate::tokens::Tokens::open(crate::tokens::default_path(&config.audit.path))?);
     // Bound before the socket: a daemon that serves calls serves its metrics too. Counting
     // starts now, so the endpoint's first scrape covers every call.
     let metrics = match &config.metrics {
@@ -253,7 +259,7 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
         }
         None => socket::bind(&config.socket, socket_gid)?,
     };
-    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, metrics, _reaper: reaper })
+    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, _reaper: reaper })
 }
 
 /// The directories cordond writes its audit log and socket into must be (or be created beneath
@@ -285,7 +291,7 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
         mut reload: mpsc::Receiver<()>,
     ) -> Result<(), StartError> {
-        let Server { config, sandbox, registry, audit, listener, admin_gid, metrics, _reaper } = self;
+        let Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, _reaper } = self;
         let current = registry.current();
         let counts = current.counts();
         let socket_path = config.socket.clone();
@@ -316,6 +322,7 @@ impl Server {
             socket_path.clone(),
             Authorizer::new(admin_gid),
             audit.clone(),
+            tokens,
         );
         tracing::info!(
             socket = %socket_path.display(), policies = %config.policies.display(),

@@ -9,6 +9,10 @@ protocol style the SDK speaks:
 - `2026-07-28`: no handshake, every request carries its own `_meta` envelope (version pinned);
 - `2026-07-28` reached through the `server/discover` probe (`mode="auto"`);
 
+and, over streamable HTTP (`cordon mcp --http`, the SDK's streamable HTTP client with a bearer
+token an admin issued): a request without the token is refused with 401, and a session in
+each style lists only the tools the token's account may use and runs them as that account;
+
 that tools/list shows the daemon's tools with the daemon's inputSchema, a call returns the
 tool's output, invalid calls come back as `isError` results with the daemon's codes, a cancelled
 call kills the tool's process, and a policy reload reaches the client as
@@ -43,6 +47,7 @@ import anyio
 import mcp_types as types
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 REPO = Path(__file__).resolve().parents[2]
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
@@ -579,6 +584,75 @@ async def result_contract(daemon: Daemon, report: Report, style: str, client: An
         )
 
 
+HTTP_POLICY = r"""
+version = 1
+
+[tools.whoami]
+description = "print the uid it runs as"
+reason = "the MCP driver's streamable HTTP checks"
+command = ["/usr/bin/id", "-u"]
+allow = { users = ["nobody"] }
+"""
+
+
+async def streamable_http(daemon: Daemon, report: Report) -> None:
+    """`cordon mcp --http` through the SDK's streamable HTTP client, with a token for `nobody`."""
+    import httpx2
+    import pwd
+
+    style = "streamable HTTP"
+    (daemon.policies / "http.toml").write_text(HTTP_POLICY)
+    reload = await daemon.acordon("reload")
+    report.check(style, "policy with a tool for nobody loaded", reload.returncode == 0, reload.stderr)
+    issued = await daemon.acordon("token", "issue", "nobody", "--label", "mcp python driver")
+    report.check(style, "cordon token issue", issued.returncode == 0, issued.stderr)
+    token = issued.stdout.strip()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/mcp"
+    proc = subprocess.Popen(
+        [str(daemon.cordon_bin), "--socket", str(daemon.socket), "mcp", "--http", f"127.0.0.1:{port}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=daemon.mcp_log.open("a"),
+    )
+    try:
+        for _ in range(200):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                await anyio.sleep(0.05)
+        async with httpx2.AsyncClient() as raw:
+            r = await raw.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                               headers={"Accept": "application/json, text/event-stream"})
+        report.check(style, "no token: 401 with a Bearer challenge",
+                     r.status_code == 401 and r.headers.get("www-authenticate", "").startswith("Bearer"),
+                     f"{r.status_code} {dict(r.headers)} {r.text}")
+        uid = pwd.getpwnam("nobody").pw_uid
+        for mode, expected in (("legacy", "2025-11-25"), ("auto", MODERN)):
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
+            async with http:
+                client = Client(streamable_http_client(url, http_client=http), mode=mode, read_timeout_seconds=20)
+                async with client:
+                    tag = f"{style} {expected}"
+                    report.check(tag, "protocol version", client.protocol_version == expected,
+                                 f"got {client.protocol_version}")
+                    listed = {t.name for t in (await client.list_tools()).tools}
+                    report.check(tag, "tools/list: the token account's tool, not the admin's",
+                                 "whoami" in listed and "echo" not in listed, f"listed {sorted(listed)}")
+                    if os.geteuid() == 0:
+                        result = await client.call_tool("whoami", {})
+                        report.check(tag, "a call runs as the token's account",
+                                     not result.is_error and text_of(result).split()[0] == str(uid),
+                                     f"{result!r}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        (daemon.policies / "http.toml").unlink(missing_ok=True)
+
+
 async def main_async(daemon: Daemon, report: Report) -> None:
     styles = [
         ("2025-11-25 initialize", "legacy"),
@@ -597,6 +671,12 @@ async def main_async(daemon: Daemon, report: Report) -> None:
             await search_and_pages(daemon, report)
     except Exception as e:
         report.check("search and pages", "session ran to the end", False, f"{type(e).__name__}: {e}")
+        traceback.print_exc()
+    try:
+        with anyio.fail_after(60):
+            await streamable_http(daemon, report)
+    except Exception as e:
+        report.check("streamable HTTP", "session ran to the end", False, f"{type(e).__name__}: {e}")
         traceback.print_exc()
 
 

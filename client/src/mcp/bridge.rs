@@ -47,6 +47,9 @@ pub(super) struct Inner {
     pub(super) awaiting_input: AwaitingInput,
     /// `tools/list` pages of this many tools (`--page-size`); `None`: one answer.
     pub(super) page_size: Option<usize>,
+    /// Start the registry watcher when the client says it is initialized (HTTP sessions, which
+    /// rmcp starts; on stdio `serve` starts it).
+    pub(super) watch_on_initialized: bool,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -55,14 +58,26 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Bridge {
     pub fn new(socket: PathBuf, closed: tokio_util::sync::CancellationToken, page_size: Option<usize>) -> Bridge {
+        Bridge::for_token(socket, closed, page_size, None)
+    }
+
+    /// A session whose every request to cordond carries `token` (`cordon mcp --http`): cordond
+    /// verifies it and takes its account as the caller.
+    pub fn for_token(
+        socket: PathBuf,
+        closed: tokio_util::sync::CancellationToken,
+        page_size: Option<usize>,
+        token: Option<cordon_core::token::Bearer>,
+    ) -> Bridge {
         Bridge {
             inner: Arc::new(Inner {
                 closed,
-                daemon: Daemon::new(socket),
+                daemon: Daemon::new(socket, token.clone()),
                 catalogs: Catalogs::default(),
                 notify: Notifier::default(),
                 awaiting_input: AwaitingInput::default(),
                 page_size,
+                watch_on_initialized: token.is_some(),
             }),
         }
     }
@@ -208,6 +223,26 @@ impl ServerHandler for Bridge {
             return self.resume(tool, &context, state, request.input_responses.as_ref()).await;
         }
         self.call(tool, &catalog.check(tool), arguments, &context).await
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        if !self.inner.watch_on_initialized {
+            return;
+        }
+        // An HTTP session: follow the registry until the session's transport is gone.
+        let (bridge, peer) = (self.clone(), context.peer.clone());
+        tokio::spawn(async move {
+            let watcher = bridge.clone().watch_registry(peer.clone());
+            tokio::pin!(watcher);
+            loop {
+                tokio::select! {
+                    () = &mut watcher => break,
+                    () = tokio::time::sleep(super::watch::SESSION_POLL) => if peer.is_transport_closed() { break },
+                }
+            }
+            bridge.inner.closed.cancel();
+            bridge.shutdown().await;
+        });
     }
 
     async fn set_level(

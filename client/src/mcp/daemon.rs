@@ -23,6 +23,9 @@ const QUEUE_FULL_RETRY_MS: u64 = 1000;
 #[derive(Debug)]
 pub(super) struct Daemon {
     socket: PathBuf,
+    /// The agent's token every request carries (`cordon mcp --http`); `None`: the caller is
+    /// this process's user, as cordond sees it on the socket.
+    token: Option<cordon_core::token::Bearer>,
     /// One multiplexed connection to the daemon and its epoch, dropped when its transport fails.
     /// The async lock is held while connecting: concurrent callers wait for that one connect and
     /// then share its channel (single flight), so a burst never opens a connection per call.
@@ -34,9 +37,10 @@ pub(super) struct Daemon {
 }
 
 impl Daemon {
-    pub(super) fn new(socket: PathBuf) -> Daemon {
+    pub(super) fn new(socket: PathBuf, token: Option<cordon_core::token::Bearer>) -> Daemon {
         Daemon {
             socket,
+            token,
             client: tokio::sync::Mutex::new(None),
             epoch: AtomicU64::new(0),
             gate: Gate::new(MAX_IN_FLIGHT, MAX_QUEUED),
@@ -57,7 +61,10 @@ impl Daemon {
         if let Some((epoch, c)) = slot.as_ref() {
             return Ok((*epoch, c.clone()));
         }
-        let c = Client::connect(&self.socket).await?;
+        let mut c = Client::connect(&self.socket).await?;
+        if let Some(token) = &self.token {
+            c = c.with_token(token)?;
+        }
         let epoch = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
         *slot = Some((epoch, c.clone()));
         Ok((epoch, c))

@@ -17,6 +17,8 @@
 //! - [`search`]: the built-in tools `search_tools` (ranking in [`crate::search`]) and
 //!   `cordon_status`.
 //! - [`pages`]: pagination of `tools/list` (`--page-size`) and its cursors.
+//! - [`http`]: `cordon mcp --http`: the same server over streamable HTTP, a session per agent,
+//!   each acting for the bearer token an admin issued to it.
 //!
 //! It runs unprivileged as the agent's user and forwards only validated calls; cordond validates
 //! again and enforces everything (sandbox, confirmations). stdout is the protocol: logs go to
@@ -28,6 +30,7 @@ pub mod catalog;
 pub mod check;
 mod confirm;
 pub mod daemon;
+pub mod http;
 mod jobs;
 pub mod lines;
 mod pages;
@@ -43,14 +46,7 @@ use rmcp::ServiceExt as _;
 /// Serves MCP on stdin/stdout until the client closes stdin. `page_size`: pages of `tools/list`
 /// (see [`pages`]); `None`: the whole list in one answer.
 pub fn serve(socket: PathBuf, page_size: Option<usize>) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=error")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+    init_logging();
     // One thread: a front-end serves one agent, and every hop between threads costs latency.
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -86,6 +82,18 @@ pub fn serve(socket: PathBuf, page_size: Option<usize>) -> ExitCode {
             }
         }
     })
+}
+
+/// Logs to stderr only (stdout is the protocol on stdio), filtered by `CORDON_LOG`.
+fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=error")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
 }
 
 /// Tells the bridge the moment the host closes stdin, so running invocations are cancelled at

@@ -13,6 +13,9 @@ use serde_json::json;
 
 use super::bridge::{Bridge, lock};
 
+/// How often an HTTP session's watcher looks whether the session ended.
+pub(super) const SESSION_POLL: Duration = Duration::from_secs(2);
+
 /// A notification that cannot be sent within this is dropped (the client may be gone).
 pub(super) const NOTIFY_TIMEOUT: Duration = Duration::from_secs(1);
 

@@ -63,10 +63,14 @@ pub enum Decision {
     Egress,
     /// An allowed egress connection ended: bytes each way, duration, how it ended.
     EgressClosed,
+    /// An admin issued a bearer token (its id, account, groups, label, expiry; never the secret).
+    TokenIssued,
+    /// An admin revoked a bearer token.
+    TokenRevoked,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 28] = [
+    pub const ALL: [Decision; 30] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -95,6 +99,8 @@ impl Decision {
         Decision::WorkflowFinished,
         Decision::Egress,
         Decision::EgressClosed,
+        Decision::TokenIssued,
+        Decision::TokenRevoked,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -127,6 +133,8 @@ impl Decision {
             Decision::WorkflowFinished => "workflow_finished",
             Decision::Egress => "egress",
             Decision::EgressClosed => "egress_closed",
+            Decision::TokenIssued => "token_issued",
+            Decision::TokenRevoked => "token_revoked",
         }
     }
 

@@ -128,6 +128,7 @@ impl Subject {
     pub const POLICY_FILE: Subject = Subject { name: "policy file" };
     pub const AUDIT_DIR: Subject = Subject { name: "audit directory" };
     pub const SOCKET_DIR: Subject = Subject { name: "socket directory" };
+    pub const TOKEN_FILE: Subject = Subject { name: "token file" };
 
     /// Whether the daemon only reads this object (policies), so a read-only mount of it counts
     /// (see the module documentation); not for the directories it writes into.

@@ -11,6 +11,7 @@ mod jobs;
 mod service;
 pub mod socket;
 mod status;
+mod tokens;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -46,6 +47,8 @@ pub struct Daemon {
     pub jobs: crate::jobs::Jobs<jobs::JobOutcome>,
     /// The workflows running now (attached or detached), so that `Cancel` finds them by id.
     pub workflows: Arc<crate::workflow::Running>,
+    /// Bearer tokens admins issued for agents (see [`crate::tokens`]).
+    pub tokens: Arc<crate::tokens::Tokens>,
 }
 
 impl Daemon {
@@ -56,6 +59,7 @@ impl Daemon {
         socket_path: PathBuf,
         authz: Authorizer,
         audit: Arc<Audit>,
+        tokens: Arc<crate::tokens::Tokens>,
     ) -> Arc<Daemon> {
         audit.follow_policies(registry.digests());
         let jobs = crate::jobs::Jobs::new(settings.jobs);
@@ -69,6 +73,7 @@ impl Daemon {
             socket_path,
             jobs,
             workflows: Arc::default(),
+            tokens,
         })
     }
 
@@ -95,6 +100,14 @@ impl Daemon {
         let by_json = by.map_or_else(|| serde_json::Value::from("SIGHUP"), crate::audit::caller_json);
         let before = self.registry.current().policy_digest.clone();
         let result = self.registry.reload();
+        // The token file is read again with the policies: an admin's edit (or a fix of a file
+        // that could not be trusted) takes effect; one that cannot be read refuses every token.
+        match self.tokens.reload() {
+            Ok(n) => tracing::debug!(tokens = n, "token file read"),
+            Err(e) => {
+                tracing::error!(error = %e, "token file unreadable: every bearer token is refused until it is fixed")
+            }
+        }
         self.audit.record(match &result {
             Ok(registry) => Record::new(Decision::Reload)
                 .with("by", by_json)

@@ -108,10 +108,11 @@ impl CordonService {
         self.daemon.audit.record(record);
     }
 
-    /// The request's caller (see [`peer`]); refusals are audited under `operation`.
+    /// The request's caller (see [`peer`]), or the account of the bearer token it carries (see
+    /// `tokens.rs`: only from a peer accepted here); refusals are audited under `operation`.
     pub(super) fn caller<T>(&self, request: &Request<T>, operation: &str) -> Result<Caller, Status> {
         match peer(request) {
-            Ok(caller) => Ok(caller),
+            Ok(caller) => self.with_token(request.metadata(), caller, operation),
             Err(PeerError::NoCredentials) => {
                 let status = status::no_peer_credentials();
                 self.audit(
@@ -819,11 +820,37 @@ impl v1::cordon_server::Cordon for CordonService {
                 .unwrap_or_default(),
             caller_gids: gids,
             caller_group_names: group_names,
+            caller_via: match &caller.via {
+                crate::caller::Via::Socket => "socket".into(),
+                crate::caller::Via::Token(id) => format!("token {id}"),
+                crate::caller::Via::Certificate(subject) => format!("certificate {subject}"),
+            },
             jobs_running: count(jobs_running),
             jobs_finished: count(jobs_finished),
             workflows_running: count(d.workflows.count((!admin).then_some(caller.uid))),
             cache: admin.then(|| figures::cache(d.invoker.cache())),
         }))
+    }
+
+    async fn issue_token(
+        &self,
+        request: Request<v1::IssueTokenRequest>,
+    ) -> Result<Response<v1::IssueTokenResponse>, Status> {
+        self.tokens_issue(request).await
+    }
+
+    async fn list_tokens(
+        &self,
+        request: Request<v1::ListTokensRequest>,
+    ) -> Result<Response<v1::ListTokensResponse>, Status> {
+        self.tokens_list(request).await
+    }
+
+    async fn revoke_token(
+        &self,
+        request: Request<v1::RevokeTokenRequest>,
+    ) -> Result<Response<v1::RevokeTokenResponse>, Status> {
+        self.tokens_revoke(request).await
     }
 
     async fn get_policy(

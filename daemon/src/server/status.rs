@@ -182,6 +182,23 @@ pub(crate) fn jobs_full(e: &crate::jobs::Full) -> Status {
     with_code(Code::ResourceExhausted, ErrorCode::TooManyJobs, None, e.to_string())
 }
 
+/// A bearer token cordond does not accept (see [`crate::tokens::Refusal`]).
+pub(crate) fn token_refused(e: &crate::tokens::Refusal) -> Status {
+    with_code(Code::Unauthenticated, ErrorCode::TokenRefused, None, e.to_string())
+}
+
+/// An `IssueToken` or `RevokeToken` that cannot be done.
+pub(crate) fn token_admin(e: &crate::tokens::IssueError) -> Status {
+    use crate::tokens::IssueError as E;
+    let code = match e {
+        E::Invalid(_) => Code::InvalidArgument,
+        E::NoSuchToken(_) => Code::NotFound,
+        E::TooMany => Code::ResourceExhausted,
+        E::Store(_) => Code::Unavailable,
+    };
+    without_code(code, &e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

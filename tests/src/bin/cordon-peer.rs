@@ -7,6 +7,7 @@
 //!                                             this process then calls on the inherited socket
 //! cordon-peer zombie-child SOCKET OP [TOOL]   the same, but the child is left unreaped
 //! OP: status | reload | invoke (TOOL, no arguments) | health (grpc.health.v1 Check)
+//! With CORDON_PEER_TOKEN set, every cordon.v1 request carries `authorization: Bearer <it>`.
 //! cordon-peer flood SOCKET N [MS FILE]        open N connections, print how many the daemon
 //!                                             closed at accept (also into FILE), hold the rest
 //!                                             until stdin ends (for MS milliseconds with FILE)
@@ -120,7 +121,13 @@ async fn call(stream: std::os::unix::net::UnixStream, op: &str, tool: &str) -> R
         let request = tonic_health::pb::HealthCheckRequest { service: String::new() };
         return health.check(request).await.map(|r| format!("{:?}", r.get_ref().status));
     }
-    let mut client = v1::cordon_client::CordonClient::new(channel);
+    let token = std::env::var("CORDON_PEER_TOKEN").ok().map(|t| format!("Bearer {t}").parse().unwrap());
+    let mut client = v1::cordon_client::CordonClient::with_interceptor(channel, move |mut req: tonic::Request<()>| {
+        if let Some(value) = &token {
+            req.metadata_mut().insert("authorization", tonic::metadata::AsciiMetadataValue::clone(value));
+        }
+        Ok(req)
+    });
     match op {
         "status" => client.status(v1::StatusRequest {}).await.map(|r| format!("{:?}", r.get_ref().generation)),
         "reload" => client.reload(v1::ReloadRequest {}).await.map(|r| format!("generation {}", r.get_ref().generation)),

@@ -22,6 +22,7 @@ mod init;
 mod jobs;
 mod kubernetes;
 mod mcp;
+mod mcp_http;
 mod mcp_messages;
 mod mcp_protocol;
 mod metrics;

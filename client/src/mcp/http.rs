@@ -1,0 +1,516 @@
+//! `cordon mcp --http ADDR`: the same MCP server as on stdio, over streamable HTTP (rmcp's
+//! server transport), one [`Bridge`] per session, each acting for the bearer token an admin
+//! issued to its agent.
+//!
+//! Every request passes, in this order:
+//! 1. **Token**: exactly one `Authorization: Bearer cordon_<id>_<secret>` header, or 401 with
+//!    `WWW-Authenticate` and nothing else done. The token is then checked by cordond (this
+//!    process is unprivileged and proves nothing): a token cordond refuses is 401 too. After
+//!    [`MAX_REFUSALS`] refusals in a minute, 429 without asking cordond (each refusal is an
+//!    audit record; guessing must not fill the log).
+//! 2. **Host and Origin** (rmcp's checks, configured here): `Host` must name the bound address or
+//!    a loopback name (`--allow-host` adds names), an `Origin`, when present, must be this
+//!    server's own or in `--allow-origin` (every other browser origin is refused), against DNS
+//!    rebinding.
+//! 3. **Session binding**: a session belongs to the token that opened it; another token naming
+//!    its `Mcp-Session-Id` is refused (403). A token holds at most `--max-sessions-per-token`
+//!    sessions; sessions idle for `--session-idle` are closed.
+//! 4. rmcp: body size (`--max-body`), media types, protocol version; then the bridge.
+//!
+//! Protocol styles: the sessions of the 2025 revisions (`initialize`, `Mcp-Session-Id`, SSE
+//! streams, GET for the standalone stream, DELETE to end) and the stateless 2026-07-28 style
+//! (`server/discover`, per-request `_meta`), both on one endpoint; `--stateless` turns sessions
+//! off and answers plain JSON where it can. The 2024-11-05 HTTP+SSE transport is not served.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cordon_core::token::{self, Bearer};
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::sync::Mutex;
+
+use super::bridge::Bridge;
+use crate::error::CliError;
+use crate::grpc::Client;
+
+/// `cordon mcp --http`'s settings.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    pub listen: SocketAddr,
+    /// Serve on an address other than loopback (`--allow-remote`).
+    pub allow_remote: bool,
+    /// Browser origins allowed besides this server's own (`--allow-origin`).
+    pub allow_origins: Vec<String>,
+    /// Host names besides the bound address and the loopback names (`--allow-host`).
+    pub allow_hosts: Vec<String>,
+    pub max_sessions_per_token: usize,
+    pub session_idle: Duration,
+    pub max_body: usize,
+    /// No sessions: every request on its own, JSON answers where possible (`--stateless`).
+    pub stateless: bool,
+}
+
+/// Sessions the front-end holds at once, whatever the tokens: each holds a connection to
+/// cordond, which accepts at most 256 per uid (this front-end's).
+pub const MAX_SESSIONS: usize = 200;
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 512;
+/// How long a client may take to send a request's headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tokens cordond may refuse per [`REFUSAL_WINDOW`]; beyond, requests get 429 without asking
+/// it: every refusal is an audit record, and whoever can reach the port could otherwise write
+/// records as fast as they can guess tokens.
+pub const MAX_REFUSALS: u32 = 30;
+const REFUSAL_WINDOW: Duration = Duration::from_secs(60);
+
+type Body = BoxBody<Bytes, std::convert::Infallible>;
+
+tokio::task_local! {
+    /// The token of the request being handled: rmcp builds a session's bridge while it handles
+    /// the request that opens it, inside this scope.
+    static REQUEST_TOKEN: Bearer;
+}
+
+/// The loopback check: an address that is not loopback needs `--allow-remote`.
+pub fn check_listen(opts: &HttpOptions) -> Result<(), CliError> {
+    if !opts.listen.ip().is_loopback() && !opts.allow_remote {
+        return Err(CliError::Usage(format!(
+            "--http {}: not a loopback address; bearer tokens would cross the network in clear text (this front-end \
+             serves no TLS). Serve on 127.0.0.1 behind a TLS proxy, or pass --allow-remote if the network is yours",
+            opts.listen
+        )));
+    }
+    if opts.max_sessions_per_token == 0 {
+        return Err(CliError::Usage("--max-sessions-per-token must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// The `Host` values accepted: the bound authority and the loopback names on its port, and
+/// `--allow-host` names.
+pub fn allowed_hosts(opts: &HttpOptions, bound: SocketAddr) -> Vec<String> {
+    let port = bound.port();
+    let mut hosts = vec![
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        match bound {
+            SocketAddr::V4(a) => format!("{}:{port}", a.ip()),
+            SocketAddr::V6(a) => format!("[{}]:{port}", a.ip()),
+        },
+    ];
+    hosts.extend(opts.allow_hosts.iter().cloned());
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// The `Origin` values accepted: this server's own (a page it served, and it serves none) on
+/// the loopback names, and `--allow-origin` ones. Any other origin, including other localhost
+/// ports (other local web applications), is refused.
+pub fn allowed_origins(opts: &HttpOptions, bound: SocketAddr) -> Vec<String> {
+    let port = bound.port();
+    let mut origins =
+        vec![format!("http://localhost:{port}"), format!("http://127.0.0.1:{port}"), format!("http://[::1]:{port}")];
+    origins.extend(opts.allow_origins.iter().cloned());
+    origins.sort();
+    origins.dedup();
+    origins
+}
+
+/// Which token opened each session, so that no other token can use it.
+#[derive(Debug, Default)]
+struct Sessions {
+    /// Session id -> the token's id and hash (of the secret).
+    by_id: std::collections::HashMap<String, (String, [u8; 32])>,
+}
+
+/// The front-end's shared state.
+struct Front {
+    service: StreamableHttpService<Bridge, LocalSessionManager>,
+    manager: Arc<LocalSessionManager>,
+    sessions: Mutex<Sessions>,
+    /// A connection to cordond used to check tokens (each check carries the token).
+    checker: tokio::sync::Mutex<Option<Client>>,
+    socket: PathBuf,
+    max_per_token: usize,
+    /// Refusals in the current window: (window start, count).
+    refusals: std::sync::Mutex<(tokio::time::Instant, u32)>,
+}
+
+/// Serves until interrupted (SIGINT, SIGTERM).
+pub fn serve(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> ExitCode {
+    super::init_logging();
+    if let Err(e) = check_listen(&opts) {
+        eprintln!("cordon mcp: {e}");
+        return ExitCode::from(e.exit_code());
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cordon mcp: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        match run(socket, page_size, opts).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("cordon mcp: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", opts.listen))?;
+    let bound = listener.local_addr().map_err(|e| format!("cannot read the bound address: {e}"))?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(allowed_hosts(&opts, bound))
+        .with_allowed_origins(allowed_origins(&opts, bound))
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(opts.max_body)
+        .with_cancellation_token(stop.clone());
+    if opts.stateless {
+        config = config.with_legacy_session_mode(false).with_json_response(true);
+    }
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(opts.session_idle);
+    let manager = Arc::new(manager);
+    let factory_socket = socket.clone();
+    let service = StreamableHttpService::new(
+        move || {
+            // Built while the opening request is handled: its token, checked already.
+            let token = REQUEST_TOKEN
+                .try_with(Clone::clone)
+                .map_err(|_| std::io::Error::other("a session opened without a token"))?;
+            let closed = tokio_util::sync::CancellationToken::new();
+            Ok(Bridge::for_token(factory_socket.clone(), closed, page_size, Some(token)))
+        },
+        manager.clone(),
+        config,
+    );
+    let front = Arc::new(Front {
+        service,
+        manager,
+        sessions: Mutex::default(),
+        checker: tokio::sync::Mutex::new(None),
+        socket,
+        max_per_token: opts.max_sessions_per_token,
+        refusals: std::sync::Mutex::new((tokio::time::Instant::now(), 0)),
+    });
+    // The address on stderr, for whoever started us (and tests asking for port 0).
+    eprintln!("cordon mcp: serving MCP over HTTP on http://{bound}/mcp");
+    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
+    loop {
+        let permit = tokio::select! {
+            p = connections.clone().acquire_owned() => p.map_err(|e| e.to_string())?,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = terminate.recv() => break,
+        };
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = tokio::signal::ctrl_c() => break,
+            _ = terminate.recv() => break,
+        };
+        // Small answers go out at once (an SSE event per message; Nagle would hold each back until
+        // the client's delayed ACK, about 40 ms).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let front = front.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = hyper::service::service_fn(move |req| {
+                let front = front.clone();
+                async move { Ok::<_, std::convert::Infallible>(front.handle(req).await) }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            if let Err(e) = served {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    stop.cancel();
+    Ok(())
+}
+
+fn plain(status: StatusCode, text: &str) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(format!("{text}\n"))).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+/// 401 with the challenge RFC 6750 asks for.
+fn unauthorized(error: Option<&str>, text: &str) -> Response<Body> {
+    let mut r = plain(StatusCode::UNAUTHORIZED, text);
+    let challenge = match error {
+        Some(e) => format!("Bearer realm=\"cordon\", error=\"{e}\""),
+        None => "Bearer realm=\"cordon\"".to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    }
+    r
+}
+
+/// The request's token: exactly one `Authorization: Bearer ...` header with a well-formed
+/// token, else the 401 to answer.
+pub fn request_token<B>(req: &Request<B>) -> Result<Bearer, Box<Response<Body>>> {
+    let mut values = req.headers().get_all(header::AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(Box::new(unauthorized(
+            None,
+            "cordon mcp: send Authorization: Bearer <token> (exactly one), with a token an admin issued with \
+             `cordon token issue`",
+        )));
+    };
+    match token::from_authorization(value.as_bytes()) {
+        Some(Ok(t)) => Ok(t),
+        Some(Err(e)) => Err(Box::new(unauthorized(Some("invalid_token"), &format!("cordon mcp: {e}")))),
+        None => Err(Box::new(unauthorized(
+            Some("invalid_request"),
+            "cordon mcp: only the Bearer scheme is accepted: Authorization: Bearer <token>",
+        ))),
+    }
+}
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+impl Front {
+    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        // 1. A token, before anything else.
+        let token = match request_token(&req) {
+            Ok(t) => t,
+            Err(r) => return *r,
+        };
+        // cordond decides whether the token is good (and the account it maps to is not an admin).
+        if let Err(r) = self.check_with_daemon(&token).await {
+            return *r;
+        }
+        // 3. A session belongs to the token that opened it.
+        let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let fingerprint = (token.id.clone(), token.hash());
+        if let Some(id) = &session {
+            let sessions = self.sessions.lock().await;
+            match sessions.by_id.get(id) {
+                // Not one this front-end bound to a token (ended, expired, or never made here).
+                None => {
+                    return plain(
+                        StatusCode::NOT_FOUND,
+                        "cordon mcp: no such session (it ended or was idle too long); open a new one (initialize)",
+                    );
+                }
+                Some(owner) if !(owner.0 == fingerprint.0 && token::hashes_equal(&owner.1, &fingerprint.1)) => {
+                    return plain(
+                        StatusCode::FORBIDDEN,
+                        "cordon mcp: this session was opened with another token; open your own session (initialize)",
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+        // 2 and 4 are rmcp's; the session's bridge is built inside this scope.
+        let response = REQUEST_TOKEN.scope(token, self.service.handle(req)).await;
+        // A new session: bind it to the token, within the token's share.
+        if session.is_none()
+            && let Some(new_id) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+        {
+            let new_id = new_id.to_string();
+            if let Err(refusal) = self.bind(new_id.clone(), fingerprint).await {
+                use rmcp::transport::streamable_http_server::session::SessionManager as _;
+                let _ = self.manager.close_session(&new_id.into()).await;
+                return refusal;
+            }
+        }
+        response
+    }
+
+    /// Counts a refusal; whether the window still has room for asking cordond.
+    fn refusals(&self, add: bool) -> bool {
+        let mut w = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let now = tokio::time::Instant::now();
+        if now.duration_since(w.0) >= REFUSAL_WINDOW {
+            *w = (now, 0);
+        }
+        if add {
+            w.1 = w.1.saturating_add(1);
+        }
+        w.1 < MAX_REFUSALS
+    }
+
+    /// Asks cordond whether `token` is good now (every request: a revoked token stops at once).
+    async fn check_with_daemon(&self, token: &Bearer) -> Result<(), Box<Response<Body>>> {
+        if !self.refusals(false) {
+            return Err(Box::new(plain(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "cordon mcp: cordond refused {MAX_REFUSALS} tokens within {} s; no token is checked until that \
+                     window ends: retry later",
+                    REFUSAL_WINDOW.as_secs()
+                ),
+            )));
+        }
+        let base = {
+            let mut slot = self.checker.lock().await;
+            match slot.as_ref() {
+                Some(c) => c.clone(),
+                None => match Client::connect(&self.socket).await {
+                    Ok(c) => {
+                        *slot = Some(c.clone());
+                        c
+                    }
+                    Err(e) => {
+                        return Err(Box::new(plain(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            &format!("cordon mcp: cannot reach cordond to check the token: {e}"),
+                        )));
+                    }
+                },
+            }
+        };
+        let mut client =
+            base.with_token(token).map_err(|e| Box::new(plain(StatusCode::UNAUTHORIZED, &e.to_string())))?;
+        match client.status().await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == cordon_core::code::ErrorCode::TokenRefused => {
+                self.refusals(true);
+                Err(Box::new(unauthorized(Some("invalid_token"), &format!("cordon mcp: {e}"))))
+            }
+            Err(e) => {
+                if e.connection_failed() {
+                    *self.checker.lock().await = None;
+                }
+                Err(Box::new(plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("cordon mcp: cannot check the token with cordond: {e}"),
+                )))
+            }
+        }
+    }
+
+    /// Records that `id` belongs to the token, unless the token (or everyone) holds too many.
+    async fn bind(&self, id: String, owner: (String, [u8; 32])) -> Result<(), Response<Body>> {
+        let live: std::collections::HashSet<String> =
+            self.manager.sessions.read().await.keys().map(|k| k.to_string()).collect();
+        let mut sessions = self.sessions.lock().await;
+        sessions.by_id.retain(|k, _| live.contains(k));
+        let held = sessions.by_id.values().filter(|(t, _)| *t == owner.0).count();
+        if held >= self.max_per_token {
+            return Err(plain(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "cordon mcp: this token holds {held} sessions, the most allowed (--max-sessions-per-token); end one \
+                     (DELETE with its Mcp-Session-Id) or wait until one is idle long enough to be closed"
+                ),
+            ));
+        }
+        if sessions.by_id.len() >= MAX_SESSIONS {
+            return Err(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("cordon mcp: {MAX_SESSIONS} sessions are open, the most this front-end holds; retry later"),
+            ));
+        }
+        sessions.by_id.insert(id, owner);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(listen: &str) -> HttpOptions {
+        HttpOptions {
+            listen: listen.parse().unwrap(),
+            allow_remote: false,
+            allow_origins: vec![],
+            allow_hosts: vec![],
+            max_sessions_per_token: 4,
+            session_idle: Duration::from_secs(60),
+            max_body: 1 << 20,
+            stateless: false,
+        }
+    }
+
+    #[test]
+    fn a_non_loopback_address_needs_allow_remote() {
+        let e = check_listen(&opts("0.0.0.0:8080")).unwrap_err().to_string();
+        assert!(e.contains("not a loopback address") && e.contains("--allow-remote"), "{e}");
+        assert!(check_listen(&opts("127.0.0.1:0")).is_ok());
+        assert!(check_listen(&opts("[::1]:0")).is_ok());
+        let mut remote = opts("0.0.0.0:8080");
+        remote.allow_remote = true;
+        assert!(check_listen(&remote).is_ok());
+    }
+
+    #[test]
+    fn hosts_are_the_bound_address_and_loopback_names_on_its_port() {
+        let hosts = allowed_hosts(&opts("127.0.0.1:0"), "127.0.0.1:4100".parse().unwrap());
+        assert_eq!(hosts, vec!["127.0.0.1:4100", "[::1]:4100", "localhost:4100"]);
+    }
+
+    #[test]
+    fn origins_are_this_servers_own_and_the_allowed_ones() {
+        let mut o = opts("127.0.0.1:0");
+        o.allow_origins = vec!["https://app.example:443".into()];
+        let origins = allowed_origins(&o, "127.0.0.1:4100".parse().unwrap());
+        assert_eq!(
+            origins,
+            vec!["http://127.0.0.1:4100", "http://[::1]:4100", "http://localhost:4100", "https://app.example:443"]
+        );
+    }
+
+    #[test]
+    fn requests_without_a_well_formed_bearer_token_get_401() {
+        let good = format!("cordon_{}_{}", "1".repeat(16), "2".repeat(64));
+        let req = |values: &[&str]| {
+            let mut b = Request::builder();
+            for v in values {
+                b = b.header(header::AUTHORIZATION, *v);
+            }
+            b.body(()).unwrap()
+        };
+        assert_eq!(request_token(&req(&[&format!("Bearer {good}")])).unwrap().id, "1".repeat(16));
+        for bad in [
+            vec![],
+            vec!["Basic abc".to_string()],
+            vec![format!("Bearer {good}x")],
+            vec![format!("Bearer {good}"), format!("Bearer {good}")],
+        ] {
+            let values: Vec<&str> = bad.iter().map(String::as_str).collect();
+            let r = request_token(&req(&values)).unwrap_err();
+            assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{bad:?}");
+            let challenge = r.headers().get(header::WWW_AUTHENTICATE).unwrap().to_str().unwrap();
+            assert!(challenge.starts_with("Bearer realm=\"cordon\""), "{challenge}");
+        }
+    }
+}
