@@ -52,6 +52,7 @@ codes! {
     NoPeerCredentials = "NO_PEER_CREDENTIALS": "the kernel gave no credentials for the connection",
     UnknownPeer = "UNKNOWN_PEER": "cordond could not identify the process behind the connection",
     SandboxedPeer = "SANDBOXED_PEER": "the request came from inside a cordon invocation",
+    CertificateRefused = "CERTIFICATE_REFUSED": "the TLS listener refused the client's certificate (absent, expired, not signed by the client CA, or mapped to no identity)",
     // Confirmations and approvals.
     ConfirmationInvalid = "CONFIRMATION_INVALID": "no confirmation with that token (unknown, or already used)",
     ConfirmationExpired = "CONFIRMATION_EXPIRED": "the confirmation token expired; call the tool again",

@@ -100,6 +100,7 @@ pub const fn for_code(code: ErrorCode) -> u8 {
         | E::NoPeerCredentials
         | E::UnknownPeer
         | E::SandboxedPeer
+        | E::CertificateRefused
         | E::ConfirmationForeign
         | E::ApprovalDenied
         | E::SocketPermissionDenied => PERMISSION,
