@@ -157,6 +157,8 @@ impl Peer {
 #[derive(Debug)]
 pub(crate) struct Limits<K = u32> {
     max_per_uid: usize,
+    /// What a key is, for the log: "uid", "identity", "address".
+    what: &'static str,
     uids: Mutex<HashMap<K, PerUid>>,
 }
 
@@ -169,7 +171,12 @@ struct PerUid {
 
 impl<K: Hash + Eq + Clone + fmt::Display> Limits<K> {
     pub(crate) fn new(max_per_uid: usize) -> Limits<K> {
-        Limits { max_per_uid, uids: Mutex::new(HashMap::new()) }
+        Limits::named(max_per_uid, "uid")
+    }
+
+    /// Limits whose keys are `what` (for the log).
+    pub(crate) fn named(max_per_uid: usize, what: &'static str) -> Limits<K> {
+        Limits { max_per_uid, what, uids: Mutex::new(HashMap::new()) }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<K, PerUid>> {
@@ -186,7 +193,8 @@ impl<K: Hash + Eq + Clone + fmt::Display> Limits<K> {
                 tracing::warn!(
                     who = %uid,
                     limit = self.max_per_uid,
-                    "connection limit reached; closing new connections of this uid (identity, address) until one ends"
+                    "connection limit reached for this {}; closing its new connections until one ends",
+                    self.what
                 );
             } else {
                 tracing::debug!(who = %uid, refused = entry.refused, "connection refused: limit");

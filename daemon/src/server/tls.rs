@@ -405,9 +405,10 @@ async fn accept_loop(
     audit: Arc<Audit>,
     tx: mpsc::Sender<io::Result<Conn>>,
 ) {
-    let per_address: Arc<Limits<IpAddr>> = Arc::new(Limits::new(MAX_HANDSHAKES_PER_ADDRESS));
+    let per_address: Arc<Limits<IpAddr>> =
+        Arc::new(Limits::named(MAX_HANDSHAKES_PER_ADDRESS, "address (TLS handshakes in progress)"));
     let all = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
-    let per_identity: Arc<Limits<Arc<str>>> = Arc::new(Limits::new(MAX_CONNECTIONS_PER_IDENTITY));
+    let per_identity: Arc<Limits<Arc<str>>> = Arc::new(Limits::named(MAX_CONNECTIONS_PER_IDENTITY, "identity"));
     let refusals = Arc::new(Refusals::new(audit));
     let mut flush = tokio::time::interval(AUDIT_WINDOW);
     loop {

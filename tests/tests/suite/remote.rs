@@ -145,11 +145,11 @@ fn tls_flags(tls: &Path) -> Vec<String> {
 }
 
 fn start() -> Remote {
-    start_for(&["127.0.0.1", "localhost"])
+    start_for(&["127.0.0.1", "localhost"], &[])
 }
 
-/// A daemon whose certificate is for `names`.
-fn start_for(names: &[&str]) -> Remote {
+/// A daemon whose certificate is for `names`, with `extra` flags.
+fn start_for(names: &[&str], extra: &[&str]) -> Remote {
     agent::ensure();
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
@@ -157,7 +157,8 @@ fn start_for(names: &[&str]) -> Remote {
     std::fs::write(policies.join("t.toml"), POLICY).unwrap();
     let certs = make_certs_for(dir.path(), names);
     let flags = tls_flags(&certs);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags.extend_from_slice(extra);
     let d = Daemon::start_in(dir, policies, &flags);
     let url = format!("https://{}", tls_address(&d));
     Remote { d, url, certs }
@@ -381,7 +382,7 @@ fn the_client_checks_the_daemons_certificate_and_its_own_files() {
     let out: Output = out.into();
     assert!(out.stderr.contains("do not belong together"), "{out:?}");
     // A daemon whose certificate is not for the address connected to.
-    let other = start_for(&["localhost"]);
+    let other = start_for(&["localhost"], &[]);
     let out = other.cordon("agent", &["tools", "--json"]);
     let e = &out.json()["error"];
     assert_eq!(e["code"], "CONNECT_FAILED", "{out:?}");
@@ -452,4 +453,102 @@ fn cordond_refuses_untrusted_or_wrong_tls_files_at_startup() {
         .unwrap();
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && e.contains("--tls-cert <PATH>") && e.contains("--tls-identities <PATH>"), "{e}");
+}
+
+/// The README's openssl lines ("Remote daemons (mutual TLS)"), run as written.
+fn readme_openssl_lines() -> String {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let section = readme.split("\n## Remote daemons (mutual TLS)\n").nth(1).expect("the README section");
+    let block = section.split("```sh\n").nth(1).expect("its sh block");
+    block.split("\n```").next().unwrap().to_string()
+}
+
+#[test]
+fn the_readmes_openssl_commands_make_certificates_cordond_serves_with() {
+    require_root!();
+    agent::ensure();
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    let lines = readme_openssl_lines();
+    assert!(lines.lines().count() >= 7 && lines.contains("openssl x509 -req"), "{lines}");
+    let out = Command::new("bash").args(["-euc", &lines]).current_dir(&tls).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    write(&tls.join("identities.toml"), &IDENTITIES.replace("agent-1", "ci-runner-1"), 0o644);
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), POLICY).unwrap();
+    let p = |n: &str| tls.join(n).to_str().unwrap().to_string();
+    let flags = [
+        "--listen-tls".to_string(),
+        "127.0.0.1:0".into(),
+        "--tls-cert".into(),
+        p("server.pem"),
+        "--tls-key".into(),
+        p("server.key"),
+        "--tls-client-ca".into(),
+        p("ca.pem"),
+        "--tls-identities".into(),
+        p("identities.toml"),
+    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let d = Daemon::start_in(dir, policies, &flags);
+    let url = format!("https://{}", tls_address(&d));
+    let out: Output = Command::new(bin("cordon"))
+        .args(["--remote", &url, "--cert", &p("client.pem"), "--key", &p("client.key"), "--ca", &p("ca.pem")])
+        .args(["run", "whoami"])
+        .output()
+        .unwrap()
+        .into();
+    out.assert_code(0);
+    assert_eq!(out.stdout.trim(), agent::id("-u", AGENT).to_string());
+}
+
+#[test]
+fn a_reload_rereads_the_mapping_and_a_broken_one_keeps_the_previous() {
+    require_root!();
+    let r = start();
+    r.cordon("stranger", &["tools"]).assert_code(77);
+    let ids = r.certs.join("identities.toml");
+    write(
+        &ids,
+        &format!("{IDENTITIES}\n[[identity]]\nmatch = {{ common_name = \"stranger\" }}\nuser = \"{AGENT}\"\n"),
+        0o644,
+    );
+    r.d.signal(nix::sys::signal::Signal::SIGHUP);
+    assert!(eventually(Duration::from_secs(10), || r.cordon("stranger", &["tools"]).code == Some(0)));
+    // A mapping that no longer loads: audited, and the previous one stays.
+    write(&ids, "[[identity]]\nmatch = {}\nuser = \"nobody-at-all\"\n", 0o644);
+    r.d.cordon(&["reload"]).assert_code(0);
+    let mut rejected = Vec::new();
+    assert!(eventually(Duration::from_secs(10), || {
+        rejected = r.d.audit_records().into_iter().filter(|x| x["decision"] == "reload_rejected").collect();
+        !rejected.is_empty()
+    }));
+    assert_eq!(rejected[0]["what"], "tls_identities", "{}", rejected[0]);
+    assert!(rejected[0]["message"].as_str().unwrap().contains("empty match"), "{}", rejected[0]);
+    r.cordon("stranger", &["tools"]).assert_code(0);
+    r.cordon("agent", &["tools"]).assert_code(0);
+}
+
+#[test]
+fn a_flood_of_refused_handshakes_is_audited_at_a_bounded_rate() {
+    require_root!();
+    let r = start_for(&["127.0.0.1"], &["--metrics", "127.0.0.1:0"]);
+    let before = r.d.audit_records().len();
+    let addr = r.url.trim_start_matches("https://").to_string();
+    // 30 clients in the clear: each refused; 20 recorded one by one (the window's budget).
+    for _ in 0..30 {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        use std::io::{Read as _, Write as _};
+        let _ = s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+        let _ = s.read(&mut [0u8; 64]);
+    }
+    let records = r.records_after(before, 20);
+    assert_eq!(records.len(), 20, "{records:#?}");
+    assert!(records.iter().all(|x| x["reason"] == "not_tls" && x["operation"] == "tls_handshake"));
+    // The metrics count every one.
+    let out = r.d.cordon(&["metrics"]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("cordon_tls_handshakes_refused_total{reason=\"not_tls\"} 30"), "{}", out.stdout);
 }
