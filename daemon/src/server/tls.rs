@@ -570,3 +570,146 @@ impl Refusals {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, SanType};
+
+    use super::*;
+    use crate::identities::Accounts;
+
+    /// bob is uid 1001, gid 1001; no other account exists.
+    struct Bob;
+
+    impl Accounts for Bob {
+        fn user(&self, name: &str) -> Option<(u32, u32)> {
+            (name == "bob").then_some((1001, 1001))
+        }
+
+        fn group(&self, _: &str) -> Option<u32> {
+            None
+        }
+
+        fn groups_of(&self, _: &str, gid: u32) -> Vec<u32> {
+            vec![gid]
+        }
+    }
+
+    struct Ca {
+        issuer: Issuer<'static, KeyPair>,
+        der: CertificateDer<'static>,
+    }
+
+    fn new_ca(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, name);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let der = p.self_signed(&key).unwrap().der().clone();
+        Ca { issuer: Issuer::new(p, key), der }
+    }
+
+    fn client(
+        ca: &Ca,
+        cn: &str,
+        sans: Vec<SanType>,
+        expired: bool,
+        eku: ExtendedKeyUsagePurpose,
+    ) -> CertificateDer<'static> {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.subject_alt_names = sans;
+        p.extended_key_usages = vec![eku];
+        if expired {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        p.signed_by(&key, &ca.issuer).unwrap().der().clone()
+    }
+
+    const MAPPING: &str = r#"
+[[identity]]
+match = { common_name = "runner" }
+user = "bob"
+
+[[identity]]
+match = { uri = "spiffe://example.org/agent/alice" }
+user = "bob"
+"#;
+
+    fn verifier(ca: &Ca) -> (Mapping, Arc<Mutex<Outcome>>) {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        roots.add(ca.der.clone()).unwrap();
+        let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build().unwrap();
+        let rules = Rules { daemon_uid: 500, admin_gid: None };
+        let ids = identities::parse(Path::new("ids.toml"), MAPPING, rules, &Bob).unwrap();
+        let outcome = Arc::new(Mutex::new(Outcome::NotAsked));
+        (Mapping { inner, identities: Arc::new(ids), outcome: outcome.clone() }, outcome)
+    }
+
+    fn verify(m: &Mapping, cert: &CertificateDer<'_>) -> Result<ClientCertVerified, rustls::Error> {
+        m.verify_client_cert(cert, &[], UnixTime::now())
+    }
+
+    fn refused(outcome: &Mutex<Outcome>) -> (Option<String>, Reason) {
+        match std::mem::take(&mut *outcome.lock().unwrap()) {
+            Outcome::Refused { subject, reason, .. } => (subject, reason),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_mapped_certificate_passes_and_names_its_identity() {
+        let ca = new_ca("ca");
+        let (m, outcome) = verifier(&ca);
+        verify(&m, &client(&ca, "runner", vec![], false, ExtendedKeyUsagePurpose::ClientAuth)).unwrap();
+        match std::mem::take(&mut *outcome.lock().unwrap()) {
+            Outcome::Mapped(id) => assert_eq!((&*id.label, id.uid), ("common_name=runner", 1001)),
+            other => panic!("{other:?}"),
+        }
+        let uri = SanType::URI("spiffe://example.org/agent/alice".try_into().unwrap());
+        verify(&m, &client(&ca, "someone", vec![uri], false, ExtendedKeyUsagePurpose::ClientAuth)).unwrap();
+        assert!(matches!(&*outcome.lock().unwrap(), Outcome::Mapped(id) if id.label.starts_with("uri=spiffe")));
+    }
+
+    #[test]
+    fn unmapped_ambiguous_expired_foreign_and_server_certificates_fail_the_handshake() {
+        let ca = new_ca("ca");
+        let (m, outcome) = verifier(&ca);
+        let denied = rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure);
+        let stranger = client(&ca, "stranger", vec![], false, ExtendedKeyUsagePurpose::ClientAuth);
+        assert_eq!(verify(&m, &stranger).unwrap_err(), denied);
+        assert_eq!(refused(&outcome), (Some("CN=stranger".into()), Reason::Unmapped));
+        // Its common name one identity, its URI another.
+        let uri = SanType::URI("spiffe://example.org/agent/alice".try_into().unwrap());
+        let both = client(&ca, "runner", vec![uri], false, ExtendedKeyUsagePurpose::ClientAuth);
+        assert_eq!(verify(&m, &both).unwrap_err(), denied);
+        assert_eq!(refused(&outcome), (Some("CN=runner".into()), Reason::Unmapped));
+        let expired = client(&ca, "runner", vec![], true, ExtendedKeyUsagePurpose::ClientAuth);
+        assert!(matches!(
+            verify(&m, &expired).unwrap_err(),
+            rustls::Error::InvalidCertificate(CertificateError::ExpiredContext { .. } | CertificateError::Expired)
+        ));
+        assert_eq!(refused(&outcome), (Some("CN=runner".into()), Reason::Expired));
+        let other = new_ca("another ca");
+        let foreign = client(&other, "runner", vec![], false, ExtendedKeyUsagePurpose::ClientAuth);
+        assert_eq!(
+            verify(&m, &foreign).unwrap_err(),
+            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer)
+        );
+        assert_eq!(refused(&outcome), (Some("CN=runner".into()), Reason::UnknownIssuer));
+        // A certificate for servers only is no client certificate.
+        let server = client(&ca, "runner", vec![], false, ExtendedKeyUsagePurpose::ServerAuth);
+        assert!(verify(&m, &server).is_err());
+        assert_eq!(refused(&outcome), (Some("CN=runner".into()), Reason::BadCertificate));
+        // Garbage.
+        assert!(verify(&m, &CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01])).is_err());
+        assert_eq!(refused(&outcome).1, Reason::BadCertificate);
+        // And the verifier never lets a client skip its certificate.
+        assert!(m.offer_client_auth() && m.client_auth_mandatory());
+    }
+}
