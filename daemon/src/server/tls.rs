@@ -428,6 +428,8 @@ async fn accept_loop(
                 }
             },
         };
+        // Small gRPC frames go out at once (no Nagle delay on a request's answer).
+        let _ = stream.set_nodelay(true);
         let (Some(from_address), Ok(in_all)) = (per_address.acquire(addr.ip()), all.clone().try_acquire_owned()) else {
             refusals.refuse(addr, None, Reason::Limit, "too many TLS handshakes in progress");
             continue;
