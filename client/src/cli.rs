@@ -424,6 +424,15 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Policy { command: PolicyCommand::Diff { dirs, against_socket } } => {
             use crate::policy_diff::{Side, diff};
             let (old, new) = match (dirs.as_slice(), against_socket) {
+                // Every connection of this process goes to --remote: the "other" daemon would be
+                // the same one.
+                ([], Some(_)) if crate::remote::get().is_some() => {
+                    return Err(CliError::Usage(
+                        "--against-socket compares two daemons on this host; with --remote, compare the remote \
+                         daemon with a directory (`cordon --remote URL ... policy diff DIR`)"
+                            .into(),
+                    ));
+                }
                 ([], Some(other)) => (Side::Daemon(socket), Side::Daemon(other)),
                 ([dir], None) => (Side::Daemon(socket), Side::Dir(dir.clone())),
                 ([a, b], None) => (Side::Dir(a.clone()), Side::Dir(b.clone())),

@@ -21,8 +21,9 @@
 //! is no local process to inspect, and the identity is what the certificate proved), under the
 //! same HTTP/2 preface, silence and write-stall deadlines, with a slot in a per-identity count
 //! ([`MAX_CONNECTIONS_PER_IDENTITY`]) apart from the Unix socket's per-uid counts. Before that,
-//! handshakes in progress are bounded per source address ([`MAX_HANDSHAKES_PER_ADDRESS`]) and in
-//! all ([`MAX_HANDSHAKES`]), each within [`conn::HANDSHAKE_DEADLINE`].
+//! handshakes in progress are bounded per source address (an IPv6 /64 counts as one;
+//! [`MAX_HANDSHAKES_PER_ADDRESS`]) and in all ([`MAX_HANDSHAKES`]), each within
+//! [`conn::HANDSHAKE_DEADLINE`].
 //!
 //! Architecture invariant: this module is the only way a TCP connection reaches the server, and
 //! it yields only connections whose certificate the [`Mapping`] verifier accepted in their own
@@ -430,7 +431,9 @@ async fn accept_loop(
         };
         // Small gRPC frames go out at once (no Nagle delay on a request's answer).
         let _ = stream.set_nodelay(true);
-        let (Some(from_address), Ok(in_all)) = (per_address.acquire(addr.ip()), all.clone().try_acquire_owned()) else {
+        let (Some(from_address), Ok(in_all)) =
+            (per_address.acquire(source(addr.ip())), all.clone().try_acquire_owned())
+        else {
             refusals.refuse(addr, None, Reason::Limit, "too many TLS handshakes in progress");
             continue;
         };
@@ -477,6 +480,23 @@ async fn accept_loop(
                 }
             }
         });
+    }
+}
+
+/// Whom a source address counts against for [`MAX_HANDSHAKES_PER_ADDRESS`]: an IPv4 address
+/// (an IPv4-mapped IPv6 one as itself), or an IPv6 address's /64, which one host usually holds
+/// whole (counted per address, it could open 2^64 times the limit).
+fn source(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut segments = v6.segments();
+                segments[4..].fill(0);
+                IpAddr::V6(segments.into())
+            }
+        },
     }
 }
 
@@ -662,6 +682,15 @@ user = "bob"
             Outcome::Refused { subject, reason, .. } => (subject, reason),
             other => panic!("not refused: {other:?}"),
         }
+    }
+
+    #[test]
+    fn handshakes_count_per_ipv4_address_and_per_ipv6_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(source(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")), ip("2001:db8:1:2::"));
+        assert_ne!(source(ip("2001:db8:1:3::1")), source(ip("2001:db8:1:2::1")));
     }
 
     #[test]

@@ -390,6 +390,10 @@ fn the_client_checks_the_daemons_certificate_and_its_own_files() {
         e["message"].as_str().unwrap().contains("the daemon's certificate is not valid for \"127.0.0.1\""),
         "{out:?}"
     );
+    // Every connection goes to --remote: comparing it with "another" socket is refused.
+    let out = r.cordon("agent", &["policy", "diff", "--against-socket", "/run/other.sock"]);
+    out.assert_code(2);
+    assert!(out.stderr.contains("--against-socket compares two daemons on this host"), "{out:?}");
     // Plain http is refused before anything is sent.
     let out = r.cordon_at("agent", &r.url.replace("https://", "http://"), &["tools"]);
     out.assert_code(2);
