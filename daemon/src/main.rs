@@ -16,7 +16,7 @@ use cordon_daemon::{Config, Signals};
 #[command(name = "cordond", version = cordon_proto::VERSION, about)]
 struct Args {
     /// Directory of policy files (*.toml).
-    #[arg(long, value_name = "DIR", required_unless_present_any = ["probe", "man_dir"])]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["probe", "man_dir", "check_tls_identities"])]
     policies: Option<PathBuf>,
     /// Print what this host offers the sandbox, as this user sees it (landlock ABI, seccomp,
     /// cgroups, the read-only filesystem view), as JSON, and exit. `cordon doctor` and
@@ -136,6 +136,11 @@ struct Args {
     /// README's "Remote daemons (mutual TLS)"); reloaded with the policies.
     #[arg(long, value_name = "PATH", requires = "listen_tls")]
     tls_identities: Option<PathBuf>,
+    /// Check a --tls-identities file as cordond would load it (owner and mode, every entry's
+    /// account and groups, against --admin-group) and exit: 0 when it loads, 78 with every
+    /// problem and its line otherwise.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["listen_tls", "probe"])]
+    check_tls_identities: Option<PathBuf>,
     /// Write the man page cordond.8 into an existing directory and exit (packaging).
     #[arg(long, value_name = "DIR", exclusive = true, hide = true)]
     man_dir: Option<PathBuf>,
@@ -177,6 +182,32 @@ fn write_man_page(dir: &std::path::Path) -> ExitCode {
                 dir.display()
             );
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cordond --check-tls-identities PATH`.
+fn check_tls_identities(path: &std::path::Path, admin_group: Option<&str>) -> ExitCode {
+    use cordon_daemon::identities;
+    let admin_gid = match admin_group {
+        Some("") => None,
+        Some(name) => match cordon_daemon::authz::group_id(name) {
+            Some(gid) => Some(gid),
+            None => {
+                eprintln!("cordond: --admin-group {name:?}: no such group");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        None => cordon_daemon::authz::group_id(cordon_daemon::authz::DEFAULT_ADMIN_GROUP),
+    };
+    match identities::load(path, policy::Trust::current(), identities::Rules::current(admin_gid)) {
+        Ok(ids) => {
+            println!("{}: {} identities, each mapped to one account", path.display(), ids.len());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cordond: {e}");
+            ExitCode::from(EXIT_CONFIG)
         }
     }
 }
@@ -340,6 +371,9 @@ fn main() -> ExitCode {
             }
         }
         return ExitCode::SUCCESS;
+    }
+    if let Some(path) = &args.check_tls_identities {
+        return check_tls_identities(path, args.admin_group.as_deref());
     }
     if let Some(dir) = &args.man_dir {
         return write_man_page(dir);

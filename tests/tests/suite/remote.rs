@@ -450,6 +450,35 @@ fn cordond_refuses_untrusted_or_wrong_tls_files_at_startup() {
     write(&ids, "[[identity]]\nmatch = { common_name = \"x\" }\nuser = \"root\"\n", 0o644);
     let e = refused_start(dir.path(), &tls, &[]);
     assert!(e.contains("identities.toml:3:8: \"root\" is root; a remote identity never is"), "{e}");
+    // The same checks offline, with every problem and its line.
+    write(
+        &ids,
+        "[[identity]]\nmatch = {}\nuser = \"root\"\n\n[[identity]]\nmatch = { dns = \"a\" }\nuser = \"nobody-at-all\"\n",
+        0o644,
+    );
+    let out = Command::new(bin("cordond"))
+        .arg("--check-tls-identities")
+        .arg(&ids)
+        .args(["--admin-group", ""])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{e}");
+    assert!(e.contains("3 problem(s)"), "{e}");
+    assert!(
+        e.contains("identities.toml:2:9: empty match")
+            && e.contains("identities.toml:7:8: no such user \"nobody-at-all\""),
+        "{e}"
+    );
+    write(&ids, IDENTITIES, 0o644);
+    let out = Command::new(bin("cordond"))
+        .arg("--check-tls-identities")
+        .arg(&ids)
+        .args(["--admin-group", ""])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 identities, each mapped to one account"), "{out:?}");
     // Flags that do not go together.
     let out = Command::new(bin("cordond"))
         .args(["--policies", "/nonexistent", "--listen-tls", "127.0.0.1:0"])
