@@ -466,8 +466,8 @@ async fn accept_loop(
                 (Ok(Ok(_)), _) => {
                     refusals.refuse(addr, None, Reason::Handshake, "completed without a mapped client certificate");
                 }
-                (Ok(Err(e)), Outcome::Refused { subject, reason, detail }) => {
-                    let _ = e;
+                // The verifier's own account of it (the client heard the matching alert).
+                (Ok(Err(_)), Outcome::Refused { subject, reason, detail }) => {
                     refusals.refuse(addr, subject.as_deref(), reason, &detail);
                 }
                 (Ok(Err(e)), _) => {
