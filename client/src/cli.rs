@@ -24,6 +24,25 @@ pub struct Cli {
     /// cordond's Unix socket [default: this user's daemon if running, else /run/cordon/cordon.sock]
     #[arg(long, global = true, env = "CORDON_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// A remote cordond instead of the socket (it takes the place of --socket): https://HOST:PORT
+    /// of its --listen-tls, with mutual TLS (needs --cert, --key and --ca)
+    #[arg(
+        long,
+        global = true,
+        env = "CORDON_REMOTE",
+        value_name = "URL",
+        requires_all = ["cert", "key", "ca"]
+    )]
+    pub remote: Option<String>,
+    /// With --remote: this client's certificate (PEM), which the daemon maps to an account
+    #[arg(long, global = true, env = "CORDON_CERT", value_name = "FILE", requires = "remote")]
+    pub cert: Option<PathBuf>,
+    /// With --remote: the private key of --cert (PEM, readable by you alone)
+    #[arg(long, global = true, env = "CORDON_KEY", value_name = "FILE", requires = "remote")]
+    pub key: Option<PathBuf>,
+    /// With --remote: the CA certificate (PEM) that signed the daemon's certificate
+    #[arg(long, global = true, env = "CORDON_CA", value_name = "FILE", requires = "remote")]
+    pub ca: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -357,6 +376,23 @@ pub enum PolicyCommand {
 
 /// Runs the command and maps every error to its exit code.
 pub fn run(cli: Cli) -> ExitCode {
+    if let (Some(url), Some(cert), Some(key), Some(ca)) = (&cli.remote, &cli.cert, &cli.key, &cli.ca) {
+        match crate::remote::Remote::load(url, cert, key, ca) {
+            Ok(remote) => crate::remote::set(remote),
+            Err(e) => {
+                if cli.json {
+                    println!("{}", e.to_json());
+                } else {
+                    eprintln!(
+                        "{} {}",
+                        term::paint(term::Stream::Err, term::BAD, "cordon:"),
+                        term::line(&e.to_string())
+                    );
+                }
+                return ExitCode::from(e.exit_code());
+            }
+        }
+    }
     if let Command::Mcp {
         page_size,
         http: Some(listen),
@@ -484,6 +520,15 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Policy { command: PolicyCommand::Diff { dirs, against_socket } } => {
             use crate::policy_diff::{Side, diff};
             let (old, new) = match (dirs.as_slice(), against_socket) {
+                // Every connection of this process goes to --remote: the "other" daemon would be
+                // the same one.
+                ([], Some(_)) if crate::remote::get().is_some() => {
+                    return Err(CliError::Usage(
+                        "--against-socket compares two daemons on this host; with --remote, compare the remote \
+                         daemon with a directory (`cordon --remote URL ... policy diff DIR`)"
+                            .into(),
+                    ));
+                }
                 ([], Some(other)) => (Side::Daemon(socket), Side::Daemon(other)),
                 ([dir], None) => (Side::Daemon(socket), Side::Dir(dir.clone())),
                 ([a, b], None) => (Side::Dir(a.clone()), Side::Dir(b.clone())),

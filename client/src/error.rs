@@ -128,6 +128,13 @@ impl CliError {
         if !transport {
             return CliError::from(s);
         }
+        // A remote daemon that refused this client's certificate says so only now (TLS 1.3: on
+        // the first read), and a reconnect may meet a certificate problem of the daemon's.
+        if let Some(remote) = crate::remote::get()
+            && let Some(e) = remote.explain(&s)
+        {
+            return e;
+        }
         let mut chain = Vec::new();
         let mut io_kind = None;
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&s);

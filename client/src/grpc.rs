@@ -59,6 +59,9 @@ impl Client {
     /// the channel connects again on its next call (and that reconnect's `io::Error` reaches
     /// [`CliError::from_status`]).
     pub async fn connect(socket: &Path) -> Result<Client, CliError> {
+        if let Some(remote) = crate::remote::get() {
+            return Client::connect_remote(remote).await;
+        }
         let path = socket.to_path_buf();
         let first =
             cordon_proto::connect_trusted(&path).await.map_err(|e| CliError::from_connect_io(path.clone(), e))?;
@@ -101,6 +104,55 @@ impl Client {
         let inner = CordonClient::with_interceptor(self.channel.clone(), Bearer(Some(value)))
             .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
         Ok(Client { inner, channel: self.channel.clone(), socket: self.socket.clone() })
+    }
+
+    /// Opens one connection to the remote daemon of `--remote` (mutual TLS), as [`Client::connect`]
+    /// does to the socket: the first stream carries the channel, a reconnect dials again.
+    async fn connect_remote(remote: &'static crate::remote::Remote) -> Result<Client, CliError> {
+        let path = PathBuf::from(&remote.url);
+        let failed = |e: std::io::Error| {
+            remote.explain(&e).unwrap_or_else(|| CliError::Connect { path: path.clone(), source: e })
+        };
+        let first = match tokio::time::timeout(CONNECT_TIMEOUT, remote.connect()).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(failed(e)),
+            Err(_) => {
+                return Err(failed(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no TLS handshake within {} s", CONNECT_TIMEOUT.as_secs()),
+                )));
+            }
+        };
+        let first = Arc::new(Mutex::new(Some(first)));
+        // The URI is required by tonic but never used: the connector ignores it.
+        let endpoint = Endpoint::from_static("http://cordon.invalid").connect_timeout(CONNECT_TIMEOUT);
+        let connecting = endpoint.connect_with_connector(tower::service_fn(move |_| {
+            let ready = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+            async move {
+                let stream = match ready {
+                    Some(s) => s,
+                    None => remote.connect().await?,
+                };
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }));
+        let channel = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return Err(remote
+                    .explain(&e)
+                    .unwrap_or_else(|| CliError::ConnectionLost { path, detail: error_chain(&e) }));
+            }
+            Err(_) => {
+                return Err(CliError::ConnectionLost {
+                    path,
+                    detail: format!("no HTTP/2 handshake within {} s", CONNECT_TIMEOUT.as_secs()),
+                });
+            }
+        };
+        let inner = CordonClient::with_interceptor(channel.clone(), Bearer::default())
+            .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
+        Ok(Client { inner, channel, socket: path })
     }
 
     /// A failed call, classified (see [`CliError::from_status`]).

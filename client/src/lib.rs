@@ -11,6 +11,7 @@
 //! - [`import`]: `cordon import`: CtxNest and Gandalf tool definitions translated into a policy.
 //! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
+//! - [`remote`]: `--remote https://HOST:PORT` with `--cert`/`--key`/`--ca`: a daemon over mutual TLS.
 //! - [`error`]: client errors with their messages and stable exit codes.
 //! - [`mcp`]: the MCP stdio server (`cordon mcp`).
 //! - [`term`]: lines for people, with control and bidi characters escaped.
@@ -36,6 +37,7 @@ pub mod mcp;
 pub mod policy_diff;
 pub mod policy_test;
 pub mod registry_admin;
+pub mod remote;
 pub mod search;
 pub mod term;
 pub mod token_admin;

@@ -53,6 +53,7 @@ codes! {
     UnknownPeer = "UNKNOWN_PEER": "cordond could not identify the process behind the connection",
     SandboxedPeer = "SANDBOXED_PEER": "the request came from inside a cordon invocation",
     TokenRefused = "TOKEN_REFUSED": "the bearer token is malformed, unknown, revoked or expired, or names an account tokens may not act as",
+    CertificateRefused = "CERTIFICATE_REFUSED": "the TLS listener refused the client's certificate (absent, expired, not signed by the client CA, or mapped to no identity)",
     // Confirmations and approvals.
     ConfirmationInvalid = "CONFIRMATION_INVALID": "no confirmation with that token (unknown, or already used)",
     ConfirmationExpired = "CONFIRMATION_EXPIRED": "the confirmation token expired; call the tool again",

@@ -14,7 +14,9 @@
 //! - [`metrics`]: the Prometheus endpoint (`--metrics`, loopback, bearer token) and what it counts.
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.
 //! - [`tokens`]: bearer tokens admins issue for agents behind an HTTP front-end (stored hashed).
-//! - [`server`]: gRPC on a Unix socket; the caller comes from the kernel.
+//! - [`server`]: gRPC on a Unix socket (the caller comes from the kernel) and, with
+//!   `--listen-tls`, over TCP with mutual TLS (the caller is the account a client certificate maps
+//!   to: [`identities`]).
 //! - [`startup`]: from a [`Config`] to a serving daemon and back: host probe, policy load, cgroup
 //!   reaper, audit log open and recovery, socket, signals.
 //!
@@ -32,6 +34,7 @@ pub mod caller;
 pub mod confirm;
 pub mod egress;
 pub mod hint;
+pub mod identities;
 pub mod invoke;
 pub mod jobs;
 pub mod journal;

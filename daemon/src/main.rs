@@ -16,7 +16,7 @@ use cordon_daemon::{Config, Signals};
 #[command(name = "cordond", version = cordon_proto::VERSION, about)]
 struct Args {
     /// Directory of policy files (*.toml).
-    #[arg(long, value_name = "DIR", required_unless_present_any = ["probe", "man_dir"])]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["probe", "man_dir", "check_tls_identities"])]
     policies: Option<PathBuf>,
     /// Print what this host offers the sandbox, as this user sees it (landlock ABI, seccomp,
     /// cgroups, the read-only filesystem view), as JSON, and exit. `cordon doctor` and
@@ -111,6 +111,36 @@ struct Args {
     /// --admin-group as root, else 0600]
     #[arg(long, value_name = "PATH", requires = "metrics")]
     metrics_token_file: Option<PathBuf>,
+    /// Also serve remote clients over TCP with mutual TLS on this address (IP:PORT, e.g.
+    /// 0.0.0.0:7443 or [::]:7443; port 0: any free port, logged). Every client must present a
+    /// certificate signed by --tls-client-ca that --tls-identities maps to a local account; TLS
+    /// 1.3 only. Needs --tls-cert, --tls-key, --tls-client-ca and --tls-identities.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        value_parser = parse_tls_listen,
+        requires_all = ["tls_cert", "tls_key", "tls_client_ca", "tls_identities"]
+    )]
+    listen_tls: Option<std::net::SocketAddr>,
+    /// The daemon's certificate chain for --listen-tls (PEM, leaf first).
+    #[arg(long, value_name = "PATH", requires = "listen_tls")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM); owned by root or cordond's user, readable by no one
+    /// else.
+    #[arg(long, value_name = "PATH", requires = "listen_tls")]
+    tls_key: Option<PathBuf>,
+    /// The CA certificates (PEM) that sign the client certificates --listen-tls accepts.
+    #[arg(long, value_name = "PATH", requires = "listen_tls")]
+    tls_client_ca: Option<PathBuf>,
+    /// Which client certificate is which local account (TOML, `[[identity]]` entries; see the
+    /// README's "Remote daemons (mutual TLS)"); reloaded with the policies.
+    #[arg(long, value_name = "PATH", requires = "listen_tls")]
+    tls_identities: Option<PathBuf>,
+    /// Check a --tls-identities file as cordond would load it (owner and mode, every entry's
+    /// account and groups, against --admin-group) and exit: 0 when it loads, 78 with every
+    /// problem and its line otherwise.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["listen_tls", "probe"])]
+    check_tls_identities: Option<PathBuf>,
     /// Write the man page cordond.8 into an existing directory and exit (packaging).
     #[arg(long, value_name = "DIR", exclusive = true, hide = true)]
     man_dir: Option<PathBuf>,
@@ -154,6 +184,42 @@ fn write_man_page(dir: &std::path::Path) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `cordond --check-tls-identities PATH`.
+fn check_tls_identities(path: &std::path::Path, admin_group: Option<&str>) -> ExitCode {
+    use cordon_daemon::identities;
+    let admin_gid = match admin_group {
+        Some("") => None,
+        Some(name) => match cordon_daemon::authz::group_id(name) {
+            Some(gid) => Some(gid),
+            None => {
+                eprintln!("cordond: --admin-group {name:?}: no such group");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        None => cordon_daemon::authz::group_id(cordon_daemon::authz::DEFAULT_ADMIN_GROUP),
+    };
+    match identities::load(path, policy::Trust::current(), identities::Rules::current(admin_gid)) {
+        Ok(ids) => {
+            println!("{}: {} identities, each mapped to one account", path.display(), ids.len());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cordond: {e}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
+}
+
+/// `--listen-tls`: an IP address and port.
+fn parse_tls_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!(
+            "{text:?} is no socket address; give IP:PORT, e.g. 0.0.0.0:7443 (every IPv4 address), [::]:7443, or \
+             127.0.0.1:7443"
+        )
+    })
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -220,6 +286,13 @@ impl Args {
             admin_group: self.admin_group,
             socket_group: self.socket_group,
             cgroups: self.cgroups.into(),
+            tls: match (self.listen_tls, self.tls_cert, self.tls_key, self.tls_client_ca, self.tls_identities) {
+                (Some(listen), Some(cert), Some(key), Some(client_ca), Some(identities)) => {
+                    Some(cordon_daemon::server::tls::Options { listen, cert, key, client_ca, identities })
+                }
+                // clap requires all five together.
+                _ => None,
+            },
             metrics: self
                 .metrics
                 .map(|listen| cordon_daemon::metrics::Options { listen, token_file: self.metrics_token_file }),
@@ -298,6 +371,9 @@ fn main() -> ExitCode {
             }
         }
         return ExitCode::SUCCESS;
+    }
+    if let Some(path) = &args.check_tls_identities {
+        return check_tls_identities(path, args.admin_group.as_deref());
     }
     if let Some(dir) = &args.man_dir {
         return write_man_page(dir);

@@ -68,6 +68,9 @@ pub struct Config {
     /// The Prometheus endpoint (`--metrics`, `--metrics-token-file`); `None`: off, and nothing
     /// is counted.
     pub metrics: Option<metrics::Options>,
+    /// The TLS listener for remote clients (`--listen-tls` and its files); `None`: the Unix
+    /// socket only.
+    pub tls: Option<server::tls::Options>,
 }
 
 impl Config {
@@ -89,6 +92,7 @@ impl Config {
             activated: None,
             cgroups: Placement::Auto,
             metrics: None,
+            tls: None,
         }
     }
 }
@@ -124,6 +128,8 @@ pub enum StartError {
     Metrics(#[from] metrics::http::MetricsError),
     #[error(transparent)]
     Tokens(#[from] crate::tokens::StoreError),
+    #[error(transparent)]
+    Tls(#[from] server::tls::TlsError),
     #[error("gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
 }
@@ -170,6 +176,8 @@ pub struct Server {
     tokens: Arc<crate::tokens::Tokens>,
     /// The metrics endpoint, bound, with what it serves (`--metrics`).
     metrics: Option<(metrics::http::Endpoint, Arc<Metrics>)>,
+    /// The TLS listener, bound, with its certificates and identities (`--listen-tls`).
+    tls: Option<(tokio::net::TcpListener, Arc<server::tls::Remote>)>,
     /// Kept for the daemon's lifetime: its stdin pipe is what the reaper watches.
     _reaper: Option<std::process::Child>,
 }
@@ -249,6 +257,24 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
         }
         None => None,
     };
+    // Every file checked (owner, mode, contents, the mapping's accounts) before anything is
+    // served; bound before the socket, like the metrics.
+    let tls = match &config.tls {
+        Some(options) => {
+            let (options, gid) = (options.clone(), admin_gid);
+            let remote = tokio::task::spawn_blocking(move || server::tls::Remote::load(options, gid))
+                .await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+            let tcp = server::tls::bind(&remote).await?;
+            let address = tcp.local_addr().map_or_else(|_| remote.options().listen.to_string(), |a| a.to_string());
+            tracing::info!(
+                address = %address, identities = remote.identities().len(),
+                "TLS listener (mutual TLS, client certificates mapped by --tls-identities)"
+            );
+            Some((tcp, Arc::new(remote)))
+        }
+        None => None,
+    };
     let listener = match &config.activated {
         Some(inherited) => {
             let listener = socket::serve_activated(inherited)?;
@@ -259,7 +285,7 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
         }
         None => socket::bind(&config.socket, socket_gid)?,
     };
-    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, _reaper: reaper })
+    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, tls, _reaper: reaper })
 }
 
 /// The directories cordond writes its audit log and socket into must be (or be created beneath
@@ -284,6 +310,11 @@ impl Server {
         &self.config.socket
     }
 
+    /// The address the TLS listener is bound to (the port the kernel chose for port 0).
+    pub fn tls_address(&self) -> Option<std::net::SocketAddr> {
+        self.tls.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
     /// Serves until `shutdown` completes, then stops gracefully (see [`server::run`]). Each
     /// message on `reload` reloads the policy directory (SIGHUP).
     pub async fn serve(
@@ -291,7 +322,8 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
         mut reload: mpsc::Receiver<()>,
     ) -> Result<(), StartError> {
-        let Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, _reaper } = self;
+        let tls_address = self.tls_address();
+        let Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, tls, _reaper } = self;
         let current = registry.current();
         let counts = current.counts();
         let socket_path = config.socket.clone();
@@ -301,6 +333,7 @@ impl Server {
             .with("version", env!("CARGO_PKG_VERSION"))
             .with("policies", config.policies.display().to_string())
             .with("socket", socket_path.display().to_string())
+            .with("listen_tls", tls_address.map(|a| a.to_string()))
             .generation(current.generation)
             .with("tools", counts.total)
             .with("human_approval_via_elicitation", config.settings.confirmations.elicitation_approves)
@@ -357,7 +390,10 @@ impl Server {
         notify::watchdog();
         // The socket is bound (or inherited) and the start is on disk: connections are served from here.
         notify::ready();
-        let result = server::run(listener, daemon, shutdown, config.shutdown_grace).await;
+        if let Some((_, remote)) = &tls {
+            let _ = daemon.remote.set(remote.clone());
+        }
+        let result = server::run_with(listener, tls, daemon, shutdown, config.shutdown_grace).await;
         if let Some(task) = metrics_task {
             task.abort();
         }

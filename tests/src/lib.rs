@@ -525,9 +525,13 @@ pub mod mcp_lines {
     impl Session {
         /// `cordon --socket SOCKET mcp`, initialized (protocol 2025-11-25).
         pub fn start(socket: &Path) -> Session {
+            Session::start_args(&["--socket".into(), socket.as_os_str().to_owned()])
+        }
+
+        /// `cordon ARGS... mcp` (e.g. `--remote URL --cert ..`), initialized.
+        pub fn start_args(args: &[std::ffi::OsString]) -> Session {
             let mut child = Command::new(bin("cordon"))
-                .arg("--socket")
-                .arg(socket)
+                .args(args)
                 .arg("mcp")
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())

@@ -101,6 +101,7 @@ pub const fn for_code(code: ErrorCode) -> u8 {
         | E::UnknownPeer
         | E::SandboxedPeer
         | E::TokenRefused
+        | E::CertificateRefused
         | E::ConfirmationForeign
         | E::ApprovalDenied
         | E::SocketPermissionDenied => PERMISSION,

@@ -135,6 +135,14 @@ impl Subject {
     fn read_only_counts(self) -> bool {
         self == Subject::POLICY_DIR || self == Subject::POLICY_FILE
     }
+    /// `cordond --tls-cert`: public, but whoever replaces it impersonates the daemon.
+    pub const TLS_CERT: Subject = Subject { name: "TLS certificate" };
+    /// `cordond --tls-key`: also unreadable by others ([`read_trusted_file`] with `private`).
+    pub const TLS_KEY: Subject = Subject { name: "TLS private key" };
+    /// `cordond --tls-client-ca`: whoever writes it issues client certificates.
+    pub const TLS_CLIENT_CA: Subject = Subject { name: "TLS client CA" };
+    /// `cordond --tls-identities`: whoever writes it chooses which account a certificate becomes.
+    pub const TLS_IDENTITIES: Subject = Subject { name: "TLS identities file" };
 }
 
 /// A file or directory that someone but root (or the daemon's user) could have written.
@@ -188,6 +196,8 @@ pub enum TrustError {
         .path.display(), .link.display(), .target.display(), .dir.display()
     )]
     LinkLeaves { what: String, path: PathBuf, link: PathBuf, target: PathBuf, dir: PathBuf },
+    #[error("{what} {} is readable by others (mode {mode:04o}); a secret must not be: chmod {:04o} {}", .path.display(), mode & !0o007, .path.display())]
+    ReadableByOthers { what: String, path: PathBuf, mode: u32 },
 }
 
 impl TrustError {
@@ -495,6 +505,19 @@ pub fn read_regular(
     subject: Subject,
     max: u64,
 ) -> Result<Vec<u8>, TrustError> {
+    read_regular_as(dir, name, path, trust, subject, max, false)
+}
+
+/// [`read_regular`]; with `private`, a file others may read (any of mode 0007) is refused too.
+fn read_regular_as(
+    dir: &TrustedDir,
+    name: &OsStr,
+    path: &Path,
+    trust: Trust,
+    subject: Subject,
+    max: u64,
+    private: bool,
+) -> Result<Vec<u8>, TrustError> {
     let what = subject.name.to_string();
     let io = |action: &'static str, errno: Errno| TrustError::Io {
         action,
@@ -527,6 +550,9 @@ pub fn read_regular(
         return Err(TrustError::Changed { what, path: path.to_path_buf() });
     }
     check(trust, &opened, path, Role::Target, subject, path, false)?;
+    if private && opened.st_mode & 0o007 != 0 {
+        return Err(TrustError::ReadableByOthers { what, path: path.to_path_buf(), mode: opened.st_mode & 0o7777 });
+    }
     let mut bytes = Vec::with_capacity(usize::try_from(opened.st_size.max(0)).unwrap_or(0).min(1 << 20));
     // A file that grows after the stat is still read only up to the bound.
     std::fs::File::from(fd)
@@ -558,6 +584,25 @@ pub fn check_dir_or_parent(dir: &Path, trust: Trust, subject: Subject) -> Result
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// Reads the file at `path` as the policy files are read: every directory from `/` checked
+/// against `trust`, symlinks followed only through that walk, only a regular file that root or
+/// the daemon's user owns and nobody else can write, at most `max` bytes. With `private` (a
+/// private key), a file others can read or open in any way (mode 0007) is refused too.
+pub fn read_trusted_file(
+    path: &Path,
+    trust: Trust,
+    subject: Subject,
+    max: u64,
+    private: bool,
+) -> Result<Vec<u8>, TrustError> {
+    match walk(path, trust, subject)? {
+        Walked::File { parent, name, path: resolved } => {
+            read_regular_as(&parent, &name, &resolved, trust, subject, max, private)
+        }
+        Walked::Dir(d) => Err(TrustError::NotRegular { what: subject.name.into(), path: d.path, kind: "a directory" }),
     }
 }
 

@@ -111,6 +111,11 @@ struct CodeLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
 }
@@ -175,6 +180,7 @@ pub struct Metrics {
     audit_failures: Counter,
     egress_connections: Family<EgressConnection, Counter>,
     egress_bytes: Family<EgressBytes, Counter>,
+    tls_refused: Family<ReasonLabel, Counter>,
     running: Gauge,
     queued: Gauge,
     jobs_running: Gauge,
@@ -200,6 +206,7 @@ impl Metrics {
             audit_failures: Counter::default(),
             egress_connections: Family::default(),
             egress_bytes: Family::default(),
+            tls_refused: Family::default(),
             running: Gauge::default(),
             queued: Gauge::default(),
             jobs_running: Gauge::default(),
@@ -252,6 +259,12 @@ impl Metrics {
             "Bytes moved by the egress proxy, by tool and direction (counted when the invocation ends)",
             Unit::Bytes,
             m.egress_bytes.clone(),
+        );
+        registry.register(
+            "tls_handshakes_refused",
+            "Connections to the TLS listener (--listen-tls) refused before any request, by reason: every one \
+             (the audit log records them at a bounded rate)",
+            m.tls_refused.clone(),
         );
         registry.register("invocations_running", "Invocations running now", m.running.clone());
         registry.register("invocations_queued", "Calls waiting for an invocation slot now", m.queued.clone());
@@ -306,6 +319,12 @@ impl Metrics {
                 self.egress_bytes.get_or_create(&EgressBytes { tool: tool.to_string(), direction }).inc_by(n);
             }
         }
+    }
+
+    /// A connection to the TLS listener was refused before any request; `reason` is one of a
+    /// fixed set (see `server::tls::Reason`).
+    pub fn tls_refused(&self, reason: &'static str) {
+        self.tls_refused.get_or_create(&ReasonLabel { reason }).inc();
     }
 
     /// One audit write took `took`.

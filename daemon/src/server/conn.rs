@@ -31,6 +31,8 @@
 //! handler looks at `/proc`.
 
 use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,7 +40,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::time::{Instant, Sleep};
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_stream::{Stream, StreamExt as _};
@@ -150,11 +152,14 @@ impl Peer {
     }
 }
 
-/// Open connections per uid.
+/// Open connections per key: per uid on the Unix socket; per mapped identity, and handshakes in
+/// progress per source address, on the TLS listener.
 #[derive(Debug)]
-struct Limits {
+pub(crate) struct Limits<K = u32> {
     max_per_uid: usize,
-    uids: Mutex<HashMap<u32, PerUid>>,
+    /// What a key is, for the log: "uid", "identity", "address".
+    what: &'static str,
+    uids: Mutex<HashMap<K, PerUid>>,
 }
 
 #[derive(Debug, Default)]
@@ -164,29 +169,35 @@ struct PerUid {
     refused: u64,
 }
 
-impl Limits {
-    fn new(max_per_uid: usize) -> Limits {
-        Limits { max_per_uid, uids: Mutex::new(HashMap::new()) }
+impl<K: Hash + Eq + Clone + fmt::Display> Limits<K> {
+    pub(crate) fn new(max_per_uid: usize) -> Limits<K> {
+        Limits::named(max_per_uid, "uid")
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<u32, PerUid>> {
+    /// Limits whose keys are `what` (for the log).
+    pub(crate) fn named(max_per_uid: usize, what: &'static str) -> Limits<K> {
+        Limits { max_per_uid, what, uids: Mutex::new(HashMap::new()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<K, PerUid>> {
         self.uids.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Takes a slot for `uid`, or refuses (warning once per stretch at the limit).
-    fn acquire(self: &Arc<Self>, uid: u32) -> Option<Slot> {
+    pub(crate) fn acquire(self: &Arc<Self>, uid: K) -> Option<Slot<K>> {
         let mut uids = self.lock();
-        let entry = uids.entry(uid).or_default();
+        let entry = uids.entry(uid.clone()).or_default();
         if entry.open >= self.max_per_uid {
             entry.refused += 1;
             if entry.refused == 1 {
                 tracing::warn!(
-                    uid,
+                    who = %uid,
                     limit = self.max_per_uid,
-                    "connection limit reached for this uid; closing its new connections until one ends"
+                    "connection limit reached for this {}; closing its new connections until one ends",
+                    self.what
                 );
             } else {
-                tracing::debug!(uid, refused = entry.refused, "connection refused: per-uid limit");
+                tracing::debug!(who = %uid, refused = entry.refused, "connection refused: limit");
             }
             return None;
         }
@@ -194,42 +205,98 @@ impl Limits {
         Some(Slot { limits: self.clone(), uid })
     }
 
-    fn release(&self, uid: u32) {
+    fn release(&self, uid: &K) {
         let mut uids = self.lock();
-        let Some(entry) = uids.get_mut(&uid) else { return };
+        let Some(entry) = uids.get_mut(uid) else { return };
         entry.open = entry.open.saturating_sub(1);
         if entry.refused > 0 {
-            tracing::info!(uid, refused = entry.refused, "below the connection limit again");
+            tracing::info!(who = %uid, refused = entry.refused, "below the connection limit again");
             entry.refused = 0;
         }
         if entry.open == 0 {
-            uids.remove(&uid);
+            uids.remove(uid);
         }
     }
 
     #[cfg(test)]
-    fn open(&self, uid: u32) -> usize {
-        self.lock().get(&uid).map_or(0, |e| e.open)
+    pub(crate) fn open(&self, uid: &K) -> usize {
+        self.lock().get(uid).map_or(0, |e| e.open)
     }
 }
 
-/// One open connection counted against its uid; released on drop.
+/// One open connection counted against its key; released on drop.
 #[derive(Debug)]
-struct Slot {
-    limits: Arc<Limits>,
-    uid: u32,
+pub(crate) struct Slot<K: Hash + Eq + Clone + fmt::Display = u32> {
+    limits: Arc<Limits<K>>,
+    uid: K,
 }
 
-impl Drop for Slot {
+impl<K: Hash + Eq + Clone + fmt::Display> Drop for Slot<K> {
     fn drop(&mut self) {
-        self.limits.release(self.uid);
+        self.limits.release(&self.uid);
+    }
+}
+
+/// What a connection holds a count in: its uid's (Unix socket) or its identity's (TLS).
+#[derive(Debug)]
+pub(crate) enum Held {
+    Uid(#[allow(dead_code)] Slot<u32>),
+    Identity(#[allow(dead_code)] Slot<Arc<str>>),
+}
+
+/// The stream under a [`Conn`]: a Unix socket, or TLS over TCP (the handshake done, the client
+/// certificate verified and mapped; see `tls.rs`).
+#[derive(Debug)]
+pub(crate) enum Io {
+    Unix(UnixStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+macro_rules! on_io {
+    ($io:expr, $s:ident => $e:expr) => {
+        match $io {
+            Io::Unix($s) => $e,
+            Io::Tls($s) => $e,
+        }
+    };
+}
+
+impl AsyncRead for Io {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        on_io!(self.get_mut(), s => Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        on_io!(self.get_mut(), s => Pin::new(s).poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        on_io!(self.get_mut(), s => Pin::new(s).poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        on_io!(self, s => s.is_write_vectored())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        on_io!(self.get_mut(), s => Pin::new(s).poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        on_io!(self.get_mut(), s => Pin::new(s).poll_shutdown(cx))
     }
 }
 
 /// An accepted connection under the handshake, silence and write-stall deadlines.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    io: UnixStream,
+    io: Io,
     peer: Peer,
     accepted: Instant,
     /// Preface bytes still expected; the handshake deadline applies while this is not zero.
@@ -243,7 +310,7 @@ pub(crate) struct Conn {
     deadlines: Deadlines,
     /// A deadline passed: every further operation fails.
     timed_out: bool,
-    slot: Slot,
+    _slot: Held,
 }
 
 impl Conn {
@@ -262,8 +329,14 @@ impl Conn {
         let peer = Peer::decide(&io, caller);
         let budget = if peer.verdict == Verdict::Outside { limits } else { refused };
         let slot = budget.acquire(cred.uid())?;
+        Some(Conn::wrap(Io::Unix(io), peer, Held::Uid(slot), deadlines))
+    }
+
+    /// Wraps a stream whose peer was decided (and counted) elsewhere: a TLS connection whose
+    /// client certificate mapped to an identity. Its HTTP/2 handshake deadline starts now.
+    pub(crate) fn wrap(io: Io, peer: Peer, slot: Held, deadlines: Deadlines) -> Conn {
         let now = Instant::now();
-        Some(Conn {
+        Conn {
             io,
             peer,
             accepted: now,
@@ -274,8 +347,8 @@ impl Conn {
             write_timer: Box::pin(tokio::time::sleep_until(now + deadlines.write_stall)),
             deadlines,
             timed_out: false,
-            slot,
-        })
+            _slot: slot,
+        }
     }
 
     fn read_deadline(&self) -> Instant {
@@ -324,7 +397,7 @@ impl Conn {
         if !self.timed_out {
             self.timed_out = true;
             let pid = self.peer.caller.pid;
-            tracing::info!(uid = self.slot.uid, pid, after_s = after.as_secs(), "closing connection: {what}");
+            tracing::info!(uid = self.peer.caller.uid, pid, via = ?self.peer.caller.via, after_s = after.as_secs(), "closing connection: {what}");
         }
         timed_out(what)
     }
@@ -538,18 +611,18 @@ mod tests {
         let uid = nix::unistd::geteuid().as_raw();
         let (a, _ca) = pair(&limits);
         let (b, _cb) = pair(&limits);
-        assert_eq!(limits.open(uid), 2);
+        assert_eq!(limits.open(&uid), 2);
         let (server, _cc) = UnixStream::pair().unwrap();
         assert!(
             Conn::admit(server, &limits, &Arc::new(Limits::new(1)), Deadlines::SERVER).is_none(),
             "a third connection must be refused"
         );
-        assert_eq!(limits.open(uid), 2);
+        assert_eq!(limits.open(&uid), 2);
         drop(a);
-        assert_eq!(limits.open(uid), 1);
+        assert_eq!(limits.open(&uid), 1);
         let (c, _cc) = pair(&limits);
         drop((b, c));
-        assert_eq!(limits.open(uid), 0);
+        assert_eq!(limits.open(&uid), 0);
     }
 
     #[tokio::test]
@@ -580,6 +653,6 @@ mod tests {
         let peer = conn.connect_info();
         assert!(matches!(&peer.verdict, Verdict::Unknown(why) if why.contains("exited")), "{peer:?}");
         // Counted apart from the uid's served connections.
-        assert_eq!((served.open(uid), refused.open(uid)), (0, 1));
+        assert_eq!((served.open(&uid), refused.open(&uid)), (0, 1));
     }
 }

@@ -1,8 +1,10 @@
-//! gRPC over a Unix socket: the `cordon.v1.Cordon` service, health and reflection.
+//! gRPC over a Unix socket (and, with `--listen-tls`, over TCP with mutual TLS: `tls.rs`): the
+//! `cordon.v1.Cordon` service, health and reflection.
 //!
 //! Architecture invariant: only this module (and the client's gRPC module) sees generated proto
-//! types; every handler derives the caller from the kernel's peer credentials, and every domain
-//! error becomes a `tonic::Status` in `status.rs`.
+//! types; every handler derives the caller from the connection (the kernel's peer credentials, or
+//! the identity a verified client certificate maps to, decided in the TLS handshake), and every
+//! domain error becomes a `tonic::Status` in `status.rs`.
 
 mod conn;
 pub mod convert;
@@ -11,6 +13,7 @@ mod jobs;
 mod service;
 pub mod socket;
 mod status;
+pub mod tls;
 mod tokens;
 
 use std::future::Future;
@@ -49,6 +52,9 @@ pub struct Daemon {
     pub workflows: Arc<crate::workflow::Running>,
     /// Bearer tokens admins issued for agents (see [`crate::tokens`]).
     pub tokens: Arc<crate::tokens::Tokens>,
+    /// The TLS listener's certificates and identity mapping (`--listen-tls`), reloaded with the
+    /// policies.
+    pub remote: std::sync::OnceLock<Arc<tls::Remote>>,
 }
 
 impl Daemon {
@@ -74,6 +80,7 @@ impl Daemon {
             jobs,
             workflows: Arc::default(),
             tokens,
+            remote: std::sync::OnceLock::new(),
         })
     }
 
@@ -120,6 +127,7 @@ impl Daemon {
                 .with("errors", e.diagnostics.len())
                 .with("message", crate::audit::clip(&e.to_string())),
         });
+        self.reload_identities(by_json_for(by));
         match result {
             Ok(registry) => {
                 tracing::info!(
@@ -153,6 +161,30 @@ impl Daemon {
     }
 }
 
+fn by_json_for(by: Option<&Caller>) -> serde_json::Value {
+    by.map_or_else(|| serde_json::Value::from("SIGHUP"), crate::audit::caller_json)
+}
+
+impl Daemon {
+    /// Reloads the TLS identity mapping when there is a TLS listener; a mapping that no longer
+    /// loads is audited (`reload_rejected`, `what = "tls_identities"`) and the previous one stays.
+    fn reload_identities(&self, by: serde_json::Value) {
+        let Some(remote) = self.remote.get() else { return };
+        match remote.reload_identities() {
+            Ok(n) => tracing::info!(identities = n, "TLS identities reloaded"),
+            Err(e) => {
+                tracing::warn!("TLS identities not reloaded; the previous mapping stays in force: {e}");
+                self.audit.record(
+                    Record::new(Decision::ReloadRejected)
+                        .with("by", by)
+                        .with("what", "tls_identities")
+                        .with("message", crate::audit::clip(&e.to_string())),
+                );
+            }
+        }
+    }
+}
+
 /// Refuses requests from connections whose peer is not `Outside` (see `conn::Peer`).
 #[allow(clippy::result_large_err)]
 fn outside_only(request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
@@ -177,6 +209,18 @@ impl Drop for AbortOnDrop {
 /// `grace` to finish, cancels the rest and returns once every stream has ended.
 pub async fn run(
     listener: UnixListener,
+    daemon: Arc<Daemon>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> Result<(), tonic::transport::Error> {
+    run_with(listener, None, daemon, shutdown, grace).await
+}
+
+/// [`run`], also serving the TLS listener's connections when `tls` is given (one server, the
+/// same service, limits and shutdown).
+pub async fn run_with(
+    listener: UnixListener,
+    tls: Option<(tokio::net::TcpListener, Arc<tls::Remote>)>,
     daemon: Arc<Daemon>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
@@ -240,5 +284,12 @@ pub async fn run(
             router
         }
     };
-    router.serve_with_incoming_shutdown(conn::incoming(listener), stop).await
+    let local = conn::incoming(listener);
+    match tls {
+        None => router.serve_with_incoming_shutdown(local, stop).await,
+        Some((tcp, remote)) => {
+            let remote = tls::incoming(tcp, remote, daemon.audit.clone());
+            router.serve_with_incoming_shutdown(tokio_stream::StreamExt::merge(local, remote), stop).await
+        }
+    }
 }

@@ -34,6 +34,7 @@ mod registry;
 mod reliability_audit;
 mod reliability_policies;
 mod reliability_wire;
+mod remote;
 mod render_escape;
 mod result_contract;
 mod sandbox;

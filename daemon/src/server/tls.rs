@@ -1,0 +1,746 @@
+//! The TLS listener (`cordond --listen-tls ADDR`): remote clients with mutual TLS.
+//!
+//! Every connection must complete a TLS 1.3 handshake (no other version, no session resumption)
+//! in which the client presents a certificate that:
+//!
+//! 1. chains to `--tls-client-ca` and is valid now, for client authentication (rustls'
+//!    `WebPkiClientVerifier`), and
+//! 2. maps to exactly one identity of `--tls-identities` (see `crate::identities`).
+//!
+//! Both are decided inside the handshake by [`Mapping`], this listener's `ClientCertVerifier`: a
+//! certificate that is absent, expired, signed by another CA or mapped to nothing fails the
+//! handshake with a TLS alert, so no HTTP/2 frame, let alone an RPC, is ever read from it. Each
+//! refusal is counted in the metrics (`cordon_tls_handshakes_refused_total{reason}`) and audited
+//! as `unauthenticated` (operation `tls_handshake`, the peer's address, the certificate's subject
+//! when it sent one, the reason) at a bounded rate: at most [`AUDITED_PER_WINDOW`] records per
+//! [`AUDIT_WINDOW`], the rest summed up in one record with `suppressed` (as the Unix socket
+//! bounds its refused peers), so a flood of bad handshakes cannot fill the log.
+//!
+//! A connection that passes becomes a [`Conn`] like a Unix one: its peer is the mapped account
+//! (`Caller { pid: None, via: Certificate(label), groups: Some(..) }`, verdict `Outside`: there
+//! is no local process to inspect, and the identity is what the certificate proved), under the
+//! same HTTP/2 preface, silence and write-stall deadlines, with a slot in a per-identity count
+//! ([`MAX_CONNECTIONS_PER_IDENTITY`]) apart from the Unix socket's per-uid counts. Before that,
+//! handshakes in progress are bounded per source address (an IPv6 /64 counts as one;
+//! [`MAX_HANDSHAKES_PER_ADDRESS`]) and in all ([`MAX_HANDSHAKES`]), each within
+//! [`conn::HANDSHAKE_DEADLINE`].
+//!
+//! Architecture invariant: this module is the only way a TCP connection reaches the server, and
+//! it yields only connections whose certificate the [`Mapping`] verifier accepted in their own
+//! handshake.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use cordon_core::code::ErrorCode;
+use cordon_core::policy::{Subject, Trust, TrustError};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::conn::{self, Conn, Deadlines, Held, Io, Limits, Peer, Verdict};
+use crate::audit::{Audit, Decision, Record};
+use crate::identities::{self, CertNames, Identities, IdentitiesError, Identity, Rules};
+
+/// Connections one mapped identity may have open at once.
+pub(crate) const MAX_CONNECTIONS_PER_IDENTITY: usize = 256;
+
+/// TLS handshakes in progress from one source address.
+pub(crate) const MAX_HANDSHAKES_PER_ADDRESS: usize = 16;
+
+/// TLS handshakes in progress in all.
+pub(crate) const MAX_HANDSHAKES: usize = 256;
+
+/// Refused handshakes audited one by one per window; the rest are summed up.
+pub(crate) const AUDITED_PER_WINDOW: u64 = 20;
+
+/// The window of [`AUDITED_PER_WINDOW`].
+pub(crate) const AUDIT_WINDOW: Duration = Duration::from_secs(60);
+
+/// The largest certificate, key or CA file read.
+const MAX_PEM_BYTES: u64 = 1024 * 1024;
+
+/// `--listen-tls` and its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub listen: SocketAddr,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
+    pub identities: PathBuf,
+}
+
+/// Why the TLS listener cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error(transparent)]
+    Untrusted(#[from] TrustError),
+    #[error("{flag} {}: {why}", .path.display())]
+    File { flag: &'static str, path: PathBuf, why: String },
+    #[error("--tls-cert and --tls-key do not belong together: {0}; give the key of that certificate")]
+    KeyMismatch(String),
+    #[error(transparent)]
+    Identities(#[from] IdentitiesError),
+    #[error("cannot listen on --listen-tls {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// What the TLS listener serves with: the daemon's certificate and key, the client CA, the
+/// identity mapping (replaced on reload).
+pub struct Remote {
+    options: Options,
+    provider: Arc<CryptoProvider>,
+    certified: Arc<CertifiedKey>,
+    webpki: Arc<dyn ClientCertVerifier>,
+    identities: RwLock<Arc<Identities>>,
+    rules: Rules,
+}
+
+impl fmt::Debug for Remote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Remote").field("options", &self.options).finish_non_exhaustive()
+    }
+}
+
+fn read(path: &Path, subject: Subject, private: bool) -> Result<Vec<u8>, TlsError> {
+    Ok(cordon_core::policy::trust::read_trusted_file(path, Trust::current(), subject, MAX_PEM_BYTES, private)?)
+}
+
+fn certificates(flag: &'static str, path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let file = |why: String| TlsError::File { flag, path: path.to_path_buf(), why };
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file(format!("not a PEM certificate file ({e})")))?;
+    if certs.is_empty() {
+        return Err(file("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into()));
+    }
+    Ok(certs)
+}
+
+impl Remote {
+    /// Reads and checks every file (blocking): the key, the CA and the mapping as cordond reads
+    /// policy files (and the key unreadable by others), the certificate as well.
+    pub fn load(options: Options, admin_gid: Option<u32>) -> Result<Remote, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain = certificates("--tls-cert", &options.cert, &read(&options.cert, Subject::TLS_CERT, false)?)?;
+        let key_pem = read(&options.key, Subject::TLS_KEY, true)?;
+        let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::File {
+            flag: "--tls-key",
+            path: options.key.clone(),
+            why: format!("holds no PEM private key (PKCS#8, PKCS#1 or SEC1): {e}"),
+        })?;
+        let certified =
+            CertifiedKey::from_der(chain, key, &provider).map_err(|e| TlsError::KeyMismatch(e.to_string()))?;
+        let ca = certificates(
+            "--tls-client-ca",
+            &options.client_ca,
+            &read(&options.client_ca, Subject::TLS_CLIENT_CA, false)?,
+        )?;
+        let mut roots = RootCertStore::empty();
+        for cert in ca {
+            roots.add(cert).map_err(|e| TlsError::File {
+                flag: "--tls-client-ca",
+                path: options.client_ca.clone(),
+                why: format!("not a usable CA certificate: {e}"),
+            })?;
+        }
+        let webpki =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build().map_err(|e| {
+                TlsError::File { flag: "--tls-client-ca", path: options.client_ca.clone(), why: e.to_string() }
+            })?;
+        let rules = Rules::current(admin_gid);
+        let identities = identities::load(&options.identities, Trust::current(), rules)?;
+        Ok(Remote {
+            options,
+            provider,
+            certified: Arc::new(certified),
+            webpki,
+            identities: RwLock::new(Arc::new(identities)),
+            rules,
+        })
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The identities mapped now.
+    pub fn identities(&self) -> Arc<Identities> {
+        self.identities.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Reads the mapping again (blocking); on an error the previous one stays in force.
+    /// Connections already open keep the identity they were mapped to.
+    pub fn reload_identities(&self) -> Result<usize, IdentitiesError> {
+        let fresh = identities::load(&self.options.identities, Trust::current(), self.rules)?;
+        let n = fresh.len();
+        *self.identities.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
+        Ok(n)
+    }
+
+    /// The configuration of one handshake, whose verifier reports to `outcome`.
+    fn server_config(&self, outcome: Arc<Mutex<Outcome>>) -> Result<Arc<ServerConfig>, rustls::Error> {
+        let verifier = Arc::new(Mapping { inner: self.webpki.clone(), identities: self.identities(), outcome });
+        let mut config = ServerConfig::builder_with_provider(self.provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_client_cert_verifier(verifier)
+            .with_cert_resolver(Arc::new(Fixed(self.certified.clone())));
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        // No resumption: every connection presents (and has checked) its certificate, against
+        // the mapping in force when it connects.
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        config.send_tls13_tickets = 0;
+        config.max_early_data_size = 0;
+        Ok(Arc::new(config))
+    }
+}
+
+/// The daemon's one certificate, whatever name the client asked for.
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Fixed {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// What the verifier decided in one handshake.
+#[derive(Debug, Default)]
+enum Outcome {
+    /// It was not asked (no certificate, or the handshake failed before).
+    #[default]
+    NotAsked,
+    Mapped(Identity),
+    Refused {
+        subject: Option<String>,
+        reason: Reason,
+        detail: String,
+    },
+}
+
+/// Why a handshake was refused: a fixed set (metric labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reason {
+    NoCertificate,
+    Expired,
+    UnknownIssuer,
+    BadCertificate,
+    Unmapped,
+    NotTls,
+    Handshake,
+    Timeout,
+    Limit,
+}
+
+impl Reason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Reason::NoCertificate => "no_certificate",
+            Reason::Expired => "expired",
+            Reason::UnknownIssuer => "unknown_issuer",
+            Reason::BadCertificate => "bad_certificate",
+            Reason::Unmapped => "unmapped",
+            Reason::NotTls => "not_tls",
+            Reason::Handshake => "handshake",
+            Reason::Timeout => "timeout",
+            Reason::Limit => "limit",
+        }
+    }
+}
+
+/// The listener's client certificate verifier: the CA's chain check, then the mapping. Made for
+/// each handshake (it reports what it decided to that handshake's [`Outcome`]).
+struct Mapping {
+    inner: Arc<dyn ClientCertVerifier>,
+    identities: Arc<Identities>,
+    outcome: Arc<Mutex<Outcome>>,
+}
+
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapping").field("identities", &self.identities.len()).finish_non_exhaustive()
+    }
+}
+
+impl Mapping {
+    fn set(&self, outcome: Outcome) {
+        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
+    }
+
+    fn decide(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        verified: Result<(), rustls::Error>,
+    ) -> Result<Identity, Outcome> {
+        let names = CertNames::of(end_entity);
+        let subject = names.as_ref().map(|n| n.subject.clone());
+        if let Err(e) = verified {
+            let reason = match &e {
+                rustls::Error::InvalidCertificate(
+                    CertificateError::Expired | CertificateError::ExpiredContext { .. },
+                )
+                | rustls::Error::InvalidCertificate(
+                    CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. },
+                ) => Reason::Expired,
+                rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => Reason::UnknownIssuer,
+                _ => Reason::BadCertificate,
+            };
+            return Err(Outcome::Refused { subject, reason, detail: e.to_string() });
+        }
+        let Some(names) = names else {
+            return Err(Outcome::Refused {
+                subject: None,
+                reason: Reason::BadCertificate,
+                detail: "the certificate cannot be parsed".into(),
+            });
+        };
+        self.identities.lookup(&names).cloned().map_err(|e| Outcome::Refused {
+            subject,
+            reason: Reason::Unmapped,
+            detail: e.to_string(),
+        })
+    }
+}
+
+impl ClientCertVerifier for Mapping {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        true
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self.inner.verify_client_cert(end_entity, intermediates, now).map(|_| ());
+        let error = verified.as_ref().err().cloned();
+        match self.decide(end_entity, verified) {
+            Ok(identity) => {
+                self.set(Outcome::Mapped(identity));
+                Ok(ClientCertVerified::assertion())
+            }
+            Err(outcome) => {
+                self.set(outcome);
+                // The chain's own error when it failed (expired, unknown issuer: the client
+                // hears the matching alert); "access denied" when it is fine but mapped to
+                // nothing.
+                Err(error
+                    .unwrap_or(rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure)))
+            }
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// Binds `--listen-tls`.
+pub async fn bind(remote: &Remote) -> Result<TcpListener, TlsError> {
+    let addr = remote.options.listen;
+    TcpListener::bind(addr).await.map_err(|source| TlsError::Bind { addr, source })
+}
+
+/// The listener's connections whose client certificate mapped to an identity, each under the
+/// deadlines and limits of `conn`. Handshakes run concurrently (a slow one holds up no other).
+pub(crate) fn incoming(
+    listener: TcpListener,
+    remote: Arc<Remote>,
+    audit: Arc<Audit>,
+) -> impl Stream<Item = io::Result<Conn>> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(accept_loop(listener, remote, audit, tx));
+    ReceiverStream::new(rx)
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    remote: Arc<Remote>,
+    audit: Arc<Audit>,
+    tx: mpsc::Sender<io::Result<Conn>>,
+) {
+    let per_address: Arc<Limits<IpAddr>> =
+        Arc::new(Limits::named(MAX_HANDSHAKES_PER_ADDRESS, "address (TLS handshakes in progress)"));
+    let all = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    let per_identity: Arc<Limits<Arc<str>>> = Arc::new(Limits::named(MAX_CONNECTIONS_PER_IDENTITY, "identity"));
+    let refusals = Arc::new(Refusals::new(audit));
+    let mut flush = tokio::time::interval(AUDIT_WINDOW);
+    loop {
+        let (stream, addr) = tokio::select! {
+            () = tx.closed() => return,
+            _ = flush.tick() => {
+                refusals.flush();
+                continue;
+            }
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // EMFILE and the like: wait instead of spinning.
+                    tracing::warn!(error = %e, "TLS listener: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        // Small gRPC frames go out at once (no Nagle delay on a request's answer).
+        let _ = stream.set_nodelay(true);
+        let (Some(from_address), Ok(in_all)) =
+            (per_address.acquire(source(addr.ip())), all.clone().try_acquire_owned())
+        else {
+            refusals.refuse(addr, None, Reason::Limit, "too many TLS handshakes in progress");
+            continue;
+        };
+        let (remote, tx, refusals, per_identity) = (remote.clone(), tx.clone(), refusals.clone(), per_identity.clone());
+        tokio::spawn(async move {
+            let _pending = (from_address, in_all);
+            let outcome = Arc::new(Mutex::new(Outcome::NotAsked));
+            let config = match remote.server_config(outcome.clone()) {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(error = %e, "TLS listener: cannot configure a handshake");
+                    return;
+                }
+            };
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            let handshake = tokio::time::timeout(conn::HANDSHAKE_DEADLINE, acceptor.accept(stream)).await;
+            let decided = std::mem::take(&mut *outcome.lock().unwrap_or_else(|p| p.into_inner()));
+            match (handshake, decided) {
+                (Ok(Ok(tls)), Outcome::Mapped(identity)) => {
+                    let Some(slot) = per_identity.acquire(identity.label.clone()) else {
+                        refusals.refuse(addr, None, Reason::Limit, "connection limit of this identity reached");
+                        return;
+                    };
+                    let peer = Peer { caller: identity.caller(), verdict: Verdict::Outside };
+                    tracing::debug!(%addr, identity = %identity.label, user = %identity.user, "TLS client connected");
+                    let conn = Conn::wrap(Io::Tls(Box::new(tls)), peer, Held::Identity(slot), Deadlines::SERVER);
+                    let _ = tx.send(Ok(conn)).await;
+                }
+                // Fail closed: a handshake that completed without the verifier mapping it.
+                (Ok(Ok(_)), _) => {
+                    refusals.refuse(addr, None, Reason::Handshake, "completed without a mapped client certificate");
+                }
+                // The verifier's own account of it (the client heard the matching alert).
+                (Ok(Err(_)), Outcome::Refused { subject, reason, detail }) => {
+                    refusals.refuse(addr, subject.as_deref(), reason, &detail);
+                }
+                (Ok(Err(e)), _) => {
+                    let (reason, detail) = classify(&e);
+                    refusals.refuse(addr, None, reason, &detail);
+                }
+                (Err(_), _) => {
+                    let detail = format!("no TLS handshake within {} s", conn::HANDSHAKE_DEADLINE.as_secs());
+                    refusals.refuse(addr, None, Reason::Timeout, &detail);
+                }
+            }
+        });
+    }
+}
+
+/// Whom a source address counts against for [`MAX_HANDSHAKES_PER_ADDRESS`]: an IPv4 address
+/// (an IPv4-mapped IPv6 one as itself), or an IPv6 address's /64, which one host usually holds
+/// whole (counted per address, it could open 2^64 times the limit).
+fn source(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut segments = v6.segments();
+                segments[4..].fill(0);
+                IpAddr::V6(segments.into())
+            }
+        },
+    }
+}
+
+/// A failed handshake that the verifier did not see.
+fn classify(e: &io::Error) -> (Reason, String) {
+    let tls = e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    match tls {
+        Some(rustls::Error::NoCertificatesPresented) => {
+            (Reason::NoCertificate, "the client sent no certificate".into())
+        }
+        Some(rustls::Error::InvalidMessage(_)) => (Reason::NotTls, format!("not a TLS client ({e})")),
+        Some(other) => (Reason::Handshake, other.to_string()),
+        None => (Reason::Handshake, e.to_string()),
+    }
+}
+
+/// Refused handshakes: counted each, audited at a bounded rate.
+struct Refusals {
+    audit: Arc<Audit>,
+    window: Mutex<Window>,
+}
+
+struct Window {
+    started: Instant,
+    audited: u64,
+    suppressed: u64,
+}
+
+impl Refusals {
+    fn new(audit: Arc<Audit>) -> Refusals {
+        Refusals { audit, window: Mutex::new(Window { started: Instant::now(), audited: 0, suppressed: 0 }) }
+    }
+
+    fn refuse(&self, addr: SocketAddr, subject: Option<&str>, reason: Reason, detail: &str) {
+        if let Some(m) = self.audit.metrics() {
+            m.tls_refused(reason.as_str());
+        }
+        tracing::info!(%addr, subject, reason = reason.as_str(), detail, "TLS handshake refused");
+        let (summary, record) = {
+            let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            let summary = if w.started.elapsed() >= AUDIT_WINDOW { Self::roll(&mut w) } else { None };
+            if w.audited >= AUDITED_PER_WINDOW {
+                w.suppressed += 1;
+                (summary, None)
+            } else {
+                w.audited += 1;
+                (summary, Some(()))
+            }
+        };
+        let record = record.map(|()| {
+            let mut record = Record::new(Decision::Unauthenticated)
+                .with("operation", "tls_handshake")
+                .with("peer", addr.to_string())
+                .with("reason", reason.as_str());
+            if let Some(subject) = subject {
+                record = record.with("subject", crate::audit::clip(subject));
+            }
+            record.error(ErrorCode::CertificateRefused, &format!("TLS client certificate refused: {detail}"))
+        });
+        for r in [summary, record].into_iter().flatten() {
+            self.audit.record(r);
+        }
+    }
+
+    /// Ends a window that passed: the record summing up what it did not audit one by one.
+    fn roll(w: &mut Window) -> Option<Record> {
+        let suppressed = std::mem::take(&mut w.suppressed);
+        w.started = Instant::now();
+        w.audited = 0;
+        (suppressed > 0).then(|| {
+            Record::new(Decision::Unauthenticated)
+                .with("operation", "tls_handshake")
+                .with("suppressed", suppressed)
+                .error(
+                    ErrorCode::CertificateRefused,
+                    &format!(
+                        "{suppressed} more TLS handshakes refused in {} s, beyond the {AUDITED_PER_WINDOW} recorded one by \
+                         one (cordon_tls_handshakes_refused_total counts each)",
+                        AUDIT_WINDOW.as_secs()
+                    ),
+                )
+        })
+    }
+
+    /// Called every window: writes the summary of one that passed.
+    fn flush(&self) {
+        let summary = {
+            let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            if w.started.elapsed() >= AUDIT_WINDOW { Self::roll(&mut w) } else { None }
+        };
+        if let Some(record) = summary {
+            self.audit.record(record);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, SanType};
+
+    use super::*;
+    use crate::identities::Accounts;
+
+    /// bob is uid 1001, gid 1001; no other account exists.
+    struct Bob;
+
+    impl Accounts for Bob {
+        fn user(&self, name: &str) -> Option<(u32, u32)> {
+            (name == "bob").then_some((1001, 1001))
+        }
+
+        fn group(&self, _: &str) -> Option<u32> {
+            None
+        }
+
+        fn groups_of(&self, _: &str, gid: u32) -> Vec<u32> {
+            vec![gid]
+        }
+    }
+
+    struct Ca {
+        issuer: Issuer<'static, KeyPair>,
+        der: CertificateDer<'static>,
+    }
+
+    fn new_ca(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, name);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let der = p.self_signed(&key).unwrap().der().clone();
+        Ca { issuer: Issuer::new(p, key), der }
+    }
+
+    fn client(
+        ca: &Ca,
+        cn: &str,
+        sans: Vec<SanType>,
+        expired: bool,
+        eku: ExtendedKeyUsagePurpose,
+    ) -> CertificateDer<'static> {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        p.subject_alt_names = sans;
+        p.extended_key_usages = vec![eku];
+        if expired {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        }
+        p.signed_by(&key, &ca.issuer).unwrap().der().clone()
+    }
+
+    const MAPPING: &str = r#"
+[[identity]]
+match = { common_name = "runner" }
+user = "bob"
+
+[[identity]]
+match = { uri = "spiffe://example.org/agent/alice" }
+user = "bob"
+"#;
+
+    fn verifier(ca: &Ca) -> (Mapping, Arc<Mutex<Outcome>>) {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        roots.add(ca.der.clone()).unwrap();
+        let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build().unwrap();
+        let rules = Rules { daemon_uid: 500, admin_gid: None };
+        let ids = identities::parse(Path::new("ids.toml"), MAPPING, rules, &Bob).unwrap();
+        let outcome = Arc::new(Mutex::new(Outcome::NotAsked));
+        (Mapping { inner, identities: Arc::new(ids), outcome: outcome.clone() }, outcome)
+    }
+
+    fn verify(m: &Mapping, cert: &CertificateDer<'_>) -> Result<ClientCertVerified, rustls::Error> {
+        m.verify_client_cert(cert, &[], UnixTime::now())
+    }
+
+    fn refused(outcome: &Mutex<Outcome>) -> (Option<String>, Reason) {
+        match std::mem::take(&mut *outcome.lock().unwrap()) {
+            Outcome::Refused { subject, reason, .. } => (subject, reason),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn handshakes_count_per_ipv4_address_and_per_ipv6_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(source(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(source(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")), ip("2001:db8:1:2::"));
+        assert_ne!(source(ip("2001:db8:1:3::1")), source(ip("2001:db8:1:2::1")));
+    }
+
+    #[test]
+    fn a_mapped_certificate_passes_and_names_its_identity() {
+        let ca = new_ca("ca");
+        let (m, outcome) = verifier(&ca);
+        verify(&m, &client(&ca, "runner", vec![], false, ExtendedKeyUsagePurpose::ClientAuth)).unwrap();
+        match std::mem::take(&mut *outcome.lock().unwrap()) {
+            Outcome::Mapped(id) => assert_eq!((&*id.label, id.uid), ("common_name=runner", 1001)),
+            other => panic!("{other:?}"),
+        }
+        let uri = SanType::URI("spiffe://example.org/agent/alice".try_into().unwrap());
+        verify(&m, &client(&ca, "someone", vec![uri], false, ExtendedKeyUsagePurpose::ClientAuth)).unwrap();
+        assert!(matches!(&*outcome.lock().unwrap(), Outcome::Mapped(id) if id.label.starts_with("uri=spiffe")));
+    }
+
+    #[test]
+    fn unmapped_ambiguous_expired_foreign_and_server_certificates_fail_the_handshake() {
+        let ca = new_ca("ca");
+        let (m, outcome) = verifier(&ca);
+        let denied = rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure);
+        let stranger = client(&ca, "stranger", vec![], false, ExtendedKeyUsagePurpose::ClientAuth);
+        assert_eq!(verify(&m, &stranger).unwrap_err(), denied);
+        assert_eq!(refused(&outcome), (Some("CN=stranger".into()), Reason::Unmapped));
+        // Its common name one identity, its URI another.
+        let uri = SanType::URI("spiffe://example.org/agent/alice".try_into().unwrap());
+        let both = client(&ca, "runner", vec![uri], false, ExtendedKeyUsagePurpose::ClientAuth);
+        assert_eq!(verify(&m, &both).unwrap_err(), denied);
+        assert_eq!(refused(&outcome), (Some("CN=runner".into()), Reason::Unmapped));
+        let expired = client(&ca, "runner", vec![], true, ExtendedKeyUsagePurpose::ClientAuth);
+        assert!(matches!(
+            verify(&m, &expired).unwrap_err(),
+            rustls::Error::InvalidCertificate(CertificateError::ExpiredContext { .. } | CertificateError::Expired)
+        ));
+        assert_eq!(refused(&outcome), (Some("CN=runner".into()), Reason::Expired));
+        let other = new_ca("another ca");
+        let foreign = client(&other, "runner", vec![], false, ExtendedKeyUsagePurpose::ClientAuth);
+        assert_eq!(
+            verify(&m, &foreign).unwrap_err(),
+            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer)
+        );
+        assert_eq!(refused(&outcome), (Some("CN=runner".into()), Reason::UnknownIssuer));
+        // A certificate for servers only is no client certificate.
+        let server = client(&ca, "runner", vec![], false, ExtendedKeyUsagePurpose::ServerAuth);
+        assert!(verify(&m, &server).is_err());
+        assert_eq!(refused(&outcome), (Some("CN=runner".into()), Reason::BadCertificate));
+        // Garbage.
+        assert!(verify(&m, &CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x01])).is_err());
+        assert_eq!(refused(&outcome).1, Reason::BadCertificate);
+        // And the verifier never lets a client skip its certificate.
+        assert!(m.offer_client_auth() && m.client_auth_mandatory());
+    }
+}
