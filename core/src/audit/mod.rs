@@ -63,10 +63,13 @@ pub enum Decision {
     Egress,
     /// An allowed egress connection ended: bytes each way, duration, how it ended.
     EgressClosed,
+    /// The audit export (`--audit-otlp`, `--audit-syslog`, `--audit-journald`) lost records:
+    /// rotation deleted them before they were shipped (`sink`, `from`, `to`, `records`).
+    ExportGap,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 28] = [
+    pub const ALL: [Decision; 29] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -95,6 +98,7 @@ impl Decision {
         Decision::WorkflowFinished,
         Decision::Egress,
         Decision::EgressClosed,
+        Decision::ExportGap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -127,6 +131,7 @@ impl Decision {
             Decision::WorkflowFinished => "workflow_finished",
             Decision::Egress => "egress",
             Decision::EgressClosed => "egress_closed",
+            Decision::ExportGap => "export_gap",
         }
     }
 
