@@ -474,4 +474,22 @@ mod tests {
         }
         assert_eq!(text.matches("cordon_refusals_total{").count(), 1, "a finished record is no refusal");
     }
+
+    #[test]
+    fn export_series_are_by_sink() {
+        let m = Metrics::new();
+        let (sent, failures, lost) = m.export_counters("otlp");
+        sent.inc_by(5);
+        failures.inc();
+        lost.inc_by(2);
+        let text = m.encode(Snapshot { audit_head: 9, ..Snapshot::default() }).unwrap();
+        for line in [
+            "cordon_audit_export_sent_records_total{sink=\"otlp\"} 5",
+            "cordon_audit_export_failures_total{sink=\"otlp\"} 1",
+            "cordon_audit_export_lost_records_total{sink=\"otlp\"} 2",
+            "# TYPE cordon_audit_export_backlog_records gauge",
+        ] {
+            assert!(text.contains(line), "{line:?} not in\n{text}");
+        }
+    }
 }

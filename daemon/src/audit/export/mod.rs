@@ -354,7 +354,7 @@ async fn run(
                 }
             }
         };
-        if let Some((from, to)) = batch.gap {
+        if let Some((from, to)) = batch.gap.filter(|_| batch.lines.is_empty()) {
             let records = to - from + 1;
             progress.lost.inc_by(records);
             tracing::error!(

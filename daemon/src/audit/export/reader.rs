@@ -101,6 +101,10 @@ impl Reader {
         // At most a few file switches per call (each rotation one).
         for _ in 0..4 {
             if self.file.is_none() {
+                if !batch.lines.is_empty() {
+                    // What the finished file held goes first; a gap after it is the next batch's.
+                    return Ok(batch);
+                }
                 match self.locate()? {
                     Some((open, gap)) => {
                         self.file = Some(open);
@@ -353,12 +357,14 @@ mod tests {
         let h = write(&path, 5, 5, h);
         std::fs::rename(&path, dir.path().join("audit.jsonl.1")).unwrap();
         write(&path, 6, 7, h);
-        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [5, 6, 7]);
+        // A batch ends with its file.
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [5]);
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [6, 7]);
         // Batches are bounded.
         let mut r = Reader::new(&path, 0);
         assert_eq!(seqs(&r.next(3, 1 << 20).unwrap()), [1, 2, 3]);
-        assert_eq!(seqs(&r.next(3, 1 << 20).unwrap()), [4, 5, 6]);
-        assert_eq!(seqs(&r.next(3, 1 << 20).unwrap()), [7]);
+        assert_eq!(seqs(&r.next(3, 1 << 20).unwrap()), [4, 5]);
+        assert_eq!(seqs(&r.next(3, 1 << 20).unwrap()), [6, 7]);
     }
 
     #[test]
@@ -374,11 +380,29 @@ mod tests {
         assert!(b.lines.is_empty());
         let b = r.next(100, 1 << 20).unwrap();
         assert_eq!(b.gap, None);
-        assert_eq!(seqs(&b), (11..=22).collect::<Vec<_>>());
+        assert_eq!(seqs(&b), (11..=20).collect::<Vec<_>>());
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [21, 22]);
+        // Records read from a file before it was rotated and the files after it deleted: they are
+        // returned, then the gap.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let h = write(&path, 1, 2, chain::GENESIS);
+        let mut r = Reader::new(&path, 0);
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [1, 2]);
+        let h = write(&path, 3, 4, h);
+        std::fs::remove_file(&path).unwrap();
+        let h = write(&dir.path().join("audit.jsonl.9"), 9, 10, chain::line_hash(&h));
+        write(&path, 11, 11, h);
+        let b = r.next(100, 1 << 20).unwrap();
+        assert_eq!((seqs(&b), b.gap), (vec![3, 4], None));
+        let b = r.next(100, 1 << 20).unwrap();
+        assert_eq!((seqs(&b), b.gap), (vec![], Some((5, 8))));
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [9, 10]);
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [11]);
         // A reader from the start of a log whose beginning was rotated away has no gap to
         // report for records it never claimed to have shipped: it starts at the oldest.
         let mut r = Reader::new(&path, 0);
-        assert_eq!(r.next(100, 1 << 20).unwrap().lines[0].seq, 11);
+        assert_eq!(r.next(100, 1 << 20).unwrap().lines[0].seq, 9);
     }
 
     #[test]
