@@ -479,6 +479,8 @@ mod tests {
     fn export_series_are_by_sink() {
         let m = Metrics::new();
         let (sent, failures, lost) = m.export_counters("otlp");
+        let progress = crate::audit::export::Progress::new("otlp", "http://c:4317".into(), Some(&m));
+        m.follow_exports(vec![std::sync::Arc::new(progress)]);
         sent.inc_by(5);
         failures.inc();
         lost.inc_by(2);
@@ -487,7 +489,8 @@ mod tests {
             "cordon_audit_export_sent_records_total{sink=\"otlp\"} 5",
             "cordon_audit_export_failures_total{sink=\"otlp\"} 1",
             "cordon_audit_export_lost_records_total{sink=\"otlp\"} 2",
-            "# TYPE cordon_audit_export_backlog_records gauge",
+            "cordon_audit_export_backlog_records{sink=\"otlp\"} 9",
+            "cordon_audit_export_last_success_timestamp_seconds{sink=\"otlp\"} 0.0",
         ] {
             assert!(text.contains(line), "{line:?} not in\n{text}");
         }

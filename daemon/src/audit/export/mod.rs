@@ -123,7 +123,7 @@ pub struct ProgressView {
 }
 
 impl Progress {
-    fn new(sink: &'static str, destination: String, metrics: Option<&crate::metrics::Metrics>) -> Progress {
+    pub(crate) fn new(sink: &'static str, destination: String, metrics: Option<&crate::metrics::Metrics>) -> Progress {
         let (sent, failures, lost) = match metrics {
             Some(m) => m.export_counters(sink),
             None => (Counter::default(), Counter::default(), Counter::default()),
