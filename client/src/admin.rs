@@ -974,9 +974,8 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     }
     for e in &s.audit_exports {
         let ago = |ms: u64| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
             format!("{} ago", duration_ms(now.saturating_sub(ms)))
         };
         let success = e.last_success_unix_ms.map_or_else(|| "none yet".to_string(), ago);

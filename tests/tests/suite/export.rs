@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use cordon_core::audit::chain;
-use cordon_tests::otlp::{Receiver, Received};
+use cordon_tests::otlp::{Received, Receiver};
 use cordon_tests::{Daemon, eventually};
 
 const TOOLS: &str = r#"version = 1
@@ -182,7 +182,9 @@ fn rotation_outrunning_the_exporter_is_a_reported_gap() {
     // Many rotations while the collector is down: files the exporter never opened are deleted.
     yes(&d, 20);
     r.restart();
-    let ok = eventually(Duration::from_secs(30), || r.records().iter().any(|x| x.attribute("cordon.decision") == Some("export_gap")));
+    let ok = eventually(Duration::from_secs(30), || {
+        r.records().iter().any(|x| x.attribute("cordon.decision") == Some("export_gap"))
+    });
     assert!(ok, "no export_gap arrived:\n{}", d.log_text());
     let gap = r.records().into_iter().find(|x| x.attribute("cordon.decision") == Some("export_gap")).unwrap();
     let g: serde_json::Value = serde_json::from_str(&gap.body).unwrap();

@@ -53,7 +53,10 @@ impl Local {
         };
         let fail = |why: String| ExportError::Socket { flag, why };
         let meta = std::fs::metadata(path).map_err(|e| {
-            fail(format!("{}: {e}: {who}; start it or drop {flag} (the audit log itself is kept either way)", path.display()))
+            fail(format!(
+                "{}: {e}: {who}; start it or drop {flag} (the audit log itself is kept either way)",
+                path.display()
+            ))
         })?;
         if !meta.file_type().is_socket() {
             return Err(fail(format!("{} is not a socket", path.display())));

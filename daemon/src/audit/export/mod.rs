@@ -371,7 +371,10 @@ async fn run(
                     .with("from", from)
                     .with("to", to)
                     .with("records", records)
-                    .with("detail", "rotation deleted these records before they were shipped; the local log never had a gap"),
+                    .with(
+                        "detail",
+                        "rotation deleted these records before they were shipped; the local log never had a gap",
+                    ),
             );
             cursor.seq = to;
             store(&cursor, &cursor_path, name);
@@ -399,7 +402,11 @@ async fn run(
             Ok(rejected) => {
                 if rejected > 0 {
                     progress.lost.inc_by(rejected);
-                    tracing::warn!(sink = name, rejected, "audit export: the collector rejected records (partial success)");
+                    tracing::warn!(
+                        sink = name,
+                        rejected,
+                        "audit export: the collector rejected records (partial success)"
+                    );
                 }
                 cursor.seq = last;
                 store(&cursor, &cursor_path, name);

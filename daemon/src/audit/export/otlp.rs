@@ -43,7 +43,8 @@ impl Otlp {
     /// down at startup is an outage like any other).
     pub(super) fn new(o: &OtlpOptions) -> Result<Otlp, ExportError> {
         let bad = |why: &str| ExportError::Url { url: o.url.clone(), why: why.to_string() };
-        let uri = hyper::Uri::from_str(&o.url).map_err(|e| bad(&format!("not a URL ({e}); give http://HOST:PORT or https://HOST:PORT")))?;
+        let uri = hyper::Uri::from_str(&o.url)
+            .map_err(|e| bad(&format!("not a URL ({e}); give http://HOST:PORT or https://HOST:PORT")))?;
         let tls = match uri.scheme_str() {
             Some("http") => false,
             Some("https") => true,

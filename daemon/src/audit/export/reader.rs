@@ -276,7 +276,10 @@ impl Cursor {
         let mut text = String::new();
         match open_read(path) {
             Ok(mut f) => {
-                Read::by_ref(&mut f).take(4096).read_to_string(&mut text).map_err(|e| format!("{}: {e}", path.display()))?;
+                Read::by_ref(&mut f)
+                    .take(4096)
+                    .read_to_string(&mut text)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Cursor::default()),
             Err(e) => return Err(format!("{}: {e}", path.display())),
