@@ -65,23 +65,6 @@ pub(crate) fn cache(cache: &crate::cache::ResultCache) -> v1::CacheFigures {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_audit_directory_has_a_size_and_free_space() {
-        let dir = std::env::temp_dir().join(format!("cordon-figures-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join("audit.jsonl");
-        std::fs::write(&log, "{}\n").unwrap();
-        assert_eq!(log_bytes(&log), Some(3));
-        assert!(free_bytes(&log).is_some_and(|n| n > 0));
-        assert_eq!(log_bytes(&dir.join("missing.jsonl")), None);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
-
 /// Each audit export destination's progress, measured against the log's head `head`.
 pub(crate) fn exports(audit: &crate::audit::Audit, head: u64) -> Vec<v1::AuditExport> {
     let ms = |t: Option<std::time::SystemTime>| {
@@ -107,4 +90,21 @@ pub(crate) fn exports(audit: &crate::audit::Audit, head: u64) -> Vec<v1::AuditEx
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_directory_has_a_size_and_free_space() {
+        let dir = std::env::temp_dir().join(format!("cordon-figures-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("audit.jsonl");
+        std::fs::write(&log, "{}\n").unwrap();
+        assert_eq!(log_bytes(&log), Some(3));
+        assert!(free_bytes(&log).is_some_and(|n| n > 0));
+        assert_eq!(log_bytes(&dir.join("missing.jsonl")), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -191,7 +191,7 @@ impl Reader {
 
     /// Opens the file holding the record after `last`, or the oldest one left when rotation
     /// deleted that record (the gap is returned).
-    fn locate(&self) -> Result<Option<(Open, Option<(u64, u64)>)>, ReadError> {
+    fn locate(&self) -> Result<Option<(Open, Gap)>, ReadError> {
         let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let name = self.path.file_name().and_then(|n| n.to_str()).unwrap_or("audit.jsonl");
         let mut files = chain::rotated_siblings(dir, name).map_err(|e| self.error(e))?;
@@ -246,6 +246,9 @@ impl Reader {
         Ok(None)
     }
 }
+
+/// Records `(from, to)` rotated away unread, if any.
+type Gap = Option<(u64, u64)>;
 
 fn open_read(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path)
