@@ -1,4 +1,4 @@
-//! Compiles `cordon/v1/*.proto` with protox (pure Rust), so no system `protoc` is needed.
+//! Compiles `cordon/v1/*.proto` (and the OTLP logs protos in `opentelemetry/`) with protox (pure Rust), so no system `protoc` is needed.
 
 use std::path::PathBuf;
 
@@ -12,6 +12,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Server reflection serves this descriptor set.
     std::fs::write(out.join("cordon_descriptor.bin"), fds.encode_to_vec())?;
     tonic_prost_build::configure().compile_fds(fds)?;
+    // OpenTelemetry's OTLP logs service (opentelemetry/, vendored from opentelemetry-proto
+    // v1.x as shipped in the opentelemetry-proto 0.33.1 crate): cordond's audit export is its
+    // client; tests run its server. Compiled apart, so reflection serves cordon.v1 only.
+    println!("cargo:rerun-if-changed=opentelemetry");
+    let otlp = protox::compile(["opentelemetry/proto/collector/logs/v1/logs_service.proto"], ["."])?;
+    tonic_prost_build::configure().compile_fds(otlp)?;
     println!("cargo:rustc-env=CORDON_COMMIT={}", commit());
     Ok(())
 }

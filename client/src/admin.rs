@@ -972,6 +972,26 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         let size = s.audit_log_bytes.map_or_else(|| "size unknown".to_string(), bytes);
         outln!("audit disk   {} free; log {size} (with rotated files)", bytes(free));
     }
+    for e in &s.audit_exports {
+        let ago = |ms: u64| {
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+            format!("{} ago", duration_ms(now.saturating_sub(ms)))
+        };
+        let success = e.last_success_unix_ms.map_or_else(|| "none yet".to_string(), ago);
+        outln!(
+            "export       {} {}: {} behind (acked seq {}), last success {success}; {} sent, {} lost",
+            e.sink,
+            term::line(&e.destination),
+            e.backlog,
+            e.acked_seq,
+            e.sent,
+            e.lost
+        );
+        if let (Some(error), Some(at)) = (&e.last_error, e.last_error_unix_ms) {
+            outln!("             last error {}: {}", ago(at), term::line(error));
+        }
+    }
     if !s.running.is_empty() {
         let rows: Vec<[String; 4]> = s
             .running

@@ -1465,6 +1465,28 @@ pub struct StatusInfo {
     /// Admins only: the result cache.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheFigures>,
+    /// Admins only: where the audit log is shipped and how far each destination is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub audit_exports: Vec<AuditExportInfo>,
+}
+
+/// One audit export destination (`cordond --audit-otlp` and the like).
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditExportInfo {
+    pub sink: String,
+    pub destination: String,
+    pub acked_seq: u64,
+    pub backlog: u64,
+    pub sent: u64,
+    pub failures: u64,
+    pub lost: u64,
+    /// Unix ms of the last acknowledgement (absent: none since cordond started).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_success_unix_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error_unix_ms: Option<u64>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -1549,6 +1571,22 @@ impl From<v1::StatusResponse> for StatusInfo {
             jobs_running: s.jobs_running,
             jobs_finished: s.jobs_finished,
             workflows_running: s.workflows_running,
+            audit_exports: s
+                .audit_exports
+                .into_iter()
+                .map(|e| AuditExportInfo {
+                    sink: e.sink,
+                    destination: e.destination,
+                    acked_seq: e.acked_seq,
+                    backlog: e.backlog,
+                    sent: e.sent,
+                    failures: e.failures,
+                    lost: e.lost,
+                    last_success_unix_ms: (e.last_success_unix_ms > 0).then_some(e.last_success_unix_ms),
+                    last_error: (!e.last_error.is_empty()).then_some(e.last_error),
+                    last_error_unix_ms: (e.last_error_unix_ms > 0).then_some(e.last_error_unix_ms),
+                })
+                .collect(),
             cache: s.cache.map(|c| CacheFigures {
                 entries: c.entries,
                 bytes: c.bytes,

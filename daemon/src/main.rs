@@ -141,6 +141,27 @@ struct Args {
     /// problem and its line otherwise.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["listen_tls", "probe"])]
     check_tls_identities: Option<PathBuf>,
+    /// Ship every audit record to an OpenTelemetry collector over OTLP/gRPC: http://HOST:PORT
+    /// (plaintext) or https://HOST:PORT (TLS, the system's roots unless --audit-otlp-ca). At
+    /// least once, from a cursor kept beside the audit log; never delays an invocation.
+    #[arg(long, value_name = "URL")]
+    audit_otlp: Option<String>,
+    /// PEM CA certificates that sign the collector's certificate (https:// only).
+    #[arg(long, value_name = "FILE", requires = "audit_otlp")]
+    audit_otlp_ca: Option<PathBuf>,
+    /// key=value lines sent as gRPC metadata with each export (e.g. `authorization=Bearer ...`);
+    /// the file must be readable by its owner only.
+    #[arg(long, value_name = "FILE", requires = "audit_otlp")]
+    audit_otlp_headers_file: Option<PathBuf>,
+    /// Ship every audit record to syslog: RFC 5424 datagrams, facility authpriv, on /dev/log (or
+    /// PATH). cordond refuses to start when the socket is not there.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = audit::export::SYSLOG_SOCKET)]
+    audit_syslog: Option<PathBuf>,
+    /// Ship every audit record to the systemd journal (native protocol, fields CORDON_SEQ,
+    /// CORDON_DECISION, ...) on /run/systemd/journal/socket (or PATH). cordond refuses to start
+    /// when the socket is not there.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = audit::export::JOURNALD_SOCKET)]
+    audit_journald: Option<PathBuf>,
     /// Write the man page cordond.8 into an existing directory and exit (packaging).
     #[arg(long, value_name = "DIR", exclusive = true, hide = true)]
     man_dir: Option<PathBuf>,
@@ -296,6 +317,15 @@ impl Args {
             metrics: self
                 .metrics
                 .map(|listen| cordon_daemon::metrics::Options { listen, token_file: self.metrics_token_file }),
+            export: audit::export::Options {
+                otlp: self.audit_otlp.map(|url| audit::export::OtlpOptions {
+                    url,
+                    ca: self.audit_otlp_ca,
+                    headers: self.audit_otlp_headers_file,
+                }),
+                syslog: self.audit_syslog,
+                journald: self.audit_journald,
+            },
             ..defaults
         }
     }

@@ -71,6 +71,8 @@ pub struct Config {
     /// The TLS listener for remote clients (`--listen-tls` and its files); `None`: the Unix
     /// socket only.
     pub tls: Option<server::tls::Options>,
+    /// Where the audit log is shipped (`--audit-otlp`, `--audit-syslog`, `--audit-journald`).
+    pub export: audit::export::Options,
 }
 
 impl Config {
@@ -93,6 +95,7 @@ impl Config {
             cgroups: Placement::Auto,
             metrics: None,
             tls: None,
+            export: audit::export::Options::default(),
         }
     }
 }
@@ -130,6 +133,8 @@ pub enum StartError {
     Tokens(#[from] crate::tokens::StoreError),
     #[error(transparent)]
     Tls(#[from] server::tls::TlsError),
+    #[error(transparent)]
+    Export(#[from] audit::export::ExportError),
     #[error("gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
 }
@@ -178,6 +183,8 @@ pub struct Server {
     metrics: Option<(metrics::http::Endpoint, Arc<Metrics>)>,
     /// The TLS listener, bound, with its certificates and identities (`--listen-tls`).
     tls: Option<(tokio::net::TcpListener, Arc<server::tls::Remote>)>,
+    /// The audit export destinations, checked (`--audit-otlp` and the like).
+    exports: audit::export::Prepared,
     /// Kept for the daemon's lifetime: its stdin pipe is what the reaper watches.
     _reaper: Option<std::process::Child>,
 }
@@ -275,6 +282,8 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
         }
         None => None,
     };
+    // Checked before the socket: a daemon told to ship its log does not serve without it.
+    let exports = audit::export::prepare(&config.export)?;
     let listener = match &config.activated {
         Some(inherited) => {
             let listener = socket::serve_activated(inherited)?;
@@ -285,7 +294,7 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
         }
         None => socket::bind(&config.socket, socket_gid)?,
     };
-    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, tls, _reaper: reaper })
+    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, tls, exports, _reaper: reaper })
 }
 
 /// The directories cordond writes its audit log and socket into must be (or be created beneath
@@ -323,7 +332,8 @@ impl Server {
         mut reload: mpsc::Receiver<()>,
     ) -> Result<(), StartError> {
         let tls_address = self.tls_address();
-        let Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, tls, _reaper } = self;
+        let Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, tls, exports, _reaper } =
+            self;
         let current = registry.current();
         let counts = current.counts();
         let socket_path = config.socket.clone();
@@ -348,6 +358,8 @@ impl Server {
                 }),
             );
         audit.durable(started).await.map_err(StartError::Audit)?;
+        // The exporters read the file from their cursors; nothing they do waits on the writer.
+        let exporters = audit::export::spawn(exports, &audit);
         let daemon = Daemon::new(
             Arc::new(registry),
             Arc::new(sandbox),
@@ -406,12 +418,18 @@ impl Server {
         if let Err(e) = audit.durable(Record::new(Decision::DaemonStopped).with("pid", std::process::id())).await {
             tracing::error!(error = %e, "cannot record the daemon's stop");
         }
+        // The stop record goes out too, if the destination takes it in time.
+        exporters.finish(EXPORT_GRACE).await;
         audit.close();
         result.map_err(StartError::Serve)?;
         tracing::info!("cordond stopped");
         Ok(())
     }
 }
+
+/// How long the exporters may take at shutdown to ship what is left (the rest goes after the
+/// next start, from their cursors).
+const EXPORT_GRACE: Duration = Duration::from_secs(3);
 
 /// [`load`], [`start`] and [`Server::serve`]: a daemon that serves until `shutdown` completes
 /// (without reloads).

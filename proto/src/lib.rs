@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`v1`]: the generated messages, client and server for `proto/cordon/v1/cordon.proto`.
+//! - [`otlp`]: OpenTelemetry's OTLP logs service (vendored protos), for the audit export.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, served by gRPC reflection.
 //! - [`connect`]: a tonic [`Channel`] over a Unix socket path.
 //!
@@ -21,6 +22,34 @@ use tonic::transport::{Channel, Endpoint};
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
 pub mod v1 {
     tonic::include_proto!("cordon.v1");
+}
+
+/// OpenTelemetry's OTLP logs protocol (`opentelemetry/proto/...`, vendored): messages, the
+/// `LogsService` client cordond's audit export uses, and its server (for tests and benches).
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic, missing_debug_implementations)]
+pub mod otlp {
+    pub mod common {
+        pub mod v1 {
+            tonic::include_proto!("opentelemetry.proto.common.v1");
+        }
+    }
+    pub mod resource {
+        pub mod v1 {
+            tonic::include_proto!("opentelemetry.proto.resource.v1");
+        }
+    }
+    pub mod logs {
+        pub mod v1 {
+            tonic::include_proto!("opentelemetry.proto.logs.v1");
+        }
+    }
+    pub mod collector {
+        pub mod logs {
+            pub mod v1 {
+                tonic::include_proto!("opentelemetry.proto.collector.logs.v1");
+            }
+        }
+    }
 }
 
 /// Encoded `FileDescriptorSet` of every cordon proto file.

@@ -6,11 +6,14 @@
 //! - [`Output`]: a finished `cordon` command.
 //! - [`agent`]: the unprivileged user the suite attacks as, and `cordon` run as that user.
 //! - [`attack_tool`], [`toml_str`]: policy text for tools that run the attack binary.
+//! - [`otlp`]: a local OTLP logs receiver for the audit export.
 //!
 //! The binaries must be built first (`cargo build --workspace`); the README's test command does.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::missing_panics_doc)]
+
+pub mod otlp;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

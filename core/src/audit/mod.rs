@@ -67,10 +67,13 @@ pub enum Decision {
     TokenIssued,
     /// An admin revoked a bearer token.
     TokenRevoked,
+    /// The audit export (`--audit-otlp`, `--audit-syslog`, `--audit-journald`) lost records:
+    /// rotation deleted them before they were shipped (`sink`, `from`, `to`, `records`).
+    ExportGap,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 30] = [
+    pub const ALL: [Decision; 31] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -101,6 +104,7 @@ impl Decision {
         Decision::EgressClosed,
         Decision::TokenIssued,
         Decision::TokenRevoked,
+        Decision::ExportGap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -135,6 +139,7 @@ impl Decision {
             Decision::EgressClosed => "egress_closed",
             Decision::TokenIssued => "token_issued",
             Decision::TokenRevoked => "token_revoked",
+            Decision::ExportGap => "export_gap",
         }
     }
 

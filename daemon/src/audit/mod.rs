@@ -4,6 +4,7 @@
 //! - [`chain`]: the file format (`seq`, `time`, `decision`, ..., `prev`), line hashing and
 //!   `verify`, shared with `cordon audit verify`.
 //! - [`tail`]: reading the last records back, with filters (`cordon audit tail`).
+//! - [`export`]: shipping the log (OTLP, syslog, journald) from the file, with a cursor.
 //! - `writer`: the file's writer: batches records, group-commits `fdatasync`, rotates by size,
 //!   recovers a torn tail and unfinished invocations at startup.
 //!
@@ -27,6 +28,7 @@
 //! invocation is refused until an admin runs `cordon audit resume` or restarts cordond. Nothing
 //! runs without its `started` record on disk, and no outcome is answered before its record is.
 
+pub mod export;
 pub mod tail;
 mod writer;
 
@@ -398,6 +400,16 @@ impl Audit {
     /// or of the current one (set once, when the registry is loaded).
     pub fn follow_policies(&self, digests: Arc<crate::registry::Digests>) {
         let _ = self.shared.policies.set(digests);
+    }
+
+    /// The exporters' progress, for `status` (set once, when they start).
+    pub fn follow_exports(&self, progress: Vec<Arc<export::Progress>>) {
+        let _ = self.shared.exports.set(progress);
+    }
+
+    /// What each exporter has shipped (empty without `--audit-otlp` and the like).
+    pub fn exports(&self) -> &[Arc<export::Progress>] {
+        self.shared.exports.get().map_or(&[], Vec::as_slice)
     }
 
     /// New lines as they are written (for `cordon audit tail -f`).

@@ -63,6 +63,8 @@ pub(super) struct Shared {
     pub(super) policies: std::sync::OnceLock<Arc<crate::registry::Digests>>,
     /// Set once, before serving, when cordond exports metrics.
     pub(super) metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+    /// The exporters' progress (`--audit-otlp` and the like), set once when they start.
+    pub(super) exports: std::sync::OnceLock<Vec<Arc<super::export::Progress>>>,
 }
 
 impl Shared {
@@ -170,6 +172,7 @@ impl Writer {
             lines: broadcast::channel(TAIL_BUFFER).0,
             policies: std::sync::OnceLock::new(),
             metrics: std::sync::OnceLock::new(),
+            exports: std::sync::OnceLock::new(),
         });
         let recovery = Recovery {
             records: scan.records,

@@ -141,6 +141,12 @@ struct StateLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkLabel {
+    /// `otlp`, `syslog` or `journald`.
+    sink: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabel {
     version: &'static str,
 }
@@ -166,6 +172,8 @@ pub struct Snapshot {
     pub tools_available: u32,
     pub tools_unavailable: u32,
     pub tools_disabled: u32,
+    /// Seq of the audit log's last record (the export backlog is measured against it).
+    pub audit_head: u64,
 }
 
 /// Everything cordond counts; shared by the invoker, the egress proxies and the audit log.
@@ -186,6 +194,13 @@ pub struct Metrics {
     jobs_running: Gauge,
     generation: Gauge,
     tools: Family<StateLabel, Gauge>,
+    export_sent: Family<SinkLabel, Counter>,
+    export_failures: Family<SinkLabel, Counter>,
+    export_lost: Family<SinkLabel, Counter>,
+    export_backlog: Family<SinkLabel, Gauge>,
+    export_last_success: Family<SinkLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// The exporters, read at scrape time (set once when they start).
+    exports: std::sync::OnceLock<Vec<std::sync::Arc<crate::audit::export::Progress>>>,
 }
 
 impl Default for Metrics {
@@ -212,6 +227,12 @@ impl Metrics {
             jobs_running: Gauge::default(),
             generation: Gauge::default(),
             tools: Family::default(),
+            export_sent: Family::default(),
+            export_failures: Family::default(),
+            export_lost: Family::default(),
+            export_backlog: Family::default(),
+            export_last_success: Family::default(),
+            exports: std::sync::OnceLock::new(),
             registry: Registry::default(),
         };
         // `_total` is added to counters by the encoder, the unit's suffix to names with a unit.
@@ -283,6 +304,33 @@ impl Metrics {
             "Tools in the registry, by state (available, unavailable on this host, disabled)",
             m.tools.clone(),
         );
+        registry.register(
+            "audit_export_sent_records",
+            "Audit records the export destination acknowledged (at least once: a record resent after an outage or \
+             a restart counts again), by sink",
+            m.export_sent.clone(),
+        );
+        registry.register(
+            "audit_export_failures",
+            "Failed attempts to ship a batch of audit records (retried with backoff), by sink",
+            m.export_failures.clone(),
+        );
+        registry.register(
+            "audit_export_lost_records",
+            "Audit records never shipped: rotation deleted them first (each gap is an export_gap record), or the \
+             collector rejected them for good, by sink",
+            m.export_lost.clone(),
+        );
+        registry.register(
+            "audit_export_backlog_records",
+            "Audit records written but not yet acknowledged by the export destination, by sink",
+            m.export_backlog.clone(),
+        );
+        registry.register(
+            "audit_export_last_success_timestamp_seconds",
+            "When the export destination last acknowledged a batch (Unix time; 0: never since cordond started), by sink",
+            m.export_last_success.clone(),
+        );
         // Known series start at 0, so that a rate over the first hit or miss is right.
         for result in ["hit", "miss"] {
             let _ = m.cache.get_or_create(&ResultLabel { result });
@@ -336,6 +384,21 @@ impl Metrics {
         self.audit_failures.inc();
     }
 
+    /// The counters of one export sink (sent, failures, lost), shared with its exporter.
+    pub fn export_counters(&self, sink: &'static str) -> (Counter, Counter, Counter) {
+        let label = SinkLabel { sink };
+        (
+            self.export_sent.get_or_create(&label).clone(),
+            self.export_failures.get_or_create(&label).clone(),
+            self.export_lost.get_or_create(&label).clone(),
+        )
+    }
+
+    /// The exporters whose backlog and last success are shown (set once).
+    pub fn follow_exports(&self, exports: Vec<std::sync::Arc<crate::audit::export::Progress>>) {
+        let _ = self.exports.set(exports);
+    }
+
     /// A record about to be queued: refusals are counted by code.
     pub fn record(&self, record: &Record) {
         let refusal = matches!(
@@ -367,6 +430,13 @@ impl Metrics {
             ("disabled", now.tools_disabled),
         ] {
             self.tools.get_or_create(&StateLabel { state }).set(i64::from(n));
+        }
+        for p in self.exports.get().map_or(&[][..], Vec::as_slice) {
+            let label = SinkLabel { sink: p.sink };
+            let backlog = now.audit_head.saturating_sub(p.acked());
+            self.export_backlog.get_or_create(&label).set(i64::try_from(backlog).unwrap_or(i64::MAX));
+            let last = p.view().last_success.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+            self.export_last_success.get_or_create(&label).set(last.map_or(0.0, |d| d.as_secs_f64()));
         }
         let mut out = String::with_capacity(4096);
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
@@ -422,5 +492,26 @@ mod tests {
             assert!(text.contains(line), "{line:?} not in\n{text}");
         }
         assert_eq!(text.matches("cordon_refusals_total{").count(), 1, "a finished record is no refusal");
+    }
+
+    #[test]
+    fn export_series_are_by_sink() {
+        let m = Metrics::new();
+        let (sent, failures, lost) = m.export_counters("otlp");
+        let progress = crate::audit::export::Progress::new("otlp", "http://c:4317".into(), Some(&m));
+        m.follow_exports(vec![std::sync::Arc::new(progress)]);
+        sent.inc_by(5);
+        failures.inc();
+        lost.inc_by(2);
+        let text = m.encode(Snapshot { audit_head: 9, ..Snapshot::default() }).unwrap();
+        for line in [
+            "cordon_audit_export_sent_records_total{sink=\"otlp\"} 5",
+            "cordon_audit_export_failures_total{sink=\"otlp\"} 1",
+            "cordon_audit_export_lost_records_total{sink=\"otlp\"} 2",
+            "cordon_audit_export_backlog_records{sink=\"otlp\"} 9",
+            "cordon_audit_export_last_success_timestamp_seconds{sink=\"otlp\"} 0.0",
+        ] {
+            assert!(text.contains(line), "{line:?} not in\n{text}");
+        }
     }
 }

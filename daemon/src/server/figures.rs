@@ -65,6 +65,33 @@ pub(crate) fn cache(cache: &crate::cache::ResultCache) -> v1::CacheFigures {
     }
 }
 
+/// Each audit export destination's progress, measured against the log's head `head`.
+pub(crate) fn exports(audit: &crate::audit::Audit, head: u64) -> Vec<v1::AuditExport> {
+    let ms = |t: Option<std::time::SystemTime>| {
+        t.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis() as u64)
+    };
+    audit
+        .exports()
+        .iter()
+        .map(|p| {
+            let v = p.view();
+            let (error_at, error) = v.last_error.map_or((None, String::new()), |(t, e)| (Some(t), e));
+            v1::AuditExport {
+                sink: v.sink.to_string(),
+                destination: v.destination,
+                acked_seq: v.acked,
+                backlog: head.saturating_sub(v.acked),
+                sent: v.sent,
+                failures: v.failures,
+                lost: v.lost,
+                last_success_unix_ms: ms(v.last_success),
+                last_error: error,
+                last_error_unix_ms: ms(error_at),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -96,6 +96,7 @@ impl Daemon {
             tools_available: counts.available,
             tools_unavailable: counts.unavailable,
             tools_disabled: counts.disabled,
+            audit_head: self.audit.head().seq,
         }
     }
 

@@ -829,6 +829,7 @@ impl v1::cordon_server::Cordon for CordonService {
             jobs_finished: count(jobs_finished),
             workflows_running: count(d.workflows.count((!admin).then_some(caller.uid))),
             cache: admin.then(|| figures::cache(d.invoker.cache())),
+            audit_exports: if admin { figures::exports(&d.audit, audit_head.seq) } else { Vec::new() },
         }))
     }
 

@@ -16,6 +16,7 @@ mod escapes_grants;
 mod escapes_metadata;
 mod escapes_syscalls;
 mod examples;
+mod export;
 mod fleet;
 mod import;
 mod init;

@@ -1,0 +1,260 @@
+//! Syslog (RFC 5424 on `/dev/log`) and the journal's native protocol
+//! (`/run/systemd/journal/socket`, systemd.journal-fields(7)): one datagram per record.
+//!
+//! Syslog: `<PRI>1 TIME HOST cordond PID DECISION [cordon@32473 seq=".." ...] LINE`, facility
+//! authpriv (10), severity from the decision; the structured data repeats the chain fields. The
+//! journal: `MESSAGE` is the line, with `PRIORITY`, `SYSLOG_IDENTIFIER=cordond`,
+//! `SYSLOG_FACILITY=10` and `CORDON_SEQ`, `CORDON_DECISION`, `CORDON_TOOL`, `CORDON_INVOCATION`,
+//! `CORDON_CALLER_UID`, `CORDON_POLICY`, `CORDON_CODE`, `CORDON_PREV`, `CORDON_HASH`,
+//! `CORDON_CHAIN`.
+
+use std::os::unix::fs::FileTypeExt as _;
+use std::path::{Path, PathBuf};
+
+use tokio::net::UnixDatagram;
+
+use super::reader::Line;
+use super::{Context, ExportError, severity};
+
+/// authpriv: security and authorization messages (syslog.conf routes them to a protected file).
+const FACILITY: u8 = 10;
+/// The structured-data ID: `cordon@` and the documentation enterprise number of RFC 5612.
+const SD_ID: &str = "cordon@32473";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Syslog,
+    Journald,
+}
+
+#[derive(Debug)]
+pub(super) struct Local {
+    kind: Kind,
+    path: PathBuf,
+    /// Connected; dropped after an error and made again for the next batch (the daemon on the
+    /// other side may have restarted and bound a new socket).
+    socket: Option<UnixDatagram>,
+    pid: u32,
+}
+
+impl Local {
+    pub(super) fn syslog(path: &Path) -> Result<Local, ExportError> {
+        Local::new(Kind::Syslog, path)
+    }
+
+    pub(super) fn journald(path: &Path) -> Result<Local, ExportError> {
+        Local::new(Kind::Journald, path)
+    }
+
+    fn new(kind: Kind, path: &Path) -> Result<Local, ExportError> {
+        let (flag, who) = match kind {
+            Kind::Syslog => ("--audit-syslog", "no syslog daemon listens here (rsyslog, syslog-ng or journald's)"),
+            Kind::Journald => ("--audit-journald", "systemd-journald does not run on this host"),
+        };
+        let fail = |why: String| ExportError::Socket { flag, why };
+        let meta = std::fs::metadata(path).map_err(|e| {
+            fail(format!(
+                "{}: {e}: {who}; start it or drop {flag} (the audit log itself is kept either way)",
+                path.display()
+            ))
+        })?;
+        if !meta.file_type().is_socket() {
+            return Err(fail(format!("{} is not a socket", path.display())));
+        }
+        let socket = connect(path).map_err(|e| fail(format!("cannot connect to {}: {e}: {who}", path.display())))?;
+        Ok(Local { kind, path: path.to_path_buf(), socket: Some(socket), pid: std::process::id() })
+    }
+
+    pub(super) fn name(&self) -> &'static str {
+        match self.kind {
+            Kind::Syslog => "syslog",
+            Kind::Journald => "journald",
+        }
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(super) async fn send(&mut self, context: &Context, lines: &[Line]) -> Result<(), String> {
+        let socket = match self.socket.take() {
+            Some(s) => s,
+            None => connect(&self.path).map_err(|e| format!("cannot connect to {}: {e}", self.path.display()))?,
+        };
+        for l in lines {
+            let message = match self.kind {
+                Kind::Syslog => syslog_message(context, self.pid, l, &l.text),
+                Kind::Journald => journal_message(context, l, &l.text),
+            };
+            match socket.send(&message).await {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                    // Too large for one datagram: the record's identity and chain fields go,
+                    // the line stays in the local log.
+                    let stub = format!(
+                        r#"{{"seq":{},"decision":"{}","too_large":{},"detail":"this record is too large for a datagram; read it in the local audit log"}}"#,
+                        l.seq,
+                        l.decision(),
+                        l.text.len()
+                    );
+                    let message = match self.kind {
+                        Kind::Syslog => syslog_message(context, self.pid, l, &stub),
+                        Kind::Journald => journal_message(context, l, &stub),
+                    };
+                    socket.send(&message).await.map_err(|e| format!("{}: {e}", self.path.display()))?;
+                }
+                Err(e) => return Err(format!("{}: {e}", self.path.display())),
+            }
+        }
+        self.socket = Some(socket);
+        Ok(())
+    }
+}
+
+fn connect(path: &Path) -> std::io::Result<UnixDatagram> {
+    let socket = UnixDatagram::unbound()?;
+    socket.connect(path)?;
+    Ok(socket)
+}
+
+/// An RFC 5424 PARAM-VALUE: `"`, `\` and `]` escaped.
+fn sd_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        if matches!(c, '"' | '\\' | ']') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Printable US-ASCII without spaces, at most `max` bytes, `-` when empty (RFC 5424 header fields).
+fn header_field(v: &str, max: usize) -> String {
+    let s: String = v.chars().filter(|c| c.is_ascii_graphic()).take(max).collect();
+    if s.is_empty() { "-".into() } else { s }
+}
+
+pub(super) fn syslog_message(context: &Context, pid: u32, l: &Line, body: &str) -> Vec<u8> {
+    let decision = l.decision();
+    let pri = FACILITY * 8 + severity(decision).1;
+    let time = l.text_field("time").unwrap_or("-");
+    let mut sd = format!("[{SD_ID} seq=\"{}\" decision=\"{}\"", l.seq, sd_value(decision));
+    for (name, field) in [("tool", "tool"), ("id", "id"), ("policy", "policy"), ("code", "code"), ("prev", "prev")] {
+        if let Some(v) = l.text_field(field) {
+            sd.push_str(&format!(" {name}=\"{}\"", sd_value(v)));
+        }
+    }
+    if let Some(uid) = l.caller_uid() {
+        sd.push_str(&format!(" uid=\"{uid}\""));
+    }
+    sd.push_str(&format!(" hash=\"{}\"", cordon_core::audit::chain::hex(&l.hash)));
+    if let Some((id, _)) = &context.chain {
+        sd.push_str(&format!(" chain=\"{id}\""));
+    }
+    sd.push(']');
+    format!(
+        "<{pri}>1 {} {} cordond {pid} {} {sd} {body}",
+        header_field(time, 64),
+        header_field(&context.host, 255),
+        header_field(decision, 32)
+    )
+    .into_bytes()
+}
+
+/// One field of the native protocol: `KEY=value\n`, or, when the value holds a newline,
+/// `KEY\n` + its length (64-bit little-endian) + the value + `\n`.
+fn field(out: &mut Vec<u8>, key: &str, value: &str) {
+    out.extend_from_slice(key.as_bytes());
+    if value.contains('\n') {
+        out.push(b'\n');
+        out.extend_from_slice(&(value.len() as u64).to_le_bytes());
+    } else {
+        out.push(b'=');
+    }
+    out.extend_from_slice(value.as_bytes());
+    out.push(b'\n');
+}
+
+pub(super) fn journal_message(context: &Context, l: &Line, body: &str) -> Vec<u8> {
+    let decision = l.decision();
+    let mut out = Vec::with_capacity(body.len() + 512);
+    field(&mut out, "MESSAGE", body);
+    field(&mut out, "PRIORITY", &severity(decision).1.to_string());
+    field(&mut out, "SYSLOG_IDENTIFIER", "cordond");
+    field(&mut out, "SYSLOG_FACILITY", &FACILITY.to_string());
+    field(&mut out, "CORDON_SEQ", &l.seq.to_string());
+    field(&mut out, "CORDON_DECISION", decision);
+    for (key, name) in [
+        ("CORDON_TOOL", "tool"),
+        ("CORDON_INVOCATION", "id"),
+        ("CORDON_POLICY", "policy"),
+        ("CORDON_CODE", "code"),
+        ("CORDON_PREV", "prev"),
+        ("CORDON_TIME", "time"),
+    ] {
+        if let Some(v) = l.text_field(name) {
+            field(&mut out, key, v);
+        }
+    }
+    if let Some(uid) = l.caller_uid() {
+        field(&mut out, "CORDON_CALLER_UID", &uid.to_string());
+    }
+    field(&mut out, "CORDON_HASH", &cordon_core::audit::chain::hex(&l.hash));
+    if let Some((id, _)) = &context.chain {
+        field(&mut out, "CORDON_CHAIN", id);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str) -> Line {
+        Line {
+            seq: 3,
+            text: text.into(),
+            hash: cordon_core::audit::chain::line_hash(text.as_bytes()),
+            value: serde_json::from_str(text).unwrap(),
+        }
+    }
+
+    fn context() -> Context {
+        Context { host: "build-1".into(), audit_path: "/a".into(), chain: None }
+    }
+
+    #[test]
+    fn syslog_lines_are_rfc5424_with_escaped_structured_data() {
+        let text = r#"{"seq":3,"time":"2026-11-22T04:25:00.123456Z","decision":"denied","tool":"a\"]b","prev":"00"}"#;
+        let l = line(text);
+        let m = String::from_utf8(syslog_message(&context(), 42, &l, text)).unwrap();
+        let hash = cordon_core::audit::chain::hex(&l.hash);
+        assert_eq!(
+            m,
+            format!(
+                "<84>1 2026-11-22T04:25:00.123456Z build-1 cordond 42 denied [cordon@32473 seq=\"3\" decision=\"denied\" tool=\"a\\\"\\]b\" prev=\"00\" hash=\"{hash}\"] {text}"
+            )
+        );
+    }
+
+    #[test]
+    fn journal_fields_with_newlines_are_length_framed() {
+        let text = r#"{"seq":3,"time":"t","decision":"invalid","tool":"x\ny","prev":"00"}"#;
+        let m = journal_message(&context(), &line(text), text);
+        let s = String::from_utf8_lossy(&m);
+        assert!(s.starts_with(&format!("MESSAGE={text}\nPRIORITY=4\nSYSLOG_IDENTIFIER=cordond\n")), "{s}");
+        let framed = [b"CORDON_TOOL\n".as_slice(), &3u64.to_le_bytes(), b"x\ny\n"].concat();
+        assert!(m.windows(framed.len()).any(|w| w == framed.as_slice()), "{s}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_socket_is_refused_at_startup() {
+        let e = Local::journald(Path::new("/nonexistent/journal/socket")).unwrap_err().to_string();
+        assert!(e.starts_with("--audit-journald: /nonexistent/journal/socket: No such file or directory"), "{e}");
+        assert!(e.contains("systemd-journald does not run on this host"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let e = Local::syslog(dir.path()).unwrap_err().to_string();
+        assert!(e.ends_with("is not a socket"), "{e}");
+    }
+}
