@@ -130,13 +130,25 @@ pub enum StartError {
     #[error(transparent)]
     Metrics(#[from] metrics::http::MetricsError),
     #[error(transparent)]
-    Tokens(#[from] crate::tokens::StoreError),
+    Tokens(Box<crate::tokens::StoreError>),
     #[error(transparent)]
-    Tls(#[from] server::tls::TlsError),
+    Tls(Box<server::tls::TlsError>),
     #[error(transparent)]
     Export(#[from] audit::export::ExportError),
     #[error("gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
+}
+
+impl From<crate::tokens::StoreError> for StartError {
+    fn from(e: crate::tokens::StoreError) -> StartError {
+        StartError::Tokens(Box::new(e))
+    }
+}
+
+impl From<server::tls::TlsError> for StartError {
+    fn from(e: server::tls::TlsError) -> StartError {
+        StartError::Tls(Box::new(e))
+    }
 }
 
 /// The host's sandbox and the first registry generation: what [`load`] prepares.
