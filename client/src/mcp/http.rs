@@ -7,7 +7,9 @@
 //!    `WWW-Authenticate` and nothing else done. The token is then checked by cordond (this
 //!    process is unprivileged and proves nothing): a token cordond refuses is 401 too. After
 //!    [`MAX_REFUSALS`] refusals in a minute, 429 without asking cordond (each refusal is an
-//!    audit record; guessing must not fill the log).
+//!    audit record; guessing must not fill the log), except for a token cordond accepted before
+//!    (whoever guesses cannot lock out the agents already at work; such a token is still asked
+//!    about every time, so a revoked one stops at once and counts as a refusal).
 //! 2. **Host and Origin** (rmcp's checks, configured here): `Host` must name the bound address or
 //!    a loopback name (`--allow-host` adds names), an `Origin`, when present, must be this
 //!    server's own or in `--allow-origin` (every other browser origin is refused), against DNS
@@ -72,6 +74,8 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// records as fast as they can guess tokens.
 pub const MAX_REFUSALS: u32 = 30;
 const REFUSAL_WINDOW: Duration = Duration::from_secs(60);
+/// Tokens remembered as accepted by cordond (as many as it keeps valid at once).
+const MAX_KNOWN: usize = 1000;
 
 type Body = BoxBody<Bytes, std::convert::Infallible>;
 
@@ -146,6 +150,8 @@ struct Front {
     max_per_token: usize,
     /// Refusals in the current window: (window start, count).
     refusals: std::sync::Mutex<(tokio::time::Instant, u32)>,
+    /// Tokens cordond accepted (id -> hash of the secret): checked even when the window is full.
+    known: std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>,
 }
 
 /// Serves until interrupted (SIGINT, SIGTERM).
@@ -212,6 +218,7 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
         socket,
         max_per_token: opts.max_sessions_per_token,
         refusals: std::sync::Mutex::new((tokio::time::Instant::now(), 0)),
+        known: std::sync::Mutex::default(),
     });
     // The address on stderr, for whoever started us (and tests asking for port 0).
     eprintln!("cordon mcp: serving MCP over HTTP on http://{bound}/mcp");
@@ -367,9 +374,33 @@ impl Front {
         w.1 < MAX_REFUSALS
     }
 
+    /// Whether cordond accepted `token` before (its id and the hash of its secret).
+    fn known(&self, token: &Bearer) -> bool {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(&token.id).is_some_and(|h| token::hashes_equal(h, &token.hash()))
+    }
+
+    /// Remembers that cordond accepted `token` (`true`) or forgets it (`false`, refused now).
+    fn remember(&self, token: &Bearer, accepted: bool) {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if !accepted {
+            if known.get(&token.id).is_some_and(|h| token::hashes_equal(h, &token.hash())) {
+                known.remove(&token.id);
+            }
+            return;
+        }
+        if known.len() >= MAX_KNOWN && !known.contains_key(&token.id) {
+            // Full (tokens revoked or expired in cordond while unused here): start again;
+            // each token still working is learned again at its next request.
+            known.clear();
+        }
+        known.insert(token.id.clone(), token.hash());
+    }
+
     /// Asks cordond whether `token` is good now (every request: a revoked token stops at once).
+    /// While the refusal window is full, only tokens cordond accepted before are asked about.
     async fn check_with_daemon(&self, token: &Bearer) -> Result<(), Box<Response<Body>>> {
-        if !self.refusals(false) {
+        if !self.refusals(false) && !self.known(token) {
             return Err(Box::new(plain(
                 StatusCode::TOO_MANY_REQUESTS,
                 &format!(
@@ -400,8 +431,12 @@ impl Front {
         let mut client =
             base.with_token(token).map_err(|e| Box::new(plain(StatusCode::UNAUTHORIZED, &e.to_string())))?;
         match client.status().await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.remember(token, true);
+                Ok(())
+            }
             Err(e) if e.code() == cordon_core::code::ErrorCode::TokenRefused => {
+                self.remember(token, false);
                 self.refusals(true);
                 Err(Box::new(unauthorized(Some("invalid_token"), &format!("cordon mcp: {e}"))))
             }

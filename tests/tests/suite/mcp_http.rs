@@ -496,6 +496,40 @@ fn guessed_tokens_are_refused_and_then_no_longer_checked() {
     assert!(a.body.contains("no token is checked until that window ends"), "{a:#?}");
 }
 
+/// Whoever can reach the port (any local user, any process on the host) sends 30 guesses a
+/// minute: that must not lock out the agents at work. A token cordond accepted before is still
+/// checked while guesses get 429, and still asked about each time: revoked, it is refused once
+/// (with cordond's reason) and then answered 429 like any guess.
+#[test]
+fn guessing_tokens_does_not_lock_out_an_agent_whose_token_cordond_accepted() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &[]);
+    let token = issue(&d, AGENT, &[]);
+    let s = Session::open(f.port, &token);
+    let statuses: Vec<u16> = (0..31)
+        .map(|i| {
+            let guess = format!("cordon_{i:016x}_{}", "b".repeat(64));
+            post(f.port, Some(&guess), &[], &initialize()).status
+        })
+        .collect();
+    assert_eq!(statuses[..30], [401; 30], "{statuses:?}");
+    assert_eq!(statuses[30], 429, "{statuses:?}");
+    // The agent's session works on, and the token opens a new one.
+    assert_eq!(s.daemon_tools(), ["id-a"]);
+    assert_eq!(Session::open(f.port, &token).daemon_tools(), ["id-a"]);
+    // The same id with another secret is a guess, not the known token.
+    let forged = format!("cordon_{}_{}", id_of(&token), "c".repeat(64));
+    assert_eq!(post(f.port, Some(&forged), &[], &initialize()).status, 429);
+    d.cordon(&["token", "revoke", id_of(&token)]).assert_code(0);
+    let a = s.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    assert_unauthorized(&a, Some("invalid_token"), &format!("bearer token {} was revoked", id_of(&token)));
+    let again = s.send(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}));
+    assert_eq!(again.status, 429, "{again:#?}");
+    let refused = d.audit_records().iter().filter(|r| r["code"] == "TOKEN_REFUSED").count();
+    assert_eq!(refused, 31);
+}
+
 /// A token holds at most `--max-sessions-per-token` sessions: one more is 429 (and is not kept);
 /// ending one (DELETE) makes room; another token is not affected.
 #[test]
