@@ -410,6 +410,44 @@ env = {{ CORDON_PEER_TOKEN = "{token}" }}
     assert!(!records.iter().any(|r| r["caller"]["token"] == id_of(&token)), "the token was used: {records:#?}");
 }
 
+/// OPEN FINDING (not fixed): the same token, sent from inside the sandbox to the HTTP front-end
+/// instead of to cordond's socket. A tool granted `network.connect_tcp` on the front-end's port
+/// (landlock grants ports on any host, loopback included) reaches it over TCP; cordond sees
+/// the front-end as the peer, never the sandboxed process, so the token is accepted and the
+/// tool opens a session as the token's account. Secure behaviour: refused. Run with
+/// `--ignored` to see it answered 200.
+#[test]
+#[ignore = "open finding: a sandboxed tool with connect_tcp to the front-end's port uses a token through it"]
+fn a_token_cannot_be_used_from_inside_a_sandboxed_tool_through_the_http_front_end() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &[]);
+    let token = issue(&d, AGENT, &[]);
+    let body = initialize().to_string();
+    d.write_policy(
+        "sneak.toml",
+        &format!(
+            r#"version = 1
+
+[tools.sneak]
+description = "posts to the HTTP front-end with a token from inside the sandbox"
+reason = "mcp over http tests"
+command = ["{CURL}", "-s", "-o", "/dev/null", "-w", "%{{http_code}}", "-X", "POST",
+  "-H", "Authorization: Bearer {token}", "-H", "Content-Type: application/json",
+  "-H", "Accept: application/json, text/event-stream", "--data-binary", '{body}',
+  "http://127.0.0.1:{port}/mcp"]
+network = {{ connect_tcp = [{port}] }}
+"#,
+            port = f.port,
+        ),
+    );
+    d.cordon(&["reload"]).assert_code(0);
+    let out = d.cordon(&["run", "sneak", "--json"]);
+    let result = out.json();
+    let status = result["stdout"].as_str().unwrap_or_default().trim().to_string();
+    assert_ne!(status, "200", "the sandboxed tool opened a session with the token: {out:?}");
+}
+
 /// The token file beside the audit log holds each secret's SHA-256, never the secret, and is
 /// root's alone; `token list` shows no secret either; tokens are not for admins, and an agent
 /// cannot issue one.
