@@ -13,7 +13,9 @@
 //! 2. **Host and Origin** (rmcp's checks, configured here): `Host` must name the bound address or
 //!    a loopback name (`--allow-host` adds names), an `Origin`, when present, must be this
 //!    server's own or in `--allow-origin` (every other browser origin is refused), against DNS
-//!    rebinding.
+//!    rebinding. `Host` is also checked here before cordond is asked about the token: a page
+//!    that rebinds its name to 127.0.0.1 may send any header, and its guesses must neither be
+//!    audited nor use up the refusal window.
 //! 3. **Session binding**: a session belongs to the token that opened it; another token naming
 //!    its `Mcp-Session-Id` is refused (403). A token holds at most `--max-sessions-per-token`
 //!    sessions; sessions idle for `--session-idle` are closed.
@@ -148,6 +150,8 @@ struct Front {
     checker: tokio::sync::Mutex<Option<Client>>,
     socket: PathBuf,
     max_per_token: usize,
+    /// The `Host` values accepted (host, port when the entry names one), as rmcp checks them.
+    hosts: Vec<(String, Option<u16>)>,
     /// Refusals in the current window: (window start, count).
     refusals: std::sync::Mutex<(tokio::time::Instant, u32)>,
     /// Tokens cordond accepted (id -> hash of the secret): checked even when the window is full.
@@ -217,6 +221,7 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
         checker: tokio::sync::Mutex::new(None),
         socket,
         max_per_token: opts.max_sessions_per_token,
+        hosts: allowed_hosts(&opts, bound).iter().filter_map(|h| authority(h)).collect(),
         refusals: std::sync::Mutex::new((tokio::time::Instant::now(), 0)),
         known: std::sync::Mutex::default(),
     });
@@ -312,6 +317,38 @@ pub fn request_token<B>(req: &Request<B>) -> Result<Bearer, Box<Response<Body>>>
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
+/// A `Host` value or an allowed entry as (lowercase host without brackets, port), the way rmcp
+/// compares them.
+fn authority(text: &str) -> Option<(String, Option<u16>)> {
+    let a = http::uri::Authority::try_from(text.trim()).ok()?;
+    Some((a.host().trim_matches(['[', ']']).to_ascii_lowercase(), a.port_u16()))
+}
+
+/// Whether the request's `Host` (or, without one, its URI's authority) is one of `hosts` (an
+/// entry without a port admits any port, as in rmcp); the 403 (or 400) to answer if not.
+pub fn check_host<B>(req: &Request<B>, hosts: &[(String, Option<u16>)]) -> Result<(), Box<Response<Body>>> {
+    let given = match req.headers().get(header::HOST) {
+        Some(v) => v.to_str().ok().and_then(authority),
+        None => req.uri().authority().and_then(|a| authority(a.as_str())),
+    };
+    let Some((host, port)) = given else {
+        return Err(Box::new(plain(
+            StatusCode::BAD_REQUEST,
+            "Bad Request: a Host header naming this server is required (cordon mcp --http)",
+        )));
+    };
+    let allowed = hosts.iter().any(|(h, p)| *h == host && p.is_none_or(|p| port == Some(p)));
+    if allowed {
+        Ok(())
+    } else {
+        Err(Box::new(plain(
+            StatusCode::FORBIDDEN,
+            "Forbidden: Host header is not allowed (cordon mcp --http answers only for the address it is bound to and \
+             the loopback names; --allow-host adds names)",
+        )))
+    }
+}
+
 impl Front {
     async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
         // 1. A token, before anything else.
@@ -319,6 +356,10 @@ impl Front {
             Ok(t) => t,
             Err(r) => return *r,
         };
+        // 2, the Host half, before cordond hears of the token (see the module documentation).
+        if let Err(r) = check_host(&req, &self.hosts) {
+            return *r;
+        }
         // cordond decides whether the token is good (and the account it maps to is not an admin).
         if let Err(r) = self.check_with_daemon(&token).await {
             return *r;
@@ -522,6 +563,31 @@ mod tests {
             origins,
             vec!["http://127.0.0.1:4100", "http://[::1]:4100", "http://localhost:4100", "https://app.example:443"]
         );
+    }
+
+    #[test]
+    fn the_host_is_checked_as_rmcp_does_and_odd_spellings_are_refused() {
+        let hosts: Vec<_> = allowed_hosts(&opts("127.0.0.1:0"), "127.0.0.1:4100".parse().unwrap())
+            .iter()
+            .filter_map(|h| authority(h))
+            .collect();
+        let with = |host: &str| Request::builder().header(header::HOST, host).body(()).unwrap();
+        for ok in ["localhost:4100", "LOCALHOST:4100", "127.0.0.1:4100", "[::1]:4100"] {
+            assert!(check_host(&with(ok), &hosts).is_ok(), "{ok}");
+        }
+        for bad in [
+            "localhost",
+            "localhost.:4100",
+            "localhost:4101",
+            "[0:0:0:0:0:0:0:1]:4100",
+            "[::ffff:127.0.0.1]:4100",
+            "127.1:4100",
+            "rebind.example:4100",
+        ] {
+            assert_eq!(check_host(&with(bad), &hosts).unwrap_err().status(), StatusCode::FORBIDDEN, "{bad}");
+        }
+        let none = Request::builder().uri("/mcp").body(()).unwrap();
+        assert_eq!(check_host(&none, &hosts).unwrap_err().status(), StatusCode::BAD_REQUEST);
     }
 
     #[test]

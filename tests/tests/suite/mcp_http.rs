@@ -534,6 +534,28 @@ fn guessed_tokens_are_refused_and_then_no_longer_checked() {
     assert!(a.body.contains("no token is checked until that window ends"), "{a:#?}");
 }
 
+/// DNS rebinding: a web page whose name now resolves to 127.0.0.1 is same-origin with the
+/// front-end and may send any header, `Authorization` included. Its guesses, under its own
+/// `Host`, are refused (403) before cordond is asked: no `TOKEN_REFUSED` record, and the
+/// refusal window stays open for a token cordond has never seen (a fresh agent).
+#[test]
+fn a_rebinding_page_guessing_tokens_is_refused_before_cordond_hears_of_them() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &[]);
+    for i in 0..35 {
+        let guess = format!("cordon_{i:016x}_{}", "d".repeat(64));
+        let host = [format!("Host: rebind.example:{}", f.port), format!("Origin: http://rebind.example:{}", f.port)];
+        let a = post(f.port, Some(&guess), &host, &initialize());
+        assert_eq!(a.status, 403, "guess {i}: {a:#?}");
+        assert!(a.body.contains("Host header is not allowed"), "{a:#?}");
+    }
+    let records = d.audit_records();
+    assert!(!records.iter().any(|r| r["code"] == "TOKEN_REFUSED"), "{records:#?}");
+    let fresh = issue(&d, AGENT, &[]);
+    assert_eq!(Session::open(f.port, &fresh).daemon_tools(), ["id-a"]);
+}
+
 /// Whoever can reach the port (any local user, any process on the host) sends 30 guesses a
 /// minute: that must not lock out the agents at work. A token cordond accepted before is still
 /// checked while guesses get 429, and still asked about each time: revoked, it is refused once
