@@ -221,7 +221,7 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
         checker: tokio::sync::Mutex::new(None),
         socket,
         max_per_token: opts.max_sessions_per_token,
-        hosts: allowed_hosts(&opts, bound).iter().filter_map(|h| authority(h)).collect(),
+        hosts: allowed_hosts(&opts, bound).iter().filter_map(|h| allowed_authority(h)).collect(),
         refusals: std::sync::Mutex::new((tokio::time::Instant::now(), 0)),
         known: std::sync::Mutex::default(),
     });
@@ -322,6 +322,16 @@ const SESSION_HEADER: &str = "mcp-session-id";
 fn authority(text: &str) -> Option<(String, Option<u16>)> {
     let a = http::uri::Authority::try_from(text.trim()).ok()?;
     Some((a.host().trim_matches(['[', ']']).to_ascii_lowercase(), a.port_u16()))
+}
+
+/// An allowed-host entry as rmcp reads it: an authority, or else (a bare IPv6 address, say) the
+/// whole entry as a host name that admits any port; an empty entry admits nothing.
+fn allowed_authority(entry: &str) -> Option<(String, Option<u16>)> {
+    let entry = entry.trim();
+    if entry.is_empty() {
+        return None;
+    }
+    authority(entry).or_else(|| Some((entry.trim_matches(['[', ']']).to_ascii_lowercase(), None)))
 }
 
 /// Whether the request's `Host` (or, without one, its URI's authority) is one of `hosts` (an
@@ -569,7 +579,7 @@ mod tests {
     fn the_host_is_checked_as_rmcp_does_and_odd_spellings_are_refused() {
         let hosts: Vec<_> = allowed_hosts(&opts("127.0.0.1:0"), "127.0.0.1:4100".parse().unwrap())
             .iter()
-            .filter_map(|h| authority(h))
+            .filter_map(|h| allowed_authority(h))
             .collect();
         let with = |host: &str| Request::builder().header(header::HOST, host).body(()).unwrap();
         for ok in ["localhost:4100", "LOCALHOST:4100", "127.0.0.1:4100", "[::1]:4100"] {
@@ -586,6 +596,9 @@ mod tests {
         ] {
             assert_eq!(check_host(&with(bad), &hosts).unwrap_err().status(), StatusCode::FORBIDDEN, "{bad}");
         }
+        // A bare IPv6 --allow-host entry admits that address on any port, as rmcp reads it.
+        assert_eq!(allowed_authority("FE80::1"), Some(("fe80::1".into(), None)));
+        assert_eq!(allowed_authority(" "), None);
         let none = Request::builder().uri("/mcp").body(()).unwrap();
         assert_eq!(check_host(&none, &hosts).unwrap_err().status(), StatusCode::BAD_REQUEST);
     }
