@@ -203,16 +203,19 @@ impl Tokens {
     }
 
     /// Reads the file again (on reload). When it cannot be read now, every token is refused
-    /// until a reload reads it.
+    /// until a reload reads it. The table stays locked from the read to the swap: an issue or a
+    /// revoke writes the file and the table under the same lock, so a reload never puts back a
+    /// table read before one of them (a revoked token valid again).
     pub fn reload(&self) -> Result<usize, StoreError> {
+        let mut state = self.lock();
         match read(&self.path) {
             Ok(tokens) => {
                 let n = tokens.len();
-                *self.lock() = State::Ok(tokens);
+                *state = State::Ok(tokens);
                 Ok(n)
             }
             Err(e) => {
-                *self.lock() = State::Broken(e.to_string());
+                *state = State::Broken(e.to_string());
                 Err(e)
             }
         }
@@ -555,6 +558,36 @@ mod tests {
         let e = t.issue(&with_group, &root(), &authz(), 1).unwrap_err().to_string();
         assert!(e.contains("no such group"), "{e}");
         assert!(t.list().unwrap().is_empty());
+    }
+
+    /// A reload that read the file before a revoke renamed the new one over it must not put the
+    /// old table back after the revoke returned: the revoked token would be valid again (and
+    /// listed as valid) until the next reload.
+    #[test]
+    fn a_reload_racing_a_revoke_never_brings_the_token_back() {
+        let (_dir, t) = store();
+        let t = Arc::new(t);
+        for round in 0..20 {
+            let (_, bearer) = issue(&t, None, 1000);
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let reloader = {
+                let (t, stop) = (t.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        t.reload().unwrap();
+                    }
+                })
+            };
+            t.revoke(&bearer.id, 1001).unwrap();
+            let accepted = (0..200).filter(|_| t.verify(&bearer, 1002).is_ok()).count();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            reloader.join().unwrap();
+            assert_eq!(
+                accepted, 0,
+                "round {round}: the revoked token was accepted {accepted} times after revoke returned"
+            );
+            assert_eq!(t.verify(&bearer, 1002), Err(Refusal::Revoked { id: bearer.id.clone() }), "round {round}");
+        }
     }
 
     #[test]

@@ -7,11 +7,15 @@
 //!    `WWW-Authenticate` and nothing else done. The token is then checked by cordond (this
 //!    process is unprivileged and proves nothing): a token cordond refuses is 401 too. After
 //!    [`MAX_REFUSALS`] refusals in a minute, 429 without asking cordond (each refusal is an
-//!    audit record; guessing must not fill the log).
+//!    audit record; guessing must not fill the log), except for a token cordond accepted before
+//!    (whoever guesses cannot lock out the agents already at work; such a token is still asked
+//!    about every time, so a revoked one stops at once and counts as a refusal).
 //! 2. **Host and Origin** (rmcp's checks, configured here): `Host` must name the bound address or
 //!    a loopback name (`--allow-host` adds names), an `Origin`, when present, must be this
 //!    server's own or in `--allow-origin` (every other browser origin is refused), against DNS
-//!    rebinding.
+//!    rebinding. `Host` is also checked here before cordond is asked about the token: a page
+//!    that rebinds its name to 127.0.0.1 may send any header, and its guesses must neither be
+//!    audited nor use up the refusal window.
 //! 3. **Session binding**: a session belongs to the token that opened it; another token naming
 //!    its `Mcp-Session-Id` is refused (403). A token holds at most `--max-sessions-per-token`
 //!    sessions; sessions idle for `--session-idle` are closed.
@@ -72,6 +76,8 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// records as fast as they can guess tokens.
 pub const MAX_REFUSALS: u32 = 30;
 const REFUSAL_WINDOW: Duration = Duration::from_secs(60);
+/// Tokens remembered as accepted by cordond (as many as it keeps valid at once).
+const MAX_KNOWN: usize = 1000;
 
 type Body = BoxBody<Bytes, std::convert::Infallible>;
 
@@ -144,8 +150,12 @@ struct Front {
     checker: tokio::sync::Mutex<Option<Client>>,
     socket: PathBuf,
     max_per_token: usize,
+    /// The `Host` values accepted (host, port when the entry names one), as rmcp checks them.
+    hosts: Vec<(String, Option<u16>)>,
     /// Refusals in the current window: (window start, count).
     refusals: std::sync::Mutex<(tokio::time::Instant, u32)>,
+    /// Tokens cordond accepted (id -> hash of the secret): checked even when the window is full.
+    known: std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>,
 }
 
 /// Serves until interrupted (SIGINT, SIGTERM).
@@ -211,7 +221,9 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
         checker: tokio::sync::Mutex::new(None),
         socket,
         max_per_token: opts.max_sessions_per_token,
+        hosts: allowed_hosts(&opts, bound).iter().filter_map(|h| allowed_authority(h)).collect(),
         refusals: std::sync::Mutex::new((tokio::time::Instant::now(), 0)),
+        known: std::sync::Mutex::default(),
     });
     // The address on stderr, for whoever started us (and tests asking for port 0).
     eprintln!("cordon mcp: serving MCP over HTTP on http://{bound}/mcp");
@@ -305,6 +317,48 @@ pub fn request_token<B>(req: &Request<B>) -> Result<Bearer, Box<Response<Body>>>
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
+/// A `Host` value or an allowed entry as (lowercase host without brackets, port), the way rmcp
+/// compares them.
+fn authority(text: &str) -> Option<(String, Option<u16>)> {
+    let a = http::uri::Authority::try_from(text.trim()).ok()?;
+    Some((a.host().trim_matches(['[', ']']).to_ascii_lowercase(), a.port_u16()))
+}
+
+/// An allowed-host entry as rmcp reads it: an authority, or else (a bare IPv6 address, say) the
+/// whole entry as a host name that admits any port; an empty entry admits nothing.
+fn allowed_authority(entry: &str) -> Option<(String, Option<u16>)> {
+    let entry = entry.trim();
+    if entry.is_empty() {
+        return None;
+    }
+    authority(entry).or_else(|| Some((entry.trim_matches(['[', ']']).to_ascii_lowercase(), None)))
+}
+
+/// Whether the request's `Host` (or, without one, its URI's authority) is one of `hosts` (an
+/// entry without a port admits any port, as in rmcp); the 403 (or 400) to answer if not.
+pub fn check_host<B>(req: &Request<B>, hosts: &[(String, Option<u16>)]) -> Result<(), Box<Response<Body>>> {
+    let given = match req.headers().get(header::HOST) {
+        Some(v) => v.to_str().ok().and_then(authority),
+        None => req.uri().authority().and_then(|a| authority(a.as_str())),
+    };
+    let Some((host, port)) = given else {
+        return Err(Box::new(plain(
+            StatusCode::BAD_REQUEST,
+            "Bad Request: a Host header naming this server is required (cordon mcp --http)",
+        )));
+    };
+    let allowed = hosts.iter().any(|(h, p)| *h == host && p.is_none_or(|p| port == Some(p)));
+    if allowed {
+        Ok(())
+    } else {
+        Err(Box::new(plain(
+            StatusCode::FORBIDDEN,
+            "Forbidden: Host header is not allowed (cordon mcp --http answers only for the address it is bound to and \
+             the loopback names; --allow-host adds names)",
+        )))
+    }
+}
+
 impl Front {
     async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
         // 1. A token, before anything else.
@@ -312,6 +366,10 @@ impl Front {
             Ok(t) => t,
             Err(r) => return *r,
         };
+        // 2, the Host half, before cordond hears of the token (see the module documentation).
+        if let Err(r) = check_host(&req, &self.hosts) {
+            return *r;
+        }
         // cordond decides whether the token is good (and the account it maps to is not an admin).
         if let Err(r) = self.check_with_daemon(&token).await {
             return *r;
@@ -367,9 +425,33 @@ impl Front {
         w.1 < MAX_REFUSALS
     }
 
+    /// Whether cordond accepted `token` before (its id and the hash of its secret).
+    fn known(&self, token: &Bearer) -> bool {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(&token.id).is_some_and(|h| token::hashes_equal(h, &token.hash()))
+    }
+
+    /// Remembers that cordond accepted `token` (`true`) or forgets it (`false`, refused now).
+    fn remember(&self, token: &Bearer, accepted: bool) {
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if !accepted {
+            if known.get(&token.id).is_some_and(|h| token::hashes_equal(h, &token.hash())) {
+                known.remove(&token.id);
+            }
+            return;
+        }
+        if known.len() >= MAX_KNOWN && !known.contains_key(&token.id) {
+            // Full (tokens revoked or expired in cordond while unused here): start again;
+            // each token still working is learned again at its next request.
+            known.clear();
+        }
+        known.insert(token.id.clone(), token.hash());
+    }
+
     /// Asks cordond whether `token` is good now (every request: a revoked token stops at once).
+    /// While the refusal window is full, only tokens cordond accepted before are asked about.
     async fn check_with_daemon(&self, token: &Bearer) -> Result<(), Box<Response<Body>>> {
-        if !self.refusals(false) {
+        if !self.refusals(false) && !self.known(token) {
             return Err(Box::new(plain(
                 StatusCode::TOO_MANY_REQUESTS,
                 &format!(
@@ -400,8 +482,12 @@ impl Front {
         let mut client =
             base.with_token(token).map_err(|e| Box::new(plain(StatusCode::UNAUTHORIZED, &e.to_string())))?;
         match client.status().await {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.remember(token, true);
+                Ok(())
+            }
             Err(e) if e.code() == cordon_core::code::ErrorCode::TokenRefused => {
+                self.remember(token, false);
                 self.refusals(true);
                 Err(Box::new(unauthorized(Some("invalid_token"), &format!("cordon mcp: {e}"))))
             }
@@ -487,6 +573,34 @@ mod tests {
             origins,
             vec!["http://127.0.0.1:4100", "http://[::1]:4100", "http://localhost:4100", "https://app.example:443"]
         );
+    }
+
+    #[test]
+    fn the_host_is_checked_as_rmcp_does_and_odd_spellings_are_refused() {
+        let hosts: Vec<_> = allowed_hosts(&opts("127.0.0.1:0"), "127.0.0.1:4100".parse().unwrap())
+            .iter()
+            .filter_map(|h| allowed_authority(h))
+            .collect();
+        let with = |host: &str| Request::builder().header(header::HOST, host).body(()).unwrap();
+        for ok in ["localhost:4100", "LOCALHOST:4100", "127.0.0.1:4100", "[::1]:4100"] {
+            assert!(check_host(&with(ok), &hosts).is_ok(), "{ok}");
+        }
+        for bad in [
+            "localhost",
+            "localhost.:4100",
+            "localhost:4101",
+            "[0:0:0:0:0:0:0:1]:4100",
+            "[::ffff:127.0.0.1]:4100",
+            "127.1:4100",
+            "rebind.example:4100",
+        ] {
+            assert_eq!(check_host(&with(bad), &hosts).unwrap_err().status(), StatusCode::FORBIDDEN, "{bad}");
+        }
+        // A bare IPv6 --allow-host entry admits that address on any port, as rmcp reads it.
+        assert_eq!(allowed_authority("FE80::1"), Some(("fe80::1".into(), None)));
+        assert_eq!(allowed_authority(" "), None);
+        let none = Request::builder().uri("/mcp").body(()).unwrap();
+        assert_eq!(check_host(&none, &hosts).unwrap_err().status(), StatusCode::BAD_REQUEST);
     }
 
     #[test]

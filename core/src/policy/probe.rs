@@ -852,7 +852,7 @@ impl PinCache {
 
 /// The mount a descriptor is on (`mnt_id` of `/proc/self/fdinfo`); `None` when it cannot be
 /// read, and then nothing is taken over.
-fn mount_id(fd: &OwnedFd) -> Option<u64> {
+pub(crate) fn mount_id(fd: &OwnedFd) -> Option<u64> {
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
     info.lines().find_map(|l| l.strip_prefix("mnt_id:")?.trim().parse().ok())
 }

@@ -14,9 +14,13 @@
 //!   user when it is the daemon's primary group and lists no other member (the user-private-group
 //!   convention of umask 002 systems); a root daemon never does;
 //! - a directory of policies (not the audit or socket directory, which the daemon writes) may be
-//!   writable by group or others when it lies on a mount that is read-only here: nobody can add,
-//!   rename or remove an entry through this mount. This is a Kubernetes ConfigMap volume, which
-//!   the kubelet makes mode 0777 (its emptyDir convention) and mounts read-only into containers;
+//!   writable by group or others when it is the root of a mount that is read-only here: nobody
+//!   can add, rename or remove an entry through this mount. This is a Kubernetes ConfigMap
+//!   volume, which the kubelet makes mode 0777 (its emptyDir convention) and mounts read-only
+//!   into containers (the volume's directory is the mount's root). A directory *below* the root
+//!   of a read-only mount never gets this: systemd's `ProtectSystem=full` (cordond's unit) makes
+//!   all of `/etc` a read-only mount for cordond alone, while every local user still writes a
+//!   mode 0777 `/etc/cordon` through the host's view (renames, removes policies);
 //!   its writable view is the kubelet's, below `/var/lib/kubelet/pods`, which only root can
 //!   enter. Because another view of such a directory could still be writable, what cordond takes
 //!   from it is held to more: every symlink in it must be owned by root (or the daemon's user)
@@ -409,7 +413,11 @@ fn walk_as(path: &Path, trust: Trust, subject: Subject, target: Option<&Path>) -
                 if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino) {
                     return Err(TrustError::Changed { what, path: here });
                 }
-                let ro = read_only_mount(&fd).map_err(|e| io("inspect the mount of", &here, e))?;
+                // Only the root of a read-only mount (where it was mounted, as a ConfigMap volume
+                // is) counts as read-only: below it, the directory lies in a tree that another
+                // view may write (see the module documentation).
+                let ro =
+                    read_only_mount(&fd).map_err(|e| io("inspect the mount of", &here, e))? && mount_root(dir_fd, &fd);
                 check(trust, &opened, &here, if last { last_role } else { Role::Above }, subject, &target, ro)?;
                 stack.push(Step::new(fd, here, opened, ro));
             }
@@ -448,6 +456,16 @@ impl Step {
 fn read_only_mount(fd: &OwnedFd) -> Result<bool, Errno> {
     let vfs = nix::sys::statvfs::fstatvfs(fd)?;
     Ok(vfs.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
+
+/// Whether the directory open as `fd`, reached from the directory open as `parent`, is the root
+/// of a mount (the two are on different mounts). `false` when either mount cannot be read:
+/// the read-only exemption is then not granted.
+fn mount_root(parent: &OwnedFd, fd: &OwnedFd) -> bool {
+    match (super::probe::mount_id(parent), super::probe::mount_id(fd)) {
+        (Some(p), Some(c)) => p != c,
+        _ => false,
+    }
 }
 
 /// Whether a symlink's target names an entry beneath the symlink's own directory: relative,

@@ -214,6 +214,52 @@ fn what_the_volume_holds_must_be_roots_and_not_writable_by_others() {
     );
 }
 
+/// The shipped unit's `ProtectSystem=full` makes all of `/etc` a read-only bind mount in
+/// cordond's view, while on the host every local user writes a mode 0777 `/etc/cordon` (renames
+/// or removes root's policies, swaps `policies.d` for another root-owned directory). Such a
+/// directory lies *below* the read-only mount's root, unlike a ConfigMap volume (the mount's
+/// root itself): it is refused as writable, as it would be without the mount. Here `etc` is
+/// mounted read-only onto itself, as systemd does.
+#[test]
+fn a_writable_directory_below_the_root_of_a_read_only_mount_is_refused() {
+    require_root!("to mount a directory read-only");
+    let tmp = tempfile::tempdir().unwrap();
+    chmod(tmp.path(), 0o755);
+    let etc = tmp.path().join("etc");
+    let cordon = etc.join("cordon");
+    let policies = cordon.join("policies.d");
+    std::fs::create_dir_all(&policies).unwrap();
+    chmod(&etc, 0o755);
+    chmod(&cordon, 0o777);
+    chmod(&policies, 0o755);
+    std::fs::write(policies.join("tools.toml"), TOOLS).unwrap();
+    chmod(&policies.join("tools.toml"), 0o644);
+    let out = check_read_only(&etc, &policies);
+    out.assert_code(65);
+    let expected = format!(
+        "directory {} (above the policy directory {}) is writable by group and others (mode 0777, owner root:root); a \
+         root cordond only trusts directories that only root can write: chmod 0755 {}",
+        cordon.display(),
+        policies.display(),
+        cordon.display()
+    );
+    assert!(out.stderr.contains(&expected), "expected {expected:?} in {out:#?}");
+    // The policy directory itself writable, below the mount's root: refused too.
+    chmod(&cordon, 0o755);
+    chmod(&policies, 0o777);
+    let out = check_read_only(&etc, &policies);
+    out.assert_code(65);
+    assert!(
+        out.stderr.contains(&format!("policy directory {} is writable by group and others", policies.display())),
+        "{out:#?}"
+    );
+    // Once only root can write it, it loads under the same mount.
+    chmod(&policies, 0o755);
+    let out = check_read_only(&etc, &policies);
+    out.assert_code(0);
+    assert_eq!(out.stdout.trim(), "ok: 1 tool(s) in 1 file(s)", "{out:?}");
+}
+
 #[test]
 fn cordond_takes_a_configmap_update_on_reload_from_one_version_only() {
     require_root!("to mount a directory read-only");

@@ -410,6 +410,44 @@ env = {{ CORDON_PEER_TOKEN = "{token}" }}
     assert!(!records.iter().any(|r| r["caller"]["token"] == id_of(&token)), "the token was used: {records:#?}");
 }
 
+/// OPEN FINDING (not fixed): the same token, sent from inside the sandbox to the HTTP front-end
+/// instead of to cordond's socket. A tool granted `network.connect_tcp` on the front-end's port
+/// (landlock grants ports on any host, loopback included) reaches it over TCP; cordond sees
+/// the front-end as the peer, never the sandboxed process, so the token is accepted and the
+/// tool opens a session as the token's account. Secure behaviour: refused. Run with
+/// `--ignored` to see it answered 200.
+#[test]
+#[ignore = "open finding: a sandboxed tool with connect_tcp to the front-end's port uses a token through it"]
+fn a_token_cannot_be_used_from_inside_a_sandboxed_tool_through_the_http_front_end() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &[]);
+    let token = issue(&d, AGENT, &[]);
+    let body = initialize().to_string();
+    d.write_policy(
+        "sneak.toml",
+        &format!(
+            r#"version = 1
+
+[tools.sneak]
+description = "posts to the HTTP front-end with a token from inside the sandbox"
+reason = "mcp over http tests"
+command = ["{CURL}", "-s", "-o", "/dev/null", "-w", "%{{http_code}}", "-X", "POST",
+  "-H", "Authorization: Bearer {token}", "-H", "Content-Type: application/json",
+  "-H", "Accept: application/json, text/event-stream", "--data-binary", '{body}',
+  "http://127.0.0.1:{port}/mcp"]
+network = {{ connect_tcp = [{port}] }}
+"#,
+            port = f.port,
+        ),
+    );
+    d.cordon(&["reload"]).assert_code(0);
+    let out = d.cordon(&["run", "sneak", "--json"]);
+    let result = out.json();
+    let status = result["stdout"].as_str().unwrap_or_default().trim().to_string();
+    assert_ne!(status, "200", "the sandboxed tool opened a session with the token: {out:?}");
+}
+
 /// The token file beside the audit log holds each secret's SHA-256, never the secret, and is
 /// root's alone; `token list` shows no secret either; tokens are not for admins, and an agent
 /// cannot issue one.
@@ -494,6 +532,62 @@ fn guessed_tokens_are_refused_and_then_no_longer_checked() {
     assert_eq!(refused, 30);
     let a = post(f.port, Some(&format!("cordon_{}_{}", "f".repeat(16), "a".repeat(64))), &[], &initialize());
     assert!(a.body.contains("no token is checked until that window ends"), "{a:#?}");
+}
+
+/// DNS rebinding: a web page whose name now resolves to 127.0.0.1 is same-origin with the
+/// front-end and may send any header, `Authorization` included. Its guesses, under its own
+/// `Host`, are refused (403) before cordond is asked: no `TOKEN_REFUSED` record, and the
+/// refusal window stays open for a token cordond has never seen (a fresh agent).
+#[test]
+fn a_rebinding_page_guessing_tokens_is_refused_before_cordond_hears_of_them() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &[]);
+    for i in 0..35 {
+        let guess = format!("cordon_{i:016x}_{}", "d".repeat(64));
+        let host = [format!("Host: rebind.example:{}", f.port), format!("Origin: http://rebind.example:{}", f.port)];
+        let a = post(f.port, Some(&guess), &host, &initialize());
+        assert_eq!(a.status, 403, "guess {i}: {a:#?}");
+        assert!(a.body.contains("Host header is not allowed"), "{a:#?}");
+    }
+    let records = d.audit_records();
+    assert!(!records.iter().any(|r| r["code"] == "TOKEN_REFUSED"), "{records:#?}");
+    let fresh = issue(&d, AGENT, &[]);
+    assert_eq!(Session::open(f.port, &fresh).daemon_tools(), ["id-a"]);
+}
+
+/// Whoever can reach the port (any local user, any process on the host) sends 30 guesses a
+/// minute: that must not lock out the agents at work. A token cordond accepted before is still
+/// checked while guesses get 429, and still asked about each time: revoked, it is refused once
+/// (with cordond's reason) and then answered 429 like any guess.
+#[test]
+fn guessing_tokens_does_not_lock_out_an_agent_whose_token_cordond_accepted() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &[]);
+    let token = issue(&d, AGENT, &[]);
+    let s = Session::open(f.port, &token);
+    let statuses: Vec<u16> = (0..31)
+        .map(|i| {
+            let guess = format!("cordon_{i:016x}_{}", "b".repeat(64));
+            post(f.port, Some(&guess), &[], &initialize()).status
+        })
+        .collect();
+    assert_eq!(statuses[..30], [401; 30], "{statuses:?}");
+    assert_eq!(statuses[30], 429, "{statuses:?}");
+    // The agent's session works on, and the token opens a new one.
+    assert_eq!(s.daemon_tools(), ["id-a"]);
+    assert_eq!(Session::open(f.port, &token).daemon_tools(), ["id-a"]);
+    // The same id with another secret is a guess, not the known token.
+    let forged = format!("cordon_{}_{}", id_of(&token), "c".repeat(64));
+    assert_eq!(post(f.port, Some(&forged), &[], &initialize()).status, 429);
+    d.cordon(&["token", "revoke", id_of(&token)]).assert_code(0);
+    let a = s.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    assert_unauthorized(&a, Some("invalid_token"), &format!("bearer token {} was revoked", id_of(&token)));
+    let again = s.send(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/list"}));
+    assert_eq!(again.status, 429, "{again:#?}");
+    let refused = d.audit_records().iter().filter(|r| r["code"] == "TOKEN_REFUSED").count();
+    assert_eq!(refused, 31);
 }
 
 /// A token holds at most `--max-sessions-per-token` sessions: one more is 429 (and is not kept);
