@@ -164,6 +164,13 @@ impl Identities {
         }
     }
 
+    /// The identity mapped under `label` now (see [`Identity::label`]), if any: what a
+    /// connection mapped at an earlier handshake is checked against on each request, so that a
+    /// reload that removes or changes its entry ends what the connection may do.
+    pub fn by_label(&self, label: &str) -> Option<&Identity> {
+        self.entries.iter().find(|e| &*e.label == label)
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

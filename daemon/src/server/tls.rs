@@ -189,7 +189,8 @@ impl Remote {
     }
 
     /// Reads the mapping again (blocking); on an error the previous one stays in force.
-    /// Connections already open keep the identity they were mapped to.
+    /// A connection already open whose entry the new mapping removed or changed has each further
+    /// request refused (`CordonService::still_mapped`); a new handshake gets the new mapping.
     pub fn reload_identities(&self) -> Result<usize, IdentitiesError> {
         let fresh = identities::load(&self.options.identities, Trust::current(), self.rules)?;
         let n = fresh.len();
