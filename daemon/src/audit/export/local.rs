@@ -117,10 +117,19 @@ fn connect(path: &Path) -> std::io::Result<UnixDatagram> {
     Ok(socket)
 }
 
-/// An RFC 5424 PARAM-VALUE: `"`, `\` and `]` escaped.
+/// An RFC 5424 PARAM-VALUE: `"`, `\` and `]` escaped, and control characters (C0, DEL, C1)
+/// written as `\u{..}` text. The values come from the record (a tool name is whatever a caller
+/// asked for): a raw newline there would end the message for every relay that frames syslog by
+/// lines (RFC 6587 non-transparent framing) and start a forged one in the SIEM. The body needs
+/// none of this: it is the log line, JSON with its control characters escaped, kept byte for byte
+/// (its `hash` is over those bytes).
 fn sd_value(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for c in v.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+            continue;
+        }
         if matches!(c, '"' | '\\' | ']') {
             out.push('\\');
         }
@@ -236,6 +245,31 @@ mod tests {
                 "<84>1 2026-11-22T04:25:00.123456Z build-1 cordond 42 denied [cordon@32473 seq=\"3\" decision=\"denied\" tool=\"a\\\"\\]b\" prev=\"00\" hash=\"{hash}\"] {text}"
             )
         );
+    }
+
+    /// Attack: a caller names a tool `x\n<84>1 ... forged`; the refusal's record carries that
+    /// name, and the syslog message repeats it in its structured data. No control character may
+    /// reach the datagram: a relay that frames by lines would read a second, forged message.
+    #[test]
+    fn a_tool_name_with_newlines_cannot_forge_a_syslog_message() {
+        let forged =
+            "x\n<84>1 2026-11-22T04:25:00Z build-1 cordond 1 finished [cordon@32473 seq=\"9\"] {}\r\u{85}\u{7f}";
+        let text = serde_json::json!({ "seq": 3, "time": "t", "decision": "invalid", "tool": forged, "prev": "00" })
+            .to_string();
+        assert!(!text.contains('\n'), "{text}");
+        let l = line(&text);
+        let m = String::from_utf8(syslog_message(&context(), 42, &l, &text)).unwrap();
+        assert!(!m.chars().any(|c| c.is_control() && c != '\u{85}' && c != '\u{7f}'), "{m:?}");
+        let sd_end = m.find(&format!(" {text}")).unwrap();
+        assert!(!m[..sd_end].chars().any(char::is_control), "{m:?}");
+        assert!(
+            m.contains(
+                "tool=\"x\\u{000a}<84>1 2026-11-22T04:25:00Z build-1 cordond 1 finished [cordon@32473 seq=\\\"9\\\"\\] {}\\u{000d}\\u{0085}\\u{007f}\""
+            ),
+            "{m}"
+        );
+        // The body is the log line, byte for byte.
+        assert!(m.ends_with(&format!(" {text}")), "{m}");
     }
 
     #[test]
