@@ -143,6 +143,11 @@ impl Subject {
     pub const TLS_CLIENT_CA: Subject = Subject { name: "TLS client CA" };
     /// `cordond --tls-identities`: whoever writes it chooses which account a certificate becomes.
     pub const TLS_IDENTITIES: Subject = Subject { name: "TLS identities file" };
+    /// `cordond --audit-otlp-ca`: whoever writes it can stand in for the collector (and ack
+    /// records it then drops).
+    pub const OTLP_CA: Subject = Subject { name: "OTLP CA file" };
+    /// `cordond --audit-otlp-headers-file`: a collector's credentials.
+    pub const OTLP_HEADERS: Subject = Subject { name: "OTLP headers file" };
 }
 
 /// A file or directory that someone but root (or the daemon's user) could have written.
