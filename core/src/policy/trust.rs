@@ -148,6 +148,9 @@ impl Subject {
     pub const OTLP_CA: Subject = Subject { name: "OTLP CA file" };
     /// `cordond --audit-otlp-headers-file`: a collector's credentials.
     pub const OTLP_HEADERS: Subject = Subject { name: "OTLP headers file" };
+    /// `cordond --audit-syslog=PATH`, `--audit-journald=PATH`: whoever owns the socket (or can
+    /// replace it) receives every audit record shipped there and decides what reaches the log.
+    pub const LOG_SOCKET: Subject = Subject { name: "log socket" };
 }
 
 /// A file or directory that someone but root (or the daemon's user) could have written.

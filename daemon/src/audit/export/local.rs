@@ -8,7 +8,7 @@
 //! `CORDON_CALLER_UID`, `CORDON_POLICY`, `CORDON_CODE`, `CORDON_PREV`, `CORDON_HASH`,
 //! `CORDON_CHAIN`.
 
-use std::os::unix::fs::FileTypeExt as _;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixDatagram;
@@ -61,7 +61,7 @@ impl Local {
         if !meta.file_type().is_socket() {
             return Err(fail(format!("{} is not a socket", path.display())));
         }
-        let socket = connect(path).map_err(|e| fail(format!("cannot connect to {}: {e}: {who}", path.display())))?;
+        let socket = connect(path).map_err(|e| fail(format!("{e}: {who}")))?;
         Ok(Local { kind, path: path.to_path_buf(), socket: Some(socket), pid: std::process::id() })
     }
 
@@ -79,7 +79,7 @@ impl Local {
     pub(super) async fn send(&mut self, context: &Context, lines: &[Line]) -> Result<(), String> {
         let socket = match self.socket.take() {
             Some(s) => s,
-            None => connect(&self.path).map_err(|e| format!("cannot connect to {}: {e}", self.path.display()))?,
+            None => connect(&self.path)?,
         };
         for l in lines {
             let message = match self.kind {
@@ -111,10 +111,37 @@ impl Local {
     }
 }
 
-fn connect(path: &Path) -> std::io::Result<UnixDatagram> {
-    let socket = UnixDatagram::unbound()?;
-    socket.connect(path)?;
-    Ok(socket)
+/// Connects to the socket at `path` once it is known to be root's (or cordond's user's) behind
+/// directories only they can write: any other account could read every record shipped there and
+/// drop what it likes (a user's socket given as `--audit-syslog=PATH`, or one swapped into a
+/// directory it can write). Checked at startup and at every reconnection.
+fn connect(path: &Path) -> Result<UnixDatagram, String> {
+    use cordon_core::policy::trust::{Subject, Trust, Walked, walk};
+    let resolved = match walk(path, Trust::current(), Subject::LOG_SOCKET) {
+        Ok(Walked::File { path, .. }) => path,
+        Ok(Walked::Dir(_)) => return Err(format!("{} is not a socket", path.display())),
+        Err(e) => return Err(e.to_string()),
+    };
+    let meta = std::fs::symlink_metadata(&resolved).map_err(|e| format!("{}: {e}", resolved.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.file_type().is_socket() {
+        return Err(format!("{} is not a socket", resolved.display()));
+    }
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "log socket {} belongs to uid {}, not to root or cordond's uid {me}: that account would receive every \
+             audit record shipped there and choose what reaches the log; give the socket of the host's syslog \
+             daemon or journald (root's)",
+            resolved.display(),
+            meta.uid()
+        ));
+    }
+    let connect = || -> std::io::Result<UnixDatagram> {
+        let socket = UnixDatagram::unbound()?;
+        socket.connect(&resolved)?;
+        Ok(socket)
+    };
+    connect().map_err(|e| format!("cannot connect to {}: {e}", resolved.display()))
 }
 
 /// An RFC 5424 PARAM-VALUE: `"`, `\` and `]` escaped, and control characters (C0, DEL, C1)
@@ -280,6 +307,55 @@ mod tests {
         assert!(s.starts_with(&format!("MESSAGE={text}\nPRIORITY=4\nSYSLOG_IDENTIFIER=cordond\n")), "{s}");
         let framed = [b"CORDON_TOOL\n".as_slice(), &3u64.to_le_bytes(), b"x\ny\n"].concat();
         assert!(m.windows(framed.len()).any(|w| w == framed.as_slice()), "{s}");
+    }
+
+    /// Attack: `--audit-syslog=PATH` names a socket another account bound (or one in a directory
+    /// it can write, where it can swap the socket later): it would read every audit record and
+    /// drop what it likes. Refused, at startup and when reconnecting.
+    #[tokio::test]
+    async fn a_log_socket_another_account_controls_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let nobody = Some(nix::unistd::Uid::from_raw(65534));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("log");
+        let _bound = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        assert!(Local::syslog(&path).is_ok());
+        nix::unistd::chown(&path, nobody, None).unwrap();
+        let e = Local::syslog(&path).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "--audit-syslog: log socket {} belongs to uid 65534, not to root or cordond's uid 0: that account would \
+                 receive every audit record shipped there and choose what reaches the log; give the socket of the \
+                 host's syslog daemon or journald (root's): no syslog daemon listens here (rsyslog, syslog-ng or \
+                 journald's)",
+                path.display()
+            )
+        );
+        // Root's socket in a directory another account owns: it can swap the socket.
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let inner = theirs.join("log");
+        let _bound2 = std::os::unix::net::UnixDatagram::bind(&inner).unwrap();
+        assert!(Local::journald(&inner).is_ok());
+        nix::unistd::chown(&theirs, nobody, None).unwrap();
+        let e = Local::journald(&inner).unwrap_err().to_string();
+        assert!(e.starts_with("--audit-journald: "), "{e}");
+        assert!(e.contains("owned by"), "{e}");
+        // Reconnecting (after an error) checks again.
+        let again = dir.path().join("again");
+        let _bound3 = std::os::unix::net::UnixDatagram::bind(&again).unwrap();
+        let mut local = Local::syslog(&again).unwrap();
+        local.socket = None;
+        nix::unistd::chown(&again, nobody, None).unwrap();
+        let text = r#"{"seq":3,"time":"t","decision":"finished","prev":"00"}"#;
+        let e = local.send(&context(), &[line(text)]).await.unwrap_err();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
     }
 
     #[tokio::test]
