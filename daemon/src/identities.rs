@@ -80,6 +80,12 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// Whether the entry matches a `dNSName` of the subject alternative names: the one kind of
+    /// name that rustls checks against the name constraints of the CAs above it.
+    pub fn by_dns(&self) -> bool {
+        self.label.starts_with("dns=")
+    }
+
     /// The caller a connection with this identity makes requests as.
     pub fn caller(&self) -> Caller {
         Caller {
