@@ -80,6 +80,12 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// Whether the entry matches a `dNSName` of the subject alternative names: the one kind of
+    /// name that rustls checks against the name constraints of the CAs above it.
+    pub fn by_dns(&self) -> bool {
+        self.label.starts_with("dns=")
+    }
+
     /// The caller a connection with this identity makes requests as.
     pub fn caller(&self) -> Caller {
         Caller {
@@ -162,6 +168,13 @@ impl Identities {
                 many.iter().map(|i| self.entries[*i].label.to_string()).collect::<Vec<_>>().join(", "),
             )),
         }
+    }
+
+    /// The identity mapped under `label` now (see [`Identity::label`]), if any: what a
+    /// connection mapped at an earlier handshake is checked against on each request, so that a
+    /// reload that removes or changes its entry ends what the connection may do.
+    pub fn by_label(&self, label: &str) -> Option<&Identity> {
+        self.entries.iter().find(|e| &*e.label == label)
     }
 
     pub fn len(&self) -> usize {

@@ -147,6 +147,14 @@ impl Subject {
     pub const TLS_CLIENT_CA: Subject = Subject { name: "TLS client CA" };
     /// `cordond --tls-identities`: whoever writes it chooses which account a certificate becomes.
     pub const TLS_IDENTITIES: Subject = Subject { name: "TLS identities file" };
+    /// `cordond --audit-otlp-ca`: whoever writes it can stand in for the collector (and ack
+    /// records it then drops).
+    pub const OTLP_CA: Subject = Subject { name: "OTLP CA file" };
+    /// `cordond --audit-otlp-headers-file`: a collector's credentials.
+    pub const OTLP_HEADERS: Subject = Subject { name: "OTLP headers file" };
+    /// `cordond --audit-syslog=PATH`, `--audit-journald=PATH`: whoever owns the socket (or can
+    /// replace it) receives every audit record shipped there and decides what reaches the log.
+    pub const LOG_SOCKET: Subject = Subject { name: "log socket" };
 }
 
 /// A file or directory that someone but root (or the daemon's user) could have written.

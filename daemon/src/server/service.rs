@@ -112,7 +112,10 @@ impl CordonService {
     /// `tokens.rs`: only from a peer accepted here); refusals are audited under `operation`.
     pub(super) fn caller<T>(&self, request: &Request<T>, operation: &str) -> Result<Caller, Status> {
         match peer(request) {
-            Ok(caller) => self.with_token(request.metadata(), caller, operation),
+            Ok(caller) => {
+                self.still_mapped(&caller, operation)?;
+                self.with_token(request.metadata(), caller, operation)
+            }
             Err(PeerError::NoCredentials) => {
                 let status = status::no_peer_credentials();
                 self.audit(
@@ -143,6 +146,26 @@ impl CordonService {
                 Err(status)
             }
         }
+    }
+
+    /// A caller mapped from a client certificate at its connection's handshake is still mapped
+    /// so by the identities in force: a reload that removed its entry (a stolen key) or changed
+    /// its account or groups must end what an open connection may do, not wait for it to close.
+    /// Refusals are audited under `operation`.
+    fn still_mapped(&self, caller: &Caller, operation: &str) -> Result<(), Status> {
+        let crate::caller::Via::Certificate(label) = &caller.via else { return Ok(()) };
+        let now = self.daemon.remote.get().map(|r| r.identities());
+        if now.as_ref().and_then(|ids| ids.by_label(label)).is_some_and(|id| id.caller() == *caller) {
+            return Ok(());
+        }
+        let status = status::identity_unmapped(label, caller.uid);
+        self.audit(
+            Record::new(Decision::Unauthenticated)
+                .caller(caller)
+                .with("operation", operation)
+                .error(ErrorCode::CertificateRefused, status.message()),
+        );
+        Err(status)
     }
 
     /// Admin-only operations; an agent caller's attempt is audited as `unauthorized`.

@@ -104,6 +104,20 @@ pub(crate) fn no_peer_credentials() -> Status {
     )
 }
 
+/// A TLS connection whose certificate's mapping a reload removed or changed since its handshake.
+pub(crate) fn identity_unmapped(label: &str, uid: u32) -> Status {
+    with_code(
+        Code::Unauthenticated,
+        ErrorCode::CertificateRefused,
+        None,
+        format!(
+            "this connection's client certificate ({label}) was mapped to uid {uid} at its TLS handshake, and \
+             --tls-identities no longer maps it so (a reload removed or changed the entry); requests on it are \
+             refused: reconnect, and the certificate is checked against the mapping in force"
+        ),
+    )
+}
+
 /// A peer that could not be identified when its connection was accepted (`conn::Peer`).
 pub(crate) fn unknown_peer(why: &str) -> Status {
     with_code(

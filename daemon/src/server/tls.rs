@@ -111,8 +111,23 @@ pub struct Remote {
     provider: Arc<CryptoProvider>,
     certified: Arc<CertifiedKey>,
     webpki: Arc<dyn ClientCertVerifier>,
+    /// A certificate of `--tls-client-ca` carries name constraints (see [`constrained`]).
+    constrained_anchor: bool,
     identities: RwLock<Arc<Identities>>,
     rules: Rules,
+}
+
+/// Whether a CA certificate carries a name constraints extension. rustls checks such constraints
+/// against the `dNSName`s (and IP addresses) below it, never against a subject's common name, and
+/// a URI only when the CA constrains URIs (then it refuses every one): a CA constrained to
+/// `team.example` can still issue a certificate whose common name or URI is any mapped name. So
+/// a chain in which a CA is constrained maps only by a dns name (a CA certificate that cannot be
+/// parsed counts as constrained: fail closed).
+fn constrained(der: &[u8]) -> bool {
+    match x509_parser::parse_x509_certificate(der) {
+        Ok((_, cert)) => !matches!(cert.name_constraints(), Ok(None)),
+        Err(_) => true,
+    }
 }
 
 impl fmt::Debug for Remote {
@@ -156,6 +171,7 @@ impl Remote {
             &read(&options.client_ca, Subject::TLS_CLIENT_CA, false)?,
         )?;
         let mut roots = RootCertStore::empty();
+        let constrained_anchor = ca.iter().any(|c| constrained(c));
         for cert in ca {
             roots.add(cert).map_err(|e| TlsError::File {
                 flag: "--tls-client-ca",
@@ -174,6 +190,7 @@ impl Remote {
             provider,
             certified: Arc::new(certified),
             webpki,
+            constrained_anchor,
             identities: RwLock::new(Arc::new(identities)),
             rules,
         })
@@ -189,7 +206,8 @@ impl Remote {
     }
 
     /// Reads the mapping again (blocking); on an error the previous one stays in force.
-    /// Connections already open keep the identity they were mapped to.
+    /// A connection already open whose entry the new mapping removed or changed has each further
+    /// request refused (`CordonService::still_mapped`); a new handshake gets the new mapping.
     pub fn reload_identities(&self) -> Result<usize, IdentitiesError> {
         let fresh = identities::load(&self.options.identities, Trust::current(), self.rules)?;
         let n = fresh.len();
@@ -199,7 +217,12 @@ impl Remote {
 
     /// The configuration of one handshake, whose verifier reports to `outcome`.
     fn server_config(&self, outcome: Arc<Mutex<Outcome>>) -> Result<Arc<ServerConfig>, rustls::Error> {
-        let verifier = Arc::new(Mapping { inner: self.webpki.clone(), identities: self.identities(), outcome });
+        let verifier = Arc::new(Mapping {
+            inner: self.webpki.clone(),
+            identities: self.identities(),
+            constrained_anchor: self.constrained_anchor,
+            outcome,
+        });
         let mut config = ServerConfig::builder_with_provider(self.provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])?
             .with_client_cert_verifier(verifier)
@@ -273,6 +296,8 @@ impl Reason {
 struct Mapping {
     inner: Arc<dyn ClientCertVerifier>,
     identities: Arc<Identities>,
+    /// See [`constrained`].
+    constrained_anchor: bool,
     outcome: Arc<Mutex<Outcome>>,
 }
 
@@ -290,6 +315,7 @@ impl Mapping {
     fn decide(
         &self,
         end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
         verified: Result<(), rustls::Error>,
     ) -> Result<Identity, Outcome> {
         let names = CertNames::of(end_entity);
@@ -314,11 +340,24 @@ impl Mapping {
                 detail: "the certificate cannot be parsed".into(),
             });
         };
-        self.identities.lookup(&names).cloned().map_err(|e| Outcome::Refused {
-            subject,
+        let identity = self.identities.lookup(&names).cloned().map_err(|e| Outcome::Refused {
+            subject: subject.clone(),
             reason: Reason::Unmapped,
             detail: e.to_string(),
-        })
+        })?;
+        if !identity.by_dns() && (self.constrained_anchor || intermediates.iter().any(|c| constrained(c))) {
+            return Err(Outcome::Refused {
+                subject,
+                reason: Reason::Unmapped,
+                detail: format!(
+                    "it matched {}, but a CA of its chain is name-constrained, and rustls checks name constraints \
+                     only against dns names (a constrained CA could issue any common name or uri): under such a CA, \
+                     map a dns name of the certificate",
+                    identity.label
+                ),
+            });
+        }
+        Ok(identity)
     }
 }
 
@@ -343,7 +382,7 @@ impl ClientCertVerifier for Mapping {
     ) -> Result<ClientCertVerified, rustls::Error> {
         let verified = self.inner.verify_client_cert(end_entity, intermediates, now).map(|_| ());
         let error = verified.as_ref().err().cloned();
-        match self.decide(end_entity, verified) {
+        match self.decide(end_entity, intermediates, verified) {
             Ok(identity) => {
                 self.set(Outcome::Mapped(identity));
                 Ok(ClientCertVerified::assertion())
@@ -670,7 +709,7 @@ user = "bob"
         let rules = Rules { daemon_uid: 500, admin_gid: None };
         let ids = identities::parse(Path::new("ids.toml"), MAPPING, rules, &Bob).unwrap();
         let outcome = Arc::new(Mutex::new(Outcome::NotAsked));
-        (Mapping { inner, identities: Arc::new(ids), outcome: outcome.clone() }, outcome)
+        (Mapping { inner, identities: Arc::new(ids), constrained_anchor: false, outcome: outcome.clone() }, outcome)
     }
 
     fn verify(m: &Mapping, cert: &CertificateDer<'_>) -> Result<ClientCertVerified, rustls::Error> {
@@ -682,6 +721,62 @@ user = "bob"
             Outcome::Refused { subject, reason, .. } => (subject, reason),
             other => panic!("not refused: {other:?}"),
         }
+    }
+
+    /// Attack: a sub-CA constrained to `team.example` (a team's own issuer) issues a certificate
+    /// whose common name, or URI, is a mapped identity. rustls checks the constraint against dns
+    /// names only, so the chain verifies; the mapping must not accept it.
+    #[test]
+    fn a_name_constrained_ca_maps_only_dns_names() {
+        use rcgen::{GeneralSubtree, NameConstraints};
+        let root = new_ca("root");
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, "team sub-CA");
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.name_constraints = Some(NameConstraints {
+            permitted_subtrees: vec![GeneralSubtree::DnsName("team.example".into())],
+            excluded_subtrees: vec![],
+        });
+        let sub_der = p.signed_by(&key, &root.issuer).unwrap().der().clone();
+        let sub = Ca { issuer: Issuer::new(p, key), der: sub_der.clone() };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        roots.add(root.der.clone()).unwrap();
+        let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build().unwrap();
+        let rules = Rules { daemon_uid: 500, admin_gid: None };
+        let mapping = format!("{MAPPING}\n[[identity]]\nmatch = {{ dns = \"ci.team.example\" }}\nuser = \"bob\"\n");
+        let ids = identities::parse(Path::new("ids.toml"), &mapping, rules, &Bob).unwrap();
+        let outcome = Arc::new(Mutex::new(Outcome::NotAsked));
+        let m = Mapping { inner, identities: Arc::new(ids), constrained_anchor: false, outcome: outcome.clone() };
+        let chain = [sub_der];
+        let denied = rustls::Error::InvalidCertificate(CertificateError::ApplicationVerificationFailure);
+        let in_team = SanType::DnsName("x.team.example".try_into().unwrap());
+        let by_cn = client(&sub, "runner", vec![in_team], false, ExtendedKeyUsagePurpose::ClientAuth);
+        assert_eq!(m.verify_client_cert(&by_cn, &chain, UnixTime::now()).unwrap_err(), denied);
+        match std::mem::take(&mut *outcome.lock().unwrap()) {
+            Outcome::Refused { reason: Reason::Unmapped, detail, .. } => {
+                assert!(detail.starts_with("it matched common_name=runner, but a CA of its chain is name-constrained"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let uri = SanType::URI("spiffe://example.org/agent/alice".try_into().unwrap());
+        let by_uri = client(&sub, "x", vec![uri], false, ExtendedKeyUsagePurpose::ClientAuth);
+        assert_eq!(m.verify_client_cert(&by_uri, &chain, UnixTime::now()).unwrap_err(), denied);
+        assert_eq!(refused(&outcome).1, Reason::Unmapped);
+        // A dns name the constraint covers maps; one outside it fails the chain itself.
+        let ci = SanType::DnsName("ci.team.example".try_into().unwrap());
+        let by_dns = client(&sub, "x", vec![ci], false, ExtendedKeyUsagePurpose::ClientAuth);
+        m.verify_client_cert(&by_dns, &chain, UnixTime::now()).unwrap();
+        let outside = SanType::DnsName("ci.other.example".try_into().unwrap());
+        let escaped = client(&sub, "x", vec![outside], false, ExtendedKeyUsagePurpose::ClientAuth);
+        assert!(m.verify_client_cert(&escaped, &chain, UnixTime::now()).is_err());
+        assert_eq!(refused(&outcome).1, Reason::BadCertificate);
+        // The root's own certificates still map by common name.
+        let plain = client(&root, "runner", vec![], false, ExtendedKeyUsagePurpose::ClientAuth);
+        m.verify_client_cert(&plain, &[], UnixTime::now()).unwrap();
+        // A constrained trust anchor counts as well.
+        assert!(constrained(&chain[0]) && !constrained(&root.der));
     }
 
     #[test]

@@ -585,3 +585,33 @@ fn a_flood_of_refused_handshakes_is_audited_at_a_bounded_rate() {
     out.assert_code(0);
     assert!(out.stdout.contains("cordon_tls_handshakes_refused_total{reason=\"not_tls\"} 30"), "{}", out.stdout);
 }
+
+/// Attack: a stolen client key keeps working after the admin removes its mapping. The thief's
+/// `cordon mcp --remote` holds one connection; after the reload that unmaps `agent-1`, new
+/// handshakes are refused, and so must every further request on the connection already open.
+#[test]
+fn a_reload_that_unmaps_a_certificate_ends_its_open_connection() {
+    require_root!();
+    let r = start();
+    let mut mcp = cordon_tests::mcp_lines::Session::start_args(&r.flags("agent", &r.url));
+    let before = mcp.call("whoami", json!({}));
+    assert_eq!(before["isError"], json!(false), "{before}");
+    let ids = r.certs.join("identities.toml");
+    write(&ids, &format!("[[identity]]\nmatch = {{ common_name = \"someone-else\" }}\nuser = \"{AGENT}\"\n"), 0o644);
+    r.d.signal(nix::sys::signal::Signal::SIGHUP);
+    assert!(eventually(Duration::from_secs(10), || r.cordon("agent", &["tools"]).code == Some(77)));
+    let skip = r.d.audit_records().len();
+    let after = mcp.call("whoami", json!({}));
+    assert_eq!(after["isError"], json!(true), "the unmapped connection still runs tools: {after}");
+    let text = after["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("--tls-identities no longer maps it so"), "{text}");
+    let refused: Vec<Value> =
+        r.records_after(skip, 1).into_iter().filter(|x| x["code"] == "CERTIFICATE_REFUSED").collect();
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(refused[0]["decision"], "unauthenticated", "{}", refused[0]);
+    assert_eq!(refused[0]["caller"]["certificate"], "common_name=agent-1", "{}", refused[0]);
+    assert!(
+        !r.d.audit_records().iter().skip(skip).any(|x| x["decision"] == "started"),
+        "nothing ran after the unmapping"
+    );
+}

@@ -8,7 +8,7 @@
 //! `CORDON_CALLER_UID`, `CORDON_POLICY`, `CORDON_CODE`, `CORDON_PREV`, `CORDON_HASH`,
 //! `CORDON_CHAIN`.
 
-use std::os::unix::fs::FileTypeExt as _;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixDatagram;
@@ -61,7 +61,7 @@ impl Local {
         if !meta.file_type().is_socket() {
             return Err(fail(format!("{} is not a socket", path.display())));
         }
-        let socket = connect(path).map_err(|e| fail(format!("cannot connect to {}: {e}: {who}", path.display())))?;
+        let socket = connect(path).map_err(|e| fail(format!("{e}: {who}")))?;
         Ok(Local { kind, path: path.to_path_buf(), socket: Some(socket), pid: std::process::id() })
     }
 
@@ -79,7 +79,7 @@ impl Local {
     pub(super) async fn send(&mut self, context: &Context, lines: &[Line]) -> Result<(), String> {
         let socket = match self.socket.take() {
             Some(s) => s,
-            None => connect(&self.path).map_err(|e| format!("cannot connect to {}: {e}", self.path.display()))?,
+            None => connect(&self.path)?,
         };
         for l in lines {
             let message = match self.kind {
@@ -111,16 +111,52 @@ impl Local {
     }
 }
 
-fn connect(path: &Path) -> std::io::Result<UnixDatagram> {
-    let socket = UnixDatagram::unbound()?;
-    socket.connect(path)?;
-    Ok(socket)
+/// Connects to the socket at `path` once it is known to be root's (or cordond's user's) behind
+/// directories only they can write: any other account could read every record shipped there and
+/// drop what it likes (a user's socket given as `--audit-syslog=PATH`, or one swapped into a
+/// directory it can write). Checked at startup and at every reconnection.
+fn connect(path: &Path) -> Result<UnixDatagram, String> {
+    use cordon_core::policy::trust::{Subject, Trust, Walked, walk};
+    let resolved = match walk(path, Trust::current(), Subject::LOG_SOCKET) {
+        Ok(Walked::File { path, .. }) => path,
+        Ok(Walked::Dir(_)) => return Err(format!("{} is not a socket", path.display())),
+        Err(e) => return Err(e.to_string()),
+    };
+    let meta = std::fs::symlink_metadata(&resolved).map_err(|e| format!("{}: {e}", resolved.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.file_type().is_socket() {
+        return Err(format!("{} is not a socket", resolved.display()));
+    }
+    if meta.uid() != 0 && meta.uid() != me {
+        return Err(format!(
+            "log socket {} belongs to uid {}, not to root or cordond's uid {me}: that account would receive every \
+             audit record shipped there and choose what reaches the log; give the socket of the host's syslog \
+             daemon or journald (root's)",
+            resolved.display(),
+            meta.uid()
+        ));
+    }
+    let connect = || -> std::io::Result<UnixDatagram> {
+        let socket = UnixDatagram::unbound()?;
+        socket.connect(&resolved)?;
+        Ok(socket)
+    };
+    connect().map_err(|e| format!("cannot connect to {}: {e}", resolved.display()))
 }
 
-/// An RFC 5424 PARAM-VALUE: `"`, `\` and `]` escaped.
+/// An RFC 5424 PARAM-VALUE: `"`, `\` and `]` escaped, and control characters (C0, DEL, C1)
+/// written as `\u{..}` text. The values come from the record (a tool name is whatever a caller
+/// asked for): a raw newline there would end the message for every relay that frames syslog by
+/// lines (RFC 6587 non-transparent framing) and start a forged one in the SIEM. The body needs
+/// none of this: it is the log line, JSON with its control characters escaped, kept byte for byte
+/// (its `hash` is over those bytes).
 fn sd_value(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for c in v.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+            continue;
+        }
         if matches!(c, '"' | '\\' | ']') {
             out.push('\\');
         }
@@ -238,6 +274,31 @@ mod tests {
         );
     }
 
+    /// Attack: a caller names a tool `x\n<84>1 ... forged`; the refusal's record carries that
+    /// name, and the syslog message repeats it in its structured data. No control character may
+    /// reach the datagram: a relay that frames by lines would read a second, forged message.
+    #[test]
+    fn a_tool_name_with_newlines_cannot_forge_a_syslog_message() {
+        let forged =
+            "x\n<84>1 2026-11-22T04:25:00Z build-1 cordond 1 finished [cordon@32473 seq=\"9\"] {}\r\u{85}\u{7f}";
+        let text = serde_json::json!({ "seq": 3, "time": "t", "decision": "invalid", "tool": forged, "prev": "00" })
+            .to_string();
+        assert!(!text.contains('\n'), "{text}");
+        let l = line(&text);
+        let m = String::from_utf8(syslog_message(&context(), 42, &l, &text)).unwrap();
+        assert!(!m.chars().any(|c| c.is_control() && c != '\u{85}' && c != '\u{7f}'), "{m:?}");
+        let sd_end = m.find(&format!(" {text}")).unwrap();
+        assert!(!m[..sd_end].chars().any(char::is_control), "{m:?}");
+        assert!(
+            m.contains(
+                "tool=\"x\\u{000a}<84>1 2026-11-22T04:25:00Z build-1 cordond 1 finished [cordon@32473 seq=\\\"9\\\"\\] {}\\u{000d}\\u{0085}\\u{007f}\""
+            ),
+            "{m}"
+        );
+        // The body is the log line, byte for byte.
+        assert!(m.ends_with(&format!(" {text}")), "{m}");
+    }
+
     #[test]
     fn journal_fields_with_newlines_are_length_framed() {
         let text = r#"{"seq":3,"time":"t","decision":"invalid","tool":"x\ny","prev":"00"}"#;
@@ -246,6 +307,55 @@ mod tests {
         assert!(s.starts_with(&format!("MESSAGE={text}\nPRIORITY=4\nSYSLOG_IDENTIFIER=cordond\n")), "{s}");
         let framed = [b"CORDON_TOOL\n".as_slice(), &3u64.to_le_bytes(), b"x\ny\n"].concat();
         assert!(m.windows(framed.len()).any(|w| w == framed.as_slice()), "{s}");
+    }
+
+    /// Attack: `--audit-syslog=PATH` names a socket another account bound (or one in a directory
+    /// it can write, where it can swap the socket later): it would read every audit record and
+    /// drop what it likes. Refused, at startup and when reconnecting.
+    #[tokio::test]
+    async fn a_log_socket_another_account_controls_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let nobody = Some(nix::unistd::Uid::from_raw(65534));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().join("log");
+        let _bound = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        assert!(Local::syslog(&path).is_ok());
+        nix::unistd::chown(&path, nobody, None).unwrap();
+        let e = Local::syslog(&path).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "--audit-syslog: log socket {} belongs to uid 65534, not to root or cordond's uid 0: that account would \
+                 receive every audit record shipped there and choose what reaches the log; give the socket of the \
+                 host's syslog daemon or journald (root's): no syslog daemon listens here (rsyslog, syslog-ng or \
+                 journald's)",
+                path.display()
+            )
+        );
+        // Root's socket in a directory another account owns: it can swap the socket.
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let inner = theirs.join("log");
+        let _bound2 = std::os::unix::net::UnixDatagram::bind(&inner).unwrap();
+        assert!(Local::journald(&inner).is_ok());
+        nix::unistd::chown(&theirs, nobody, None).unwrap();
+        let e = Local::journald(&inner).unwrap_err().to_string();
+        assert!(e.starts_with("--audit-journald: "), "{e}");
+        assert!(e.contains("owned by"), "{e}");
+        // Reconnecting (after an error) checks again.
+        let again = dir.path().join("again");
+        let _bound3 = std::os::unix::net::UnixDatagram::bind(&again).unwrap();
+        let mut local = Local::syslog(&again).unwrap();
+        local.socket = None;
+        nix::unistd::chown(&again, nobody, None).unwrap();
+        let text = r#"{"seq":3,"time":"t","decision":"finished","prev":"00"}"#;
+        let e = local.send(&context(), &[line(text)]).await.unwrap_err();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
     }
 
     #[tokio::test]

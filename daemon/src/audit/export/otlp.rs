@@ -22,6 +22,8 @@ use cordon_proto::otlp::resource::v1::Resource;
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
+use cordon_core::policy::{Subject, Trust};
+
 use super::reader::Line;
 use super::{Context, ExportError, OtlpOptions, severity, unix_nanos};
 
@@ -79,7 +81,11 @@ impl Otlp {
                 });
             }
             (Some(path), true) => {
-                let pem = read_small(path).map_err(|why| ExportError::Ca { path: path.clone(), why })?;
+                // Read as the TLS listener reads its CA (owner and mode on the whole path):
+                // whoever can replace it can impersonate the collector, take each batch and
+                // acknowledge it, so the records never reach the real one.
+                let pem = trusted(path, Subject::OTLP_CA, false)
+                    .map_err(|why| ExportError::Ca { path: path.clone(), why })?;
                 if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
                     return Err(ExportError::Ca { path: path.clone(), why: "no PEM certificate in it".into() });
                 }
@@ -199,16 +205,12 @@ fn record(l: &Line, observed: u64) -> LogRecord {
     }
 }
 
-/// A file an admin gave: a regular file, not a symlink, at most [`MAX_FILE`] bytes.
-fn read_small(path: &Path) -> Result<Vec<u8>, String> {
-    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
-    if meta.len() > MAX_FILE {
-        return Err(format!("{} bytes; the limit is {MAX_FILE}", meta.len()));
-    }
-    std::fs::read(path).map_err(|e| e.to_string())
+/// A file an admin gave, read as cordond reads policy files: every directory from `/` and the
+/// file itself writable only by root or cordond's user, a regular file of at most [`MAX_FILE`]
+/// bytes (with `private`, unreadable by others too).
+fn trusted(path: &Path, subject: Subject, private: bool) -> Result<Vec<u8>, String> {
+    cordon_core::policy::trust::read_trusted_file(path, Trust::current(), subject, MAX_FILE, private)
+        .map_err(|e| e.to_string())
 }
 
 /// `key=value` lines (`#` comments and blank lines skipped), from a file only its owner (root or
@@ -226,7 +228,9 @@ fn headers(path: &Path) -> Result<Vec<(AsciiMetadataKey, AsciiMetadataValue)>, S
             path.display()
         ));
     }
-    let text = String::from_utf8(read_small(path)?).map_err(|_| "not UTF-8 text".to_string())?;
+    // The whole path as well: a directory someone else can write lets them swap the file.
+    let text =
+        String::from_utf8(trusted(path, Subject::OTLP_HEADERS, true)?).map_err(|_| "not UTF-8 text".to_string())?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -289,6 +293,47 @@ mod tests {
         assert_eq!(h[1].1.to_str().unwrap(), "blue");
         std::fs::write(&path, "no equals sign\n").unwrap();
         assert_eq!(headers(&path).unwrap_err(), "line 1: not key=value");
+    }
+
+    /// Attack: the collector's CA or headers file sits where another account can write (the file
+    /// itself, or a directory above it). Whoever writes the CA can stand in for the collector and
+    /// acknowledge every batch it then drops (the cursor moves on, the SIEM never sees them);
+    /// whoever owns the directory of the headers file can swap it. Both are refused at startup,
+    /// as the TLS listener refuses its CA.
+    #[tokio::test]
+    async fn a_ca_or_headers_file_someone_else_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        if !nix::unistd::geteuid().is_root() {
+            return;
+        }
+        let nobody = Some(nix::unistd::Uid::from_raw(65534));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec!["collector".to_string()]).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let pem = p.self_signed(&key).unwrap().pem();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, &pem).unwrap();
+        std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let with_ca = OtlpOptions { ca: Some(ca.clone()), ..options("https://127.0.0.1:4317") };
+        assert!(Otlp::new(&with_ca).is_ok());
+        nix::unistd::chown(&ca, nobody, None).unwrap();
+        let e = Otlp::new(&with_ca).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("--audit-otlp-ca {}: OTLP CA file", ca.display())), "{e}");
+        assert!(e.contains("owned by"), "{e}");
+        // The headers file: root's, 0600, but in a directory another account owns.
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let h = theirs.join("headers");
+        std::fs::write(&h, "authorization=Bearer abc\n").unwrap();
+        std::fs::set_permissions(&h, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(headers(&h).unwrap().len(), 1);
+        nix::unistd::chown(&theirs, nobody, None).unwrap();
+        let e = headers(&h).unwrap_err();
+        assert!(e.contains("owned by"), "{e}");
+        assert!(e.contains(&theirs.display().to_string()), "{e}");
     }
 
     #[test]
