@@ -65,34 +65,24 @@ impl Client {
         let path = socket.to_path_buf();
         let first =
             cordon_proto::connect_trusted(&path).await.map_err(|e| CliError::from_connect_io(path.clone(), e))?;
-        let first = Arc::new(Mutex::new(Some(first)));
-        let connector_path = path.clone();
-        // The URI is required by tonic but never used: the connector ignores it.
-        let endpoint = Endpoint::from_static("http://cordon.invalid").connect_timeout(CONNECT_TIMEOUT);
-        let connecting = endpoint.connect_with_connector(tower::service_fn(move |_| {
-            let path = connector_path.clone();
-            let ready = first.lock().unwrap_or_else(|p| p.into_inner()).take();
-            async move {
-                let stream = match ready {
-                    Some(s) => s,
-                    None => cordon_proto::connect_trusted(&path).await?,
-                };
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }));
-        let channel = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(CliError::ConnectionLost { path, detail: error_chain(&e) }),
-            Err(_) => {
-                return Err(CliError::ConnectionLost {
-                    path,
-                    detail: format!("no HTTP/2 handshake within {} s", CONNECT_TIMEOUT.as_secs()),
-                });
-            }
-        };
+        let dial_path = path.clone();
+        let channel = channel_over(first, move || {
+            let path = dial_path.clone();
+            async move { cordon_proto::connect_trusted(&path).await }
+        })
+        .await
+        .map_err(|e| match e {
+            ChannelError::Failed(e) => CliError::ConnectionLost { path: path.clone(), detail: error_chain(&e) },
+            ChannelError::TimedOut => handshake_timed_out(path.clone()),
+        })?;
+        Ok(Client::over(channel, path))
+    }
+
+    /// A client on `channel`, its requests carrying no token.
+    fn over(channel: Channel, socket: PathBuf) -> Client {
         let inner = CordonClient::with_interceptor(channel.clone(), Bearer::default())
             .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
-        Ok(Client { inner, channel, socket: path })
+        Client { inner, channel, socket }
     }
 
     /// This connection, its requests carrying `token` (a whole `cordon_..._...` token, already
@@ -123,36 +113,13 @@ impl Client {
                 )));
             }
         };
-        let first = Arc::new(Mutex::new(Some(first)));
-        // The URI is required by tonic but never used: the connector ignores it.
-        let endpoint = Endpoint::from_static("http://cordon.invalid").connect_timeout(CONNECT_TIMEOUT);
-        let connecting = endpoint.connect_with_connector(tower::service_fn(move |_| {
-            let ready = first.lock().unwrap_or_else(|p| p.into_inner()).take();
-            async move {
-                let stream = match ready {
-                    Some(s) => s,
-                    None => remote.connect().await?,
-                };
-                Ok::<_, std::io::Error>(TokioIo::new(stream))
-            }
-        }));
-        let channel = match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                return Err(remote
-                    .explain(&e)
-                    .unwrap_or_else(|| CliError::ConnectionLost { path, detail: error_chain(&e) }));
-            }
-            Err(_) => {
-                return Err(CliError::ConnectionLost {
-                    path,
-                    detail: format!("no HTTP/2 handshake within {} s", CONNECT_TIMEOUT.as_secs()),
-                });
-            }
-        };
-        let inner = CordonClient::with_interceptor(channel.clone(), Bearer::default())
-            .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
-        Ok(Client { inner, channel, socket: path })
+        let channel = channel_over(first, move || remote.connect()).await.map_err(|e| match e {
+            ChannelError::Failed(e) => remote
+                .explain(&e)
+                .unwrap_or_else(|| CliError::ConnectionLost { path: path.clone(), detail: error_chain(&e) }),
+            ChannelError::TimedOut => handshake_timed_out(path.clone()),
+        })?;
+        Ok(Client::over(channel, path))
     }
 
     /// A failed call, classified (see [`CliError::from_status`]).
@@ -459,6 +426,46 @@ impl From<v1::TokenInfo> for TokenInfo {
 
 /// An error and its causes, one line (tonic's transport errors hide the interesting part in
 /// their sources).
+/// Why [`channel_over`] has no channel.
+enum ChannelError {
+    Failed(tonic::transport::Error),
+    TimedOut,
+}
+
+fn handshake_timed_out(path: PathBuf) -> CliError {
+    CliError::ConnectionLost { path, detail: format!("no HTTP/2 handshake within {} s", CONNECT_TIMEOUT.as_secs()) }
+}
+
+/// An HTTP/2 channel whose first connection is `first` (already made, so a front-end holds
+/// exactly one connection and its errors were reported by the caller); a reconnect after the
+/// connection breaks dials again with `dial`.
+async fn channel_over<S, D, F>(first: S, dial: D) -> Result<Channel, ChannelError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    D: Fn() -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = std::io::Result<S>> + Send + 'static,
+{
+    let first = Arc::new(Mutex::new(Some(first)));
+    // The URI is required by tonic but never used: the connector ignores it.
+    let endpoint = Endpoint::from_static("http://cordon.invalid").connect_timeout(CONNECT_TIMEOUT);
+    let connecting = endpoint.connect_with_connector(tower::service_fn(move |_| {
+        let ready = first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let dial = dial.clone();
+        async move {
+            let stream = match ready {
+                Some(s) => s,
+                None => dial().await?,
+            };
+            Ok::<_, std::io::Error>(TokioIo::new(stream))
+        }
+    }));
+    match tokio::time::timeout(CONNECT_TIMEOUT, connecting).await {
+        Ok(Ok(channel)) => Ok(channel),
+        Ok(Err(e)) => Err(ChannelError::Failed(e)),
+        Err(_) => Err(ChannelError::TimedOut),
+    }
+}
+
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut cause = Some(e);
