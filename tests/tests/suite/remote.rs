@@ -512,18 +512,7 @@ fn the_readmes_openssl_commands_make_certificates_cordond_serves_with() {
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("t.toml"), POLICY).unwrap();
     let p = |n: &str| tls.join(n).to_str().unwrap().to_string();
-    let flags = [
-        "--listen-tls".to_string(),
-        "127.0.0.1:0".into(),
-        "--tls-cert".into(),
-        p("server.pem"),
-        "--tls-key".into(),
-        p("server.key"),
-        "--tls-client-ca".into(),
-        p("ca.pem"),
-        "--tls-identities".into(),
-        p("identities.toml"),
-    ];
+    let flags = tls_flags(&tls);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let d = Daemon::start_in(dir, policies, &flags);
     let url = format!("https://{}", tls_address(&d));
