@@ -7,7 +7,10 @@
 //! resolved for a name that is not), then, for a name, [`Egress::reachable`] on each address the
 //! daemon's resolver returned: private, loopback, link-local (cloud metadata) and other special
 //! addresses are refused unless the policy grants the address itself (`"10.0.0.7:443"` or
-//! `"10.0.0.0/8:443"`), so DNS rebinding and SSRF to the host's own services fail.
+//! `"10.0.0.0/8:443"`), so DNS rebinding and SSRF to the host's own services fail. What is
+//! special about an address that the fixed list cannot know, whether it is one of this host's
+//! own (assigned to any of its interfaces, now), the daemon asks the kernel and judges with
+//! [`Egress::granted_address`] and [`on_host`].
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -122,7 +125,21 @@ pub enum Refusal {
     /// name could not be read from its first record (`sni` empty): cut before anything reached
     /// upstream.
     SniMismatch { sni: String },
+    /// A tunnel opened for one name carried a plain HTTP request whose `Host` names another.
+    HostMismatch { host: String },
+    /// A tunnel opened for a name carried first bytes whose name cannot be checked (why): a
+    /// ClientHello without a server name, with an encrypted one (ECH, ESNI), with several, an
+    /// SSLv2-form hello, or a protocol that is neither TLS nor HTTP. Cut before anything reached
+    /// upstream.
+    Unverifiable(String),
 }
+
+/// The class of an address assigned to one of the daemon host's interfaces (or one of its
+/// broadcast addresses, or an IPv6 form that embeds one), in refusals.
+pub const THIS_HOST: &str = "this host's own (assigned to one of its network interfaces)";
+
+/// How to turn ECH off in the clients that send it (GREASE ECH included), for refusals and docs.
+pub const ECH_OFF: &str = "Chromium-based browsers send ECH (a GREASE one too) unless started with      --disable-features=EncryptedClientHello; Firefox: network.dns.echconfig.enabled = false; curl and OpenSSL send      none unless built and asked for it (curl --ech false)";
 
 impl Refusal {
     /// The refusal's name in audit records and the proxy's `X-Cordon-Refused` header.
@@ -135,6 +152,8 @@ impl Refusal {
             Refusal::ConnectionsPerCall(_) => "max-connections-per-call",
             Refusal::MaxBytes(_) => "max-bytes",
             Refusal::SniMismatch { .. } => "sni-mismatch",
+            Refusal::HostMismatch { .. } => "host-mismatch",
+            Refusal::Unverifiable(_) => "unverifiable",
         }
     }
 
@@ -173,6 +192,16 @@ impl Refusal {
             Refusal::SniMismatch { sni } => format!(
                 "the tunnel to {host}:{port} carried a TLS ClientHello for {sni:?}; a tunnel carries TLS only for the \
                  name it was opened for"
+            ),
+            Refusal::HostMismatch { host: other } => format!(
+                "the tunnel to {host}:{port} carried a plain HTTP request for Host {other:?}; a tunnel opened for a \
+                 name carries requests only for that name"
+            ),
+            Refusal::Unverifiable(why) => format!(
+                "the tunnel to {host}:{port} was cut before anything went upstream: {why}. A tunnel opened for a \
+                 name must carry TLS whose ClientHello names exactly that host in its server_name (no encrypted \
+                 ClientHello), or one plain HTTP request whose Host is that host; for another protocol, grant the \
+                 address itself (\"IP:{port}\") and connect to the address"
             ),
         }
     }
@@ -248,6 +277,46 @@ impl Egress {
             _ => Ok(()),
         }
     }
+}
+
+impl Egress {
+    /// Whether the policy grants `addr` itself (an address or range rule) on `port`: such an
+    /// address may be reached by a name whatever it is (loopback, private, this host's own).
+    pub fn granted_address(&self, addr: IpAddr, port: u16) -> bool {
+        self.matching(&Target::Addr(canonical(addr)), port).is_some()
+    }
+}
+
+/// Whether connecting to `addr` reaches this host, given the host's own addresses (`own`: every
+/// address of every interface and their broadcast addresses, as the kernel lists them now): the
+/// address itself, or an IPv6 form that carries one of them (mapped, compatible, NAT64, 6to4).
+pub fn on_host(addr: IpAddr, own: &[IpAddr]) -> bool {
+    let addr = canonical(addr);
+    let embedded = match addr {
+        IpAddr::V6(v6) => embedded_v4(v6).map(IpAddr::V4),
+        IpAddr::V4(_) => None,
+    };
+    own.iter().map(|a| canonical(*a)).any(|a| a == addr || Some(a) == embedded)
+}
+
+/// The IPv4 address an IPv6 address carries where a translator or tunnel would reach it:
+/// IPv4-compatible (`::a.b.c.d`), NAT64 (`64:ff9b::a.b.c.d`), 6to4 (`2002:AABB:CCDD::`).
+pub fn embedded_v4(a: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = a.segments();
+    let v4 = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    if let Some(v4) = a.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    if in_net(IpAddr::V6(a), IpAddr::V6(Ipv6Addr::UNSPECIFIED), 96) && !a.is_unspecified() && !a.is_loopback() {
+        return Some(v4(s[6], s[7]));
+    }
+    if in_net(IpAddr::V6(a), IpAddr::V6(Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0)), 96) {
+        return Some(v4(s[6], s[7]));
+    }
+    if s[0] == 0x2002 {
+        return Some(v4(s[1], s[2]));
+    }
+    None
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is.

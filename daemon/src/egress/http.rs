@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{HEAD_LIMIT, Protocol, Request, socks};
+use cordon_core::egress::Target;
 
 /// Headers a proxy consumes or that describe one hop, never forwarded (RFC 9110 7.6.1, plus the
 /// proxy's own). `Host` is written anew from the URL.
@@ -181,10 +182,28 @@ fn parse(head: &[u8], early: Vec<u8>) -> Result<Request, Bad> {
         Some('?') => format!("/{tail}"),
         Some(_) => tail.to_string(),
     };
+    let shown = match host.contains(':') {
+        true => format!("[{host}]"),
+        false => host.clone(),
+    };
+    let host_header = if port == 80 { shown } else { format!("{shown}:{port}") };
+    let forward = rewrite(method, &target, version, &host_header, req.headers)?;
+    Ok(Request { protocol: Protocol::Http, host, port, forward: Some(forward), early })
+}
+
+/// A request head as it goes upstream: its own `Host`, no hop-by-hop or proxy headers,
+/// `Connection: close`, a body only by `Content-Length`.
+fn rewrite(
+    method: &str,
+    target: &str,
+    version: u8,
+    host_header: &str,
+    headers: &[httparse::Header<'_>],
+) -> Result<Forward, Bad> {
     // Headers named by Connection are hop-by-hop too.
     let mut listed: Vec<String> = Vec::new();
     let mut length: Option<u64> = None;
-    for h in req.headers.iter() {
+    for h in headers.iter() {
         let value = std::str::from_utf8(h.value).unwrap_or_default();
         // A server that reads `_` as `-` (CGI's environment does) would frame the body by a
         // header the proxy did not: the rest of the bytes sent would be a request of their own.
@@ -218,14 +237,9 @@ fn parse(head: &[u8], early: Vec<u8>) -> Result<Request, Bad> {
             length = Some(n);
         }
     }
-    let shown = match host.contains(':') {
-        true => format!("[{host}]"),
-        false => host.clone(),
-    };
-    let host_header = if port == 80 { shown } else { format!("{shown}:{port}") };
-    let mut out = Vec::with_capacity(head.len() + 64);
+    let mut out = Vec::with_capacity(1024);
     out.extend_from_slice(format!("{method} {target} HTTP/1.{version}\r\nHost: {host_header}\r\n").as_bytes());
-    for h in req.headers.iter() {
+    for h in headers.iter() {
         let name = h.name.to_ascii_lowercase();
         if HOP_BY_HOP.contains(&name.as_str()) || listed.contains(&name) {
             continue;
@@ -236,8 +250,69 @@ fn parse(head: &[u8], early: Vec<u8>) -> Result<Request, Bad> {
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
-    let forward = Forward { head: out, body: length.unwrap_or(0) };
-    Ok(Request { protocol: Protocol::Http, host, port, forward: Some(forward), early })
+    Ok(Forward { head: out, body: length.unwrap_or(0) })
+}
+
+/// Why a tunnel's first flight, an HTTP request, is not sent up.
+#[derive(Debug)]
+pub(super) enum TunnelRefusal {
+    /// Its `Host` names another host (as written).
+    Host(String),
+    /// It cannot be checked or forwarded, and why.
+    Bad(String),
+}
+
+/// Whether `buf` could still be the start of an HTTP request head.
+pub(super) fn could_be_head(buf: &[u8]) -> bool {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    !matches!(httparse::Request::new(&mut headers).parse(buf), Err(e) if e != httparse::Error::TooManyHeaders)
+}
+
+/// The first flight of a tunnel opened for `name` on `port`, read as one plain HTTP request:
+/// `Ok(None)` when it is no HTTP request at all; the request rewritten (its `Host` as sent,
+/// `Connection: close`, no hop-by-hop headers, a body only by `Content-Length`) and the length of
+/// its head in `buf` when its one `Host` is `name` (with `port`, or none); why not otherwise.
+pub(super) fn tunnel_request(buf: &[u8], name: &str, port: u16) -> Result<Option<(Forward, usize)>, TunnelRefusal> {
+    let bad = |why: String| Err(TunnelRefusal::Bad(why));
+    let Some(end) = head_end(buf, 0) else {
+        if !could_be_head(buf) {
+            return Ok(None);
+        }
+        if buf.len() > HEAD_LIMIT {
+            return bad(format!("its HTTP request head is longer than {} KiB", HEAD_LIMIT / 1024));
+        }
+        return bad("its HTTP request head ended before its blank line".into());
+    };
+    if end > HEAD_LIMIT {
+        return bad(format!("its HTTP request head is longer than {} KiB", HEAD_LIMIT / 1024));
+    }
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(&buf[..end]) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) | Err(_) => return Ok(None),
+    }
+    let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
+        return Ok(None);
+    };
+    if !(path.starts_with('/') || (path == "*" && method == "OPTIONS")) {
+        return bad(format!("its HTTP request names {:?}, not a path on {name}", super::clip(path)));
+    }
+    let hosts: Vec<&httparse::Header<'_>> =
+        req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("host")).collect();
+    let [host] = hosts.as_slice() else {
+        return bad(format!("its HTTP request has {} Host headers, not one", hosts.len()));
+    };
+    let value = std::str::from_utf8(host.value).unwrap_or_default().trim();
+    let (h, p) = match authority(value, Some(port)) {
+        Ok(a) => a,
+        Err(_) => return Err(TunnelRefusal::Host(value.to_string())),
+    };
+    if p != port || Target::parse(&h) != Some(Target::Name(name.to_string())) {
+        return Err(TunnelRefusal::Host(value.to_string()));
+    }
+    let forward = rewrite(method, path, version, value, req.headers).map_err(|b| TunnelRefusal::Bad(b.message))?;
+    Ok(Some((forward, end)))
 }
 
 /// `host:port`, `[v6]:port`, or (with a default port) `host` alone; the host without brackets.

@@ -7,7 +7,9 @@
 //! [`Egress`] rules, in this order: the target must parse, `host:port` must match a rule
 //! (nothing is resolved for a name that does not), a name is resolved by cordond's own resolver
 //! and only the addresses [`Egress::reachable`] accepts are kept (special addresses need a grant
-//! of the address itself), and the proxy connects to those very addresses: never resolving
+//! of the address itself), and none of this host's own (`host`: every interface's addresses,
+//! read again for each connection and checked again right before each connect, unless granted
+//! as addresses), and the proxy connects to those very addresses: never resolving
 //! again, so DNS rebinding between the check and the connection cannot happen.
 //!
 //! Why a proxy in the daemon rather than a filter in the kernel: a name is what a policy can
@@ -18,6 +20,7 @@
 //! - `http`: reading a request head (bounded, under a timeout), `CONNECT` and absolute-form
 //!   requests, the rewrite to origin-form, the proxy's own answers.
 //! - `socks`: the SOCKS5 handshake (no authentication, `CONNECT` only) and its replies.
+//! - `host`: this host's own addresses, as the kernel lists them now.
 //! - `splice`: copying both ways with bounded buffers, counting every byte against the
 //!   invocation's `max_bytes`.
 //!
@@ -28,6 +31,7 @@
 //! bounded number of tasks and buffers; the first [`MAX_REFUSAL_RECORDS`] refusals of an
 //! invocation are each a record, the rest are counted in its terminal record.
 
+mod host;
 mod http;
 mod sni;
 mod socks;
@@ -50,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::audit::{Audit, Decision, Record};
 use cordon_core::denial::{Denial, Denied, MAX_DENIALS};
-use cordon_core::egress::{Egress, Refusal, Target, canonical};
+use cordon_core::egress::{Egress, Refusal, THIS_HOST, Target, canonical, on_host};
 use cordon_sandbox::ProxyHandoff;
 
 /// Longest request head (request line and headers, or a SOCKS5 handshake) the proxy reads.
@@ -187,6 +191,8 @@ enum Why {
     InvalidHost(String),
     /// The allowed attempt's record could not be written: fail closed.
     Audit(String),
+    /// This host's own addresses could not be listed, so no name can be judged: fail closed.
+    HostAddresses(String),
 }
 
 impl Why {
@@ -195,6 +201,7 @@ impl Why {
             Why::Refused(r) => r.kind(),
             Why::InvalidHost(_) => "invalid-host",
             Why::Audit(_) => "audit-unavailable",
+            Why::HostAddresses(_) => "host-addresses-unknown",
         }
     }
 
@@ -203,6 +210,9 @@ impl Why {
             Why::Refused(r) => r.explain(host, port),
             Why::InvalidHost(h) => format!("{h:?} is no valid host name or address"),
             Why::Audit(e) => format!("the connection's audit record could not be written, so it is refused ({e})"),
+            Why::HostAddresses(e) => {
+                format!("{e}; without them no name can be told apart from this host, so it is refused")
+            }
         }
     }
 }
@@ -427,9 +437,23 @@ impl Proxy {
             m.egress_connection(&self.ctx.tool, None);
         }
         let started = Instant::now();
+        // A name's addresses are checked against this host's own again right before each
+        // connect (an address may have been assigned since the decision); granted ones are not.
+        let by_name = matches!(Target::parse(&request.host), Some(Target::Name(_)));
+        let egress = &self.ctx.egress;
+        let fresh = |ip: IpAddr| -> Result<(), String> {
+            if !by_name || egress.granted_address(ip, request.port) {
+                return Ok(());
+            }
+            let own = host::addresses()?;
+            match on_host(ip, &own) {
+                true => Err(format!("{ip} is now {THIS_HOST} address, and not granted as an address")),
+                false => Ok(()),
+            }
+        };
         let upstream = tokio::select! {
             _ = self.stop.cancelled() => Err(Upstream::Stopped),
-            r = connect(&addrs, request.port) => r,
+            r = connect(&addrs, request.port, fresh) => r,
         };
         let closed = self.record(Decision::EgressClosed, conn, &request);
         let upstream = match upstream {
@@ -458,15 +482,22 @@ impl Proxy {
         if let Some(e) = &done.error {
             r = r.with("error", e.as_str());
         }
-        let cut = match (&done.end, &done.sni) {
+        let cut = match (&done.end, &done.refusal) {
             (splice::End::MaxBytes, _) => {
                 self.cut.fetch_add(1, Ordering::Relaxed);
                 Some(Refusal::MaxBytes(self.ctx.egress.max_bytes))
             }
-            (splice::End::SniMismatch, Some(sni)) => {
+            (splice::End::Refused(_), Some(refusal)) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                r = r.with("sni", clip(sni));
-                Some(Refusal::SniMismatch { sni: clip(sni) })
+                if let Some(m) = self.ctx.audit.metrics() {
+                    m.egress_connection(&self.ctx.tool, Some(refusal.kind()));
+                }
+                r = match refusal {
+                    Refusal::SniMismatch { sni } => r.with("sni", clip(sni)),
+                    Refusal::HostMismatch { host } => r.with("http_host", clip(host)),
+                    _ => r,
+                };
+                Some(refusal.clone())
             }
             _ => None,
         };
@@ -500,10 +531,19 @@ impl Proxy {
         if resolved.is_empty() {
             return Err(Why::Refused(Refusal::Unresolved("no address".into())));
         }
+        // This host's own addresses, now (never cached: they change at run time).
+        let own = host::addresses().map_err(Why::HostAddresses)?;
         let mut kept: Vec<IpAddr> = Vec::new();
         let mut first_special = None;
         for a in resolved {
-            match egress.reachable(a, request.port) {
+            let a = canonical(a);
+            let verdict = egress.reachable(a, request.port).and_then(|()| {
+                match !egress.granted_address(a, request.port) && on_host(a, &own) {
+                    true => Err(THIS_HOST),
+                    false => Ok(()),
+                }
+            });
+            match verdict {
                 Ok(()) if !kept.contains(&a) => kept.push(a),
                 Ok(()) => {}
                 Err(class) => {
@@ -655,12 +695,15 @@ enum Upstream {
     TimedOut { addr: SocketAddr },
     #[error("the invocation ended")]
     Stopped,
+    #[error("{addr}: not connected: {why}")]
+    OwnAddress { addr: SocketAddr, why: String },
 }
 
 impl Upstream {
     fn end(&self) -> &'static str {
         match self {
             Upstream::Stopped => "stopped",
+            Upstream::OwnAddress { .. } => "refused",
             _ => "connect_failed",
         }
     }
@@ -668,6 +711,16 @@ impl Upstream {
     async fn answer(&self, protocol: Protocol, client: &mut TcpStream) {
         let refused =
             matches!(self, Upstream::Failed { source, .. } if source.kind() == std::io::ErrorKind::ConnectionRefused);
+        if let Upstream::OwnAddress { .. } = self {
+            return match protocol {
+                Protocol::Socks5 => socks::reply(client, socks::NOT_ALLOWED).await,
+                Protocol::Connect | Protocol::Http => {
+                    let body = format!("cordon: the egress proxy refused the connection: {self}\n");
+                    http::refused(client, 403, Refusal::Special { addr: self.ip(), class: THIS_HOST }.kind(), &body)
+                        .await
+                }
+            };
+        }
         match protocol {
             Protocol::Socks5 => {
                 socks::reply(client, if refused { socks::REFUSED } else { socks::HOST_UNREACHABLE }).await
@@ -685,11 +738,31 @@ impl Upstream {
     }
 }
 
-/// Connects to the first of `addrs` that answers (each checked already; never re-resolved).
-async fn connect(addrs: &[IpAddr], port: u16) -> Result<TcpStream, Upstream> {
+impl Upstream {
+    fn ip(&self) -> IpAddr {
+        match self {
+            Upstream::Failed { addr, .. } | Upstream::TimedOut { addr } | Upstream::OwnAddress { addr, .. } => {
+                addr.ip()
+            }
+            Upstream::Stopped => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        }
+    }
+}
+
+/// Connects to the first of `addrs` that answers (each checked already; never re-resolved),
+/// each one first passing `fresh` (this host's addresses, read again).
+async fn connect(
+    addrs: &[IpAddr],
+    port: u16,
+    fresh: impl Fn(IpAddr) -> Result<(), String>,
+) -> Result<TcpStream, Upstream> {
     let mut last = Upstream::Stopped;
     for &ip in addrs {
         let addr = SocketAddr::new(ip, port);
+        if let Err(why) = fresh(ip) {
+            last = Upstream::OwnAddress { addr, why };
+            continue;
+        }
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
@@ -704,10 +777,17 @@ async fn connect(addrs: &[IpAddr], port: u16) -> Result<TcpStream, Upstream> {
 
 fn http_status(why: &Why) -> u16 {
     match why {
-        Why::Refused(Refusal::NotListed | Refusal::Special { .. } | Refusal::SniMismatch { .. }) => 403,
+        Why::Refused(
+            Refusal::NotListed
+            | Refusal::Special { .. }
+            | Refusal::SniMismatch { .. }
+            | Refusal::HostMismatch { .. }
+            | Refusal::Unverifiable(_),
+        ) => 403,
         Why::Refused(Refusal::Unresolved(_)) => 502,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
-        | Why::Audit(_) => 503,
+        | Why::Audit(_)
+        | Why::HostAddresses(_) => 503,
         Why::InvalidHost(_) => 400,
     }
 }
@@ -715,10 +795,17 @@ fn http_status(why: &Why) -> u16 {
 /// RFC 1928's reply codes.
 fn socks_code(why: &Why) -> u8 {
     match why {
-        Why::Refused(Refusal::NotListed | Refusal::Special { .. } | Refusal::SniMismatch { .. }) => socks::NOT_ALLOWED,
+        Why::Refused(
+            Refusal::NotListed
+            | Refusal::Special { .. }
+            | Refusal::SniMismatch { .. }
+            | Refusal::HostMismatch { .. }
+            | Refusal::Unverifiable(_),
+        ) => socks::NOT_ALLOWED,
         Why::Refused(Refusal::Unresolved(_)) | Why::InvalidHost(_) => socks::HOST_UNREACHABLE,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
-        | Why::Audit(_) => socks::GENERAL_FAILURE,
+        | Why::Audit(_)
+        | Why::HostAddresses(_) => socks::GENERAL_FAILURE,
     }
 }
 

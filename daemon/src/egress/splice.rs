@@ -7,8 +7,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::{Protocol, Proxy, Request, http, sni, socks};
-use cordon_core::egress::Target;
+use super::{HEAD_TIMEOUT, Protocol, Proxy, Request, http, sni, socks};
+use cordon_core::egress::{Refusal, Target};
 
 /// Bytes read at once per direction.
 const BUFFER: usize = 16 * 1024;
@@ -24,8 +24,9 @@ pub(super) enum End {
     Stopped,
     /// A read or write failed (a reset, say).
     Error,
-    /// A tunnel for one name carried a TLS ClientHello for another: cut before it went up.
-    SniMismatch,
+    /// A tunnel for a name carried a first flight that is not TLS or HTTP for that name (the
+    /// refusal says which): cut before it went up.
+    Refused(&'static str),
 }
 
 impl End {
@@ -35,7 +36,7 @@ impl End {
             End::MaxBytes => "max_bytes",
             End::Stopped => "stopped",
             End::Error => "error",
-            End::SniMismatch => "sni_mismatch",
+            End::Refused(kind) => kind,
         }
     }
 }
@@ -47,8 +48,8 @@ pub(super) struct Done {
     pub(super) down: u64,
     pub(super) end: End,
     pub(super) error: Option<String>,
-    /// The server name of a ClientHello that did not match the tunnel's.
-    pub(super) sni: Option<String>,
+    /// Why a tunnel's first flight was cut ([`End::Refused`]).
+    pub(super) refusal: Option<Refusal>,
     pub(super) host: String,
     pub(super) port: u16,
 }
@@ -62,8 +63,16 @@ enum Flow {
     MaxBytes,
     Stopped,
     Error(String),
-    /// The first flight was a ClientHello for this other name.
-    Sni(String),
+    /// The first flight of a tunnel for a name was refused.
+    Refused(Refusal),
+}
+
+/// What a tunnel for a name carries, once its first flight is checked.
+enum Carries {
+    /// TLS for the name (or nothing: the client closed without sending).
+    Tls,
+    /// One plain HTTP request for the name: this many body bytes follow what was sent.
+    Http(u64),
 }
 
 /// Tells the tool its connection is up, sends what goes first (a forwarded request's head, early
@@ -72,7 +81,7 @@ enum Flow {
 pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpStream, request: Request) -> Done {
     let Request { protocol, host, port, forward, mut early } = request;
     let mut done =
-        Done { up: 0, down: 0, end: End::Closed, error: None, sni: None, host: super::shown_host(&host), port };
+        Done { up: 0, down: 0, end: End::Closed, error: None, refusal: None, host: super::shown_host(&host), port };
     // A tunnel to a name: its TLS, if it speaks TLS, must be for that name.
     let tunnel_name = match (protocol, Target::parse(&host)) {
         (Protocol::Connect | Protocol::Socks5, Some(Target::Name(n))) => Some(n),
@@ -118,8 +127,9 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
     let (mut up, mut down) = (0u64, 0u64);
     let upward = async {
         let f = match &tunnel_name {
-            Some(name) => match first_flight(proxy, flight, &mut cr, &mut uw, name, &end, &mut up).await {
-                Ok(()) => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
+            Some(name) => match first_flight(proxy, flight, &mut cr, &mut uw, (name, port), &end, &mut up).await {
+                Ok(Carries::Tls) => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
+                Ok(Carries::Http(rest)) => pump(proxy, &mut cr, &mut uw, Some(rest), &end, &mut up).await,
                 Err(f) => f,
             },
             None => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
@@ -149,9 +159,13 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
     for f in [a, b] {
         match f {
             Flow::MaxBytes => done.end = End::MaxBytes,
-            Flow::Sni(name) => {
-                done.end = End::SniMismatch;
-                done.sni = Some(name);
+            Flow::Refused(refusal) => {
+                done.end = End::Refused(match refusal {
+                    Refusal::SniMismatch { .. } => "sni_mismatch",
+                    Refusal::HostMismatch { .. } => "host_mismatch",
+                    _ => "unverifiable",
+                });
+                done.refusal = Some(refusal);
             }
             Flow::Stopped if done.end == End::Closed && proxy.stop.is_cancelled() => done.end = End::Stopped,
             Flow::Error(e) if done.end == End::Closed => {
@@ -165,42 +179,84 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
 }
 
 /// Reads the tool's first flight in a tunnel to `name` (after the bytes that came with its
-/// request, `buf`) and, when it is a TLS ClientHello for another name or one whose name cannot be
-/// read from its first record, ends the connection before any of it goes up; otherwise sends it
-/// up. The server's side is copied meanwhile (a protocol where the server speaks first is not
-/// held up).
+/// request, `buf`) and sends it up only when it is checked to be for that name: a TLS ClientHello
+/// naming it (see [`sni`]), or one plain HTTP request whose `Host` is it (sent rewritten with
+/// `Connection: close`, and only its announced body after it: a second request could name
+/// another host). Anything else (another protocol, a hello whose name cannot be checked,
+/// nothing checkable within [`HEAD_TIMEOUT`]) ends the connection before any of it goes up. The
+/// server's side is copied meanwhile.
 async fn first_flight<R, W>(
     proxy: &Proxy,
     mut buf: Vec<u8>,
     from: &mut R,
     to: &mut W,
-    name: &str,
+    (name, port): (&str, u16),
     end: &CancellationToken,
     count: &mut u64,
-) -> Result<(), Flow>
+) -> Result<Carries, Flow>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let unverifiable = |why: String| Flow::Refused(Refusal::Unverifiable(why));
     let mut chunk = vec![0u8; BUFFER];
-    while buf.is_empty() || !sni::complete(&buf) {
-        let n = tokio::select! {
-            _ = end.cancelled() => return Err(Flow::Stopped),
-            r = from.read(&mut chunk) => r.map_err(|e| Flow::Error(e.to_string()))?,
-        };
-        if n == 0 {
-            break;
+    let read = async {
+        while !decidable(&buf) {
+            let n = tokio::select! {
+                _ = end.cancelled() => return Err(Flow::Stopped),
+                r = from.read(&mut chunk) => r.map_err(|e| Flow::Error(e.to_string()))?,
+            };
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
         }
-        buf.extend_from_slice(&chunk[..n]);
-    }
+        Ok(buf)
+    };
+    let mut buf = match tokio::time::timeout(HEAD_TIMEOUT, read).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(unverifiable(format!(
+                "nothing the proxy could check arrived within {} s (TLS and HTTP clients speak first)",
+                HEAD_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    let mut carries = Carries::Tls;
     match sni::hello(&buf) {
-        sni::Hello::Name(Some(sni)) if sni != name => return Err(Flow::Sni(sni)),
-        // Recorded with an empty `sni`: no name could be read.
-        sni::Hello::Unreadable => return Err(Flow::Sni(String::new())),
-        sni::Hello::NotTls | sni::Hello::Name(_) => {}
-    }
-    if buf.is_empty() {
-        return Ok(());
+        _ if buf.is_empty() => return Ok(Carries::Tls),
+        sni::Hello::Name(Some(sni)) if sni != name => return Err(Flow::Refused(Refusal::SniMismatch { sni })),
+        sni::Hello::Name(Some(_)) => {}
+        sni::Hello::Name(None) => {
+            return Err(unverifiable("its TLS ClientHello names no server (no server_name extension)".into()));
+        }
+        sni::Hello::Unreadable => {
+            return Err(unverifiable(
+                "its TLS ClientHello could not be read from its first record (cut short, split over several \
+                 records, or malformed); the whole ClientHello must come in one record"
+                    .into(),
+            ));
+        }
+        sni::Hello::Unverifiable(why) => return Err(unverifiable(why)),
+        sni::Hello::Sslv2 => {
+            return Err(unverifiable("it began with an SSLv2-form ClientHello, which carries no server name".into()));
+        }
+        sni::Hello::NotTls => match http::tunnel_request(&buf, name, port) {
+            Ok(Some((mut forward, used))) => {
+                let body = buf.split_off(used);
+                let sent = usize::try_from(forward.body).unwrap_or(usize::MAX).min(body.len());
+                forward.head.extend_from_slice(&body[..sent]);
+                carries = Carries::Http(forward.body - sent as u64);
+                buf = forward.head;
+            }
+            Ok(None) => {
+                return Err(unverifiable(format!("its first bytes are neither TLS nor HTTP ({})", shown_bytes(&buf))));
+            }
+            Err(http::TunnelRefusal::Host(other)) => {
+                return Err(Flow::Refused(Refusal::HostMismatch { host: super::clip(&other) }));
+            }
+            Err(http::TunnelRefusal::Bad(why)) => return Err(unverifiable(why)),
+        },
     }
     if !proxy.take(buf.len()) {
         return Err(Flow::MaxBytes);
@@ -210,7 +266,26 @@ where
         r = to.write_all(&buf) => r.map_err(|e| Flow::Error(e.to_string()))?,
     }
     *count += buf.len() as u64;
-    Ok(())
+    Ok(carries)
+}
+
+/// Whether a tunnel's first flight so far is enough to judge it: a whole first TLS record, a
+/// whole HTTP head (or what cannot become one), or a few bytes of anything else.
+fn decidable(buf: &[u8]) -> bool {
+    match buf.first() {
+        None => false,
+        Some(&sni::HANDSHAKE) => sni::complete(buf),
+        Some(b) if b.is_ascii_alphabetic() => {
+            buf.len() > super::HEAD_LIMIT || http::head_end(buf, 0).is_some() || !http::could_be_head(buf)
+        }
+        Some(_) => buf.len() >= 3,
+    }
+}
+
+/// The first bytes of a flight, for a message: printable ASCII as such, the rest escaped.
+fn shown_bytes(buf: &[u8]) -> String {
+    let head: String = buf.iter().take(16).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect();
+    format!("\"{head}\"{}", if buf.len() > 16 { "..." } else { "" })
 }
 
 /// Passes a plain-HTTP response head to the tool with `Connection: close` (see

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use super::*;
 use crate::audit::{DEFAULT_KEEP, DEFAULT_MAX_SIZE, Options};
 use cordon_core::egress::parse_rule;
+use std::collections::HashMap;
 
 /// Bytes `/big` answers with.
 const BIG: usize = 256 * 1024;
@@ -20,7 +21,12 @@ const BIG: usize = 256 * 1024;
 /// An HTTP server on 127.0.0.1: `/echo` answers with the request head it received, `/big`
 /// with [`BIG`] bytes; a connection that sends nothing is closed.
 async fn upstream() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    upstream_on("127.0.0.1:0").await
+}
+
+/// [`upstream`] on another address (`0.0.0.0:0`: every address of the host).
+async fn upstream_on(addr: &str) -> u16 {
+    let listener = TcpListener::bind(addr).await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
         loop {
@@ -297,10 +303,12 @@ async fn a_name_that_resolves_to_a_private_address_is_refused_over_socks5_too() 
     assert_eq!(socks_connect(&mut c, "evil.test", up).await, 2);
     let mut c = h.client().await;
     assert_eq!(socks_connect(&mut c, "ok.test", up).await, 0);
-    c.write_all(b"GET /echo HTTP/1.1\r\n\r\n").await.unwrap();
+    c.write_all(format!("GET /echo HTTP/1.1\r\nHost: OK.test:{up}\r\n\r\n").as_bytes()).await.unwrap();
     let mut out = String::new();
     c.read_to_string(&mut out).await.unwrap();
-    assert!(out.ends_with("\r\n\r\nGET /echo HTTP/1.1\r\n\r\n"), "{out}");
+    // One request, for the tunnel's name, sent on with `Connection: close`.
+    let sent = format!("GET /echo HTTP/1.1\r\nHost: OK.test:{up}\r\nConnection: close\r\n\r\n");
+    assert!(out.ends_with(&format!("\r\n\r\n{sent}")), "{out}");
     let (summary, records) = h.finish().await;
     assert_eq!((summary.connections, summary.refused), (1, 2));
     let special = Refusal::Special { addr: "10.1.2.3".parse().unwrap(), class: "private" };
@@ -621,7 +629,8 @@ async fn a_client_hello_split_over_records_is_not_let_through() {
     let (summary, records) = h.finish().await;
     assert_eq!(summary.refused, 1);
     let closed: Vec<_> = records.iter().filter(|r| r["decision"] == "egress_closed").collect();
-    assert_eq!((&closed[0]["end"], &closed[0]["bytes_up"]), (&json!("sni_mismatch"), &json!(0)));
+    assert_eq!((&closed[0]["end"], &closed[0]["bytes_up"]), (&json!("unverifiable"), &json!(0)));
+    assert!(closed[0]["message"].as_str().unwrap().contains("split over several records"), "{:#}", closed[0]);
 }
 
 /// Attack: a range that contains 0.0.0.0 (`0.0.0.0/8`) must not make `CONNECT 0.0.0.0:port`
@@ -640,4 +649,301 @@ async fn the_unspecified_address_is_no_target_even_in_a_granted_range() {
     }
     let (summary, _) = h.finish().await;
     assert_eq!((summary.connections, summary.refused), (0, 3));
+}
+
+/// Sends `flight` as the first bytes of a CONNECT tunnel to `ok.test` (127.0.0.1, granted), and
+/// says what reached upstream and the connection's `egress_closed` record.
+async fn first_flight(flight: &[u8]) -> (Vec<u8>, Value, Summary) {
+    let (up, mut got) = sink().await;
+    let rules = [format!("ok.test:{up}"), format!("127.0.0.1:{up}")];
+    let h = proxy(egress(&rules), fixed(&[("ok.test", "127.0.0.1")])).await;
+    let mut c = h.client().await;
+    c.write_all(format!("CONNECT ok.test:{up} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+    assert_eq!(response_head(&mut c).await, "HTTP/1.1 200 Connection established\r\n\r\n");
+    c.write_all(flight).await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest).await;
+    h.closed(1).await;
+    let upstream_got = got.recv().await.unwrap();
+    let (summary, records) = h.finish().await;
+    let closed = records.into_iter().find(|r| r["decision"] == "egress_closed").unwrap();
+    (upstream_got, closed, summary)
+}
+
+/// Attack: every ClientHello whose name cannot be checked against the tunnel's, and every first
+/// flight that is neither TLS nor HTTP for the name, is cut before a byte of it goes upstream,
+/// with a record saying why.
+#[tokio::test]
+async fn a_tunnel_for_a_name_refuses_every_first_flight_it_cannot_check() {
+    let sni = (0u16, sni::server_names(&["ok.test"]));
+    let groups = (0x000au16, vec![0, 2, 0, 0x1d]);
+    let mut record_version = sni::client_hello("ok.test");
+    record_version[1] = 0;
+    let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        ("no server_name", sni::client_hello_with(std::slice::from_ref(&groups)), "unverifiable", "names no server"),
+        ("no extensions", sni::client_hello_with(&[]), "unverifiable", "names no server"),
+        (
+            "ECH behind the granted outer name",
+            sni::client_hello_with(&[sni.clone(), (0xfe0d, vec![0; 40])]),
+            "unverifiable",
+            "--disable-features=EncryptedClientHello",
+        ),
+        ("ESNI", sni::client_hello_with(&[(0xffce, vec![0; 40]), sni.clone()]), "unverifiable", "(ESNI)"),
+        (
+            "a second server_name for another host",
+            sni::client_hello_with(&[sni.clone(), (0, sni::server_names(&["evil.test"]))]),
+            "unverifiable",
+            "extension 0x0000 twice",
+        ),
+        (
+            "two names in one server_name",
+            sni::client_hello_with(&[(0, sni::server_names(&["ok.test", "evil.test"]))]),
+            "unverifiable",
+            "2 names, not one",
+        ),
+        ("another name", sni::client_hello("evil.test"), "sni_mismatch", "for \"evil.test\""),
+        ("a record version that is no TLS's", record_version, "unverifiable", "version 0x0001"),
+        ("an SSLv2-form hello", vec![0x80, 0x2e, 0x01, 0x00, 0x02, 0, 0x15], "unverifiable", "SSLv2-form"),
+        ("SSH", b"SSH-2.0-OpenSSH_9.2\r\n".to_vec(), "unverifiable", "neither TLS nor HTTP (\"SSH-2.0-OpenSSH_"),
+        ("binary", vec![0, 1, 2, 3], "unverifiable", "neither TLS nor HTTP"),
+        (
+            "HTTP for another Host",
+            b"GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n".to_vec(),
+            "host_mismatch",
+            "for Host \"evil.test\"",
+        ),
+        ("HTTP without Host", b"GET / HTTP/1.1\r\n\r\n".to_vec(), "unverifiable", "0 Host headers"),
+        (
+            "HTTP with two Hosts",
+            b"GET / HTTP/1.1\r\nHost: ok.test\r\nHost: evil.test\r\n\r\n".to_vec(),
+            "unverifiable",
+            "2 Host headers",
+        ),
+        (
+            "HTTP absolute-form for another host",
+            b"GET http://evil.test/ HTTP/1.1\r\nHost: ok.test\r\n\r\n".to_vec(),
+            "unverifiable",
+            "not a path on ok.test",
+        ),
+        (
+            "a CONNECT inside the tunnel",
+            b"CONNECT evil.test:443 HTTP/1.1\r\nHost: ok.test\r\n\r\n".to_vec(),
+            "unverifiable",
+            "not a path on ok.test",
+        ),
+        ("HTTP for another port", b"GET / HTTP/1.1\r\nHost: ok.test:1\r\n\r\n".to_vec(), "host_mismatch", "ok.test:1"),
+        (
+            "an HTTP head that never ends",
+            b"GET / HTTP/1.1\r\nHost: ok.test\r\n".to_vec(),
+            "unverifiable",
+            "ended before its blank line",
+        ),
+    ];
+    for (what, flight, end, says) in cases {
+        let (got, closed, summary) = first_flight(&flight).await;
+        assert_eq!(got, Vec::<u8>::new(), "{what}: bytes reached upstream");
+        assert_eq!((&closed["end"], &closed["bytes_up"]), (&json!(end), &json!(0)), "{what}: {closed:#}");
+        let message = closed["message"].as_str().unwrap();
+        assert!(message.contains(says), "{what}: {message}");
+        assert_eq!((summary.connections, summary.refused), (1, 1), "{what}");
+        assert!(
+            matches!(
+                &summary.denials[0].denied,
+                Denied::Host {
+                    refusal: Refusal::Unverifiable(_) | Refusal::SniMismatch { .. } | Refusal::HostMismatch { .. },
+                    ..
+                }
+            ),
+            "{what}: {summary:?}"
+        );
+    }
+}
+
+/// A tunnel for a name carries TLS naming it (in any case, with DNS's trailing dot), or one plain
+/// HTTP request for it: sent on with `Connection: close`, and nothing after its body (a second,
+/// pipelined request could name another host).
+#[tokio::test]
+async fn a_tunnel_for_a_name_carries_its_tls_or_one_http_request_for_it() {
+    let hello = sni::client_hello("OK.Test.");
+    let (got, closed, _) = first_flight(&hello).await;
+    assert_eq!((got, &closed["end"]), (hello.clone(), &json!("closed")));
+    // The echo server answers with what it read of the request, and closes.
+    let up = upstream().await;
+    let rules = [format!("ok.test:{up}"), format!("127.0.0.1:{up}")];
+    let h = proxy(egress(&rules), fixed(&[("ok.test", "127.0.0.1")])).await;
+    let out = h
+        .exchange(
+            format!(
+                "CONNECT ok.test:{up} HTTP/1.1\r\n\r\nPOST /a HTTP/1.1\r\nHost: ok.test:{up}\r\n\
+                 Connection: keep-alive\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.1\r\nHost: evil.test\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+    let sent = format!("POST /a HTTP/1.1\r\nHost: ok.test:{up}\r\nContent-Length: 3\r\nConnection: close\r\n\r\n");
+    assert!(out.contains(&sent), "{out}");
+    assert!(!out.contains("evil.test"), "the pipelined request went up: {out}");
+    h.closed(1).await;
+    let (summary, records) = h.finish().await;
+    assert_eq!((summary.connections, summary.refused), (1, 0));
+    assert_eq!(records[1]["end"], "closed", "{records:#?}");
+    // An address target's tunnel has no name to check: what the address grant allows.
+    let (up, mut got) = sink().await;
+    let h = proxy(egress(&[format!("127.0.0.1:{up}")]), fixed(&[])).await;
+    let mut c = h.client().await;
+    c.write_all(format!("CONNECT 127.0.0.1:{up} HTTP/1.1\r\n\r\nSSH-2.0-x\r\n").as_bytes()).await.unwrap();
+    c.shutdown().await.unwrap();
+    let _ = c.read_to_end(&mut Vec::new()).await;
+    assert_eq!(got.recv().await.unwrap(), b"SSH-2.0-x\r\n");
+    h.finish().await;
+}
+
+/// UDP cannot go through the proxy: SOCKS5's UDP ASSOCIATE (and BIND) are refused.
+#[tokio::test]
+async fn socks5_udp_associate_and_bind_are_refused() {
+    let h = proxy(egress(&["ok.test:443".into()]), fixed(&[("ok.test", "127.0.0.1")])).await;
+    for command in [2u8, 3] {
+        let mut c = h.client().await;
+        c.write_all(&[5, 1, 0]).await.unwrap();
+        let mut m = [0u8; 2];
+        c.read_exact(&mut m).await.unwrap();
+        c.write_all(&[5, command, 0, 1, 127, 0, 0, 1, 1, 187]).await.unwrap();
+        let mut reply = Vec::new();
+        let _ = c.read_to_end(&mut reply).await;
+        assert_eq!(reply.get(..2), Some(&[5u8, 7][..]), "command {command}: command not supported");
+    }
+    let (summary, records) = h.finish().await;
+    assert_eq!(summary.connections, 0);
+    assert!(records.iter().all(|r| r["why"] == "invalid-request"), "{records:#?}");
+}
+
+/// Runs `ip` with `args` (in the calling thread's network namespace).
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip").args(args).output().expect("ip (iproute2) runs");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Adds an interface `name` with `addrs`, up: a dummy, or a bridge where the kernel has no dummy
+/// driver (either is an interface of the host like any other).
+fn add_interface(name: &str, addrs: &[&str]) {
+    let made = ["dummy", "bridge"].iter().any(|kind| {
+        std::process::Command::new("ip")
+            .args(["link", "add", name, "type", kind])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    assert!(made, "no dummy or bridge interface could be made");
+    for a in addrs {
+        if a.contains(':') {
+            ip(&["addr", "add", a, "dev", name, "nodad"]);
+        } else {
+            ip(&["addr", "add", a, "dev", name]);
+        }
+    }
+    ip(&["link", "set", name, "up"]);
+}
+
+/// Runs `test` on a thread of its own in a network namespace of its own (root only; the host's
+/// interfaces are untouched), on a current-thread runtime: every socket it makes, and every
+/// address list it reads, is that namespace's.
+fn in_own_netns<F: std::future::Future<Output = ()>>(test: impl FnOnce() -> F + Send + 'static) -> bool {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (a network namespace of the test's own)");
+        return false;
+    }
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        ip(&["link", "set", "lo", "up"]);
+        add_interface("cordtest0", &["11.22.33.44/24", "2606:4700:c0d::1/64"]);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(test());
+    })
+    .join()
+    .unwrap();
+    true
+}
+
+/// Attack (issue 26): names that resolve to an address of one of this host's interfaces (a
+/// public IPv4, a global IPv6), in every spelling (mapped, NAT64, 6to4), its subnet broadcast,
+/// and an address assigned after the proxy started, reach nothing though a server listens on
+/// 0.0.0.0; the same address granted as an address (or a range) is reached.
+#[test]
+fn names_that_resolve_to_this_hosts_own_addresses_are_refused() {
+    in_own_netns(|| async {
+        let up = upstream_on("0.0.0.0:0").await;
+        let up6 = TcpListener::bind(format!("[2606:4700:c0d::1]:{up}")).await.unwrap();
+        tokio::spawn(async move { while up6.accept().await.is_ok() {} });
+        let table: HashMap<String, Vec<IpAddr>> = [
+            ("own4.test", vec!["11.22.33.44"]),
+            ("own6.test", vec!["2606:4700:c0d::1"]),
+            ("mapped.test", vec!["::ffff:11.22.33.44"]),
+            ("nat64.test", vec!["64:ff9b::b16:212c"]),
+            ("sixto4.test", vec!["2002:b16:212c::1"]),
+            ("bcast.test", vec!["11.22.33.255"]),
+            ("late.test", vec!["11.22.44.1"]),
+            ("mixed.test", vec!["11.22.33.44", "11.22.99.99"]),
+        ]
+        .into_iter()
+        .map(|(n, a)| (n.to_string(), a.iter().map(|a| a.parse().unwrap()).collect()))
+        .collect();
+        let table = Arc::new(table);
+        let names = ["own4.test", "own6.test", "mapped.test", "nat64.test", "sixto4.test", "bcast.test", "late.test"];
+        let mut rules: Vec<String> = names.iter().map(|n| format!("{n}:{up}")).collect();
+        rules.push(format!("mixed.test:{up}"));
+        let h = proxy(egress(&rules), Resolver::Fixed(table.clone())).await;
+        // Not yet an address of the host: no route to it in this namespace (502), not refused.
+        let out = h.exchange(format!("CONNECT late.test:{up} HTTP/1.1\r\n\r\n").as_bytes()).await;
+        assert!(out.starts_with("HTTP/1.1 502 Bad Gateway\r\n"), "{out}");
+        ip(&["addr", "add", "11.22.44.1/24", "dev", "cordtest0"]);
+        for name in names {
+            let out =
+                h.exchange(format!("CONNECT {name}:{up} HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n").as_bytes()).await;
+            assert!(out.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{name}: {out}");
+            assert!(out.contains("X-Cordon-Refused: special-address"), "{name}: {out}");
+            assert!(out.contains(&format!("a {} address", cordon_core::egress::THIS_HOST)), "{name}: {out}");
+        }
+        // Plain HTTP and SOCKS5 by name: the same check.
+        let out = h.exchange(format!("GET http://own4.test:{up}/echo HTTP/1.1\r\n\r\n").as_bytes()).await;
+        assert!(out.starts_with("HTTP/1.1 403 Forbidden\r\n") && out.contains("special-address"), "{out}");
+        let mut c = h.client().await;
+        assert_eq!(socks_connect(&mut c, "own6.test", up).await, 2, "not allowed by ruleset");
+        // Several addresses: the host's own is dropped, only the other one is tried.
+        let out = h.exchange(format!("CONNECT mixed.test:{up} HTTP/1.1\r\n\r\n").as_bytes()).await;
+        assert!(out.starts_with("HTTP/1.1 502 Bad Gateway\r\n") && out.contains("11.22.99.99"), "{out}");
+        let (summary, records) = h.finish().await;
+        assert_eq!(summary.connections, 0, "{records:#?}");
+        let refused: Vec<_> = records.iter().filter(|r| r["why"] == "special-address").collect();
+        assert_eq!(refused.len(), names.len() + 2, "{records:#?}");
+        for r in &refused {
+            assert!(r["message"].as_str().unwrap().contains(cordon_core::egress::THIS_HOST), "{r:#}");
+        }
+        let mixed = records.iter().find(|r| r["host"] == "mixed.test" && r["allowed"] == true).unwrap();
+        assert_eq!(mixed["addresses"], json!(["11.22.99.99"]));
+
+        // Granted as an address, or as a range that covers it: reached through the name.
+        for grant in ["11.22.33.44", "11.22.33.0/24"] {
+            let rules = [format!("own4.test:{up}"), format!("{grant}:{up}")];
+            let h = proxy(egress(&rules), Resolver::Fixed(table.clone())).await;
+            let out = h.exchange(format!("GET http://own4.test:{up}/echo HTTP/1.1\r\n\r\n").as_bytes()).await;
+            assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{grant}: {out}");
+            let (summary, records) = h.finish().await;
+            assert_eq!(summary.connections, 1, "{grant}");
+            assert_eq!(records[0]["addresses"], json!(["11.22.33.44"]));
+        }
+    });
+}
+
+#[test]
+#[ignore = "a measurement, not a test: cargo test -p cordon-daemon host_address_cost -- --ignored --nocapture"]
+fn host_address_cost() {
+    let n = 10_000u32;
+    let t = Instant::now();
+    for _ in 0..n {
+        let own = host::addresses().unwrap();
+        assert!(!on_host("140.82.112.5".parse().unwrap(), &own));
+    }
+    let per = t.elapsed() / n;
+    eprintln!("host::addresses() + on_host: {per:?} per connection ({} addresses)", host::addresses().unwrap().len());
 }

@@ -38,7 +38,12 @@ struct Upstream {
 
 impl Upstream {
     fn start() -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Upstream::start_on("127.0.0.1:0")
+    }
+
+    /// The server on another address (`0.0.0.0:0`: every address of the host).
+    fn start_on(addr: &str) -> Upstream {
+        let listener = TcpListener::bind(addr).unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Seen::default());
         let s = seen.clone();
@@ -382,4 +387,208 @@ fn max_bytes_cuts_a_transfer_that_would_pass_it() {
     let total = finished["egress"]["bytes_up"].as_u64().unwrap() + finished["egress"]["bytes_down"].as_u64().unwrap();
     assert!(total <= 256 * 1024, "{total} bytes passed a 256 KiB budget: {finished}");
     assert!(big["denials"].as_array().unwrap().iter().any(|x| x["grant_key"] == "max_bytes"), "{big:#}");
+}
+
+/// A curl tool with fixed extra arguments before the URL.
+fn curl_tool_with(name: &str, network: &str, extra: &str) -> String {
+    curl_tool(name, network).replace(r#""--max-time", "5","#, &format!(r#""--max-time", "5", {extra},"#))
+}
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip").args(args).output().expect("ip (iproute2) runs");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Runs `test` on a thread in a network and mount namespace of its own, where `cordtest0` (a
+/// dummy interface, or a bridge where the kernel has no dummy driver) has 11.22.33.44/24 and
+/// 2606:4700:c0d::1/64 and `/etc/hosts` (a bind mount, seen only there) names them: every
+/// process it starts (cordond, curl, cordon) is in them; the host is untouched.
+fn in_own_netns(hosts: &'static str, test: impl FnOnce() + Send + 'static) {
+    use nix::mount::{MsFlags, mount};
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET | nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>).unwrap();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), format!("127.0.0.1 localhost\n{hosts}")).unwrap();
+        std::fs::set_permissions(file.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        mount(Some(file.path()), "/etc/hosts", None::<&str>, MsFlags::MS_BIND, None::<&str>).unwrap();
+        ip(&["link", "set", "lo", "up"]);
+        let made = ["dummy", "bridge"].iter().any(|kind| {
+            std::process::Command::new("ip")
+                .args(["link", "add", "cordtest0", "type", kind])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        assert!(made, "no dummy or bridge interface could be made");
+        ip(&["addr", "add", "11.22.33.44/24", "dev", "cordtest0"]);
+        ip(&["addr", "add", "2606:4700:c0d::1/64", "dev", "cordtest0", "nodad"]);
+        ip(&["link", "set", "cordtest0", "up"]);
+        test();
+    })
+    .join()
+    .unwrap();
+}
+
+/// Attack (issue 26): a granted name that resolves to an address of one of the host's own
+/// interfaces (a public IPv4, a global IPv6, one assigned after cordond started) reaches
+/// nothing, though a server listens on 0.0.0.0, over HTTP and SOCKS5, as root and as the agent;
+/// granted as an address, it is reached.
+#[test]
+fn a_name_that_resolves_to_an_address_of_this_host_reaches_nothing() {
+    if !cordon_tests::is_root() || !curl_installed() {
+        eprintln!("skipped: needs root (a network namespace of the test's own) and curl");
+        return;
+    }
+    let hosts = "11.22.33.44 own4.cordon.test\n2606:4700:c0d::1 own6.cordon.test\n11.22.44.1 late.cordon.test\n";
+    in_own_netns(hosts, || {
+        let up = Upstream::start_on("0.0.0.0:0");
+        let p = up.port;
+        let names =
+            format!("{{ hosts = [\"own4.cordon.test:{p}\", \"own6.cordon.test:{p}\", \"late.cordon.test:{p}\"] }}");
+        let tools = curl_tool("c", &names)
+            + &curl_tool_with("s", &names, r#""-x", "socks5h://127.0.0.1:3128""#)
+            + &curl_tool("granted", &format!("{{ hosts = [\"own4.cordon.test:{p}\", \"11.22.33.44:{p}\"] }}"));
+        let d = Daemon::start(&[("t.toml", &policy(&tools))]);
+        // Added after cordond started.
+        ip(&["addr", "add", "11.22.44.1/24", "dev", "cordtest0"]);
+        for (client, tool, name) in [
+            (Client::Me, "c", "own4.cordon.test"),
+            (Client::Me, "c", "own6.cordon.test"),
+            (Client::Me, "c", "late.cordon.test"),
+            (Client::Agent, "c", "own4.cordon.test"),
+            (Client::Me, "s", "own4.cordon.test"),
+        ] {
+            let r = run_as(&d, client, tool, json!({"url": format!("http://{name}:{p}/x")}));
+            let denial = &r["denials"][0];
+            assert_eq!(
+                (&denial["target"], &denial["access"]),
+                (&json!(format!("{name}:{p}")), &json!(["special-address"])),
+                "{tool} {name}: {r:#}"
+            );
+            let message = denial["message"].as_str().unwrap();
+            assert!(message.contains(cordon_core::egress::THIS_HOST), "{name}: {message}");
+            let id = r["invocation_id"].as_str().unwrap();
+            let record = d.audit_records().into_iter().find(|x| x["id"] == id && x["decision"] == "egress").unwrap();
+            assert_eq!((&record["allowed"], &record["why"]), (&json!(false), &json!("special-address")), "{record}");
+        }
+        assert!(up.heads().is_empty(), "a name reached the host's own server: {:?}", up.heads());
+        let r = run(&d, "granted", json!({"url": format!("http://own4.cordon.test:{p}/x")}));
+        assert_eq!(
+            (r["exit_code"].as_i64(), r["stdout"].as_str()),
+            (Some(0), Some("hello from upstream /x\n")),
+            "{r:#}"
+        );
+    });
+}
+
+/// A TLS server on 127.0.0.1 (`openssl s_server -www`, a fresh self-signed certificate for
+/// localhost); its port. It ends with the test's process group... killed on drop.
+struct TlsServer {
+    port: u16,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const OPENSSL: &str = "/usr/bin/openssl";
+
+fn tls_server() -> TlsServer {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, cert) = (dir.path().join("key.pem"), dir.path().join("cert.pem"));
+    let made = std::process::Command::new(OPENSSL)
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = std::process::Command::new(OPENSSL)
+        .args(["s_server", "-www", "-accept", &format!("127.0.0.1:{port}"), "-cert"])
+        .arg(&cert)
+        .arg("-key")
+        .arg(&key)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).is_ok()),
+        "openssl s_server never listened"
+    );
+    TlsServer { port, child, _dir: dir }
+}
+
+/// Attack (issue 26) with real TLS clients through the proxy to a loopback TLS server, tunnels
+/// opened for `localhost`: openssl s_client naming another server, or none, is cut before its
+/// hello goes up; the right name, and curl over https, get through.
+#[test]
+fn real_tls_clients_get_through_a_name_tunnel_only_with_its_name() {
+    if !curl_installed() || !Path::new(OPENSSL).exists() {
+        return;
+    }
+    let server = tls_server();
+    let p = server.port;
+    let hosts = format!("{{ hosts = [\"localhost:{p}\", \"127.0.0.1:{p}\"] }}");
+    let s_client = |name: &str, sni: &str| {
+        format!(
+            r#"
+[tools.{name}]
+description = "openssl s_client through the egress proxy"
+reason = "egress tests"
+command = ["{OPENSSL}", "s_client", "-proxy", "127.0.0.1:3128", "-connect", "localhost:{p}", {sni}]
+network = {hosts}
+"#
+        )
+    };
+    let tools = s_client("sni-ok", r#""-servername", "localhost""#)
+        + &s_client("sni-evil", r#""-servername", "evil.example""#)
+        + &s_client("sni-none", r#""-noservername""#)
+        + &format!(
+            r#"
+[tools.https]
+description = "curl over https through the egress proxy"
+reason = "egress tests"
+command = ["{CURL}", "-sS", "-k", "--max-time", "5", "https://localhost:{p}/"]
+network = {hosts}
+"#
+        );
+    let d = Daemon::start(&[("t.toml", &policy(&tools))]);
+    let closed_of = |r: &Value| {
+        let id = r["invocation_id"].as_str().unwrap();
+        d.audit_records().into_iter().find(|x| x["id"] == id && x["decision"] == "egress_closed").unwrap()
+    };
+    for (tool, end, says) in [
+        ("sni-evil", "sni_mismatch", "carried a TLS ClientHello for \"evil.example\""),
+        ("sni-none", "unverifiable", "names no server (no server_name extension)"),
+    ] {
+        for client in [Client::Me, Client::Agent] {
+            let r = run_as(&d, client, tool, json!({}));
+            assert_ne!(r["exit_code"], 0, "{tool}: the handshake cannot complete: {r:#}");
+            let closed = closed_of(&r);
+            assert_eq!((&closed["end"], &closed["bytes_up"]), (&json!(end), &json!(0)), "{tool}: {closed:#}");
+            assert!(closed["message"].as_str().unwrap().contains(says), "{tool}: {closed:#}");
+            let denial = &r["denials"][0];
+            assert_eq!(denial["target"], json!(format!("localhost:{p}")), "{tool}: {r:#}");
+            assert!(denial["message"].as_str().unwrap().contains(says), "{tool}: {r:#}");
+        }
+    }
+    let r = run(&d, "sni-ok", json!({}));
+    assert_eq!(r["exit_code"], 0, "{r:#}");
+    assert!(r["stdout"].as_str().unwrap().contains("subject=CN = localhost"), "{r:#}");
+    assert_eq!(closed_of(&r)["end"], "closed");
+    let r = run(&d, "https", json!({}));
+    assert_eq!(r["exit_code"], 0, "{r:#}");
+    assert!(r["stdout"].as_str().unwrap().contains("s_server"), "{r:#}");
+    assert!(r.get("denials").is_none_or(|x| x.as_array().is_some_and(Vec::is_empty)), "{r:#}");
 }
