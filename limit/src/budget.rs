@@ -98,6 +98,21 @@ impl<K: Hash + Eq + Clone> FailureBudget<K> {
         keys.insert(key, Bucket { left, at: now });
     }
 
+    /// Gives back one failure spent by [`FailureBudget::fail`] (it was not a failure after all).
+    pub fn refund(&self, key: &K) {
+        let now = Instant::now();
+        let mut keys = self.lock();
+        let full = f64::from(self.limits.failures);
+        if let Some(bucket) = keys.get(key).copied() {
+            let left = (self.refilled(bucket, now) + 1.0).min(full);
+            if left >= full {
+                keys.remove(key);
+            } else {
+                keys.insert(key.clone(), Bucket { left, at: now });
+            }
+        }
+    }
+
     /// Keys remembered now.
     pub fn len(&self) -> usize {
         self.lock().len()
