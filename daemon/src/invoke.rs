@@ -927,6 +927,7 @@ impl Invoker {
                 let ctx = egress::Context {
                     invocation: prepared.id.clone(),
                     tool: prepared.tool.name.clone(),
+                    caller: prepared.caller.uid,
                     egress: rules.clone(),
                     audit: self.audit.clone(),
                     resolver: egress::Resolver::System,

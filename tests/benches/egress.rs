@@ -88,6 +88,7 @@ async fn proxy(port: u16, disk: &str) -> Proxy {
     let ctx = Context {
         invocation: "bench".into(),
         tool: "bench".into(),
+        caller: 0,
         egress,
         audit: audit.clone(),
         resolver: Resolver::System,

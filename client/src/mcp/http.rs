@@ -5,11 +5,14 @@
 //! Every request passes, in this order:
 //! 1. **Token**: exactly one `Authorization: Bearer cordon_<id>_<secret>` header, or 401 with
 //!    `WWW-Authenticate` and nothing else done. The token is then checked by cordond (this
-//!    process is unprivileged and proves nothing): a token cordond refuses is 401 too. After
-//!    [`MAX_REFUSALS`] refusals in a minute, 429 without asking cordond (each refusal is an
-//!    audit record; guessing must not fill the log), except for a token cordond accepted before
-//!    (whoever guesses cannot lock out the agents already at work; such a token is still asked
-//!    about every time, so a revoked one stops at once and counts as a refusal).
+//!    process is unprivileged and proves nothing): a token cordond refuses is 401 too. Refusals
+//!    are budgeted per source (the local account owning the connecting socket, from the
+//!    kernel's socket table; else the peer's address): after [`MAX_REFUSALS`] in a minute from
+//!    one source, that source's unknown tokens get 429 (with `Retry-After`) without asking
+//!    cordond (each refusal is an audit record; guessing must not fill the log), and nobody
+//!    else's: a valid token from any other source is always checked and served, and a token
+//!    cordond accepted before is checked even from a source out of budget. Checks with cordond
+//!    take turns per source ([`cordon_limit::Limiter`]), so one source's flood delays only itself.
 //! 2. **Host and Origin** (rmcp's checks, configured here): `Host` must name the bound address or
 //!    a loopback name (`--allow-host` adds names), an `Origin`, when present, must be this
 //!    server's own or in `--allow-origin` (every other browser origin is refused), against DNS
@@ -20,6 +23,11 @@
 //!    its `Mcp-Session-Id` is refused (403). A token holds at most `--max-sessions-per-token`
 //!    sessions; sessions idle for `--session-idle` are closed.
 //! 4. rmcp: body size (`--max-body`), media types, protocol version; then the bridge.
+//!
+//! Connections are accepted at once and then take a slot of their source's share
+//! ([`MAX_CONNECTIONS_PER_SOURCE`] of [`MAX_CONNECTIONS`]); one over its share waits in a fair,
+//! bounded queue and is answered 503 with the reason if none comes, so silent connections of one
+//! local account cannot shut out another's.
 //!
 //! Protocol styles: the sessions of the 2025 revisions (`initialize`, `Mcp-Session-Id`, SSE
 //! streams, GET for the standalone stream, DELETE to end) and the stateless 2026-07-28 style
@@ -42,6 +50,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::sync::Mutex;
+
+use cordon_limit::Principal;
 
 use super::bridge::Bridge;
 use crate::error::CliError;
@@ -69,11 +79,25 @@ pub struct HttpOptions {
 pub const MAX_SESSIONS: usize = 200;
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 512;
+/// Connections served at once from one source (a local account, or a remote address).
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = 128;
+/// Connections waiting for a slot, from one source and in all, and for how long.
+const CONNECTION_QUEUE_PER_SOURCE: usize = 64;
+const CONNECTION_QUEUE: usize = 256;
+const CONNECTION_WAIT: Duration = Duration::from_secs(10);
+/// Token checks with cordond at once, per source and in all; more wait their turn.
+const CHECKS_PER_SOURCE: usize = 4;
+const CHECKS: usize = 32;
+const CHECK_QUEUE_PER_SOURCE: usize = 64;
+const CHECK_QUEUE: usize = 1024;
+const CHECK_WAIT: Duration = Duration::from_secs(10);
+/// Sources whose refusals are remembered at once.
+const MAX_SOURCES: usize = 4096;
 /// How long a client may take to send a request's headers.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// Tokens cordond may refuse per [`REFUSAL_WINDOW`]; beyond, requests get 429 without asking
-/// it: every refusal is an audit record, and whoever can reach the port could otherwise write
-/// records as fast as they can guess tokens.
+/// Tokens cordond may refuse per [`REFUSAL_WINDOW`] for one source; beyond, that source's
+/// unknown tokens get 429 without asking it: every refusal is an audit record, and whoever can
+/// reach the port could otherwise write records as fast as they can guess tokens.
 pub const MAX_REFUSALS: u32 = 30;
 const REFUSAL_WINDOW: Duration = Duration::from_secs(60);
 /// Tokens remembered as accepted by cordond (as many as it keeps valid at once).
@@ -152,8 +176,11 @@ struct Front {
     max_per_token: usize,
     /// The `Host` values accepted (host, port when the entry names one), as rmcp checks them.
     hosts: Vec<(String, Option<u16>)>,
-    /// Refusals in the current window: (window start, count).
-    refusals: std::sync::Mutex<(tokio::time::Instant, u32)>,
+    /// Refusals per source (spent before asking cordond about an unknown token, given back when
+    /// it accepted it).
+    refusals: cordon_limit::FailureBudget<Principal>,
+    /// Turns for asking cordond, per source.
+    checks: cordon_limit::Limiter<Principal>,
     /// Tokens cordond accepted (id -> hash of the secret): checked even when the window is full.
     known: std::sync::Mutex<std::collections::HashMap<String, [u8; 32]>>,
 }
@@ -222,21 +249,34 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
         socket,
         max_per_token: opts.max_sessions_per_token,
         hosts: allowed_hosts(&opts, bound).iter().filter_map(|h| allowed_authority(h)).collect(),
-        refusals: std::sync::Mutex::new((tokio::time::Instant::now(), 0)),
+        refusals: cordon_limit::FailureBudget::new(cordon_limit::BudgetLimits {
+            failures: MAX_REFUSALS,
+            per: REFUSAL_WINDOW,
+            max_keys: MAX_SOURCES,
+        }),
+        checks: cordon_limit::Limiter::new(cordon_limit::LimiterLimits {
+            per_key: CHECKS_PER_SOURCE,
+            global: CHECKS,
+            queue_per_key: CHECK_QUEUE_PER_SOURCE,
+            queue: CHECK_QUEUE,
+            wait: CHECK_WAIT,
+        }),
         known: std::sync::Mutex::default(),
     });
     // The address on stderr, for whoever started us (and tests asking for port 0).
     eprintln!("cordon mcp: serving MCP over HTTP on http://{bound}/mcp");
-    let connections = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let connections = Arc::new(cordon_limit::Limiter::new(cordon_limit::LimiterLimits {
+        per_key: MAX_CONNECTIONS_PER_SOURCE,
+        global: MAX_CONNECTIONS,
+        queue_per_key: CONNECTION_QUEUE_PER_SOURCE,
+        queue: CONNECTION_QUEUE,
+        wait: CONNECTION_WAIT,
+    }));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot install the SIGTERM handler: {e}"))?;
     loop {
-        let permit = tokio::select! {
-            p = connections.clone().acquire_owned() => p.map_err(|e| e.to_string())?,
-            _ = tokio::signal::ctrl_c() => break,
-            _ = terminate.recv() => break,
-        };
-        let (stream, _) = tokio::select! {
+        // Accept first: who connects is known only then, and a slot is spent from their share.
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -253,12 +293,23 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let front = front.clone();
+        let (front, connections) = (front.clone(), connections.clone());
         tokio::spawn(async move {
-            let _permit = permit;
+            let source = match stream.local_addr() {
+                Ok(local) => cordon_limit::peer::of_tcp(local, peer),
+                Err(_) => Principal::Addr(cordon_limit::peer::source(peer.ip())),
+            };
+            let _permit = match connections.acquire(source).await {
+                Ok(p) => p,
+                Err(refused) => {
+                    tracing::warn!(%source, %refused, "connection refused: this source's connection limit");
+                    refuse_connection(stream, source, &refused).await;
+                    return;
+                }
+            };
             let service = hyper::service::service_fn(move |req| {
                 let front = front.clone();
-                async move { Ok::<_, std::convert::Infallible>(front.handle(req).await) }
+                async move { Ok::<_, std::convert::Infallible>(front.handle(req, source).await) }
             });
             let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -270,8 +321,29 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
             }
         });
     }
+    connections.close();
     stop.cancel();
     Ok(())
+}
+
+/// Answers a connection that got no slot with 503 and the reason, then closes it.
+async fn refuse_connection(mut stream: tokio::net::TcpStream, source: Principal, refused: &cordon_limit::Refused) {
+    use tokio::io::AsyncWriteExt as _;
+    let text = format!(
+        "cordon mcp: too many connections from {source} ({MAX_CONNECTIONS_PER_SOURCE} at once per source, \
+         {MAX_CONNECTIONS} in all): {refused}\n"
+    );
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nretry-after: 1\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n",
+        text.len()
+    );
+    let answer = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(text.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
 }
 
 fn plain(status: StatusCode, text: &str) -> Response<Body> {
@@ -360,7 +432,7 @@ pub fn check_host<B>(req: &Request<B>, hosts: &[(String, Option<u16>)]) -> Resul
 }
 
 impl Front {
-    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+    async fn handle(&self, req: Request<Incoming>, source: Principal) -> Response<Body> {
         // 1. A token, before anything else.
         let token = match request_token(&req) {
             Ok(t) => t,
@@ -371,7 +443,7 @@ impl Front {
             return *r;
         }
         // cordond decides whether the token is good (and the account it maps to is not an admin).
-        if let Err(r) = self.check_with_daemon(&token).await {
+        if let Err(r) = self.check_with_daemon(&token, source).await {
             return *r;
         }
         // 3. A session belongs to the token that opened it.
@@ -412,19 +484,6 @@ impl Front {
         response
     }
 
-    /// Counts a refusal; whether the window still has room for asking cordond.
-    fn refusals(&self, add: bool) -> bool {
-        let mut w = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
-        let now = tokio::time::Instant::now();
-        if now.duration_since(w.0) >= REFUSAL_WINDOW {
-            *w = (now, 0);
-        }
-        if add {
-            w.1 = w.1.saturating_add(1);
-        }
-        w.1 < MAX_REFUSALS
-    }
-
     /// Whether cordond accepted `token` before (its id and the hash of its secret).
     fn known(&self, token: &Bearer) -> bool {
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
@@ -449,18 +508,46 @@ impl Front {
     }
 
     /// Asks cordond whether `token` is good now (every request: a revoked token stops at once).
-    /// While the refusal window is full, only tokens cordond accepted before are asked about.
-    async fn check_with_daemon(&self, token: &Bearer) -> Result<(), Box<Response<Body>>> {
-        if !self.refusals(false) && !self.known(token) {
-            return Err(Box::new(plain(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!(
-                    "cordon mcp: cordond refused {MAX_REFUSALS} tokens within {} s; no token is checked until that \
-                     window ends: retry later",
-                    REFUSAL_WINDOW.as_secs()
-                ),
-            )));
+    /// A source out of refusals gets its unknown tokens refused here; its known ones, and every
+    /// other source's tokens, are still asked about.
+    async fn check_with_daemon(&self, token: &Bearer, source: Principal) -> Result<(), Box<Response<Body>>> {
+        // An unknown token spends one of its source's refusals before cordond is asked (so that
+        // concurrent guesses cannot all pass the check first); it comes back if cordond accepts.
+        let known = self.known(token);
+        if !known {
+            if let Err(over) = self.refusals.check(&source) {
+                let mut r = plain(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &format!(
+                        "cordon mcp: cordond refused {MAX_REFUSALS} tokens from {source} within {} s; tokens from \
+                         there that cordond has not accepted before are not checked for {} s: retry then",
+                        REFUSAL_WINDOW.as_secs(),
+                        over.retry_after.as_secs().max(1)
+                    ),
+                );
+                if let Ok(v) = HeaderValue::from_str(&over.retry_after.as_secs().max(1).to_string()) {
+                    r.headers_mut().insert(header::RETRY_AFTER, v);
+                }
+                return Err(Box::new(r));
+            }
+            self.refusals.fail(source);
         }
+        // Not a refusal after all (accepted, or not decided): the spent one comes back.
+        let refund = || {
+            if !known {
+                self.refusals.refund(&source);
+            }
+        };
+        let _turn = match self.checks.acquire(source).await {
+            Ok(turn) => turn,
+            Err(refused) => {
+                refund();
+                return Err(Box::new(plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("cordon mcp: too many token checks in progress from {source}: {refused}"),
+                )));
+            }
+        };
         let base = {
             let mut slot = self.checker.lock().await;
             match slot.as_ref() {
@@ -471,6 +558,7 @@ impl Front {
                         c
                     }
                     Err(e) => {
+                        refund();
                         return Err(Box::new(plain(
                             StatusCode::SERVICE_UNAVAILABLE,
                             &format!("cordon mcp: cannot reach cordond to check the token: {e}"),
@@ -484,14 +572,19 @@ impl Front {
         match client.status().await {
             Ok(_) => {
                 self.remember(token, true);
+                refund();
                 Ok(())
             }
             Err(e) if e.code() == cordon_core::code::ErrorCode::TokenRefused => {
                 self.remember(token, false);
-                self.refusals(true);
+                if known {
+                    // A token revoked since: a refusal of its source like any other.
+                    self.refusals.fail(source);
+                }
                 Err(Box::new(unauthorized(Some("invalid_token"), &format!("cordon mcp: {e}"))))
             }
             Err(e) => {
+                refund();
                 if e.connection_failed() {
                     *self.checker.lock().await = None;
                 }

@@ -70,9 +70,21 @@ pub const MAX_REFUSAL_RECORDS: u64 = 64;
 /// Connections beyond `max_connections` answered at once (each reads a request head to refuse
 /// it in its protocol); connections beyond these are closed without an answer.
 const REFUSERS: usize = 8;
-/// Names being resolved at once, across every invocation of the daemon.
+/// Names being resolved at once, across every invocation of the daemon, and per caller (uid):
+/// one caller's slow lookups (a wildcard grant whose name servers the tool's author runs) hold
+/// only that caller's turns. A lookup that finds none free waits in a fair queue (freed turns
+/// go round-robin over the callers that wait), within its [`RESOLVE_TIMEOUT`].
 const MAX_RESOLVING: usize = 32;
-static RESOLVING: Semaphore = Semaphore::const_new(MAX_RESOLVING);
+const MAX_RESOLVING_PER_CALLER: usize = 4;
+static RESOLVING: std::sync::LazyLock<cordon_limit::Limiter<u32>> = std::sync::LazyLock::new(|| {
+    cordon_limit::Limiter::new(cordon_limit::LimiterLimits {
+        per_key: MAX_RESOLVING_PER_CALLER,
+        global: MAX_RESOLVING,
+        queue_per_key: 64,
+        queue: 1024,
+        wait: RESOLVE_TIMEOUT,
+    })
+});
 /// Addresses of one name the proxy tries, in the resolver's order.
 const MAX_ADDRESSES: usize = 4;
 
@@ -82,6 +94,8 @@ pub struct Context {
     /// The invocation id (its records carry it).
     pub invocation: String,
     pub tool: String,
+    /// The invocation's caller (uid): whose share of the daemon-wide budgets it spends.
+    pub caller: u32,
     pub egress: Egress,
     pub audit: Arc<Audit>,
     pub resolver: Resolver,
@@ -99,33 +113,81 @@ pub enum Resolver {
 }
 
 impl Resolver {
-    async fn resolve(&self, name: &str, port: u16) -> Result<Vec<IpAddr>, String> {
+    async fn resolve(&self, name: &str, port: u16, caller: u32) -> Result<Vec<IpAddr>, String> {
         match self {
             Resolver::System => {
-                // Each resolution holds a thread of the blocking pool (getaddrinfo), which the
-                // rest of cordond shares: at most MAX_RESOLVING at once, daemon-wide. The turn is
-                // held by a task of its own until getaddrinfo returns, even when this caller has
-                // given up at the timeout (the thread runs on), so slow resolvers cannot pile up
-                // threads. Waiting for a turn counts against the timeout.
                 let name = name.to_string();
-                let lookup = async move {
-                    let turn = RESOLVING.acquire().await;
-                    let resolved = tokio::spawn(async move {
-                        let _turn = turn;
-                        tokio::net::lookup_host((name.as_str(), port)).await.map(|a| a.collect::<Vec<_>>())
-                    });
-                    resolved.await
-                };
-                match tokio::time::timeout(RESOLVE_TIMEOUT, lookup).await {
-                    Ok(Ok(Ok(addrs))) => Ok(addrs.into_iter().map(|a| canonical(a.ip())).collect()),
-                    Ok(Ok(Err(e))) => Err(e.to_string()),
-                    Ok(Err(e)) => Err(format!("the resolution failed ({e})")),
-                    Err(_) => Err(format!("no answer within {} s", RESOLVE_TIMEOUT.as_secs())),
+                let lookup =
+                    async move { tokio::net::lookup_host((name.as_str(), port)).await.map(|a| a.collect::<Vec<_>>()) };
+                match resolve_in_turn(&RESOLVING, caller, lookup).await {
+                    Ok(Ok(addrs)) => Ok(addrs.into_iter().map(|a| canonical(a.ip())).collect()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(e) => Err(e),
                 }
             }
             #[cfg(test)]
             Resolver::Fixed(table) => table.get(name).cloned().ok_or_else(|| "unknown name".to_string()),
         }
+    }
+}
+
+/// Runs `lookup` in one of `caller`'s turns of `turns`. Each resolution holds a thread of the
+/// blocking pool (getaddrinfo), which the rest of cordond shares: the turn is held by a task of
+/// its own until the lookup returns, even when this caller has given up at the timeout (the
+/// thread runs on), so slow resolvers cannot pile up threads, and they pile up in their
+/// caller's share only. Waiting for a turn counts against the timeout.
+async fn resolve_in_turn<T: Send + 'static>(
+    turns: &cordon_limit::Limiter<u32>,
+    caller: u32,
+    lookup: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, String> {
+    let in_turn = async {
+        let turn = turns.acquire(caller).await.map_err(|refused| {
+            format!("too many names being resolved for this caller or in all (uid {caller}): {refused}")
+        })?;
+        let resolved = tokio::spawn(async move {
+            let _turn = turn;
+            lookup.await
+        });
+        resolved.await.map_err(|e| format!("the resolution failed ({e})"))
+    };
+    match tokio::time::timeout(RESOLVE_TIMEOUT, in_turn).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {} s", RESOLVE_TIMEOUT.as_secs())),
+    }
+}
+
+#[cfg(test)]
+mod resolving {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// One caller's lookups that never answer hold only its own turns: another caller's name
+    /// resolves, and the first caller's further lookups wait in its own queue.
+    #[tokio::test(start_paused = true)]
+    async fn slow_lookups_of_one_caller_leave_other_callers_their_turns() {
+        let turns = Arc::new(cordon_limit::Limiter::new(cordon_limit::LimiterLimits {
+            per_key: MAX_RESOLVING_PER_CALLER,
+            global: MAX_RESOLVING,
+            queue_per_key: 64,
+            queue: 1024,
+            wait: RESOLVE_TIMEOUT,
+        }));
+        let mut stuck = JoinSet::new();
+        for _ in 0..40 {
+            let turns = turns.clone();
+            stuck.spawn(async move { resolve_in_turn(&turns, 1000, std::future::pending::<()>()).await });
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(turns.held_by(&1000), MAX_RESOLVING_PER_CALLER);
+        let honest = resolve_in_turn(&turns, 1001, async { "127.0.0.1" }).await;
+        assert_eq!(honest.unwrap(), "127.0.0.1");
+        // The abuser's lookups time out (their turns stay held by the stuck lookups).
+        while let Some(r) = stuck.join_next().await {
+            let e = r.unwrap().unwrap_err();
+            assert!(e.contains("no answer within") || e.contains("no slot came free"), "{e}");
+        }
+        assert_eq!(turns.held_by(&1001), 0);
     }
 }
 
@@ -526,8 +588,12 @@ impl Proxy {
             Target::Addr(a) => return self.grant(rule, vec![a]),
             Target::Name(n) => n,
         };
-        let resolved =
-            self.ctx.resolver.resolve(&name, request.port).await.map_err(|e| Why::Refused(Refusal::Unresolved(e)))?;
+        let resolved = self
+            .ctx
+            .resolver
+            .resolve(&name, request.port, self.ctx.caller)
+            .await
+            .map_err(|e| Why::Refused(Refusal::Unresolved(e)))?;
         if resolved.is_empty() {
             return Err(Why::Refused(Refusal::Unresolved("no address".into())));
         }

@@ -77,7 +77,14 @@ async fn proxy(egress: Egress, resolver: Resolver) -> Harness {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
-    let ctx = Context { invocation: "inv1".into(), tool: "fetch".into(), egress, audit: audit.clone(), resolver };
+    let ctx = Context {
+        invocation: "inv1".into(),
+        tool: "fetch".into(),
+        caller: 1000,
+        egress,
+        audit: audit.clone(),
+        resolver,
+    };
     let proxy = tokio::spawn(serve(listener, ctx, stop.clone()));
     Harness { addr, stop, proxy, audit, dir }
 }
@@ -459,6 +466,7 @@ async fn the_handoff_starts_the_proxy_on_the_listener_and_finish_stops_it() {
     let ctx = |audit: &Arc<Audit>| Context {
         invocation: "inv2".into(),
         tool: "fetch".into(),
+        caller: 1000,
         egress: egress(&[format!("127.0.0.1:{up}")]),
         audit: audit.clone(),
         resolver: Resolver::System,

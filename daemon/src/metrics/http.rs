@@ -6,6 +6,12 @@
 //! is an admin's file (`--metrics-token-file`), or one cordond draws at each start and writes
 //! next to the audit log, readable by root and the admin group only (by cordond's own user only
 //! when it does not run as root). Prometheus reads it with `authorization: credentials_file:`.
+//!
+//! Every connection is accepted at once and then takes a slot of its source's share (the local
+//! account owning the connecting socket, from the kernel's socket table: `cordon_limit::peer`):
+//! [`MAX_CONNECTIONS_PER_SOURCE`] of [`MAX_CONNECTIONS`]. One over its share waits in a fair,
+//! bounded queue, else is answered 503 with the reason; silent connections of one account hold
+//! only that account's slots, never the admin's scrape's.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
@@ -14,19 +20,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cordon_limit::{Limiter, LimiterLimits, Principal};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
 use super::{CONTENT_TYPE, Metrics, Options, Snapshot};
 
 /// The file name of the token cordond writes (in the audit log's directory).
 pub const TOKEN_FILE_NAME: &str = "metrics.token";
-/// Scrapes served at once; more connections wait to be accepted.
-const MAX_CONNECTIONS: usize = 8;
+/// Scrapes served at once, in all and per source; more connections wait for a slot (at most
+/// [`QUEUE_PER_SOURCE`] of a source's, [`QUEUE`] in all, each for [`HEAD_TIMEOUT`]).
+const MAX_CONNECTIONS: usize = 16;
+const MAX_CONNECTIONS_PER_SOURCE: usize = 4;
+const QUEUE_PER_SOURCE: usize = 8;
+const QUEUE: usize = 64;
 /// A connection's request head must arrive within this, and the whole connection end within
 /// [`CONNECTION_LIMIT`]: a local client that opens a connection and says nothing holds nothing.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -94,11 +104,17 @@ impl Endpoint {
 
     /// Serves scrapes until the task is dropped; `snapshot` reads the gauges at each scrape.
     pub async fn serve(self, metrics: Arc<Metrics>, snapshot: Arc<dyn Fn() -> Snapshot + Send + Sync>) {
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let slots: Arc<Limiter<Principal>> = Arc::new(Limiter::new(LimiterLimits {
+            per_key: MAX_CONNECTIONS_PER_SOURCE,
+            global: MAX_CONNECTIONS,
+            queue_per_key: QUEUE_PER_SOURCE,
+            queue: QUEUE,
+            wait: HEAD_TIMEOUT,
+        }));
         loop {
-            let Ok(permit) = slots.clone().acquire_owned().await else { return };
-            let stream = match self.listener.accept().await {
-                Ok((stream, _)) => stream,
+            // Accept first: a slot is spent from the share of whoever connected.
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(pair) => pair,
                 Err(e) => {
                     // EMFILE and the like: wait instead of spinning.
                     tracing::warn!(error = %e, "metrics endpoint: accept failed");
@@ -106,8 +122,21 @@ impl Endpoint {
                     continue;
                 }
             };
-            let (metrics, snapshot, token) = (metrics.clone(), snapshot.clone(), self.token.clone());
+            let (metrics, snapshot, token, slots) =
+                (metrics.clone(), snapshot.clone(), self.token.clone(), slots.clone());
             tokio::spawn(async move {
+                let source = match stream.local_addr() {
+                    Ok(local) => cordon_limit::peer::of_tcp(local, peer),
+                    Err(_) => Principal::Addr(cordon_limit::peer::source(peer.ip())),
+                };
+                let permit = match slots.acquire(source).await {
+                    Ok(p) => p,
+                    Err(refused) => {
+                        tracing::warn!(%source, %refused, "metrics endpoint: connection refused, this source's limit");
+                        refuse(stream, source, &refused).await;
+                        return;
+                    }
+                };
                 let service = hyper::service::service_fn(move |req| {
                     let answer = answer(&req, &token, &metrics, snapshot.as_ref());
                     async move { Ok::<_, std::convert::Infallible>(answer) }
@@ -122,6 +151,26 @@ impl Endpoint {
             });
         }
     }
+}
+
+/// Answers a connection that got no slot with 503 and the reason, then closes it.
+async fn refuse(mut stream: tokio::net::TcpStream, source: Principal, refused: &cordon_limit::Refused) {
+    use tokio::io::AsyncWriteExt as _;
+    let text = format!(
+        "cordon metrics: too many connections from {source} ({MAX_CONNECTIONS_PER_SOURCE} at once per source): \
+         {refused}\n"
+    );
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nretry-after: 1\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n",
+        text.len()
+    );
+    let answer = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(text.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
 }
 
 /// One request's answer.

@@ -21,9 +21,14 @@
 //! is no local process to inspect, and the identity is what the certificate proved), under the
 //! same HTTP/2 preface, silence and write-stall deadlines, with a slot in a per-identity count
 //! ([`MAX_CONNECTIONS_PER_IDENTITY`]) apart from the Unix socket's per-uid counts. Before that,
-//! handshakes in progress are bounded per source address (an IPv6 /64 counts as one;
-//! [`MAX_HANDSHAKES_PER_ADDRESS`]) and in all ([`MAX_HANDSHAKES`]), each within
-//! [`conn::HANDSHAKE_DEADLINE`].
+//! every connection is accepted at once and its handshake takes a slot of its source's share
+//! (`cordon_limit`): the local account owning the connecting socket for a loopback peer, else
+//! the source address (an IPv6 /64 counts as one); [`MAX_HANDSHAKES_PER_ADDRESS`] per source,
+//! [`MAX_HANDSHAKES`] in all, each within [`conn::HANDSHAKE_DEADLINE`]. A handshake that finds
+//! no free slot waits in a fair, bounded queue (freed slots go round-robin over the sources
+//! that wait, so one source's silent connections delay only that source's handshakes); one
+//! refused (its source's queue full, or no slot within [`HANDSHAKE_WAIT`]) gets a TLS
+//! `internal_error` alert and an audited refusal with the reason.
 //!
 //! Architecture invariant: this module is the only way a TCP connection reaches the server, and
 //! it yields only connections whose certificate the [`Mapping`] verifier accepted in their own
@@ -53,6 +58,8 @@ use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 
+use cordon_limit::{Limiter, LimiterLimits, Principal};
+
 use super::conn::{self, Conn, Deadlines, Held, Io, Limits, Peer, Verdict};
 use crate::audit::{Audit, Decision, Record};
 use crate::identities::{self, CertNames, Identities, IdentitiesError, Identity, Rules};
@@ -65,6 +72,11 @@ pub(crate) const MAX_HANDSHAKES_PER_ADDRESS: usize = 16;
 
 /// TLS handshakes in progress in all.
 pub(crate) const MAX_HANDSHAKES: usize = 256;
+
+/// Handshakes waiting for a slot, from one source and in all, and how long each may wait.
+pub(crate) const HANDSHAKE_QUEUE_PER_ADDRESS: usize = 256;
+pub(crate) const HANDSHAKE_QUEUE: usize = 1024;
+pub(crate) const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
 
 /// Refused handshakes audited one by one per window; the rest are summed up.
 pub(crate) const AUDITED_PER_WINDOW: u64 = 20;
@@ -445,9 +457,13 @@ async fn accept_loop(
     audit: Arc<Audit>,
     tx: mpsc::Sender<io::Result<Conn>>,
 ) {
-    let per_address: Arc<Limits<IpAddr>> =
-        Arc::new(Limits::named(MAX_HANDSHAKES_PER_ADDRESS, "address (TLS handshakes in progress)"));
-    let all = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    let handshakes: Arc<Limiter<Principal>> = Arc::new(Limiter::new(LimiterLimits {
+        per_key: MAX_HANDSHAKES_PER_ADDRESS,
+        global: MAX_HANDSHAKES,
+        queue_per_key: HANDSHAKE_QUEUE_PER_ADDRESS,
+        queue: HANDSHAKE_QUEUE,
+        wait: HANDSHAKE_WAIT,
+    }));
     let per_identity: Arc<Limits<Arc<str>>> = Arc::new(Limits::named(MAX_CONNECTIONS_PER_IDENTITY, "identity"));
     let refusals = Arc::new(Refusals::new(audit));
     let mut flush = tokio::time::interval(AUDIT_WINDOW);
@@ -470,15 +486,26 @@ async fn accept_loop(
         };
         // Small gRPC frames go out at once (no Nagle delay on a request's answer).
         let _ = stream.set_nodelay(true);
-        let (Some(from_address), Ok(in_all)) =
-            (per_address.acquire(source(addr.ip())), all.clone().try_acquire_owned())
-        else {
-            refusals.refuse(addr, None, Reason::Limit, "too many TLS handshakes in progress");
-            continue;
-        };
-        let (remote, tx, refusals, per_identity) = (remote.clone(), tx.clone(), refusals.clone(), per_identity.clone());
+        let (remote, tx, refusals, per_identity, handshakes) =
+            (remote.clone(), tx.clone(), refusals.clone(), per_identity.clone(), handshakes.clone());
         tokio::spawn(async move {
-            let _pending = (from_address, in_all);
+            // Accepted first; the handshake's slot comes from the share of whoever connected.
+            let from = match stream.local_addr() {
+                Ok(local) => cordon_limit::peer::of_tcp(local, addr),
+                Err(_) => Principal::Addr(source(addr.ip())),
+            };
+            let _pending = match handshakes.acquire(from).await {
+                Ok(slot) => slot,
+                Err(refused) => {
+                    let detail = format!(
+                        "too many TLS handshakes from {from} ({MAX_HANDSHAKES_PER_ADDRESS} at once per source, \
+                         {MAX_HANDSHAKES} in all): {refused}"
+                    );
+                    refusals.refuse(addr, None, Reason::Limit, &detail);
+                    refuse_with_alert(stream).await;
+                    return;
+                }
+            };
             let outcome = Arc::new(Mutex::new(Outcome::NotAsked));
             let config = match remote.server_config(outcome.clone()) {
                 Ok(c) => c,
@@ -522,21 +549,24 @@ async fn accept_loop(
     }
 }
 
-/// Whom a source address counts against for [`MAX_HANDSHAKES_PER_ADDRESS`]: an IPv4 address
-/// (an IPv4-mapped IPv6 one as itself), or an IPv6 address's /64, which one host usually holds
-/// whole (counted per address, it could open 2^64 times the limit).
+/// Whom a source address counts against for [`MAX_HANDSHAKES_PER_ADDRESS`] when no local
+/// account owns it: an IPv4 address (an IPv4-mapped IPv6 one as itself), or an IPv6 address's
+/// /64, which one host usually holds whole (counted per address, it could open 2^64 times the
+/// limit).
 fn source(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => {
-                let mut segments = v6.segments();
-                segments[4..].fill(0);
-                IpAddr::V6(segments.into())
-            }
-        },
-    }
+    cordon_limit::peer::source(ip)
+}
+
+/// A fatal TLS `internal_error` alert (a TLS 1.2-framed record, which every client reads before
+/// its handshake), then close: the client learns it was refused rather than seeing a reset.
+async fn refuse_with_alert(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt as _;
+    const ALERT: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 80];
+    let send = async {
+        stream.write_all(&ALERT).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), send).await;
 }
 
 /// A failed handshake that the verifier did not see.
