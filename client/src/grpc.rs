@@ -380,6 +380,13 @@ impl Client {
         Ok(r.tokens.into_iter().map(TokenInfo::from).collect())
     }
 
+    /// Tells cordond of a request the front-end refused itself; true when it was recorded on its
+    /// own (false: counted into the caller's summary).
+    pub async fn report_refusal(&mut self, report: v1::ReportRefusalRequest) -> Result<bool, CliError> {
+        let r = self.inner.report_refusal(report).await.map_err(|s| self.fail(s))?.into_inner();
+        Ok(r.recorded)
+    }
+
     pub async fn revoke_token(&mut self, id: &str) -> Result<TokenInfo, CliError> {
         let r = self
             .inner

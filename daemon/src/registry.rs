@@ -187,6 +187,13 @@ impl RegistryHandle {
     /// Re-reads the directory (blocking I/O). On success the new generation replaces the old one
     /// in a single swap; on failure nothing changes.
     pub fn reload(&self) -> Result<Arc<Registry>, LoadError> {
+        self.reload_unless(Vec::new())
+    }
+
+    /// [`Self::reload`], rejected as a whole when `others` holds errors (the other files read
+    /// with the policies, which did not load): the policy files are still read, so that the
+    /// answer lists their diagnostics too, but nothing is swapped in.
+    pub fn reload_unless(&self, others: Vec<Diagnostic>) -> Result<Arc<Registry>, LoadError> {
         let Some(_turn) = self.gate.enter(RELOAD_WAIT) else {
             return Err(LoadError {
                 diagnostics: vec![Diagnostic {
@@ -203,7 +210,14 @@ impl RegistryHandle {
             });
         };
         let previous = self.current();
-        let set = policy::load_dir_after(&self.dir, &self.host, &previous.reuse)?;
+        let set = match policy::load_dir_after(&self.dir, &self.host, &previous.reuse) {
+            Ok(set) if others.is_empty() => set,
+            Ok(_) => return Err(LoadError { diagnostics: others }),
+            Err(mut e) => {
+                e.diagnostics.extend(others);
+                return Err(e);
+            }
+        };
         let next = Arc::new(build(set, previous.generation + 1));
         // Only the tools that changed are new: the rest are shared with `previous`, which goes
         // when its last reader lets go of it (here, unless a request still holds it).

@@ -254,11 +254,13 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
     let (audit, recovery) = Audit::open(config.audit.clone()).map_err(StartError::Audit)?;
     let audit = Arc::new(audit);
     audit.follow_policies(registry.digests());
-    if recovery.cut_bytes > 0 || !recovery.aborted.is_empty() {
+    if recovery.cut_bytes > 0 || recovery.ended > 0 {
         tracing::warn!(
             cut_bytes = recovery.cut_bytes,
             aborted = recovery.aborted.len(),
-            "audit log recovered: invocations of the previous run that never finished are recorded as aborted"
+            ended = recovery.ended,
+            "audit log recovered: what the previous run left open (invocations, egress connections, workflows, \
+             pending confirmations) got its end record, marked recovered"
         );
     }
     // Before the socket too: a token file that cannot be trusted stops the start.

@@ -206,6 +206,19 @@ impl Tokens {
     /// until a reload reads it. The table stays locked from the read to the swap: an issue or a
     /// revoke writes the file and the table under the same lock, so a reload never puts back a
     /// table read before one of them (a revoked token valid again).
+    /// Reads the file for a reload without putting it in force ([`Tokens::install`] does): a
+    /// reload that cannot read every file it reads changes nothing.
+    pub fn read_for_reload(&self) -> Result<ReadTokens, StoreError> {
+        read(&self.path).map(ReadTokens)
+    }
+
+    /// Puts what [`Tokens::read_for_reload`] read in force; returns how many tokens it holds.
+    pub fn install(&self, read: ReadTokens) -> usize {
+        let n = read.0.len();
+        *self.lock() = State::Ok(read.0);
+        n
+    }
+
     pub fn reload(&self) -> Result<usize, StoreError> {
         let mut state = self.lock();
         match read(&self.path) {
@@ -418,6 +431,10 @@ fn stored_hash(t: &Stored) -> Option<[u8; 32]> {
 }
 
 /// Reads the table (checked as a policy file is); none there: empty.
+/// A token file read for a reload, not yet in force.
+#[derive(Debug)]
+pub struct ReadTokens(Vec<Stored>);
+
 fn read(path: &Path) -> Result<Vec<Stored>, StoreError> {
     let subject = Subject::TOKEN_FILE;
     let trust = Trust::current();

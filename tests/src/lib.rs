@@ -584,6 +584,18 @@ pub mod mcp_lines {
             }
         }
 
+        /// Writes `line` as it is and returns the next message that is not a notification.
+        pub fn raw(&mut self, line: &str) -> Value {
+            writeln!(self.stdin, "{line}").unwrap();
+            self.stdin.flush().unwrap();
+            loop {
+                let m = self.lines.recv_timeout(Duration::from_secs(30)).expect("an answer in time");
+                if m.get("method").is_none() {
+                    return m;
+                }
+            }
+        }
+
         /// `tools/call` of `tool` with `arguments`.
         pub fn call(&mut self, tool: &str, arguments: Value) -> Value {
             self.request("tools/call", json!({ "name": tool, "arguments": arguments }))

@@ -159,15 +159,17 @@ impl ServerHandler for Bridge {
         }
         if name == SEARCH_TOOL {
             return match self.inner.catalogs.get(&self.inner.daemon).await {
-                Ok(catalog) => Ok(search::search(&catalog, &arguments).into()),
+                Ok(catalog) => Ok(self.reported(&name, &arguments, search::search(&catalog, &arguments).into()).await),
                 Err(e) => Ok(self.failure(&e).into()),
             };
         }
         if name == STATUS_TOOL {
-            return Ok(self.status(&arguments).await.into());
+            let result = self.status(&arguments).await.into();
+            return Ok(self.reported(&name, &arguments, result).await);
         }
         if super::jobs::JOB_TOOLS.contains(&name.as_str()) {
-            return self.job_tool(&name, &arguments, &context).await;
+            let result = self.job_tool(&name, &arguments, &context).await?;
+            return Ok(self.reported(&name, &arguments, result).await);
         }
         if name == CONFIRM_TOOL {
             // The built-in tool's own input schema, applied as strictly as a daemon tool's.
@@ -175,31 +177,24 @@ impl ServerHandler for Bridge {
                 request.arguments.iter().flatten().map(|(k, _)| k).filter(|k| *k != "token").collect();
             if !unknown.is_empty() {
                 let names = unknown.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ");
-                return Ok(render::refused(
-                    ErrorCode::UnknownFields,
-                    &format!("unknown field(s) {names}: `confirm` takes only {{\"token\": \"...\"}}; nothing ran"),
-                )
-                .into());
+                let message =
+                    format!("unknown field(s) {names}: `confirm` takes only {{\"token\": \"...\"}}; nothing ran");
+                return Ok(self.refuse_builtin(&name, &arguments, ErrorCode::UnknownFields, &message).await);
             }
             let token = match arguments.get("token") {
                 Some(Value::String(t)) => t,
                 None | Some(Value::Null) => {
-                    return Ok(render::refused(
-                        ErrorCode::MissingRequiredField,
-                        "missing required field \"token\" (the token a tool returned when it asked for confirmation)",
-                    )
-                    .into());
+                    let message =
+                        "missing required field \"token\" (the token a tool returned when it asked for confirmation)";
+                    return Ok(self.refuse_builtin(&name, &arguments, ErrorCode::MissingRequiredField, message).await);
                 }
                 Some(other) => {
-                    return Ok(render::refused(
-                        ErrorCode::InvalidFieldType,
-                        &format!(
-                            "field \"token\" must be a string (the token a tool returned when it asked for \
-                             confirmation), got {}; nothing ran",
-                            json_type(other)
-                        ),
-                    )
-                    .into());
+                    let message = format!(
+                        "field \"token\" must be a string (the token a tool returned when it asked for \
+                         confirmation), got {}; nothing ran",
+                        json_type(other)
+                    );
+                    return Ok(self.refuse_builtin(&name, &arguments, ErrorCode::InvalidFieldType, &message).await);
                 }
             };
             let tool = ToolInfo::minimal(CONFIRM_TOOL.into());
@@ -217,7 +212,9 @@ impl ServerHandler for Bridge {
                 .chain(super::jobs::JOB_TOOLS);
             let hint = cordon_core::policy::diag::did_you_mean(&name, names);
             let code = ErrorCode::UnknownTool;
-            return Err(McpError::invalid_params(format!("{code}: unknown tool {name:?}{hint}"), None));
+            let message = format!("{code}: unknown tool {name:?}{hint}");
+            self.inner.daemon.report("tools/call", &name, &arguments.to_string(), code.as_str(), &message).await;
+            return Err(McpError::invalid_params(message, None));
         };
         if let Some(state) = &request.request_state {
             return self.resume(tool, &context, state, request.input_responses.as_ref()).await;
@@ -300,6 +297,55 @@ impl ServerHandler for Bridge {
 }
 
 /// A JSON value's type, as error messages name it.
+/// The codes a built-in tool refuses its own arguments with, here in the front-end (a built-in's
+/// result with another code is cordond's answer, which cordond recorded itself).
+const LOCAL_REFUSALS: [ErrorCode; 6] = [
+    ErrorCode::UnknownTool,
+    ErrorCode::MissingRequiredField,
+    ErrorCode::InvalidFieldType,
+    ErrorCode::InvalidFieldValue,
+    ErrorCode::UnknownFields,
+    ErrorCode::Protocol,
+];
+
+impl Bridge {
+    /// What the stdio line layer calls for each line it answers with an error: the refusal
+    /// is reported to cordond (in its own task; the line layer does not wait).
+    pub fn line_reporter(&self) -> super::lines::Reporter {
+        let bridge = self.clone();
+        super::lines::Reporter(std::sync::Arc::new(move |method: String, code: &'static str, message: String| {
+            let bridge = bridge.clone();
+            tokio::spawn(async move { bridge.inner.daemon.report(&method, "", "", code, &message).await });
+        }))
+    }
+
+    /// Reports a built-in tool's result to cordond when it is the front-end's own refusal of
+    /// the arguments; returns it unchanged.
+    async fn reported(&self, name: &str, arguments: &Value, response: CallToolResponse) -> CallToolResponse {
+        if let CallToolResponse::Complete(result) = &response
+            && result.is_error == Some(true)
+            && let Some(text) = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.as_str())
+            && let Some((code, message)) = text.split_once(": ")
+            && let Some(code) = ErrorCode::parse(code).filter(|c| LOCAL_REFUSALS.contains(c))
+        {
+            self.inner.daemon.report("tools/call", name, &arguments.to_string(), code.as_str(), message).await;
+        }
+        response
+    }
+
+    /// A built-in tool's refusal of its arguments, reported to cordond like a daemon tool's.
+    pub(super) async fn refuse_builtin(
+        &self,
+        name: &str,
+        arguments: &Value,
+        code: ErrorCode,
+        message: &str,
+    ) -> CallToolResponse {
+        self.inner.daemon.report("tools/call", name, &arguments.to_string(), code.as_str(), message).await;
+        render::refused(code, message).into()
+    }
+}
+
 fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

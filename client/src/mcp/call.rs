@@ -43,14 +43,19 @@ impl Bridge {
             Ok(c) => c,
             // Fail closed: what cannot be checked as the daemon would is not sent.
             Err(e) => {
-                return Ok(render::refused(
-                    ErrorCode::Protocol,
-                    &format!("cordon mcp cannot check calls of tool {:?}: {e}; nothing ran", tool.name),
-                )
-                .into());
+                let message = format!("cordon mcp cannot check calls of tool {:?}: {e}; nothing ran", tool.name);
+                self.inner
+                    .daemon
+                    .report("tools/call", &tool.name, &arguments.to_string(), ErrorCode::Protocol.as_str(), &message)
+                    .await;
+                return Ok(render::refused(ErrorCode::Protocol, &message).into());
             }
         };
         if let Err(r) = check.check(&arguments) {
+            self.inner
+                .daemon
+                .report("tools/call", &tool.name, &arguments.to_string(), r.code.as_str(), &r.message)
+                .await;
             let fix = "Fix the arguments and call the tool again; the tool's input schema lists every field.";
             let mut result = render::refused(r.code, &format!("{}. {fix}", r.message));
             result.structured_content =

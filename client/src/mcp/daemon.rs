@@ -16,6 +16,8 @@ use crate::grpc::Client;
 pub const MAX_IN_FLIGHT: usize = 8;
 /// Calls that may wait for a turn; beyond this a call is answered BUSY at once, with a hint.
 pub const MAX_QUEUED: usize = 1024;
+/// How long reporting a refusal to cordond may delay its answer.
+const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Retry hint of a call refused because the queue is full.
 const QUEUE_FULL_RETRY_MS: u64 = 1000;
 
@@ -68,6 +70,32 @@ impl Daemon {
         let epoch = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
         *slot = Some((epoch, c.clone()));
         Ok((epoch, c))
+    }
+
+    /// Tells cordond of a request this front-end refused itself, which records and logs it (the
+    /// front-end forwards only valid calls, and every refusal is still audited). Bounded in time:
+    /// a daemon that does not answer delays the refusal's answer by at most [`REPORT_WAIT`].
+    pub(super) async fn report(&self, method: &str, tool: &str, arguments: &str, code: &str, message: &str) {
+        // Debug only: cordond logs and records it. (A front-end whose host closed its stderr
+        // stalled on a warning written for every refusal: see the report of issue 26.)
+        tracing::debug!(method, tool, code, message, "refused a request; reporting it to cordond");
+        let report = cordon_proto::v1::ReportRefusalRequest {
+            transport: if self.token.is_some() { "http" } else { "stdio" }.into(),
+            method: method.into(),
+            tool: tool.into(),
+            arguments_json: arguments.into(),
+            code: code.into(),
+            message: message.into(),
+        };
+        let sent = async {
+            let mut c = self.client().await?;
+            c.report_refusal(report).await
+        };
+        match tokio::time::timeout(REPORT_WAIT, sent).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cordond was not told of the refusal"),
+            Err(_) => tracing::warn!("cordond did not take the refusal's report in time"),
+        }
     }
 
     /// Drops the connection of `epoch` (only that one: a newer connection stays).

@@ -427,6 +427,8 @@ enum Out {
 #[derive(Debug)]
 pub struct LineTransport<R> {
     reader: LineReader<R>,
+    /// Told of every line answered here with an error (see [`LineTransport::reporting`]).
+    reporter: Option<Reporter>,
     out: mpsc::Sender<Out>,
     /// Answers waiting for room in the writer's queue (taken only once room is reserved, so a
     /// cancelled `receive` loses none).
@@ -443,9 +445,40 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
         tokio::spawn(write_lines(write, rx));
         LineTransport {
             reader: LineReader { read: BufReader::new(read), line: Vec::new(), max, discarding: false },
+            reporter: None,
             out,
             answers: VecDeque::new(),
         }
+    }
+}
+
+impl<R> LineTransport<R> {
+    /// Tells `reporter` of every line answered here with an error (cordond records them).
+    pub fn reporting(mut self, reporter: Reporter) -> Self {
+        self.reporter = Some(reporter);
+        self
+    }
+}
+
+/// Told of a line the transport refused: its method (when the line was JSON with one), the
+/// JSON-RPC error's name (`PARSE_ERROR`, ...) and message.
+#[derive(Clone)]
+pub struct Reporter(pub std::sync::Arc<dyn Fn(String, &'static str, String) + Send + Sync>);
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Reporter")
+    }
+}
+
+/// The name of a JSON-RPC error code.
+pub fn error_name(code: i64) -> &'static str {
+    match code {
+        PARSE_ERROR => "PARSE_ERROR",
+        INVALID_REQUEST => "INVALID_REQUEST",
+        METHOD_NOT_FOUND => "METHOD_NOT_FOUND",
+        INVALID_PARAMS => "INVALID_PARAMS",
+        _ => "JSONRPC_ERROR",
     }
 }
 
@@ -525,11 +558,23 @@ impl<R: AsyncRead + Unpin + Send> rmcp::transport::Transport<RoleServer> for Lin
                     ),
                 )),
             };
+            let method = match (&verdict, &self.reporter) {
+                (Verdict::Answer(_), Some(_)) => serde_json::from_slice::<Value>(&self.reader.line)
+                    .ok()
+                    .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_string))
+                    .unwrap_or_default(),
+                _ => String::new(),
+            };
             self.reader.line.clear();
             match verdict {
                 Verdict::Pass(message) => return Some(*message),
                 Verdict::Answer(answer) => {
                     tracing::debug!(answer = %answer, "answered an invalid line");
+                    if let Some(Reporter(report)) = &self.reporter {
+                        let error = &answer["error"];
+                        let code = error_name(error["code"].as_i64().unwrap_or_default());
+                        report(method, code, error["message"].as_str().unwrap_or_default().to_string());
+                    }
                     match to_line(&answer) {
                         Ok(bytes) => self.answers.push_back(bytes),
                         Err(e) => tracing::error!(error = %e, "cannot encode an error answer"),

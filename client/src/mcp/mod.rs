@@ -62,7 +62,7 @@ pub fn serve(socket: PathBuf, page_size: Option<usize>) -> ExitCode {
         let (reader, writer) = rmcp::transport::stdio_pipes();
         let reader = EofSignal { inner: reader, closed };
         // Our own line layer, not rmcp's: every request gets an answer with its id (see `lines`).
-        let transport = lines::LineTransport::new(reader, writer);
+        let transport = lines::LineTransport::new(reader, writer).reporting(bridge.line_reporter());
         let running = match bridge.clone().serve(transport).await {
             Ok(r) => r,
             Err(e) => {

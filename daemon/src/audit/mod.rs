@@ -29,6 +29,7 @@
 //! runs without its `started` record on disk, and no outcome is answered before its record is.
 
 pub mod export;
+mod open;
 pub mod tail;
 mod writer;
 
@@ -65,6 +66,15 @@ impl Record {
 
     pub fn decision(&self) -> Decision {
         self.decision
+    }
+
+    /// A field as the line will carry it (`id` and `tool` included); the last one added wins.
+    fn field(&self, key: &str) -> Option<Value> {
+        match key {
+            "id" => self.invocation.clone().map(Value::from),
+            "tool" => self.tool.clone().map(Value::from),
+            _ => self.fields.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| v.clone()),
+        }
     }
 
     /// The code given to [`Record::error`], if any.

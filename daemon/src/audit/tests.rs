@@ -234,3 +234,95 @@ fn concurrent_durable_records_keep_the_order_they_were_queued_in() {
     }
     verify(&path).unwrap();
 }
+
+/// Everything a record opens gets exactly one end record at the next open, marked `recovered`
+/// with the last time the previous run wrote, also when the opening record is in a rotated file.
+#[tokio::test]
+async fn every_open_thing_is_ended_on_recovery_and_carried_across_rotation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let opts = Options { max_size: 2000, keep: 5, ..options(dir.path()) };
+    let egress = |id: &str, conn: u64, allowed: bool| {
+        Record::new(Decision::Egress)
+            .invocation(id)
+            .tool("t")
+            .with("conn", conn)
+            .with("host", "h")
+            .with("port", 443)
+            .with("allowed", allowed)
+    };
+    {
+        let (audit, _) = Audit::open(opts.clone()).unwrap();
+        audit
+            .durable(Record::new(Decision::WorkflowStarted).with("workflow_id", "wf-open").with("workflow", "w"))
+            .await
+            .unwrap();
+        audit
+            .durable(Record::new(Decision::WorkflowStarted).with("workflow_id", "wf-done").with("workflow", "w"))
+            .await
+            .unwrap();
+        audit.durable(Record::new(Decision::WorkflowFinished).with("workflow_id", "wf-done")).await.unwrap();
+        audit.durable(started("step").with("workflow_id", "wf-open").with("step", 2)).await.unwrap();
+        audit.durable(egress("step", 1, true)).await.unwrap();
+        audit.durable(egress("step", 2, true)).await.unwrap();
+        audit.durable(egress("step", 3, false)).await.unwrap();
+        audit.durable(Record::new(Decision::EgressClosed).invocation("step").tool("t").with("conn", 2)).await.unwrap();
+        for a in ["ap-open", "ap-granted", "ap-stale"] {
+            audit.durable(Record::new(Decision::ConfirmationRequested).tool("t").with("approval_id", a)).await.unwrap();
+        }
+        audit
+            .durable(Record::new(Decision::ConfirmationGranted).tool("t").with("approval_id", "ap-granted"))
+            .await
+            .unwrap();
+        audit
+            .durable(
+                Record::new(Decision::Refused)
+                    .tool("t")
+                    .with("approval_id", "ap-stale")
+                    .error(ErrorCode::PolicyChanged, "changed"),
+            )
+            .await
+            .unwrap();
+        // Enough to rotate: the opening records are then only in a rotated file.
+        for i in 0..30 {
+            audit.durable(Record::new(Decision::Denied).tool("t").with("n", i)).await.unwrap();
+        }
+        audit.close();
+    }
+    assert!(!chain::rotated_siblings(dir.path(), "audit.jsonl").unwrap().is_empty(), "the log rotated");
+    let last_time = lines(&path).last().unwrap()["time"].clone();
+    let (audit, recovery) = Audit::open(opts.clone()).unwrap();
+    audit.close();
+    assert_eq!(recovery.aborted, vec![("step".to_string(), "t".to_string())]);
+    assert_eq!(recovery.ended, 4);
+    let records = lines(&path);
+    let recovered: Vec<&Value> = records.iter().filter(|r| r["recovered"] == true).collect();
+    let shown: Vec<(String, String)> = recovered
+        .iter()
+        .map(|r| {
+            let key = ["id", "workflow_id", "approval_id"].iter().find_map(|k| r[*k].as_str()).unwrap();
+            (r["decision"].as_str().unwrap().to_string(), key.to_string())
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("egress_closed".to_string(), "step".to_string()),
+            ("aborted".to_string(), "step".to_string()),
+            ("workflow_finished".to_string(), "wf-open".to_string()),
+            ("confirmation_expired".to_string(), "ap-open".to_string()),
+        ]
+    );
+    assert_eq!(recovered[0]["conn"], 1);
+    assert_eq!(recovered[1]["workflow_id"], "wf-open");
+    assert_eq!(recovered[1]["step"], 2);
+    assert_eq!(recovered[2]["ok"], false);
+    for r in &recovered {
+        assert_eq!(r["last_known_time"], last_time, "{r}");
+    }
+    // The recovery records are the last ones: nothing was left open, so a second start adds nothing.
+    let (audit, recovery) = Audit::open(opts).unwrap();
+    audit.close();
+    assert_eq!((recovery.ended, lines(&path).len()), (0, records.len()));
+    chain::verify(&path).unwrap();
+}

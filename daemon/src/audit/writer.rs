@@ -5,7 +5,6 @@
 //! durability, one `fdatasync` for the whole batch (group commit: while one sync runs, the next
 //! batch gathers). On any error it marks the log failed and writes nothing more.
 
-use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -14,10 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use nix::fcntl::{Flock, FlockArg};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 
 use super::chain::{self, GENESIS, Verifier};
+use super::open::Open;
 use super::{AuditError, Decision, Head, Msg, Options, Record};
 
 /// The writer thread: waits for queued records, then takes the writer and writes everything
@@ -90,6 +90,9 @@ pub struct Recovery {
     pub cut_bytes: u64,
     /// Invocations of a previous run that started but never finished: `(id, tool)`.
     pub aborted: Vec<(String, String)>,
+    /// End records written for everything the previous run left open (invocations, egress
+    /// connections, workflows, pending confirmations), each marked `recovered`.
+    pub ended: usize,
     /// The file was created now.
     pub created: bool,
 }
@@ -102,8 +105,8 @@ struct Scan {
     first_seq: u64,
     records: u64,
     cut_bytes: u64,
-    /// Started, not finished: id -> tool.
-    open: BTreeMap<String, String>,
+    /// Started, not ended (invocations, connections, workflows, confirmations).
+    open: Open,
 }
 
 pub(super) struct Writer {
@@ -115,7 +118,7 @@ pub(super) struct Writer {
     size: u64,
     /// Seq of the first record of the current file (names it when it is rotated).
     first_seq: u64,
-    open: BTreeMap<String, String>,
+    open: Open,
     shared: Arc<Shared>,
 }
 
@@ -177,7 +180,8 @@ impl Writer {
         let recovery = Recovery {
             records: scan.records,
             cut_bytes: scan.cut_bytes,
-            aborted: scan.open.iter().map(|(id, tool)| (id.clone(), tool.clone())).collect(),
+            aborted: scan.open.invocations(),
+            ended: scan.open.len(),
             created,
         };
         let mut writer = Writer {
@@ -188,7 +192,7 @@ impl Writer {
             prev: scan.prev,
             size: scan.size,
             first_seq: scan.first_seq,
-            open: BTreeMap::new(),
+            open: Open::default(),
             shared,
         };
         let mut records = Vec::new();
@@ -199,14 +203,8 @@ impl Writer {
                     .with("detail", "a torn last record (cordond stopped while writing it) was cut off"),
             );
         }
-        for (id, tool) in &scan.open {
-            records.push(
-                Record::new(Decision::Aborted)
-                    .invocation(id)
-                    .tool(tool)
-                    .with("detail", "cordond stopped before this invocation finished; its outcome is unknown"),
-            );
-        }
+        // One end record for everything the previous run left open, before anything is served.
+        records.extend(scan.open.recovery_records());
         if !records.is_empty() {
             let mut out = String::new();
             let mut lines = Vec::new();
@@ -346,13 +344,7 @@ impl Writer {
         line.push_str(&chain::hex(&self.prev));
         line.push_str("\"}");
         self.prev = chain::line_hash(line.as_bytes());
-        if let Some(id) = &record.invocation {
-            if record.decision == Decision::Started {
-                self.open.insert(id.clone(), record.tool.clone().unwrap_or_default());
-            } else if record.decision.is_terminal() {
-                self.open.remove(id);
-            }
-        }
+        self.open.track(record.decision, &|key| record.field(key));
         out.push_str(&line);
         out.push('\n');
         Arc::from(line)
@@ -383,10 +375,9 @@ impl Writer {
         sync_dir(&dir)?;
         self.size = 0;
         self.first_seq = self.seq + 1;
-        let open: Vec<Value> = self.open.iter().map(|(id, tool)| json!({ "id": id, "tool": tool })).collect();
         let record = Record::new(Decision::Rotated)
             .with("previous_file", rotated.display().to_string())
-            .with("open", Value::Array(open));
+            .with("open", self.open.entries());
         lines.push(self.encode(&record, out));
         tracing::info!(file = %rotated.display(), "audit log rotated");
         Ok(())
@@ -419,9 +410,7 @@ impl Writer {
         self.prev = scan.prev;
         self.size = scan.size;
         self.first_seq = scan.first_seq;
-        for (id, tool) in scan.open {
-            self.open.entry(id).or_insert(tool);
-        }
+        self.open.merge(scan.open);
         self.shared.set_failure(None);
         let mut record = Record::new(Decision::Resumed).with("failure", reason.as_str());
         if scan.cut_bytes > 0 {
@@ -559,7 +548,7 @@ fn read_chain(file: &File, path: &Path) -> Result<Scan, AuditError> {
     reader.seek(SeekFrom::Start(0)).map_err(|e| open_error(path, "cannot read", e))?;
     let mut verifier = Verifier::default();
     let mut scan =
-        Scan { seq: 0, prev: GENESIS, size: 0, first_seq: 1, records: 0, cut_bytes: 0, open: BTreeMap::new() };
+        Scan { seq: 0, prev: GENESIS, size: 0, first_seq: 1, records: 0, cut_bytes: 0, open: Open::default() };
     let mut line = Vec::new();
     let mut number = 0;
     loop {
@@ -586,6 +575,9 @@ fn read_chain(file: &File, path: &Path) -> Result<Scan, AuditError> {
             scan.first_seq = parsed.seq;
         }
         track_open(&mut scan.open, &parsed.value);
+        if let Some(time) = parsed.value.get("time").and_then(Value::as_str) {
+            scan.open.last_time = Some(time.to_string());
+        }
     }
     scan.records = verifier.records;
     if let Some((seq, hash)) = verifier.head() {
@@ -595,28 +587,7 @@ fn read_chain(file: &File, path: &Path) -> Result<Scan, AuditError> {
     Ok(scan)
 }
 
-fn track_open(open: &mut BTreeMap<String, String>, record: &Value) {
-    let text = |key: &str| record.get(key).and_then(Value::as_str).map(str::to_string);
-    let Some(decision) = text("decision").as_deref().and_then(Decision::parse) else { return };
-    match decision {
-        Decision::Started => {
-            if let Some(id) = text("id") {
-                open.insert(id, text("tool").unwrap_or_default());
-            }
-        }
-        Decision::Rotated => {
-            for entry in record.get("open").and_then(Value::as_array).into_iter().flatten() {
-                if let Some(id) = entry.get("id").and_then(Value::as_str) {
-                    let tool = entry.get("tool").and_then(Value::as_str).unwrap_or_default();
-                    open.insert(id.to_string(), tool.to_string());
-                }
-            }
-        }
-        d if d.is_terminal() => {
-            if let Some(id) = text("id") {
-                open.remove(&id);
-            }
-        }
-        _ => {}
-    }
+fn track_open(open: &mut Open, record: &Value) {
+    let Some(decision) = record.get("decision").and_then(Value::as_str).and_then(Decision::parse) else { return };
+    open.track(decision, &|key| record.get(key).cloned());
 }

@@ -10,6 +10,7 @@ mod conn;
 pub mod convert;
 mod figures;
 mod jobs;
+mod reported;
 mod service;
 pub mod socket;
 mod status;
@@ -55,6 +56,8 @@ pub struct Daemon {
     /// The TLS listener's certificates and identity mapping (`--listen-tls`), reloaded with the
     /// policies.
     pub remote: std::sync::OnceLock<Arc<tls::Remote>>,
+    /// Refusals the front-end reported (`ReportRefusal`), coalesced per caller.
+    pub(crate) reports: Arc<reported::Reports>,
 }
 
 impl Daemon {
@@ -81,6 +84,7 @@ impl Daemon {
             workflows: Arc::default(),
             tokens,
             remote: std::sync::OnceLock::new(),
+            reports: Default::default(),
         })
     }
 
@@ -107,13 +111,53 @@ impl Daemon {
         let who = who.as_str();
         let by_json = by.map_or_else(|| serde_json::Value::from("SIGHUP"), crate::audit::caller_json);
         let before = self.registry.current().policy_digest.clone();
-        let result = self.registry.reload();
-        // The token file is read again with the policies: an admin's edit (or a fix of a file
-        // that could not be trusted) takes effect; one that cannot be read refuses every token.
-        match self.tokens.reload() {
-            Ok(n) => tracing::debug!(tokens = n, "token file read"),
+        // Every file read at reload loads, or none takes effect: the token file and the TLS
+        // identity mapping are read first, without being put in force; an error in any of them
+        // rejects the whole reload (the previous policies, tokens and mapping stay), and the
+        // answer, the record and `cordon reload`'s exit code say which file and why.
+        let mut others = Vec::new();
+        let mut rejected: Vec<&'static str> = Vec::new();
+        let diagnostic = |file: &std::path::Path, message: String| cordon_core::policy::Diagnostic {
+            severity: cordon_core::policy::Severity::Error,
+            file: file.to_path_buf(),
+            line: 1,
+            column: 1,
+            message,
+        };
+        let tokens = match self.tokens.read_for_reload() {
+            Ok(t) => Some(t),
             Err(e) => {
-                tracing::error!(error = %e, "token file unreadable: every bearer token is refused until it is fixed")
+                others.push(diagnostic(
+                    self.tokens.path(),
+                    format!(
+                        "the token file cannot be read, so the reload is rejected and the tokens in force stay: {e}"
+                    ),
+                ));
+                rejected.push("tokens");
+                None
+            }
+        };
+        let remote = self.remote.get();
+        let identities = match remote.map(|r| r.read_identities()) {
+            Some(Ok(m)) => Some(m),
+            Some(Err(e)) => {
+                let path = remote.map(|r| r.identities_path().to_path_buf()).unwrap_or_default();
+                others.push(diagnostic(
+                    &path,
+                    format!("the TLS identity mapping does not load, so the reload is rejected and the mapping in force stays: {e}"),
+                ));
+                rejected.push("tls_identities");
+                None
+            }
+            None => None,
+        };
+        let result = self.registry.reload_unless(others);
+        if result.is_ok() {
+            if let Some(t) = tokens {
+                tracing::debug!(tokens = self.tokens.install(t), "token file read");
+            }
+            if let (Some(r), Some(m)) = (remote, identities) {
+                tracing::info!(identities = r.install_identities(m), "TLS identities reloaded");
             }
         }
         self.audit.record(match &result {
@@ -122,13 +166,19 @@ impl Daemon {
                 .generation(registry.generation)
                 .with("previous_policy", &*before)
                 .with("tools", registry.tools.len()),
-            Err(e) => Record::new(Decision::ReloadRejected)
-                .with("by", by_json)
-                .generation(self.registry.current().generation)
-                .with("errors", e.diagnostics.len())
-                .with("message", crate::audit::clip(&e.to_string())),
+            Err(e) => {
+                let mut what = rejected.clone();
+                if e.diagnostics.iter().any(|d| d.is_error() && !others_file(&d.file, self)) {
+                    what.insert(0, "policies");
+                }
+                Record::new(Decision::ReloadRejected)
+                    .with("by", by_json)
+                    .generation(self.registry.current().generation)
+                    .with("what", what)
+                    .with("errors", e.diagnostics.len())
+                    .with("message", crate::audit::clip(&e.to_string()))
+            }
         });
-        self.reload_identities(by_json_for(by));
         match result {
             Ok(registry) => {
                 tracing::info!(
@@ -162,28 +212,9 @@ impl Daemon {
     }
 }
 
-fn by_json_for(by: Option<&Caller>) -> serde_json::Value {
-    by.map_or_else(|| serde_json::Value::from("SIGHUP"), crate::audit::caller_json)
-}
-
-impl Daemon {
-    /// Reloads the TLS identity mapping when there is a TLS listener; a mapping that no longer
-    /// loads is audited (`reload_rejected`, `what = "tls_identities"`) and the previous one stays.
-    fn reload_identities(&self, by: serde_json::Value) {
-        let Some(remote) = self.remote.get() else { return };
-        match remote.reload_identities() {
-            Ok(n) => tracing::info!(identities = n, "TLS identities reloaded"),
-            Err(e) => {
-                tracing::warn!("TLS identities not reloaded; the previous mapping stays in force: {e}");
-                self.audit.record(
-                    Record::new(Decision::ReloadRejected)
-                        .with("by", by)
-                        .with("what", "tls_identities")
-                        .with("message", crate::audit::clip(&e.to_string())),
-                );
-            }
-        }
-    }
+/// Whether `file` is one of the other files a reload reads (not a policy file).
+fn others_file(file: &std::path::Path, daemon: &Daemon) -> bool {
+    file == daemon.tokens.path() || daemon.remote.get().is_some_and(|r| r.identities_path() == file)
 }
 
 /// Refuses requests from connections whose peer is not `Outside` (see `conn::Peer`).

@@ -877,6 +877,28 @@ impl v1::cordon_server::Cordon for CordonService {
         self.tokens_revoke(request).await
     }
 
+    async fn report_refusal(
+        &self,
+        request: Request<v1::ReportRefusalRequest>,
+    ) -> Result<Response<v1::ReportRefusalResponse>, Status> {
+        // The reporter is the connection's peer, whatever the request says; the caller is the
+        // same, or the account of a bearer token cordond verified.
+        let caller = self.caller(&request, "report_refusal")?;
+        let reporter = peer(&request).unwrap_or_else(|_| caller.clone());
+        let role = self.role(&caller);
+        let req = request.into_inner();
+        let d = &self.daemon;
+        let recorded =
+            super::reported::report(&d.reports, &d.audit, &d.registry, &d.authz, &reporter, &caller, role, &req);
+        if recorded {
+            tracing::info!(
+                caller = %caller, transport = %req.transport, method = %req.method, tool = %req.tool, code = %req.code,
+                "the front-end refused a request"
+            );
+        }
+        Ok(Response::new(v1::ReportRefusalResponse { recorded }))
+    }
+
     async fn get_policy(
         &self,
         request: Request<v1::GetPolicyRequest>,

@@ -217,14 +217,24 @@ impl Remote {
         self.identities.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Reads the mapping again (blocking); on an error the previous one stays in force.
-    /// A connection already open whose entry the new mapping removed or changed has each further
-    /// request refused (`CordonService::still_mapped`); a new handshake gets the new mapping.
-    pub fn reload_identities(&self) -> Result<usize, IdentitiesError> {
-        let fresh = identities::load(&self.options.identities, Trust::current(), self.rules)?;
+    /// A connection already open whose entry a reloaded mapping removed or changed has each
+    /// further request refused (`CordonService::still_mapped`); a new handshake gets the new
+    /// mapping. (`Daemon::reload` reads it with the other files and installs it only when all load.)
+    /// Reads the mapping for a reload without putting it in force.
+    pub fn read_identities(&self) -> Result<Identities, IdentitiesError> {
+        identities::load(&self.options.identities, Trust::current(), self.rules)
+    }
+
+    /// Puts a mapping [`Remote::read_identities`] read in force; returns its entries.
+    pub fn install_identities(&self, fresh: Identities) -> usize {
         let n = fresh.len();
         *self.identities.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
-        Ok(n)
+        n
+    }
+
+    /// The mapping file (`--tls-identities`).
+    pub fn identities_path(&self) -> &Path {
+        &self.options.identities
     }
 
     /// The configuration of one handshake, whose verifier reports to `outcome`.

@@ -31,6 +31,7 @@ mod netns;
 mod policy_tests;
 mod readme;
 mod readme_toolchains;
+mod refusals_reported;
 mod registry;
 mod reliability_audit;
 mod reliability_policies;

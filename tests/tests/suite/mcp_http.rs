@@ -642,3 +642,58 @@ fn stateless_mode_answers_json_and_runs_as_the_token_account() {
     let r = post(f.port, Some(&ta), &version, &wrong).reply(5);
     assert!(r["error"]["message"].as_str().unwrap_or_default().contains("UNKNOWN_TOOL"), "{r}");
 }
+
+/// A token file that does not load at reload (garbled, writable by others, a directory in its
+/// place) rejects the whole reload: `cordon reload` exits 65 naming the file and why, the
+/// record is `reload_rejected` with `what: ["tokens"]`, the generation does not move, and the
+/// tokens in force keep working over HTTP (before, the reload said "reloaded" and every agent
+/// got 401 from then on). Fixed, the next reload loads.
+#[test]
+fn a_token_file_that_does_not_load_rejects_the_whole_reload_and_the_tokens_in_force_stay() {
+    require_root!();
+    use std::os::unix::fs::PermissionsExt as _;
+    let d = start();
+    let token = issue(&d, AGENT, &[]);
+    let path = d.audit.parent().unwrap().join("tokens.json");
+    let good = std::fs::read(&path).unwrap();
+    let generation = |d: &Daemon| d.cordon(&["status", "--json"]).json()["generation"].clone();
+    let before = generation(&d);
+    let breakages: [(&str, Box<dyn Fn()>); 3] = [
+        ("garbled", Box::new(|| std::fs::write(&path, b"{\"version\": 1, \"tokens\": [").unwrap())),
+        (
+            "writable by others",
+            Box::new(|| {
+                std::fs::write(&path, &good).unwrap();
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+            }),
+        ),
+        (
+            "a directory",
+            Box::new(|| {
+                std::fs::remove_file(&path).unwrap();
+                std::fs::create_dir(&path).unwrap();
+            }),
+        ),
+    ];
+    for (i, (what, breakage)) in breakages.iter().enumerate() {
+        breakage();
+        let reload = d.cordon(&["reload"]);
+        assert_eq!(reload.code, Some(65), "{what}: {reload:?}");
+        assert!(reload.stderr.contains("tokens.json") && reload.stderr.contains("token file"), "{what}: {reload:?}");
+        assert!(reload.stdout.contains("reload rejected"), "{what}: {reload:?}");
+        let rejected: Vec<Value> =
+            d.audit_records().into_iter().filter(|r| r["decision"] == "reload_rejected").collect();
+        assert_eq!(rejected.len(), i + 1, "{what}: {rejected:#?}");
+        assert_eq!(rejected[i]["what"], json!(["tokens"]), "{what}: {}", rejected[i]);
+        assert_eq!(generation(&d), before, "{what}: nothing of the reload took effect");
+        // The token in force still opens a session (a fresh front-end: nothing cached).
+        let f = front(&d, &[]);
+        Session::open(f.port, &token);
+    }
+    std::fs::remove_dir(&path).unwrap();
+    std::fs::write(&path, &good).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    d.cordon(&["reload"]).assert_code(0);
+    let f = front(&d, &[]);
+    Session::open(f.port, &token);
+}

@@ -270,3 +270,172 @@ fn an_unwritable_outcome_is_withheld_and_fails_the_log() {
         .to_string();
     assert!(!records.iter().any(|r| r["id"] == id.as_str() && r["decision"] == "finished"), "{records:#?}");
 }
+
+/// `kill -9` while everything that opens a record is open: an attached and a detached workflow
+/// (the detached one the agent's), a detached tool job, a human approval pending, and (as root,
+/// with curl) a proxied connection held open. At the next start every one of them gets exactly
+/// one end record, marked `recovered` with the time of the last record the killed run wrote,
+/// all before the new run's `daemon_started` and so before any new call's record.
+#[test]
+fn kill_9_with_work_open_ends_every_started_thing_on_recovery() {
+    let root = cordon_tests::is_root();
+    let curl = Path::new("/usr/bin/curl");
+    let egress = root && curl.exists();
+    // An upstream that accepts and never answers: the proxied connection stays open.
+    let hold = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hold.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in hold.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let defaults = if root {
+        format!("[defaults]\nallow = {{ users = [\"{}\", \"root\"] }}\n", cordon_tests::agent::AGENT)
+    } else {
+        String::new()
+    };
+    let mut policy = format!(
+        r#"version = 1
+
+{defaults}
+
+[tools.yes]
+description = "succeeds"
+reason = "tests"
+command = ["/bin/true"]
+
+[tools.nap]
+description = "sleeps long"
+reason = "tests"
+command = ["/bin/sleep", "60"]
+
+[tools.gate]
+description = "runs after a human approval"
+reason = "tests"
+command = ["/bin/true"]
+confirm = "human"
+
+[workflows.slow]
+description = "nap"
+reason = "tests"
+
+[[workflows.slow.steps]]
+tool = "nap"
+"#
+    );
+    if egress {
+        policy.push_str(&format!(
+            r#"
+[tools.hold]
+description = "opens a connection that stays open"
+reason = "tests"
+command = ["/usr/bin/curl", "-sS", "--max-time", "60", "http://127.0.0.1:{port}/"]
+network = {{ hosts = ["127.0.0.1:{port}"] }}
+"#
+        ));
+    }
+    let keep = tempfile::tempdir().unwrap();
+    let audit = keep.path().join("audit").join("audit.jsonl");
+    let policies = keep.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), &policy).unwrap();
+    let mut args = vec!["--audit", audit.to_str().unwrap()];
+    if root {
+        cordon_tests::agent::ensure();
+        args.extend(["--socket-group", cordon_tests::agent::SOCKET_GROUP]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    if root {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut d = Daemon::start_in(dir, policies.clone(), &args);
+    let mut clients = vec![d.cordon_spawn(&["run", "slow"]), d.cordon_spawn(&["run", "gate"])];
+    if egress {
+        clients.push(d.cordon_spawn(&["run", "hold"]));
+    }
+    let detached = if root {
+        cordon_tests::agent::cordon(&d.socket, &["run", "slow", "--detach"])
+    } else {
+        d.cordon(&["run", "slow", "--detach"])
+    };
+    detached.assert_code(0);
+    d.cordon(&["run", "nap", "--detach"]).assert_code(0);
+    let opened = |r: &Value| {
+        matches!(r["decision"].as_str(), Some("started" | "workflow_started" | "confirmation_requested"))
+            || r["decision"] == "egress" && r["allowed"] == true
+    };
+    // Two workflows, their two steps, the nap job, the approval, the connection.
+    let want = if egress { 8 } else { 6 };
+    assert!(
+        eventually(Duration::from_secs(30), || audit_records(&audit).iter().filter(|r| opened(r)).count() >= want),
+        "not everything opened: {:#?}",
+        audit_records(&audit)
+    );
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    for mut c in clients {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let before = audit_records(&audit);
+    let last_time = before.last().unwrap()["time"].clone();
+    drop(d);
+
+    let d = Daemon::start_in(tempfile::tempdir().unwrap(), policies, &args);
+    d.cordon(&["run", "yes"]).assert_code(0);
+    verify(&audit).assert_code(0);
+    let records = audit_records(&audit);
+    let new_run = records.iter().position(|r| r["decision"] == "daemon_started" && r["seq"] != before[0]["seq"]);
+    let new_run = new_run.expect("the second run's daemon_started");
+    let key = |r: &Value| -> String {
+        let k = match r["decision"].as_str().unwrap() {
+            "started" | "aborted" | "finished" => format!("call {}", r["id"]),
+            "egress" | "egress_closed" => format!("conn {} {}", r["id"], r["conn"]),
+            "workflow_started" | "workflow_finished" => format!("workflow {}", r["workflow_id"]),
+            _ => format!("approval {}", r["approval_id"]),
+        };
+        k
+    };
+    let opens: Vec<&Value> = before.iter().filter(|r| opened(r)).collect();
+    assert_eq!(opens.len(), want, "{opens:#?}");
+    let ends = |k: &str| -> Vec<&Value> {
+        records
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r["decision"].as_str(),
+                    Some("aborted" | "finished" | "egress_closed" | "workflow_finished" | "confirmation_expired")
+                ) && key(r) == k
+            })
+            .collect()
+    };
+    for open in &opens {
+        let k = key(open);
+        let end = ends(&k);
+        assert_eq!(end.len(), 1, "{k}: exactly one end record: {end:#?}");
+        let end = end[0];
+        assert_eq!(end["recovered"], true, "{end}");
+        assert_eq!(end["last_known_time"], last_time, "{end}");
+        let at = records.iter().position(|r| r["seq"] == end["seq"]).unwrap();
+        assert!(at < new_run, "{k}: the end record comes before the new run serves anything: {end}");
+        let expected = match open["decision"].as_str().unwrap() {
+            "started" => "aborted",
+            "egress" => "egress_closed",
+            "workflow_started" => "workflow_finished",
+            _ => "confirmation_expired",
+        };
+        assert_eq!(end["decision"], expected, "{end}");
+    }
+    // The steps' aborted records carry their workflow; the workflows end not ok.
+    for w in opens.iter().filter(|r| r["decision"] == "workflow_started") {
+        let step = records.iter().find(|r| r["decision"] == "aborted" && r["workflow_id"] == w["workflow_id"]);
+        assert!(step.is_some(), "the step of {} is aborted with its workflow_id", w["workflow_id"]);
+        assert_eq!(ends(&key(w))[0]["ok"], false);
+    }
+    // The new call's records come after the start.
+    let call = records.iter().rposition(|r| r["decision"] == "started" && r["tool"] == "yes").unwrap();
+    assert!(call > new_run);
+    drop(d);
+}

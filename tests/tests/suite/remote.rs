@@ -539,15 +539,18 @@ fn a_reload_rereads_the_mapping_and_a_broken_one_keeps_the_previous() {
     );
     r.d.signal(nix::sys::signal::Signal::SIGHUP);
     assert!(eventually(Duration::from_secs(10), || r.cordon("stranger", &["tools"]).code == Some(0)));
-    // A mapping that no longer loads: audited, and the previous one stays.
+    // A mapping that no longer loads rejects the whole reload (exit 65, the file and why),
+    // audited, and the previous one stays.
     write(&ids, "[[identity]]\nmatch = {}\nuser = \"nobody-at-all\"\n", 0o644);
-    r.d.cordon(&["reload"]).assert_code(0);
+    let reload = r.d.cordon(&["reload"]);
+    reload.assert_code(65);
+    assert!(reload.stderr.contains("identities.toml") && reload.stderr.contains("empty match"), "{reload:?}");
     let mut rejected = Vec::new();
     assert!(eventually(Duration::from_secs(10), || {
         rejected = r.d.audit_records().into_iter().filter(|x| x["decision"] == "reload_rejected").collect();
         !rejected.is_empty()
     }));
-    assert_eq!(rejected[0]["what"], "tls_identities", "{}", rejected[0]);
+    assert_eq!(rejected[0]["what"], serde_json::json!(["tls_identities"]), "{}", rejected[0]);
     assert!(rejected[0]["message"].as_str().unwrap().contains("empty match"), "{}", rejected[0]);
     r.cordon("stranger", &["tools"]).assert_code(0);
     r.cordon("agent", &["tools"]).assert_code(0);

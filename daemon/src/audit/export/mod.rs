@@ -357,13 +357,19 @@ async fn run(
         if let Some((from, to)) = batch.gap.filter(|_| batch.lines.is_empty()) {
             let records = to - from + 1;
             progress.lost.inc_by(records);
-            tracing::error!(
-                sink = name,
-                from,
-                to,
-                records,
-                "audit export: rotation deleted records before they were shipped; raise --audit-keep or fix the destination"
-            );
+            let (cause, detail) = if batch.in_file {
+                (
+                    "audit export: records missing inside the log (lines that are not records, or seqs that jump); \
+                     run `cordon audit verify`",
+                    "these records are missing or unreadable in the local log; they were not shipped",
+                )
+            } else {
+                (
+                    "audit export: rotation deleted records before they were shipped; raise --audit-keep or fix the destination",
+                    "rotation deleted these records before they were shipped; the local log never had a gap",
+                )
+            };
+            tracing::error!(sink = name, from, to, records, "{cause}");
             audit.record(
                 Record::new(Decision::ExportGap)
                     .with("sink", name)
@@ -371,10 +377,8 @@ async fn run(
                     .with("from", from)
                     .with("to", to)
                     .with("records", records)
-                    .with(
-                        "detail",
-                        "rotation deleted these records before they were shipped; the local log never had a gap",
-                    ),
+                    .with("cause", if batch.in_file { "missing_in_log" } else { "rotation" })
+                    .with("detail", detail),
             );
             cursor.seq = to;
             store(&cursor, &cursor_path, name);

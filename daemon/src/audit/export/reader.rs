@@ -7,7 +7,7 @@
 //! instead of waiting for records that are gone.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write as _};
+use std::io::{BufRead, BufReader, Read, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,8 +52,11 @@ impl Line {
 #[derive(Debug, Default)]
 pub struct Batch {
     pub lines: Vec<Line>,
-    /// Records `(from, to)` (inclusive) that were deleted by rotation before they were read.
+    /// Records `(from, to)` (inclusive) that were deleted by rotation before they were read, or
+    /// (with [`Batch::in_file`]) that are missing or unreadable inside a file.
     pub gap: Option<(u64, u64)>,
+    /// The gap is inside a file (lines that are not records, or seqs that jump), not rotation's.
+    pub in_file: bool,
 }
 
 /// Follows the log from a seq on.
@@ -66,6 +69,8 @@ pub struct Reader {
     file: Option<Open>,
     /// The file read to its end last (device, inode): complete, so never chosen again.
     done: Option<(u64, u64)>,
+    /// A line that was not a record was skipped since the last record read.
+    unreadable: bool,
 }
 
 #[derive(Debug)]
@@ -75,8 +80,11 @@ struct Open {
     id: (u64, u64),
     /// Opened as the live file (a rotated one is complete).
     live: bool,
-    /// A line whose newline has not been written yet.
-    partial: Vec<u8>,
+    /// Where the next unread line starts. A line whose newline has not been written yet is not
+    /// kept: the reader seeks back here and reads it whole next time, so that a torn line the
+    /// writer cut (`cordon audit resume` after a full disk) and wrote again is read as written
+    /// the second time, never glued to the bytes of the first.
+    pos: u64,
 }
 
 /// Why the log could not be read (the exporter retries later).
@@ -91,7 +99,7 @@ pub struct ReadError {
 impl Reader {
     /// Reads the records after `after`.
     pub fn new(path: &Path, after: u64) -> Reader {
-        Reader { path: path.to_path_buf(), last: after, file: None, done: None }
+        Reader { path: path.to_path_buf(), last: after, file: None, done: None, unreadable: false }
     }
 
     /// Up to `max_records` records (and about `max_bytes`) after the last one read.
@@ -122,10 +130,9 @@ impl Reader {
             // so that nothing the writer appended before a rotation is missed.
             let rotated = self.rotated();
             let Some(open) = self.file.as_mut() else { return Ok(batch) };
-            let mut line = std::mem::take(&mut open.partial);
+            let mut line = Vec::new();
             loop {
                 if batch.lines.len() >= max_records || bytes >= max_bytes {
-                    open.partial = line;
                     return Ok(batch);
                 }
                 let n = match open.reader.read_until(b'\n', &mut line) {
@@ -133,24 +140,51 @@ impl Reader {
                     Err(source) => return Err(ReadError { path: self.path.clone(), source }),
                 };
                 if n == 0 || line.last() != Some(&b'\n') {
-                    // The end for now (a partial line waits for the rest of its write).
+                    // The end for now. A partial line is read again, whole, from its start.
+                    if n > 0
+                        && let Err(source) = open.reader.seek(SeekFrom::Start(open.pos))
+                    {
+                        return Err(ReadError { path: self.path.clone(), source });
+                    }
                     break;
                 }
+                let start = open.pos;
+                open.pos += n as u64;
                 line.pop();
                 match Line::parse(&line) {
                     Some(l) if l.seq <= self.last => {}
-                    Some(l) => {
-                        if l.seq > self.last + 1 && self.last > 0 {
-                            // Records missing inside a file: cannot happen with our writer; the
-                            // remote store's chain check will name it. Say so here too.
-                            tracing::warn!(after = self.last, seq = l.seq, "audit export: records missing in the log");
+                    Some(l) if l.seq > self.last + 1 && (self.last > 0 || self.unreadable) => {
+                        // Records missing inside the log (a line that was not a record, or seqs
+                        // that jump): reported as a gap of exactly those seqs, in its place.
+                        // (A log that starts mid-chain, its older files deleted before any
+                        // export, is where a new exporter starts, not a gap.)
+                        if !batch.lines.is_empty() {
+                            open.pos = start;
+                            if let Err(source) = open.reader.seek(SeekFrom::Start(start)) {
+                                return Err(ReadError { path: self.path.clone(), source });
+                            }
+                            return Ok(batch);
                         }
+                        tracing::warn!(after = self.last, seq = l.seq, "audit export: records missing in the log");
+                        batch.gap = Some((self.last + 1, l.seq - 1));
+                        batch.in_file = true;
+                        self.unreadable = false;
+                        self.last = l.seq - 1;
+                        open.pos = start;
+                        if let Err(source) = open.reader.seek(SeekFrom::Start(start)) {
+                            return Err(ReadError { path: self.path.clone(), source });
+                        }
+                        return Ok(batch);
+                    }
+                    Some(l) => {
+                        self.unreadable = false;
                         self.last = l.seq;
                         bytes += l.text.len();
                         batch.lines.push(l);
                     }
                     None => {
                         tracing::warn!(after = self.last, "audit export: a line of the log is not a record; skipped");
+                        self.unreadable = true;
                     }
                 }
                 line.clear();
@@ -162,7 +196,6 @@ impl Reader {
                 self.file = None;
                 continue;
             }
-            open.partial = line;
             return Ok(batch);
         }
         Ok(batch)
@@ -235,12 +268,8 @@ impl Reader {
                 // Read to its end already: the next file holds what follows.
                 continue;
             }
-            let open = Open {
-                reader: BufReader::with_capacity(256 * 1024, file),
-                id,
-                live: *path == self.path,
-                partial: Vec::new(),
-            };
+            let open =
+                Open { reader: BufReader::with_capacity(256 * 1024, file), id, live: *path == self.path, pos: 0 };
             return Ok(Some((open, gap)));
         }
         Ok(None)
@@ -409,6 +438,52 @@ mod tests {
         // report for records it never claimed to have shipped: it starts at the oldest.
         let mut r = Reader::new(&path, 0);
         assert_eq!(r.next(100, 1 << 20).unwrap().lines[0].seq, 9);
+    }
+
+    /// A full disk: the writer fails mid-line, `cordon audit resume` cuts the torn piece and
+    /// writes the `resumed` record where it was. The reader, which saw the torn piece, reads the
+    /// new line whole (it was glued to the torn bytes and skipped before).
+    #[test]
+    fn a_torn_line_cut_and_written_again_is_read_as_written_the_second_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let h = write(&path, 1, 2, chain::GENESIS);
+        let mut r = Reader::new(&path, 0);
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [1, 2]);
+        let size = std::fs::metadata(&path).unwrap().len();
+        let torn = line(3, &h);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(&torn.as_bytes()[..40]).unwrap();
+        assert!(r.next(100, 1 << 20).unwrap().lines.is_empty());
+        // Cut, then a longer record 3 and record 4 in its place.
+        f.set_len(size).unwrap();
+        let resumed = torn.replacen("\"seq\":3,", "\"seq\":3,\"decision_detail\":\"a longer resumed record\",", 1);
+        writeln!(f, "{resumed}").unwrap();
+        write(&path, 4, 4, chain::line_hash(resumed.as_bytes()));
+        let b = r.next(100, 1 << 20).unwrap();
+        assert_eq!((seqs(&b), b.gap), (vec![3, 4], None));
+        assert_eq!(&*b.lines[0].text, resumed.as_str());
+    }
+
+    /// Lines that are not records, and seqs that jump, inside a file: a gap of exactly the
+    /// missing seqs, in its place between the records around it.
+    #[test]
+    fn records_missing_inside_a_file_are_a_gap_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let h = write(&path, 1, 2, chain::GENESIS);
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(f, "{{not a record").unwrap();
+        let h = write(&path, 4, 5, h);
+        write(&path, 9, 9, h);
+        let mut r = Reader::new(&path, 0);
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [1, 2]);
+        let b = r.next(100, 1 << 20).unwrap();
+        assert_eq!((seqs(&b), b.gap, b.in_file), (vec![], Some((3, 3)), true));
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [4, 5]);
+        let b = r.next(100, 1 << 20).unwrap();
+        assert_eq!((seqs(&b), b.gap), (vec![], Some((6, 8))));
+        assert_eq!(seqs(&r.next(100, 1 << 20).unwrap()), [9]);
     }
 
     #[test]
