@@ -1,15 +1,22 @@
 //! The result cache: answers of tools whose policy says `cache = { ttl, error_ttl }`, keyed on
 //! everything that decides what the tool sees (the tool, the registry generation, the caller's
-//! uid, the identity it runs as, the resolved argv, environment and working directory), kept
-//! for the tool's `ttl` (ok results) or `error_ttl` (failed ones), within a bound on entries
-//! and bytes (least recently used first out).
+//! uid and groups, the identity it runs as, the resolved argv, environment and working
+//! directory, and the state of every node the tool's inputs resolve through: each path-typed
+//! argument, the working directory and the executable, see [`inputs`]), kept for the tool's
+//! `ttl` (ok results) or `error_ttl` (failed ones), within a bound on entries and bytes (least
+//! recently used first out).
 //!
 //! A lookup happens after validation, authorization and the pin check (see
-//! `Invoker::try_prepare`); a hit skips only the execution. Concurrent identical calls may both
-//! run (no single flight); the later answer replaces the earlier one.
+//! `Invoker::try_prepare`); a hit skips only the execution. The state of the inputs is taken
+//! before the run for the entry it stores and again at every lookup, so a chmod, chown, write,
+//! rename or symlink swap anywhere on an input's path (what a fresh call would see differently)
+//! misses. Concurrent identical calls may both run (no single flight); the later answer
+//! replaces the earlier one.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,12 +49,17 @@ pub struct Key {
     pub tool: String,
     pub generation: u64,
     pub caller_uid: u32,
+    /// The caller's groups as the daemon determines them for the call (its gid and its
+    /// memberships, or the groups its certificate or token maps to): what authorization saw.
+    pub caller_groups: Vec<u32>,
     /// The identity the tool runs as: uid, gid, supplementary groups (`None`: cordond's own
     /// user).
     pub identity: Option<(u32, u32, Vec<u32>)>,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
+    /// The state of every node the inputs resolve through (see [`inputs`]).
+    pub inputs: Vec<(PathBuf, NodeState)>,
 }
 
 impl Key {
@@ -56,8 +68,133 @@ impl Key {
             + self.env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
             + self.tool.len()
             + self.cwd.as_os_str().len()
-            + self.identity.as_ref().map_or(0, |(_, _, groups)| groups.len() * 4);
+            + self.identity.as_ref().map_or(0, |(_, _, groups)| groups.len() * 4)
+            + self.caller_groups.len() * 4
+            + self.inputs.iter().map(|(p, _)| p.as_os_str().len() + 64).sum::<usize>();
         strings as u64 + 128
+    }
+}
+
+/// What `lstat` says about one node, or the errno it failed with: everything a change of which
+/// can change what a fresh call reads or whether it may (type and mode, owner, size, content
+/// and inode times, which node it is).
+/// A directory passed through on the way to an input is kept as which directory it is and who
+/// may traverse it (`Passed`): its times and size change whenever any entry in it is added or
+/// removed (`/tmp`, a home directory), which says nothing about the input.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum NodeState {
+    Node { dev: u64, ino: u64, mode: u32, uid: u32, gid: u32, size: u64, mtime: (i64, i64), ctime: (i64, i64) },
+    Passed { dev: u64, ino: u64, mode: u32, uid: u32, gid: u32 },
+    Error(i32),
+}
+
+impl NodeState {
+    fn of(path: &Path) -> NodeState {
+        match std::fs::symlink_metadata(path) {
+            Ok(m) => NodeState::Node {
+                dev: m.dev(),
+                ino: m.ino(),
+                mode: m.mode(),
+                uid: m.uid(),
+                gid: m.gid(),
+                size: m.size(),
+                mtime: (m.mtime(), m.mtime_nsec()),
+                ctime: (m.ctime(), m.ctime_nsec()),
+            },
+            Err(e) => NodeState::Error(e.raw_os_error().unwrap_or(-1)),
+        }
+    }
+
+    fn is_symlink(&self) -> bool {
+        matches!(self, NodeState::Node { mode, .. } if mode & libc::S_IFMT == libc::S_IFLNK)
+    }
+
+    /// A directory on the way: only which one it is and its traversal rights.
+    fn passed(self) -> NodeState {
+        match self {
+            NodeState::Node { dev, ino, mode, uid, gid, .. } if mode & libc::S_IFMT == libc::S_IFDIR => {
+                NodeState::Passed { dev, ino, mode, uid, gid }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Symbolic links followed at most while resolving one input (the kernel's own limit).
+const MAX_LINKS: usize = 40;
+
+/// The state of every node the resolution of each of `paths` passes through, in order: `/`,
+/// each directory on the way (which one, its mode and owner), each symbolic link and then the
+/// components of its target, and the final node in full (a directory argument is covered as a
+/// node, not its contents). Permission
+/// to reach a file is decided on every one of them, so a `chmod` of a parent directory, a
+/// retargeted link or a renamed directory changes the key as much as a change of the file.
+/// The walk stops at the first node that does not exist or cannot be resolved further (its
+/// errno is part of the state).
+pub fn inputs<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Vec<(PathBuf, NodeState)> {
+    let mut out = Vec::new();
+    for path in paths {
+        walk(path, &mut out);
+    }
+    out
+}
+
+fn walk(path: &Path, out: &mut Vec<(PathBuf, NodeState)>) {
+    let root = PathBuf::from("/");
+    out.push((root.clone(), if path == root { NodeState::of(&root) } else { NodeState::of(&root).passed() }));
+    let mut current = root.clone();
+    let mut pending: VecDeque<OsString> = VecDeque::new();
+    push_front(&mut pending, path, &mut current);
+    let mut links = 0;
+    while let Some(name) = pending.pop_front() {
+        if name == ".." {
+            current.pop();
+            continue;
+        }
+        let next = current.join(&name);
+        let mut state = NodeState::of(&next);
+        let (error, link) = (matches!(state, NodeState::Error(_)), state.is_symlink());
+        if !pending.is_empty() {
+            state = state.passed();
+        }
+        out.push((next.clone(), state));
+        if error {
+            return;
+        }
+        if !link {
+            current = next;
+            continue;
+        }
+        links += 1;
+        let Ok(target) = std::fs::read_link(&next) else {
+            out.push((next, NodeState::Error(libc::EIO)));
+            return;
+        };
+        if links > MAX_LINKS {
+            out.push((next, NodeState::Error(libc::ELOOP)));
+            return;
+        }
+        push_front(&mut pending, &target, &mut current);
+    }
+}
+
+/// Puts the components of `path` before the rest of `pending`; an absolute `path` starts again
+/// at `/`.
+fn push_front(pending: &mut VecDeque<OsString>, path: &Path, current: &mut PathBuf) {
+    let mut names = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => {
+                *current = PathBuf::from("/");
+                names.clear();
+            }
+            Component::Normal(n) => names.push(n.to_os_string()),
+            Component::ParentDir => names.push(OsString::from("..")),
+            Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    for n in names.into_iter().rev() {
+        pending.push_front(n);
     }
 }
 
@@ -258,10 +395,12 @@ mod tests {
             tool: "t".into(),
             generation,
             caller_uid: 1000,
+            caller_groups: vec![1000],
             identity: None,
             argv: vec!["t".into(), n.to_string()],
             env: Vec::new(),
             cwd: PathBuf::from("/"),
+            inputs: Vec::new(),
         }
     }
 
@@ -302,5 +441,34 @@ mod tests {
         assert!(cache.get(&key(1, 1)).is_some());
         cache.put(key(2, 2), POLICY, "b", &[], &outcome("y"), &OK);
         assert_eq!(cache.stats().entries, 1, "generation 1 is gone");
+    }
+
+    #[test]
+    fn the_inputs_cover_every_node_on_the_way_and_follow_links() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::fs::write(real.join("f"), "x").unwrap();
+        std::os::unix::fs::symlink("./sub/../real", dir.path().join("link")).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let through = dir.path().join("link").join("f");
+        let before = inputs([through.as_path()]);
+        let names: Vec<&Path> = before.iter().map(|(p, _)| p.as_path()).collect();
+        assert!(names.contains(&dir.path().join("link").as_path()), "{names:?}");
+        assert!(names.contains(&real.as_path()) && names.contains(&real.join("f").as_path()), "{names:?}");
+        assert_eq!(before, inputs([through.as_path()]), "nothing changed");
+        // A chmod of the directory the link leads to changes the state; so does one of the file.
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let after = inputs([through.as_path()]);
+        assert_ne!(before, after);
+        std::fs::set_permissions(real.join("f"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_ne!(after, inputs([through.as_path()]));
+        // A missing node ends the walk with its errno; a loop ends with ELOOP.
+        let missing = inputs([dir.path().join("nope/x").as_path()]);
+        assert_eq!(missing.last().map(|(_, s)| s.clone()), Some(NodeState::Error(libc::ENOENT)));
+        std::os::unix::fs::symlink("loop", dir.path().join("loop")).unwrap();
+        let looped = inputs([dir.path().join("loop").as_path()]);
+        assert_eq!(looped.last().map(|(_, s)| s.clone()), Some(NodeState::Error(libc::ELOOP)));
     }
 }

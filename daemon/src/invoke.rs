@@ -56,6 +56,11 @@ pub enum InvokeError {
          (it is checked against the new policies)"
     )]
     Reloaded { tool: String },
+    #[error(
+        "the policies were reloaded between this call's authorization and its validation; call {tool:?} again \
+         (it is authorized and checked against the new policies)"
+    )]
+    ReloadedSinceAuthorized { tool: String },
     #[error("cordond is shutting down and accepts no new invocations")]
     ShuttingDown,
     #[error(transparent)]
@@ -76,7 +81,7 @@ impl InvokeError {
             InvokeError::Unavailable { .. } => ErrorCode::ToolUnavailable,
             InvokeError::NotOwner { .. } => ErrorCode::PermissionDenied,
             InvokeError::Busy(_) => ErrorCode::Busy,
-            InvokeError::Reloaded { .. } => ErrorCode::PolicyChanged,
+            InvokeError::Reloaded { .. } | InvokeError::ReloadedSinceAuthorized { .. } => ErrorCode::PolicyChanged,
             InvokeError::ShuttingDown => ErrorCode::ShuttingDown,
             InvokeError::Spawn(_) => ErrorCode::SpawnFailed,
             InvokeError::Random(_) => ErrorCode::Internal,
@@ -251,7 +256,7 @@ pub struct Prepared {
     pub dedicated_uid: bool,
     pub confirmed: Option<Confirmed>,
     /// Where the answer is kept, for a tool whose policy says `cache`.
-    cache: Option<(cache::Key, CachePolicy)>,
+    cache: Option<Box<(cache::Key, CachePolicy)>>,
     /// Started detached (a job): its `started` record says `"job": true`.
     pub job: bool,
     /// A step of a workflow: its `started` and terminal records carry `workflow_id` and `step`.
@@ -416,8 +421,18 @@ impl Invoker {
     /// Validates the call against the current registry and takes a slot, waiting in the queue
     /// when none is free (or parks it for confirmation), or says why not. Dropping the future
     /// while it waits gives up its place in the queue; nothing is recorded for it.
-    pub async fn prepare(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<Admission, InvokeError> {
-        self.prepare_step(caller, tool_name, arguments, None).await
+    ///
+    /// `authorized` is the tool definition the caller's `allow` was checked against: the call
+    /// goes on (to the cache or a run) only if the registry still holds that very definition,
+    /// so a reload between the authorization and this step (one that removed the caller from
+    /// `allow`, say) refuses the call instead of answering it under the new policies unchecked.
+    pub async fn prepare(
+        &self,
+        caller: Caller,
+        authorized: &Arc<Tool>,
+        arguments: &str,
+    ) -> Result<Admission, InvokeError> {
+        self.prepare_step(caller, authorized, arguments, None).await
     }
 
     /// [`Self::prepare`] for a workflow's step: every record it writes (a refusal, a
@@ -425,11 +440,12 @@ impl Invoker {
     pub async fn prepare_step(
         &self,
         caller: Caller,
-        tool_name: &str,
+        authorized: &Arc<Tool>,
         arguments: &str,
         mark: Option<&StepMark>,
     ) -> Result<Admission, InvokeError> {
-        let result = self.try_prepare(caller.clone(), tool_name, arguments, mark).await;
+        let tool_name = authorized.name.as_str();
+        let result = self.try_prepare(caller.clone(), authorized, arguments, mark).await;
         match &result {
             Ok(Admission::NeedsConfirmation(ticket)) => self.audit.record(marked(
                 mark,
@@ -451,7 +467,7 @@ impl Invoker {
     async fn try_prepare(
         &self,
         caller: Caller,
-        tool_name: &str,
+        authorized: &Arc<Tool>,
         arguments: &str,
         mark: Option<&StepMark>,
     ) -> Result<Admission, InvokeError> {
@@ -460,7 +476,10 @@ impl Invoker {
         }
         // Fail closed: nothing is admitted while the audit log cannot take records.
         self.audit.check()?;
-        let parked = self.resolve(caller, tool_name, arguments)?;
+        let parked = self.resolve(caller, &authorized.name, arguments)?;
+        if !Arc::ptr_eq(&parked.tool, authorized) {
+            return Err(InvokeError::ReloadedSinceAuthorized { tool: authorized.name.clone() });
+        }
         if parked.tool.confirm != cordon_core::policy::Confirm::None {
             return Ok(Admission::NeedsConfirmation(self.confirmations.park(parked)?));
         }
@@ -794,7 +813,7 @@ impl Invoker {
     /// Takes a concurrency slot (waiting in the queue when none is free) and registers the
     /// invocation as running.
     async fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
-        let cache = cache_key(&parked);
+        let cache = cache_key(&parked).map(Box::new);
         let Parked { tool, generation, plan, identity, dedicated_uid, caller, paths } = parked;
         // Every pinned path (grants, working_dir, command[0]) must still name what it named when
         // the registry loaded; a swapped one makes the tool unavailable, never redirected.
@@ -1074,7 +1093,7 @@ impl Invoker {
         }
         let outcome = result?;
         let verdict = judged.unwrap_or_else(|| verdict(&prepared.tool, &outcome));
-        if let Some((key, policy)) = prepared.cache.clone() {
+        if let Some((key, policy)) = prepared.cache.clone().map(|c| *c) {
             self.cache.put(key, policy, &prepared.id, &prepared.plan.display_argv, &outcome, &verdict);
         }
         Ok(Answer { outcome, verdict, denials: explained })
@@ -1184,17 +1203,24 @@ fn owner_identity(tool: &Tool, caller: Caller) -> Result<Identity, InvokeError> 
 
 /// The result-cache key of a call of a tool whose policy says `cache`: everything that decides
 /// what the tool sees, including the identity's supplementary groups (an owner identity keeps the
-/// owner's, which change what it may read).
+/// owner's, which change what it may read), the caller's groups, and the state now of every node
+/// its inputs resolve through: each path-typed argument, the working directory and the
+/// executable (see [`cache::inputs`]). Taken before a run for the entry it stores, and at each
+/// lookup: a cached answer is served only while all of it is unchanged.
 fn cache_key(p: &Parked) -> Option<(cache::Key, CachePolicy)> {
     let policy = p.tool.cache?;
+    let paths =
+        p.paths.iter().map(|(_, path)| path.as_path()).chain([p.plan.cwd.as_path(), p.plan.executable.as_path()]);
     let key = cache::Key {
         tool: p.tool.name.clone(),
         generation: p.generation,
         caller_uid: p.caller.uid,
+        caller_groups: crate::authz::groups_of(&p.caller),
         identity: p.identity.as_ref().map(|i| (i.uid, i.gid, i.groups.to_vec())),
         argv: p.plan.argv.clone(),
         env: p.plan.env.clone(),
         cwd: p.plan.cwd.clone(),
+        inputs: cache::inputs(paths),
     };
     Some((key, policy))
 }

@@ -318,7 +318,7 @@ impl Runner<'_> {
                 "tool {tool_name:?} now needs confirmation; workflows cannot include confirm tools: call it on its own"
             ));
         }
-        match self.invoker.prepare_step(caller, tool_name, &arguments, Some(&mark)).await {
+        match self.invoker.prepare_step(caller, &tool, &arguments, Some(&mark)).await {
             Err(e) => refused(e.to_string()),
             Ok(Admission::NeedsConfirmation(_)) => refused(format!(
                 "tool {tool_name:?} needs confirmation; workflows cannot include confirm tools: call it on its own"

@@ -318,3 +318,35 @@ fn connect_tcp_beside_hosts_warns_unless_the_tool_binds_the_port_itself() {
     ));
     assert!(quiet.is_empty(), "{quiet:?}");
 }
+
+const CACHED: &str = "annotations = { read_only = true, idempotent = true }\ncache = { ttl = \"10m\" }";
+const PATH: &str = "type = \"path\"\nrequired = true";
+
+#[test]
+fn cache_on_a_tool_that_reads_what_no_path_argument_names() {
+    // A tree granted for reading: any file in it can change without the cache seeing it.
+    let w = warnings(&tool(
+        r#"["/bin/cat", "--", "{{file}}"]"#,
+        &format!("{CACHED}\nread = [\"/srv\"]"),
+        &[("file", PATH)],
+    ));
+    assert_lint(&w, "cache-inputs", "read /srv");
+    assert_lint(&w, "cache-inputs", "pass every file the tool reads as a `type = \"path\"` param");
+    // At the `cache` key.
+    assert!(w[0].starts_with("t.toml:7:"), "{w:?}");
+    // A working directory's contents, and literal paths in argv (an option's value too).
+    let w = warnings(&tool(r#"["/bin/cat", "/etc/motd"]"#, CACHED, &[]));
+    assert_lint(&w, "cache-inputs", "the literal path \"/etc/motd\" in command");
+    let w = warnings(&tool(r#"["/bin/tool", "--config=/etc/tool.conf"]"#, CACHED, &[]));
+    assert_lint(&w, "cache-inputs", "the literal path \"/etc/tool.conf\"");
+    let w = warnings(&tool(r#"["/bin/ls"]"#, &format!("{CACHED}\nworking_dir = \"/srv\""), &[]));
+    assert_lint(&w, "cache-inputs", "the contents of working_dir /srv");
+    // Accepted after review; a tool whose only inputs are its arguments; no cache at all.
+    assert_clean(&warnings(&tool(
+        r#"["/bin/cat", "/etc/motd"]"#,
+        &format!("{CACHED}\naccept_warnings = [\"cache-inputs\"]"),
+        &[],
+    )));
+    assert_clean(&warnings(&tool(r#"["/bin/echo", "{{x}}"]"#, CACHED, &[("x", SAFE_STR)])));
+    assert_clean(&warnings(&tool(r#"["/bin/cat", "--", "{{file}}"]"#, "read = [\"/srv\"]", &[("file", PATH)])));
+}

@@ -104,9 +104,9 @@ impl CordonService {
             }
         }
         let mut prepared = if req.confirm_token.is_empty() {
-            self.require_tool(&caller, &req.tool, "invoke")?;
+            let authorized = self.require_tool(&caller, &req.tool, "invoke")?;
             match invoker
-                .prepare(caller.clone(), &req.tool, &req.arguments_json)
+                .prepare(caller.clone(), &authorized, &req.arguments_json)
                 .await
                 .map_err(|e| status::invoke(&e))?
             {

@@ -219,7 +219,12 @@ impl CordonService {
     /// Agent callers may only use tools whose `allow` admits them. An unknown tool is answered
     /// here (audited as `invalid`), so that "did you mean" names only tools this caller may see.
     /// `operation` is "invoke" or "dry_run" (whose records say `"dry_run": true`).
-    pub(super) fn require_tool(&self, caller: &Caller, name: &str, operation: &str) -> Result<(), Status> {
+    pub(super) fn require_tool(
+        &self,
+        caller: &Caller,
+        name: &str,
+        operation: &str,
+    ) -> Result<Arc<policy::Tool>, Status> {
         let role = self.role(caller);
         match self.daemon.registry.current().get(name) {
             Some(tool) if tool.disabled => Err(self.unknown_invoked(caller, name, operation)),
@@ -227,7 +232,7 @@ impl CordonService {
             Some(tool) if !self.daemon.authz.may_use(caller, role, tool) => {
                 Err(self.not_admitted(caller, name, operation))
             }
-            Some(_) => Ok(()),
+            Some(tool) => Ok(tool.clone()),
         }
     }
 
@@ -517,9 +522,9 @@ impl v1::cordon_server::Cordon for CordonService {
             return Ok(Response::new(Box::pin(tokio_stream::iter([Ok(event)]))));
         }
         drop(registry);
-        self.require_tool(&caller, &req.tool, "invoke")?;
+        let authorized = self.require_tool(&caller, &req.tool, "invoke")?;
         let invoker = &self.daemon.invoker;
-        match invoker.prepare(caller, &req.tool, &req.arguments_json).await.map_err(|e| status::invoke(&e))? {
+        match invoker.prepare(caller, &authorized, &req.arguments_json).await.map_err(|e| status::invoke(&e))? {
             Admission::Ready(prepared) => {
                 let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
                 Ok(self.run_stream(started, req.stream_output))

@@ -60,7 +60,7 @@ pub(crate) fn invoke(e: &InvokeError) -> Status {
         InvokeError::Unavailable { .. } | InvokeError::Spawn(_) => Code::FailedPrecondition,
         InvokeError::NotOwner { .. } => Code::PermissionDenied,
         InvokeError::Busy(_) => Code::ResourceExhausted,
-        InvokeError::Reloaded { .. } => Code::FailedPrecondition,
+        InvokeError::Reloaded { .. } | InvokeError::ReloadedSinceAuthorized { .. } => Code::FailedPrecondition,
         InvokeError::ShuttingDown | InvokeError::Audit(_) => Code::Unavailable,
         InvokeError::Random(_) => Code::Internal,
     };

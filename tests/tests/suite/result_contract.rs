@@ -50,30 +50,36 @@ command = ["/bin/sh", "-c", "printf '{{\"n\":1}}'"]
 confirm = "agent"
 output = {{ type = "json", schema = {{ type = "object", properties = {{ n = {{ type = "integer" }} }}, required = ["n"] }} }}
 
+# The counter is named by a string, not a path: a path argument the tool writes would change its
+# own state, and the cache keys on the state of path arguments (every write is a miss).
 [tools.cached]
 description = "counts its runs in a file"
 reason = "tests"
-command = ["/bin/sh", "-c", "echo run >> \"$1\"; printf '{{\"n\":1}}'", "sh", "{{{{file}}}}"]
+command = ["/bin/sh", "-c", "echo run >> \"$1/$2\"; printf '{{\"n\":1}}'", "sh", {d}, "{{{{file}}}}"]
 write = [{d}]
 annotations = {{ read_only = true, idempotent = true }}
 cache = {{ ttl = "10m" }}
+accept_warnings = ["cache-inputs"]
 output = {{ type = "json", schema = {{ type = "object", properties = {{ n = {{ type = "integer" }} }}, required = ["n"] }} }}
 
 [tools.cached.params.file]
-type = "path"
+type = "string"
 required = true
+pattern = "[a-z]+"
 
 [tools.cached-fail]
 description = "counts its runs in a file and fails"
 reason = "tests"
-command = ["/bin/sh", "-c", "echo run >> \"$1\"; exit 3", "sh", "{{{{file}}}}"]
+command = ["/bin/sh", "-c", "echo run >> \"$1/$2\"; exit 3", "sh", {d}, "{{{{file}}}}"]
 write = [{d}]
 annotations = {{ read_only = true, idempotent = true }}
 cache = {{ ttl = "10m", error_ttl = "1s" }}
+accept_warnings = ["cache-inputs"]
 
 [tools.cached-fail.params.file]
-type = "path"
+type = "string"
 required = true
+pattern = "[a-z]+"
 "#
     )
 }
@@ -93,15 +99,15 @@ fn start() -> (Daemon, std::path::PathBuf) {
     (d, counts)
 }
 
-/// A counter file anyone may append to.
-fn counter(counts: &Path, name: &str) -> String {
+/// A counter file anyone may append to: its name (the tool's argument) and its path.
+fn counter(counts: &Path, name: &str) -> (String, std::path::PathBuf) {
     let path = counts.join(name);
     std::fs::write(&path, "").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
-    path.display().to_string()
+    (name.to_string(), path)
 }
 
-fn runs(path: &str) -> usize {
+fn runs(path: &Path) -> usize {
     std::fs::read_to_string(path).unwrap().lines().count()
 }
 
@@ -215,8 +221,8 @@ fn a_confirmation_answer_fits_the_tools_output_schema_and_confirm_applies_its_ow
 #[test]
 fn a_cached_result_says_so_and_the_tool_runs_once() {
     let (d, counts) = start();
-    let file = counter(&counts, "root");
-    let args = json!({ "file": file });
+    let (name, file) = counter(&counts, "root");
+    let args = json!({ "file": name });
     let (_, first) = d.run_json("cached", &args);
     assert_eq!((first["ok"].clone(), first["cached"].clone()), (json!(true), json!(false)), "{first}");
     let (_, second) = d.run_json("cached", &args);
@@ -256,7 +262,7 @@ fn a_cached_result_says_so_and_the_tool_runs_once() {
     assert_eq!(runs(&file), 2);
 
     // Other arguments are another entry.
-    let other = counter(&counts, "other");
+    let (other, _) = counter(&counts, "other");
     let (_, r) = d.run_json("cached", &json!({ "file": other }));
     assert_eq!(r["cached"], false, "{r}");
 
@@ -271,8 +277,8 @@ fn a_cached_result_says_so_and_the_tool_runs_once() {
 #[test]
 fn failed_results_are_cached_for_the_error_ttl() {
     let (d, counts) = start();
-    let file = counter(&counts, "fail");
-    let args = json!({ "file": file });
+    let (name, file) = counter(&counts, "fail");
+    let args = json!({ "file": name });
     let (_, first) = d.run_json("cached-fail", &args);
     assert_eq!((first["ok"].clone(), first["exit_code"].clone()), (json!(false), json!(3)), "{first}");
     let (out, second) = d.run_json("cached-fail", &args);

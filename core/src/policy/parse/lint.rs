@@ -12,7 +12,11 @@
 //! - `connect_tcp` beside `hosts` on a port the tool does not bind: inside its own network
 //!   namespace nothing listens there (hosts are reached through `hosts` only);
 //! - a `danger = "high"` tool without `confirm` that `allow` opens to every user (a group every
-//!   account is in).
+//!   account is in);
+//! - `cache` on a tool whose inputs the cache cannot see: it reads files no path-typed argument
+//!   names (a `read` or `write` grant of a tree, a `working_dir`, a literal path in its argv),
+//!   and the cache keys only on the state of its path arguments, working directory and
+//!   executable (`daemon/src/cache.rs`), so a change there would be answered from the cache.
 //!
 //! Writes to `/` and system directories are checked where paths are read (`grants`); a path
 //! beneath another tool's write root is checked across all files once the load has every tool
@@ -101,6 +105,7 @@ pub(super) const LINTS: &[&str] = &[
     "engine-socket",
     "open-high-danger",
     "connect-inside-netns",
+    "cache-inputs",
 ];
 
 impl Parser<'_> {
@@ -175,6 +180,9 @@ impl Parser<'_> {
         }
         if let Some(message) = open_high_danger(tool) {
             found.push((key_span("allow"), "open-high-danger", message));
+        }
+        if let Some(message) = cache_inputs(tool) {
+            found.push((key_span("cache"), "cache-inputs", message));
         }
     }
 }
@@ -489,6 +497,54 @@ fn write_exec_overlap(tool: &Tool) -> Vec<String> {
 
 /// `connect_tcp` ports beside `hosts` that the tool does not bind itself: with `hosts` the tool
 /// has a network namespace of its own, where such a port reaches nothing.
+/// `cache` on a tool that reads what no path-typed argument names: the grants of trees, the
+/// working directory's contents, literal paths in its argv. A cached answer is keyed on the
+/// state of the path arguments (every node on their way), the working directory node and the
+/// executable; a file only reachable otherwise can change, or stop being readable by the caller,
+/// while the cache still answers.
+fn cache_inputs(tool: &Tool) -> Option<String> {
+    tool.cache?;
+    let sandbox = &tool.sandbox;
+    let mut unseen: Vec<String> = Vec::new();
+    for (key, paths) in [("read", &sandbox.read), ("write", &sandbox.write)] {
+        for p in paths {
+            unseen.push(format!("{key} {}", p.display()));
+        }
+    }
+    if let Some(dir) = &tool.working_dir {
+        unseen.push(format!("the contents of working_dir {}", dir.display()));
+    }
+    for arg in &tool.args {
+        for segment in &arg.segments {
+            let Segment::Literal(text) = segment else { continue };
+            if let Some(at) = literal_path(text) {
+                unseen.push(format!("the literal path {at:?} in command"));
+            }
+        }
+    }
+    if unseen.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "tool {:?} has `cache`, but it can read files no path-typed argument names ({}); a cached answer is keyed on \
+         the state of its path arguments, its working directory and its executable only, so a change to those \
+         other files (or to who may read them) is answered from the cache until the ttl ends: remove `cache`, or \
+         pass every file the tool reads as a `type = \"path\"` param and grant no more than it needs",
+        tool.name,
+        unseen.join(", ")
+    ))
+}
+
+/// The absolute path a literal argv element names: the element itself (`/etc/x`) or an
+/// option's value (`--config=/etc/x`).
+fn literal_path(text: &str) -> Option<&str> {
+    if text.starts_with('/') {
+        return Some(text);
+    }
+    let (_, value) = text.split_once('=')?;
+    value.starts_with('/').then_some(value)
+}
+
 fn connect_inside_netns(tool: &Tool) -> Option<String> {
     let crate::policy::Network::Tcp { connect, bind, egress: Some(_) } = &tool.sandbox.network else { return None };
     let lonely: Vec<String> = connect.iter().filter(|p| !bind.contains(p)).map(u16::to_string).collect();
