@@ -136,7 +136,7 @@ pub enum Refusal {
 
 /// The class of an address assigned to one of the daemon host's interfaces (or one of its
 /// broadcast addresses, or an IPv6 form that embeds one), in refusals.
-pub const THIS_HOST: &str = "this host's own (assigned to one of its network interfaces)";
+pub const THIS_HOST: &str = "host-local (assigned to one of the network interfaces of the host cordond runs on)";
 
 /// How to turn ECH off in the clients that send it (GREASE ECH included), for refusals and docs.
 pub const ECH_OFF: &str = "Chromium-based browsers send ECH (a GREASE one too) unless started with      --disable-features=EncryptedClientHello; Firefox: network.dns.echconfig.enabled = false; curl and OpenSSL send      none unless built and asked for it (curl --ech false)";
@@ -699,6 +699,30 @@ mod tests {
         assert!(e.reachable("255.255.255.255".parse().unwrap(), 443).is_err());
         assert_eq!(e.reachable("140.82.112.5".parse().unwrap(), 443), Ok(()));
         assert_eq!(e.reachable("2606:4700::1111".parse().unwrap(), 443), Ok(()));
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_are_found_in_every_spelling_unless_granted_as_addresses() {
+        let own: Vec<IpAddr> =
+            ["11.22.33.44", "11.22.33.255", "2606:4700:c0d::1"].iter().map(|a| a.parse().unwrap()).collect();
+        for a in [
+            "11.22.33.44",
+            "::ffff:11.22.33.44",
+            "::11.22.33.44",
+            "64:ff9b::b16:212c",
+            "2002:b16:212c::1",
+            "11.22.33.255",
+            "2606:4700:c0d::1",
+        ] {
+            assert!(on_host(a.parse().unwrap(), &own), "{a}");
+        }
+        for a in ["11.22.33.45", "2606:4700:c0d::2", "64:ff9b::b16:212d", "::1", "::"] {
+            assert!(!on_host(a.parse().unwrap(), &own), "{a}");
+        }
+        let e = egress(&["own.example:443", "11.22.33.0/24:443", "[2606:4700:c0d::1]:8443"]);
+        assert!(e.granted_address("::ffff:11.22.33.44".parse().unwrap(), 443));
+        assert!(!e.granted_address("2606:4700:c0d::1".parse().unwrap(), 443), "another port");
+        assert!(e.granted_address("2606:4700:c0d::1".parse().unwrap(), 8443));
     }
 
     #[test]

@@ -509,7 +509,7 @@ impl Proxy {
             }
             let own = host::addresses()?;
             match on_host(ip, &own) {
-                true => Err(format!("{ip} is now {THIS_HOST} address, and not granted as an address")),
+                true => Err(format!("{ip} is now a {THIS_HOST} address, and not granted as an address")),
                 false => Ok(()),
             }
         };
