@@ -658,7 +658,8 @@ fn a_token_file_that_does_not_load_rejects_the_whole_reload_and_the_tokens_in_fo
     let good = std::fs::read(&path).unwrap();
     let generation = |d: &Daemon| d.cordon(&["status", "--json"]).json()["generation"].clone();
     let before = generation(&d);
-    let breakages: [(&str, Box<dyn Fn()>); 3] = [
+    type Breakage<'a> = (&'a str, Box<dyn Fn() + 'a>);
+    let breakages: [Breakage<'_>; 3] = [
         ("garbled", Box::new(|| std::fs::write(&path, b"{\"version\": 1, \"tokens\": [").unwrap())),
         (
             "writable by others",
@@ -696,4 +697,34 @@ fn a_token_file_that_does_not_load_rejects_the_whole_reload_and_the_tokens_in_fo
     d.cordon(&["reload"]).assert_code(0);
     let f = front(&d, &[]);
     Session::open(f.port, &token);
+}
+
+/// Over HTTP, a call the front-end refuses (bad arguments, an unknown tool) is recorded by
+/// cordond as reported by the front-end: the caller is the token's account (verified by
+/// cordond), the reporter the front-end's own process on the socket, the transport `http`.
+#[test]
+fn a_call_the_http_front_end_refuses_is_recorded_as_the_tokens_account() {
+    require_root!();
+    let d = start();
+    let token = issue(&d, AGENT, &[]);
+    let f = front(&d, &[]);
+    let s = Session::open(f.port, &token);
+    let bad = s.request(5, "tools/call", json!({ "name": "id-a", "arguments": { "x": 1 } }));
+    assert_eq!(bad["result"]["isError"], true, "{bad}");
+    let unknown = s.request(6, "tools/call", json!({ "name": "no-such", "arguments": {} }));
+    assert!(unknown.get("error").is_some(), "{unknown}");
+    let mut got = Vec::new();
+    assert!(eventually(Duration::from_secs(20), || {
+        got = d.audit_records().into_iter().filter(|r| r["reported_by"] == "front-end").collect();
+        got.len() >= 2
+    }));
+    let agent_uid = agent::id("-u", AGENT);
+    for (r, (tool, code)) in got.iter().zip([("id-a", "UNKNOWN_FIELDS"), ("no-such", "UNKNOWN_TOOL")]) {
+        assert_eq!(r["tool"], tool, "{r}");
+        assert_eq!(r["reported"]["code"], code, "{r}");
+        assert_eq!(r["reported"]["transport"], "http", "{r}");
+        assert_eq!(r["caller"]["uid"], agent_uid, "the token's account: {r}");
+        assert_eq!(r["reporter"]["uid"], 0, "the front-end's process, from SO_PEERCRED: {r}");
+        assert_eq!(r["verdict"]["code"], code, "{r}");
+    }
 }

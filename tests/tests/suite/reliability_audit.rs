@@ -390,13 +390,12 @@ network = {{ hosts = ["127.0.0.1:{port}"] }}
     let new_run = records.iter().position(|r| r["decision"] == "daemon_started" && r["seq"] != before[0]["seq"]);
     let new_run = new_run.expect("the second run's daemon_started");
     let key = |r: &Value| -> String {
-        let k = match r["decision"].as_str().unwrap() {
+        match r["decision"].as_str().unwrap() {
             "started" | "aborted" | "finished" => format!("call {}", r["id"]),
             "egress" | "egress_closed" => format!("conn {} {}", r["id"], r["conn"]),
             "workflow_started" | "workflow_finished" => format!("workflow {}", r["workflow_id"]),
             _ => format!("approval {}", r["approval_id"]),
-        };
-        k
+        }
     };
     let opens: Vec<&Value> = before.iter().filter(|r| opened(r)).collect();
     assert_eq!(opens.len(), want, "{opens:#?}");
