@@ -1,22 +1,20 @@
 //! Admission: the concurrency limits, and the bounded, fair queue of calls waiting for a slot.
 //!
-//! A call takes two slots: one of its caller's (`max_per_caller` per uid) and one of the
-//! daemon's (`max_concurrent`). When both are free it runs at once; otherwise it waits in a FIFO
-//! queue (tokio's semaphores are fair) for at most `queue_timeout`. A call is refused BUSY only
-//! when the queue is full (`queue_max` calls waiting in all, or `queue_max_per_caller` of its
-//! caller's) or when its wait passes the deadline. A caller's calls queue first for one of its
-//! own slots, so at most `max_per_caller` of them wait for a daemon slot at any time: a caller
-//! with many calls queued cannot get ahead of other callers' calls.
+//! A call takes a slot of its caller's share (`max_per_caller` per uid) within the daemon's
+//! (`max_concurrent`): `cordon_limit::Limiter`, keyed by the caller's uid. When a slot is free
+//! it runs at once; otherwise it waits for at most `queue_timeout`, and freed slots go
+//! round-robin over the callers that wait, so a caller with many calls queued cannot get ahead
+//! of other callers' calls. A call is refused BUSY only when the queue is full (`queue_max`
+//! calls waiting in all, or `queue_max_per_caller` of its caller's) or when its wait passes the
+//! deadline.
 //!
 //! A waiting call holds nothing but its place: when its future is dropped (the client went
-//! away), it leaves both queues at once. Shutdown (`closed` cancelled) wakes every waiting call,
+//! away), it leaves the queue at once. Shutdown (`closed` cancelled) wakes every waiting call,
 //! which is refused SHUTTING_DOWN.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use cordon_limit::{Limiter, LimiterLimits, Permit, Refused};
 use tokio_util::sync::CancellationToken;
 
 /// Why a call was not given a slot.
@@ -73,82 +71,27 @@ impl Default for Limits {
 #[derive(Debug)]
 pub struct Slots {
     limits: Limits,
-    global: Arc<Semaphore>,
-    state: Arc<Mutex<State>>,
+    limiter: Limiter<u32>,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    /// Calls waiting, over all callers.
-    queued: usize,
-    callers: HashMap<u32, CallerState>,
-}
-
-#[derive(Debug)]
-struct CallerState {
-    slots: Arc<Semaphore>,
-    /// Calls of this caller that hold or wait for a slot (the entry goes when none do).
-    holders: usize,
-    /// Of them, those waiting.
-    queued: usize,
-}
-
-/// A taken slot, the caller's and the daemon's; both are given back when it is dropped.
+/// A taken slot, given back when it is dropped.
 #[derive(Debug)]
 pub struct Slot {
     /// Whether the call waited in the queue for it.
     pub waited: bool,
-    _global: OwnedSemaphorePermit,
-    _caller: CallerHold,
-}
-
-/// A call of `uid` that holds or waits for a slot; its caller's entry goes with the last one.
-#[derive(Debug)]
-struct CallerHold {
-    state: Arc<Mutex<State>>,
-    uid: u32,
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl Drop for CallerHold {
-    fn drop(&mut self) {
-        let mut state = lock(&self.state);
-        if let Some(entry) = state.callers.get_mut(&self.uid) {
-            entry.holders = entry.holders.saturating_sub(1);
-            if entry.holders == 0 {
-                state.callers.remove(&self.uid);
-            }
-        }
-    }
-}
-
-/// A place in the queue, given up when dropped (admitted, refused, or the client went away).
-struct Queued<'a> {
-    state: &'a Mutex<State>,
-    uid: u32,
-}
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        let mut state = lock(self.state);
-        state.queued = state.queued.saturating_sub(1);
-        if let Some(entry) = state.callers.get_mut(&self.uid) {
-            entry.queued = entry.queued.saturating_sub(1);
-        }
-    }
-}
-
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    _permit: Permit<u32>,
 }
 
 impl Slots {
     pub fn new(limits: Limits) -> Slots {
-        Slots {
-            limits,
-            global: Arc::new(Semaphore::new(limits.max_concurrent)),
-            state: Arc::new(Mutex::new(State::default())),
-        }
+        let limiter = Limiter::new(LimiterLimits {
+            per_key: limits.max_per_caller,
+            global: limits.max_concurrent,
+            queue_per_key: limits.queue_max_per_caller,
+            queue: limits.queue_max,
+            wait: limits.queue_timeout,
+        });
+        Slots { limits, limiter }
     }
 
     pub fn limits(&self) -> Limits {
@@ -157,12 +100,12 @@ impl Slots {
 
     /// Calls waiting for a slot now, over all callers.
     pub fn queued(&self) -> usize {
-        lock(&self.state).queued
+        self.limiter.queued()
     }
 
     /// Calls of `uid` waiting for a slot now.
     pub fn queued_for(&self, uid: u32) -> usize {
-        lock(&self.state).callers.get(&uid).map_or(0, |c| c.queued)
+        self.limiter.queued_for(&uid)
     }
 
     /// Takes a slot for a call of `uid`: at once when one is free, else after a wait in the
@@ -171,75 +114,27 @@ impl Slots {
         if closed.is_cancelled() {
             return Err(AdmissionError::ShuttingDown);
         }
-        let (caller_slots, mut hold) = {
-            let mut state = lock(&self.state);
-            let max_per_caller = self.limits.max_per_caller;
-            let entry = state.callers.entry(uid).or_insert_with(|| CallerState {
-                slots: Arc::new(Semaphore::new(max_per_caller)),
-                holders: 0,
-                queued: 0,
-            });
-            entry.holders += 1;
-            (entry.slots.clone(), CallerHold { state: self.state.clone(), uid, permit: None })
-        };
-        // Both free: no wait. (A fair semaphore has no free permit while anyone waits for one,
-        // so this never overtakes a queued call.)
-        if let Ok(own) = caller_slots.clone().try_acquire_owned() {
-            if let Ok(global) = self.global.clone().try_acquire_owned() {
-                hold.permit = Some(own);
-                return Ok(Slot { waited: false, _global: global, _caller: hold });
-            }
-            hold.permit = Some(own);
+        if let Some(permit) = self.limiter.try_acquire(uid) {
+            return Ok(Slot { waited: false, _permit: permit });
         }
-        let _queued = self.enqueue(uid)?;
-        let own = hold.permit.take();
-        let global = self.global.clone();
-        let wait = async move {
-            let own = match own {
-                Some(p) => p,
-                None => caller_slots.acquire_owned().await?,
-            };
-            let global = global.acquire_owned().await?;
-            Ok::<_, tokio::sync::AcquireError>((own, global))
-        };
         let waited = tokio::select! {
             biased;
             () = closed.cancelled() => return Err(AdmissionError::ShuttingDown),
-            r = tokio::time::timeout(self.limits.queue_timeout, wait) => r,
+            r = self.limiter.acquire(uid) => r,
         };
         match waited {
-            Ok(Ok((own, global))) => {
-                hold.permit = Some(own);
-                Ok(Slot { waited: true, _global: global, _caller: hold })
+            Ok(permit) => Ok(Slot { waited: true, _permit: permit }),
+            Err(Refused::KeyQueueFull { queued, .. }) => {
+                Err(AdmissionError::CallerQueueFull { max: self.limits.max_per_caller, queued })
             }
-            // The semaphores are never closed; if one were, nothing more is admitted.
-            Ok(Err(_)) => Err(AdmissionError::ShuttingDown),
-            Err(_) => Err(AdmissionError::Timeout { waited: self.limits.queue_timeout }),
+            Err(Refused::QueueFull { queued }) => Err(AdmissionError::QueueFull {
+                max: self.limits.max_concurrent,
+                per_caller: self.limits.max_per_caller,
+                queued,
+            }),
+            Err(Refused::Timeout { waited }) => Err(AdmissionError::Timeout { waited }),
+            Err(Refused::Closed) => Err(AdmissionError::ShuttingDown),
         }
-    }
-
-    /// Takes a place in the queue, or says why there is none.
-    fn enqueue(&self, uid: u32) -> Result<Queued<'_>, AdmissionError> {
-        let mut state = lock(&self.state);
-        let full = |queued| AdmissionError::QueueFull {
-            max: self.limits.max_concurrent,
-            per_caller: self.limits.max_per_caller,
-            queued,
-        };
-        if state.queued >= self.limits.queue_max {
-            return Err(full(state.queued));
-        }
-        let queued = state.queued;
-        let Some(entry) = state.callers.get_mut(&uid) else {
-            // The caller's entry is held by this call's `CallerHold`: it cannot be missing.
-            return Err(full(queued));
-        };
-        if entry.queued >= self.limits.queue_max_per_caller {
-            return Err(AdmissionError::CallerQueueFull { max: self.limits.max_per_caller, queued: entry.queued });
-        }
-        entry.queued += 1;
-        state.queued += 1;
-        Ok(Queued { state: &self.state, uid })
     }
 }
 
@@ -289,7 +184,7 @@ mod tests {
         assert_eq!(slots.queued_for(2), 1);
         drop(waiting);
         assert_eq!(slots.queued(), 0);
-        assert!(!lock(&slots.state).callers.contains_key(&2), "the caller's entry outlived its last call");
+        assert_eq!(slots.queued_for(2), 0, "the caller's place outlived its call");
         assert!(matches!(slots.acquire(3, &closed).await, Err(AdmissionError::Timeout { .. })));
         assert_eq!(slots.queued(), 0);
     }

@@ -10,16 +10,17 @@ use tokio::time::Instant;
 /// The limits of a [`FailureBudget`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BudgetLimits {
-    /// Failures a key may have in a row before it is refused (the bucket's size).
+    /// Failures a key may have within one window.
     pub failures: u32,
-    /// The time in which a spent budget refills completely (continuously: one failure's worth
-    /// comes back every `per / failures`).
+    /// The window: it starts at a key's first failure; once it has passed, the key's budget is
+    /// whole again.
     pub per: Duration,
-    /// Keys remembered at once; beyond, the key with the most budget left is forgotten.
+    /// Keys remembered at once; beyond, keys whose window passed are forgotten, then the key
+    /// with the most budget left.
     pub max_keys: usize,
 }
 
-/// A key out of budget, and how long until it may fail once more.
+/// A key out of budget, and how long until its window ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OverBudget {
     pub retry_after: Duration,
@@ -29,14 +30,13 @@ pub struct OverBudget {
 #[derive(Debug)]
 pub struct FailureBudget<K: Hash + Eq + Clone> {
     limits: BudgetLimits,
-    keys: Mutex<HashMap<K, Bucket>>,
+    keys: Mutex<HashMap<K, Window>>,
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Bucket {
-    /// Failures left, at `at`.
-    left: f64,
-    at: Instant,
+struct Window {
+    started: Instant,
+    failed: u32,
 }
 
 impl<K: Hash + Eq + Clone> FailureBudget<K> {
@@ -48,67 +48,54 @@ impl<K: Hash + Eq + Clone> FailureBudget<K> {
         self.limits
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<K, Bucket>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<K, Window>> {
         self.keys.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn rate(&self) -> f64 {
-        f64::from(self.limits.failures.max(1)) / self.limits.per.as_secs_f64().max(f64::MIN_POSITIVE)
-    }
-
-    fn refilled(&self, bucket: Bucket, now: Instant) -> f64 {
-        let full = f64::from(self.limits.failures);
-        (bucket.left + now.duration_since(bucket.at).as_secs_f64() * self.rate()).min(full)
+    /// `window` as it stands at `now` (`None`: it passed).
+    fn current(&self, window: Window, now: Instant) -> Option<Window> {
+        (now.duration_since(window.started) < self.limits.per).then_some(window)
     }
 
     /// Whether `key` may try (and perhaps fail) once more now.
     pub fn check(&self, key: &K) -> Result<(), OverBudget> {
         let now = Instant::now();
         let keys = self.lock();
-        let Some(bucket) = keys.get(key) else { return Ok(()) };
-        let left = self.refilled(*bucket, now);
-        if left >= 1.0 {
-            return Ok(());
+        match keys.get(key).and_then(|w| self.current(*w, now)) {
+            Some(w) if w.failed >= self.limits.failures => {
+                Err(OverBudget { retry_after: (w.started + self.limits.per).saturating_duration_since(now) })
+            }
+            _ => Ok(()),
         }
-        let retry_after = Duration::from_secs_f64(((1.0 - left) / self.rate()).max(0.0));
-        Err(OverBudget { retry_after })
     }
 
     /// Spends one failure of `key`'s budget.
     pub fn fail(&self, key: K) {
         let now = Instant::now();
         let mut keys = self.lock();
-        let full = f64::from(self.limits.failures);
         if !keys.contains_key(&key) && keys.len() >= self.limits.max_keys.max(1) {
-            // Forget keys whose budget came back whole; if none did, the one with most left.
-            keys.retain(|_, b| (b.left + now.duration_since(b.at).as_secs_f64() * self.rate()) < full);
+            keys.retain(|_, w| now.duration_since(w.started) < self.limits.per);
             if keys.len() >= self.limits.max_keys.max(1) {
-                let most = keys
-                    .iter()
-                    .map(|(k, b)| (k.clone(), self.refilled(*b, now)))
-                    .max_by(|a, b| a.1.total_cmp(&b.1))
-                    .map(|(k, _)| k);
-                if let Some(k) = most {
+                let least = keys.iter().min_by_key(|(_, w)| w.failed).map(|(k, _)| k.clone());
+                if let Some(k) = least {
                     keys.remove(&k);
                 }
             }
         }
-        let bucket = keys.get(&key).copied().unwrap_or(Bucket { left: full, at: now });
-        let left = (self.refilled(bucket, now) - 1.0).max(0.0);
-        keys.insert(key, Bucket { left, at: now });
+        let window = keys.get(&key).and_then(|w| self.current(*w, now)).unwrap_or(Window { started: now, failed: 0 });
+        keys.insert(key, Window { failed: window.failed.saturating_add(1), ..window });
     }
 
     /// Gives back one failure spent by [`FailureBudget::fail`] (it was not a failure after all).
     pub fn refund(&self, key: &K) {
         let now = Instant::now();
         let mut keys = self.lock();
-        let full = f64::from(self.limits.failures);
-        if let Some(bucket) = keys.get(key).copied() {
-            let left = (self.refilled(bucket, now) + 1.0).min(full);
-            if left >= full {
+        match keys.get(key).and_then(|w| self.current(*w, now)) {
+            Some(w) if w.failed > 1 => {
+                keys.insert(key.clone(), Window { failed: w.failed - 1, ..w });
+            }
+            _ => {
                 keys.remove(key);
-            } else {
-                keys.insert(key.clone(), Bucket { left, at: now });
             }
         }
     }
@@ -136,10 +123,15 @@ mod tests {
             b.fail("abuser");
         }
         let over = b.check(&"abuser").unwrap_err();
-        assert!(over.retry_after > Duration::ZERO && over.retry_after <= Duration::from_secs(20));
+        assert_eq!(over.retry_after, Duration::from_secs(60));
         assert!(b.check(&"honest").is_ok(), "another key keeps its budget");
-        tokio::time::advance(Duration::from_secs(20)).await;
-        assert!(b.check(&"abuser").is_ok(), "one failure's worth came back");
+        b.refund(&"abuser");
+        assert!(b.check(&"abuser").is_ok(), "a refund gives one back");
+        b.fail("abuser");
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(b.check(&"abuser").is_err());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(b.check(&"abuser").is_ok(), "the window passed");
     }
 
     #[tokio::test(start_paused = true)]

@@ -9,7 +9,7 @@
 //!   free slot waits in a bounded queue (`queue_per_key`, `queue`) for at most `wait`, and freed
 //!   slots go round-robin to the keys that wait, so a key with many waiters cannot get ahead of a
 //!   key with one. A waiter that goes away (its future dropped) leaves the queue at once.
-//! - [`FailureBudget`]: failures (a refused token, say) per key, refilled over time; a key that
+//! - [`FailureBudget`]: failures (a refused token, say) per key, per window; a key that
 //!   spent its budget is refused alone, others keep theirs.
 //! - [`peer`]: who a TCP peer is: on loopback the uid that owns the connecting socket (from
 //!   `/proc/net/tcp`), else its address.

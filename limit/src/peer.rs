@@ -62,6 +62,12 @@ pub fn of_tcp(local: SocketAddr, peer: SocketAddr) -> Principal {
 /// The uid owning the socket at `peer` connected to `local`, from the kernel's socket tables;
 /// `None` when there is no such socket (it closed) or the tables disagree.
 pub fn loopback_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+    // The tables are read in pages while sockets come and go, which can skip a line: a miss is
+    // read again (a few times) before the peer counts as gone.
+    (0..4).find_map(|_| read_uid(local, peer))
+}
+
+fn read_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     let want = (canonical(peer.ip()), peer.port(), canonical(local.ip()), local.port());
     let mut found = None;
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
@@ -93,9 +99,11 @@ fn matching_uid(line: &str, want: (IpAddr, u16, IpAddr, u16)) -> Option<u32> {
     if (local_ip, local_port, remote_ip, remote_port) != want {
         return None;
     }
-    // tx_queue:rx_queue, tr:tm->when, retrnsmt, then the uid.
-    let uid = fields.nth(3)?;
-    uid.parse().ok()
+    // tx_queue:rx_queue, tr:tm->when, retrnsmt, then the uid, timeout and inode.
+    let uid = fields.nth(3)?.parse().ok()?;
+    // Inode 0: an orphan (its process closed it; the table says uid 0): nobody's.
+    let inode = fields.nth(1)?;
+    (inode != "0").then_some(uid)
 }
 
 /// `0100007F:1F90` (IPv4) or 32 hex digits and a port (IPv6), as the kernel prints them: each

@@ -336,6 +336,85 @@ pub mod agent {
     }
 }
 
+/// Silent TCP connections held by another local account: the attacker of the per-principal
+/// budget tests (any local account, no token, no privilege).
+pub mod silent {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::{Child, Command, Stdio};
+
+    const SCRIPT: &str = r#"
+import socket, sys
+port, per = int(sys.argv[1]), int(sys.argv[2])
+held = []
+for a in sys.argv[4:]:
+    for _ in range(per):
+        s = socket.socket()
+        s.bind((a, 0))
+        try:
+            s.connect(("127.0.0.1", port))
+            held.append(s)
+        except OSError:
+            pass
+# Wait until the server answered (refused) `refused` of them: then it has seen them all.
+import select, time
+want, seen, deadline = int(sys.argv[3]), set(), time.monotonic() + 60
+while len(seen) < want and time.monotonic() < deadline:
+    ready, _, _ = select.select([s for s in held if s not in seen], [], [], 1)
+    seen.update(ready)
+print("ready", len(held), len(seen), flush=True)
+sys.stdin.read()
+"#;
+
+    /// Connections that never say a word, open until dropped.
+    #[derive(Debug)]
+    pub struct Silent {
+        child: Child,
+        /// How many connected.
+        pub opened: usize,
+        /// How many the server answered or closed while the rest were held.
+        pub refused: usize,
+    }
+
+    impl Drop for Silent {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// `per` connections to 127.0.0.1:`port` from each of `sources` (127.0.0.0/8 addresses),
+    /// opened by `user` (`setpriv`; `None`: this process's uid), sending nothing. Returns once
+    /// all connected and the server answered (or closed) `refused` of them, so that it has seen
+    /// them all (or after a minute, whatever it saw).
+    pub fn hold(user: Option<&str>, port: u16, per: usize, sources: &[String], refused: usize) -> Silent {
+        let mut c = match user {
+            Some(u) => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid", u, "--regid", u, "--init-groups", "--", "/usr/bin/python3"]);
+                c
+            }
+            None => Command::new("/usr/bin/python3"),
+        };
+        let mut child = c
+            .arg("-c")
+            .arg(SCRIPT)
+            .arg(port.to_string())
+            .arg(per.to_string())
+            .arg(refused.to_string())
+            .args(sources)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("a piped stdout");
+        BufReader::new(stdout).read_line(&mut line).expect("the holder answers");
+        let mut counts = line.split_whitespace().skip(1).map(|n| n.parse().unwrap_or(0));
+        let (opened, refused) = (counts.next().unwrap_or(0), counts.next().unwrap_or(0));
+        Silent { child, opened, refused }
+    }
+}
+
 /// A TOML basic string (JSON string escapes are valid TOML).
 pub fn toml_str(s: impl AsRef<Path>) -> String {
     serde_json::to_string(s.as_ref().to_str().expect("a UTF-8 path")).expect("a string serializes")

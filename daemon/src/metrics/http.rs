@@ -165,10 +165,15 @@ async fn refuse(mut stream: tokio::net::TcpStream, source: Principal, refused: &
          connection: close\r\ncontent-length: {}\r\n\r\n",
         text.len()
     );
+    // Then read what the client sent until it closes: closing with its request unread would
+    // reset the connection, and the client would never see the answer.
     let answer = async {
         stream.write_all(head.as_bytes()).await?;
         stream.write_all(text.as_bytes()).await?;
-        stream.shutdown().await
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        while tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
     };
     let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
 }

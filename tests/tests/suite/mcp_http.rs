@@ -115,7 +115,19 @@ impl Answer {
 
 /// POSTs `body` with the MCP headers, `token` as `Authorization: Bearer`, and `headers`.
 fn post(port: u16, token: Option<&str>, headers: &[String], body: &Value) -> Answer {
-    let mut c = Command::new(CURL);
+    post_as(None, port, token, headers, body)
+}
+
+/// [`post`] from local account `user` (`None`: root, this process).
+fn post_as(user: Option<&str>, port: u16, token: Option<&str>, headers: &[String], body: &Value) -> Answer {
+    let mut c = match user {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", u, "--regid", u, "--init-groups", "--", CURL]);
+            c
+        }
+        None => Command::new(CURL),
+    };
     c.args(["-s", "-i", "--max-time", "30", "-X", "POST"]).args([
         "-H",
         "Content-Type: application/json",
@@ -531,7 +543,9 @@ fn guessed_tokens_are_refused_and_then_no_longer_checked() {
     let refused = d.audit_records().iter().filter(|r| r["code"] == "TOKEN_REFUSED").count();
     assert_eq!(refused, 30);
     let a = post(f.port, Some(&format!("cordon_{}_{}", "f".repeat(16), "a".repeat(64))), &[], &initialize());
-    assert!(a.body.contains("no token is checked until that window ends"), "{a:#?}");
+    assert!(a.body.contains("tokens from there that cordond has not accepted before are not checked"), "{a:#?}");
+    assert!(a.body.contains("from uid 0"), "{a:#?}");
+    assert!(a.header("retry-after").is_some_and(|v| v.parse::<u64>().is_ok_and(|n| n >= 1)), "{a:#?}");
 }
 
 /// DNS rebinding: a web page whose name now resolves to 127.0.0.1 is same-origin with the
@@ -727,4 +741,60 @@ fn a_call_the_http_front_end_refuses_is_recorded_as_the_tokens_account() {
         assert_eq!(r["reporter"]["uid"], 0, "the front-end's process, from SO_PEERCRED: {r}");
         assert_eq!(r["verdict"]["code"], code, "{r}");
     }
+
+/// Issue 26, class 3: any local account, with no token, sends 40 well-formed bogus tokens. Its
+/// guesses are budgeted to its own account: 30 are asked about (401), then its own requests get
+/// 429. Meanwhile a token cordond has never accepted before (a fresh agent after a restart of the
+/// front-end) from another account is verified and served, and so is every further one: the
+/// guesser shut out nobody but itself.
+#[test]
+fn a_local_account_guessing_tokens_shuts_out_only_itself() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &[]);
+    let statuses: Vec<u16> = (0..40)
+        .map(|i| {
+            let guess = format!("cordon_{i:016x}_{}", "e".repeat(64));
+            post_as(Some(AGENT), f.port, Some(&guess), &[], &initialize()).status
+        })
+        .collect();
+    assert_eq!(statuses[..30], [401; 30], "{statuses:?}");
+    assert_eq!(statuses[30..], [429; 10], "{statuses:?}");
+    let agent_uid = agent::id("-u", AGENT);
+    let over = post_as(
+        Some(AGENT),
+        f.port,
+        Some(&format!("cordon_{}_{}", "9".repeat(16), "e".repeat(64))),
+        &[],
+        &initialize(),
+    );
+    assert_eq!(over.status, 429, "{over:#?}");
+    assert!(over.body.contains(&format!("from uid {agent_uid}")), "{over:#?}");
+    // Fresh tokens, never seen by this front-end, from root's account: each verified and served.
+    for _ in 0..3 {
+        let fresh = issue(&d, AGENT, &[]);
+        assert_eq!(Session::open(f.port, &fresh).daemon_tools(), ["id-a"]);
+    }
+    // cordond heard exactly the 30 guesses within the guesser's budget.
+    let refused = d.audit_records().iter().filter(|r| r["code"] == "TOKEN_REFUSED").count();
+    assert_eq!(refused, 30);
+}
+
+/// Issue 26, class 3: another local account holds 200 silent connections to the front-end
+/// (more than its share of 128 and its 64 places in the queue): those beyond are answered (503,
+/// with the reason) at once, and an agent on another account is served all the while.
+#[test]
+fn silent_connections_of_one_account_do_not_starve_another() {
+    require_root!();
+    let d = start();
+    let f = front(&d, &[]);
+    let token = issue(&d, AGENT, &[]);
+    // 128 served, 64 waiting: the server answers the 8 beyond at once.
+    let held = cordon_tests::silent::hold(Some(AGENT), f.port, 200, &["127.0.0.1".to_string()], 8);
+    assert_eq!(held.opened, 200);
+    assert!(held.refused >= 8, "{held:?}");
+    for _ in 0..3 {
+        assert_eq!(Session::open(f.port, &token).daemon_tools(), ["id-a"]);
+    }
+    drop(held);
 }

@@ -326,3 +326,43 @@ fn a_non_loopback_address_or_a_readable_token_is_refused_at_startup() {
 }
 
 use cordon_tests::hello_upstream as upstream;
+
+/// Issue 26, class 3: any local account opens 40 silent connections to the metrics port (more
+/// than its share of 4 and its 8 places in the queue; before, 8 slots in all were taken before
+/// `accept` and held for the head timeout). Its next request gets 503 with the reason; the admin's
+/// authenticated scrape is served all the while.
+#[test]
+fn silent_connections_of_one_account_do_not_starve_the_admins_scrape() {
+    cordon_tests::require_root!();
+    cordon_tests::agent::ensure();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "an-admins-token-0123456789\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let d = Daemon::start_with(
+        &[("m.toml", &policy(None))],
+        &["--metrics", "127.0.0.1:0", "--metrics-token-file", token_file.to_str().unwrap()],
+    );
+    let address = metrics_address(&d);
+    let url = format!("http://{address}/metrics");
+    let port: u16 = address.rsplit_once(':').unwrap().1.parse().unwrap();
+    let agent = cordon_tests::agent::AGENT;
+    // 4 served, 8 waiting: the server answers the 28 beyond at once.
+    let held = cordon_tests::silent::hold(Some(agent), port, 40, &["127.0.0.1".to_string()], 28);
+    assert_eq!(held.opened, 40);
+    assert!(held.refused >= 28, "{held:?}");
+    let out = Command::new("setpriv")
+        .args(["--reuid", agent, "--regid", agent, "--init-groups", "--", CURL, "-sS", "--max-time", "10", "-i"])
+        .arg(&url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let uid = cordon_tests::agent::id("-u", agent);
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains(&format!("too many connections from uid {uid}")), "{text}");
+    for _ in 0..3 {
+        scrape(&url, "an-admins-token-0123456789");
+    }
+    drop(held);
+}

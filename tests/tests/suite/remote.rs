@@ -607,3 +607,56 @@ fn a_reload_that_unmaps_a_certificate_ends_its_open_connection() {
         "nothing ran after the unmapping"
     );
 }
+
+/// Issue 26, class 3: a local account opens 16 silent connections from each of 20 loopback
+/// addresses (320; before, they filled the listener's 256 handshake slots and every other
+/// client was dropped). They count against that account's share (16 in progress, 256 waiting):
+/// the 48 beyond get a TLS alert at once, with an audited reason;
+/// a client of another account completes its handshake and is served all the while.
+#[test]
+fn silent_handshakes_of_one_account_do_not_starve_other_clients() {
+    require_root!();
+    let r = start();
+    let port: u16 = r.url.rsplit_once(':').unwrap().1.parse().unwrap();
+    let sources: Vec<String> = (1..=20).map(|i| format!("127.0.0.{}", i + 1)).collect();
+    // 16 in progress, 256 waiting: the 48 beyond get their alert at once.
+    let held = cordon_tests::silent::hold(Some(AGENT), port, 16, &sources, 48);
+    assert_eq!(held.opened, 320);
+    assert!(held.refused >= 48, "{held:?}");
+    // Another account (root, with the agent's certificate) is served.
+    for _ in 0..3 {
+        r.cordon("agent", &["run", "whoami"]).assert_code(0);
+    }
+    let uid = agent::id("-u", AGENT);
+    let limit =
+        r.d.audit_records()
+            .into_iter()
+            .filter(|x| x["reason"] == "limit" && x["operation"] == "tls_handshake")
+            .collect::<Vec<_>>();
+    assert!(!limit.is_empty(), "the refusals are audited");
+    assert!(
+        limit[0]["message"].as_str().unwrap().contains(&format!("too many TLS handshakes from uid {uid}")),
+        "{}",
+        limit[0]
+    );
+    drop(held);
+}
+
+/// Issue 26, class 3, load: a burst of 64 honest remote clients from one host, 5 calls each
+/// (before, 240 of the 320 were refused without a reason). Handshakes beyond the 16 in progress
+/// per source wait their turn: every call is served.
+#[test]
+fn a_burst_of_64_clients_from_one_host_is_queued_and_all_served() {
+    require_root!();
+    let r = std::sync::Arc::new(start());
+    let threads: Vec<_> = (0..64)
+        .map(|_| {
+            let r = r.clone();
+            std::thread::spawn(move || (0..5).filter(|_| r.cordon("agent", &["tools"]).code == Some(0)).count())
+        })
+        .collect();
+    let served: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(served, 320);
+    let limit = r.d.audit_records().into_iter().filter(|x| x["reason"] == "limit").count();
+    assert_eq!(limit, 0, "no handshake refused");
+}
