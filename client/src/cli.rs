@@ -216,7 +216,8 @@ pub enum Command {
         /// person approves
         #[arg(long, value_enum, default_value = "agent")]
         confirm: crate::import::ConfirmChoice,
-        /// Write the policy here (temporary file + rename) instead of printing it
+        /// Write the policy here (temporary file + rename) instead of printing it (`-`: stdout, as
+        /// without the flag)
         #[arg(short, long, value_name = "OUT.toml")]
         output: Option<PathBuf>,
         /// Replace OUT.toml if it exists
@@ -552,7 +553,8 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
                 project_root,
                 namespace,
                 confirm,
-                output,
+                // `-` is standard output, as for `cordon init -o -`: never a file named `-`.
+                output: output.filter(|p| p.as_os_str() != "-"),
                 force,
             };
             crate::import::run(&opts, json)

@@ -148,6 +148,9 @@ pub enum SpawnError {
         dir = std::env::temp_dir().display()
     )]
     Temp(#[source] io::Error),
+    /// The identity the tool runs as cannot reach cordond's temp dir.
+    #[error(transparent)]
+    TempUnreachable(temp::Untraversable),
     #[error("a tool with network.hosts runs only behind cordond's egress proxy, and none was given")]
     NoProxy,
     #[error("cannot create the invocation's cgroup: {0}")]
@@ -218,8 +221,10 @@ pub async fn run(
         confine.identity.as_ref(),
         view.is_some(),
     )
-    .map_err(SpawnError::Temp)?
-    {
+    .map_err(|e| match e.get_ref().and_then(|inner| inner.downcast_ref::<temp::Untraversable>()) {
+        Some(u) => SpawnError::TempUnreachable(u.clone()),
+        None => SpawnError::Temp(e),
+    })? {
         Some((space, child)) => (Some(space), Some(child)),
         None => (None, None),
     };

@@ -199,6 +199,14 @@ pub(crate) fn prepare(
         });
         (TempKind::PrivateTmp, PathBuf::from("/tmp"), None)
     } else {
+        // The invocation's directory lies beneath cordond's own temp dir: the identity the tool
+        // runs as must be able to pass through every directory on the way, or it gets a temp
+        // space it cannot use (every write there fails, with no word of why).
+        if let Some(id) = identity
+            && let Some(blocked) = untraversable(&std::env::temp_dir(), id.uid, id.gid, &id.groups)
+        {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, blocked));
+        }
         let dir = HostDir::create(id, if namespaced { None } else { identity })?;
         entries.push(Entry {
             target: cstring(&dir.path)?,
@@ -225,6 +233,57 @@ pub(crate) fn prepare(
     }
     let unshare = entries.iter().any(|e| e.mount);
     Ok(Some((TempSpace { kind, tmpdir, _dir: dir }, ChildTemp { unshare, size, inodes, entries })))
+}
+
+/// A directory on the way to cordond's temp dir that an identity cannot pass through.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "uid {uid} cannot traverse {blocked} (mode {mode:o}, owner {owner}:{group}) on the way to cordond's temp dir \
+     {base}, where this tool's temp space would be; start cordond with TMPDIR set to a directory every account \
+     tools run as can traverse (unset, it is /tmp), or `chmod o+x` {blocked}, or set temp = false for the tool"
+)]
+pub struct Untraversable {
+    pub base: PathBuf,
+    pub blocked: PathBuf,
+    pub uid: u32,
+    pub mode: u32,
+    pub owner: u32,
+    pub group: u32,
+}
+
+/// The first directory from `/` down to `base` (included) that `uid` (with primary `gid` and
+/// `groups`) may not search, by its mode bits (no capability: tools run without any), or
+/// `None` when it can reach `base`. A directory that cannot be looked at counts as blocking.
+pub fn untraversable(base: &Path, uid: u32, gid: u32, groups: &[u32]) -> Option<Untraversable> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut path = PathBuf::from("/");
+    let components = base.components().filter(|c| matches!(c, std::path::Component::Normal(_)));
+    for dir in std::iter::once(None).chain(components.map(Some)) {
+        if let Some(c) = dir {
+            path.push(c);
+        }
+        let blocked = |mode, owner, group| Untraversable {
+            base: base.to_path_buf(),
+            blocked: path.clone(),
+            uid,
+            mode,
+            owner,
+            group,
+        };
+        let Ok(m) = std::fs::metadata(&path) else { return Some(blocked(0, 0, 0)) };
+        let mode = m.mode() & 0o7777;
+        let bit = if m.uid() == uid {
+            0o100
+        } else if m.gid() == gid || groups.contains(&m.gid()) {
+            0o010
+        } else {
+            0o001
+        };
+        if mode & bit == 0 {
+            return Some(blocked(mode, m.uid(), m.gid()));
+        }
+    }
+    None
 }
 
 /// Prefix of the directory each daemon keeps its invocations' directories in.

@@ -385,3 +385,37 @@ fn json_configs_in_the_policy_directory_say_how_to_import_them() {
         d.log_text()
     );
 }
+
+/// `-o -` is standard output (as for `cordon init`): the same policy `-o FILE` writes, and no file
+/// named `-` in the working directory, with `--force` too; `--json` then carries the policy.
+#[test]
+fn output_dash_is_standard_output_not_a_file_named_dash() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = dir.path().join("registry.json");
+    let fixed = fixture("registry.json").replace("\"./scripts/my-tool.sh\"", "\"sh ./scripts/my-tool.sh\"");
+    std::fs::write(&registry, fixed).unwrap();
+    let out_file = dir.path().join("spells.toml");
+    cordon(&["import", "gandalf", s(&registry), "-o", s(&out_file)]).assert_code(0);
+    let written = std::fs::read_to_string(&out_file).unwrap();
+    let import = |args: &[&str]| -> Output {
+        std::process::Command::new(cordon_tests::bin("cordon"))
+            .current_dir(dir.path())
+            .args(["--socket", "/nonexistent/cordon.sock", "import", "gandalf"])
+            .arg(&registry)
+            .args(args)
+            .output()
+            .unwrap()
+            .into()
+    };
+    for args in [&["-o", "-"][..], &["--output", "-", "--force"], &["--output=-"]] {
+        let out = import(args);
+        out.assert_code(0);
+        assert_eq!(out.stdout, written, "{args:?}: the policy on stdout");
+        assert!(!dir.path().join("-").exists(), "{args:?}: no file named `-`");
+    }
+    let out = import(&["-o", "-", "--json"]);
+    out.assert_code(0);
+    let j = out.json();
+    assert_eq!((j["output"].clone(), j["policy"].as_str()), (json!(null), Some(written.as_str())), "{j}");
+    assert!(!dir.path().join("-").exists());
+}

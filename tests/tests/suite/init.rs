@@ -115,6 +115,7 @@ fn scaffolds_every_kind_of_project_and_the_result_checks() {
     out.assert_code(0);
     assert!(out.stdout.starts_with("# cordon policy") && out.stdout.contains("[tools.other-make-hello]"), "{out:?}");
     assert!(out.stderr.contains("next steps"), "the report goes to stderr: {out:?}");
+    assert!(!tmp.path().join("-").exists(), "`-o -` is stdout, never a file named `-`");
 }
 
 #[test]

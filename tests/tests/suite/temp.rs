@@ -460,3 +460,54 @@ fn a_daemon_that_is_not_root_gives_private_temp_too() {
     assert!(stdout(&j).starts_with("tmpdir=/tmp\nran-from-temp\n"), "{j}");
     assert!(stdout(&j).trim_end().ends_with(&uid.to_string()), "{j}");
 }
+
+/// Issue 26, class 7: cordond's own TMPDIR that a tool's account cannot traverse. The startup log
+/// says so; a call whose temp space must lie there (the tool relies on a path under /tmp, so it
+/// gets no private /tmp) is refused for the agent user, naming the directory and the fix; root's
+/// call (the directory's owner) runs.
+#[test]
+fn a_tmpdir_the_tools_account_cannot_traverse_is_refused_with_the_fix() {
+    require_view!();
+    cordon_tests::agent::ensure();
+    let work = work_dir();
+    let closed = work.path().join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    std::fs::set_permissions(&closed, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let tmpdir = closed.join("tmp");
+    std::fs::create_dir(&tmpdir).unwrap();
+    let text = policy(&[(
+        "under-tmp",
+        format!("read = [{}]\nallow = {{ users = [\"{}\"] }}", toml_str(work.path()), cordon_tests::agent::AGENT),
+    )]);
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("t.toml"), text).unwrap();
+    let tmp_env = format!("TMPDIR={}", tmpdir.display());
+    let d =
+        Daemon::start_under(&["env", &tmp_env], dir, policies, &["--socket-group", cordon_tests::agent::SOCKET_GROUP]);
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || d.log_text().contains(&format!(
+            "cordond's TMPDIR {} cannot be traversed by other accounts ({} is mode 700)",
+            tmpdir.display(),
+            closed.display()
+        ))),
+        "{}",
+        d.log_text()
+    );
+    let args = json!({ "script": "echo x > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"" }).to_string();
+    let out = cordon_tests::agent::cordon(&d.socket, &["run", "under-tmp", "--args-json", &args, "--json"]);
+    let j = out.json();
+    assert_eq!(j["error"]["code"], "SPAWN_FAILED", "{out:?}");
+    let message = j["error"]["message"].as_str().unwrap_or_default();
+    let uid = cordon_tests::agent::id("-u", cordon_tests::agent::AGENT);
+    assert!(
+        message.contains(&format!("uid {uid} cannot traverse {} (mode 700", closed.display()))
+            && message.contains(&format!("cordond's temp dir {}", tmpdir.display()))
+            && message.contains("start cordond with TMPDIR set to a directory"),
+        "{message}"
+    );
+    let j = sh(&d, "under-tmp", "echo x > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"");
+    assert_eq!((j["ok"].clone(), stdout(&j)), (json!(true), "x\n"), "root owns the directory: {j}");
+}
