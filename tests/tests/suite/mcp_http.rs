@@ -741,6 +741,7 @@ fn a_call_the_http_front_end_refuses_is_recorded_as_the_tokens_account() {
         assert_eq!(r["reporter"]["uid"], 0, "the front-end's process, from SO_PEERCRED: {r}");
         assert_eq!(r["verdict"]["code"], code, "{r}");
     }
+}
 
 /// Issue 26, class 3: any local account, with no token, sends 40 well-formed bogus tokens. Its
 /// guesses are budgeted to its own account: 30 are asked about (401), then its own requests get
