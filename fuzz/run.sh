@@ -32,7 +32,7 @@ start=$SECONDS
 
 # cargo-afl, pinned with the afl crate in fuzz/Cargo.toml. Its install builds the AFL++ runtime
 # for the rustc that installs it; a toolchain changed since needs `cargo afl config --build`.
-if ! cargo afl --version 2>/dev/null | grep -q "^cargo-afl $AFL_VERSION\$"; then
+if ! cargo afl --version 2>/dev/null | grep -qw "$AFL_VERSION"; then
   cargo install cargo-afl --locked --version "$AFL_VERSION"
 fi
 rustc_release=$(rustc -vV | sed -n 's/^release: //p')
