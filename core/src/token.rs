@@ -59,7 +59,11 @@ impl Bearer {
         if text.len() != TOKEN_LEN {
             return Err(TokenError::Length(text.len()));
         }
-        let (id, secret) = rest.split_at(ID_HEX);
+        // By bytes, but only at a character boundary: the length above counts bytes, and a
+        // multi-byte character across the id's end would make `split_at` panic.
+        let (Some(id), Some(secret)) = (rest.get(..ID_HEX), rest.get(ID_HEX..)) else {
+            return Err(TokenError::Shape);
+        };
         let Some(secret) = secret.strip_prefix('_') else { return Err(TokenError::Shape) };
         let hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if !hex(id) || !hex(secret) {
@@ -129,6 +133,18 @@ mod tests {
         assert_eq!(Bearer::parse(&format!("cordon_{ID}_{}g", &SECRET[1..])), Err(TokenError::Shape));
         assert_eq!(Bearer::parse(&format!("cordon_{ID}_{} ", &SECRET[1..])), Err(TokenError::Shape));
         assert!(Bearer::parse(&format!("cordon_{ID}_{SECRET}").replace('a', "\u{e1}")).is_err());
+    }
+
+    /// Found writing the mcp_http fuzz target (docs/fuzzing.md): a token of the right length in bytes
+    /// with a two-byte character across the end of its id panicked (`split_at` off a character
+    /// boundary) in `cordon mcp --http` and in cordond, on a header anyone can send.
+    #[test]
+    fn a_character_across_the_end_of_the_id_is_refused_not_a_panic() {
+        let text = format!("cordon_{}\u{e9}{SECRET}", &ID[..15]);
+        assert_eq!(text.len(), TOKEN_LEN);
+        assert_eq!(Bearer::parse(&text), Err(TokenError::Shape));
+        let header = format!("Bearer {text}");
+        assert_eq!(from_authorization(header.as_bytes()), Some(Err(TokenError::Shape)));
     }
 
     #[test]

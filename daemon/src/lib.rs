@@ -33,6 +33,8 @@ pub mod cache;
 pub mod caller;
 pub mod confirm;
 pub mod egress;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hint;
 pub mod identities;
 pub mod invoke;

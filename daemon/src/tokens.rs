@@ -447,18 +447,22 @@ fn read(path: &Path) -> Result<Vec<Stored>, StoreError> {
         Err(e) => return Err(e.into()),
     };
     let bytes = trust::read_regular(&parent, &name, &checked, trust, subject, MAX_FILE_BYTES)?;
-    let corrupt = |why: String| StoreError::Corrupt { path: path.to_path_buf(), why };
-    let file: File = serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not a token table ({e})")))?;
+    parse(&bytes).map_err(|why| StoreError::Corrupt { path: path.to_path_buf(), why })
+}
+
+/// The table in a token file's bytes, or what is wrong with them.
+pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Stored>, String> {
+    let file: File = serde_json::from_slice(bytes).map_err(|e| format!("not a token table ({e})"))?;
     if file.version != 1 {
-        return Err(corrupt(format!("version {} is not one this cordond reads (1)", file.version)));
+        return Err(format!("version {} is not one this cordond reads (1)", file.version));
     }
     let mut seen = std::collections::HashSet::new();
     for t in &file.tokens {
         if Bearer::from_parts(&t.id, &"0".repeat(token::SECRET_HEX)).is_err() || stored_hash(t).is_none() {
-            return Err(corrupt(format!("token {:?} has a malformed id or hash", t.id)));
+            return Err(format!("token {:?} has a malformed id or hash", t.id));
         }
         if !seen.insert(t.id.as_str()) {
-            return Err(corrupt(format!("token {:?} is listed twice", t.id)));
+            return Err(format!("token {:?} is listed twice", t.id));
         }
     }
     Ok(file.tokens)

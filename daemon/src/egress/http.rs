@@ -11,7 +11,7 @@
 //! reach the same server under a `Host` nobody checked). Chunked request bodies are refused
 //! (411): their end is only known by parsing them.
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{HEAD_LIMIT, Protocol, Request, socks};
@@ -89,8 +89,8 @@ impl Bad {
     }
 }
 
-/// Reads and parses one HTTP request head.
-pub(super) async fn read_request(client: &mut TcpStream) -> Result<Request, Bad> {
+/// Reads and parses one HTTP request head (from the client's connection, or bytes in a test).
+pub(super) async fn read_request<S: AsyncRead + Unpin>(client: &mut S) -> Result<Request, Bad> {
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let end = loop {

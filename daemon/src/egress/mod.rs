@@ -31,6 +31,7 @@
 //! bounded number of tasks and buffers; the first [`MAX_REFUSAL_RECORDS`] refusals of an
 //! invocation are each a record, the rest are counted in its terminal record.
 
+pub(crate) mod fuzz;
 mod host;
 mod http;
 mod sni;

@@ -4,7 +4,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::http::{Bad, Reply};
@@ -28,8 +28,9 @@ fn bad(code: u8, message: impl Into<String>) -> Bad {
     Bad { reply: Reply::Socks(code), message: message.into() }
 }
 
-/// Reads the greeting, picks "no authentication", and reads the request.
-pub(super) async fn read_request(client: &mut TcpStream) -> Result<Request, Bad> {
+/// Reads the greeting, picks "no authentication", and reads the request (from the client's
+/// connection, or bytes in a test).
+pub(super) async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(client: &mut S) -> Result<Request, Bad> {
     let eof = |e: std::io::Error| Bad::io(&e);
     let mut greeting = [0u8; 2];
     client.read_exact(&mut greeting).await.map_err(eof)?;
