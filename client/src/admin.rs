@@ -730,6 +730,14 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
                 "cordond refuses every invocation until the cause is fixed and an admin runs `cordon audit resume`",
             );
         }
+        for w in &s.setup_warnings {
+            check(
+                "setup",
+                "warn",
+                w.clone(),
+                "tools that depend on it are refused with this reason until it is fixed (cordond need not restart)",
+            );
+        }
         if s.daemon_is_root && s.cgroup_mode == "none" {
             check(
                 "limits",
@@ -991,6 +999,9 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         if let (Some(error), Some(at)) = (&e.last_error, e.last_error_unix_ms) {
             outln!("             last error {}: {}", ago(at), term::line(error));
         }
+    }
+    for w in &s.setup_warnings {
+        outln!("set-up:      {}", term::line(w));
     }
     if !s.running.is_empty() {
         let rows: Vec<[String; 4]> = s

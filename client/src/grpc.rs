@@ -1471,6 +1471,10 @@ pub struct StatusInfo {
     /// Why running invocations have no cpu/memory/process figures; empty when they have.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub figures_note: String,
+    /// Problems in cordond's own set-up that make tools fail (a TMPDIR the tools' accounts
+    /// cannot traverse), each saying what to do.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub setup_warnings: Vec<String>,
     /// Jobs (an agent's own): running, and finished ones still kept.
     pub jobs_running: u32,
     pub jobs_finished: u32,
@@ -1582,6 +1586,7 @@ impl From<v1::StatusResponse> for StatusInfo {
             audit_free_bytes: s.audit_free_bytes,
             audit_log_bytes: s.audit_log_bytes,
             figures_note: s.figures_note,
+            setup_warnings: s.setup_warnings,
             jobs_running: s.jobs_running,
             jobs_finished: s.jobs_finished,
             workflows_running: s.workflows_running,

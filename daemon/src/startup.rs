@@ -205,6 +205,29 @@ pub struct Server {
 /// An account with no rights of its own (`nobody`): what "every other account" can do.
 const NOBODY: u32 = 65534;
 
+/// Problems in cordond's own set-up that make tools fail, each saying what to do (logged at
+/// start, shown by `cordon status` and `cordon doctor`, read afresh each time).
+///
+/// Tools that run as their callers get their temp space beneath cordond's TMPDIR when they
+/// cannot have a private /tmp; an account that cannot traverse it would get an unusable one, so
+/// such calls are refused (naming the directory). Checked for an account in no group of the
+/// path (`nobody`): what every tool's account can rely on.
+pub(crate) fn setup_warnings(is_root: bool) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if is_root && let Some(u) = cordon_sandbox::untraversable(&std::env::temp_dir(), NOBODY, NOBODY, &[]) {
+        warnings.push(format!(
+            "cordond's TMPDIR {} cannot be traversed by other accounts ({} is mode {:o}): a tool whose temp space \
+             must lie there (one relying on paths under /tmp, or without a mount namespace) is refused for every \
+             account that cannot reach it; unset TMPDIR (then /tmp) or point it at a directory every account can \
+             traverse",
+            u.base.display(),
+            u.blocked.display(),
+            u.mode
+        ));
+    }
+    warnings
+}
+
 pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartError> {
     let Loaded { sandbox, registry } = loaded;
     let current = registry.current();
@@ -238,21 +261,9 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
     for w in &current.warnings {
         tracing::warn!("{w}");
     }
-    // Tools that run as their callers get their temp space beneath cordond's TMPDIR when they
-    // cannot have a private /tmp; an account that cannot traverse it would get an unusable one.
-    // Such calls are refused (naming the directory); said here once, at start.
-    if sandbox.is_root
-        && let Some(u) = cordon_sandbox::untraversable(&std::env::temp_dir(), NOBODY, NOBODY, &[])
-    {
-        tracing::warn!(
-            "cordond's TMPDIR {} cannot be traversed by other accounts ({} is mode {:o}): a tool whose temp space \
-             must lie there (one relying on paths under /tmp, or without a mount namespace) is refused for every \
-             account that cannot reach it; unset TMPDIR (then /tmp) or point it at a directory every account can \
-             traverse",
-            u.base.display(),
-            u.blocked.display(),
-            u.mode
-        );
+    // Said once here, at start; `cordon status` and `cordon doctor` read them again when asked.
+    for w in setup_warnings(sandbox.is_root) {
+        tracing::warn!("{w}");
     }
     let group = |given: &Option<String>, default: &str, flag: &'static str| -> Result<Option<u32>, StartError> {
         match given {

@@ -28,6 +28,7 @@
 //! invocation is refused until an admin runs `cordon audit resume` or restarts cordond. Nothing
 //! runs without its `started` record on disk, and no outcome is answered before its record is.
 
+pub(crate) mod coalesce;
 pub mod export;
 mod open;
 pub mod tail;

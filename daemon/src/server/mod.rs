@@ -58,6 +58,8 @@ pub struct Daemon {
     pub remote: std::sync::OnceLock<Arc<tls::Remote>>,
     /// Refusals the front-end reported (`ReportRefusal`), coalesced per caller.
     pub(crate) reports: Arc<reported::Reports>,
+    /// Refused bearer tokens, recorded per peer uid at a bounded rate.
+    pub(crate) token_refusals: Arc<tokens::TokenRefusals>,
 }
 
 impl Daemon {
@@ -84,7 +86,8 @@ impl Daemon {
             workflows: Arc::default(),
             tokens,
             remote: std::sync::OnceLock::new(),
-            reports: Default::default(),
+            reports: reported::reports(),
+            token_refusals: tokens::refusals(),
         })
     }
 

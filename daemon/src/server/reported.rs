@@ -10,13 +10,13 @@
 //! uid: at most [`PER_INTERVAL`] records in each [`INTERVAL`], the rest counted and written as
 //! one summary record when the interval ends.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use cordon_core::code::ErrorCode;
 use cordon_proto::v1;
 
+use crate::audit::coalesce::Coalesce;
 use crate::audit::{self, Audit, Decision, Record};
 use crate::authz::{Authorizer, Role};
 use crate::caller::Caller;
@@ -26,62 +26,13 @@ use crate::registry::RegistryHandle;
 pub(super) const PER_INTERVAL: u32 = 20;
 /// The interval of [`PER_INTERVAL`].
 pub(super) const INTERVAL: Duration = Duration::from_secs(60);
-/// Callers tracked at once (older windows are dropped first; their summaries are already due).
-const MAX_CALLERS: usize = 4096;
 
-#[derive(Debug)]
-struct Window {
-    start: Instant,
-    recorded: u32,
-    suppressed: u64,
-    /// A summary task waits for the end of this window.
-    flushing: bool,
-}
+/// The per-caller windows of reported refusals.
+pub(crate) type Reports = Coalesce<u32>;
 
-/// The per-caller windows.
-#[derive(Debug, Default)]
-pub(crate) struct Reports {
-    windows: Mutex<HashMap<u32, Window>>,
-}
-
-/// What one report became.
-pub(super) enum Outcome {
-    /// Write this record now.
-    Record,
-    /// Counted; `Some(delay)`: the first one counted in this window, schedule the summary.
-    Counted(Option<Duration>),
-}
-
-impl Reports {
-    fn admit(&self, uid: u32, now: Instant) -> Outcome {
-        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        if windows.len() >= MAX_CALLERS && !windows.contains_key(&uid) {
-            windows.retain(|_, w| now.duration_since(w.start) < INTERVAL || w.flushing);
-        }
-        let w = windows.entry(uid).or_insert(Window { start: now, recorded: 0, suppressed: 0, flushing: false });
-        if now.duration_since(w.start) >= INTERVAL && !w.flushing {
-            *w = Window { start: now, recorded: 0, suppressed: 0, flushing: false };
-        }
-        if w.recorded < PER_INTERVAL {
-            w.recorded += 1;
-            return Outcome::Record;
-        }
-        w.suppressed += 1;
-        if w.flushing {
-            return Outcome::Counted(None);
-        }
-        w.flushing = true;
-        Outcome::Counted(Some((w.start + INTERVAL).saturating_duration_since(now)))
-    }
-
-    /// Ends `uid`'s window: how many reports were counted in it.
-    fn flush(&self, uid: u32) -> u64 {
-        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        match windows.remove(&uid) {
-            Some(w) => w.suppressed,
-            None => 0,
-        }
-    }
+/// The windows, at the limits above.
+pub(crate) fn reports() -> Arc<Reports> {
+    Arc::new(Coalesce::new(PER_INTERVAL, INTERVAL))
 }
 
 /// cordond's own verdict on what the front-end says it refused: `(code, message)`; `None`
@@ -138,8 +89,11 @@ pub(super) fn report(
     role: Role,
     req: &v1::ReportRefusalRequest,
 ) -> bool {
-    match reports.admit(caller.uid, Instant::now()) {
-        Outcome::Record => {
+    let summary_caller = caller.clone();
+    reports.record(
+        audit,
+        caller.uid,
+        || {
             let mut record = Record::new(Decision::Invalid)
                 .caller(caller)
                 .with("reported_by", "front-end")
@@ -163,54 +117,23 @@ pub(super) fn report(
             // The record's own code is the front-end's (what the agent was told); cordond's
             // verdict stands beside it.
             let code = ErrorCode::parse(&req.code).unwrap_or(ErrorCode::Protocol);
-            audit.record(record.error(code, &req.message));
-            true
-        }
-        Outcome::Counted(None) => false,
-        Outcome::Counted(Some(delay)) => {
-            let (reports, audit, caller) = (reports.clone(), audit.clone(), caller.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                let n = reports.flush(caller.uid);
-                audit.record(
-                    Record::new(Decision::Invalid)
-                        .caller(&caller)
-                        .with("reported_by", "front-end")
-                        .with("operation", "report_refusal")
-                        .with("coalesced", n)
-                        .with("interval_s", INTERVAL.as_secs())
-                        .with(
-                            "detail",
-                            format!(
-                                "{n} more refusals the front-end reported for this caller in {}s, beyond the {PER_INTERVAL} \
-                                 recorded one by one",
-                                INTERVAL.as_secs()
-                            ),
-                        ),
-                );
-            });
-            false
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reports_are_coalesced_per_caller_per_interval() {
-        let r = Reports::default();
-        let t = Instant::now();
-        for _ in 0..PER_INTERVAL {
-            assert!(matches!(r.admit(1, t), Outcome::Record));
-        }
-        assert!(matches!(r.admit(1, t), Outcome::Counted(Some(d)) if d == INTERVAL));
-        assert!(matches!(r.admit(1, t), Outcome::Counted(None)));
-        // Another caller has its own budget.
-        assert!(matches!(r.admit(2, t), Outcome::Record));
-        assert_eq!(r.flush(1), 2);
-        // After the summary, a new window.
-        assert!(matches!(r.admit(1, t + INTERVAL), Outcome::Record));
-    }
+            record.error(code, &req.message)
+        },
+        move |n| {
+            Record::new(Decision::Invalid)
+                .caller(&summary_caller)
+                .with("reported_by", "front-end")
+                .with("operation", "report_refusal")
+                .with("coalesced", n)
+                .with("interval_s", INTERVAL.as_secs())
+                .with(
+                    "detail",
+                    format!(
+                        "{n} more refusals the front-end reported for this caller in {}s, beyond the {PER_INTERVAL} \
+                         recorded one by one",
+                        INTERVAL.as_secs()
+                    ),
+                )
+        },
+    )
 }

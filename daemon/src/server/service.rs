@@ -826,6 +826,7 @@ impl v1::cordon_server::Cordon for CordonService {
             daemon_uid: nix::unistd::geteuid().as_raw(),
             running: running.iter().map(figures::running).collect(),
             figures_note: figures::note(&d.invoker.host().cgroups),
+            setup_warnings: crate::startup::setup_warnings(d.invoker.host().is_root),
             audit_free_bytes: if admin { figures::free_bytes(d.audit.path()) } else { None },
             audit_log_bytes: if admin { figures::log_bytes(d.audit.path()) } else { None },
             landlock_abi: d.invoker.host().landlock_abi,

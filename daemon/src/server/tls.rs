@@ -12,7 +12,7 @@
 //! handshake with a TLS alert, so no HTTP/2 frame, let alone an RPC, is ever read from it. Each
 //! refusal is counted in the metrics (`cordon_tls_handshakes_refused_total{reason}`) and audited
 //! as `unauthenticated` (operation `tls_handshake`, the peer's address, the certificate's subject
-//! when it sent one, the reason) at a bounded rate: at most [`AUDITED_PER_WINDOW`] records per
+//! when it sent one, the reason) at a bounded rate per source: at most [`AUDITED_PER_WINDOW`] records per
 //! [`AUDIT_WINDOW`], the rest summed up in one record with `suppressed` (as the Unix socket
 //! bounds its refused peers), so a flood of bad handshakes cannot fill the log.
 //!
@@ -39,7 +39,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cordon_core::code::ErrorCode;
 use cordon_core::policy::{Subject, Trust, TrustError};
@@ -60,6 +60,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use cordon_limit::{Limiter, LimiterLimits, Principal};
 
+use crate::audit::coalesce::Coalesce;
+
 use super::conn::{self, Conn, Deadlines, Held, Io, Limits, Peer, Verdict};
 use crate::audit::{Audit, Decision, Record};
 use crate::identities::{self, CertNames, Identities, IdentitiesError, Identity, Rules};
@@ -79,7 +81,7 @@ pub(crate) const HANDSHAKE_QUEUE: usize = 1024;
 pub(crate) const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
 
 /// Refused handshakes audited one by one per window; the rest are summed up.
-pub(crate) const AUDITED_PER_WINDOW: u64 = 20;
+pub(crate) const AUDITED_PER_WINDOW: u32 = 20;
 
 /// The window of [`AUDITED_PER_WINDOW`].
 pub(crate) const AUDIT_WINDOW: Duration = Duration::from_secs(60);
@@ -476,14 +478,9 @@ async fn accept_loop(
     }));
     let per_identity: Arc<Limits<Arc<str>>> = Arc::new(Limits::named(MAX_CONNECTIONS_PER_IDENTITY, "identity"));
     let refusals = Arc::new(Refusals::new(audit));
-    let mut flush = tokio::time::interval(AUDIT_WINDOW);
     loop {
         let (stream, addr) = tokio::select! {
             () = tx.closed() => return,
-            _ = flush.tick() => {
-                refusals.flush();
-                continue;
-            }
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
@@ -511,7 +508,7 @@ async fn accept_loop(
                         "too many TLS handshakes from {from} ({MAX_HANDSHAKES_PER_ADDRESS} at once per source, \
                          {MAX_HANDSHAKES} in all): {refused}"
                     );
-                    refusals.refuse(addr, None, Reason::Limit, &detail);
+                    refusals.refuse(from, addr, None, Reason::Limit, &detail);
                     refuse_with_alert(stream).await;
                     return;
                 }
@@ -530,7 +527,7 @@ async fn accept_loop(
             match (handshake, decided) {
                 (Ok(Ok(tls)), Outcome::Mapped(identity)) => {
                     let Some(slot) = per_identity.acquire(identity.label.clone()) else {
-                        refusals.refuse(addr, None, Reason::Limit, "connection limit of this identity reached");
+                        refusals.refuse(from, addr, None, Reason::Limit, "connection limit of this identity reached");
                         return;
                     };
                     let peer = Peer { caller: identity.caller(), verdict: Verdict::Outside };
@@ -540,19 +537,25 @@ async fn accept_loop(
                 }
                 // Fail closed: a handshake that completed without the verifier mapping it.
                 (Ok(Ok(_)), _) => {
-                    refusals.refuse(addr, None, Reason::Handshake, "completed without a mapped client certificate");
+                    refusals.refuse(
+                        from,
+                        addr,
+                        None,
+                        Reason::Handshake,
+                        "completed without a mapped client certificate",
+                    );
                 }
                 // The verifier's own account of it (the client heard the matching alert).
                 (Ok(Err(_)), Outcome::Refused { subject, reason, detail }) => {
-                    refusals.refuse(addr, subject.as_deref(), reason, &detail);
+                    refusals.refuse(from, addr, subject.as_deref(), reason, &detail);
                 }
                 (Ok(Err(e)), _) => {
                     let (reason, detail) = classify(&e);
-                    refusals.refuse(addr, None, reason, &detail);
+                    refusals.refuse(from, addr, None, reason, &detail);
                 }
                 (Err(_), _) => {
                     let detail = format!("no TLS handshake within {} s", conn::HANDSHAKE_DEADLINE.as_secs());
-                    refusals.refuse(addr, None, Reason::Timeout, &detail);
+                    refusals.refuse(from, addr, None, Reason::Timeout, &detail);
                 }
             }
         });
@@ -592,83 +595,52 @@ fn classify(e: &io::Error) -> (Reason, String) {
     }
 }
 
-/// Refused handshakes: counted each, audited at a bounded rate.
+/// Refused handshakes: counted each, audited at a bounded rate per source (a local account, an
+/// address): one source's flood spends its own records, never another's.
 struct Refusals {
     audit: Arc<Audit>,
-    window: Mutex<Window>,
-}
-
-struct Window {
-    started: Instant,
-    audited: u64,
-    suppressed: u64,
+    windows: Arc<Coalesce<Principal>>,
 }
 
 impl Refusals {
     fn new(audit: Arc<Audit>) -> Refusals {
-        Refusals { audit, window: Mutex::new(Window { started: Instant::now(), audited: 0, suppressed: 0 }) }
+        Refusals { audit, windows: Arc::new(Coalesce::new(AUDITED_PER_WINDOW, AUDIT_WINDOW)) }
     }
 
-    fn refuse(&self, addr: SocketAddr, subject: Option<&str>, reason: Reason, detail: &str) {
+    fn refuse(&self, from: Principal, addr: SocketAddr, subject: Option<&str>, reason: Reason, detail: &str) {
         if let Some(m) = self.audit.metrics() {
             m.tls_refused(reason.as_str());
         }
-        tracing::info!(%addr, subject, reason = reason.as_str(), detail, "TLS handshake refused");
-        let (summary, record) = {
-            let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
-            let summary = if w.started.elapsed() >= AUDIT_WINDOW { Self::roll(&mut w) } else { None };
-            if w.audited >= AUDITED_PER_WINDOW {
-                w.suppressed += 1;
-                (summary, None)
-            } else {
-                w.audited += 1;
-                (summary, Some(()))
-            }
-        };
-        let record = record.map(|()| {
-            let mut record = Record::new(Decision::Unauthenticated)
-                .with("operation", "tls_handshake")
-                .with("peer", addr.to_string())
-                .with("reason", reason.as_str());
-            if let Some(subject) = subject {
-                record = record.with("subject", crate::audit::clip(subject));
-            }
-            record.error(ErrorCode::CertificateRefused, &format!("TLS client certificate refused: {detail}"))
-        });
-        for r in [summary, record].into_iter().flatten() {
-            self.audit.record(r);
-        }
-    }
-
-    /// Ends a window that passed: the record summing up what it did not audit one by one.
-    fn roll(w: &mut Window) -> Option<Record> {
-        let suppressed = std::mem::take(&mut w.suppressed);
-        w.started = Instant::now();
-        w.audited = 0;
-        (suppressed > 0).then(|| {
-            Record::new(Decision::Unauthenticated)
-                .with("operation", "tls_handshake")
-                .with("suppressed", suppressed)
-                .error(
-                    ErrorCode::CertificateRefused,
-                    &format!(
-                        "{suppressed} more TLS handshakes refused in {} s, beyond the {AUDITED_PER_WINDOW} recorded one by \
-                         one (cordon_tls_handshakes_refused_total counts each)",
-                        AUDIT_WINDOW.as_secs()
-                    ),
-                )
-        })
-    }
-
-    /// Called every window: writes the summary of one that passed.
-    fn flush(&self) {
-        let summary = {
-            let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
-            if w.started.elapsed() >= AUDIT_WINDOW { Self::roll(&mut w) } else { None }
-        };
-        if let Some(record) = summary {
-            self.audit.record(record);
-        }
+        tracing::info!(%addr, %from, subject, reason = reason.as_str(), detail, "TLS handshake refused");
+        self.windows.record(
+            &self.audit,
+            from,
+            || {
+                let mut record = Record::new(Decision::Unauthenticated)
+                    .with("operation", "tls_handshake")
+                    .with("peer", addr.to_string())
+                    .with("source", from.to_string())
+                    .with("reason", reason.as_str());
+                if let Some(subject) = subject {
+                    record = record.with("subject", crate::audit::clip(subject));
+                }
+                record.error(ErrorCode::CertificateRefused, &format!("TLS client certificate refused: {detail}"))
+            },
+            move |suppressed| {
+                Record::new(Decision::Unauthenticated)
+                    .with("operation", "tls_handshake")
+                    .with("source", from.to_string())
+                    .with("suppressed", suppressed)
+                    .error(
+                        ErrorCode::CertificateRefused,
+                        &format!(
+                            "{suppressed} more TLS handshakes from {from} refused in {} s, beyond the \
+                             {AUDITED_PER_WINDOW} recorded one by one (cordon_tls_handshakes_refused_total counts each)",
+                            AUDIT_WINDOW.as_secs()
+                        ),
+                    )
+            },
+        );
     }
 }
 

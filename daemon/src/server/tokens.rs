@@ -6,6 +6,10 @@
 //! values, not the Bearer scheme, malformed, unknown, revoked, expired, an account that is gone
 //! or became an admin) refuses the request with `TOKEN_REFUSED`, audited. The peer itself must
 //! have been accepted first: a sandboxed tool's connection is refused before its token is read.
+//!
+//! Any local account can send refused tokens as fast as it likes, so their records are coalesced
+//! per peer uid ([`TOKEN_REFUSALS_PER_INTERVAL`] a minute, then one summary): one account's
+//! guesses cannot fill the log or hide another account's refusals.
 
 use cordon_proto::v1;
 use tonic::metadata::MetadataMap;
@@ -18,6 +22,19 @@ use crate::caller::Caller;
 use crate::tokens::{IssueRequest, Refusal, Stored, Tokens};
 use cordon_core::code::ErrorCode;
 use cordon_core::token;
+
+/// Refused-token records per peer uid per [`TOKEN_REFUSALS_INTERVAL`]; the rest are counted.
+/// Above the HTTP front-end's own budget of refused tokens per source (30 a minute), so that
+/// two sources refused through one front-end are still recorded one by one.
+pub(crate) const TOKEN_REFUSALS_PER_INTERVAL: u32 = 64;
+pub(crate) const TOKEN_REFUSALS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The per-peer windows of refused-token records.
+pub(crate) type TokenRefusals = crate::audit::coalesce::Coalesce<u32>;
+
+pub(crate) fn refusals() -> std::sync::Arc<TokenRefusals> {
+    std::sync::Arc::new(TokenRefusals::new(TOKEN_REFUSALS_PER_INTERVAL, TOKEN_REFUSALS_INTERVAL))
+}
 
 /// The gRPC metadata key the front-end passes the agent's token in.
 const AUTHORIZATION: &str = "authorization";
@@ -51,14 +68,37 @@ impl CordonService {
             Ok(caller) => Ok(caller),
             Err(refusal) => {
                 let status = status::token_refused(&refusal);
-                let mut record = Record::new(Decision::Unauthenticated)
-                    .caller(&peer)
-                    .with("operation", operation)
-                    .error(ErrorCode::TokenRefused, status.message());
-                if let Some(id) = refused_id(&refusal) {
-                    record = record.with("token", id);
-                }
-                self.audit(record);
+                let summary_peer = peer.clone();
+                let per = self.daemon.token_refusals.interval().as_secs();
+                let recorded = self.daemon.token_refusals.per_interval();
+                self.daemon.token_refusals.record(
+                    &self.daemon.audit,
+                    peer.uid,
+                    || {
+                        let mut record = Record::new(Decision::Unauthenticated)
+                            .caller(&peer)
+                            .with("operation", operation)
+                            .error(ErrorCode::TokenRefused, status.message());
+                        if let Some(id) = refused_id(&refusal) {
+                            record = record.with("token", id);
+                        }
+                        record
+                    },
+                    move |n| {
+                        Record::new(Decision::Unauthenticated)
+                            .caller(&summary_peer)
+                            .with("operation", "token")
+                            .with("coalesced", n)
+                            .with("interval_s", per)
+                            .error(
+                                ErrorCode::TokenRefused,
+                                &format!(
+                                    "{n} more bearer tokens from this peer refused in {per} s, beyond the {recorded} \
+                                     recorded one by one"
+                                ),
+                            )
+                    },
+                );
                 Err(status)
             }
         }

@@ -612,3 +612,37 @@ fn sixty_four_concurrent_callers_are_audited_one_for_one() {
     verify(&d.audit).assert_code(0);
     eprintln!("{secs} s, 64 callers: {total:?}, {} records", records.len());
 }
+
+/// Attack (issue 26, class 3): any local account can send cordond requests carrying made-up
+/// bearer tokens, each refused and recorded. Those records are kept per peer: this peer's 100
+/// guesses write exactly 64 `TOKEN_REFUSED` records within the minute (the rest are counted for
+/// one summary record at its end), and every guess is still refused (UNAUTHENTICATED): the bound
+/// is on records, never on the check. The log's chain stays whole.
+#[test]
+fn a_flood_of_made_up_bearer_tokens_writes_a_bounded_number_of_records() {
+    let d = daemon();
+    let before = d.audit_records().len();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let refused = rt.block_on(async {
+        let channel = cordon_proto::connect(&d.socket).await.unwrap();
+        let mut refused = 0;
+        for i in 0..100 {
+            let mut client = v1::cordon_client::CordonClient::new(channel.clone());
+            let mut request = tonic::Request::new(v1::StatusRequest::default());
+            let guess = format!("Bearer cordon_{i:016x}_{}", "d".repeat(64));
+            request.metadata_mut().insert("authorization", guess.parse().unwrap());
+            let e = client.status(request).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+            refused += 1;
+        }
+        refused
+    });
+    assert_eq!(refused, 100);
+    records_when(&d, before + 64);
+    std::thread::sleep(Duration::from_millis(300));
+    let records: Vec<Value> = d.audit_records().into_iter().skip(before).collect();
+    let tokens: Vec<&Value> = records.iter().filter(|r| r["code"] == "TOKEN_REFUSED").collect();
+    assert_eq!(tokens.len(), 64, "{records:#?}");
+    assert!(tokens.iter().all(|r| r["decision"] == "unauthenticated" && r["caller"]["uid"] == me()), "{tokens:#?}");
+    verify(&d.audit).assert_code(0);
+}

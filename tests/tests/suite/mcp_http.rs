@@ -280,17 +280,21 @@ fn unknown_revoked_and_expired_tokens_are_refused_and_audited() {
         a.status == 401 && a.body.contains(&format!("bearer token {} expired", id_of(&short)))
     });
     assert!(expired, "a token issued for 1s was still accepted");
-    let records = d.audit_records();
+    // cordond answers, then its audit writer writes: wait for the records.
+    let mut records = Vec::new();
     for (id, says) in
         [("0000000000000000", "unknown bearer token"), (id_of(&token), "was revoked"), (id_of(&short), "expired")]
     {
-        assert!(
-            records.iter().any(|r| r["decision"] == "unauthenticated"
-                && r["code"] == "TOKEN_REFUSED"
-                && r["token"] == id
-                && r["message"].as_str().unwrap().contains(says)),
-            "no refusal record for {id}: {records:#?}"
-        );
+        let found = eventually(Duration::from_secs(10), || {
+            records = d.audit_records();
+            records.iter().any(|r| {
+                r["decision"] == "unauthenticated"
+                    && r["code"] == "TOKEN_REFUSED"
+                    && r["token"] == id
+                    && r["message"].as_str().unwrap_or_default().contains(says)
+            })
+        });
+        assert!(found, "no refusal record for {id}: {records:#?}");
     }
     let revoked = records.iter().find(|r| r["decision"] == "token_revoked").unwrap();
     assert_eq!((&revoked["token"], &revoked["account"]), (&json!(id_of(&token)), &json!(AGENT)));
@@ -696,8 +700,12 @@ fn a_token_file_that_does_not_load_rejects_the_whole_reload_and_the_tokens_in_fo
         assert_eq!(reload.code, Some(65), "{what}: {reload:?}");
         assert!(reload.stderr.contains("tokens.json") && reload.stderr.contains("token file"), "{what}: {reload:?}");
         assert!(reload.stdout.contains("reload rejected"), "{what}: {reload:?}");
-        let rejected: Vec<Value> =
-            d.audit_records().into_iter().filter(|r| r["decision"] == "reload_rejected").collect();
+        // The record is queued for the audit writer as the answer goes out: wait for it.
+        let mut rejected: Vec<Value> = Vec::new();
+        eventually(Duration::from_secs(10), || {
+            rejected = d.audit_records().into_iter().filter(|r| r["decision"] == "reload_rejected").collect();
+            rejected.len() > i
+        });
         assert_eq!(rejected.len(), i + 1, "{what}: {rejected:#?}");
         assert_eq!(rejected[i]["what"], json!(["tokens"]), "{what}: {}", rejected[i]);
         assert_eq!(generation(&d), before, "{what}: nothing of the reload took effect");

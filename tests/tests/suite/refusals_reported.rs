@@ -64,9 +64,18 @@ fn every_call_the_front_end_refuses_is_recorded_by_cordond_with_its_verdict() {
         let r = s.call(tool, arguments.clone());
         assert!(r.is_null() || r["isError"] == true, "{tool} {arguments}: refused: {r}");
     }
+    // Each report is sent after its answer, on a task of its own: they may arrive in another
+    // order than the calls, so each record is found by what it is about.
     let records = wait_reported(&d, calls.len());
-    for (i, (tool, arguments, code, verdict)) in calls.iter().enumerate() {
-        let r = &records[i];
+    for (tool, arguments, code, verdict) in &calls {
+        let about = |r: &&Value| {
+            r["tool"] == *tool
+                && serde_json::from_str::<Value>(r["arguments"].as_str().unwrap_or("null")).ok().as_ref()
+                    == Some(arguments)
+        };
+        let found: Vec<&Value> = records.iter().filter(about).collect();
+        assert_eq!(found.len(), 1, "{tool} {arguments}: one record: {records:#?}");
+        let r = found[0];
         assert_eq!(r["decision"], "invalid", "{r}");
         assert_eq!(r["tool"], *tool, "{r}");
         assert_eq!(r["reported"]["code"], *code, "{tool} {arguments}: {r}");
@@ -92,8 +101,11 @@ fn every_call_the_front_end_refuses_is_recorded_by_cordond_with_its_verdict() {
         assert!(answer.get("error").is_some(), "{line}: {answer}");
     }
     let records = wait_reported(&d, calls.len() + lines.len());
-    for (i, (line, code, method)) in lines.iter().enumerate() {
-        let r = &records[calls.len() + i];
+    for (line, code, method) in &lines {
+        let found: Vec<&Value> =
+            records.iter().filter(|r| r.get("tool").is_none() && r["reported"]["code"] == *code).collect();
+        assert_eq!(found.len(), 1, "{line}: one record: {records:#?}");
+        let r = found[0];
         assert_eq!(r["reported"]["code"], *code, "{line}: {r}");
         assert_eq!(r["reported"]["method"], *method, "{line}: {r}");
         assert_eq!(r["reporter"]["uid"], me, "{r}");

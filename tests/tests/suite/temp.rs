@@ -510,4 +510,19 @@ fn a_tmpdir_the_tools_account_cannot_traverse_is_refused_with_the_fix() {
     );
     let j = sh(&d, "under-tmp", "echo x > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"");
     assert_eq!((j["ok"].clone(), stdout(&j)), (json!(true), "x\n"), "root owns the directory: {j}");
+    // `cordon status` and `cordon doctor` say so too, for the agent who runs them, and stop
+    // saying so once the directory is fixed (read when asked; no restart).
+    let said = format!("cordond's TMPDIR {} cannot be traversed by other accounts", tmpdir.display());
+    let status = cordon_tests::agent::cordon(&d.socket, &["status", "--json"]).json();
+    assert!(status["setup_warnings"][0].as_str().unwrap_or_default().contains(&said), "{status:#}");
+    let doctor = cordon_tests::agent::cordon(&d.socket, &["doctor", "--json"]).json();
+    let setup: Vec<&serde_json::Value> =
+        doctor["checks"].as_array().unwrap().iter().filter(|c| c["name"] == "setup").collect();
+    assert!(setup.len() == 1 && setup[0]["level"] == "warn", "{doctor:#}");
+    assert!(setup[0]["found"].as_str().unwrap_or_default().contains(&said), "{doctor:#}");
+    let text = cordon_tests::agent::cordon(&d.socket, &["status"]);
+    assert!(text.stdout.contains("set-up:") && text.stdout.contains(&said), "{text:?}");
+    std::fs::set_permissions(&closed, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let status = d.cordon(&["status", "--json"]).json();
+    assert!(status.get("setup_warnings").is_none(), "fixed, nothing to say: {status:#}");
 }
