@@ -102,18 +102,22 @@ command = ["/usr/bin/printf", "{\"n\": 1}"]
 confirm = "agent"
 output = { type = "json", schema = { type = "object", properties = { n = { type = "integer" } }, required = ["n"] } }
 
+# The counter is named by a string, not a path: cordond keys a cached answer on the state of its
+# path arguments, and a tool that writes its own path argument changes that state every call.
 [tools.cached]
 description = "counts its runs in a file; results cached"
 reason = "the MCP driver's result cache check"
-command = ["/bin/sh", "-c", "echo run >> \"$1\"; printf '{\"n\": 1}'", "sh", "{{file}}"]
+command = ["/bin/sh", "-c", "echo run >> \"/tmp/$1\"; printf '{\"n\": 1}'", "sh", "{{name}}"]
 write = ["/tmp"]
 annotations = { read_only = true, idempotent = true }
 cache = { ttl = "10m" }
+accept_warnings = ["cache-inputs"]
 output = { type = "json", schema = { type = "object", properties = { n = { type = "integer" } }, required = ["n"] } }
 
-[tools.cached.params.file]
-type = "path"
+[tools.cached.params.name]
+type = "string"
 required = true
+pattern = "^[A-Za-z0-9_.-]+$"
 
 [tools.fails]
 description = "fails with exit code 3"
@@ -534,11 +538,13 @@ async def result_contract(daemon: Daemon, report: Report, style: str, client: An
             not result.is_error and result.structured_content == {"n": 1},
             f"isError={result.is_error} structured={result.structured_content!r} text={text_of(result)!r}",
         )
-    counter = daemon.dir / f"cached-{index}"
-    first = await client.call_tool("cached", {"file": str(counter)})
-    second = await client.call_tool("cached", {"file": str(counter)})
+    name = f"{daemon.dir.name}-cached-{index}"
+    counter = Path("/tmp") / name
+    first = await client.call_tool("cached", {"name": name})
+    second = await client.call_tool("cached", {"name": name})
     meta = result_meta(second)
     runs = counter.read_text().count("run") if counter.exists() else 0
+    counter.unlink(missing_ok=True)
     report.check(
         style,
         "cached result accepted by the SDK: _meta says cached, its age and the invocation that ran",
