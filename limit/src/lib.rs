@@ -20,7 +20,9 @@
 mod budget;
 mod fair;
 pub mod peer;
+mod refuse;
 
 pub use budget::{BudgetLimits, FailureBudget, OverBudget};
 pub use fair::{Limiter, LimiterLimits, Permit, Refused};
 pub use peer::Principal;
+pub use refuse::answer_503;

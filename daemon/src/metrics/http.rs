@@ -155,27 +155,11 @@ impl Endpoint {
 
 /// Answers a connection that got no slot with 503 and the reason, then closes it.
 async fn refuse(mut stream: tokio::net::TcpStream, source: Principal, refused: &cordon_limit::Refused) {
-    use tokio::io::AsyncWriteExt as _;
     let text = format!(
         "cordon metrics: too many connections from {source} ({MAX_CONNECTIONS_PER_SOURCE} at once per source): \
          {refused}\n"
     );
-    let head = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nretry-after: 1\r\n\
-         connection: close\r\ncontent-length: {}\r\n\r\n",
-        text.len()
-    );
-    // Then read what the client sent until it closes: closing with its request unread would
-    // reset the connection, and the client would never see the answer.
-    let answer = async {
-        stream.write_all(head.as_bytes()).await?;
-        stream.write_all(text.as_bytes()).await?;
-        stream.shutdown().await?;
-        let mut sink = [0u8; 4096];
-        while tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await? > 0 {}
-        Ok::<_, std::io::Error>(())
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
+    cordon_limit::answer_503(&mut stream, &text).await;
 }
 
 /// One request's answer.

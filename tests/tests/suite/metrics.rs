@@ -275,7 +275,12 @@ fn cordon_metrics_is_for_admins_and_says_when_metrics_are_off() {
     assert_ne!(agent.code, Some(0));
     assert!(agent.stderr.contains("PERMISSION_DENIED"), "{agent:?}");
     assert!(agent.stdout.is_empty(), "{agent:?}");
-    let refused = on.audit_records().into_iter().filter(|r| r["operation"] == "get_metrics").count();
+    // The record is queued for the audit writer as the answer goes out: wait for it.
+    let mut refused = 0;
+    cordon_tests::eventually(std::time::Duration::from_secs(10), || {
+        refused = on.audit_records().into_iter().filter(|r| r["operation"] == "get_metrics").count();
+        refused > 0
+    });
     assert_eq!(refused, 1, "the refusal is audited");
 
     let off = start(&[]);
