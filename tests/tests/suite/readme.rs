@@ -40,7 +40,17 @@ fn ci_runs_the_readme_quick_start_as_written() {
     assert!(run.lines().any(|l| l.trim() == ".ci/quickstart"), ".ci/run must run .ci/quickstart");
     let quick: Vec<String> =
         readme_commands().into_iter().filter(|(s, _)| s == "Quick start").map(|(_, c)| c).collect();
-    assert!(quick.iter().any(|c| c.contains("cordond -- --policies policies/examples")), "{quick:?}");
+    assert!(quick.iter().any(|c| c == "target/release/cordond --policies policies/examples"), "{quick:?}");
+    // The quick start builds what packaging/install.sh builds, with the same package selection:
+    // a different selection unifies dependency features differently and compiles everything again.
+    let install = repo_file("packaging/install.sh");
+    let build = "cargo build --release --locked -p cordon-client -p cordon-daemon";
+    assert!(install.contains(build), "packaging/install.sh no longer runs {build:?}");
+    assert!(
+        quick.iter().any(|c| c == "cargo build --release --locked -p cordon-daemon -p cordon-client"),
+        "the quick start must build the packages install.sh builds: {quick:?}"
+    );
+    assert!(!quick.iter().any(|c| c.starts_with("cargo run")), "cargo run selects one package: {quick:?}");
     // The README's test command is the one .ci/run runs (as two lines: see its comment).
     let test_command = "cargo build --workspace --all-targets && cargo test --workspace";
     assert!(quick.iter().any(|c| c == test_command), "{quick:?}");
