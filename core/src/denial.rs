@@ -780,10 +780,12 @@ fn path_in(line: &str) -> Option<String> {
     {
         return Some(last);
     }
-    if let Some(p) =
-        quoted(line).into_iter().find(|q| q.starts_with('/') || q.starts_with("./") || q.starts_with("../"))
-    {
-        return Some(p);
+    // Before the errno text: a quoted path (`cp: cannot create regular file 'target/t'`), one
+    // with a `/` first, else a single quoted word (`mkdir: cannot create directory 'd'`).
+    let head = marker.map_or(line, |at| &line[..at]);
+    let words: Vec<String> = quoted(head).into_iter().filter(|q| !q.contains(char::is_whitespace)).collect();
+    if let Some(p) = words.iter().find(|q| q.contains('/')).or(words.first()) {
+        return Some(p.clone());
     }
     let at = ["permission denied", "read-only file system"].iter().find_map(|t| lower.find(t));
     let before = at.map_or(line, |i| &line[..i]);
@@ -841,11 +843,18 @@ fn refusal_at(lines: &[&str], i: usize) -> Option<(&'static str, Op, Option<Stri
     Some((errno, op, word, false))
 }
 
+/// Where programs usually are in a project, for a name a script put on its own PATH.
+const PROJECT_BINS: &[&str] =
+    &["bin", "tools", "scripts", "script", ".venv/bin", "venv/bin", "target/debug", "target/release", "build"];
+
 /// Where the tool found `name` (a command word with no `/`): each `node_modules/.bin` from the
-/// working directory up (npm puts them first on a script's PATH), then the search path.
+/// working directory up (npm puts them first on a script's PATH), the search path, then the
+/// working directory's usual program directories ([`PROJECT_BINS`]; a script may put one on
+/// its PATH).
 fn lookup(run: &Run<'_>, name: &str) -> Option<(PathBuf, PathBuf, FileKind)> {
     let npm = run.cwd.ancestors().map(|d| d.join("node_modules").join(".bin"));
-    npm.chain(run.search.iter().cloned()).find_map(|dir| {
+    let project = PROJECT_BINS.iter().map(|d| run.cwd.join(d));
+    npm.chain(run.search.iter().cloned()).chain(project).find_map(|dir| {
         let candidate = dir.join(name);
         (run.look)(&candidate).map(|(real, kind)| (candidate, real, kind))
     })
@@ -1096,6 +1105,10 @@ mod tests {
         assert!(got[0].message.starts_with("inferred: execute of mocha refused (EACCES), from"), "{}", got[0].message);
         assert!(got[0].message.contains("`exec` on the directory that holds it"), "{}", got[0].message);
         assert_eq!(one("cat: /root/x: Permission denied").1, Op::Unknown);
+        assert_eq!(
+            one("cp: cannot create regular file 'target/debug/t': Read-only file system"),
+            ("EROFS", Op::Write, s("/p/target/debug/t"), s("target/debug/t"))
+        );
     }
 
     #[test]
