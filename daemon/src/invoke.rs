@@ -195,10 +195,11 @@ pub fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[De
             return None;
         }
         let real = std::fs::canonicalize(p).ok()?;
-        // A symlink out of the grants: where it leads (the tool can read the link itself),
-        // never what is there.
+        // A symlink out of the grants: not followed. Whether its target exists would tell the
+        // caller about a path the tool cannot see (a tool may make such links in its write
+        // grants and print their names).
         if !cordon_core::denial::visible(policy, &real) {
-            return Some((real, FileKind::Plain));
+            return None;
         }
         let meta = std::fs::metadata(&real).ok()?;
         let kind = if meta.is_dir() {

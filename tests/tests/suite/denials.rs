@@ -379,6 +379,24 @@ fn project() -> Project {
     };
     tool("search-ok", search(&format!("{}, ", p("tools"))));
     tool("search-no-search-path", search(""));
+    // A tool's message names a link it made to a file it cannot see: cordond must not say
+    // whether that file exists (it resolves paths as root).
+    let hidden = top.path().join("hidden");
+    std::fs::create_dir(&hidden).unwrap();
+    mode(&hidden, 0o700);
+    std::fs::write(hidden.join("secret"), "s").unwrap();
+    tool(
+        "probe-link",
+        format!(
+            "command = [\"sh\", \"-c\", {}]\nworking_dir = {w}\nread = [{w}]\nwrite = [{t}]",
+            q(format!(
+                "ln -sf {} target/l; echo \"cat: $PWD/target/l: Permission denied\" >&2; exit 1",
+                hidden.join("secret").display()
+            )),
+            w = q(&proj),
+            t = p("target"),
+        ),
+    );
     let policy = format!(
         "version = 1\n\n[defaults]\ntimeout = \"60s\"\nallow = {{ users = [{agent}] }}\n{tools}",
         agent = q(AGENT)
@@ -454,6 +472,11 @@ fn removing_one_grant_at_a_time_the_first_denied_line_names_its_key_and_path() {
             assert_eq!(record["denials"][0]["target"], target, "{caller:?} {tool}: {record}");
             assert_eq!(record["denials"][0]["grant_key"], *key, "{caller:?} {tool}: {record}");
         }
+    }
+    for caller in callers() {
+        let (v, _) = run_any(&p.daemon, caller, "probe-link");
+        let all = denials(&v);
+        assert!(!all.is_empty() && !json!(all).to_string().contains("hidden"), "{caller:?}: {all:#?}");
     }
     // And MCP's.
     let mut s = Session::start(&p.daemon.socket);
