@@ -14,7 +14,7 @@ use crate::egress::Refusal;
 use crate::policy::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 use crate::policy::{Network, SandboxPolicy, Tool};
 
-/// At most this many distinct denials are kept per invocation (the rest are only counted).
+/// At most this many distinct denials are kept per invocation (the first half and the latest).
 pub const MAX_DENIALS: usize = 16;
 
 /// One thing the sandbox refused.
