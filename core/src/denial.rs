@@ -675,6 +675,7 @@ const EXEC_WORDS: &[&str] = &[
     "unable to run",
     "execvp",
     "execve",
+    "fork/exec",
     "spawn",
 ];
 const READ_WORDS: &[&str] = &[
@@ -1105,6 +1106,8 @@ mod tests {
         assert!(got[0].message.starts_with("inferred: execute of mocha refused (EACCES), from"), "{}", got[0].message);
         assert!(got[0].message.contains("`exec` on the directory that holds it"), "{}", got[0].message);
         assert_eq!(one("cat: /root/x: Permission denied").1, Op::Unknown);
+        // Go's os/exec.
+        assert_eq!(one("fork/exec /p/x: permission denied"), ("EACCES", Op::Exec, s("/p/x"), None));
         assert_eq!(
             one("cp: cannot create regular file 'target/debug/t': Read-only file system"),
             ("EROFS", Op::Write, s("/p/target/debug/t"), s("target/debug/t"))
