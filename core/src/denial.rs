@@ -678,17 +678,14 @@ const EXEC_WORDS: &[&str] = &[
     "fork/exec",
     "spawn",
 ];
+/// (An open says nothing of read or write: `cannot open` is left `Unknown`, decided by the
+/// grants.)
 const READ_WORDS: &[&str] = &[
-    "cannot open",
-    "can't open",
     "cannot read",
     "cannot access",
     "cannot stat",
-    "failed to open",
     "failed to read",
-    "could not open",
     "could not read",
-    "unable to open",
     "unable to read",
     "scandir",
     "opendir",
@@ -1106,6 +1103,11 @@ mod tests {
         assert!(got[0].message.starts_with("inferred: execute of mocha refused (EACCES), from"), "{}", got[0].message);
         assert!(got[0].message.contains("`exec` on the directory that holds it"), "{}", got[0].message);
         assert_eq!(one("cat: /root/x: Permission denied").1, Op::Unknown);
+        // cargo's lock file: an open for writing, said as "failed to open".
+        assert_eq!(
+            one("error: failed to open: /p/target/debug/.cargo-lock\n\nCaused by:\n  Permission denied (os error 13)"),
+            ("EACCES", Op::Unknown, s("/p/target/debug/.cargo-lock"), None)
+        );
         // Go's os/exec.
         assert_eq!(one("fork/exec /p/x: permission denied"), ("EACCES", Op::Exec, s("/p/x"), None));
         assert_eq!(
@@ -1128,6 +1130,7 @@ mod tests {
         ));
         assert_eq!(key("sh: 1: cannot create /p/out: Permission denied", policy()), "write");
         assert_eq!(key("cat: /q/x: Permission denied", policy()), "read");
+        assert_eq!(key("error: failed to open: /p/target/.cargo-lock: Permission denied", policy()), "write");
         // Said nothing of what it tried: an executable file, readable, not executable: exec.
         assert_eq!(key("PermissionError: [Errno 13] Permission denied: '/p/x'", policy()), "exec");
         assert_eq!(key("PermissionError: [Errno 13] Permission denied: '/p/notes.txt'", policy()), "write");
