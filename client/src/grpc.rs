@@ -1244,6 +1244,8 @@ pub struct Denial {
     /// The policy key that would allow it; empty when none does.
     pub grant_key: String,
     pub count: u32,
+    /// A probe the tool went on from (another denial explains the failure).
+    pub incidental: bool,
     pub message: String,
 }
 
@@ -1297,6 +1299,7 @@ impl RunResult {
                     access: d.access,
                     grant_key: d.grant_key,
                     count: d.count,
+                    incidental: d.incidental,
                     message: d.message,
                 })
                 .collect(),

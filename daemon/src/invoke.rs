@@ -9,6 +9,7 @@
 //! here.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,7 @@ use crate::metrics::Outcome as Ended;
 use crate::registry::RegistryHandle;
 use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
-use cordon_core::denial::Explained;
+use cordon_core::denial::{Denial, Explained, FileKind, Run};
 use cordon_core::policy::output::{self, Verdict};
 use cordon_core::policy::{Availability, CachePolicy, Control, RunAs, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
@@ -176,16 +177,48 @@ pub struct Answer {
 }
 
 /// The denials of a run the policy counts as failed on its own (an exit code, a signal), with
-/// the key that would allow each: the kernel's records, plus notes inferred from the tool's
-/// stderr where the kernel logged nothing.
-pub fn denials(tool: &Tool, o: &Outcome, v: &Verdict) -> Vec<Explained> {
+/// the key that would allow each: the kernel's records, the egress proxy's refusals (`proxied`,
+/// on any outcome), plus notes inferred from the tool's stderr where the kernel logged nothing;
+/// ranked so that the first is the one that explains the failure.
+pub fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[Denial]) -> Vec<Explained> {
     let failed = v.error.as_ref().is_some_and(|e| matches!(e.code, "EXIT_CODE" | "SIGNALLED"));
     if !failed || o.timed_out || o.cancelled {
-        return Vec::new();
+        return cordon_core::denial::explain(tool, proxied);
     }
-    let mut all = o.denials.clone();
-    all.extend(cordon_core::denial::infer(&o.stderr.bytes, o.logged, &o.denials));
-    cordon_core::denial::explain(tool, &all)
+    let mut have = o.denials.clone();
+    have.extend_from_slice(proxied);
+    let policy = &tool.sandbox;
+    // Only paths the tool could reach through its grants are looked at (cordond runs as root:
+    // a tool's message must not make it a probe of the rest of the filesystem).
+    let look = |p: &Path| -> Option<(PathBuf, FileKind)> {
+        if !p.is_absolute() || !cordon_core::denial::visible(policy, p) {
+            return None;
+        }
+        let real = std::fs::canonicalize(p).ok()?;
+        // A symlink out of the grants: not followed. Whether its target exists would tell the
+        // caller about a path the tool cannot see (a tool may make such links in its write
+        // grants and print their names).
+        if !cordon_core::denial::visible(policy, &real) {
+            return None;
+        }
+        let meta = std::fs::metadata(&real).ok()?;
+        let kind = if meta.is_dir() {
+            FileKind::Dir
+        } else if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0 {
+            FileKind::Executable
+        } else {
+            FileKind::Plain
+        };
+        Some((real, kind))
+    };
+    let search = plan
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.split(':').filter(|d| d.starts_with('/')).map(PathBuf::from).collect())
+        .unwrap_or_default();
+    let run = Run { stderr: &o.stderr.bytes, cwd: &plan.cwd, search, logged: o.logged, look: &look };
+    cordon_core::denial::explain_run(policy, &have, &run)
 }
 
 /// The policy's verdict on a run.
@@ -994,13 +1027,11 @@ impl Invoker {
         }
         let cancelled_by = self.lock().get(&prepared.id).and_then(|r| r.cancelled_by.clone());
         let judged = result.as_ref().ok().map(|o| verdict(&prepared.tool, o));
-        let mut explained = match (&result, &judged) {
-            (Ok(o), Some(v)) => denials(&prepared.tool, o, v),
-            _ => Vec::new(),
+        let proxy_denials = proxied.as_ref().map(|s| s.denials.as_slice()).unwrap_or_default();
+        let explained = match (&result, &judged) {
+            (Ok(o), Some(v)) => denials(&prepared.tool, &prepared.plan, o, v, proxy_denials),
+            _ => cordon_core::denial::explain(&prepared.tool, proxy_denials),
         };
-        if let Some(s) = &proxied {
-            explained.extend(cordon_core::denial::explain(&prepared.tool, &s.denials));
-        }
         let record = Record::new(Decision::Failed)
             .invocation(&prepared.id)
             .tool(&prepared.tool.name)

@@ -20,7 +20,8 @@
 //! in a small ring. After a failed run the invocation waits until the kernel's audit queue is
 //! empty (bounded), so the records of its denials have been read.
 //!
-//! Bounded everywhere: [`MAX_DENIALS`] distinct denials per invocation (deduplicated, counted),
+//! Bounded everywhere: [`MAX_DENIALS`] distinct denials per invocation (deduplicated, counted;
+//! the first half and the latest),
 //! [`STRAYS`] unclaimed records. Fail soft: a socket that cannot be opened means no denial
 //! information, never a refused invocation; the tool is never waited on.
 
@@ -117,12 +118,18 @@ struct Slot {
 }
 
 impl Slot {
+    /// Keeps the first half of [`MAX_DENIALS`] distinct denials and a window of the latest: the
+    /// one that stopped the tool is usually among the last (after any number of probes it went
+    /// on from), and the ranking needs it.
     fn add(&mut self, denied: Denied) {
         if let Some(d) = self.denials.iter_mut().find(|d| d.denied == denied) {
             d.count = d.count.saturating_add(1);
-        } else if self.denials.len() < MAX_DENIALS {
-            self.denials.push(Denial { denied, count: 1 });
+            return;
         }
+        if self.denials.len() >= MAX_DENIALS {
+            self.denials.remove(MAX_DENIALS / 2);
+        }
+        self.denials.push(Denial { denied, count: 1 });
     }
 }
 
@@ -702,6 +709,9 @@ mod tests {
         let slot = &s.slots[&24057];
         assert_eq!(slot.denials.len(), MAX_DENIALS);
         assert_eq!(slot.denials[1].count, 2);
+        // The latest is kept (the one that stopped the tool comes last).
+        let last = format!("/x/{}", MAX_DENIALS as u32 + 9);
+        assert!(matches!(&slot.denials[MAX_DENIALS - 1].denied, Denied::Fs { path, .. } if *path == last));
         // Someone else's records stay strays, and the ring is bounded.
         for pid in 0..(STRAYS as u32 + 5) {
             s.take(at, Rec::Seccomp { pid: 1_000_000 + pid, ses: None, denied: Denied::Scope { what: "x".into() } });

@@ -283,6 +283,7 @@ fn denial(e: &cordon_core::denial::Explained) -> v1::Denial {
         grant_key: e.remedy.key().to_string(),
         count: e.denial.count,
         message: e.message.clone(),
+        incidental: e.incidental,
     }
 }
 
