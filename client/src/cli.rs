@@ -131,8 +131,13 @@ pub enum Command {
         /// files: the toolchain found on PATH (search_path), its homes read-only, the build
         /// output and a temp dir writable (rust: cargo test, clippy; python: pytest; node: npm
         /// test, node --test; c: make test with gcc).
-        #[arg(long, value_name = "KIND")]
+        #[arg(long, value_name = "KIND", conflicts_with = "scan")]
         template: Option<crate::init::template::Template>,
+        /// Instead of detecting the toolchains, list every package.json script, Makefile target,
+        /// justfile recipe, tox environment and nox session as a tool, each with a TODO reason
+        /// for an admin to write.
+        #[arg(long)]
+        scan: bool,
     },
     /// Run a tool and print its output; exits with the tool's exit code.
     Run {
@@ -498,8 +503,8 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Tool { name: None, command: None } => {
             Err(CliError::Usage("name a tool (`cordon tool NAME`), or `cordon tool add|remove|show`".into()))
         }
-        Command::Init { dir, output, force, name, template } => {
-            init::init(&dir, output.as_deref(), force, name.as_deref(), template, json)
+        Command::Init { dir, output, force, name, template, scan } => {
+            init::init(&dir, output.as_deref(), force, name.as_deref(), template, scan, json)
         }
         Command::Run { tool, args, args_json, dry_run: false, detach: false } => {
             admin::run(&socket, &tool, &args, args_json, json).await

@@ -79,6 +79,7 @@ pub fn init(
     force: bool,
     name: Option<&str>,
     kind: Option<template::Template>,
+    scan: bool,
     as_json: bool,
 ) -> Result<u8, CliError> {
     let root = fs::canonicalize(dir).map_err(|e| {
@@ -90,6 +91,9 @@ pub fn init(
     let project = project_name(name, &root)?;
     if let Some(kind) = kind {
         return init_template(kind, &root, &project, output, force, as_json);
+    }
+    if !scan {
+        return init_detect(&root, &project, output, force, as_json);
     }
     let mut found = Found::default();
     npm(&root, &project, &mut found);
@@ -180,8 +184,9 @@ fn init_template(
     as_json: bool,
 ) -> Result<u8, CliError> {
     let path_var = std::env::var_os("PATH").unwrap_or_else(|| SEARCH_PATH.into());
-    let (text, notes) = template::render(kind, root, project, &path_var)?;
+    let (text, mut notes, must_exist) = template::render(kind, root, project, &path_var)?;
     let shown = emit(output, project, &text, force, as_json)?;
+    notes.extend(create_missing(root, &must_exist));
     let to_stdout = shown == "-";
     if as_json {
         let mut out =
@@ -208,12 +213,118 @@ fn init_template(
         report(format!("wrote {file} (nothing was loaded)"));
     }
     report("next steps:".into());
-    report(format!("  1. review {file}; add `allow` for the agent users"));
+    report(format!("  1. review {file} (the owner of the project is the one user in `allow`)"));
     report(format!("  2. cordon policy check {file}"));
     report(format!(
         "  3. install it as root into cordond's policy directory (`cordon status` shows it): sudo install -m 0644 {file} /etc/cordon/policies.d/, then `cordon reload`"
     ));
     Ok(exit::OK)
+}
+
+/// `cordon init [DIR]`: the toolchains the project uses ([`template::detect`]), one policy.
+fn init_detect(root: &Path, project: &str, output: Option<&Path>, force: bool, as_json: bool) -> Result<u8, CliError> {
+    let path_var = std::env::var_os("PATH").unwrap_or_else(|| SEARCH_PATH.into());
+    let mut ignored = Found::default();
+    let targets = ["GNUmakefile", "makefile", "Makefile"]
+        .iter()
+        .find_map(|f| read_noted(root, f, &mut ignored))
+        .map(|t| make_targets(&t))
+        .unwrap_or_default();
+    let detected = template::detect(root, &path_var, &targets);
+    let mut left_out = ignored.notes;
+    left_out.extend(detected.left_out.iter().cloned());
+    if detected.parts.is_empty() {
+        let why = if left_out.is_empty() { String::new() } else { format!(" ({})", left_out.join("; ")) };
+        return Err(CliError::Other(format!(
+            "no toolchain cordon init knows was found in {}{why}: looked for Cargo.toml, a Python project \
+             (pyproject.toml, setup.py, setup.cfg, pytest.ini, conftest.py, uv.lock, poetry.lock, tox.ini or a .venv), \
+             package.json, a Makefile with a `test` or `check` target, and go.mod; pass the project's root \
+             directory, `--scan` to list every script, target and recipe of its build files (package.json, \
+             Makefile, justfile, tox.ini, noxfile.py), or write the policy by hand (`cordon policy reference`)",
+            root.display()
+        )));
+    }
+    let text = template::text("from `cordon init`", root, project, &detected.parts, &left_out);
+    let shown = emit(output, project, &text, force, as_json)?;
+    let must: Vec<PathBuf> = detected.parts.iter().flat_map(|p| p.must_exist.iter().cloned()).collect();
+    let created = create_missing(root, &must);
+    let to_stdout = shown == "-";
+    let labels: Vec<&str> = detected.parts.iter().map(|p| p.label.as_str()).collect();
+    let tools: Vec<String> = detected.parts.iter().flat_map(|p| p.tool_names(project)).collect();
+    let mut notes: Vec<String> =
+        detected.parts.iter().flat_map(|p| p.notes.iter().map(|n| format!("{}: {n}", p.label))).collect();
+    notes.extend(created);
+    if as_json {
+        let mut out = json!({
+            "project": project, "root": root, "file": shown, "detected": labels, "tools": tools,
+            "notes": notes, "left_out": left_out,
+        });
+        if to_stdout {
+            out["policy"] = json!(text);
+        }
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(exit::OK);
+    }
+    let report = |line: String| {
+        if to_stdout {
+            errln!("{line}");
+        } else {
+            outln!("{line}");
+        }
+    };
+    report(format!("project {project} at {}", root.display()));
+    for l in &labels {
+        report(format!("  detected {l}"));
+    }
+    report(format!("{} tool(s): {}", tools.len(), tools.join(", ")));
+    for n in &notes {
+        report(format!("  note: {n}"));
+    }
+    for l in &left_out {
+        report(format!("  not generated: {l}"));
+    }
+    let file = if to_stdout { "FILE".to_string() } else { shown.clone() };
+    if !to_stdout {
+        report(format!("wrote {file} (nothing was loaded)"));
+    }
+    report("next steps:".into());
+    report(format!("  1. review {file} (the owner of the project is the one user in `allow`)"));
+    report(format!("  2. cordon policy check --deny-warnings {file}"));
+    report(format!(
+        "  3. install it as root into cordond's policy directory (`cordon status` shows it): sudo install -m 0644 {file} /etc/cordon/policies.d/, then `cordon reload`"
+    ));
+    Ok(exit::OK)
+}
+
+/// Creates the write roots the tools need that do not exist yet (`target/`, `.npm-cache`: a
+/// missing grant makes a tool unavailable), as the project's owner; answers what it did or could
+/// not do. Only a new directory directly in the project is made: nothing existing is followed.
+fn create_missing(root: &Path, dirs: &[PathBuf]) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut out = Vec::new();
+    let Ok(meta) = fs::metadata(root) else { return out };
+    for d in dirs {
+        if fs::symlink_metadata(d).is_ok() || d.parent() != Some(root) {
+            if !d.is_dir() {
+                out.push(format!("{} does not exist: create it as the project's owner before installing", d.display()));
+            }
+            continue;
+        }
+        let made = fs::create_dir(d).and_then(|()| {
+            if nix::unistd::geteuid().is_root() {
+                std::os::unix::fs::lchown(d, Some(meta.uid()), Some(meta.gid()))?;
+            }
+            Ok(())
+        });
+        match made {
+            Ok(()) => out.push(format!("created {} (a write grant must exist)", d.display())),
+            Err(e) => out.push(format!(
+                "{} does not exist and could not be created ({e}): create it as the project's owner before installing",
+                d.display()
+            )),
+        }
+    }
+    out
 }
 
 /// The project's name as a tool-name prefix: `--name`, or the directory's name made to fit
