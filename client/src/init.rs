@@ -298,13 +298,19 @@ fn init_detect(root: &Path, project: &str, output: Option<&Path>, force: bool, a
 
 /// Creates the write roots the tools need that do not exist yet (`target/`, `.npm-cache`: a
 /// missing grant makes a tool unavailable), as the project's owner; answers what it did or could
-/// not do. Only a new directory directly in the project is made: nothing existing is followed.
+/// not do. Only a new directory in a real directory of the project is made: no link is followed.
 fn create_missing(root: &Path, dirs: &[PathBuf]) -> Vec<String> {
     use std::os::unix::fs::MetadataExt as _;
     let mut out = Vec::new();
     let Ok(meta) = fs::metadata(root) else { return out };
     for d in dirs {
-        if fs::symlink_metadata(d).is_ok() || d.parent() != Some(root) {
+        // The parent: the project or a real directory in it (node_modules), never through a link.
+        let parent_ok = d.parent().is_some_and(|p| {
+            p.starts_with(root)
+                && fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+                && fs::canonicalize(p).is_ok_and(|c| c == p)
+        });
+        if fs::symlink_metadata(d).is_ok() || !parent_ok {
             if !d.is_dir() {
                 out.push(format!("{} does not exist: create it as the project's owner before installing", d.display()));
             }

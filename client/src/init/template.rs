@@ -596,6 +596,27 @@ fn node(root: &Path, path_var: &std::ffi::OsStr, template: bool) -> Result<Part,
     // The programs the scripts run: node_modules/.bin of the project and of each workspace.
     let modules = root.join("node_modules");
     let installed = is_dir(&modules);
+    // What the installed test runners write in the project (their temp files go to the
+    // invocation's own TMPDIR): the directory is granted, and made if missing.
+    for (pkg, dir, what) in [
+        ("ava", "node_modules/.cache", "ava's cache (node_modules/.cache/ava)"),
+        ("vitest", "node_modules/.vite", "vitest's results cache (node_modules/.vite)"),
+        ("c8", "coverage", "c8's coverage data (coverage/, add it to .gitignore)"),
+    ] {
+        if is_dir(&modules.join(pkg)) {
+            push(&mut g.write, root.join(dir));
+            p.must_exist.push(root.join(dir));
+            g.why.push(("write", what.to_string()));
+        }
+    }
+    if is_dir(&modules.join("nyc")) {
+        p.notes.push(
+            "nyc is installed: it deletes and remakes .nyc_output in the project root on every run, which a write \
+             grant cannot follow (only a grant of the whole project could): not handled; a script that runs nyc \
+             fails, c8 works"
+                .into(),
+        );
+    }
     let mut exec = Vec::new();
     let mut names = Vec::new();
     for dir in std::iter::once(root.to_path_buf()).chain(workspace_dirs(root, &workspaces)) {

@@ -502,6 +502,22 @@ fn node_grants_exec_on_the_packages_its_bins_link_to() {
     assert_eq!(strs(&d["write"]), [root.join(".npm-cache").to_str().unwrap()]);
     assert_eq!(strs(&doc["tools"]["p-npm-test"]["command"]), ["npm", "test"]);
     assert!(root.join(".npm-cache").is_dir());
+    // Runners that write in the project get (and find made) exactly their directory; nyc,
+    // which remakes .nyc_output in the project root, is said not to be handled.
+    write(&root.join("node_modules/c8/package.json"), "{}");
+    write(&root.join("node_modules/vitest/package.json"), "{}");
+    write(&root.join("node_modules/nyc/package.json"), "{}");
+    std::fs::remove_file(t.join("web.toml")).unwrap();
+    let (doc, text, _) = detect(t, &root, "/usr/bin:/bin", t);
+    let mut w = strs(&doc["defaults"]["write"]);
+    w.sort();
+    assert_eq!(
+        w,
+        [".npm-cache", "coverage", "node_modules/.vite"].map(|d| root.join(d).to_str().unwrap().to_string()),
+        "{text}"
+    );
+    assert!(root.join("coverage").is_dir() && root.join("node_modules/.vite").is_dir());
+    assert!(text.contains("nyc is installed") && !text.contains(".nyc_output\""), "{text}");
 }
 
 /// pnpm: its `.bin` shims are scripts (exec on `.bin`), its links resolve into the
@@ -750,4 +766,81 @@ fn node_devdependency_runner_runs_through_the_daemon_as_the_owner_and_for_root()
     let out = d.cordon(&["run", "tiny-npm-test"]);
     assert_eq!(out.code, Some(126), "{out:?}");
     assert!(out.stderr.contains("Permission denied") || out.stdout.contains("Permission denied"), "{out:?}");
+}
+
+/// A developer's own `.venv` inside the project, made with `python3 -m venv` and never activated,
+/// with pytest 8.3.3 from PyPI (skipped where PyPI cannot be reached or
+/// `CORDON_TEST_NO_REGISTRY` is set): plain `cordon init` as the owner finds it, and the policy,
+/// unedited, runs pytest with multiprocessing for the owner and for a root caller, leaving
+/// nothing of root's (no `__pycache__`, no `.pytest_cache`) in the tree.
+#[test]
+fn a_venv_in_the_project_not_activated_runs_pytest_through_the_daemon() {
+    require_root!("the owner identity needs a root daemon and a test user");
+    if std::env::var_os("CORDON_TEST_NO_REGISTRY").is_some() || !Path::new("/usr/bin/python3").exists() {
+        eprintln!("skipped: no /usr/bin/python3, or CORDON_TEST_NO_REGISTRY is set");
+        return;
+    }
+    agent::ensure();
+    let (uid, gid) = (agent::id("-u", AGENT), agent::id("-g", AGENT));
+    let tmp = open_tempdir();
+    let home = tmp.path().join("home");
+    let root = home.join("py");
+    write(
+        &root.join("pyproject.toml"),
+        "[project]\nname = \"py\"\nversion = \"0.1.0\"\n\n[tool.pytest.ini_options]\naddopts = \"-q\"\n",
+    );
+    write(
+        &root.join("tests/test_py.py"),
+        "import multiprocessing\n\n\ndef square(x):\n    return x * x\n\n\ndef test_pool():\n    \
+         with multiprocessing.Pool(2) as pool:\n        assert pool.map(square, [1, 2]) == [1, 4]\n\n\n\
+         def test_tmp_path(tmp_path):\n    (tmp_path / \"f\").write_text(\"x\")\n",
+    );
+    let out = Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&home).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let owner = |args: &[&str]| -> Output {
+        Command::new("setpriv")
+            .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+            .args(args)
+            .current_dir(&root)
+            .env("HOME", &home)
+            .env("PATH", "/usr/bin:/bin")
+            .env_remove("VIRTUAL_ENV")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+            .into()
+    };
+    let made = owner(&["/usr/bin/python3", "-m", "venv", ".venv"]);
+    if made.code != Some(0) {
+        eprintln!("skipped: python3 -m venv failed: {made:?}");
+        return;
+    }
+    let pip = owner(&[".venv/bin/pip", "install", "--quiet", "--disable-pip-version-check", "pytest==8.3.3"]);
+    if pip.code != Some(0) {
+        eprintln!("skipped: pytest could not be installed from PyPI: {pip:?}");
+        return;
+    }
+    let out = owner(&[bin("cordon").to_str().unwrap(), "init", "--name", "py", "-o", "-", "."]);
+    out.assert_code(0);
+    let text = out.stdout.clone();
+    let file = tmp.path().join("py.toml");
+    std::fs::write(&file, &text).unwrap();
+    assert_checks_clean(&file, uid);
+    assert!(text.contains("Detected: python (.venv)"), "{text}");
+    assert!(text.contains(&format!("search_path = [{}", q(root.join(".venv/bin")))), "{text}");
+    assert!(text.contains("run_as = { owner_of = \"working_dir\" }"), "{text}");
+
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("py.toml"), &text).unwrap();
+    let d = Daemon::start_in(dir, policies, &["--socket-group", SOCKET_GROUP]);
+    let by_owner = agent::cordon(&d.socket, &["run", "py-pytest"]);
+    let by_root = d.cordon(&["run", "py-pytest"]);
+    for (who, out) in [("the owner", &by_owner), ("root", &by_root)] {
+        assert_eq!(out.code, Some(0), "{who}: {out:?}\n{}", d.log_text());
+        assert!(out.stdout.contains("2 passed"), "{who}: {out:?}");
+    }
+    assert!(owned_by_root(&root).is_empty(), "root-owned: {:?}", owned_by_root(&root));
+    assert!(!root.join(".pytest_cache").exists(), "no cache written");
 }
