@@ -218,10 +218,18 @@ fn rust(root: &Path, path_var: &std::ffi::OsStr) -> Result<Part, String> {
     let cargo_home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| bin.ends_with(".cargo/bin").then(|| bin.parent().map(Path::to_path_buf)).flatten());
+    // rustup's proxies: ~/.cargo/bin, or any cargo that is rustup (a link to it, or beside it:
+    // CARGO_HOME=/usr/local/cargo in container images). A cargo that is not rustup's needs no
+    // RUSTUP_HOME, even where one exists.
+    let is_rustup = bin.ends_with(".cargo/bin")
+        || is_file(&bin.join("rustup"))
+        || std::fs::canonicalize(&cargo).is_ok_and(|r| r.file_name().is_some_and(|n| n == "rustup"));
     let rustup_home = std::env::var_os("RUSTUP_HOME")
         .map(PathBuf::from)
         .or_else(|| home.map(|h| h.join(".rustup")))
-        .filter(|r| r.join("toolchains").is_dir());
+        .filter(|r| is_rustup && r.join("toolchains").is_dir());
+    let cargo_home = cargo_home
+        .or_else(|| (is_rustup && rustup_home.is_some()).then(|| bin.parent().map(Path::to_path_buf)).flatten());
     let g = &mut p.g;
     g.search_path = search_path_with(std::slice::from_ref(&bin));
     g.why.push((
@@ -235,7 +243,10 @@ fn rust(root: &Path, path_var: &std::ffi::OsStr) -> Result<Part, String> {
     let mut build_root = root.to_path_buf();
     if !workspace {
         for up in root.ancestors().skip(1) {
-            if std::fs::read_to_string(up.join("Cargo.toml")).is_ok_and(|t| has_table(&t, "workspace")) {
+            // Bounded: a regular file of at most 4 MiB (an ancestor's FIFO would block a read).
+            let manifest = up.join("Cargo.toml");
+            let readable = std::fs::metadata(&manifest).is_ok_and(|m| m.is_file() && m.len() <= 4 << 20);
+            if readable && std::fs::read_to_string(&manifest).is_ok_and(|t| has_table(&t, "workspace")) {
                 build_root = up.to_path_buf();
                 push(&mut g.read, up.to_path_buf());
                 p.notes.push(format!(
@@ -277,14 +288,12 @@ fn rust(root: &Path, path_var: &std::ffi::OsStr) -> Result<Part, String> {
         push(&mut g.exec, r.join("toolchains"));
         g.env.push(("RUSTUP_HOME", r.display().to_string()));
         g.why.push(("exec", "rustup's proxies run the toolchain's cargo, rustc and clippy-driver".into()));
-        if bin.ends_with(".cargo/bin") {
-            toolchain_bin = rustup_toolchain(r, root).map(|t| t.join("bin"));
-        }
+        toolchain_bin = rustup_toolchain(r, root).map(|t| t.join("bin"));
     }
     // A toolchain that is not rustup's proxies (a toolchain directory on PATH, an installer's
     // /opt/rust): rustc loads librustc_driver and the standard library from its PREFIX/lib, and
     // links with the rust-lld it ships in PREFIX/lib/rustlib/*/bin.
-    if !bin.ends_with(".cargo/bin")
+    if !is_rustup
         && let Some(prefix) =
             std::fs::canonicalize(&cargo).ok().and_then(|r| r.parent()?.parent().map(Path::to_path_buf))
         && !by_default(&prefix)
@@ -703,7 +712,11 @@ fn node(root: &Path, path_var: &std::ffi::OsStr, template: bool) -> Result<Part,
             &["node", "--test"],
         ));
     }
-    p.notes.push(format!("{pm} runs without network: install dependencies first ({install})"));
+    p.notes.push(if installed {
+        format!("{pm} runs without network: the tests use node_modules as installed (after changing dependencies, {install} again)")
+    } else {
+        format!("{pm} runs without network: install dependencies first ({install})")
+    });
     Ok(p)
 }
 

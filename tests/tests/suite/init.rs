@@ -310,9 +310,12 @@ fn rust_offers_clippy_and_fmt_only_where_installed_next_to_cargo() {
     write(&root.join("Cargo.lock"), "version = 3\n");
     let bin_dir = t.join("rust/bin");
     exe(&bin_dir.join("cargo"), "#!/bin/sh\nexit 0\n");
+    // A rustup in HOME that this cargo is not: not granted.
+    std::fs::create_dir_all(t.join(".rustup/toolchains")).unwrap();
     let path = format!("{}:/usr/bin:/bin", bin_dir.display());
     let (doc, text, out) = detect(t, &root, &path, t);
     assert_eq!(tool_names(&doc), ["p-cargo-test"], "{text}");
+    assert!(!text.contains("RUSTUP_HOME") && !text.contains(".rustup"), "{text}");
     assert!(text.contains("cargo clippy was left out: cargo-clippy is not installed next to cargo"), "{text}");
     assert!(text.contains("cargo fmt --check was left out"), "{text}");
     assert!(out.stdout.contains("created") && root.join("target").is_dir(), "target/ is made: {out:?}");
@@ -365,6 +368,17 @@ fn rust_with_rustup_looks_for_clippy_in_the_active_toolchain() {
     std::fs::remove_file(t.join("crate.toml")).unwrap();
     let (doc, text, _) = detect(t, &root, &path, &home);
     assert_eq!(tool_names(&doc), ["p-cargo-clippy", "p-cargo-test"], "{text}");
+    // A container image's layout: rustup's proxies beside `rustup` in CARGO_HOME/bin, not
+    // ~/.cargo/bin; the stable toolchain (rustup's default) has no clippy.
+    std::fs::remove_file(root.join("rust-toolchain.toml")).unwrap();
+    let cargo_bin = t.join("usr-local-cargo/bin");
+    for proxy in ["rustup", "cargo", "cargo-clippy"] {
+        exe(&cargo_bin.join(proxy), "#!/bin/sh\nexit 0\n");
+    }
+    std::fs::remove_file(t.join("crate.toml")).unwrap();
+    let (doc, text, _) = detect(t, &root, &format!("{}:/usr/bin:/bin", cargo_bin.display()), &home);
+    assert_eq!(tool_names(&doc), ["p-cargo-test"], "{text}");
+    assert_eq!(doc["defaults"]["env"]["CARGO_HOME"].as_str(), Some(t.join("usr-local-cargo").to_str().unwrap()));
 }
 
 /// A Cargo workspace tests every member; a member's own init builds in the workspace's target/.
