@@ -297,37 +297,33 @@ fn init_detect(root: &Path, project: &str, output: Option<&Path>, force: bool, a
 }
 
 /// Creates the write roots the tools need that do not exist yet (`target/`, `.npm-cache`: a
-/// missing grant makes a tool unavailable), as the project's owner; answers what it did or could
-/// not do. Only a new directory in a real directory of the project is made: no link is followed.
+/// missing grant makes a tool unavailable), when whoever runs `cordon init` owns the project (the
+/// developer, in their own tree); answers what it did or could not do. Another account's project
+/// (root running init in a developer's tree) is left as it is: a directory made there by root,
+/// through a path its owner can swap for a link, could land anywhere.
 fn create_missing(root: &Path, dirs: &[PathBuf]) -> Vec<String> {
     use std::os::unix::fs::MetadataExt as _;
     let mut out = Vec::new();
     let Ok(meta) = fs::metadata(root) else { return out };
+    let mine = meta.uid() == nix::unistd::geteuid().as_raw();
     for d in dirs {
+        if d.is_dir() {
+            continue;
+        }
         // The parent: the project or a real directory in it (node_modules), never through a link.
         let parent_ok = d.parent().is_some_and(|p| {
             p.starts_with(root)
                 && fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
                 && fs::canonicalize(p).is_ok_and(|c| c == p)
         });
-        if fs::symlink_metadata(d).is_ok() || !parent_ok {
-            if !d.is_dir() {
-                out.push(format!("{} does not exist: create it as the project's owner before installing", d.display()));
-            }
+        let todo = format!("create it as the project's owner (mkdir {}) before installing", d.display());
+        if !mine || !parent_ok || fs::symlink_metadata(d).is_ok() {
+            out.push(format!("{} does not exist: {todo}", d.display()));
             continue;
         }
-        let made = fs::create_dir(d).and_then(|()| {
-            if nix::unistd::geteuid().is_root() {
-                std::os::unix::fs::lchown(d, Some(meta.uid()), Some(meta.gid()))?;
-            }
-            Ok(())
-        });
-        match made {
+        match fs::create_dir(d) {
             Ok(()) => out.push(format!("created {} (a write grant must exist)", d.display())),
-            Err(e) => out.push(format!(
-                "{} does not exist and could not be created ({e}): create it as the project's owner before installing",
-                d.display()
-            )),
+            Err(e) => out.push(format!("{} does not exist and could not be created ({e}): {todo}", d.display())),
         }
     }
     out

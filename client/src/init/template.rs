@@ -57,7 +57,7 @@ const SYSTEM_PATH: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
 
 /// More distinct package directories than this among `node_modules/.bin`'s targets: one grant of
 /// their common `node_modules` instead (said in the file).
-const MAX_BIN_GRANTS: usize = 24;
+const MAX_BIN_GRANTS: usize = 48;
 
 /// The tests' reason, the same for every ecosystem.
 const TEST_REASON: &str = "agents check their changes by running the project's tests";
@@ -633,7 +633,10 @@ fn node(root: &Path, path_var: &std::ffi::OsStr, template: bool) -> Result<Part,
     }
     names.sort();
     names.dedup();
-    if exec.len() > MAX_BIN_GRANTS {
+    // Collapsed only where no write root lies in node_modules (an exec root above a write root
+    // would let the tools run what they wrote).
+    let writes_in_modules = g.write.iter().any(|w| w.starts_with(&modules));
+    if exec.len() > MAX_BIN_GRANTS && !writes_in_modules {
         let store = if pm == "pnpm" { modules.join(".pnpm") } else { modules.clone() };
         p.notes.push(format!(
             "node_modules/.bin links into {} packages: exec is granted on {} as a whole",

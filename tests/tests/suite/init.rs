@@ -858,3 +858,32 @@ fn a_venv_in_the_project_not_activated_runs_pytest_through_the_daemon() {
     assert!(owned_by_root(&root).is_empty(), "root-owned: {:?}", owned_by_root(&root));
     assert!(!root.join(".pytest_cache").exists(), "no cache written");
 }
+
+/// Root running `cordon init` in a developer's project: the policy is the owner's (run_as, allow
+/// names the owner), and nothing is created in a tree another account controls (it says what to
+/// make instead); the owner's own run creates it.
+#[test]
+fn root_running_init_in_a_developers_project_writes_nothing_there() {
+    require_root!("the project must belong to another account");
+    agent::ensure();
+    let (uid, gid) = (agent::id("-u", AGENT), agent::id("-g", AGENT));
+    let tmp = open_tempdir();
+    let t = tmp.path();
+    let root = t.join("dev");
+    write(&root.join("Cargo.toml"), "[package]\nname = \"d\"\nversion = \"0.1.0\"\n");
+    write(&root.join("Cargo.lock"), "");
+    exe(&t.join("rust/bin/cargo"), "#!/bin/sh\n");
+    let out = Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&root).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let path = format!("{}:/usr/bin:/bin", t.join("rust/bin").display());
+    let (doc, text, out) = detect(t, &root, &path, t);
+    assert!(!root.join("target").exists(), "root made nothing in the owner's tree: {out:?}");
+    assert!(
+        out.stdout
+            .contains(&format!("{} does not exist: create it as the project's owner", root.join("target").display())),
+        "{out:?}"
+    );
+    let d = doc["defaults"].as_table().unwrap();
+    assert_eq!(d["run_as"]["owner_of"].as_str(), Some("working_dir"), "{text}");
+    assert_eq!(strs(&d["allow"]["users"]), [AGENT], "{text}");
+}
