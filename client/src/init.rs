@@ -1,7 +1,12 @@
-//! `cordon init [DIR]`: a policy scaffolded from what a project already declares, written for
-//! an admin to review. It loads nothing and talks to no daemon.
+//! `cordon init [DIR]`: a policy for a project, written to install as it is. It loads nothing
+//! and talks to no daemon, and runs nothing from the project.
 //!
-//! Sources, each read without running anything from the project:
+//! Plain `cordon init` detects the project's toolchains and writes one part per toolchain with
+//! real reasons and the project owner's identity (`template::detect`, `template::text`);
+//! `--template KIND` writes one part whatever the project holds.
+//!
+//! `--scan` is the older scan of what a project declares, each entry a tool for an admin to
+//! review:
 //! - `package.json` scripts: `npm run NAME` (`yarn run` / `pnpm run` when their lock file is there);
 //! - `Makefile` / `makefile` / `GNUmakefile` targets: plain `name:` rule lines only (no pattern
 //!   rules, variables, special `.TARGETS` or file names with dots or slashes);
@@ -11,12 +16,13 @@
 //!   (envlist of `tox.ini`), `nox -s SESSION` (`@nox.session` functions of `noxfile.py`);
 //! - `justfile` recipes without parameters (private `_recipes` and `[private]` ones left out).
 //!
-//! Every tool gets the project root as `working_dir` and `read`, writes only what its toolchain
-//! needs (cargo: `target/`, tox: `.tox/`, nox: `.nox/`; pytest runs without its cache), no network,
-//! no `allow` (admins only), and a `reason` that starts with `TODO` (an error for `policy check` and cordond until an admin writes the real one).
-//! Its one free-form parameter (`cargo test`'s filter, pytest's test id) comes behind
-//! `arg_separator` with a pattern that refuses a leading `-`. `command[0]` is resolved on the
-//! caller's `PATH` now, because cordond looks bare names up only in its own fixed `PATH`.
+//! There every tool gets the project root as `working_dir` and `read`, writes only what its
+//! toolchain needs (cargo: `target/`, tox: `.tox/`, nox: `.nox/`; pytest runs without its cache), no
+//! network, no `allow` (admins only), and a `reason` that starts with `TODO` (an error for `policy
+//! check` and cordond until an admin writes the real one). Its one free-form parameter (`cargo
+//! test`'s filter, pytest's test id) comes behind `arg_separator` with a pattern that refuses a
+//! leading `-`. `command[0]` is resolved on the caller's `PATH` now, because cordond looks bare
+//! names up only in its own fixed `PATH`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -214,14 +220,14 @@ fn init_template(
     }
     report("next steps:".into());
     report(format!("  1. review {file} (the owner of the project is the one user in `allow`)"));
-    report(format!("  2. cordon policy check {file}"));
+    report(format!("  2. cordon policy check --deny-warnings {file}"));
     report(format!(
         "  3. install it as root into cordond's policy directory (`cordon status` shows it): sudo install -m 0644 {file} /etc/cordon/policies.d/, then `cordon reload`"
     ));
     Ok(exit::OK)
 }
 
-/// `cordon init [DIR]`: the toolchains the project uses ([`template::detect`]), one policy.
+/// `cordon init [DIR]`: the toolchains the project uses (`template::detect`), one policy.
 fn init_detect(root: &Path, project: &str, output: Option<&Path>, force: bool, as_json: bool) -> Result<u8, CliError> {
     let path_var = std::env::var_os("PATH").unwrap_or_else(|| SEARCH_PATH.into());
     let mut ignored = Found::default();
