@@ -244,7 +244,7 @@ fn init_detect(root: &Path, project: &str, output: Option<&Path>, force: bool, a
         return Err(CliError::Other(format!(
             "no toolchain cordon init knows was found in {}{why}: looked for Cargo.toml, a Python project \
              (pyproject.toml, setup.py, setup.cfg, pytest.ini, conftest.py, uv.lock, poetry.lock, tox.ini or a .venv), \
-             package.json, a Makefile with a `test` or `check` target, and go.mod; pass the project's root \
+             package.json, a Makefile with a `test` or `check` target, a .git directory, and go.mod; pass the project's root \
              directory, `--scan` to list every script, target and recipe of its build files (package.json, \
              Makefile, justfile, tox.ini, noxfile.py), or write the policy by hand (`cordon policy reference`)",
             root.display()

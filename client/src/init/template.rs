@@ -724,6 +724,48 @@ fn node(root: &Path, path_var: &std::ffi::OsStr, template: bool) -> Result<Part,
 }
 
 // ---------------------------------------------------------------------------------------------
+// git
+
+/// A git repository (`.git` a directory): read-only views of its state, as the owner (git
+/// refuses a repository another account owns), with no system or global configuration (a
+/// developer's `~/.gitconfig` may name hooks, pagers or credential helpers) and no optional locks
+/// (`git status` would otherwise refresh the index, a write); the repository's own configuration
+/// names no program they run (no fsmonitor, external diff or textconv).
+fn git(root: &Path, path_var: &std::ffi::OsStr) -> Result<Part, String> {
+    which("git", path_var).ok_or("git was not found on PATH")?;
+    let mut p = Part::new("git");
+    p.g.search_path = search_path_with(&[]);
+    p.g.env.push(("GIT_CONFIG_NOSYSTEM", "1".into()));
+    p.g.env.push(("GIT_CONFIG_GLOBAL", "/dev/null".into()));
+    p.g.env.push(("GIT_OPTIONAL_LOCKS", "0".into()));
+    if !is_dir(&root.join(".git")) {
+        return Err(
+            ".git is not a directory (a worktree or submodule whose repository lives elsewhere): not handled".into()
+        );
+    }
+    let reason = "agents see the state and history of the project they work on";
+    p.tools.push(tool(
+        "git-status",
+        "Show the working tree's status (git status --short --branch); changes nothing",
+        reason,
+        &["git", "-c", "core.fsmonitor=false", "status", "--short", "--branch"],
+    ));
+    p.tools.push(tool(
+        "git-diff",
+        "Show the uncommitted changes (git diff HEAD); changes nothing",
+        reason,
+        &["git", "diff", "--no-ext-diff", "--no-textconv", "HEAD"],
+    ));
+    p.tools.push(tool(
+        "git-log",
+        "Show the last 50 commits (git log --oneline -n 50); changes nothing",
+        reason,
+        &["git", "log", "--oneline", "-n", "50"],
+    ));
+    Ok(p)
+}
+
+// ---------------------------------------------------------------------------------------------
 // make
 
 fn make(root: &Path, path_var: &std::ffi::OsStr, targets: &[&str]) -> Result<Part, String> {
@@ -833,6 +875,9 @@ pub(super) fn detect(root: &Path, path_var: &std::ffi::OsStr, make_targets: &[St
         add(&mut d, "Makefile", make(root, path_var, &tests));
     } else if !make_targets.is_empty() {
         d.left_out.push("Makefile: no `test` or `check` target (`cordon init --scan` lists every target)".into());
+    }
+    if std::fs::symlink_metadata(root.join(".git")).is_ok() {
+        add(&mut d, ".git", git(root, path_var));
     }
     if root.join("go.mod").is_file() {
         d.left_out.push(match which("go", path_var) {

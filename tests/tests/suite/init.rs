@@ -887,3 +887,76 @@ fn root_running_init_in_a_developers_project_writes_nothing_there() {
     assert_eq!(d["run_as"]["owner_of"].as_str(), Some("working_dir"), "{text}");
     assert_eq!(strs(&d["allow"]["users"]), [AGENT], "{text}");
 }
+
+/// A git repository: read-only git tools, run as the owner (git sees its owner: no "dubious
+/// ownership" for a root caller), without the owner's ~/.gitconfig; a project of only a
+/// repository is detected by it.
+#[test]
+fn a_git_repository_gets_read_only_git_tools_that_run_as_its_owner() {
+    require_root!("the owner identity needs a root daemon and a test user");
+    if !Path::new("/usr/bin/git").exists() {
+        eprintln!("skipped: git is not installed in /usr/bin");
+        return;
+    }
+    agent::ensure();
+    let (uid, gid) = (agent::id("-u", AGENT), agent::id("-g", AGENT));
+    let tmp = open_tempdir();
+    let home = tmp.path().join("home");
+    let root = home.join("repo");
+    write(&root.join("lib.txt"), "one\n");
+    // The owner's ~/.gitconfig names a pager and a hook path that must not apply.
+    write(
+        &home.join(".gitconfig"),
+        "[core]\n\tpager = false\n\thooksPath = /nonexistent\n[log]\n\tshowSignature = true\n",
+    );
+    let out = Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(&home).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let owner = |args: &[&str]| -> Output {
+        Command::new("setpriv")
+            .args(["--reuid", AGENT, "--regid", AGENT, "--init-groups", "--"])
+            .args(args)
+            .current_dir(&root)
+            .env("HOME", &home)
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap()
+            .into()
+    };
+    owner(&["git", "init", "-q", "-b", "main"]).assert_code(0);
+    owner(&["git", "add", "lib.txt"]).assert_code(0);
+    owner(&["git", "-c", "user.name=dev", "-c", "user.email=dev@example.com", "commit", "-q", "-m", "first commit"])
+        .assert_code(0);
+    write(&root.join("lib.txt"), "one\ntwo\n");
+    let out = owner(&[bin("cordon").to_str().unwrap(), "init", "--name", "repo", "-o", "-", "."]);
+    out.assert_code(0);
+    let text = out.stdout.clone();
+    let file = tmp.path().join("repo.toml");
+    std::fs::write(&file, &text).unwrap();
+    assert_checks_clean(&file, uid);
+    let doc: toml::Table = text.parse().unwrap();
+    assert_eq!(tool_names(&doc), ["repo-git-diff", "repo-git-log", "repo-git-status"], "{text}");
+    assert!(doc["defaults"].get("write").is_none(), "read-only: {text}");
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::write(policies.join("repo.toml"), &text).unwrap();
+    let d = Daemon::start_in(dir, policies, &["--socket-group", SOCKET_GROUP]);
+    for (tool, want) in [("repo-git-log", "first commit"), ("repo-git-status", " M lib.txt"), ("repo-git-diff", "+two")]
+    {
+        let by_owner = agent::cordon(&d.socket, &["run", tool]);
+        let by_root = d.cordon(&["run", tool]);
+        for (who, out) in [("the owner", &by_owner), ("root", &by_root)] {
+            assert_eq!(out.code, Some(0), "{tool} by {who}: {out:?}\n{}", d.log_text());
+            assert!(out.stdout.contains(want), "{tool} by {who}: {out:?}");
+        }
+    }
+    assert!(owned_by_root(&root).is_empty(), "root-owned: {:?}", owned_by_root(&root));
+    drop(d);
+    // Without GIT_CONFIG_GLOBAL, git reads the owner's ~/.gitconfig, which the sandbox does not
+    // grant: the setting is what makes the tools work for a developer who has one.
+    let without: String =
+        text.lines().filter(|l| !l.starts_with("GIT_CONFIG_GLOBAL")).map(|l| format!("{l}\n")).collect();
+    let d = Daemon::start_with(&[("repo.toml", &without)], &["--socket-group", SOCKET_GROUP]);
+    let out = agent::cordon(&d.socket, &["run", "repo-git-log"]);
+    assert_eq!(out.code, Some(128), "{out:?}");
+}
