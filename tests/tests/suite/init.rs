@@ -960,3 +960,29 @@ fn a_git_repository_gets_read_only_git_tools_that_run_as_its_owner() {
     let out = agent::cordon(&d.socket, &["run", "repo-git-log"]);
     assert_eq!(out.code, Some(128), "{out:?}");
 }
+
+/// `--json` reports what was detected, the tools, what was left out and (with `-o -`) the policy;
+/// yarn's lock file picks `yarn test` with the yarn on PATH.
+#[test]
+fn json_report_and_yarn() {
+    let tmp = open_tempdir();
+    let t = tmp.path();
+    let root = t.join("y");
+    write(&root.join("package.json"), r#"{"scripts": {"test": "mocha"}, "devDependencies": {"mocha": "10.7.3"}}"#);
+    write(&root.join("yarn.lock"), "");
+    exe(&root.join("node_modules/mocha/bin/mocha.js"), "#!/usr/bin/env node\n");
+    symlink("../mocha/bin/mocha.js", &root.join("node_modules/.bin/mocha"));
+    write(&root.join("go.mod"), "module m\n");
+    exe(&t.join("pm/yarn"), "#!/bin/sh\n");
+    let path = format!("/usr/bin:/bin:{}", t.join("pm").display());
+    let out = init_in(t, &[root.to_str().unwrap(), "--name", "y", "--json", "-o", "-"], &path, t);
+    out.assert_code(0);
+    let j = out.json();
+    assert_eq!(j["detected"], serde_json::json!(["node (yarn)"]), "{j}");
+    assert_eq!(j["tools"], serde_json::json!(["y-yarn-test"]), "{j}");
+    assert!(j["left_out"][0].as_str().unwrap().starts_with("go.mod:"), "{j}");
+    let doc: toml::Table = j["policy"].as_str().unwrap().parse().unwrap();
+    assert_eq!(strs(&doc["tools"]["y-yarn-test"]["command"]), ["yarn", "test"]);
+    assert_eq!(strs(&doc["defaults"]["exec"]), [root.join("node_modules/mocha").to_str().unwrap()]);
+    assert!(doc["defaults"].get("write").is_none(), "yarn test writes no npm cache: {j}");
+}
