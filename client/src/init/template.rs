@@ -964,7 +964,8 @@ pub(super) fn text(how: &str, root: &Path, project: &str, parts: &[Part], left_o
     };
     let labels: Vec<&str> = parts.iter().map(|p| p.label.as_str()).collect();
     line(&format!("# cordon policy for the project {project} at {}, {how}.", root.display()));
-    line(&format!("# Detected: {}.", labels.join("; ")));
+    let what = if how.contains("--template") { "Toolchain" } else { "Detected" };
+    line(&format!("# {what}: {}.", labels.join("; ")));
     line("# The toolchains were found on the PATH of whoever ran `cordon init` and in the project; the tools run");
     line("# code the project defines (tests, build scripts) within the grants below, and have no network.");
     line("# Temporary files need no grant: cordond gives every invocation its own TMPDIR.");
