@@ -511,6 +511,30 @@ fn package_dir(file: &Path) -> Option<PathBuf> {
 
 /// Exec grants for the programs in `modules/.bin`: the package directory each link resolves to
 /// (inside the project), or `.bin` itself where its entries are scripts (pnpm's shims).
+/// esbuild's native program, which its JavaScript API (vite, vitest, tsx) starts as a child:
+/// `node_modules/@esbuild/PLATFORM` (pnpm: in its store), executable.
+fn esbuild_grants(root: &Path, modules: &Path, out: &mut Vec<PathBuf>) {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let list = |d: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(d).map(|e| e.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default()
+    };
+    dirs.extend(list(&modules.join("@esbuild")));
+    for entry in list(&modules.join(".pnpm")) {
+        if entry.file_name().is_some_and(|n| n.to_string_lossy().starts_with("@esbuild+")) {
+            dirs.extend(list(&entry.join("node_modules/@esbuild")));
+        }
+    }
+    dirs.sort();
+    for d in dirs {
+        if let Ok(real) = std::fs::canonicalize(&d)
+            && real.starts_with(root)
+            && is_dir(&real)
+        {
+            push(out, real);
+        }
+    }
+}
+
 fn bin_grants(root: &Path, modules: &Path, out: &mut Vec<PathBuf>, names: &mut Vec<String>) {
     let Ok(entries) = std::fs::read_dir(modules.join(".bin")) else { return };
     for e in entries.filter_map(|e| e.ok()) {
@@ -633,6 +657,16 @@ fn node(root: &Path, path_var: &std::ffi::OsStr, template: bool) -> Result<Part,
     }
     names.sort();
     names.dedup();
+    let mut native = Vec::new();
+    for dir in std::iter::once(root.to_path_buf()).chain(workspace_dirs(root, &workspaces)) {
+        esbuild_grants(root, &dir.join("node_modules"), &mut native);
+    }
+    if !native.is_empty() {
+        g.why.push(("exec", "esbuild's native program, which vite and vitest start (node_modules/@esbuild)".into()));
+        for d in native {
+            push(&mut exec, d);
+        }
+    }
     // Collapsed only where no write root lies in node_modules (an exec root above a write root
     // would let the tools run what they wrote).
     let writes_in_modules = g.write.iter().any(|w| w.starts_with(&modules));

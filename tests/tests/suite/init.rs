@@ -531,6 +531,14 @@ fn node_grants_exec_on_the_packages_its_bins_link_to() {
         "{text}"
     );
     assert!(root.join("coverage").is_dir() && root.join("node_modules/.vite").is_dir());
+    // esbuild's native program, started by vite/vitest: its platform package is executable.
+    exe(&root.join("node_modules/@esbuild/linux-x64/bin/esbuild"), "");
+    std::fs::remove_file(t.join("web.toml")).unwrap();
+    let (doc, text, _) = detect(t, &root, "/usr/bin:/bin", t);
+    assert!(
+        strs(&doc["defaults"]["exec"]).contains(&nm.join("@esbuild/linux-x64").to_str().unwrap().to_string()),
+        "{text}"
+    );
     assert!(text.contains("nyc is installed") && !text.contains(".nyc_output\""), "{text}");
 }
 
