@@ -18,7 +18,7 @@ use cordon_core::policy::defaults::DEFAULT_READ_EXEC;
 use serde_json::{Map, Value};
 
 use super::out::{self, Entry, Table};
-use super::{Options, Report, Translated, shell};
+use super::{Draft, Item, Options, Report, programs, shell};
 
 const SPELL_KEYS: &[&str] = &["name", "description", "command", "path", "allowed_paths", "allowed_commands", "timeout"];
 /// Gandalf's timeouts, in seconds.
@@ -27,7 +27,7 @@ const MAX_TIMEOUT_S: u64 = 300;
 /// How Gandalf passes arguments.
 pub(crate) const ARGS_ENV_PREFIX: &str = "SPELL_ARG_";
 
-pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Option<Translated> {
+pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Option<Draft> {
     let Some(spells) = doc.get("spells").and_then(Value::as_object) else {
         report.error("a Gandalf registry.json has a \"spells\" object (one entry per spell)");
         return None;
@@ -35,11 +35,11 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
     if spells.is_empty() {
         report.warn("\"spells\" is empty: the policy defines no tools");
     }
-    let mut tables = Vec::new();
+    let mut items = Vec::new();
     for (name, value) in spells {
-        if let Some(t) = spell(name, value, report) {
-            tables.push(t);
-        }
+        items.push(Item::translate(format!("spell {name:?}"), value, report, |r| {
+            spell(name, value, r).into_iter().collect()
+        }));
     }
     let header = vec![
         format!(
@@ -51,8 +51,7 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
             .to_string(),
     ];
     let top = vec![Entry { notes: vec![], key: "version".into(), value: "1".into() }];
-    let count = tables.len();
-    Some(Translated { text: out::render(&header, &top, &tables), tools: count })
+    Some(Draft { header, top, items })
 }
 
 /// A spell name as a cordon tool name: as is when valid, else lower case with `_` as `-`.
@@ -104,7 +103,9 @@ fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
     );
     let allowed_paths = paths(s, &ctx, report);
     let path = working_dir(s, &allowed_paths, &ctx, report);
-    command(s, path.as_deref(), &allowed_paths, &ctx, report, &mut table);
+    let argv = command(s, path.as_deref(), &allowed_paths, &ctx, report, &mut table);
+    let dirs: Vec<PathBuf> = path.iter().cloned().collect();
+    let needs = programs::needs(&argv.unwrap_or_default(), &dirs);
     if let Some(p) = &path {
         table.set_noted(
             "working_dir",
@@ -124,6 +125,16 @@ fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
         );
     }
     timeout(s, &ctx, report, &mut table);
+    if !needs.env.is_empty() {
+        let kept: Vec<String> =
+            needs.env.iter().map(|(k, v)| format!("{} = {}", out::key(k), out::string(v))).collect();
+        table.entries.push(Entry {
+            notes: needs.env_note.iter().cloned().collect(),
+            key: "env".into(),
+            value: format!("{{ {} }}", kept.join(", ")),
+        });
+    }
+    programs::write_network(&needs, &mut table);
     table.set_noted(
         "args_env_prefix",
         out::string(ARGS_ENV_PREFIX),
@@ -200,27 +211,27 @@ fn command(
     ctx: &str,
     report: &mut Report,
     table: &mut Table,
-) {
+) -> Option<Vec<String>> {
     let Some(text) = s.get("command").and_then(Value::as_str) else {
         report.error(format!("{ctx}: \"command\" must be a string, e.g. \"curl -sS https://example.com\""));
-        return;
+        return None;
     };
     let mut words = match shell::split(text) {
         Ok(w) => w,
         Err(e) => {
             report.error(format!("{ctx}: command {text:?}: {}", e.message));
-            return;
+            return None;
         }
     };
     if words.is_empty() {
         report.error(format!("{ctx}: \"command\" is empty; give the program to run"));
-        return;
+        return None;
     }
     if let Some(w) = words.iter().find(|w| w.contains("{{")) {
         report.error(format!(
             "{ctx}: command word {w:?} contains `{{{{`, which cordon reads as a param placeholder; remove it"
         ));
-        return;
+        return None;
     }
     let first = words[0].clone();
     if let Some((var, _)) = first.split_once('=').filter(|(v, _)| {
@@ -232,13 +243,13 @@ fn command(
              {var} for the command; cordon runs no shell: remove it from the command and, if the program needs \
              it, add it to the tool's `env` by hand after review"
         ));
-        return;
+        return None;
     }
     if Path::new(&first).components().any(|c| c == Component::ParentDir) {
         report.error(format!(
             "{ctx}: the command {first:?} climbs out with `..`; write the program's absolute path (without `..`)"
         ));
-        return;
+        return None;
     }
     let base = Path::new(&first).file_name().map(|b| b.to_string_lossy().into_owned()).unwrap_or_default();
     match s.get("allowed_commands") {
@@ -250,7 +261,7 @@ fn command(
                      Gandalf refuses to run it too. Fix the spell (e.g. run a script through an allowed \
                      interpreter: \"sh {first}\") and import again"
                 ));
-                return;
+                return None;
             }
         }
         None | Some(Value::Array(_)) => {
@@ -264,7 +275,7 @@ fn command(
         }
         Some(other) => {
             report.error(format!("{ctx}: \"allowed_commands\" must be an array of command names, found {other}"));
-            return;
+            return None;
         }
     }
     if first.contains('/') && !first.starts_with('/') {
@@ -273,7 +284,7 @@ fn command(
                 "{ctx}: the command {first:?} is relative, and the spell has no path to resolve it against; write \
                  the absolute path"
             ));
-            return;
+            return None;
         };
         let mut p = dir.to_path_buf();
         p.extend(Path::new(&first).components().filter(|c| matches!(c, Component::Normal(_))));
@@ -281,6 +292,7 @@ fn command(
         table.note(format!("The command {first:?} was relative to path; cordon needs an absolute program."));
     }
     table.set("command", out::strings(&words));
+    let argv = words.clone();
     // A program outside the system directories needs an exec grant of its own.
     let program = Path::new(&words[0]);
     if program.is_absolute() && !DEFAULT_READ_EXEC.iter().any(|d| program.starts_with(d)) {
@@ -295,6 +307,7 @@ fn command(
             },
         );
     }
+    Some(argv)
 }
 
 fn timeout(s: &Map<String, Value>, ctx: &str, report: &mut Report, table: &mut Table) {
@@ -329,6 +342,7 @@ fn timeout(s: &Map<String, Value>, ctx: &str, report: &mut Report, table: &mut T
 
 #[cfg(test)]
 mod tests {
+    use super::super::Translated;
     use super::*;
 
     fn run(doc: Value) -> (Option<Translated>, Report) {
@@ -342,7 +356,8 @@ mod tests {
             force: false,
         };
         let mut r = Report::default();
-        (translate(&doc, &opts, &mut r), r)
+        let t = translate(&doc, &opts, &mut r);
+        (super::super::flatten(t, &mut r), r)
     }
 
     #[test]
