@@ -37,9 +37,7 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
     }
     let mut items = Vec::new();
     for (name, value) in spells {
-        items.push(Item::translate(format!("spell {name:?}"), value, report, |r| {
-            spell(name, value, r).into_iter().collect()
-        }));
+        items.push(Item::translate(format!("spell {name:?}"), value, report, |r| spell(name, value, r)));
     }
     let header = vec![
         format!(
@@ -68,7 +66,28 @@ fn tool_name(name: &str) -> Option<String> {
     valid(&renamed).then_some(renamed)
 }
 
-fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
+/// The placeholders `{{name}}` the command's words hold (from `$SPELL_ARG_NAME`), in order.
+fn placeholders(words: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in words {
+        let mut rest = w.as_str();
+        while let Some(at) = rest.find("{{") {
+            let Some(end) = rest[at..].find("}}") else { break };
+            let name = rest[at + 2..at + end].to_string();
+            if !out.contains(&name) {
+                out.push(name);
+            }
+            rest = &rest[at + end + 2..];
+        }
+    }
+    out
+}
+
+fn spell(key: &str, value: &Value, report: &mut Report) -> Vec<Table> {
+    spell_table(key, value, report).unwrap_or_default()
+}
+
+fn spell_table(key: &str, value: &Value, report: &mut Report) -> Option<Vec<Table>> {
     let ctx = format!("spell {key:?}");
     let Some(s) = value.as_object() else {
         report.error(format!("{ctx}: a spell is a JSON object with \"description\" and \"command\""));
@@ -105,7 +124,9 @@ fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
     let path = working_dir(s, &allowed_paths, &ctx, report);
     let argv = command(s, path.as_deref(), &allowed_paths, &ctx, report, &mut table);
     let dirs: Vec<PathBuf> = path.iter().cloned().collect();
-    let needs = programs::needs(&argv.unwrap_or_default(), &dirs);
+    let argv = argv.unwrap_or_default();
+    let needs = programs::needs(&argv, &dirs);
+    let params = placeholders(&argv);
     if let Some(p) = &path {
         table.set_noted(
             "working_dir",
@@ -143,14 +164,31 @@ fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
          command reads, as below. Gandalf passed object and array values as JSON text; cordon params have no \
          object or array type, so such values are refused (INVALID_FIELD_TYPE).",
     );
-    table.trailer = vec![
-        String::new(),
-        format!("[tools.{name}.params.location]   # read by the command as $SPELL_ARG_LOCATION"),
-        "type = \"string\"".into(),
-        "description = \"what the agent passes\"".into(),
-        "pattern = \"[A-Za-z0-9 ,.-]{1,64}\"".into(),
-    ];
-    Some(table)
+    let mut tables = Vec::new();
+    if params.is_empty() {
+        table.trailer = vec![
+            String::new(),
+            format!("[tools.{name}.params.location]   # read by the command as $SPELL_ARG_LOCATION"),
+            "type = \"string\"".into(),
+            "description = \"what the agent passes\"".into(),
+            "pattern = \"[A-Za-z0-9 ,.-]{1,64}\"".into(),
+        ];
+    }
+    for p in &params {
+        let mut t = Table::new(format!("tools.{name}.params.{p}"));
+        t.note(format!(
+            "The command reads ${ARGS_ENV_PREFIX}{}: cordon substitutes the argument {p:?} where Gandalf's shell \
+             expanded it (as one word, never split or globbed), and sets the variable too. Required: Gandalf ran \
+             the command with an empty value when the argument was missing. No pattern: cordon refuses a value \
+             that starts with '-'; add a pattern that says what the value may be.",
+            p.to_ascii_uppercase()
+        ));
+        t.set("type", out::string("string"));
+        t.set("required", "true".into());
+        tables.push(t);
+    }
+    tables.insert(0, table);
+    Some(tables)
 }
 
 /// `allowed_paths`: absolute paths.
@@ -227,9 +265,10 @@ fn command(
         report.error(format!("{ctx}: \"command\" is empty; give the program to run"));
         return None;
     }
-    if let Some(w) = words.iter().find(|w| w.contains("{{")) {
+    if words[0].contains("{{") {
         report.error(format!(
-            "{ctx}: command word {w:?} contains `{{{{`, which cordon reads as a param placeholder; remove it"
+            "{ctx}: the program {text:?} comes from an argument ($SPELL_ARG_...); cordon runs only programs the \
+             admin fixed: write the program itself"
         ));
         return None;
     }

@@ -540,7 +540,8 @@ fn the_seed_examples_import_and_run_as_the_owner_and_as_an_agent() {
     let port = cordon_tests::hello_upstream();
     let mut registry: serde_json::Value = serde_json::from_str(&fixture("registry.json")).unwrap();
     registry["spells"]["local-api"] = json!({ "name": "local-api", "description": "Get local data",
-        "command": format!("curl -sS http://127.0.0.1:{port}/v1/current"), "allowed_commands": ["curl"] });
+        "command": format!("curl -sS \"http://127.0.0.1:{port}/v1/current?q=$SPELL_ARG_LOCATION\""),
+        "allowed_commands": ["curl"] });
     registry["spells"]["repo-files"] = json!({ "name": "repo-files", "description": "List the repository",
         "command": "git ls-files", "path": s(&root), "allowed_paths": [s(&root)], "allowed_commands": ["git"] });
     let registry_file = dir.path().join("registry.json");
@@ -555,6 +556,7 @@ fn the_seed_examples_import_and_run_as_the_owner_and_as_an_agent() {
     for want in [
         "network = { hosts = [\"api.weather.com:443\"] }",
         &format!("network = {{ hosts = [\"127.0.0.1:{port}\"] }}"),
+        "[tools.local-api.params.location]",
         "GIT_CONFIG_GLOBAL = \"/dev/null\"",
         "# NOT IMPORTED: 1 entry",
     ] {
@@ -589,8 +591,14 @@ fn the_seed_examples_import_and_run_as_the_owner_and_as_an_agent() {
         assert_eq!((out.code, j["exit_code"].clone()), (Some(0), json!(0)), "{who}: {j:#}");
         assert!(!doomed.exists(), "{who}");
 
-        let (out, j) = call(agent, "local-api", json!({}));
+        // The spell's $SPELL_ARG_LOCATION is the declared param `location`, substituted in the URL
+        // whose host stays fixed (and granted).
+        let (out, j) = call(agent, "local-api", json!({ "location": "NewYork" }));
         assert_eq!((out.code, j["stdout"].clone()), (Some(0), json!("hello from upstream\n")), "{who}: {j:#}");
+        assert_eq!(j["argv"][2], format!("http://127.0.0.1:{port}/v1/current?q=NewYork"), "{who}: {j:#}");
+        let (out, j) = call(agent, "local-api", json!({}));
+        out.assert_code(65);
+        assert_eq!(j["error"]["code"], "MISSING_REQUIRED_FIELD", "{who}: {j:#}");
 
         let (out, j) = call(agent, "data-processor", json!({}));
         out.assert_code(69);
