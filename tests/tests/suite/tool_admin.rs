@@ -108,7 +108,7 @@ fn add_run_replace_and_remove_a_tool() {
     assert!(!after.contains("[tools.echo"), "{after}");
     let off = &before[before.find("[tools.off]").unwrap()..];
     assert!(after.ends_with(off), "the other tool is kept as written:\n{after}");
-    assert!(after.starts_with(&before[..before.find("[tools.echo]").unwrap()].trim_end_matches('\n')), "{after}");
+    assert!(after.starts_with(before[..before.find("[tools.echo]").unwrap()].trim_end_matches('\n')), "{after}");
     assert_eq!(d.cordon(&["tool", "echo"]).code, Some(66));
     let all = d.cordon(&["tools", "--all", "--json"]).json();
     assert!(all["tools"].as_array().unwrap().iter().any(|t| t["name"] == "off"), "{all}");
