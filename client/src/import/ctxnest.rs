@@ -528,6 +528,28 @@ fn params(tool: &str, t: &Map<String, Value>, ctx: &str, report: &mut Report) ->
     tables
 }
 
+/// Whether `pattern` has a `|` outside every group and class (where a leading `^` and trailing
+/// `$` bind to its first and last branch only).
+fn top_level_alternation(pattern: &str) -> bool {
+    let mut depth = 0usize;
+    let mut in_class = false;
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => depth = depth.saturating_sub(1),
+            '|' if !in_class && depth == 0 => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
 /// A string pattern: re2 syntax translated into cordon's (inline flags and the rest, see
 /// `pattern`), or the tool skipped with the reason. CtxNest lets "" pass every pattern, so a
 /// pattern that refuses "" is widened to `(?:PATTERN)?`. A leading `^` and trailing `$` are
@@ -556,7 +578,7 @@ fn pattern(p: &Map<String, Value>, pctx: &str, report: &mut Report, table: &mut 
     let trailing_backslashes = text.strip_suffix('$').map(|t| t.len() - t.trim_end_matches('\\').len());
     let ends = trailing_backslashes.is_some_and(|n| n % 2 == 0);
     let anchored = starts && ends && text.len() >= 2;
-    let (core, stripped) = if anchored && !text.contains('|') {
+    let (core, stripped) = if anchored && !top_level_alternation(text) {
         (&text[1..text.len() - 1], Some((0, text.len() - 1)))
     } else {
         (text, None)
@@ -701,5 +723,30 @@ mod tests {
         }));
         let all = r.errors.join("\n");
         assert!(all.contains("tools.t.command[0] \"../../bin/sh\" climbs out with `..`"), "{all}");
+    }
+
+    /// re2's inline flags: translated into the pattern, or the tool alone skipped with the reason.
+    #[test]
+    fn inline_flags_are_translated_or_skip_the_tool() {
+        let param = |pattern: &str| serde_json::json!({ "type": "string", "pattern": pattern });
+        let (t, r) = translate_json(serde_json::json!({
+            "version": "1",
+            "tools": {
+                "a": { "description": "x", "command": ["echo", "{{p}}"], "params": { "p": param("(?i)^x$") } },
+                "b": { "description": "x", "command": ["echo", "{{p}}"], "params": { "p": param("(?m)^ab$") } },
+                "c": { "description": "x", "command": ["echo", "{{p}}"], "params": { "p": param("(?m)a$|^b") } },
+                "d": { "description": "x", "command": ["echo", "{{p}}"], "params": { "p": param("(?s)^a.b$") } },
+            }
+        }));
+        let text = t.expect("translated").text;
+        assert!(text.contains("pattern = \"(?:[Xx])?\""), "{text}");
+        assert!(text.contains("pattern = \"(?:ab)?\""), "{text}");
+        assert!(text.contains("# The inline flag(s) (?m) of"), "{text}");
+        assert!(top_level_alternation("a|b") && top_level_alternation("^a|b$"));
+        assert!(!top_level_alternation("^(a|b)$") && !top_level_alternation("[|]") && !top_level_alternation("a\\|b"));
+        assert!(text.contains("pattern = \"(?:a(?:[^\\\\n]|\\\\n)b)?\""), "{text}");
+        assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+        assert!(r.errors[0].contains("tools.c.params.p.pattern \"(?m)a$|^b\" cannot be translated"), "{:?}", r.errors);
+        assert!(text.contains("# NOT IMPORTED: 1 entry"), "{text}");
     }
 }
