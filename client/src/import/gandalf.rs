@@ -66,18 +66,33 @@ fn tool_name(name: &str) -> Option<String> {
     valid(&renamed).then_some(renamed)
 }
 
-/// The placeholders `{{name}}` the command's words hold (from `$SPELL_ARG_NAME`), in order.
+/// The params the command's words use, in order: placeholders `{{name}}` (from
+/// `$SPELL_ARG_NAME`), and `$SPELL_ARG_NAME` left as text for a shell to read from its
+/// environment.
 fn placeholders(words: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    let mut add = |name: String| {
+        if !name.is_empty() && !out.contains(&name) {
+            out.push(name);
+        }
+    };
     for w in words {
         let mut rest = w.as_str();
         while let Some(at) = rest.find("{{") {
             let Some(end) = rest[at..].find("}}") else { break };
-            let name = rest[at + 2..at + end].to_string();
-            if !out.contains(&name) {
-                out.push(name);
-            }
+            add(rest[at + 2..at + end].to_string());
             rest = &rest[at + end + 2..];
+        }
+        let mut rest = w.as_str();
+        while let Some(at) = rest.find(ARGS_ENV_PREFIX) {
+            let tail = &rest[at + ARGS_ENV_PREFIX.len()..];
+            let len = tail.bytes().take_while(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_').count();
+            let name = tail[..len].to_ascii_lowercase();
+            let preceded = rest[..at].ends_with('$') || rest[..at].ends_with("${");
+            if preceded && name.starts_with(|c: char| c.is_ascii_lowercase()) {
+                add(name);
+            }
+            rest = &tail[len..];
         }
     }
     out
@@ -330,6 +345,38 @@ fn command(
         words[0] = p.to_string_lossy().into_owned();
         table.note(format!("The command {first:?} was relative to path; cordon needs an absolute program."));
     }
+    // An argument inside the code an interpreter runs (`sh -c "echo $SPELL_ARG_X"`) would be
+    // code: a shell reads it from its environment instead (cordon sets SPELL_ARG_X for the
+    // declared param), other interpreters are refused.
+    let interpreter = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    for i in 1..words.len() {
+        if !words[i].contains("{{") || !matches!(words[i - 1].as_str(), "-c" | "-e" | "-E" | "--eval" | "-r") {
+            continue;
+        }
+        if matches!(interpreter, "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" | "ash") {
+            let mut code = words[i].clone();
+            for name in placeholders(&words[i..=i]) {
+                code = code.replace(
+                    &format!("{{{{{name}}}}}"),
+                    &format!("\"${ARGS_ENV_PREFIX}{}\"", name.to_ascii_uppercase()),
+                );
+            }
+            table.note(format!(
+                "The shell code reads its arguments from the environment (\"$SPELL_ARG_...\", which cordon sets), \
+                 never as code: Gandalf's shell pasted the value into the code {:?} before it ran.",
+                words[i]
+            ));
+            words[i] = code;
+        } else {
+            report.error(format!(
+                "{ctx}: an argument ($SPELL_ARG_...) is pasted into the code {} runs ({:?}), so a value could run \
+                 any code; make the code read it from the environment (e.g. os.environ[\"SPELL_ARG_X\"], \
+                 process.env.SPELL_ARG_X) and import again",
+                base, words[i]
+            ));
+            return None;
+        }
+    }
     table.set("command", out::strings(&words));
     let argv = words.clone();
     // A program outside the system directories needs an exec grant of its own.
@@ -479,5 +526,34 @@ mod tests {
         assert!(all.contains("spell \"up\": the command \"../bin/tool\" climbs out with `..`"), "{all}");
         assert!(all.contains("spell \"env\": the command starts with \"LD_PRELOAD=/tmp/x.so\""), "{all}");
         assert_eq!(r.errors.len(), 2, "{all}");
+    }
+
+    /// `$SPELL_ARG_X` becomes the declared param x: a placeholder in an argument, an environment
+    /// read in a shell's code (never pasted in as code), refused in another interpreter's code.
+    #[test]
+    fn spell_arguments_become_params_and_never_code() {
+        let (t, r) = run(serde_json::json!({ "spells": {
+            "get": { "description": "x", "allowed_commands": ["curl"],
+                "command": "curl -sS \"https://api.example.com/v1?q=$SPELL_ARG_LOCATION\"" },
+            "shell": { "description": "x", "allowed_commands": ["sh"], "command": "sh -c \"echo $SPELL_ARG_WHO\"" },
+            "py": { "description": "x", "allowed_commands": ["python3"],
+                "command": "python3 -c \"print('$SPELL_ARG_X')\"" },
+        }}));
+        let text = t.expect("text").text;
+        for want in [
+            "command = [\"curl\", \"-sS\", \"https://api.example.com/v1?q={{location}}\"]",
+            "network = { hosts = [\"api.example.com:443\"] }",
+            "[tools.get.params.location]",
+            "command = [\"sh\", \"-c\", \"echo \\\"$SPELL_ARG_WHO\\\"\"]",
+            "[tools.shell.params.who]",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+        assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+        assert!(
+            r.errors[0].contains("spell \"py\": an argument ($SPELL_ARG_...) is pasted into the code python3 runs"),
+            "{:?}",
+            r.errors
+        );
     }
 }

@@ -544,13 +544,15 @@ fn the_seed_examples_import_and_run_as_the_owner_and_as_an_agent() {
         "allowed_commands": ["curl"] });
     registry["spells"]["repo-files"] = json!({ "name": "repo-files", "description": "List the repository",
         "command": "git ls-files", "path": s(&root), "allowed_paths": [s(&root)], "allowed_commands": ["git"] });
+    registry["spells"]["greet"] = json!({ "name": "greet", "description": "Greet someone",
+        "command": "sh -c \"echo hello $SPELL_ARG_WHO\"", "allowed_commands": ["sh"] });
     let registry_file = dir.path().join("registry.json");
     std::fs::write(&registry_file, registry.to_string()).unwrap();
     let spells = policies.join("spells.toml");
     let out = cordon(&["import", s(&registry_file), "-o", s(&spells), "--json"]);
     out.assert_code(4);
     let j = out.json();
-    assert_eq!((j["tools"].clone(), j["skipped"].as_array().unwrap().len()), (json!(4), 1), "{j:#}");
+    assert_eq!((j["tools"].clone(), j["skipped"].as_array().unwrap().len()), (json!(5), 1), "{j:#}");
     assert_eq!(j["skipped"][0]["entry"], "spell \"my-script\"");
     let text = std::fs::read_to_string(&spells).unwrap();
     for want in [
@@ -599,6 +601,10 @@ fn the_seed_examples_import_and_run_as_the_owner_and_as_an_agent() {
         let (out, j) = call(agent, "local-api", json!({}));
         out.assert_code(65);
         assert_eq!(j["error"]["code"], "MISSING_REQUIRED_FIELD", "{who}: {j:#}");
+
+        // The shell reads $SPELL_ARG_WHO from its environment: the value is never code.
+        let (out, j) = call(agent, "greet", json!({ "who": "a; touch /tmp/pwned-$$" }));
+        assert_eq!((out.code, j["stdout"].clone()), (Some(0), json!("hello a; touch /tmp/pwned-$$\n")), "{who}: {j:#}");
 
         let (out, j) = call(agent, "data-processor", json!({}));
         out.assert_code(69);
