@@ -207,7 +207,9 @@ pub enum Command {
     /// `cordon import ctxnest FILE`, `cordon import gandalf FILE`, or `cordon import FILE` to detect the
     /// format. Prints the policy on stdout, or writes it atomically with -o. Every tool gets a
     /// `reason = "TODO: ..."` that cordond refuses until an admin replaces it, and comments where the
-    /// translation made a choice.
+    /// translation made a choice. An entry that cannot be translated is skipped and listed with its
+    /// reason (also as a comment in the file); the rest is written and the exit code is 4 (partial).
+    /// See docs/import.md.
     Import {
         /// `ctxnest` or `gandalf` (optional: detected from the file), then the file.
         #[arg(required = true, num_args = 1..=2, value_name = "[FORMAT] FILE")]
@@ -280,8 +282,8 @@ pub enum ToolCommand {
         #[arg(long, value_name = "DIR")]
         policies: Option<PathBuf>,
     },
-    /// Remove a tool from cordond's policy directory (its file, when it holds only this tool),
-    /// then reload (admins only).
+    /// Remove a tool from cordond's policy directory (its file, when it holds only this tool; else
+    /// its tables, keeping the file's other tools), then reload (admins only).
     Remove {
         name: String,
         /// cordond's policy directory [default: the one the running cordond reports]

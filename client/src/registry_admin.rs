@@ -157,16 +157,25 @@ pub async fn remove(socket: &Path, name: &str, policies: Option<&Path>, as_json:
         }
     };
     let others: Vec<String> = tool_names(&text).into_iter().filter(|n| n != name).collect();
-    if !others.is_empty() {
-        return Err(CliError::Other(format!(
-            "{name} is defined in {} together with {}; `cordon tool remove` removes only a file that holds one tool, \
-             so that no neighbour or comment is lost: delete the [tools.{name}] table and its params from that file \
-             by hand, then `cordon reload`",
-            path.display(),
-            others.join(", ")
-        )));
+    // A file with other tools (an import, a hand-written set) keeps them: only this tool's tables
+    // and the comments attached to them go, checked to be exactly that.
+    let edited = if others.is_empty() {
+        None
+    } else {
+        Some(without_tool(&text, name).map_err(|why| {
+            CliError::Other(format!(
+                "{name} is defined in {} together with {}, and {why}: delete the [tools.{name}] table and its \
+                 params from that file by hand, then `cordon reload`",
+                path.display(),
+                others.join(", ")
+            ))
+        })?)
+    };
+    let mut after: Vec<(PathBuf, String)> = files.iter().filter(|(p, _)| *p != path).cloned().collect();
+    if let Some(edited) = &edited {
+        after.push((path.clone(), edited.clone()));
+        after.sort_by(|a, b| a.0.cmp(&b.0));
     }
-    let after: Vec<(PathBuf, String)> = files.iter().filter(|(p, _)| *p != path).cloned().collect();
     if let Err(e) = policy::load_sources(&after, &target.host) {
         return Ok(rejected(
             &e.diagnostics,
@@ -174,9 +183,74 @@ pub async fn remove(socket: &Path, name: &str, policies: Option<&Path>, as_json:
             as_json,
         ));
     }
-    fs::remove_file(&path).map_err(|e| write_error(&path, &e))?;
-    sync_dir(&target.dir).map_err(|e| write_error(&target.dir, &e))?;
+    match &edited {
+        Some(edited) => write_atomic(&target.dir, &path, edited)?,
+        None => {
+            fs::remove_file(&path).map_err(|e| write_error(&path, &e))?;
+            sync_dir(&target.dir).map_err(|e| write_error(&target.dir, &e))?;
+        }
+    }
     finish(&mut target, Change { name, file: &path, action: "removed", previous: Some(text) }, as_json).await
+}
+
+/// `text` without the tables of the tool `name` (`[tools.KEY]`, `[tools.KEY.params.P]`, ...),
+/// the comment lines directly above each of them and directly after their last key. The result
+/// is checked: parsed, it must be the original document minus `tools.KEY` and nothing else
+/// (a tool written as an inline table or with dotted keys is refused, not half-removed).
+fn without_tool(text: &str, name: &str) -> Result<String, String> {
+    let doc: toml::Table = text.parse().map_err(|e| format!("the file is not valid TOML ({e})"))?;
+    let prefix = namespace_prefix(&doc);
+    let key = name.strip_prefix(&prefix).unwrap_or(name);
+    let lines: Vec<&str> = text.lines().collect();
+    let owners = line_owners(text);
+    let is_comment = |i: usize| lines[i].trim_start().starts_with('#');
+    let is_blank = |i: usize| lines[i].trim().is_empty();
+    let mut drop = vec![false; lines.len()];
+    let mut i = 0;
+    while i < lines.len() {
+        if owners[i].as_deref() != Some(name) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < lines.len() && owners[i].as_deref() == Some(name) {
+            i += 1;
+        }
+        // [start, i): a header of the tool and the lines up to the next header. Keep what
+        // belongs to the next table: the comments after the last key that a blank line parts.
+        let last_key = (start..i).rev().find(|&k| !is_comment(k) && !is_blank(k)).unwrap_or(start);
+        let mut end = last_key + 1;
+        while end < i && is_comment(end) {
+            end += 1;
+        }
+        let mut first = start;
+        while first > 0 && is_comment(first - 1) && !drop[first - 1] {
+            first -= 1;
+        }
+        for d in &mut drop[first..end] {
+            *d = true;
+        }
+        // One blank line where two would meet.
+        if first > 0 && is_blank(first - 1) && (end == lines.len() || is_blank(end)) {
+            drop[first - 1] = true;
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    for (line, dropped) in lines.iter().zip(&drop) {
+        if !dropped {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    let mut expected = doc.clone();
+    if let Some(toml::Value::Table(tools)) = expected.get_mut("tools") {
+        tools.remove(key);
+    }
+    let got: toml::Table = out.parse().map_err(|_| "its tables could not be cut out cleanly".to_string())?;
+    if got != expected {
+        return Err("it is not written as [tools.NAME] tables this command can cut out".into());
+    }
+    Ok(out)
 }
 
 /// A change written to the directory, and what to restore if cordond refuses it.
@@ -626,5 +700,27 @@ mod tests {
         assert_eq!(at(10).as_deref(), Some(""), "another table is nobody's");
         assert_eq!(header_line(text, "b"), 8);
         assert_eq!(tool_names(text), vec!["a".to_string(), "b".to_string()]);
+    }
+
+    #[test]
+    fn a_tool_is_cut_out_of_a_file_with_others_and_nothing_else() {
+        let text = "# header\nversion = 1\nnamespace = \"web\"\n\n# a's note\n[tools.a]\ncommand = [\"ls\"]\n# \n# [tools.a.params.x] example\n\n# b's note\n[tools.b]\ncommand = [\"id\"]\n\n[tools.b.params.p]\ntype = \"string\"\n\n# c\n[tools.c]\ncommand = [\"pwd\"]\n\n# NOT IMPORTED: x\n#   {}\n";
+        let without_b = without_tool(text, "web__b").unwrap();
+        assert_eq!(
+            without_b,
+            "# header\nversion = 1\nnamespace = \"web\"\n\n# a's note\n[tools.a]\ncommand = [\"ls\"]\n# \n# [tools.a.params.x] example\n\n# c\n[tools.c]\ncommand = [\"pwd\"]\n\n# NOT IMPORTED: x\n#   {}\n"
+        );
+        let without_c = without_tool(text, "web__c").unwrap();
+        assert!(without_c.ends_with("type = \"string\"\n\n# NOT IMPORTED: x\n#   {}\n"), "{without_c}");
+        let without_a = without_tool(text, "web__a").unwrap();
+        assert!(
+            without_a.starts_with("# header\nversion = 1\nnamespace = \"web\"\n\n# b's note\n[tools.b]"),
+            "{without_a}"
+        );
+        // Written another way than as tables: refused, not half-removed.
+        let dotted = "version = 1\n[tools]\na.command = [\"ls\"]\nb.command = [\"id\"]\n";
+        assert!(without_tool(dotted, "a").is_err());
+        let inline = "version = 1\n[tools.a]\ncommand = [\"ls\"]\n[tools.b]\ncommand = [\"id\"]\nparams = { p = { type = \"string\" } }\n";
+        assert!(without_tool(inline, "b").is_ok(), "an inline table inside the tool's own table goes with it");
     }
 }

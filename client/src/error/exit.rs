@@ -17,6 +17,9 @@ pub const FAILURE: u8 = 1;
 pub const USAGE: u8 = 2;
 /// The tool needs a confirmation (`cordon confirm TOKEN`) or a person's approval; nothing ran.
 pub const CONFIRMATION_REQUIRED: u8 = 3;
+/// `import`: a partial success: the valid entries were written, the others were skipped (each
+/// listed with its reason on stderr, in `--json`, and as a comment in the written file).
+pub const PARTIAL: u8 = 4;
 /// EX_DATAERR: the input is wrong: invalid arguments, a policy with errors (`policy check`,
 /// `reload`), a broken audit chain (`audit verify`).
 pub const DATA: u8 = 65;
@@ -49,6 +52,12 @@ pub const TABLE: &[(u8, &str, &str)] = &[
         CONFIRMATION_REQUIRED,
         "confirm",
         "the tool needs a confirmation (`cordon confirm TOKEN`) or an approval; nothing ran",
+    ),
+    (
+        PARTIAL,
+        "partial",
+        "`import`: the valid entries were written; the others were skipped, each listed with its reason (stderr, \
+         `--json` `skipped`, and comments at the end of the file)",
     ),
     (
         DATA,

@@ -19,7 +19,7 @@ use cordon_core::policy::{self, NAMESPACE_SEPARATOR, Pattern};
 use serde_json::{Map, Value};
 
 use super::out::{self, Entry, Table};
-use super::{ConfirmChoice, Options, Report, Translated};
+use super::{ConfirmChoice, Draft, Item, Options, Report, pattern as re2, programs};
 
 const TOP_KEYS: &[&str] = &["$schema", "version", "tools"];
 const TOOL_KEYS: &[&str] = &[
@@ -42,7 +42,7 @@ const MAX_TIMEOUT_MS: u64 = 300_000;
 const DEFAULT_OUTPUT_BYTES: u64 = 100_000;
 const MAX_OUTPUT_BYTES: u64 = 1_000_000;
 
-pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Option<Translated> {
+pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Option<Draft> {
     let Some(top) = doc.as_object() else {
         report.error("a ctxnest.json is a JSON object with \"version\": \"1\" and \"tools\"");
         return None;
@@ -61,9 +61,13 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
         report.error("missing \"tools\" object (one entry per tool)");
         return None;
     };
-    let mut tables = Vec::new();
+    let mut items = Vec::new();
     for (name, value) in tools {
-        tool(name, value, &root, &namespace, opts.confirm, report, &mut tables);
+        items.push(Item::translate(format!("tools.{name}"), value, report, |r| {
+            let mut tables = Vec::new();
+            tool(name, value, &root, &namespace, opts.confirm, r, &mut tables);
+            tables
+        }));
     }
     if tools.is_empty() {
         report.warn("\"tools\" is empty: the policy defines no tools");
@@ -87,8 +91,7 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
             value: out::string(&namespace),
         },
     ];
-    let count = tables.iter().filter(|t: &&Table| !t.header.contains(".params.")).count();
-    Some(Translated { text: out::render(&header, &top, &tables), tools: count })
+    Some(Draft { header, top, items })
 }
 
 /// The project root: `--project-root`, else the directory of the file; absolute.
@@ -165,7 +168,8 @@ fn tool(
 
     let working_dir = working_dir(t, root, &ctx, report);
     let cwd = working_dir.as_deref().unwrap_or(root);
-    command(t, cwd, &ctx, report, &mut table);
+    let argv = command(t, cwd, &ctx, report, &mut table);
+    let needs = programs::needs(&argv.unwrap_or_default(), &[root.to_path_buf(), cwd.to_path_buf()]);
     match &working_dir {
         Some(wd) => {
             table.set_noted(
@@ -198,7 +202,8 @@ fn tool(
     timeout(t, &ctx, report, &mut table);
     max_output(t, &ctx, report, &mut table);
     flags(t, &ctx, confirm, report, &mut table);
-    env(t, &ctx, report, &mut table);
+    env(t, &ctx, &needs, report, &mut table);
+    programs::write_network(&needs, &mut table);
     let params = params(name, t, &ctx, report);
     tables.push(table);
     tables.extend(params);
@@ -229,26 +234,32 @@ fn working_dir(t: &Map<String, Value>, root: &Path, ctx: &str, report: &mut Repo
 
 /// `command`: a non-empty array of strings, `command[0]` literal; a relative `command[0]` with a
 /// slash (`./bin/x`) is made absolute against the working directory, as spawn resolved it.
-fn command(t: &Map<String, Value>, cwd: &Path, ctx: &str, report: &mut Report, table: &mut Table) {
+fn command(
+    t: &Map<String, Value>,
+    cwd: &Path,
+    ctx: &str,
+    report: &mut Report,
+    table: &mut Table,
+) -> Option<Vec<String>> {
     let words: Option<Vec<&str>> = match t.get("command") {
         Some(Value::Array(a)) if !a.is_empty() => a.iter().map(Value::as_str).collect(),
         _ => None,
     };
     let Some(mut words) = words else {
         report.error(format!("{ctx}.command must be a non-empty array of strings, e.g. [\"git\", \"ls-files\"]"));
-        return;
+        return None;
     };
     if words[0].contains("{{") {
         report
             .error(format!("{ctx}.command[0] {:?} must be literal: the executable cannot come from a param", words[0]));
-        return;
+        return None;
     }
     if Path::new(words[0]).components().any(|c| c == Component::ParentDir) {
         report.error(format!(
             "{ctx}.command[0] {:?} climbs out with `..`; write the program's absolute path (without `..`)",
             words[0]
         ));
-        return;
+        return None;
     }
     let program;
     if words[0].contains('/') && !words[0].starts_with('/') {
@@ -262,6 +273,7 @@ fn command(t: &Map<String, Value>, cwd: &Path, ctx: &str, report: &mut Report, t
         words[0] = &program;
     }
     table.set("command", out::strings(&words));
+    Some(words.iter().map(|w| (*w).to_string()).collect())
 }
 
 fn timeout(t: &Map<String, Value>, ctx: &str, report: &mut Report, table: &mut Table) {
@@ -359,17 +371,27 @@ fn flags(t: &Map<String, Value>, ctx: &str, confirm: ConfirmChoice, report: &mut
     }
 }
 
-/// `env`: kept, except keys cordon forbids or cannot name.
-fn env(t: &Map<String, Value>, ctx: &str, report: &mut Report, table: &mut Table) {
-    let Some(v) = t.get("env") else {
-        return;
-    };
-    let Some(env) = v.as_object() else {
-        report.error(format!("{ctx}.env must be an object of strings, found {v}"));
-        return;
+/// `env`: kept, except keys cordon forbids or cannot name; with what the program needs in the
+/// sandbox (`programs`) where the file does not set the key itself.
+fn env(t: &Map<String, Value>, ctx: &str, needs: &programs::Needs, report: &mut Report, table: &mut Table) {
+    let empty = Map::new();
+    let env = match t.get("env") {
+        None => &empty,
+        Some(Value::Object(env)) => env,
+        Some(v) => {
+            report.error(format!("{ctx}.env must be an object of strings, found {v}"));
+            return;
+        }
     };
     let mut kept = Vec::new();
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    let added: Vec<&(String, String)> = needs.env.iter().filter(|(k, _)| !env.contains_key(k)).collect();
+    if !added.is_empty() {
+        notes.extend(needs.env_note.clone());
+        for (k, v) in added {
+            kept.push(format!("{} = {}", out::key(k), out::string(v)));
+        }
+    }
     for (k, v) in env {
         let Some(s) = v.as_str() else {
             report.error(format!("{ctx}.env.{k} must be a string, found {v}"));
@@ -506,9 +528,33 @@ fn params(tool: &str, t: &Map<String, Value>, ctx: &str, report: &mut Report) ->
     tables
 }
 
-/// A string pattern: CtxNest lets "" pass every pattern, so a pattern that refuses "" is
-/// widened to `(?:PATTERN)?`. A leading `^` and trailing `$` are dropped (cordon matches the
-/// whole value) when the pattern has no `|` that they would bind differently.
+/// Whether `pattern` has a `|` outside every group and class (where a leading `^` and trailing
+/// `$` bind to its first and last branch only).
+fn top_level_alternation(pattern: &str) -> bool {
+    let mut depth = 0usize;
+    let mut in_class = false;
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => depth = depth.saturating_sub(1),
+            '|' if !in_class && depth == 0 => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// A string pattern: re2 syntax translated into cordon's (inline flags and the rest, see
+/// `pattern`), or the tool skipped with the reason. CtxNest lets "" pass every pattern, so a
+/// pattern that refuses "" is widened to `(?:PATTERN)?`. A leading `^` and trailing `$` are
+/// dropped (cordon matches the whole value) when the pattern has no `|` that they would bind
+/// differently.
 fn pattern(p: &Map<String, Value>, pctx: &str, report: &mut Report, table: &mut Table) {
     let Some(v) = p.get("pattern") else {
         return;
@@ -517,12 +563,40 @@ fn pattern(p: &Map<String, Value>, pctx: &str, report: &mut Report, table: &mut 
         report.error(format!("{pctx}.pattern must be a string, found {v}"));
         return;
     };
-    let mut core = source;
-    let anchored = source.starts_with('^') && source.ends_with('$') && !source.ends_with("\\$");
-    if anchored && !source.contains('|') {
-        core = &source[1..source.len() - 1];
-    } else if !anchored {
-        table.note(format!(
+    let translated = match re2::translate(source) {
+        Ok(t) => t,
+        Err(why) => {
+            report.error(format!(
+                "{pctx}.pattern {source:?} cannot be translated: {why}; rewrite the pattern in the CtxNest file, or \
+                 write the tool by hand"
+            ));
+            return;
+        }
+    };
+    let text = translated.text.as_str();
+    let starts = text.starts_with('^');
+    let trailing_backslashes = text.strip_suffix('$').map(|t| t.len() - t.trim_end_matches('\\').len());
+    let ends = trailing_backslashes.is_some_and(|n| n % 2 == 0);
+    let anchored = starts && ends && text.len() >= 2;
+    let (core, stripped) = if anchored && !top_level_alternation(text) {
+        (&text[1..text.len() - 1], Some((0, text.len() - 1)))
+    } else {
+        (text, None)
+    };
+    // A (?m) anchor that is not one of the two just dropped would match at a line break.
+    let inner_multiline =
+        translated.multiline_anchors.iter().any(|at| stripped.is_none_or(|(first, last)| *at != first && *at != last));
+    if inner_multiline {
+        report.error(format!(
+            "{pctx}.pattern {source:?} cannot be translated: under (?m) its ^ or $ matches at a line break inside \
+             the value, which cordon's whole-value patterns cannot say; rewrite the pattern in the CtxNest file \
+             without (?m), or write the tool by hand"
+        ));
+        return;
+    }
+    let mut notes = translated.notes.clone();
+    if !anchored {
+        notes.push(format!(
             "pattern {source:?} is not anchored with ^...$: CtxNest searched for it anywhere in the value, cordon \
              matches the whole value (stricter)."
         ));
@@ -530,26 +604,35 @@ fn pattern(p: &Map<String, Value>, pctx: &str, report: &mut Report, table: &mut 
     let compiled = match Pattern::compile(core) {
         Ok(c) => c,
         Err(e) => {
-            report.error(format!("{pctx}.pattern: {e}; rewrite the pattern in the CtxNest file"));
+            report.error(format!("{pctx}.pattern {source:?}: {e}; rewrite the pattern in the CtxNest file"));
             return;
         }
     };
-    if compiled.is_match("") {
-        table.set("pattern", out::string(core));
+    let (value, widened) = if compiled.is_match("") {
+        (core.to_string(), None)
     } else {
-        table.set_noted(
-            "pattern",
-            out::string(&format!("(?:{core})?")),
-            format!(
+        (
+            format!("(?:{core})?"),
+            Some(format!(
                 "CtxNest let the empty string pass every pattern; {source:?} is widened so \"\" still passes (an \
                  element that is only this placeholder is then dropped). Write {core:?} to refuse \"\" (stricter)."
-            ),
-        );
+            )),
+        )
+    };
+    notes.extend(widened);
+    let mut entry = Entry { notes, key: "pattern".into(), value: out::string(&value) };
+    if entry.notes.is_empty() {
+        table.set("pattern", entry.value);
+    } else {
+        // The notes of a pattern go above its key.
+        entry.notes.retain(|n| !n.is_empty());
+        table.entries.push(entry);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::Translated;
     use super::*;
 
     fn opts(root: &Path) -> Options {
@@ -567,7 +650,7 @@ mod tests {
     fn translate_json(doc: Value) -> (Option<Translated>, Report) {
         let mut report = Report::default();
         let t = translate(&doc, &opts(Path::new("/srv/web")), &mut report);
-        (t, report)
+        (super::super::flatten(t, &mut report), report)
     }
 
     #[test]
@@ -640,5 +723,30 @@ mod tests {
         }));
         let all = r.errors.join("\n");
         assert!(all.contains("tools.t.command[0] \"../../bin/sh\" climbs out with `..`"), "{all}");
+    }
+
+    /// re2's inline flags: translated into the pattern, or the tool alone skipped with the reason.
+    #[test]
+    fn inline_flags_are_translated_or_skip_the_tool() {
+        let param = |pattern: &str| serde_json::json!({ "type": "string", "pattern": pattern });
+        let (t, r) = translate_json(serde_json::json!({
+            "version": "1",
+            "tools": {
+                "a": { "description": "x", "command": ["echo", "{{p}}"], "params": { "p": param("(?i)^x$") } },
+                "b": { "description": "x", "command": ["echo", "{{p}}"], "params": { "p": param("(?m)^ab$") } },
+                "c": { "description": "x", "command": ["echo", "{{p}}"], "params": { "p": param("(?m)a$|^b") } },
+                "d": { "description": "x", "command": ["echo", "{{p}}"], "params": { "p": param("(?s)^a.b$") } },
+            }
+        }));
+        let text = t.expect("translated").text;
+        assert!(text.contains("pattern = \"(?:[Xx])?\""), "{text}");
+        assert!(text.contains("pattern = \"(?:ab)?\""), "{text}");
+        assert!(text.contains("# The inline flag(s) (?m) of"), "{text}");
+        assert!(top_level_alternation("a|b") && top_level_alternation("^a|b$"));
+        assert!(!top_level_alternation("^(a|b)$") && !top_level_alternation("[|]") && !top_level_alternation("a\\|b"));
+        assert!(text.contains("pattern = \"(?:a(?:[^\\\\n]|\\\\n)b)?\""), "{text}");
+        assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+        assert!(r.errors[0].contains("tools.c.params.p.pattern \"(?m)a$|^b\" cannot be translated"), "{:?}", r.errors);
+        assert!(text.contains("# NOT IMPORTED: 1 entry"), "{text}");
     }
 }

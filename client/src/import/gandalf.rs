@@ -18,7 +18,7 @@ use cordon_core::policy::defaults::DEFAULT_READ_EXEC;
 use serde_json::{Map, Value};
 
 use super::out::{self, Entry, Table};
-use super::{Options, Report, Translated, shell};
+use super::{Draft, Item, Options, Report, programs, shell};
 
 const SPELL_KEYS: &[&str] = &["name", "description", "command", "path", "allowed_paths", "allowed_commands", "timeout"];
 /// Gandalf's timeouts, in seconds.
@@ -27,7 +27,7 @@ const MAX_TIMEOUT_S: u64 = 300;
 /// How Gandalf passes arguments.
 pub(crate) const ARGS_ENV_PREFIX: &str = "SPELL_ARG_";
 
-pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Option<Translated> {
+pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Option<Draft> {
     let Some(spells) = doc.get("spells").and_then(Value::as_object) else {
         report.error("a Gandalf registry.json has a \"spells\" object (one entry per spell)");
         return None;
@@ -35,11 +35,9 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
     if spells.is_empty() {
         report.warn("\"spells\" is empty: the policy defines no tools");
     }
-    let mut tables = Vec::new();
+    let mut items = Vec::new();
     for (name, value) in spells {
-        if let Some(t) = spell(name, value, report) {
-            tables.push(t);
-        }
+        items.push(Item::translate(format!("spell {name:?}"), value, report, |r| spell(name, value, r)));
     }
     let header = vec![
         format!(
@@ -51,8 +49,7 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
             .to_string(),
     ];
     let top = vec![Entry { notes: vec![], key: "version".into(), value: "1".into() }];
-    let count = tables.len();
-    Some(Translated { text: out::render(&header, &top, &tables), tools: count })
+    Some(Draft { header, top, items })
 }
 
 /// A spell name as a cordon tool name: as is when valid, else lower case with `_` as `-`.
@@ -69,7 +66,43 @@ fn tool_name(name: &str) -> Option<String> {
     valid(&renamed).then_some(renamed)
 }
 
-fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
+/// The params the command's words use, in order: placeholders `{{name}}` (from
+/// `$SPELL_ARG_NAME`), and `$SPELL_ARG_NAME` left as text for a shell to read from its
+/// environment.
+fn placeholders(words: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |name: String| {
+        if !name.is_empty() && !out.contains(&name) {
+            out.push(name);
+        }
+    };
+    for w in words {
+        let mut rest = w.as_str();
+        while let Some(at) = rest.find("{{") {
+            let Some(end) = rest[at..].find("}}") else { break };
+            add(rest[at + 2..at + end].to_string());
+            rest = &rest[at + end + 2..];
+        }
+        let mut rest = w.as_str();
+        while let Some(at) = rest.find(ARGS_ENV_PREFIX) {
+            let tail = &rest[at + ARGS_ENV_PREFIX.len()..];
+            let len = tail.bytes().take_while(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_').count();
+            let name = tail[..len].to_ascii_lowercase();
+            let preceded = rest[..at].ends_with('$') || rest[..at].ends_with("${");
+            if preceded && name.starts_with(|c: char| c.is_ascii_lowercase()) {
+                add(name);
+            }
+            rest = &tail[len..];
+        }
+    }
+    out
+}
+
+fn spell(key: &str, value: &Value, report: &mut Report) -> Vec<Table> {
+    spell_table(key, value, report).unwrap_or_default()
+}
+
+fn spell_table(key: &str, value: &Value, report: &mut Report) -> Option<Vec<Table>> {
     let ctx = format!("spell {key:?}");
     let Some(s) = value.as_object() else {
         report.error(format!("{ctx}: a spell is a JSON object with \"description\" and \"command\""));
@@ -104,7 +137,11 @@ fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
     );
     let allowed_paths = paths(s, &ctx, report);
     let path = working_dir(s, &allowed_paths, &ctx, report);
-    command(s, path.as_deref(), &allowed_paths, &ctx, report, &mut table);
+    let argv = command(s, path.as_deref(), &allowed_paths, &ctx, report, &mut table);
+    let dirs: Vec<PathBuf> = path.iter().cloned().collect();
+    let argv = argv.unwrap_or_default();
+    let needs = programs::needs(&argv, &dirs);
+    let params = placeholders(&argv);
     if let Some(p) = &path {
         table.set_noted(
             "working_dir",
@@ -124,6 +161,16 @@ fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
         );
     }
     timeout(s, &ctx, report, &mut table);
+    if !needs.env.is_empty() {
+        let kept: Vec<String> =
+            needs.env.iter().map(|(k, v)| format!("{} = {}", out::key(k), out::string(v))).collect();
+        table.entries.push(Entry {
+            notes: needs.env_note.iter().cloned().collect(),
+            key: "env".into(),
+            value: format!("{{ {} }}", kept.join(", ")),
+        });
+    }
+    programs::write_network(&needs, &mut table);
     table.set_noted(
         "args_env_prefix",
         out::string(ARGS_ENV_PREFIX),
@@ -132,14 +179,31 @@ fn spell(key: &str, value: &Value, report: &mut Report) -> Option<Table> {
          command reads, as below. Gandalf passed object and array values as JSON text; cordon params have no \
          object or array type, so such values are refused (INVALID_FIELD_TYPE).",
     );
-    table.trailer = vec![
-        String::new(),
-        format!("[tools.{name}.params.location]   # read by the command as $SPELL_ARG_LOCATION"),
-        "type = \"string\"".into(),
-        "description = \"what the agent passes\"".into(),
-        "pattern = \"[A-Za-z0-9 ,.-]{1,64}\"".into(),
-    ];
-    Some(table)
+    let mut tables = Vec::new();
+    if params.is_empty() {
+        table.trailer = vec![
+            String::new(),
+            format!("[tools.{name}.params.location]   # read by the command as $SPELL_ARG_LOCATION"),
+            "type = \"string\"".into(),
+            "description = \"what the agent passes\"".into(),
+            "pattern = \"[A-Za-z0-9 ,.-]{1,64}\"".into(),
+        ];
+    }
+    for p in &params {
+        let mut t = Table::new(format!("tools.{name}.params.{p}"));
+        t.note(format!(
+            "The command reads ${ARGS_ENV_PREFIX}{}: cordon substitutes the argument {p:?} where Gandalf's shell \
+             expanded it (as one word, never split or globbed), and sets the variable too. Required: Gandalf ran \
+             the command with an empty value when the argument was missing. No pattern: cordon refuses a value \
+             that starts with '-'; add a pattern that says what the value may be.",
+            p.to_ascii_uppercase()
+        ));
+        t.set("type", out::string("string"));
+        t.set("required", "true".into());
+        tables.push(t);
+    }
+    tables.insert(0, table);
+    Some(tables)
 }
 
 /// `allowed_paths`: absolute paths.
@@ -200,27 +264,28 @@ fn command(
     ctx: &str,
     report: &mut Report,
     table: &mut Table,
-) {
+) -> Option<Vec<String>> {
     let Some(text) = s.get("command").and_then(Value::as_str) else {
         report.error(format!("{ctx}: \"command\" must be a string, e.g. \"curl -sS https://example.com\""));
-        return;
+        return None;
     };
     let mut words = match shell::split(text) {
         Ok(w) => w,
         Err(e) => {
             report.error(format!("{ctx}: command {text:?}: {}", e.message));
-            return;
+            return None;
         }
     };
     if words.is_empty() {
         report.error(format!("{ctx}: \"command\" is empty; give the program to run"));
-        return;
+        return None;
     }
-    if let Some(w) = words.iter().find(|w| w.contains("{{")) {
+    if words[0].contains("{{") {
         report.error(format!(
-            "{ctx}: command word {w:?} contains `{{{{`, which cordon reads as a param placeholder; remove it"
+            "{ctx}: the program {text:?} comes from an argument ($SPELL_ARG_...); cordon runs only programs the \
+             admin fixed: write the program itself"
         ));
-        return;
+        return None;
     }
     let first = words[0].clone();
     if let Some((var, _)) = first.split_once('=').filter(|(v, _)| {
@@ -232,13 +297,13 @@ fn command(
              {var} for the command; cordon runs no shell: remove it from the command and, if the program needs \
              it, add it to the tool's `env` by hand after review"
         ));
-        return;
+        return None;
     }
     if Path::new(&first).components().any(|c| c == Component::ParentDir) {
         report.error(format!(
             "{ctx}: the command {first:?} climbs out with `..`; write the program's absolute path (without `..`)"
         ));
-        return;
+        return None;
     }
     let base = Path::new(&first).file_name().map(|b| b.to_string_lossy().into_owned()).unwrap_or_default();
     match s.get("allowed_commands") {
@@ -250,7 +315,7 @@ fn command(
                      Gandalf refuses to run it too. Fix the spell (e.g. run a script through an allowed \
                      interpreter: \"sh {first}\") and import again"
                 ));
-                return;
+                return None;
             }
         }
         None | Some(Value::Array(_)) => {
@@ -264,7 +329,7 @@ fn command(
         }
         Some(other) => {
             report.error(format!("{ctx}: \"allowed_commands\" must be an array of command names, found {other}"));
-            return;
+            return None;
         }
     }
     if first.contains('/') && !first.starts_with('/') {
@@ -273,14 +338,47 @@ fn command(
                 "{ctx}: the command {first:?} is relative, and the spell has no path to resolve it against; write \
                  the absolute path"
             ));
-            return;
+            return None;
         };
         let mut p = dir.to_path_buf();
         p.extend(Path::new(&first).components().filter(|c| matches!(c, Component::Normal(_))));
         words[0] = p.to_string_lossy().into_owned();
         table.note(format!("The command {first:?} was relative to path; cordon needs an absolute program."));
     }
+    // An argument inside the code an interpreter runs (`sh -c "echo $SPELL_ARG_X"`) would be
+    // code: a shell reads it from its environment instead (cordon sets SPELL_ARG_X for the
+    // declared param), other interpreters are refused.
+    let interpreter = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    for i in 1..words.len() {
+        if !words[i].contains("{{") || !matches!(words[i - 1].as_str(), "-c" | "-e" | "-E" | "--eval" | "-r") {
+            continue;
+        }
+        if matches!(interpreter, "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" | "ash") {
+            let mut code = words[i].clone();
+            for name in placeholders(&words[i..=i]) {
+                code = code.replace(
+                    &format!("{{{{{name}}}}}"),
+                    &format!("\"${ARGS_ENV_PREFIX}{}\"", name.to_ascii_uppercase()),
+                );
+            }
+            table.note(format!(
+                "The shell code reads its arguments from the environment (\"$SPELL_ARG_...\", which cordon sets), \
+                 never as code: Gandalf's shell pasted the value into the code {:?} before it ran.",
+                words[i]
+            ));
+            words[i] = code;
+        } else {
+            report.error(format!(
+                "{ctx}: an argument ($SPELL_ARG_...) is pasted into the code {} runs ({:?}), so a value could run \
+                 any code; make the code read it from the environment (e.g. os.environ[\"SPELL_ARG_X\"], \
+                 process.env.SPELL_ARG_X) and import again",
+                base, words[i]
+            ));
+            return None;
+        }
+    }
     table.set("command", out::strings(&words));
+    let argv = words.clone();
     // A program outside the system directories needs an exec grant of its own.
     let program = Path::new(&words[0]);
     if program.is_absolute() && !DEFAULT_READ_EXEC.iter().any(|d| program.starts_with(d)) {
@@ -295,6 +393,7 @@ fn command(
             },
         );
     }
+    Some(argv)
 }
 
 fn timeout(s: &Map<String, Value>, ctx: &str, report: &mut Report, table: &mut Table) {
@@ -329,6 +428,7 @@ fn timeout(s: &Map<String, Value>, ctx: &str, report: &mut Report, table: &mut T
 
 #[cfg(test)]
 mod tests {
+    use super::super::Translated;
     use super::*;
 
     fn run(doc: Value) -> (Option<Translated>, Report) {
@@ -342,7 +442,8 @@ mod tests {
             force: false,
         };
         let mut r = Report::default();
-        (translate(&doc, &opts, &mut r), r)
+        let t = translate(&doc, &opts, &mut r);
+        (super::super::flatten(t, &mut r), r)
     }
 
     #[test]
@@ -425,5 +526,34 @@ mod tests {
         assert!(all.contains("spell \"up\": the command \"../bin/tool\" climbs out with `..`"), "{all}");
         assert!(all.contains("spell \"env\": the command starts with \"LD_PRELOAD=/tmp/x.so\""), "{all}");
         assert_eq!(r.errors.len(), 2, "{all}");
+    }
+
+    /// `$SPELL_ARG_X` becomes the declared param x: a placeholder in an argument, an environment
+    /// read in a shell's code (never pasted in as code), refused in another interpreter's code.
+    #[test]
+    fn spell_arguments_become_params_and_never_code() {
+        let (t, r) = run(serde_json::json!({ "spells": {
+            "get": { "description": "x", "allowed_commands": ["curl"],
+                "command": "curl -sS \"https://api.example.com/v1?q=$SPELL_ARG_LOCATION\"" },
+            "shell": { "description": "x", "allowed_commands": ["sh"], "command": "sh -c \"echo $SPELL_ARG_WHO\"" },
+            "py": { "description": "x", "allowed_commands": ["python3"],
+                "command": "python3 -c \"print('$SPELL_ARG_X')\"" },
+        }}));
+        let text = t.expect("text").text;
+        for want in [
+            "command = [\"curl\", \"-sS\", \"https://api.example.com/v1?q={{location}}\"]",
+            "network = { hosts = [\"api.example.com:443\"] }",
+            "[tools.get.params.location]",
+            "command = [\"sh\", \"-c\", \"echo \\\"$SPELL_ARG_WHO\\\"\"]",
+            "[tools.shell.params.who]",
+        ] {
+            assert!(text.contains(want), "{want} missing:\n{text}");
+        }
+        assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+        assert!(
+            r.errors[0].contains("spell \"py\": an argument ($SPELL_ARG_...) is pasted into the code python3 runs"),
+            "{:?}",
+            r.errors
+        );
     }
 }

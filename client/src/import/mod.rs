@@ -10,12 +10,17 @@
 //!
 //! The translation never makes a tool runnable on its own: every tool gets a `reason` that starts
 //! with "TODO", which the policy parser refuses until an admin writes the real reason. Before
-//! anything is written the text is loaded by cordon's own parser; an import with any error writes
+//! anything is written the text is loaded by cordon's own parser. An error in one entry (a tool,
+//! a spell) skips that entry: the others are written, the skipped ones are listed with their
+//! reasons (on stderr, in `--json`, and as comments at the end of the file, with their JSON), and
+//! the exit code is `exit::PARTIAL`. An error in the file as a whole, or in every entry, writes
 //! nothing.
 
 mod ctxnest;
 mod gandalf;
 mod out;
+mod pattern;
+mod programs;
 mod shell;
 
 use std::io::Write as _;
@@ -86,11 +91,96 @@ impl Report {
     }
 }
 
-/// A finished translation: the policy text and how many tools it has.
+/// A finished translation: the policy text, how many tools it has, and the skipped entries.
 #[derive(Debug)]
 pub(crate) struct Translated {
     pub(crate) text: String,
     pub(crate) tools: usize,
+    pub(crate) skipped: Vec<Skipped>,
+}
+
+/// An entry that was not imported, and why.
+#[derive(Debug)]
+pub(crate) struct Skipped {
+    /// `tools.NAME` (CtxNest) or `spell "NAME"` (Gandalf).
+    pub(crate) entry: String,
+    pub(crate) reasons: Vec<String>,
+}
+
+/// A translation before the self-check: the file's header and top-level keys, and one item per
+/// entry of the foreign file.
+#[derive(Debug, Default)]
+pub(crate) struct Draft {
+    pub(crate) header: Vec<String>,
+    pub(crate) top: Vec<out::Entry>,
+    pub(crate) items: Vec<Item>,
+}
+
+/// One entry (a CtxNest tool, a Gandalf spell) translated: its tables, or the errors that skip it.
+#[derive(Debug)]
+pub(crate) struct Item {
+    /// How the entry is named in messages: `tools.NAME` or `spell "NAME"`.
+    pub(crate) entry: String,
+    /// The entry as it was in the foreign file, written into the comment when it is skipped.
+    pub(crate) source: serde_json::Value,
+    pub(crate) tables: Vec<out::Table>,
+    pub(crate) errors: Vec<String>,
+}
+
+impl Item {
+    /// Translates one entry with a report of its own: its errors skip it, its warnings are kept.
+    pub(crate) fn translate(
+        entry: String,
+        source: &serde_json::Value,
+        report: &mut Report,
+        f: impl FnOnce(&mut Report) -> Vec<out::Table>,
+    ) -> Item {
+        let mut own = Report::default();
+        let tables = f(&mut own);
+        report.warnings.extend(own.warnings);
+        Item { entry, source: source.clone(), tables, errors: own.errors }
+    }
+
+    fn owns(&self, header: &str) -> bool {
+        self.tables.iter().any(|t| t.header == header)
+    }
+}
+
+impl Draft {
+    /// The policy text of the valid items, with the skipped ones as comments at the end.
+    fn render(&self, source: &Path) -> String {
+        let tables: Vec<&out::Table> =
+            self.items.iter().filter(|i| i.errors.is_empty()).flat_map(|i| i.tables.iter()).collect();
+        let mut text = out::render(&self.header, &self.top, &tables);
+        let skipped: Vec<&Item> = self.items.iter().filter(|i| !i.errors.is_empty()).collect();
+        if !skipped.is_empty() {
+            text.push('\n');
+            out::comment(
+                &mut text,
+                &format!(
+                    "NOT IMPORTED: {} entr{} of {} could not be translated; each is kept below with the reason and \
+                     its JSON. Fix it in {} and import again (or write its tool by hand).",
+                    skipped.len(),
+                    if skipped.len() == 1 { "y" } else { "ies" },
+                    source.display(),
+                    source.display()
+                ),
+            );
+            for item in skipped {
+                text.push_str("#\n");
+                for reason in &item.errors {
+                    out::comment(&mut text, &format!("skipped: {reason}"));
+                }
+                let json = serde_json::to_string_pretty(&item.source).unwrap_or_default();
+                for line in json.lines() {
+                    text.push_str("#   ");
+                    text.push_str(&out::comment_safe(line));
+                    text.push('\n');
+                }
+            }
+        }
+        text
+    }
 }
 
 fn data_error(message: String) -> CliError {
@@ -129,14 +219,31 @@ pub fn run(opts: &Options, as_json: bool) -> Result<u8, CliError> {
         ));
     }
     let mut report = Report::default();
-    let translated = match format {
+    let draft = match format {
         Foreign::CtxNest => ctxnest::translate(&doc, opts, &mut report),
         Foreign::Gandalf => gandalf::translate(&doc, opts, &mut report),
     };
     // The translation's own errors come first; the parser would only repeat them.
-    if let Some(t) = translated.as_ref().filter(|_| report.errors.is_empty()) {
-        self_check(t, opts, &mut report);
-    }
+    let translated = match draft {
+        Some(mut draft) if report.errors.is_empty() => {
+            self_check(&mut draft, opts, &mut report);
+            let valid = draft.items.iter().filter(|i| i.errors.is_empty()).count();
+            if valid == 0 && !draft.items.is_empty() {
+                for item in &draft.items {
+                    report.errors.extend(item.errors.iter().cloned());
+                }
+            }
+            let text = draft.render(&opts.file);
+            let skipped = draft
+                .items
+                .into_iter()
+                .filter(|i| !i.errors.is_empty())
+                .map(|i| Skipped { entry: i.entry, reasons: i.errors })
+                .collect();
+            Some(Translated { text, tools: valid, skipped })
+        }
+        _ => None,
+    };
     let translated = match translated {
         Some(t) if report.errors.is_empty() => t,
         _ => {
@@ -153,7 +260,7 @@ pub fn run(opts: &Options, as_json: bool) -> Result<u8, CliError> {
         write_atomically(path, &translated.text, opts.force)?;
     }
     report_done(opts, format, &translated, &report, as_json);
-    Ok(exit::OK)
+    Ok(if translated.skipped.is_empty() { exit::OK } else { exit::PARTIAL })
 }
 
 fn report_done(opts: &Options, format: Foreign, t: &Translated, report: &Report, as_json: bool) {
@@ -165,12 +272,29 @@ fn report_done(opts: &Options, format: Foreign, t: &Translated, report: &Report,
             "output": opts.output.as_ref().map(|p| p.display().to_string()),
             "policy": if opts.output.is_none() { Some(&t.text) } else { None },
             "warnings": report.warnings,
+            "skipped": t.skipped.iter().map(|s| json!({ "entry": s.entry, "reasons": s.reasons })).collect::<Vec<_>>(),
         });
         println!("{out}");
         return;
     }
     for w in &report.warnings {
         errln!("cordon: warning: {shown}: {w}");
+    }
+    for s in &t.skipped {
+        for r in &s.reasons {
+            errln!("cordon: skipped: {shown}: {r}");
+        }
+    }
+    if !t.skipped.is_empty() {
+        let written = opts.output.as_ref().map_or_else(|| "the policy".to_string(), |p| p.display().to_string());
+        errln!(
+            "cordon: partial import: {} tool(s) written, {} entr{} skipped (listed above, and as comments at the end \
+             of {written}); fix them in {shown} and import again. Exit code {}.",
+            t.tools,
+            t.skipped.len(),
+            if t.skipped.len() == 1 { "y" } else { "ies" },
+            exit::PARTIAL
+        );
     }
     match &opts.output {
         None => {
@@ -190,23 +314,42 @@ fn report_done(opts: &Options, format: Foreign, t: &Translated, report: &Report,
 }
 
 /// Loads the text with cordon's own parser: anything it would refuse besides the placeholder
-/// reasons is an error of the import, named by tool.
-fn self_check(t: &Translated, opts: &Options, report: &mut Report) {
+/// reasons skips the entry whose table it is in (then the rest is loaded again), or, outside any
+/// entry, is an error of the import.
+fn self_check(draft: &mut Draft, opts: &Options, report: &mut Report) {
     let name = opts.output.clone().unwrap_or_else(|| PathBuf::from("imported.toml"));
-    let diagnostics = match policy::load_sources(&[(name, t.text.clone())], &Host::new(true, i32::MAX)) {
-        Ok(set) => set.diagnostics,
-        Err(e) => e.diagnostics,
-    };
-    for d in diagnostics {
-        let placeholder = d.message.contains("`reason` is still a placeholder");
-        if placeholder {
-            continue;
+    // Each round skips at least one more item, so this ends.
+    for _ in 0..=draft.items.len() {
+        let text = draft.render(&opts.file);
+        let diagnostics = match policy::load_sources(&[(name.clone(), text.clone())], &Host::new(true, i32::MAX)) {
+            Ok(set) => set.diagnostics,
+            Err(e) => e.diagnostics,
+        };
+        let mut warnings = Vec::new();
+        let mut skipped_one = false;
+        for d in diagnostics {
+            if d.message.contains("`reason` is still a placeholder") {
+                continue;
+            }
+            let header = table_at(&text, d.line);
+            let shown = header.map(|h| format!(" (in the translated [{h}])")).unwrap_or_default();
+            if d.is_error() {
+                let message = format!("cordon would refuse the translation{shown}: {}", d.message);
+                let owner = header.and_then(|h| draft.items.iter_mut().find(|i| i.errors.is_empty() && i.owns(h)));
+                match owner {
+                    Some(item) => {
+                        item.errors.push(message);
+                        skipped_one = true;
+                    }
+                    None => report.error(message),
+                }
+            } else if !d.message.contains("has no `reason`") {
+                warnings.push(format!("{}{shown}", d.message));
+            }
         }
-        let table = table_at(&t.text, d.line).map(|h| format!(" (in the translated [{h}])")).unwrap_or_default();
-        if d.is_error() {
-            report.error(format!("cordon would refuse the translation{table}: {}", d.message));
-        } else if !d.message.contains("has no `reason`") {
-            report.warn(format!("{}{table}", d.message));
+        if !skipped_one || !report.errors.is_empty() {
+            report.warnings.extend(warnings);
+            return;
         }
     }
 }
@@ -251,6 +394,19 @@ fn write_atomically(path: &Path, text: &str, force: bool) -> Result<(), CliError
             "cannot write {shown}: {e}; nothing was written there (check that the directory exists and is writable)"
         ))
     })
+}
+
+/// For the translations' unit tests: the draft's text, with each skipped entry's errors moved
+/// into `report.errors`.
+#[cfg(test)]
+pub(crate) fn flatten(draft: Option<Draft>, report: &mut Report) -> Option<Translated> {
+    let draft = draft?;
+    let text = draft.render(Path::new("test.json"));
+    let tools = draft.items.iter().filter(|i| i.errors.is_empty()).count();
+    for item in &draft.items {
+        report.errors.extend(item.errors.iter().cloned());
+    }
+    Some(Translated { text, tools, skipped: Vec::new() })
 }
 
 #[cfg(test)]

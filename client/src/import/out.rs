@@ -77,8 +77,23 @@ impl Table {
     }
 }
 
+/// `text` with every character a TOML comment may not hold (controls other than tab, DEL)
+/// written as an escape, so that text from the foreign file cannot end the comment.
+pub(crate) fn comment_safe(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if (c.is_control() && c != '\t') || c == '\u{7f}' {
+            let _ = write!(out, "\\u{:04X}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Comment lines, each note wrapped at about 100 characters.
-fn comment(out: &mut String, note: &str) {
+pub(crate) fn comment(out: &mut String, note: &str) {
+    let note = comment_safe(note);
     let mut line = String::from("#");
     for word in note.split_whitespace() {
         if line.len() > 1 && line.len() + 1 + word.len() > 100 {
@@ -94,7 +109,7 @@ fn comment(out: &mut String, note: &str) {
 }
 
 /// The file: header comments, top-level entries, then the tables.
-pub(crate) fn render(header: &[String], top: &[Entry], tables: &[Table]) -> String {
+pub(crate) fn render(header: &[String], top: &[Entry], tables: &[&Table]) -> String {
     let mut out = String::new();
     for h in header {
         comment(&mut out, h);
@@ -118,7 +133,7 @@ pub(crate) fn render(header: &[String], top: &[Entry], tables: &[Table]) -> Stri
             let _ = writeln!(out, "{} = {}", key(&e.key), e.value);
         }
         for line in &t.trailer {
-            let _ = writeln!(out, "# {line}");
+            let _ = writeln!(out, "# {}", comment_safe(line));
         }
     }
     out

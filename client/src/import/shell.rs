@@ -29,10 +29,49 @@ fn unquoted_meaning(c: char, word_start: bool) -> Option<&'static str> {
     })
 }
 
+/// Gandalf's argument variable at `chars[i]` (a `$`): `$SPELL_ARG_NAME` or `${SPELL_ARG_NAME}`,
+/// as the param name (`name`) and the number of characters it takes. Its value is the argument
+/// the agent passed, which cordon substitutes as the placeholder `{{name}}` (the same value, the
+/// same word; the command itself runs without a shell).
+fn spell_arg(chars: &[char], i: usize) -> Option<(String, usize)> {
+    let braced = chars.get(i + 1) == Some(&'{');
+    let start = i + 1 + usize::from(braced);
+    let prefix: Vec<char> = "SPELL_ARG_".chars().collect();
+    if chars.get(start..start + prefix.len())? != prefix.as_slice() {
+        return None;
+    }
+    let name_start = start + prefix.len();
+    let len =
+        chars[name_start..].iter().take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || **c == '_').count();
+    let name: String = chars[name_start..name_start + len].iter().collect::<String>().to_ascii_lowercase();
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return None;
+    }
+    let mut end = name_start + len;
+    if braced {
+        if chars.get(end) != Some(&'}') {
+            return None;
+        }
+        end += 1;
+    }
+    Some((name, end - i))
+}
+
 /// The words of `command`, with single quotes, double quotes and backslashes removed as a shell
-/// removes them. Refuses unquoted `| & ; < > ( ) $ \` * ? [ ] { }`, a line break, `~` and `#` at
+/// removes them; `$SPELL_ARG_NAME` and `${SPELL_ARG_NAME}` (outside single quotes) become the
+/// placeholder `{{name}}`. Refuses unquoted `| & ; < > ( ) $ \` * ? [ ] { }`, a line break, `~` and `#` at
 /// the start of a word, `$` and `` ` `` inside double quotes, and quotes that do not close.
 pub(crate) fn split(command: &str) -> Result<Vec<String>, SplitError> {
+    if let Some(at) = command.find("{{") {
+        let column = command[..at].chars().count() + 1;
+        return Err(SplitError {
+            column,
+            message: format!(
+                "\"{{{{\" at column {column} is how cordon writes a param placeholder, so it cannot be a literal part \
+                 of a command; remove it"
+            ),
+        });
+    }
     let chars: Vec<char> = command.chars().collect();
     let mut words = Vec::new();
     let mut word = String::new();
@@ -83,7 +122,15 @@ pub(crate) fn split(command: &str) -> Result<Vec<String>, SplitError> {
                     };
                     match d {
                         '"' => break,
-                        '$' => return Err(refuse(i, d, "a variable or command substitution (even inside \"...\")")),
+                        '$' => match spell_arg(&chars, i) {
+                            Some((name, len)) => {
+                                word.push_str(&format!("{{{{{name}}}}}"));
+                                i += len - 1;
+                            }
+                            None => {
+                                return Err(refuse(i, d, "a variable or command substitution (even inside \"...\")"));
+                            }
+                        },
                         '`' => return Err(refuse(i, d, "a command substitution (even inside \"...\")")),
                         '\\' => match chars.get(i + 1) {
                             Some(&e @ ('"' | '\\' | '$' | '`')) => {
@@ -116,6 +163,13 @@ pub(crate) fn split(command: &str) -> Result<Vec<String>, SplitError> {
                     });
                 }
             },
+            '$' if spell_arg(&chars, i).is_some() => {
+                if let Some((name, len)) = spell_arg(&chars, i) {
+                    word.push_str(&format!("{{{{{name}}}}}"));
+                    in_word = true;
+                    i += len - 1;
+                }
+            }
             _ => {
                 if let Some(what) = unquoted_meaning(c, !in_word) {
                     return Err(refuse(i, c, what));
@@ -186,6 +240,20 @@ mod tests {
             assert!(e.message.contains(&format!("'{ch}' at column {col}")), "{cmd}: {}", e.message);
             assert!(e.message.contains("without a shell"), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn spell_arguments_become_placeholders() {
+        assert_eq!(
+            ok("curl -sS \"https://api.weather.com/v1/current?q=$SPELL_ARG_LOCATION&units=${SPELL_ARG_UNITS}\""),
+            ["curl", "-sS", "https://api.weather.com/v1/current?q={{location}}&units={{units}}"]
+        );
+        assert_eq!(ok("echo $SPELL_ARG_X x${SPELL_ARG_Y_2}"), ["echo", "{{x}}", "x{{y_2}}"]);
+        assert_eq!(ok("echo '$SPELL_ARG_X'"), ["echo", "$SPELL_ARG_X"]);
+        for bad in ["echo $SPELL_ARG_", "echo $SPELL_ARG_1A", "echo ${SPELL_ARG_X", "echo $SPELL_ARGX"] {
+            assert!(err(bad).message.contains("variable or command substitution"), "{bad}");
+        }
+        assert!(err("echo \"{{x}}\"").message.contains("param placeholder"));
     }
 
     #[test]

@@ -189,8 +189,10 @@ fn ctxnest_confirm_can_be_a_human_approval() {
 }
 
 /// The Gandalf examples as written: my-script's first word is not one of its allowed_commands,
-/// which Gandalf's own check refuses; the import says so, naming the spell, and writes nothing.
-/// Fixed as the message suggests (run the script through `sh`), the registry imports.
+/// which Gandalf's own check refuses. The import writes the two valid spells, lists my-script
+/// with the reason (stderr, `--json`, and a comment holding its JSON at the end of the file) and
+/// exits 4 (partial). Fixed as the message suggests (run the script through `sh`), all three
+/// import and the exit is 0.
 #[test]
 fn the_gandalf_examples_import_or_are_refused_as_gandalf_would() {
     let dir = tempfile::tempdir().unwrap();
@@ -198,18 +200,32 @@ fn the_gandalf_examples_import_or_are_refused_as_gandalf_would() {
     std::fs::write(&registry, fixture("registry.json")).unwrap();
     let out_file = dir.path().join("spells.toml");
     let out = cordon(&["import", s(&registry), "-o", s(&out_file), "--json"]);
-    out.assert_code(65);
-    let message = out.json()["error"]["message"].as_str().unwrap().to_string();
+    out.assert_code(4);
+    let j = out.json();
+    assert_eq!(j["tools"], 2, "{j:#}");
+    assert_eq!(j["skipped"][0]["entry"], "spell \"my-script\"", "{j:#}");
+    let reason = j["skipped"][0]["reasons"][0].as_str().unwrap();
     assert!(
-        message.contains("spell \"my-script\": the command starts with \"./scripts/my-tool.sh\", which is not in its allowed_commands"),
-        "{message}"
+        reason.contains("spell \"my-script\": the command starts with \"./scripts/my-tool.sh\", which is not in its allowed_commands"),
+        "{reason}"
     );
-    assert!(message.contains("nothing was written"), "{message}");
-    assert!(!out_file.exists());
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    assert!(text.contains("[tools.weather-api]") && text.contains("[tools.data-processor]"), "{text}");
+    assert!(!text.contains("[tools.my-script]"), "{text}");
+    assert!(text.contains("# NOT IMPORTED: 1 entry of"), "{text}");
+    assert!(text.contains("#     \"command\": \"./scripts/my-tool.sh\","), "the skipped JSON is kept: {text}");
+    // Without --json: each skipped entry on stderr, and what the exit code says.
+    let out = cordon(&["import", s(&registry), "-o", s(&out_file), "--force"]);
+    out.assert_code(4);
+    assert!(
+        out.stderr.contains("cordon: skipped: ")
+            && out.stderr.contains("partial import: 2 tool(s) written, 1 entry skipped"),
+        "{out:#?}"
+    );
 
     let fixed = fixture("registry.json").replace("\"./scripts/my-tool.sh\"", "\"sh ./scripts/my-tool.sh\"");
     std::fs::write(&registry, fixed).unwrap();
-    let out = cordon(&["import", "gandalf", s(&registry), "-o", s(&out_file)]);
+    let out = cordon(&["import", "gandalf", s(&registry), "-o", s(&out_file), "--force"]);
     out.assert_code(0);
     let text = std::fs::read_to_string(&out_file).unwrap();
     for want in [
@@ -418,4 +434,236 @@ fn output_dash_is_standard_output_not_a_file_named_dash() {
     let j = out.json();
     assert_eq!((j["output"].clone(), j["policy"].as_str()), (json!(null), Some(written.as_str())), "{j}");
     assert!(!dir.path().join("-").exists());
+}
+
+/// `git` in `dir`, as root, with no user or system config (the test's own git, not the tool's).
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t.invalid")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The agent user's home with a `~/.gitconfig` in it, as a developer's account has: git in a
+/// sandbox that may not read it exits 128 unless the import set GIT_CONFIG_GLOBAL.
+fn agent_home_with_gitconfig() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let home = Path::new("/home").join(cordon_tests::agent::AGENT);
+    std::fs::create_dir_all(&home).unwrap();
+    let uid = cordon_tests::agent::id("-u", cordon_tests::agent::AGENT);
+    let gid = cordon_tests::agent::id("-g", cordon_tests::agent::AGENT);
+    std::os::unix::fs::chown(&home, Some(uid), Some(gid)).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let config = home.join(".gitconfig");
+    std::fs::write(&config, "[user]\n\tname = agent\n\temail = agent@t.invalid\n").unwrap();
+    std::os::unix::fs::chown(&config, Some(uid), Some(gid)).unwrap();
+}
+
+/// What an admin does after reviewing, for a file whose tools agents call: the reasons, and the
+/// agent user admitted to every tool of the file.
+fn review_for_agent(path: &Path) {
+    review(path);
+    let mut text = std::fs::read_to_string(path).unwrap();
+    text.push_str(&format!("\n[defaults]\nallow = {{ users = [\"{}\"] }}\n", cordon_tests::agent::AGENT));
+    std::fs::write(path, text).unwrap();
+}
+
+/// The upstream projects' documented examples (CtxNest's annotated `ctxnest.json`, Gandalf's
+/// three spells) imported as written, checked, loaded by a real cordond and run, by the
+/// project's owner (root, with its ~/.gitconfig) and by the unprivileged agent user (with a
+/// ~/.gitconfig of its own, calling a repository it does not own):
+///
+/// - list-files (`git ls-files`): runs for both, the tracked files listed;
+/// - remove-temp (`rm -- NAME`): runs for both, the file gone;
+/// - deploy-production: disabled, never exposed;
+/// - my-script: skipped by the import (its program is not in its allowed_commands), listed, exit 4;
+/// - weather-api: gets `network = { hosts = ["api.weather.com:443"] }`; not run (the test sends
+///   nothing off this machine): a spell of the same shape against a loopback server runs instead,
+///   through the derived grant;
+/// - data-processor: unavailable here (its script and path are the example's own machine's);
+/// - run-tests (npx vitest) and deploy-staging (gcloud): not run: vitest is not installed and npx
+///   would fetch it from the registry; gcloud needs credentials and Google's API.
+///
+/// Then both imported files lose a tool with `cordon tool remove` and keep the others.
+#[test]
+fn the_seed_examples_import_and_run_as_the_owner_and_as_an_agent() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !cordon_tests::is_root() {
+        eprintln!("skipped: needs root (the agent user, run as the caller)");
+        return;
+    }
+    cordon_tests::agent::ensure();
+    agent_home_with_gitconfig();
+
+    let dir = tempfile::Builder::new().prefix("cordon-import-e2e-").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = dir.path().join("webapp");
+    std::fs::create_dir_all(root.join("tmp/scratch")).unwrap();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::write(root.join("ctxnest.json"), fixture("ctxnest.json")).unwrap();
+    std::fs::write(root.join("README.md"), "webapp\n").unwrap();
+    std::fs::write(root.join("src/app.js"), "console.log('hi')\n").unwrap();
+    git(&root, &["init", "-q", "-b", "main"]);
+    git(&root, &["add", "README.md", "src/app.js", "ctxnest.json"]);
+    git(&root, &["commit", "-q", "-m", "initial"]);
+    // The agent may write the scratch directory (DAC); the sandbox grants the rest.
+    std::fs::set_permissions(root.join("tmp/scratch"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+
+    // CtxNest: every tool of the example translates.
+    let web = policies.join("webapp.toml");
+    cordon(&["import", s(&root.join("ctxnest.json")), "-o", s(&web)]).assert_code(0);
+    let text = std::fs::read_to_string(&web).unwrap();
+    for want in [
+        "GIT_CONFIG_GLOBAL = \"/dev/null\"",
+        "GIT_CONFIG_NOSYSTEM = \"1\"",
+        "GIT_CONFIG_KEY_0 = \"safe.directory\"",
+        &format!("GIT_CONFIG_VALUE_0 = \"{}\"", s(&root)),
+        "npm_config_cache = \"/tmp/.npm\"",
+    ] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+    review_for_agent(&web);
+    cordon(&["policy", "check", s(&web)]).assert_code(0);
+
+    // Gandalf: my-script is skipped (partial, exit 4); two loopback spells are added beside the
+    // example's, with the same shapes as weather-api and as a git spell.
+    let port = cordon_tests::hello_upstream();
+    let mut registry: serde_json::Value = serde_json::from_str(&fixture("registry.json")).unwrap();
+    registry["spells"]["local-api"] = json!({ "name": "local-api", "description": "Get local data",
+        "command": format!("curl -sS \"http://127.0.0.1:{port}/v1/current?q=$SPELL_ARG_LOCATION\""),
+        "allowed_commands": ["curl"] });
+    registry["spells"]["repo-files"] = json!({ "name": "repo-files", "description": "List the repository",
+        "command": "git ls-files", "path": s(&root), "allowed_paths": [s(&root)], "allowed_commands": ["git"] });
+    registry["spells"]["greet"] = json!({ "name": "greet", "description": "Greet someone",
+        "command": "sh -c \"echo hello $SPELL_ARG_WHO\"", "allowed_commands": ["sh"] });
+    let registry_file = dir.path().join("registry.json");
+    std::fs::write(&registry_file, registry.to_string()).unwrap();
+    let spells = policies.join("spells.toml");
+    let out = cordon(&["import", s(&registry_file), "-o", s(&spells), "--json"]);
+    out.assert_code(4);
+    let j = out.json();
+    assert_eq!((j["tools"].clone(), j["skipped"].as_array().unwrap().len()), (json!(5), 1), "{j:#}");
+    assert_eq!(j["skipped"][0]["entry"], "spell \"my-script\"");
+    let text = std::fs::read_to_string(&spells).unwrap();
+    for want in [
+        "network = { hosts = [\"api.weather.com:443\"] }",
+        &format!("network = {{ hosts = [\"127.0.0.1:{port}\"] }}"),
+        "[tools.local-api.params.location]",
+        "GIT_CONFIG_GLOBAL = \"/dev/null\"",
+        "# NOT IMPORTED: 1 entry",
+    ] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+    review_for_agent(&spells);
+    let check = cordon(&["policy", "check", s(&policies)]);
+    check.assert_code(0);
+
+    let d = Daemon::start_in(dir, policies.clone(), &["--socket-group", cordon_tests::agent::SOCKET_GROUP]);
+    let call = |agent: bool, tool: &str, args: serde_json::Value| -> (Output, serde_json::Value) {
+        let argv = ["run", tool, "--args-json", &args.to_string(), "--json"];
+        let out = if agent { cordon_tests::agent::cordon(&d.socket, &argv) } else { d.cordon(&argv) };
+        let j = out.json();
+        (out, j)
+    };
+    for agent in [false, true] {
+        let who = if agent { "agent" } else { "owner" };
+        let (out, j) = call(agent, "webapp__list-files", json!({}));
+        assert_eq!((out.code, j["exit_code"].clone()), (Some(0), json!(0)), "{who}: {j:#}");
+        assert_eq!(j["stdout"], "README.md\nctxnest.json\nsrc/app.js\n", "{who}: {j:#}");
+        let (out, j) = call(agent, "repo-files", json!({}));
+        assert_eq!(
+            (out.code, j["stdout"].clone()),
+            (Some(0), json!("README.md\nctxnest.json\nsrc/app.js\n")),
+            "{who}: {j:#}"
+        );
+
+        let doomed = root.join("tmp/scratch").join(format!("{who}.log"));
+        std::fs::write(&doomed, "x").unwrap();
+        let (out, j) = call(agent, "webapp__remove-temp", json!({ "name": format!("{who}.log") }));
+        assert_eq!((out.code, j["exit_code"].clone()), (Some(0), json!(0)), "{who}: {j:#}");
+        assert!(!doomed.exists(), "{who}");
+
+        // The spell's $SPELL_ARG_LOCATION is the declared param `location`, substituted in the URL
+        // whose host stays fixed (and granted).
+        let (out, j) = call(agent, "local-api", json!({ "location": "NewYork" }));
+        assert_eq!((out.code, j["stdout"].clone()), (Some(0), json!("hello from upstream\n")), "{who}: {j:#}");
+        assert_eq!(j["argv"][2], format!("http://127.0.0.1:{port}/v1/current?q=NewYork"), "{who}: {j:#}");
+        let (out, j) = call(agent, "local-api", json!({}));
+        out.assert_code(65);
+        assert_eq!(j["error"]["code"], "MISSING_REQUIRED_FIELD", "{who}: {j:#}");
+
+        // The shell reads $SPELL_ARG_WHO from its environment: the value is never code.
+        let (out, j) = call(agent, "greet", json!({ "who": "a; touch /tmp/pwned-$$" }));
+        assert_eq!((out.code, j["stdout"].clone()), (Some(0), json!("hello a; touch /tmp/pwned-$$\n")), "{who}: {j:#}");
+
+        let (out, j) = call(agent, "data-processor", json!({}));
+        out.assert_code(69);
+        assert_eq!(j["error"]["code"], "TOOL_UNAVAILABLE", "{who}: {j:#}");
+        let (out, j) = call(agent, "webapp__deploy-production", json!({}));
+        out.assert_code(66);
+        assert_eq!(j["error"]["code"], "UNKNOWN_TOOL", "{who}: {j:#}");
+    }
+
+    // `cordon tool remove` on imported tools: each leaves its file with the others in it.
+    let out = d.cordon(&["tool", "remove", "webapp__remove-temp"]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("removed webapp__remove-temp"), "{out:#?}");
+    let text = std::fs::read_to_string(policies.join("webapp.toml")).unwrap();
+    assert!(!text.contains("remove-temp") && text.contains("[tools.list-files]"), "{text}");
+    let out = d.cordon(&["tool", "remove", "weather-api"]);
+    out.assert_code(0);
+    let text = std::fs::read_to_string(policies.join("spells.toml")).unwrap();
+    assert!(!text.contains("[tools.weather-api]") && text.contains("[tools.local-api]"), "{text}");
+    assert!(text.contains("# NOT IMPORTED: 1 entry"), "the skipped entries stay listed: {text}");
+    let names = tool_names(&d, true);
+    assert!(!names.iter().any(|n| n == "webapp__remove-temp" || n == "weather-api"), "{names:?}");
+    let (out, j) = call(true, "webapp__list-files", json!({}));
+    assert_eq!((out.code, j["exit_code"].clone()), (Some(0), json!(0)), "{j:#}");
+    let (out, _) = call(false, "webapp__remove-temp", json!({ "name": "x" }));
+    out.assert_code(66);
+}
+
+/// CtxNest patterns with inline flags: `(?i)` translated (and enforced case-insensitively, as
+/// re2 did), `(?x)` (which re2 refuses too) skips that tool alone with the reason: exit 4, the
+/// rest written and run.
+#[test]
+fn inline_regex_flags_are_translated_or_skip_only_their_tool() {
+    let doc = json!({ "version": "1", "tools": {
+        "greet": { "description": "Echo a word", "command": ["/bin/echo", "{{word}}"],
+            "params": { "word": { "type": "string", "required": true, "pattern": "(?i)^[a-z]+$" } } },
+        "spaced": { "description": "x", "command": ["/bin/echo", "{{word}}"],
+            "params": { "word": { "type": "string", "pattern": "(?x)^ [a-z]+ $" } } },
+    }});
+    let (dir, root, policies) = ctxnest_project(&doc.to_string());
+    let out_file = policies.join("web.toml");
+    let out = cordon(&["import", s(&root.join("ctxnest.json")), "-o", s(&out_file)]);
+    out.assert_code(4);
+    assert!(
+        out.stderr.contains("tools.spaced.params.word.pattern \"(?x)^ [a-z]+ $\" cannot be translated: the flag (?x) is not one re2 accepts"),
+        "{out:#?}"
+    );
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    assert!(text.contains("pattern = \"(?:[A-Za-z\u{17F}\u{212A}]+)?\""), "{text}");
+    assert!(!text.contains("[tools.spaced]") && text.contains("# NOT IMPORTED: 1 entry"), "{text}");
+    review(&out_file);
+    cordon(&["policy", "check", s(&out_file)]).assert_code(0);
+    let d = Daemon::start_in(dir, policies, &[]);
+    // "" passes every CtxNest pattern (and drops its element), as before.
+    for (word, code) in [("Hello", 0), ("hello", 0), ("HELLO", 0), ("he-llo", 65), ("", 0)] {
+        let (out, j) = d.run_json("webapp__greet", &json!({ "word": word }));
+        out.assert_code(code);
+        if code == 0 {
+            assert_eq!(j["stdout"], format!("{word}\n"), "{j:#}");
+        }
+    }
 }

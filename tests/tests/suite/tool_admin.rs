@@ -93,16 +93,38 @@ fn add_run_replace_and_remove_a_tool() {
     assert!(!installed.exists());
     let out = d.cordon(&["tool", "hello"]);
     assert_eq!(out.code, Some(66), "{out:?}");
-    // A tool in a file with others: refused, naming the file; nothing changes.
-    let snap = snapshot(&d.policies);
-    let out = d.cordon(&["tool", "remove", "echo"]);
-    assert_eq!(out.code, Some(1), "{out:?}");
-    assert!(out.stderr.contains("base.toml") && out.stderr.contains("by hand"), "{out:?}");
-    assert_eq!(snapshot(&d.policies), snap);
     // An unknown name: not found, with the close names.
     let out = d.cordon(&["tool", "remove", "ecko"]);
     assert_eq!(out.code, Some(66), "{out:?}");
     assert!(out.stderr.contains("did you mean \"echo\""), "{out:?}");
+    // A tool in a file with others written as [tools.NAME] tables: cut out of that file; the
+    // other tool, the top of the file and its comments stay byte for byte.
+    let base = d.policies.join("base.toml");
+    let before = std::fs::read_to_string(&base).unwrap();
+    let out = d.cordon(&["tool", "remove", "echo"]);
+    out.assert_code(0);
+    assert!(out.stdout.contains("removed echo"), "{out:?}");
+    let after = std::fs::read_to_string(&base).unwrap();
+    assert!(!after.contains("[tools.echo"), "{after}");
+    let off = &before[before.find("[tools.off]").unwrap()..];
+    assert!(after.ends_with(off), "the other tool is kept as written:\n{after}");
+    assert!(after.starts_with(before[..before.find("[tools.echo]").unwrap()].trim_end_matches('\n')), "{after}");
+    assert_eq!(d.cordon(&["tool", "echo"]).code, Some(66));
+    let all = d.cordon(&["tools", "--all", "--json"]).json();
+    assert!(all["tools"].as_array().unwrap().iter().any(|t| t["name"] == "off"), "{all}");
+    // Tools written with dotted keys cannot be cut out as tables: refused, naming the file;
+    // nothing changes.
+    d.write_policy(
+        "dotted.toml",
+        "version = 1\n[tools]\nd1.description = \"one\"\nd1.reason = \"t\"\nd1.command = [\"/bin/true\"]\n\
+         d2.description = \"two\"\nd2.reason = \"t\"\nd2.command = [\"/bin/true\"]\n",
+    );
+    d.cordon(&["reload"]).assert_code(0);
+    let snap = snapshot(&d.policies);
+    let out = d.cordon(&["tool", "remove", "d1"]);
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("dotted.toml") && out.stderr.contains("by hand"), "{out:?}");
+    assert_eq!(snapshot(&d.policies), snap);
 }
 
 #[test]
