@@ -38,6 +38,7 @@ mod parse;
 mod pattern;
 mod probe;
 pub mod reference;
+mod repin;
 pub mod schema;
 pub mod trust;
 pub mod units;
@@ -52,4 +53,5 @@ pub use load::{
 pub use model::*;
 pub use pattern::PatternError;
 pub use probe::{Control, PinChecks, ProbeError, executable_control, resolve_run_as};
+pub use repin::{Repin, Runner};
 pub use trust::{Subject, Trust, TrustError, Walked};

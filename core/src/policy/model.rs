@@ -519,7 +519,37 @@ pub struct SandboxPolicy {
     /// The paths above, opened without following symlinks when the registry loaded (empty until
     /// the tool is probed, and for a tool that is unavailable).
     pub pins: Arc<Pins>,
+    /// The pins in force since a call re-pinned a grant root its identity owns (docs/pins.md);
+    /// empty until then. Shared by the clones of one loaded tool, so a re-pin serves every later
+    /// call of this generation; a reload starts afresh.
+    pub repinned: Repinned,
 }
+
+/// The pins a tool's calls use after a re-pin ([`SandboxPolicy::repinned`]): one slot per loaded
+/// tool, set under its lock. Never part of a tool's identity: two tools compare equal whatever
+/// their slots hold.
+#[derive(Debug, Clone, Default)]
+pub struct Repinned(Arc<std::sync::Mutex<Option<Arc<Pins>>>>);
+
+impl Repinned {
+    /// The pins a re-pin put in force, if one did.
+    pub fn get(&self) -> Option<Arc<Pins>> {
+        self.lock().clone()
+    }
+
+    /// The slot, locked (a poisoned lock still holds whole pins: each is swapped in at once).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<Pins>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl PartialEq for Repinned {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Repinned {}
 
 /// What a tool's paths named when the registry loaded: one descriptor and (dev, ino) each.
 /// Landlock rules are built from these descriptors, the working directory is entered and the

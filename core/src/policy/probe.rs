@@ -156,9 +156,10 @@ pub enum ProbeError {
     #[error("{} changed while the registry loaded; reload", path.display())]
     ChangedWhileLoading { path: PathBuf },
     #[error(
-        "{what} {} changed since the registry loaded: was {was}, now {now}; the tool is refused until an admin \
+        "{what} {} changed since the registry loaded: was {was}, now {now}{}; the tool is refused until an admin \
          checks it and reloads (`cordon reload`) to accept the new target",
-        path.display()
+        path.display(),
+        why_not.as_ref().map_or_else(String::new, |w| format!(" (not re-pinned: {w}; see docs/pins.md)"))
     )]
     Changed {
         what: &'static str,
@@ -167,7 +168,21 @@ pub enum ProbeError {
         was: String,
         /// What the path is now.
         now: String,
+        /// Why the re-pin rule did not take it, when it was asked.
+        why_not: Option<String>,
     },
+}
+
+impl ProbeError {
+    /// A [`ProbeError::Changed`] with the reason the re-pin rule did not take it.
+    pub(super) fn not_repinned(self, why: String) -> ProbeError {
+        match self {
+            ProbeError::Changed { what, path, was, now, .. } => {
+                ProbeError::Changed { what, path, was, now, why_not: Some(why) }
+            }
+            other => other,
+        }
+    }
 }
 
 impl Tool {
@@ -178,10 +193,11 @@ impl Tool {
     }
 
     /// The load-time availability, turned unavailable (with the reason) when a pinned path
-    /// changed since the registry loaded. A few system calls per pinned path.
+    /// changed since the registry loaded and the re-pin rule would not take it at the next call
+    /// (docs/pins.md). A few system calls per pinned path.
     pub fn availability_now(&self) -> Availability {
         match &self.availability {
-            Availability::Available { .. } => match verify(&self.sandbox.pins) {
+            Availability::Available { .. } => match self.pins_hold_or_repinnable() {
                 Ok(()) => self.availability.clone(),
                 Err(e) => Availability::Unavailable { reason: e.to_string() },
             },
@@ -193,9 +209,10 @@ impl Tool {
     /// path that many tools share is checked once per pass, not once per tool.
     pub fn availability_checked(&self, checks: &mut PinChecks) -> Availability {
         match &self.availability {
-            Availability::Available { .. } => match checks.verify(&self.sandbox.pins) {
+            Availability::Available { .. } => match checks.verify(&self.current_pins()) {
                 None => self.availability.clone(),
-                Some(reason) => Availability::Unavailable { reason },
+                // Changed: whether the re-pin rule would take it is this tool's own question.
+                Some(_) => self.availability_now(),
             },
             unavailable => unavailable.clone(),
         }
@@ -329,6 +346,7 @@ pub(super) fn reprobe(old: &Arc<Tool>, host: &Host, cache: &mut PinCache) -> Arc
     let mut tool = Tool::clone(old);
     tool.availability = availability;
     tool.sandbox.pins = pins;
+    tool.sandbox.repinned = Default::default();
     Arc::new(tool)
 }
 
@@ -921,7 +939,7 @@ pub(crate) fn verify(pins: &Pins) -> Result<(), ProbeError> {
     Ok(())
 }
 
-fn verify_pin(what: &'static str, pin: &Pin) -> Result<(), ProbeError> {
+pub(super) fn verify_pin(what: &'static str, pin: &Pin) -> Result<(), ProbeError> {
     let now = match open_no_symlinks(&pin.path) {
         Ok(fd) => match Node::of(&fd) {
             Ok(n) if n.is_symlink() => {
@@ -945,7 +963,7 @@ fn verify_pin(what: &'static str, pin: &Pin) -> Result<(), ProbeError> {
 }
 
 fn changed(what: &'static str, path: &Path, was: &Node, now: String) -> ProbeError {
-    ProbeError::Changed { what, path: path.to_path_buf(), was: was.id(), now }
+    ProbeError::Changed { what, path: path.to_path_buf(), was: was.id(), now, why_not: None }
 }
 
 /// Warnings for paths a tool relies on that someone else could replace: paths beneath another

@@ -39,6 +39,7 @@ mod reliability_policies;
 mod reliability_wire;
 mod remote;
 mod render_escape;
+mod repin;
 mod result_contract;
 mod sandbox;
 mod search_status;
