@@ -120,6 +120,24 @@ pub struct Tool {
     /// `cache = { ttl, error_ttl }`: results may be answered from the daemon's result cache
     /// (only read-only, idempotent tools without confirmation).
     pub cache: Option<CachePolicy>,
+    /// `accept_warnings`: the warnings an admin reviewed and accepts for this tool, each with
+    /// the reason given (required for the exposure warnings, `replaceable` and
+    /// `beneath-write-root`, which the load raises).
+    pub accepted_warnings: Vec<AcceptedWarning>,
+}
+
+/// One entry of `accept_warnings`: `"NAME"`, or `{ lint = "NAME", reason = "..." }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedWarning {
+    pub lint: String,
+    pub reason: Option<String>,
+}
+
+impl Tool {
+    /// The tool's policy accepts the warning `lint`.
+    pub fn accepts(&self, lint: &str) -> bool {
+        self.accepted_warnings.iter().any(|a| a.lint == lint)
+    }
 }
 
 /// Exit codes a tool that sets no `ok_exit_codes` succeeds with.

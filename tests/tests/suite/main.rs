@@ -18,6 +18,7 @@ mod escapes_metadata;
 mod escapes_syscalls;
 mod examples;
 mod export;
+mod exposure;
 mod fleet;
 mod import;
 mod init;
