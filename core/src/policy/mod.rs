@@ -13,7 +13,8 @@
 //!   import them).
 //! - [`fleet`]: the policy digest, a tool's policy as canonical JSON and the diff of two sets.
 //! - [`schema`] (a tool's JSON Schema), [`output`] (a result judged by the policy: ok_exit_codes,
-//!   the output schema, wrapping), `probe` (availability and pinning).
+//!   the output schema, wrapping), `probe` (availability and pinning), `repin` (a changed grant root
+//!   taken anew under the exact rule of docs/pins.md).
 //! - [`crate::validate`] and [`crate::argv`] stand on the model too; `parse` uses the validator to
 //!   check param defaults.
 //! - `parse` (one file -> tools), then `load` (read files under the trust rules, parse, probe).
