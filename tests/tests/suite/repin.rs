@@ -307,3 +307,37 @@ fn a_mount_point_is_never_repinned() {
     wrote(&write(&d, true, "owned", &p.target.join("x")));
     assert_eq!(repinned(&d).len(), 1);
 }
+
+/// The whole project deleted and made again by its owner (a fresh clone): the working_dir, the
+/// read root (the same path: one descriptor, one record) and the write root are re-pinned.
+#[test]
+fn a_project_recloned_by_its_owner_repins_its_working_dir_and_grants() {
+    require_root!("to create a test user and chown test directories");
+    let p = Project::new();
+    let d = p.daemon();
+    wrote(&write(&d, true, "owned", &p.target.join("a")));
+    as_user(AGENT, &format!("rm -rf {pr} && mkdir -p {t}", pr = p.proj.display(), t = p.target.display()));
+    wrote(&write(&d, false, "owned", &p.target.join("b")));
+    let keys: Vec<String> = repinned(&d).iter().map(|r| r["key"].as_str().unwrap().to_string()).collect();
+    assert_eq!(keys, ["working_dir", "write"], "{:#?}", repinned(&d));
+}
+
+/// Many calls at once after the owner recreated the root: one re-pin, one record, all run.
+#[test]
+fn concurrent_calls_repin_once() {
+    require_root!("to create a test user and chown test directories");
+    let p = Project::new();
+    let d = p.daemon();
+    as_user(AGENT, &format!("rm -rf {t} && mkdir {t}", t = p.target.display()));
+    let calls: Vec<_> = (0..6)
+        .map(|i| {
+            let call = json!({ "attack": "write", "a": p.target.join(format!("f{i}")).to_str().unwrap() }).to_string();
+            d.cordon_spawn(&["run", "owned", "--args-json", &call])
+        })
+        .collect();
+    for c in calls {
+        assert!(c.wait_with_output().unwrap().status.success());
+    }
+    assert_eq!(repinned(&d).len(), 1, "{:#?}", repinned(&d));
+    assert!((0..6).all(|i| p.target.join(format!("f{i}")).exists()));
+}
