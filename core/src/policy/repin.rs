@@ -131,18 +131,17 @@ fn repin_all(
     let mut taken: HashMap<PathBuf, Pin> = HashMap::new();
     for (what, pin) in pins_mut(&mut out) {
         let Err(err) = verify_pin(what, pin) else { continue };
+        // Checked first: a socket directory that is also a write root is not re-pinned with it.
+        if !REPINNABLE.contains(&what) {
+            return Err(err);
+        }
         if let Some(new) = taken.get(&pin.path) {
             *pin = new.clone();
             continue;
         }
-        if !REPINNABLE.contains(&what) {
-            return Err(err);
-        }
-        let why_not = {
-            match runner_of(pin) {
-                None => Err("the identity of the call is not known".to_string()),
-                Some(runner) => qualify(what, pin, runner, act),
-            }
+        let why_not = match runner_of(pin) {
+            None => Err("the identity of the call is not known".to_string()),
+            Some(runner) => qualify(what, pin, runner, act),
         };
         match why_not {
             Ok(Some((new, created))) => {
