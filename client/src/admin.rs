@@ -221,6 +221,9 @@ pub(crate) fn print_grants(g: &Grants) {
     if let Some(abi) = g.min_landlock_abi {
         field("landlock", format!("ABI {abi} or newer"));
     }
+    if !g.accepted_warnings.is_empty() {
+        field("accepted warnings", g.accepted_warnings.join("; "));
+    }
 }
 
 /// The tool (as far as needed) and the arguments object of `cordon run`.

@@ -1073,6 +1073,8 @@ pub struct Grants {
     pub max_connections: Option<u32>,
     pub max_connections_per_call: Option<u32>,
     pub max_bytes: Option<u64>,
+    /// `accept_warnings`: "LINT" or "LINT: REASON" each.
+    pub accepted_warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -1115,6 +1117,7 @@ impl From<v1::ToolGrants> for Grants {
             run_as: (!g.run_as.is_empty()).then_some(g.run_as),
             min_landlock_abi: g.min_landlock_abi,
             temp: g.temp,
+            accepted_warnings: g.accepted_warnings,
         }
     }
 }

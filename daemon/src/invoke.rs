@@ -29,7 +29,7 @@ use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
 use cordon_core::denial::{Denial, Explained, FileKind, Run};
 use cordon_core::policy::output::{self, Verdict};
-use cordon_core::policy::{Availability, CachePolicy, Control, RunAs, Tool};
+use cordon_core::policy::{Availability, CachePolicy, Control, Pins, Repin, RunAs, Runner, SandboxPolicy, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
 use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Programs, RunSpec, SpawnError};
 
@@ -296,6 +296,9 @@ pub struct Prepared {
     pub workflow: Option<StepMark>,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
     pub paths: Vec<(String, std::path::PathBuf)>,
+    /// The pins this call runs with: the tool's, or those a re-pin put in force
+    /// (`Tool::pins_for_call`); the sandbox uses these descriptors, never the paths again.
+    pins: Arc<Pins>,
     seccomp: Arc<Programs>,
     cancel: CancellationToken,
     cgroup_dirs: CgroupDirs,
@@ -530,9 +533,7 @@ impl Invoker {
             return Ok(None);
         };
         let tool = &parked.tool;
-        if let Availability::Unavailable { reason } = tool.availability_now() {
-            return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason });
-        }
+        self.pins_for(tool, parked.identity.as_ref(), &parked.caller, parked.generation)?;
         let entry = self.cache.get(&key);
         if let Some(m) = self.audit.metrics() {
             m.cache_lookup(entry.is_some());
@@ -843,16 +844,41 @@ impl Invoker {
         Ok(Parked { tool, generation: registry.generation, plan, identity, dedicated_uid, caller, paths })
     }
 
+    /// The pins a call of `tool` that runs as `identity` (cordond's own user when `None`) uses:
+    /// every pinned path must still name what it named when the registry loaded, or be a grant
+    /// root the re-pin rule takes for that identity (docs/pins.md); each re-pin is audited
+    /// (`repinned`: the key, the path, old and new `dev:ino`, the identity) before it is used.
+    fn pins_for(
+        &self,
+        tool: &Arc<Tool>,
+        identity: Option<&Identity>,
+        caller: &Caller,
+        generation: u64,
+    ) -> Result<Arc<Pins>, InvokeError> {
+        let unavailable = |reason: String| InvokeError::Unavailable { tool: tool.name.clone(), reason };
+        if let Availability::Unavailable { reason } = &tool.availability {
+            return Err(unavailable(reason.clone()));
+        }
+        let runner = match identity {
+            Some(i) => Runner { uid: i.uid, gid: i.gid },
+            None => Runner { uid: nix::unistd::geteuid().as_raw(), gid: nix::unistd::getegid().as_raw() },
+        };
+        let (pins, repins) = tool.pins_for_call(runner).map_err(|e| unavailable(e.to_string()))?;
+        for r in repins {
+            self.audit.record(repinned_record(tool, caller, generation, &r, runner));
+        }
+        Ok(pins)
+    }
+
     /// Takes a concurrency slot (waiting in the queue when none is free) and registers the
     /// invocation as running.
     async fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
         let cache = cache_key(&parked).map(Box::new);
         let Parked { tool, generation, plan, identity, dedicated_uid, caller, paths } = parked;
         // Every pinned path (grants, working_dir, command[0]) must still name what it named when
-        // the registry loaded; a swapped one makes the tool unavailable, never redirected.
-        if let Availability::Unavailable { reason } = tool.availability_now() {
-            return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason });
-        }
+        // the registry loaded; a swapped one makes the tool unavailable, never redirected, unless
+        // the re-pin rule takes it for the identity this call runs as (docs/pins.md).
+        let mut pins = self.pins_for(&tool, identity.as_ref(), &caller, generation)?;
         let seccomp = self.registry.current().seccomp_for(&tool).ok_or_else(|| InvokeError::Unavailable {
             tool: tool.name.clone(),
             reason: "no seccomp program was compiled for it".into(),
@@ -874,9 +900,7 @@ impl Invoker {
                     None => InvokeError::Reloaded { tool: tool.name.clone() },
                 });
             }
-            if let Availability::Unavailable { reason } = tool.availability_now() {
-                return Err(InvokeError::Unavailable { tool: tool.name.clone(), reason });
-            }
+            pins = self.pins_for(&tool, identity.as_ref(), &caller, generation)?;
         }
         let id = new_id()?;
         let cancel = self.closed.child_token();
@@ -906,6 +930,7 @@ impl Invoker {
             job: false,
             workflow: None,
             paths,
+            pins,
             seccomp,
             cancel,
             cgroup_dirs,
@@ -999,9 +1024,17 @@ impl Invoker {
         };
         // DEBUG: the audit log is the record of every call; INFO stays quiet on the hot path.
         tracing::debug!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");
+        // A re-pinned call runs with its own pins: the descriptors the re-pin checked.
+        let repinned;
+        let policy = if Arc::ptr_eq(&prepared.pins, &prepared.tool.sandbox.pins) {
+            &prepared.tool.sandbox
+        } else {
+            repinned = SandboxPolicy { pins: prepared.pins.clone(), ..prepared.tool.sandbox.clone() };
+            &repinned
+        };
         let confinement = Confinement {
             id: &prepared.id,
-            policy: &prepared.tool.sandbox,
+            policy,
             landlock_abi: self.host.landlock_abi,
             seccomp: prepared.seccomp.clone(),
             identity: prepared.identity,
@@ -1179,6 +1212,20 @@ impl Invoker {
     }
 }
 
+/// The `repinned` record of one re-pinned grant root.
+fn repinned_record(tool: &Tool, caller: &Caller, generation: u64, r: &Repin, runner: Runner) -> Record {
+    Record::new(Decision::Repinned)
+        .tool(&tool.name)
+        .caller(caller)
+        .generation(generation)
+        .with("key", r.what)
+        .with("path", r.path.display().to_string())
+        .with("was", r.was.as_str())
+        .with("now", r.now.as_str())
+        .with("created", r.created)
+        .with("run_as", json!({ "uid": runner.uid, "gid": runner.gid }))
+}
+
 /// The identity of a call of a tool with `run_as = { owner_of = "working_dir" }`: the account
 /// that owns the working directory now, read from the descriptor pinned at load (the very
 /// directory the child enters: through that descriptor, or by name checked against its dev and
@@ -1186,7 +1233,8 @@ impl Invoker {
 /// itself or root may call.
 fn owner_identity(tool: &Tool, caller: Caller) -> Result<Identity, InvokeError> {
     let unavailable = |reason: String| InvokeError::Unavailable { tool: tool.name.clone(), reason };
-    let Some(pin) = tool.sandbox.pins.working_dir.as_ref() else {
+    let pins = tool.current_pins();
+    let Some(pin) = pins.working_dir.as_ref() else {
         return Err(unavailable("run_as = { owner_of = \"working_dir\" } needs a working_dir".into()));
     };
     let dir = pin.path.display().to_string();

@@ -70,10 +70,14 @@ pub enum Decision {
     /// The audit export (`--audit-otlp`, `--audit-syslog`, `--audit-journald`) lost records:
     /// rotation deleted them before they were shipped (`sink`, `from`, `to`, `records`).
     ExportGap,
+    /// A grant root the call's identity owns was deleted and recreated (or a missing write root
+    /// created) and re-pinned under the re-pin rule (docs/pins.md): `key`, `path`, `was` and
+    /// `now` (`dev:ino`), `created`, `run_as`.
+    Repinned,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 31] = [
+    pub const ALL: [Decision; 32] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -105,6 +109,7 @@ impl Decision {
         Decision::TokenIssued,
         Decision::TokenRevoked,
         Decision::ExportGap,
+        Decision::Repinned,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -140,6 +145,7 @@ impl Decision {
             Decision::TokenIssued => "token_issued",
             Decision::TokenRevoked => "token_revoked",
             Decision::ExportGap => "export_gap",
+            Decision::Repinned => "repinned",
         }
     }
 

@@ -175,9 +175,11 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
     ),
     key(
         "accept_warnings",
-        "array of strings",
+        "array of strings or { lint, reason } tables",
         "lints reviewed and accepted for this tool (interpreter-code, leading-dash, program-choice, write-exec, \
-         root-socket, engine-socket, open-high-danger): `policy check` no longer warns about them",
+         root-socket, engine-socket, open-high-danger, connect-inside-netns, cache-inputs; and, only as \
+         { lint = NAME, reason = \"why\" }, replaceable and beneath-write-root): `policy check` no longer warns \
+         about them, and `cordon tool NAME` shows them with their reasons",
         false,
     ),
     key(

@@ -13,7 +13,8 @@
 //!   import them).
 //! - [`fleet`]: the policy digest, a tool's policy as canonical JSON and the diff of two sets.
 //! - [`schema`] (a tool's JSON Schema), [`output`] (a result judged by the policy: ok_exit_codes,
-//!   the output schema, wrapping), `probe` (availability and pinning).
+//!   the output schema, wrapping), `probe` (availability and pinning), `repin` (a changed grant root
+//!   taken anew under the exact rule of docs/pins.md).
 //! - [`crate::validate`] and [`crate::argv`] stand on the model too; `parse` uses the validator to
 //!   check param defaults.
 //! - `parse` (one file -> tools), then `load` (read files under the trust rules, parse, probe).
@@ -38,6 +39,7 @@ mod parse;
 mod pattern;
 mod probe;
 pub mod reference;
+mod repin;
 pub mod schema;
 pub mod trust;
 pub mod units;
@@ -52,4 +54,5 @@ pub use load::{
 pub use model::*;
 pub use pattern::PatternError;
 pub use probe::{Control, PinChecks, ProbeError, executable_control, resolve_run_as};
+pub use repin::{Repin, Runner};
 pub use trust::{Subject, Trust, TrustError, Walked};

@@ -120,6 +120,24 @@ pub struct Tool {
     /// `cache = { ttl, error_ttl }`: results may be answered from the daemon's result cache
     /// (only read-only, idempotent tools without confirmation).
     pub cache: Option<CachePolicy>,
+    /// `accept_warnings`: the warnings an admin reviewed and accepts for this tool, each with
+    /// the reason given (required for the exposure warnings, `replaceable` and
+    /// `beneath-write-root`, which the load raises).
+    pub accepted_warnings: Vec<AcceptedWarning>,
+}
+
+/// One entry of `accept_warnings`: `"NAME"`, or `{ lint = "NAME", reason = "..." }`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptedWarning {
+    pub lint: String,
+    pub reason: Option<String>,
+}
+
+impl Tool {
+    /// The tool's policy accepts the warning `lint`.
+    pub fn accepts(&self, lint: &str) -> bool {
+        self.accepted_warnings.iter().any(|a| a.lint == lint)
+    }
 }
 
 /// Exit codes a tool that sets no `ok_exit_codes` succeeds with.
@@ -519,7 +537,37 @@ pub struct SandboxPolicy {
     /// The paths above, opened without following symlinks when the registry loaded (empty until
     /// the tool is probed, and for a tool that is unavailable).
     pub pins: Arc<Pins>,
+    /// The pins in force since a call re-pinned a grant root its identity owns (docs/pins.md);
+    /// empty until then. Shared by the clones of one loaded tool, so a re-pin serves every later
+    /// call of this generation; a reload starts afresh.
+    pub repinned: Repinned,
 }
+
+/// The pins a tool's calls use after a re-pin ([`SandboxPolicy::repinned`]): one slot per loaded
+/// tool, set under its lock. Never part of a tool's identity: two tools compare equal whatever
+/// their slots hold.
+#[derive(Debug, Clone, Default)]
+pub struct Repinned(Arc<std::sync::Mutex<Option<Arc<Pins>>>>);
+
+impl Repinned {
+    /// The pins a re-pin put in force, if one did.
+    pub fn get(&self) -> Option<Arc<Pins>> {
+        self.lock().clone()
+    }
+
+    /// The slot, locked (a poisoned lock still holds whole pins: each is swapped in at once).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<Pins>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl PartialEq for Repinned {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Repinned {}
 
 /// What a tool's paths named when the registry loaded: one descriptor and (dev, ino) each.
 /// Landlock rules are built from these descriptors, the working directory is entered and the

@@ -156,9 +156,10 @@ pub enum ProbeError {
     #[error("{} changed while the registry loaded; reload", path.display())]
     ChangedWhileLoading { path: PathBuf },
     #[error(
-        "{what} {} changed since the registry loaded: was {was}, now {now}; the tool is refused until an admin \
+        "{what} {} changed since the registry loaded: was {was}, now {now}{}; the tool is refused until an admin \
          checks it and reloads (`cordon reload`) to accept the new target",
-        path.display()
+        path.display(),
+        why_not.as_ref().map_or_else(String::new, |w| format!(" (not re-pinned: {w}; see docs/pins.md)"))
     )]
     Changed {
         what: &'static str,
@@ -167,7 +168,21 @@ pub enum ProbeError {
         was: String,
         /// What the path is now.
         now: String,
+        /// Why the re-pin rule did not take it, when it was asked.
+        why_not: Option<String>,
     },
+}
+
+impl ProbeError {
+    /// A [`ProbeError::Changed`] with the reason the re-pin rule did not take it.
+    pub(super) fn not_repinned(self, why: String) -> ProbeError {
+        match self {
+            ProbeError::Changed { what, path, was, now, .. } => {
+                ProbeError::Changed { what, path, was, now, why_not: Some(why) }
+            }
+            other => other,
+        }
+    }
 }
 
 impl Tool {
@@ -178,10 +193,11 @@ impl Tool {
     }
 
     /// The load-time availability, turned unavailable (with the reason) when a pinned path
-    /// changed since the registry loaded. A few system calls per pinned path.
+    /// changed since the registry loaded and the re-pin rule would not take it at the next call
+    /// (docs/pins.md). A few system calls per pinned path.
     pub fn availability_now(&self) -> Availability {
         match &self.availability {
-            Availability::Available { .. } => match verify(&self.sandbox.pins) {
+            Availability::Available { .. } => match self.pins_hold_or_repinnable() {
                 Ok(()) => self.availability.clone(),
                 Err(e) => Availability::Unavailable { reason: e.to_string() },
             },
@@ -193,9 +209,10 @@ impl Tool {
     /// path that many tools share is checked once per pass, not once per tool.
     pub fn availability_checked(&self, checks: &mut PinChecks) -> Availability {
         match &self.availability {
-            Availability::Available { .. } => match checks.verify(&self.sandbox.pins) {
+            Availability::Available { .. } => match checks.verify(&self.current_pins()) {
                 None => self.availability.clone(),
-                Some(reason) => Availability::Unavailable { reason },
+                // Changed: whether the re-pin rule would take it is this tool's own question.
+                Some(_) => self.availability_now(),
             },
             unavailable => unavailable.clone(),
         }
@@ -329,6 +346,7 @@ pub(super) fn reprobe(old: &Arc<Tool>, host: &Host, cache: &mut PinCache) -> Arc
     let mut tool = Tool::clone(old);
     tool.availability = availability;
     tool.sandbox.pins = pins;
+    tool.sandbox.repinned = Default::default();
     Arc::new(tool)
 }
 
@@ -921,7 +939,7 @@ pub(crate) fn verify(pins: &Pins) -> Result<(), ProbeError> {
     Ok(())
 }
 
-fn verify_pin(what: &'static str, pin: &Pin) -> Result<(), ProbeError> {
+pub(super) fn verify_pin(what: &'static str, pin: &Pin) -> Result<(), ProbeError> {
     let now = match open_no_symlinks(&pin.path) {
         Ok(fd) => match Node::of(&fd) {
             Ok(n) if n.is_symlink() => {
@@ -945,7 +963,7 @@ fn verify_pin(what: &'static str, pin: &Pin) -> Result<(), ProbeError> {
 }
 
 fn changed(what: &'static str, path: &Path, was: &Node, now: String) -> ProbeError {
-    ProbeError::Changed { what, path: path.to_path_buf(), was: was.id(), now }
+    ProbeError::Changed { what, path: path.to_path_buf(), was: was.id(), now, why_not: None }
 }
 
 /// Warnings for paths a tool relies on that someone else could replace: paths beneath another
@@ -953,9 +971,16 @@ fn changed(what: &'static str, path: &Path, was: &Node, now: String) -> ProbeErr
 /// (sshd's StrictModes rule: owned by a non-root user, or group/other-writable without the
 /// sticky bit; in a sticky directory, an entry owned by a non-root user).
 ///
+/// The identity the tool runs as is no one else: where the policy fixes it (`run_as` a user,
+/// or the owner of the working_dir), a directory that identity owns (and no group or other can
+/// write) is not flagged, nor another tool's write root when that tool runs as the same
+/// identity (what it writes, that account could write anyway). Every warning names what to do
+/// and the `accept_warnings` entry (with a reason) that accepts it: `replaceable`,
+/// `beneath-write-root`.
+///
 /// Linear in the number of tools: write roots are looked up by each path's ancestors, and the
 /// directory checks are cached by path (`cache` holds this load's resolved `command[0]`s).
-pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Vec<Diagnostic> {
+pub(super) fn exposure_warnings(tools: &[Arc<Tool>], host: &Host, cache: &mut PinCache) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let mut warn = |tool: &Tool, message: String| {
         out.push(Diagnostic {
@@ -973,8 +998,9 @@ pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Ve
             roots.entry(root.as_path()).or_default().push((i, j));
         }
     }
-    let mut weak_cache: HashMap<PathBuf, Option<String>> = HashMap::new();
-    for tool in tools {
+    let mut weak_cache: HashMap<(PathBuf, Option<u32>), Option<Weakness>> = HashMap::new();
+    let runs_as: Vec<Option<u32>> = tools.iter().map(|t| fixed_identity(t, host)).collect();
+    for (me, tool) in tools.iter().enumerate() {
         let mut paths: Vec<(&str, PathBuf)> = Vec::new();
         for (what, list) in [
             ("read path", &tool.sandbox.read),
@@ -1009,14 +1035,21 @@ pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Ve
                 .flatten()
                 .copied()
                 .filter(|&(i, _)| tools[i].name != tool.name)
+                // Another tool that runs as the very identity this one runs as writes nothing
+                // that identity could not write itself.
+                .filter(|&(i, _)| runs_as[me].is_none() || runs_as[i] != runs_as[me])
                 .collect();
             above.sort_unstable();
+            if tool.accepts("beneath-write-root") {
+                above.clear();
+            }
             for (i, j) in above {
                 let (other, root) = (&tools[i], &tools[i].sandbox.write[j]);
                 let m = format!(
                     "tool {:?}: {what} {} lies beneath {}, a write root of tool {:?} ({}), which can replace \
-                     it (making this tool unavailable) or change what is there; keep other tools' write roots \
-                     away from the paths this tool relies on",
+                     it (making this tool unavailable) or change what is there; narrow that write root or move \
+                     this path out of it, or run both tools as one account (run_as), or accept it with \
+                     accept_warnings = [{{ lint = \"beneath-write-root\", reason = \"...\" }}]",
                     tool.name,
                     path.display(),
                     root.display(),
@@ -1027,12 +1060,18 @@ pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Ve
                     warn(tool, m);
                 }
             }
-            if let Some(weak) = replaceable_by(path, &mut weak_cache) {
+            if tool.accepts("replaceable") {
+                continue;
+            }
+            if let Some(weak) = replaceable_by(path, runs_as[me], &mut weak_cache) {
                 let m = format!(
-                    "tool {:?}: {what} {} can be replaced by someone other than root: {weak}; make every \
-                     directory above it owned by root and writable only by root",
+                    "tool {:?}: {what} {} can be replaced by someone other than root{}: {}; {}, or accept it with \
+                     accept_warnings = [{{ lint = \"replaceable\", reason = \"...\" }}]",
                     tool.name,
-                    path.display()
+                    path.display(),
+                    runs_as[me].map_or_else(String::new, |u| format!(" and uid {u} the tool runs as")),
+                    weak.why,
+                    weak.action
                 );
                 if said.insert(m.clone()) {
                     warn(tool, m);
@@ -1043,13 +1082,41 @@ pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Ve
     out
 }
 
-/// Whether anyone but root can replace `path` or a directory above it, and why.
-fn replaceable_by(path: &Path, cache: &mut HashMap<PathBuf, Option<String>>) -> Option<String> {
+/// The one account a tool runs as whoever calls it, when the policy fixes it: `run_as` a user
+/// (on a root daemon), the owner of its working_dir now (`owner_of`; never root), or cordond's
+/// own user on a daemon that is not root. `None`: it runs as its caller.
+fn fixed_identity(tool: &Tool, host: &Host) -> Option<u32> {
+    match &tool.sandbox.run_as {
+        _ if !host.is_root => None,
+        Some(r @ RunAs::Account { .. }) => run_as_ids(r).ok().map(|(uid, _)| uid),
+        Some(RunAs::OwnerOfWorkingDir) => {
+            let uid = std::fs::metadata(tool.working_dir.as_ref()?).ok()?.uid();
+            (uid != 0).then_some(uid)
+        }
+        None => None,
+    }
+}
+
+/// Why someone other than root (and `runs_as`) can replace a path, and what an admin can do.
+#[derive(Debug, Clone)]
+struct Weakness {
+    why: String,
+    action: String,
+}
+
+/// Whether anyone but root (and `runs_as`, the identity the tool runs as) can replace `path`
+/// or a directory above it, and why.
+fn replaceable_by(
+    path: &Path,
+    runs_as: Option<u32>,
+    cache: &mut HashMap<(PathBuf, Option<u32>), Option<Weakness>>,
+) -> Option<Weakness> {
     let mut chain: Vec<&Path> = path.ancestors().collect();
     chain.reverse();
     for pair in chain.windows(2) {
         let (dir, entry) = (pair[0], pair[1]);
-        let why = cache.entry(entry.to_path_buf()).or_insert_with(|| entry_weakness(dir, entry)).clone();
+        let why =
+            cache.entry((entry.to_path_buf(), runs_as)).or_insert_with(|| entry_weakness(dir, entry, runs_as)).clone();
         if why.is_some() {
             return why;
         }
@@ -1057,32 +1124,48 @@ fn replaceable_by(path: &Path, cache: &mut HashMap<PathBuf, Option<String>>) -> 
     None
 }
 
-/// Why `entry` (in directory `dir`) can be renamed or replaced by a non-root user, if it can.
-fn entry_weakness(dir: &Path, entry: &Path) -> Option<String> {
+/// Why `entry` (in directory `dir`) can be renamed or replaced by a non-root user other than
+/// `runs_as`, if it can.
+fn entry_weakness(dir: &Path, entry: &Path, runs_as: Option<u32>) -> Option<Weakness> {
     // The directory is what `dir` resolves to (a symlink's own mode means nothing; the link
     // itself was checked as an entry of its parent, and command[0]'s real path is checked too).
     let d = std::fs::metadata(dir).ok()?;
     let mode = d.mode() & 0o7777;
-    let who = if d.uid() != 0 {
-        Some(format!("{} is owned by uid {}", dir.display(), d.uid()))
-    } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-        let by = if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", d.gid()) };
-        Some(format!("{} (mode {mode:o}) is writable by {by}", dir.display()))
-    } else {
-        None
+    let ours = |uid: u32| uid == 0 || Some(uid) == runs_as;
+    // A tool that runs as its caller: running it as the owner makes the owner no one else.
+    let chown = |path: &Path, uid: u32| match runs_as {
+        Some(_) => format!("`chown root {}`", path.display()),
+        None => format!(
+            "run the tool as uid {uid}, whose it is (run_as = {{ owner_of = \"working_dir\" }} for a project, or \
+             run_as = \"USER\"), or `chown root {}`",
+            path.display()
+        ),
     };
-    if who.is_some() {
-        return who;
+    if !ours(d.uid()) {
+        return Some(Weakness {
+            why: format!("{} is owned by uid {}", dir.display(), d.uid()),
+            action: chown(dir, d.uid()),
+        });
+    }
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        let by = if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", d.gid()) };
+        return Some(Weakness {
+            why: format!("{} (mode {mode:o}) is writable by {by}", dir.display()),
+            action: format!("`chmod go-w {}`", dir.display()),
+        });
     }
     if mode & 0o1000 != 0 && mode & 0o022 != 0 {
         let e = std::fs::symlink_metadata(entry).ok()?;
-        if e.uid() != 0 {
-            return Some(format!(
-                "{} is owned by uid {} in the shared sticky directory {}",
-                entry.display(),
-                e.uid(),
-                dir.display()
-            ));
+        if !ours(e.uid()) {
+            return Some(Weakness {
+                why: format!(
+                    "{} is owned by uid {} in the shared sticky directory {}",
+                    entry.display(),
+                    e.uid(),
+                    dir.display()
+                ),
+                action: chown(entry, e.uid()),
+            });
         }
     }
     None

@@ -171,7 +171,11 @@ pub fn authoring_reference() -> String {
          negative `min`), `program-choice` (a placeholder where `env`, `xargs`, `timeout`, `sudo`, ... take the program), \
          `write-exec` (`write` and `exec` of one tree), `root-socket` (`unix_sockets` with run_as root), `engine-socket` \
          (docker.sock, podman.sock, containerd.sock, crio.sock), `open-high-danger` (`danger = \"high\"` without \
-         `confirm`, allowed to a group every user is in).\n\n\
+         `confirm`, allowed to a group every user is in); and two the load raises about the paths a tool relies on, \
+         which only `{{ lint = \"NAME\", reason = \"why\" }}` accepts: `replaceable` (a directory above the path that \
+         someone other than root and the account the tool runs as can write: `chown root` or `chmod go-w` it, or run \
+         the tool as its owner) and `beneath-write-root` (the path lies beneath a write root of a tool that runs as \
+         another identity: narrow that root, or run both as one account); see docs/pins.md.\n\n\
          Policy tests: `[[tools.NAME.examples]]` (`args`, optional `argv`) must be accepted, resolving to exactly `argv` \
          (argv[0] is command[0] as written); `[[tools.NAME.refuse]]` (`args`, `code`) must be refused with that \
          validation code. Every load runs them (a failing one is an error at its position); `cordon policy test PATH` \

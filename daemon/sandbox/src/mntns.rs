@@ -11,7 +11,8 @@
 //! The mount holding `/dev/null` keeps the host's nodev flag, so the device nodes landlock grants
 //! still open (a read-only mount does not stop writes to a device node).
 //!
-//! Views are built once per distinct set of write roots and registry generation, by a short-lived
+//! Views are built once per distinct set of write roots (and their pinned directories: a re-pinned
+//! root gets a new view) and registry generation, by a short-lived
 //! child (`clone` with `CLONE_NEWNS`, and `CLONE_NEWUSER` for a daemon that is not root) that
 //! leaves the namespace's descriptor in the daemon's table and exits; a tool's child enters it
 //! with `setns` before it drops its capabilities. A view is *frozen*: its mounts are private, so
@@ -113,8 +114,12 @@ pub struct View {
 #[derive(Debug, Default)]
 struct Cache {
     generation: u64,
-    views: HashMap<Vec<PathBuf>, Arc<View>>,
+    /// By write set and the (dev, ino) pinned for each root: a root re-pinned within a
+    /// generation (docs/pins.md) gets a view of its new directory.
+    views: HashMap<ViewKey, Arc<View>>,
 }
+
+type ViewKey = (Vec<PathBuf>, Vec<Option<(u64, u64)>>);
 
 /// The views of this daemon, by write set, for the newest registry generation seen.
 #[derive(Debug)]
@@ -131,7 +136,7 @@ impl MountViews {
         let mut cache = Cache::default();
         let mode = match build(&[], &[], user) {
             Ok(view) => {
-                cache.views.insert(Vec::new(), Arc::new(view));
+                cache.views.insert((Vec::new(), Vec::new()), Arc::new(view));
                 if user { ViewMode::UserNamespace } else { ViewMode::Private }
             }
             Err(e) if user => ViewMode::Unprotected { reason: e.to_string() },
@@ -178,14 +183,21 @@ impl MountViews {
                 std::thread::spawn(move || drop(old));
             }
         }
+        let ids: Vec<Option<(u64, u64)>> =
+            key.iter().map(|root| pinned.iter().find(|(p, _)| p == root).map(|(_, id)| *id)).collect();
+        let key = (key, ids);
         if let Some(v) = cache.views.get(&key) {
             return Ok(Some(v.clone()));
         }
-        let ids: Vec<Option<(u64, u64)>> =
-            key.iter().map(|root| pinned.iter().find(|(p, _)| p == root).map(|(_, id)| *id)).collect();
-        let view = Arc::new(build(&key, &ids, user)?);
+        let view = Arc::new(build(&key.0, &key.1, user)?);
         // An invocation of an older generation still gets a view, but does not cache it.
         if generation == cache.generation {
+            // A re-pinned root replaces the view of its old directory (kept by whoever runs in it).
+            let stale: Vec<ViewKey> = cache.views.keys().filter(|k| k.0 == key.0).cloned().collect();
+            let old: Vec<Arc<View>> = stale.iter().filter_map(|k| cache.views.remove(k)).collect();
+            if !old.is_empty() {
+                std::thread::spawn(move || drop(old));
+            }
             cache.views.insert(key, view.clone());
         }
         Ok(Some(view))

@@ -192,6 +192,14 @@ fn grants(t: &Tool) -> v1::ToolGrants {
         max_connections: s.network.egress().map(|e| e.max_connections),
         max_bytes: s.network.egress().map(|e| e.max_bytes),
         max_connections_per_call: s.network.egress().map(|e| e.max_connections_per_call),
+        accepted_warnings: t
+            .accepted_warnings
+            .iter()
+            .map(|a| match &a.reason {
+                Some(r) => format!("{}: {r}", a.lint),
+                None => a.lint.clone(),
+            })
+            .collect(),
     }
 }
 

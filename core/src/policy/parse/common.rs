@@ -81,6 +81,7 @@ impl Common {
             min_landlock_abi: self.min_landlock_abi.or(defaults.min_landlock_abi),
             temp: self.temp.or(defaults.temp).unwrap_or_default(),
             pins: Default::default(),
+            repinned: Default::default(),
         };
         Merged {
             working_dir: self.working_dir.or(defaults.working_dir.clone()),

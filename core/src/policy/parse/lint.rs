@@ -28,7 +28,7 @@ use std::path::Path;
 use toml::de::{DeTable, DeValue};
 
 use super::Parser;
-use crate::policy::model::{Confirm, Danger, ParamKind, Principal, RunAs, Segment, Tool};
+use crate::policy::model::{AcceptedWarning, Confirm, Danger, ParamKind, Principal, RunAs, Segment, Tool};
 
 /// Strings a pattern is tried on to decide whether it admits a leading `-`. Conservative, not a
 /// proof: a pattern that admits only other dash-led strings (say `-Z9` alone) is not caught.
@@ -106,19 +106,61 @@ pub(super) const LINTS: &[&str] = &[
     "open-high-danger",
     "connect-inside-netns",
     "cache-inputs",
+    "replaceable",
+    "beneath-write-root",
 ];
 
+/// The warnings the load raises about the paths a tool relies on (`probe::exposure_warnings`):
+/// accepting one needs a reason, kept with the tool and shown by `cordon tool NAME`.
+pub(crate) const EXPOSURE_LINTS: &[&str] = &["replaceable", "beneath-write-root"];
+
 impl Parser<'_> {
-    /// `accept_warnings = ["write-exec", ...]`: lints an admin reviewed and accepts for this tool.
-    pub(super) fn accepted_lints(&mut self, table: &DeTable<'_>) -> Vec<String> {
+    /// `accept_warnings = ["write-exec", { lint = "replaceable", reason = "..." }, ...]`: lints an
+    /// admin reviewed and accepts for this tool (the exposure lints only with a reason).
+    pub(super) fn accepted_lints(&mut self, table: &DeTable<'_>) -> Vec<AcceptedWarning> {
         let Some(v) = table.get("accept_warnings") else { return Vec::new() };
         let Some(items) = self.array(v, "accept_warnings", "an array of lint names") else { return Vec::new() };
         let mut out = Vec::new();
         for item in items {
-            let Some(name) = self.string(item, "accept_warnings") else { continue };
-            if LINTS.contains(&name.as_str()) {
-                out.push(name);
-            } else {
+            let (name, reason) = match item.get_ref() {
+                DeValue::Table(t) => {
+                    let (mut lint, mut reason) = (None, None);
+                    for (k, v) in t {
+                        match k.get_ref().as_ref() {
+                            "lint" => lint = self.string(v, "accept_warnings lint"),
+                            "reason" => reason = self.string(v, "accept_warnings reason"),
+                            other => self.sink.error(
+                                k.span(),
+                                format!(
+                                    "unknown key {other:?} in an accept_warnings entry; it takes `lint` and `reason`"
+                                ),
+                            ),
+                        }
+                    }
+                    let Some(lint) = lint else {
+                        self.sink.error(
+                            item.span(),
+                            "an accept_warnings entry needs `lint`, e.g. { lint = \"replaceable\", reason = \"...\" }",
+                        );
+                        continue;
+                    };
+                    match reason.map(|r| r.trim().to_string()) {
+                        Some(r) if !r.is_empty() => (lint, Some(r)),
+                        _ => {
+                            self.sink.error(
+                                item.span(),
+                                format!("accept_warnings entry for {lint:?} needs a non-empty `reason`: why the risk is accepted"),
+                            );
+                            continue;
+                        }
+                    }
+                }
+                _ => match self.string_hint(item, "accept_warnings", "a lint name or { lint, reason }") {
+                    Some(name) => (name, None),
+                    None => continue,
+                },
+            };
+            if !LINTS.contains(&name.as_str()) {
                 self.sink.error(
                     item.span(),
                     format!(
@@ -127,6 +169,16 @@ impl Parser<'_> {
                         LINTS.join(", ")
                     ),
                 );
+            } else if reason.is_none() && EXPOSURE_LINTS.contains(&name.as_str()) {
+                self.sink.error(
+                    item.span(),
+                    format!(
+                        "accepting {name:?} needs a reason: accept_warnings = [{{ lint = \"{name}\", reason = \"why \
+                         the risk is accepted\" }}]"
+                    ),
+                );
+            } else {
+                out.push(AcceptedWarning { lint: name, reason });
             }
         }
         out
@@ -134,11 +186,17 @@ impl Parser<'_> {
 
     /// Warns about the foot-guns of `tool` (see the module documentation), except the lints
     /// named in `accepted`.
-    pub(super) fn lint(&mut self, tool: &Tool, table: &DeTable<'_>, name_span: &Range<usize>, accepted: &[String]) {
+    pub(super) fn lint(
+        &mut self,
+        tool: &Tool,
+        table: &DeTable<'_>,
+        name_span: &Range<usize>,
+        accepted: &[AcceptedWarning],
+    ) {
         let mut found: Vec<(Range<usize>, &str, String)> = Vec::new();
         self.collect_lints(tool, table, name_span, &mut found);
         for (span, lint, message) in found {
-            if !accepted.iter().any(|a| a == lint) {
+            if !accepted.iter().any(|a| a.lint == lint) {
                 self.sink.warning(
                     span,
                     format!("{message} [{lint}: if reviewed and intended, accept_warnings = [\"{lint}\"] silences it]"),

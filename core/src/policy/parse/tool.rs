@@ -110,6 +110,7 @@ impl Parser<'_> {
         tool.ok_exit_codes = ok_exit_codes;
         tool.cache = cache;
         self.lint(&tool, table, &name_span, &accepted);
+        tool.accepted_warnings = accepted;
         if self.run_examples {
             self.check_examples(&tool);
         }
@@ -428,5 +429,6 @@ fn assemble(
         examples: Vec::new(),
         ok_exit_codes: DEFAULT_OK_EXIT_CODES.to_vec(),
         cache: None,
+        accepted_warnings: Vec::new(),
     })
 }
