@@ -651,6 +651,9 @@ fn run_project(env: &Env, p: &'static Project) -> Row {
             row.problems.push(format!("the runs through cordon changed the history: {before:?} -> {after:?}"));
         }
     }
+    if p.ecosystem.starts_with("git") {
+        git_tools(env, &mut row, &dir, &generated, &sock);
+    }
     // The driver needs a baseline that passes through cordon (a warning of the check aside).
     let baseline = row.through.len() == 4 && row.through.iter().all(|(_, r)| same(r));
     if baseline && grants_on() {
@@ -658,6 +661,60 @@ fn run_project(env: &Env, p: &'static Project) -> Row {
         remove_one_grant_at_a_time(env, &mut row, &dir, &d, &installed, &generated, &tool, &direct);
     }
     row
+}
+
+/// Git on the real history: every `NAME-git-*` tool init wrote (without parameters) through
+/// `cordon run`, by the owner and by root, prints what its command prints when the owner runs it
+/// directly with the same environment.
+fn git_tools(env: &Env, row: &mut Row, dir: &Path, generated: &str, sock: &[(&str, &str)]) {
+    let p = row.project;
+    let Ok(doc) = generated.parse::<toml::Table>() else { return };
+    let env_of = |t: Option<&toml::Value>| -> Vec<(String, String)> {
+        t.and_then(|t| t.get("env"))
+            .and_then(toml::Value::as_table)
+            .map(|e| e.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .unwrap_or_default()
+    };
+    let defaults_env = env_of(doc.get("defaults"));
+    let tools = doc.get("tools").and_then(toml::Value::as_table).cloned().unwrap_or_default();
+    let prefix = format!("{}-git-", p.name);
+    let git: Vec<(&String, &toml::Value)> = tools.iter().filter(|(n, _)| n.starts_with(&prefix)).collect();
+    if git.is_empty() {
+        row.problems.push(format!("a project with a .git directory got no {prefix}* tools from init"));
+        return;
+    }
+    for (name, t) in git {
+        let argv: Vec<String> = t
+            .get("command")
+            .and_then(toml::Value::as_array)
+            .map(|c| c.iter().filter_map(|a| a.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        if argv.is_empty() || argv.iter().any(|a| a.contains("{{")) {
+            continue;
+        }
+        let mut vars = defaults_env.clone();
+        vars.extend(env_of(Some(t)));
+        let mut c = env.command(false, dir, &argv[0]);
+        c.args(&argv[1..]);
+        for (k, v) in &vars {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        let direct = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        if !out.status.success() {
+            row.problems.push(format!("{name}: its command {argv:?} fails when the owner runs it directly:\n{direct}"));
+            continue;
+        }
+        for as_root in [false, true] {
+            let (code, text, _) = env.sh(as_root, dir, &format!("cordon run {name}"), sock);
+            if code != Some(0) || text.trim() != direct.trim() {
+                let who = if as_root { "root" } else { OWNER };
+                row.problems.push(format!(
+                    "{name} called by {who}: exit code {code:?} and\n{text}\nthe owner's direct run of {argv:?} printed:\n{direct}"
+                ));
+            }
+        }
+    }
 }
 
 /// `CORDON_CORPUS_PREVIEW=1`: a local diagnostic, never a pass: `cordon init --template` (the
