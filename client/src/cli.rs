@@ -112,8 +112,9 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<ToolCommand>,
     },
-    /// Scaffold a policy for a project from what it declares (package.json scripts, Makefile
-    /// targets, Cargo.toml, pytest/tox/nox, justfile recipes); writes a file for review, loads nothing.
+    /// Write a policy for a project from the toolchains it uses (Cargo, a Python .venv / uv /
+    /// poetry, npm / pnpm / yarn with node_modules, a Makefile's test or check, git), to install
+    /// as written; loads nothing.
     Init {
         /// The project's root directory.
         #[arg(default_value = ".", value_name = "DIR")]
@@ -127,12 +128,18 @@ pub enum Command {
         /// The project's name, the prefix of every tool name [default: DIR's name]
         #[arg(long, value_name = "NAME")]
         name: Option<String>,
-        /// Write a ready-made policy for this kind of project instead of scanning its build
-        /// files: the toolchain found on PATH (search_path), its homes read-only, the build
-        /// output and a temp dir writable (rust: cargo test, clippy; python: pytest; node: npm
-        /// test, node --test; c: make test with gcc).
-        #[arg(long, value_name = "KIND")]
+        /// Write the policy for this kind of project whatever its files say (by default the
+        /// toolchains are detected): the toolchain found on PATH (search_path), its homes
+        /// read-only, the build output writable (rust: cargo test, and clippy / fmt where
+        /// installed; python: pytest from the project's .venv; node: npm test with exec on the
+        /// node_modules bins, node --test; c: make test with gcc).
+        #[arg(long, value_name = "KIND", conflicts_with = "scan")]
         template: Option<crate::init::template::Template>,
+        /// Instead of detecting the toolchains, list every package.json script, Makefile target,
+        /// justfile recipe, tox environment and nox session as a tool, each with a TODO reason
+        /// for an admin to write.
+        #[arg(long)]
+        scan: bool,
     },
     /// Run a tool and print its output; exits with the tool's exit code.
     Run {
@@ -498,8 +505,8 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Tool { name: None, command: None } => {
             Err(CliError::Usage("name a tool (`cordon tool NAME`), or `cordon tool add|remove|show`".into()))
         }
-        Command::Init { dir, output, force, name, template } => {
-            init::init(&dir, output.as_deref(), force, name.as_deref(), template, json)
+        Command::Init { dir, output, force, name, template, scan } => {
+            init::init(&dir, output.as_deref(), force, name.as_deref(), template, scan, json)
         }
         Command::Run { tool, args, args_json, dry_run: false, detach: false } => {
             admin::run(&socket, &tool, &args, args_json, json).await

@@ -1,7 +1,12 @@
-//! `cordon init [DIR]`: a policy scaffolded from what a project already declares, written for
-//! an admin to review. It loads nothing and talks to no daemon.
+//! `cordon init [DIR]`: a policy for a project, written to install as it is. It loads nothing
+//! and talks to no daemon, and runs nothing from the project.
 //!
-//! Sources, each read without running anything from the project:
+//! Plain `cordon init` detects the project's toolchains and writes one part per toolchain with
+//! real reasons and the project owner's identity (`template::detect`, `template::text`);
+//! `--template KIND` writes one part whatever the project holds.
+//!
+//! `--scan` is the older scan of what a project declares, each entry a tool for an admin to
+//! review:
 //! - `package.json` scripts: `npm run NAME` (`yarn run` / `pnpm run` when their lock file is there);
 //! - `Makefile` / `makefile` / `GNUmakefile` targets: plain `name:` rule lines only (no pattern
 //!   rules, variables, special `.TARGETS` or file names with dots or slashes);
@@ -11,12 +16,13 @@
 //!   (envlist of `tox.ini`), `nox -s SESSION` (`@nox.session` functions of `noxfile.py`);
 //! - `justfile` recipes without parameters (private `_recipes` and `[private]` ones left out).
 //!
-//! Every tool gets the project root as `working_dir` and `read`, writes only what its toolchain
-//! needs (cargo: `target/`, tox: `.tox/`, nox: `.nox/`; pytest runs without its cache), no network,
-//! no `allow` (admins only), and a `reason` that starts with `TODO` (an error for `policy check` and cordond until an admin writes the real one).
-//! Its one free-form parameter (`cargo test`'s filter, pytest's test id) comes behind
-//! `arg_separator` with a pattern that refuses a leading `-`. `command[0]` is resolved on the
-//! caller's `PATH` now, because cordond looks bare names up only in its own fixed `PATH`.
+//! There every tool gets the project root as `working_dir` and `read`, writes only what its
+//! toolchain needs (cargo: `target/`, tox: `.tox/`, nox: `.nox/`; pytest runs without its cache), no
+//! network, no `allow` (admins only), and a `reason` that starts with `TODO` (an error for `policy
+//! check` and cordond until an admin writes the real one). Its one free-form parameter (`cargo
+//! test`'s filter, pytest's test id) comes behind `arg_separator` with a pattern that refuses a
+//! leading `-`. `command[0]` is resolved on the caller's `PATH` now, because cordond looks bare
+//! names up only in its own fixed `PATH`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -79,6 +85,7 @@ pub fn init(
     force: bool,
     name: Option<&str>,
     kind: Option<template::Template>,
+    scan: bool,
     as_json: bool,
 ) -> Result<u8, CliError> {
     let root = fs::canonicalize(dir).map_err(|e| {
@@ -90,6 +97,9 @@ pub fn init(
     let project = project_name(name, &root)?;
     if let Some(kind) = kind {
         return init_template(kind, &root, &project, output, force, as_json);
+    }
+    if !scan {
+        return init_detect(&root, &project, output, force, as_json);
     }
     let mut found = Found::default();
     npm(&root, &project, &mut found);
@@ -180,8 +190,9 @@ fn init_template(
     as_json: bool,
 ) -> Result<u8, CliError> {
     let path_var = std::env::var_os("PATH").unwrap_or_else(|| SEARCH_PATH.into());
-    let (text, notes) = template::render(kind, root, project, &path_var)?;
+    let (text, mut notes, must_exist) = template::render(kind, root, project, &path_var)?;
     let shown = emit(output, project, &text, force, as_json)?;
+    notes.extend(create_missing(root, &must_exist));
     let to_stdout = shown == "-";
     if as_json {
         let mut out =
@@ -208,12 +219,120 @@ fn init_template(
         report(format!("wrote {file} (nothing was loaded)"));
     }
     report("next steps:".into());
-    report(format!("  1. review {file}; add `allow` for the agent users"));
-    report(format!("  2. cordon policy check {file}"));
+    report(format!("  1. review {file} (the owner of the project is the one user in `allow`)"));
+    report(format!("  2. cordon policy check --deny-warnings {file}"));
     report(format!(
         "  3. install it as root into cordond's policy directory (`cordon status` shows it): sudo install -m 0644 {file} /etc/cordon/policies.d/, then `cordon reload`"
     ));
     Ok(exit::OK)
+}
+
+/// `cordon init [DIR]`: the toolchains the project uses (`template::detect`), one policy.
+fn init_detect(root: &Path, project: &str, output: Option<&Path>, force: bool, as_json: bool) -> Result<u8, CliError> {
+    let path_var = std::env::var_os("PATH").unwrap_or_else(|| SEARCH_PATH.into());
+    let mut ignored = Found::default();
+    let targets = ["GNUmakefile", "makefile", "Makefile"]
+        .iter()
+        .find_map(|f| read_noted(root, f, &mut ignored))
+        .map(|t| make_targets(&t))
+        .unwrap_or_default();
+    let detected = template::detect(root, &path_var, &targets);
+    let mut left_out = ignored.notes;
+    left_out.extend(detected.left_out.iter().cloned());
+    if detected.parts.is_empty() {
+        let why = if left_out.is_empty() { String::new() } else { format!(" ({})", left_out.join("; ")) };
+        return Err(CliError::Other(format!(
+            "no toolchain cordon init knows was found in {}{why}: looked for Cargo.toml, a Python project \
+             (pyproject.toml, setup.py, setup.cfg, pytest.ini, conftest.py, uv.lock, poetry.lock, tox.ini or a .venv), \
+             package.json, a Makefile with a `test` or `check` target, a .git directory, and go.mod; pass the project's root \
+             directory, `--scan` to list every script, target and recipe of its build files (package.json, \
+             Makefile, justfile, tox.ini, noxfile.py), or write the policy by hand (`cordon policy reference`)",
+            root.display()
+        )));
+    }
+    let text = template::text("from `cordon init`", root, project, &detected.parts, &left_out);
+    let shown = emit(output, project, &text, force, as_json)?;
+    let must: Vec<PathBuf> = detected.parts.iter().flat_map(|p| p.must_exist.iter().cloned()).collect();
+    let created = create_missing(root, &must);
+    let to_stdout = shown == "-";
+    let labels: Vec<&str> = detected.parts.iter().map(|p| p.label.as_str()).collect();
+    let tools: Vec<String> = detected.parts.iter().flat_map(|p| p.tool_names(project)).collect();
+    let mut notes: Vec<String> =
+        detected.parts.iter().flat_map(|p| p.notes.iter().map(|n| format!("{}: {n}", p.label))).collect();
+    notes.extend(created);
+    if as_json {
+        let mut out = json!({
+            "project": project, "root": root, "file": shown, "detected": labels, "tools": tools,
+            "notes": notes, "left_out": left_out,
+        });
+        if to_stdout {
+            out["policy"] = json!(text);
+        }
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(exit::OK);
+    }
+    let report = |line: String| {
+        if to_stdout {
+            errln!("{line}");
+        } else {
+            outln!("{line}");
+        }
+    };
+    report(format!("project {project} at {}", root.display()));
+    for l in &labels {
+        report(format!("  detected {l}"));
+    }
+    report(format!("{} tool(s): {}", tools.len(), tools.join(", ")));
+    for n in &notes {
+        report(format!("  note: {n}"));
+    }
+    for l in &left_out {
+        report(format!("  not generated: {l}"));
+    }
+    let file = if to_stdout { "FILE".to_string() } else { shown.clone() };
+    if !to_stdout {
+        report(format!("wrote {file} (nothing was loaded)"));
+    }
+    report("next steps:".into());
+    report(format!("  1. review {file} (the owner of the project is the one user in `allow`)"));
+    report(format!("  2. cordon policy check --deny-warnings {file}"));
+    report(format!(
+        "  3. install it as root into cordond's policy directory (`cordon status` shows it): sudo install -m 0644 {file} /etc/cordon/policies.d/, then `cordon reload`"
+    ));
+    Ok(exit::OK)
+}
+
+/// Creates the write roots the tools need that do not exist yet (`target/`, `.npm-cache`: a
+/// missing grant makes a tool unavailable), when whoever runs `cordon init` owns the project (the
+/// developer, in their own tree); answers what it did or could not do. Another account's project
+/// (root running init in a developer's tree) is left as it is: a directory made there by root,
+/// through a path its owner can swap for a link, could land anywhere.
+fn create_missing(root: &Path, dirs: &[PathBuf]) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut out = Vec::new();
+    let Ok(meta) = fs::metadata(root) else { return out };
+    let mine = meta.uid() == nix::unistd::geteuid().as_raw();
+    for d in dirs {
+        if d.is_dir() {
+            continue;
+        }
+        // The parent: the project or a real directory in it (node_modules), never through a link.
+        let parent_ok = d.parent().is_some_and(|p| {
+            p.starts_with(root)
+                && fs::symlink_metadata(p).is_ok_and(|m| m.is_dir())
+                && fs::canonicalize(p).is_ok_and(|c| c == p)
+        });
+        let todo = format!("create it as the project's owner (mkdir {}) before installing", d.display());
+        if !mine || !parent_ok || fs::symlink_metadata(d).is_ok() {
+            out.push(format!("{} does not exist: {todo}", d.display()));
+            continue;
+        }
+        match fs::create_dir(d) {
+            Ok(()) => out.push(format!("created {} (a write grant must exist)", d.display())),
+            Err(e) => out.push(format!("{} does not exist and could not be created ({e}): {todo}", d.display())),
+        }
+    }
+    out
 }
 
 /// The project's name as a tool-name prefix: `--name`, or the directory's name made to fit

@@ -4,8 +4,8 @@
 //!
 //! Each `### ` example is, in order: an optional ```sh block the developer runs in their shell
 //! (run here as one script by the project's owner, the test user, with `HOME` its own
-//! directory), a ```toml block (a whole policy when it has `version = 1`, else lines to add under
-//! `[defaults]` of the file the template wrote), a ```sh block of commands run in the project
+//! directory), a ```toml block (a whole policy when it has `version = 1`, else lines that the
+//! `[defaults]` of the file `cordon init` wrote hold already: the file is installed unedited), a ```sh block of commands run in the project
 //! one by one (`sudo ...` as root, the rest as the owner; `/etc/cordon/policies.d/` is the test
 //! daemon's policy directory), and a ```text block: the lines each `cordon run` prints (or, when
 //! the block ends with another command, what that prints), `…` standing for anything within a
@@ -208,9 +208,19 @@ impl Run {
             std::os::unix::fs::chown(&file, Some(uid), Some(gid)).unwrap();
         } else {
             let text = std::fs::read_to_string(&file)
-                .unwrap_or_else(|err| panic!("{}: the template's file {}: {err}", e.heading, file.display()));
-            let at = text.find("\n[defaults]\n").expect("the template has [defaults]") + "\n[defaults]\n".len();
-            std::fs::write(&file, format!("{}{toml}{}", &text[..at], &text[at..])).unwrap();
+                .unwrap_or_else(|err| panic!("{}: the file cordon init wrote, {}: {err}", e.heading, file.display()));
+            let at = text.find("\n[defaults]\n").expect("the policy has [defaults]") + "\n[defaults]\n".len();
+            let defaults = &text[at..text[at..].find("\n[").map_or(text.len(), |i| at + i)];
+            for want in toml.lines().filter(|l| !l.trim().is_empty()) {
+                assert!(
+                    defaults.lines().any(|l| l == want),
+                    "{}: the [defaults] cordon init wrote lack {want:?}:\n{text}",
+                    e.heading
+                );
+            }
+            // Installed as written: no warning but those about paths only the owner can replace
+            // (the owner's tree), which the owner identity makes moot.
+            crate::init::assert_checks_clean(&file, agent::id("-u", AGENT));
         }
         let expected_of_last = !e.commands.last().unwrap().contains("cordon run ");
         let mut last = String::new();
@@ -328,21 +338,18 @@ fn readme_node_example_npm_test() {
     require_root!("the owner identity needs a root daemon and a test user");
     let e = example("Node:");
     let run = Run::new();
-    write(
-        &run.project.join("package.json"),
-        r#"{ "name": "tiny", "version": "1.0.0", "private": true, "scripts": { "test": "node --test" } }"#,
-    );
-    write(
-        &run.project.join("test/add.test.js"),
-        "const test = require('node:test');\nconst assert = require('node:assert');\n\
-         test('adds', () => { assert.strictEqual(1 + 1, 2); });\n",
-    );
+    crate::init::tape_project(&run.project);
     run.chown_to_owner();
     if let Err(why) = run.owner_can("node --version && npm --version") {
         eprintln!("skipped: the README's Node example: {AGENT} cannot run node and npm ({})", why.trim());
         return;
     }
+    // The developer's `npm ci`, as the owner: tape from the registry, or a stand-in package.
+    crate::init::install_tape(&run.project, &|script| {
+        run.owner_can(&format!("cd {} && {script}", run.project.display()))
+    });
     run.example(&e, &|_| {});
+    assert!(run.project.join(".npm-cache").is_dir(), "cordon init made npm's cache");
 }
 
 #[test]
