@@ -8,6 +8,7 @@ mod cache_inputs;
 mod cgroup_delegation;
 mod check_agrees;
 mod cli;
+mod corpus;
 mod denials;
 mod docs;
 mod e2e;
