@@ -518,25 +518,16 @@ pub fn policy_check(paths: &[PathBuf], deny_warnings: bool, as_json: bool) -> Re
     let mut sources = Vec::new();
     let mut diagnostics: Vec<DiagnosticInfo> = Vec::new();
     // The rules of a cordond running as whoever checks: errors, exactly what that daemon would
-    // refuse. Someone else checking files for a root daemon also hears, as warnings, what a root
-    // cordond would refuse (ownership and modes only).
+    // refuse. Someone else checking files for a root daemon also hears, as notes, what a root
+    // cordond would refuse of the files where they are (ownership and modes only): a note, not a
+    // warning, because the way a file reaches a root cordond is to be installed by root into its
+    // policy directory, which fixes exactly that (a developer's own file in their own project is
+    // theirs, and `--deny-warnings` must pass on it).
     let trust = policy::Trust::current();
     for path in paths {
         let read = policy::read_path_sources(path, trust);
         sources.extend(read.files);
-        let mut found = read.diagnostics;
-        if !trust.is_root() {
-            let as_root = policy::read_path_sources(path, policy::Trust::root());
-            found.extend(
-                as_root.diagnostics.into_iter().filter(|d| d.is_error() && d.message.contains("a root cordond")).map(
-                    |d| policy::Diagnostic {
-                        severity: policy::Severity::Warning,
-                        message: format!("a root cordond would refuse this: {}", d.message),
-                        ..d
-                    },
-                ),
-            );
-        }
+        let found = read.diagnostics;
         diagnostics.extend(found.iter().map(|d| DiagnosticInfo {
             severity: if d.is_error() { "error" } else { "warning" },
             file: d.file.display().to_string(),
@@ -544,6 +535,25 @@ pub fn policy_check(paths: &[PathBuf], deny_warnings: bool, as_json: bool) -> Re
             column: d.column,
             message: d.message.clone(),
         }));
+        if !trust.is_root() {
+            let as_root = policy::read_path_sources(path, policy::Trust::root());
+            diagnostics.extend(
+                as_root.diagnostics.into_iter().filter(|d| d.is_error() && d.message.contains("a root cordond")).map(
+                    |d| DiagnosticInfo {
+                        severity: "note",
+                        file: d.file.display().to_string(),
+                        line: d.line,
+                        column: d.column,
+                        message: format!(
+                            "a root cordond would refuse this file where it is: {}; to load it there, install it as \
+                             root into the policy directory (sudo install -m 0644 FILE /etc/cordon/policies.d/), \
+                             which makes the copy root's",
+                            d.message
+                        ),
+                    },
+                ),
+            );
+        }
     }
     let host = match host::probe() {
         Ok(facts) => facts.policy_host(),

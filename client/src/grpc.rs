@@ -1373,8 +1373,8 @@ pub struct DiagnosticInfo {
 impl std::fmt::Display for DiagnosticInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}:{}: ", self.file, self.line, self.column)?;
-        if self.severity == "warning" {
-            f.write_str("warning: ")?;
+        if self.severity == "warning" || self.severity == "note" {
+            write!(f, "{}: ", self.severity)?;
         }
         f.write_str(&self.message)
     }

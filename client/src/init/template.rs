@@ -226,10 +226,13 @@ fn rust(root: &Path, path_var: &std::ffi::OsStr) -> Result<Part, String> {
         || std::fs::canonicalize(&cargo).is_ok_and(|r| r.file_name().is_some_and(|n| n == "rustup"));
     let rustup_home = std::env::var_os("RUSTUP_HOME")
         .map(PathBuf::from)
-        .or_else(|| home.map(|h| h.join(".rustup")))
+        .or_else(|| home.as_ref().map(|h| h.join(".rustup")))
         .filter(|r| is_rustup && r.join("toolchains").is_dir());
+    // Any other cargo (Debian's, a toolchain directory on PATH) keeps its registry cache where
+    // cargo's default CARGO_HOME is, ~/.cargo: the offline build reads its index and sources there.
     let cargo_home = cargo_home
-        .or_else(|| (is_rustup && rustup_home.is_some()).then(|| bin.parent().map(Path::to_path_buf)).flatten());
+        .or_else(|| (is_rustup && rustup_home.is_some()).then(|| bin.parent().map(Path::to_path_buf)).flatten())
+        .or_else(|| home.map(|h| h.join(".cargo")).filter(|h| is_dir(h)));
     let g = &mut p.g;
     g.search_path = search_path_with(std::slice::from_ref(&bin));
     g.why.push((
@@ -386,6 +389,16 @@ fn rust(root: &Path, path_var: &std::ffi::OsStr) -> Result<Part, String> {
 // ---------------------------------------------------------------------------------------------
 // Python
 
+/// Whether pytest-cov is installed in the Python environment at `prefix` (a virtualenv or a
+/// Python's installation prefix): a `pytest_cov` package in one of its `lib/python3*/site-packages`.
+fn has_pytest_cov(prefix: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(prefix.join("lib")) else { return false };
+    entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .any(|e| is_dir(&e.path().join("site-packages/pytest_cov")))
+}
+
 /// A virtualenv: a directory with `pyvenv.cfg`, canonical.
 fn venv_at(p: &Path) -> Option<PathBuf> {
     is_file(&p.join("pyvenv.cfg")).then(|| std::fs::canonicalize(p).ok()).flatten()
@@ -468,15 +481,30 @@ fn python(root: &Path, path_var: &std::ffi::OsStr) -> Result<Part, String> {
     {
         push(&mut g.read, v);
     }
+    let site = prefix.clone();
     if !by_default(&prefix) {
         push(&mut g.read, prefix);
     }
     g.env.push(("PYTHONDONTWRITEBYTECODE", "1".into()));
+    // pytest-cov (`--cov` in the project's addopts) writes `.coverage` and its reports into the
+    // project root, which the tools may not write: `--no-cov` turns it off (same tests, same
+    // outcome), and is only given where pytest-cov is installed (pytest refuses it otherwise).
+    let cov = has_pytest_cov(venv.as_deref().unwrap_or(&site));
+    let mut argv = vec!["pytest", "-p", "no:cacheprovider"];
+    if cov {
+        argv.push("--no-cov");
+        p.notes.push(
+            "pytest-cov is installed: the pytest tool runs with --no-cov (coverage writes .coverage and its reports \
+             into the project root, which the tool may not write)"
+                .into(),
+        );
+    }
+    argv.push("{{test}}");
     let mut t = tool(
         "pytest",
         "Run the Python tests with pytest (no cache written), optionally one test file or node id",
         TEST_REASON,
-        &["pytest", "-p", "no:cacheprovider", "{{test}}"],
+        &argv,
     );
     t.param = Some((
         "test",

@@ -379,7 +379,7 @@ pub fn load_sources_after(
     }
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     workflows.sort_by(|a, b| a.name.cmp(&b.name));
-    diagnostics.extend(probe::exposure_warnings(&tools, host, &mut pinned));
+    diagnostics.extend(probe::exposure_warnings(&tools, &mut pinned));
     let files = sources.iter().map(|(f, _)| f.clone()).collect();
     let digest = super::fleet::digest(sources.iter().map(|(f, text)| (file_name(f), text.as_bytes())));
     Ok(PolicySet { tools, workflows, diagnostics, files, digest, reuse })

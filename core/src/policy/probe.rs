@@ -980,7 +980,7 @@ fn changed(what: &'static str, path: &Path, was: &Node, now: String) -> ProbeErr
 ///
 /// Linear in the number of tools: write roots are looked up by each path's ancestors, and the
 /// directory checks are cached by path (`cache` holds this load's resolved `command[0]`s).
-pub(super) fn exposure_warnings(tools: &[Arc<Tool>], host: &Host, cache: &mut PinCache) -> Vec<Diagnostic> {
+pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     let mut warn = |tool: &Tool, message: String| {
         out.push(Diagnostic {
@@ -999,7 +999,7 @@ pub(super) fn exposure_warnings(tools: &[Arc<Tool>], host: &Host, cache: &mut Pi
         }
     }
     let mut weak_cache: HashMap<(PathBuf, Option<u32>), Option<Weakness>> = HashMap::new();
-    let runs_as: Vec<Option<u32>> = tools.iter().map(|t| fixed_identity(t, host)).collect();
+    let runs_as: Vec<Option<u32>> = tools.iter().map(|t| fixed_identity(t)).collect();
     for (me, tool) in tools.iter().enumerate() {
         let mut paths: Vec<(&str, PathBuf)> = Vec::new();
         for (what, list) in [
@@ -1082,12 +1082,13 @@ pub(super) fn exposure_warnings(tools: &[Arc<Tool>], host: &Host, cache: &mut Pi
     out
 }
 
-/// The one account a tool runs as whoever calls it, when the policy fixes it: `run_as` a user
-/// (on a root daemon), the owner of its working_dir now (`owner_of`; never root), or cordond's
-/// own user on a daemon that is not root. `None`: it runs as its caller.
-fn fixed_identity(tool: &Tool, host: &Host) -> Option<u32> {
+/// The one account a tool runs as whoever calls it, when the policy fixes it: `run_as` a user,
+/// or the owner of its working_dir now (`owner_of`; never root). `None`: it runs as its caller.
+fn fixed_identity(tool: &Tool) -> Option<u32> {
+    // Whatever the host: `run_as` is only honoured by a root cordond, so a policy with it is
+    // meant for one, and a developer checking their own file (not root) must hear what that
+    // daemon would say.
     match &tool.sandbox.run_as {
-        _ if !host.is_root => None,
         Some(r @ RunAs::Account { .. }) => run_as_ids(r).ok().map(|(uid, _)| uid),
         Some(RunAs::OwnerOfWorkingDir) => {
             let uid = std::fs::metadata(tool.working_dir.as_ref()?).ok()?.uid();

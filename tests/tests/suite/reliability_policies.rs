@@ -512,9 +512,13 @@ fn policy_check_by_an_unprivileged_user_applies_its_own_daemon_rules_and_warns_a
     nix::unistd::chown(&own, Some(agent.uid), None).unwrap();
     let out = check_as_agent(&dir);
     out.assert_code(0);
+    // A note, not a warning: installing the file as root into the policy directory is the way it
+    // reaches a root cordond, and makes the copy root's (`--deny-warnings` passes on it).
     let warning = format!(
-        "{}:1:1: warning: a root cordond would refuse this: policy file {} is owned by {AGENT} (mode 0644, owner \
-         {AGENT}:root); a root cordond only trusts files that only root can write: chown root {}",
+        "{}:1:1: note: a root cordond would refuse this file where it is: policy file {} is owned by {AGENT} (mode \
+         0644, owner {AGENT}:root); a root cordond only trusts files that only root can write: chown root {}; to load \
+         it there, install it as root into the policy directory (sudo install -m 0644 FILE \
+         /etc/cordon/policies.d/), which makes the copy root's",
         d(&own),
         d(&own),
         d(&own)
