@@ -73,7 +73,7 @@ impl Tool {
         // One re-pin at a time per tool: a second call waits, then finds the pins in force.
         let mut slot = self.sandbox.repinned.lock();
         let current = slot.clone().unwrap_or_else(|| self.sandbox.pins.clone());
-        let (pins, repins) = repin_all(&current, |_| Some(runner), true)?;
+        let (pins, repins) = repin_all(&current, |_, _| Some(runner), true)?;
         if repins.is_empty() {
             return Ok((current, repins));
         }
@@ -91,11 +91,52 @@ impl Tool {
         let current = self.current_pins();
         let Err(e) = verify(&current) else { return Ok(()) };
         let fixed = self.fixed_runner(&current);
-        let changed = matches!(e, ProbeError::Changed { .. });
+        let changed = matches!(e, ProbeError::Changed { .. } | ProbeError::Pending { .. });
         if !changed {
             return Err(e);
         }
-        repin_all(&current, |old| fixed.or(Some(Runner { uid: old.node.uid, gid: 0 })), false).map(|_| ())
+        let stand_in = |old: Option<&Pin>, path: &Path| match old {
+            Some(old) => Some(Runner { uid: old.node.uid, gid: 0 }),
+            None => parent_owner(path),
+        };
+        repin_all(&current, |old, path| fixed.or_else(|| stand_in(old, path)), false).map(|_| ())
+    }
+
+    /// Whether a `write` root missing at load (`path`) may load pending, to be created by the
+    /// first call: the re-pin rule would create it for the identity the tool runs as (its
+    /// `run_as`, the working_dir's owner, cordond's user when it is not root); for a tool that
+    /// runs as its caller, the owner of the directory that would hold it stands in, and the call
+    /// decides for the real caller. The reason when it may not.
+    pub(super) fn judge_missing(&self, pins: &Pins, path: &Path) -> Result<(), String> {
+        let runner = match (self.fixed_runner(pins), &self.sandbox.run_as) {
+            (Some(r), _) => r,
+            (None, Some(_)) => return Err("the identity the tool runs as is not known".into()),
+            (None, None) => match parent_owner(path) {
+                None => return Err("the directory that would hold it cannot be read".into()),
+                Some(r) if r.uid == 0 => {
+                    return Err(
+                        "the directory that would hold it is root's, and only an admin creates roots there".into()
+                    );
+                }
+                Some(r) => r,
+            },
+        };
+        qualify("write", path, None, runner, false).map(|_| ())
+    }
+
+    /// What the next call does first, for listings: the write roots missing at load that it
+    /// creates (named for admins; agents, who are not shown the grants, get the sentence alone).
+    /// `None`: nothing.
+    pub fn pending_note(&self, with_paths: bool) -> Option<String> {
+        let pins = self.current_pins();
+        let paths: Vec<String> = pins.pending_write.iter().map(|p| p.path.display().to_string()).collect();
+        let what = if with_paths { format!("write root {}", paths.join(", ")) } else { "a write root".to_string() };
+        (!paths.is_empty()).then(|| {
+            format!(
+                "{what} missing since the registry loaded: the next call creates it (mode 0700, as the account \
+                 the call runs as; docs/pins.md)"
+            )
+        })
     }
 
     /// The identity the tool runs as whoever calls, when the policy alone fixes it.
@@ -121,7 +162,7 @@ impl Tool {
 /// root); otherwise only judge.
 fn repin_all(
     pins: &Pins,
-    runner_of: impl Fn(&Pin) -> Option<Runner>,
+    runner_of: impl Fn(Option<&Pin>, &Path) -> Option<Runner>,
     act: bool,
 ) -> Result<(Pins, Vec<Repin>), ProbeError> {
     verify_executable_name(pins)?;
@@ -139,9 +180,9 @@ fn repin_all(
             *pin = new.clone();
             continue;
         }
-        let why_not = match runner_of(pin) {
+        let why_not = match runner_of(Some(pin), &pin.path) {
             None => Err("the identity of the call is not known".to_string()),
-            Some(runner) => qualify(what, pin, runner, act),
+            Some(runner) => qualify(what, &pin.path, Some(pin), runner, act),
         };
         match why_not {
             Ok(Some((new, created))) => {
@@ -161,7 +202,38 @@ fn repin_all(
             Err(why) => return Err(err.not_repinned(why)),
         }
     }
+    // Write roots missing at load: created now (or taken, if their owner made them meanwhile),
+    // each put back at its place in the write list.
+    for p in std::mem::take(&mut out.pending_write) {
+        let why_not = match runner_of(None, &p.path) {
+            None => Err("the identity of the call is not known".to_string()),
+            Some(runner) => qualify("write", &p.path, None, runner, act),
+        };
+        match why_not {
+            Ok(Some((new, created))) => {
+                repins.push(Repin {
+                    what: "write",
+                    path: p.path.clone(),
+                    was: "missing".into(),
+                    now: new.node.id(),
+                    created,
+                    uid: new.node.uid,
+                });
+                out.write.insert(p.index.min(out.write.len()), new);
+            }
+            Ok(None) => {}
+            Err(why) => return Err(super::probe::pending(&p).not_repinned(why)),
+        }
+    }
     Ok((out, repins))
+}
+
+/// The owner of the directory that holds `path` (read without following a symlink), as the
+/// identity that stands in for a caller not known yet; `None` when it cannot be read.
+fn parent_owner(path: &Path) -> Option<Runner> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path.parent()?).ok()?;
+    Some(Runner { uid: m.uid(), gid: m.gid() })
 }
 
 /// `command[0]` as named must still lead to its pinned file (never re-pinned).
@@ -200,19 +272,26 @@ fn pins_mut(p: &mut Pins) -> impl Iterator<Item = (&'static str, &mut Pin)> {
 /// So what the grant reaches moves only to a directory the runner made, in a place only root
 /// and the runner control: nothing the runner could not already put beneath the old root. The
 /// descriptor the walk checked is the new pin. `Ok(None)`: it qualifies (judging only).
-fn qualify(what: &'static str, old: &Pin, runner: Runner, act: bool) -> Result<Option<(Pin, bool)>, String> {
+fn qualify(
+    what: &'static str,
+    path: &Path,
+    old: Option<&Pin>,
+    runner: Runner,
+    act: bool,
+) -> Result<Option<(Pin, bool)>, String> {
     let uid = runner.uid;
     if uid == 0 {
         return Err("the call runs as root, and only an admin re-accepts root's paths".into());
     }
-    if !old.node.is_dir() {
-        return Err("it was not a directory when the registry loaded".into());
+    if let Some(old) = old {
+        if !old.node.is_dir() {
+            return Err("it was not a directory when the registry loaded".into());
+        }
+        if old.node.uid != uid {
+            return Err(format!("it was owned by uid {}, not by uid {uid} the call runs as", old.node.uid));
+        }
     }
-    if old.node.uid != uid {
-        return Err(format!("it was owned by uid {}, not by uid {uid} the call runs as", old.node.uid));
-    }
-    let names: Vec<&OsStr> = old
-        .path
+    let names: Vec<&OsStr> = path
         .components()
         .filter_map(|c| match c {
             Component::Normal(n) => Some(n),
@@ -238,7 +317,9 @@ fn qualify(what: &'static str, old: &Pin, runner: Runner, act: bool) -> Result<O
         (dir, dir_path) = (fd, next);
     }
     let parent_mount = mount_id(&dir).ok_or_else(|| format!("the mount of {} cannot be read", dir_path.display()))?;
-    if mount_id(&old.fd) != Some(parent_mount) {
+    if let Some(old) = old
+        && mount_id(&old.fd) != Some(parent_mount)
+    {
         return Err(format!(
             "it was a mount point (or {} was remounted) since the registry loaded",
             dir_path.display()
@@ -252,12 +333,12 @@ fn qualify(what: &'static str, old: &Pin, runner: Runner, act: bool) -> Result<O
                 return Ok(None);
             }
             create_as(&dir, name, runner).map_err(|e| format!("creating it as uid {uid}: {}", e.desc()))?;
-            let fd = openat(&dir, *name, flags, Mode::empty()).map_err(|e| io(&old.path, e))?;
+            let fd = openat(&dir, *name, flags, Mode::empty()).map_err(|e| io(path, e))?;
             (fd, true)
         }
-        Err(e) => return Err(io(&old.path, e)),
+        Err(e) => return Err(io(path, e)),
     };
-    let st = fstat(&fd).map_err(|e| io(&old.path, e))?;
+    let st = fstat(&fd).map_err(|e| io(path, e))?;
     holder_ok(&dir, &dir_path, Some(st.st_uid), uid)?;
     let node = Node::of(&fd).map_err(|e| e.to_string())?;
     if node.is_symlink() {
@@ -282,7 +363,7 @@ fn qualify(what: &'static str, old: &Pin, runner: Runner, act: bool) -> Result<O
     if !act {
         return Ok(None);
     }
-    Ok(Some((Pin { path: old.path.clone(), node, fd: Arc::new(fd) }, created)))
+    Ok(Some((Pin { path: path.to_path_buf(), node, fd: Arc::new(fd) }, created)))
 }
 
 /// The directory `dir` (at `path`) that holds an entry owned by `entry_uid` lets no one but
