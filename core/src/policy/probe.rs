@@ -1202,7 +1202,17 @@ fn entry_weakness(dir: &Path, entry: &Path, runs_as: Option<u32>) -> Option<Weak
         });
     }
     if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-        let by = if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", d.gid()) };
+        // Only group-writable, by the user private group of the identity the tool runs as: no
+        // one else (docs/pins.md).
+        let private = |u: u32| super::repin::private_group(d.gid(), u);
+        let by = match runs_as {
+            _ if mode & 0o002 != 0 => "everyone".to_string(),
+            Some(u) => match private(u) {
+                Ok(()) => return None,
+                Err(why) => why,
+            },
+            None => format!("group {}", d.gid()),
+        };
         return Some(Weakness {
             why: format!("{} (mode {mode:o}) is writable by {by}", dir.display()),
             action: format!("`chmod go-w {}`", dir.display()),

@@ -352,7 +352,14 @@ fn qualify(
     }
     let mode = node.mode & 0o7777;
     if mode & 0o022 != 0 {
-        return Err(format!("it is now group- or other-writable (mode {mode:o}; `chmod go-w` it)"));
+        let group = if mode & 0o002 == 0 { Some(private_group(st.st_gid, uid)) } else { None };
+        match group {
+            Some(Ok(())) => {}
+            Some(Err(why)) => {
+                return Err(format!("it is now group- or other-writable (mode {mode:o}; `chmod go-w` it): {why}"));
+            }
+            None => return Err(format!("it is now group- or other-writable (mode {mode:o}; `chmod go-w` it)")),
+        }
     }
     if mount_id(&fd) != Some(parent_mount) {
         return Err("it is now a mount point".into());
@@ -378,13 +385,76 @@ fn holder_ok(dir: &OwnedFd, path: &Path, entry_uid: Option<u32>, uid: u32) -> Re
     let mode = st.st_mode & 0o7777;
     if mode & 0o022 != 0 {
         let sticky_ok = owner == 0 && mode & 0o1000 != 0 && entry_uid.is_some_and(|e| e == 0 || e == uid);
-        if !sticky_ok {
+        if sticky_ok {
+            return Ok(());
+        }
+        if mode & 0o002 != 0 {
             return Err(format!(
-                "{} above it (mode {mode:o}) is writable by {}, who could replace it",
-                path.display(),
-                if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", st.st_gid) }
+                "{} above it (mode {mode:o}) is writable by everyone, who could replace it",
+                path.display()
             ));
         }
+        // Group-writable: only the identity's own user private group is no one else.
+        if let Err(why) = private_group(st.st_gid, uid) {
+            return Err(format!(
+                "{} above it (mode {mode:o}) is writable by {why}, who could replace it",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether group `gid` is a user private group of `uid` (Fedora/RHEL and Debian with umask 002
+/// make a developer's directories 0775 with that group): `gid` is the primary group of `uid`'s
+/// account, no other account has it as primary group, and it has no listed member other than
+/// that account. Read from /etc/passwd and /etc/group; anything that cannot be told, or is
+/// ambiguous, is not private (fail closed). `Err`: "group NAME (GID)" and why not.
+pub(crate) fn private_group(gid: u32, uid: u32) -> Result<(), String> {
+    let read = |f: &str| std::fs::read_to_string(f).map_err(|e| format!("group {gid} ({f} cannot be read: {e})"));
+    private_group_in(&read("/etc/passwd")?, &read("/etc/group")?, gid, uid)
+}
+
+/// [`private_group`] on the text of /etc/passwd and /etc/group.
+fn private_group_in(passwd: &str, group: &str, gid: u32, uid: u32) -> Result<(), String> {
+    let entries = |text: &str| -> Vec<Vec<String>> {
+        text.lines()
+            .map(str::trim_end)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| l.split(':').map(str::to_string).collect())
+            .collect()
+    };
+    let groups: Vec<Vec<String>> =
+        entries(group).into_iter().filter(|f| f.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(gid)).collect();
+    let name = match groups.as_slice() {
+        [g] => format!("group {} ({gid})", g[0]),
+        [] => return Err(format!("group {gid} (not in /etc/group, so it cannot be told private)")),
+        _ => return Err(format!("group {gid} (named {} times in /etc/group)", groups.len())),
+    };
+    let mut mine = Vec::new();
+    for f in entries(passwd) {
+        let (Some(u), Some(g)) =
+            (f.get(2).and_then(|v| v.parse::<u32>().ok()), f.get(3).and_then(|v| v.parse::<u32>().ok()))
+        else {
+            return Err(format!("{name} (/etc/passwd has an entry it cannot read)"));
+        };
+        if u == uid {
+            mine.push((f[0].clone(), g));
+        } else if g == gid {
+            return Err(format!("{name}, also the primary group of {} (uid {u})", f[0]));
+        }
+    }
+    if mine.is_empty() {
+        return Err(format!("{name} (uid {uid} has no entry in /etc/passwd)"));
+    }
+    if !mine.iter().all(|(_, g)| *g == gid) {
+        return Err(format!("{name}, not the primary group of uid {uid}"));
+    }
+    let members = groups[0].get(3).map(String::as_str).unwrap_or_default();
+    let others: Vec<&str> =
+        members.split(',').map(str::trim).filter(|m| !m.is_empty() && !mine.iter().any(|(n, _)| n == m)).collect();
+    if !others.is_empty() {
+        return Err(format!("{name}, shared with {}", others.join(", ")));
     }
     Ok(())
 }
@@ -413,4 +483,38 @@ fn create_as(dir: &OwnedFd, name: &OsStr, runner: Runner) -> Result<(), Errno> {
         .join()
         .unwrap_or(Err(Errno::EIO))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::private_group_in;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\ndev:x:1000:1000::/home/dev:/bin/bash\n\
+                          ops:x:1001:1001::/home/ops:/bin/sh\n";
+
+    #[test]
+    fn a_user_private_group_is_private_and_a_shared_one_is_not() {
+        let private = "root:x:0:\ndev:x:1000:\nops:x:1001:\n";
+        assert_eq!(private_group_in(PASSWD, private, 1000, 1000), Ok(()));
+        // Listing the owner itself as a member changes nothing.
+        assert_eq!(private_group_in(PASSWD, "dev:x:1000:dev\n", 1000, 1000), Ok(()));
+        let shared = "dev:x:1000:dev,ops\n";
+        assert_eq!(private_group_in(PASSWD, shared, 1000, 1000), Err("group dev (1000), shared with ops".into()));
+        // Another account's private group, the identity's secondary group: not the identity's.
+        assert_eq!(
+            private_group_in(PASSWD, private, 1001, 1000),
+            Err("group ops (1001), also the primary group of ops (uid 1001)".into())
+        );
+        let second_primary = format!("{PASSWD}build:x:1002:1000::/:/bin/sh\n");
+        assert!(
+            private_group_in(&second_primary, private, 1000, 1000)
+                .unwrap_err()
+                .contains("also the primary group of build")
+        );
+        // Unknown or ambiguous: not private.
+        assert!(private_group_in(PASSWD, "root:x:0:\n", 1000, 1000).is_err());
+        assert!(private_group_in(PASSWD, "dev:x:1000:\nstaff:x:1000:\n", 1000, 1000).is_err());
+        assert!(private_group_in(PASSWD, private, 1000, 1005).is_err());
+        assert!(private_group_in("dev:x:oops\n", private, 1000, 1000).is_err());
+    }
 }

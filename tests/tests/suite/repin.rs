@@ -577,3 +577,81 @@ fn a_pending_write_root_whose_parent_changes_before_the_first_call_is_not_create
         }
     }
 }
+
+/// Removes `nobody` from the agent's group again, however the test ends.
+struct SharedGroup;
+
+impl SharedGroup {
+    fn add() -> SharedGroup {
+        sh(&format!("gpasswd -a nobody {AGENT} >/dev/null"));
+        SharedGroup
+    }
+}
+
+impl Drop for SharedGroup {
+    fn drop(&mut self) {
+        let _ = Command::new("gpasswd").args(["-d", "nobody", AGENT]).output();
+    }
+}
+
+/// `cordon policy check` of the project's policy: what it says about the tool `owned`.
+fn owned_warnings(p: &Project) -> Vec<String> {
+    let out = Command::new(cordon_tests::bin("cordon"))
+        .args(["policy", "check"])
+        .arg(p.root.join("policies/repin.toml"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.contains("tool \"owned\"")).map(str::to_string).collect()
+}
+
+/// umask 002 (Fedora/RHEL, Debian's option): the developer's directories are 0775 with the
+/// developer's user private group. That group is the developer alone: such a directory is
+/// re-pinned (and holds a created root), and gives no `replaceable` warning for a tool that runs
+/// as the developer. Once the group has another member, it is someone else: refused with a
+/// reason naming the group, and warned about. Both callers. (One test: the group's member list
+/// is the machine's.)
+#[test]
+fn group_write_by_the_owners_private_group_repins_and_a_shared_group_does_not() {
+    require_root!("to create a test user and change a group's members");
+    let gid = agent::id("-g", AGENT);
+    let group = format!("group {AGENT} ({gid})");
+    for agent_calls in [false, true] {
+        let p = Project::new();
+        let d = p.daemon();
+        as_user(
+            AGENT,
+            &format!("chmod 0775 {} && rm -rf {t} && umask 002 && mkdir {t}", p.proj.display(), t = p.target.display()),
+        );
+        let m = std::fs::metadata(&p.target).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.gid()), (0o775, gid));
+        wrote(&write(&d, agent_calls, "owned", &p.target.join("a")));
+        as_user(AGENT, &format!("rm -rf {}", p.target.display()));
+        wrote(&write(&d, agent_calls, "owned", &p.target.join("b")));
+        assert_eq!(repinned(&d).len(), 2, "{:#?}", repinned(&d));
+        assert!(!owned_warnings(&p).iter().any(|w| w.contains("can be replaced")), "{:#?}", owned_warnings(&p));
+
+        let shared = SharedGroup::add();
+        // The directory above: the group can replace the root.
+        as_user(AGENT, &format!("rm -rf {t} && umask 002 && mkdir {t}", t = p.target.display()));
+        let why = format!("{} above it (mode 775) is writable by {group}, shared with nobody", p.proj.display());
+        refused(&write(&d, agent_calls, "owned", &p.target.join("x")), &p.target, &why);
+        let warned = owned_warnings(&p);
+        assert!(
+            warned.iter().any(|w| w
+                .contains(&format!("{} (mode 775) is writable by {group}, shared with nobody", p.proj.display()))
+                && w.contains(&format!("`chmod go-w {}`", p.proj.display()))),
+            "{warned:#?}"
+        );
+        // The root itself group-writable by the shared group.
+        as_user(AGENT, &format!("chmod 0755 {}", p.proj.display()));
+        let why =
+            format!("it is now group- or other-writable (mode 775; `chmod go-w` it): {group}, shared with nobody");
+        refused(&write(&d, agent_calls, "owned", &p.target.join("x")), &p.target, &why);
+        drop(shared);
+        assert!(std::fs::symlink_metadata(p.target.join("x")).is_err());
+        assert_eq!(repinned(&d).len(), 2);
+        // Private again: taken.
+        wrote(&write(&d, agent_calls, "owned", &p.target.join("y")));
+        assert_eq!(repinned(&d).len(), 3);
+    }
+}
