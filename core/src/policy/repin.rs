@@ -272,6 +272,11 @@ fn pins_mut(p: &mut Pins) -> impl Iterator<Item = (&'static str, &mut Pin)> {
 /// So what the grant reaches moves only to a directory the runner made, in a place only root
 /// and the runner control: nothing the runner could not already put beneath the old root. The
 /// descriptor the walk checked is the new pin. `Ok(None)`: it qualifies (judging only).
+///
+/// `old` is the root's pin at load; `None` for a `write` root that was missing at load, for
+/// which 2 does not apply (there was nothing to own) and 3 with 5 (or 4, when its owner made it
+/// meanwhile) decide. "Writable by no one else" admits group-write by the runner's user private
+/// group ([`private_group`]).
 fn qualify(
     what: &'static str,
     path: &Path,
