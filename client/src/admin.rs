@@ -51,6 +51,9 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
             if !t.unavailable_reason.is_empty() {
                 description = format!("{description} [{}]", t.unavailable_reason);
             }
+            if !t.note.is_empty() {
+                description = format!("{description} [{}]", t.note);
+            }
             [t.name.clone(), t.status_word().to_string(), params.join(" "), description]
         })
         .collect();
@@ -102,6 +105,9 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
         reason => format!(" ({reason})"),
     };
     println!("  {:<12} {}{}", "status", term::paint(Stream::Out, term::level_style(word), word), term::line(&reason));
+    if !t.note.is_empty() {
+        field("note", t.note.clone());
+    }
     if !t.reason.is_empty() {
         field("reason", t.reason.clone());
     }

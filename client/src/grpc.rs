@@ -770,6 +770,9 @@ pub struct ToolInfo {
     pub available: bool,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub unavailable_reason: String,
+    /// What the next call does first (a write root missing at load that it creates).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub note: String,
     pub disabled: bool,
     pub params: Vec<ParamInfo>,
     pub input_schema: JsonDoc,
@@ -880,6 +883,7 @@ impl ToolInfo {
             reason: String::new(),
             available: true,
             unavailable_reason: String::new(),
+            note: String::new(),
             disabled: false,
             params: Vec::new(),
             input_schema: JsonDoc::default(),
@@ -970,6 +974,7 @@ impl From<v1::Tool> for ToolInfo {
             reason: t.reason,
             available: t.available,
             unavailable_reason: t.unavailable_reason,
+            note: t.note,
             disabled: t.disabled,
             output,
             confirm,

@@ -235,6 +235,9 @@ fn to_mcp_tool(t: &ToolInfo, schema: Arc<JsonObject>) -> Tool {
     if t.confirm != "none" {
         description.push_str(&format!(" (asks for {} confirmation before it runs)", t.confirm));
     }
+    if !t.note.is_empty() {
+        description.push_str(&format!(" ({})", t.note));
+    }
     if t.workflow {
         description.push_str(&format!(
             " (a workflow: runs {} in order, stopping at the first failed step; the result lists each step)",

@@ -589,6 +589,18 @@ pub struct Pins {
     /// file of `command[0]`. The tool may then only run as that account (whatever it puts there
     /// runs with no more than its own rights).
     pub search_path_writer: Option<SearchPathWriter>,
+    /// `write` roots that were missing when the registry loaded, in a place where the re-pin
+    /// rule lets the first call create them (docs/pins.md). Until a call has, the tool's pins
+    /// are incomplete (the sandbox refuses to build from them) and every call re-pins first.
+    pub pending_write: Vec<PendingRoot>,
+}
+
+/// A `write` root missing at load, created (as the identity the call runs as) by the first call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRoot {
+    pub path: PathBuf,
+    /// Its place in the tool's `write` list, where its pin goes once it is made.
+    pub index: usize,
 }
 
 /// An account that can change a program a tool may run, and the first path that lets it.

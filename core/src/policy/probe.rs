@@ -24,7 +24,8 @@ use std::sync::Arc;
 use super::defaults::ABI_NET;
 use super::diag::{Diagnostic, Severity};
 use super::model::{
-    Availability, Host, Network, Pin, PinnedExecutable, Pins, Principal, RunAs, SEARCH_PATH, SearchPathWriter, Tool,
+    Availability, Host, Network, PendingRoot, Pin, PinnedExecutable, Pins, Principal, RunAs, SEARCH_PATH,
+    SearchPathWriter, Tool,
 };
 use crate::resolve::{Node, on_kernel_fs, open_no_symlinks};
 
@@ -156,6 +157,28 @@ pub enum ProbeError {
     #[error("{} changed while the registry loaded; reload", path.display())]
     ChangedWhileLoading { path: PathBuf },
     #[error(
+        "write path {} does not exist, and the first call would not create it ({why}; see docs/pins.md); create \
+         it, then reload (`cordon reload`)",
+        path.display()
+    )]
+    MissingWriteRoot { path: PathBuf, why: String },
+    #[error(
+        "write {} was missing when the registry loaded{}",
+        path.display(),
+        why_not.as_ref().map_or_else(
+            || "; the next call creates it".to_string(),
+            |w| format!(
+                " and is not created (not re-pinned: {w}; see docs/pins.md); the tool is refused until an admin \
+                 creates it and reloads (`cordon reload`)"
+            )
+        )
+    )]
+    Pending {
+        path: PathBuf,
+        /// Why the re-pin rule does not create it, when it was asked.
+        why_not: Option<String>,
+    },
+    #[error(
         "{what} {} changed since the registry loaded: was {was}, now {now}{}; the tool is refused until an admin \
          checks it and reloads (`cordon reload`) to accept the new target",
         path.display(),
@@ -180,6 +203,7 @@ impl ProbeError {
             ProbeError::Changed { what, path, was, now, .. } => {
                 ProbeError::Changed { what, path, was, now, why_not: Some(why) }
             }
+            ProbeError::Pending { path, .. } => ProbeError::Pending { path, why_not: Some(why) },
             other => other,
         }
     }
@@ -234,6 +258,9 @@ pub struct PinChecks {
 impl PinChecks {
     /// What [`verify`] says of `pins`, as a reason; `None`: every pin holds.
     fn verify(&mut self, pins: &Pins) -> Option<String> {
+        if let Some(p) = pins.pending_write.first() {
+            return Some(pending(p).to_string());
+        }
         for (what, pin) in pins.all() {
             let key = (Arc::as_ptr(&pin.fd) as usize, what);
             let reason =
@@ -367,6 +394,7 @@ fn same_pins(a: &Pins, b: &Pins) -> bool {
     };
     executables
         && a.search_path_writer == b.search_path_writer
+        && a.pending_write == b.pending_write
         && a.all().count() == b.all().count()
         && a.all()
             .zip(b.all())
@@ -376,7 +404,7 @@ fn same_pins(a: &Pins, b: &Pins) -> bool {
 fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pins), ProbeError> {
     let executable = cache.program(&tool.program, &tool.sandbox.search_path)?;
     let mut pins = Pins { executable: Some(cache.executable(&executable)?), ..Pins::default() };
-    pin_paths(tool, cache, &mut pins)?;
+    let missing = pin_paths(tool, cache, &mut pins)?;
     if let Some(run_as) = &tool.sandbox.run_as {
         if !host.is_root {
             return Err(ProbeError::RunAsNeedsRoot);
@@ -385,6 +413,11 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
             return Err(ProbeError::OwnerWithoutWorkingDir);
         }
         cache.run_as(run_as)?;
+    }
+    // A missing write root loads pending when the re-pin rule lets the first call create it.
+    for (index, path) in missing {
+        tool.judge_missing(&pins, &path).map_err(|why| ProbeError::MissingWriteRoot { path: path.clone(), why })?;
+        pins.pending_write.push(PendingRoot { path, index });
     }
     pins.search_path_writer = search_path_writer(tool, host, &pins, cache)?;
     host_allows(tool, host)?;
@@ -676,7 +709,10 @@ impl PinCache {
 }
 
 /// Pins the working directory, the grants and the directory of each socket.
-fn pin_paths(tool: &Tool, cache: &mut PinCache, pins: &mut Pins) -> Result<(), ProbeError> {
+/// Pins the tool's paths; a `write` root that does not exist (only the root: its parent
+/// exists) is returned, with its place in the `write` list, for the caller to judge.
+fn pin_paths(tool: &Tool, cache: &mut PinCache, pins: &mut Pins) -> Result<Vec<(usize, PathBuf)>, ProbeError> {
+    let mut missing = Vec::new();
     if let Some(dir) = &tool.working_dir {
         let p = cache.pin("working_dir", dir)?;
         if !p.node.is_dir() {
@@ -689,8 +725,18 @@ fn pin_paths(tool: &Tool, cache: &mut PinCache, pins: &mut Pins) -> Result<(), P
         ("write", &tool.sandbox.write, &mut pins.write),
         ("exec", &tool.sandbox.exec, &mut pins.exec),
     ] {
-        for path in list {
-            let p = cache.pin(&format!("{what} path"), path)?;
+        for (index, path) in list.iter().enumerate() {
+            let p = match cache.pin(&format!("{what} path"), path) {
+                Err(ProbeError::Open { source, .. })
+                    if what == "write"
+                        && source.kind() == std::io::ErrorKind::NotFound
+                        && path.parent().is_some_and(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())) =>
+                {
+                    missing.push((index, path.clone()));
+                    continue;
+                }
+                r => r?,
+            };
             if what != "read"
                 && let Ok(Some(fs)) = on_kernel_fs(&*p.fd)
             {
@@ -711,7 +757,7 @@ fn pin_paths(tool: &Tool, cache: &mut PinCache, pins: &mut Pins) -> Result<(), P
         }
         pins.socket_dirs.push(p);
     }
-    Ok(())
+    Ok(missing)
 }
 
 /// What the host lacks for this tool: socket identification, read-only views, landlock (at the
@@ -936,7 +982,15 @@ pub(crate) fn verify(pins: &Pins) -> Result<(), ProbeError> {
         };
         return Err(changed("command[0]", &e.named, &e.pin.node, now));
     }
-    Ok(())
+    match pins.pending_write.first() {
+        Some(p) => Err(pending(p)),
+        None => Ok(()),
+    }
+}
+
+/// A write root missing at load, not yet created by a call.
+pub(super) fn pending(p: &PendingRoot) -> ProbeError {
+    ProbeError::Pending { path: p.path.clone(), why_not: None }
 }
 
 pub(super) fn verify_pin(what: &'static str, pin: &Pin) -> Result<(), ProbeError> {
@@ -1149,7 +1203,17 @@ fn entry_weakness(dir: &Path, entry: &Path, runs_as: Option<u32>) -> Option<Weak
         });
     }
     if mode & 0o022 != 0 && mode & 0o1000 == 0 {
-        let by = if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", d.gid()) };
+        // Only group-writable, by the user private group of the identity the tool runs as: no
+        // one else (docs/pins.md).
+        let private = |u: u32| super::repin::private_group(d.gid(), u);
+        let by = match runs_as {
+            _ if mode & 0o002 != 0 => "everyone".to_string(),
+            Some(u) => match private(u) {
+                Ok(()) => return None,
+                Err(why) => why,
+            },
+            None => format!("group {}", d.gid()),
+        };
         return Some(Weakness {
             why: format!("{} (mode {mode:o}) is writable by {by}", dir.display()),
             action: format!("`chmod go-w {}`", dir.display()),

@@ -73,7 +73,7 @@ impl Tool {
         // One re-pin at a time per tool: a second call waits, then finds the pins in force.
         let mut slot = self.sandbox.repinned.lock();
         let current = slot.clone().unwrap_or_else(|| self.sandbox.pins.clone());
-        let (pins, repins) = repin_all(&current, |_| Some(runner), true)?;
+        let (pins, repins) = repin_all(&current, |_, _| Some(runner), true)?;
         if repins.is_empty() {
             return Ok((current, repins));
         }
@@ -91,11 +91,52 @@ impl Tool {
         let current = self.current_pins();
         let Err(e) = verify(&current) else { return Ok(()) };
         let fixed = self.fixed_runner(&current);
-        let changed = matches!(e, ProbeError::Changed { .. });
+        let changed = matches!(e, ProbeError::Changed { .. } | ProbeError::Pending { .. });
         if !changed {
             return Err(e);
         }
-        repin_all(&current, |old| fixed.or(Some(Runner { uid: old.node.uid, gid: 0 })), false).map(|_| ())
+        let stand_in = |old: Option<&Pin>, path: &Path| match old {
+            Some(old) => Some(Runner { uid: old.node.uid, gid: 0 }),
+            None => parent_owner(path),
+        };
+        repin_all(&current, |old, path| fixed.or_else(|| stand_in(old, path)), false).map(|_| ())
+    }
+
+    /// Whether a `write` root missing at load (`path`) may load pending, to be created by the
+    /// first call: the re-pin rule would create it for the identity the tool runs as (its
+    /// `run_as`, the working_dir's owner, cordond's user when it is not root); for a tool that
+    /// runs as its caller, the owner of the directory that would hold it stands in, and the call
+    /// decides for the real caller. The reason when it may not.
+    pub(super) fn judge_missing(&self, pins: &Pins, path: &Path) -> Result<(), String> {
+        let runner = match (self.fixed_runner(pins), &self.sandbox.run_as) {
+            (Some(r), _) => r,
+            (None, Some(_)) => return Err("the identity the tool runs as is not known".into()),
+            (None, None) => match parent_owner(path) {
+                None => return Err("the directory that would hold it cannot be read".into()),
+                Some(r) if r.uid == 0 => {
+                    return Err(
+                        "the directory that would hold it is root's, and only an admin creates roots there".into()
+                    );
+                }
+                Some(r) => r,
+            },
+        };
+        qualify("write", path, None, runner, false).map(|_| ())
+    }
+
+    /// What the next call does first, for listings: the write roots missing at load that it
+    /// creates (named for admins; agents, who are not shown the grants, get the sentence alone).
+    /// `None`: nothing.
+    pub fn pending_note(&self, with_paths: bool) -> Option<String> {
+        let pins = self.current_pins();
+        let paths: Vec<String> = pins.pending_write.iter().map(|p| p.path.display().to_string()).collect();
+        let what = if with_paths { format!("write root {}", paths.join(", ")) } else { "a write root".to_string() };
+        (!paths.is_empty()).then(|| {
+            format!(
+                "{what} missing since the registry loaded: the next call creates it (mode 0700, as the account \
+                 the call runs as; docs/pins.md)"
+            )
+        })
     }
 
     /// The identity the tool runs as whoever calls, when the policy alone fixes it.
@@ -121,7 +162,7 @@ impl Tool {
 /// root); otherwise only judge.
 fn repin_all(
     pins: &Pins,
-    runner_of: impl Fn(&Pin) -> Option<Runner>,
+    runner_of: impl Fn(Option<&Pin>, &Path) -> Option<Runner>,
     act: bool,
 ) -> Result<(Pins, Vec<Repin>), ProbeError> {
     verify_executable_name(pins)?;
@@ -139,9 +180,9 @@ fn repin_all(
             *pin = new.clone();
             continue;
         }
-        let why_not = match runner_of(pin) {
+        let why_not = match runner_of(Some(pin), &pin.path) {
             None => Err("the identity of the call is not known".to_string()),
-            Some(runner) => qualify(what, pin, runner, act),
+            Some(runner) => qualify(what, &pin.path, Some(pin), runner, act),
         };
         match why_not {
             Ok(Some((new, created))) => {
@@ -161,7 +202,38 @@ fn repin_all(
             Err(why) => return Err(err.not_repinned(why)),
         }
     }
+    // Write roots missing at load: created now (or taken, if their owner made them meanwhile),
+    // each put back at its place in the write list.
+    for p in std::mem::take(&mut out.pending_write) {
+        let why_not = match runner_of(None, &p.path) {
+            None => Err("the identity of the call is not known".to_string()),
+            Some(runner) => qualify("write", &p.path, None, runner, act),
+        };
+        match why_not {
+            Ok(Some((new, created))) => {
+                repins.push(Repin {
+                    what: "write",
+                    path: p.path.clone(),
+                    was: "missing".into(),
+                    now: new.node.id(),
+                    created,
+                    uid: new.node.uid,
+                });
+                out.write.insert(p.index.min(out.write.len()), new);
+            }
+            Ok(None) => {}
+            Err(why) => return Err(super::probe::pending(&p).not_repinned(why)),
+        }
+    }
     Ok((out, repins))
+}
+
+/// The owner of the directory that holds `path` (read without following a symlink), as the
+/// identity that stands in for a caller not known yet; `None` when it cannot be read.
+fn parent_owner(path: &Path) -> Option<Runner> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path.parent()?).ok()?;
+    Some(Runner { uid: m.uid(), gid: m.gid() })
 }
 
 /// `command[0]` as named must still lead to its pinned file (never re-pinned).
@@ -200,19 +272,31 @@ fn pins_mut(p: &mut Pins) -> impl Iterator<Item = (&'static str, &mut Pin)> {
 /// So what the grant reaches moves only to a directory the runner made, in a place only root
 /// and the runner control: nothing the runner could not already put beneath the old root. The
 /// descriptor the walk checked is the new pin. `Ok(None)`: it qualifies (judging only).
-fn qualify(what: &'static str, old: &Pin, runner: Runner, act: bool) -> Result<Option<(Pin, bool)>, String> {
+///
+/// `old` is the root's pin at load; `None` for a `write` root that was missing at load, for
+/// which 2 does not apply (there was nothing to own) and 3 with 5 (or 4, when its owner made it
+/// meanwhile) decide. "Writable by no one else" admits group-write by the runner's user private
+/// group ([`private_group`]).
+fn qualify(
+    what: &'static str,
+    path: &Path,
+    old: Option<&Pin>,
+    runner: Runner,
+    act: bool,
+) -> Result<Option<(Pin, bool)>, String> {
     let uid = runner.uid;
     if uid == 0 {
         return Err("the call runs as root, and only an admin re-accepts root's paths".into());
     }
-    if !old.node.is_dir() {
-        return Err("it was not a directory when the registry loaded".into());
+    if let Some(old) = old {
+        if !old.node.is_dir() {
+            return Err("it was not a directory when the registry loaded".into());
+        }
+        if old.node.uid != uid {
+            return Err(format!("it was owned by uid {}, not by uid {uid} the call runs as", old.node.uid));
+        }
     }
-    if old.node.uid != uid {
-        return Err(format!("it was owned by uid {}, not by uid {uid} the call runs as", old.node.uid));
-    }
-    let names: Vec<&OsStr> = old
-        .path
+    let names: Vec<&OsStr> = path
         .components()
         .filter_map(|c| match c {
             Component::Normal(n) => Some(n),
@@ -238,7 +322,9 @@ fn qualify(what: &'static str, old: &Pin, runner: Runner, act: bool) -> Result<O
         (dir, dir_path) = (fd, next);
     }
     let parent_mount = mount_id(&dir).ok_or_else(|| format!("the mount of {} cannot be read", dir_path.display()))?;
-    if mount_id(&old.fd) != Some(parent_mount) {
+    if let Some(old) = old
+        && mount_id(&old.fd) != Some(parent_mount)
+    {
         return Err(format!(
             "it was a mount point (or {} was remounted) since the registry loaded",
             dir_path.display()
@@ -252,12 +338,12 @@ fn qualify(what: &'static str, old: &Pin, runner: Runner, act: bool) -> Result<O
                 return Ok(None);
             }
             create_as(&dir, name, runner).map_err(|e| format!("creating it as uid {uid}: {}", e.desc()))?;
-            let fd = openat(&dir, *name, flags, Mode::empty()).map_err(|e| io(&old.path, e))?;
+            let fd = openat(&dir, *name, flags, Mode::empty()).map_err(|e| io(path, e))?;
             (fd, true)
         }
-        Err(e) => return Err(io(&old.path, e)),
+        Err(e) => return Err(io(path, e)),
     };
-    let st = fstat(&fd).map_err(|e| io(&old.path, e))?;
+    let st = fstat(&fd).map_err(|e| io(path, e))?;
     holder_ok(&dir, &dir_path, Some(st.st_uid), uid)?;
     let node = Node::of(&fd).map_err(|e| e.to_string())?;
     if node.is_symlink() {
@@ -271,7 +357,14 @@ fn qualify(what: &'static str, old: &Pin, runner: Runner, act: bool) -> Result<O
     }
     let mode = node.mode & 0o7777;
     if mode & 0o022 != 0 {
-        return Err(format!("it is now group- or other-writable (mode {mode:o}; `chmod go-w` it)"));
+        let group = if mode & 0o002 == 0 { Some(private_group(st.st_gid, uid)) } else { None };
+        match group {
+            Some(Ok(())) => {}
+            Some(Err(why)) => {
+                return Err(format!("it is now group- or other-writable (mode {mode:o}; `chmod go-w` it): {why}"));
+            }
+            None => return Err(format!("it is now group- or other-writable (mode {mode:o}; `chmod go-w` it)")),
+        }
     }
     if mount_id(&fd) != Some(parent_mount) {
         return Err("it is now a mount point".into());
@@ -282,7 +375,7 @@ fn qualify(what: &'static str, old: &Pin, runner: Runner, act: bool) -> Result<O
     if !act {
         return Ok(None);
     }
-    Ok(Some((Pin { path: old.path.clone(), node, fd: Arc::new(fd) }, created)))
+    Ok(Some((Pin { path: path.to_path_buf(), node, fd: Arc::new(fd) }, created)))
 }
 
 /// The directory `dir` (at `path`) that holds an entry owned by `entry_uid` lets no one but
@@ -297,13 +390,76 @@ fn holder_ok(dir: &OwnedFd, path: &Path, entry_uid: Option<u32>, uid: u32) -> Re
     let mode = st.st_mode & 0o7777;
     if mode & 0o022 != 0 {
         let sticky_ok = owner == 0 && mode & 0o1000 != 0 && entry_uid.is_some_and(|e| e == 0 || e == uid);
-        if !sticky_ok {
+        if sticky_ok {
+            return Ok(());
+        }
+        if mode & 0o002 != 0 {
             return Err(format!(
-                "{} above it (mode {mode:o}) is writable by {}, who could replace it",
-                path.display(),
-                if mode & 0o002 != 0 { "everyone".to_string() } else { format!("group {}", st.st_gid) }
+                "{} above it (mode {mode:o}) is writable by everyone, who could replace it",
+                path.display()
             ));
         }
+        // Group-writable: only the identity's own user private group is no one else.
+        if let Err(why) = private_group(st.st_gid, uid) {
+            return Err(format!(
+                "{} above it (mode {mode:o}) is writable by {why}, who could replace it",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether group `gid` is a user private group of `uid` (Fedora/RHEL and Debian with umask 002
+/// make a developer's directories 0775 with that group): `gid` is the primary group of `uid`'s
+/// account, no other account has it as primary group, and it has no listed member other than
+/// that account. Read from /etc/passwd and /etc/group; anything that cannot be told, or is
+/// ambiguous, is not private (fail closed). `Err`: "group NAME (GID)" and why not.
+pub(crate) fn private_group(gid: u32, uid: u32) -> Result<(), String> {
+    let read = |f: &str| std::fs::read_to_string(f).map_err(|e| format!("group {gid} ({f} cannot be read: {e})"));
+    private_group_in(&read("/etc/passwd")?, &read("/etc/group")?, gid, uid)
+}
+
+/// [`private_group`] on the text of /etc/passwd and /etc/group.
+fn private_group_in(passwd: &str, group: &str, gid: u32, uid: u32) -> Result<(), String> {
+    let entries = |text: &str| -> Vec<Vec<String>> {
+        text.lines()
+            .map(str::trim_end)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| l.split(':').map(str::to_string).collect())
+            .collect()
+    };
+    let groups: Vec<Vec<String>> =
+        entries(group).into_iter().filter(|f| f.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(gid)).collect();
+    let name = match groups.as_slice() {
+        [g] => format!("group {} ({gid})", g[0]),
+        [] => return Err(format!("group {gid} (not in /etc/group, so it cannot be told private)")),
+        _ => return Err(format!("group {gid} (named {} times in /etc/group)", groups.len())),
+    };
+    let mut mine = Vec::new();
+    for f in entries(passwd) {
+        let (Some(u), Some(g)) =
+            (f.get(2).and_then(|v| v.parse::<u32>().ok()), f.get(3).and_then(|v| v.parse::<u32>().ok()))
+        else {
+            return Err(format!("{name} (/etc/passwd has an entry it cannot read)"));
+        };
+        if u == uid {
+            mine.push((f[0].clone(), g));
+        } else if g == gid {
+            return Err(format!("{name}, also the primary group of {} (uid {u})", f[0]));
+        }
+    }
+    if mine.is_empty() {
+        return Err(format!("{name} (uid {uid} has no entry in /etc/passwd)"));
+    }
+    if !mine.iter().all(|(_, g)| *g == gid) {
+        return Err(format!("{name}, not the primary group of uid {uid}"));
+    }
+    let members = groups[0].get(3).map(String::as_str).unwrap_or_default();
+    let others: Vec<&str> =
+        members.split(',').map(str::trim).filter(|m| !m.is_empty() && !mine.iter().any(|(n, _)| n == m)).collect();
+    if !others.is_empty() {
+        return Err(format!("{name}, shared with {}", others.join(", ")));
     }
     Ok(())
 }
@@ -332,4 +488,38 @@ fn create_as(dir: &OwnedFd, name: &OsStr, runner: Runner) -> Result<(), Errno> {
         .join()
         .unwrap_or(Err(Errno::EIO))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::private_group_in;
+
+    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\ndev:x:1000:1000::/home/dev:/bin/bash\n\
+                          ops:x:1001:1001::/home/ops:/bin/sh\n";
+
+    #[test]
+    fn a_user_private_group_is_private_and_a_shared_one_is_not() {
+        let private = "root:x:0:\ndev:x:1000:\nops:x:1001:\n";
+        assert_eq!(private_group_in(PASSWD, private, 1000, 1000), Ok(()));
+        // Listing the owner itself as a member changes nothing.
+        assert_eq!(private_group_in(PASSWD, "dev:x:1000:dev\n", 1000, 1000), Ok(()));
+        let shared = "dev:x:1000:dev,ops\n";
+        assert_eq!(private_group_in(PASSWD, shared, 1000, 1000), Err("group dev (1000), shared with ops".into()));
+        // Another account's private group, the identity's secondary group: not the identity's.
+        assert_eq!(
+            private_group_in(PASSWD, private, 1001, 1000),
+            Err("group ops (1001), also the primary group of ops (uid 1001)".into())
+        );
+        let second_primary = format!("{PASSWD}build:x:1002:1000::/:/bin/sh\n");
+        assert!(
+            private_group_in(&second_primary, private, 1000, 1000)
+                .unwrap_err()
+                .contains("also the primary group of build")
+        );
+        // Unknown or ambiguous: not private.
+        assert!(private_group_in(PASSWD, "root:x:0:\n", 1000, 1000).is_err());
+        assert!(private_group_in(PASSWD, "dev:x:1000:\nstaff:x:1000:\n", 1000, 1000).is_err());
+        assert!(private_group_in(PASSWD, private, 1000, 1005).is_err());
+        assert!(private_group_in("dev:x:oops\n", private, 1000, 1000).is_err());
+    }
 }

@@ -17,6 +17,7 @@ pub fn tool(t: &Tool, now: &Availability) -> v1::Tool {
     let mut out = tool_for_agents(t, now);
     if let Availability::Available { executable } = now {
         out.executable = executable.display().to_string();
+        out.note = t.pending_note(true).unwrap_or_default();
     }
     out.reason = t.reason.clone().unwrap_or_default();
     out.command = t.command_template();
@@ -34,7 +35,9 @@ pub fn tool_for_agents(t: &Tool, now: &Availability) -> v1::Tool {
         Availability::Unavailable { reason } => (false, reason.clone()),
     };
     let output_schema_json = t.advertised_output_schema().map(|s| s.to_string()).unwrap_or_default();
+    let note = if available { t.pending_note(false).unwrap_or_default() } else { String::new() };
     v1::Tool {
+        note,
         name: t.name.clone(),
         title: t.annotations.title.clone().unwrap_or_default(),
         description: t.description.clone(),
@@ -85,6 +88,7 @@ fn millis(d: std::time::Duration) -> u64 {
 /// `available` when every step tool can run now; `admin` adds its source and reason.
 pub fn workflow(w: &Workflow, unavailable: Option<String>, admin: bool) -> v1::Tool {
     v1::Tool {
+        note: String::new(),
         name: w.name.clone(),
         title: String::new(),
         description: w.description.clone(),

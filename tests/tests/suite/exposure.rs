@@ -220,3 +220,24 @@ fn a_write_root_of_a_tool_run_as_the_same_owner_is_no_warning_and_one_run_as_its
         "{stderr}"
     );
 }
+
+/// `accept_warnings` is a review of one tool: in `[defaults]` it is an error that says why and
+/// what to do, and it silences nothing; on the tool it is accepted.
+#[test]
+fn accept_warnings_in_defaults_is_an_error_that_says_to_set_it_on_each_tool() {
+    require_root!("to create a test user and chown test directories");
+    let h = Home::new();
+    assert!(Command::new("chmod").arg("0777").arg(&h.home).status().unwrap().success());
+    let accept = "accept_warnings = [\"leading-dash\", { lint = \"replaceable\", reason = \"lab machine, reviewed\" }]";
+    let in_defaults = h.policy("").replacen("[defaults]\n", &format!("[defaults]\n{accept}\n"), 1);
+    let (code, stderr) = check(&h.write(&in_defaults), false);
+    assert_eq!(code, Some(65), "{stderr}");
+    assert!(
+        stderr.contains("`accept_warnings` cannot be set in [defaults]; set it on each tool (accepting a warning is a review of one tool"),
+        "{stderr}"
+    );
+    // On the tool: accepted there, and only there.
+    let (code, stderr) = check(&h.write(&h.policy(accept)), false);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("tool \"builder\"") && stderr.contains("warning: tool \"linter\""), "{stderr}");
+}

@@ -76,6 +76,11 @@ impl Project {
     /// Starts cordond on tools that write `target`: `owned` runs as the project's owner, `plain`
     /// as its caller.
     fn daemon(&self) -> Daemon {
+        self.daemon_writing(&self.target)
+    }
+
+    /// [`Project::daemon`] with `write` as the tools' write root.
+    fn daemon_writing(&self, write: &Path) -> Daemon {
         let tool = |name: &str, extra: &str| {
             let keys = format!(
                 "exec = [{}]\ntimeout = \"5s\"\nallow = {{ users = [\"{AGENT}\"] }}\nworking_dir = {}\nread = [{}]\n\
@@ -83,7 +88,7 @@ impl Project {
                 q(Path::new(ATTACK).parent().unwrap()),
                 q(&self.proj),
                 q(&self.proj),
-                q(&self.target),
+                q(write),
             );
             cordon_tests::attack_tool(name, Path::new(ATTACK), &keys)
         };
@@ -340,4 +345,313 @@ fn concurrent_calls_repin_once() {
     }
     assert_eq!(repinned(&d).len(), 1, "{:#?}", repinned(&d));
     assert!((0..6).all(|i| p.target.join(format!("f{i}")).exists()));
+}
+
+/// The tool as `cordon tools --all --json` lists it to root.
+fn listed(d: &Daemon, name: &str) -> Value {
+    let all = d.cordon(&["tools", "--all", "--json"]).json();
+    all["tools"].as_array().unwrap().iter().find(|t| t["name"] == name).unwrap().clone()
+}
+
+/// A write root missing when cordond starts (`cargo clean`, then a restart; a fresh clone before
+/// its first build): the owner's tool loads available, every listing says the next call creates
+/// it, and the first call creates it as the owner, mode 0700, with a `repinned` record
+/// (`was` "missing", `created` true); later calls use it without another record.
+fn missing_at_load_created_by_the_first_call(agent_calls: bool) {
+    let p = Project::new();
+    as_user(AGENT, &format!("rm -rf {}", p.target.display()));
+    let d = p.daemon();
+    let t = listed(&d, "owned");
+    assert_eq!(t["available"], true, "{t:#}");
+    let note = t["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains(&format!("write root {} missing", p.target.display())) && note.contains("creates it"),
+        "{t:#}"
+    );
+    // The agent's listing says so too, without the path (agents are not shown grants).
+    let mine = agent::cordon(&d.socket, &["tools", "--json"]).json();
+    let t = mine["tools"].as_array().unwrap().iter().find(|t| t["name"] == "owned").unwrap().clone();
+    assert_eq!(t["available"], true, "{t:#}");
+    let note = t["note"].as_str().unwrap_or_default();
+    assert!(note.contains("the next call creates it") && !note.contains(p.target.to_str().unwrap()), "{t:#}");
+    let shown = d.cordon(&["tool", "owned"]);
+    assert!(shown.stdout.contains("note") && shown.stdout.contains("the next call creates it"), "{shown:?}");
+    let mut mcp = cordon_tests::mcp_lines::Session::start(&d.socket);
+    let tools = mcp.request("tools/list", json!({}));
+    let t = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == "owned").unwrap().clone();
+    assert!(t["description"].as_str().unwrap().contains("the next call creates it"), "{t:#}");
+    assert!(std::fs::symlink_metadata(&p.target).is_err(), "listing created nothing");
+
+    wrote(&write(&d, agent_calls, "owned", &p.target.join("a")));
+    let m = std::fs::symlink_metadata(&p.target).unwrap();
+    assert!(m.is_dir());
+    assert_eq!((m.uid(), m.mode() & 0o7777), (agent_uid(), 0o700));
+    assert_eq!(std::fs::metadata(p.target.join("a")).unwrap().uid(), agent_uid());
+    let records = repinned(&d);
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let r = &records[0];
+    assert_eq!(
+        (&r["tool"], &r["key"], &r["path"], &r["was"], &r["now"], &r["created"], &r["run_as"]["uid"]),
+        (
+            &json!("owned"),
+            &json!("write"),
+            &json!(p.target.to_str().unwrap()),
+            &json!("missing"),
+            &json!(dev_ino(&p.target)),
+            &json!(true),
+            &json!(agent_uid())
+        ),
+        "{r:#}"
+    );
+    wrote(&write(&d, agent_calls, "owned", &p.target.join("b")));
+    assert_eq!(repinned(&d).len(), 1);
+    let t = listed(&d, "owned");
+    assert!(t["note"].is_null() || t["note"] == "", "created: no note any more: {t:#}");
+}
+
+#[test]
+fn a_write_root_missing_at_load_is_created_by_a_root_callers_first_call_as_the_owner() {
+    require_root!("to create a test user and chown test directories");
+    missing_at_load_created_by_the_first_call(false);
+}
+
+#[test]
+fn a_write_root_missing_at_load_is_created_by_the_owners_first_call() {
+    require_root!("to create a test user and chown test directories");
+    missing_at_load_created_by_the_first_call(true);
+}
+
+/// Missing at load, then built by the owner before the first call: taken (not created).
+#[test]
+fn a_write_root_missing_at_load_that_the_owner_builds_first_is_taken() {
+    require_root!("to create a test user and chown test directories");
+    let p = Project::new();
+    as_user(AGENT, &format!("rm -rf {}", p.target.display()));
+    let d = p.daemon();
+    as_user(AGENT, &format!("umask 022; mkdir {}", p.target.display()));
+    wrote(&write(&d, false, "owned", &p.target.join("a")));
+    let records = repinned(&d);
+    assert_eq!((records.len(), &records[0]["was"], &records[0]["created"]), (1, &json!("missing"), &json!(false)));
+    assert_eq!(std::fs::metadata(&p.target).unwrap().mode() & 0o7777, 0o755);
+}
+
+/// A tool that runs as its caller, its write root missing at load: listed available (the call
+/// decides), a root caller is refused (root's paths are the admin's), the agent's call creates it.
+#[test]
+fn a_write_root_missing_at_load_is_never_created_for_a_call_that_runs_as_root() {
+    require_root!("to create a test user and chown test directories");
+    let p = Project::new();
+    as_user(AGENT, &format!("rm -rf {}", p.target.display()));
+    let d = p.daemon();
+    assert_eq!(listed(&d, "plain")["available"], true);
+    let r = write(&d, false, "plain", &p.target.join("x"));
+    assert_eq!(r.0, Some(69), "{:#}", r.1);
+    let message = r.1["error"]["message"].as_str().unwrap();
+    assert!(
+        message
+            .contains(&format!("write {} was missing when the registry loaded and is not created", p.target.display()))
+            && message.contains("the call runs as root")
+            && message.contains("docs/pins.md"),
+        "{message}"
+    );
+    assert!(std::fs::symlink_metadata(&p.target).is_err(), "nothing created for root");
+    wrote(&write(&d, true, "plain", &p.target.join("y")));
+    let m = std::fs::symlink_metadata(&p.target).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o7777), (agent_uid(), 0o700));
+    assert_eq!(repinned(&d).len(), 1);
+}
+
+/// A write root missing at load whose parent chain does not qualify: unavailable at load with
+/// the reason, for both tools, and nothing is created by any call.
+#[test]
+fn a_write_root_missing_at_load_in_a_place_others_control_stays_unavailable() {
+    require_root!("to create a test user, chown test directories");
+    type Setup = Box<dyn Fn(&Project) -> PathBuf>;
+    let cases: Vec<(&str, Setup, String)> = vec![
+        (
+            "a parent everyone can write",
+            Box::new(|p: &Project| {
+                as_user(AGENT, &format!("rm -rf {t} && chmod 0777 {}", p.proj.display(), t = p.target.display()));
+                p.target.clone()
+            }),
+            "(mode 777) is writable by everyone".into(),
+        ),
+        (
+            "a parent another account owns",
+            Box::new(|p: &Project| {
+                as_user(AGENT, &format!("rm -rf {}", p.target.display()));
+                sh(&format!("mkdir -m 0755 {o} && chown nobody {o}", o = p.proj.join("theirs").display()));
+                p.proj.join("theirs/target")
+            }),
+            "above it is owned by uid".into(),
+        ),
+        (
+            "a symlinked parent (to the owner's own directory)",
+            Box::new(|p: &Project| {
+                as_user(
+                    AGENT,
+                    &format!(
+                        "rm -rf {t} && mkdir {o} && ln -s {o} {l}",
+                        t = p.target.display(),
+                        o = p.proj.join("real").display(),
+                        l = p.proj.join("link").display()
+                    ),
+                );
+                p.proj.join("link/target")
+            }),
+            "passes through a symlink".into(),
+        ),
+    ];
+    for (case, setup, why) in &cases {
+        let p = Project::new();
+        let root = setup(&p);
+        let d = p.daemon_writing(&root);
+        for tool in ["owned", "plain"] {
+            let t = listed(&d, tool);
+            eprintln!("case: {case}, tool {tool}");
+            assert_eq!(t["available"], false, "{t:#}");
+            let reason = t["unavailable_reason"].as_str().unwrap();
+            assert!(reason.contains(why), "{reason}\nexpected: {why}");
+            for agent_calls in [false, true] {
+                let r = write(&d, agent_calls, tool, &root.join("x"));
+                assert_eq!(r.1["error"]["code"], "TOOL_UNAVAILABLE", "{:#}", r.1);
+            }
+        }
+        assert!(std::fs::symlink_metadata(&root).is_err(), "{case}: nothing created");
+        assert!(repinned(&d).is_empty(), "{case}");
+    }
+}
+
+/// Pending at load, then the place changes before the first call: the directory that would
+/// hold it becomes a symlink (to the owner's own directory) or everyone-writable. The call is
+/// refused with the reason and creates nothing; in the symlink case nothing appears where the
+/// link leads.
+#[test]
+fn a_pending_write_root_whose_parent_changes_before_the_first_call_is_not_created() {
+    require_root!("to create a test user and chown test directories");
+    type Change = Box<dyn Fn(&Project, &Path)>;
+    let cases: Vec<(&str, Change, &str)> = vec![
+        (
+            "parent swapped for a symlink",
+            Box::new(|p: &Project, build: &Path| {
+                as_user(
+                    AGENT,
+                    &format!(
+                        "rm -rf {b} && mkdir {o} && ln -s {o} {b}",
+                        b = build.display(),
+                        o = p.proj.join("other").display()
+                    ),
+                );
+            }),
+            "is a symlink",
+        ),
+        (
+            "parent made everyone-writable",
+            Box::new(|_: &Project, build: &Path| as_user(AGENT, &format!("chmod 0777 {}", build.display()))),
+            "(mode 777) is writable by everyone",
+        ),
+    ];
+    for (case, change, why) in &cases {
+        for agent_calls in [false, true] {
+            let p = Project::new();
+            let build = p.proj.join("build");
+            as_user(AGENT, &format!("umask 022; mkdir {}", build.display()));
+            let root = build.join("out");
+            let d = p.daemon_writing(&root);
+            assert_eq!(listed(&d, "owned")["available"], true, "{case}");
+            change(&p, &build);
+            let r = write(&d, agent_calls, "owned", &root.join("x"));
+            eprintln!("case: {case}, agent caller: {agent_calls}");
+            assert_eq!((r.0, &r.1["error"]["code"]), (Some(69), &json!("TOOL_UNAVAILABLE")), "{:#}", r.1);
+            let message = r.1["error"]["message"].as_str().unwrap();
+            assert!(
+                message.contains(&format!(
+                    "write {} was missing when the registry loaded and is not created",
+                    root.display()
+                )) && message.contains(why),
+                "{message}\nexpected: {why}"
+            );
+            assert!(std::fs::symlink_metadata(p.proj.join("other/out")).is_err(), "{case}: nothing through the link");
+            assert!(repinned(&d).is_empty());
+            assert_eq!(listed(&d, "owned")["available"], false, "{case}");
+        }
+    }
+}
+
+/// Removes `nobody` from the agent's group again, however the test ends.
+struct SharedGroup;
+
+impl SharedGroup {
+    fn add() -> SharedGroup {
+        sh(&format!("gpasswd -a nobody {AGENT} >/dev/null"));
+        SharedGroup
+    }
+}
+
+impl Drop for SharedGroup {
+    fn drop(&mut self) {
+        let _ = Command::new("gpasswd").args(["-d", "nobody", AGENT]).output();
+    }
+}
+
+/// `cordon policy check` of the project's policy: what it says about the tool `owned`.
+fn owned_warnings(p: &Project) -> Vec<String> {
+    let out = Command::new(cordon_tests::bin("cordon"))
+        .args(["policy", "check"])
+        .arg(p.root.join("policies/repin.toml"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.contains("tool \"owned\"")).map(str::to_string).collect()
+}
+
+/// umask 002 (Fedora/RHEL, Debian's option): the developer's directories are 0775 with the
+/// developer's user private group. That group is the developer alone: such a directory is
+/// re-pinned (and holds a created root), and gives no `replaceable` warning for a tool that runs
+/// as the developer. Once the group has another member, it is someone else: refused with a
+/// reason naming the group, and warned about. Both callers. (One test: the group's member list
+/// is the machine's.)
+#[test]
+fn group_write_by_the_owners_private_group_repins_and_a_shared_group_does_not() {
+    require_root!("to create a test user and change a group's members");
+    let gid = agent::id("-g", AGENT);
+    let group = format!("group {AGENT} ({gid})");
+    for agent_calls in [false, true] {
+        let p = Project::new();
+        let d = p.daemon();
+        as_user(
+            AGENT,
+            &format!("chmod 0775 {} && rm -rf {t} && umask 002 && mkdir {t}", p.proj.display(), t = p.target.display()),
+        );
+        let m = std::fs::metadata(&p.target).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.gid()), (0o775, gid));
+        wrote(&write(&d, agent_calls, "owned", &p.target.join("a")));
+        as_user(AGENT, &format!("rm -rf {}", p.target.display()));
+        wrote(&write(&d, agent_calls, "owned", &p.target.join("b")));
+        assert_eq!(repinned(&d).len(), 2, "{:#?}", repinned(&d));
+        assert!(!owned_warnings(&p).iter().any(|w| w.contains("can be replaced")), "{:#?}", owned_warnings(&p));
+
+        let shared = SharedGroup::add();
+        // The directory above: the group can replace the root.
+        as_user(AGENT, &format!("rm -rf {t} && umask 002 && mkdir {t}", t = p.target.display()));
+        let why = format!("{} above it (mode 775) is writable by {group}, shared with nobody", p.proj.display());
+        refused(&write(&d, agent_calls, "owned", &p.target.join("x")), &p.target, &why);
+        let warned = owned_warnings(&p);
+        assert!(
+            warned.iter().any(|w| w
+                .contains(&format!("{} (mode 775) is writable by {group}, shared with nobody", p.proj.display()))
+                && w.contains(&format!("`chmod go-w {}`", p.proj.display()))),
+            "{warned:#?}"
+        );
+        // The root itself group-writable by the shared group.
+        as_user(AGENT, &format!("chmod 0755 {}", p.proj.display()));
+        let why =
+            format!("it is now group- or other-writable (mode 775; `chmod go-w` it): {group}, shared with nobody");
+        refused(&write(&d, agent_calls, "owned", &p.target.join("x")), &p.target, &why);
+        drop(shared);
+        assert!(std::fs::symlink_metadata(p.target.join("x")).is_err());
+        assert_eq!(repinned(&d).len(), 2);
+        // Private again: taken.
+        wrote(&write(&d, agent_calls, "owned", &p.target.join("y")));
+        assert_eq!(repinned(&d).len(), 3);
+    }
 }

@@ -131,7 +131,14 @@ impl Parser<'_> {
             };
             if !doc.defaultable {
                 if is_defaults {
-                    self.sink.error(k.span(), format!("`{name}` cannot be set in [defaults]; set it on each tool"));
+                    let why = if name == "accept_warnings" {
+                        " (accepting a warning is a review of one tool, with its reason shown by `cordon tool NAME`; \
+                         a default would also silence the warnings of tools added to the file later, unreviewed)"
+                    } else {
+                        ""
+                    };
+                    self.sink
+                        .error(k.span(), format!("`{name}` cannot be set in [defaults]; set it on each tool{why}"));
                 }
                 continue;
             }
