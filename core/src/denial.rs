@@ -324,6 +324,9 @@ pub fn explain(tool: &Tool, denials: &[Denial]) -> Vec<Explained> {
 pub fn explain_run(policy: &SandboxPolicy, have: &[Denial], run: &Run<'_>) -> Vec<Explained> {
     let mut all = have.to_vec();
     all.extend(infer(run, have));
+    if !have.iter().any(|d| d.denied.source() == "landlock") {
+        all.extend(cargo_home_unread(policy, run));
+    }
     let stderr = String::from_utf8_lossy(run.stderr);
     let (order, incidental) = rank(&all, policy, &stderr);
     let ranked: Vec<Denial> = order.iter().map(|&i| all[i].clone()).collect();
@@ -573,6 +576,12 @@ pub const LINE_MAX: usize = 160;
 /// A failed run, as inference and ranking see it.
 pub struct Run<'a> {
     pub stderr: &'a [u8],
+    /// The tool's stdout: read only for the few messages a tool writes there (rustdoc reports
+    /// a doctest's failed link on stdout).
+    pub stdout: &'a [u8],
+    /// The tool's `CARGO_HOME` (from its environment, else `$HOME/.cargo`): cargo reports an
+    /// unreadable registry index as a missing package, naming no path.
+    pub cargo_home: Option<PathBuf>,
     /// The tool's working directory (relative paths in its messages are resolved against it).
     pub cwd: &'a Path,
     /// The tool's `PATH`, in order (a command name in a shell's message is looked up in each
@@ -781,7 +790,17 @@ fn path_in(line: &str) -> Option<String> {
     // Before the errno text: a quoted path (`cp: cannot create regular file 'target/t'`), one
     // with a `/` first, else a single quoted word (`mkdir: cannot create directory 'd'`).
     let head = marker.map_or(line, |at| &line[..at]);
-    let words: Vec<String> = quoted(head).into_iter().filter(|q| !q.contains(char::is_whitespace)).collect();
+    // cargo's `could not execute process `/p/target/debug/deps/t-0a1b filter``: the program is
+    // the first word of the command line it quotes.
+    let process = lower.contains("execute process");
+    let words: Vec<String> = quoted(head)
+        .into_iter()
+        .filter_map(|q| match q.split_whitespace().next() {
+            _ if !q.contains(char::is_whitespace) => Some(q),
+            Some(first) if process && first.starts_with('/') => Some(first.to_string()),
+            _ => None,
+        })
+        .collect();
     if let Some(p) = words.iter().find(|q| q.contains('/')).or(words.first()) {
         return Some(p.clone());
     }
@@ -914,21 +933,102 @@ pub fn infer(run: &Run<'_>, have: &[Denial]) -> Vec<Denial> {
             }
         };
         let not_seccomp = errno == "EPERM" && run.logged.seccomp;
-        let denied = Denied::Inferred { errno, path, not_seccomp, seen: Box::new(seen) };
-        let same = |e: &Denial| match (&e.denied, &denied) {
-            (
-                Denied::Inferred { errno: a, path: pa, seen: sa, .. },
-                Denied::Inferred { errno: b, path: pb, seen: sb, .. },
-            ) => a == b && pa == pb && sa.op == sb.op,
-            _ => false,
-        };
-        if let Some(e) = out.iter_mut().find(|e| same(e)) {
-            e.count += 1;
-        } else if out.len() < 4 {
-            out.push(Denial { denied, count: 1 });
+        add(&mut out, Denied::Inferred { errno, path, not_seccomp, seen: Box::new(seen) });
+    }
+    if !(run.logged.landlock || kernel_fs) {
+        let text = String::from_utf8_lossy(run.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        for i in 0..lines.len() {
+            if let Some(denied) = linker_refused(run, &lines, i) {
+                add(&mut out, denied);
+            }
         }
     }
     out
+}
+
+/// Counts `denied` into `out` (the same errno, path and operation once), at most 4 notes.
+fn add(out: &mut Vec<Denial>, denied: Denied) {
+    let same = |e: &Denial| match (&e.denied, &denied) {
+        (
+            Denied::Inferred { errno: a, path: pa, seen: sa, .. },
+            Denied::Inferred { errno: b, path: pb, seen: sb, .. },
+        ) => a == b && pa == pb && sa.op == sb.op,
+        _ => false,
+    };
+    if let Some(e) = out.iter_mut().find(|e| same(e)) {
+        e.count += 1;
+    } else if out.len() < 4 {
+        out.push(Denial { denied, count: 1 });
+    }
+}
+
+/// rustc's failed link, as rustdoc prints a doctest's on stdout: `= note: collect2: fatal
+/// error: execvp: Permission denied` after the linker's command line, whose
+/// `"-B<sysroot>/lib/rustlib/TRIPLE/bin/gcc-ld" "-fuse-ld=lld"` says what gcc ran: `ld.lld` in
+/// that directory (the toolchain's wrapper of rust-lld). `<sysroot>` is the directory above
+/// the `rustc` on the tool's PATH.
+fn linker_refused(run: &Run<'_>, lines: &[&str], i: usize) -> Option<Denied> {
+    let line = lines[i];
+    if !(line.contains("collect2") && line.contains("execvp") && errno_of(line) == Some("EACCES")) {
+        return None;
+    }
+    let command = lines[i.saturating_sub(4)..i].iter().rev().find(|l| l.contains("\"-fuse-ld=lld\""))?;
+    let b = command.split('"').find(|w| w.starts_with("-B") && w.ends_with("/gcc-ld"))?;
+    let dir = &b[2..];
+    let written = format!("{dir}/ld.lld");
+    let dir = match dir.strip_prefix("<sysroot>") {
+        Some(rest) => {
+            let (_, rustc, _) = lookup(run, "rustc")?;
+            format!("{}{rest}", rustc.parent()?.parent()?.display())
+        }
+        None => dir.to_string(),
+    };
+    let p = normal(Path::new(&dir).join("ld.lld").as_path());
+    if !p.is_absolute() {
+        return None;
+    }
+    let line: String = line.trim().chars().take(LINE_MAX).collect();
+    let mut seen = Seen { op: Op::Exec, line, via: Some(written), file: None };
+    let path = match (run.look)(&p) {
+        Some((real, kind)) => {
+            seen.file = Some(kind);
+            real
+        }
+        None => p,
+    };
+    Some(Denied::Inferred {
+        errno: "EACCES",
+        path: Some(path.display().to_string()),
+        not_seccomp: false,
+        seen: Box::new(seen),
+    })
+}
+
+/// cargo's `error: no matching package named `X` found` / `location searched: crates.io
+/// index` with the tool's `CARGO_HOME` under none of its grants: cargo could not read its
+/// registry index there (it reports the index's refused files as a missing package, naming no
+/// path), so `read` on `CARGO_HOME`. Not where landlock logs (its record names the path).
+fn cargo_home_unread(policy: &SandboxPolicy, run: &Run<'_>) -> Option<Denial> {
+    let home = run.cargo_home.as_ref().filter(|h| h.is_absolute())?;
+    if run.logged.landlock || readable(policy, home) {
+        return None;
+    }
+    let text = String::from_utf8_lossy(run.stderr);
+    let lines: Vec<&str> = text.lines().collect();
+    let at = (0..lines.len()).find(|&i| {
+        lines[i].trim_start().starts_with("error: no matching package named `")
+            && lines[i + 1..(i + 4).min(lines.len())]
+                .iter()
+                .any(|l| l.trim_start().starts_with("location searched:") && l.contains("index"))
+    })?;
+    let line: String = lines[at].trim().chars().take(LINE_MAX).collect();
+    let seen = Seen { op: Op::Read, line, via: None, file: None };
+    let path = Some(normal(home).display().to_string());
+    Some(Denial {
+        denied: Denied::Inferred { errno: "EACCES", path, not_seccomp: false, seen: Box::new(seen) },
+        count: 1,
+    })
 }
 
 #[cfg(test)]
@@ -1023,6 +1123,8 @@ mod tests {
     fn run_of(stderr: &[u8]) -> Run<'_> {
         Run {
             stderr,
+            stdout: b"",
+            cargo_home: Some("/h/.cargo".into()),
             cwd: Path::new("/p"),
             search: vec!["/usr/local/bin".into(), "/usr/bin".into()],
             logged: Logged { landlock: false, seccomp: true },
@@ -1202,5 +1304,97 @@ mod tests {
         );
         assert_eq!(got.iter().map(|e| e.remedy.key()).collect::<Vec<_>>(), ["exec", "read", "network"]);
         assert!(got.iter().all(|e| !e.incidental));
+    }
+
+    /// The three Rust toolchain failures of the corpus (cargo from a toolchain directory,
+    /// `CARGO_NET_OFFLINE`, kernel audit off), by their real messages.
+    #[test]
+    fn cargo_and_rustdoc_refusals_name_the_path_and_the_key() {
+        let s = |x: &str| Some(x.to_string());
+        // No `exec` on target/: cargo quotes the test binary with its arguments (`cargo test -- either`).
+        assert_eq!(
+            one("     Running unittests src/lib.rs (target/debug/deps/either-d46adb0f13b1e37d)\n\
+                 error: test failed, to rerun pass `--lib`\n\nCaused by:\n  could not execute process \
+                 `/p/target/debug/t either` (never executed)\n\nCaused by:\n  Permission denied (os error 13)"),
+            ("EACCES", Op::Exec, s("/p/target/debug/t"), None)
+        );
+        // Only a program's path is taken from a quoted command line, and only cargo's.
+        assert_eq!(one("error: `/p/a b` Permission denied").2, None);
+
+        // No `exec` on the toolchain: a doctest's link (rustdoc prints it on stdout) cannot run
+        // the toolchain's ld.lld, which rustc names under `<sysroot>`.
+        let stdout = "---- src/lib.rs - either (line 44) stdout ----\n\
+            error: linking with `cc` failed: exit status: 1\n  |\n  = note:  \"cc\" \"-m64\" \"/tmp/t/symbols.o\" \
+            \"-B<sysroot>/lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld\" \"-fuse-ld=lld\" \"-Wl,--eh-frame-hdr\" \
+            \"-o\" \"/tmp/t/rust_out\" \"-nodefaultlibs\"\n  = note: some arguments are omitted. use `--verbose` to \
+            show all linker arguments\n  = note: collect2: fatal error: execvp: Permission denied\n          \
+            compilation terminated.\n";
+        let look = |p: &Path| -> Option<(PathBuf, FileKind)> {
+            match p.to_str()? {
+                "/r/bin/rustc" | "/r/lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld/ld.lld" => {
+                    Some((p.to_path_buf(), FileKind::Executable))
+                }
+                _ => None,
+            }
+        };
+        let stderr = b"   Doc-tests either\nerror: doctest failed, to rerun pass `--doc`\n";
+        let mut run = run_of(stderr);
+        run.stdout = stdout.as_bytes();
+        run.search = vec!["/r/bin".into(), "/usr/bin".into()];
+        run.look = &look;
+        let toolchain = SandboxPolicy {
+            read: vec!["/p".into(), "/r".into()],
+            search_path: vec!["/r/bin".into()],
+            ..SandboxPolicy::default()
+        };
+        let got = explain_run(&toolchain, &[], &run);
+        assert_eq!(got.len(), 1, "{got:?}");
+        let ld = "/r/lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld/ld.lld";
+        assert_eq!((got[0].remedy.key(), got[0].denial.denied.target().as_str()), ("exec", ld));
+        assert!(
+            got[0].message.starts_with(&format!(
+                "inferred: execute of {ld} (via <sysroot>/lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld/ld.lld) \
+                 refused (EACCES), from the tool's message \"= note: collect2: fatal error: execvp: Permission denied\""
+            )),
+            "{}",
+            got[0].message
+        );
+        // With `exec` on the toolchain, the file's mode; with landlock's log on, nothing inferred.
+        let granted = SandboxPolicy { exec: vec!["/r".into()], ..toolchain.clone() };
+        assert!(matches!(explain_run(&granted, &[], &run)[0].remedy, Remedy::NotSandbox(_)));
+        run.logged.landlock = true;
+        assert!(explain_run(&toolchain, &[], &run).is_empty());
+        // The same line on stdout without the linker's command line: nothing (a test's own output).
+        run.logged.landlock = false;
+        run.stdout = b"collect2: fatal error: execvp: Permission denied\n";
+        assert!(explain_run(&toolchain, &[], &run).is_empty());
+
+        // No `read` on CARGO_HOME: cargo reports its unreadable index as a missing package.
+        let stderr = b"error: no matching package named `serde_json` found\nlocation searched: crates.io index\n\
+            required by package `either v1.13.0 (/p)`\nAs a reminder, you're using offline mode (--offline) which can \
+            sometimes cause surprising resolution failures, if this error is too confusing you may wish to retry \
+            without `--offline`.\n";
+        let got = explain_run(&policy(), &[], &run_of(stderr));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!((got[0].remedy.key(), got[0].denial.denied.target().as_str()), ("read", "/h/.cargo"));
+        assert!(
+            got[0].message.starts_with(
+                "inferred: read of /h/.cargo refused (EACCES), from the tool's message \"error: no matching package \
+                 named `serde_json` found\""
+            ),
+            "{}",
+            got[0].message
+        );
+        // CARGO_HOME granted: the package is missing indeed; unknown CARGO_HOME or landlock logging: nothing.
+        let home = SandboxPolicy { read: vec!["/p".into(), "/h/.cargo".into()], ..SandboxPolicy::default() };
+        assert!(explain_run(&home, &[], &run_of(stderr)).is_empty());
+        let mut run = run_of(stderr);
+        run.cargo_home = None;
+        assert!(explain_run(&policy(), &[], &run).is_empty());
+        run.cargo_home = Some("/h/.cargo".into());
+        run.logged.landlock = true;
+        assert!(explain_run(&policy(), &[], &run).is_empty());
+        // Without cargo's "location searched: ... index" line: not this.
+        assert!(explain_run(&policy(), &[], &run_of(b"error: no matching package named `x` found\n")).is_empty());
     }
 }

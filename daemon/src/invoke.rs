@@ -217,7 +217,17 @@ pub fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[De
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.split(':').filter(|d| d.starts_with('/')).map(PathBuf::from).collect())
         .unwrap_or_default();
-    let run = Run { stderr: &o.stderr.bytes, cwd: &plan.cwd, search, logged: o.logged, look: &look };
+    let var = |name: &str| plan.env.iter().find(|(k, _)| k == name).map(|(_, v)| PathBuf::from(v));
+    let cargo_home = var("CARGO_HOME").or_else(|| var("HOME").map(|h| h.join(".cargo")));
+    let run = Run {
+        stderr: &o.stderr.bytes,
+        stdout: &o.stdout.bytes,
+        cargo_home,
+        cwd: &plan.cwd,
+        search,
+        logged: o.logged,
+        look: &look,
+    };
     cordon_core::denial::explain_run(policy, &have, &run)
 }
 
