@@ -705,7 +705,13 @@ const READ_WORDS: &[&str] = &[
 /// What a line says the tool tried, by its words (`Unknown` when it does not say).
 fn op_in(line: &str) -> Op {
     let lower = line.to_ascii_lowercase();
-    let has = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    // A word of the message, not part of a name or path in it (`platformdirs` holds `rmdir`,
+    // `/src/mkdir-test/x` holds `mkdir`): it starts the line or follows a space or punctuation
+    // other than what names are made of.
+    let starts_word = |at: usize| {
+        lower[..at].chars().next_back().is_none_or(|c| !(c.is_alphanumeric() || matches!(c, '/' | '.' | '-' | '_')))
+    };
+    let has = |words: &[&str]| words.iter().any(|w| lower.match_indices(w).any(|(at, _)| starts_word(at)));
     if has(EXEC_WORDS) {
         Op::Exec
     } else if has(WRITE_WORDS) {
@@ -801,8 +807,21 @@ fn path_in(line: &str) -> Option<String> {
             _ => None,
         })
         .collect();
+    // An errno's name is never a path (node's error object: `code: 'EACCES',`).
+    let words: Vec<String> = words.into_iter().filter(|q| !is_errno_name(q)).collect();
     if let Some(p) = words.iter().find(|q| q.contains('/')).or(words.first()) {
         return Some(p.clone());
+    }
+    // dash's `sh: 1: cannot create FILE: Read-only file system`: FILE bare (often relative),
+    // before the shell's own path could be taken for it below.
+    if let Some(i) = lower.find(": cannot create ") {
+        let after = &line[i + ": cannot create ".len()..];
+        if let Some((name, _)) = after.split_once(": ")
+            && !name.is_empty()
+            && !name.contains(char::is_whitespace)
+        {
+            return Some(unquote(name).to_string());
+        }
     }
     let at = ["permission denied", "read-only file system"].iter().find_map(|t| lower.find(t));
     let before = at.map_or(line, |i| &line[..i]);
@@ -811,6 +830,32 @@ fn path_in(line: &str) -> Option<String> {
         .map(|w| w.trim_end_matches([':', ',', ';']))
         .rfind(|w| w.starts_with('/') && w.len() > 1)
         .map(str::to_string)
+}
+
+/// `EACCES`, `EROFS`, `EPERM`, ...: an errno's name.
+fn is_errno_name(word: &str) -> bool {
+    word.len() >= 4 && word.starts_with('E') && word.bytes().all(|b| b.is_ascii_uppercase())
+}
+
+/// node's error object, printed over several lines (npm prefixes each with `npm error`):
+/// `code: 'EACCES',` then `syscall: 'open',` and `path: '/p/package.json'` within a few lines.
+/// The path and what the syscall says was tried.
+fn node_error_object(lines: &[&str], i: usize) -> Option<(String, Op)> {
+    if !lines[i].contains("code: '") {
+        return None;
+    }
+    let mut op = Op::Unknown;
+    for line in lines.iter().skip(i + 1).take(4) {
+        if let Some(at) = line.find("syscall: '") {
+            op = op_in(&line[at..]);
+        }
+        if let Some(at) = line.find("path: '") {
+            let rest = &line[at + "path: '".len()..];
+            let path = rest.split('\'').next()?;
+            return (!path.is_empty()).then(|| (path.to_string(), op));
+        }
+    }
+    None
 }
 
 /// `path` without `.` and with `..` taken lexically (a message's path, never opened as is).
@@ -842,6 +887,12 @@ fn refusal_at(lines: &[&str], i: usize) -> Option<(&'static str, Op, Option<Stri
     }
     let mut op = op_in(line);
     let mut word = path_in(line);
+    if word.is_none()
+        && let Some((path, said)) = node_error_object(lines, i)
+    {
+        word = Some(path);
+        op = said;
+    }
     if word.is_none() {
         for back in lines[i.saturating_sub(4)..i].iter().rev() {
             let back = back.trim();
@@ -1185,6 +1236,31 @@ mod tests {
         );
         assert_eq!(one("Error: EACCES: permission denied, mkdir '/p/out'"), ("EACCES", Op::Write, s("/p/out"), None));
         assert_eq!(one("sh: 1: cannot create /etc/x: Permission denied"), ("EACCES", Op::Write, s("/etc/x"), None));
+        // What was tried is read from the message's words, never from a name in it
+        // (`platformdirs` holds `rmdir`).
+        assert_eq!(
+            one("PermissionError: [Errno 13] Permission denied: '/src/platformdirs/.venv/pyvenv.cfg'"),
+            ("EACCES", Op::Unknown, s("/src/platformdirs/.venv/pyvenv.cfg"), None)
+        );
+        // make's recipe under dash, a relative file (bzip2's `make test`): the file, not /bin/sh.
+        assert_eq!(
+            one("/bin/sh: 1: cannot create sample1.rb2: Read-only file system"),
+            ("EROFS", Op::Write, s("/p/sample1.rb2"), s("sample1.rb2"))
+        );
+        // npm's error object: the path from its `path:` line, what was tried from `syscall:`;
+        // the errno's name is never taken for a path.
+        let npm = b"npm error code EACCES\nnpm error syscall open\nnpm error   code: 'EACCES',\n\
+                    npm error   syscall: 'open',\nnpm error   path: '/p/package.json'\n";
+        let got = infer(&run_of(npm), &[]);
+        let paths: Vec<Option<String>> = got
+            .iter()
+            .map(|d| match &d.denied {
+                Denied::Inferred { path, .. } => path.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(paths.contains(&s("/p/package.json")), "{got:?}");
+        assert!(!paths.iter().flatten().any(|p| p.ends_with("EACCES")), "{got:?}");
         // Rust: the path and what was tried on an earlier line.
         assert_eq!(
             one(
