@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A developer's agent host, reduced to its MCP client: the official Python MCP SDK starts the
-`cordon` server named in an MCP host configuration (the README's snippet) and uses the starter
+`cordon` server named in an MCP host configuration (the snippet in docs/mcp.md) and uses the starter
 tools on a git project it makes in the developer's home. Run as the developer (a member of group
 cordon, not an admin) against the installed package, with no policy edit (packaging/test-deb.sh).
 

@@ -25,7 +25,7 @@ pub struct HostFacts {
     pub denials: DenialFacts,
 }
 
-/// What the kernel's audit log tells cordond about denials (README "When the sandbox denied
+/// What the kernel's audit log tells cordond about denials (docs/cli.md "When the sandbox denied
 /// something").
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DenialFacts {

@@ -132,8 +132,8 @@ struct Args {
     /// The CA certificates (PEM) that sign the client certificates --listen-tls accepts.
     #[arg(long, value_name = "PATH", requires = "listen_tls")]
     tls_client_ca: Option<PathBuf>,
-    /// Which client certificate is which local account (TOML, `[[identity]]` entries; see the
-    /// README's "Remote daemons (mutual TLS)"); reloaded with the policies.
+    /// Which client certificate is which local account (TOML, `[[identity]]` entries; see
+    /// docs/remote.md, "Remote daemons (mutual TLS)"); reloaded with the policies.
     #[arg(long, value_name = "PATH", requires = "listen_tls")]
     tls_identities: Option<PathBuf>,
     /// Check a --tls-identities file as cordond would load it (owner and mode, every entry's

@@ -1,5 +1,5 @@
 //! A finished invocation as an MCP tool result, following the result contract cordond decided
-//! (README "Results"): `isError` exactly when the result is not `ok` (the tool's `ok_exit_codes`,
+//! (docs/results.md, "Results"): `isError` exactly when the result is not `ok` (the tool's `ok_exit_codes`,
 //! its output schema); for JSON tools the value cordond validated as `structuredContent` (always
 //! an object, which the advertised output schema describes); every figure (exit code, signal,
 //! timeout, truncation, duration, cache) in `_meta["cordon/result"]`, and the way it ended in the

@@ -86,3 +86,78 @@ fn every_runbook_command_is_run_by_ci() {
         missing.join("\n")
     );
 }
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut in_block = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            in_block = !in_block;
+        } else if !in_block && line.starts_with('#') {
+            let heading = line.trim_start_matches('#');
+            if heading.starts_with(' ') {
+                out.push(anchor(heading));
+            }
+        }
+    }
+    out
+}
+
+/// The README is a front page and ARCHITECTURE.md an overview; reference and walk-throughs live in
+/// the docs book (docs/), and every relative link among them leads to a file and heading that
+/// exist.
+#[test]
+fn the_docs_stay_in_layers_and_every_link_resolves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for (name, limit) in [("README.md", 20_000), ("ARCHITECTURE.md", 20_000)] {
+        let size = repo_file(name).len();
+        assert!(size < limit, "{name} is {size} bytes: keep it under {limit}, moving reference into docs/");
+    }
+    let mut files = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    let index = repo_file("docs/README.md");
+    let mut broken = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        if file.parent().is_some_and(|d| d.ends_with("docs")) && name != "README.md" {
+            assert!(index.contains(&format!("]({name})")), "docs/README.md does not list {name}");
+        }
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(char::is_whitespace) {
+                continue;
+            }
+            let (path, fragment) = target.split_once('#').unwrap_or((target, ""));
+            let linked = if path.is_empty() { file.clone() } else { file.parent().unwrap().join(path) };
+            if !linked.exists() {
+                broken.push(format!("{}: {target} (no such file)", file.display()));
+            } else if !fragment.is_empty()
+                && linked.extension().is_some_and(|e| e == "md")
+                && !anchors(&std::fs::read_to_string(&linked).unwrap()).iter().any(|a| a == fragment)
+            {
+                broken.push(format!("{}: {target} (no such heading)", file.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}

@@ -1,5 +1,5 @@
-//! The README's "Running real toolchains" section, run as written (issue 15 item 5): its code
-//! blocks are read from README.md, not copied, so an example that changes is the example that
+//! The "Running real toolchains" chapter (docs/toolchains.md), run as written: its code
+//! blocks are read from docs/toolchains.md, not copied, so an example that changes is the example that
 //! runs, and one that stops working (or is added without a test) fails here.
 //!
 //! Each `### ` example is, in order: an optional ```sh block the developer runs in their shell
@@ -32,14 +32,14 @@ struct Example {
 }
 
 fn readme() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/toolchains.md");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The section's examples, each with its blocks; panics on a block out of place.
 fn examples() -> Vec<Example> {
     let text = readme();
-    let start = text.find(&format!("\n{SECTION}\n")).expect("README.md has the section") + 1;
+    let start = text.find(&format!("\n{SECTION}\n")).expect("docs/toolchains.md has the section") + 1;
     let rest = &text[start + SECTION.len()..];
     let section = &rest[..rest.find("\n## ").unwrap_or(rest.len())];
     let mut out: Vec<Example> = Vec::new();
@@ -75,10 +75,9 @@ fn examples() -> Vec<Example> {
 }
 
 fn example(first_word: &str) -> Example {
-    examples()
-        .into_iter()
-        .find(|e| e.heading.starts_with(first_word))
-        .unwrap_or_else(|| panic!("README.md's {SECTION:?} has no example whose heading starts with {first_word:?}"))
+    examples().into_iter().find(|e| e.heading.starts_with(first_word)).unwrap_or_else(|| {
+        panic!("docs/toolchains.md's {SECTION:?} has no example whose heading starts with {first_word:?}")
+    })
 }
 
 #[test]
@@ -88,7 +87,7 @@ fn every_readme_toolchain_example_is_complete_and_run_by_a_test() {
     assert_eq!(
         headings.iter().map(|h| h.split_whitespace().next().unwrap()).collect::<Vec<_>>(),
         EXAMPLES,
-        "the examples of README.md's {SECTION:?} and the tests of readme_toolchains.rs differ: {headings:?}"
+        "the examples of docs/toolchains.md's {SECTION:?} and the tests of readme_toolchains.rs differ: {headings:?}"
     );
     for e in &all {
         assert!(!e.toml.is_empty() && !e.expected.is_empty(), "{}: a toml and a text block", e.heading);

@@ -488,10 +488,10 @@ fn cordond_refuses_untrusted_or_wrong_tls_files_at_startup() {
     assert!(!out.status.success() && e.contains("--tls-cert <PATH>") && e.contains("--tls-identities <PATH>"), "{e}");
 }
 
-/// The README's openssl lines ("Remote daemons (mutual TLS)"), run as written.
+/// The openssl lines of docs/remote.md ("Remote daemons (mutual TLS)"), run as written.
 fn readme_openssl_lines() -> String {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
-    let section = readme.split("\n## Remote daemons (mutual TLS)\n").nth(1).expect("the README section");
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/remote.md")).unwrap();
+    let section = readme.split("\n## Remote daemons (mutual TLS)\n").nth(1).expect("the section of docs/remote.md");
     let block = section.split("```sh\n").nth(1).expect("its sh block");
     block.split("\n```").next().unwrap().to_string()
 }
