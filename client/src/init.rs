@@ -40,6 +40,24 @@ use crate::error::{CliError, exit};
 use crate::registry_admin::{sync_dir, temp_path};
 use crate::term::{errln, outln};
 
+/// One line of `cordon init`'s report: on stderr when the policy itself is on stdout.
+fn report_line(to_stdout: bool, line: &str) {
+    if to_stdout {
+        errln!("{line}");
+    } else {
+        outln!("{line}");
+    }
+}
+
+/// The `--json` report, with the policy's text in it when the policy went to stdout.
+fn json_report(mut out: serde_json::Value, to_stdout: bool, text: &str) -> u8 {
+    if to_stdout {
+        out["policy"] = json!(text);
+    }
+    crate::admin::print_json(&out);
+    exit::OK
+}
+
 /// The most tools one source contributes (a Makefile with hundreds of targets is cut here).
 const MAX_PER_SOURCE: usize = 40;
 /// The placeholder every generated `reason` holds; `cordon policy check` warns while one is left.
@@ -130,24 +148,14 @@ pub fn init(
     if as_json {
         let tools: Vec<serde_json::Value> =
             found.tools.iter().map(|t| json!({ "name": t.name, "description": t.description })).collect();
-        let mut out = json!({
+        let out = json!({
             "project": project, "root": root, "file": shown, "found": found.summary, "tools": tools,
             "notes": found.notes, "unresolved": unresolved,
         });
-        if to_stdout {
-            out["policy"] = json!(text);
-        }
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return Ok(exit::OK);
+        return Ok(json_report(out, to_stdout, &text));
     }
     // The report goes to stderr when the policy itself is on stdout.
-    let report = |line: String| {
-        if to_stdout {
-            errln!("{line}");
-        } else {
-            outln!("{line}");
-        }
-    };
+    let report = |line: String| report_line(to_stdout, &line);
     report(format!("project {project} at {}", root.display()));
     for s in &found.summary {
         report(format!("  found {s}"));
@@ -195,21 +203,10 @@ fn init_template(
     notes.extend(create_missing(root, &must_exist));
     let to_stdout = shown == "-";
     if as_json {
-        let mut out =
-            json!({ "project": project, "root": root, "file": shown, "template": kind.name(), "notes": notes });
-        if to_stdout {
-            out["policy"] = json!(text);
-        }
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return Ok(exit::OK);
+        let out = json!({ "project": project, "root": root, "file": shown, "template": kind.name(), "notes": notes });
+        return Ok(json_report(out, to_stdout, &text));
     }
-    let report = |line: String| {
-        if to_stdout {
-            errln!("{line}");
-        } else {
-            outln!("{line}");
-        }
-    };
+    let report = |line: String| report_line(to_stdout, &line);
     report(format!("project {project} at {}: the {} template", root.display(), kind.name()));
     for n in &notes {
         report(format!("  note: {n}"));
@@ -261,23 +258,13 @@ fn init_detect(root: &Path, project: &str, output: Option<&Path>, force: bool, a
         detected.parts.iter().flat_map(|p| p.notes.iter().map(|n| format!("{}: {n}", p.label))).collect();
     notes.extend(created);
     if as_json {
-        let mut out = json!({
+        let out = json!({
             "project": project, "root": root, "file": shown, "detected": labels, "tools": tools,
             "notes": notes, "left_out": left_out,
         });
-        if to_stdout {
-            out["policy"] = json!(text);
-        }
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return Ok(exit::OK);
+        return Ok(json_report(out, to_stdout, &text));
     }
-    let report = |line: String| {
-        if to_stdout {
-            errln!("{line}");
-        } else {
-            outln!("{line}");
-        }
-    };
+    let report = |line: String| report_line(to_stdout, &line);
     report(format!("project {project} at {}", root.display()));
     for l in &labels {
         report(format!("  detected {l}"));
