@@ -175,7 +175,7 @@ fn curl_installed() -> bool {
     if Path::new(CURL).exists() {
         return true;
     }
-    eprintln!("skipped: {CURL} is not installed (.ci/run installs it)");
+    eprintln!("skipped: {CURL} is not installed (tests/run installs it)");
     false
 }
 

@@ -290,7 +290,7 @@ fn readme_rust_example_cargo_test_with_doctests() {
         eprintln!(
             "skipped: the README's Rust example, as the owner and as root: no Rust toolchain that {AGENT} (the \
              project's owner) can run ({}); a rustup under /root is not readable by other accounts, Debian's cargo \
-             package is (.ci/run installs it)",
+             package is (tests/run installs it)",
             why.trim()
         );
         return;
@@ -298,7 +298,7 @@ fn readme_rust_example_cargo_test_with_doctests() {
     run.example(&e, &|_| {});
 }
 
-/// Where CI installs pytest (.ci/run, from the system's Python); `CORDON_TEST_PYTEST_VENV` overrides.
+/// Where CI installs pytest (tests/run, from the system's Python); `CORDON_TEST_PYTEST_VENV` overrides.
 fn pytest_venv() -> PathBuf {
     std::env::var_os("CORDON_TEST_PYTEST_VENV").map_or_else(|| PathBuf::from("/opt/cordon-pytest-venv"), PathBuf::from)
 }
@@ -323,7 +323,7 @@ fn readme_python_example_pytest_with_multiprocessing() {
     if let Err(why) = run.owner_can(&format!("{}/bin/pytest --version", venv.display())) {
         eprintln!(
             "skipped: the README's Python example, as the owner and as root: {AGENT} (the project's owner) cannot \
-             run {}/bin/pytest ({}); .ci/run makes it from /usr/bin/python3",
+             run {}/bin/pytest ({}); tests/run makes it from /usr/bin/python3",
             venv.display(),
             why.trim()
         );

@@ -508,13 +508,13 @@ fn rust_template_runs_cargo_test_with_doctests_and_clippy() {
     assert!(r["stderr"].as_str().unwrap().contains("Checking tiny"), "{r}");
 }
 
-/// Where CI installs pytest (a virtualenv, see .ci/run); `CORDON_TEST_PYTEST_VENV` overrides.
+/// Where CI installs pytest (a virtualenv, see tests/run); `CORDON_TEST_PYTEST_VENV` overrides.
 fn pytest_venv() -> Option<PathBuf> {
     let venv = std::env::var_os("CORDON_TEST_PYTEST_VENV")
         .map_or_else(|| PathBuf::from("/opt/cordon-pytest-venv"), PathBuf::from);
     let ok = venv.join("bin/pytest").is_file();
     if !ok {
-        eprintln!("skipped: no pytest at {}/bin/pytest (.ci/run installs it there)", venv.display());
+        eprintln!("skipped: no pytest at {}/bin/pytest (tests/run installs it there)", venv.display());
     }
     ok.then_some(venv)
 }
