@@ -3,6 +3,7 @@
 # hang (docs/fuzzing.md).
 #
 #   fuzz/run.sh SECONDS [TARGET...]     every target (or the ones named) for SECONDS each
+#   fuzz/run.sh --build-only            install and build only (CI builds while the tests run)
 #
 # Installs what it needs, pinned and idempotent: cargo-afl (whose install builds AFL++ from the
 # source the crate ships: nothing but crates.io). The seeds are fuzz/corpus/TARGET/; a run's
@@ -16,6 +17,11 @@ AFL_VERSION=0.18.2
 TARGETS=(proxy_http proxy_socks tls_hello mcp_lines mcp_http policy arguments tokens identities)
 
 seconds=${1:-}
+build_only=no
+if [ "$seconds" = --build-only ]; then
+  build_only=yes
+  seconds=1
+fi
 if ! [[ "$seconds" =~ ^[1-9][0-9]*$ ]]; then
   echo "usage: fuzz/run.sh SECONDS [TARGET...]  (targets: ${TARGETS[*]})" >&2
   exit 2
@@ -53,6 +59,7 @@ triple=$(rustc -vV | sed -n 's/^host: //p')
 cargo afl build --release --locked --target "$triple"
 bin="target/$triple/release"
 echo "-- targets built: $((SECONDS - start))s"
+[ "$build_only" = no ] || exit 0
 
 # afl-fuzz on a CI machine: no UI, no demand on the CPU governor or on where cores are dumped
 # (the targets' panics abort, which afl-fuzz sees whatever core_pattern says), no failure when

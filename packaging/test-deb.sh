@@ -27,6 +27,8 @@ deb=$1
 # root can write. A run that is cut off (killed, or the machine's session ends) leaves it behind,
 # and the next run first undoes what that one left: the package installed, the developer account,
 # the groups, a daemon, its cgroups, /run/cordon.
+# shellcheck source=packaging/unit-daemon.sh
+source "$repo/packaging/unit-daemon.sh"
 journal=/var/lib/cordon-deb-test.journal
 work=""
 daemon_pid=""
@@ -68,15 +70,12 @@ journal_read() {
   done <"$journal"
 }
 
+# start_cordond_like_the_unit reports each cgroup and the daemon as it makes them.
+unit_state_changed() { journal_write; }
+
 cleanup() {
   set +e
-  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null \
-    && grep -qE '^(systemd-socket-|cordond)' "/proc/$daemon_pid/comm" 2>/dev/null; then
-    kill -TERM "$daemon_pid"
-    # Not a child when an earlier run's daemon is stopped: wait for it by its pid.
-    for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
-    wait "$daemon_pid" 2>/dev/null
-  fi
+  stop_cordond_like_the_unit
   if dpkg-query -W -f='${Status}' cordon 2>/dev/null | grep -q installed; then
     dpkg --purge cordon >/dev/null 2>&1
   fi
@@ -89,7 +88,6 @@ cleanup() {
   [ "$had_state" = yes ] && [ -n "$work" ] && mv "$work/var-lib-cordon.before" /var/lib/cordon
   rm -rf /run/cordon
   [ -n "$work" ] && rm -rf "$work"
-  for d in "${unit_cgroups[@]}"; do find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null; done
   rm -f "$journal"
 }
 
@@ -212,33 +210,7 @@ run bash -c 'source /usr/share/bash-completion/completions/cordon; complete -p c
 check "the bash completion loads" bash -c 'source /usr/share/bash-completion/completions/cordon && complete -p cordon'
 
 say "cordond as the installed unit starts it (no systemd here: systemd-socket-activate)"
-exec_start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/cordond.service)
-listen=$(sed -n 's/^ListenStream=//p' /lib/systemd/system/cordond.socket)
-sock_group=$(sed -n 's/^SocketGroup=//p' /lib/systemd/system/cordond.socket)
-sock_mode=$(sed -n 's/^SocketMode=//p' /lib/systemd/system/cordond.socket)
-echo "ExecStart=$exec_start; ListenStream=$listen (group $sock_group, mode $sock_mode)"
-# systemd runs the service in a cgroup of its own, delegated to it (the unit's Delegate=; the
-# unit starts cordond with --cgroups delegated): the same here, in every hierarchy cordond uses
-# (pure v2: /sys/fs/cgroup; hybrid: the v2 one at unified/ and the v1 memory and pids ones).
-for h in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/memory /sys/fs/cgroup/pids; do
-  [ -e "$h/cgroup.procs" ] || continue
-  unit_cgroups+=("$h/$unit_cgroup")
-  journal_write
-  mkdir "$h/$unit_cgroup"
-done
-echo "the unit's cgroups: ${unit_cgroups[*]}"
-# A service's environment under systemd: no inherited variables, systemd's PATH.
-# shellcheck disable=SC2086
-env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin \
-  sh -c 'for d in '"${unit_cgroups[*]}"'; do echo $$ > "$d/cgroup.procs"; done; exec "$@"' sh \
-  systemd-socket-activate -l "$listen" -- $exec_start >"$work/cordond.log" 2>&1 &
-daemon_pid=$!
-journal_write
-for _ in $(seq 100); do [ -S "$listen" ] && break; sleep 0.1; done
-# What systemd does for SocketGroup= and SocketMode= after binding.
-run chgrp "$sock_group" "$listen"
-run chmod "$sock_mode" "$listen"
-run stat -c '%A %U:%G %n' "$listen"
+start_cordond_like_the_unit /lib/systemd/system "$work/cordond.log" "$unit_cgroup"
 run cordon status
 run cordon reload
 run cat "/proc/$daemon_pid/cgroup"

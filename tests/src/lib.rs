@@ -464,7 +464,7 @@ macro_rules! require_root {
     };
     ($why:expr) => {
         if !$crate::is_root() {
-            eprintln!("skipped: needs root ({})", $why);
+            $crate::skip!("skipped: needs root ({})", $why);
             return;
         }
         $crate::agent::ensure();
@@ -721,4 +721,28 @@ pub fn hello_upstream() -> u16 {
         }
     });
     port
+}
+
+/// Says why a test cannot run here and lets it return. Under CI (`CORDON_CI` set, as `tests/run`
+/// sets it) a skip is a failure: CI runs every test, and what a test needs is installed there.
+#[macro_export]
+macro_rules! skip {
+    ($($arg:tt)*) => {
+        $crate::skipped(&format!($($arg)*))
+    };
+}
+
+/// The body of [`skip!`]: prints `why`, or panics with it under CI.
+pub fn skipped(why: &str) {
+    if let Some(log) = std::env::var_os("CORDON_SKIP_LOG") {
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            let _ = writeln!(f, "{why}");
+        }
+    }
+    assert!(
+        std::env::var_os("CORDON_CI").is_none(),
+        "{why}\n(CORDON_CI is set: under CI every test runs; tests/run installs what this one needs)"
+    );
+    eprintln!("{why}");
 }

@@ -20,7 +20,7 @@ const GROUP: &str = "cordon-t-cachegrp";
 macro_rules! require_root {
     () => {
         if !is_root() {
-            eprintln!("skipped: needs root (the agent user, chown, group membership)");
+            cordon_tests::skip!("skipped: needs root (the agent user, chown, group membership)");
             return;
         }
     };

@@ -237,7 +237,9 @@ fn in_ci() -> bool {
 /// Skips (outside CI) or fails (in CI) with `why`.
 fn missing(why: &str) {
     assert!(!in_ci(), "the corpus is missing in CI ({why}): tests/run runs .ci/corpus-fetch first");
-    eprintln!("skipped: the corpus of real projects: {why}; run .ci/corpus-fetch (as root) first, see docs/corpus.md");
+    cordon_tests::skip!(
+        "skipped: the corpus of real projects: {why}; run .ci/corpus-fetch (as root) first, see docs/corpus.md"
+    );
 }
 
 /// Creates the owner account once (idempotent across runs), in the daemon's socket group.

@@ -195,11 +195,13 @@ fn a_read_of_an_ungranted_file_names_the_path_and_read() {
 #[test]
 fn a_denied_system_call_is_named_from_the_kernel_log() {
     if !is_root() {
-        eprintln!("skipped: reading the kernel's audit log needs a root cordond");
+        cordon_tests::skip!("skipped: reading the kernel's audit log needs a root cordond");
         return;
     }
     if !daemon_reads_the_audit_log() {
-        eprintln!("skipped: this host does not let cordond read the kernel's audit log (cordon doctor: denials)");
+        cordon_tests::skip!(
+            "skipped: this host does not let cordond read the kernel's audit log (cordon doctor: denials)"
+        );
         return;
     }
     let f = fixture();
@@ -250,11 +252,12 @@ fn mcp_results_carry_the_denials_in_text_and_meta() {
 }
 
 #[test]
+#[ignore = "needs kernel audit enabled (auditctl -e 1), a host-wide switch no test flips: run with --ignored on such a host"]
 fn landlock_names_the_path_itself_where_kernel_audit_is_enabled() {
     let out = Command::new(bin("cordond")).arg("--probe").output().unwrap();
     let facts: Value = serde_json::from_slice(&out.stdout).unwrap();
     if facts["denials"]["landlock"] != true {
-        eprintln!(
+        cordon_tests::skip!(
             "skipped: landlock logs denials only while kernel audit is enabled (auditctl -e 1), and it is not here"
         );
         return;
@@ -439,12 +442,12 @@ fn removing_one_grant_at_a_time_the_first_denied_line_names_its_key_and_path() {
     if p.npm {
         cases.push(("npm-no-exec", "exec", proj.join("node_modules/tape/bin/tape"), true));
     } else {
-        eprintln!("npm or node not installed: the npm case is skipped");
+        cordon_tests::skip!("npm or node not installed: the npm case is skipped");
     }
     if p.venv {
         cases.push(("venv-no-exec", "exec", proj.join(".venv/bin/python"), true));
     } else {
-        eprintln!("python3 -m venv failed: the venv case is skipped");
+        cordon_tests::skip!("python3 -m venv failed: the venv case is skipped");
     }
     let ok_of = |broken: &str| format!("{}-ok", broken.split("-no-").next().unwrap());
     for caller in callers() {

@@ -63,7 +63,7 @@ required = true
 
 fn usable() -> bool {
     if !cordon_tests::is_root() || !Path::new(CURL).exists() {
-        eprintln!("skipped: needs root (a network namespace per tool) and {CURL}");
+        cordon_tests::skip!("skipped: needs root (a network namespace per tool) and {CURL}");
         return false;
     }
     true

@@ -319,7 +319,7 @@ fn common_tools_set_ordinary_modes_and_fail_on_set_id_ones() {
         ok("python-chmod");
         assert_eq!(mode("copied"), Some(0o700));
     } else {
-        eprintln!("skipped the python check: no /usr/bin/python3");
+        cordon_tests::skip!("skipped the python check: no /usr/bin/python3");
     }
     for tool in ["chmod-suid", "cp-p-suid", "tar-x-suid"] {
         let (out, j) = d.run_json(tool, &json!({}));
@@ -508,7 +508,7 @@ fn clone_parent_and_personality_are_refused_eperm() {
 fn extended_attributes_outside_the_grants_cannot_be_read_eopnotsupp() {
     const PYTHON: &str = "/usr/bin/python3";
     if !Path::new(PYTHON).exists() {
-        eprintln!("skipped: needs {PYTHON}");
+        cordon_tests::skip!("skipped: needs {PYTHON}");
         return;
     }
     let tmp = tempdir();
@@ -528,7 +528,7 @@ fn extended_attributes_outside_the_grants_cannot_be_read_eopnotsupp() {
                 .map(|s| !s.success())
                 .unwrap_or(true)
         {
-            eprintln!("skipped: this filesystem has no user xattrs");
+            cordon_tests::skip!("skipped: this filesystem has no user xattrs");
             return;
         }
     }

@@ -143,7 +143,7 @@ fn check_openmetrics(text: &str) {
 #[test]
 fn counts_every_outcome_and_refusal_exactly_and_speaks_openmetrics() {
     if !Path::new(CURL).exists() {
-        eprintln!("skipped: needs {CURL}");
+        cordon_tests::skip!("skipped: needs {CURL}");
         return;
     }
     let egress = cordon_tests::is_root().then(upstream);
@@ -219,7 +219,7 @@ fn counts_every_outcome_and_refusal_exactly_and_speaks_openmetrics() {
 #[test]
 fn without_the_token_or_with_a_wrong_one_the_answer_is_401() {
     if !Path::new(CURL).exists() {
-        eprintln!("skipped: needs {CURL}");
+        cordon_tests::skip!("skipped: needs {CURL}");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -175,7 +175,7 @@ fn curl_installed() -> bool {
     if Path::new(CURL).exists() {
         return true;
     }
-    eprintln!("skipped: {CURL} is not installed (tests/run installs it)");
+    cordon_tests::skip!("skipped: {CURL} is not installed (tests/run installs it)");
     false
 }
 
@@ -437,7 +437,7 @@ fn in_own_netns(hosts: &'static str, test: impl FnOnce() + Send + 'static) {
 #[test]
 fn a_name_that_resolves_to_an_address_of_this_host_reaches_nothing() {
     if !cordon_tests::is_root() || !curl_installed() {
-        eprintln!("skipped: needs root (a network namespace of the test's own) and curl");
+        cordon_tests::skip!("skipped: needs root (a network namespace of the test's own) and curl");
         return;
     }
     let hosts = "11.22.33.44 own4.cordon.test\n2606:4700:c0d::1 own6.cordon.test\n11.22.44.1 late.cordon.test\n";
@@ -530,7 +530,11 @@ fn tls_server() -> TlsServer {
 /// hello goes up; the right name, and curl over https, get through.
 #[test]
 fn real_tls_clients_get_through_a_name_tunnel_only_with_its_name() {
-    if !curl_installed() || !Path::new(OPENSSL).exists() {
+    if !curl_installed() {
+        return;
+    }
+    if !Path::new(OPENSSL).exists() {
+        cordon_tests::skip!("skipped: {OPENSSL} is not installed");
         return;
     }
     let server = tls_server();

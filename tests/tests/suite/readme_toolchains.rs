@@ -287,7 +287,7 @@ fn readme_rust_example_cargo_test_with_doctests() {
     );
     run.chown_to_owner();
     if let Err(why) = run.owner_can("cargo --version && rustc --version && rustdoc --version") {
-        eprintln!(
+        cordon_tests::skip!(
             "skipped: the README's Rust example, as the owner and as root: no Rust toolchain that {AGENT} (the \
              project's owner) can run ({}); a rustup under /root is not readable by other accounts, Debian's cargo \
              package is (tests/run installs it)",
@@ -321,7 +321,7 @@ fn readme_python_example_pytest_with_multiprocessing() {
     run.chown_to_owner();
     let venv = pytest_venv();
     if let Err(why) = run.owner_can(&format!("{}/bin/pytest --version", venv.display())) {
-        eprintln!(
+        cordon_tests::skip!(
             "skipped: the README's Python example, as the owner and as root: {AGENT} (the project's owner) cannot \
              run {}/bin/pytest ({}); tests/run makes it from /usr/bin/python3",
             venv.display(),
@@ -340,7 +340,7 @@ fn readme_node_example_npm_test() {
     crate::init::tape_project(&run.project);
     run.chown_to_owner();
     if let Err(why) = run.owner_can("node --version && npm --version") {
-        eprintln!("skipped: the README's Node example: {AGENT} cannot run node and npm ({})", why.trim());
+        cordon_tests::skip!("skipped: the README's Node example: {AGENT} cannot run node and npm ({})", why.trim());
         return;
     }
     // The developer's `npm ci`, as the owner: tape from the registry, or a stand-in package.
@@ -364,7 +364,7 @@ fn readme_c_example_make_test() {
     write(&run.project.join("Makefile"), "test: t\n\t./t\n\nt: t.c\n\tgcc -o t t.c\n");
     run.chown_to_owner();
     if let Err(why) = run.owner_can("make --version && gcc --version") {
-        eprintln!("skipped: the README's C example: {AGENT} cannot run make and gcc ({})", why.trim());
+        cordon_tests::skip!("skipped: the README's C example: {AGENT} cannot run make and gcc ({})", why.trim());
         return;
     }
     run.example(&e, &|_| {});
@@ -379,7 +379,7 @@ fn readme_git_example_commit() {
     write(&run.project.join("lib.txt"), "add_one\n");
     run.chown_to_owner();
     if let Err(why) = run.owner_can("git --version") {
-        eprintln!("skipped: the README's git example: {AGENT} cannot run git ({})", why.trim());
+        cordon_tests::skip!("skipped: the README's git example: {AGENT} cannot run git ({})", why.trim());
         return;
     }
     // The owner's repository, with one commit of its own.

@@ -116,7 +116,7 @@ fn write_denied() -> i32 {
 macro_rules! require_root {
     ($why:expr) => {
         if !is_root() {
-            eprintln!("skipped: needs root ({})", $why);
+            cordon_tests::skip!("skipped: needs root ({})", $why);
             return;
         }
     };
@@ -636,7 +636,7 @@ fn a_setuid_root_copy_stays_unprivileged_under_no_new_privs() {
 fn the_child_changes_identity_with_raw_system_calls_not_glibcs_thread_broadcast() {
     require_root!("run_as = \"nobody\"");
     if std::process::Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("skipped: strace is not installed");
+        cordon_tests::skip!("skipped: strace is not installed");
         return;
     }
     let dir = tempdir();

@@ -56,7 +56,7 @@ fn stdout(j: &Value) -> &str {
 macro_rules! require_view {
     () => {
         if !is_root() {
-            eprintln!("skipped: needs root (a daemon that can make mount namespaces)");
+            cordon_tests::skip!("skipped: needs root (a daemon that can make mount namespaces)");
             return;
         }
     };
@@ -344,7 +344,7 @@ fn tmpfs_pages_count_against_the_memory_limit() {
     let records = d.audit_records();
     let finished = records.iter().rfind(|r| r["decision"] == "finished").expect("a finished record");
     if finished["sandbox"]["cgroup"] != true {
-        eprintln!("skipped: no memory cgroup on this host");
+        cordon_tests::skip!("skipped: no memory cgroup on this host");
         return;
     }
     // The memory cgroup's OOM kill, not a timeout and not a full tmpfs. Where the kernel kills
@@ -376,7 +376,7 @@ fn grants_beneath_tmp_stay_visible() {
 fn python_multiprocessing_works_with_only_the_defaults() {
     require_view!();
     if !Path::new("/usr/bin/python3").exists() {
-        eprintln!("skipped: no /usr/bin/python3");
+        cordon_tests::skip!("skipped: no /usr/bin/python3");
         return;
     }
     let d = Daemon::start(&[(
@@ -431,7 +431,9 @@ fn a_daemon_that_is_not_root_gives_private_temp_too() {
         .status()
         .is_ok_and(|s| s.success());
     if !userns {
-        eprintln!("skipped: this kernel refuses unprivileged user namespaces (the tool then gets a plain directory)");
+        cordon_tests::skip!(
+            "skipped: this kernel refuses unprivileged user namespaces (the tool then gets a plain directory)"
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -463,7 +463,7 @@ fn have(program: &str) -> bool {
     let ok =
         Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: {program} is not installed");
+        cordon_tests::skip!("skipped: {program} is not installed");
     }
     ok
 }
@@ -514,7 +514,7 @@ fn pytest_venv() -> Option<PathBuf> {
         .map_or_else(|| PathBuf::from("/opt/cordon-pytest-venv"), PathBuf::from);
     let ok = venv.join("bin/pytest").is_file();
     if !ok {
-        eprintln!("skipped: no pytest at {}/bin/pytest (tests/run installs it there)", venv.display());
+        cordon_tests::skip!("skipped: no pytest at {}/bin/pytest (tests/run installs it there)", venv.display());
     }
     ok.then_some(venv)
 }
