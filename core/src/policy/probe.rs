@@ -1028,7 +1028,9 @@ fn changed(what: &'static str, path: &Path, was: &Node, now: String) -> ProbeErr
 /// The identity the tool runs as is no one else: where the policy fixes it (`run_as` a user,
 /// or the owner of the working_dir), a directory that identity owns (and no group or other can
 /// write) is not flagged, nor another tool's write root when that tool runs as the same
-/// identity (what it writes, that account could write anyway). Every warning names what to do
+/// identity (what it writes, that account could write anyway), nor the write root of a tool that
+/// runs as its caller when what lies between that root and the path is that identity's alone (a
+/// caller writes there with its own rights: only that identity could). Every warning names what to do
 /// and the `accept_warnings` entry (with a reason) that accepts it: `replaceable`,
 /// `beneath-write-root`.
 ///
@@ -1092,6 +1094,14 @@ pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Ve
                 // Another tool that runs as the very identity this one runs as writes nothing
                 // that identity could not write itself.
                 .filter(|&(i, _)| runs_as[me].is_none() || runs_as[i] != runs_as[me])
+                // Another tool that runs as its caller writes with the caller's own rights: where
+                // everything from the path up to that root belongs to this tool's identity (or
+                // root) and no group or other may write it, only that identity could change it
+                // through the other tool (or root, who needs no tool to).
+                .filter(|&(i, j)| {
+                    !(runs_as[i].is_none()
+                        && runs_as[me].is_some_and(|uid| only_writable_by(path, &tools[i].sandbox.write[j], uid)))
+                })
                 .collect();
             above.sort_unstable();
             if tool.accepts("beneath-write-root") {
@@ -1134,6 +1144,24 @@ pub(super) fn exposure_warnings(tools: &[Arc<Tool>], cache: &mut PinCache) -> Ve
         }
     }
     out
+}
+
+/// Whether every entry from `path` up to (not including) `root` is owned by `uid` or root with
+/// no group or other write bit, and `root` itself lets no one but its owner rename what is in it
+/// (not group- or other-writable, or sticky): then a process of another account, whatever its
+/// landlock grants beneath `root`, cannot replace or change `path`. A missing entry is not.
+fn only_writable_by(path: &Path, root: &Path, uid: u32) -> bool {
+    let safe = |m: &std::fs::Metadata| (m.uid() == uid || m.uid() == 0) && m.mode() & 0o022 == 0;
+    for entry in path.ancestors().take_while(|a| *a != root) {
+        match std::fs::symlink_metadata(entry) {
+            Ok(m) if safe(&m) => {}
+            _ => return false,
+        }
+    }
+    match std::fs::metadata(root) {
+        Ok(m) => m.mode() & 0o022 == 0 || m.mode() & 0o1000 != 0,
+        Err(_) => false,
+    }
 }
 
 /// The one account a tool runs as whoever calls it, when the policy fixes it: `run_as` a user,

@@ -221,6 +221,45 @@ fn a_write_root_of_a_tool_run_as_the_same_owner_is_no_warning_and_one_run_as_its
     );
 }
 
+/// The starter `make-test` shape: a tool run as its caller with a write root over all of `/home`.
+/// A caller writes there with its own rights, so a project its owner alone can write is not
+/// exposed by it; once another account may write a directory in between, it is.
+#[test]
+fn a_write_root_of_a_tool_run_as_its_caller_exposes_only_what_others_may_write() {
+    require_root!("to create a test user and chown test directories");
+    let h = Home::new();
+    let dir = h.root.join("policies-dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("proj.toml"), h.policy("")).unwrap();
+    let team = format!(
+        "version = 1\n\n{}",
+        cordon_tests::attack_tool(
+            "make-test",
+            Path::new(ATTACK),
+            &format!(
+                "exec = [{}]\ntimeout = \"5s\"\nwrite = [{}]\nallow = {{ users = [\"{AGENT}\"] }}",
+                q(Path::new(ATTACK).parent().unwrap()),
+                q(&h.home)
+            ),
+        )
+    );
+    std::fs::write(dir.join("team.toml"), team).unwrap();
+    let (code, stderr) = check(&dir, true);
+    assert_eq!(code, Some(0), "the owner's own tree is no one else's to change: {stderr}");
+    assert!(!stderr.contains("lies beneath"), "{stderr}");
+
+    // A group-writable directory between the root and the linter's src: its group may write there.
+    std::fs::set_permissions(&h.proj, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let (code, stderr) = check(&dir, true);
+    assert_ne!(code, Some(0), "{stderr}");
+    let expected = format!(
+        "warning: tool \"linter\": read path {} lies beneath {}, a write root of tool \"make-test\"",
+        h.proj.join("src").display(),
+        h.home.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+}
+
 /// `accept_warnings` is a review of one tool: in `[defaults]` it is an error that says why and
 /// what to do, and it silences nothing; on the tool it is accepted.
 #[test]
