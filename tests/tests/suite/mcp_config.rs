@@ -495,14 +495,24 @@ fn agent_hosts() -> Result<(PathBuf, PathBuf), String> {
     if !is_root() {
         return Err("the agent hosts run in a network namespace of their own, which takes root".into());
     }
+    for (program, package) in [("unshare", "util-linux"), ("ip", "iproute2"), ("curl", "curl")] {
+        if Command::new(program).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+            return Err(format!("{program} ({package}) is not installed"));
+        }
+    }
     Ok((claude, codex))
 }
 
 /// A host's CLI, offline: a new network namespace with only loopback up, telemetry off, HOME here.
 fn host_cli(p: &Place, program: &Path, args: &[&str]) -> Output {
-    let script = "ip link set lo up 2>/dev/null || true; exec \"$@\"";
+    host_cli_with(p, "exec \"$@\"", program, args, &[])
+}
+
+/// As [`host_cli`], the command run by `script` (`"$@"` is the command) with these variables.
+fn host_cli_with(p: &Place, script: &str, program: &Path, args: &[&str], vars: &[(&str, &str)]) -> Output {
+    let script = format!("ip link set lo up 2>/dev/null || true; {script}");
     let out = Command::new("unshare")
-        .args(["--net", "--", "sh", "-c", script, "sh"])
+        .args(["--net", "--", "sh", "-c", &script, "sh"])
         .arg(program)
         .args(args)
         .current_dir(&p.project)
@@ -517,6 +527,7 @@ fn host_cli(p: &Place, program: &Path, args: &[&str]) -> Output {
         .env_remove("CLAUDE_CONFIG_DIR")
         .env_remove("ANTHROPIC_API_KEY")
         .env_remove("OPENAI_API_KEY")
+        .envs(vars.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -597,6 +608,44 @@ fn claude_code_lists_the_server_cordon_wrote() {
     assert!(list.stdout.contains("broken: "), "{}", list.stdout);
     let get = host_cli(&p, &claude, &["mcp", "get", "cordon"]);
     assert_ne!(get.code, Some(0), "{get:?}");
+}
+
+/// Over HTTP: Claude Code expands the `${CORDON_MCP_TOKEN}` reference cordon wrote and reaches a
+/// real `cordon mcp --http` (in the same network namespace) with a token cordond issued; with a
+/// token cordond does not know, the same entry does not connect.
+#[test]
+fn claude_code_reaches_cordon_http_with_the_referenced_token() {
+    let (claude, _) = match agent_hosts() {
+        Ok(h) => h,
+        Err(why) => return skip_or_fail(&why),
+    };
+    cordon_tests::agent::ensure();
+    let daemon = Daemon::start(&[("t.toml", concat!(fixture!(header "5s"), fixture!(echo)))]);
+    let out = daemon.cordon(&["token", "issue", cordon_tests::agent::AGENT, "--label", "mcp config test"]);
+    out.assert_code(0);
+    let token = out.stdout.trim().to_string();
+    let p = Place::new();
+    let url = "http://127.0.0.1:8765/mcp";
+    p.cordon(&["mcp", "config", "claude-code", "--scope", "user", "--write", "--http", url]).assert_code(0);
+    assert!(!fs::read_to_string(p.home.join(".claude.json")).unwrap().contains(&token));
+    // The front-end and the host in one fresh network namespace: loopback only, port 8765 free.
+    let script = format!(
+        "{cordon} --socket {sock} mcp --http 127.0.0.1:8765 2>/dev/null & front=$!; \
+         i=0; while ! curl -s -o /dev/null http://127.0.0.1:8765/ && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done; \
+         \"$@\"; code=$?; kill $front; exit $code",
+        cordon = bin("cordon").display(),
+        sock = daemon.socket.display(),
+    );
+    // Well-formed, but not a secret cordond issued: refused by cordond, not by its shape.
+    let tail = if token.ends_with("0000") { "1111" } else { "0000" };
+    let unknown = format!("{}{tail}", &token[..token.len() - 4]);
+    for (value, connects) in [(token.as_str(), true), (unknown.as_str(), false)] {
+        let out = host_cli_with(&p, &script, &claude, &["mcp", "list"], &[("CORDON_MCP_TOKEN", value)]);
+        out.assert_code(0);
+        let line = out.stdout.lines().find(|l| l.starts_with("cordon: ")).unwrap_or("").to_string();
+        assert!(line.contains(url), "{}", out.stdout);
+        assert_eq!(line.contains("Connected"), connects, "token known to cordond: {connects}: {}", out.stdout);
+    }
 }
 
 /// Codex reads what `cordon mcp config codex --write` wrote (stdio and HTTP), and `--remove`
