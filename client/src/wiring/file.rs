@@ -40,6 +40,50 @@ fn stamp(meta: &fs::Metadata) -> Stamp {
     }
 }
 
+/// As root, refuses a path that another user could redirect: the file, a symlink to it, or a
+/// directory above it owned by someone else (they could point it at a file of root's, which root
+/// would then edit). Such a file is theirs to edit: the message says to run as them.
+pub(crate) fn root_guard(path: &Path) -> Result<(), String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    // The real path: its nearest existing ancestor resolved, the rest as given.
+    let mut base = path;
+    let mut rest = Vec::new();
+    let real = loop {
+        if let Ok(r) = fs::canonicalize(base) {
+            break Some(rest.iter().rev().fold(r, |acc: PathBuf, c| acc.join(c)));
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                base = parent;
+            }
+            _ => break None,
+        }
+    };
+    for start in [Some(path), real.as_deref()].into_iter().flatten() {
+        let mut at = Some(start);
+        while let Some(p) = at {
+            if let Ok(m) = fs::symlink_metadata(p)
+                && m.uid() != 0
+            {
+                let user = nix::unistd::User::from_uid(m.uid().into())
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| format!("uid {}", m.uid()), |u| u.name);
+                return Err(format!(
+                    "{} belongs to {user}, and root does not edit config files a user could redirect: run it as \
+                     them, e.g. `sudo -u {user} cordon mcp config ...`",
+                    p.display()
+                ));
+            }
+            at = p.parent().filter(|d| !d.as_os_str().is_empty());
+        }
+    }
+    Ok(())
+}
+
 /// Reads `path` (following symlinks); a missing file is `text: None`.
 pub(crate) fn read(path: &Path) -> Result<Current, String> {
     let real = match fs::canonicalize(path) {
@@ -82,9 +126,9 @@ pub(crate) enum WriteError {
 }
 
 /// Replaces `current.path` with `text`. The mode is the file's own (0600 when `private`: the
-/// file holds a secret), or `new_mode` for a new file; the owner is the
-/// file's, or for a new file (and new directories) the owner of the nearest existing directory
-/// when run as root, so that root writing a user's file leaves it theirs.
+/// file holds a secret), or `new_mode` for a new file; the owner is the file's, or for a new file
+/// (and new directories) the owner of the nearest existing directory when run as root (root only
+/// gets here for paths [`root_guard`] let through).
 pub(crate) fn replace(current: &Current, text: &str, new_mode: u32, private: bool) -> Result<Written, WriteError> {
     let path = &current.path;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));

@@ -786,6 +786,7 @@ fn apply(
     server: Option<&Server>,
 ) -> Result<(Action, PathBuf, Option<file::Written>), Failure> {
     let fail = |message: String| Failure { code: exit::FAILURE, message };
+    file::root_guard(path).map_err(|message| Failure { code: exit::PERMISSION, message })?;
     for _ in 0..5 {
         let current = file::read(path).map_err(fail)?;
         let (action, text) = edit(args, &current.path, current.text.as_deref(), server)?;

@@ -444,10 +444,11 @@ fn unparsable_files_are_refused_unchanged() {
     }
 }
 
-/// A symlinked config (dotfiles) stays a symlink: its target is edited. As root, a user's file
-/// keeps its owner and mode, and new files and directories in their home are theirs.
+/// A symlinked config (dotfiles) stays a symlink: its target is edited; the file's owner and mode
+/// stay. As root, a path another user could redirect (their home, a symlink of theirs to a file of
+/// root's) is refused (exit 77) and nothing is written: root would edit whatever they pointed at.
 #[test]
-fn symlinks_followed_owner_and_mode_kept() {
+fn symlinks_followed_owner_and_mode_kept_root_not_redirected() {
     let p = Place::new();
     let dotfiles = p.home.join("dotfiles");
     fs::create_dir_all(&dotfiles).unwrap();
@@ -461,25 +462,38 @@ fn symlinks_followed_owner_and_mode_kept() {
     assert!(v["mcpServers"]["cordon"].is_object());
     assert!(dotfiles.join("claude.json.bak").exists());
 
-    if !is_root() {
-        eprintln!("skipped the ownership half: not root");
-        return;
-    }
-    let (uid, gid) = (54_321, 54_322);
-    std::os::unix::fs::chown(&p.home, Some(uid), Some(gid)).unwrap();
     let cursor = p.home.join(".cursor/mcp.json");
     p.cordon(&["mcp", "config", "cursor", "--scope", "user", "--write"]).assert_code(0);
-    for made in [p.home.join(".cursor"), cursor.clone()] {
-        let m = fs::metadata(&made).unwrap();
-        assert_eq!((m.uid(), m.gid()), (uid, gid), "{} belongs to the home's owner", made.display());
-    }
-    std::os::unix::fs::chown(&cursor, Some(uid + 7), Some(gid + 7)).unwrap();
     fs::set_permissions(&cursor, fs::Permissions::from_mode(0o604)).unwrap();
     p.cordon(&["--socket", "/run/x.sock", "mcp", "config", "cursor", "--scope", "user", "--write"]).assert_code(0);
-    let m = fs::metadata(&cursor).unwrap();
-    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (uid + 7, gid + 7, 0o604));
-    let b = fs::metadata(p.home.join(".cursor/mcp.json.bak")).unwrap();
-    assert_eq!((b.uid(), b.mode() & 0o7777), (uid + 7, 0o604));
+    assert_eq!(fs::metadata(&cursor).unwrap().mode() & 0o7777, 0o604);
+    assert_eq!(fs::metadata(p.home.join(".cursor/mcp.json.bak")).unwrap().mode() & 0o7777, 0o604);
+
+    if !is_root() {
+        eprintln!("skipped the root half: not root");
+        return;
+    }
+    // A user's symlink in a root-owned place, pointing at a file of root's.
+    let victim = p.home.join("root-owned.json");
+    fs::write(&victim, "{\"keep\": true}").unwrap();
+    let theirs = p.project.join(".mcp.json");
+    std::os::unix::fs::symlink(&victim, &theirs).unwrap();
+    std::os::unix::fs::lchown(&theirs, Some(54_321), Some(54_321)).unwrap();
+    let out = p.cordon(&["mcp", "config", "claude-code", "--write"]);
+    out.assert_code(77);
+    assert!(out.stderr.contains("belongs to uid 54321") && out.stderr.contains("sudo -u"), "{}", out.stderr);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "{\"keep\": true}");
+    // A directory of theirs above the file, for --write and --remove alike.
+    let their_home = p.home.join("alice");
+    fs::create_dir_all(&their_home).unwrap();
+    std::os::unix::fs::chown(&their_home, Some(54_321), Some(54_321)).unwrap();
+    let file = their_home.join(".cursor/mcp.json");
+    for flag in ["--write", "--remove"] {
+        let out = p.cordon(&["mcp", "config", "cursor", "--file", file.to_str().unwrap(), flag]);
+        out.assert_code(77);
+        assert!(out.stderr.contains(&format!("{} belongs to uid 54321", their_home.display())), "{}", out.stderr);
+    }
+    assert!(!their_home.join(".cursor").exists());
 }
 
 /// The agent hosts' binaries, at their pinned versions, or why not.
