@@ -137,7 +137,8 @@ pub fn run(args: &ConfigArgs, daemon: &Daemon, as_json: bool) -> Result<u8, CliE
         Err(f) if f.code == exit::USAGE => Err(CliError::Usage(f.message)),
         Err(f) => {
             if as_json {
-                crate::admin::print_json(&json!({"error": {"code": "ERROR", "message": f.message}}));
+                let code = if f.code == exit::PERMISSION { "PERMISSION_DENIED" } else { "ERROR" };
+                crate::admin::print_json(&json!({"error": {"code": code, "message": f.message}}));
             } else {
                 errln!("cordon: {}", f.message);
             }
