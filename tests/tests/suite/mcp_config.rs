@@ -176,6 +176,33 @@ fn printed_snippets_have_each_hosts_documented_shape() {
     assert_eq!(out.json()["mcpServers"]["cordon"]["args"], json!(["box", exe, "mcp", "--socket", "'/run/a b/s.sock'"]));
 }
 
+/// `--remote` with its certificate files: carried into the entry, the paths made absolute, and
+/// no `--socket` beside it.
+#[test]
+fn remote_flags_are_carried_with_absolute_paths() {
+    let p = Place::new();
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"])
+        .args(["-keyout", "k.pem", "-out", "c.pem", "-subj", "/CN=wiring", "-days", "2"])
+        .current_dir(&p.project)
+        .output();
+    if !made.is_ok_and(|o| o.status.success()) {
+        return skip_or_fail("openssl cannot make a test certificate");
+    }
+    fs::set_permissions(p.project.join("k.pem"), fs::Permissions::from_mode(0o600)).unwrap();
+    let remote = "https://127.0.0.1:9443";
+    let flags = ["--remote", remote, "--cert", "c.pem", "--key", "k.pem", "--ca", "c.pem"];
+    let mut args = flags.to_vec();
+    args.extend(["--socket", "/run/ignored.sock", "mcp", "config", "cursor"]);
+    let out = p.cordon(&args);
+    out.assert_code(0);
+    let abs = |n: &str| p.project.join(n).to_str().unwrap().to_string();
+    assert_eq!(
+        out.json()["mcpServers"]["cordon"]["args"],
+        json!(["mcp", "--remote", remote, "--cert", abs("c.pem"), "--key", abs("k.pem"), "--ca", abs("c.pem")])
+    );
+}
+
 /// Refusals: each with its exit code, its reason, and nothing written.
 #[test]
 fn bad_requests_are_refused_and_write_nothing() {
