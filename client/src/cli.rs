@@ -49,8 +49,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve MCP on stdin/stdout for an agent host (Claude Desktop, Claude Code, Cursor, Codex, ...).
+    /// Serve MCP on stdin/stdout for an agent host (Claude Desktop, Claude Code, Cursor, Codex, ...);
+    /// `cordon mcp config HOST` writes that host's config to start it.
+    #[command(args_conflicts_with_subcommands = true)]
     Mcp {
+        #[command(subcommand)]
+        command: Option<McpCommand>,
         /// List tools in pages of N (tools/list cursors; the built-in tools come first). Unset:
         /// the whole list in one answer, which every client reads.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
@@ -293,6 +297,13 @@ pub enum ToolCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Print the config snippet that makes an agent host start this cordon as its MCP server, or
+    /// merge it into the host's config file (--write) or take it out (--remove).
+    Config(Box<crate::wiring::ConfigArgs>),
+}
+
+#[derive(Debug, Subcommand)]
 pub enum TokenCommand {
     /// Issue a token acting as ACCOUNT (never an admin); prints it once on stdout.
     Issue {
@@ -403,7 +414,32 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
     }
+    if let Command::Mcp { command: Some(McpCommand::Config(args)), .. } = &cli.command {
+        let daemon = crate::wiring::Daemon {
+            socket: cli.socket.clone(),
+            remote: match (&cli.remote, &cli.cert, &cli.key, &cli.ca) {
+                (Some(u), Some(c), Some(k), Some(a)) => Some((u.clone(), c.clone(), k.clone(), a.clone())),
+                _ => None,
+            },
+        };
+        return match crate::wiring::run(args, &daemon, cli.json) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                if cli.json {
+                    println!("{}", e.to_json());
+                } else {
+                    eprintln!(
+                        "{} {}",
+                        term::paint(term::Stream::Err, term::BAD, "cordon:"),
+                        term::line(&e.to_string())
+                    );
+                }
+                ExitCode::from(e.exit_code())
+            }
+        };
+    }
     if let Command::Mcp {
+        command: None,
         page_size,
         http: Some(listen),
         allow_remote,

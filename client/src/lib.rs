@@ -16,6 +16,7 @@
 //! - [`mcp`]: the MCP stdio server (`cordon mcp`).
 //! - [`term`]: lines for people, with control and bidi characters escaped.
 //! - [`docs`]: shell completions and man pages from the clap definitions.
+//! - [`wiring`]: `cordon mcp config HOST`: agent hosts' config files, printed, merged, removed.
 //!
 //! Architecture invariant: no `unsafe` (the compiler checks it), and no dependency on the daemon
 //! or the sandbox: the front-end validates with `cordon_core`, and everything else is cordond's.
@@ -41,5 +42,6 @@ pub mod remote;
 pub mod search;
 pub mod term;
 pub mod token_admin;
+pub mod wiring;
 
 pub use cli::{Cli, run};

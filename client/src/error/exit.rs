@@ -63,9 +63,15 @@ pub const TABLE: &[(u8, &str, &str)] = &[
         DATA,
         "data",
         "invalid arguments; `policy check` / `reload`: the policy has errors (or warnings, with --deny-warnings); \
-         `policy test`: an example failed; `audit verify`: the chain is broken",
+         `policy test`: an example failed; `audit verify`: the chain is broken; `mcp config`: the host's config \
+         file does not parse",
     ),
-    (NOT_FOUND, "not found", "no such tool, invocation, approval or confirmation token (unknown, used or expired)"),
+    (
+        NOT_FOUND,
+        "not found",
+        "no such tool, invocation, approval or confirmation token (unknown, used or expired); `mcp config --remove`: \
+         no such server in the host's config",
+    ),
     (
         UNAVAILABLE,
         "unavailable",

@@ -26,6 +26,7 @@ mod init;
 mod jobs;
 mod kubernetes;
 mod mcp;
+mod mcp_config;
 mod mcp_http;
 mod mcp_messages;
 mod mcp_protocol;
