@@ -48,10 +48,10 @@ async def main(config_path: Path, name: str, tool: str, arguments: dict[str, str
         result = await client.call_tool(tool, arguments)
         text = text_of(result)
         print(text, flush=True)
-        if result.isError:
+        if result.is_error:
             print(f"FAIL {tool} reported an error", flush=True)
             return 1
-        structured = result.structuredContent or {}
+        structured = result.structured_content or {}
         code = structured.get("exit_code", structured.get("exitCode"))
         if code not in (0, None):
             print(f"FAIL {tool} exited {code}", flush=True)
