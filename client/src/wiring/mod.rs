@@ -789,7 +789,12 @@ fn apply(
     let fail = |message: String| Failure { code: exit::FAILURE, message };
     file::root_guard(path).map_err(|message| Failure { code: exit::PERMISSION, message })?;
     for _ in 0..5 {
-        let current = file::read(path).map_err(fail)?;
+        let current = match file::read(path) {
+            Ok(c) => c,
+            Err(file::WriteError::Denied(message)) => return Err(Failure { code: exit::PERMISSION, message }),
+            Err(file::WriteError::Io(m)) => return Err(fail(m)),
+            Err(file::WriteError::Changed) => continue,
+        };
         let (action, text) = edit(args, &current.path, current.text.as_deref(), server)?;
         let Some(text) = text else {
             return Ok((action, current.path, None));
@@ -798,6 +803,7 @@ fn apply(
             Ok(w) => return Ok((action, current.path, Some(w))),
             Err(file::WriteError::Changed) => continue,
             Err(file::WriteError::Io(m)) => return Err(fail(m)),
+            Err(file::WriteError::Denied(message)) => return Err(Failure { code: exit::PERMISSION, message }),
         }
     }
     Err(fail(format!("{} keeps changing while cordon writes it; close the host and retry", path.display())))

@@ -523,6 +523,47 @@ fn symlinks_followed_owner_and_mode_kept_root_not_redirected() {
     assert!(!their_home.join(".cursor").exists());
 }
 
+/// As an unprivileged user (the developer the README means): files and directories created in
+/// their home are theirs; a project directory they may not write is refused with exit 77 and the
+/// system's reason, and nothing is left behind.
+#[test]
+fn as_an_unprivileged_user_files_are_theirs_and_denials_are_77() {
+    if !is_root() {
+        return eprintln!("skipped: making the agent user takes root");
+    }
+    use cordon_tests::agent::{self, AGENT};
+    agent::ensure();
+    let (uid, gid) = (agent::id("-u", AGENT), agent::id("-g", AGENT));
+    let p = Place::new();
+    for d in [p.home.parent().unwrap(), &p.home] {
+        std::os::unix::fs::chown(d, Some(uid), Some(gid)).unwrap();
+    }
+    // The project stays root's (0755): the agent may read it, not write it.
+    let as_agent = |args: &[&str]| -> Output {
+        agent::command()
+            .args(args)
+            .current_dir(&p.project)
+            .env("HOME", &p.home)
+            .env_remove("CODEX_HOME")
+            .env_remove("CORDON_SOCKET")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+            .into()
+    };
+    let out = as_agent(&["mcp", "config", "codex", "--write"]);
+    out.assert_code(0);
+    for made in [p.home.join(".codex"), p.home.join(".codex/config.toml")] {
+        let m = fs::metadata(&made).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, gid), "{}", made.display());
+    }
+    assert_eq!(fs::metadata(p.home.join(".codex/config.toml")).unwrap().mode() & 0o777, 0o600);
+    let out = as_agent(&["mcp", "config", "claude-code", "--write"]);
+    out.assert_code(77);
+    assert!(out.stderr.contains(".mcp.json") && out.stderr.contains("ermission denied"), "{}", out.stderr);
+    assert_eq!(fs::read_dir(&p.project).unwrap().count(), 0, "nothing left in the project");
+}
+
 /// The agent hosts' binaries, at their pinned versions, or why not.
 fn agent_hosts() -> Result<(PathBuf, PathBuf), String> {
     let bin_dir = Path::new(HOSTS_PREFIX).join("node_modules/.bin");
