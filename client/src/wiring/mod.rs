@@ -305,6 +305,15 @@ fn server(args: &ConfigArgs, daemon: &Daemon) -> Result<Server, Failure> {
     } else if let Some(socket) = &daemon.socket {
         mcp.push("--socket".into());
         mcp.push(path_arg(socket)?);
+    } else {
+        // This user's own daemon, found through XDG_RUNTIME_DIR, which a host may not pass on
+        // (Codex starts servers with a short list of variables): named, so that the host reaches
+        // the daemon this command would. The system daemon's socket is the default anyway.
+        let found = cordon_proto::client_socket_path();
+        if found != Path::new(cordon_proto::SYSTEM_SOCKET) && found.exists() {
+            mcp.push("--socket".into());
+            mcp.push(path_arg(&found)?);
+        }
     }
     mcp.extend(args.extra.iter().cloned());
     if args.host == Host::ClaudeDesktop && args.ssh.is_none() {
