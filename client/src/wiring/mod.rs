@@ -103,6 +103,18 @@ pub struct Daemon {
     pub remote: Option<(String, PathBuf, PathBuf, PathBuf)>,
 }
 
+/// `cordon mcp config --help`'s examples.
+pub const EXAMPLES: &str = "Examples:
+  cordon mcp config claude-code --write                  # this project's .mcp.json
+  cordon mcp config codex --write                        # ~/.codex/config.toml
+  cordon mcp config cursor --write --scope user          # ~/.cursor/mcp.json
+  cordon mcp config vscode --http http://127.0.0.1:8765/mcp --write   # token asked by VS Code
+  cordon mcp config claude-desktop --ssh alice@build-box # paste into Claude Desktop's file
+  cordon mcp config claude-code --remove
+
+The previous file is kept as FILE.bak; a file that does not parse is left as it is (exit 65).
+Every host's file and snippet: docs/agents.md.";
+
 /// The default variable the bearer token is read from.
 pub const DEFAULT_TOKEN_ENV: &str = "CORDON_MCP_TOKEN";
 
