@@ -300,6 +300,7 @@ pub enum ToolCommand {
 pub enum McpCommand {
     /// Print the config snippet that makes an agent host start this cordon as its MCP server, or
     /// merge it into the host's config file (--write) or take it out (--remove).
+    #[command(after_long_help = crate::wiring::EXAMPLES)]
     Config(Box<crate::wiring::ConfigArgs>),
 }
 

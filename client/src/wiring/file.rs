@@ -85,27 +85,28 @@ pub(crate) fn root_guard(path: &Path) -> Result<(), String> {
 }
 
 /// Reads `path` (following symlinks); a missing file is `text: None`.
-pub(crate) fn read(path: &Path) -> Result<Current, String> {
+pub(crate) fn read(path: &Path) -> Result<Current, WriteError> {
     let real = match fs::canonicalize(path) {
         Ok(p) => p,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if fs::symlink_metadata(path).is_ok() {
-                return Err(format!(
+                return Err(WriteError::Io(format!(
                     "{} is a symlink to a file that does not exist; fix the link or pass --file",
                     path.display()
-                ));
+                )));
             }
             return Ok(Current { path: path.to_path_buf(), text: None, stamp: None });
         }
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(e) => return Err(WriteError::io(&e, format!("cannot read {}: {e}", path.display()))),
     };
-    let meta = fs::metadata(&real).map_err(|e| format!("cannot read {}: {e}", real.display()))?;
+    let cannot = |e: std::io::Error| WriteError::io(&e, format!("cannot read {}: {e}", real.display()));
+    let meta = fs::metadata(&real).map_err(cannot)?;
     if !meta.is_file() {
-        return Err(format!("{} is not a regular file", real.display()));
+        return Err(WriteError::Io(format!("{} is not a regular file", real.display())));
     }
-    let bytes = fs::read(&real).map_err(|e| format!("cannot read {}: {e}", real.display()))?;
-    let text =
-        String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text; nothing changed", real.display()))?;
+    let bytes = fs::read(&real).map_err(cannot)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| WriteError::Io(format!("{} is not UTF-8 text; nothing changed", real.display())))?;
     Ok(Current { path: real, text: Some(text), stamp: Some(stamp(&meta)) })
 }
 
@@ -123,6 +124,18 @@ pub(crate) enum WriteError {
     /// The file changed since it was read: read it again and redo the edit.
     Changed,
     Io(String),
+    /// The system said EACCES/EPERM: this user may not write there.
+    Denied(String),
+}
+
+impl WriteError {
+    fn io(e: &std::io::Error, message: String) -> WriteError {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            WriteError::Denied(message)
+        } else {
+            WriteError::Io(message)
+        }
+    }
 }
 
 /// Replaces `current.path` with `text`. The mode is the file's own (0600 when `private`: the
@@ -132,7 +145,7 @@ pub(crate) enum WriteError {
 pub(crate) fn replace(current: &Current, text: &str, new_mode: u32, private: bool) -> Result<Written, WriteError> {
     let path = &current.path;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let owner = create_dirs(dir).map_err(WriteError::Io)?;
+    let owner = create_dirs(dir)?;
     let (mut mode, uid, gid) = match current.stamp {
         Some(s) => (s.mode, s.uid, s.gid),
         None => (new_mode, owner.0, owner.1),
@@ -144,7 +157,7 @@ pub(crate) fn replace(current: &Current, text: &str, new_mode: u32, private: boo
     let now = match fs::metadata(path) {
         Ok(m) => Some(stamp(&m)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(WriteError::Io(format!("cannot read {}: {e}", path.display()))),
+        Err(e) => return Err(WriteError::io(&e, format!("cannot read {}: {e}", path.display()))),
     };
     if now != current.stamp {
         return Err(WriteError::Changed);
@@ -153,7 +166,7 @@ pub(crate) fn replace(current: &Current, text: &str, new_mode: u32, private: boo
         Some(old) => {
             let bak = backup_path(path);
             // The backup holds what the file held (a token, maybe): the file's own mode and owner.
-            put(dir, &bak, old, current.stamp.map_or(0o600, |s| s.mode), uid, gid).map_err(WriteError::Io)?;
+            put(dir, &bak, old, current.stamp.map_or(0o600, |s| s.mode), uid, gid)?;
             Some(bak)
         }
         None => None,
@@ -165,7 +178,7 @@ pub(crate) fn replace(current: &Current, text: &str, new_mode: u32, private: boo
             return Err(WriteError::Changed);
         }
     }
-    put(dir, path, text, mode, uid, gid).map_err(WriteError::Io)?;
+    put(dir, path, text, mode, uid, gid)?;
     Ok(Written { backup, mode })
 }
 
@@ -178,21 +191,21 @@ pub(crate) fn backup_path(path: &Path) -> PathBuf {
 
 /// Creates `dir` and its missing parents (mode 0755, owned like the nearest existing directory
 /// when run as root); returns the owner to give new files.
-fn create_dirs(dir: &Path) -> Result<(u32, u32), String> {
+fn create_dirs(dir: &Path) -> Result<(u32, u32), WriteError> {
     let mut missing = Vec::new();
     let mut at = dir;
     let existing = loop {
         match fs::metadata(at) {
             Ok(m) if m.is_dir() => break m,
-            Ok(_) => return Err(format!("{} is not a directory", at.display())),
+            Ok(_) => return Err(WriteError::Io(format!("{} is not a directory", at.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 missing.push(at.to_path_buf());
                 match at.parent() {
                     Some(p) if !p.as_os_str().is_empty() => at = p,
-                    _ => return Err(format!("cannot create {}: no existing parent", dir.display())),
+                    _ => return Err(WriteError::Io(format!("cannot create {}: no existing parent", dir.display()))),
                 }
             }
-            Err(e) => return Err(format!("cannot use {}: {e}", at.display())),
+            Err(e) => return Err(WriteError::io(&e, format!("cannot use {}: {e}", at.display()))),
         }
     };
     let root = nix::unistd::geteuid().is_root();
@@ -205,18 +218,18 @@ fn create_dirs(dir: &Path) -> Result<(u32, u32), String> {
         match fs::DirBuilder::new().mode(0o755).create(d) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("cannot create {}: {e}", d.display())),
+            Err(e) => return Err(WriteError::io(&e, format!("cannot create {}: {e}", d.display()))),
         }
         if root {
             std::os::unix::fs::chown(d, Some(owner.0), Some(owner.1))
-                .map_err(|e| format!("cannot give {} to uid {}: {e}", d.display(), owner.0))?;
+                .map_err(|e| WriteError::io(&e, format!("cannot give {} to uid {}: {e}", d.display(), owner.0)))?;
         }
     }
     Ok(owner)
 }
 
 /// Writes `text` to `dest` atomically with this mode and owner.
-fn put(dir: &Path, dest: &Path, text: &str, mode: u32, uid: u32, gid: u32) -> Result<(), String> {
+fn put(dir: &Path, dest: &Path, text: &str, mode: u32, uid: u32, gid: u32) -> Result<(), WriteError> {
     let temp = crate::registry_admin::temp_path(dir, dest);
     let written = (|| -> std::io::Result<()> {
         let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temp)?;
@@ -231,7 +244,7 @@ fn put(dir: &Path, dest: &Path, text: &str, mode: u32, uid: u32, gid: u32) -> Re
     })();
     if let Err(e) = written {
         let _ = fs::remove_file(&temp);
-        return Err(format!("cannot write {}: {e}; the file is unchanged", dest.display()));
+        return Err(WriteError::io(&e, format!("cannot write {}: {e}; the file is unchanged", dest.display())));
     }
     Ok(())
 }

@@ -103,6 +103,18 @@ pub struct Daemon {
     pub remote: Option<(String, PathBuf, PathBuf, PathBuf)>,
 }
 
+/// `cordon mcp config --help`'s examples.
+pub const EXAMPLES: &str = "Examples:
+  cordon mcp config claude-code --write                  # this project's .mcp.json
+  cordon mcp config codex --write                        # ~/.codex/config.toml
+  cordon mcp config cursor --write --scope user          # ~/.cursor/mcp.json
+  cordon mcp config vscode --http http://127.0.0.1:8765/mcp --write   # token asked by VS Code
+  cordon mcp config claude-desktop --ssh alice@build-box # paste into Claude Desktop's file
+  cordon mcp config claude-code --remove
+
+The previous file is kept as FILE.bak; a file that does not parse is left as it is (exit 65).
+Every host's file and snippet: docs/agents.md.";
+
 /// The default variable the bearer token is read from.
 pub const DEFAULT_TOKEN_ENV: &str = "CORDON_MCP_TOKEN";
 
@@ -305,6 +317,15 @@ fn server(args: &ConfigArgs, daemon: &Daemon) -> Result<Server, Failure> {
     } else if let Some(socket) = &daemon.socket {
         mcp.push("--socket".into());
         mcp.push(path_arg(socket)?);
+    } else {
+        // This user's own daemon, found through XDG_RUNTIME_DIR, which a host may not pass on
+        // (Codex starts servers with a short list of variables): named, so that the host reaches
+        // the daemon this command would. The system daemon's socket is the default anyway.
+        let found = cordon_proto::client_socket_path();
+        if found != Path::new(cordon_proto::SYSTEM_SOCKET) && found.exists() {
+            mcp.push("--socket".into());
+            mcp.push(path_arg(&found)?);
+        }
     }
     mcp.extend(args.extra.iter().cloned());
     if args.host == Host::ClaudeDesktop && args.ssh.is_none() {
@@ -789,7 +810,12 @@ fn apply(
     let fail = |message: String| Failure { code: exit::FAILURE, message };
     file::root_guard(path).map_err(|message| Failure { code: exit::PERMISSION, message })?;
     for _ in 0..5 {
-        let current = file::read(path).map_err(fail)?;
+        let current = match file::read(path) {
+            Ok(c) => c,
+            Err(file::WriteError::Denied(message)) => return Err(Failure { code: exit::PERMISSION, message }),
+            Err(file::WriteError::Io(m)) => return Err(fail(m)),
+            Err(file::WriteError::Changed) => continue,
+        };
         let (action, text) = edit(args, &current.path, current.text.as_deref(), server)?;
         let Some(text) = text else {
             return Ok((action, current.path, None));
@@ -798,6 +824,7 @@ fn apply(
             Ok(w) => return Ok((action, current.path, Some(w))),
             Err(file::WriteError::Changed) => continue,
             Err(file::WriteError::Io(m)) => return Err(fail(m)),
+            Err(file::WriteError::Denied(message)) => return Err(Failure { code: exit::PERMISSION, message }),
         }
     }
     Err(fail(format!("{} keeps changing while cordon writes it; close the host and retry", path.display())))

@@ -20,7 +20,8 @@ const HOSTS_PREFIX: &str = "/opt/cordon-agent-hosts";
 const CLAUDE_CODE_VERSION: &str = "2.1.332";
 const CODEX_VERSION: &str = "0.171.0";
 
-/// A missing prerequisite: skip with a message, or fail under CI (CORDON_CI).
+/// A missing prerequisite: skip with a message, or fail under CI (CORDON_CI); the same rule as
+/// the harness's `skip!`.
 fn skip_or_fail(why: &str) {
     assert!(std::env::var_os("CORDON_CI").is_none(), "CORDON_CI is set and this test cannot run: {why}");
     eprintln!("skipped: {why}");
@@ -497,8 +498,7 @@ fn symlinks_followed_owner_and_mode_kept_root_not_redirected() {
     assert_eq!(fs::metadata(p.home.join(".cursor/mcp.json.bak")).unwrap().mode() & 0o7777, 0o604);
 
     if !is_root() {
-        eprintln!("skipped the root half: not root");
-        return;
+        return skip_or_fail("the root half (a user's symlink and directory) takes root");
     }
     // A user's symlink in a root-owned place, pointing at a file of root's.
     let victim = p.home.join("root-owned.json");
@@ -521,6 +521,66 @@ fn symlinks_followed_owner_and_mode_kept_root_not_redirected() {
         assert!(out.stderr.contains(&format!("{} belongs to uid 54321", their_home.display())), "{}", out.stderr);
     }
     assert!(!their_home.join(".cursor").exists());
+}
+
+/// As an unprivileged user (the developer the README means): files and directories created in
+/// their home are theirs; a project directory they may not write is refused with exit 77 and the
+/// system's reason, and nothing is left behind.
+#[test]
+fn as_an_unprivileged_user_files_are_theirs_and_denials_are_77() {
+    if !is_root() {
+        return skip_or_fail("making the agent user takes root");
+    }
+    use cordon_tests::agent::{self, AGENT};
+    agent::ensure();
+    let (uid, gid) = (agent::id("-u", AGENT), agent::id("-g", AGENT));
+    let p = Place::new();
+    for d in [p.home.parent().unwrap(), &p.home] {
+        std::os::unix::fs::chown(d, Some(uid), Some(gid)).unwrap();
+    }
+    // The project stays root's (0755): the agent may read it, not write it.
+    let as_agent = |args: &[&str]| -> Output {
+        agent::command()
+            .args(args)
+            .current_dir(&p.project)
+            .env("HOME", &p.home)
+            .env_remove("CODEX_HOME")
+            .env_remove("CORDON_SOCKET")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+            .into()
+    };
+    let out = as_agent(&["mcp", "config", "codex", "--write"]);
+    out.assert_code(0);
+    for made in [p.home.join(".codex"), p.home.join(".codex/config.toml")] {
+        let m = fs::metadata(&made).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, gid), "{}", made.display());
+    }
+    assert_eq!(fs::metadata(p.home.join(".codex/config.toml")).unwrap().mode() & 0o777, 0o600);
+    // Their own daemon (in XDG_RUNTIME_DIR, which Codex does not pass to servers) is named.
+    let runtime = p.home.join("run");
+    fs::create_dir_all(runtime.join("cordon")).unwrap();
+    fs::write(runtime.join("cordon/cordon.sock"), "").unwrap();
+    for d in [&runtime, &runtime.join("cordon")] {
+        std::os::unix::fs::chown(d, Some(uid), Some(gid)).unwrap();
+        fs::set_permissions(d, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let out: Output = agent::command()
+        .args(["mcp", "config", "cursor"])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env_remove("CORDON_SOCKET")
+        .output()
+        .unwrap()
+        .into();
+    out.assert_code(0);
+    let own = runtime.join("cordon/cordon.sock");
+    assert_eq!(out.json()["mcpServers"]["cordon"]["args"], json!(["mcp", "--socket", own]), "{out:?}");
+
+    let out = as_agent(&["mcp", "config", "claude-code", "--write"]);
+    out.assert_code(77);
+    assert!(out.stderr.contains(".mcp.json") && out.stderr.contains("ermission denied"), "{}", out.stderr);
+    assert_eq!(fs::read_dir(&p.project).unwrap().count(), 0, "nothing left in the project");
 }
 
 /// The agent hosts' binaries, at their pinned versions, or why not.
