@@ -10,6 +10,7 @@ use serde_json::{Map, Value, json};
 use crate::error::{CliError, exit};
 use crate::grpc::{Client, DiagnosticInfo, Event, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::host::{self, HostFacts};
+use crate::live::Live;
 use crate::term::{self, Stream, errln, outln};
 
 pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
@@ -263,10 +264,21 @@ pub async fn run(
 ) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     let (info, arguments) = call_arguments(&mut client, tool, args, args_json).await?;
-    let result = match client.invoke(tool, arguments, false, |_| {}).await? {
-        Invocation::Finished(result) => result,
-        Invocation::Workflow(w) => return Ok(print_workflow(&w, as_json)),
-        Invocation::NeedsConfirmation(c) if c.mode == "human" => {
+    // Output as it comes (but for --json), Ctrl-C cancels: see `live`.
+    let mut live = Live::new(tool, !as_json)?;
+    let streams = live.streams();
+    let Some(events) = live.or_interrupt(client.invoke_events(tool, arguments, streams)).await else {
+        return Ok(interrupted(&mut live, tool));
+    };
+    let events = events?;
+    let followed = live.follow(&client, events).await;
+    let result = match followed {
+        Ok(Some(Invocation::Finished(result))) => result,
+        Ok(Some(Invocation::Workflow(w))) => {
+            live.close().await;
+            return Ok(print_workflow(&w, as_json));
+        }
+        Ok(Some(Invocation::NeedsConfirmation(c))) if c.mode == "human" => {
             // A person must approve: wait for it (an admin runs `cordon approve ID`).
             errln!("cordon: {}", c.description);
             errln!(
@@ -275,9 +287,26 @@ pub async fn run(
                 c.approval_id,
                 c.approval_id
             );
-            client.confirm(&c.token, false, false, |_| {}).await?
+            let streams = live.streams();
+            let Some(events) = live.or_interrupt(client.confirm_events(&c.token, false, streams)).await else {
+                return Ok(interrupted(&mut live, tool));
+            };
+            let events = events?;
+            match live.follow(&client, events).await {
+                Ok(Some(Invocation::Finished(result))) => result,
+                Ok(Some(_)) => {
+                    live.close().await;
+                    return Err(CliError::Protocol("a confirmed call did not answer with a result".into()));
+                }
+                Ok(None) => return Ok(interrupted(&mut live, tool)),
+                Err(e) => {
+                    live.close().await;
+                    return Err(e);
+                }
+            }
         }
-        Invocation::NeedsConfirmation(c) => {
+        Ok(Some(Invocation::NeedsConfirmation(c))) => {
+            live.close().await;
             if as_json {
                 print_json(&json!({ "confirmation_required": c }));
             } else {
@@ -287,8 +316,28 @@ pub async fn run(
             }
             return Ok(exit::CONFIRMATION_REQUIRED);
         }
+        Ok(None) => return Ok(interrupted(&mut live, tool)),
+        Err(e) => {
+            live.close().await;
+            return Err(e);
+        }
     };
-    Ok(print_result(&info, &result, as_json))
+    if as_json {
+        return Ok(print_result(&info, &result, true));
+    }
+    // What the live view did not show (all of it when nothing streamed), then the summary.
+    if !live.finish(&result).await {
+        return Ok(interrupted(&mut live, tool));
+    }
+    Ok(print_summary(&info, &result))
+}
+
+/// A second Ctrl-C (or one before cordond accepted the call): stop waiting. cordond sees the
+/// call's stream end and cancels the invocation (`client_gone`) if it still runs.
+fn interrupted(live: &mut Live, tool: &str) -> u8 {
+    live.abandon();
+    errln!("cordon: interrupted; stopped waiting for {tool} (cordond cancels it when it sees this client gone)");
+    exit::CANCELLED
 }
 
 /// Redeems a confirmation token and prints the result like `run`.
@@ -340,6 +389,22 @@ pub(crate) fn print_workflow(w: &crate::grpc::WorkflowInfo, as_json: bool) -> u8
 }
 
 pub(crate) fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
+    if !as_json {
+        // Output is passed through byte for byte; failing to write it is not worth a panic.
+        let _ = std::io::stdout().write_all(&result.stdout_bytes);
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().write_all(&result.stderr_bytes);
+    }
+    print_outcome(info, result, as_json)
+}
+
+/// The exit code and the lines after a run's output (truncation, how it ended, hints,
+/// denials), for output already printed (`cordon run` prints it live).
+pub(crate) fn print_summary(info: &ToolInfo, result: &RunResult) -> u8 {
+    print_outcome(info, result, false)
+}
+
+fn print_outcome(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     let code = match (result.timed_out, result.cancelled, result.exit_code, result.signal) {
         (true, _, _, _) => exit::TIMED_OUT,
         (_, true, _, _) => exit::CANCELLED,
@@ -353,10 +418,6 @@ pub(crate) fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -
         print_json(&json!(result));
         return code;
     }
-    // Output is passed through byte for byte; failing to write it is not worth a panic.
-    let _ = std::io::stdout().write_all(&result.stdout_bytes);
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().write_all(&result.stderr_bytes);
     for (name, truncated, total) in [
         ("stdout", result.stdout_truncated, result.stdout_total_bytes),
         ("stderr", result.stderr_truncated, result.stderr_total_bytes),

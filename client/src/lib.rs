@@ -33,6 +33,7 @@ pub mod host;
 pub mod import;
 pub mod init;
 pub mod jobs;
+pub mod live;
 pub mod mcp;
 pub mod policy_diff;
 pub mod policy_test;
