@@ -8,7 +8,7 @@ use cordon_core::policy::{self, Host};
 use serde_json::{Map, Value, json};
 
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, DiagnosticInfo, Event, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
+use crate::grpc::{Client, DiagnosticInfo, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::host::{self, HostFacts};
 use crate::live::Live;
 use crate::term::{self, Stream, errln, outln};
@@ -268,10 +268,12 @@ pub async fn run(
     let mut live = Live::new(tool, !as_json)?;
     let streams = live.streams();
     let Some(events) = live.or_interrupt(client.invoke_events(tool, arguments, streams)).await else {
-        return Ok(interrupted(&mut live, tool));
+        return Ok(interrupted(&mut live));
     };
-    let events = events?;
-    let followed = live.follow(&client, events).await;
+    let followed = match events {
+        Ok(events) => live.follow(&client, events).await,
+        Err(e) => Err(e),
+    };
     let result = match followed {
         Ok(Some(Invocation::Finished(result))) => result,
         Ok(Some(Invocation::Workflow(w))) => {
@@ -287,22 +289,9 @@ pub async fn run(
                 c.approval_id,
                 c.approval_id
             );
-            let streams = live.streams();
-            let Some(events) = live.or_interrupt(client.confirm_events(&c.token, false, streams)).await else {
-                return Ok(interrupted(&mut live, tool));
-            };
-            let events = events?;
-            match live.follow(&client, events).await {
-                Ok(Some(Invocation::Finished(result))) => result,
-                Ok(Some(_)) => {
-                    live.close().await;
-                    return Err(CliError::Protocol("a confirmed call did not answer with a result".into()));
-                }
-                Ok(None) => return Ok(interrupted(&mut live, tool)),
-                Err(e) => {
-                    live.close().await;
-                    return Err(e);
-                }
+            match follow_confirm(&mut client, &mut live, &c.token).await? {
+                Ok(result) => result,
+                Err(code) => return Ok(code),
             }
         }
         Ok(Some(Invocation::NeedsConfirmation(c))) => {
@@ -316,46 +305,79 @@ pub async fn run(
             }
             return Ok(exit::CONFIRMATION_REQUIRED);
         }
-        Ok(None) => return Ok(interrupted(&mut live, tool)),
+        Ok(None) => return Ok(interrupted(&mut live)),
         Err(e) => {
             live.close().await;
             return Err(e);
         }
     };
+    Ok(conclude(&mut live, &info, &result, as_json).await)
+}
+
+/// Redeems a confirmation token and follows the invocation to its result, printing it live.
+/// `Err(code)`: interrupted (Ctrl-C), with the exit code to end with.
+async fn follow_confirm(client: &mut Client, live: &mut Live, token: &str) -> Result<Result<RunResult, u8>, CliError> {
+    let streams = live.streams();
+    let Some(events) = live.or_interrupt(client.confirm_events(token, false, streams)).await else {
+        return Ok(Err(interrupted(live)));
+    };
+    let followed = match events {
+        Ok(events) => live.follow(client, events).await,
+        Err(e) => Err(e),
+    };
+    match followed {
+        Ok(Some(Invocation::Finished(result))) => Ok(Ok(result)),
+        Ok(None) => Ok(Err(interrupted(live))),
+        Ok(Some(_)) => {
+            live.close().await;
+            Err(CliError::Protocol("a confirmed call did not answer with a result".into()))
+        }
+        Err(e) => {
+            live.close().await;
+            Err(e)
+        }
+    }
+}
+
+/// After a run: `--json`'s object, or what the live view did not show (all of it when nothing
+/// streamed) and the summary lines; the exit code.
+async fn conclude(live: &mut Live, info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     if as_json {
-        return Ok(print_result(&info, &result, true));
+        live.close().await;
+        return print_result(info, result, true);
     }
-    // What the live view did not show (all of it when nothing streamed), then the summary.
-    if !live.finish(&result).await {
-        return Ok(interrupted(&mut live, tool));
+    if !live.finish(result).await {
+        return interrupted(live);
     }
-    Ok(print_summary(&info, &result))
+    print_summary(info, result)
 }
 
 /// A second Ctrl-C (or one before cordond accepted the call): stop waiting. cordond sees the
 /// call's stream end and cancels the invocation (`client_gone`) if it still runs.
-fn interrupted(live: &mut Live, tool: &str) -> u8 {
+fn interrupted(live: &mut Live) -> u8 {
     live.abandon();
+    let tool = match live.tool() {
+        "" => "the invocation",
+        name => name,
+    };
     errln!("cordon: interrupted; stopped waiting for {tool} (cordond cancels it when it sees this client gone)");
     exit::CANCELLED
 }
 
-/// Redeems a confirmation token and prints the result like `run`.
+/// Redeems a confirmation token and prints the result like `run` (live, Ctrl-C cancels).
 pub async fn confirm(socket: &Path, token: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    let mut tool = None;
-    let result = client
-        .confirm(token, false, false, |e| {
-            if let Event::Accepted(a) = e {
-                tool = Some(a.tool.clone());
-            }
-        })
-        .await?;
-    let info = match tool {
-        Some(name) => client.get_tool(&name).await.unwrap_or_else(|_| ToolInfo::minimal(name)),
-        None => ToolInfo::minimal(String::new()),
+    // The tool's name is known once cordond accepted the call.
+    let mut live = Live::new("", !as_json)?;
+    let result = match follow_confirm(&mut client, &mut live, token).await? {
+        Ok(result) => result,
+        Err(code) => return Ok(code),
     };
-    Ok(print_result(&info, &result, as_json))
+    let info = match live.tool() {
+        "" => ToolInfo::minimal(String::new()),
+        name => client.get_tool(name).await.unwrap_or_else(|_| ToolInfo::minimal(name.to_string())),
+    };
+    Ok(conclude(&mut live, &info, &result, as_json).await)
 }
 
 /// Prints a finished invocation and returns the exit code `cordon run` ends with.

@@ -73,6 +73,8 @@ enum Msg {
     },
     /// Redraw the elapsed time if the run has been quiet long enough.
     Tick,
+    /// The tool's name, once cordond said it (`cordon confirm TOKEN` starts without it).
+    Tool(String),
 }
 
 /// The writer thread: output in order, each chunk flushed, and the elapsed-time line.
@@ -97,6 +99,7 @@ impl Writer {
             match msg {
                 Msg::Output { stderr, data } => self.output(stderr, &data),
                 Msg::Tick => self.tick(),
+                Msg::Tool(name) => self.tool = name,
             }
         }
         self.clear();
@@ -197,6 +200,11 @@ impl Live {
         }
     }
 
+    /// The tool's name (as cordond accepted it, once it did).
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
     /// Whether to ask cordond for live output.
     pub fn streams(&self) -> bool {
         self.writer.is_some()
@@ -236,7 +244,15 @@ impl Live {
                     }
                 }
                 step = events.next(), if pending.is_none() => match step? {
-                    Step::Event(Event::Accepted(a)) => invocation = Some(a.invocation_id),
+                    Step::Event(Event::Accepted(a)) => {
+                        invocation = Some(a.invocation_id);
+                        if a.tool != self.tool {
+                            if let Some(tx) = &sender {
+                                let _ = tx.try_send(Msg::Tool(a.tool.clone()));
+                            }
+                            self.tool = a.tool;
+                        }
+                    }
                     Step::Event(Event::Output { stderr, offset, data }) => {
                         let new = self.shown.accept(stderr, offset, &data);
                         if sender.is_some() && !new.is_empty() {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cordon_proto::v1;
 use cordon_tests::agent::{self, SOCKET_GROUP};
-use cordon_tests::{Daemon, bin, eventually, process_gone, require_root};
+use cordon_tests::{Daemon, bin, eventually, process_gone, require_root, wait_pending};
 use serde_json::json;
 
 const TOOLS: &str = r#"
@@ -71,6 +71,27 @@ reason = "tests"
 command = ["/bin/sh", "-c", "echo begin; while [ ! -e \"$1/go1\" ]; do /bin/sleep 0.02; done; echo end", "sh", "{{dir}}"]
 
 [tools.pause.params.dir]
+type = "path"
+required = true
+
+[tools.careful]
+description = "as pause, after an agent confirmation"
+reason = "tests"
+command = ["/bin/sh", "-c", "echo begin; while [ ! -e \"$1/go1\" ]; do /bin/sleep 0.02; done; echo end", "sh", "{{dir}}"]
+confirm = "agent"
+
+[tools.careful.params.dir]
+type = "path"
+required = true
+
+[tools.approved]
+description = "as pause, after a human approval"
+reason = "tests"
+command = ["/bin/sh", "-c", "echo begin; while [ ! -e \"$1/go1\" ]; do /bin/sleep 0.02; done; echo end", "sh", "{{dir}}"]
+confirm = "human"
+danger = "high"
+
+[tools.approved.params.dir]
 type = "path"
 required = true
 
@@ -454,4 +475,73 @@ fn plain_output_never_shows_the_elapsed_time() {
     let piped = d.cordon(&["run", "nap"]);
     piped.assert_code(0);
     assert_eq!((piped.stdout.as_str(), piped.stderr.as_str()), ("begin\nend\n", ""));
+}
+
+/// `begin` arrives while the tool waits for `go1`; then `end`; exit 0.
+fn expect_live_pause(mut run: Child, dir: &Path) {
+    let mut out = BufReader::new(run.stdout.take().unwrap());
+    assert_eq!(read_line(&mut out), "begin\n");
+    go(dir, 1);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "end\n");
+    let mut err = String::new();
+    run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(0), "{err}");
+}
+
+/// `cordon confirm TOKEN` prints live like `run`.
+#[test]
+fn a_confirmed_call_streams_live_too() {
+    require_root!();
+    let d = start();
+    let dir = shared_dir(&d, "confirm");
+    let (out, j) = d.run_json("careful", &json!({ "dir": dir }));
+    out.assert_code(3);
+    let token = j["confirmation_required"]["token"].as_str().unwrap().to_string();
+    let run = spawn_confirm(&d, &token);
+    expect_live_pause(run, &dir);
+}
+
+fn spawn_confirm(d: &Daemon, token: &str) -> Child {
+    Command::new(bin("cordon"))
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["confirm", token])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `cordon run` of a tool that needs a human approval waits for it, then prints live.
+#[test]
+fn a_call_that_waited_for_a_human_approval_streams_live() {
+    require_root!();
+    let d = start();
+    let dir = shared_dir(&d, "approve");
+    let run = spawn_run(&d, false, &["approved", "--args-json", &dir_arg(&dir)]);
+    let id = wait_pending(&d.socket)["approval_id"].as_str().unwrap().to_string();
+    d.cordon(&["approve", &id]).assert_code(0);
+    expect_live_pause(run, &dir);
+}
+
+/// Ctrl-C while the call waits for a human approval: cordon stops waiting (exit 130) and the
+/// approval is withdrawn; nothing ran.
+#[test]
+fn ctrl_c_while_waiting_for_an_approval_withdraws_it() {
+    require_root!();
+    let d = start();
+    let dir = shared_dir(&d, "withdraw");
+    let mut run = spawn_run(&d, false, &["approved", "--args-json", &dir_arg(&dir)]);
+    wait_pending(&d.socket);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(run.id()).unwrap()), nix::sys::signal::SIGINT)
+        .unwrap();
+    let mut err = String::new();
+    run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(130), "{err}");
+    assert!(err.contains("cordon: interrupted; stopped waiting for approved"), "{err}");
+    assert!(eventually(Duration::from_secs(10), || d.cordon(&["pending", "--json"]).json()["pending"] == json!([])));
+    assert!(!d.audit_records().iter().any(|r| r["decision"] == "started"), "nothing may have run");
 }
