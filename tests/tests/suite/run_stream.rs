@@ -95,6 +95,13 @@ danger = "high"
 type = "path"
 required = true
 
+[tools.flood]
+description = "write y lines until killed"
+reason = "tests"
+command = ["/usr/bin/yes"]
+max_output = "1MiB"
+timeout = "2s"
+
 [tools.nap]
 description = "print, sleep 3 s, print"
 reason = "tests"
@@ -544,4 +551,30 @@ fn ctrl_c_while_waiting_for_an_approval_withdraws_it() {
     assert!(err.contains("cordon: interrupted; stopped waiting for approved"), "{err}");
     assert!(eventually(Duration::from_secs(10), || d.cordon(&["pending", "--json"]).json()["pending"] == json!([])));
     assert!(!d.audit_records().iter().any(|r| r["decision"] == "started"), "nothing may have run");
+}
+
+/// A reader that never catches up holds the tool only until its timeout: cordond kills it as
+/// ever (the audit says timed out while nobody reads), then the reader gets the capped result.
+#[test]
+fn a_stalled_reader_does_not_outlast_the_tools_timeout() {
+    require_root!();
+    let d = start();
+    let mut run = spawn_run(&d, false, &["flood"]);
+    assert!(
+        eventually(Duration::from_secs(60), || d.audit_records().iter().any(|r| r["decision"] == "timed_out")),
+        "the tool outlived its timeout while its reader stalled"
+    );
+    let mut stdout = Vec::new();
+    run.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+    let mut stderr = String::new();
+    run.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(run.wait().unwrap().code(), Some(124), "{stderr}");
+    assert!(stderr.contains("cordon: flood timed out and was killed"), "{stderr}");
+    let text = String::from_utf8(stdout).unwrap();
+    let (head, tail) = text.split_once("\n[... cordon: ").expect("the truncation notice");
+    assert_eq!(head.len(), 512 * 1024, "the head of a 1 MiB cap");
+    assert!(head.bytes().eq(b"y\n".iter().copied().cycle().take(head.len())));
+    let tail = tail.split_once(" bytes omitted ...]\n").unwrap().1;
+    assert_eq!(tail.len(), 512 * 1024);
+    assert!(tail.bytes().all(|b| b == b'y' || b == b'\n'));
 }
