@@ -225,7 +225,7 @@ impl Live {
                     self.interrupts += 1;
                     match (&invocation, self.interrupts) {
                         (Some(id), 1) => {
-                            errln!("cordon: cancelling {} (Ctrl-C again to stop waiting)", self.tool);
+                            self.note(&format!("cordon: cancelling {} (Ctrl-C again to stop waiting)", self.tool));
                             let (id, mut client) = (id.clone(), client.clone());
                             cancel = Some(Box::pin(async move { client.cancel(&id).await }));
                         }
@@ -235,7 +235,7 @@ impl Live {
                 r = async { cancel.as_mut()?.await.ok() }, if cancel.is_some() => {
                     cancel = None;
                     if r.is_none() {
-                        errln!("cordon: could not cancel {}; waiting for it to end (Ctrl-C again to stop waiting)", self.tool);
+                        self.note(&format!("cordon: could not cancel {}; waiting for it to end (Ctrl-C again to stop waiting)", self.tool));
                     }
                 }
                 permit = async { sender.as_ref()?.reserve().await.ok() }, if pending.is_some() => {
@@ -293,6 +293,16 @@ impl Live {
         }
         drop(tx);
         self.close().await
+    }
+
+    /// A line of cordon's own on stderr while the tool runs, on a line of its own (not after the
+    /// elapsed time).
+    fn note(&self, text: &str) {
+        if self.spinner {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(CLEAR_LINE).and_then(|()| err.flush());
+        }
+        errln!("{text}");
     }
 
     /// Leaves the writer to itself (it may be stuck on a stalled stdout) and clears the

@@ -56,6 +56,13 @@ reason = "tests"
 command = ["/usr/bin/seq", "1", "100000"]
 max_output = "1KiB"
 
+# Between half its cap and its cap: the first half goes live, the rest comes with the result.
+[tools.mid]
+description = "print a little more than half its cap"
+reason = "tests"
+command = ["/usr/bin/seq", "1", "100000"]
+max_output = "1MiB"
+
 [tools.hang]
 description = "record its pids, say so, and sleep in the foreground and the background"
 reason = "tests"
@@ -275,6 +282,18 @@ fn output_over_the_cap_prints_exactly_the_capped_result() {
         format!("cordon: stdout truncated: the tool wrote {total} bytes and the middle was cut\n"),
         "the notice once, nothing else"
     );
+}
+
+/// Output past the live head but within the cap: the live part and the rest from the result
+/// join without a gap or a repeat.
+#[test]
+fn output_past_the_live_head_is_completed_from_the_result() {
+    require_root!();
+    let d = start();
+    let out = d.cordon(&["run", "mid"]);
+    out.assert_code(0);
+    assert!(out.stdout.as_bytes() == numbers(100_000), "{} bytes", out.stdout.len());
+    assert_eq!(out.stderr, "");
 }
 
 /// Ctrl-C: cordond cancels the invocation (its whole process group dies), the audit says so,
