@@ -8,8 +8,9 @@ use cordon_core::policy::{self, Host};
 use serde_json::{Map, Value, json};
 
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, DiagnosticInfo, Event, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
+use crate::grpc::{Client, DiagnosticInfo, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::host::{self, HostFacts};
+use crate::live::Live;
 use crate::term::{self, Stream, errln, outln};
 
 pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
@@ -263,10 +264,23 @@ pub async fn run(
 ) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     let (info, arguments) = call_arguments(&mut client, tool, args, args_json).await?;
-    let result = match client.invoke(tool, arguments, false, |_| {}).await? {
-        Invocation::Finished(result) => result,
-        Invocation::Workflow(w) => return Ok(print_workflow(&w, as_json)),
-        Invocation::NeedsConfirmation(c) if c.mode == "human" => {
+    // Output as it comes (but for --json), Ctrl-C cancels: see `live`.
+    let mut live = Live::new(tool, !as_json)?;
+    let streams = live.streams();
+    let Some(events) = live.or_interrupt(client.invoke_events(tool, arguments, streams)).await else {
+        return Ok(interrupted(&mut live));
+    };
+    let followed = match events {
+        Ok(events) => live.follow(&client, events).await,
+        Err(e) => Err(e),
+    };
+    let result = match followed {
+        Ok(Some(Invocation::Finished(result))) => result,
+        Ok(Some(Invocation::Workflow(w))) => {
+            live.close().await;
+            return Ok(print_workflow(&w, as_json));
+        }
+        Ok(Some(Invocation::NeedsConfirmation(c))) if c.mode == "human" => {
             // A person must approve: wait for it (an admin runs `cordon approve ID`).
             errln!("cordon: {}", c.description);
             errln!(
@@ -275,9 +289,13 @@ pub async fn run(
                 c.approval_id,
                 c.approval_id
             );
-            client.confirm(&c.token, false, false, |_| {}).await?
+            match follow_confirm(&mut client, &mut live, &c.token).await? {
+                Ok(result) => result,
+                Err(code) => return Ok(code),
+            }
         }
-        Invocation::NeedsConfirmation(c) => {
+        Ok(Some(Invocation::NeedsConfirmation(c))) => {
+            live.close().await;
             if as_json {
                 print_json(&json!({ "confirmation_required": c }));
             } else {
@@ -287,26 +305,79 @@ pub async fn run(
             }
             return Ok(exit::CONFIRMATION_REQUIRED);
         }
+        Ok(None) => return Ok(interrupted(&mut live)),
+        Err(e) => {
+            live.close().await;
+            return Err(e);
+        }
     };
-    Ok(print_result(&info, &result, as_json))
+    Ok(conclude(&mut live, &info, &result, as_json).await)
 }
 
-/// Redeems a confirmation token and prints the result like `run`.
+/// Redeems a confirmation token and follows the invocation to its result, printing it live.
+/// `Err(code)`: interrupted (Ctrl-C), with the exit code to end with.
+async fn follow_confirm(client: &mut Client, live: &mut Live, token: &str) -> Result<Result<RunResult, u8>, CliError> {
+    let streams = live.streams();
+    let Some(events) = live.or_interrupt(client.confirm_events(token, false, streams)).await else {
+        return Ok(Err(interrupted(live)));
+    };
+    let followed = match events {
+        Ok(events) => live.follow(client, events).await,
+        Err(e) => Err(e),
+    };
+    match followed {
+        Ok(Some(Invocation::Finished(result))) => Ok(Ok(result)),
+        Ok(None) => Ok(Err(interrupted(live))),
+        Ok(Some(_)) => {
+            live.close().await;
+            Err(CliError::Protocol("a confirmed call did not answer with a result".into()))
+        }
+        Err(e) => {
+            live.close().await;
+            Err(e)
+        }
+    }
+}
+
+/// After a run: `--json`'s object, or what the live view did not show (all of it when nothing
+/// streamed) and the summary lines; the exit code.
+async fn conclude(live: &mut Live, info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
+    if as_json {
+        live.close().await;
+        return print_result(info, result, true);
+    }
+    if !live.finish(result).await {
+        return interrupted(live);
+    }
+    print_summary(info, result)
+}
+
+/// A second Ctrl-C (or one before cordond accepted the call): stop waiting. cordond sees the
+/// call's stream end and cancels the invocation (`client_gone`) if it still runs.
+fn interrupted(live: &mut Live) -> u8 {
+    live.abandon();
+    let tool = match live.tool() {
+        "" => "the invocation",
+        name => name,
+    };
+    errln!("cordon: interrupted; stopped waiting for {tool} (cordond cancels it when it sees this client gone)");
+    exit::CANCELLED
+}
+
+/// Redeems a confirmation token and prints the result like `run` (live, Ctrl-C cancels).
 pub async fn confirm(socket: &Path, token: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
-    let mut tool = None;
-    let result = client
-        .confirm(token, false, false, |e| {
-            if let Event::Accepted(a) = e {
-                tool = Some(a.tool.clone());
-            }
-        })
-        .await?;
-    let info = match tool {
-        Some(name) => client.get_tool(&name).await.unwrap_or_else(|_| ToolInfo::minimal(name)),
-        None => ToolInfo::minimal(String::new()),
+    // The tool's name is known once cordond accepted the call.
+    let mut live = Live::new("", !as_json)?;
+    let result = match follow_confirm(&mut client, &mut live, token).await? {
+        Ok(result) => result,
+        Err(code) => return Ok(code),
     };
-    Ok(print_result(&info, &result, as_json))
+    let info = match live.tool() {
+        "" => ToolInfo::minimal(String::new()),
+        name => client.get_tool(name).await.unwrap_or_else(|_| ToolInfo::minimal(name.to_string())),
+    };
+    Ok(conclude(&mut live, &info, &result, as_json).await)
 }
 
 /// Prints a finished invocation and returns the exit code `cordon run` ends with.
@@ -340,6 +411,22 @@ pub(crate) fn print_workflow(w: &crate::grpc::WorkflowInfo, as_json: bool) -> u8
 }
 
 pub(crate) fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
+    if !as_json {
+        // Output is passed through byte for byte; failing to write it is not worth a panic.
+        let _ = std::io::stdout().write_all(&result.stdout_bytes);
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().write_all(&result.stderr_bytes);
+    }
+    print_outcome(info, result, as_json)
+}
+
+/// The exit code and the lines after a run's output (truncation, how it ended, hints,
+/// denials), for output already printed (`cordon run` prints it live).
+pub(crate) fn print_summary(info: &ToolInfo, result: &RunResult) -> u8 {
+    print_outcome(info, result, false)
+}
+
+fn print_outcome(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     let code = match (result.timed_out, result.cancelled, result.exit_code, result.signal) {
         (true, _, _, _) => exit::TIMED_OUT,
         (_, true, _, _) => exit::CANCELLED,
@@ -353,10 +440,6 @@ pub(crate) fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -
         print_json(&json!(result));
         return code;
     }
-    // Output is passed through byte for byte; failing to write it is not worth a panic.
-    let _ = std::io::stdout().write_all(&result.stdout_bytes);
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().write_all(&result.stderr_bytes);
     for (name, truncated, total) in [
         ("stdout", result.stdout_truncated, result.stdout_total_bytes),
         ("stderr", result.stderr_truncated, result.stderr_total_bytes),

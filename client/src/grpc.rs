@@ -173,9 +173,32 @@ impl Client {
         stream_output: bool,
         on_event: impl FnMut(&Event),
     ) -> Result<Invocation, CliError> {
+        self.invoke_events(tool, arguments_json, stream_output).await?.follow(on_event).await
+    }
+
+    /// Starts an invocation and hands back its events, to be read one by one with
+    /// [`Events::next`] (while doing other things, such as watching for Ctrl-C).
+    pub async fn invoke_events(
+        &mut self,
+        tool: &str,
+        arguments_json: String,
+        stream_output: bool,
+    ) -> Result<Events, CliError> {
         let request = v1::InvokeRequest { tool: tool.into(), arguments_json, stream_output };
         let stream = self.inner.invoke(request).await.map_err(|s| self.fail(s))?.into_inner();
-        follow(&self.socket, stream, on_event).await
+        Ok(Events { socket: self.socket.clone(), stream, accepted: None })
+    }
+
+    /// As [`Client::invoke_events`], redeeming a confirmation token.
+    pub async fn confirm_events(
+        &mut self,
+        token: &str,
+        approved_by_elicitation: bool,
+        stream_output: bool,
+    ) -> Result<Events, CliError> {
+        let request = v1::ConfirmRequest { token: token.into(), approved_by_elicitation, stream_output };
+        let stream = self.inner.confirm(request).await.map_err(|s| self.fail(s))?.into_inner();
+        Ok(Events { socket: self.socket.clone(), stream, accepted: None })
     }
 
     /// Redeems a confirmation token and runs what it stands for.
@@ -186,9 +209,8 @@ impl Client {
         stream_output: bool,
         on_event: impl FnMut(&Event),
     ) -> Result<RunResult, CliError> {
-        let request = v1::ConfirmRequest { token: token.into(), approved_by_elicitation, stream_output };
-        let stream = self.inner.confirm(request).await.map_err(|s| self.fail(s))?.into_inner();
-        match follow(&self.socket, stream, on_event).await? {
+        let events = self.confirm_events(token, approved_by_elicitation, stream_output).await?;
+        match events.follow(on_event).await? {
             Invocation::Finished(r) => Ok(r),
             Invocation::NeedsConfirmation(_) => {
                 Err(CliError::Protocol("a confirmed call asked for confirmation again".into()))
@@ -486,37 +508,67 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-/// Reads an invocation stream to its end.
-async fn follow(
-    socket: &Path,
-    mut stream: tonic::Streaming<v1::InvokeEvent>,
-    mut on_event: impl FnMut(&Event),
-) -> Result<Invocation, CliError> {
-    let mut accepted: Option<Accepted> = None;
-    while let Some(event) = stream.message().await.map_err(|s| CliError::from_status(socket, s))? {
-        match event.event {
-            Some(v1::invoke_event::Event::Accepted(a)) => {
-                let a =
-                    Accepted { invocation_id: a.invocation_id, argv: a.argv, generation: a.generation, tool: a.tool };
-                on_event(&Event::Accepted(a.clone()));
-                accepted = Some(a);
+/// The events of one invocation, as cordond sends them.
+#[derive(Debug)]
+pub struct Events {
+    socket: PathBuf,
+    stream: tonic::Streaming<v1::InvokeEvent>,
+    accepted: Option<Accepted>,
+}
+
+/// One step of an invocation stream.
+#[derive(Debug)]
+pub enum Step {
+    /// Accepted, or live output; more follows.
+    Event(Event),
+    /// How it ended; nothing follows.
+    Done(Invocation),
+}
+
+impl Events {
+    /// The next event, or how the invocation ended.
+    pub async fn next(&mut self) -> Result<Step, CliError> {
+        loop {
+            let Some(event) = self.stream.message().await.map_err(|s| CliError::from_status(&self.socket, s))? else {
+                return Err(CliError::Protocol("the invocation stream ended without a result".into()));
+            };
+            match event.event {
+                Some(v1::invoke_event::Event::Accepted(a)) => {
+                    let a = Accepted {
+                        invocation_id: a.invocation_id,
+                        argv: a.argv,
+                        generation: a.generation,
+                        tool: a.tool,
+                    };
+                    self.accepted = Some(a.clone());
+                    return Ok(Step::Event(Event::Accepted(a)));
+                }
+                Some(v1::invoke_event::Event::Output(o)) => {
+                    let stderr = o.stream() == v1::output_chunk::Stream::Stderr;
+                    return Ok(Step::Event(Event::Output { stderr, offset: o.offset, data: o.data }));
+                }
+                Some(v1::invoke_event::Event::ConfirmationRequired(c)) => {
+                    return Ok(Step::Done(Invocation::NeedsConfirmation(confirmation_info(c))));
+                }
+                Some(v1::invoke_event::Event::Workflow(w)) => return Ok(Step::Done(Invocation::Workflow(w.into()))),
+                Some(v1::invoke_event::Event::Finished(f)) => {
+                    let argv = self.accepted.take().map(|a| a.argv).unwrap_or_default();
+                    return Ok(Step::Done(Invocation::Finished(RunResult::from_proto(f, argv))));
+                }
+                None => {}
             }
-            Some(v1::invoke_event::Event::Output(o)) => {
-                let stderr = o.stream() == v1::output_chunk::Stream::Stderr;
-                on_event(&Event::Output { stderr, data: o.data });
-            }
-            Some(v1::invoke_event::Event::ConfirmationRequired(c)) => {
-                return Ok(Invocation::NeedsConfirmation(confirmation_info(c)));
-            }
-            Some(v1::invoke_event::Event::Workflow(w)) => return Ok(Invocation::Workflow(w.into())),
-            Some(v1::invoke_event::Event::Finished(f)) => {
-                let argv = accepted.map(|a| a.argv).unwrap_or_default();
-                return Ok(Invocation::Finished(RunResult::from_proto(f, argv)));
-            }
-            None => {}
         }
     }
-    Err(CliError::Protocol("the invocation stream ended without a result".into()))
+
+    /// Reads the stream to its end; `on_event` sees each event as it arrives.
+    pub async fn follow(mut self, mut on_event: impl FnMut(&Event)) -> Result<Invocation, CliError> {
+        loop {
+            match self.next().await? {
+                Step::Event(e) => on_event(&e),
+                Step::Done(done) => return Ok(done),
+            }
+        }
+    }
 }
 
 fn confirmation_info(c: v1::ConfirmationRequired) -> ConfirmationInfo {
@@ -599,7 +651,13 @@ impl JobInfo {
 #[derive(Debug, Clone)]
 pub enum Event {
     Accepted(Accepted),
-    Output { stderr: bool, data: Vec<u8> },
+    /// Live output: `data` is the bytes at `offset` of the stream's output as the result will
+    /// carry it (a gap or an end short of the result's is filled from the result).
+    Output {
+        stderr: bool,
+        offset: u64,
+        data: Vec<u8>,
+    },
 }
 
 /// How an `invoke` ended.

@@ -3,6 +3,8 @@
 //! # Layout
 //! - [`cli`]: flags and subcommands (clap), and dispatch.
 //! - [`admin`]: the admin subcommands: tools, tool, run, policy check, reload, status.
+//! - [`live`]: `cordon run`'s live output (lossless, within the cap), the elapsed time on a
+//!   terminal, Ctrl-C as a cancel.
 //! - [`registry_admin`]: `cordon tool add|remove` (checked, atomic edits of the policy directory)
 //!   and `cordon policy check --tool NAME`.
 //! - [`init`]: `cordon init`: a policy scaffolded from a project's build files.
@@ -34,6 +36,7 @@ pub mod host;
 pub mod import;
 pub mod init;
 pub mod jobs;
+pub mod live;
 pub mod mcp;
 pub mod policy_diff;
 pub mod policy_test;

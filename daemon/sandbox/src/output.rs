@@ -33,35 +33,44 @@ impl Capture {
         Capture { head: Vec::new(), head_cap, tail: Vec::new(), tail_cap: cap / 2, tail_start: 0, total: 0 }
     }
 
-    pub(crate) fn push(&mut self, mut data: &[u8]) {
+    /// Bytes kept in the head so far: the head is always the start of the result's bytes,
+    /// whatever comes later, so these (and only these) may be shown before the stream ends.
+    pub(crate) fn head_len(&self) -> usize {
+        self.head.len()
+    }
+
+    /// Takes `data` in; returns how many of its first bytes went to the head (see
+    /// [`Capture::head_len`]).
+    pub(crate) fn push(&mut self, mut data: &[u8]) -> usize {
         self.total += data.len() as u64;
         let room = self.head_cap - self.head.len();
-        if room > 0 {
-            let n = room.min(data.len());
-            self.head.extend_from_slice(&data[..n]);
-            data = &data[n..];
+        let to_head = room.min(data.len());
+        if to_head > 0 {
+            self.head.extend_from_slice(&data[..to_head]);
+            data = &data[to_head..];
         }
         let cap = self.tail_cap;
         if data.is_empty() || cap == 0 {
-            return;
+            return to_head;
         }
         if data.len() >= cap {
             self.tail.clear();
             self.tail.extend_from_slice(&data[data.len() - cap..]);
             self.tail_start = 0;
-            return;
+            return to_head;
         }
         // Fill the ring first, then overwrite its oldest bytes.
         let fill = (cap - self.tail.len()).min(data.len());
         self.tail.extend_from_slice(&data[..fill]);
         let rest = &data[fill..];
         if rest.is_empty() {
-            return;
+            return to_head;
         }
         let first = rest.len().min(cap - self.tail_start);
         self.tail[self.tail_start..self.tail_start + first].copy_from_slice(&rest[..first]);
         self.tail[..rest.len() - first].copy_from_slice(&rest[first..]);
         self.tail_start = (self.tail_start + rest.len()) % cap;
+        to_head
     }
 
     pub(crate) fn finish(self) -> Captured {
@@ -142,5 +151,26 @@ mod tests {
         c.push(b"abc");
         let out = c.finish();
         assert!(out.bytes.starts_with(b"a\n[... cordon: 2 bytes omitted"));
+    }
+
+    /// What `push` reports as head bytes, in order, is exactly a prefix of the result, for any
+    /// split and any size against the cap: what the live view shows is never contradicted.
+    #[test]
+    fn head_bytes_are_a_prefix_of_the_result() {
+        let input: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
+        for cap in [0, 1, 2, 99, 100, 4999, 5000, 5001, 20_000] {
+            for size in [1, 7, 50, 333, 5000] {
+                let mut c = Capture::new(cap);
+                let mut shown = Vec::new();
+                for chunk in input.chunks(size) {
+                    assert_eq!(c.head_len(), shown.len());
+                    let n = c.push(chunk);
+                    shown.extend_from_slice(&chunk[..n]);
+                }
+                let out = c.finish();
+                assert!(out.bytes.starts_with(&shown), "cap {cap}, chunk size {size}");
+                assert_eq!(shown.len() as u64, (cap - cap / 2).min(5000), "cap {cap}, chunk size {size}");
+            }
+        }
     }
 }

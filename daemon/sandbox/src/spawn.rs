@@ -67,14 +67,21 @@ impl std::fmt::Debug for ProxyHandoff {
     }
 }
 
-/// A chunk of live output.
+/// A chunk of live output: the bytes at `offset` of the stream's captured output (the bytes
+/// the result will carry). Only the head of the capture is sent live, the part that is the
+/// result's start whatever the tool writes later; the rest is in the result only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputChunk {
     pub stderr: bool,
+    pub offset: u64,
     pub data: Vec<u8>,
 }
 
-/// Receives live output; bounded, so a slow reader never grows the daemon's memory.
+/// Receives live output; bounded, so a slow reader never grows the daemon's memory. While the
+/// tool's leader runs, a full sink makes the reading wait (the pipe fills and the tool blocks in
+/// `write`: a slow reader slows the tool, and its timeout still ends it). Once the leader is
+/// gone (exited, timed out, cancelled) nothing waits for the sink: a chunk that does not fit is
+/// dropped and that stream's live view ends there (the result has it all).
 pub type OutputSink = tokio::sync::mpsc::Sender<OutputChunk>;
 
 /// How one invocation is confined, decided before it starts.
@@ -347,11 +354,14 @@ pub async fn run(
     let err = tokio::net::unix::pipe::Receiver::from_owned_fd(err_read).map_err(supervise)?;
     // Output is read and the process supervised in this one task (no extra tasks to wake).
     let stop_reading = CancellationToken::new();
+    // The leader is gone: live output no longer holds the reading up (see [`OutputSink`]).
+    let leader_gone = CancellationToken::new();
     let captured = CancellationToken::new();
     let captures = async {
+        let live = |stderr| spec.output.clone().map(|sink| Live { sink, leader_gone: leader_gone.clone(), stderr });
         let both = tokio::join!(
-            capture(out, spec.max_output, stop_reading.clone(), spec.output.clone(), false),
-            capture(err, spec.max_output, stop_reading.clone(), spec.output.clone(), true),
+            capture(out, spec.max_output, stop_reading.clone(), live(false)),
+            capture(err, spec.max_output, stop_reading.clone(), live(true)),
         );
         captured.cancel();
         both
@@ -364,6 +374,7 @@ pub async fn run(
                 () = tokio::time::sleep(spec.timeout) => timed_out = true,
                 () = cancel.cancelled() => cancelled = true,
             }
+            leader_gone.cancel();
             if timed_out || cancelled {
                 group.signal(Signal::SIGTERM);
                 if tokio::time::timeout(spec.grace, exited(&pidfd)).await.is_err() {
@@ -391,6 +402,7 @@ pub async fn run(
         if result.is_err() {
             // Supervision failed: end the tree and stop reading rather than wait for it.
             group.signal(Signal::SIGKILL);
+            leader_gone.cancel();
             stop_reading.cancel();
         }
         result
@@ -497,12 +509,40 @@ async fn exited(pidfd: &AsyncFd<OwnedFd>) -> io::Result<()> {
     }
 }
 
+/// Where one stream's live output goes.
+struct Live {
+    sink: OutputSink,
+    leader_gone: CancellationToken,
+    stderr: bool,
+}
+
+impl Live {
+    /// Sends a chunk, waiting for room while the leader runs. False: the live view of this
+    /// stream ends (the sink is closed, or the chunk was dropped and the next would leave a gap).
+    async fn send(&self, chunk: OutputChunk, stop: &CancellationToken) -> bool {
+        if self.leader_gone.is_cancelled() {
+            return self.sink.try_send(chunk).is_ok();
+        }
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => false,
+            () = self.leader_gone.cancelled() => self.sink.try_send(chunk).is_ok(),
+            permit = self.sink.reserve() => match permit {
+                Ok(permit) => {
+                    permit.send(chunk);
+                    true
+                }
+                Err(_) => false,
+            },
+        }
+    }
+}
+
 async fn capture(
     mut reader: impl AsyncRead + Unpin,
     cap: u64,
     stop: CancellationToken,
-    live: Option<OutputSink>,
-    stderr: bool,
+    mut live: Option<Live>,
 ) -> Captured {
     let mut capture = Capture::new(cap);
     let mut buf = vec![0u8; 64 * 1024];
@@ -513,10 +553,13 @@ async fn capture(
             n = reader.read(&mut buf) => match n {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    capture.push(&buf[..n]);
-                    if let Some(sink) = &live {
-                        // Full or closed: the live view skips this chunk; the result keeps it.
-                        let _ = sink.try_send(OutputChunk { stderr, data: buf[..n].to_vec() });
+                    let offset = capture.head_len() as u64;
+                    let shown = capture.push(&buf[..n]);
+                    if let Some(l) = live.as_ref().filter(|_| shown > 0) {
+                        let chunk = OutputChunk { stderr: l.stderr, offset, data: buf[..shown].to_vec() };
+                        if !l.send(chunk, &stop).await {
+                            live = None;
+                        }
                     }
                 }
             },

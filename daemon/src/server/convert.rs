@@ -339,6 +339,7 @@ pub(crate) fn pending(p: &PendingInfo) -> v1::PendingApproval {
 pub(crate) fn chunk(c: OutputChunk) -> v1::OutputChunk {
     v1::OutputChunk {
         stream: if c.stderr { v1::output_chunk::Stream::Stderr } else { v1::output_chunk::Stream::Stdout } as i32,
+        offset: c.offset,
         data: c.data,
     }
 }

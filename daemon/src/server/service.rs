@@ -396,19 +396,39 @@ impl CordonService {
             let (live_tx, mut live_rx) = tokio::sync::mpsc::channel::<OutputChunk>(16);
             let run = invoker.execute(started, stream_output.then_some(live_tx));
             tokio::pin!(run);
-            let result = loop {
+            let output = |c| v1::InvokeEvent { event: Some(v1::invoke_event::Event::Output(convert::chunk(c))) };
+            // Live output waits for the client (the sandbox then waits for us, and the tool for
+            // the sandbox: a slow client slows the tool, it never loses bytes); `pending` is the
+            // chunk waiting for room in the client's stream.
+            let mut pending: Option<v1::InvokeEvent> = None;
+            let ended = loop {
                 tokio::select! {
-                    r = &mut run => break r,
-                    Some(chunk) = live_rx.recv() => {
-                        let event = v1::InvokeEvent { event: Some(v1::invoke_event::Event::Output(convert::chunk(chunk))) };
-                        // A slow client loses live chunks, never the result.
-                        let _ = tx.try_send(Ok(event));
-                    }
+                    r = &mut run => break Some(r),
+                    permit = tx.reserve(), if pending.is_some() => match (permit, pending.take()) {
+                        (Ok(permit), Some(event)) => permit.send(Ok(event)),
+                        (Ok(_), None) => {}
+                        (Err(_), _) => break None,
+                    },
+                    Some(chunk) = live_rx.recv(), if pending.is_none() => pending = Some(output(chunk)),
                     // If the client goes away, nobody would see the result.
-                    () = tx.closed() => {
-                        invoker.cancel_with(&id, CancelReason::ClientGone);
-                        break run.await;
+                    () = tx.closed() => break None,
+                }
+            };
+            let result = match ended {
+                Some(result) => {
+                    // The chunks read before the end go out before `finished`.
+                    let rest = pending.into_iter().chain(std::iter::from_fn(|| live_rx.try_recv().ok().map(output)));
+                    for event in rest {
+                        if tx.send(Ok(event)).await.is_err() {
+                            break;
+                        }
                     }
+                    result
+                }
+                None => {
+                    invoker.cancel_with(&id, CancelReason::ClientGone);
+                    drop(live_rx);
+                    run.await
                 }
             };
             let event = match result {

@@ -44,6 +44,7 @@ mod remote;
 mod render_escape;
 mod repin;
 mod result_contract;
+mod run_stream;
 mod sandbox;
 mod search_status;
 mod starter;
