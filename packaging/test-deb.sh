@@ -17,7 +17,7 @@
 #   packaging/test-deb.sh [target/debian/cordon_*.deb]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-# The README's commands are run as written (tests/suite/readme.rs checks it), from the checkout.
+# The runbook's commands (docs/getting-started.md) are run as written (tests/suite/readme.rs checks it), from the checkout.
 cd "$repo"
 set -- target/debian/cordon_*.deb
 [ "$#" = 1 ] && [ -f "$1" ] || { echo "test-deb.sh: need exactly one target/debian/cordon_*.deb: build it with packaging/build-deb.sh" >&2; exit 1; }
@@ -277,9 +277,10 @@ else
   failures=$((failures + 1))
 fi
 
-say "the README's first policy: check, install, reload, what the tool may touch"
-# The policy is the README's own (its toml block under "Write a first policy").
-awk '/^### /{s=($0=="### Write a first policy")} s&&/^```toml$/{b=1;next} b&&/^```$/{exit} b' README.md >"$work/50-team.toml"
+say "the first policy of docs/getting-started.md: check, install, reload, what the tool may touch"
+# The policy is the page's own (its toml block under "## Write a first policy").
+awk '/^## /{s=($0=="## Write a first policy")} s&&/^```toml$/{b=1;next} b&&/^```$/{exit} b' docs/getting-started.md >"$work/50-team.toml"
+[ -s "$work/50-team.toml" ] || { echo "FAIL docs/getting-started.md has no toml block under '## Write a first policy'"; exit 1; }
 cd "$work"
 run cordon policy check 50-team.toml
 run install -m 0644 50-team.toml /etc/cordon/policies.d/

@@ -1,0 +1,342 @@
+//! The documentation book (docs/, mdbook; docs/SUMMARY.md orders its pages) is checked against
+//! the code, so that it cannot drift:
+//! - the generated reference pages (docs/reference/) are exactly what `cordon man --reference`
+//!   writes from the code;
+//! - every fenced block of every page (and of the README) is accounted for: each policy block
+//!   passes the real `cordon policy check`, each `cordon ...` command line parses against the
+//!   real command line (clap, in process), the pages whose blocks a runner executes as written
+//!   are named with their runner, and every other block is marked in the markdown as not run,
+//!   with the reason (`<!-- not run: REASON -->` on the line before it), or is plain output
+//!   (```text, ```json, a block without a language).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap::Parser as _;
+use cordon_tests::bin;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn the_reference_pages_are_what_the_binary_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("cordon")).args(["man", "--reference"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let names = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    };
+    let committed = root().join("docs/reference");
+    let regenerate = "regenerate them with `cargo build -p cordon-client && target/debug/cordon man --reference \
+                      docs/reference` and commit the result";
+    assert_eq!(
+        names(dir.path()),
+        names(&committed),
+        "docs/reference/ holds other pages than the binary writes: {regenerate}"
+    );
+    for name in names(dir.path()) {
+        let fresh = read(&dir.path().join(&name));
+        let old = read(&committed.join(&name));
+        assert!(fresh == old, "docs/reference/{name} differs from what the code generates: {regenerate}");
+    }
+    // The command needs a directory: a usage error that says which flags, not a panic.
+    let out = Command::new(bin("cordon")).args(["man"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// The pages whose blocks a runner executes as written (reading them from the page, not a
+/// copy), with the runner and the section it reads: the runner file must name the page.
+const EXECUTED: &[(&str, &str, &str)] = &[
+    ("README.md", ".ci/quickstart", "the quick start (daemon, commands, the test command)"),
+    (
+        "docs/getting-started.md",
+        "packaging/test-deb.sh",
+        "the admin runbook (with tests/run; readme.rs checks every line)",
+    ),
+    ("docs/getting-started.md", "tests/tests/suite/readme.rs", "every runbook command is one CI runs"),
+    ("docs/toolchains.md", "tests/tests/suite/readme_toolchains.rs", "the Rust, Python, Node, C and git examples"),
+    ("docs/remote.md", "tests/tests/suite/remote.rs", "the openssl lines of the mutual-TLS section"),
+];
+
+/// One fenced block.
+#[derive(Debug)]
+struct Block {
+    page: String,
+    line: usize,
+    lang: String,
+    body: String,
+    /// The reason of a `<!-- not run: REASON -->` marker on the line before the fence.
+    not_run: Option<String>,
+}
+
+/// The book's pages in SUMMARY.md's order, and the README.
+fn pages() -> Vec<String> {
+    let summary = read(&root().join("docs/SUMMARY.md"));
+    let mut pages = vec!["README.md".to_string()];
+    for (i, _) in summary.match_indices("](") {
+        let rest = &summary[i + 2..];
+        let end = rest.find(')').unwrap();
+        pages.push(format!("docs/{}", &rest[..end]));
+    }
+    pages
+}
+
+fn blocks(page: &str) -> Vec<Block> {
+    let text = read(&root().join(page));
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(info) = lines[i].trim_start().strip_prefix("```") else {
+            i += 1;
+            continue;
+        };
+        let lang = info.split([',', ' ']).next().unwrap_or("").to_string();
+        let not_run = (i > 0)
+            .then(|| lines[i - 1].trim())
+            .and_then(|l| l.strip_prefix("<!-- not run:"))
+            .and_then(|l| l.strip_suffix("-->"))
+            .map(|r| r.trim().to_string());
+        let start = i;
+        let mut body = String::new();
+        i += 1;
+        while i < lines.len() && !lines[i].trim_start().starts_with("```") {
+            body.push_str(lines[i].trim_start_matches("   "));
+            body.push('\n');
+            i += 1;
+        }
+        assert!(i < lines.len(), "{page}:{}: a code block that never closes", start + 1);
+        out.push(Block { page: page.to_string(), line: start + 1, lang, body, not_run });
+        i += 1;
+    }
+    out
+}
+
+/// Shell words of one command line, up to the first pipe, redirection, `;`, `&&` or `||`, with
+/// quotes removed (the command line as the program receives it).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut in_word) = (Vec::new(), String::new(), false);
+    let mut chars = line.chars().peekable();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some('"'), '\\') => {
+                if let Some(n) = chars.next() {
+                    word.push(n);
+                }
+            }
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, '\\') => {
+                if let Some(n) = chars.next() {
+                    word.push(n);
+                    in_word = true;
+                }
+            }
+            (None, '|' | ';' | '>' | '<' | '&') => break,
+            (None, '#') if !in_word => break,
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            (None, c) => {
+                word.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}
+
+/// The arguments of a `cordon` command on this line (after a prompt, `sudo`, `VAR=value`
+/// assignments), or None when the line runs something else.
+fn cordon_args(line: &str) -> Option<Vec<String>> {
+    let line = line.trim();
+    let line = line.strip_prefix("$ ").or_else(|| line.strip_prefix("# ")).unwrap_or(line);
+    let mut words = shell_words(line).into_iter().peekable();
+    while let Some(w) = words.peek() {
+        if w == "sudo" || w == "-E" || (w.contains('=') && !w.starts_with('-')) {
+            words.next();
+        } else {
+            break;
+        }
+    }
+    let program = words.next()?;
+    let name = program.rsplit('/').next().unwrap_or(&program);
+    (name == "cordon").then(|| words.collect())
+}
+
+/// A policy block as a whole file: a fragment without `version` gets the line it lacks.
+fn as_policy_file(body: &str) -> String {
+    if body.lines().any(|l| l.trim_start().starts_with("version")) {
+        body.to_string()
+    } else {
+        format!("version = 1\n{body}")
+    }
+}
+
+fn is_policy(body: &str) -> bool {
+    body.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("[tools.")
+            || l.starts_with("[[tools.")
+            || l.starts_with("[workflows.")
+            || l.starts_with("[defaults")
+    })
+}
+
+#[test]
+fn every_block_of_the_book_is_checked_run_or_marked() {
+    let root = root();
+    for (page, runner, _) in EXECUTED {
+        let text = read(&root.join(runner));
+        assert!(text.contains(page), "{runner} is listed as running {page}'s blocks but does not read {page}");
+    }
+    // `cordon mcp config` is the agent-wiring command (docs/agents.md); its lines are checked
+    // once the command exists in this build.
+    let cli = <cordon_client::Cli as clap::CommandFactory>::command();
+    let has_mcp_config = cli.find_subcommand("mcp").and_then(|m| m.find_subcommand("config")).is_some();
+    let dir = tempfile::tempdir().unwrap();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut failures = Vec::new();
+    let mut policies = 0;
+    for page in pages() {
+        let executed = EXECUTED.iter().any(|(p, _, _)| *p == page);
+        for b in blocks(&page) {
+            let at = format!("{}:{}", b.page, b.line);
+            *counts.entry("blocks").or_default() += 1;
+            if let Some(reason) = &b.not_run {
+                assert!(reason.len() >= 10, "{at}: say why the block is not run, in the marker");
+                *counts.entry("marked not run").or_default() += 1;
+                continue;
+            }
+            match b.lang.as_str() {
+                "toml" => {
+                    if !is_policy(&b.body) && executed {
+                        // An excerpt of a file the page's runner writes and compares (toolchains).
+                        *counts.entry("toml excerpts a runner compares").or_default() += 1;
+                        continue;
+                    }
+                    if !is_policy(&b.body) {
+                        failures.push(format!(
+                            "{at}: a toml block that is no policy: mark it <!-- not run: REASON --> or make it a policy"
+                        ));
+                        continue;
+                    }
+                    policies += 1;
+                    let file = dir.path().join(format!("block-{policies}.toml"));
+                    std::fs::write(&file, as_policy_file(&b.body)).unwrap();
+                    let out = Command::new(bin("cordon")).args(["policy", "check"]).arg(&file).output().unwrap();
+                    if out.status.success() {
+                        *counts.entry("policies that pass `cordon policy check`").or_default() += 1;
+                    } else {
+                        failures.push(format!(
+                            "{at}: `cordon policy check` refuses this policy block:\n{}{}",
+                            String::from_utf8_lossy(&out.stdout),
+                            String::from_utf8_lossy(&out.stderr)
+                        ));
+                    }
+                }
+                "sh" | "bash" | "shell" | "console" | "" | "text" => {
+                    let shell = matches!(b.lang.as_str(), "sh" | "bash" | "shell");
+                    let mut other = Vec::new();
+                    let mut joined = String::new();
+                    for raw in b.body.lines() {
+                        // A line continued with `\` is one command.
+                        if let Some(head) = raw.strip_suffix('\\') {
+                            joined.push_str(head);
+                            joined.push(' ');
+                            continue;
+                        }
+                        let line = std::mem::take(&mut joined) + raw;
+                        let trimmed = line.trim();
+                        // In an output block only a prompt line (`$ cordon ...`) is a command.
+                        if !shell && !trimmed.starts_with("$ ") {
+                            continue;
+                        }
+                        if trimmed.is_empty() || (shell && trimmed.starts_with('#')) {
+                            continue;
+                        }
+                        let Some(args) = cordon_args(trimmed) else {
+                            other.push(trimmed.to_string());
+                            continue;
+                        };
+                        if !has_mcp_config
+                            && args.first().is_some_and(|a| a == "mcp")
+                            && args.get(1).is_some_and(|a| a == "config")
+                        {
+                            *counts.entry("cordon mcp config lines (not in this build)").or_default() += 1;
+                            continue;
+                        }
+                        let argv = std::iter::once("cordon".to_string()).chain(args);
+                        match cordon_client::Cli::try_parse_from(argv) {
+                            Ok(_) => *counts.entry("cordon command lines that parse").or_default() += 1,
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                                ) =>
+                            {
+                                *counts.entry("cordon command lines that parse").or_default() += 1
+                            }
+                            Err(e) => failures.push(format!("{at}: `{trimmed}` does not parse:\n{e}")),
+                        }
+                    }
+                    if shell && !other.is_empty() {
+                        if executed {
+                            *counts.entry("shell blocks a runner executes").or_default() += 1;
+                        } else {
+                            failures.push(format!(
+                                "{at}: commands CI neither runs nor checks: {other:?}; run them (and list the page in \
+                                 EXECUTED), or mark the block <!-- not run: REASON -->"
+                            ));
+                        }
+                    }
+                }
+                "json" | "yaml" | "ini" | "python" | "proto" | "rust" => {
+                    *counts.entry("data and code blocks (json, yaml, ...): output or examples").or_default() += 1;
+                }
+                other => failures.push(format!("{at}: a ```{other} block: use a language this test knows")),
+            }
+        }
+    }
+    let report: Vec<String> = counts.iter().map(|(k, v)| format!("{v:>4} {k}")).collect();
+    println!("the book's blocks:\n{}", report.join("\n"));
+    assert!(failures.is_empty(), "{} blocks of the book fail:\n{}", failures.len(), failures.join("\n\n"));
+    assert!(counts.get("policies that pass `cordon policy check`").copied().unwrap_or(0) >= 5, "{report:?}");
+    assert!(counts.get("cordon command lines that parse").copied().unwrap_or(0) >= 30, "{report:?}");
+}
+
+/// The checker itself: a command line that does not parse is caught, and the shell words are
+/// those the program gets.
+#[test]
+fn the_block_checker_reads_command_lines_as_the_shell_does() {
+    assert_eq!(
+        cordon_args("sudo cordon run t --arg 'pattern=a b' --json | jq . # note"),
+        Some(vec!["run".into(), "t".into(), "--arg".into(), "pattern=a b".into(), "--json".into()])
+    );
+    assert_eq!(cordon_args("$ CORDON_SOCKET=/tmp/s cordon status"), Some(vec!["status".into()]));
+    assert_eq!(cordon_args("cargo build"), None);
+    let bad = cordon_args("cordon run --no-such-flag").unwrap();
+    assert!(cordon_client::Cli::try_parse_from(std::iter::once("cordon".to_string()).chain(bad)).is_err());
+    assert!(is_policy("[tools.x]\ncommand = [\"true\"]\n"));
+    assert_eq!(as_policy_file("[tools.x]\n"), "version = 1\n[tools.x]\n");
+}
