@@ -199,6 +199,13 @@ say "the installed policies"
 run cordon policy check /etc/cordon/policies.d
 check "cordon policy check /etc/cordon/policies.d passes" cordon policy check /etc/cordon/policies.d
 
+say "the documentation, readable offline (what cordon's messages cite)"
+for page in README.md getting-started.md seccomp.md denials.md troubleshooting.md reference/cli.md; do
+  check "/usr/share/doc/cordon/$page is installed" test -s "/usr/share/doc/cordon/$page"
+done
+check "the HTML book is installed (/usr/share/doc/cordon/html/index.html)" test -s /usr/share/doc/cordon/html/index.html
+check "the installed README links to the pages beside it" grep -qF '](getting-started.md)' /usr/share/doc/cordon/README.md
+
 say "man pages and completions"
 if command -v man >/dev/null; then
   run bash -c 'MANPAGER=cat MANWIDTH=80 man cordond | head -n 12'
@@ -336,6 +343,7 @@ check "install.sh: the unit starts /usr/local/bin/cordond" grep -q '^ExecStart=/
 check "install.sh: systemd-analyze verify accepts its units" \
   systemd-analyze verify /usr/local/lib/systemd/system/cordond.socket /usr/local/lib/systemd/system/cordond.service
 check "install.sh: the groups exist" getent group cordon cordon-admin
+check "install.sh: the documentation is in /usr/local/share/doc/cordon" test -s /usr/local/share/doc/cordon/seccomp.md
 check "install.sh: /var/lib/cordon is 700 root:root" test "$(stat -c '%a %U:%G' /var/lib/cordon)" = "700 root:root"
 check "install.sh: cordon policy check /etc/cordon/policies.d passes" /usr/local/bin/cordon policy check /etc/cordon/policies.d
 check "install.sh: every file of its list is installed" \

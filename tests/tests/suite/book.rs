@@ -340,3 +340,26 @@ fn the_block_checker_reads_command_lines_as_the_shell_does() {
     assert!(is_policy("[tools.x]\ncommand = [\"true\"]\n"));
     assert_eq!(as_policy_file("[tools.x]\n"), "version = 1\n[tools.x]\n");
 }
+
+/// CI builds the book (a missing chapter fails it) before the package that installs it, and the
+/// package's file list installs every page.
+#[test]
+fn ci_builds_the_book_before_the_package_and_the_package_installs_it() {
+    let run = read(&root().join("tests/run"));
+    let book = run.find("\nmdbook build docs\n").expect("tests/run builds the book: mdbook build docs");
+    let deb = run.find("\npackaging/build-deb.sh\n").expect("tests/run builds the package");
+    assert!(book < deb, "tests/run must build the book before the package (build-deb.sh packs target/book)");
+    assert!(
+        run.contains("cargo install mdbook --locked --version ") && run.contains("--no-default-features"),
+        "mdbook is installed pinned, with the fewest features"
+    );
+    let config = read(&root().join("docs/book.toml"));
+    assert!(config.contains("create-missing = false"), "a chapter that does not exist must fail the build");
+    assert!(config.contains("build-dir = \"../target/book\""), "{config}");
+    let install = read(&root().join("packaging/install.sh"));
+    for needle in ["\"$repo\"/docs/*.md", "docs/reference/*.md", "$target/book/index.html", "$docdir/html/"] {
+        assert!(install.contains(needle), "packaging/install.sh no longer installs {needle}");
+    }
+    let deb_test = read(&root().join("packaging/test-deb.sh"));
+    assert!(deb_test.contains("/usr/share/doc/cordon/html/index.html"), "test-deb.sh checks the installed HTML book");
+}
