@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::Parser as _;
+use clap::error::ErrorKind;
 use cordon_tests::bin;
 
 fn root() -> PathBuf {
@@ -169,6 +170,11 @@ fn shell_words(line: &str) -> Vec<String> {
 /// The arguments of a `cordon` command on this line (after a prompt, `sudo`, `VAR=value`
 /// assignments), or None when the line runs something else.
 fn cordon_args(line: &str) -> Option<Vec<String>> {
+    program_args(line).filter(|(p, _)| p == "cordon").map(|(_, a)| a)
+}
+
+/// The program (its file name) a command line runs and its arguments.
+fn program_args(line: &str) -> Option<(String, Vec<String>)> {
     let line = line.trim();
     let line = line.strip_prefix("$ ").or_else(|| line.strip_prefix("# ")).unwrap_or(line);
     let mut words = shell_words(line).into_iter().peekable();
@@ -180,8 +186,15 @@ fn cordon_args(line: &str) -> Option<Vec<String>> {
         }
     }
     let program = words.next()?;
-    let name = program.rsplit('/').next().unwrap_or(&program);
-    (name == "cordon").then(|| words.collect())
+    let name = program.rsplit('/').next().unwrap_or(&program).to_string();
+    Some((name, words.collect()))
+}
+
+/// Whether cordond accepts these arguments, without running it: clap parses every argument
+/// (values included) before it acts on a trailing `--help`.
+fn cordond_parses(args: &[String]) -> Result<(), String> {
+    let out = Command::new(bin("cordond")).args(args).arg("--help").output().unwrap();
+    if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stderr).into_owned()) }
 }
 
 /// A policy block as a whole file: a fragment without `version` gets the line it lacks.
@@ -259,7 +272,8 @@ fn every_block_of_the_book_is_checked_run_or_marked() {
                     let shell = matches!(b.lang.as_str(), "sh" | "bash" | "shell");
                     let mut other = Vec::new();
                     let mut joined = String::new();
-                    for raw in b.body.lines() {
+                    let lines: Vec<&str> = b.body.lines().collect();
+                    for (i, raw) in lines.iter().enumerate() {
                         // A line continued with `\` is one command.
                         if let Some(head) = raw.strip_suffix('\\') {
                             joined.push_str(head);
@@ -275,30 +289,54 @@ fn every_block_of_the_book_is_checked_run_or_marked() {
                         if trimmed.is_empty() || (shell && trimmed.starts_with('#')) {
                             continue;
                         }
-                        let Some(args) = cordon_args(trimmed) else {
-                            other.push(trimmed.to_string());
-                            continue;
-                        };
-                        if !has_mcp_config
-                            && args.first().is_some_and(|a| a == "mcp")
-                            && args.get(1).is_some_and(|a| a == "config")
-                        {
-                            *counts.entry("cordon mcp config lines (not in this build)").or_default() += 1;
-                            continue;
-                        }
-                        let argv = std::iter::once("cordon".to_string()).chain(args);
-                        match cordon_client::Cli::try_parse_from(argv) {
-                            Ok(_) => *counts.entry("cordon command lines that parse").or_default() += 1,
-                            Err(e)
-                                if matches!(
-                                    e.kind(),
-                                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
-                                ) =>
-                            {
-                                *counts.entry("cordon command lines that parse").or_default() += 1
+                        let Some((program, args)) = program_args(trimmed) else { continue };
+                        let parsed = match program.as_str() {
+                            "cordond" => cordond_parses(&args),
+                            "cordon" => {
+                                if !has_mcp_config
+                                    && args.first().is_some_and(|a| a == "mcp")
+                                    && args.get(1).is_some_and(|a| a == "config")
+                                {
+                                    *counts.entry("cordon mcp config lines (not in this build)").or_default() += 1;
+                                    continue;
+                                }
+                                let argv = std::iter::once("cordon".to_string()).chain(args);
+                                match cordon_client::Cli::try_parse_from(argv) {
+                                    Ok(_) => Ok(()),
+                                    Err(e)
+                                        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) =>
+                                    {
+                                        Ok(())
+                                    }
+                                    Err(e) => Err(e.to_string()),
+                                }
                             }
-                            Err(e) => failures.push(format!("{at}: `{trimmed}` does not parse:\n{e}")),
+                            _ => {
+                                other.push(trimmed.to_string());
+                                continue;
+                            }
+                        };
+                        // A transcript of a refused command line: `$ COMMAND`, then clap's `error: ...`.
+                        let refusal = lines
+                            .get(i + 1)
+                            .and_then(|l| l.trim().strip_prefix("error: "))
+                            .filter(|_| !shell)
+                            .map(|l| l.trim_end_matches("...").trim_end().to_string());
+                        match (parsed, refusal) {
+                            (Ok(()), None) => {
+                                *counts.entry("command lines that parse (cordon, cordond)").or_default() += 1
+                            }
+                            (Err(e), Some(shown)) if e.contains(&shown) => {
+                                *counts.entry("refused command lines, refused as shown").or_default() += 1
+                            }
+                            (Ok(()), Some(_)) => {
+                                failures.push(format!("{at}: `{trimmed}` is shown refused, but it parses"))
+                            }
+                            (Err(e), _) => failures.push(format!("{at}: `{trimmed}` does not parse as shown:\n{e}")),
                         }
+                    }
+                    if !shell && !b.body.lines().any(|l| l.trim().starts_with("$ ")) {
+                        *counts.entry("output and synopsis blocks (text, no command)").or_default() += 1;
                     }
                     if shell && !other.is_empty() {
                         if executed {
@@ -322,7 +360,7 @@ fn every_block_of_the_book_is_checked_run_or_marked() {
     println!("the book's blocks:\n{}", report.join("\n"));
     assert!(failures.is_empty(), "{} blocks of the book fail:\n{}", failures.len(), failures.join("\n\n"));
     assert!(counts.get("policies that pass `cordon policy check`").copied().unwrap_or(0) >= 5, "{report:?}");
-    assert!(counts.get("cordon command lines that parse").copied().unwrap_or(0) >= 30, "{report:?}");
+    assert!(counts.get("command lines that parse (cordon, cordond)").copied().unwrap_or(0) >= 30, "{report:?}");
 }
 
 /// The checker itself: a command line that does not parse is caught, and the shell words are
@@ -335,6 +373,8 @@ fn the_block_checker_reads_command_lines_as_the_shell_does() {
     );
     assert_eq!(cordon_args("$ CORDON_SOCKET=/tmp/s cordon status"), Some(vec!["status".into()]));
     assert_eq!(cordon_args("cargo build"), None);
+    assert!(cordond_parses(&["--policies".into(), "/nonexistent".into()]).is_ok());
+    assert!(cordond_parses(&["--no-such-flag".into()]).is_err());
     let bad = cordon_args("cordon run --no-such-flag").unwrap();
     assert!(cordon_client::Cli::try_parse_from(std::iter::once("cordon".to_string()).chain(bad)).is_err());
     assert!(is_policy("[tools.x]\ncommand = [\"true\"]\n"));
