@@ -110,7 +110,8 @@ generate() {
     sed 's|](docs/|](|g' "$f" >"$gen/doc/$(basename "$f")"
   done
   for f in "$repo"/docs/*.md; do
-    sed 's|](\.\./README\.md|](README.md|g; s|](\.\./ARCHITECTURE\.md|](ARCHITECTURE.md|g' "$f" >"$gen/doc/$(basename "$f")"
+    sed 's|](\.\./README\.md|](README.md|g; s|](\.\./ARCHITECTURE\.md|](ARCHITECTURE.md|g
+      s|^{{#include \.\./README\.md:quickstart}}$|[README.md](README.md#quick-start) has it.|' "$f" >"$gen/doc/$(basename "$f")"
   done
   cp "$repo"/docs/reference/*.md "$gen/doc/reference/"
 }
