@@ -206,6 +206,32 @@ fn as_policy_file(body: &str) -> String {
     }
 }
 
+/// The tools a block defines (`[tools.NAME]`).
+fn tools_defined(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.trim().strip_prefix("[tools.")?.strip_suffix(']').map(str::to_string))
+        .filter(|name| !name.contains('.'))
+        .collect()
+}
+
+/// The tools a block adds tables to (`[tools.NAME.params.X]`, `[[tools.NAME.examples]]`) without
+/// defining them.
+fn fragment_of(body: &str) -> Vec<String> {
+    let defined = tools_defined(body);
+    let mut out: Vec<String> = body
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim().trim_start_matches('[');
+            let rest = l.strip_prefix("tools.")?;
+            let (name, sub) = rest.split_once('.')?;
+            (!sub.is_empty()).then(|| name.to_string())
+        })
+        .filter(|n| !defined.contains(n))
+        .collect();
+    out.dedup();
+    out
+}
+
 fn is_policy(body: &str) -> bool {
     body.lines().any(|l| {
         let l = l.trim_start();
@@ -232,6 +258,8 @@ fn every_block_of_the_book_is_checked_run_or_marked() {
     let mut failures = Vec::new();
     let mut policies = 0;
     for page in pages() {
+        // `[tools.NAME]` -> the block of this page that defines it.
+        let mut defined: BTreeMap<String, String> = BTreeMap::new();
         let executed = EXECUTED.iter().any(|(p, _, _)| *p == page);
         for b in blocks(&page) {
             let at = format!("{}:{}", b.page, b.line);
@@ -256,7 +284,20 @@ fn every_block_of_the_book_is_checked_run_or_marked() {
                     }
                     policies += 1;
                     let file = dir.path().join(format!("block-{policies}.toml"));
-                    std::fs::write(&file, as_policy_file(&b.body)).unwrap();
+                    // A fragment that adds to a tool of an earlier block of the page (its examples,
+                    // say) is checked together with that block.
+                    let mut text = as_policy_file(&b.body);
+                    for tool in fragment_of(&b.body) {
+                        if let Some(base) = defined.get(&tool) {
+                            text = format!("{}\n{}", as_policy_file(base), b.body);
+                            *counts.entry("policy fragments checked with the page's tool they add to").or_default() +=
+                                1;
+                        }
+                    }
+                    for tool in tools_defined(&b.body) {
+                        defined.insert(tool, b.body.clone());
+                    }
+                    std::fs::write(&file, text).unwrap();
                     let out = Command::new(bin("cordon")).args(["policy", "check"]).arg(&file).output().unwrap();
                     if out.status.success() {
                         *counts.entry("policies that pass `cordon policy check`").or_default() += 1;
@@ -379,6 +420,9 @@ fn the_block_checker_reads_command_lines_as_the_shell_does() {
     assert!(cordon_client::Cli::try_parse_from(std::iter::once("cordon".to_string()).chain(bad)).is_err());
     assert!(is_policy("[tools.x]\ncommand = [\"true\"]\n"));
     assert_eq!(as_policy_file("[tools.x]\n"), "version = 1\n[tools.x]\n");
+    assert_eq!(tools_defined("[tools.x]\n[tools.x.params.p]\n"), ["x"]);
+    assert_eq!(fragment_of("[[tools.y.examples]]\nargs = {}\n[[tools.y.refuse]]\n"), ["y"]);
+    assert!(fragment_of("[tools.x]\n[tools.x.params.p]\n").is_empty());
 }
 
 /// CI builds the book (a missing chapter fails it) before the package that installs it, and the
