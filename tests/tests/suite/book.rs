@@ -3,11 +3,14 @@
 //! - the generated reference pages (docs/reference/) are exactly what `cordon man --reference`
 //!   writes from the code;
 //! - every fenced block of every page (and of the README) is accounted for: each policy block
-//!   passes the real `cordon policy check`, each `cordon ...` command line parses against the
-//!   real command line (clap, in process), the pages whose blocks a runner executes as written
-//!   are named with their runner, and every other block is marked in the markdown as not run,
-//!   with the reason (`<!-- not run: REASON -->` on the line before it), or is plain output
-//!   (```text, ```json, a block without a language).
+//!   passes the real `cordon policy check` (a fragment gets `version = 1`, or the page's earlier
+//!   block that defines its tool); each `cordon ...` line parses against the real command line
+//!   (clap, in process) and each `cordond ...` line against cordond's (`ARGS --help`), and a
+//!   transcript of a refused one must be refused as shown; the sections whose blocks a runner
+//!   executes as written are listed in [`EXECUTED`] with their runner; a line tests/run or
+//!   test-deb.sh runs literally counts as run; every other block is marked in the markdown, with
+//!   the reason (`<!-- not run: REASON -->` on the line before it), or is output (```text,
+//!   ```json, a block without a language). The test prints the counts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -432,6 +435,10 @@ fn every_block_of_the_book_is_checked_run_or_marked() {
     }
     let report: Vec<String> = counts.iter().map(|(k, v)| format!("{v:>4} {k}")).collect();
     println!("the book's blocks:\n{}", report.join("\n"));
+    println!("executed as written by their runners:");
+    for (page, section, runner, what) in EXECUTED {
+        println!("  {page}{}: {runner} ({what})", section.map(|s| format!(" \"## {s}\"")).unwrap_or_default());
+    }
     assert!(failures.is_empty(), "{} blocks of the book fail:\n{}", failures.len(), failures.join("\n\n"));
     assert!(counts.get("policies that pass `cordon policy check`").copied().unwrap_or(0) >= 5, "{report:?}");
     assert!(counts.get("command lines that parse (cordon, cordond)").copied().unwrap_or(0) >= 30, "{report:?}");
