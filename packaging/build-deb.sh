@@ -9,6 +9,14 @@ target=${CARGO_TARGET_DIR:-$repo/target}
 root=$target/packaging/root
 command -v cargo-deb >/dev/null 2>&1 || { echo "build-deb.sh: cargo-deb is missing: cargo install cargo-deb --locked" >&2; exit 1; }
 rm -rf "$root"
+# The HTML book (share/doc/cordon/html, from docs/ by mdbook) where mdbook is installed; tests/run
+# installs it in its phase "docs book (mdbook build)", before the package's.
+if command -v mdbook >/dev/null 2>&1; then
+  mdbook build "$repo/docs" --dest-dir "$target/book"
+else
+  echo "build-deb.sh: mdbook is not installed, so the package gets the documentation as markdown only" >&2
+  echo "  (cargo install mdbook --locked --version 0.5.4 --no-default-features adds the HTML book)" >&2
+fi
 "$repo/packaging/install.sh" --prefix /usr --layout debian --destdir "$root" "$@"
 cd "$repo"
 cargo deb -p cordon-client --no-build --no-strip --output "$target/debian/"

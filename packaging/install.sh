@@ -18,6 +18,8 @@
 #   --no-build        use the binaries already in target/release (without it, install.sh runs
 #                     cargo build --release first, which under sudo usually finds no cargo)
 #   --list            print "MODE DESTINATION" for every file and exit (after building)
+# The documentation (README.md, ARCHITECTURE.md, docs/*.md) goes to PREFIX/share/doc/cordon, and the
+# HTML book to PREFIX/share/doc/cordon/html when target/book was built (mdbook build docs).
 set -euo pipefail
 shopt -s nullglob
 
@@ -99,6 +101,19 @@ generate() {
     exit 1
   }
   cp "$repo/daemon/systemd/cordond.socket" "$gen/units/cordond.socket"
+  # The documentation, readable offline: README.md, ARCHITECTURE.md and every page of the book
+  # (docs/*.md) flat in the doc directory, the generated reference pages in reference/, with the
+  # links between them rewritten for that layout (docs/X.md -> X.md, ../README.md -> README.md).
+  mkdir -p "$gen/doc/reference"
+  local f
+  for f in "$repo/README.md" "$repo/ARCHITECTURE.md"; do
+    sed 's|](docs/|](|g' "$f" >"$gen/doc/$(basename "$f")"
+  done
+  for f in "$repo"/docs/*.md; do
+    sed 's|](\.\./README\.md|](README.md|g; s|](\.\./ARCHITECTURE\.md|](ARCHITECTURE.md|g
+      s|^{{#include \.\./README\.md:quickstart}}$|[README.md](README.md#quick-start) has it.|' "$f" >"$gen/doc/$(basename "$f")"
+  done
+  cp "$repo"/docs/reference/*.md "$gen/doc/reference/"
 }
 
 # The one list: "MODE SOURCE DESTINATION", one file a line.
@@ -119,6 +134,13 @@ files() {
   for f in "$gen"/man/*.1.gz; do echo "0644 $f $mandir/man1/$(basename "$f")"; done
   for f in "$gen"/man/*.8.gz; do echo "0644 $f $mandir/man8/$(basename "$f")"; done
   echo "0644 $repo/packaging/copyright $docdir/copyright"
+  for f in "$gen"/doc/*.md; do echo "0644 $f $docdir/$(basename "$f")"; done
+  for f in "$gen"/doc/reference/*.md; do echo "0644 $f $docdir/reference/$(basename "$f")"; done
+  # The HTML book, when it was built (mdbook build docs: tests/run, packaging/build-deb.sh).
+  if [ -f "$target/book/index.html" ]; then
+    (cd "$target/book" && find . -type f ! -name book.toml | sed 's|^\./||' | LC_ALL=C sort) |
+      while read -r f; do echo "0644 $target/book/$f $docdir/html/$f"; done
+  fi
 }
 
 # Creates the groups and directories (what the Debian package's postinst does).
@@ -179,6 +201,9 @@ do_uninstall() {
     case "$dst" in "$policydir"/*) continue ;; esac
     rm -f "$destdir$dst"
   done < <(files)
+  # The documentation by directory: the book that was installed may have had other pages.
+  rm -rf "$destdir$docdir/html" "$destdir$docdir/reference"
+  rm -f "$destdir$docdir"/*.md
   # The man pages by name: one per subcommand of the build that was installed.
   rm -f "$destdir$mandir"/man1/cordon.1.gz "$destdir$mandir"/man1/cordon-*.1.gz "$destdir$mandir"/man8/cordond.8.gz
   # Directories left empty (the ones install created), up to the standard ones.

@@ -17,7 +17,7 @@
 #   packaging/test-deb.sh [target/debian/cordon_*.deb]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-# The README's commands are run as written (tests/suite/readme.rs checks it), from the checkout.
+# The runbook's commands (docs/getting-started.md) are run as written (tests/suite/readme.rs checks it), from the checkout.
 cd "$repo"
 set -- target/debian/cordon_*.deb
 [ "$#" = 1 ] && [ -f "$1" ] || { echo "test-deb.sh: need exactly one target/debian/cordon_*.deb: build it with packaging/build-deb.sh" >&2; exit 1; }
@@ -197,6 +197,13 @@ say "the installed policies"
 run cordon policy check /etc/cordon/policies.d
 check "cordon policy check /etc/cordon/policies.d passes" cordon policy check /etc/cordon/policies.d
 
+say "the documentation, readable offline (what cordon's messages cite)"
+for page in README.md getting-started.md seccomp.md denials.md troubleshooting.md reference/cli.md; do
+  check "/usr/share/doc/cordon/$page is installed" test -s "/usr/share/doc/cordon/$page"
+done
+check "the HTML book is installed (/usr/share/doc/cordon/html/index.html)" test -s /usr/share/doc/cordon/html/index.html
+check "the installed README links to the pages beside it" grep -qF '](getting-started.md)' /usr/share/doc/cordon/README.md
+
 say "man pages and completions"
 if command -v man >/dev/null; then
   run bash -c 'MANPAGER=cat MANWIDTH=80 man cordond | head -n 12'
@@ -249,9 +256,10 @@ else
   failures=$((failures + 1))
 fi
 
-say "the README's first policy: check, install, reload, what the tool may touch"
-# The policy is the README's own (its toml block under "Write a first policy").
-awk '/^### /{s=($0=="### Write a first policy")} s&&/^```toml$/{b=1;next} b&&/^```$/{exit} b' README.md >"$work/50-team.toml"
+say "the first policy of docs/getting-started.md: check, install, reload, what the tool may touch"
+# The policy is the page's own (its toml block under "## Write a first policy").
+awk '/^## /{s=($0=="## Write a first policy")} s&&/^```toml$/{b=1;next} b&&/^```$/{exit} b' docs/getting-started.md >"$work/50-team.toml"
+[ -s "$work/50-team.toml" ] || { echo "FAIL docs/getting-started.md has no toml block under '## Write a first policy'"; exit 1; }
 cd "$work"
 run cordon policy check 50-team.toml
 run install -m 0644 50-team.toml /etc/cordon/policies.d/
@@ -307,6 +315,7 @@ check "install.sh: the unit starts /usr/local/bin/cordond" grep -q '^ExecStart=/
 check "install.sh: systemd-analyze verify accepts its units" \
   systemd-analyze verify /usr/local/lib/systemd/system/cordond.socket /usr/local/lib/systemd/system/cordond.service
 check "install.sh: the groups exist" getent group cordon cordon-admin
+check "install.sh: the documentation is in /usr/local/share/doc/cordon" test -s /usr/local/share/doc/cordon/seccomp.md
 check "install.sh: /var/lib/cordon is 700 root:root" test "$(stat -c '%a %U:%G' /var/lib/cordon)" = "700 root:root"
 check "install.sh: cordon policy check /etc/cordon/policies.d passes" /usr/local/bin/cordon policy check /etc/cordon/policies.d
 check "install.sh: every file of its list is installed" \

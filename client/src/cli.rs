@@ -257,11 +257,16 @@ pub enum Command {
         #[arg(value_enum)]
         shell: crate::docs::Shell,
     },
-    /// Write the man pages (cordon.1, cordon-SUBCOMMAND.1, ...) into an existing directory (packaging).
-    #[command(hide = true)]
+    /// Write the man pages (cordon.1, cordon-SUBCOMMAND.1, ...) into an existing directory
+    /// (packaging), or the generated reference pages of the documentation book (docs/reference).
+    #[command(hide = true, group = clap::ArgGroup::new("pages").required(true).args(["dir", "reference"]))]
     Man {
         #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
+        dir: Option<PathBuf>,
+        /// Write the book's reference pages (cli.md, policy-keys.md, error-codes.md,
+        /// result-codes.md) into DIR, e.g. `cordon man --reference docs/reference`.
+        #[arg(long, value_name = "DIR", conflicts_with = "dir")]
+        reference: Option<PathBuf>,
     },
 }
 
@@ -640,6 +645,8 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
             AuditCommand::Resume => audit::resume(&socket, json).await,
         },
         Command::Completions { shell } => crate::docs::completions(shell),
-        Command::Man { dir } => crate::docs::man_pages(&dir),
+        Command::Man { dir: Some(dir), .. } => crate::docs::man_pages(&dir),
+        Command::Man { reference: Some(dir), .. } => crate::docs::reference_pages(&dir),
+        Command::Man { .. } => Err(CliError::Usage("cordon man needs --dir DIR or --reference DIR".into())),
     }
 }

@@ -151,3 +151,31 @@ fn an_invalid_output_schema_is_a_load_error() {
     let e = refused(&format!("{HEAD}output = {{ type = \"json\", schema = {{ type = \"objekt\" }} }}\n"));
     assert!(e.contains("output.schema is not a valid JSON Schema"), "{e}");
 }
+
+/// Every code a verdict can carry is a row of `RESULT_CODES` (the generated reference page,
+/// docs/reference/result-codes.md), and every row is reachable: one run per way a run ends.
+#[test]
+fn every_result_code_is_in_the_documented_table_and_reachable() {
+    use cordon_core::policy::output::RESULT_CODES;
+    let plain = tool(HEAD);
+    let json_tool = tool(&format!("{HEAD}output = \"json\"\n"));
+    let schema_tool =
+        tool(&format!("{HEAD}output = {{ type = \"json\", schema = {{ type = \"object\", required = [\"n\"] }} }}\n"));
+    let ends = [
+        judge(&plain, ended(3, "")),
+        judge(&plain, Ended { exit_code: None, signal: Some(9), ..ended(0, "") }),
+        judge(&plain, Ended { exit_code: None, timed_out: true, ..ended(0, "") }),
+        judge(&plain, Ended { exit_code: None, cancelled: true, ..ended(0, "") }),
+        judge(&json_tool, ended(0, "not json")),
+        judge(&schema_tool, ended(0, "{}")),
+    ];
+    let mut seen: Vec<&str> = ends.iter().map(|v| v.error.as_ref().map_or("ok", |e| e.code)).collect();
+    for code in &seen {
+        assert!(RESULT_CODES.iter().any(|(c, _)| c == code), "{code} is not in RESULT_CODES");
+    }
+    seen.sort_unstable();
+    seen.dedup();
+    let mut table: Vec<&str> = RESULT_CODES.iter().map(|(c, _)| *c).collect();
+    table.sort_unstable();
+    assert_eq!(seen, table, "a RESULT_CODES row no run reaches, or a run this test misses");
+}

@@ -4,6 +4,7 @@
 mod admission;
 mod audit;
 mod authz;
+mod book;
 mod cache_inputs;
 mod cgroup_delegation;
 mod check_agrees;

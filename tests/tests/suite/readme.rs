@@ -1,6 +1,6 @@
-//! The README's quick start and runbook are run by CI, so they cannot rot: the quick start as
-//! written by `.ci/quickstart` (which reads it from README.md), and every shell command of the
-//! runbook ("Install on a workstation") is one that `tests/run` or the package test
+//! The README's quick start and the admin's runbook are run by CI, so they cannot rot: the quick
+//! start as written by `.ci/quickstart` (which reads it from README.md), and every shell command of
+//! the runbook (docs/getting-started.md) is one that `tests/run` or the package test
 //! (`packaging/test-deb.sh`) runs literally. (The gRPC section's grpcurl lines are examples for a
 //! tool CI does not install; `tests/grpc-python` makes the same calls with a stock client.)
 
@@ -11,15 +11,15 @@ fn repo_file(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// `(section heading, command)` for every line of every ```sh block.
-fn readme_commands() -> Vec<(String, String)> {
-    let readme = repo_file("README.md");
+/// `(section heading, command)` for every line of every ```sh block of a page.
+fn sh_commands(page: &str) -> Vec<(String, String)> {
+    let readme = repo_file(page);
     let (mut section, mut in_block, mut out) = (String::new(), false, Vec::new());
     for line in readme.lines() {
         if !in_block && line.starts_with("## ") {
             section = line.trim_start_matches('#').trim().to_string();
         }
-        match (in_block, line) {
+        match (in_block, line.trim_start()) {
             (false, "```sh") => in_block = true,
             (true, "```") => in_block = false,
             (true, l) => {
@@ -39,7 +39,7 @@ fn ci_runs_the_readme_quick_start_as_written() {
     let run = repo_file("tests/run");
     assert!(run.lines().any(|l| l.trim() == ".ci/quickstart"), "tests/run must run .ci/quickstart");
     let quick: Vec<String> =
-        readme_commands().into_iter().filter(|(s, _)| s == "Quick start").map(|(_, c)| c).collect();
+        sh_commands("README.md").into_iter().filter(|(s, _)| s == "Quick start").map(|(_, c)| c).collect();
     assert!(quick.iter().any(|c| c == "target/release/cordond --policies policies/examples"), "{quick:?}");
     // The quick start builds what packaging/install.sh builds, with the same package selection:
     // a different selection unifies dependency features differently and compiles everything again.
@@ -70,10 +70,9 @@ fn every_runbook_command_is_run_by_ci() {
         })
         .collect();
     let mut missing = Vec::new();
-    for (section, command) in readme_commands() {
-        if section != "Install on a workstation (runbook)" {
-            continue;
-        }
+    let runbook = sh_commands("docs/getting-started.md");
+    assert!(runbook.len() >= 10, "docs/getting-started.md lost its runbook: {runbook:?}");
+    for (section, command) in runbook {
         // CI runs as root: `sudo X` is X there.
         let command = command.strip_prefix("sudo ").unwrap_or(&command);
         if !ran.iter().any(|l| l == command) {
@@ -82,7 +81,7 @@ fn every_runbook_command_is_run_by_ci() {
     }
     assert!(
         missing.is_empty(),
-        "README commands that neither tests/run nor packaging/test-deb.sh runs as written (add them there, \
+        "docs/getting-started.md commands that neither tests/run nor packaging/test-deb.sh runs as written (add them there, \
          as `run COMMAND` in test-deb.sh):\n{}",
         missing.join("\n")
     );
@@ -127,19 +126,25 @@ fn the_docs_stay_in_layers_and_every_link_resolves() {
         assert!(size < limit, "{name} is {size} bytes: keep it under {limit}, moving reference into docs/");
     }
     let mut files = vec![root.join("README.md"), root.join("ARCHITECTURE.md")];
-    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "md") {
-            files.push(path);
+    for dir in ["docs", "docs/reference"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
         }
     }
-    let index = repo_file("docs/README.md");
+    // The book's table of contents (mdbook) names every page, so none is left out of the book.
+    let index = repo_file("docs/SUMMARY.md");
+    let docs = root.join("docs");
     let mut broken = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
-        let name = file.file_name().unwrap().to_string_lossy().to_string();
-        if file.parent().is_some_and(|d| d.ends_with("docs")) && name != "README.md" {
-            assert!(index.contains(&format!("]({name})")), "docs/README.md does not list {name}");
+        if let Ok(name) = file.strip_prefix(&docs) {
+            let name = name.to_string_lossy();
+            if name != "SUMMARY.md" {
+                assert!(index.contains(&format!("]({name})")), "docs/SUMMARY.md does not list {name}");
+            }
         }
         for (i, _) in text.match_indices("](") {
             let rest = &text[i + 2..];
