@@ -419,7 +419,8 @@ fn live_chunks_follow_each_other_and_stop_at_the_head_of_the_cap() {
 }
 
 /// A client that does not read: the tool is held in `write` (it never gets ahead of the
-/// client by more than the buffers on the way); once the client reads, every byte arrives live.
+/// client by more than the buffers on the way); once the client reads, the output arrives live,
+/// all of it but at most what the tool left in its pipe at exit, and the result holds it all.
 #[test]
 fn a_client_that_does_not_read_holds_the_tool_and_loses_nothing() {
     require_root!();
@@ -445,8 +446,18 @@ fn a_client_that_does_not_read_holds_the_tool_and_loses_nothing() {
         let expected = numbers(700_000);
         assert_eq!(finished.stdout.len(), expected.len());
         let live = contiguous(&chunks, v1::output_chunk::Stream::Stdout);
-        assert_eq!(live.len(), expected.len(), "every byte went live");
-        assert!(live == expected && finished.stdout == expected);
+        assert!(finished.stdout == expected, "the result holds every byte");
+        assert!(expected.starts_with(&live), "what went live is the output's beginning, in order");
+        // While the tool runs, cordond waits for the client: nothing is dropped. What the tool
+        // left in its pipe when it exited is sent without waiting (the end of a call never
+        // depends on the client), so at most that tail (a pipe and a read buffer) may be left
+        // to the result; without the wait, megabytes would be.
+        assert!(
+            expected.len() - live.len() <= 1 << 20,
+            "{} of {} bytes went live: the client was not waited for",
+            live.len(),
+            expected.len()
+        );
     });
 }
 
