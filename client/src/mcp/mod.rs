@@ -51,7 +51,7 @@ pub fn serve(socket: PathBuf, page_size: Option<usize>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("cordon mcp: cannot start the async runtime: {e}");
+            cordon_core::stderr_ln!("cordon mcp: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
