@@ -457,11 +457,19 @@ pub fn run_arg_hint(args: &[String]) -> Option<String> {
     while let Some(a) = rest.next() {
         let flag = a.split_once('=').map_or(a.as_str(), |(f, _)| f);
         if VALUE_FLAGS.contains(&flag) {
-            fixed.push(a.clone());
-            if !a.contains('=')
-                && let Some(v) = rest.next()
-            {
-                fixed.push(v.clone());
+            let value = if a.contains('=') { None } else { rest.next() };
+            match value {
+                // `--arg key value`: the value went to a word of its own.
+                Some(key) if a == "--arg" && !key.contains('=') && is_key(key) => {
+                    let value = match rest.peek() {
+                        Some(v) if !v.starts_with('-') => rest.next().cloned().unwrap_or_default(),
+                        _ => "VALUE".to_string(),
+                    };
+                    hints.push(format!("`--arg {key}={value}` for `--arg {key} {value}`"));
+                    fixed.extend(["--arg".to_string(), format!("{key}={value}")]);
+                }
+                Some(v) => fixed.extend([a.clone(), v.clone()]),
+                None => fixed.push(a.clone()),
             }
         } else if BARE_FLAGS.contains(&a.as_str()) {
             fixed.push(a.clone());
@@ -760,6 +768,8 @@ mod tests {
             "{h}"
         );
         assert!(h.contains("cordon run list --arg path=/tmp --arg depth=2 --json"), "{h}");
+        let h = hint("run list --arg path /tmp").unwrap_or_default();
+        assert!(h.contains("`--arg path=/tmp` for `--arg path /tmp`"), "{h}");
         let h = hint("run t --verbose").unwrap_or_default();
         assert!(h.contains("`--arg verbose=VALUE`"), "{h}");
         let args: Vec<String> = ["cordon", "run", "t", "msg=it's"].map(str::to_string).to_vec();

@@ -58,6 +58,25 @@ pub fn err_bytes(bytes: &[u8]) {
     let _ = stderr.write_all(bytes).and_then(|()| stderr.flush());
 }
 
+/// stderr for logs (`tracing_subscriber::fmt().with_writer(|| LossyStderr)`). A failed write
+/// (stderr closed by an agent host that went away, a full disk) loses the line: returned as an
+/// error, tracing-subscriber would report it with `eprintln!`, which panics when stderr fails, and
+/// the panic would take down the request being served.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LossyStderr;
+
+impl io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let _ = io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _ = io::stderr().flush();
+        Ok(())
+    }
+}
+
 /// The exit code for a failed stdout write of this kind.
 pub fn exit_code_for(e: &io::Error) -> u8 {
     if e.kind() == io::ErrorKind::BrokenPipe { CLOSED_PIPE_EXIT } else { WRITE_FAILED_EXIT }

@@ -254,23 +254,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     policy::units::parse_duration(s)
 }
 
-/// stderr for logs. A failed write (a full disk, a file size limit) loses the line: returned as
-/// an error, tracing-subscriber would report it with `eprintln!`, which panics when stderr fails,
-/// and the panic would take down the request being served.
-struct LossyStderr;
-
-impl std::io::Write for LossyStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
-        Ok(())
-    }
-}
-
 impl Args {
     /// The daemon's configuration, defaults applied.
     fn config(self, policies: PathBuf) -> Config {
@@ -383,14 +366,14 @@ fn main() -> ExitCode {
         let format = tracing_subscriber::fmt::format().without_time().with_ansi(false);
         tracing_subscriber::fmt()
             .with_env_filter(filter())
-            .with_writer(|| LossyStderr)
+            .with_writer(|| cordon_core::stdio::LossyStderr)
             .with_ansi(false)
             .event_format(cordon_daemon::journal::JournalFormat(format))
             .init();
     } else {
         tracing_subscriber::fmt()
             .with_env_filter(filter())
-            .with_writer(|| LossyStderr)
+            .with_writer(|| cordon_core::stdio::LossyStderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
     }

@@ -91,7 +91,8 @@ fn init_logging() {
             tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=error")),
         )
-        .with_writer(std::io::stderr)
+        // A closed stderr (the host went away) loses log lines; it must not panic the server.
+        .with_writer(|| cordon_core::stdio::LossyStderr)
         .with_ansi(false)
         .init();
 }

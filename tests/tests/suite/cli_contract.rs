@@ -156,25 +156,32 @@ fn no_output_path_panics_on_a_closed_pipe_or_a_full_disk() {
         assert_no_panic(&format!("cordond {}", args.join(" ")), &closed);
         assert!(matches!(closed.code, Some(0 | 141)), "cordond {args:?}: {closed:#?}");
     }
-    // `cordon mcp` whose host went away: its stdout is the protocol; it ends the session quietly.
-    let mut mcp = Command::new(bin("cordon"))
-        .arg("--socket")
-        .arg(&d.socket)
-        .arg("mcp")
-        .stdin(Stdio::piped())
-        .stdout(closed_pipe())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write as _;
-        let mut stdin = mcp.stdin.take().unwrap();
-        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-        let _ = writeln!(stdin, "{init}");
+    // `cordon mcp` whose host went away: its stdout is the protocol; it ends the session quietly,
+    // also when stderr is gone too and it logs (debug) as it ends.
+    for stderr_closed in [false, true] {
+        let mut mcp = Command::new(bin("cordon"))
+            .arg("--socket")
+            .arg(&d.socket)
+            .arg("mcp")
+            .env("CORDON_LOG", "debug")
+            .stdin(Stdio::piped())
+            .stdout(closed_pipe())
+            .stderr(if stderr_closed { closed_pipe() } else { Stdio::piped() })
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write as _;
+            let mut stdin = mcp.stdin.take().unwrap();
+            let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+            let _ = writeln!(stdin, "{init}");
+        }
+        let out: Output = mcp.wait_with_output().unwrap().into();
+        assert_no_panic(&format!("cordon mcp (stderr closed: {stderr_closed})"), &out);
+        if !stderr_closed {
+            assert!(out.stderr.contains("cannot write to stdout; the session ends"), "{out:#?}");
+        }
     }
-    let out: Output = mcp.wait_with_output().unwrap().into();
-    assert_no_panic("cordon mcp", &out);
 }
 
 /// A message of several lines (each problem of an import on its own line) prints as lines, not
@@ -213,6 +220,9 @@ fn tool_arguments_outside_arg_are_a_usage_error_with_the_fix() {
     let out = d.cordon(&["run", "echo", "--text=hi"]);
     out.assert_code(2);
     assert!(out.stderr.contains("`--arg text=hi` for `--text=hi`"), "{out:#?}");
+    let out = d.cordon(&["run", "echo", "--arg", "text", "hi"]);
+    out.assert_code(2);
+    assert!(out.stderr.contains("`--arg text=hi` for `--arg text hi`"), "{out:#?}");
     // As told: it runs.
     d.cordon(&["run", "echo", "--arg", "text=hi"]).assert_code(0);
     // Anything else is clap's own error, still 2.
