@@ -188,6 +188,8 @@ pub fn markdown() -> String {
     out.push_str("\n\n| exit | name | meaning | error codes (`--json`: `error.code`) |\n|---|---|---|---|\n");
     for (code, name, meaning) in TABLE {
         let codes: Vec<String> = codes_of(*code).iter().map(|c| format!("`{c}`")).collect();
+        // A `|` in a meaning (`cordon tools | head -1`) would end the cell.
+        let meaning = meaning.replace('|', "\\|");
         out.push_str(&format!("| {code} | {name} | {meaning} | {} |\n", codes.join(", ")));
     }
     out
