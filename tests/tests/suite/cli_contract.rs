@@ -549,4 +549,44 @@ fn messages_cite_the_installed_docs_when_the_prefix_has_them() {
     assert!(help(&exe).contains(&cited), "{}", help(&exe));
     // The build tree's binary is in no PREFIX/bin: the source path.
     assert!(help(&bin("cordon")).contains("and its exit code: docs/exit-codes.md."));
+
+    // cordond too: a write root it will not create makes the tool unavailable, citing pins.md.
+    let daemon = prefix.path().join("bin").join("cordond");
+    if std::fs::hard_link(bin("cordond"), &daemon).is_err() {
+        std::fs::copy(bin("cordond"), &daemon).unwrap();
+    }
+    // The policies and the write root's parent outlive both daemons' own directories.
+    let keep = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    let policies = keep.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    std::fs::create_dir(keep.path().join("root-only")).unwrap();
+    let missing = keep.path().join("root-only").join("missing");
+    let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    std::fs::write(
+        policies.join("t.toml"),
+        format!(
+            "version = 1\n[tools.w]\ndescription = \"x\"\nreason = \"t\"\ncommand = [\"/bin/true\"]\nwrite = [{}]\n",
+            cordon_tests::toml_str(&missing)
+        ),
+    )
+    .unwrap();
+    let cite = |d: &Daemon| {
+        d.cordon(&["tool", "w", "--json"]).json()["unavailable_reason"].as_str().unwrap_or_default().to_string()
+    };
+    // `sh -c 'shift; exec PREFIX/bin/cordond "$@"'`: the harness's cordond argument is dropped.
+    let wrapper = format!("shift; exec {} \"$@\"", daemon.display());
+    let installed = Daemon::start_under(&["sh", "-c", &wrapper, "sh"], dir, policies.clone(), &[]);
+    let reason = cite(&installed);
+    if reason.is_empty() {
+        // Not root: the daemon creates the root itself, and there is nothing to cite.
+        assert!(!cordon_tests::is_root(), "{reason:?}");
+        return;
+    }
+    std::fs::write(docs.join("pins.md"), "# pins\n").unwrap();
+    installed.cordon(&["reload"]);
+    let reason = cite(&installed);
+    assert!(reason.contains(&format!("see {}", docs.join("pins.md").display())), "{reason}");
+    drop(installed);
+    let source = Daemon::start_in(tempfile::tempdir().unwrap(), policies, &[]);
+    assert!(cite(&source).contains("see docs/pins.md"), "{}", cite(&source));
 }
