@@ -166,7 +166,10 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
                 extra.push("secret".to_string());
             }
             let extra = if extra.is_empty() { String::new() } else { format!(" ({})", extra.join(", ")) };
-            outln!("    {}: {}{extra}  {}", p.name, p.kind, p.description);
+            match p.description.as_str() {
+                "" => outln!("    {}: {}{extra}", p.name, p.kind),
+                description => outln!("    {}: {}{extra}  {description}", p.name, p.kind),
+            }
         }
     }
     Ok(0)

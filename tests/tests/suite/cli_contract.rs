@@ -301,7 +301,7 @@ fn status_and_tool_show_no_empty_fields() {
         for t in tools["tools"].as_array().unwrap() {
             assert_no_empty_fields(&format!("{who}: cordon tools --json"), t);
         }
-        for args in [&["tool", "bare"][..], &["status"]] {
+        for args in [&["tool", "bare"][..], &["tool", "say"], &["status"]] {
             let out = run(args);
             out.assert_code(0);
             assert!(
