@@ -98,21 +98,30 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
         return Ok(0);
     }
     outln!("{}{}", t.name, if t.title.is_empty() { String::new() } else { format!(" — {}", t.title) });
-    outln!("  {}", t.description);
+    if !t.description.is_empty() {
+        outln!("  {}", t.description);
+    }
     let field = |k: &str, v: String| outln!("  {k:<12} {v}");
     let word = t.status_word();
     let reason = match t.unavailable_reason.as_str() {
         "" => String::new(),
         reason => format!(" ({reason})"),
     };
-    println!("  {:<12} {}{}", "status", term::paint(Stream::Out, term::level_style(word), word), term::line(&reason));
+    cordon_core::stdout_ln!(
+        "  {:<12} {}{}",
+        "status",
+        term::paint(Stream::Out, term::level_style(word), word),
+        term::line(&reason)
+    );
     if !t.note.is_empty() {
         field("note", t.note.clone());
     }
     if !t.reason.is_empty() {
         field("reason", t.reason.clone());
     }
-    field("command", t.command.join(" "));
+    if !t.command.is_empty() {
+        field("command", t.command.join(" "));
+    }
     if !t.executable.is_empty() {
         field("executable", t.executable.clone());
     }
@@ -136,7 +145,9 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
     field("danger", t.danger.to_string());
     field("network", if t.network { "yes" } else { "none" }.to_string());
     field("output", t.output.to_string());
-    field("source", t.source.clone());
+    if !t.source.is_empty() {
+        field("source", t.source.clone());
+    }
     if let Some(g) = &t.grants {
         print_grants(g);
     }
@@ -156,7 +167,10 @@ pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliErr
                 extra.push("secret".to_string());
             }
             let extra = if extra.is_empty() { String::new() } else { format!(" ({})", extra.join(", ")) };
-            outln!("    {}: {}{extra}  {}", p.name, p.kind, p.description);
+            match p.description.as_str() {
+                "" => outln!("    {}: {}{extra}", p.name, p.kind),
+                description => outln!("    {}: {}{extra}  {description}", p.name, p.kind),
+            }
         }
     }
     Ok(0)
@@ -403,7 +417,10 @@ pub(crate) fn print_workflow(w: &crate::grpc::WorkflowInfo, as_json: bool) -> u8
             if let Some(tail) = w.steps.iter().find(|s| s.index == f.index).map(|s| &s.stderr_tail)
                 && !tail.is_empty()
             {
-                errln!("cordon: step {} stderr (end):\n{}", f.index, tail.trim_end());
+                errln!("cordon: step {} stderr (end):", f.index);
+                for line in tail.trim_end().lines() {
+                    errln!("{line}");
+                }
             }
         }
     }
@@ -466,10 +483,14 @@ fn print_outcome(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
         errln!("cordon: {name}: cached result of invocation {from}, {} s old; nothing ran", age / 1000);
     }
     for hint in &result.hints {
-        eprintln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: hint:"), term::line(hint));
+        cordon_core::stderr_ln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: hint:"), term::line(hint));
     }
     for d in &result.denials {
-        eprintln!("{} {}", term::paint(Stream::Err, term::WARN, "cordon: denied:"), term::line(&d.message));
+        cordon_core::stderr_ln!(
+            "{} {}",
+            term::paint(Stream::Err, term::WARN, "cordon: denied:"),
+            term::line(&d.message)
+        );
     }
     code
 }
@@ -509,7 +530,7 @@ async fn watch_pending(client: &mut Client, as_json: bool) -> Result<u8, CliErro
                     if as_json {
                         let mut v = json!(p);
                         v["event"] = json!("added");
-                        println!("{v}");
+                        cordon_core::stdout_ln!("{v}");
                     } else {
                         outln!(
                             "+ {}  {}  uid {}  expires in {} s: `cordon approve {}` or `cordon deny {}`",
@@ -525,14 +546,17 @@ async fn watch_pending(client: &mut Client, as_json: bool) -> Result<u8, CliErro
                 }
                 crate::grpc::PendingEvent::Gone { approval_id, tool, reason } => {
                     if as_json {
-                        println!("{}", json!({ "event": reason, "approval_id": approval_id, "tool": tool }));
+                        cordon_core::stdout_ln!(
+                            "{}",
+                            json!({ "event": reason, "approval_id": approval_id, "tool": tool })
+                        );
                     } else {
                         outln!("- {approval_id}  {tool}  {reason}");
                     }
                 }
             }
             // Lines go out as they happen, also into a pipe.
-            let _ = std::io::stdout().flush();
+            cordon_core::stdio::flush();
         })
         .await?;
     Ok(exit::OK)
@@ -560,7 +584,7 @@ pub fn policy_reference(as_json: bool) -> Result<u8, CliError> {
     if as_json {
         print_json(&policy::reference::reference_json());
     } else {
-        print!("{}", policy::reference::authoring_reference());
+        cordon_core::stdio::out_bytes(policy::reference::authoring_reference().as_bytes());
     }
     Ok(exit::OK)
 }
@@ -871,7 +895,7 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     } else {
         for c in &checks {
             let level = format!("{:<5}", c.level);
-            println!(
+            cordon_core::stdout_ln!(
                 "{} {}",
                 term::paint(Stream::Out, term::level_style(c.level), &level),
                 term::line(&format!("{:<9} {}", c.name, c.found))
@@ -988,7 +1012,7 @@ pub async fn metrics(socket: &Path) -> Result<u8, CliError> {
     let text = client.metrics().await?;
     // Raw, for tools that read it (promtool, a pushgateway): the encoder escapes label values,
     // which are policy tool names and fixed words.
-    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+    cordon_core::stdio::out_bytes(text.as_bytes());
     Ok(exit::OK)
 }
 
@@ -1001,7 +1025,10 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     }
     outln!("cordond {} (pid {}, uid {}), up {}s", s.version, s.daemon_pid, s.daemon_uid, s.uptime_ms / 1000);
     outln!("socket       {}", s.socket_path.display());
-    outln!("policies     {} (generation {})", s.policy_dir, s.generation);
+    match s.policy_dir.as_str() {
+        "" => outln!("policies     generation {}", s.generation),
+        dir => outln!("policies     {dir} (generation {})", s.generation),
+    }
     outln!("policy set   {}", s.policy_digest);
     if s.caller.admin {
         outln!(
@@ -1043,7 +1070,7 @@ pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
             outln!("audit        writing (its position is shown to admins)");
         }
     } else {
-        println!(
+        cordon_core::stdout_ln!(
             "audit        {} {}",
             term::paint(Stream::Out, term::BAD, "FAILED,"),
             term::line(&format!("invocations are refused: {}", s.audit_failure))
@@ -1167,7 +1194,7 @@ fn print_table_plain(headers: &[&str; 4], rows: &[[String; 4]]) {
                 out.push_str(&format!("{cell:<width$}  ", width = widths[i]));
             }
         }
-        println!("{}", out.trim_end());
+        cordon_core::stdout_ln!("{}", out.trim_end());
     };
     line(*headers);
     for row in &rows {
@@ -1182,7 +1209,10 @@ fn duration_ms(ms: u64) -> String {
 
 /// One JSON value on stdout, pretty (the `--json` output of every subcommand).
 pub(crate) fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}")));
+    cordon_core::stdout_ln!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    );
 }
 
 fn print_table(headers: &[&str; 4], rows: &[[String; 4]]) {
@@ -1210,7 +1240,7 @@ fn print_table(headers: &[&str; 4], rows: &[[String; 4]]) {
                 out.push_str(&padded);
             }
         }
-        println!("{}", out.trim_end());
+        cordon_core::stdout_ln!("{}", out.trim_end());
     };
     line(*headers, true);
     for row in &rows {

@@ -31,7 +31,7 @@ pub async fn tail(
     client
         .tail_audit(lines, follow, tool, decision, |line| {
             if as_json {
-                println!("{line}");
+                cordon_core::stdout_ln!("{line}");
             } else {
                 outln!("{}", human(line));
             }
@@ -83,7 +83,7 @@ pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
             let head = summary.head.map(|h| chain::hex(&h)).unwrap_or_default();
             if as_json {
                 let files: Vec<String> = summary.files.iter().map(|f| f.display().to_string()).collect();
-                println!(
+                cordon_core::stdout_ln!(
                     "{}",
                     json!({
                         "ok": true, "files": files, "records": summary.records, "first_seq": summary.first_seq,
@@ -115,7 +115,7 @@ pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
         }
         Err(VerifyError::Broken(b)) => {
             if as_json {
-                println!(
+                cordon_core::stdout_ln!(
                     "{}",
                     json!({ "ok": false, "file": b.path.display().to_string(), "line": b.line, "reason": b.reason })
                 );
@@ -132,7 +132,7 @@ pub async fn resume(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(socket).await?;
     let message = client.resume_audit().await?;
     if as_json {
-        println!("{}", json!({ "resumed": true, "message": message }));
+        cordon_core::stdout_ln!("{}", json!({ "resumed": true, "message": message }));
     } else {
         outln!("{message}");
     }

@@ -401,6 +401,143 @@ pub enum PolicyCommand {
     },
 }
 
+/// `cordon`'s `main`: parses the command line and runs it. What clap cannot know, it is told
+/// here: `cordon run TOOL key=value` or `--key value` mean the tool's arguments, which go in
+/// `--arg key=value` (a usage error, exit 2, that says so).
+pub fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => run(cli),
+        Err(e) => {
+            let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+            if e.kind() == clap::error::ErrorKind::UnknownArgument
+                && let Some(hint) = run_arg_hint(&args)
+            {
+                let e = CliError::Usage(hint);
+                if args.iter().any(|a| a == "--json") {
+                    cordon_core::stdout_ln!("{}", e.to_json());
+                } else {
+                    cordon_core::stderr_ln!(
+                        "{} {}",
+                        term::paint(term::Stream::Err, term::BAD, "cordon:"),
+                        term::lines(&e.to_string())
+                    );
+                }
+                return ExitCode::from(e.exit_code());
+            }
+            use clap::error::ErrorKind as K;
+            if matches!(e.kind(), K::DisplayHelp | K::DisplayVersion) {
+                // Help and version on stdout through `stdio`, as every other output (a closed
+                // pipe: 141).
+                let text = e.render();
+                if term::colour(term::Stream::Out) {
+                    cordon_core::stdout!("{}", text.ansi());
+                } else {
+                    cordon_core::stdout!("{text}");
+                }
+                cordon_core::stdio::flush();
+                return ExitCode::SUCCESS;
+            }
+            // A usage error: clap's message on stderr, exit 2.
+            e.exit()
+        }
+    }
+}
+
+/// The global flags that take a value (`--socket PATH`), and `run`'s.
+const VALUE_FLAGS: &[&str] = &["--socket", "--remote", "--cert", "--key", "--ca", "--arg", "--args-json"];
+/// `run`'s flags without a value, and the global ones.
+const BARE_FLAGS: &[&str] = &["--json", "--dry-run", "--detach", "--help", "-h", "--version", "-V"];
+
+/// For `cordon run TOOL ...` that clap refused: the message naming each tool argument that was
+/// not given as `--arg KEY=VALUE` (`key=value`, `--key=value`, `--key value`), with the command
+/// as it should be. `None` when the command is not `run` or nothing looks like a tool argument.
+pub fn run_arg_hint(args: &[String]) -> Option<String> {
+    let is_key = |k: &str| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let mut rest = args.iter().skip(1);
+    // The subcommand: the first word that is not a global flag (or its value).
+    loop {
+        let a = rest.next()?;
+        if VALUE_FLAGS.contains(&a.as_str()) {
+            rest.next();
+        } else if !a.starts_with('-') {
+            if a != "run" {
+                return None;
+            }
+            break;
+        }
+    }
+    let mut tool: Option<&str> = None;
+    let mut fixed: Vec<String> = Vec::new();
+    let mut hints: Vec<String> = Vec::new();
+    let mut rest = rest.peekable();
+    while let Some(a) = rest.next() {
+        let flag = a.split_once('=').map_or(a.as_str(), |(f, _)| f);
+        if VALUE_FLAGS.contains(&flag) {
+            let value = if a.contains('=') { None } else { rest.next() };
+            match value {
+                // `--arg key value`: the value went to a word of its own.
+                Some(key) if a == "--arg" && !key.contains('=') && is_key(key) => {
+                    let value = match rest.peek() {
+                        Some(v) if !v.starts_with('-') => rest.next().cloned().unwrap_or_default(),
+                        _ => "VALUE".to_string(),
+                    };
+                    hints.push(format!("`--arg {key}={value}` for `--arg {key} {value}`"));
+                    fixed.extend(["--arg".to_string(), format!("{key}={value}")]);
+                }
+                Some(v) => fixed.extend([a.clone(), v.clone()]),
+                None => fixed.push(a.clone()),
+            }
+        } else if BARE_FLAGS.contains(&a.as_str()) {
+            fixed.push(a.clone());
+        } else if let Some(named) = a.strip_prefix("--") {
+            let (key, value) = match named.split_once('=') {
+                Some((k, v)) => (k, v.to_string()),
+                None => match rest.peek() {
+                    Some(v) if !v.starts_with('-') => (named, rest.next().cloned().unwrap_or_default()),
+                    _ => (named, "VALUE".to_string()),
+                },
+            };
+            if !is_key(key) {
+                return None;
+            }
+            let arg = format!("{key}={value}");
+            hints.push(format!(
+                "`--arg {arg}` for `{}`",
+                if named.contains('=') { a.clone() } else { format!("--{key} {value}") }
+            ));
+            fixed.extend(["--arg".to_string(), arg]);
+        } else if tool.is_none() && !a.starts_with('-') {
+            tool = Some(a);
+        } else if let Some((key, _)) = a.split_once('=')
+            && is_key(key)
+        {
+            hints.push(format!("`--arg {a}` for `{a}`"));
+            fixed.extend(["--arg".to_string(), a.clone()]);
+        } else {
+            return None;
+        }
+    }
+    if hints.is_empty() {
+        return None;
+    }
+    let tool = tool.unwrap_or("TOOL");
+    let quoted: Vec<String> = fixed.iter().map(|a| shell_word(a)).collect();
+    Some(format!(
+        "a tool's arguments go in `--arg KEY=VALUE` (one per argument): did you mean {}?\n  cordon run {} {}\n\
+         (`cordon tool {tool}` lists its params)",
+        hints.join(", "),
+        shell_word(tool),
+        quoted.join(" ")
+    ))
+}
+
+/// `word` as a shell reads it back: as it is when it is plain, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_=./:,@%+".contains(c));
+    if plain { word.to_string() } else { format!("'{}'", word.replace('\'', "'\\''")) }
+}
+
 /// Runs the command and maps every error to its exit code.
 pub fn run(cli: Cli) -> ExitCode {
     if let (Some(url), Some(cert), Some(key), Some(ca)) = (&cli.remote, &cli.cert, &cli.key, &cli.ca) {
@@ -408,12 +545,12 @@ pub fn run(cli: Cli) -> ExitCode {
             Ok(remote) => crate::remote::set(remote),
             Err(e) => {
                 if cli.json {
-                    println!("{}", e.to_json());
+                    cordon_core::stdout_ln!("{}", e.to_json());
                 } else {
-                    eprintln!(
+                    cordon_core::stderr_ln!(
                         "{} {}",
                         term::paint(term::Stream::Err, term::BAD, "cordon:"),
-                        term::line(&e.to_string())
+                        term::lines(&e.to_string())
                     );
                 }
                 return ExitCode::from(e.exit_code());
@@ -460,11 +597,11 @@ pub fn run(cli: Cli) -> ExitCode {
         let session_idle = match cordon_core::policy::units::parse_duration(&session_idle) {
             Ok(d) if !d.is_zero() => d,
             Ok(_) => {
-                eprintln!("cordon mcp: --session-idle must be more than 0");
+                cordon_core::stderr_ln!("cordon mcp: --session-idle must be more than 0");
                 return ExitCode::from(crate::error::exit::USAGE);
             }
             Err(e) => {
-                eprintln!("cordon mcp: --session-idle {session_idle:?}: {e}");
+                cordon_core::stderr_ln!("cordon mcp: --session-idle {session_idle:?}: {e}");
                 return ExitCode::from(crate::error::exit::USAGE);
             }
         };
@@ -493,7 +630,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("cordon: cannot start the async runtime: {e}");
+            cordon_core::stderr_ln!("cordon: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -505,10 +642,14 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             if json {
-                println!("{}", e.to_json());
+                cordon_core::stdout_ln!("{}", e.to_json());
             } else {
                 // Messages may echo a caller's arguments: shown escaped (see `term`).
-                eprintln!("{} {}", term::paint(term::Stream::Err, term::BAD, "cordon:"), term::line(&e.to_string()));
+                cordon_core::stderr_ln!(
+                    "{} {}",
+                    term::paint(term::Stream::Err, term::BAD, "cordon:"),
+                    term::lines(&e.to_string())
+                );
             }
             ExitCode::from(if diff { DIFF_TROUBLE } else { e.exit_code() })
         }
@@ -648,5 +789,39 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Man { dir: Some(dir), .. } => crate::docs::man_pages(&dir),
         Command::Man { reference: Some(dir), .. } => crate::docs::reference_pages(&dir),
         Command::Man { .. } => Err(CliError::Usage("cordon man needs --dir DIR or --reference DIR".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hint(line: &str) -> Option<String> {
+        let args: Vec<String> = std::iter::once("cordon").chain(line.split(' ')).map(str::to_string).collect();
+        run_arg_hint(&args)
+    }
+
+    #[test]
+    fn tool_arguments_outside_arg_get_the_fix() {
+        let h = hint("run list path=/tmp depth=1").unwrap_or_default();
+        assert!(h.contains("`--arg path=/tmp` for `path=/tmp`") && h.contains("`--arg depth=1`"), "{h}");
+        assert!(h.contains("\n  cordon run list --arg path=/tmp --arg depth=1\n"), "{h}");
+        let h = hint("--socket /x.sock run list --path /tmp --depth=2 --json").unwrap_or_default();
+        assert!(
+            h.contains("`--arg path=/tmp` for `--path /tmp`") && h.contains("`--arg depth=2` for `--depth=2`"),
+            "{h}"
+        );
+        assert!(h.contains("cordon run list --arg path=/tmp --arg depth=2 --json"), "{h}");
+        let h = hint("run list --arg path /tmp").unwrap_or_default();
+        assert!(h.contains("`--arg path=/tmp` for `--arg path /tmp`"), "{h}");
+        let h = hint("run t --verbose").unwrap_or_default();
+        assert!(h.contains("`--arg verbose=VALUE`"), "{h}");
+        let args: Vec<String> = ["cordon", "run", "t", "msg=it's"].map(str::to_string).to_vec();
+        let h = run_arg_hint(&args).unwrap_or_default();
+        assert!(h.contains("cordon run t --arg 'msg=it'\\''s'"), "quoted for the shell: {h}");
+        // Not `run`, or nothing that looks like a tool argument: clap's own message.
+        assert_eq!(hint("tools path=/tmp"), None);
+        assert_eq!(hint("run list extra"), None);
+        assert_eq!(hint("run list -x"), None);
     }
 }

@@ -23,7 +23,9 @@ pub enum Shell {
 pub fn completions(shell: Shell) -> Result<u8, CliError> {
     use clap_complete::shells;
     let mut cmd = Cli::command();
-    let mut out = std::io::stdout().lock();
+    // Generated into memory, then written through `stdio` (clap_complete panics when its writer
+    // fails, e.g. on `cordon completions bash | head`).
+    let mut out = Vec::new();
     match shell {
         Shell::Bash => clap_complete::generate(shells::Bash, &mut cmd, "cordon", &mut out),
         Shell::Zsh => clap_complete::generate(shells::Zsh, &mut cmd, "cordon", &mut out),
@@ -31,6 +33,7 @@ pub fn completions(shell: Shell) -> Result<u8, CliError> {
         Shell::Elvish => clap_complete::generate(shells::Elvish, &mut cmd, "cordon", &mut out),
         Shell::Powershell => clap_complete::generate(shells::PowerShell, &mut cmd, "cordon", &mut out),
     }
+    cordon_core::stdio::out_bytes(&out);
     Ok(0)
 }
 

@@ -26,7 +26,7 @@ pub async fn dry_run(
         let env: serde_json::Map<String, serde_json::Value> =
             d.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str()))).collect();
         v["env"] = serde_json::Value::Object(env);
-        println!("{v}");
+        cordon_core::stdout_ln!("{v}");
         return Ok(exit::OK);
     }
     let field = |k: &str, v: String| outln!("  {k:<12} {v}");

@@ -770,6 +770,7 @@ pub struct ParamInfo {
     pub name: String,
     #[serde(rename = "type")]
     pub kind: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub description: String,
     pub required: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -822,8 +823,11 @@ impl Serialize for JsonDoc {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolInfo {
     pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub title: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub description: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub reason: String,
     pub available: bool,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -832,6 +836,7 @@ pub struct ToolInfo {
     #[serde(skip_serializing_if = "String::is_empty")]
     pub note: String,
     pub disabled: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub params: Vec<ParamInfo>,
     pub input_schema: JsonDoc,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -844,9 +849,13 @@ pub struct ToolInfo {
     pub network: bool,
     pub timeout_ms: u64,
     pub max_output_bytes: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub executable: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub working_dir: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub source: String,
     /// What the tool may touch and who may call it: sent to admins only.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1471,8 +1480,11 @@ pub struct RunningInfo {
     pub caller_pid: u32,
     pub elapsed_ms: u64,
     /// Read from the invocation's cgroups; `null` when not measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_usec: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub pids: Option<u64>,
 }
 
@@ -1508,19 +1520,24 @@ pub struct StatusInfo {
     pub queue_max: u32,
     pub queue_max_per_caller: u32,
     pub queue_timeout_ms: u64,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub policy_dir: String,
     pub socket_path: PathBuf,
     pub daemon_pid: u32,
     pub daemon_uid: u32,
     pub daemon_is_root: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub running: Vec<RunningInfo>,
     pub landlock_abi: i32,
     pub seccomp: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub cgroup_mode: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cgroup_mechanisms: Vec<String>,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub cgroup_note: String,
     /// Empty for agent callers.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub audit_path: String,
     /// The last record's seq and hash: admins only (left out for agent callers).
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -1528,6 +1545,7 @@ pub struct StatusInfo {
     #[serde(skip_serializing_if = "is_zero")]
     pub audit_seq: u64,
     /// Why the audit log failed; empty when healthy.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub audit_failure: String,
     /// The caller as cordond sees it (the tool counts are of the tools it may use, unless admin).
     pub caller: CallerInfo,
@@ -1601,6 +1619,7 @@ pub struct CallerInfo {
     pub via: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     pub user: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub groups: Vec<GroupInfo>,
 }
 

@@ -1014,7 +1014,7 @@ fn write_new(dest: &Path, text: &str, force: bool) -> Result<(), CliError> {
 fn emit(output: Option<&Path>, project: &str, text: &str, force: bool, as_json: bool) -> Result<String, CliError> {
     if output == Some(Path::new("-")) {
         if !as_json {
-            print!("{text}");
+            cordon_core::stdio::out_bytes(text.as_bytes());
         }
         return Ok("-".to_string());
     }

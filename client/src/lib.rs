@@ -24,6 +24,9 @@
 //! or the sandbox: the front-end validates with `cordon_core`, and everything else is cordond's.
 
 #![forbid(unsafe_code)]
+// Every line goes out through `cordon_core::stdio` (`term::outln!`, `cordon_core::stdout_ln!`): a
+// closed pipe or a full disk must not panic the way `println!` does.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod admin;
 pub mod audit;

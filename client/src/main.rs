@@ -2,8 +2,6 @@
 
 #![forbid(unsafe_code)]
 
-use clap::Parser as _;
-
 fn main() -> std::process::ExitCode {
-    cordon_client::run(cordon_client::Cli::parse())
+    cordon_client::cli::main()
 }

@@ -60,7 +60,7 @@ pub fn policy_test(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
         let doc = json!({
             "ok": ok, "passed": passed, "failed": failed, "results": results, "diagnostics": diagnostics,
         });
-        println!("{doc}");
+        cordon_core::stdout_ln!("{doc}");
     } else {
         for d in diagnostics.iter().filter(|d| d.severity == "error") {
             errln!("{d}");

@@ -64,7 +64,7 @@ pub async fn add(
         [one] => one.name.clone(),
         many => {
             let names: Vec<&str> = many.iter().map(|t| t.name.as_str()).collect();
-            return Err(CliError::Usage(format!(
+            return Err(rejected_change(format!(
                 "{} defines {} tools ({}); `cordon tool add` installs exactly one tool per file: put each in a file of its own",
                 label.display(),
                 many.len(),
@@ -78,7 +78,7 @@ pub async fn add(
         [] => {
             let dest = target.dir.join(format!("{name}.toml"));
             if fs::symlink_metadata(&dest).is_ok() {
-                return Err(CliError::Usage(format!(
+                return Err(rejected_change(format!(
                     "{} exists and does not define the tool {name}; rename that file, then run `cordon tool add` again",
                     dest.display()
                 )));
@@ -88,7 +88,7 @@ pub async fn add(
         [(path, text)] if replace => {
             let others: Vec<String> = tool_names(text).into_iter().filter(|n| *n != name).collect();
             if !others.is_empty() {
-                return Err(CliError::Other(format!(
+                return Err(rejected_change(format!(
                     "{name} is defined in {} together with {}; `--replace` only replaces a file that holds this one tool: \
                      edit that file by hand, then `cordon reload`",
                     path.display(),
@@ -99,7 +99,7 @@ pub async fn add(
         }
         found => {
             let at: Vec<String> = found.iter().map(|(p, _)| p.display().to_string()).collect();
-            return Err(CliError::Usage(format!(
+            return Err(rejected_change(format!(
                 "a tool named {name} already exists in {}; pass --replace to replace it, or choose another name",
                 at.join(" and ")
             )));
@@ -150,7 +150,7 @@ pub async fn remove(socket: &Path, name: &str, policies: Option<&Path>, as_json:
         [one] => one.clone(),
         many => {
             let at: Vec<String> = many.iter().map(|(p, _)| p.display().to_string()).collect();
-            return Err(CliError::Other(format!(
+            return Err(rejected_change(format!(
                 "{name} is defined in more than one file ({}), which cordond refuses; remove the duplicate by hand",
                 at.join(", ")
             )));
@@ -163,7 +163,7 @@ pub async fn remove(socket: &Path, name: &str, policies: Option<&Path>, as_json:
         None
     } else {
         Some(without_tool(&text, name).map_err(|why| {
-            CliError::Other(format!(
+            rejected_change(format!(
                 "{name} is defined in {} together with {}, and {why}: delete the [tools.{name}] table and its \
                  params from that file by hand, then `cordon reload`",
                 path.display(),
@@ -413,13 +413,13 @@ fn read_snippet(file: &Path) -> Result<(PathBuf, String), CliError> {
         file.to_path_buf()
     };
     if bytes.len() as u64 > limit {
-        return Err(CliError::Usage(format!(
+        return Err(rejected_change(format!(
             "{} is larger than {limit} bytes, the most cordond reads from one policy file",
             label.display()
         )));
     }
     let text = String::from_utf8(bytes)
-        .map_err(|_| CliError::Usage(format!("{} is not UTF-8 text; policy files are UTF-8", label.display())))?;
+        .map_err(|_| rejected_change(format!("{} is not UTF-8 text; policy files are UTF-8", label.display())))?;
     Ok((label, text))
 }
 
@@ -461,6 +461,11 @@ fn tool_names(text: &str) -> Vec<String> {
         Some(toml::Value::Table(tools)) => tools.keys().map(|k| format!("{prefix}{k}")).collect(),
         _ => Vec::new(),
     }
+}
+
+/// A change the policy directory refuses (a data error, exit 65: see `cordon --help`).
+fn rejected_change(message: String) -> CliError {
+    CliError::Refused { code: ErrorCode::PolicyRejected, message }
 }
 
 /// Prints why a change was refused (with every diagnostic) and returns the data-error exit code.

@@ -23,9 +23,11 @@ pub const DEFAULT_LIMIT: usize = 10;
 #[derive(Debug, Clone, Serialize)]
 pub struct Hit {
     pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub description: String,
     pub score: u32,
     /// `name:type` for each param, `?` after the name when it is optional.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub params: Vec<String>,
     pub input_schema: Value,
 }

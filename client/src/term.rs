@@ -3,7 +3,7 @@
 //! error messages that echo them) are shown escaped instead of steering the terminal. JSON output
 //! is exact JSON and is not touched (it escapes C0 controls itself).
 
-pub use cordon_core::display::{escape_line as line, is_unsafe};
+pub use cordon_core::display::{escape_line as line, escape_lines as lines, is_unsafe};
 
 use anstyle::{AnsiColor, Effects, Style};
 
@@ -50,17 +50,17 @@ pub fn level_style(word: &str) -> Style {
     }
 }
 
-/// `println!` for people: the formatted line with controls and bidi characters escaped.
+/// `println!` for people (through `cordon_core::stdio`: a closed stdout ends cordon quietly): the formatted line with controls and bidi characters escaped.
 macro_rules! outln {
     ($($arg:tt)*) => {
-        println!("{}", $crate::term::line(&format!($($arg)*)))
+        cordon_core::stdout_ln!("{}", $crate::term::line(&format!($($arg)*)))
     };
 }
 
 /// `eprintln!` for people: the formatted line with controls and bidi characters escaped.
 macro_rules! errln {
     ($($arg:tt)*) => {
-        eprintln!("{}", $crate::term::line(&format!($($arg)*)))
+        cordon_core::stderr_ln!("{}", $crate::term::line(&format!($($arg)*)))
     };
 }
 

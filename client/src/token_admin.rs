@@ -26,8 +26,8 @@ pub async fn issue(
         return Ok(exit::OK);
     }
     // The token alone on stdout (for `$(cordon token issue ...)`); what it is on stderr.
-    println!("{token}");
-    eprintln!(
+    cordon_core::stdout_ln!("{token}");
+    cordon_core::stderr_ln!(
         "token {} for account {} ({}){}: shown only now; cordond keeps its hash. Revoke it with `cordon token revoke {}`",
         info.id,
         info.account,

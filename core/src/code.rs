@@ -76,6 +76,7 @@ codes! {
     SocketPermissionDenied = "SOCKET_PERMISSION_DENIED": "this user may not connect to the socket",
     ConnectFailed = "CONNECT_FAILED": "connecting to the socket failed for another reason",
     Cancelled = "CANCELLED": "the call was cancelled; the invocation was killed",
+    PolicyRejected = "POLICY_REJECTED": "a change to the policy directory was refused (`cordon tool add|remove`): the file, or the directory as it would be afterwards, has errors, or a tool of that name is already there; nothing was written",
     Usage = "USAGE": "bad command-line usage",
     Protocol = "PROTOCOL": "the daemon's answer broke the protocol",
     Error = "ERROR": "a failure with no more specific code",

@@ -208,12 +208,15 @@ pub fn remedy(denied: &Denied, policy: &SandboxPolicy) -> Remedy {
             "landlock scopes every tool to its own sandbox ({what}); no policy key lifts it"
         )),
         Denied::Syscall { killed: true, .. } => Remedy::NotGrantable(
-            "a system call of a foreign architecture (32-bit on a 64-bit host) kills the tool; no policy key allows it".into(),
+            "a system call of a foreign architecture (32-bit on a 64-bit host) kills the tool; no policy key allows it"
+                .into(),
         ),
         // The tool may make TCP sockets already: what seccomp refused was another kind (UDP for
         // DNS or QUIC, netlink, raw, ...), which no key allows; a hint to grant `network` would
         // send the admin the wrong way.
-        Denied::Syscall { name: Some(name), .. } if name == "socket" && matches!(policy.network, Network::Tcp { .. }) => {
+        Denied::Syscall { name: Some(name), .. }
+            if name == "socket" && matches!(policy.network, Network::Tcp { .. }) =>
+        {
             Remedy::NotGrantable(
                 "the tool may make TCP sockets; this one was of another family or type (UDP for DNS or QUIC, netlink, \
                  raw, ...), which cordon never allows (Unix sockets come with `unix_sockets`; with network.hosts, \
@@ -223,10 +226,10 @@ pub fn remedy(denied: &Denied, policy: &SandboxPolicy) -> Remedy {
         }
         Denied::Syscall { name, .. } => match name.as_deref().and_then(syscall_key) {
             Some((key, how)) => Remedy::Grant { key, value: how.to_string() },
-            None => Remedy::NotGrantable(
-                "not grantable: it is outside cordon's seccomp allow-list (docs/seccomp.md lists what is allowed and why)"
-                    .into(),
-            ),
+            None => Remedy::NotGrantable(format!(
+                "not grantable: it is outside cordon's seccomp allow-list ({} lists what is allowed and why)",
+                crate::docs::doc_ref("seccomp.md")
+            )),
         },
         Denied::Inferred { errno: "EACCES", path: Some(path), seen, .. } => eacces_remedy(policy, path, seen),
         Denied::Inferred { errno: "EACCES", path: None, seen, .. } if seen.op == Op::Exec && seen.via.is_some() => {

@@ -53,6 +53,13 @@ pub fn escape_line(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` as lines: each line escaped as [`escape_line`] does, the line breaks (`\n`) kept, so
+/// that a message of several lines (a policy's problems, one per line) prints as lines and not
+/// as one line with literal `\n`s. A `\r` is still shown escaped: it cannot rewrite a line.
+pub fn escape_lines(text: &str) -> String {
+    text.split('\n').map(escape_line).collect::<Vec<_>>().join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,6 +75,13 @@ mod tests {
             escape_line("\u{2066}\u{2069}\u{200e}\u{200f}\u{61c}\u{2028}"),
             "<U+2066><U+2069><U+200E><U+200F><U+061C><U+2028>"
         );
+    }
+
+    #[test]
+    fn escape_lines_keeps_line_breaks_and_nothing_else() {
+        assert_eq!(escape_lines("one\ntwo\x1b[2K\r\nthree"), "one\ntwo\\u{1b}[2K\\r\nthree");
+        assert_eq!(escape_lines("single"), "single");
+        assert!(escape_lines("a\u{202e}b\nc").lines().all(|l| !l.chars().any(is_unsafe)));
     }
 
     #[test]

@@ -25,6 +25,8 @@
 //! process, where a test does not need a separate one.
 
 #![forbid(unsafe_code)]
+// Output goes through `cordon_core::stdio`: a closed pipe or a full disk must not panic.
+#![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod admission;
 pub mod audit;

@@ -1,6 +1,9 @@
 //! `cordond --policies DIR [--socket PATH] [--audit PATH]`: the flags become a
 //! [`cordon_daemon::Config`]; everything else is the library's (`cordon_daemon::startup`).
 
+// Output goes through `cordon_core::stdio`: a closed pipe or a full disk must not panic.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -198,7 +201,7 @@ fn write_man_page(dir: &std::path::Path) -> ExitCode {
     match clap_mangen::Man::new(cmd).section("8").generate_to(dir) {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!(
+            cordon_core::stderr_ln!(
                 "cordond: cannot write the man page into {}: {e}; give an existing, writable directory",
                 dir.display()
             );
@@ -215,7 +218,7 @@ fn check_tls_identities(path: &std::path::Path, admin_group: Option<&str>) -> Ex
         Some(name) => match cordon_daemon::authz::group_id(name) {
             Some(gid) => Some(gid),
             None => {
-                eprintln!("cordond: --admin-group {name:?}: no such group");
+                cordon_core::stderr_ln!("cordond: --admin-group {name:?}: no such group");
                 return ExitCode::from(EXIT_CONFIG);
             }
         },
@@ -223,11 +226,11 @@ fn check_tls_identities(path: &std::path::Path, admin_group: Option<&str>) -> Ex
     };
     match identities::load(path, policy::Trust::current(), identities::Rules::current(admin_gid)) {
         Ok(ids) => {
-            println!("{}: {} identities, each mapped to one account", path.display(), ids.len());
+            cordon_core::stdout_ln!("{}: {} identities, each mapped to one account", path.display(), ids.len());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("cordond: {e}");
+            cordon_core::stderr_ln!("cordond: {e}");
             ExitCode::from(EXIT_CONFIG)
         }
     }
@@ -249,23 +252,6 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     policy::units::parse_duration(s)
-}
-
-/// stderr for logs. A failed write (a full disk, a file size limit) loses the line: returned as
-/// an error, tracing-subscriber would report it with `eprintln!`, which panics when stderr fails,
-/// and the panic would take down the request being served.
-struct LossyStderr;
-
-impl std::io::Write for LossyStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
-        Ok(())
-    }
 }
 
 impl Args {
@@ -346,14 +332,14 @@ fn main() -> ExitCode {
     let activated = match cordon_daemon::server::socket::take_activated() {
         Ok(l) => l.map(std::sync::Arc::new),
         Err(e) => {
-            eprintln!("cordond: {:#}", anyhow::Error::from(e));
+            cordon_core::stderr_ln!("cordond: {:#}", anyhow::Error::from(e));
             return ExitCode::FAILURE;
         }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("cordond: cannot start the async runtime: {e}");
+            cordon_core::stderr_ln!("cordond: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -365,7 +351,7 @@ fn main() -> ExitCode {
         match Signals::install() {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("cordond: {:#}", anyhow::Error::from(e));
+                cordon_core::stderr_ln!("cordond: {:#}", anyhow::Error::from(e));
                 return ExitCode::FAILURE;
             }
         }
@@ -380,21 +366,21 @@ fn main() -> ExitCode {
         let format = tracing_subscriber::fmt::format().without_time().with_ansi(false);
         tracing_subscriber::fmt()
             .with_env_filter(filter())
-            .with_writer(|| LossyStderr)
+            .with_writer(|| cordon_core::stdio::LossyStderr)
             .with_ansi(false)
             .event_format(cordon_daemon::journal::JournalFormat(format))
             .init();
     } else {
         tracing_subscriber::fmt()
             .with_env_filter(filter())
-            .with_writer(|| LossyStderr)
+            .with_writer(|| cordon_core::stdio::LossyStderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
     }
     let args = Args::parse();
     if args.probe {
         match serde_json::to_string(&cordon_daemon::startup::probe_report()) {
-            Ok(report) => println!("{report}"),
+            Ok(report) => cordon_core::stdout_ln!("{report}"),
             Err(e) => {
                 cordon_daemon::journal::fatal(&format!("cordond: cannot write the probe report: {e}"));
                 return ExitCode::FAILURE;

@@ -521,7 +521,7 @@ impl Signals {
                 _ = interrupt.recv() => "SIGINT",
             };
             if !started.load(Ordering::SeqCst) {
-                eprintln!("cordond: {name} while starting; exiting");
+                cordon_core::stderr_ln!("cordond: {name} while starting; exiting");
                 std::process::exit(1);
             }
             let _ = stop_tx.send(true);

@@ -42,11 +42,19 @@ pub const PERMISSION: u8 = 77;
 pub const TIMED_OUT: u8 = 124;
 /// `run`: the invocation was cancelled (as a shell reports SIGINT).
 pub const CANCELLED: u8 = 130;
+/// The reader closed standard output before everything was written (`cordon tools | head -1`):
+/// cordon stops at once, quietly, as a program killed by SIGPIPE (a shell reports 141 for it).
+pub const CLOSED_PIPE: u8 = cordon_core::stdio::CLOSED_PIPE_EXIT;
 
 /// The rows of the table: code, name, meaning.
 pub const TABLE: &[(u8, &str, &str)] = &[
     (OK, "ok", "success (`run`, `confirm`: the tool ran and exited 0)"),
-    (FAILURE, "failure", "a failure with no more specific code; `doctor`: a check failed"),
+    (
+        FAILURE,
+        "failure",
+        "a failure with no more specific code; `doctor`: a check failed; standard output could not be written (a full \
+         disk)",
+    ),
     (USAGE, "usage", "bad command-line usage"),
     (
         CONFIRMATION_REQUIRED,
@@ -83,13 +91,21 @@ pub const TABLE: &[(u8, &str, &str)] = &[
     (PERMISSION, "permission", "this user may not do this, or a person denied the approval"),
     (TIMED_OUT, "timed out", "the tool timed out and was killed, or nobody approved it in time"),
     (CANCELLED, "cancelled", "the invocation was cancelled"),
+    (
+        CLOSED_PIPE,
+        "closed pipe",
+        "the reader closed standard output before cordon finished writing (`cordon tools | head -1`): cordon stopped \
+         quietly, with no message, as a shell reports a program killed by SIGPIPE",
+    ),
 ];
 
 /// The exit code of a failure with this code: every code in exactly one row.
 pub const fn for_code(code: ErrorCode) -> u8 {
     use ErrorCode as E;
     match code {
-        E::MissingRequiredField | E::InvalidFieldType | E::InvalidFieldValue | E::UnknownFields => DATA,
+        E::MissingRequiredField | E::InvalidFieldType | E::InvalidFieldValue | E::UnknownFields | E::PolicyRejected => {
+            DATA
+        }
         E::UnknownTool
         | E::UnknownApproval
         | E::UnknownJob
@@ -160,7 +176,10 @@ pub fn help_text() -> String {
     }
     out.push('\n');
     out.push_str(RUN_NOTE);
-    out.push_str("\nEvery error code (`--json`: error.code) and its exit code: docs/exit-codes.md.");
+    out.push_str(&format!(
+        "\nEvery error code (`--json`: error.code) and its exit code: {}.",
+        cordon_core::docs::doc_ref("exit-codes.md")
+    ));
     out
 }
 
@@ -175,6 +194,8 @@ pub fn markdown() -> String {
     out.push_str("\n\n| exit | name | meaning | error codes (`--json`: `error.code`) |\n|---|---|---|---|\n");
     for (code, name, meaning) in TABLE {
         let codes: Vec<String> = codes_of(*code).iter().map(|c| format!("`{c}`")).collect();
+        // A `|` in a meaning (`cordon tools | head -1`) would end the cell.
+        let meaning = meaning.replace('|', "\\|");
         out.push_str(&format!("| {code} | {name} | {meaning} | {} |\n", codes.join(", ")));
     }
     out

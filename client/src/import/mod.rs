@@ -274,7 +274,7 @@ fn report_done(opts: &Options, format: Foreign, t: &Translated, report: &Report,
             "warnings": report.warnings,
             "skipped": t.skipped.iter().map(|s| json!({ "entry": s.entry, "reasons": s.reasons })).collect::<Vec<_>>(),
         });
-        println!("{out}");
+        cordon_core::stdout_ln!("{out}");
         return;
     }
     for w in &report.warnings {
@@ -298,9 +298,7 @@ fn report_done(opts: &Options, format: Foreign, t: &Translated, report: &Report,
     }
     match &opts.output {
         None => {
-            let mut stdout = std::io::stdout().lock();
-            let _ = stdout.write_all(t.text.as_bytes());
-            let _ = stdout.flush();
+            cordon_core::stdio::out_bytes(t.text.as_bytes());
         }
         Some(path) => {
             let p = path.display();

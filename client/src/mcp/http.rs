@@ -189,13 +189,13 @@ struct Front {
 pub fn serve(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> ExitCode {
     super::init_logging();
     if let Err(e) = check_listen(&opts) {
-        eprintln!("cordon mcp: {e}");
+        cordon_core::stderr_ln!("cordon mcp: {e}");
         return ExitCode::from(e.exit_code());
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("cordon mcp: cannot start the async runtime: {e}");
+            cordon_core::stderr_ln!("cordon mcp: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -203,7 +203,7 @@ pub fn serve(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Ex
         match run(socket, page_size, opts).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("cordon mcp: {e}");
+                cordon_core::stderr_ln!("cordon mcp: {e}");
                 ExitCode::FAILURE
             }
         }
@@ -264,7 +264,7 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
         known: std::sync::Mutex::default(),
     });
     // The address on stderr, for whoever started us (and tests asking for port 0).
-    eprintln!("cordon mcp: serving MCP over HTTP on http://{bound}/mcp");
+    cordon_core::stderr_ln!("cordon mcp: serving MCP over HTTP on http://{bound}/mcp");
     let connections = Arc::new(cordon_limit::Limiter::new(cordon_limit::LimiterLimits {
         per_key: MAX_CONNECTIONS_PER_SOURCE,
         global: MAX_CONNECTIONS,

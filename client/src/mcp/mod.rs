@@ -51,7 +51,7 @@ pub fn serve(socket: PathBuf, page_size: Option<usize>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("cordon mcp: cannot start the async runtime: {e}");
+            cordon_core::stderr_ln!("cordon mcp: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -91,7 +91,8 @@ fn init_logging() {
             tracing_subscriber::EnvFilter::try_from_env("CORDON_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=error")),
         )
-        .with_writer(std::io::stderr)
+        // A closed stderr (the host went away) loses log lines; it must not panic the server.
+        .with_writer(|| cordon_core::stdio::LossyStderr)
         .with_ansi(false)
         .init();
 }

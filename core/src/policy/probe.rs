@@ -157,9 +157,10 @@ pub enum ProbeError {
     #[error("{} changed while the registry loaded; reload", path.display())]
     ChangedWhileLoading { path: PathBuf },
     #[error(
-        "write path {} does not exist, and the first call would not create it ({why}; see docs/pins.md); create \
+        "write path {} does not exist, and the first call would not create it ({why}; see {pins}); create \
          it, then reload (`cordon reload`)",
-        path.display()
+        path.display(),
+        pins = crate::docs::doc_ref("pins.md")
     )]
     MissingWriteRoot { path: PathBuf, why: String },
     #[error(
@@ -168,8 +169,9 @@ pub enum ProbeError {
         why_not.as_ref().map_or_else(
             || "; the next call creates it".to_string(),
             |w| format!(
-                " and is not created (not re-pinned: {w}; see docs/pins.md); the tool is refused until an admin \
-                 creates it and reloads (`cordon reload`)"
+                " and is not created (not re-pinned: {w}; see {}); the tool is refused until an admin \
+                 creates it and reloads (`cordon reload`)",
+                crate::docs::doc_ref("pins.md")
             )
         )
     )]
@@ -182,7 +184,7 @@ pub enum ProbeError {
         "{what} {} changed since the registry loaded: was {was}, now {now}{}; the tool is refused until an admin \
          checks it and reloads (`cordon reload`) to accept the new target",
         path.display(),
-        why_not.as_ref().map_or_else(String::new, |w| format!(" (not re-pinned: {w}; see docs/pins.md)"))
+        why_not.as_ref().map_or_else(String::new, |w| format!(" (not re-pinned: {w}; see {})", crate::docs::doc_ref("pins.md")))
     )]
     Changed {
         what: &'static str,

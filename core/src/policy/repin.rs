@@ -134,7 +134,8 @@ impl Tool {
         (!paths.is_empty()).then(|| {
             format!(
                 "{what} missing since the registry loaded: the next call creates it (mode 0700, as the account \
-                 the call runs as; docs/pins.md)"
+                 the call runs as; {})",
+                crate::docs::doc_ref("pins.md")
             )
         })
     }

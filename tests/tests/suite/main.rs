@@ -9,6 +9,7 @@ mod cache_inputs;
 mod cgroup_delegation;
 mod check_agrees;
 mod cli;
+mod cli_contract;
 mod corpus;
 mod denials;
 mod docs;

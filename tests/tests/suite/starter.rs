@@ -150,12 +150,18 @@ fn every_starter_tool_works_for_a_member_of_the_agent_group() {
         assert!(v["stdout"].as_str().unwrap().contains("src/main.rs:2:"), "{v}");
     }
 
+    // Directories and files, each with its type; .git skipped (issue 28: a source tree's first
+    // levels are mostly directories, and a files-only list showed an agent next to nothing).
     let v = run(&d, "list", &json!({ "path": p }));
-    let mut files: Vec<&str> = v["stdout"].as_str().unwrap().lines().collect();
-    files.sort_unstable();
-    let want: Vec<String> =
-        ["Makefile", "README.md", "src/main.rs", "untracked.txt"].iter().map(|f| format!("{p}/{f}")).collect();
-    assert_eq!(files, want, "{v}");
+    let mut entries: Vec<&str> = v["stdout"].as_str().unwrap().lines().collect();
+    entries.sort_unstable();
+    let want: Vec<String> = ["d src", "f Makefile", "f README.md", "f src/main.rs", "f untracked.txt"]
+        .iter()
+        .map(|e| format!("{} {p}/{}", &e[..1], &e[2..]))
+        .collect();
+    assert_eq!(entries, want, "{v}");
+    let v = run(&d, "list", &json!({ "path": p, "depth": 1 }));
+    assert!(v["stdout"].as_str().unwrap().lines().any(|l| l == format!("d {p}/src")), "{v}");
 
     let v = run(&d, "read-file", &json!({ "file": format!("{p}/README.md"), "lines": 1 }));
     assert_eq!(v["stdout"], "hello starter\n", "{v}");

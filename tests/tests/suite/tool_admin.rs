@@ -71,8 +71,10 @@ fn add_run_replace_and_remove_a_tool() {
     // The same name again: refused unless --replace.
     std::fs::write(&snippet, tool_file("hello", "replaced")).unwrap();
     let out = d.cordon(&["tool", "add", "--file", snippet.to_str().unwrap()]);
-    assert_eq!(out.code, Some(2), "{out:?}");
+    assert_eq!(out.code, Some(65), "a data error, as the exit-code table says: {out:?}");
     assert!(out.stderr.contains("already exists") && out.stderr.contains("--replace"), "{out:?}");
+    let out = d.cordon(&["tool", "add", "--file", snippet.to_str().unwrap(), "--json"]);
+    assert_eq!((out.code, out.json()["error"]["code"].clone()), (Some(65), "POLICY_REJECTED".into()), "{out:?}");
     let out = d.cordon(&["tool", "add", "--replace", "--file", snippet.to_str().unwrap(), "--json"]);
     out.assert_code(0);
     assert_eq!(out.json()["action"], "replaced", "{out:?}");
@@ -82,7 +84,7 @@ fn add_run_replace_and_remove_a_tool() {
     let echo = work.path().join("echo.toml");
     std::fs::write(&echo, tool_file("echo", "x")).unwrap();
     let out = d.cordon(&["tool", "add", "--file", echo.to_str().unwrap()]);
-    assert_eq!(out.code, Some(2), "{out:?}");
+    assert_eq!(out.code, Some(65), "{out:?}");
     assert!(out.stderr.contains("base.toml"), "{out:?}");
 
     // Remove: its own file goes; the tool is gone after the reload.
@@ -122,7 +124,7 @@ fn add_run_replace_and_remove_a_tool() {
     d.cordon(&["reload"]).assert_code(0);
     let snap = snapshot(&d.policies);
     let out = d.cordon(&["tool", "remove", "d1"]);
-    assert_eq!(out.code, Some(1), "{out:?}");
+    assert_eq!(out.code, Some(65), "a refused change (POLICY_REJECTED): {out:?}");
     assert!(out.stderr.contains("dotted.toml") && out.stderr.contains("by hand"), "{out:?}");
     assert_eq!(snapshot(&d.policies), snap);
 }
@@ -153,7 +155,7 @@ fn an_invalid_tool_is_refused_and_nothing_changes() {
     )
     .unwrap();
     let out = d.cordon(&["tool", "add", "--file", two.to_str().unwrap()]);
-    assert_eq!(out.code, Some(2), "{out:?}");
+    assert_eq!(out.code, Some(65), "{out:?}");
     assert!(out.stderr.contains("exactly one tool"), "{out:?}");
     // From stdin, with --json: the diagnostics as data.
     let out: cordon_tests::Output = std::process::Command::new(cordon_tests::bin("cordon"))
