@@ -414,15 +414,7 @@ pub fn main() -> ExitCode {
                 && let Some(hint) = run_arg_hint(&args)
             {
                 let e = CliError::Usage(hint);
-                if args.iter().any(|a| a == "--json") {
-                    cordon_core::stdout_ln!("{}", e.to_json());
-                } else {
-                    cordon_core::stderr_ln!(
-                        "{} {}",
-                        term::paint(term::Stream::Err, term::BAD, "cordon:"),
-                        term::lines(&e.to_string())
-                    );
-                }
+                report(&e, args.iter().any(|a| a == "--json"));
                 return ExitCode::from(e.exit_code());
             }
             use clap::error::ErrorKind as K;
@@ -544,15 +536,7 @@ pub fn run(cli: Cli) -> ExitCode {
         match crate::remote::Remote::load(url, cert, key, ca) {
             Ok(remote) => crate::remote::set(remote),
             Err(e) => {
-                if cli.json {
-                    cordon_core::stdout_ln!("{}", e.to_json());
-                } else {
-                    cordon_core::stderr_ln!(
-                        "{} {}",
-                        term::paint(term::Stream::Err, term::BAD, "cordon:"),
-                        term::lines(&e.to_string())
-                    );
-                }
+                report(&e, cli.json);
                 return ExitCode::from(e.exit_code());
             }
         }
@@ -568,15 +552,7 @@ pub fn run(cli: Cli) -> ExitCode {
         return match crate::wiring::run(args, &daemon, cli.json) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {
-                if cli.json {
-                    println!("{}", e.to_json());
-                } else {
-                    eprintln!(
-                        "{} {}",
-                        term::paint(term::Stream::Err, term::BAD, "cordon:"),
-                        term::line(&e.to_string())
-                    );
-                }
+                report(&e, cli.json);
                 ExitCode::from(e.exit_code())
             }
         };
@@ -641,18 +617,24 @@ pub fn run(cli: Cli) -> ExitCode {
     match runtime.block_on(dispatch(cli.command, socket, json)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            if json {
-                cordon_core::stdout_ln!("{}", e.to_json());
-            } else {
-                // Messages may echo a caller's arguments: shown escaped (see `term`).
-                cordon_core::stderr_ln!(
-                    "{} {}",
-                    term::paint(term::Stream::Err, term::BAD, "cordon:"),
-                    term::lines(&e.to_string())
-                );
-            }
+            report(&e, json);
             ExitCode::from(if diff { DIFF_TROUBLE } else { e.exit_code() })
         }
+    }
+}
+
+/// Prints an error the way every command does: its JSON object on stdout under `--json`, else
+/// `cordon: MESSAGE` on stderr, one line per line of the message, each escaped (messages may
+/// echo a caller's arguments: see `term`).
+fn report(e: &CliError, json: bool) {
+    if json {
+        cordon_core::stdout_ln!("{}", e.to_json());
+    } else {
+        cordon_core::stderr_ln!(
+            "{} {}",
+            term::paint(term::Stream::Err, term::BAD, "cordon:"),
+            term::lines(&e.to_string())
+        );
     }
 }
 
