@@ -55,7 +55,8 @@ fn ci_runs_the_readme_quick_start_as_written() {
     assert!(quick.iter().any(|c| c == "sudo tests/run"), "{quick:?}");
     let ci = repo_file(".ci/run");
     assert!(ci.contains("tests/run"), "CI must run the README's test command: {ci}");
-    assert!(run.contains("cargo build --workspace --all-targets --locked"));
+    assert!(run.contains("cargo build --workspace --lib --bins --tests --locked"));
+    assert!(run.contains("cargo clippy --workspace --all-targets --locked"));
     assert!(run.contains("cargo test --workspace --locked"));
 }
 
