@@ -61,6 +61,12 @@ fn records_arrive_in_order_with_chain_fields_that_verify() {
     let d = Daemon::start_with(&[("t.toml", TOOLS)], &["--audit-otlp", &r.url()]);
     yes(&d, 3);
     d.cordon(&["run", "no-such-tool"]);
+    // The refusal's record may land just after the answer: wait for it on disk first.
+    assert!(
+        eventually(Duration::from_secs(10), || lines(&d.audit).iter().any(|l| l.contains("\"decision\":\"invalid\""))),
+        "no refusal record in {}",
+        d.audit.display()
+    );
     let local = lines(&d.audit);
     let upto = seq_of(local.last().unwrap());
     let got = wait_for(&r, upto);
