@@ -1,5 +1,5 @@
 //! Starting the child ([`spawn`]: a vfork-style `clone`) and what it does before exec, in the
-//! order DESIGN.md fixes: default signal handlers, stdio, the audit login uid when denials are
+//! order `docs/sandbox-order.md` fixes and explains (change the order only with that page): default signal handlers, stdio, the audit login uid when denials are
 //! logged (a fresh audit session; best effort, see `denials.rs`), the read-only filesystem view
 //! (enter its namespaces, reopen stdin there), the private temp space (a mount namespace of its
 //! own with fresh tmpfs, see [`super::temp`]), the network namespace of a tool with `hosts` (see
@@ -908,4 +908,28 @@ fn restrict_landlock(s: &ChildSetup, temp_fds: &[RawFd], fail: &dyn Fn(Step) -> 
         return Err(fail(Step::LandlockRestrict));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Step;
+
+    /// `docs/sandbox-order.md` is the authority for the child's order: every step the child can
+    /// report is on that page, under the text a failure shows, so a new step cannot be added
+    /// without saying there where it runs and why.
+    #[test]
+    fn every_step_is_on_the_sandbox_order_page() {
+        let page = include_str!("../../../docs/sandbox-order.md");
+        let missing: Vec<&str> =
+            Step::ALL.iter().map(|s| s.describe()).filter(|d| !page.contains(&format!("`{d}`"))).collect();
+        assert!(missing.is_empty(), "docs/sandbox-order.md does not name these steps: {missing:?}");
+    }
+
+    #[test]
+    fn every_step_round_trips_through_its_byte() {
+        for s in Step::ALL {
+            assert_eq!(Step::from_byte(s as u8), Some(s));
+        }
+        assert_eq!(Step::from_byte(0), None);
+    }
 }

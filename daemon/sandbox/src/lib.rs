@@ -13,7 +13,7 @@
 //!   session, tracks it through a pidfd, enforces timeout and cancellation (SIGTERM, grace,
 //!   SIGKILL to the group, then the cgroup kill), and reaps it.
 //! - `child`: the vfork-style `clone` (`clone3` into the invocation's cgroup where it can), and
-//!   what the child does before exec, in the order DESIGN.md fixes. Only `spawn` calls into it.
+//!   what the child does before exec, in the order `docs/sandbox-order.md` fixes. Only `spawn` calls into it.
 //! - `landlock`: the filesystem / TCP / scope ruleset of an invocation, by raw system calls.
 //! - `seccomp` and `syscalls`: the BPF allow-list, compiled once per profile.
 //! - `cgroup`: a cgroup per invocation where the host allows it (recycled leaves for runs
