@@ -487,3 +487,66 @@ fn ci_builds_the_book_before_the_package_and_the_package_installs_it() {
     let deb_test = read(&root().join("packaging/test-deb.sh"));
     assert!(deb_test.contains("/usr/share/doc/cordon/html/index.html"), "test-deb.sh checks the installed HTML book");
 }
+
+/// The maintainers' pages name files of this repository; a file that moved or went away must not
+/// stay named there (the shape of the code changes more often than those pages are read).
+/// Every `` `path` `` in backticks that starts with a top-level directory of the repository, and
+/// every relative link target, must exist (globs and brace lists are skipped; `name.rs:LINE` is
+/// checked without the line).
+#[test]
+fn the_maintainers_pages_name_only_files_that_exist() {
+    const PAGES: &[&str] = &["ARCHITECTURE.md", "docs/code-map.md", "docs/sandbox-order.md", "vendor/README.md"];
+    const TOP: &[&str] = &[
+        "proto/",
+        "core/",
+        "limit/",
+        "daemon/",
+        "client/",
+        "tests/",
+        "packaging/",
+        "deploy/",
+        "vendor/",
+        "fuzz/",
+        "docs/",
+        "policies/",
+        ".ci/",
+    ];
+    let root = root();
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for page in PAGES {
+        let text = read(&root.join(page));
+        let dir = Path::new(page).parent().unwrap_or(Path::new(""));
+        let mut names: Vec<(PathBuf, String)> = Vec::new();
+        for (i, span) in text.split('`').enumerate() {
+            // Odd pieces are inside backticks.
+            if i % 2 == 1 && TOP.iter().any(|t| span.starts_with(t)) && !span.contains(char::is_whitespace) {
+                names.push((root.clone(), span.to_string()));
+            }
+        }
+        for link in text.split("](").skip(1) {
+            let target = link.split(')').next().unwrap_or("");
+            let target = target.split('#').next().unwrap_or("");
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            names.push((root.join(dir), target.to_string()));
+        }
+        for (base, name) in names {
+            // Globs, brace lists and placeholders (`docs/PAGE`, `/proc/PID/...`) name no one file.
+            let placeholder =
+                name.split('/').any(|part| part.len() > 1 && part.bytes().all(|b| b.is_ascii_uppercase()));
+            if name.contains(['*', '{', '}', '<', '>', '$']) || placeholder || name.contains("...") {
+                continue;
+            }
+            let name = name.split(':').next().unwrap_or(&name).trim_end_matches(['.', ',']);
+            checked += 1;
+            if !base.join(name).exists() {
+                missing.push(format!("{page}: {name}"));
+            }
+        }
+    }
+    eprintln!("{checked} file names checked in {}", PAGES.join(", "));
+    assert!(checked > 50, "too few names found ({checked}): is the scan still reading the pages?");
+    assert!(missing.is_empty(), "named but not in the repository (moved? update the page):\n{}", missing.join("\n"));
+}
