@@ -22,6 +22,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use std::sync::Arc;
 
+use super::identity::Identity;
 use super::mntns::{self, View};
 use super::netns::{self, ChildNet};
 use super::seccomp::Programs;
@@ -110,25 +111,6 @@ impl Step {
             Step::LandlockTemp => "granting the private temp space in landlock",
             Step::Network => "making the network namespace (unshare, loopback up, the egress proxy's listener)",
         }
-    }
-}
-
-/// The identity to switch to (only when cordond runs as root).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    pub uid: u32,
-    pub gid: u32,
-    /// Supplementary groups the tool keeps (none for the caller and a named `run_as`; the
-    /// owner's groups for `run_as = { owner_of = "working_dir" }`), at most
-    /// [`cordon_core::policy::MAX_OWNER_GROUPS`]. Allocated before the clone; the child only
-    /// reads them.
-    pub groups: Arc<[u32]>,
-}
-
-impl Identity {
-    /// `uid` and `gid` without supplementary groups.
-    pub fn plain(uid: u32, gid: u32) -> Identity {
-        Identity { uid, gid, groups: Arc::from(Vec::new()) }
     }
 }
 

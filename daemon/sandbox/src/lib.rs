@@ -14,6 +14,7 @@
 //!   SIGKILL to the group, then the cgroup kill), and reaps it.
 //! - `child`: the vfork-style `clone` (`clone3` into the invocation's cgroup where it can), and
 //!   what the child does before exec, in the order `docs/sandbox-order.md` fixes. Only `spawn` calls into it.
+//! - `identity`: the uid, gid and groups a tool runs as (plain data; a leaf).
 //! - `landlock`: the filesystem / TCP / scope ruleset of an invocation, by raw system calls.
 //! - `seccomp` and `syscalls`: the BPF allow-list, compiled once per profile.
 //! - `cgroup`: a cgroup per invocation where the host allows it (recycled leaves for runs
@@ -39,6 +40,7 @@
 mod cgroup;
 mod child;
 mod denials;
+mod identity;
 mod landlock;
 mod memory;
 mod mntns;
@@ -55,8 +57,9 @@ pub use cgroup::{
     CgroupError, Cgroups, DAEMON_LEAF, InvocationCgroup, Placement, REAPER_ARG, delegation_marked,
     host_layout as cgroup_layout, reaper_main, spawn_reaper,
 };
-pub use child::{Identity, Step as SetupStep};
+pub use child::Step as SetupStep;
 pub use denials::{DenialLog, Probe as DenialProbe, Watch as DenialWatch, probe as probe_denials};
+pub use identity::Identity;
 pub use landlock::{
     LandlockError, RulesetDescription, build as landlock_ruleset, describe as describe_landlock_ruleset,
     probe_abi as probe_landlock_abi,

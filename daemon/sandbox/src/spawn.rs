@@ -18,8 +18,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{Cgroups, InvocationCgroup};
-use super::child::{self, ChildSetup, Exec, Identity, Step};
+use super::child::{self, ChildSetup, Exec, Step};
 use super::denials::DenialLog;
+use super::identity::Identity;
 use super::landlock::{self, LandlockError};
 use super::mntns::{MountViews, ViewError};
 use super::netns;

@@ -40,7 +40,7 @@ use landlock::{ABI, Access, AccessFs, BitFlags};
 use cordon_core::argv::Plan;
 use cordon_core::policy::SandboxPolicy;
 
-use super::child::Identity;
+use super::identity::Identity;
 
 /// Most temp entries of one invocation (TMPDIR or `/tmp`, and `/dev/shm`).
 pub(crate) const MAX_ENTRIES: usize = 2;
