@@ -7,14 +7,15 @@ use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Host};
 use serde_json::{Map, Value, json};
 
+use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::grpc::{Client, DiagnosticInfo, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::host::{self, HostFacts};
 use crate::live::Live;
 use crate::term::{self, Stream, errln, outln};
 
-pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub async fn tools(endpoint: &Endpoint, as_json: bool, all: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let (generation, tools) = client.list_tools(all).await?;
     if as_json {
         print_json(&json!({ "generation": generation, "tools": tools }));
@@ -63,11 +64,11 @@ pub async fn tools(socket: &Path, as_json: bool, all: bool) -> Result<u8, CliErr
 }
 
 /// `cordon tools --search QUERY`: the caller's tools ranked by `query` (see [`crate::search`]).
-pub async fn search(socket: &Path, as_json: bool, all: bool, query: &str, limit: usize) -> Result<u8, CliError> {
+pub async fn search(endpoint: &Endpoint, as_json: bool, all: bool, query: &str, limit: usize) -> Result<u8, CliError> {
     if query.trim().is_empty() {
         return Err(CliError::Usage("--search needs words to look for, e.g. `cordon tools --search log`".into()));
     }
-    let mut client = Client::connect(socket).await?;
+    let mut client = Client::connect(endpoint).await?;
     let (generation, tools) = client.list_tools(all).await?;
     let (total, hits) = crate::search::rank(tools.iter(), query, limit);
     if as_json {
@@ -90,8 +91,8 @@ pub async fn search(socket: &Path, as_json: bool, all: bool, query: &str, limit:
     Ok(0)
 }
 
-pub async fn tool(socket: &Path, name: &str, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub async fn tool(endpoint: &Endpoint, name: &str, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let t = client.get_tool(name).await?;
     if as_json {
         print_json(&json!(t));
@@ -270,13 +271,13 @@ pub(crate) async fn call_arguments(
 }
 
 pub async fn run(
-    socket: &Path,
+    endpoint: &Endpoint,
     tool: &str,
     args: &[String],
     args_json: Option<String>,
     as_json: bool,
 ) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+    let mut client = Client::connect(endpoint).await?;
     let (info, arguments) = call_arguments(&mut client, tool, args, args_json).await?;
     // Output as it comes (but for --json), Ctrl-C cancels: see `live`.
     let mut live = Live::new(tool, !as_json)?;
@@ -379,8 +380,8 @@ fn interrupted(live: &mut Live) -> u8 {
 }
 
 /// Redeems a confirmation token and prints the result like `run` (live, Ctrl-C cancels).
-pub async fn confirm(socket: &Path, token: &str, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub async fn confirm(endpoint: &Endpoint, token: &str, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     // The tool's name is known once cordond accepted the call.
     let mut live = Live::new("", !as_json)?;
     let result = match follow_confirm(&mut client, &mut live, token).await? {
@@ -495,8 +496,8 @@ fn print_outcome(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     code
 }
 
-pub async fn pending(socket: &Path, as_json: bool, watch: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub async fn pending(endpoint: &Endpoint, as_json: bool, watch: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     if watch {
         return watch_pending(&mut client, as_json).await;
     }
@@ -562,8 +563,8 @@ async fn watch_pending(client: &mut Client, as_json: bool) -> Result<u8, CliErro
     Ok(exit::OK)
 }
 
-pub async fn decide(socket: &Path, approval_id: &str, approve: bool, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub async fn decide(endpoint: &Endpoint, approval_id: &str, approve: bool, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let decision = if approve {
         client.approve(approval_id).await?;
         "approved"
@@ -747,7 +748,9 @@ struct Check {
     meaning: String,
 }
 
-pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
+/// `socket`: the local socket whose file is checked (`--socket`, or the default, also with
+/// `--remote`); `endpoint`: the daemon asked for its status.
+pub async fn doctor(endpoint: &Endpoint, socket: &Path, as_json: bool) -> Result<u8, CliError> {
     let mut checks = Vec::new();
     let mut check = |name, level, found: String, meaning: &str| {
         checks.push(Check { name, level, found, meaning: meaning.to_string() });
@@ -792,7 +795,7 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
         ),
     }
     let mut unavailable_tools = Vec::new();
-    match Client::connect(socket).await {
+    match Client::connect(endpoint).await {
         Ok(mut client) => match client.status().await {
             Ok(s) => check(
                 "daemon",
@@ -816,7 +819,7 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     }
     // Whether cordond can tell its own tools from other clients on its socket (invocation
     // cgroups); without that, tools with `unix_sockets` are unavailable.
-    if let Ok(mut client) = Client::connect(socket).await
+    if let Ok(mut client) = Client::connect(endpoint).await
         && let Ok(s) = client.status().await
     {
         let identifiable = s.daemon_is_root && s.cgroup_mode != "none";
@@ -838,7 +841,7 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     // What an admin must fix on the running daemon: a failed audit log (nothing runs until
     // `cordon audit resume`), and a root daemon without cgroups (no memory or process limits, no
     // whole-tree kill).
-    if let Ok(mut client) = Client::connect(socket).await
+    if let Ok(mut client) = Client::connect(endpoint).await
         && let Ok(s) = client.status().await
     {
         if s.audit_failure.is_empty() {
@@ -876,7 +879,7 @@ pub async fn doctor(socket: &Path, as_json: bool) -> Result<u8, CliError> {
     }
     // Tools that cannot run now, with the reason (a grant swapped since the registry loaded shows
     // here). Only admins see unavailable tools; others get none.
-    if let Ok(mut client) = Client::connect(socket).await
+    if let Ok(mut client) = Client::connect(endpoint).await
         && let Ok((_, tools)) = client.list_tools(true).await
     {
         unavailable_tools = tools.into_iter().filter(|t| !t.available && !t.disabled).collect();
@@ -969,8 +972,8 @@ fn nix_is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-pub async fn cancel(socket: &Path, id: &str, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub async fn cancel(endpoint: &Endpoint, id: &str, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     if !client.cancel(id).await? {
         return Err(CliError::Refused {
             code: ErrorCode::UnknownInvocation,
@@ -987,8 +990,8 @@ pub async fn cancel(socket: &Path, id: &str, as_json: bool) -> Result<u8, CliErr
     Ok(exit::OK)
 }
 
-pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub async fn reload(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let report = client.reload().await?;
     if as_json {
         print_json(&json!(report));
@@ -1007,8 +1010,8 @@ pub async fn reload(socket: &Path, as_json: bool) -> Result<u8, CliError> {
 }
 
 /// `cordon metrics`: the exposition text as it is (it is already machine-readable).
-pub async fn metrics(socket: &Path) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub async fn metrics(endpoint: &Endpoint) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let text = client.metrics().await?;
     // Raw, for tools that read it (promtool, a pushgateway): the encoder escapes label values,
     // which are policy tool names and fixed words.
@@ -1016,8 +1019,8 @@ pub async fn metrics(socket: &Path) -> Result<u8, CliError> {
     Ok(exit::OK)
 }
 
-pub async fn status(socket: &Path, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub async fn status(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let s = client.status().await?;
     if as_json {
         print_json(&json!(s));

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::endpoint::Endpoint;
 use crate::error::CliError;
 use crate::{admin, audit, init, registry_admin, term};
 
@@ -532,15 +533,21 @@ fn shell_word(word: &str) -> String {
 
 /// Runs the command and maps every error to its exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    if let (Some(url), Some(cert), Some(key), Some(ca)) = (&cli.remote, &cli.cert, &cli.key, &cli.ca) {
-        match crate::remote::Remote::load(url, cert, key, ca) {
-            Ok(remote) => crate::remote::set(remote),
-            Err(e) => {
-                report(&e, cli.json);
-                return ExitCode::from(e.exit_code());
-            }
+    // The daemon every command below talks to, built once from the flags: --remote (with its
+    // certificate files, read and checked now) in place of the socket.
+    let remote = match (&cli.remote, &cli.cert, &cli.key, &cli.ca) {
+        (Some(url), Some(cert), Some(key), Some(ca)) => {
+            Some((url.as_str(), cert.as_path(), key.as_path(), ca.as_path()))
         }
-    }
+        _ => None,
+    };
+    let endpoint = match Endpoint::from_flags(cli.socket.clone(), remote) {
+        Ok(endpoint) => endpoint,
+        Err(e) => {
+            report(&e, cli.json);
+            return ExitCode::from(e.exit_code());
+        }
+    };
     if let Command::Mcp { command: Some(McpCommand::Config(args)), .. } = &cli.command {
         let daemon = crate::wiring::Daemon {
             socket: cli.socket.clone(),
@@ -591,17 +598,10 @@ pub fn run(cli: Cli) -> ExitCode {
             max_body,
             stateless,
         };
-        return crate::mcp::http::serve(
-            cli.socket.unwrap_or_else(cordon_proto::client_socket_path),
-            page_size.map(|n| n as usize),
-            opts,
-        );
+        return crate::mcp::http::serve(endpoint, page_size.map(|n| n as usize), opts);
     }
     if let Command::Mcp { page_size, .. } = cli.command {
-        return crate::mcp::serve(
-            cli.socket.unwrap_or_else(cordon_proto::client_socket_path),
-            page_size.map(|n| n as usize),
-        );
+        return crate::mcp::serve(endpoint, page_size.map(|n| n as usize));
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -610,11 +610,12 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The local socket as given or by default, also with --remote: `doctor` checks its file.
     let socket = cli.socket.clone().unwrap_or_else(cordon_proto::client_socket_path);
     let json = cli.json;
     // `policy diff` exits as diff(1) does: 2 for any trouble, 1 meaning "different".
     let diff = matches!(cli.command, Command::Policy { command: PolicyCommand::Diff { .. } });
-    match runtime.block_on(dispatch(cli.command, socket, json)) {
+    match runtime.block_on(dispatch(cli.command, &endpoint, socket, json)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             report(&e, json);
@@ -654,20 +655,20 @@ fn import_format(name: &str) -> Result<cordon_core::policy::foreign::Foreign, Cl
     }
 }
 
-async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, CliError> {
+async fn dispatch(command: Command, endpoint: &Endpoint, socket: PathBuf, json: bool) -> Result<u8, CliError> {
     match command {
         Command::Mcp { .. } => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
         Command::Tools { all, search: Some(query), limit } => {
-            admin::search(&socket, json, all, &query, usize::from(limit)).await
+            admin::search(endpoint, json, all, &query, usize::from(limit)).await
         }
-        Command::Tools { all, search: None, .. } => admin::tools(&socket, json, all).await,
+        Command::Tools { all, search: None, .. } => admin::tools(endpoint, json, all).await,
         Command::Tool { name: Some(name), command: None }
-        | Command::Tool { command: Some(ToolCommand::Show { name }), .. } => admin::tool(&socket, &name, json).await,
+        | Command::Tool { command: Some(ToolCommand::Show { name }), .. } => admin::tool(endpoint, &name, json).await,
         Command::Tool { command: Some(ToolCommand::Add { file, replace, policies }), .. } => {
-            registry_admin::add(&socket, &file, replace, policies.as_deref(), json).await
+            registry_admin::add(endpoint, &file, replace, policies.as_deref(), json).await
         }
         Command::Tool { command: Some(ToolCommand::Remove { name, policies }), .. } => {
-            registry_admin::remove(&socket, &name, policies.as_deref(), json).await
+            registry_admin::remove(endpoint, &name, policies.as_deref(), json).await
         }
         Command::Tool { name: None, command: None } => {
             Err(CliError::Usage("name a tool (`cordon tool NAME`), or `cordon tool add|remove|show`".into()))
@@ -676,16 +677,16 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
             init::init(&dir, output.as_deref(), force, name.as_deref(), template, scan, json)
         }
         Command::Run { tool, args, args_json, dry_run: false, detach: false } => {
-            admin::run(&socket, &tool, &args, args_json, json).await
+            admin::run(endpoint, &tool, &args, args_json, json).await
         }
         Command::Run { tool, args, args_json, dry_run: false, detach: true } => {
-            crate::jobs::run_detached(&socket, &tool, &args, args_json, json).await
+            crate::jobs::run_detached(endpoint, &tool, &args, args_json, json).await
         }
         Command::Run { tool, args, args_json, dry_run: true, .. } => {
-            crate::dry_run::dry_run(&socket, &tool, &args, args_json, json).await
+            crate::dry_run::dry_run(endpoint, &tool, &args, args_json, json).await
         }
         Command::Policy { command: PolicyCommand::Check { paths, tool: Some(tool), .. } } => {
-            registry_admin::check_tool(&socket, &paths, &tool, json).await
+            registry_admin::check_tool(endpoint, &paths, &tool, json).await
         }
         Command::Policy { command: PolicyCommand::Check { paths, tool: None, deny_warnings } } => {
             admin::policy_check(&paths, deny_warnings, json)
@@ -695,17 +696,17 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
         Command::Policy { command: PolicyCommand::Diff { dirs, against_socket } } => {
             use crate::policy_diff::{Side, diff};
             let (old, new) = match (dirs.as_slice(), against_socket) {
-                // Every connection of this process goes to --remote: the "other" daemon would be
-                // the same one.
-                ([], Some(_)) if crate::remote::get().is_some() => {
+                // Two daemons on this host: with --remote, the "other" one would not be on the
+                // remote's host.
+                ([], Some(_)) if endpoint.remote().is_some() => {
                     return Err(CliError::Usage(
                         "--against-socket compares two daemons on this host; with --remote, compare the remote \
                          daemon with a directory (`cordon --remote URL ... policy diff DIR`)"
                             .into(),
                     ));
                 }
-                ([], Some(other)) => (Side::Daemon(socket), Side::Daemon(other)),
-                ([dir], None) => (Side::Daemon(socket), Side::Dir(dir.clone())),
+                ([], Some(other)) => (Side::Daemon(endpoint.clone()), Side::Daemon(Endpoint::Socket(other))),
+                ([dir], None) => (Side::Daemon(endpoint.clone()), Side::Dir(dir.clone())),
                 ([a, b], None) => (Side::Dir(a.clone()), Side::Dir(b.clone())),
                 _ => {
                     return Err(CliError::Usage(
@@ -733,18 +734,18 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
             };
             crate::import::run(&opts, json)
         }
-        Command::Cancel { id } => admin::cancel(&socket, &id, json).await,
-        Command::Doctor => admin::doctor(&socket, json).await,
-        Command::Confirm { token, detach: false } => admin::confirm(&socket, &token, json).await,
-        Command::Confirm { token, detach: true } => crate::jobs::confirm_detached(&socket, &token, json).await,
-        Command::Job { id, wait, cancel: false } => crate::jobs::job(&socket, &id, wait, json).await,
-        Command::Job { id, cancel: true, .. } => crate::jobs::cancel(&socket, &id, json).await,
-        Command::Jobs => crate::jobs::jobs(&socket, json).await,
-        Command::Pending { watch } => admin::pending(&socket, json, watch).await,
-        Command::Approve { id } => admin::decide(&socket, &id, true, json).await,
-        Command::Deny { id } => admin::decide(&socket, &id, false, json).await,
-        Command::Reload => admin::reload(&socket, json).await,
-        Command::Metrics => admin::metrics(&socket).await,
+        Command::Cancel { id } => admin::cancel(endpoint, &id, json).await,
+        Command::Doctor => admin::doctor(endpoint, &socket, json).await,
+        Command::Confirm { token, detach: false } => admin::confirm(endpoint, &token, json).await,
+        Command::Confirm { token, detach: true } => crate::jobs::confirm_detached(endpoint, &token, json).await,
+        Command::Job { id, wait, cancel: false } => crate::jobs::job(endpoint, &id, wait, json).await,
+        Command::Job { id, cancel: true, .. } => crate::jobs::cancel(endpoint, &id, json).await,
+        Command::Jobs => crate::jobs::jobs(endpoint, json).await,
+        Command::Pending { watch } => admin::pending(endpoint, json, watch).await,
+        Command::Approve { id } => admin::decide(endpoint, &id, true, json).await,
+        Command::Deny { id } => admin::decide(endpoint, &id, false, json).await,
+        Command::Reload => admin::reload(endpoint, json).await,
+        Command::Metrics => admin::metrics(endpoint).await,
         Command::Token { command } => match command {
             TokenCommand::Issue { account, label, groups, expires } => {
                 let expires = match expires {
@@ -754,18 +755,18 @@ async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, C
                             .map_err(|e| CliError::Usage(format!("--expires {text:?}: {e}")))?,
                     ),
                 };
-                crate::token_admin::issue(&socket, &account, groups, expires, &label, json).await
+                crate::token_admin::issue(endpoint, &account, groups, expires, &label, json).await
             }
-            TokenCommand::List => crate::token_admin::list(&socket, json).await,
-            TokenCommand::Revoke { id } => crate::token_admin::revoke(&socket, &id, json).await,
+            TokenCommand::List => crate::token_admin::list(endpoint, json).await,
+            TokenCommand::Revoke { id } => crate::token_admin::revoke(endpoint, &id, json).await,
         },
-        Command::Status => admin::status(&socket, json).await,
+        Command::Status => admin::status(endpoint, json).await,
         Command::Audit { command } => match command {
             AuditCommand::Tail { lines, follow, tool, decision } => {
-                audit::tail(&socket, lines, follow, tool.as_deref(), decision.as_deref(), json).await
+                audit::tail(endpoint, lines, follow, tool.as_deref(), decision.as_deref(), json).await
             }
             AuditCommand::Verify { path } => audit::verify(path, json),
-            AuditCommand::Resume => audit::resume(&socket, json).await,
+            AuditCommand::Resume => audit::resume(endpoint, json).await,
         },
         Command::Completions { shell } => crate::docs::completions(shell),
         Command::Man { dir: Some(dir), .. } => crate::docs::man_pages(&dir),

@@ -2,21 +2,20 @@
 //! (same refusals, same error codes) and says what would run (argv, environment, working
 //! directory, identity, sandbox, limits); nothing runs. cordond audits it as `dry_run`.
 
-use std::path::Path;
-
 use crate::admin::print_grants;
+use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::grpc::Client;
 use crate::term::outln;
 
 pub async fn dry_run(
-    socket: &Path,
+    endpoint: &Endpoint,
     tool: &str,
     args: &[String],
     args_json: Option<String>,
     as_json: bool,
 ) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+    let mut client = Client::connect(endpoint).await?;
     // Typed as `run` types them, so the dry run checks the very arguments `run` would send.
     let (_, arguments) = crate::admin::call_arguments(&mut client, tool, args, args_json).await?;
     let d = client.dry_run(tool, arguments).await?;

@@ -13,8 +13,9 @@ use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
-use tonic::transport::Endpoint;
+use tonic::transport::Endpoint as TonicEndpoint;
 
+use crate::endpoint::Endpoint;
 use crate::error::CliError;
 
 /// A connection to cordond: one HTTP/2 connection, multiplexed; clones share it.
@@ -22,7 +23,8 @@ use crate::error::CliError;
 pub struct Client {
     inner: CordonClient<InterceptedService<Channel, Bearer>>,
     channel: Channel,
-    socket: PathBuf,
+    /// Where this connection goes, for its errors.
+    endpoint: Endpoint,
 }
 
 /// Adds `authorization: Bearer <token>` to every request when the client acts for an agent's
@@ -50,7 +52,7 @@ impl tonic::service::Interceptor for Bearer {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Client {
-    /// Opens one connection to the daemon. Errors say what `connect(2)` said: only a missing
+    /// Opens one connection to the daemon at `endpoint`. Errors say what `connect(2)` said: only a missing
     /// socket or nobody listening is "not running"; a connection cordond accepted and then closed
     /// (as it does beyond a uid's connection limit) is [`CliError::ConnectionLost`].
     ///
@@ -58,11 +60,11 @@ impl Client {
     /// connection, so a front-end holds exactly one connection. If the connection later breaks,
     /// the channel connects again on its next call (and that reconnect's `io::Error` reaches
     /// [`CliError::from_status`]).
-    pub async fn connect(socket: &Path) -> Result<Client, CliError> {
-        if let Some(remote) = crate::remote::get() {
-            return Client::connect_remote(remote).await;
-        }
-        let path = socket.to_path_buf();
+    pub async fn connect(endpoint: &Endpoint) -> Result<Client, CliError> {
+        let path = match endpoint {
+            Endpoint::Socket(path) => path.clone(),
+            Endpoint::Remote(remote) => return Client::connect_remote(remote).await,
+        };
         let first =
             cordon_proto::connect_trusted(&path).await.map_err(|e| CliError::from_connect_io(path.clone(), e))?;
         let dial_path = path.clone();
@@ -75,14 +77,14 @@ impl Client {
             ChannelError::Failed(e) => CliError::ConnectionLost { path: path.clone(), detail: error_chain(&e) },
             ChannelError::TimedOut => handshake_timed_out(path.clone()),
         })?;
-        Ok(Client::over(channel, path))
+        Ok(Client::over(channel, endpoint.clone()))
     }
 
     /// A client on `channel`, its requests carrying no token.
-    fn over(channel: Channel, socket: PathBuf) -> Client {
+    fn over(channel: Channel, endpoint: Endpoint) -> Client {
         let inner = CordonClient::with_interceptor(channel.clone(), Bearer::default())
             .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
-        Client { inner, channel, socket }
+        Client { inner, channel, endpoint }
     }
 
     /// This connection, its requests carrying `token` (a whole `cordon_..._...` token, already
@@ -93,12 +95,12 @@ impl Client {
             .map_err(|_| CliError::Usage("a token is ASCII text".into()))?;
         let inner = CordonClient::with_interceptor(self.channel.clone(), Bearer(Some(value)))
             .max_decoding_message_size(cordon_proto::MAX_CLIENT_DECODE_BYTES);
-        Ok(Client { inner, channel: self.channel.clone(), socket: self.socket.clone() })
+        Ok(Client { inner, channel: self.channel.clone(), endpoint: self.endpoint.clone() })
     }
 
     /// Opens one connection to the remote daemon of `--remote` (mutual TLS), as [`Client::connect`]
     /// does to the socket: the first stream carries the channel, a reconnect dials again.
-    async fn connect_remote(remote: &'static crate::remote::Remote) -> Result<Client, CliError> {
+    async fn connect_remote(remote: &Arc<crate::remote::Remote>) -> Result<Client, CliError> {
         let path = PathBuf::from(&remote.url);
         let failed = |e: std::io::Error| {
             remote.explain(&e).unwrap_or_else(|| CliError::Connect { path: path.clone(), source: e })
@@ -113,18 +115,24 @@ impl Client {
                 )));
             }
         };
-        let channel = channel_over(first, move || remote.connect()).await.map_err(|e| match e {
+        let dial_remote = Arc::clone(remote);
+        let channel = channel_over(first, move || {
+            let remote = Arc::clone(&dial_remote);
+            async move { remote.connect().await }
+        })
+        .await
+        .map_err(|e| match e {
             ChannelError::Failed(e) => remote
                 .explain(&e)
                 .unwrap_or_else(|| CliError::ConnectionLost { path: path.clone(), detail: error_chain(&e) }),
             ChannelError::TimedOut => handshake_timed_out(path.clone()),
         })?;
-        Ok(Client::over(channel, path))
+        Ok(Client::over(channel, Endpoint::Remote(Arc::clone(remote))))
     }
 
     /// A failed call, classified (see [`CliError::from_status`]).
     fn fail(&self, s: tonic::Status) -> CliError {
-        CliError::from_status(&self.socket, s)
+        CliError::from_status(&self.endpoint, s)
     }
 
     pub async fn list_tools(&mut self, include_unavailable: bool) -> Result<(u64, Vec<ToolInfo>), CliError> {
@@ -186,7 +194,7 @@ impl Client {
     ) -> Result<Events, CliError> {
         let request = v1::InvokeRequest { tool: tool.into(), arguments_json, stream_output };
         let stream = self.inner.invoke(request).await.map_err(|s| self.fail(s))?.into_inner();
-        Ok(Events { socket: self.socket.clone(), stream, accepted: None })
+        Ok(Events { endpoint: self.endpoint.clone(), stream, accepted: None })
     }
 
     /// As [`Client::invoke_events`], redeeming a confirmation token.
@@ -198,7 +206,7 @@ impl Client {
     ) -> Result<Events, CliError> {
         let request = v1::ConfirmRequest { token: token.into(), approved_by_elicitation, stream_output };
         let stream = self.inner.confirm(request).await.map_err(|s| self.fail(s))?.into_inner();
-        Ok(Events { socket: self.socket.clone(), stream, accepted: None })
+        Ok(Events { endpoint: self.endpoint.clone(), stream, accepted: None })
     }
 
     /// Redeems a confirmation token and runs what it stands for.
@@ -476,7 +484,7 @@ where
 {
     let first = Arc::new(Mutex::new(Some(first)));
     // The URI is required by tonic but never used: the connector ignores it.
-    let endpoint = Endpoint::from_static("http://cordon.invalid").connect_timeout(CONNECT_TIMEOUT);
+    let endpoint = TonicEndpoint::from_static("http://cordon.invalid").connect_timeout(CONNECT_TIMEOUT);
     let connecting = endpoint.connect_with_connector(tower::service_fn(move |_| {
         let ready = first.lock().unwrap_or_else(|p| p.into_inner()).take();
         let dial = dial.clone();
@@ -511,7 +519,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// The events of one invocation, as cordond sends them.
 #[derive(Debug)]
 pub struct Events {
-    socket: PathBuf,
+    endpoint: Endpoint,
     stream: tonic::Streaming<v1::InvokeEvent>,
     accepted: Option<Accepted>,
 }
@@ -529,7 +537,7 @@ impl Events {
     /// The next event, or how the invocation ended.
     pub async fn next(&mut self) -> Result<Step, CliError> {
         loop {
-            let Some(event) = self.stream.message().await.map_err(|s| CliError::from_status(&self.socket, s))? else {
+            let Some(event) = self.stream.message().await.map_err(|s| CliError::from_status(&self.endpoint, s))? else {
                 return Err(CliError::Protocol("the invocation stream ended without a result".into()));
             };
             match event.event {

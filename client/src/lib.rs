@@ -13,6 +13,8 @@
 //! - [`import`]: `cordon import`: CtxNest and Gandalf tool definitions translated into a policy.
 //! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
 //! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
+//! - [`endpoint`]: where the daemon is (its socket, or `--remote`), built once from the flags and
+//!   passed to every command and to `cordon mcp`.
 //! - [`remote`]: `--remote https://HOST:PORT` with `--cert`/`--key`/`--ca`: a daemon over mutual TLS.
 //! - [`error`]: client errors with their messages and stable exit codes.
 //! - [`mcp`]: the MCP stdio server (`cordon mcp`).
@@ -33,6 +35,7 @@ pub mod audit;
 pub mod cli;
 pub mod docs;
 pub mod dry_run;
+pub mod endpoint;
 pub mod error;
 pub mod grpc;
 pub mod host;

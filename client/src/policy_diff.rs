@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use cordon_core::policy::{self, Host, fleet};
 
+use crate::endpoint::Endpoint;
 use crate::error::CliError;
 use crate::grpc::{Client, LoadedPolicy};
 use crate::term::outln;
@@ -21,23 +22,23 @@ use crate::term::outln;
 /// One side of the comparison.
 #[derive(Debug, Clone)]
 pub enum Side {
-    Daemon(PathBuf),
+    Daemon(Endpoint),
     Dir(PathBuf),
 }
 
 impl Side {
     async fn load(&self) -> Result<LoadedPolicy, CliError> {
         match self {
-            Side::Daemon(socket) => Client::connect(socket).await?.policy().await,
+            Side::Daemon(endpoint) => Client::connect(endpoint).await?.policy().await,
             Side::Dir(dir) => load_dir(dir),
         }
     }
 
     fn describe(&self, loaded: &LoadedPolicy) -> Value {
         match self {
-            Side::Daemon(socket) => json!({
+            Side::Daemon(endpoint) => json!({
                 "source": "daemon",
-                "socket": socket.display().to_string(),
+                "socket": endpoint.to_string(),
                 "policy_dir": loaded.dir,
                 "generation": loaded.generation,
                 "policy_digest": loaded.digest,
@@ -52,9 +53,9 @@ impl Side {
 
     fn title(&self, loaded: &LoadedPolicy) -> String {
         match self {
-            Side::Daemon(socket) => format!(
+            Side::Daemon(endpoint) => format!(
                 "cordond at {} (generation {}), policy set {}",
-                socket.display(),
+                endpoint,
                 loaded.generation.unwrap_or_default(),
                 loaded.digest
             ),

@@ -72,7 +72,7 @@ impl Bridge {
                 ErrorCode::DaemonNotRunning,
                 &format!(
                     "cordond is not running at {}; ask the admin to start it, then retry",
-                    self.inner.daemon.socket().display()
+                    self.inner.daemon.endpoint()
                 ),
             ),
             CliError::Rpc { code, message, .. } => render::failure(code.as_ref().map(|c| c.as_str()), message),

@@ -122,7 +122,7 @@ impl Bridge {
                 last = None;
                 inner.catalogs.invalidate();
                 inner.notify.list_changed().await;
-                let message = format!("cordond is not running at {}", inner.daemon.socket().display());
+                let message = format!("cordond is not running at {}", inner.daemon.endpoint());
                 inner.notify.log(LoggingLevel::Warning, &message).await;
             }
             tokio::time::sleep(backoff).await;
