@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, DiagnosticInfo, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
+use crate::api::{Client, DiagnosticInfo, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::host::{self, HostFacts};
 use crate::live::Live;
 use crate::term::{self, Stream, errln, outln};
@@ -398,7 +398,7 @@ pub async fn confirm(endpoint: &Endpoint, token: &str, as_json: bool) -> Result<
 /// Prints a finished invocation and returns the exit code `cordon run` ends with.
 /// A workflow's steps as a table (or its result as JSON); exit code 0 only when every step ran
 /// and was ok.
-pub(crate) fn print_workflow(w: &crate::grpc::WorkflowInfo, as_json: bool) -> u8 {
+pub(crate) fn print_workflow(w: &crate::api::WorkflowInfo, as_json: bool) -> u8 {
     if as_json {
         print_json(&json!(w));
     } else {
@@ -527,7 +527,7 @@ async fn watch_pending(client: &mut Client, as_json: bool) -> Result<u8, CliErro
     client
         .watch_pending(|event| {
             match event {
-                crate::grpc::PendingEvent::Added(p) => {
+                crate::api::PendingEvent::Added(p) => {
                     if as_json {
                         let mut v = json!(p);
                         v["event"] = json!("added");
@@ -545,7 +545,7 @@ async fn watch_pending(client: &mut Client, as_json: bool) -> Result<u8, CliErro
                         outln!("    {}", p.description);
                     }
                 }
-                crate::grpc::PendingEvent::Gone { approval_id, tool, reason } => {
+                crate::api::PendingEvent::Gone { approval_id, tool, reason } => {
                     if as_json {
                         cordon_core::stdout_ln!(
                             "{}",

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::Client;
+use crate::api::Client;
 use crate::term::outln;
 
 pub async fn tail(

@@ -5,7 +5,7 @@
 use crate::admin::print_grants;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::Client;
+use crate::api::Client;
 use crate::term::outln;
 
 pub async fn dry_run(

@@ -2,7 +2,7 @@
 //!
 //! Built once, in [`crate::cli::run`], from `--socket` / `--remote` `--cert` `--key` `--ca` (and
 //! their `CORDON_*` variables), then passed down to every command and to the MCP front-end:
-//! [`crate::grpc::Client::connect`] dials what it is given, and an error that depends on local vs
+//! [`crate::api::Client::connect`] dials what it is given, and an error that depends on local vs
 //! remote (a certificate the remote daemon refused) reads it from the endpoint the connection
 //! was made to. No process-wide state holds it.
 

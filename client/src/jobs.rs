@@ -12,7 +12,7 @@ use crate::admin::print_json;
 use crate::admin::{call_arguments, print_result, print_workflow};
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, Detached, JobInfo, ToolInfo};
+use crate::api::{Client, Detached, JobInfo, ToolInfo};
 use crate::term::{errln, outln};
 
 /// One `GetJob` waits this long; `--wait` asks again until the job finishes.
@@ -126,7 +126,7 @@ fn print_job(job: &JobInfo, as_json: bool) -> u8 {
     code
 }
 
-fn print_result_code(r: &crate::grpc::RunResult) -> u8 {
+fn print_result_code(r: &crate::api::RunResult) -> u8 {
     match (r.timed_out, r.cancelled, r.exit_code, r.signal) {
         (true, _, _, _) => exit::TIMED_OUT,
         (_, true, _, _) => exit::CANCELLED,

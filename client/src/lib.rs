@@ -12,7 +12,7 @@
 //! - [`policy_diff`]: `cordon policy diff` (daemons and directories compared, tool by tool).
 //! - [`import`]: `cordon import`: CtxNest and Gandalf tool definitions translated into a policy.
 //! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
-//! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
+//! - [`api`]: the only module that sees proto types; converts them to plain structs.
 //! - [`endpoint`]: where the daemon is (its socket, or `--remote`), built once from the flags and
 //!   passed to every command and to `cordon mcp`.
 //! - [`remote`]: `--remote https://HOST:PORT` with `--cert`/`--key`/`--ca`: a daemon over mutual TLS.
@@ -37,7 +37,7 @@ pub mod docs;
 pub mod dry_run;
 pub mod endpoint;
 pub mod error;
-pub mod grpc;
+pub mod api;
 pub mod host;
 pub mod import;
 pub mod init;

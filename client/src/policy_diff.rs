@@ -16,7 +16,7 @@ use cordon_core::policy::{self, Host, fleet};
 
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::grpc::{Client, LoadedPolicy};
+use crate::api::{Client, LoadedPolicy};
 use crate::term::outln;
 
 /// One side of the comparison.

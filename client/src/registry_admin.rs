@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use crate::admin::print_json;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, DiagnosticInfo, PolicyReport};
+use crate::api::{Client, DiagnosticInfo, PolicyReport};
 use crate::host;
 use crate::term::{errln, outln};
 

@@ -3,7 +3,7 @@
 //!
 //! The flags are global: every subcommand that talks to a daemon (and `cordon mcp`) talks to the
 //! remote one. They are read once at start ([`Remote::load`]) into the
-//! [`crate::endpoint::Endpoint`] every command is given; [`crate::grpc::Client`] connects through
+//! [`crate::endpoint::Endpoint`] every command is given; [`crate::api::Client`] connects through
 //! [`Remote::connect`] when that endpoint is a remote one. TLS 1.3 only; the daemon's certificate
 //! is checked against `--ca` and the host name or address of the URL.
 //!

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::admin::print_json;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, TokenInfo};
+use crate::api::{Client, TokenInfo};
 use crate::term::outln;
 
 pub async fn issue(

@@ -25,7 +25,7 @@ use super::search::{SEARCH_TOOL, STATUS_TOOL};
 use super::watch::Notifier;
 use super::{pages, render, search};
 use crate::endpoint::Endpoint;
-use crate::grpc::ToolInfo;
+use crate::api::ToolInfo;
 
 #[derive(Debug, Clone)]
 pub struct Bridge {

@@ -14,7 +14,7 @@ use super::bridge::{Bridge, lock};
 use super::render;
 use super::watch::NOTIFY_TIMEOUT;
 use crate::error::CliError;
-use crate::grpc::{Event, Invocation, ToolInfo};
+use crate::api::{Event, Invocation, ToolInfo};
 
 /// At most this many progress notifications per second while a tool runs.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
@@ -35,7 +35,7 @@ impl Bridge {
     pub(super) async fn call(
         &self,
         tool: &ToolInfo,
-        check: &Result<super::check::ArgCheck, crate::grpc::RulesError>,
+        check: &Result<super::check::ArgCheck, crate::api::RulesError>,
         arguments: Value,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {

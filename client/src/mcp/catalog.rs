@@ -11,7 +11,7 @@ use super::bridge::lock;
 use super::check::ArgCheck;
 use super::daemon::Daemon;
 use crate::error::CliError;
-use crate::grpc::{RulesError, ToolInfo};
+use crate::api::{RulesError, ToolInfo};
 
 /// The built-in tool that redeems agent confirmation tokens.
 pub const CONFIRM_TOOL: &str = "confirm";

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::grpc::Client;
+use crate::api::Client;
 
 /// Invocations this session runs in cordond at once; the rest wait their turn, in order. It is
 /// cordond's default per-caller limit: more in flight would only be answered BUSY.

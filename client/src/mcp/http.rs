@@ -55,7 +55,7 @@ use cordon_limit::Principal;
 use super::bridge::Bridge;
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::grpc::Client;
+use crate::api::Client;
 
 /// `cordon mcp --http`'s settings.
 #[derive(Debug, Clone)]

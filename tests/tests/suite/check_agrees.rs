@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use cordon_client::grpc::{RulesError, ToolInfo};
+use cordon_client::api::{RulesError, ToolInfo};
 use cordon_client::mcp::check::ArgCheck;
 use cordon_core::policy::{Host, Tool, load_sources};
 use cordon_core::validate::validate;
