@@ -7,9 +7,9 @@ use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Host};
 use serde_json::{Map, Value, json};
 
+use crate::api::{Client, DiagnosticInfo, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::api::{Client, DiagnosticInfo, Grants, Invocation, PolicyReport, RunResult, ToolInfo};
 use crate::host::{self, HostFacts};
 use crate::live::Live;
 use crate::term::{self, Stream, errln, outln};

@@ -9,9 +9,9 @@ use cordon_core::audit::chain::{self, VerifyError};
 use cordon_core::audit::{self, Decision};
 use serde_json::{Value, json};
 
+use crate::api::Client;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::api::Client;
 use crate::term::outln;
 
 pub async fn tail(

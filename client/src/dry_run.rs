@@ -3,9 +3,9 @@
 //! directory, identity, sandbox, limits); nothing runs. cordond audits it as `dry_run`.
 
 use crate::admin::print_grants;
+use crate::api::Client;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::api::Client;
 use crate::term::outln;
 
 pub async fn dry_run(

@@ -10,9 +10,9 @@ use serde_json::json;
 
 use crate::admin::print_json;
 use crate::admin::{call_arguments, print_result, print_workflow};
+use crate::api::{Client, Detached, JobInfo, ToolInfo};
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::api::{Client, Detached, JobInfo, ToolInfo};
 use crate::term::{errln, outln};
 
 /// One `GetJob` waits this long; `--wait` asks again until the job finishes.

@@ -31,13 +31,13 @@
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod admin;
+pub mod api;
 pub mod audit;
 pub mod cli;
 pub mod docs;
 pub mod dry_run;
 pub mod endpoint;
 pub mod error;
-pub mod api;
 pub mod host;
 pub mod import;
 pub mod init;

@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 
 use cordon_core::policy::{self, Host, fleet};
 
+use crate::api::{Client, LoadedPolicy};
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::api::{Client, LoadedPolicy};
 use crate::term::outln;
 
 /// One side of the comparison.

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use cordon_core::policy::{self, examples::Outcome};
 use serde_json::json;
 
-use crate::error::{CliError, exit};
 use crate::api::DiagnosticInfo;
+use crate::error::{CliError, exit};
 use crate::term::{self, Stream, errln, outln};
 
 pub fn policy_test(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {

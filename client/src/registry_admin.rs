@@ -19,9 +19,9 @@ use cordon_core::policy::{self, Diagnostic, Host, Trust};
 use serde_json::{Value, json};
 
 use crate::admin::print_json;
+use crate::api::{Client, DiagnosticInfo, PolicyReport};
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::api::{Client, DiagnosticInfo, PolicyReport};
 use crate::host;
 use crate::term::{errln, outln};
 

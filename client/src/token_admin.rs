@@ -6,9 +6,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::admin::print_json;
+use crate::api::{Client, TokenInfo};
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::api::{Client, TokenInfo};
 use crate::term::outln;
 
 pub async fn issue(

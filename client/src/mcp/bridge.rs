@@ -24,8 +24,8 @@ use super::daemon::Daemon;
 use super::search::{SEARCH_TOOL, STATUS_TOOL};
 use super::watch::Notifier;
 use super::{pages, render, search};
-use crate::endpoint::Endpoint;
 use crate::api::ToolInfo;
+use crate::endpoint::Endpoint;
 
 #[derive(Debug, Clone)]
 pub struct Bridge {

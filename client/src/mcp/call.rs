@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use super::bridge::{Bridge, lock};
 use super::render;
 use super::watch::NOTIFY_TIMEOUT;
-use crate::error::CliError;
 use crate::api::{Event, Invocation, ToolInfo};
+use crate::error::CliError;
 
 /// At most this many progress notifications per second while a tool runs.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::bridge::lock;
 use super::check::ArgCheck;
 use super::daemon::Daemon;
-use crate::error::CliError;
 use crate::api::{RulesError, ToolInfo};
+use crate::error::CliError;
 
 /// The built-in tool that redeems agent confirmation tokens.
 pub const CONFIRM_TOOL: &str = "confirm";

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::api::Client;
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::api::Client;
 
 /// Invocations this session runs in cordond at once; the rest wait their turn, in order. It is
 /// cordond's default per-caller limit: more in flight would only be answered BUSY.
@@ -79,7 +79,7 @@ impl Daemon {
         // Debug only: cordond logs and records it. (A front-end whose host closed its stderr
         // stalled on a warning written for every refusal: see the report of issue 26.)
         tracing::debug!(method, tool, code, message, "refused a request; reporting it to cordond");
-        let report = cordon_proto::v1::ReportRefusalRequest {
+        let report = crate::api::Refusal {
             transport: if self.token.is_some() { "http" } else { "stdio" }.into(),
             method: method.into(),
             tool: tool.into(),

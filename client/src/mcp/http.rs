@@ -53,9 +53,9 @@ use tokio::sync::Mutex;
 use cordon_limit::Principal;
 
 use super::bridge::Bridge;
+use crate::api::Client;
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::api::Client;
 
 /// `cordon mcp --http`'s settings.
 #[derive(Debug, Clone)]

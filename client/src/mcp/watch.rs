@@ -97,12 +97,12 @@ impl Bridge {
                             inner.notify.log(LoggingLevel::Info, "cordond is back").await;
                             was_up = true;
                         }
-                        while let Ok(Some(g)) = stream.message().await {
-                            if std::mem::take(&mut announce) || last.is_some_and(|l| l != g.generation) {
+                        while let Ok(Some(g)) = stream.next().await {
+                            if std::mem::take(&mut announce) || last.is_some_and(|l| l != g) {
                                 inner.catalogs.invalidate();
                                 inner.notify.list_changed().await;
                             }
-                            last = Some(g.generation);
+                            last = Some(g);
                         }
                     }
                     Err(err) => {
