@@ -5,9 +5,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::cmd::{audit, registry as registry_admin, run as admin};
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::{admin, audit, init, registry_admin, term};
+use crate::{init, term};
 
 /// cordon: run admin-approved tools through cordond, and administer it.
 #[derive(Debug, Parser)]
@@ -680,10 +681,10 @@ async fn dispatch(command: Command, endpoint: &Endpoint, socket: PathBuf, json: 
             admin::run(endpoint, &tool, &args, args_json, json).await
         }
         Command::Run { tool, args, args_json, dry_run: false, detach: true } => {
-            crate::jobs::run_detached(endpoint, &tool, &args, args_json, json).await
+            crate::cmd::jobs::run_detached(endpoint, &tool, &args, args_json, json).await
         }
         Command::Run { tool, args, args_json, dry_run: true, .. } => {
-            crate::dry_run::dry_run(endpoint, &tool, &args, args_json, json).await
+            crate::cmd::dry_run::dry_run(endpoint, &tool, &args, args_json, json).await
         }
         Command::Policy { command: PolicyCommand::Check { paths, tool: Some(tool), .. } } => {
             registry_admin::check_tool(endpoint, &paths, &tool, json).await
@@ -691,10 +692,12 @@ async fn dispatch(command: Command, endpoint: &Endpoint, socket: PathBuf, json: 
         Command::Policy { command: PolicyCommand::Check { paths, tool: None, deny_warnings } } => {
             admin::policy_check(&paths, deny_warnings, json)
         }
-        Command::Policy { command: PolicyCommand::Test { paths } } => crate::policy_test::policy_test(&paths, json),
+        Command::Policy { command: PolicyCommand::Test { paths } } => {
+            crate::cmd::policy::test::policy_test(&paths, json)
+        }
         Command::Policy { command: PolicyCommand::Reference } => admin::policy_reference(json),
         Command::Policy { command: PolicyCommand::Diff { dirs, against_socket } } => {
-            use crate::policy_diff::{Side, diff};
+            use crate::cmd::policy::diff::{Side, diff};
             let (old, new) = match (dirs.as_slice(), against_socket) {
                 // Two daemons on this host: with --remote, the "other" one would not be on the
                 // remote's host.
@@ -737,10 +740,10 @@ async fn dispatch(command: Command, endpoint: &Endpoint, socket: PathBuf, json: 
         Command::Cancel { id } => admin::cancel(endpoint, &id, json).await,
         Command::Doctor => admin::doctor(endpoint, &socket, json).await,
         Command::Confirm { token, detach: false } => admin::confirm(endpoint, &token, json).await,
-        Command::Confirm { token, detach: true } => crate::jobs::confirm_detached(endpoint, &token, json).await,
-        Command::Job { id, wait, cancel: false } => crate::jobs::job(endpoint, &id, wait, json).await,
-        Command::Job { id, cancel: true, .. } => crate::jobs::cancel(endpoint, &id, json).await,
-        Command::Jobs => crate::jobs::jobs(endpoint, json).await,
+        Command::Confirm { token, detach: true } => crate::cmd::jobs::confirm_detached(endpoint, &token, json).await,
+        Command::Job { id, wait, cancel: false } => crate::cmd::jobs::job(endpoint, &id, wait, json).await,
+        Command::Job { id, cancel: true, .. } => crate::cmd::jobs::cancel(endpoint, &id, json).await,
+        Command::Jobs => crate::cmd::jobs::jobs(endpoint, json).await,
         Command::Pending { watch } => admin::pending(endpoint, json, watch).await,
         Command::Approve { id } => admin::decide(endpoint, &id, true, json).await,
         Command::Deny { id } => admin::decide(endpoint, &id, false, json).await,
@@ -755,10 +758,10 @@ async fn dispatch(command: Command, endpoint: &Endpoint, socket: PathBuf, json: 
                             .map_err(|e| CliError::Usage(format!("--expires {text:?}: {e}")))?,
                     ),
                 };
-                crate::token_admin::issue(endpoint, &account, groups, expires, &label, json).await
+                crate::cmd::tokens::issue(endpoint, &account, groups, expires, &label, json).await
             }
-            TokenCommand::List => crate::token_admin::list(endpoint, json).await,
-            TokenCommand::Revoke { id } => crate::token_admin::revoke(endpoint, &id, json).await,
+            TokenCommand::List => crate::cmd::tokens::list(endpoint, json).await,
+            TokenCommand::Revoke { id } => crate::cmd::tokens::revoke(endpoint, &id, json).await,
         },
         Command::Status => admin::status(endpoint, json).await,
         Command::Audit { command } => match command {

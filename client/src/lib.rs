@@ -2,14 +2,14 @@
 //!
 //! # Layout
 //! - [`cli`]: flags and subcommands (clap), and dispatch.
-//! - [`admin`]: the admin subcommands: tools, tool, run, policy check, reload, status.
+//! - `cmd::run`: the admin subcommands: tools, tool, run, policy check, reload, status.
 //! - [`live`]: `cordon run`'s live output (lossless, within the cap), the elapsed time on a
 //!   terminal, Ctrl-C as a cancel.
-//! - [`registry_admin`]: `cordon tool add|remove` (checked, atomic edits of the policy directory)
+//! - `cmd::registry`: `cordon tool add|remove` (checked, atomic edits of the policy directory)
 //!   and `cordon policy check --tool NAME`.
 //! - [`init`]: `cordon init`: a policy scaffolded from a project's build files.
-//! - [`audit`]: `cordon audit tail|verify|resume`.
-//! - [`policy_diff`]: `cordon policy diff` (daemons and directories compared, tool by tool).
+//! - `cmd::audit`: `cordon audit tail|verify|resume`.
+//! - `cmd::policy::diff`: `cordon policy diff` (daemons and directories compared, tool by tool).
 //! - [`import`]: `cordon import`: CtxNest and Gandalf tool definitions translated into a policy.
 //! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
 //! - [`api`]: the only module that sees proto types; converts them to plain structs.
@@ -30,27 +30,20 @@
 // closed pipe or a full disk must not panic the way `println!` does.
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
-pub mod admin;
 pub mod api;
-pub mod audit;
 pub mod cli;
+pub mod cmd;
 pub mod docs;
-pub mod dry_run;
 pub mod endpoint;
 pub mod error;
 pub mod host;
 pub mod import;
 pub mod init;
-pub mod jobs;
 pub mod live;
 pub mod mcp;
-pub mod policy_diff;
-pub mod policy_test;
-pub mod registry_admin;
 pub mod remote;
 pub mod search;
 pub mod term;
-pub mod token_admin;
 pub mod wiring;
 
 pub use cli::{Cli, run};

@@ -99,7 +99,7 @@ pub async fn diff(old: Side, new: Side, as_json: bool) -> Result<u8, CliError> {
     let w = fleet::diff(&a.workflows, &b.workflows);
     let identical = a.digest == b.digest && d.is_empty() && w.is_empty();
     if as_json {
-        crate::admin::print_json(&json!({
+        crate::cmd::run::print_json(&json!({
             "identical": identical,
             "old": old.describe(&a),
             "new": new.describe(&b),

@@ -8,9 +8,9 @@ use std::time::Duration;
 use cordon_core::code::ErrorCode;
 use serde_json::json;
 
-use crate::admin::print_json;
-use crate::admin::{call_arguments, print_result, print_workflow};
 use crate::api::{Client, Detached, JobInfo, ToolInfo};
+use crate::cmd::run::print_json;
+use crate::cmd::run::{call_arguments, print_result, print_workflow};
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::term::{errln, outln};

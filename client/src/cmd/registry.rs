@@ -18,8 +18,8 @@ use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Diagnostic, Host, Trust};
 use serde_json::{Value, json};
 
-use crate::admin::print_json;
 use crate::api::{Client, DiagnosticInfo, PolicyReport};
+use crate::cmd::run::print_json;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::host;

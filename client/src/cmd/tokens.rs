@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::admin::print_json;
 use crate::api::{Client, TokenInfo};
+use crate::cmd::run::print_json;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::term::outln;

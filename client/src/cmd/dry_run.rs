@@ -2,8 +2,8 @@
 //! (same refusals, same error codes) and says what would run (argv, environment, working
 //! directory, identity, sandbox, limits); nothing runs. cordond audits it as `dry_run`.
 
-use crate::admin::print_grants;
 use crate::api::Client;
+use crate::cmd::run::print_grants;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::term::outln;
@@ -17,7 +17,7 @@ pub async fn dry_run(
 ) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
     // Typed as `run` types them, so the dry run checks the very arguments `run` would send.
-    let (_, arguments) = crate::admin::call_arguments(&mut client, tool, args, args_json).await?;
+    let (_, arguments) = crate::cmd::run::call_arguments(&mut client, tool, args, args_json).await?;
     let d = client.dry_run(tool, arguments).await?;
     if as_json {
         let mut v = serde_json::to_value(&d).map_err(|e| CliError::Protocol(e.to_string()))?;

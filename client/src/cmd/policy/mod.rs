@@ -1,0 +1,4 @@
+//! `cordon policy test|diff`.
+
+pub mod diff;
+pub mod test;
