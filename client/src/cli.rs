@@ -5,10 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::cmd::{audit, registry as registry_admin, run as admin};
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::{init, term};
+use crate::term;
 
 /// cordon: run admin-approved tools through cordond, and administer it.
 #[derive(Debug, Parser)]
@@ -616,7 +615,7 @@ pub fn run(cli: Cli) -> ExitCode {
     let json = cli.json;
     // `policy diff` exits as diff(1) does: 2 for any trouble, 1 meaning "different".
     let diff = matches!(cli.command, Command::Policy { command: PolicyCommand::Diff { .. } });
-    match runtime.block_on(dispatch(cli.command, &endpoint, socket, json)) {
+    match runtime.block_on(crate::cmd::dispatch(cli.command, &endpoint, socket, json)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             report(&e, json);
@@ -642,141 +641,6 @@ fn report(e: &CliError, json: bool) {
 
 /// The exit status of `cordon policy diff` on any error (0 and 1 mean identical and different).
 const DIFF_TROUBLE: u8 = 2;
-
-/// `ctxnest` or `gandalf`.
-fn import_format(name: &str) -> Result<cordon_core::policy::foreign::Foreign, CliError> {
-    use cordon_core::policy::foreign::Foreign;
-    match name {
-        "ctxnest" => Ok(Foreign::CtxNest),
-        "gandalf" => Ok(Foreign::Gandalf),
-        other => Err(CliError::Usage(format!(
-            "unknown import format {other:?}; use `cordon import ctxnest FILE`, `cordon import gandalf FILE`, or \
-             `cordon import FILE` to detect it"
-        ))),
-    }
-}
-
-async fn dispatch(command: Command, endpoint: &Endpoint, socket: PathBuf, json: bool) -> Result<u8, CliError> {
-    match command {
-        Command::Mcp { .. } => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
-        Command::Tools { all, search: Some(query), limit } => {
-            admin::search(endpoint, json, all, &query, usize::from(limit)).await
-        }
-        Command::Tools { all, search: None, .. } => admin::tools(endpoint, json, all).await,
-        Command::Tool { name: Some(name), command: None }
-        | Command::Tool { command: Some(ToolCommand::Show { name }), .. } => admin::tool(endpoint, &name, json).await,
-        Command::Tool { command: Some(ToolCommand::Add { file, replace, policies }), .. } => {
-            registry_admin::add(endpoint, &file, replace, policies.as_deref(), json).await
-        }
-        Command::Tool { command: Some(ToolCommand::Remove { name, policies }), .. } => {
-            registry_admin::remove(endpoint, &name, policies.as_deref(), json).await
-        }
-        Command::Tool { name: None, command: None } => {
-            Err(CliError::Usage("name a tool (`cordon tool NAME`), or `cordon tool add|remove|show`".into()))
-        }
-        Command::Init { dir, output, force, name, template, scan } => {
-            init::init(&dir, output.as_deref(), force, name.as_deref(), template, scan, json)
-        }
-        Command::Run { tool, args, args_json, dry_run: false, detach: false } => {
-            admin::run(endpoint, &tool, &args, args_json, json).await
-        }
-        Command::Run { tool, args, args_json, dry_run: false, detach: true } => {
-            crate::cmd::jobs::run_detached(endpoint, &tool, &args, args_json, json).await
-        }
-        Command::Run { tool, args, args_json, dry_run: true, .. } => {
-            crate::cmd::dry_run::dry_run(endpoint, &tool, &args, args_json, json).await
-        }
-        Command::Policy { command: PolicyCommand::Check { paths, tool: Some(tool), .. } } => {
-            registry_admin::check_tool(endpoint, &paths, &tool, json).await
-        }
-        Command::Policy { command: PolicyCommand::Check { paths, tool: None, deny_warnings } } => {
-            admin::policy_check(&paths, deny_warnings, json)
-        }
-        Command::Policy { command: PolicyCommand::Test { paths } } => {
-            crate::cmd::policy::test::policy_test(&paths, json)
-        }
-        Command::Policy { command: PolicyCommand::Reference } => admin::policy_reference(json),
-        Command::Policy { command: PolicyCommand::Diff { dirs, against_socket } } => {
-            use crate::cmd::policy::diff::{Side, diff};
-            let (old, new) = match (dirs.as_slice(), against_socket) {
-                // Two daemons on this host: with --remote, the "other" one would not be on the
-                // remote's host.
-                ([], Some(_)) if endpoint.remote().is_some() => {
-                    return Err(CliError::Usage(
-                        "--against-socket compares two daemons on this host; with --remote, compare the remote \
-                         daemon with a directory (`cordon --remote URL ... policy diff DIR`)"
-                            .into(),
-                    ));
-                }
-                ([], Some(other)) => (Side::Daemon(endpoint.clone()), Side::Daemon(Endpoint::Socket(other))),
-                ([dir], None) => (Side::Daemon(endpoint.clone()), Side::Dir(dir.clone())),
-                ([a, b], None) => (Side::Dir(a.clone()), Side::Dir(b.clone())),
-                _ => {
-                    return Err(CliError::Usage(
-                        "usage: cordon policy diff DIR | OLD NEW | --against-socket PATH".into(),
-                    ));
-                }
-            };
-            diff(old, new, json).await
-        }
-        Command::Import { args, project_root, namespace, confirm, output, force } => {
-            let (format, file) = match args.as_slice() {
-                [file] => (None, file),
-                [format, file] => (Some(import_format(format)?), file),
-                _ => return Err(CliError::Usage("usage: cordon import [ctxnest|gandalf] FILE [-o OUT.toml]".into())),
-            };
-            let opts = crate::import::Options {
-                format,
-                file: PathBuf::from(file),
-                project_root,
-                namespace,
-                confirm,
-                // `-` is standard output, as for `cordon init -o -`: never a file named `-`.
-                output: output.filter(|p| p.as_os_str() != "-"),
-                force,
-            };
-            crate::import::run(&opts, json)
-        }
-        Command::Cancel { id } => admin::cancel(endpoint, &id, json).await,
-        Command::Doctor => admin::doctor(endpoint, &socket, json).await,
-        Command::Confirm { token, detach: false } => admin::confirm(endpoint, &token, json).await,
-        Command::Confirm { token, detach: true } => crate::cmd::jobs::confirm_detached(endpoint, &token, json).await,
-        Command::Job { id, wait, cancel: false } => crate::cmd::jobs::job(endpoint, &id, wait, json).await,
-        Command::Job { id, cancel: true, .. } => crate::cmd::jobs::cancel(endpoint, &id, json).await,
-        Command::Jobs => crate::cmd::jobs::jobs(endpoint, json).await,
-        Command::Pending { watch } => admin::pending(endpoint, json, watch).await,
-        Command::Approve { id } => admin::decide(endpoint, &id, true, json).await,
-        Command::Deny { id } => admin::decide(endpoint, &id, false, json).await,
-        Command::Reload => admin::reload(endpoint, json).await,
-        Command::Metrics => admin::metrics(endpoint).await,
-        Command::Token { command } => match command {
-            TokenCommand::Issue { account, label, groups, expires } => {
-                let expires = match expires {
-                    None => None,
-                    Some(text) => Some(
-                        cordon_core::policy::units::parse_duration(&text)
-                            .map_err(|e| CliError::Usage(format!("--expires {text:?}: {e}")))?,
-                    ),
-                };
-                crate::cmd::tokens::issue(endpoint, &account, groups, expires, &label, json).await
-            }
-            TokenCommand::List => crate::cmd::tokens::list(endpoint, json).await,
-            TokenCommand::Revoke { id } => crate::cmd::tokens::revoke(endpoint, &id, json).await,
-        },
-        Command::Status => admin::status(endpoint, json).await,
-        Command::Audit { command } => match command {
-            AuditCommand::Tail { lines, follow, tool, decision } => {
-                audit::tail(endpoint, lines, follow, tool.as_deref(), decision.as_deref(), json).await
-            }
-            AuditCommand::Verify { path } => audit::verify(path, json),
-            AuditCommand::Resume => audit::resume(endpoint, json).await,
-        },
-        Command::Completions { shell } => crate::docs::completions(shell),
-        Command::Man { dir: Some(dir), .. } => crate::docs::man_pages(&dir),
-        Command::Man { reference: Some(dir), .. } => crate::docs::reference_pages(&dir),
-        Command::Man { .. } => Err(CliError::Usage("cordon man needs --dir DIR or --reference DIR".into())),
-    }
-}
 
 #[cfg(test)]
 mod tests {

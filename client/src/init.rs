@@ -54,7 +54,7 @@ fn json_report(mut out: serde_json::Value, to_stdout: bool, text: &str) -> u8 {
     if to_stdout {
         out["policy"] = json!(text);
     }
-    crate::cmd::run::print_json(&out);
+    crate::cmd::output::print_json(&out);
     exit::OK
 }
 

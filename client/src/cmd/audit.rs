@@ -14,7 +14,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::term::outln;
 
-pub async fn tail(
+pub(super) async fn tail(
     endpoint: &Endpoint,
     lines: u32,
     follow: bool,
@@ -77,7 +77,7 @@ fn human(line: &str) -> String {
     out
 }
 
-pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
+pub(super) fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
     let path = path.unwrap_or_else(audit::default_path);
     match chain::verify(&path) {
         Ok(summary) => {
@@ -129,7 +129,7 @@ pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
     }
 }
 
-pub async fn resume(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn resume(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
     let message = client.resume_audit().await?;
     if as_json {

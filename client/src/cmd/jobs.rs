@@ -8,9 +8,9 @@ use std::time::Duration;
 use cordon_core::code::ErrorCode;
 use serde_json::json;
 
+use super::output::print_json;
+use super::run::{print_result, print_workflow};
 use crate::api::{Client, Detached, JobInfo, ToolInfo};
-use crate::cmd::run::print_json;
-use crate::cmd::run::{call_arguments, print_result, print_workflow};
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::term::{errln, outln};
@@ -18,20 +18,13 @@ use crate::term::{errln, outln};
 /// One `GetJob` waits this long; `--wait` asks again until the job finishes.
 const WAIT_STEP: Duration = Duration::from_secs(30);
 
-pub async fn run_detached(
-    endpoint: &Endpoint,
-    tool: &str,
-    args: &[String],
-    args_json: Option<String>,
-    as_json: bool,
-) -> Result<u8, CliError> {
-    let mut client = Client::connect(endpoint).await?;
-    let (_, arguments) = call_arguments(&mut client, tool, args, args_json).await?;
+pub(super) async fn run_detached(call: super::Call, tool: &str, as_json: bool) -> Result<u8, CliError> {
+    let super::Call { mut client, arguments, .. } = call;
     let started = client.start_job(tool, arguments, None).await?;
     Ok(print_started(started, as_json))
 }
 
-pub async fn confirm_detached(endpoint: &Endpoint, token: &str, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn confirm_detached(endpoint: &Endpoint, token: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
     let started = client.start_job("", String::new(), Some(token)).await?;
     Ok(print_started(started, as_json))
@@ -79,7 +72,7 @@ fn print_started(started: Detached, as_json: bool) -> u8 {
     }
 }
 
-pub async fn job(endpoint: &Endpoint, id: &str, wait: bool, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn job(endpoint: &Endpoint, id: &str, wait: bool, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
     let mut job = client.get_job(id, Duration::ZERO).await?;
     while wait && !job.finished() {
@@ -136,7 +129,7 @@ fn print_result_code(r: &crate::api::RunResult) -> u8 {
     }
 }
 
-pub async fn cancel(endpoint: &Endpoint, id: &str, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn cancel(endpoint: &Endpoint, id: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
     let cancelled = client.cancel_job(id).await?;
     if as_json {
@@ -149,7 +142,7 @@ pub async fn cancel(endpoint: &Endpoint, id: &str, as_json: bool) -> Result<u8, 
     Ok(exit::OK)
 }
 
-pub async fn jobs(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn list(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
     let jobs = client.list_jobs().await?;
     if as_json {

@@ -18,8 +18,8 @@ use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Diagnostic, Host, Trust};
 use serde_json::{Value, json};
 
+use super::output::print_json;
 use crate::api::{Client, DiagnosticInfo, PolicyReport};
-use crate::cmd::run::print_json;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::host;
@@ -37,7 +37,7 @@ struct Target {
 }
 
 /// `cordon tool add --file FILE [--replace] [--policies DIR]`.
-pub async fn add(
+pub(super) async fn add(
     endpoint: &Endpoint,
     file: &Path,
     replace: bool,
@@ -125,7 +125,12 @@ pub async fn add(
 }
 
 /// `cordon tool remove NAME [--policies DIR]`.
-pub async fn remove(endpoint: &Endpoint, name: &str, policies: Option<&Path>, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn remove(
+    endpoint: &Endpoint,
+    name: &str,
+    policies: Option<&Path>,
+    as_json: bool,
+) -> Result<u8, CliError> {
     let mut target = target(endpoint, policies, "remove").await?;
     let files = read_dir(&target, as_json)?;
     let owners = owners(&files, name);
@@ -505,7 +510,7 @@ fn write_error(path: &Path, e: &std::io::Error) -> CliError {
 /// Writes `text` to `dest` in `dir` atomically: a temporary file beside it (its name starts
 /// with `.`: cordond never reads it), mode 0644, owned like the directory when run as root,
 /// synced, renamed over `dest`, and the directory synced.
-pub(crate) fn write_atomic(dir: &Path, dest: &Path, text: &str) -> Result<(), CliError> {
+pub(super) fn write_atomic(dir: &Path, dest: &Path, text: &str) -> Result<(), CliError> {
     let temp = temp_path(dir, dest);
     let written = (|| -> std::io::Result<()> {
         let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&temp)?;
@@ -541,7 +546,12 @@ pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
 
 /// `cordon policy check --tool NAME [PATH...]`: where the tool is defined, the diagnostics of its
 /// tables (and of its file's top level, which apply to it), and whether it is available.
-pub async fn check_tool(endpoint: &Endpoint, paths: &[PathBuf], name: &str, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn check_tool(
+    endpoint: &Endpoint,
+    paths: &[PathBuf],
+    name: &str,
+    as_json: bool,
+) -> Result<u8, CliError> {
     let paths: Vec<PathBuf> = if paths.is_empty() {
         let mut client = Client::connect(endpoint).await?;
         let status = client.status().await?;

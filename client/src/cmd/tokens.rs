@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::output::print_json;
 use crate::api::{Client, TokenInfo};
-use crate::cmd::run::print_json;
 use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
 use crate::term::outln;
 
-pub async fn issue(
+pub(super) async fn issue(
     endpoint: &Endpoint,
     account: &str,
     groups: Vec<String>,
@@ -38,7 +38,7 @@ pub async fn issue(
     Ok(exit::OK)
 }
 
-pub async fn list(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn list(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
     let tokens = client.list_tokens().await?;
     if as_json {
@@ -63,7 +63,7 @@ fn state(t: &TokenInfo, now: u64) -> &'static str {
     }
 }
 
-pub async fn revoke(endpoint: &Endpoint, id: &str, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn revoke(endpoint: &Endpoint, id: &str, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
     let t = client.revoke_token(id).await?;
     if as_json {

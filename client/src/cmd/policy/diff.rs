@@ -21,7 +21,7 @@ use crate::term::outln;
 
 /// One side of the comparison.
 #[derive(Debug, Clone)]
-pub enum Side {
+pub(crate) enum Side {
     Daemon(Endpoint),
     Dir(PathBuf),
 }
@@ -93,13 +93,13 @@ fn load_dir(dir: &Path) -> Result<LoadedPolicy, CliError> {
 
 /// Compares `old` with `new` and prints the difference; 0 when the sets are identical, 1 when
 /// they differ.
-pub async fn diff(old: Side, new: Side, as_json: bool) -> Result<u8, CliError> {
+pub(crate) async fn run(old: Side, new: Side, as_json: bool) -> Result<u8, CliError> {
     let (a, b) = (old.load().await?, new.load().await?);
     let d = fleet::diff(&a.tools, &b.tools);
     let w = fleet::diff(&a.workflows, &b.workflows);
     let identical = a.digest == b.digest && d.is_empty() && w.is_empty();
     if as_json {
-        crate::cmd::run::print_json(&json!({
+        crate::cmd::output::print_json(&json!({
             "identical": identical,
             "old": old.describe(&a),
             "new": new.describe(&b),
