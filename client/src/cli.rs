@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::{admin, audit, init, registry_admin, term};
+use crate::term;
 
 /// cordon: run admin-approved tools through cordond, and administer it.
 #[derive(Debug, Parser)]
@@ -532,15 +533,21 @@ fn shell_word(word: &str) -> String {
 
 /// Runs the command and maps every error to its exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    if let (Some(url), Some(cert), Some(key), Some(ca)) = (&cli.remote, &cli.cert, &cli.key, &cli.ca) {
-        match crate::remote::Remote::load(url, cert, key, ca) {
-            Ok(remote) => crate::remote::set(remote),
-            Err(e) => {
-                report(&e, cli.json);
-                return ExitCode::from(e.exit_code());
-            }
+    // The daemon every command below talks to, built once from the flags: --remote (with its
+    // certificate files, read and checked now) in place of the socket.
+    let remote = match (&cli.remote, &cli.cert, &cli.key, &cli.ca) {
+        (Some(url), Some(cert), Some(key), Some(ca)) => {
+            Some((url.as_str(), cert.as_path(), key.as_path(), ca.as_path()))
         }
-    }
+        _ => None,
+    };
+    let endpoint = match Endpoint::from_flags(cli.socket.clone(), remote) {
+        Ok(endpoint) => endpoint,
+        Err(e) => {
+            report(&e, cli.json);
+            return ExitCode::from(e.exit_code());
+        }
+    };
     if let Command::Mcp { command: Some(McpCommand::Config(args)), .. } = &cli.command {
         let daemon = crate::wiring::Daemon {
             socket: cli.socket.clone(),
@@ -591,17 +598,10 @@ pub fn run(cli: Cli) -> ExitCode {
             max_body,
             stateless,
         };
-        return crate::mcp::http::serve(
-            cli.socket.unwrap_or_else(cordon_proto::client_socket_path),
-            page_size.map(|n| n as usize),
-            opts,
-        );
+        return crate::mcp::http::serve(endpoint, page_size.map(|n| n as usize), opts);
     }
     if let Command::Mcp { page_size, .. } = cli.command {
-        return crate::mcp::serve(
-            cli.socket.unwrap_or_else(cordon_proto::client_socket_path),
-            page_size.map(|n| n as usize),
-        );
+        return crate::mcp::serve(endpoint, page_size.map(|n| n as usize));
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -610,11 +610,12 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The local socket as given or by default, also with --remote: `doctor` checks its file.
     let socket = cli.socket.clone().unwrap_or_else(cordon_proto::client_socket_path);
     let json = cli.json;
     // `policy diff` exits as diff(1) does: 2 for any trouble, 1 meaning "different".
     let diff = matches!(cli.command, Command::Policy { command: PolicyCommand::Diff { .. } });
-    match runtime.block_on(dispatch(cli.command, socket, json)) {
+    match runtime.block_on(crate::cmd::dispatch(cli.command, &endpoint, socket, json)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             report(&e, json);
@@ -640,139 +641,6 @@ fn report(e: &CliError, json: bool) {
 
 /// The exit status of `cordon policy diff` on any error (0 and 1 mean identical and different).
 const DIFF_TROUBLE: u8 = 2;
-
-/// `ctxnest` or `gandalf`.
-fn import_format(name: &str) -> Result<cordon_core::policy::foreign::Foreign, CliError> {
-    use cordon_core::policy::foreign::Foreign;
-    match name {
-        "ctxnest" => Ok(Foreign::CtxNest),
-        "gandalf" => Ok(Foreign::Gandalf),
-        other => Err(CliError::Usage(format!(
-            "unknown import format {other:?}; use `cordon import ctxnest FILE`, `cordon import gandalf FILE`, or \
-             `cordon import FILE` to detect it"
-        ))),
-    }
-}
-
-async fn dispatch(command: Command, socket: PathBuf, json: bool) -> Result<u8, CliError> {
-    match command {
-        Command::Mcp { .. } => Err(CliError::Usage("`cordon mcp` is served before dispatch".into())),
-        Command::Tools { all, search: Some(query), limit } => {
-            admin::search(&socket, json, all, &query, usize::from(limit)).await
-        }
-        Command::Tools { all, search: None, .. } => admin::tools(&socket, json, all).await,
-        Command::Tool { name: Some(name), command: None }
-        | Command::Tool { command: Some(ToolCommand::Show { name }), .. } => admin::tool(&socket, &name, json).await,
-        Command::Tool { command: Some(ToolCommand::Add { file, replace, policies }), .. } => {
-            registry_admin::add(&socket, &file, replace, policies.as_deref(), json).await
-        }
-        Command::Tool { command: Some(ToolCommand::Remove { name, policies }), .. } => {
-            registry_admin::remove(&socket, &name, policies.as_deref(), json).await
-        }
-        Command::Tool { name: None, command: None } => {
-            Err(CliError::Usage("name a tool (`cordon tool NAME`), or `cordon tool add|remove|show`".into()))
-        }
-        Command::Init { dir, output, force, name, template, scan } => {
-            init::init(&dir, output.as_deref(), force, name.as_deref(), template, scan, json)
-        }
-        Command::Run { tool, args, args_json, dry_run: false, detach: false } => {
-            admin::run(&socket, &tool, &args, args_json, json).await
-        }
-        Command::Run { tool, args, args_json, dry_run: false, detach: true } => {
-            crate::jobs::run_detached(&socket, &tool, &args, args_json, json).await
-        }
-        Command::Run { tool, args, args_json, dry_run: true, .. } => {
-            crate::dry_run::dry_run(&socket, &tool, &args, args_json, json).await
-        }
-        Command::Policy { command: PolicyCommand::Check { paths, tool: Some(tool), .. } } => {
-            registry_admin::check_tool(&socket, &paths, &tool, json).await
-        }
-        Command::Policy { command: PolicyCommand::Check { paths, tool: None, deny_warnings } } => {
-            admin::policy_check(&paths, deny_warnings, json)
-        }
-        Command::Policy { command: PolicyCommand::Test { paths } } => crate::policy_test::policy_test(&paths, json),
-        Command::Policy { command: PolicyCommand::Reference } => admin::policy_reference(json),
-        Command::Policy { command: PolicyCommand::Diff { dirs, against_socket } } => {
-            use crate::policy_diff::{Side, diff};
-            let (old, new) = match (dirs.as_slice(), against_socket) {
-                // Every connection of this process goes to --remote: the "other" daemon would be
-                // the same one.
-                ([], Some(_)) if crate::remote::get().is_some() => {
-                    return Err(CliError::Usage(
-                        "--against-socket compares two daemons on this host; with --remote, compare the remote \
-                         daemon with a directory (`cordon --remote URL ... policy diff DIR`)"
-                            .into(),
-                    ));
-                }
-                ([], Some(other)) => (Side::Daemon(socket), Side::Daemon(other)),
-                ([dir], None) => (Side::Daemon(socket), Side::Dir(dir.clone())),
-                ([a, b], None) => (Side::Dir(a.clone()), Side::Dir(b.clone())),
-                _ => {
-                    return Err(CliError::Usage(
-                        "usage: cordon policy diff DIR | OLD NEW | --against-socket PATH".into(),
-                    ));
-                }
-            };
-            diff(old, new, json).await
-        }
-        Command::Import { args, project_root, namespace, confirm, output, force } => {
-            let (format, file) = match args.as_slice() {
-                [file] => (None, file),
-                [format, file] => (Some(import_format(format)?), file),
-                _ => return Err(CliError::Usage("usage: cordon import [ctxnest|gandalf] FILE [-o OUT.toml]".into())),
-            };
-            let opts = crate::import::Options {
-                format,
-                file: PathBuf::from(file),
-                project_root,
-                namespace,
-                confirm,
-                // `-` is standard output, as for `cordon init -o -`: never a file named `-`.
-                output: output.filter(|p| p.as_os_str() != "-"),
-                force,
-            };
-            crate::import::run(&opts, json)
-        }
-        Command::Cancel { id } => admin::cancel(&socket, &id, json).await,
-        Command::Doctor => admin::doctor(&socket, json).await,
-        Command::Confirm { token, detach: false } => admin::confirm(&socket, &token, json).await,
-        Command::Confirm { token, detach: true } => crate::jobs::confirm_detached(&socket, &token, json).await,
-        Command::Job { id, wait, cancel: false } => crate::jobs::job(&socket, &id, wait, json).await,
-        Command::Job { id, cancel: true, .. } => crate::jobs::cancel(&socket, &id, json).await,
-        Command::Jobs => crate::jobs::jobs(&socket, json).await,
-        Command::Pending { watch } => admin::pending(&socket, json, watch).await,
-        Command::Approve { id } => admin::decide(&socket, &id, true, json).await,
-        Command::Deny { id } => admin::decide(&socket, &id, false, json).await,
-        Command::Reload => admin::reload(&socket, json).await,
-        Command::Metrics => admin::metrics(&socket).await,
-        Command::Token { command } => match command {
-            TokenCommand::Issue { account, label, groups, expires } => {
-                let expires = match expires {
-                    None => None,
-                    Some(text) => Some(
-                        cordon_core::policy::units::parse_duration(&text)
-                            .map_err(|e| CliError::Usage(format!("--expires {text:?}: {e}")))?,
-                    ),
-                };
-                crate::token_admin::issue(&socket, &account, groups, expires, &label, json).await
-            }
-            TokenCommand::List => crate::token_admin::list(&socket, json).await,
-            TokenCommand::Revoke { id } => crate::token_admin::revoke(&socket, &id, json).await,
-        },
-        Command::Status => admin::status(&socket, json).await,
-        Command::Audit { command } => match command {
-            AuditCommand::Tail { lines, follow, tool, decision } => {
-                audit::tail(&socket, lines, follow, tool.as_deref(), decision.as_deref(), json).await
-            }
-            AuditCommand::Verify { path } => audit::verify(path, json),
-            AuditCommand::Resume => audit::resume(&socket, json).await,
-        },
-        Command::Completions { shell } => crate::docs::completions(shell),
-        Command::Man { dir: Some(dir), .. } => crate::docs::man_pages(&dir),
-        Command::Man { reference: Some(dir), .. } => crate::docs::reference_pages(&dir),
-        Command::Man { .. } => Err(CliError::Usage("cordon man needs --dir DIR or --reference DIR".into())),
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -112,11 +112,11 @@ impl CliError {
         }
     }
 
-    /// A failed call on a connection to the daemon at `path`. A transport failure (no cordon
+    /// A failed call on a connection to the daemon at `endpoint`. A transport failure (no cordon
     /// error code, and an error underneath the status) is classified by the `io::Error` found
     /// beneath it: a reconnect that found no socket is "not running"; anything else is a
     /// connection that cordond closed or that broke, never "not running".
-    pub(crate) fn from_status(path: &std::path::Path, s: tonic::Status) -> CliError {
+    pub(crate) fn from_status(endpoint: &crate::endpoint::Endpoint, s: tonic::Status) -> CliError {
         // A status cordond did not send (no cordon code) that came from the transport: the
         // connection failed. `Cancelled` is what hyper reports when the peer closes the
         // connection under a request in flight (cordond closing one over its per-uid cap).
@@ -130,7 +130,7 @@ impl CliError {
         }
         // A remote daemon that refused this client's certificate says so only now (TLS 1.3: on
         // the first read), and a reconnect may meet a certificate problem of the daemon's.
-        if let Some(remote) = crate::remote::get()
+        if let Some(remote) = endpoint.remote()
             && let Some(e) = remote.explain(&s)
         {
             return e;
@@ -148,7 +148,7 @@ impl CliError {
             }
             cause = e.source();
         }
-        let path = path.to_path_buf();
+        let path = endpoint.path();
         match io_kind {
             Some(io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused) => CliError::DaemonDown {
                 path,
@@ -246,15 +246,16 @@ mod tests {
     #[test]
     fn only_enoent_and_econnrefused_mean_not_running() {
         let path = Path::new("/run/x.sock");
+        let endpoint = &crate::endpoint::Endpoint::Socket(path.into());
         for kind in [io::ErrorKind::NotFound, io::ErrorKind::ConnectionRefused] {
-            let e = CliError::from_status(path, transport(kind));
+            let e = CliError::from_status(endpoint, transport(kind));
             assert_eq!(e.code(), ErrorCode::DaemonNotRunning, "{kind:?}");
             assert_eq!(e.exit_code(), exit::UNAVAILABLE);
             let e = CliError::from_connect_io(path.into(), io::Error::from(kind));
             assert_eq!(e.code(), ErrorCode::DaemonNotRunning, "{kind:?}");
         }
         for kind in [io::ErrorKind::ConnectionReset, io::ErrorKind::BrokenPipe, io::ErrorKind::UnexpectedEof] {
-            let e = CliError::from_status(path, transport(kind));
+            let e = CliError::from_status(endpoint, transport(kind));
             assert_eq!(e.code(), ErrorCode::DaemonConnectionLost, "{kind:?}");
             assert_eq!(e.exit_code(), exit::TEMPORARY);
             assert!(!e.to_string().contains("not running"), "{e}");
@@ -267,17 +268,20 @@ mod tests {
         // cordond's own UNAVAILABLE (a tool that cannot run here) is not a transport failure.
         let mut s = tonic::Status::unavailable("the tool is unavailable");
         s.metadata_mut().insert(ERROR_CODE_KEY, tonic::metadata::MetadataValue::from_static("TOOL_UNAVAILABLE"));
-        assert_eq!(CliError::from_status(path, s).code(), ErrorCode::ToolUnavailable);
-        assert_eq!(CliError::from_status(path, tonic::Status::unavailable("no source")).code().as_str(), "UNAVAILABLE");
+        assert_eq!(CliError::from_status(endpoint, s).code(), ErrorCode::ToolUnavailable);
+        assert_eq!(
+            CliError::from_status(endpoint, tonic::Status::unavailable("no source")).code().as_str(),
+            "UNAVAILABLE"
+        );
         // The peer closing the connection under a request in flight (hyper: "operation was
         // canceled") is a lost connection, not a code of its own.
-        let e = CliError::from_status(path, tonic::Status::cancelled("operation was canceled"));
+        let e = CliError::from_status(endpoint, tonic::Status::cancelled("operation was canceled"));
         assert_eq!(e.code(), ErrorCode::DaemonConnectionLost);
         assert_eq!(e.exit_code(), exit::TEMPORARY);
         // A code this cordon does not know is kept as the daemon sent it.
         let mut s = tonic::Status::failed_precondition("newer");
         s.metadata_mut().insert(ERROR_CODE_KEY, tonic::metadata::MetadataValue::from_static("SOMETHING_NEW"));
-        let e = CliError::from_status(path, s);
+        let e = CliError::from_status(endpoint, s);
         assert_eq!(e.code(), Code::Raw("SOMETHING_NEW".into()));
         assert_eq!(e.to_json()["error"]["code"], "SOMETHING_NEW");
     }

@@ -36,8 +36,8 @@ use serde_json::json;
 
 pub mod template;
 
+use crate::cmd::registry::{sync_dir, temp_path};
 use crate::error::{CliError, exit};
-use crate::registry_admin::{sync_dir, temp_path};
 use crate::term::{errln, outln};
 
 /// One line of `cordon init`'s report: on stderr when the policy itself is on stdout.
@@ -54,7 +54,7 @@ fn json_report(mut out: serde_json::Value, to_stdout: bool, text: &str) -> u8 {
     if to_stdout {
         out["policy"] = json!(text);
     }
-    crate::admin::print_json(&out);
+    crate::cmd::output::print_json(&out);
     exit::OK
 }
 

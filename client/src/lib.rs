@@ -1,21 +1,25 @@
 //! `cordon`: the admin CLI for cordond, and `cordon mcp`, the MCP front-end agent hosts spawn.
 //!
 //! # Layout
-//! - [`cli`]: flags and subcommands (clap), and dispatch.
-//! - [`admin`]: the admin subcommands: tools, tool, run, policy check, reload, status.
+//! - [`cli`]: flags and subcommands (clap); builds the [`endpoint`] and hands the command to
+//!   `cmd::dispatch`.
+//! - `cmd`: one module per command or command group (`tools`, `run`, `confirm`, `jobs`,
+//!   `approvals`, `registry` for `tool add|remove`, `policy/{check,test,diff,reference}`,
+//!   `doctor`, `status`, `tokens`, `audit`, ...), the dispatch from the clap command, the
+//!   preamble every form of `run` shares, and the shared `--json` / table output.
 //! - [`live`]: `cordon run`'s live output (lossless, within the cap), the elapsed time on a
 //!   terminal, Ctrl-C as a cancel.
-//! - [`registry_admin`]: `cordon tool add|remove` (checked, atomic edits of the policy directory)
-//!   and `cordon policy check --tool NAME`.
 //! - [`init`]: `cordon init`: a policy scaffolded from a project's build files.
-//! - [`audit`]: `cordon audit tail|verify|resume`.
-//! - [`policy_diff`]: `cordon policy diff` (daemons and directories compared, tool by tool).
 //! - [`import`]: `cordon import`: CtxNest and Gandalf tool definitions translated into a policy.
 //! - [`host`]: what the host offers the sandbox, asked of `cordond --probe`.
-//! - [`grpc`]: the only module that sees proto types; converts them to plain structs.
+//! - [`api`]: the only module that sees proto types: the connection, and the RPC wrappers by
+//!   area, converting to plain structs.
+//! - [`endpoint`]: where the daemon is (its socket, or `--remote`), built once from the flags and
+//!   passed to every command and to `cordon mcp`; no process-wide state holds it.
 //! - [`remote`]: `--remote https://HOST:PORT` with `--cert`/`--key`/`--ca`: a daemon over mutual TLS.
 //! - [`error`]: client errors with their messages and stable exit codes.
 //! - [`mcp`]: the MCP stdio server (`cordon mcp`).
+//! - [`search`]: the ranking behind `cordon tools --search` and the MCP `search_tools`.
 //! - [`term`]: lines for people, with control and bidi characters escaped.
 //! - [`docs`]: shell completions and man pages from the clap definitions.
 //! - [`wiring`]: `cordon mcp config HOST`: agent hosts' config files, printed, merged, removed.
@@ -28,26 +32,20 @@
 // closed pipe or a full disk must not panic the way `println!` does.
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
-pub mod admin;
-pub mod audit;
+pub mod api;
 pub mod cli;
+mod cmd;
 pub mod docs;
-pub mod dry_run;
+pub mod endpoint;
 pub mod error;
-pub mod grpc;
 pub mod host;
 pub mod import;
 pub mod init;
-pub mod jobs;
 pub mod live;
 pub mod mcp;
-pub mod policy_diff;
-pub mod policy_test;
-pub mod registry_admin;
 pub mod remote;
 pub mod search;
 pub mod term;
-pub mod token_admin;
 pub mod wiring;
 
 pub use cli::{Cli, run};

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::mpsc;
 
+use crate::api::{Client, Event, Events, Invocation, RunResult, Step};
 use crate::error::CliError;
-use crate::grpc::{Client, Event, Events, Invocation, RunResult, Step};
 use crate::term::{self, errln};
 
 /// How long a run must be quiet before the elapsed time shows.

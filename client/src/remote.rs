@@ -2,8 +2,9 @@
 //! host, over TCP with mutual TLS (cordond's `--listen-tls`).
 //!
 //! The flags are global: every subcommand that talks to a daemon (and `cordon mcp`) talks to the
-//! remote one. They are read once at start ([`Remote::load`], [`set`]); [`crate::grpc::Client`]
-//! connects through [`Remote::connect`] when one is set. TLS 1.3 only; the daemon's certificate
+//! remote one. They are read once at start ([`Remote::load`]) into the
+//! [`crate::endpoint::Endpoint`] every command is given; [`crate::api::Client`] connects through
+//! [`Remote::connect`] when that endpoint is a remote one. TLS 1.3 only; the daemon's certificate
 //! is checked against `--ca` and the host name or address of the URL.
 //!
 //! What goes wrong is said in words ([`explain`]): a file that holds no certificate or key, a
@@ -15,7 +16,7 @@ use std::error::Error as StdError;
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -41,18 +42,6 @@ pub struct Remote {
     config: Arc<ClientConfig>,
     cert: PathBuf,
     ca: PathBuf,
-}
-
-static REMOTE: OnceLock<Remote> = OnceLock::new();
-
-/// Makes `remote` the daemon every connection of this process goes to (once).
-pub fn set(remote: Remote) {
-    let _ = REMOTE.set(remote);
-}
-
-/// The remote daemon, when `--remote` was given.
-pub fn get() -> Option<&'static Remote> {
-    REMOTE.get()
 }
 
 fn usage(message: String) -> CliError {

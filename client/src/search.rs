@@ -13,7 +13,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::grpc::ToolInfo;
+use crate::api::ToolInfo;
 
 /// The most hits one search returns, and the default.
 pub const MAX_LIMIT: usize = 50;

@@ -3,7 +3,6 @@
 
 #![allow(deprecated)] // rmcp marks MCP logging (set_level, logging notifications) deprecated (SEP-2577).
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cordon_core::code::ErrorCode;
@@ -25,7 +24,8 @@ use super::daemon::Daemon;
 use super::search::{SEARCH_TOOL, STATUS_TOOL};
 use super::watch::Notifier;
 use super::{pages, render, search};
-use crate::grpc::ToolInfo;
+use crate::api::ToolInfo;
+use crate::endpoint::Endpoint;
 
 #[derive(Debug, Clone)]
 pub struct Bridge {
@@ -57,14 +57,14 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Bridge {
-    pub fn new(socket: PathBuf, closed: tokio_util::sync::CancellationToken, page_size: Option<usize>) -> Bridge {
-        Bridge::for_token(socket, closed, page_size, None)
+    pub fn new(endpoint: Endpoint, closed: tokio_util::sync::CancellationToken, page_size: Option<usize>) -> Bridge {
+        Bridge::for_token(endpoint, closed, page_size, None)
     }
 
     /// A session whose every request to cordond carries `token` (`cordon mcp --http`): cordond
     /// verifies it and takes its account as the caller.
     pub fn for_token(
-        socket: PathBuf,
+        endpoint: Endpoint,
         closed: tokio_util::sync::CancellationToken,
         page_size: Option<usize>,
         token: Option<cordon_core::token::Bearer>,
@@ -72,7 +72,7 @@ impl Bridge {
         Bridge {
             inner: Arc::new(Inner {
                 closed,
-                daemon: Daemon::new(socket, token.clone()),
+                daemon: Daemon::new(endpoint, token.clone()),
                 catalogs: Catalogs::default(),
                 notify: Notifier::default(),
                 awaiting_input: AwaitingInput::default(),

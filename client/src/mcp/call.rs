@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use super::bridge::{Bridge, lock};
 use super::render;
 use super::watch::NOTIFY_TIMEOUT;
+use crate::api::{Event, Invocation, ToolInfo};
 use crate::error::CliError;
-use crate::grpc::{Event, Invocation, ToolInfo};
 
 /// At most this many progress notifications per second while a tool runs.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
@@ -35,7 +35,7 @@ impl Bridge {
     pub(super) async fn call(
         &self,
         tool: &ToolInfo,
-        check: &Result<super::check::ArgCheck, crate::grpc::RulesError>,
+        check: &Result<super::check::ArgCheck, crate::api::RulesError>,
         arguments: Value,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
@@ -72,7 +72,7 @@ impl Bridge {
                 ErrorCode::DaemonNotRunning,
                 &format!(
                     "cordond is not running at {}; ask the admin to start it, then retry",
-                    self.inner.daemon.socket().display()
+                    self.inner.daemon.endpoint()
                 ),
             ),
             CliError::Rpc { code, message, .. } => render::failure(code.as_ref().map(|c| c.as_str()), message),

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use super::bridge::lock;
 use super::check::ArgCheck;
 use super::daemon::Daemon;
+use crate::api::{RulesError, ToolInfo};
 use crate::error::CliError;
-use crate::grpc::{RulesError, ToolInfo};
 
 /// The built-in tool that redeems agent confirmation tokens.
 pub const CONFIRM_TOOL: &str = "confirm";

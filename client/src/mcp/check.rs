@@ -10,7 +10,7 @@ use cordon_core::policy::Param;
 use cordon_core::validate::{Signature, ValidationError, validate_signature};
 use serde_json::Value;
 
-use crate::grpc::{RulesError, ToolInfo};
+use crate::api::{RulesError, ToolInfo};
 
 /// One tool's params, rebuilt as the daemon holds them.
 #[derive(Debug)]

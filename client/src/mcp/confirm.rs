@@ -22,7 +22,7 @@ use super::bridge::{Bridge, lock};
 use super::call::Start;
 use super::catalog::CONFIRM_TOOL;
 use super::render;
-use crate::grpc::{ConfirmationInfo, ToolInfo};
+use crate::api::{ConfirmationInfo, ToolInfo};
 
 /// Human confirmations waiting for an input-required answer (2026-07-28), by request state.
 #[derive(Debug, Default)]

@@ -4,12 +4,12 @@
 //! transport failed is dropped and opened again on the next call. At most [`MAX_IN_FLIGHT`]
 //! invocations run in cordond at once; at most [`MAX_QUEUED`] wait, in order.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+use crate::api::Client;
+use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::grpc::Client;
 
 /// Invocations this session runs in cordond at once; the rest wait their turn, in order. It is
 /// cordond's default per-caller limit: more in flight would only be answered BUSY.
@@ -21,10 +21,10 @@ const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Retry hint of a call refused because the queue is full.
 const QUEUE_FULL_RETRY_MS: u64 = 1000;
 
-/// The daemon as this session sees it: its socket, one connection, turns for invocations.
+/// The daemon as this session sees it: its endpoint, one connection, turns for invocations.
 #[derive(Debug)]
 pub(super) struct Daemon {
-    socket: PathBuf,
+    endpoint: Endpoint,
     /// The agent's token every request carries (`cordon mcp --http`); `None`: the caller is
     /// this process's user, as cordond sees it on the socket.
     token: Option<cordon_core::token::Bearer>,
@@ -39,9 +39,9 @@ pub(super) struct Daemon {
 }
 
 impl Daemon {
-    pub(super) fn new(socket: PathBuf, token: Option<cordon_core::token::Bearer>) -> Daemon {
+    pub(super) fn new(endpoint: Endpoint, token: Option<cordon_core::token::Bearer>) -> Daemon {
         Daemon {
-            socket,
+            endpoint,
             token,
             client: tokio::sync::Mutex::new(None),
             epoch: AtomicU64::new(0),
@@ -49,8 +49,8 @@ impl Daemon {
         }
     }
 
-    pub(super) fn socket(&self) -> &Path {
-        &self.socket
+    pub(super) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     pub(super) async fn client(&self) -> Result<Client, CliError> {
@@ -63,7 +63,7 @@ impl Daemon {
         if let Some((epoch, c)) = slot.as_ref() {
             return Ok((*epoch, c.clone()));
         }
-        let mut c = Client::connect(&self.socket).await?;
+        let mut c = Client::connect(&self.endpoint).await?;
         if let Some(token) = &self.token {
             c = c.with_token(token)?;
         }
@@ -79,7 +79,7 @@ impl Daemon {
         // Debug only: cordond logs and records it. (A front-end whose host closed its stderr
         // stalled on a warning written for every refusal: see the report of issue 26.)
         tracing::debug!(method, tool, code, message, "refused a request; reporting it to cordond");
-        let report = cordon_proto::v1::ReportRefusalRequest {
+        let report = crate::api::Refusal {
             transport: if self.token.is_some() { "http" } else { "stdio" }.into(),
             method: method.into(),
             tool: tool.into(),

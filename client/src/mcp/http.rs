@@ -35,7 +35,6 @@
 //! off and answers plain JSON where it can. The 2024-11-05 HTTP+SSE transport is not served.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,8 +53,9 @@ use tokio::sync::Mutex;
 use cordon_limit::Principal;
 
 use super::bridge::Bridge;
+use crate::api::Client;
+use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::grpc::Client;
 
 /// `cordon mcp --http`'s settings.
 #[derive(Debug, Clone)]
@@ -172,7 +172,7 @@ struct Front {
     sessions: Mutex<Sessions>,
     /// A connection to cordond used to check tokens (each check carries the token).
     checker: tokio::sync::Mutex<Option<Client>>,
-    socket: PathBuf,
+    endpoint: Endpoint,
     max_per_token: usize,
     /// The `Host` values accepted (host, port when the entry names one), as rmcp checks them.
     hosts: Vec<(String, Option<u16>)>,
@@ -186,7 +186,7 @@ struct Front {
 }
 
 /// Serves until interrupted (SIGINT, SIGTERM).
-pub fn serve(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> ExitCode {
+pub fn serve(endpoint: Endpoint, page_size: Option<usize>, opts: HttpOptions) -> ExitCode {
     super::init_logging();
     if let Err(e) = check_listen(&opts) {
         cordon_core::stderr_ln!("cordon mcp: {e}");
@@ -200,7 +200,7 @@ pub fn serve(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Ex
         }
     };
     runtime.block_on(async move {
-        match run(socket, page_size, opts).await {
+        match run(endpoint, page_size, opts).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 cordon_core::stderr_ln!("cordon mcp: {e}");
@@ -210,7 +210,7 @@ pub fn serve(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Ex
     })
 }
 
-async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Result<(), String> {
+async fn run(endpoint: Endpoint, page_size: Option<usize>, opts: HttpOptions) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", opts.listen))?;
@@ -228,7 +228,7 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(opts.session_idle);
     let manager = Arc::new(manager);
-    let factory_socket = socket.clone();
+    let factory_endpoint = endpoint.clone();
     let service = StreamableHttpService::new(
         move || {
             // Built while the opening request is handled: its token, checked already.
@@ -236,7 +236,7 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
                 .try_with(Clone::clone)
                 .map_err(|_| std::io::Error::other("a session opened without a token"))?;
             let closed = tokio_util::sync::CancellationToken::new();
-            Ok(Bridge::for_token(factory_socket.clone(), closed, page_size, Some(token)))
+            Ok(Bridge::for_token(factory_endpoint.clone(), closed, page_size, Some(token)))
         },
         manager.clone(),
         config,
@@ -246,7 +246,7 @@ async fn run(socket: PathBuf, page_size: Option<usize>, opts: HttpOptions) -> Re
         manager,
         sessions: Mutex::default(),
         checker: tokio::sync::Mutex::new(None),
-        socket,
+        endpoint,
         max_per_token: opts.max_sessions_per_token,
         hosts: allowed_hosts(&opts, bound).iter().filter_map(|h| allowed_authority(h)).collect(),
         refusals: cordon_limit::FailureBudget::new(cordon_limit::BudgetLimits {
@@ -541,7 +541,7 @@ impl Front {
             let mut slot = self.checker.lock().await;
             match slot.as_ref() {
                 Some(c) => c.clone(),
-                None => match Client::connect(&self.socket).await {
+                None => match Client::connect(&self.endpoint).await {
                     Ok(c) => {
                         *slot = Some(c.clone());
                         c

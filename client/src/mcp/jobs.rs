@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::bridge::Bridge;
 use super::render;
-use crate::grpc::{Detached, JobInfo, ToolInfo};
+use crate::api::{Detached, JobInfo, ToolInfo};
 
 pub(super) const START_JOB_TOOL: &str = "start_job";
 pub(super) const JOB_STATUS_TOOL: &str = "job_status";

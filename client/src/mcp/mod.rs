@@ -38,14 +38,13 @@ pub mod render;
 mod search;
 mod watch;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use rmcp::ServiceExt as _;
 
 /// Serves MCP on stdin/stdout until the client closes stdin. `page_size`: pages of `tools/list`
 /// (see [`pages`]); `None`: the whole list in one answer.
-pub fn serve(socket: PathBuf, page_size: Option<usize>) -> ExitCode {
+pub fn serve(endpoint: crate::endpoint::Endpoint, page_size: Option<usize>) -> ExitCode {
     init_logging();
     // One thread: a front-end serves one agent, and every hop between threads costs latency.
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -57,7 +56,7 @@ pub fn serve(socket: PathBuf, page_size: Option<usize>) -> ExitCode {
     };
     runtime.block_on(async move {
         let closed = tokio_util::sync::CancellationToken::new();
-        let bridge = bridge::Bridge::new(socket, closed.clone(), page_size);
+        let bridge = bridge::Bridge::new(endpoint, closed.clone(), page_size);
         // Non-blocking pipes when the host gives us pipes (it does), else the blocking handles.
         let (reader, writer) = rmcp::transport::stdio_pipes();
         let reader = EofSignal { inner: reader, closed };

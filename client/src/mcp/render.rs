@@ -9,7 +9,7 @@ use cordon_core::code::ErrorCode;
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::json;
 
-use crate::grpc::{RunResult, ToolInfo, WorkflowInfo};
+use crate::api::{RunResult, ToolInfo, WorkflowInfo};
 
 /// The `_meta` key of a result's figures.
 pub const RESULT_META: &str = "cordon/result";

@@ -97,12 +97,12 @@ impl Bridge {
                             inner.notify.log(LoggingLevel::Info, "cordond is back").await;
                             was_up = true;
                         }
-                        while let Ok(Some(g)) = stream.message().await {
-                            if std::mem::take(&mut announce) || last.is_some_and(|l| l != g.generation) {
+                        while let Ok(Some(g)) = stream.next().await {
+                            if std::mem::take(&mut announce) || last.is_some_and(|l| l != g) {
                                 inner.catalogs.invalidate();
                                 inner.notify.list_changed().await;
                             }
-                            last = Some(g.generation);
+                            last = Some(g);
                         }
                     }
                     Err(err) => {
@@ -122,7 +122,7 @@ impl Bridge {
                 last = None;
                 inner.catalogs.invalidate();
                 inner.notify.list_changed().await;
-                let message = format!("cordond is not running at {}", inner.daemon.socket().display());
+                let message = format!("cordond is not running at {}", inner.daemon.endpoint());
                 inner.notify.log(LoggingLevel::Warning, &message).await;
             }
             tokio::time::sleep(backoff).await;

@@ -230,7 +230,7 @@ fn create_dirs(dir: &Path) -> Result<(u32, u32), WriteError> {
 
 /// Writes `text` to `dest` atomically with this mode and owner.
 fn put(dir: &Path, dest: &Path, text: &str, mode: u32, uid: u32, gid: u32) -> Result<(), WriteError> {
-    let temp = crate::registry_admin::temp_path(dir, dest);
+    let temp = crate::cmd::registry::temp_path(dir, dest);
     let written = (|| -> std::io::Result<()> {
         let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temp)?;
         if nix::unistd::geteuid().is_root() {
@@ -240,7 +240,7 @@ fn put(dir: &Path, dest: &Path, text: &str, mode: u32, uid: u32, gid: u32) -> Re
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         fs::rename(&temp, dest)?;
-        crate::registry_admin::sync_dir(dir)
+        crate::cmd::registry::sync_dir(dir)
     })();
     if let Err(e) = written {
         let _ = fs::remove_file(&temp);

@@ -150,7 +150,7 @@ pub fn run(args: &ConfigArgs, daemon: &Daemon, as_json: bool) -> Result<u8, CliE
         Err(f) => {
             if as_json {
                 let code = if f.code == exit::PERMISSION { "PERMISSION_DENIED" } else { "ERROR" };
-                crate::admin::print_json(&json!({"error": {"code": code, "message": f.message}}));
+                crate::cmd::output::print_json(&json!({"error": {"code": code, "message": f.message}}));
             } else {
                 errln!("cordon: {}", f.message);
             }
@@ -559,7 +559,7 @@ fn print(args: &ConfigArgs, path: &Path, server: &Server, as_json: bool) -> Resu
         path.display().to_string()
     };
     if as_json {
-        crate::admin::print_json(&json!({
+        crate::cmd::output::print_json(&json!({
             "host": host_arg(args.host), "name": args.name, "file": file, "action": "printed", "snippet": snip.value(),
         }));
         return Ok(exit::OK);
@@ -853,7 +853,7 @@ fn write(args: &ConfigArgs, scope: Scope, path: &Path, server: &Server, as_json:
     let (action, real, written) = apply(args, path, new_mode(args.host, scope), private, Some(server))?;
     let backup = written.as_ref().and_then(|w| w.backup.clone());
     if as_json {
-        crate::admin::print_json(&json!({
+        crate::cmd::output::print_json(&json!({
             "host": host_arg(args.host), "name": args.name, "file": real, "action": action.as_str(),
             "backup": backup, "mode": written.as_ref().map(|w| format!("{:04o}", w.mode)),
             "snippet": snippet(args.host, &args.name, server).value(),
@@ -899,7 +899,7 @@ fn remove(args: &ConfigArgs, scope: Scope, path: &Path, as_json: bool) -> Result
     let backup = written.as_ref().and_then(|w| w.backup.clone());
     let code = if action == Action::Absent { exit::NOT_FOUND } else { exit::OK };
     if as_json {
-        crate::admin::print_json(&json!({
+        crate::cmd::output::print_json(&json!({
             "host": host_arg(args.host), "name": args.name, "file": real, "action": action.as_str(), "backup": backup,
         }));
         return Ok(code);

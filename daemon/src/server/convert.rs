@@ -207,7 +207,7 @@ fn grants(t: &Tool) -> v1::ToolGrants {
     }
 }
 
-/// A param with its rules, from which the front-end rebuilds it (`cordon_client::grpc`).
+/// A param with its rules, from which the front-end rebuilds it (`cordon_client::api`).
 pub fn param(p: &Param) -> v1::Param {
     use v1::param::Rules;
     let rules = match &p.kind {

@@ -2,12 +2,12 @@
 //! validator give the same verdict: both accept, or both reject with the same code, field AND
 //! message. The front-end's params are rebuilt the way it gets them: the daemon's conversion to
 //! `cordon.v1` (daemon/src/server/convert.rs), encoded and decoded, then rebuilt by the client
-//! (client/src/grpc.rs). A property test over generated tools (fixed seed and case budget), and
+//! (client/src/api/tools.rs). A property test over generated tools (fixed seed and case budget), and
 //! the rules that must not rebuild (the front-end then refuses the tool's calls: fail closed).
 
 use std::path::PathBuf;
 
-use cordon_client::grpc::{RulesError, ToolInfo};
+use cordon_client::api::{RulesError, ToolInfo};
 use cordon_client::mcp::check::ArgCheck;
 use cordon_core::policy::{Host, Tool, load_sources};
 use cordon_core::validate::validate;

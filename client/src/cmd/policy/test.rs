@@ -8,11 +8,11 @@ use std::path::PathBuf;
 use cordon_core::policy::{self, examples::Outcome};
 use serde_json::json;
 
+use crate::api::DiagnosticInfo;
 use crate::error::{CliError, exit};
-use crate::grpc::DiagnosticInfo;
 use crate::term::{self, Stream, errln, outln};
 
-pub fn policy_test(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
+pub(crate) fn run(paths: &[PathBuf], as_json: bool) -> Result<u8, CliError> {
     let trust = policy::Trust::current();
     let mut sources = Vec::new();
     let mut found = Vec::new();

@@ -3,36 +3,29 @@
 //! later.
 //! cordond keeps a finished job's result for its `--job-ttl`; jobs are lost when it restarts.
 
-use std::path::Path;
 use std::time::Duration;
 
 use cordon_core::code::ErrorCode;
 use serde_json::json;
 
-use crate::admin::print_json;
-use crate::admin::{call_arguments, print_result, print_workflow};
+use super::output::print_json;
+use super::run::{print_result, print_workflow};
+use crate::api::{Client, Detached, JobInfo, ToolInfo};
+use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, Detached, JobInfo, ToolInfo};
 use crate::term::{errln, outln};
 
 /// One `GetJob` waits this long; `--wait` asks again until the job finishes.
 const WAIT_STEP: Duration = Duration::from_secs(30);
 
-pub async fn run_detached(
-    socket: &Path,
-    tool: &str,
-    args: &[String],
-    args_json: Option<String>,
-    as_json: bool,
-) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
-    let (_, arguments) = call_arguments(&mut client, tool, args, args_json).await?;
+pub(super) async fn run_detached(call: super::Call, tool: &str, as_json: bool) -> Result<u8, CliError> {
+    let super::Call { mut client, arguments, .. } = call;
     let started = client.start_job(tool, arguments, None).await?;
     Ok(print_started(started, as_json))
 }
 
-pub async fn confirm_detached(socket: &Path, token: &str, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub(super) async fn confirm_detached(endpoint: &Endpoint, token: &str, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let started = client.start_job("", String::new(), Some(token)).await?;
     Ok(print_started(started, as_json))
 }
@@ -79,8 +72,8 @@ fn print_started(started: Detached, as_json: bool) -> u8 {
     }
 }
 
-pub async fn job(socket: &Path, id: &str, wait: bool, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub(super) async fn job(endpoint: &Endpoint, id: &str, wait: bool, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let mut job = client.get_job(id, Duration::ZERO).await?;
     while wait && !job.finished() {
         job = client.get_job(id, WAIT_STEP).await?;
@@ -126,7 +119,7 @@ fn print_job(job: &JobInfo, as_json: bool) -> u8 {
     code
 }
 
-fn print_result_code(r: &crate::grpc::RunResult) -> u8 {
+fn print_result_code(r: &crate::api::RunResult) -> u8 {
     match (r.timed_out, r.cancelled, r.exit_code, r.signal) {
         (true, _, _, _) => exit::TIMED_OUT,
         (_, true, _, _) => exit::CANCELLED,
@@ -136,8 +129,8 @@ fn print_result_code(r: &crate::grpc::RunResult) -> u8 {
     }
 }
 
-pub async fn cancel(socket: &Path, id: &str, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub(super) async fn cancel(endpoint: &Endpoint, id: &str, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let cancelled = client.cancel_job(id).await?;
     if as_json {
         print_json(&json!({ "job_id": id, "cancelled": cancelled }));
@@ -149,8 +142,8 @@ pub async fn cancel(socket: &Path, id: &str, as_json: bool) -> Result<u8, CliErr
     Ok(exit::OK)
 }
 
-pub async fn jobs(socket: &Path, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub(super) async fn list(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let jobs = client.list_jobs().await?;
     if as_json {
         print_json(&json!({ "jobs": jobs }));

@@ -14,30 +14,31 @@ use serde_json::{Value, json};
 
 use cordon_core::policy::{self, Host, fleet};
 
+use crate::api::{Client, LoadedPolicy};
+use crate::endpoint::Endpoint;
 use crate::error::CliError;
-use crate::grpc::{Client, LoadedPolicy};
 use crate::term::outln;
 
 /// One side of the comparison.
 #[derive(Debug, Clone)]
-pub enum Side {
-    Daemon(PathBuf),
+pub(crate) enum Side {
+    Daemon(Endpoint),
     Dir(PathBuf),
 }
 
 impl Side {
     async fn load(&self) -> Result<LoadedPolicy, CliError> {
         match self {
-            Side::Daemon(socket) => Client::connect(socket).await?.policy().await,
+            Side::Daemon(endpoint) => Client::connect(endpoint).await?.policy().await,
             Side::Dir(dir) => load_dir(dir),
         }
     }
 
     fn describe(&self, loaded: &LoadedPolicy) -> Value {
         match self {
-            Side::Daemon(socket) => json!({
+            Side::Daemon(endpoint) => json!({
                 "source": "daemon",
-                "socket": socket.display().to_string(),
+                "socket": endpoint.to_string(),
                 "policy_dir": loaded.dir,
                 "generation": loaded.generation,
                 "policy_digest": loaded.digest,
@@ -52,9 +53,9 @@ impl Side {
 
     fn title(&self, loaded: &LoadedPolicy) -> String {
         match self {
-            Side::Daemon(socket) => format!(
+            Side::Daemon(endpoint) => format!(
                 "cordond at {} (generation {}), policy set {}",
-                socket.display(),
+                endpoint,
                 loaded.generation.unwrap_or_default(),
                 loaded.digest
             ),
@@ -92,13 +93,13 @@ fn load_dir(dir: &Path) -> Result<LoadedPolicy, CliError> {
 
 /// Compares `old` with `new` and prints the difference; 0 when the sets are identical, 1 when
 /// they differ.
-pub async fn diff(old: Side, new: Side, as_json: bool) -> Result<u8, CliError> {
+pub(crate) async fn run(old: Side, new: Side, as_json: bool) -> Result<u8, CliError> {
     let (a, b) = (old.load().await?, new.load().await?);
     let d = fleet::diff(&a.tools, &b.tools);
     let w = fleet::diff(&a.workflows, &b.workflows);
     let identical = a.digest == b.digest && d.is_empty() && w.is_empty();
     if as_json {
-        crate::admin::print_json(&json!({
+        crate::cmd::output::print_json(&json!({
             "identical": identical,
             "old": old.describe(&a),
             "new": new.describe(&b),

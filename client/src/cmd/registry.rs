@@ -18,9 +18,10 @@ use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Diagnostic, Host, Trust};
 use serde_json::{Value, json};
 
-use crate::admin::print_json;
+use super::output::print_json;
+use crate::api::{Client, DiagnosticInfo, PolicyReport};
+use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, DiagnosticInfo, PolicyReport};
 use crate::host;
 use crate::term::{errln, outln};
 
@@ -32,18 +33,18 @@ struct Target {
     host: Host,
     /// None when cordond is not running (`--policies` named the directory).
     client: Option<Client>,
-    socket: PathBuf,
+    endpoint: Endpoint,
 }
 
 /// `cordon tool add --file FILE [--replace] [--policies DIR]`.
-pub async fn add(
-    socket: &Path,
+pub(super) async fn add(
+    endpoint: &Endpoint,
     file: &Path,
     replace: bool,
     policies: Option<&Path>,
     as_json: bool,
 ) -> Result<u8, CliError> {
-    let mut target = target(socket, policies, "add").await?;
+    let mut target = target(endpoint, policies, "add").await?;
     let (label, text) = read_snippet(file)?;
     // The snippet alone first: its own errors, named by its own path.
     let snippet = match policy::load_sources(&[(label.clone(), text.clone())], &target.host) {
@@ -124,8 +125,13 @@ pub async fn add(
 }
 
 /// `cordon tool remove NAME [--policies DIR]`.
-pub async fn remove(socket: &Path, name: &str, policies: Option<&Path>, as_json: bool) -> Result<u8, CliError> {
-    let mut target = target(socket, policies, "remove").await?;
+pub(super) async fn remove(
+    endpoint: &Endpoint,
+    name: &str,
+    policies: Option<&Path>,
+    as_json: bool,
+) -> Result<u8, CliError> {
+    let mut target = target(endpoint, policies, "remove").await?;
     let files = read_dir(&target, as_json)?;
     let owners = owners(&files, name);
     let (path, text) = match owners.as_slice() {
@@ -271,10 +277,7 @@ async fn finish(target: &mut Target, change: Change<'_>, as_json: bool) -> Resul
             print_json(&json!({ "ok": true, "tool": name, "file": file, "action": action, "reloaded": false }));
         } else {
             outln!("{action} {name}: {}", file.display());
-            outln!(
-                "cordond is not running at {}: it loads the policy directory when it starts",
-                target.socket.display()
-            );
+            outln!("cordond is not running at {}: it loads the policy directory when it starts", target.endpoint);
         }
         return Ok(exit::OK);
     };
@@ -323,7 +326,7 @@ async fn finish(target: &mut Target, change: Change<'_>, as_json: bool) -> Resul
 }
 
 /// Finds the directory to change, and checks that this caller is an admin of the running daemon.
-async fn target(socket: &Path, policies: Option<&Path>, verb: &str) -> Result<Target, CliError> {
+async fn target(endpoint: &Endpoint, policies: Option<&Path>, verb: &str) -> Result<Target, CliError> {
     let host = match host::probe() {
         Ok(facts) => facts.policy_host(),
         Err(_) => Host::new(nix::unistd::geteuid().is_root(), i32::MAX),
@@ -335,7 +338,7 @@ async fn target(socket: &Path, policies: Option<&Path>, verb: &str) -> Result<Ta
              (`sudo cordon tool {verb} ...`); the policy directory is root's to write"
         ),
     };
-    let mut client = match Client::connect(socket).await {
+    let mut client = match Client::connect(endpoint).await {
         Ok(client) => client,
         Err(CliError::SocketPermission { .. }) => return Err(not_admin("this user may not even connect to cordond")),
         Err(CliError::DaemonDown { path, .. }) => {
@@ -351,7 +354,7 @@ async fn target(socket: &Path, policies: Option<&Path>, verb: &str) -> Result<Ta
                 trust: Trust::current(),
                 host,
                 client: None,
-                socket: socket.to_path_buf(),
+                endpoint: endpoint.clone(),
             });
         }
         Err(e) => return Err(e),
@@ -372,7 +375,7 @@ async fn target(socket: &Path, policies: Option<&Path>, verb: &str) -> Result<Ta
                     "--policies {} is not the directory cordond at {} serves ({}); a change there would not be loaded: \
                      leave out --policies, or point --socket at the daemon that serves it",
                     dir.display(),
-                    socket.display(),
+                    endpoint,
                     reported.display()
                 )));
             }
@@ -383,7 +386,7 @@ async fn target(socket: &Path, policies: Option<&Path>, verb: &str) -> Result<Ta
         }
         None => reported,
     };
-    Ok(Target { dir, trust: daemon_trust(status.daemon_uid), host, client: Some(client), socket: socket.to_path_buf() })
+    Ok(Target { dir, trust: daemon_trust(status.daemon_uid), host, client: Some(client), endpoint: endpoint.clone() })
 }
 
 /// The trust rules of a daemon running as `uid` (with that user's primary group).
@@ -507,7 +510,7 @@ fn write_error(path: &Path, e: &std::io::Error) -> CliError {
 /// Writes `text` to `dest` in `dir` atomically: a temporary file beside it (its name starts
 /// with `.`: cordond never reads it), mode 0644, owned like the directory when run as root,
 /// synced, renamed over `dest`, and the directory synced.
-pub(crate) fn write_atomic(dir: &Path, dest: &Path, text: &str) -> Result<(), CliError> {
+pub(super) fn write_atomic(dir: &Path, dest: &Path, text: &str) -> Result<(), CliError> {
     let temp = temp_path(dir, dest);
     let written = (|| -> std::io::Result<()> {
         let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&temp)?;
@@ -543,9 +546,14 @@ pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
 
 /// `cordon policy check --tool NAME [PATH...]`: where the tool is defined, the diagnostics of its
 /// tables (and of its file's top level, which apply to it), and whether it is available.
-pub async fn check_tool(socket: &Path, paths: &[PathBuf], name: &str, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn check_tool(
+    endpoint: &Endpoint,
+    paths: &[PathBuf],
+    name: &str,
+    as_json: bool,
+) -> Result<u8, CliError> {
     let paths: Vec<PathBuf> = if paths.is_empty() {
-        let mut client = Client::connect(socket).await?;
+        let mut client = Client::connect(endpoint).await?;
         let status = client.status().await?;
         if status.policy_dir.is_empty() {
             return Err(CliError::Usage(

@@ -3,18 +3,19 @@
 //! `tail` and `resume` go through cordond (admins only); `verify` reads the files itself, so it
 //! works on a copy and while the daemon is down.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use cordon_core::audit::chain::{self, VerifyError};
 use cordon_core::audit::{self, Decision};
 use serde_json::{Value, json};
 
+use crate::api::Client;
+use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::Client;
 use crate::term::outln;
 
-pub async fn tail(
-    socket: &Path,
+pub(super) async fn tail(
+    endpoint: &Endpoint,
     lines: u32,
     follow: bool,
     tool: Option<&str>,
@@ -27,7 +28,7 @@ pub async fn tail(
         let known: Vec<&str> = Decision::ALL.iter().map(|d| d.as_str()).collect();
         return Err(CliError::Usage(format!("unknown decision {kind:?}; one of: {}", known.join(", "))));
     }
-    let mut client = Client::connect(socket).await?;
+    let mut client = Client::connect(endpoint).await?;
     client
         .tail_audit(lines, follow, tool, decision, |line| {
             if as_json {
@@ -76,7 +77,7 @@ fn human(line: &str) -> String {
     out
 }
 
-pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
+pub(super) fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
     let path = path.unwrap_or_else(audit::default_path);
     match chain::verify(&path) {
         Ok(summary) => {
@@ -128,8 +129,8 @@ pub fn verify(path: Option<PathBuf>, as_json: bool) -> Result<u8, CliError> {
     }
 }
 
-pub async fn resume(socket: &Path, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub(super) async fn resume(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let message = client.resume_audit().await?;
     if as_json {
         cordon_core::stdout_ln!("{}", json!({ "resumed": true, "message": message }));

@@ -1,25 +1,25 @@
 //! `cordon token issue|list|revoke`: bearer tokens for agents that reach cordond through
 //! `cordon mcp --http` (admins only; cordond keeps only each secret's hash).
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::admin::print_json;
+use super::output::print_json;
+use crate::api::{Client, TokenInfo};
+use crate::endpoint::Endpoint;
 use crate::error::{CliError, exit};
-use crate::grpc::{Client, TokenInfo};
 use crate::term::outln;
 
-pub async fn issue(
-    socket: &Path,
+pub(super) async fn issue(
+    endpoint: &Endpoint,
     account: &str,
     groups: Vec<String>,
     expires: Option<Duration>,
     label: &str,
     as_json: bool,
 ) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+    let mut client = Client::connect(endpoint).await?;
     let (info, token) = client.issue_token(account, groups, expires, label).await?;
     if as_json {
         print_json(&json!({ "token": token, "info": info }));
@@ -38,8 +38,8 @@ pub async fn issue(
     Ok(exit::OK)
 }
 
-pub async fn list(socket: &Path, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub(super) async fn list(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let tokens = client.list_tokens().await?;
     if as_json {
         print_json(&json!({ "tokens": tokens }));
@@ -63,8 +63,8 @@ fn state(t: &TokenInfo, now: u64) -> &'static str {
     }
 }
 
-pub async fn revoke(socket: &Path, id: &str, as_json: bool) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
+pub(super) async fn revoke(endpoint: &Endpoint, id: &str, as_json: bool) -> Result<u8, CliError> {
+    let mut client = Client::connect(endpoint).await?;
     let t = client.revoke_token(id).await?;
     if as_json {
         print_json(&json!({ "revoked": t }));

@@ -2,23 +2,14 @@
 //! (same refusals, same error codes) and says what would run (argv, environment, working
 //! directory, identity, sandbox, limits); nothing runs. cordond audits it as `dry_run`.
 
-use std::path::Path;
-
-use crate::admin::print_grants;
+use super::tools::print_grants;
 use crate::error::{CliError, exit};
-use crate::grpc::Client;
 use crate::term::outln;
 
-pub async fn dry_run(
-    socket: &Path,
-    tool: &str,
-    args: &[String],
-    args_json: Option<String>,
-    as_json: bool,
-) -> Result<u8, CliError> {
-    let mut client = Client::connect(socket).await?;
-    // Typed as `run` types them, so the dry run checks the very arguments `run` would send.
-    let (_, arguments) = crate::admin::call_arguments(&mut client, tool, args, args_json).await?;
+pub(super) async fn run(call: super::Call, tool: &str, as_json: bool) -> Result<u8, CliError> {
+    // Typed as `run` types them (see `super::call`), so the dry run checks the very arguments
+    // `run` would send.
+    let super::Call { mut client, arguments, .. } = call;
     let d = client.dry_run(tool, arguments).await?;
     if as_json {
         let mut v = serde_json::to_value(&d).map_err(|e| CliError::Protocol(e.to_string()))?;
