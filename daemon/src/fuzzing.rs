@@ -2,7 +2,7 @@
 //! runs the code cordond runs on bytes it does not trust; the parsers stay private to their
 //! modules, this only reaches them.
 
-pub use crate::egress::fuzz::{proxy_request, tls_first_record};
+pub use cordon_egress::fuzzing::{proxy_request, tls_first_record};
 
 /// A token file's bytes as cordond reads them: the number of tokens, or why the file is refused.
 pub fn tokens_file(bytes: &[u8]) -> Result<usize, String> {

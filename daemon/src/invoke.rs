@@ -416,6 +416,8 @@ pub struct Invoker {
     confirmations: Confirmations,
     audit: Arc<Audit>,
     cache: ResultCache,
+    /// The egress proxies' counters (unset without `--metrics`), handed over at startup.
+    egress_metrics: std::sync::OnceLock<cordon_egress::EgressMetrics>,
 }
 
 impl Invoker {
@@ -435,7 +437,14 @@ impl Invoker {
                 .with_limits(settings.confirmations),
             audit,
             cache: ResultCache::new(settings.cache),
+            egress_metrics: std::sync::OnceLock::new(),
         }
+    }
+
+    /// From now on, each egress proxy counts into `metrics` (set once, at startup, before any
+    /// call is served; later calls change nothing).
+    pub fn count_egress(&self, metrics: cordon_egress::EgressMetrics) {
+        let _ = self.egress_metrics.set(metrics);
     }
 
     pub fn audit(&self) -> &Audit {
@@ -1011,15 +1020,14 @@ impl Invoker {
         // listener it made inside the tool's network namespace.
         let (proxy, handoff) = match prepared.tool.sandbox.network.egress() {
             Some(rules) => {
-                let ctx = egress::Context {
-                    invocation: prepared.id.clone(),
-                    tool: prepared.tool.name.clone(),
-                    caller: prepared.caller.uid,
-                    egress: rules.clone(),
-                    audit: self.audit.clone(),
-                    resolver: egress::Resolver::System,
-                };
-                let (proxy, handoff) = egress::Handoff::new(ctx);
+                let (proxy, handoff) = egress::proxy(
+                    &prepared.id,
+                    &prepared.tool.name,
+                    prepared.caller.uid,
+                    rules,
+                    &self.audit,
+                    self.egress_metrics.get(),
+                );
                 (Some(proxy), Some(handoff))
             }
             None => (None, None),
@@ -1144,9 +1152,6 @@ impl Invoker {
                     m.invocation(tool, outcome, Some(o.duration));
                 }
                 _ => m.invocation(tool, Ended::SpawnFailed, None),
-            }
-            if let Some(s) = &proxied {
-                m.egress_bytes(tool, s.bytes_up, s.bytes_down);
             }
         }
         let record = match &proxied {

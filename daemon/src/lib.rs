@@ -9,7 +9,8 @@
 //!   verification are `cordon_core::audit`'s).
 //! - [`invoke`]: admission (concurrency limit), running, cancelling.
 //! - [`cache`]: the result cache of tools whose policy says `cache`.
-//! - [`egress`]: the egress proxy of tools with `network.hosts` (one per invocation).
+//! - [`egress`]: the daemon's side of the egress proxy of tools with `network.hosts` (the
+//!   `cordon_egress` crate, one proxy per invocation): the audit log as its log, its wiring.
 //! - [`confirm`]: confirmation tokens and human approvals.
 //! - [`metrics`]: the Prometheus endpoint (`--metrics`, loopback, bearer token) and what it counts.
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.

@@ -192,7 +192,7 @@ pub struct Server {
     /// Bearer tokens for agents, read from beside the audit log.
     tokens: Arc<crate::tokens::Tokens>,
     /// The metrics endpoint, bound, with what it serves (`--metrics`).
-    metrics: Option<(metrics::http::Endpoint, Arc<Metrics>)>,
+    metrics: Option<(metrics::http::Endpoint, Arc<Metrics>, cordon_egress::EgressMetrics)>,
     /// The TLS listener, bound, with its certificates and identities (`--listen-tls`).
     tls: Option<(tokio::net::TcpListener, Arc<server::tls::Remote>)>,
     /// The audit export destinations, checked (`--audit-otlp` and the like).
@@ -300,11 +300,13 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
     let metrics = match &config.metrics {
         Some(options) => {
             let endpoint = metrics::http::Endpoint::bind(options, &config.audit.path, admin_gid).await?;
-            let counted = Arc::new(Metrics::new());
+            let mut counted = Metrics::new();
+            let egress = cordon_egress::EgressMetrics::register(counted.registry_mut());
+            let counted = Arc::new(counted);
             audit.observe(counted.clone());
             let address = endpoint.local_addr().map_or_else(|| options.listen.to_string(), |a| a.to_string());
             tracing::info!(address = %address, token_file = %endpoint.token_file.display(), "metrics endpoint listening");
-            Some((endpoint, counted))
+            Some((endpoint, counted, egress))
         }
         None => None,
     };
@@ -413,6 +415,9 @@ impl Server {
             audit.clone(),
             tokens,
         );
+        if let Some((_, _, egress)) = &metrics {
+            daemon.invoker.count_egress(egress.clone());
+        }
         tracing::info!(
             socket = %socket_path.display(), policies = %config.policies.display(),
             audit = %config.audit.path.display(), tools = counts.total, available = counts.available,
@@ -422,7 +427,7 @@ impl Server {
             queue_timeout_ms = config.settings.admission.queue_timeout.as_millis() as u64, "cordond listening"
         );
 
-        let metrics_task = metrics.map(|(endpoint, counted)| {
+        let metrics_task = metrics.map(|(endpoint, counted, _)| {
             let d = daemon.clone();
             let snapshot = Arc::new(move || d.metrics_snapshot());
             tokio::spawn(endpoint.serve(counted, snapshot))

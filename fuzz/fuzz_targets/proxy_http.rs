@@ -1,5 +1,5 @@
 //! The egress proxy's HTTP request head: CONNECT and absolute-form requests, the rewrite to
-//! origin-form (daemon/src/egress/http.rs), and the host the proxy then decides on.
+//! origin-form (daemon/egress/src/http.rs), and the host the proxy then decides on.
 fn main() {
     afl::fuzz!(|data: &[u8]| {
         // A first byte of 5 is SOCKS5 (the proxy_socks target).

@@ -1,4 +1,4 @@
-//! The egress proxy's SOCKS5 handshake and request (daemon/src/egress/socks.rs); every input is
+//! The egress proxy's SOCKS5 handshake and request (daemon/egress/src/socks.rs); every input is
 //! a SOCKS5 connection (its version byte is put in front).
 fn main() {
     afl::fuzz!(|data: &[u8]| {

@@ -7,7 +7,8 @@
 //! - [`http`]: the loopback listener, its bearer token and the scrape itself.
 //!
 //! Who counts: the invoker (an invocation's outcome and duration, cache lookups), the egress
-//! proxy (each connection allowed or refused, bytes at the end of the invocation), and the audit
+//! proxy (each connection allowed or refused, bytes at the end of the invocation: its own
+//! `cordon_egress::EgressMetrics`, registered here at startup), and the audit
 //! log (every refusal it records, by code; its own write latency and failures), so that what is
 //! counted is what is audited. Without `--metrics` there is no [`Metrics`] and nothing counts.
 //!
@@ -121,21 +122,6 @@ struct ResultLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EgressConnection {
-    tool: String,
-    result: &'static str,
-    /// The refusal's kind (`not-listed`, `special-address`, ...); empty when allowed.
-    reason: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EgressBytes {
-    tool: String,
-    /// `to_upstream` (from the tool, request heads included) or `to_tool`.
-    direction: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: &'static str,
 }
@@ -186,8 +172,6 @@ pub struct Metrics {
     cache: Family<ResultLabel, Counter>,
     audit_write: Histogram,
     audit_failures: Counter,
-    egress_connections: Family<EgressConnection, Counter>,
-    egress_bytes: Family<EgressBytes, Counter>,
     tls_refused: Family<ReasonLabel, Counter>,
     running: Gauge,
     queued: Gauge,
@@ -219,8 +203,6 @@ impl Metrics {
             cache: Family::default(),
             audit_write: audit_histogram(),
             audit_failures: Counter::default(),
-            egress_connections: Family::default(),
-            egress_bytes: Family::default(),
             tls_refused: Family::default(),
             running: Gauge::default(),
             queued: Gauge::default(),
@@ -269,17 +251,6 @@ impl Metrics {
             "audit_failures",
             "Times the audit log failed (invocations are refused until `cordon audit resume`)",
             m.audit_failures.clone(),
-        );
-        registry.register(
-            "egress_connections",
-            "Connections of tools with network.hosts through cordond's egress proxy: allowed, or refused and why",
-            m.egress_connections.clone(),
-        );
-        registry.register_with_unit(
-            "egress",
-            "Bytes moved by the egress proxy, by tool and direction (counted when the invocation ends)",
-            Unit::Bytes,
-            m.egress_bytes.clone(),
         );
         registry.register(
             "tls_handshakes_refused",
@@ -351,22 +322,10 @@ impl Metrics {
         self.cache.get_or_create(&ResultLabel { result: if hit { "hit" } else { "miss" } }).inc();
     }
 
-    /// An egress connection allowed (`refused: None`) or refused, by kind.
-    pub fn egress_connection(&self, tool: &str, refused: Option<&'static str>) {
-        let (result, reason) = match refused {
-            None => ("allowed", ""),
-            Some(kind) => ("refused", kind),
-        };
-        self.egress_connections.get_or_create(&EgressConnection { tool: tool.to_string(), result, reason }).inc();
-    }
-
-    /// The bytes an invocation's egress proxy moved.
-    pub fn egress_bytes(&self, tool: &str, to_upstream: u64, to_tool: u64) {
-        for (direction, n) in [("to_upstream", to_upstream), ("to_tool", to_tool)] {
-            if n > 0 {
-                self.egress_bytes.get_or_create(&EgressBytes { tool: tool.to_string(), direction }).inc_by(n);
-            }
-        }
+    /// The registry, for a subsystem that registers its own families at startup (the egress
+    /// proxy's: `cordon_egress::EgressMetrics::register`).
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
     }
 
     /// A connection to the TLS listener was refused before any request; `reason` is one of a
@@ -469,8 +428,6 @@ mod tests {
         m.invocation("echo", Outcome::Ok, Some(Duration::from_millis(30)));
         m.invocation("echo", Outcome::SpawnFailed, None);
         m.cache_lookup(false);
-        m.egress_connection("fetch", Some("not-listed"));
-        m.egress_bytes("fetch", 10, 0);
         m.record(&Record::new(Decision::Invalid).error(ErrorCode::UnknownTool, "no such tool"));
         m.record(&Record::new(Decision::Finished));
         let text = m.encode(Snapshot { generation: 3, tools_available: 2, ..Snapshot::default() }).unwrap();
@@ -481,8 +438,6 @@ mod tests {
             "cordon_invocation_duration_seconds_bucket{le=\"0.005\",tool=\"echo\"} 1",
             "cordon_refusals_total{code=\"UNKNOWN_TOOL\"} 1",
             "cordon_cache_lookups_total{result=\"miss\"} 1",
-            "cordon_egress_connections_total{tool=\"fetch\",result=\"refused\",reason=\"not-listed\"} 1",
-            "cordon_egress_bytes_total{tool=\"fetch\",direction=\"to_upstream\"} 10",
             "cordon_registry_generation 3",
             "cordon_tools{state=\"available\"} 2",
             "cordon_build_info{version=\"",

@@ -2,26 +2,30 @@
 //! (HTTP CONNECT, then spliced) against the same download over a direct connection, and the rate
 //! of short connections (connect, one small response, close) through the proxy against direct
 //! ones. A proxied connection costs a durable `egress` record (an `fdatasync`) before cordond
-//! connects upstream, so the connection rate is bound by the audit log's disk.
+//! connects upstream, so the connection rate is bound by the log's disk.
 //!
-//! The proxy is cordond's own engine (`cordon_daemon::egress::serve`) in this process, with its
-//! audit log in a fresh directory on disk. Runs alternate (direct, proxied, proxied, direct, ...)
-//! over rounds; the summary gives the medians and their ratio. Each run is checked (every byte
-//! arrived; every proxied connection has its records) and a failed check makes the bench exit 1.
+//! The proxy is the crate's public API ([`cordon_egress::serve`]) in this process, with a log
+//! of the bench's own ([`FileLog`]: each record a JSON line appended to a file in a fresh
+//! directory on disk, and `fdatasync`ed before `durable` returns, as cordond's audit log does
+//! for a caller that finds its writer idle). Runs alternate (direct, proxied, proxied, direct,
+//! ...) over rounds; the summary gives the medians and their ratio. Each run is checked (every
+//! byte arrived; every proxied connection has its records) and a failed check makes the bench
+//! exit 1.
 //!
-//! Run with `cargo build --release --workspace && cargo bench -p cordon-tests --bench egress`.
+//! Run with `cargo bench -p cordon-egress --bench egress`.
 //! Environment: `CORDON_BENCH_ROUNDS` (default 5), `CORDON_BENCH_MIB` (download size, default
 //! 512), `CORDON_BENCH_CONNS` (short connections per run, default 500), `CORDON_BENCH_DISK_DIR`
 //! (default /var/tmp).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::Write as _;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cordon_core::egress::{Egress, parse_rule};
-use cordon_daemon::audit::{Audit, DEFAULT_KEEP, DEFAULT_MAX_SIZE, Options};
-use cordon_daemon::egress::{Context, Resolver, Summary, serve};
+use cordon_egress::{Context, Durable, EgressLog, EgressRecord, LogError, RecordKind, Resolver, Summary, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -64,18 +68,61 @@ async fn upstream(bytes: u64) -> u16 {
     port
 }
 
+/// A log on disk: each record one JSON line, appended; a durable one is synced
+/// (`fdatasync`) before `durable` returns.
+#[derive(Debug)]
+struct FileLog {
+    file: Mutex<std::fs::File>,
+    /// Records per kind (`egress`, `egress_closed`), for the check.
+    egress: AtomicU64,
+    closed: AtomicU64,
+}
+
+impl FileLog {
+    fn append(&self, record: &EgressRecord, sync: bool) -> Result<(), LogError> {
+        let fields: serde_json::Map<String, serde_json::Value> =
+            record.fields().iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let line = serde_json::json!({
+            "decision": record.kind().decision().as_str(),
+            "id": record.invocation(),
+            "tool": record.tool(),
+            "fields": fields,
+        });
+        let mut file = self.file.lock().unwrap();
+        writeln!(file, "{line}").map_err(|e| LogError(e.to_string()))?;
+        if sync {
+            file.sync_data().map_err(|e| LogError(e.to_string()))?;
+        }
+        match record.kind() {
+            RecordKind::Egress => self.egress.fetch_add(1, Ordering::Relaxed),
+            RecordKind::EgressClosed => self.closed.fetch_add(1, Ordering::Relaxed),
+        };
+        Ok(())
+    }
+}
+
+impl EgressLog for FileLog {
+    fn durable(&self, record: EgressRecord) -> Durable<'_> {
+        Box::pin(async move { self.append(&record, true) })
+    }
+
+    fn record(&self, record: EgressRecord) {
+        let _ = self.append(&record, false);
+    }
+}
+
 struct Proxy {
     addr: SocketAddr,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<Summary>,
-    audit: Arc<Audit>,
+    log: Arc<FileLog>,
     _dir: tempfile::TempDir,
 }
 
 async fn proxy(port: u16, disk: &str) -> Proxy {
     let dir = tempfile::Builder::new().prefix("cordon-bench-").tempdir_in(disk).unwrap();
-    let options = Options { path: dir.path().join("audit.jsonl"), max_size: DEFAULT_MAX_SIZE, keep: DEFAULT_KEEP };
-    let audit = Arc::new(Audit::open(options).unwrap().0);
+    let file = std::fs::File::create(dir.path().join("egress.jsonl")).unwrap();
+    let log = Arc::new(FileLog { file: Mutex::new(file), egress: AtomicU64::new(0), closed: AtomicU64::new(0) });
     let egress = Egress {
         hosts: vec![parse_rule(&format!("127.0.0.1:{port}")).unwrap()],
         max_connections: 64,
@@ -90,11 +137,12 @@ async fn proxy(port: u16, disk: &str) -> Proxy {
         tool: "bench".into(),
         caller: 0,
         egress,
-        audit: audit.clone(),
+        log: log.clone(),
+        metrics: None,
         resolver: Resolver::System,
     };
     let task = tokio::spawn(serve(listener, ctx, stop.clone()));
-    Proxy { addr, stop, task, audit, _dir: dir }
+    Proxy { addr, stop, task, log, _dir: dir }
 }
 
 /// A connection to the upstream: direct, or through the proxy's CONNECT tunnel.
@@ -182,9 +230,13 @@ async fn main() {
             if let Some(p) = p {
                 p.stop.cancel();
                 let s = p.task.await.unwrap();
-                p.audit.close();
                 if s.connections != conns + 1 || s.bytes_down < bytes || s.refused != 0 {
                     println!("round {round}: INVALID proxy summary {s:?}");
+                    failed = true;
+                }
+                let records = (p.log.egress.load(Ordering::Relaxed), p.log.closed.load(Ordering::Relaxed));
+                if records != (conns + 1, conns + 1) {
+                    println!("round {round}: INVALID records (egress, egress_closed) {records:?}");
                     failed = true;
                 }
             }
@@ -195,7 +247,7 @@ async fn main() {
     }
     let (d, p, dc, pc) = (median(direct), median(proxied), median(direct_c), median(proxied_c));
     println!(
-        "\nmedians over {rounds} rounds ({} MiB download, {conns} short connections, audit log in {disk}):",
+        "\nmedians over {rounds} rounds ({} MiB download, {conns} short connections, log in {disk}):",
         bytes >> 20
     );
     println!("  download:          direct {d:8.0} MiB/s   proxied {p:8.0} MiB/s   proxied/direct {:.2}", p / d);

@@ -1,19 +1,73 @@
 //! The proxy engine against real loopback sockets: an upstream HTTP server on 127.0.0.1, the
 //! proxy on another 127.0.0.1 listener, clients speaking CONNECT, absolute-form HTTP and SOCKS5,
-//! and a real audit log on a temp file.
+//! and a log in memory that says what each record would be as an audit line (the daemon's
+//! adapter, on its real audit log, is tested in the daemon and the suite).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-
-use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::task::JoinHandle;
-
-use super::*;
-use crate::audit::{DEFAULT_KEEP, DEFAULT_MAX_SIZE, Options};
-use cordon_core::egress::parse_rule;
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::log::{Durable, EgressLog, EgressRecord, LogError};
+use crate::proxy::REFUSERS;
+use crate::request::HEAD_LIMIT;
+use crate::resolve::Resolver;
+use crate::{Context, Handoff, MAX_REFUSAL_RECORDS, Summary, serve};
+use crate::{host, sni};
+use cordon_core::denial::Denied;
+use cordon_core::egress::{Egress, Refusal, on_host, parse_rule};
+
+/// A log in memory: each record as the JSON object of its audit line (without `seq`, `time`,
+/// `prev`). Closed, it refuses every record, as a failed audit log does.
+#[derive(Debug, Default)]
+struct MemoryLog {
+    records: Mutex<Vec<Value>>,
+    closed: AtomicBool,
+}
+
+impl MemoryLog {
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    fn records(&self) -> Vec<Value> {
+        self.records.lock().unwrap().clone()
+    }
+
+    fn push(&self, record: EgressRecord) -> Result<(), LogError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(LogError("the audit log is closed".into()));
+        }
+        let mut line = serde_json::Map::new();
+        line.insert("decision".into(), json!(record.kind().decision().as_str()));
+        line.insert("id".into(), json!(record.invocation()));
+        line.insert("tool".into(), json!(record.tool()));
+        for (k, v) in record.into_fields() {
+            line.insert(k.into(), v);
+        }
+        self.records.lock().unwrap().push(Value::Object(line));
+        Ok(())
+    }
+}
+
+impl EgressLog for MemoryLog {
+    fn durable(&self, record: EgressRecord) -> Durable<'_> {
+        Box::pin(async move { self.push(record) })
+    }
+
+    fn record(&self, record: EgressRecord) {
+        let _ = self.push(record);
+    }
+}
 
 /// Bytes `/big` answers with.
 const BIG: usize = 256 * 1024;
@@ -57,8 +111,7 @@ struct Harness {
     addr: SocketAddr,
     stop: CancellationToken,
     proxy: JoinHandle<Summary>,
-    audit: Arc<Audit>,
-    dir: tempfile::TempDir,
+    log: Arc<MemoryLog>,
 }
 
 fn egress(hosts: &[String]) -> Egress {
@@ -71,9 +124,7 @@ fn egress(hosts: &[String]) -> Egress {
 }
 
 async fn proxy(egress: Egress, resolver: Resolver) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let options = Options { path: dir.path().join("audit.jsonl"), max_size: DEFAULT_MAX_SIZE, keep: DEFAULT_KEEP };
-    let audit = Arc::new(Audit::open(options).unwrap().0);
+    let log = Arc::new(MemoryLog::default());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
@@ -82,11 +133,12 @@ async fn proxy(egress: Egress, resolver: Resolver) -> Harness {
         tool: "fetch".into(),
         caller: 1000,
         egress,
-        audit: audit.clone(),
+        log: log.clone(),
+        metrics: None,
         resolver,
     };
     let proxy = tokio::spawn(serve(listener, ctx, stop.clone()));
-    Harness { addr, stop, proxy, audit, dir }
+    Harness { addr, stop, proxy, log }
 }
 
 impl Harness {
@@ -94,14 +146,14 @@ impl Harness {
     async fn finish(self) -> (Summary, Vec<Value>) {
         self.stop.cancel();
         let summary = self.proxy.await.unwrap();
-        self.audit.close();
-        (summary, records(self.dir.path()))
+        self.log.close();
+        (summary, self.log.records())
     }
 
     /// Waits until `n` connections have their `egress_closed` record in the file.
     async fn closed(&self, n: usize) {
         for _ in 0..1000 {
-            if records(self.dir.path()).iter().filter(|r| r["decision"] == "egress_closed").count() >= n {
+            if self.log.records().iter().filter(|r| r["decision"] == "egress_closed").count() >= n {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -121,15 +173,6 @@ impl Harness {
         let _ = c.read_to_end(&mut out).await;
         String::from_utf8_lossy(&out).into_owned()
     }
-}
-
-fn records(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("audit.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|r| r["decision"].as_str().is_some_and(|d| d.starts_with("egress")))
-        .collect()
 }
 
 fn fixed(table: &[(&str, &str)]) -> Resolver {
@@ -435,12 +478,84 @@ async fn refusals_past_the_first_64_are_counted_not_recorded() {
 async fn without_an_audit_log_nothing_connects() {
     let up = upstream().await;
     let h = proxy(egress(&[format!("127.0.0.1:{up}")]), Resolver::System).await;
-    h.audit.close();
+    h.log.close();
     let out = h.exchange(format!("CONNECT 127.0.0.1:{up} HTTP/1.1\r\n\r\n").as_bytes()).await;
     assert!(out.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{out}");
     assert!(out.contains("X-Cordon-Refused: audit-unavailable"), "{out}");
     let (summary, _) = h.finish().await;
     assert_eq!(summary.connections, 0);
+}
+
+/// A log that takes nothing: every `durable` fails, and says how often it was asked.
+#[derive(Debug, Default)]
+struct FailingLog {
+    asked: AtomicUsize,
+}
+
+impl EgressLog for FailingLog {
+    fn durable(&self, _record: EgressRecord) -> Durable<'_> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Err(LogError("the disk is full".into())) })
+    }
+
+    fn record(&self, _record: EgressRecord) {}
+}
+
+/// The invariant of the crate: an allowed attempt whose record the log cannot make durable
+/// never reaches upstream (the upstream listener accepts nothing), and the client is refused in
+/// its protocol, whichever it speaks.
+#[tokio::test]
+async fn a_log_that_fails_refuses_the_connection_and_upstream_is_never_connected() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    let log = Arc::new(FailingLog::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let ctx = Context {
+        invocation: "inv3".into(),
+        tool: "fetch".into(),
+        caller: 1000,
+        egress: egress(&[format!("127.0.0.1:{up}")]),
+        log: log.clone(),
+        metrics: None,
+        resolver: Resolver::System,
+    };
+    let proxy = tokio::spawn(serve(listener, ctx, stop.clone()));
+    let exchange = |request: Vec<u8>| async move {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(&request).await.unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out).await;
+        out
+    };
+    let connect = exchange(format!("CONNECT 127.0.0.1:{up} HTTP/1.1\r\n\r\n").into_bytes()).await;
+    let connect = String::from_utf8_lossy(&connect);
+    assert!(connect.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{connect}");
+    assert!(connect.contains("X-Cordon-Refused: audit-unavailable"), "{connect}");
+    assert!(connect.contains("the disk is full"), "{connect}");
+    let plain = exchange(format!("GET http://127.0.0.1:{up}/echo HTTP/1.1\r\n\r\n").into_bytes()).await;
+    let plain = String::from_utf8_lossy(&plain);
+    assert!(plain.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{plain}");
+    let mut socks = vec![5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1];
+    socks.extend_from_slice(&up.to_be_bytes());
+    let answer = exchange(socks).await;
+    // The method choice, then a general failure (1), and the connection closed.
+    assert_eq!(answer, [5, 0, 5, 1, 0, 1, 0, 0, 0, 0, 0, 0]);
+    stop.cancel();
+    let summary = proxy.await.unwrap();
+    assert_eq!((summary.connections, summary.refused), (0, 3));
+    // Each allowed attempt asked once, each refusal once more.
+    assert_eq!(log.asked.load(Ordering::SeqCst), 6);
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "upstream was connected");
 }
 
 #[tokio::test]
@@ -460,19 +575,18 @@ async fn stopping_the_proxy_closes_open_tunnels_and_records_them() {
 #[tokio::test]
 async fn the_handoff_starts_the_proxy_on_the_listener_and_finish_stops_it() {
     let up = upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let options = Options { path: dir.path().join("audit.jsonl"), max_size: DEFAULT_MAX_SIZE, keep: DEFAULT_KEEP };
-    let audit = Arc::new(Audit::open(options).unwrap().0);
-    let ctx = |audit: &Arc<Audit>| Context {
+    let log = Arc::new(MemoryLog::default());
+    let ctx = |log: &Arc<MemoryLog>| Context {
         invocation: "inv2".into(),
         tool: "fetch".into(),
         caller: 1000,
         egress: egress(&[format!("127.0.0.1:{up}")]),
-        audit: audit.clone(),
+        log: log.clone(),
+        metrics: None,
         resolver: Resolver::System,
     };
     // As the sandbox does: a blocking std listener, handed over from another thread.
-    let (proxy, hand) = Handoff::new(ctx(&audit));
+    let (proxy, hand) = Handoff::new(ctx(&log));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || (hand.0)(listener)).join().unwrap();
@@ -485,10 +599,10 @@ async fn the_handoff_starts_the_proxy_on_the_listener_and_finish_stops_it() {
     assert_eq!(summary.connections, 1);
     assert!(TcpStream::connect(addr).await.is_err(), "the listener is closed once the proxy stops");
     // No listener handed over: nothing ran, nothing to say.
-    let (proxy, _hand) = Handoff::new(ctx(&audit));
+    let (proxy, _hand) = Handoff::new(ctx(&log));
     assert_eq!(proxy.finish().await, None);
     // Dropped without finish (an invocation whose future was dropped): the proxy stops anyway.
-    let (proxy, hand) = Handoff::new(ctx(&audit));
+    let (proxy, hand) = Handoff::new(ctx(&log));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     (hand.0)(listener);
@@ -948,7 +1062,7 @@ fn names_that_resolve_to_this_hosts_own_addresses_are_refused() {
 }
 
 #[test]
-#[ignore = "a measurement, not a test: cargo test -p cordon-daemon host_address_cost -- --ignored --nocapture"]
+#[ignore = "a measurement, not a test: cargo test -p cordon-egress host_address_cost -- --ignored --nocapture"]
 fn host_address_cost() {
     let n = 10_000u32;
     let t = Instant::now();

@@ -1,5 +1,5 @@
-//! The proxy's parsers on bytes, for the fuzz targets (`fuzz/`, through [`crate::fuzzing`]) and
-//! the regression tests of what they found. Each entry point runs the code the proxy runs on a
+//! The proxy's parsers on bytes, for the fuzz targets (`fuzz/`, through `cordon_daemon::fuzzing`)
+//! and the regression tests of what they found; `#[doc(hidden)]`, not an API. Each entry point runs the code the proxy runs on a
 //! connection, with the connection replaced by the bytes given.
 
 use std::future::Future;
@@ -8,7 +8,9 @@ use std::task::{Context, Poll, Waker};
 
 use cordon_core::egress::Target;
 
-use super::{Request, http, sni, socks};
+use crate::reply::{Bad, SOCKS_VERSION};
+use crate::request::{Request, clip, shown_host};
+use crate::{http, sni, socks};
 
 /// Runs a future over in-memory bytes to its end: such a reader is never pending, so a future
 /// that is must be waiting for something that never comes (a hang, reported as such).
@@ -20,15 +22,15 @@ fn run<F: Future>(f: F) -> Option<F::Output> {
     }
 }
 
-fn describe(read: Option<Result<Request, http::Bad>>) -> Result<String, String> {
+fn describe(read: Option<Result<Request, Bad>>) -> Result<String, String> {
     match read {
         None => Err("the parser waits for bytes after the end of its input".into()),
         Some(Err(bad)) => Err(format!("{:?}: {}", bad.reply, bad.message)),
         Some(Ok(request)) => {
             // What the proxy does next with the host, before any name is resolved.
             let target = Target::parse(&request.host);
-            let shown = super::shown_host(&request.host);
-            Ok(format!("{request:?} target={target:?} shown={shown} clip={}", super::clip(&request.host)))
+            let shown = shown_host(&request.host);
+            Ok(format!("{request:?} target={target:?} shown={shown} clip={}", clip(&request.host)))
         }
     }
 }
@@ -38,7 +40,7 @@ fn describe(read: Option<Result<Request, http::Bad>>) -> Result<String, String> 
 pub fn proxy_request(bytes: &[u8]) -> Result<String, String> {
     match bytes.first() {
         None => Err("no bytes".into()),
-        Some(&socks::VERSION) => {
+        Some(&SOCKS_VERSION) => {
             let mut stream = tokio::io::join(bytes, tokio::io::sink());
             describe(run(socks::read_request(&mut stream)))
         }

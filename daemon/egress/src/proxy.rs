@@ -1,48 +1,8 @@
-//! The egress proxy: the only way out of the network namespace of a tool with `network.hosts`.
-//!
-//! One proxy serves one invocation, on the listener the sandbox made inside the tool's
-//! namespace (`127.0.0.1:3128`, see [`cordon_core::egress::PROXY_PORT`]) and handed to cordond.
-//! On that one port it speaks HTTP `CONNECT`, plain-HTTP forwarding of absolute-form requests
-//! and SOCKS5 (told apart by the first byte). Every attempt is decided by the tool's
-//! [`Egress`] rules, in this order: the target must parse, `host:port` must match a rule
-//! (nothing is resolved for a name that does not), a name is resolved by cordond's own resolver
-//! and only the addresses [`Egress::reachable`] accepts are kept (special addresses need a grant
-//! of the address itself), and none of this host's own (`host`: every interface's addresses,
-//! read again for each connection and checked again right before each connect, unless granted
-//! as addresses), and the proxy connects to those very addresses: never resolving
-//! again, so DNS rebinding between the check and the connection cannot happen.
-//!
-//! Why a proxy in the daemon rather than a filter in the kernel: a name is what a policy can
-//! grant, and only the party that resolves the name can tie it to an address. The tool has no
-//! DNS at all; it names hosts, and cordond decides.
-//!
-//! # Layout
-//! - `http`: reading a request head (bounded, under a timeout), `CONNECT` and absolute-form
-//!   requests, the rewrite to origin-form, the proxy's own answers.
-//! - `socks`: the SOCKS5 handshake (no authentication, `CONNECT` only) and its replies.
-//! - `host`: this host's own addresses, as the kernel lists them now.
-//! - `splice`: copying both ways with bounded buffers, counting every byte against the
-//!   invocation's `max_bytes`.
-//!
-//! Architecture invariants: an allowed connection's `egress` record is on disk before cordond
-//! connects upstream (if the log cannot take it, the connection is refused); at most
-//! `max_connections` connections of an invocation are served at once, and the connections
-//! beyond are answered by a small fixed number of tasks or closed, so a flood costs cordond a
-//! bounded number of tasks and buffers; the first [`MAX_REFUSAL_RECORDS`] refusals of an
-//! invocation are each a record, the rest are counted in its terminal record.
+//! One invocation's proxy: accepting the tool's connections within its limits, deciding each
+//! attempt by the tool's rules, recording it, connecting and splicing, and the summary of what
+//! its connections did.
 
-pub(crate) mod fuzz;
-mod host;
-mod http;
-mod sni;
-mod socks;
-mod splice;
-#[cfg(test)]
-mod tests;
-
-#[cfg(test)]
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,39 +13,23 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::audit::{Audit, Decision, Record};
+use crate::log::{EgressLog, EgressRecord, RecordKind};
+use crate::metrics::EgressMetrics;
+use crate::reply::{self, Bad, SOCKS_VERSION, socks_code};
+use crate::request::{HEAD_TIMEOUT, Protocol, Request, clip, shown_host};
+use crate::resolve::Resolver;
+use crate::splice::{self, Budget};
+use crate::upstream::{Grant, Upstream};
+use crate::{host, http, socks};
 use cordon_core::denial::{Denial, Denied, MAX_DENIALS};
 use cordon_core::egress::{Egress, Refusal, THIS_HOST, Target, canonical, on_host};
 use cordon_sandbox::ProxyHandoff;
 
-/// Longest request head (request line and headers, or a SOCKS5 handshake) the proxy reads.
-pub const HEAD_LIMIT: usize = 16 * 1024;
-/// Time a client has to send its request head.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time for resolving a name.
-pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time for connecting to one upstream address.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Refused attempts of one invocation that are each an audit record (the rest are counted).
 pub const MAX_REFUSAL_RECORDS: u64 = 64;
 /// Connections beyond `max_connections` answered at once (each reads a request head to refuse
 /// it in its protocol); connections beyond these are closed without an answer.
-const REFUSERS: usize = 8;
-/// Names being resolved at once, across every invocation of the daemon, and per caller (uid):
-/// one caller's slow lookups (a wildcard grant whose name servers the tool's author runs) hold
-/// only that caller's turns. A lookup that finds none free waits in a fair queue (freed turns
-/// go round-robin over the callers that wait), within its [`RESOLVE_TIMEOUT`].
-const MAX_RESOLVING: usize = 32;
-const MAX_RESOLVING_PER_CALLER: usize = 4;
-static RESOLVING: std::sync::LazyLock<cordon_limit::Limiter<u32>> = std::sync::LazyLock::new(|| {
-    cordon_limit::Limiter::new(cordon_limit::LimiterLimits {
-        per_key: MAX_RESOLVING_PER_CALLER,
-        global: MAX_RESOLVING,
-        queue_per_key: 64,
-        queue: 1024,
-        wait: RESOLVE_TIMEOUT,
-    })
-});
+pub(crate) const REFUSERS: usize = 8;
 /// Addresses of one name the proxy tries, in the resolver's order.
 const MAX_ADDRESSES: usize = 4;
 
@@ -98,98 +42,11 @@ pub struct Context {
     /// The invocation's caller (uid): whose share of the daemon-wide budgets it spends.
     pub caller: u32,
     pub egress: Egress,
-    pub audit: Arc<Audit>,
+    /// Where its records go; an allowed connection's must be durable before it connects.
+    pub log: Arc<dyn EgressLog>,
+    /// Its counters (`None`: nothing counts, cordond runs without `--metrics`).
+    pub metrics: Option<EgressMetrics>,
     pub resolver: Resolver,
-}
-
-/// Where names are resolved.
-#[derive(Debug, Clone, Default)]
-pub enum Resolver {
-    /// cordond's own resolver (`getaddrinfo`, through `tokio::net::lookup_host`).
-    #[default]
-    System,
-    /// A fixed table (tests: names that resolve to loopback addresses without DNS).
-    #[cfg(test)]
-    Fixed(Arc<HashMap<String, Vec<IpAddr>>>),
-}
-
-impl Resolver {
-    async fn resolve(&self, name: &str, port: u16, caller: u32) -> Result<Vec<IpAddr>, String> {
-        match self {
-            Resolver::System => {
-                let name = name.to_string();
-                let lookup =
-                    async move { tokio::net::lookup_host((name.as_str(), port)).await.map(|a| a.collect::<Vec<_>>()) };
-                match resolve_in_turn(&RESOLVING, caller, lookup).await {
-                    Ok(Ok(addrs)) => Ok(addrs.into_iter().map(|a| canonical(a.ip())).collect()),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(e) => Err(e),
-                }
-            }
-            #[cfg(test)]
-            Resolver::Fixed(table) => table.get(name).cloned().ok_or_else(|| "unknown name".to_string()),
-        }
-    }
-}
-
-/// Runs `lookup` in one of `caller`'s turns of `turns`. Each resolution holds a thread of the
-/// blocking pool (getaddrinfo), which the rest of cordond shares: the turn is held by a task of
-/// its own until the lookup returns, even when this caller has given up at the timeout (the
-/// thread runs on), so slow resolvers cannot pile up threads, and they pile up in their
-/// caller's share only. Waiting for a turn counts against the timeout.
-async fn resolve_in_turn<T: Send + 'static>(
-    turns: &cordon_limit::Limiter<u32>,
-    caller: u32,
-    lookup: impl std::future::Future<Output = T> + Send + 'static,
-) -> Result<T, String> {
-    let in_turn = async {
-        let turn = turns.acquire(caller).await.map_err(|refused| {
-            format!("too many names being resolved for this caller or in all (uid {caller}): {refused}")
-        })?;
-        let resolved = tokio::spawn(async move {
-            let _turn = turn;
-            lookup.await
-        });
-        resolved.await.map_err(|e| format!("the resolution failed ({e})"))
-    };
-    match tokio::time::timeout(RESOLVE_TIMEOUT, in_turn).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("no answer within {} s", RESOLVE_TIMEOUT.as_secs())),
-    }
-}
-
-#[cfg(test)]
-mod resolving {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    /// One caller's lookups that never answer hold only its own turns: another caller's name
-    /// resolves, and the first caller's further lookups wait in its own queue.
-    #[tokio::test(start_paused = true)]
-    async fn slow_lookups_of_one_caller_leave_other_callers_their_turns() {
-        let turns = Arc::new(cordon_limit::Limiter::new(cordon_limit::LimiterLimits {
-            per_key: MAX_RESOLVING_PER_CALLER,
-            global: MAX_RESOLVING,
-            queue_per_key: 64,
-            queue: 1024,
-            wait: RESOLVE_TIMEOUT,
-        }));
-        let mut stuck = JoinSet::new();
-        for _ in 0..40 {
-            let turns = turns.clone();
-            stuck.spawn(async move { resolve_in_turn(&turns, 1000, std::future::pending::<()>()).await });
-        }
-        tokio::task::yield_now().await;
-        assert_eq!(turns.held_by(&1000), MAX_RESOLVING_PER_CALLER);
-        let honest = resolve_in_turn(&turns, 1001, async { "127.0.0.1" }).await;
-        assert_eq!(honest.unwrap(), "127.0.0.1");
-        // The abuser's lookups time out (their turns stay held by the stuck lookups).
-        while let Some(r) = stuck.join_next().await {
-            let e = r.unwrap().unwrap_err();
-            assert!(e.contains("no answer within") || e.contains("no slot came free"), "{e}");
-        }
-        assert_eq!(turns.held_by(&1001), 0);
-    }
 }
 
 /// What an invocation's connections did, for its terminal record and the denials it shows.
@@ -222,26 +79,6 @@ impl Summary {
             "bytes_down": self.bytes_down,
             "cut": self.cut,
         })
-    }
-}
-
-/// The protocol of one attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Protocol {
-    /// HTTP `CONNECT host:port`.
-    Connect,
-    /// Plain HTTP, an absolute-form request forwarded in origin-form.
-    Http,
-    Socks5,
-}
-
-impl Protocol {
-    fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Connect => "connect",
-            Protocol::Http => "http",
-            Protocol::Socks5 => "socks5",
-        }
     }
 }
 
@@ -280,26 +117,13 @@ impl Why {
     }
 }
 
-/// One request, as read from the tool: what it wants to reach and how.
-#[derive(Debug)]
-struct Request {
-    protocol: Protocol,
-    /// The host as the tool wrote it (an IPv6 address without brackets).
-    host: String,
-    port: u16,
-    /// Plain HTTP: the rewritten head to send upstream, and how much body follows it.
-    forward: Option<http::Forward>,
-    /// Bytes the client sent after its head (early data), sent upstream first.
-    early: Vec<u8>,
-}
-
 /// The state of one invocation's proxy, shared by its connection tasks.
 #[derive(Debug)]
 struct Proxy {
     ctx: Context,
     stop: CancellationToken,
     /// Bytes moved, both directions, all connections (against `max_bytes`).
-    used: AtomicU64,
+    budget: Budget,
     up: AtomicU64,
     down: AtomicU64,
     connections: AtomicU64,
@@ -321,9 +145,9 @@ pub async fn serve(listener: TcpListener, ctx: Context, stop: CancellationToken)
     let permits = Arc::new(Semaphore::new(max));
     let refusers = Arc::new(Semaphore::new(REFUSERS));
     let proxy = Arc::new(Proxy {
+        budget: Budget::new(ctx.egress.max_bytes),
         ctx,
         stop: stop.clone(),
-        used: AtomicU64::new(0),
         up: AtomicU64::new(0),
         down: AtomicU64::new(0),
         connections: AtomicU64::new(0),
@@ -370,7 +194,11 @@ pub async fn serve(listener: TcpListener, ctx: Context, stop: CancellationToken)
     }
     drop(listener);
     while tasks.join_next().await.is_some() {}
-    proxy.summary()
+    let summary = proxy.summary();
+    if let Some(m) = &proxy.ctx.metrics {
+        m.bytes(&proxy.ctx.tool, summary.bytes_up, summary.bytes_down);
+    }
+    summary
 }
 
 /// An invocation's proxy, from before its listener exists to its summary: the sandbox calls the
@@ -482,22 +310,22 @@ impl Proxy {
             _ = self.stop.cancelled() => return,
             d = self.decide(&request) => d,
         };
-        let (rule, addrs) = match decided {
-            Ok(d) => d,
+        let grant = match decided {
+            Ok(g) => g,
             Err(why) => return self.refuse(conn, &mut client, &request, why).await,
         };
-        // On disk before anything reaches upstream; fail closed.
-        let record = self
-            .record(Decision::Egress, conn, &request)
-            .with("allowed", true)
-            .with("rule", rule)
-            .with("addresses", addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>());
-        if let Err(e) = self.ctx.audit.durable(record).await {
-            tracing::error!(id = %self.ctx.invocation, error = %e, "egress connection refused: its record is not on disk");
-            return self.refuse(conn, &mut client, &request, Why::Audit(e.to_string())).await;
-        }
-        if let Some(m) = self.ctx.audit.metrics() {
-            m.egress_connection(&self.ctx.tool, None);
+        // Durable before anything reaches upstream: the addresses come back only then. Fail
+        // closed.
+        let attempt = self.record(RecordKind::Egress, conn, &request);
+        let recorded = match grant.record(self.ctx.log.as_ref(), attempt).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(id = %self.ctx.invocation, error = %e, "egress connection refused: its record is not on disk");
+                return self.refuse(conn, &mut client, &request, Why::Audit(e.to_string())).await;
+            }
+        };
+        if let Some(m) = &self.ctx.metrics {
+            m.connection(&self.ctx.tool, None);
         }
         let started = Instant::now();
         // A name's addresses are checked against this host's own again right before each
@@ -516,9 +344,9 @@ impl Proxy {
         };
         let upstream = tokio::select! {
             _ = self.stop.cancelled() => Err(Upstream::Stopped),
-            r = connect(&addrs, request.port, fresh) => r,
+            r = recorded.connect(request.port, fresh) => r,
         };
-        let closed = self.record(Decision::EgressClosed, conn, &request);
+        let closed = self.record(RecordKind::EgressClosed, conn, &request);
         let upstream = match upstream {
             Ok(u) => u,
             Err(e) => {
@@ -527,13 +355,13 @@ impl Proxy {
                 }
                 let r =
                     closed.with("end", e.end()).with("error", e.to_string()).with("bytes_up", 0).with("bytes_down", 0);
-                self.ctx.audit.record(r.with("duration_ms", millis(started.elapsed())));
+                self.ctx.log.record(r.with("duration_ms", millis(started.elapsed())));
                 return;
             }
         };
         self.connections.fetch_add(1, Ordering::Relaxed);
         let address = upstream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-        let done = splice::run(&self, client, upstream, request).await;
+        let done = splice::run(&self.budget, &self.stop, client, upstream, request).await;
         self.up.fetch_add(done.up, Ordering::Relaxed);
         self.down.fetch_add(done.down, Ordering::Relaxed);
         let mut r = closed
@@ -552,8 +380,8 @@ impl Proxy {
             }
             (splice::End::Refused(_), Some(refusal)) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                if let Some(m) = self.ctx.audit.metrics() {
-                    m.egress_connection(&self.ctx.tool, Some(refusal.kind()));
+                if let Some(m) = &self.ctx.metrics {
+                    m.connection(&self.ctx.tool, Some(refusal.kind()));
                 }
                 r = match refusal {
                     Refusal::SniMismatch { sni } => r.with("sni", clip(sni)),
@@ -568,12 +396,12 @@ impl Proxy {
             r = r.with("message", refusal.explain(&done.host, done.port));
             self.add_denial(&done.host, done.port, refusal);
         }
-        self.ctx.audit.record(r);
+        self.ctx.log.record(r);
     }
 
     /// The tool's rules on `request`: the rule that grants it and the addresses to connect to,
     /// or why not.
-    async fn decide(&self, request: &Request) -> Result<(String, Vec<IpAddr>), Why> {
+    async fn decide(&self, request: &Request) -> Result<Grant, Why> {
         let egress = &self.ctx.egress;
         let Some(target) = Target::parse(&request.host) else {
             return Err(Why::InvalidHost(clip(&request.host)));
@@ -581,7 +409,7 @@ impl Proxy {
         let Some(rule) = egress.matching(&target, request.port).map(|r| r.to_string()) else {
             return Err(Why::Refused(Refusal::NotListed));
         };
-        if self.used.load(Ordering::Relaxed) >= egress.max_bytes {
+        if self.budget.spent() {
             return Err(Why::Refused(Refusal::MaxBytes(egress.max_bytes)));
         }
         let name = match target {
@@ -628,12 +456,12 @@ impl Proxy {
 
     /// Counts a granted connection against `max_connections_per_call` (race-free: the count is
     /// taken and checked in one step).
-    fn grant(&self, rule: String, addrs: Vec<IpAddr>) -> Result<(String, Vec<IpAddr>), Why> {
+    fn grant(&self, rule: String, addrs: Vec<IpAddr>) -> Result<Grant, Why> {
         let limit = self.ctx.egress.max_connections_per_call;
         if self.granted.fetch_add(1, Ordering::Relaxed) >= u64::from(limit) {
             return Err(Why::Refused(Refusal::ConnectionsPerCall(limit)));
         }
-        Ok((rule, addrs))
+        Ok(Grant::new(rule, addrs))
     }
 
     /// Answers a refusal in the request's protocol and records it.
@@ -641,7 +469,7 @@ impl Proxy {
         let host = shown_host(&request.host);
         let text = why.explain(&host, request.port);
         let record = self
-            .record(Decision::Egress, conn, request)
+            .record(RecordKind::Egress, conn, request)
             .with("allowed", false)
             .with("why", why.kind())
             .with("message", text.as_str());
@@ -653,23 +481,21 @@ impl Proxy {
         // the log's order of events).
         self.note_refusal(why.kind(), denial, Some(record)).await;
         match request.protocol {
-            Protocol::Socks5 => socks::reply(client, socks_code(&why)).await,
+            Protocol::Socks5 => reply::socks(client, socks_reply(&why)).await,
             Protocol::Connect | Protocol::Http => {
                 let body = format!(
                     "cordon: the egress proxy refused {host}:{port} for tool {tool}: {text}\n",
                     port = request.port,
                     tool = self.ctx.tool
                 );
-                http::refused(client, http_status(&why), why.kind(), &body).await;
+                reply::refused(client, http_status(&why), why.kind(), &body).await;
             }
         }
     }
 
     /// A refusal record for an attempt without a readable request.
-    fn refusal_record(&self, conn: u64, why: &str, message: &str) -> Record {
-        Record::new(Decision::Egress)
-            .invocation(&self.ctx.invocation)
-            .tool(&self.ctx.tool)
+    fn refusal_record(&self, conn: u64, why: &str, message: &str) -> EgressRecord {
+        EgressRecord::new(RecordKind::Egress, &self.ctx.invocation, &self.ctx.tool)
             .with("conn", conn)
             .with("allowed", false)
             .with("why", why)
@@ -678,17 +504,22 @@ impl Proxy {
 
     /// Counts a refusal, keeps its denial, and writes its record while fewer than
     /// [`MAX_REFUSAL_RECORDS`] were.
-    async fn note_refusal(&self, kind: &'static str, denial: Option<(String, u16, Refusal)>, record: Option<Record>) {
+    async fn note_refusal(
+        &self,
+        kind: &'static str,
+        denial: Option<(String, u16, Refusal)>,
+        record: Option<EgressRecord>,
+    ) {
         self.refused.fetch_add(1, Ordering::Relaxed);
-        if let Some(m) = self.ctx.audit.metrics() {
-            m.egress_connection(&self.ctx.tool, Some(kind));
+        if let Some(m) = &self.ctx.metrics {
+            m.connection(&self.ctx.tool, Some(kind));
         }
         if let Some((host, port, refusal)) = denial {
             self.add_denial(&host, port, refusal);
         }
         let Some(record) = record else { return };
         if self.recorded.fetch_add(1, Ordering::Relaxed) < MAX_REFUSAL_RECORDS {
-            if let Err(e) = self.ctx.audit.durable(record).await {
+            if let Err(e) = self.ctx.log.durable(record).await {
                 tracing::error!(id = %self.ctx.invocation, error = %e, "egress refusal not recorded");
             }
         } else {
@@ -707,27 +538,12 @@ impl Proxy {
     }
 
     /// A record of this invocation about `request`.
-    fn record(&self, decision: Decision, conn: u64, request: &Request) -> Record {
-        Record::new(decision)
-            .invocation(&self.ctx.invocation)
-            .tool(&self.ctx.tool)
+    fn record(&self, kind: RecordKind, conn: u64, request: &Request) -> EgressRecord {
+        EgressRecord::new(kind, &self.ctx.invocation, &self.ctx.tool)
             .with("conn", conn)
             .with("protocol", request.protocol.as_str())
             .with("host", clip(&request.host))
             .with("port", request.port)
-    }
-
-    /// Takes `n` bytes from the invocation's `max_bytes`; false when they would pass it, and
-    /// from then on the budget is spent (later connections are refused).
-    fn take(&self, n: usize) -> bool {
-        let n = n as u64;
-        let max = self.ctx.egress.max_bytes;
-        let fits = |u: u64| u.checked_add(n).filter(|t| *t <= max);
-        if self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, fits).is_ok() {
-            return true;
-        }
-        self.used.fetch_max(max, Ordering::Relaxed);
-        false
     }
 
     fn summary(&self) -> Summary {
@@ -744,102 +560,13 @@ impl Proxy {
 }
 
 /// Reads one request: SOCKS5 when the first byte says so, HTTP otherwise.
-async fn read_request(client: &mut TcpStream) -> Result<Request, http::Bad> {
+async fn read_request(client: &mut TcpStream) -> Result<Request, Bad> {
     let mut first = [0u8; 1];
-    let n = client.peek(&mut first).await.map_err(|e| http::Bad::io(&e))?;
+    let n = client.peek(&mut first).await.map_err(|e| Bad::io(&e))?;
     if n == 0 {
-        return Err(http::Bad::closed());
+        return Err(Bad::closed());
     }
-    if first[0] == socks::VERSION { socks::read_request(client).await } else { http::read_request(client).await }
-}
-
-/// Why no upstream connection was made.
-#[derive(Debug, thiserror::Error)]
-enum Upstream {
-    #[error("{addr}: {source}")]
-    Failed { addr: SocketAddr, source: std::io::Error },
-    #[error("{addr}: no connection within {} s", CONNECT_TIMEOUT.as_secs())]
-    TimedOut { addr: SocketAddr },
-    #[error("the invocation ended")]
-    Stopped,
-    #[error("{addr}: not connected: {why}")]
-    OwnAddress { addr: SocketAddr, why: String },
-}
-
-impl Upstream {
-    fn end(&self) -> &'static str {
-        match self {
-            Upstream::Stopped => "stopped",
-            Upstream::OwnAddress { .. } => "refused",
-            _ => "connect_failed",
-        }
-    }
-
-    async fn answer(&self, protocol: Protocol, client: &mut TcpStream) {
-        let refused =
-            matches!(self, Upstream::Failed { source, .. } if source.kind() == std::io::ErrorKind::ConnectionRefused);
-        if let Upstream::OwnAddress { .. } = self {
-            return match protocol {
-                Protocol::Socks5 => socks::reply(client, socks::NOT_ALLOWED).await,
-                Protocol::Connect | Protocol::Http => {
-                    let body = format!("cordon: the egress proxy refused the connection: {self}\n");
-                    http::refused(client, 403, Refusal::Special { addr: self.ip(), class: THIS_HOST }.kind(), &body)
-                        .await
-                }
-            };
-        }
-        match protocol {
-            Protocol::Socks5 => {
-                socks::reply(client, if refused { socks::REFUSED } else { socks::HOST_UNREACHABLE }).await
-            }
-            Protocol::Connect | Protocol::Http => {
-                http::refused(
-                    client,
-                    502,
-                    "upstream",
-                    &format!("cordon: the egress proxy could not connect: {self}\n"),
-                )
-                .await;
-            }
-        }
-    }
-}
-
-impl Upstream {
-    fn ip(&self) -> IpAddr {
-        match self {
-            Upstream::Failed { addr, .. } | Upstream::TimedOut { addr } | Upstream::OwnAddress { addr, .. } => {
-                addr.ip()
-            }
-            Upstream::Stopped => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        }
-    }
-}
-
-/// Connects to the first of `addrs` that answers (each checked already; never re-resolved),
-/// each one first passing `fresh` (this host's addresses, read again).
-async fn connect(
-    addrs: &[IpAddr],
-    port: u16,
-    fresh: impl Fn(IpAddr) -> Result<(), String>,
-) -> Result<TcpStream, Upstream> {
-    let mut last = Upstream::Stopped;
-    for &ip in addrs {
-        let addr = SocketAddr::new(ip, port);
-        if let Err(why) = fresh(ip) {
-            last = Upstream::OwnAddress { addr, why };
-            continue;
-        }
-        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
-            Ok(Err(source)) => last = Upstream::Failed { addr, source },
-            Err(_) => last = Upstream::TimedOut { addr },
-        }
-    }
-    Err(last)
+    if first[0] == SOCKS_VERSION { socks::read_request(client).await } else { http::read_request(client).await }
 }
 
 fn http_status(why: &Why) -> u16 {
@@ -860,7 +587,7 @@ fn http_status(why: &Why) -> u16 {
 }
 
 /// RFC 1928's reply codes.
-fn socks_code(why: &Why) -> u8 {
+fn socks_reply(why: &Why) -> u8 {
     match why {
         Why::Refused(
             Refusal::NotListed
@@ -868,30 +595,12 @@ fn socks_code(why: &Why) -> u8 {
             | Refusal::SniMismatch { .. }
             | Refusal::HostMismatch { .. }
             | Refusal::Unverifiable(_),
-        ) => socks::NOT_ALLOWED,
-        Why::Refused(Refusal::Unresolved(_)) | Why::InvalidHost(_) => socks::HOST_UNREACHABLE,
+        ) => socks_code::NOT_ALLOWED,
+        Why::Refused(Refusal::Unresolved(_)) | Why::InvalidHost(_) => socks_code::HOST_UNREACHABLE,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
         | Why::Audit(_)
-        | Why::HostAddresses(_) => socks::GENERAL_FAILURE,
+        | Why::HostAddresses(_) => socks_code::GENERAL_FAILURE,
     }
-}
-
-/// A host as records and messages show it: an IPv6 address in brackets.
-fn shown_host(host: &str) -> String {
-    match Target::parse(host) {
-        Some(Target::Addr(IpAddr::V6(a))) => format!("[{a}]"),
-        Some(t) => t.to_string(),
-        None => clip(host),
-    }
-}
-
-/// The tool's text, at most 256 bytes of it (a valid host name is shorter).
-fn clip(text: &str) -> String {
-    let mut end = text.len().min(256);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
 }
 
 fn millis(d: Duration) -> u64 {

@@ -10,16 +10,16 @@
 use cordon_core::egress::ECH_OFF;
 
 /// The TLS record type of a handshake, the first byte of a ClientHello.
-pub(super) const HANDSHAKE: u8 = 0x16;
+pub(crate) const HANDSHAKE: u8 = 0x16;
 /// Longest first flight read for the check: one TLS record.
-pub(super) const MAX_RECORD: usize = 5 + (1 << 14) + 256;
+pub(crate) const MAX_RECORD: usize = 5 + (1 << 14) + 256;
 /// `encrypted_client_hello` (RFC 9849, the ECH draft's code point).
 const ECH: u16 = 0xfe0d;
 /// `encrypted_server_name` (the ESNI draft).
 const ESNI: u16 = 0xffce;
 
 /// Whether `buf` holds a whole first record (or cannot be TLS, or is too long to wait for).
-pub(super) fn complete(buf: &[u8]) -> bool {
+pub(crate) fn complete(buf: &[u8]) -> bool {
     if buf.first() != Some(&HANDSHAKE) || buf.len() >= MAX_RECORD {
         return true;
     }
@@ -28,7 +28,7 @@ pub(super) fn complete(buf: &[u8]) -> bool {
 
 /// What the first record of a tunnel says about the TLS server name it is for.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Hello {
+pub(crate) enum Hello {
     /// No TLS handshake record (another protocol, or nothing): not judged here.
     NotTls,
     /// A whole, checkable ClientHello in the first record, and the name it asks for (lowercase,
@@ -46,7 +46,7 @@ pub(super) enum Hello {
 }
 
 /// Reads the first record of `buf` (see [`complete`]).
-pub(super) fn hello(buf: &[u8]) -> Hello {
+pub(crate) fn hello(buf: &[u8]) -> Hello {
     if buf.len() >= 3 && buf[0] & 0x80 != 0 && buf[2] == 1 {
         return Hello::Sslv2;
     }
@@ -152,7 +152,7 @@ fn server_name(data: &[u8]) -> Result<String, Option<String>> {
     let shown = String::from_utf8_lossy(name);
     match std::str::from_utf8(name).ok().and_then(cordon_core::egress::Target::parse) {
         Some(cordon_core::egress::Target::Name(n)) => Ok(n),
-        _ => Err(Some(format!("its server_name {:?} is no host name", super::clip(&shown)))),
+        _ => Err(Some(format!("its server_name {:?} is no host name", crate::request::clip(&shown)))),
     }
 }
 
@@ -179,7 +179,7 @@ impl<'a> Reader<'a> {
 
 /// A `server_name` extension's data naming each of `names` (tests).
 #[cfg(test)]
-pub(super) fn server_names(names: &[&str]) -> Vec<u8> {
+pub(crate) fn server_names(names: &[&str]) -> Vec<u8> {
     let mut list = Vec::new();
     for name in names {
         list.push(0);
@@ -193,7 +193,7 @@ pub(super) fn server_names(names: &[&str]) -> Vec<u8> {
 
 /// A ClientHello record with these extensions, in this order (tests).
 #[cfg(test)]
-pub(super) fn client_hello_with(extensions: &[(u16, Vec<u8>)]) -> Vec<u8> {
+pub(crate) fn client_hello_with(extensions: &[(u16, Vec<u8>)]) -> Vec<u8> {
     let mut ext = Vec::new();
     for (kind, data) in extensions {
         ext.extend_from_slice(&kind.to_be_bytes());
@@ -218,7 +218,7 @@ pub(super) fn client_hello_with(extensions: &[(u16, Vec<u8>)]) -> Vec<u8> {
 
 /// A minimal ClientHello record naming `sni`, after another extension to walk past (tests).
 #[cfg(test)]
-pub(super) fn client_hello(sni: &str) -> Vec<u8> {
+pub(crate) fn client_hello(sni: &str) -> Vec<u8> {
     client_hello_with(&[(0x000a, vec![0x00, 0x02, 0x00, 0x1d]), (0, server_names(&[sni]))])
 }
 

@@ -1,36 +1,25 @@
 //! SOCKS5 on the proxy's port (RFC 1928): no authentication, `CONNECT` to a name, an IPv4 or an
 //! IPv6 address. Names are resolved by the proxy (`socks5h://`, what `ALL_PROXY` says), so the
-//! tool never needs DNS.
+//! tool never needs DNS. Its replies are [`crate::reply`]'s.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-use super::http::{Bad, Reply};
-use super::{Protocol, Request};
-
-/// The protocol version, and the first byte of every SOCKS5 greeting.
-pub(super) const VERSION: u8 = 5;
-pub(super) const SUCCEEDED: u8 = 0;
-pub(super) const GENERAL_FAILURE: u8 = 1;
-/// "Connection not allowed by ruleset".
-pub(super) const NOT_ALLOWED: u8 = 2;
-pub(super) const HOST_UNREACHABLE: u8 = 4;
-pub(super) const REFUSED: u8 = 5;
-const COMMAND_NOT_SUPPORTED: u8 = 7;
-const ADDRESS_NOT_SUPPORTED: u8 = 8;
+use crate::reply::socks_code::{ADDRESS_NOT_SUPPORTED, COMMAND_NOT_SUPPORTED, GENERAL_FAILURE, HOST_UNREACHABLE};
+use crate::reply::{Bad, Reply, SOCKS_VERSION as VERSION};
+use crate::request::{Protocol, Request};
 /// "No authentication required", the only method offered.
 const NO_AUTH: u8 = 0;
 const NO_ACCEPTABLE_METHOD: u8 = 0xff;
 
 fn bad(code: u8, message: impl Into<String>) -> Bad {
-    Bad { reply: Reply::Socks(code), message: message.into() }
+    Bad::socks(code, message)
 }
 
 /// Reads the greeting, picks "no authentication", and reads the request (from the client's
 /// connection, or bytes in a test).
-pub(super) async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(client: &mut S) -> Result<Request, Bad> {
+pub(crate) async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(client: &mut S) -> Result<Request, Bad> {
     let eof = |e: std::io::Error| Bad::io(&e);
     let mut greeting = [0u8; 2];
     client.read_exact(&mut greeting).await.map_err(eof)?;
@@ -81,18 +70,4 @@ pub(super) async fn read_request<S: AsyncRead + AsyncWrite + Unpin>(client: &mut
         return Err(bad(GENERAL_FAILURE, "SOCKS5 CONNECT to port 0"));
     }
     Ok(Request { protocol: Protocol::Socks5, host, port, forward: None, early: Vec::new() })
-}
-
-/// Sends a reply (bound address 0.0.0.0:0: the tool has no use for cordond's); any code but
-/// [`SUCCEEDED`] closes the connection.
-pub(super) async fn reply(client: &mut TcpStream, code: u8) {
-    let _ = send(client, code).await;
-    if code != SUCCEEDED {
-        let _ = client.shutdown().await;
-    }
-}
-
-/// Sends a reply, saying whether it was sent.
-pub(super) async fn send(client: &mut TcpStream, code: u8) -> std::io::Result<()> {
-    client.write_all(&[VERSION, code, 0, 1, 0, 0, 0, 0, 0, 0]).await
 }

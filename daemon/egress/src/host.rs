@@ -11,7 +11,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Every address of every interface of this host and the IPv4 broadcast addresses, now.
-pub(super) fn addresses() -> Result<Vec<IpAddr>, String> {
+pub(crate) fn addresses() -> Result<Vec<IpAddr>, String> {
     let list =
         nix::ifaddrs::getifaddrs().map_err(|e| format!("cannot list this host's addresses (getifaddrs: {e})"))?;
     // Duplicates (a broadcast address given twice) are harmless: the list is only searched.

@@ -1,6 +1,7 @@
 //! HTTP on the proxy's port: reading a request head (at most [`HEAD_LIMIT`] bytes), `CONNECT
 //! host:port` and absolute-form requests (`GET http://host:port/path HTTP/1.1`), the rewrite
-//! of the latter to origin-form, and the proxy's own answers.
+//! of the latter to origin-form, and the response head's `Connection: close` (the proxy's own
+//! answers are [`crate::reply`]'s).
 //!
 //! The response's head gets `Connection: close` in place of the server's connection headers.
 //!
@@ -11,10 +12,10 @@
 //! reach the same server under a `Host` nobody checked). Chunked request bodies are refused
 //! (411): their end is only known by parsing them.
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::{HEAD_LIMIT, Protocol, Request, socks};
+use crate::reply::Bad;
+use crate::request::{Forward, HEAD_LIMIT, Protocol, Request, clip};
 use cordon_core::egress::Target;
 
 /// Headers a proxy consumes or that describe one hop, never forwarded (RFC 9110 7.6.1, plus the
@@ -34,63 +35,8 @@ const HOP_BY_HOP: &[&str] = &[
 /// Most headers a request may have.
 const MAX_HEADERS: usize = 100;
 
-/// A forwarded request: its origin-form head and the length of the body that follows it.
-#[derive(Debug)]
-pub(super) struct Forward {
-    pub(super) head: Vec<u8>,
-    pub(super) body: u64,
-}
-
-/// A request the proxy could not read, and how to answer it.
-#[derive(Debug)]
-pub(super) struct Bad {
-    pub(super) reply: Reply,
-    pub(super) message: String,
-}
-
-#[derive(Debug)]
-pub(super) enum Reply {
-    /// An HTTP status with the message as its body.
-    Http(u16),
-    /// A SOCKS5 reply code.
-    Socks(u8),
-    /// Answered already (a SOCKS method refusal): recorded, nothing more to send.
-    Answered,
-    /// The client went away or failed: nothing to answer, nothing worth a record.
-    Silent,
-}
-
-impl Bad {
-    pub(super) fn http(status: u16, message: impl Into<String>) -> Bad {
-        Bad { reply: Reply::Http(status), message: message.into() }
-    }
-
-    pub(super) fn closed() -> Bad {
-        Bad { reply: Reply::Silent, message: "the client closed the connection before its request".into() }
-    }
-
-    pub(super) fn io(e: &std::io::Error) -> Bad {
-        Bad { reply: Reply::Silent, message: format!("reading the request: {e}") }
-    }
-
-    /// Nothing to answer and nothing to record.
-    pub(super) fn silent(&self) -> bool {
-        matches!(self.reply, Reply::Silent)
-    }
-
-    pub(super) async fn answer(&self, client: &mut TcpStream) {
-        match self.reply {
-            Reply::Http(status) => {
-                refused(client, status, "invalid-request", &format!("cordon: {}\n", self.message)).await
-            }
-            Reply::Socks(code) => socks::reply(client, code).await,
-            Reply::Answered | Reply::Silent => {}
-        }
-    }
-}
-
 /// Reads and parses one HTTP request head (from the client's connection, or bytes in a test).
-pub(super) async fn read_request<S: AsyncRead + Unpin>(client: &mut S) -> Result<Request, Bad> {
+pub(crate) async fn read_request<S: AsyncRead + Unpin>(client: &mut S) -> Result<Request, Bad> {
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     let end = loop {
@@ -123,7 +69,7 @@ fn too_long() -> Bad {
 }
 
 /// The end of the head (after its blank line), searching from `from`.
-pub(super) fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+pub(crate) fn head_end(buf: &[u8], from: usize) -> Option<usize> {
     (from..buf.len()).find_map(|i| {
         let rest = &buf[i..];
         if rest.starts_with(b"\r\n\r\n") {
@@ -165,7 +111,7 @@ fn parse(head: &[u8], early: Vec<u8>) -> Result<Request, Bad> {
             format!(
                 "this is cordon's egress proxy: it takes CONNECT host:port, or a request for a full http:// URL \
                  (GET http://host/path), not {method} {}",
-                super::clip(path)
+                clip(path)
             ),
         ));
     }
@@ -255,7 +201,7 @@ fn rewrite(
 
 /// Why a tunnel's first flight, an HTTP request, is not sent up.
 #[derive(Debug)]
-pub(super) enum TunnelRefusal {
+pub(crate) enum TunnelRefusal {
     /// Its `Host` names another host (as written).
     Host(String),
     /// It cannot be checked or forwarded, and why.
@@ -263,7 +209,7 @@ pub(super) enum TunnelRefusal {
 }
 
 /// Whether `buf` could still be the start of an HTTP request head.
-pub(super) fn could_be_head(buf: &[u8]) -> bool {
+pub(crate) fn could_be_head(buf: &[u8]) -> bool {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     !matches!(httparse::Request::new(&mut headers).parse(buf), Err(e) if e != httparse::Error::TooManyHeaders)
 }
@@ -272,7 +218,7 @@ pub(super) fn could_be_head(buf: &[u8]) -> bool {
 /// `Ok(None)` when it is no HTTP request at all; the request rewritten (its `Host` as sent,
 /// `Connection: close`, no hop-by-hop headers, a body only by `Content-Length`) and the length of
 /// its head in `buf` when its one `Host` is `name` (with `port`, or none); why not otherwise.
-pub(super) fn tunnel_request(buf: &[u8], name: &str, port: u16) -> Result<Option<(Forward, usize)>, TunnelRefusal> {
+pub(crate) fn tunnel_request(buf: &[u8], name: &str, port: u16) -> Result<Option<(Forward, usize)>, TunnelRefusal> {
     let bad = |why: String| Err(TunnelRefusal::Bad(why));
     let Some(end) = head_end(buf, 0) else {
         if !could_be_head(buf) {
@@ -296,7 +242,7 @@ pub(super) fn tunnel_request(buf: &[u8], name: &str, port: u16) -> Result<Option
         return Ok(None);
     };
     if !(path.starts_with('/') || (path == "*" && method == "OPTIONS")) {
-        return bad(format!("its HTTP request names {:?}, not a path on {name}", super::clip(path)));
+        return bad(format!("its HTTP request names {:?}, not a path on {name}", clip(path)));
     }
     let hosts: Vec<&httparse::Header<'_>> =
         req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("host")).collect();
@@ -317,7 +263,7 @@ pub(super) fn tunnel_request(buf: &[u8], name: &str, port: u16) -> Result<Option
 
 /// `host:port`, `[v6]:port`, or (with a default port) `host` alone; the host without brackets.
 fn authority(text: &str, default: Option<u16>) -> Result<(String, u16), Bad> {
-    let bad = || Bad::http(400, format!("{:?} is no host:port", super::clip(text)));
+    let bad = || Bad::http(400, format!("{:?} is no host:port", clip(text)));
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (inner, after) = rest.split_once(']').ok_or_else(bad)?;
         match after.strip_prefix(':') {
@@ -334,7 +280,7 @@ fn authority(text: &str, default: Option<u16>) -> Result<(String, u16), Bad> {
     };
     let port = match port {
         Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(bad)?,
-        None => default.ok_or_else(|| Bad::http(400, format!("CONNECT {:?} names no port", super::clip(text))))?,
+        None => default.ok_or_else(|| Bad::http(400, format!("CONNECT {:?} names no port", clip(text))))?,
     };
     if host.is_empty() {
         return Err(bad());
@@ -342,23 +288,10 @@ fn authority(text: &str, default: Option<u16>) -> Result<(String, u16), Bad> {
     Ok((host.to_string(), port))
 }
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "Connection established",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        408 => "Request Timeout",
-        411 => "Length Required",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        _ => "Error",
-    }
-}
-
 /// A response head as the tool gets it: `Connection: close` instead of the server's connection
 /// headers (the proxy closes after one response, and the client must not count on reusing the
 /// connection). `None` leaves it as it is: an interim (1xx) response, or no parsable head.
-pub(super) fn close_response(head: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn close_response(head: &[u8]) -> Option<Vec<u8>> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     if !matches!(resp.parse(head), Ok(httparse::Status::Complete(_))) || resp.code.is_none_or(|c| c < 200) {
@@ -385,28 +318,11 @@ pub(super) fn close_response(head: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Answers with `status`, a text body and `X-Cordon-Refused: kind`, then closes.
-pub(super) async fn refused(client: &mut TcpStream, status: u16, kind: &str, body: &str) {
-    let response = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
-         X-Cordon-Refused: {kind}\r\nConnection: close\r\n\r\n{body}",
-        reason(status),
-        body.len()
-    );
-    // Best effort: the client may be gone.
-    let _ = client.write_all(response.as_bytes()).await;
-    let _ = client.shutdown().await;
-}
-
-/// Answers a `CONNECT` that is connected.
-pub(super) async fn established(client: &mut TcpStream) -> std::io::Result<()> {
-    client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::reply::Reply;
 
     fn head(text: &str) -> Result<Request, Bad> {
         parse(text.as_bytes(), Vec::new())

@@ -7,15 +7,50 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::{HEAD_TIMEOUT, Protocol, Proxy, Request, http, sni, socks};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::reply::{self, socks_code};
+use crate::request::{HEAD_LIMIT, HEAD_TIMEOUT, Protocol, Request, shown_host};
+use crate::{http, sni};
 use cordon_core::egress::{Refusal, Target};
 
 /// Bytes read at once per direction.
 const BUFFER: usize = 16 * 1024;
 
+/// The invocation's `max_bytes`, shared by its connections: bytes moved, both directions.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    used: AtomicU64,
+    max: u64,
+}
+
+impl Budget {
+    pub(crate) fn new(max: u64) -> Budget {
+        Budget { used: AtomicU64::new(0), max }
+    }
+
+    /// Whether the budget is spent (later connections are refused).
+    pub(crate) fn spent(&self) -> bool {
+        self.used.load(Ordering::Relaxed) >= self.max
+    }
+
+    /// Takes `n` bytes; false when they would pass `max_bytes`, and from then on the budget is
+    /// spent.
+    pub(crate) fn take(&self, n: usize) -> bool {
+        let n = n as u64;
+        let max = self.max;
+        let fits = |u: u64| u.checked_add(n).filter(|t| *t <= max);
+        if self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, fits).is_ok() {
+            return true;
+        }
+        self.used.fetch_max(max, Ordering::Relaxed);
+        false
+    }
+}
+
 /// How a spliced connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum End {
+pub(crate) enum End {
     /// Both sides closed (or, for plain HTTP, the server finished its response).
     Closed,
     /// The next bytes would have passed the invocation's `max_bytes`: cut.
@@ -30,7 +65,7 @@ pub(super) enum End {
 }
 
 impl End {
-    pub(super) fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             End::Closed => "closed",
             End::MaxBytes => "max_bytes",
@@ -43,15 +78,15 @@ impl End {
 
 /// What a spliced connection did.
 #[derive(Debug)]
-pub(super) struct Done {
-    pub(super) up: u64,
-    pub(super) down: u64,
-    pub(super) end: End,
-    pub(super) error: Option<String>,
+pub(crate) struct Done {
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    pub(crate) end: End,
+    pub(crate) error: Option<String>,
     /// Why a tunnel's first flight was cut ([`End::Refused`]).
-    pub(super) refusal: Option<Refusal>,
-    pub(super) host: String,
-    pub(super) port: u16,
+    pub(crate) refusal: Option<Refusal>,
+    pub(crate) host: String,
+    pub(crate) port: u16,
 }
 
 /// How one direction ended.
@@ -78,18 +113,23 @@ enum Carries {
 /// Tells the tool its connection is up, sends what goes first (a forwarded request's head, early
 /// bytes), then copies both ways until both sides are done, the budget is spent or the
 /// invocation ends.
-pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpStream, request: Request) -> Done {
+pub(crate) async fn run(
+    budget: &Budget,
+    stop: &CancellationToken,
+    mut client: TcpStream,
+    mut upstream: TcpStream,
+    request: Request,
+) -> Done {
     let Request { protocol, host, port, forward, mut early } = request;
-    let mut done =
-        Done { up: 0, down: 0, end: End::Closed, error: None, refusal: None, host: super::shown_host(&host), port };
+    let mut done = Done { up: 0, down: 0, end: End::Closed, error: None, refusal: None, host: shown_host(&host), port };
     // A tunnel to a name: its TLS, if it speaks TLS, must be for that name.
     let tunnel_name = match (protocol, Target::parse(&host)) {
         (Protocol::Connect | Protocol::Socks5, Some(Target::Name(n))) => Some(n),
         _ => None,
     };
     let answered = match protocol {
-        Protocol::Connect => http::established(&mut client).await,
-        Protocol::Socks5 => socks::send(&mut client, socks::SUCCEEDED).await,
+        Protocol::Connect => reply::established(&mut client).await,
+        Protocol::Socks5 => reply::socks_send(&mut client, socks_code::SUCCEEDED).await,
         Protocol::Http => Ok(()),
     };
     if let Err(e) = answered {
@@ -110,7 +150,7 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
     }
     first.extend_from_slice(&early);
     if !first.is_empty() {
-        if !proxy.take(first.len()) {
+        if !budget.take(first.len()) {
             done.end = End::MaxBytes;
             return done;
         }
@@ -121,18 +161,18 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
         }
         done.up += first.len() as u64;
     }
-    let end = proxy.stop.child_token();
+    let end = stop.child_token();
     let (mut cr, mut cw) = client.split();
     let (mut ur, mut uw) = upstream.split();
     let (mut up, mut down) = (0u64, 0u64);
     let upward = async {
         let f = match &tunnel_name {
-            Some(name) => match first_flight(proxy, flight, &mut cr, &mut uw, (name, port), &end, &mut up).await {
-                Ok(Carries::Tls) => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
-                Ok(Carries::Http(rest)) => pump(proxy, &mut cr, &mut uw, Some(rest), &end, &mut up).await,
+            Some(name) => match first_flight(budget, flight, &mut cr, &mut uw, (name, port), &end, &mut up).await {
+                Ok(Carries::Tls) => pump(budget, &mut cr, &mut uw, body, &end, &mut up).await,
+                Ok(Carries::Http(rest)) => pump(budget, &mut cr, &mut uw, Some(rest), &end, &mut up).await,
                 Err(f) => f,
             },
-            None => pump(proxy, &mut cr, &mut uw, body, &end, &mut up).await,
+            None => pump(budget, &mut cr, &mut uw, body, &end, &mut up).await,
         };
         if !matches!(f, Flow::Eof | Flow::Limit) {
             end.cancel();
@@ -141,11 +181,11 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
     };
     let downward = async {
         let f = match protocol {
-            Protocol::Http => match response_head(proxy, &mut ur, &mut cw, &end, &mut down).await {
-                Ok(()) => pump(proxy, &mut ur, &mut cw, None, &end, &mut down).await,
+            Protocol::Http => match response_head(budget, &mut ur, &mut cw, &end, &mut down).await {
+                Ok(()) => pump(budget, &mut ur, &mut cw, None, &end, &mut down).await,
                 Err(f) => f,
             },
-            Protocol::Connect | Protocol::Socks5 => pump(proxy, &mut ur, &mut cw, None, &end, &mut down).await,
+            Protocol::Connect | Protocol::Socks5 => pump(budget, &mut ur, &mut cw, None, &end, &mut down).await,
         };
         // Plain HTTP ends with the response (Connection: close); a tunnel may be half-closed.
         if protocol == Protocol::Http || !matches!(f, Flow::Eof) {
@@ -167,7 +207,7 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
                 });
                 done.refusal = Some(refusal);
             }
-            Flow::Stopped if done.end == End::Closed && proxy.stop.is_cancelled() => done.end = End::Stopped,
+            Flow::Stopped if done.end == End::Closed && stop.is_cancelled() => done.end = End::Stopped,
             Flow::Error(e) if done.end == End::Closed => {
                 done.end = End::Error;
                 done.error = Some(e);
@@ -186,7 +226,7 @@ pub(super) async fn run(proxy: &Proxy, mut client: TcpStream, mut upstream: TcpS
 /// nothing checkable within [`HEAD_TIMEOUT`]) ends the connection before any of it goes up. The
 /// server's side is copied meanwhile.
 async fn first_flight<R, W>(
-    proxy: &Proxy,
+    budget: &Budget,
     mut buf: Vec<u8>,
     from: &mut R,
     to: &mut W,
@@ -253,12 +293,12 @@ where
                 return Err(unverifiable(format!("its first bytes are neither TLS nor HTTP ({})", shown_bytes(&buf))));
             }
             Err(http::TunnelRefusal::Host(other)) => {
-                return Err(Flow::Refused(Refusal::HostMismatch { host: super::clip(&other) }));
+                return Err(Flow::Refused(Refusal::HostMismatch { host: crate::request::clip(&other) }));
             }
             Err(http::TunnelRefusal::Bad(why)) => return Err(unverifiable(why)),
         },
     }
-    if !proxy.take(buf.len()) {
+    if !budget.take(buf.len()) {
         return Err(Flow::MaxBytes);
     }
     tokio::select! {
@@ -276,7 +316,7 @@ fn decidable(buf: &[u8]) -> bool {
         None => false,
         Some(&sni::HANDSHAKE) => sni::complete(buf),
         Some(b) if b.is_ascii_alphabetic() => {
-            buf.len() > super::HEAD_LIMIT || http::head_end(buf, 0).is_some() || !http::could_be_head(buf)
+            buf.len() > HEAD_LIMIT || http::head_end(buf, 0).is_some() || !http::could_be_head(buf)
         }
         Some(_) => buf.len() >= 3,
     }
@@ -289,10 +329,10 @@ fn shown_bytes(buf: &[u8]) -> String {
 }
 
 /// Passes a plain-HTTP response head to the tool with `Connection: close` (see
-/// [`http::close_response`]); a head longer than [`super::HEAD_LIMIT`] or not parsable goes as
+/// [`http::close_response`]); a head longer than [`HEAD_LIMIT`] or not parsable goes as
 /// it came.
 async fn response_head<R, W>(
-    proxy: &Proxy,
+    budget: &Budget,
     from: &mut R,
     to: &mut W,
     end: &CancellationToken,
@@ -312,7 +352,7 @@ where
         };
         let from_at = buf.len().saturating_sub(3);
         buf.extend_from_slice(&chunk[..n]);
-        if n == 0 || buf.len() > super::HEAD_LIMIT {
+        if n == 0 || buf.len() > HEAD_LIMIT {
             eof = n == 0;
             break buf;
         }
@@ -323,7 +363,7 @@ where
         }
     };
     if !out.is_empty() {
-        if !proxy.take(out.len()) {
+        if !budget.take(out.len()) {
             return Err(Flow::MaxBytes);
         }
         tokio::select! {
@@ -342,7 +382,7 @@ where
 /// Copies `from` to `to` until end of file, `limit` bytes (when given), the budget, an error, or
 /// `end`.
 async fn pump<R, W>(
-    proxy: &Proxy,
+    budget: &Budget,
     from: &mut R,
     to: &mut W,
     mut limit: Option<u64>,
@@ -371,7 +411,7 @@ where
             let _ = to.shutdown().await;
             return Flow::Eof;
         }
-        if !proxy.take(n) {
+        if !budget.take(n) {
             return Flow::MaxBytes;
         }
         tokio::select! {

@@ -1,0 +1,86 @@
+//! cordond's egress proxy: the only way out of the network namespace of a tool with
+//! `network.hosts`.
+//!
+//! One proxy serves one invocation, on the listener the sandbox made inside the tool's
+//! namespace (`127.0.0.1:3128`, see [`cordon_core::egress::PROXY_PORT`]) and handed to cordond
+//! ([`Handoff`], through [`cordon_sandbox::ProxyHandoff`]). On that one port it speaks HTTP
+//! `CONNECT`, plain-HTTP forwarding of absolute-form requests and SOCKS5 (told apart by the
+//! first byte). Every attempt is decided by the tool's [`Egress`](cordon_core::egress::Egress)
+//! rules, in this order: the target must parse, `host:port` must match a rule (nothing is
+//! resolved for a name that does not), a name is resolved by cordond's own resolver and only the
+//! addresses `Egress::reachable` accepts are kept (special addresses need a grant of the address
+//! itself), and none of this host's own (`host`: every interface's addresses, read again for
+//! each connection and checked again right before each connect, unless granted as addresses),
+//! and the proxy connects to those very addresses: never resolving again, so DNS rebinding
+//! between the check and the connection cannot happen.
+//!
+//! Why a proxy in the daemon rather than a filter in the kernel: a name is what a policy can
+//! grant, and only the party that resolves the name can tie it to an address. The tool has no
+//! DNS at all; it names hosts, and cordond decides.
+//!
+//! The proxy reports to what it is handed, and knows nothing of the daemon: its records go to
+//! an [`EgressLog`] (cordond's audit log, behind an adapter of the daemon's), its counters to
+//! [`EgressMetrics`], registered on the registry cordond hands over at startup.
+//!
+//! # Layout
+//! - `proxy`: [`serve`] and [`Handoff`]: accepting within the invocation's limits, the decision
+//!   of each attempt, its records and the [`Summary`].
+//! - `upstream`: from a decision to a connection: the grant, its durable record, the one
+//!   upstream connect.
+//! - `log`: [`EgressLog`] and the [`EgressRecord`]s it takes.
+//! - `metrics`: [`EgressMetrics`].
+//! - `request`: one request as read (protocol, host, port), the bounds on reading it.
+//! - `http`: reading a request head (bounded, under a timeout), `CONNECT` and absolute-form
+//!   requests, the rewrite to origin-form, a tunnel's first HTTP request.
+//! - `socks`: the SOCKS5 handshake (no authentication, `CONNECT` only).
+//! - `reply`: the proxy's own answers in both protocols (a leaf: `http`, `socks`, `upstream` and
+//!   `proxy` answer through it).
+//! - `sni`: the server name of a tunnel's TLS ClientHello.
+//! - `resolve`: names resolved in turns per caller, within a timeout.
+//! - `host`: this host's own addresses, as the kernel lists them now.
+//! - `splice`: copying both ways with bounded buffers, counting every byte against the
+//!   invocation's `max_bytes`.
+//! - `fuzz` ([`fuzzing`], hidden): the parsers on bytes, for the fuzz targets.
+//!
+//! # Invariants
+//! - An allowed connection's `egress` record is durable before cordond connects upstream: the
+//!   addresses a decision grants can only be read back from the record's durable result (the
+//!   one upstream connect is a method of that result, in `upstream`), and a log error refuses
+//!   the connection (fail closed: `503`, `X-Cordon-Refused: audit-unavailable`, or SOCKS
+//!   general failure).
+//! - A refusal is recorded before the tool hears of it.
+//! - At most `max_connections` connections of an invocation are served at once; the connections
+//!   beyond are answered by a small fixed number of tasks or closed, so a flood costs cordond a
+//!   bounded number of tasks and buffers.
+//! - The first [`MAX_REFUSAL_RECORDS`] refusals of an invocation are each a record; the rest are
+//!   counted in its [`Summary`].
+//! - Every byte is counted against the invocation's `max_bytes` before it is sent.
+//! - No metric label holds a host a tool asked for.
+#![forbid(unsafe_code)]
+
+mod fuzz;
+mod host;
+mod http;
+mod log;
+mod metrics;
+mod proxy;
+mod reply;
+mod request;
+mod resolve;
+mod sni;
+mod socks;
+mod splice;
+#[cfg(test)]
+mod tests;
+mod upstream;
+
+pub use log::{Durable, EgressLog, EgressRecord, LogError, RecordKind};
+pub use metrics::EgressMetrics;
+pub use proxy::{Context, Handoff, MAX_REFUSAL_RECORDS, Summary, serve};
+pub use resolve::Resolver;
+
+/// The proxy's parsers on bytes, for the fuzz targets (not an API).
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::fuzz::{proxy_request, tls_first_record};
+}

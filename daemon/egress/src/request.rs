@@ -1,0 +1,70 @@
+//! One request as read from the tool (what it wants to reach and how), the bounds on reading it,
+//! and how its host is shown in records and messages.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use cordon_core::egress::Target;
+
+/// Longest request head (request line and headers, or a SOCKS5 handshake) the proxy reads.
+pub(crate) const HEAD_LIMIT: usize = 16 * 1024;
+/// Time a client has to send its request head.
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The protocol of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// HTTP `CONNECT host:port`.
+    Connect,
+    /// Plain HTTP, an absolute-form request forwarded in origin-form.
+    Http,
+    Socks5,
+}
+
+impl Protocol {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Connect => "connect",
+            Protocol::Http => "http",
+            Protocol::Socks5 => "socks5",
+        }
+    }
+}
+
+/// A forwarded request: its origin-form head and the length of the body that follows it.
+#[derive(Debug)]
+pub(crate) struct Forward {
+    pub(crate) head: Vec<u8>,
+    pub(crate) body: u64,
+}
+
+/// One request, as read from the tool: what it wants to reach and how.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) protocol: Protocol,
+    /// The host as the tool wrote it (an IPv6 address without brackets).
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// Plain HTTP: the rewritten head to send upstream, and how much body follows it.
+    pub(crate) forward: Option<Forward>,
+    /// Bytes the client sent after its head (early data), sent upstream first.
+    pub(crate) early: Vec<u8>,
+}
+
+/// A host as records and messages show it: an IPv6 address in brackets.
+pub(crate) fn shown_host(host: &str) -> String {
+    match Target::parse(host) {
+        Some(Target::Addr(IpAddr::V6(a))) => format!("[{a}]"),
+        Some(t) => t.to_string(),
+        None => clip(host),
+    }
+}
+
+/// The tool's text, at most 256 bytes of it (a valid host name is shorter).
+pub(crate) fn clip(text: &str) -> String {
+    let mut end = text.len().min(256);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
