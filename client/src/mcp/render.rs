@@ -93,8 +93,7 @@ pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
         text.push_str(&format!("\n[denied: {}]", d.message));
     }
     // Failures of the output itself lead: the raw output follows as evidence.
-    if let Some(e) = r.error.as_ref().filter(|e| matches!(e.code.as_str(), "INVALID_OUTPUT" | "OUTPUT_SCHEMA_MISMATCH"))
-    {
+    if let Some(e) = r.error.as_ref().filter(|e| e.code.is_output_failure()) {
         text = format!("{}: {}\n{text}", e.code, e.message);
     }
     let mut res = if r.ok {
