@@ -9,6 +9,7 @@ use cordon_core::code::ErrorCode;
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::json;
 
+use crate::error::CliError;
 use crate::grpc::{RunResult, ToolInfo, WorkflowInfo};
 
 /// The `_meta` key of a result's figures.
@@ -143,6 +144,26 @@ pub fn failure(code: Option<&str>, message: &str) -> CallToolResult {
         None => message.to_string(),
     };
     CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+/// A call that failed on the way to cordond (or that cordond refused) as a tool result, with
+/// the code the CLI's `--json` uses for it too.
+pub(super) fn daemon_failure(socket: &std::path::Path, e: &CliError) -> CallToolResult {
+    match e {
+        CliError::DaemonDown { .. } => refused(
+            ErrorCode::DaemonNotRunning,
+            &format!("cordond is not running at {}; ask the admin to start it, then retry", socket.display()),
+        ),
+        CliError::Rpc { code, message, .. } => failure(code.as_ref().map(|c| c.as_str()), message),
+        CliError::Busy { retry_after_ms, .. } => {
+            let mut result = failure(Some(e.code().as_str()), &e.to_string());
+            result.structured_content = Some(
+                json!({ "error": { "code": e.code(), "message": e.to_string(), "retry_after_ms": retry_after_ms } }),
+            );
+            result
+        }
+        other => failure(Some(other.code().as_str()), &other.to_string()),
+    }
 }
 
 /// An `isError` result with one of cordon's stable codes.
