@@ -256,15 +256,19 @@ fn error_codes_reference() -> String {
 
 fn result_codes_reference() -> String {
     let mut out = format!(
-        "# Result codes\n\n{GENERATED} `core/src/policy/output.rs`; do not edit.\n\n\
+        "# Result codes\n\n{GENERATED} `core/src/code.rs` (the enum of result codes, beside the error codes); do \
+         not edit.\n\n\
          A tool that ran but whose result is not `ok` says why in `failure` (`{{code, message}}`) with one of these \
          codes: `cordon run --json`, gRPC `Finished`, and the MCP front-end in `_meta[\"cordon/result\"]`. A \
          refusal before anything ran has an [error code](error-codes.md) (`error.code`) instead. See \
          [results](../results.md).\n\n\
+         `CANCELLED` is the one name in both lists, and means one event: a run that was cancelled and killed has \
+         this result code, and a caller who cancelled and so never receives that result (the MCP front-end after \
+         `notifications/cancelled`) is answered with the error code.\n\n\
          | code | meaning |\n|---|---|\n"
     );
-    for (code, meaning) in cordon_core::policy::output::RESULT_CODES {
-        out.push_str(&format!("| `{code}` | {} |\n", md_cell(meaning)));
+    for c in cordon_core::code::ResultCode::ALL {
+        out.push_str(&format!("| `{}` | {} |\n", c.as_str(), md_cell(c.meaning())));
     }
     out
 }

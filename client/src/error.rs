@@ -8,6 +8,8 @@ use cordon_proto::{ERROR_CODE_KEY, ERROR_FIELD_KEY};
 use serde_json::json;
 
 pub mod exit;
+mod not_ok;
+pub use not_ok::NotOkCode;
 
 /// The code of a failure: one of cordon's stable codes, or, for a status from a daemon this
 /// cordon does not fully know, the code as sent (or the gRPC status name when it sent none).

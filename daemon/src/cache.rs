@@ -431,7 +431,10 @@ mod tests {
     fn failed_answers_need_an_error_ttl_and_a_new_generation_drops_old_entries() {
         let cache = ResultCache::new(Limits::default());
         let failed = Verdict {
-            error: Some(cordon_core::policy::output::NotOk { code: "EXIT_CODE", message: "m".into() }),
+            error: Some(cordon_core::policy::output::NotOk {
+                code: cordon_core::code::ResultCode::ExitCode,
+                message: "m".into(),
+            }),
             structured: None,
         };
         cache.put(key(1, 1), POLICY, "a", &[], &outcome("x"), &failed);

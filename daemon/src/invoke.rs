@@ -27,6 +27,7 @@ use crate::metrics::Outcome as Ended;
 use crate::registry::RegistryHandle;
 use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
+use cordon_core::code::ResultCode;
 use cordon_core::denial::{Denial, Explained, FileKind, Run};
 use cordon_core::policy::output::{self, Verdict};
 use cordon_core::policy::{Availability, CachePolicy, Control, Pins, Repin, RunAs, Runner, SandboxPolicy, Tool};
@@ -181,7 +182,7 @@ pub struct Answer {
 /// on any outcome), plus notes inferred from the tool's stderr where the kernel logged nothing;
 /// ranked so that the first is the one that explains the failure.
 pub fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[Denial]) -> Vec<Explained> {
-    let failed = v.error.as_ref().is_some_and(|e| matches!(e.code, "EXIT_CODE" | "SIGNALLED"));
+    let failed = v.error.as_ref().is_some_and(|e| matches!(e.code, ResultCode::ExitCode | ResultCode::Signalled));
     if !failed || o.timed_out || o.cancelled {
         return cordon_core::denial::explain(tool, proxied);
     }
@@ -1129,7 +1130,7 @@ impl Invoker {
                 if let Some(v) = &judged {
                     r = r.with("ok", v.ok());
                     if let Some(e) = &v.error {
-                        r = r.with("result_error", json!({ "code": e.code, "message": e.message }));
+                        r = r.with("result_error", json!({ "code": e.code.as_str(), "message": e.message }));
                     }
                 }
                 r

@@ -328,8 +328,9 @@ pub struct CacheInfo {
 /// Why a finished call is not ok (`RunResult::error`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ResultError {
-    /// EXIT_CODE, SIGNALLED, TIMED_OUT, CANCELLED, INVALID_OUTPUT or OUTPUT_SCHEMA_MISMATCH.
-    pub code: String,
+    /// A `ResultCode` (EXIT_CODE, SIGNALLED, TIMED_OUT, CANCELLED, INVALID_OUTPUT or
+    /// OUTPUT_SCHEMA_MISMATCH), or the string a daemon this client does not know sent.
+    pub code: crate::error::NotOkCode,
     pub message: String,
 }
 
@@ -373,10 +374,7 @@ impl RunResult {
                 .collect(),
             ok: f.ok,
             error: (!f.ok).then(|| {
-                Box::new(ResultError {
-                    code: if f.error_code.is_empty() { "NOT_OK".into() } else { f.error_code },
-                    message: f.error,
-                })
+                Box::new(ResultError { code: crate::error::NotOkCode::from_wire(f.error_code), message: f.error })
             }),
             structured: (!f.structured_json.is_empty())
                 .then(|| serde_json::from_str(&f.structured_json).ok().map(Box::new))

@@ -197,9 +197,7 @@ fn print_outcome(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
     } else if let Some(s) = result.signal {
         errln!("cordon: {name} was killed by signal {s}");
     }
-    if let Some(e) =
-        result.error.as_ref().filter(|e| matches!(e.code.as_str(), "INVALID_OUTPUT" | "OUTPUT_SCHEMA_MISMATCH"))
-    {
+    if let Some(e) = result.error.as_ref().filter(|e| e.code.is_output_failure()) {
         errln!("cordon: {name}: {}", e.message);
     }
     if let Some(c) = &result.cache {

@@ -7,23 +7,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cordon_core::code::ErrorCode;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestMethod, CompleteRequestParams,
-    CompleteResult, ContentBlock, Implementation, ListPromptsRequestMethod, ListPromptsResult,
-    ListResourceTemplatesRequestMethod, ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-    SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResponse, CompleteRequestMethod, CompleteRequestParams, CompleteResult,
+    Implementation, ListPromptsRequestMethod, ListPromptsResult, ListResourceTemplatesRequestMethod,
+    ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
+use super::builtin::{self, CONFIRM_TOOL, Outcome, Reach};
 use super::call::Start;
-use super::catalog::{CONFIRM_TOOL, Catalogs, DESCRIBE_TOOL, builtin_tools};
+use super::catalog::Catalogs;
 use super::confirm::AwaitingInput;
 use super::daemon::Daemon;
-use super::search::{SEARCH_TOOL, STATUS_TOOL};
+use super::pages;
 use super::watch::Notifier;
-use super::{pages, render, search};
 use crate::api::ToolInfo;
 use crate::endpoint::Endpoint;
 
@@ -110,7 +109,7 @@ impl ServerHandler for Bridge {
             Ok(catalog) => catalog,
             Err(e) if cursor.is_none() => {
                 tracing::warn!(error = %e, "cordond unreachable; listing built-in tools only");
-                return Ok(ListToolsResult::with_all_items(builtin_tools(None)));
+                return Ok(ListToolsResult::with_all_items(builtin::tools(None)));
             }
             Err(e) => {
                 return Err(McpError::internal_error(
@@ -127,12 +126,12 @@ impl ServerHandler for Bridge {
                 ));
             }
             let mut tools: Vec<Tool> = catalog.mcp_tools().collect();
-            tools.extend(builtin_tools(Some(&catalog)));
+            tools.extend(builtin::tools(Some(&catalog)));
             tracing::debug!(generation = catalog.generation, tools = tools.len(), "tools/list");
             return Ok(ListToolsResult::with_all_items(tools));
         };
         // Paged: the built-in tools lead, then the daemon's in its order.
-        let builtins = builtin_tools(Some(&catalog));
+        let builtins = builtin::tools(Some(&catalog));
         let total = builtins.len() + catalog.len();
         let (range, next) = pages::page(cursor, catalog.generation, total, builtins.len(), page_size)?;
         let nb = builtins.len();
@@ -153,63 +152,22 @@ impl ServerHandler for Bridge {
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
-        if name == DESCRIBE_TOOL {
-            let text = cordon_core::policy::reference::authoring_reference();
-            return Ok(CallToolResult::success(vec![ContentBlock::text(text)]).into());
-        }
-        if name == SEARCH_TOOL {
-            return match self.inner.catalogs.get(&self.inner.daemon).await {
-                Ok(catalog) => Ok(self.reported(&name, &arguments, search::search(&catalog, &arguments).into()).await),
-                Err(e) => Ok(self.failure(&e).into()),
-            };
-        }
-        if name == STATUS_TOOL {
-            let result = self.status(&arguments).await.into();
-            return Ok(self.reported(&name, &arguments, result).await);
-        }
-        if super::jobs::JOB_TOOLS.contains(&name.as_str()) {
-            let result = self.job_tool(&name, &arguments, &context).await?;
-            return Ok(self.reported(&name, &arguments, result).await);
-        }
-        if name == CONFIRM_TOOL {
-            // The built-in tool's own input schema, applied as strictly as a daemon tool's.
-            let unknown: Vec<&String> =
-                request.arguments.iter().flatten().map(|(k, _)| k).filter(|k| *k != "token").collect();
-            if !unknown.is_empty() {
-                let names = unknown.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ");
-                let message =
-                    format!("unknown field(s) {names}: `confirm` takes only {{\"token\": \"...\"}}; nothing ran");
-                return Ok(self.refuse_builtin(&name, &arguments, ErrorCode::UnknownFields, &message).await);
-            }
-            let token = match arguments.get("token") {
-                Some(Value::String(t)) => t,
-                None | Some(Value::Null) => {
-                    let message =
-                        "missing required field \"token\" (the token a tool returned when it asked for confirmation)";
-                    return Ok(self.refuse_builtin(&name, &arguments, ErrorCode::MissingRequiredField, message).await);
-                }
-                Some(other) => {
-                    let message = format!(
-                        "field \"token\" must be a string (the token a tool returned when it asked for \
-                         confirmation), got {}; nothing ran",
-                        json_type(other)
-                    );
-                    return Ok(self.refuse_builtin(&name, &arguments, ErrorCode::InvalidFieldType, &message).await);
+        if let Some(builtin) = builtin::find(&name) {
+            let reach = Reach { daemon: &self.inner.daemon, catalogs: &self.inner.catalogs };
+            return match builtin.call(reach, &arguments).await {
+                Outcome::Answer(result) => Ok(result.into()),
+                Outcome::Confirm(token) => {
+                    let tool = ToolInfo::minimal(CONFIRM_TOOL.into());
+                    self.run(&tool, &context, Start::Confirm { token, elicited: false }).await
                 }
             };
-            let tool = ToolInfo::minimal(CONFIRM_TOOL.into());
-            return self.run(&tool, &context, Start::Confirm { token: token.to_string(), elicited: false }).await;
         }
         let catalog = match self.inner.catalogs.get(&self.inner.daemon).await {
             Ok(c) => c,
             Err(e) => return Ok(self.failure(&e).into()),
         };
         let Some(tool) = catalog.tool(&name) else {
-            let names = catalog
-                .tools()
-                .map(|t| t.name.as_str())
-                .chain([DESCRIBE_TOOL, CONFIRM_TOOL, SEARCH_TOOL, STATUS_TOOL])
-                .chain(super::jobs::JOB_TOOLS);
+            let names = catalog.tools().map(|t| t.name.as_str()).chain(builtin::names());
             let hint = cordon_core::policy::diag::did_you_mean(&name, names);
             let code = ErrorCode::UnknownTool;
             let message = format!("{code}: unknown tool {name:?}{hint}");
@@ -296,18 +254,6 @@ impl ServerHandler for Bridge {
     }
 }
 
-/// A JSON value's type, as error messages name it.
-/// The codes a built-in tool refuses its own arguments with, here in the front-end (a built-in's
-/// result with another code is cordond's answer, which cordond recorded itself).
-const LOCAL_REFUSALS: [ErrorCode; 6] = [
-    ErrorCode::UnknownTool,
-    ErrorCode::MissingRequiredField,
-    ErrorCode::InvalidFieldType,
-    ErrorCode::InvalidFieldValue,
-    ErrorCode::UnknownFields,
-    ErrorCode::Protocol,
-];
-
 impl Bridge {
     /// What the stdio line layer calls for each line it answers with an error: the refusal
     /// is reported to cordond (in its own task; the line layer does not wait).
@@ -317,42 +263,5 @@ impl Bridge {
             let bridge = bridge.clone();
             tokio::spawn(async move { bridge.inner.daemon.report(&method, "", "", code, &message).await });
         }))
-    }
-
-    /// Reports a built-in tool's result to cordond when it is the front-end's own refusal of
-    /// the arguments; returns it unchanged.
-    async fn reported(&self, name: &str, arguments: &Value, response: CallToolResponse) -> CallToolResponse {
-        if let CallToolResponse::Complete(result) = &response
-            && result.is_error == Some(true)
-            && let Some(text) = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.as_str())
-            && let Some((code, message)) = text.split_once(": ")
-            && let Some(code) = ErrorCode::parse(code).filter(|c| LOCAL_REFUSALS.contains(c))
-        {
-            self.inner.daemon.report("tools/call", name, &arguments.to_string(), code.as_str(), message).await;
-        }
-        response
-    }
-
-    /// A built-in tool's refusal of its arguments, reported to cordond like a daemon tool's.
-    pub(super) async fn refuse_builtin(
-        &self,
-        name: &str,
-        arguments: &Value,
-        code: ErrorCode,
-        message: &str,
-    ) -> CallToolResponse {
-        self.inner.daemon.report("tools/call", name, &arguments.to_string(), code.as_str(), message).await;
-        render::refused(code, message).into()
-    }
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }

@@ -67,24 +67,7 @@ impl Bridge {
 
     /// A failed call as a tool result, with the code the CLI's `--json` uses for it too.
     pub(super) fn failure(&self, e: &CliError) -> CallToolResult {
-        match e {
-            CliError::DaemonDown { .. } => render::refused(
-                ErrorCode::DaemonNotRunning,
-                &format!(
-                    "cordond is not running at {}; ask the admin to start it, then retry",
-                    self.inner.daemon.endpoint()
-                ),
-            ),
-            CliError::Rpc { code, message, .. } => render::failure(code.as_ref().map(|c| c.as_str()), message),
-            CliError::Busy { retry_after_ms, .. } => {
-                let mut result = render::failure(Some(e.code().as_str()), &e.to_string());
-                result.structured_content = Some(
-                    json!({ "error": { "code": e.code(), "message": e.to_string(), "retry_after_ms": retry_after_ms } }),
-                );
-                result
-            }
-            other => render::failure(Some(other.code().as_str()), &other.to_string()),
-        }
+        render::daemon_failure(self.inner.daemon.endpoint(), e)
     }
 
     /// Runs an invocation stream: progress while it runs, cancellation, the rendered result.

@@ -1,5 +1,5 @@
-//! The tools this session offers: the daemon's current generation (fetched once per generation,
-//! single flight) and the built-in tools, as MCP `Tool`s.
+//! The daemon's tools this session offers: the current generation (fetched once per generation,
+//! single flight), as MCP `Tool`s. The built-in tools are [`super::builtin`]'s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -12,11 +12,6 @@ use super::check::ArgCheck;
 use super::daemon::Daemon;
 use crate::api::{RulesError, ToolInfo};
 use crate::error::CliError;
-
-/// The built-in tool that redeems agent confirmation tokens.
-pub const CONFIRM_TOOL: &str = "confirm";
-/// The built-in tool that returns the policy authoring reference.
-pub const DESCRIBE_TOOL: &str = "describe_schema";
 
 /// One daemon tool as this session offers it: what the daemon said, the MCP tool built from it
 /// (once), and its argument check, rebuilt on its first call (compiling every pattern of a
@@ -89,6 +84,11 @@ impl Catalog {
     }
 
     /// How many daemon tools.
+    /// Whether a tool asks for an agent's confirmation (then `confirm` is listed).
+    pub(super) fn agent_confirms(&self) -> bool {
+        self.agent_confirms
+    }
+
     pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
@@ -175,57 +175,6 @@ impl Catalogs {
             *lock(&self.previous) = Some(old);
         }
     }
-}
-
-/// The built-in tools: `describe_schema`, `search_tools` and `cordon_status` always, `confirm` when a tool may ask for an agent's
-/// confirmation (or the daemon's tools are unknown).
-pub(super) fn builtin_tools(catalog: Option<&Catalog>) -> Vec<Tool> {
-    let mut tools = Vec::new();
-    let schema: JsonObject = serde_json::from_value(json!({
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "type": "object", "properties": {}, "additionalProperties": false
-    }))
-    .unwrap_or_default();
-    tools.push(
-        Tool::new_with_raw(
-            DESCRIBE_TOOL,
-            Some(
-                "The complete reference for writing cordon policies: schema, validation rules, security \
-                 guarantees, limitations and an annotated example. Read-only, takes no arguments."
-                    .into(),
-            ),
-            Arc::new(schema),
-        )
-        .with_title("Policy authoring reference")
-        .with_annotations(ToolAnnotations::new().read_only(true).idempotent(true).destructive(false).open_world(false)),
-    );
-    tools.extend(super::search::tools());
-    tools.extend(super::jobs::job_tools());
-    if catalog.is_none_or(|c| c.agent_confirms) {
-        let schema: JsonObject = serde_json::from_value(json!({
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "type": "object",
-            "properties": { "token": { "type": "string", "description": "the token a tool returned when it asked for confirmation" } },
-            "required": ["token"],
-            "additionalProperties": false
-        }))
-        .unwrap_or_default();
-        tools.push(
-            Tool::new_with_raw(
-                CONFIRM_TOOL,
-                Some(
-                    "Run an invocation that a tool held back for confirmation. Pass the token from that tool's \
-                     answer, after checking that the described invocation is what you intend. A token works \
-                     once, for a minute."
-                        .into(),
-                ),
-                Arc::new(schema),
-            )
-            .with_title("Confirm a held-back invocation")
-            .with_annotations(ToolAnnotations::new().destructive(true).idempotent(false)),
-        );
-    }
-    tools
 }
 
 /// A daemon tool as MCP lists it, with its (possibly shared) input schema.

@@ -19,8 +19,8 @@ use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::json;
 
 use super::bridge::{Bridge, lock};
+use super::builtin::CONFIRM_TOOL;
 use super::call::Start;
-use super::catalog::CONFIRM_TOOL;
 use super::render;
 use crate::api::{ConfirmationInfo, ToolInfo};
 

@@ -3,19 +3,18 @@
 //! # Layout
 //! - [`bridge`]: the hand-written `ServerHandler` (tools are dynamic): the session's state and
 //!   the dispatch of each request.
-//! - [`catalog`]: the daemon's tools of the current generation and the built-in tools
-//!   (`confirm`, `describe_schema`, `search_tools`, `cordon_status`), as MCP lists them.
+//! - [`builtin`]: the front-end's own tools as one table (`describe_schema`, `search_tools`,
+//!   `cordon_status`, `start_job`, `job_status`, `job_cancel`, `confirm`): each one's MCP
+//!   definition, the params its arguments are validated against, and its handler.
+//! - [`catalog`]: the daemon's tools of the current generation, as MCP lists them.
 //! - [`check`]: argument validation with the daemon's own code (`cordon_core::validate`), from
 //!   the params rebuilt out of `ListTools`.
 //! - [`call`]: a call run in cordond: progress, cancellation, BUSY retries, the result.
 //! - [`confirm`]: confirmations: agent tokens, elicitation (both protocol styles), admin approval.
-//! - [`jobs`]: the built-in `start_job`, `job_status`, `job_cancel` (detached invocations).
 //! - [`daemon`]: the one connection to cordond and the gate of turns for invocations.
 //! - [`watch`]: registry generations -> `tools/list_changed`; logging notifications.
 //! - [`lines`]: the JSON-RPC line layer (every request gets an answer with its id).
 //! - [`render`]: a finished invocation as an MCP tool result.
-//! - [`search`]: the built-in tools `search_tools` (ranking in [`crate::search`]) and
-//!   `cordon_status`.
 //! - [`pages`]: pagination of `tools/list` (`--page-size`) and its cursors.
 //! - [`http`]: `cordon mcp --http`: the same server over streamable HTTP, a session per agent,
 //!   each acting for the bearer token an admin issued to it.
@@ -25,17 +24,16 @@
 //! stderr only.
 
 pub mod bridge;
+mod builtin;
 mod call;
 pub mod catalog;
 pub mod check;
 mod confirm;
 pub mod daemon;
 pub mod http;
-mod jobs;
 pub mod lines;
 mod pages;
 pub mod render;
-mod search;
 mod watch;
 
 use std::process::ExitCode;

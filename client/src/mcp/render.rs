@@ -10,6 +10,8 @@ use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::json;
 
 use crate::api::{RunResult, ToolInfo, WorkflowInfo};
+use crate::endpoint::Endpoint;
+use crate::error::CliError;
 
 /// The `_meta` key of a result's figures.
 pub const RESULT_META: &str = "cordon/result";
@@ -93,8 +95,7 @@ pub fn result(tool: &ToolInfo, r: &RunResult) -> CallToolResult {
         text.push_str(&format!("\n[denied: {}]", d.message));
     }
     // Failures of the output itself lead: the raw output follows as evidence.
-    if let Some(e) = r.error.as_ref().filter(|e| matches!(e.code.as_str(), "INVALID_OUTPUT" | "OUTPUT_SCHEMA_MISMATCH"))
-    {
+    if let Some(e) = r.error.as_ref().filter(|e| e.code.is_output_failure()) {
         text = format!("{}: {}\n{text}", e.code, e.message);
     }
     let mut res = if r.ok {
@@ -144,6 +145,26 @@ pub fn failure(code: Option<&str>, message: &str) -> CallToolResult {
         None => message.to_string(),
     };
     CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+/// A call that failed on the way to cordond (or that cordond refused) as a tool result, with
+/// the code the CLI's `--json` uses for it too.
+pub(super) fn daemon_failure(endpoint: &Endpoint, e: &CliError) -> CallToolResult {
+    match e {
+        CliError::DaemonDown { .. } => refused(
+            ErrorCode::DaemonNotRunning,
+            &format!("cordond is not running at {endpoint}; ask the admin to start it, then retry"),
+        ),
+        CliError::Rpc { code, message, .. } => failure(code.as_ref().map(|c| c.as_str()), message),
+        CliError::Busy { retry_after_ms, .. } => {
+            let mut result = failure(Some(e.code().as_str()), &e.to_string());
+            result.structured_content = Some(
+                json!({ "error": { "code": e.code(), "message": e.to_string(), "retry_after_ms": retry_after_ms } }),
+            );
+            result
+        }
+        other => failure(Some(other.code().as_str()), &other.to_string()),
+    }
 }
 
 /// An `isError` result with one of cordon's stable codes.

@@ -7,57 +7,15 @@
 use serde_json::{Value, json};
 
 use super::model::{Output, OutputSchema, Tool};
+use crate::code::ResultCode;
 
 /// The key a non-object value is wrapped in.
 pub const WRAP_KEY: &str = "result";
 
-/// The tool exited with a code its policy's `ok_exit_codes` does not count as success.
-pub const EXIT_CODE: &str = "EXIT_CODE";
-/// A signal killed the tool.
-pub const SIGNALLED: &str = "SIGNALLED";
-/// The tool ran longer than its `timeout` and was killed.
-pub const TIMED_OUT: &str = "TIMED_OUT";
-/// The invocation was cancelled and killed.
-pub const CANCELLED: &str = "CANCELLED";
-/// A JSON tool's stdout is not JSON.
-pub const INVALID_OUTPUT: &str = "INVALID_OUTPUT";
-/// A JSON tool's stdout does not pass its `output.schema`.
-pub const OUTPUT_SCHEMA_MISMATCH: &str = "OUTPUT_SCHEMA_MISMATCH";
-
-/// Every code a result that is not `ok` carries (`error.code` of a result, beside `exit_code`),
-/// with what it means and what to do: the reference page (docs/reference/result-codes.md) is
-/// generated from this table, and [`judge`] answers only with these constants.
-pub const RESULT_CODES: &[(&str, &str)] = &[
-    (
-        EXIT_CODE,
-        "the tool exited with a code its policy does not count as success (`ok_exit_codes`, default [0]); its \
-         output says why",
-    ),
-    (SIGNALLED, "a signal killed the tool (128 + N as `cordon run`'s exit code); its stderr may say why"),
-    (
-        TIMED_OUT,
-        "the tool ran longer than its `timeout` and was killed (`cordon run` exits 124); ask for less work, or an \
-         admin raises the tool's `timeout`",
-    ),
-    (CANCELLED, "the invocation was cancelled and killed (`cordon run` exits 130)"),
-    (
-        INVALID_OUTPUT,
-        "an `output = \"json\"` tool's stdout is not valid JSON (or was cut at `max_output`); the raw output is \
-         shown as text",
-    ),
-    (
-        OUTPUT_SCHEMA_MISMATCH,
-        "an `output = \"json\"` tool's stdout is JSON that does not pass its `output.schema`; the message names the \
-         JSON pointer and the schema rule",
-    ),
-];
-
 /// Why a result is not `ok`: a stable code and a message that says what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotOk {
-    /// `EXIT_CODE`, `SIGNALLED`, `TIMED_OUT`, `CANCELLED`, `INVALID_OUTPUT` (stdout is not JSON)
-    /// or `OUTPUT_SCHEMA_MISMATCH`.
-    pub code: &'static str,
+    pub code: ResultCode,
     pub message: String,
 }
 
@@ -113,13 +71,13 @@ pub fn judge(tool: &Tool, e: Ended<'_>) -> Verdict {
                      shown as text; the tool or its policy's `output` needs fixing (an admin's change)"
                 )
             };
-            return Verdict { error: Some(NotOk { code: INVALID_OUTPUT, message: why }), structured: None };
+            return Verdict { error: Some(NotOk { code: ResultCode::InvalidOutput, message: why }), structured: None };
         }
     };
     if let Some(s) = schema
         && let Err(message) = s.check(&value)
     {
-        return Verdict { error: Some(NotOk { code: OUTPUT_SCHEMA_MISMATCH, message }), structured: None };
+        return Verdict { error: Some(NotOk { code: ResultCode::OutputSchemaMismatch, message }), structured: None };
     }
     let wrap = schema.as_ref().map_or(!value.is_object(), |s| s.wrapped);
     let structured = if wrap { json!({ WRAP_KEY: value }) } else { value };
@@ -129,7 +87,7 @@ pub fn judge(tool: &Tool, e: Ended<'_>) -> Verdict {
 fn status_error(tool: &Tool, e: &Ended<'_>) -> Option<NotOk> {
     if e.timed_out {
         return Some(NotOk {
-            code: TIMED_OUT,
+            code: ResultCode::TimedOut,
             message: format!(
                 "the tool ran longer than its timeout ({} s) and was killed; ask for less work, or an admin can raise \
                  the tool's `timeout`",
@@ -138,25 +96,25 @@ fn status_error(tool: &Tool, e: &Ended<'_>) -> Option<NotOk> {
         });
     }
     if e.cancelled {
-        return Some(NotOk { code: CANCELLED, message: "the invocation was cancelled and killed".into() });
+        return Some(NotOk { code: ResultCode::Cancelled, message: "the invocation was cancelled and killed".into() });
     }
     if let Some(sig) = e.signal {
         return Some(NotOk {
-            code: SIGNALLED,
+            code: ResultCode::Signalled,
             message: format!("the tool was killed by signal {sig}; its stderr may say why"),
         });
     }
     match e.exit_code {
         Some(code) if tool.ok_exit_codes.contains(&code) => None,
         Some(code) => Some(NotOk {
-            code: EXIT_CODE,
+            code: ResultCode::ExitCode,
             message: format!(
                 "the tool exited with code {code}, which its policy does not count as success (ok_exit_codes = {:?}); \
                  its output says why",
                 tool.ok_exit_codes
             ),
         }),
-        None => Some(NotOk { code: EXIT_CODE, message: "the tool ended without an exit code".into() }),
+        None => Some(NotOk { code: ResultCode::ExitCode, message: "the tool ended without an exit code".into() }),
     }
 }
 

@@ -49,7 +49,7 @@ fn ok_exit_codes_default_to_zero_and_decide_success() {
     assert_eq!(plain.ok_exit_codes, [0]);
     assert!(judge(&plain, ended(0, "")).ok());
     let one = judge(&plain, ended(1, ""));
-    assert_eq!(one.error.as_ref().map(|e| e.code), Some("EXIT_CODE"));
+    assert_eq!(one.error.as_ref().map(|e| e.code.as_str()), Some("EXIT_CODE"));
     assert!(one.error.unwrap().message.contains("ok_exit_codes = [0]"));
 
     let grep = tool(&format!("{HEAD}ok_exit_codes = [1, 0, 1]\n"));
@@ -57,7 +57,7 @@ fn ok_exit_codes_default_to_zero_and_decide_success() {
     assert!(judge(&grep, ended(1, "")).ok(), "1 is success for grep-like tools");
     assert!(!judge(&grep, ended(2, "")).ok());
     let timed_out = Ended { timed_out: true, exit_code: None, signal: Some(9), ..ended(0, "") };
-    assert_eq!(judge(&grep, timed_out).error.map(|e| e.code), Some("TIMED_OUT"));
+    assert_eq!(judge(&grep, timed_out).error.map(|e| e.code.as_str()), Some("TIMED_OUT"));
 }
 
 #[test]
@@ -116,13 +116,13 @@ fn json_output_is_checked_against_the_schema_and_says_what_did_not_match() {
     assert_eq!(good.structured, Some(json!({ "n": 3 })), "an object schema is not wrapped");
     let bad = judge(&t, ended(0, r#"{"n": "x"}"#));
     let e = bad.error.expect("mismatch");
-    assert_eq!(e.code, "OUTPUT_SCHEMA_MISMATCH");
+    assert_eq!(e.code.as_str(), "OUTPUT_SCHEMA_MISMATCH");
     assert!(e.message.contains("at /n:") && e.message.contains("/properties/n/type"), "{}", e.message);
     assert!(bad.structured.is_none());
     let not_json = judge(&t, ended(0, "n=3"));
-    assert_eq!(not_json.error.map(|e| e.code), Some("INVALID_OUTPUT"));
+    assert_eq!(not_json.error.map(|e| e.code.as_str()), Some("INVALID_OUTPUT"));
     // A failed run is not checked (its stdout is not the tool's answer).
-    assert_eq!(judge(&t, ended(2, "oops")).error.map(|e| e.code), Some("EXIT_CODE"));
+    assert_eq!(judge(&t, ended(2, "oops")).error.map(|e| e.code.as_str()), Some("EXIT_CODE"));
 }
 
 #[test]
@@ -152,11 +152,11 @@ fn an_invalid_output_schema_is_a_load_error() {
     assert!(e.contains("output.schema is not a valid JSON Schema"), "{e}");
 }
 
-/// Every code a verdict can carry is a row of `RESULT_CODES` (the generated reference page,
-/// docs/reference/result-codes.md), and every row is reachable: one run per way a run ends.
+/// Every code a verdict can carry is a `ResultCode` (whose table generates the reference page,
+/// docs/reference/result-codes.md), and every code is reachable: one run per way a run ends.
 #[test]
 fn every_result_code_is_in_the_documented_table_and_reachable() {
-    use cordon_core::policy::output::RESULT_CODES;
+    use cordon_core::code::ResultCode;
     let plain = tool(HEAD);
     let json_tool = tool(&format!("{HEAD}output = \"json\"\n"));
     let schema_tool =
@@ -169,13 +169,13 @@ fn every_result_code_is_in_the_documented_table_and_reachable() {
         judge(&json_tool, ended(0, "not json")),
         judge(&schema_tool, ended(0, "{}")),
     ];
-    let mut seen: Vec<&str> = ends.iter().map(|v| v.error.as_ref().map_or("ok", |e| e.code)).collect();
+    let mut seen: Vec<&str> = ends.iter().map(|v| v.error.as_ref().map_or("ok", |e| e.code.as_str())).collect();
     for code in &seen {
-        assert!(RESULT_CODES.iter().any(|(c, _)| c == code), "{code} is not in RESULT_CODES");
+        assert!(ResultCode::parse(code).is_some(), "{code} is not a ResultCode");
     }
     seen.sort_unstable();
     seen.dedup();
-    let mut table: Vec<&str> = RESULT_CODES.iter().map(|(c, _)| *c).collect();
+    let mut table: Vec<&str> = ResultCode::ALL.iter().map(|c| c.as_str()).collect();
     table.sort_unstable();
-    assert_eq!(seen, table, "a RESULT_CODES row no run reaches, or a run this test misses");
+    assert_eq!(seen, table, "a ResultCode no run reaches, or a run this test misses");
 }

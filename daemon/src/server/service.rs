@@ -16,7 +16,7 @@ use crate::authz::Role;
 use crate::caller::Caller;
 use crate::hint::HintInput;
 use crate::invoke::{Admission, CancelReason, Started};
-use cordon_core::code::ErrorCode;
+use cordon_core::code::{ErrorCode, ResultCode};
 use cordon_core::policy::{self, Availability, diag};
 use cordon_sandbox::OutputChunk;
 
@@ -77,7 +77,7 @@ fn for_role(mut tool: v1::Tool, role: Role) -> v1::Tool {
 /// exit code its policy does not count as success; not a timeout or cancel), naming which path
 /// arguments the sandbox or a file mode refused.
 pub(super) fn finished(hint: &HintInput, id: &str, answer: crate::invoke::Answer) -> v1::Finished {
-    let failed = answer.verdict.error.as_ref().is_some_and(|e| e.code == "EXIT_CODE");
+    let failed = answer.verdict.error.as_ref().is_some_and(|e| e.code == ResultCode::ExitCode);
     let hints = if failed { hint.hints() } else { Vec::new() };
     let mut finished = convert::finished(id, answer);
     finished.hints = hints;
