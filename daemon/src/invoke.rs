@@ -7,6 +7,10 @@
 //! registry and after a concurrency slot was taken (a call that waited for its slot is checked
 //! again against the registry and its pins once it has it). Every decision made here is audited
 //! here.
+//!
+//! [`metrics`]: what the invoker counts (`--metrics`), handed to it at startup.
+
+pub mod metrics;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +27,6 @@ use crate::cache::{self, ResultCache};
 use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::egress;
-use crate::metrics::Outcome as Ended;
 use crate::registry::RegistryHandle;
 use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
@@ -32,6 +35,7 @@ use cordon_core::policy::output::{self, Verdict};
 use cordon_core::policy::{Availability, CachePolicy, Control, Pins, Repin, RunAs, Runner, SandboxPolicy, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
 use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Programs, RunSpec, SpawnError};
+use metrics::{InvokeMetrics, Outcome as Ended};
 
 /// Time between SIGTERM and SIGKILL on timeout or cancel.
 pub const KILL_GRACE: Duration = Duration::from_secs(3);
@@ -416,6 +420,9 @@ pub struct Invoker {
     confirmations: Confirmations,
     audit: Arc<Audit>,
     cache: ResultCache,
+    /// What the invoker counts, and what its egress proxies count (`--metrics`).
+    metrics: Option<Arc<InvokeMetrics>>,
+    egress_metrics: Option<Arc<egress::EgressMetrics>>,
 }
 
 impl Invoker {
@@ -424,6 +431,8 @@ impl Invoker {
         host: Arc<HostSandbox>,
         settings: Settings,
         audit: Arc<Audit>,
+        metrics: Option<Arc<InvokeMetrics>>,
+        egress_metrics: Option<Arc<egress::EgressMetrics>>,
     ) -> Invoker {
         Invoker {
             registry,
@@ -435,6 +444,8 @@ impl Invoker {
                 .with_limits(settings.confirmations),
             audit,
             cache: ResultCache::new(settings.cache),
+            metrics,
+            egress_metrics,
         }
     }
 
@@ -545,7 +556,7 @@ impl Invoker {
         let tool = &parked.tool;
         self.pins_for(tool, parked.identity.as_ref(), &parked.caller, parked.generation)?;
         let entry = self.cache.get(&key);
-        if let Some(m) = self.audit.metrics() {
+        if let Some(m) = &self.metrics {
             m.cache_lookup(entry.is_some());
         }
         let Some(entry) = entry else {
@@ -1018,6 +1029,7 @@ impl Invoker {
                     egress: rules.clone(),
                     audit: self.audit.clone(),
                     resolver: egress::Resolver::System,
+                    metrics: self.egress_metrics.clone(),
                 };
                 let (proxy, handoff) = egress::Handoff::new(ctx);
                 (Some(proxy), Some(handoff))
@@ -1128,7 +1140,7 @@ impl Invoker {
             }
             Err(e) => record.error(ErrorCode::SpawnFailed, &e.to_string()),
         };
-        if let Some(m) = self.audit.metrics() {
+        if let Some(m) = &self.metrics {
             let tool = prepared.tool.name.as_str();
             match (&result, &judged) {
                 (Ok(o), Some(v)) => {
@@ -1145,9 +1157,9 @@ impl Invoker {
                 }
                 _ => m.invocation(tool, Ended::SpawnFailed, None),
             }
-            if let Some(s) = &proxied {
-                m.egress_bytes(tool, s.bytes_up, s.bytes_down);
-            }
+        }
+        if let (Some(m), Some(s)) = (&self.egress_metrics, &proxied) {
+            m.bytes(&prepared.tool.name, s.bytes_up, s.bytes_down);
         }
         let record = match &proxied {
             Some(s) => record.with("egress", s.json()),

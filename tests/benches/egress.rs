@@ -92,6 +92,7 @@ async fn proxy(port: u16, disk: &str) -> Proxy {
         egress,
         audit: audit.clone(),
         resolver: Resolver::System,
+        metrics: None,
     };
     let task = tokio::spawn(serve(listener, ctx, stop.clone()));
     Proxy { addr, stop, task, audit, _dir: dir }

@@ -30,6 +30,7 @@
 
 pub(crate) mod coalesce;
 pub mod export;
+mod metrics;
 mod open;
 pub mod tail;
 mod writer;
@@ -44,6 +45,7 @@ use crate::caller::Caller;
 use cordon_core::code::ErrorCode;
 
 pub use cordon_core::audit::{Decision, chain, default_path};
+pub use metrics::AuditMetrics;
 pub use writer::Recovery;
 
 /// One record, before the writer gives it a `seq`, `time` and `prev`.
@@ -343,7 +345,7 @@ impl Audit {
     /// Queues a record. If the log has failed the record is lost, and the failure already
     /// refuses every invocation.
     pub fn record(&self, record: Record) {
-        if let Some(m) = self.metrics() {
+        if let Some(m) = self.counted() {
             m.record(&record);
         }
         if let Err(e) = self.send(Msg::Record { record, ack: None }) {
@@ -356,7 +358,7 @@ impl Audit {
     /// When the writer is idle, this caller writes and syncs the queue (its record last) itself,
     /// on its own thread; when it is busy, the record waits for the writer thread's next batch.
     pub async fn durable(&self, record: Record) -> Result<u64, AuditError> {
-        if let Some(m) = self.metrics() {
+        if let Some(m) = self.counted() {
             m.record(&record);
         }
         self.check()?;
@@ -380,15 +382,22 @@ impl Audit {
         done.await.unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// From now on, refusals, writes and failures are counted in `metrics` (once; later calls
-    /// change nothing).
-    pub fn observe(&self, metrics: Arc<crate::metrics::Metrics>) {
+    /// From now on, refusals, writes, failures and the exporters' progress are counted in
+    /// `metrics` (once; later calls change nothing).
+    pub fn observe(&self, metrics: Arc<AuditMetrics>) {
         let _ = self.shared.metrics.set(metrics);
     }
 
-    /// The metrics this log counts into (`cordond --metrics`).
-    pub fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+    /// The log's own metrics, when it counts (`cordond --metrics`).
+    fn counted(&self) -> Option<&AuditMetrics> {
         self.shared.metrics.get().map(Arc::as_ref)
+    }
+
+    /// Sets the gauges read at scrape time (each exporter's backlog and last success).
+    pub fn refresh_metrics(&self) {
+        if let Some(m) = self.counted() {
+            m.refresh(self.head().seq, self.exports());
+        }
     }
 
     /// Ok while records can be written; the reason otherwise.

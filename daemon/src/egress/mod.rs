@@ -21,6 +21,7 @@
 //!   requests, the rewrite to origin-form, the proxy's own answers.
 //! - `socks`: the SOCKS5 handshake (no authentication, `CONNECT` only) and its replies.
 //! - `host`: this host's own addresses, as the kernel lists them now.
+//! - [`metrics`]: [`EgressMetrics`], the connections and bytes counted (`--metrics`).
 //! - `splice`: copying both ways with bounded buffers, counting every byte against the
 //!   invocation's `max_bytes`.
 //!
@@ -34,6 +35,7 @@
 pub(crate) mod fuzz;
 mod host;
 mod http;
+pub mod metrics;
 mod sni;
 mod socks;
 mod splice;
@@ -57,6 +59,7 @@ use crate::audit::{Audit, Decision, Record};
 use cordon_core::denial::{Denial, Denied, MAX_DENIALS};
 use cordon_core::egress::{Egress, Refusal, THIS_HOST, Target, canonical, on_host};
 use cordon_sandbox::ProxyHandoff;
+pub use metrics::EgressMetrics;
 
 /// Longest request head (request line and headers, or a SOCKS5 handshake) the proxy reads.
 pub const HEAD_LIMIT: usize = 16 * 1024;
@@ -100,6 +103,8 @@ pub struct Context {
     pub egress: Egress,
     pub audit: Arc<Audit>,
     pub resolver: Resolver,
+    /// Where connections are counted (`cordond --metrics`); `None`: nothing counts.
+    pub metrics: Option<Arc<EgressMetrics>>,
 }
 
 /// Where names are resolved.
@@ -496,8 +501,8 @@ impl Proxy {
             tracing::error!(id = %self.ctx.invocation, error = %e, "egress connection refused: its record is not on disk");
             return self.refuse(conn, &mut client, &request, Why::Audit(e.to_string())).await;
         }
-        if let Some(m) = self.ctx.audit.metrics() {
-            m.egress_connection(&self.ctx.tool, None);
+        if let Some(m) = &self.ctx.metrics {
+            m.connection(&self.ctx.tool, None);
         }
         let started = Instant::now();
         // A name's addresses are checked against this host's own again right before each
@@ -552,8 +557,8 @@ impl Proxy {
             }
             (splice::End::Refused(_), Some(refusal)) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
-                if let Some(m) = self.ctx.audit.metrics() {
-                    m.egress_connection(&self.ctx.tool, Some(refusal.kind()));
+                if let Some(m) = &self.ctx.metrics {
+                    m.connection(&self.ctx.tool, Some(refusal.kind()));
                 }
                 r = match refusal {
                     Refusal::SniMismatch { sni } => r.with("sni", clip(sni)),
@@ -680,8 +685,8 @@ impl Proxy {
     /// [`MAX_REFUSAL_RECORDS`] were.
     async fn note_refusal(&self, kind: &'static str, denial: Option<(String, u16, Refusal)>, record: Option<Record>) {
         self.refused.fetch_add(1, Ordering::Relaxed);
-        if let Some(m) = self.ctx.audit.metrics() {
-            m.egress_connection(&self.ctx.tool, Some(kind));
+        if let Some(m) = &self.ctx.metrics {
+            m.connection(&self.ctx.tool, Some(kind));
         }
         if let Some((host, port, refusal)) = denial {
             self.add_denial(&host, port, refusal);

@@ -84,6 +84,7 @@ async fn proxy(egress: Egress, resolver: Resolver) -> Harness {
         egress,
         audit: audit.clone(),
         resolver,
+        metrics: None,
     };
     let proxy = tokio::spawn(serve(listener, ctx, stop.clone()));
     Harness { addr, stop, proxy, audit, dir }
@@ -470,6 +471,7 @@ async fn the_handoff_starts_the_proxy_on_the_listener_and_finish_stops_it() {
         egress: egress(&[format!("127.0.0.1:{up}")]),
         audit: audit.clone(),
         resolver: Resolver::System,
+        metrics: None,
     };
     // As the sandbox does: a blocking std listener, handed over from another thread.
     let (proxy, hand) = Handoff::new(ctx(&audit));
