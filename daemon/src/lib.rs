@@ -5,8 +5,8 @@
 //!
 //! # Layout
 //! - [`registry`]: the live generation of tools, atomic reload.
-//! - [`audit`]: the hash-chained audit log and its writer thread (the line format and
-//!   verification are `cordon_core::audit`'s).
+//! - `audit`: the hash-chained audit log, its writer thread and its export are the
+//!   `cordon_audit` crate's (the line format and verification are `cordon_core::audit`'s).
 //! - [`invoke`]: admission (concurrency limit), running, cancelling.
 //! - [`cache`]: the result cache of tools whose policy says `cache`.
 //! - [`egress`]: the egress proxy of tools with `network.hosts` (one per invocation).
@@ -29,10 +29,8 @@
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod admission;
-pub mod audit;
 pub mod authz;
 pub mod cache;
-pub mod caller;
 pub mod confirm;
 pub mod egress;
 #[doc(hidden)]
@@ -48,5 +46,10 @@ pub mod server;
 pub mod startup;
 pub mod tokens;
 pub mod workflow;
+
+// The audit log is a crate of its own (`cordon_audit`), and `Caller` is `cordon_core`'s (audit
+// records carry it); inside the daemon they keep their short paths.
+use cordon_audit as audit;
+use cordon_core::caller;
 
 pub use startup::{Config, Loaded, Server, Signals, StartError, load, run, start};

@@ -19,8 +19,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cordon_audit::{Audit, DEFAULT_KEEP, DEFAULT_MAX_SIZE, Options};
 use cordon_core::egress::{Egress, parse_rule};
-use cordon_daemon::audit::{Audit, DEFAULT_KEEP, DEFAULT_MAX_SIZE, Options};
 use cordon_daemon::egress::{Context, Resolver, Summary, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

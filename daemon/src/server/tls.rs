@@ -61,7 +61,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use cordon_limit::{Limiter, LimiterLimits, Principal};
 
 use super::metrics::TlsMetrics;
-use crate::audit::coalesce::Coalesce;
+use crate::audit::Coalesce;
 
 use super::conn::{self, Conn, Deadlines, Held, Io, Limits, Peer, Verdict};
 use crate::audit::{Audit, Decision, Record};

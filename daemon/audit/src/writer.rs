@@ -60,7 +60,7 @@ pub(super) struct Shared {
     pub(super) lines: broadcast::Sender<Arc<str>>,
     /// Where records find the policy digest (`policy`); unset until the daemon's registry is
     /// loaded (the records of recovering the log are of an earlier run, whose policy is unknown).
-    pub(super) policies: std::sync::OnceLock<Arc<crate::registry::Digests>>,
+    pub(super) policies: std::sync::OnceLock<Arc<dyn super::PolicyDigests>>,
     /// Set once, before serving, when cordond exports metrics.
     pub(super) metrics: std::sync::OnceLock<Arc<super::AuditMetrics>>,
     /// The exporters' progress (`--audit-otlp` and the like), set once when they start.
