@@ -11,7 +11,8 @@
 //! - [`cache`]: the result cache of tools whose policy says `cache`.
 //! - [`egress`]: the egress proxy of tools with `network.hosts` (one per invocation).
 //! - [`confirm`]: confirmation tokens and human approvals.
-//! - [`metrics`]: the Prometheus endpoint (`--metrics`, loopback, bearer token) and what it counts.
+//! - [`metrics`]: the Prometheus registry and endpoint (`--metrics`, loopback, bearer token); each
+//!   subsystem registers its own families in it at startup.
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.
 //! - [`tokens`]: bearer tokens admins issue for agents behind an HTTP front-end (stored hashed).
 //! - [`server`]: gRPC on a Unix socket (the caller comes from the kernel) and, with
