@@ -9,6 +9,7 @@
 //! - [`code`]: every error code cordon answers with, one enum.
 //! - [`audit`]: the audit log's line format and hash chain (written by cordond, verified by
 //!   `cordon audit verify`).
+//! - [`caller`]: who is on the other end of a connection to cordond (audit records carry it).
 //! - [`egress`]: network access by host name: host rules, their matching, special addresses.
 //! - [`display`]: caller-chosen text made safe for a terminal.
 //! - [`host`]: the host's sandbox facts as `cordond --probe` reports them.
@@ -23,6 +24,7 @@
 
 pub mod argv;
 pub mod audit;
+pub mod caller;
 pub mod code;
 pub mod denial;
 pub mod display;

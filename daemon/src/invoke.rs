@@ -7,6 +7,10 @@
 //! registry and after a concurrency slot was taken (a call that waited for its slot is checked
 //! again against the registry and its pins once it has it). Every decision made here is audited
 //! here.
+//!
+//! [`metrics`]: what the invoker counts (`--metrics`), handed to it at startup.
+
+pub mod metrics;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +27,6 @@ use crate::cache::{self, ResultCache};
 use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::egress;
-use crate::metrics::Outcome as Ended;
 use crate::registry::RegistryHandle;
 use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
@@ -33,6 +36,7 @@ use cordon_core::policy::output::{self, Verdict};
 use cordon_core::policy::{Availability, CachePolicy, Control, Pins, Repin, RunAs, Runner, SandboxPolicy, Tool};
 use cordon_core::validate::{self, ErrorCode, ValidationError};
 use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Programs, RunSpec, SpawnError};
+use metrics::{InvokeMetrics, Outcome as Ended};
 
 /// Time between SIGTERM and SIGKILL on timeout or cancel.
 pub const KILL_GRACE: Duration = Duration::from_secs(3);
@@ -417,8 +421,9 @@ pub struct Invoker {
     confirmations: Confirmations,
     audit: Arc<Audit>,
     cache: ResultCache,
-    /// The egress proxies' counters (unset without `--metrics`), handed over at startup.
-    egress_metrics: std::sync::OnceLock<cordon_egress::EgressMetrics>,
+    /// What the invoker counts, and what its egress proxies count (`--metrics`).
+    metrics: Option<Arc<InvokeMetrics>>,
+    egress_metrics: Option<Arc<cordon_egress::EgressMetrics>>,
 }
 
 impl Invoker {
@@ -427,6 +432,8 @@ impl Invoker {
         host: Arc<HostSandbox>,
         settings: Settings,
         audit: Arc<Audit>,
+        metrics: Option<Arc<InvokeMetrics>>,
+        egress_metrics: Option<Arc<cordon_egress::EgressMetrics>>,
     ) -> Invoker {
         Invoker {
             registry,
@@ -438,14 +445,9 @@ impl Invoker {
                 .with_limits(settings.confirmations),
             audit,
             cache: ResultCache::new(settings.cache),
-            egress_metrics: std::sync::OnceLock::new(),
+            metrics,
+            egress_metrics,
         }
-    }
-
-    /// From now on, each egress proxy counts into `metrics` (set once, at startup, before any
-    /// call is served; later calls change nothing).
-    pub fn count_egress(&self, metrics: cordon_egress::EgressMetrics) {
-        let _ = self.egress_metrics.set(metrics);
     }
 
     pub fn audit(&self) -> &Audit {
@@ -555,7 +557,7 @@ impl Invoker {
         let tool = &parked.tool;
         self.pins_for(tool, parked.identity.as_ref(), &parked.caller, parked.generation)?;
         let entry = self.cache.get(&key);
-        if let Some(m) = self.audit.metrics() {
+        if let Some(m) = &self.metrics {
             m.cache_lookup(entry.is_some());
         }
         let Some(entry) = entry else {
@@ -1027,7 +1029,7 @@ impl Invoker {
                     prepared.caller.uid,
                     rules,
                     &self.audit,
-                    self.egress_metrics.get(),
+                    self.egress_metrics.as_deref(),
                 );
                 (Some(proxy), Some(handoff))
             }
@@ -1137,7 +1139,7 @@ impl Invoker {
             }
             Err(e) => record.error(ErrorCode::SpawnFailed, &e.to_string()),
         };
-        if let Some(m) = self.audit.metrics() {
+        if let Some(m) = &self.metrics {
             let tool = prepared.tool.name.as_str();
             match (&result, &judged) {
                 (Ok(o), Some(v)) => {

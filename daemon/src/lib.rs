@@ -5,14 +5,15 @@
 //!
 //! # Layout
 //! - [`registry`]: the live generation of tools, atomic reload.
-//! - [`audit`]: the hash-chained audit log and its writer thread (the line format and
-//!   verification are `cordon_core::audit`'s).
+//! - `audit`: the hash-chained audit log, its writer thread and its export are the
+//!   `cordon_audit` crate's (the line format and verification are `cordon_core::audit`'s).
 //! - [`invoke`]: admission (concurrency limit), running, cancelling.
 //! - [`cache`]: the result cache of tools whose policy says `cache`.
 //! - [`egress`]: the daemon's side of the egress proxy of tools with `network.hosts` (the
 //!   `cordon_egress` crate, one proxy per invocation): the audit log as its log, its wiring.
 //! - [`confirm`]: confirmation tokens and human approvals.
-//! - [`metrics`]: the Prometheus endpoint (`--metrics`, loopback, bearer token) and what it counts.
+//! - [`metrics`]: the Prometheus registry and endpoint (`--metrics`, loopback, bearer token); each
+//!   subsystem registers its own families in it at startup.
 //! - [`authz`]: roles and tool access from the kernel's peer credentials.
 //! - [`tokens`]: bearer tokens admins issue for agents behind an HTTP front-end (stored hashed).
 //! - [`server`]: gRPC on a Unix socket (the caller comes from the kernel) and, with
@@ -30,10 +31,8 @@
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
 pub mod admission;
-pub mod audit;
 pub mod authz;
 pub mod cache;
-pub mod caller;
 pub mod confirm;
 pub mod egress;
 #[doc(hidden)]
@@ -49,5 +48,10 @@ pub mod server;
 pub mod startup;
 pub mod tokens;
 pub mod workflow;
+
+// The audit log is a crate of its own (`cordon_audit`), and `Caller` is `cordon_core`'s (audit
+// records carry it); inside the daemon they keep their short paths.
+use cordon_audit as audit;
+use cordon_core::caller;
 
 pub use startup::{Config, Loaded, Server, Signals, StartError, load, run, start};

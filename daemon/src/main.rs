@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use cordon_audit as audit;
 use cordon_core::policy;
-use cordon_daemon::audit;
 use cordon_daemon::invoke::Settings;
 use cordon_daemon::{Config, Signals};
 

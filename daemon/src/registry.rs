@@ -104,6 +104,12 @@ impl Digests {
     }
 }
 
+impl cordon_audit::PolicyDigests for Digests {
+    fn of(&self, generation: Option<u64>) -> Option<Arc<str>> {
+        Digests::of(self, generation)
+    }
+}
+
 /// Owns the current generation and reloads it.
 #[derive(Debug)]
 pub struct RegistryHandle {

@@ -28,9 +28,11 @@ use cordon_sandbox::{CgroupError, HostSandbox, Placement, ViewMode};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
-use crate::audit::{self, Audit, AuditError, Decision, Record};
+use crate::audit::{self, Audit, AuditError, AuditMetrics, Decision, Record};
 use crate::authz::{self, Authorizer};
+use cordon_egress::EgressMetrics;
 use crate::invoke::Settings;
+use crate::invoke::metrics::InvokeMetrics;
 use crate::metrics::{self, Metrics};
 use crate::registry::RegistryHandle;
 use crate::server::socket::{self, SocketError};
@@ -192,7 +194,7 @@ pub struct Server {
     /// Bearer tokens for agents, read from beside the audit log.
     tokens: Arc<crate::tokens::Tokens>,
     /// The metrics endpoint, bound, with what it serves (`--metrics`).
-    metrics: Option<(metrics::http::Endpoint, Arc<Metrics>, cordon_egress::EgressMetrics)>,
+    metrics: Option<(metrics::http::Endpoint, server::metrics::Counted)>,
     /// The TLS listener, bound, with its certificates and identities (`--listen-tls`).
     tls: Option<(tokio::net::TcpListener, Arc<server::tls::Remote>)>,
     /// The audit export destinations, checked (`--audit-otlp` and the like).
@@ -300,13 +302,10 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
     let metrics = match &config.metrics {
         Some(options) => {
             let endpoint = metrics::http::Endpoint::bind(options, &config.audit.path, admin_gid).await?;
-            let mut counted = Metrics::new();
-            let egress = cordon_egress::EgressMetrics::register(counted.registry_mut());
-            let counted = Arc::new(counted);
-            audit.observe(counted.clone());
+            let counted = register_metrics(&audit);
             let address = endpoint.local_addr().map_or_else(|| options.listen.to_string(), |a| a.to_string());
             tracing::info!(address = %address, token_file = %endpoint.token_file.display(), "metrics endpoint listening");
-            Some((endpoint, counted, egress))
+            Some((endpoint, counted))
         }
         None => None,
     };
@@ -341,6 +340,19 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
         None => socket::bind(&config.socket, socket_gid)?,
     };
     Ok(Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, tls, exports, _reaper: reaper })
+}
+
+/// The root registry, each subsystem's families registered in it: the audit log's (which the
+/// log keeps: [`Audit::observe`]), the invoker's, the egress proxies', the server's.
+fn register_metrics(audit: &Audit) -> server::metrics::Counted {
+    let mut root = Metrics::new();
+    let registry = root.registry();
+    let invoke = Arc::new(InvokeMetrics::register(registry));
+    audit.observe(Arc::new(AuditMetrics::register(registry)));
+    let egress = Arc::new(EgressMetrics::register(registry));
+    let tls = Arc::new(server::metrics::TlsMetrics::register(registry));
+    let gauges = server::metrics::Gauges::register(registry);
+    server::metrics::Counted { exposition: Arc::new(root), invoke, egress, tls, gauges }
 }
 
 /// The directories cordond writes its audit log and socket into must be (or be created beneath
@@ -406,6 +418,8 @@ impl Server {
         audit.durable(started).await.map_err(StartError::Audit)?;
         // The exporters read the file from their cursors; nothing they do waits on the writer.
         let exporters = audit::export::spawn(exports, &audit);
+        let (endpoint, counted) = metrics.unzip();
+        let exposition = counted.as_ref().map(|c| c.exposition.clone());
         let daemon = Daemon::new(
             Arc::new(registry),
             Arc::new(sandbox),
@@ -414,10 +428,8 @@ impl Server {
             Authorizer::new(admin_gid),
             audit.clone(),
             tokens,
+            counted,
         );
-        if let Some((_, _, egress)) = &metrics {
-            daemon.invoker.count_egress(egress.clone());
-        }
         tracing::info!(
             socket = %socket_path.display(), policies = %config.policies.display(),
             audit = %config.audit.path.display(), tools = counts.total, available = counts.available,
@@ -427,10 +439,10 @@ impl Server {
             queue_timeout_ms = config.settings.admission.queue_timeout.as_millis() as u64, "cordond listening"
         );
 
-        let metrics_task = metrics.map(|(endpoint, counted, _)| {
+        let metrics_task = endpoint.zip(exposition).map(|(endpoint, exposition)| {
             let d = daemon.clone();
-            let snapshot = Arc::new(move || d.metrics_snapshot());
-            tokio::spawn(endpoint.serve(counted, snapshot))
+            let refresh = Arc::new(move || d.refresh_metrics());
+            tokio::spawn(endpoint.serve(exposition, refresh))
         });
 
         // A reload asked for while starting is served now: a reload right after startup.

@@ -120,17 +120,16 @@ max = 100
     // The audit log's durable write (one record, write + fdatasync by the writer thread), on a
     // disk-backed directory as a real log would be.
     let dir = tempfile::Builder::new().prefix("cordon-parts-").tempdir_in("/var/tmp").unwrap();
-    let options = cordon_daemon::audit::Options {
+    let options = cordon_audit::Options {
         path: dir.path().join("audit.jsonl"),
-        max_size: cordon_daemon::audit::DEFAULT_MAX_SIZE,
-        keep: cordon_daemon::audit::DEFAULT_KEEP,
+        max_size: cordon_audit::DEFAULT_MAX_SIZE,
+        keep: cordon_audit::DEFAULT_KEEP,
     };
-    let (audit, _) = cordon_daemon::audit::Audit::open(options).unwrap();
+    let (audit, _) = cordon_audit::Audit::open(options).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     time("audit: one durable record (fdatasync)", |i| {
-        let record = cordon_daemon::audit::Record::new(cordon_daemon::audit::Decision::Started)
-            .invocation(&format!("{i:032x}"))
-            .tool("bench");
+        let record =
+            cordon_audit::Record::new(cordon_audit::Decision::Started).invocation(&format!("{i:032x}")).tool("bench");
         rt.block_on(audit.durable(record)).unwrap();
     });
     println!(

@@ -27,7 +27,7 @@ use hyper::{Method, Request, Response, StatusCode, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
-use super::{CONTENT_TYPE, Metrics, Options, Snapshot};
+use super::{CONTENT_TYPE, Metrics, Options};
 
 /// The file name of the token cordond writes (in the audit log's directory).
 pub const TOKEN_FILE_NAME: &str = "metrics.token";
@@ -102,8 +102,8 @@ impl Endpoint {
         self.listener.local_addr().ok()
     }
 
-    /// Serves scrapes until the task is dropped; `snapshot` reads the gauges at each scrape.
-    pub async fn serve(self, metrics: Arc<Metrics>, snapshot: Arc<dyn Fn() -> Snapshot + Send + Sync>) {
+    /// Serves scrapes until the task is dropped; `refresh` sets the gauges at each scrape.
+    pub async fn serve(self, metrics: Arc<Metrics>, refresh: Arc<dyn Fn() + Send + Sync>) {
         let slots: Arc<Limiter<Principal>> = Arc::new(Limiter::new(LimiterLimits {
             per_key: MAX_CONNECTIONS_PER_SOURCE,
             global: MAX_CONNECTIONS,
@@ -122,8 +122,8 @@ impl Endpoint {
                     continue;
                 }
             };
-            let (metrics, snapshot, token, slots) =
-                (metrics.clone(), snapshot.clone(), self.token.clone(), slots.clone());
+            let (metrics, refresh, token, slots) =
+                (metrics.clone(), refresh.clone(), self.token.clone(), slots.clone());
             tokio::spawn(async move {
                 let source = match stream.local_addr() {
                     Ok(local) => cordon_limit::peer::of_tcp(local, peer),
@@ -138,7 +138,7 @@ impl Endpoint {
                     }
                 };
                 let service = hyper::service::service_fn(move |req| {
-                    let answer = answer(&req, &token, &metrics, snapshot.as_ref());
+                    let answer = answer(&req, &token, &metrics, refresh.as_ref());
                     async move { Ok::<_, std::convert::Infallible>(answer) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
@@ -163,12 +163,7 @@ async fn refuse(mut stream: tokio::net::TcpStream, source: Principal, refused: &
 }
 
 /// One request's answer.
-fn answer(
-    req: &Request<Incoming>,
-    token: &str,
-    metrics: &Metrics,
-    snapshot: &dyn Fn() -> Snapshot,
-) -> Response<Full<Bytes>> {
+fn answer(req: &Request<Incoming>, token: &str, metrics: &Metrics, refresh: &dyn Fn()) -> Response<Full<Bytes>> {
     if !authorized(req, token) {
         // Checked first: who has no token learns nothing, not even which paths exist.
         let mut r = plain(StatusCode::UNAUTHORIZED, "cordon metrics: send Authorization: Bearer <the metrics token>\n");
@@ -183,7 +178,7 @@ fn answer(
         r.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD"));
         return r;
     }
-    match metrics.encode(snapshot()) {
+    match metrics.encode(refresh) {
         Ok(text) => {
             let mut r = Response::new(Full::new(Bytes::from(text)));
             r.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(CONTENT_TYPE));

@@ -10,6 +10,7 @@ mod conn;
 pub mod convert;
 mod figures;
 mod jobs;
+pub mod metrics;
 mod reported;
 mod service;
 pub mod socket;
@@ -60,9 +61,14 @@ pub struct Daemon {
     pub(crate) reports: Arc<reported::Reports>,
     /// Refused bearer tokens, recorded per peer uid at a bounded rate.
     pub(crate) token_refusals: Arc<tokens::TokenRefusals>,
+    /// Every subsystem's metrics (`--metrics`); `None`: nothing counts.
+    pub metrics: Option<metrics::Counted>,
 }
 
 impl Daemon {
+    // Each part is handed in at startup (the metrics of each subsystem among them): no part
+    // finds another through a third.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         registry: Arc<RegistryHandle>,
         host: Arc<HostSandbox>,
@@ -71,10 +77,13 @@ impl Daemon {
         authz: Authorizer,
         audit: Arc<Audit>,
         tokens: Arc<crate::tokens::Tokens>,
+        metrics: Option<metrics::Counted>,
     ) -> Arc<Daemon> {
         audit.follow_policies(registry.digests());
         let jobs = crate::jobs::Jobs::new(settings.jobs);
-        let invoker = Arc::new(Invoker::new(registry.clone(), host, settings, audit.clone()));
+        let (invoke_metrics, egress_metrics) = metrics.as_ref().map(|m| (m.invoke.clone(), m.egress.clone())).unzip();
+        let invoker =
+            Arc::new(Invoker::new(registry.clone(), host, settings, audit.clone(), invoke_metrics, egress_metrics));
         Arc::new(Daemon {
             registry,
             authz,
@@ -88,14 +97,15 @@ impl Daemon {
             remote: std::sync::OnceLock::new(),
             reports: reported::reports(),
             token_refusals: tokens::refusals(),
+            metrics,
         })
     }
 
     /// The gauges of the metrics, now.
-    pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+    pub fn metrics_snapshot(&self) -> metrics::Snapshot {
         let current = self.registry.current();
         let counts = current.counts();
-        crate::metrics::Snapshot {
+        metrics::Snapshot {
             running: self.invoker.running_count(),
             queued: self.invoker.queued_count(),
             jobs_running: self.jobs.counts(|_| true).0,
@@ -103,8 +113,16 @@ impl Daemon {
             tools_available: counts.available,
             tools_unavailable: counts.unavailable,
             tools_disabled: counts.disabled,
-            audit_head: self.audit.head().seq,
         }
+    }
+
+    /// Sets the gauges read at scrape time: the daemon's state, and the audit exporters'
+    /// backlog and last success.
+    pub fn refresh_metrics(&self) {
+        if let Some(m) = &self.metrics {
+            m.gauges.set(self.metrics_snapshot());
+        }
+        self.audit.refresh_metrics();
     }
 
     /// Reloads the policy directory (blocking I/O), audits and reports the outcome; used by the
@@ -323,7 +341,8 @@ pub async fn run_with(
     match tls {
         None => router.serve_with_incoming_shutdown(local, stop).await,
         Some((tcp, remote)) => {
-            let remote = tls::incoming(tcp, remote, daemon.audit.clone());
+            let counted = daemon.metrics.as_ref().map(|m| m.tls.clone());
+            let remote = tls::incoming(tcp, remote, daemon.audit.clone(), counted);
             router.serve_with_incoming_shutdown(tokio_stream::StreamExt::merge(local, remote), stop).await
         }
     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use cordon_core::code::ErrorCode;
 use cordon_proto::v1;
 
-use crate::audit::coalesce::Coalesce;
+use crate::audit::Coalesce;
 use crate::audit::{self, Audit, Decision, Record};
 use crate::authz::{Authorizer, Role};
 use crate::caller::Caller;

@@ -1045,8 +1045,8 @@ impl v1::cordon_server::Cordon for CordonService {
     ) -> Result<Response<v1::GetMetricsResponse>, Status> {
         let caller = self.caller(&request, "get_metrics")?;
         self.require_admin(&caller, "get_metrics", "reading the metrics (every user's activity)")?;
-        let metrics = self.daemon.audit.metrics().ok_or_else(status::metrics_off)?;
-        let text = metrics.encode(self.daemon.metrics_snapshot()).map_err(|_| status::metrics_off())?;
+        let metrics = self.daemon.metrics.as_ref().ok_or_else(status::metrics_off)?;
+        let text = metrics.exposition.encode(&|| self.daemon.refresh_metrics()).map_err(|_| status::metrics_off())?;
         Ok(Response::new(v1::GetMetricsResponse { text }))
     }
 

@@ -60,7 +60,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use cordon_limit::{Limiter, LimiterLimits, Principal};
 
-use crate::audit::coalesce::Coalesce;
+use super::metrics::TlsMetrics;
+use crate::audit::Coalesce;
 
 use super::conn::{self, Conn, Deadlines, Held, Io, Limits, Peer, Verdict};
 use crate::audit::{Audit, Decision, Record};
@@ -457,9 +458,10 @@ pub(crate) fn incoming(
     listener: TcpListener,
     remote: Arc<Remote>,
     audit: Arc<Audit>,
+    metrics: Option<Arc<TlsMetrics>>,
 ) -> impl Stream<Item = io::Result<Conn>> {
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(accept_loop(listener, remote, audit, tx));
+    tokio::spawn(accept_loop(listener, remote, audit, metrics, tx));
     ReceiverStream::new(rx)
 }
 
@@ -467,6 +469,7 @@ async fn accept_loop(
     listener: TcpListener,
     remote: Arc<Remote>,
     audit: Arc<Audit>,
+    metrics: Option<Arc<TlsMetrics>>,
     tx: mpsc::Sender<io::Result<Conn>>,
 ) {
     let handshakes: Arc<Limiter<Principal>> = Arc::new(Limiter::new(LimiterLimits {
@@ -477,7 +480,7 @@ async fn accept_loop(
         wait: HANDSHAKE_WAIT,
     }));
     let per_identity: Arc<Limits<Arc<str>>> = Arc::new(Limits::named(MAX_CONNECTIONS_PER_IDENTITY, "identity"));
-    let refusals = Arc::new(Refusals::new(audit));
+    let refusals = Arc::new(Refusals::new(audit, metrics));
     loop {
         let (stream, addr) = tokio::select! {
             () = tx.closed() => return,
@@ -599,17 +602,18 @@ fn classify(e: &io::Error) -> (Reason, String) {
 /// address): one source's flood spends its own records, never another's.
 struct Refusals {
     audit: Arc<Audit>,
+    metrics: Option<Arc<TlsMetrics>>,
     windows: Arc<Coalesce<Principal>>,
 }
 
 impl Refusals {
-    fn new(audit: Arc<Audit>) -> Refusals {
-        Refusals { audit, windows: Arc::new(Coalesce::new(AUDITED_PER_WINDOW, AUDIT_WINDOW)) }
+    fn new(audit: Arc<Audit>, metrics: Option<Arc<TlsMetrics>>) -> Refusals {
+        Refusals { audit, metrics, windows: Arc::new(Coalesce::new(AUDITED_PER_WINDOW, AUDIT_WINDOW)) }
     }
 
     fn refuse(&self, from: Principal, addr: SocketAddr, subject: Option<&str>, reason: Reason, detail: &str) {
-        if let Some(m) = self.audit.metrics() {
-            m.tls_refused(reason.as_str());
+        if let Some(m) = &self.metrics {
+            m.refused(reason.as_str());
         }
         tracing::info!(%addr, %from, subject, reason = reason.as_str(), detail, "TLS handshake refused");
         self.windows.record(

@@ -30,7 +30,7 @@ pub(crate) const TOKEN_REFUSALS_PER_INTERVAL: u32 = 64;
 pub(crate) const TOKEN_REFUSALS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The per-peer windows of refused-token records.
-pub(crate) type TokenRefusals = crate::audit::coalesce::Coalesce<u32>;
+pub(crate) type TokenRefusals = crate::audit::Coalesce<u32>;
 
 pub(crate) fn refusals() -> std::sync::Arc<TokenRefusals> {
     std::sync::Arc::new(TokenRefusals::new(TOKEN_REFUSALS_PER_INTERVAL, TOKEN_REFUSALS_INTERVAL))

@@ -123,7 +123,7 @@ pub struct ProgressView {
 }
 
 impl Progress {
-    pub(crate) fn new(sink: &'static str, destination: String, metrics: Option<&crate::metrics::Metrics>) -> Progress {
+    pub(crate) fn new(sink: &'static str, destination: String, metrics: Option<&super::AuditMetrics>) -> Progress {
         let (sent, failures, lost) = match metrics {
             Some(m) => m.export_counters(sink),
             None => (Counter::default(), Counter::default(), Counter::default()),
@@ -246,13 +246,10 @@ pub fn spawn(prepared: Prepared, audit: &Arc<Audit>) -> Exporters {
     let mut progress = Vec::new();
     let mut tasks = Vec::new();
     for sink in prepared.sinks {
-        let p = Arc::new(Progress::new(sink.name(), sink.destination(), audit.metrics()));
+        let p = Arc::new(Progress::new(sink.name(), sink.destination(), audit.counted()));
         progress.push(p.clone());
         let context = Context { host: host.clone(), audit_path: audit.path().display().to_string(), chain: None };
         tasks.push(tokio::spawn(run(sink, audit.clone(), p, context, stopped.clone())));
-    }
-    if let Some(m) = audit.metrics() {
-        m.follow_exports(progress.clone());
     }
     audit.follow_exports(progress);
     Exporters { tasks, stop }

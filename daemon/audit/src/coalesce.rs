@@ -42,22 +42,22 @@ pub(crate) enum Outcome {
 
 /// The per-principal windows of one kind of record.
 #[derive(Debug)]
-pub(crate) struct Coalesce<K> {
+pub struct Coalesce<K> {
     per_interval: u32,
     interval: Duration,
     windows: Mutex<HashMap<K, Window>>,
 }
 
 impl<K: Hash + Eq + Clone + Send + 'static> Coalesce<K> {
-    pub(crate) fn new(per_interval: u32, interval: Duration) -> Coalesce<K> {
+    pub fn new(per_interval: u32, interval: Duration) -> Coalesce<K> {
         Coalesce { per_interval, interval, windows: Mutex::new(HashMap::new()) }
     }
 
-    pub(crate) fn per_interval(&self) -> u32 {
+    pub fn per_interval(&self) -> u32 {
         self.per_interval
     }
 
-    pub(crate) fn interval(&self) -> Duration {
+    pub fn interval(&self) -> Duration {
         self.interval
     }
 
@@ -108,7 +108,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Coalesce<K> {
     /// Writes `record()` to `audit`, or counts it; the first one counted in a window schedules
     /// `summary(count)` for the window's end (a tokio task: call from within the runtime).
     /// Returns whether the record was written.
-    pub(crate) fn record(
+    pub fn record(
         self: &Arc<Self>,
         audit: &Arc<Audit>,
         key: K,

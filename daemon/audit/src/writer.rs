@@ -60,9 +60,9 @@ pub(super) struct Shared {
     pub(super) lines: broadcast::Sender<Arc<str>>,
     /// Where records find the policy digest (`policy`); unset until the daemon's registry is
     /// loaded (the records of recovering the log are of an earlier run, whose policy is unknown).
-    pub(super) policies: std::sync::OnceLock<Arc<crate::registry::Digests>>,
+    pub(super) policies: std::sync::OnceLock<Arc<dyn super::PolicyDigests>>,
     /// Set once, before serving, when cordond exports metrics.
-    pub(super) metrics: std::sync::OnceLock<Arc<crate::metrics::Metrics>>,
+    pub(super) metrics: std::sync::OnceLock<Arc<super::AuditMetrics>>,
     /// The exporters' progress (`--audit-otlp` and the like), set once when they start.
     pub(super) exports: std::sync::OnceLock<Vec<Arc<super::export::Progress>>>,
 }
@@ -293,7 +293,7 @@ impl Writer {
             .map_err(|e| ("write", e))
             .and_then(|()| if durable { self.file.sync_data().map_err(|e| ("sync", e)) } else { Ok(()) });
         if let (Some(m), Some(began)) = (metrics, began) {
-            m.audit_write(began.elapsed());
+            m.write(began.elapsed());
         }
         match result {
             Ok(()) => {
@@ -318,7 +318,7 @@ impl Writer {
     fn fail(&self, reason: String) {
         tracing::error!(reason = %reason, "audit log failed: refusing invocations until `cordon audit resume`");
         if let Some(m) = self.shared.metrics.get() {
-            m.audit_failed();
+            m.failed();
         }
         self.shared.set_failure(Some(reason));
     }

@@ -1,12 +1,26 @@
-//! The audit log: every decision the daemon makes, one hash-chained JSON line each.
+//! cordond's audit log: every decision the daemon makes, one hash-chained JSON line each; its
+//! writer, its recovery at startup, reading it back, and shipping it elsewhere.
+//!
+//! The line format, the chain's hashing and `verify` are `cordon_core::audit`'s (shared with
+//! `cordon audit verify`); this crate writes, recovers, tails and exports the file. It knows
+//! nothing of the daemon: the caller is `cordon_core::caller::Caller`, the policy digests come
+//! through [`PolicyDigests`], and its metrics ([`AuditMetrics`]) are registered in the registry
+//! the daemon hands it.
 //!
 //! # Layout
 //! - [`chain`]: the file format (`seq`, `time`, `decision`, ..., `prev`), line hashing and
-//!   `verify`, shared with `cordon audit verify`.
+//!   `verify` (re-exported from `cordon_core::audit`).
+//! - this file: [`Record`] (one record before the writer seals it, its fields bounded) and
+//!   [`Audit`], the handle: queue, durable write, resume, subscribe, close.
+//! - `writer`: the file's writer: batches records, group-commits `fdatasync`, rotates by size,
+//!   recovers a torn tail and what the previous run left open at startup ([`Recovery`]).
+//! - `open`: what is started and not yet ended (invocations, egress connections, workflows,
+//!   confirmations), carried across rotation and ended at recovery.
+//! - `coalesce`: records any principal can cause at will, at a bounded rate per principal
+//!   ([`Coalesce`]).
+//! - `metrics`: [`AuditMetrics`].
 //! - [`tail`]: reading the last records back, with filters (`cordon audit tail`).
 //! - [`export`]: shipping the log (OTLP, syslog, journald) from the file, with a cursor.
-//! - `writer`: the file's writer: batches records, group-commits `fdatasync`, rotates by size,
-//!   recovers a torn tail and unfinished invocations at startup.
 //!
 //! Who writes: a [`Audit::durable`] caller that finds the writer idle writes (and syncs) the
 //! queue, its own record last, itself, on its own thread: no handoff to another thread and back
@@ -23,13 +37,32 @@
 //! the client is answered. Records are written in order, so a durable record also carries every
 //! record queued before it to the disk.
 //!
-//! Architecture invariant: after any write or sync error the log is *failed*: nothing more is
-//! written (a failed fsync is never retried, the page cache may have dropped the data) and every
-//! invocation is refused until an admin runs `cordon audit resume` or restarts cordond. Nothing
-//! runs without its `started` record on disk, and no outcome is answered before its record is.
+//! # Invariants
+//! Kept behind this crate's privacy (only the writer seals a line; nothing outside can write
+//! the file, give a record its `seq` or `prev`, or clear a failure but [`Audit::resume`]):
+//! - **Durable before it proceeds:** [`Audit::durable`] answers only once the record, and every
+//!   record queued before it, is written and `fdatasync`ed: nothing runs without its `started`
+//!   record on disk, no outcome is answered before its record is, and no egress connection is
+//!   made before its record is.
+//! - **The hash chain:** records reach the file in the order they were queued; each line carries
+//!   the next `seq` and the SHA-256 of the line before it (`prev`), across rotation (the new
+//!   file's first record continues the chain) and across restarts.
+//! - **Fail closed:** after any write or sync error the log is *failed*: nothing more is written
+//!   (a failed fsync is never retried, the page cache may have dropped the data) and every
+//!   [`Audit::check`] and durable write fails until an admin runs `cordon audit resume` or
+//!   restarts cordond.
+//! - **Recovery:** at open, a chain that does not verify stops the start; a torn last line is
+//!   cut; everything the previous run left open gets its end record, marked `recovered`.
+//! - **Bounded records:** every free-form value is clipped ([`MAX_FREE_TEXT`], [`MAX_ARG_TEXT`],
+//!   [`MAX_ARGV_TEXT`]), so no record grows with what a caller sends.
+//! - **Export never delays the log:** exporters read the file from their own cursors; nothing
+//!   they do waits on the writer.
 
-pub(crate) mod coalesce;
+#![forbid(unsafe_code)]
+
+mod coalesce;
 pub mod export;
+mod metrics;
 mod open;
 pub mod tail;
 mod writer;
@@ -40,10 +73,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, oneshot};
 
-use crate::caller::Caller;
+use cordon_core::caller::{Caller, Via};
 use cordon_core::code::ErrorCode;
 
+pub use coalesce::Coalesce;
 pub use cordon_core::audit::{Decision, chain, default_path};
+pub use metrics::AuditMetrics;
 pub use writer::Recovery;
 
 /// One record, before the writer gives it a `seq`, `time` and `prev`.
@@ -184,14 +219,21 @@ impl Record {
 pub fn caller_json(c: &Caller) -> Value {
     let mut v = json!({ "uid": c.uid, "gid": c.gid, "pid": c.pid });
     match &c.via {
-        crate::caller::Via::Socket => {}
-        crate::caller::Via::Certificate(subject) => v["certificate"] = Value::from(&**subject),
-        crate::caller::Via::Token(id) => v["token"] = Value::from(&**id),
+        Via::Socket => {}
+        Via::Certificate(subject) => v["certificate"] = Value::from(&**subject),
+        Via::Token(id) => v["token"] = Value::from(&**id),
     }
     if let Some(groups) = &c.groups {
         v["groups"] = Value::from(groups.to_vec());
     }
     v
+}
+
+/// Where records find the digest of the policy generation they are about (`policy`): the
+/// daemon's registry keeps the latest generations' digests.
+pub trait PolicyDigests: Send + Sync + std::fmt::Debug {
+    /// The digest of `generation` when given, else of the current generation.
+    fn of(&self, generation: Option<u64>) -> Option<Arc<str>>;
 }
 
 /// Where and how the log is kept.
@@ -343,7 +385,7 @@ impl Audit {
     /// Queues a record. If the log has failed the record is lost, and the failure already
     /// refuses every invocation.
     pub fn record(&self, record: Record) {
-        if let Some(m) = self.metrics() {
+        if let Some(m) = self.counted() {
             m.record(&record);
         }
         if let Err(e) = self.send(Msg::Record { record, ack: None }) {
@@ -356,7 +398,7 @@ impl Audit {
     /// When the writer is idle, this caller writes and syncs the queue (its record last) itself,
     /// on its own thread; when it is busy, the record waits for the writer thread's next batch.
     pub async fn durable(&self, record: Record) -> Result<u64, AuditError> {
-        if let Some(m) = self.metrics() {
+        if let Some(m) = self.counted() {
             m.record(&record);
         }
         self.check()?;
@@ -380,15 +422,22 @@ impl Audit {
         done.await.unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// From now on, refusals, writes and failures are counted in `metrics` (once; later calls
-    /// change nothing).
-    pub fn observe(&self, metrics: Arc<crate::metrics::Metrics>) {
+    /// From now on, refusals, writes, failures and the exporters' progress are counted in
+    /// `metrics` (once; later calls change nothing).
+    pub fn observe(&self, metrics: Arc<AuditMetrics>) {
         let _ = self.shared.metrics.set(metrics);
     }
 
-    /// The metrics this log counts into (`cordond --metrics`).
-    pub fn metrics(&self) -> Option<&crate::metrics::Metrics> {
+    /// The log's own metrics, when it counts (`cordond --metrics`).
+    fn counted(&self) -> Option<&AuditMetrics> {
         self.shared.metrics.get().map(Arc::as_ref)
+    }
+
+    /// Sets the gauges read at scrape time (each exporter's backlog and last success).
+    pub fn refresh_metrics(&self) {
+        if let Some(m) = self.counted() {
+            m.refresh(self.head().seq, self.exports());
+        }
     }
 
     /// Ok while records can be written; the reason otherwise.
@@ -409,7 +458,7 @@ impl Audit {
 
     /// From now on every record carries `policy`, the digest of the policy generation it names,
     /// or of the current one (set once, when the registry is loaded).
-    pub fn follow_policies(&self, digests: Arc<crate::registry::Digests>) {
+    pub fn follow_policies(&self, digests: Arc<dyn PolicyDigests>) {
         let _ = self.shared.policies.set(digests);
     }
 
