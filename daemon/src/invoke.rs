@@ -25,7 +25,6 @@ use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::egress;
 use crate::metrics::Outcome as Ended;
 use crate::registry::RegistryHandle;
-use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
 use cordon_core::denial::{Denial, Explained, FileKind, Run};
 use cordon_core::policy::output::{self, Verdict};
@@ -285,27 +284,60 @@ impl RunIdentity {
     }
 }
 
-/// An admitted invocation, ready to run.
+/// Marks a workflow step's audit records.
+#[derive(Debug, Clone)]
+pub struct StepMark {
+    pub workflow_id: String,
+    /// From 1.
+    pub step: usize,
+}
+
+impl StepMark {
+    pub fn mark(&self, record: Record) -> Record {
+        record.with("workflow_id", self.workflow_id.as_str()).with("step", self.step)
+    }
+}
+
+/// How an invocation was started, given to [`Invoker::start`] (never written into a
+/// [`Prepared`] after validation): its `started` and terminal records say so.
+#[derive(Debug, Clone, Default)]
+pub enum Mark {
+    /// A call that waits for its answer.
+    #[default]
+    Direct,
+    /// Started detached (a job): its `started` record says `"job": true`.
+    Job,
+    /// A step of a workflow: its `started` and terminal records carry `workflow_id` and `step`.
+    Step(StepMark),
+}
+
+impl Mark {
+    fn step(&self) -> Option<&StepMark> {
+        match self {
+            Self::Step(m) => Some(m),
+            Self::Direct | Self::Job => None,
+        }
+    }
+}
+
+/// An admitted invocation, ready to run. Only [`Invoker::prepare`] (and [`Invoker::redeem`])
+/// build one, and nothing outside this module can change it: what was validated is what runs.
 #[derive(Debug)]
 pub struct Prepared {
-    pub id: String,
-    pub tool: Arc<Tool>,
-    pub plan: Plan,
-    pub generation: u64,
-    pub caller: Caller,
+    id: String,
+    tool: Arc<Tool>,
+    plan: Plan,
+    generation: u64,
+    caller: Caller,
     /// Who the tool runs as (only when cordond is root; otherwise as cordond's own user).
-    pub identity: Option<Identity>,
+    identity: Option<Identity>,
     /// `run_as` named the account: it is the tool's own.
-    pub dedicated_uid: bool,
-    pub confirmed: Option<Confirmed>,
+    dedicated_uid: bool,
+    confirmed: Option<Confirmed>,
     /// Where the answer is kept, for a tool whose policy says `cache`.
     cache: Option<Box<(cache::Key, CachePolicy)>>,
-    /// Started detached (a job): its `started` record says `"job": true`.
-    pub job: bool,
-    /// A step of a workflow: its `started` and terminal records carry `workflow_id` and `step`.
-    pub workflow: Option<StepMark>,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
-    pub paths: Vec<(String, std::path::PathBuf)>,
+    paths: Vec<(String, std::path::PathBuf)>,
     /// The pins this call runs with: the tool's, or those a re-pin put in force
     /// (`Tool::pins_for_call`); the sandbox uses these descriptors, never the paths again.
     pins: Arc<Pins>,
@@ -315,6 +347,42 @@ pub struct Prepared {
     _running: RunningGuard,
     // Boxed: a `Prepared` travels by value through `Admission` and `Started`.
     _slot: Box<Slot>,
+}
+
+impl Prepared {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn tool(&self) -> &Arc<Tool> {
+        &self.tool
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// Who the tool runs as (only when cordond is root; otherwise as cordond's own user).
+    pub fn identity(&self) -> Option<&Identity> {
+        self.identity.as_ref()
+    }
+
+    pub fn confirmed(&self) -> Option<&Confirmed> {
+        self.confirmed.as_ref()
+    }
+
+    /// The path arguments (param name, absolute path), for the hints of a failed run.
+    pub fn paths(&self) -> &[(String, std::path::PathBuf)] {
+        &self.paths
+    }
 }
 
 type RunningMap = Arc<Mutex<HashMap<String, Running>>>;
@@ -338,15 +406,18 @@ fn lock(map: &RunningMap) -> MutexGuard<'_, HashMap<String, Running>> {
 
 /// An invocation whose `started` record is on disk: the only thing [`Invoker::execute`] runs.
 #[derive(Debug)]
-pub struct Started(Prepared);
+pub struct Started {
+    prepared: Prepared,
+    mark: Mark,
+}
 
 impl Started {
     pub fn id(&self) -> &str {
-        &self.0.id
+        &self.prepared.id
     }
 
     pub fn prepared(&self) -> &Prepared {
-        &self.0
+        &self.prepared
     }
 }
 
@@ -937,8 +1008,6 @@ impl Invoker {
             dedicated_uid,
             confirmed,
             cache,
-            job: false,
-            workflow: None,
             paths,
             pins,
             seccomp,
@@ -951,7 +1020,7 @@ impl Invoker {
 
     /// Writes the invocation's `started` record and waits until it is on disk; only then can it
     /// run. If the log fails, the invocation is refused (UNAVAILABLE) and nothing runs.
-    pub async fn start(&self, prepared: Prepared) -> Result<Started, InvokeError> {
+    pub async fn start(&self, prepared: Prepared, mark: Mark) -> Result<Started, InvokeError> {
         let p = &prepared;
         let run_as = RunIdentity::of(&p.tool, p.identity.as_ref(), p.dedicated_uid).json();
         let mut record = Record::new(Decision::Started)
@@ -972,17 +1041,16 @@ impl Invoker {
                     "fs_view": self.host.views.mode().as_str(),
                 }),
             );
-        if p.job {
-            record = record.with("job", true);
-        }
-        if let Some(m) = &p.workflow {
-            record = m.mark(record);
+        match &mark {
+            Mark::Direct => {}
+            Mark::Job => record = record.with("job", true),
+            Mark::Step(m) => record = m.mark(record),
         }
         if let Some(c) = &p.confirmed {
             record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
         }
         match self.audit.durable(record).await {
-            Ok(_) => Ok(Started(prepared)),
+            Ok(_) => Ok(Started { prepared, mark }),
             Err(e) => {
                 tracing::error!(id = %p.id, tool = %p.tool.name, error = %e, "invocation refused: its started record is not on disk");
                 Err(InvokeError::Audit(e))
@@ -1006,7 +1074,7 @@ impl Invoker {
     /// Runs a started invocation to its end and records how it ended, durably, before it
     /// returns: the outcome is only answered once its record is on disk.
     pub async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Answer, InvokeError> {
-        let prepared = started.0;
+        let Started { prepared, mark } = started;
         // A tool with `network.hosts`: its egress proxy starts once the sandbox hands over the
         // listener it made inside the tool's network namespace.
         let (proxy, handoff) = match prepared.tool.sandbox.network.egress() {
@@ -1153,10 +1221,7 @@ impl Invoker {
             Some(s) => record.with("egress", s.json()),
             None => record,
         };
-        let record = match &prepared.workflow {
-            Some(m) => m.mark(record),
-            None => record,
-        };
+        let record = marked(mark.step(), record);
         // The caller hears the outcome only once its record is on disk, so that the log never
         // says "aborted, outcome unknown" for a call whose client was told how it ended. If the
         // record cannot be written, the log is failed (later calls are refused) and this caller

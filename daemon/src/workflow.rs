@@ -21,27 +21,13 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::{Decision, Record};
 use crate::authz::Authorizer;
 use crate::caller::Caller;
-use crate::invoke::{Admission, Answer, CancelReason, InvokeError, Invoker};
+use crate::invoke::{Admission, Answer, CancelReason, InvokeError, Invoker, Mark, StepMark};
 use crate::registry::RegistryHandle;
 use cordon_core::policy::{Confirm, StepArg, Workflow};
 use cordon_core::validate::Arguments;
 
 /// Most bytes of a failed step's stderr kept in its result.
 pub const STDERR_TAIL: usize = 2048;
-
-/// Marks a step's audit records.
-#[derive(Debug, Clone)]
-pub struct StepMark {
-    pub workflow_id: String,
-    /// From 1.
-    pub step: usize,
-}
-
-impl StepMark {
-    pub fn mark(&self, record: Record) -> Record {
-        record.with("workflow_id", self.workflow_id.as_str()).with("step", self.step)
-    }
-}
 
 /// One step that ran (or was refused when it started).
 #[derive(Debug, Clone)]
@@ -327,9 +313,8 @@ impl Runner<'_> {
                 let answer = Answer { outcome: hit.entry.outcome, verdict: hit.entry.verdict, denials: Vec::new() };
                 result_of(index, tool_name, hit.id, &answer)
             }
-            Ok(Admission::Ready(mut prepared)) => {
-                prepared.workflow = Some(mark);
-                let started = match self.invoker.start(prepared).await {
+            Ok(Admission::Ready(prepared)) => {
+                let started = match self.invoker.start(prepared, Mark::Step(mark)).await {
                     Ok(s) => s,
                     Err(e) => return refused(e.to_string()),
                 };

@@ -14,7 +14,7 @@ use super::{convert, status};
 use crate::audit::{Decision, Record};
 use crate::authz::Role;
 use crate::caller::Caller;
-use crate::invoke::{Admission, CancelReason, Started};
+use crate::invoke::{Admission, CancelReason, Mark, Started};
 use crate::jobs::{JobView, Kind};
 use crate::workflow::Stop;
 
@@ -103,7 +103,7 @@ impl CordonService {
                 return self.start_workflow_job(caller, &req.tool, &req.arguments_json).await;
             }
         }
-        let mut prepared = if req.confirm_token.is_empty() {
+        let prepared = if req.confirm_token.is_empty() {
             let authorized = self.require_tool(&caller, &req.tool, "invoke")?;
             match invoker
                 .prepare(caller.clone(), &authorized, &req.arguments_json)
@@ -136,8 +136,7 @@ impl CordonService {
                 .await
                 .map_err(|e| status::invoke(&e))?
         };
-        prepared.job = true;
-        let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
+        let started = invoker.start(prepared, Mark::Job).await.map_err(|e| status::invoke(&e))?;
         Ok(v1::StartJobResponse { result: Some(v1::start_job_response::Result::Job(self.spawn_job(started))) })
     }
 
@@ -145,10 +144,10 @@ impl CordonService {
     /// `Cancel`/`CancelJob`, its timeout, and cordond's shutdown.
     fn spawn_job(&self, started: Started) -> v1::Job {
         let p = started.prepared();
-        let id = p.id.clone();
+        let id = p.id().to_string();
         let hint = self.hint_input(p);
         let view =
-            self.daemon.jobs.insert(&id, Kind::Tool, &p.tool.name, p.caller.clone(), p.plan.display_argv.clone());
+            self.daemon.jobs.insert(&id, Kind::Tool, &p.tool().name, p.caller().clone(), p.plan().display_argv.clone());
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
             let outcome = match daemon.invoker.execute(started, None).await {

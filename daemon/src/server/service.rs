@@ -15,7 +15,7 @@ use crate::audit::{Decision, Record, tail};
 use crate::authz::Role;
 use crate::caller::Caller;
 use crate::hint::HintInput;
-use crate::invoke::{Admission, CancelReason, Started};
+use crate::invoke::{Admission, CancelReason, Mark, Started};
 use cordon_core::code::ErrorCode;
 use cordon_core::policy::{self, Availability, diag};
 use cordon_sandbox::OutputChunk;
@@ -87,16 +87,17 @@ pub(super) fn finished(hint: &HintInput, id: &str, answer: crate::invoke::Answer
 impl CordonService {
     /// What the hints of a failed run need from its invocation.
     pub(super) fn hint_input(&self, prepared: &crate::invoke::Prepared) -> HintInput {
-        let mut paths = prepared.paths.clone();
-        if prepared.tool.working_dir.is_some() {
-            paths.push(("working_dir".into(), prepared.plan.cwd.clone()));
+        let mut paths = prepared.paths().to_vec();
+        if prepared.tool().working_dir.is_some() {
+            paths.push(("working_dir".into(), prepared.plan().cwd.clone()));
         }
+        let identity = prepared.identity();
         HintInput {
-            tool: prepared.tool.clone(),
+            tool: prepared.tool().clone(),
             paths,
-            identity: prepared.identity.as_ref().map(|i| (i.uid, i.gid)),
-            groups: prepared.identity.as_ref().map_or_else(|| std::sync::Arc::from(Vec::new()), |i| i.groups.clone()),
-            admin: self.role(&prepared.caller) == Role::Admin,
+            identity: identity.map(|i| (i.uid, i.gid)),
+            groups: identity.map_or_else(|| std::sync::Arc::from(Vec::new()), |i| i.groups.clone()),
+            admin: self.role(prepared.caller()) == Role::Admin,
         }
     }
 
@@ -381,10 +382,10 @@ impl CordonService {
         let prepared = started.prepared();
         let accepted = v1::InvokeEvent {
             event: Some(v1::invoke_event::Event::Accepted(v1::Accepted {
-                invocation_id: prepared.id.clone(),
-                argv: prepared.plan.display_argv.clone(),
-                generation: prepared.generation,
-                tool: prepared.tool.name.clone(),
+                invocation_id: prepared.id().to_string(),
+                argv: prepared.plan().display_argv.clone(),
+                generation: prepared.generation(),
+                tool: prepared.tool().name.clone(),
             })),
         };
         // The channel is empty: the first message always fits.
@@ -546,7 +547,7 @@ impl v1::cordon_server::Cordon for CordonService {
         let invoker = &self.daemon.invoker;
         match invoker.prepare(caller, &authorized, &req.arguments_json).await.map_err(|e| status::invoke(&e))? {
             Admission::Ready(prepared) => {
-                let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
+                let started = invoker.start(prepared, Mark::Direct).await.map_err(|e| status::invoke(&e))?;
                 Ok(self.run_stream(started, req.stream_output))
             }
             Admission::Cached(hit) => {
@@ -597,7 +598,7 @@ impl v1::cordon_server::Cordon for CordonService {
         let invoker = &self.daemon.invoker;
         let prepared =
             invoker.redeem(caller, &req.token, req.approved_by_elicitation).await.map_err(|e| status::invoke(&e))?;
-        let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
+        let started = invoker.start(prepared, Mark::Direct).await.map_err(|e| status::invoke(&e))?;
         Ok(self.run_stream(started, req.stream_output))
     }
 
