@@ -33,11 +33,11 @@ use cordon_core::validate::{self, ErrorCode, ValidationError};
 use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Programs, RunSpec, SpawnError};
 
 /// Time between SIGTERM and SIGKILL on timeout or cancel.
-pub const KILL_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// Why an invocation was not run (or failed to start).
 #[derive(Debug, thiserror::Error)]
-pub enum InvokeError {
+pub(crate) enum InvokeError {
     #[error("{0}")]
     Invalid(ValidationError),
     #[error("tool {tool:?} is unavailable on this host: {reason}")]
@@ -75,7 +75,7 @@ pub enum InvokeError {
 
 impl InvokeError {
     /// The stable code clients see (and the audit records).
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         match self {
             InvokeError::Invalid(v) => v.code,
             InvokeError::Unavailable { .. } => ErrorCode::ToolUnavailable,
@@ -115,7 +115,7 @@ impl From<AdmissionError> for InvokeError {
 
 /// Why an invocation was cancelled, for its audit record.
 #[derive(Debug, Clone)]
-pub enum CancelReason {
+pub(crate) enum CancelReason {
     /// `Cancel` from this caller.
     Caller(Caller),
     /// The client that started it went away.
@@ -136,14 +136,14 @@ impl CancelReason {
 
 /// How a confirmed invocation was confirmed (for its `started` record).
 #[derive(Debug, Clone)]
-pub struct Confirmed {
+pub(crate) struct Confirmed {
     pub approval_id: String,
     pub via: crate::confirm::Via,
 }
 
 /// What `prepare` decided.
 #[derive(Debug)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// Admitted: run it.
     Ready(Prepared),
     /// The tool needs a confirmation first; nothing runs until the token is redeemed.
@@ -154,7 +154,7 @@ pub enum Admission {
 
 /// A call answered from the result cache.
 #[derive(Debug)]
-pub struct CacheHit {
+pub(crate) struct CacheHit {
     /// This call's own id (its `cache_hit` record carries it).
     pub id: String,
     pub tool: Arc<Tool>,
@@ -167,7 +167,7 @@ pub struct CacheHit {
 
 /// How a run ended, and what the tool's policy says about it.
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub outcome: Outcome,
     pub verdict: Verdict,
     /// What the sandbox denied a run that failed, explained, and every refusal of the egress
@@ -179,7 +179,7 @@ pub struct Answer {
 /// the key that would allow each: the kernel's records, the egress proxy's refusals (`proxied`,
 /// on any outcome), plus notes inferred from the tool's stderr where the kernel logged nothing;
 /// ranked so that the first is the one that explains the failure.
-pub fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[Denial]) -> Vec<Explained> {
+pub(crate) fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[Denial]) -> Vec<Explained> {
     let failed = v.error.as_ref().is_some_and(|e| matches!(e.code, "EXIT_CODE" | "SIGNALLED"));
     if !failed || o.timed_out || o.cancelled {
         return cordon_core::denial::explain(tool, proxied);
@@ -231,7 +231,7 @@ pub fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[De
 }
 
 /// The policy's verdict on a run.
-pub fn verdict(tool: &Tool, o: &Outcome) -> Verdict {
+pub(crate) fn verdict(tool: &Tool, o: &Outcome) -> Verdict {
     output::judge(
         tool,
         output::Ended {
@@ -247,7 +247,7 @@ pub fn verdict(tool: &Tool, o: &Outcome) -> Verdict {
 
 /// What a dry run found: the call as it would run now.
 #[derive(Debug)]
-pub struct DryRun {
+pub(crate) struct DryRun {
     pub tool: Arc<Tool>,
     pub generation: u64,
     pub plan: Plan,
@@ -256,7 +256,7 @@ pub struct DryRun {
 
 /// Whom a tool runs as, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunIdentity {
+pub(crate) struct RunIdentity {
     pub uid: u32,
     pub gid: u32,
     /// "policy run_as", "owner of working_dir", "caller" or "daemon user (cordond is not root)".
@@ -286,14 +286,14 @@ impl RunIdentity {
 
 /// Marks a workflow step's audit records.
 #[derive(Debug, Clone)]
-pub struct StepMark {
+pub(crate) struct StepMark {
     pub workflow_id: String,
     /// From 1.
     pub step: usize,
 }
 
 impl StepMark {
-    pub fn mark(&self, record: Record) -> Record {
+    pub(crate) fn mark(&self, record: Record) -> Record {
         record.with("workflow_id", self.workflow_id.as_str()).with("step", self.step)
     }
 }
@@ -301,7 +301,7 @@ impl StepMark {
 /// How an invocation was started, given to [`Invoker::start`] (never written into a
 /// [`Prepared`] after validation): its `started` and terminal records say so.
 #[derive(Debug, Clone, Default)]
-pub enum Mark {
+pub(crate) enum Mark {
     /// A call that waits for its answer.
     #[default]
     Direct,
@@ -323,7 +323,7 @@ impl Mark {
 /// An admitted invocation, ready to run. Only [`Invoker::prepare`] (and [`Invoker::redeem`])
 /// build one, and nothing outside this module can change it: what was validated is what runs.
 #[derive(Debug)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     id: String,
     tool: Arc<Tool>,
     plan: Plan,
@@ -350,37 +350,33 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
 
-    pub fn tool(&self) -> &Arc<Tool> {
+    pub(crate) fn tool(&self) -> &Arc<Tool> {
         &self.tool
     }
 
-    pub fn plan(&self) -> &Plan {
+    pub(crate) fn plan(&self) -> &Plan {
         &self.plan
     }
 
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
-    pub fn caller(&self) -> &Caller {
+    pub(crate) fn caller(&self) -> &Caller {
         &self.caller
     }
 
     /// Who the tool runs as (only when cordond is root; otherwise as cordond's own user).
-    pub fn identity(&self) -> Option<&Identity> {
+    pub(crate) fn identity(&self) -> Option<&Identity> {
         self.identity.as_ref()
     }
 
-    pub fn confirmed(&self) -> Option<&Confirmed> {
-        self.confirmed.as_ref()
-    }
-
     /// The path arguments (param name, absolute path), for the hints of a failed run.
-    pub fn paths(&self) -> &[(String, std::path::PathBuf)] {
+    pub(crate) fn paths(&self) -> &[(String, std::path::PathBuf)] {
         &self.paths
     }
 }
@@ -406,24 +402,24 @@ fn lock(map: &RunningMap) -> MutexGuard<'_, HashMap<String, Running>> {
 
 /// An invocation whose `started` record is on disk: the only thing [`Invoker::execute`] runs.
 #[derive(Debug)]
-pub struct Started {
+pub(crate) struct Started {
     prepared: Prepared,
     mark: Mark,
 }
 
 impl Started {
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.prepared.id
     }
 
-    pub fn prepared(&self) -> &Prepared {
+    pub(crate) fn prepared(&self) -> &Prepared {
         &self.prepared
     }
 }
 
 /// A running invocation, for status and cancel.
 #[derive(Debug, Clone)]
-pub struct RunningInfo {
+pub(crate) struct RunningInfo {
     pub id: String,
     pub tool: String,
     pub caller: Caller,
@@ -459,7 +455,7 @@ pub struct Settings {
     pub confirmations: crate::confirm::Limits,
     /// Bounds of the result cache.
     pub cache: cache::Limits,
-    /// How long finished jobs are kept, and how many jobs (see [`crate::jobs`]).
+    /// How long finished jobs are kept, and how many jobs (see `jobs.rs`).
     pub jobs: crate::jobs::Limits,
 }
 
@@ -478,7 +474,7 @@ impl Default for Settings {
 
 /// Admits and runs invocations.
 #[derive(Debug)]
-pub struct Invoker {
+pub(crate) struct Invoker {
     registry: Arc<RegistryHandle>,
     host: Arc<HostSandbox>,
     slots: Slots,
@@ -490,7 +486,7 @@ pub struct Invoker {
 }
 
 impl Invoker {
-    pub fn new(
+    pub(crate) fn new(
         registry: Arc<RegistryHandle>,
         host: Arc<HostSandbox>,
         settings: Settings,
@@ -509,26 +505,26 @@ impl Invoker {
         }
     }
 
-    pub fn audit(&self) -> &Audit {
+    pub(crate) fn audit(&self) -> &Audit {
         &self.audit
     }
 
     /// The result cache (its figures, for status).
-    pub fn cache(&self) -> &ResultCache {
+    pub(crate) fn cache(&self) -> &ResultCache {
         &self.cache
     }
 
-    pub fn host(&self) -> &HostSandbox {
+    pub(crate) fn host(&self) -> &HostSandbox {
         &self.host
     }
 
     /// The concurrency limits and the wait queue's bounds.
-    pub fn limits(&self) -> admission::Limits {
+    pub(crate) fn limits(&self) -> admission::Limits {
         self.slots.limits()
     }
 
     /// Calls waiting for a slot now: all of them, or those of one uid.
-    pub fn queued(&self, uid: Option<u32>) -> usize {
+    pub(crate) fn queued(&self, uid: Option<u32>) -> usize {
         match uid {
             None => self.slots.queued(),
             Some(uid) => self.slots.queued_for(uid),
@@ -543,7 +539,7 @@ impl Invoker {
     /// goes on (to the cache or a run) only if the registry still holds that very definition,
     /// so a reload between the authorization and this step (one that removed the caller from
     /// `allow`, say) refuses the call instead of answering it under the new policies unchecked.
-    pub async fn prepare(
+    pub(crate) async fn prepare(
         &self,
         caller: Caller,
         authorized: &Arc<Tool>,
@@ -554,7 +550,7 @@ impl Invoker {
 
     /// [`Self::prepare`] for a workflow's step: every record it writes (a refusal, a
     /// confirmation request, a cache hit) carries the step's mark, like the records of its run.
-    pub async fn prepare_step(
+    pub(crate) async fn prepare_step(
         &self,
         caller: Caller,
         authorized: &Arc<Tool>,
@@ -714,7 +710,7 @@ impl Invoker {
     /// does, and says what would run; runs nothing, takes no slot (a dry run is never BUSY) and
     /// parks no confirmation (the answer names the confirmation a real call needs). Audited as
     /// `dry_run`.
-    pub fn dry_run(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<DryRun, InvokeError> {
+    pub(crate) fn dry_run(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<DryRun, InvokeError> {
         let result = self.try_dry_run(caller.clone(), tool_name, arguments);
         match &result {
             Ok(d) => self.audit.record(
@@ -754,7 +750,7 @@ impl Invoker {
 
     /// Redeems a confirmation token and admits the invocation it stands for. For a human
     /// confirmation without elicitation this waits for an admin's decision.
-    pub async fn redeem(
+    pub(crate) async fn redeem(
         &self,
         caller: Caller,
         token: &str,
@@ -820,7 +816,7 @@ impl Invoker {
     }
 
     /// Records confirmations that expired unredeemed; called periodically.
-    pub fn sweep_confirmations(&self) {
+    pub(crate) fn sweep_confirmations(&self) {
         for e in self.confirmations.sweep() {
             self.audit.record(
                 Record::new(Decision::ConfirmationExpired)
@@ -832,7 +828,7 @@ impl Invoker {
         }
     }
 
-    pub fn confirmations(&self) -> &Confirmations {
+    pub(crate) fn confirmations(&self) -> &Confirmations {
         &self.confirmations
     }
 
@@ -1020,7 +1016,7 @@ impl Invoker {
 
     /// Writes the invocation's `started` record and waits until it is on disk; only then can it
     /// run. If the log fails, the invocation is refused (UNAVAILABLE) and nothing runs.
-    pub async fn start(&self, prepared: Prepared, mark: Mark) -> Result<Started, InvokeError> {
+    pub(crate) async fn start(&self, prepared: Prepared, mark: Mark) -> Result<Started, InvokeError> {
         let p = &prepared;
         let run_as = RunIdentity::of(&p.tool, p.identity.as_ref(), p.dedicated_uid).json();
         let mut record = Record::new(Decision::Started)
@@ -1060,7 +1056,7 @@ impl Invoker {
 
     /// Cancels a running invocation, remembering the first reason for its audit record; false
     /// when no such invocation is running.
-    pub fn cancel_with(&self, id: &str, reason: CancelReason) -> bool {
+    pub(crate) fn cancel_with(&self, id: &str, reason: CancelReason) -> bool {
         match self.lock().get_mut(id) {
             Some(r) => {
                 r.cancelled_by.get_or_insert(reason);
@@ -1073,7 +1069,7 @@ impl Invoker {
 
     /// Runs a started invocation to its end and records how it ended, durably, before it
     /// returns: the outcome is only answered once its record is on disk.
-    pub async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Answer, InvokeError> {
+    pub(crate) async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Answer, InvokeError> {
         let Started { prepared, mark } = started;
         // A tool with `network.hosts`: its egress proxy starts once the sandbox hands over the
         // listener it made inside the tool's network namespace.
@@ -1239,25 +1235,25 @@ impl Invoker {
     }
 
     /// Who started a running invocation.
-    pub fn owner(&self, id: &str) -> Option<Caller> {
+    pub(crate) fn owner(&self, id: &str) -> Option<Caller> {
         self.lock().get(id).map(|r| r.caller.clone())
     }
 
     /// Refuses new invocations from now on; calls waiting in the admission queue wake and are
     /// refused (SHUTTING_DOWN).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.cancel();
     }
 
     /// Cancels every running invocation (shutdown deadline).
-    pub fn cancel_all(&self) {
+    pub(crate) fn cancel_all(&self) {
         for r in self.lock().values_mut() {
             r.cancelled_by.get_or_insert(CancelReason::Shutdown);
             r.cancel.cancel();
         }
     }
 
-    pub fn running(&self) -> Vec<RunningInfo> {
+    pub(crate) fn running(&self) -> Vec<RunningInfo> {
         let mut list: Vec<RunningInfo> = self
             .lock()
             .iter()
@@ -1274,11 +1270,11 @@ impl Invoker {
     }
 
     /// Calls waiting for a slot now.
-    pub fn queued_count(&self) -> usize {
+    pub(crate) fn queued_count(&self) -> usize {
         self.slots.queued()
     }
 
-    pub fn running_count(&self) -> usize {
+    pub(crate) fn running_count(&self) -> usize {
         self.lock().len()
     }
 

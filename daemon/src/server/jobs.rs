@@ -23,7 +23,7 @@ pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// How a job ended.
 #[derive(Debug, Clone)]
-pub enum JobOutcome {
+pub(crate) enum JobOutcome {
     /// The tool ran; how it ended.
     Finished(Box<v1::Finished>),
     /// A workflow ran; its result.

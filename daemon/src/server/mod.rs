@@ -7,14 +7,14 @@
 //! domain error becomes a `tonic::Status` in `status.rs`.
 
 mod conn;
-pub mod convert;
+pub(crate) mod convert;
 mod figures;
 mod jobs;
 mod reported;
 mod service;
-pub mod socket;
+pub(crate) mod socket;
 mod status;
-pub mod tls;
+pub(crate) mod tls;
 mod tokens;
 
 use std::future::Future;
@@ -33,14 +33,14 @@ use crate::registry::RegistryHandle;
 use cordon_sandbox::HostSandbox;
 
 /// Largest request message accepted.
-pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 /// Concurrent HTTP/2 streams one connection may open (a client needs a few: a registry watch
 /// and its running calls, at most `--max-per-caller`).
-pub const MAX_STREAMS_PER_CONNECTION: u32 = 100;
+pub(crate) const MAX_STREAMS_PER_CONNECTION: u32 = 100;
 
 /// The daemon's shared state.
 #[derive(Debug)]
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub registry: Arc<RegistryHandle>,
     pub authz: Authorizer,
     pub invoker: Arc<Invoker>,
@@ -63,7 +63,7 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn new(
+    pub(crate) fn new(
         registry: Arc<RegistryHandle>,
         host: Arc<HostSandbox>,
         settings: Settings,
@@ -92,7 +92,7 @@ impl Daemon {
     }
 
     /// The gauges of the metrics, now.
-    pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+    pub(crate) fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
         let current = self.registry.current();
         let counts = current.counts();
         crate::metrics::Snapshot {
@@ -109,7 +109,7 @@ impl Daemon {
 
     /// Reloads the policy directory (blocking I/O), audits and reports the outcome; used by the
     /// RPC (`by` the caller) and by SIGHUP (`by` None).
-    pub fn reload(&self, by: Option<&Caller>) -> v1::ReloadResponse {
+    pub(crate) fn reload(&self, by: Option<&Caller>) -> v1::ReloadResponse {
         let who = by.map_or_else(|| "SIGHUP".to_string(), |c| format!("rpc from {c}"));
         let who = who.as_str();
         let by_json = by.map_or_else(|| serde_json::Value::from("SIGHUP"), crate::audit::caller_json);
@@ -241,19 +241,10 @@ impl Drop for AbortOnDrop {
 }
 
 /// Serves until `shutdown` completes, then stops accepting, gives running invocations
-/// `grace` to finish, cancels the rest and returns once every stream has ended.
-pub async fn run(
-    listener: UnixListener,
-    daemon: Arc<Daemon>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    grace: Duration,
-) -> Result<(), tonic::transport::Error> {
-    run_with(listener, None, daemon, shutdown, grace).await
-}
-
-/// [`run`], also serving the TLS listener's connections when `tls` is given (one server, the
-/// same service, limits and shutdown).
-pub async fn run_with(
+/// `grace` to finish, cancels the rest and returns once every stream has ended. With `tls`,
+/// also serves the TLS listener's connections (one server, the same service, limits and
+/// shutdown).
+pub(crate) async fn run_with(
     listener: UnixListener,
     tls: Option<(tokio::net::TcpListener, Arc<tls::Remote>)>,
     daemon: Arc<Daemon>,
