@@ -5,12 +5,22 @@
 //! types; every handler derives the caller from the connection (the kernel's peer credentials, or
 //! the identity a verified client certificate maps to, decided in the TLS handshake), and every
 //! domain error becomes a `tonic::Status` in `status.rs`.
+//!
+//! # Layout
+//! - `service.rs`: the one `impl Cordon` (each RPC delegated to `rpc/`) and the checks every
+//!   RPC shares (the caller, roles, tool and workflow authorization).
+//! - `rpc/`: the RPCs by area (tools and policies, invoke, approvals, jobs, status, audit).
+//! - `tokens.rs`: bearer tokens on the wire (the check every request goes through) and their
+//!   admin RPCs.
+//! - `conn.rs`, `socket.rs`, `tls.rs`: connections and their peers, the Unix socket, the TLS
+//!   listener. `convert.rs`, `status.rs`: domain types and errors to proto. `figures.rs`: what
+//!   `Status` reports beyond counters. `reported.rs`: the front-end's refusals.
 
 mod conn;
 pub(crate) mod convert;
 mod figures;
-mod jobs;
 mod reported;
+mod rpc;
 mod service;
 pub(crate) mod socket;
 mod status;
@@ -48,7 +58,7 @@ pub(crate) struct Daemon {
     pub started: Instant,
     pub socket_path: PathBuf,
     /// Detached invocations and workflows, and their outcomes.
-    pub jobs: crate::jobs::Jobs<jobs::JobOutcome>,
+    pub jobs: crate::jobs::Jobs<rpc::jobs::JobOutcome>,
     /// The workflows running now (attached or detached), so that `Cancel` finds them by id.
     pub workflows: Arc<crate::workflow::Running>,
     /// Bearer tokens admins issued for agents (see [`crate::tokens`]).
