@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Why a call was not given a slot.
 #[derive(Debug, thiserror::Error)]
-pub enum AdmissionError {
+pub(crate) enum AdmissionError {
     #[error(
         "no invocation slot is free (cordond runs at most {max} at once, {per_caller} per caller) and {queued} calls \
          already wait for one, as many as cordond queues; retry later (an admin can raise --max-concurrent, \
@@ -69,21 +69,21 @@ impl Default for Limits {
 
 /// The slots and the queue.
 #[derive(Debug)]
-pub struct Slots {
+pub(crate) struct Slots {
     limits: Limits,
     limiter: Limiter<u32>,
 }
 
 /// A taken slot, given back when it is dropped.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// Whether the call waited in the queue for it.
     pub waited: bool,
     _permit: Permit<u32>,
 }
 
 impl Slots {
-    pub fn new(limits: Limits) -> Slots {
+    pub(crate) fn new(limits: Limits) -> Slots {
         let limiter = Limiter::new(LimiterLimits {
             per_key: limits.max_per_caller,
             global: limits.max_concurrent,
@@ -94,23 +94,23 @@ impl Slots {
         Slots { limits, limiter }
     }
 
-    pub fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         self.limits
     }
 
     /// Calls waiting for a slot now, over all callers.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.limiter.queued()
     }
 
     /// Calls of `uid` waiting for a slot now.
-    pub fn queued_for(&self, uid: u32) -> usize {
+    pub(crate) fn queued_for(&self, uid: u32) -> usize {
         self.limiter.queued_for(&uid)
     }
 
     /// Takes a slot for a call of `uid`: at once when one is free, else after a wait in the
     /// queue (bounded in length and time). Cancel-safe: dropping the future gives up the place.
-    pub async fn acquire(&self, uid: u32, closed: &CancellationToken) -> Result<Slot, AdmissionError> {
+    pub(crate) async fn acquire(&self, uid: u32, closed: &CancellationToken) -> Result<Slot, AdmissionError> {
         if closed.is_cancelled() {
             return Err(AdmissionError::ShuttingDown);
         }
@@ -139,7 +139,7 @@ impl Slots {
 }
 
 /// `30s`, `1500ms`: how the flags are written.
-pub fn display_duration(d: Duration) -> String {
+pub(crate) fn display_duration(d: Duration) -> String {
     let ms = d.as_millis();
     if ms.is_multiple_of(1000) { format!("{}s", ms / 1000) } else { format!("{ms}ms") }
 }

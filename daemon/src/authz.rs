@@ -15,27 +15,27 @@ use crate::caller::Caller;
 use cordon_core::policy::{Allow, Principal, Tool, Workflow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     Admin,
     Agent,
 }
 
 /// Decides roles and tool access.
 #[derive(Debug, Clone)]
-pub struct Authorizer {
+pub(crate) struct Authorizer {
     daemon_uid: u32,
     admin_gid: Option<u32>,
 }
 
 /// The group admins belong to when `--admin-group` is not given (used only if it exists).
-pub const DEFAULT_ADMIN_GROUP: &str = "cordon-admin";
+pub(crate) const DEFAULT_ADMIN_GROUP: &str = "cordon-admin";
 
 impl Authorizer {
-    pub fn new(admin_gid: Option<u32>) -> Authorizer {
+    pub(crate) fn new(admin_gid: Option<u32>) -> Authorizer {
         Authorizer { daemon_uid: nix::unistd::geteuid().as_raw(), admin_gid }
     }
 
-    pub fn role(&self, c: &Caller) -> Role {
+    pub(crate) fn role(&self, c: &Caller) -> Role {
         if c.uid == 0 || c.uid == self.daemon_uid {
             return Role::Admin;
         }
@@ -46,12 +46,12 @@ impl Authorizer {
     }
 
     /// Whether the caller may see and run `tool`.
-    pub fn may_use(&self, c: &Caller, role: Role, tool: &Tool) -> bool {
+    pub(crate) fn may_use(&self, c: &Caller, role: Role, tool: &Tool) -> bool {
         self.admits(c, role, tool.allow.as_ref())
     }
 
     /// Whether the caller may see and run a workflow (each step's tool is checked on its own).
-    pub fn may_run(&self, c: &Caller, role: Role, workflow: &Workflow) -> bool {
+    pub(crate) fn may_run(&self, c: &Caller, role: Role, workflow: &Workflow) -> bool {
         self.admits(c, role, workflow.allow.as_ref())
     }
 
@@ -78,14 +78,14 @@ impl Authorizer {
 }
 
 /// Resolves a group name to its gid.
-pub fn group_id(name: &str) -> Option<u32> {
+pub(crate) fn group_id(name: &str) -> Option<u32> {
     Group::from_name(name).ok().flatten().map(|g| g.gid.as_raw())
 }
 
 /// The caller's groups: the ones its mapping names when it has one (a certificate or a token
 /// mapped to an account and groups), else its gid plus its user's memberships in the group
 /// database.
-pub fn groups_of(c: &Caller) -> Vec<u32> {
+pub(crate) fn groups_of(c: &Caller) -> Vec<u32> {
     if let Some(groups) = &c.groups {
         let mut groups = groups.to_vec();
         if !groups.contains(&c.gid) {

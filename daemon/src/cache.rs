@@ -27,7 +27,7 @@ use cordon_sandbox::Outcome;
 /// Entries kept at most, by default (`cordond --cache-max-entries`).
 pub const DEFAULT_MAX_ENTRIES: usize = 1024;
 /// Bytes of cached output kept at most, by default (`cordond --cache-max-bytes`).
-pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Bounds of the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ impl Default for Limits {
 
 /// What decides a tool's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key {
+pub(crate) struct Key {
     pub tool: String,
     pub generation: u64,
     pub caller_uid: u32,
@@ -82,7 +82,7 @@ impl Key {
 /// may traverse it (`Passed`): its times and size change whenever any entry in it is added or
 /// removed (`/tmp`, a home directory), which says nothing about the input.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum NodeState {
+pub(crate) enum NodeState {
     Node { dev: u64, ino: u64, mode: u32, uid: u32, gid: u32, size: u64, mtime: (i64, i64), ctime: (i64, i64) },
     Passed { dev: u64, ino: u64, mode: u32, uid: u32, gid: u32 },
     Error(i32),
@@ -131,7 +131,7 @@ const MAX_LINKS: usize = 40;
 /// retargeted link or a renamed directory changes the key as much as a change of the file.
 /// The walk stops at the first node that does not exist or cannot be resolved further (its
 /// errno is part of the state).
-pub fn inputs<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Vec<(PathBuf, NodeState)> {
+pub(crate) fn inputs<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Vec<(PathBuf, NodeState)> {
     let mut out = Vec::new();
     for path in paths {
         walk(path, &mut out);
@@ -200,10 +200,9 @@ fn push_front(pending: &mut VecDeque<OsString>, path: &Path, current: &mut PathB
 
 /// A cached answer.
 #[derive(Debug, Clone)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The invocation that ran.
     pub invocation_id: String,
-    pub argv: Vec<String>,
     pub outcome: Outcome,
     pub verdict: Verdict,
     pub stored: Instant,
@@ -227,7 +226,7 @@ struct Inner {
 
 /// Figures for status.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub entries: usize,
     pub bytes: u64,
     pub hits: u64,
@@ -235,17 +234,17 @@ pub struct Stats {
 }
 
 #[derive(Debug)]
-pub struct ResultCache {
+pub(crate) struct ResultCache {
     limits: Limits,
     inner: Mutex<Inner>,
 }
 
 impl ResultCache {
-    pub fn new(limits: Limits) -> ResultCache {
+    pub(crate) fn new(limits: Limits) -> ResultCache {
         ResultCache { limits, inner: Mutex::new(Inner::default()) }
     }
 
-    pub fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         self.limits
     }
 
@@ -254,7 +253,7 @@ impl ResultCache {
     }
 
     /// A live entry for `key`, marked as just used; an expired one is dropped.
-    pub fn get(&self, key: &Key) -> Option<Entry> {
+    pub(crate) fn get(&self, key: &Key) -> Option<Entry> {
         let mut inner = self.lock();
         let now = Instant::now();
         let Some((k, e)) = inner.entries.get_key_value(key).map(|(k, e)| (k.clone(), e.tick)) else {
@@ -280,7 +279,7 @@ impl ResultCache {
     /// Keeps an answer for its policy's TTL (`ttl` when ok, `error_ttl` otherwise; a cancelled
     /// run is never kept: the caller stopped it, not the tool). Evicts the least recently used
     /// entries beyond the bounds; an answer larger than the byte bound is not kept.
-    pub fn put(
+    pub(crate) fn put(
         &self,
         key: Key,
         policy: CachePolicy,
@@ -329,7 +328,6 @@ impl ResultCache {
             key,
             Entry {
                 invocation_id: invocation_id.to_string(),
-                argv: argv.to_vec(),
                 outcome: outcome.clone(),
                 verdict: verdict.clone(),
                 stored: now,
@@ -340,7 +338,7 @@ impl ResultCache {
         );
     }
 
-    pub fn stats(&self) -> Stats {
+    pub(crate) fn stats(&self) -> Stats {
         let inner = self.lock();
         Stats { entries: inner.entries.len(), bytes: inner.bytes, hits: inner.hits, misses: inner.misses }
     }
@@ -356,7 +354,7 @@ impl Inner {
 }
 
 /// How old a cached answer is.
-pub fn age(entry: &Entry) -> Duration {
+pub(crate) fn age(entry: &Entry) -> Duration {
     entry.stored.elapsed()
 }
 

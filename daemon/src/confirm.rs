@@ -24,11 +24,11 @@ use cordon_core::policy::{Confirm, Tool};
 use cordon_sandbox::Identity;
 
 /// How long an agent token stays valid.
-pub const AGENT_TTL: Duration = Duration::from_secs(60);
+pub(crate) const AGENT_TTL: Duration = Duration::from_secs(60);
 /// How long a human approval may take.
-pub const HUMAN_TTL: Duration = Duration::from_secs(300);
+pub(crate) const HUMAN_TTL: Duration = Duration::from_secs(300);
 /// How long an expired confirmation is remembered (to answer "expired", not "unknown").
-pub const EXPIRED_KEPT: Duration = Duration::from_secs(60);
+pub(crate) const EXPIRED_KEPT: Duration = Duration::from_secs(60);
 
 /// How many confirmations one caller (uid) may have outstanding at once, and how many bytes of
 /// invocations (argv, displayed argv, description) they may hold; and the same for everyone.
@@ -60,7 +60,7 @@ impl Default for Limits {
 
 /// Everything needed to run the invocation once confirmed.
 #[derive(Debug, Clone)]
-pub struct Parked {
+pub(crate) struct Parked {
     pub tool: Arc<Tool>,
     pub generation: u64,
     pub plan: Plan,
@@ -73,7 +73,7 @@ pub struct Parked {
 
 /// What the caller is told when a confirmation is required.
 #[derive(Debug, Clone)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     pub token: String,
     pub mode: Confirm,
     pub approval_id: String,
@@ -86,7 +86,7 @@ pub struct Ticket {
 
 /// A pending human approval, for `cordon pending`.
 #[derive(Debug, Clone)]
-pub struct PendingInfo {
+pub(crate) struct PendingInfo {
     pub approval_id: String,
     pub tool: String,
     pub argv: Vec<String>,
@@ -98,7 +98,7 @@ pub struct PendingInfo {
 
 /// A change to the pending human approvals, for `cordon pending --watch`.
 #[derive(Debug, Clone)]
-pub enum PendingChange {
+pub(crate) enum PendingChange {
     /// A new approval is waiting for a person.
     Added(PendingInfo),
     /// It is no longer pending: `reason` is "approved", "denied", "expired" or "withdrawn" (the
@@ -139,7 +139,7 @@ impl Record {
 
 /// A confirmation that expired before it was redeemed.
 #[derive(Debug, Clone)]
-pub struct Expired {
+pub(crate) struct Expired {
     pub approval_id: String,
     pub tool: String,
     pub caller: Caller,
@@ -148,7 +148,7 @@ pub struct Expired {
 
 /// How a redeemed confirmation was granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
+pub(crate) enum Via {
     /// `confirm = "agent"`: the token itself.
     AgentToken,
     /// The agent host's user approved through MCP elicitation.
@@ -158,7 +158,7 @@ pub enum Via {
 }
 
 impl Via {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Via::AgentToken => "agent_token",
             Via::Elicitation => "elicitation",
@@ -169,7 +169,7 @@ impl Via {
 
 /// A redeemed confirmation: the invocation to run, and how it was confirmed.
 #[derive(Debug)]
-pub struct Redeemed {
+pub(crate) struct Redeemed {
     pub parked: Parked,
     pub approval_id: String,
     pub via: Via,
@@ -177,14 +177,14 @@ pub struct Redeemed {
 
 /// Who asked for an approval that was decided.
 #[derive(Debug, Clone)]
-pub struct Decided {
+pub(crate) struct Decided {
     pub tool: String,
     pub caller: Caller,
 }
 
 /// Why a token was not honoured.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfirmError {
+pub(crate) enum ConfirmError {
     #[error("unknown, used or expired confirmation token; call the tool again to get a new one")]
     UnknownToken,
     #[error("this confirmation token was issued to another user")]
@@ -215,7 +215,7 @@ pub enum ConfirmError {
 
 impl ConfirmError {
     /// The stable code clients see (and the audit records).
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         match self {
             ConfirmError::UnknownToken => ErrorCode::ConfirmationInvalid,
             ConfirmError::Expired => ErrorCode::ConfirmationExpired,
@@ -234,7 +234,7 @@ impl ConfirmError {
 
 /// The store of pending confirmations.
 #[derive(Debug)]
-pub struct Confirmations {
+pub(crate) struct Confirmations {
     records: Mutex<HashMap<[u8; 32], Record>>,
     agent_ttl: Duration,
     human_ttl: Duration,
@@ -273,7 +273,7 @@ fn random_hex(bytes: usize) -> Result<String, ConfirmError> {
 /// A plain description of the exact invocation, for the person or agent who confirms it: one
 /// line, with control and bidi characters of arguments made visible (see [`cordon_core::display`]),
 /// so that what is approved is what runs.
-pub fn describe(parked: &Parked) -> String {
+pub(crate) fn describe(parked: &Parked) -> String {
     let argv: Vec<String> = parked.plan.display_argv.iter().map(|a| shell_quote(a)).collect();
     let who = match &parked.identity {
         Some(id) => format!("uid {} gid {}", id.uid, id.gid),
@@ -301,7 +301,7 @@ fn shell_quote(a: &str) -> String {
 }
 
 impl Confirmations {
-    pub fn new(agent_ttl: Duration, human_ttl: Duration) -> Confirmations {
+    pub(crate) fn new(agent_ttl: Duration, human_ttl: Duration) -> Confirmations {
         Confirmations {
             records: Mutex::new(HashMap::new()),
             agent_ttl,
@@ -313,7 +313,7 @@ impl Confirmations {
 
     /// Changes to the pending human approvals from now on (a receiver that falls behind hears
     /// `Lagged` and should take a fresh [`Confirmations::pending`]).
-    pub fn subscribe(&self) -> broadcast::Receiver<PendingChange> {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<PendingChange> {
         self.changes.subscribe()
     }
 
@@ -328,18 +328,13 @@ impl Confirmations {
         }
     }
 
-    pub fn with_limits(mut self, limits: Limits) -> Confirmations {
+    pub(crate) fn with_limits(mut self, limits: Limits) -> Confirmations {
         self.limits = limits;
         self
     }
 
-    /// Whether an approval through MCP elicitation counts as a human approval.
-    pub fn elicitation_approves(&self) -> bool {
-        self.limits.elicitation_approves
-    }
-
     /// The tool and approval id behind a token, if `uid` owns it (for audit records).
-    pub fn peek(&self, token: &str, uid: u32) -> Option<(String, String)> {
+    pub(crate) fn peek(&self, token: &str, uid: u32) -> Option<(String, String)> {
         self.lock()
             .get(&token_key(token))
             .filter(|r| r.parked.caller.uid == uid)
@@ -353,7 +348,7 @@ impl Confirmations {
     /// Returns the confirmations that expired unredeemed since the last sweep (so each expiry is
     /// recorded once). They are kept [`EXPIRED_KEPT`] longer, so that a late redemption is told
     /// "expired" rather than "unknown", then dropped.
-    pub fn sweep(&self) -> Vec<Expired> {
+    pub(crate) fn sweep(&self) -> Vec<Expired> {
         let now = Instant::now();
         let mut expired = Vec::new();
         self.lock().retain(|_, r| {
@@ -378,7 +373,7 @@ impl Confirmations {
     }
 
     /// Parks an invocation and returns the ticket to hand out.
-    pub fn park(&self, parked: Parked) -> Result<Ticket, ConfirmError> {
+    pub(crate) fn park(&self, parked: Parked) -> Result<Ticket, ConfirmError> {
         let mode = parked.tool.confirm;
         let token = random_hex(32)?;
         let approval_id = random_hex(6)?;
@@ -447,7 +442,7 @@ impl Confirmations {
     /// elicitation) are used up at once; other human tokens wait for an admin's decision until
     /// they expire. Claiming an elicitation approval without the opt-in is refused, and the token
     /// stays pending. The caller checks that the registry still holds the redeemed plan's tool.
-    pub async fn redeem(
+    pub(crate) async fn redeem(
         &self,
         token: &str,
         caller: Caller,
@@ -503,7 +498,7 @@ impl Confirmations {
         }
     }
 
-    pub fn pending(&self) -> Vec<PendingInfo> {
+    pub(crate) fn pending(&self) -> Vec<PendingInfo> {
         let now = Instant::now();
         let mut list: Vec<PendingInfo> = self
             .lock()
@@ -525,15 +520,15 @@ impl Confirmations {
     }
 
     /// The uid that asked for a pending approval.
-    pub fn approval_owner(&self, approval_id: &str) -> Option<u32> {
+    pub(crate) fn approval_owner(&self, approval_id: &str) -> Option<u32> {
         self.lock().values().find(|r| r.approval_id == approval_id).map(|r| r.parked.caller.uid)
     }
 
-    pub fn approve(&self, approval_id: &str) -> Result<Decided, ConfirmError> {
+    pub(crate) fn approve(&self, approval_id: &str) -> Result<Decided, ConfirmError> {
         self.decide(approval_id, Decision::Approved)
     }
 
-    pub fn deny(&self, approval_id: &str) -> Result<Decided, ConfirmError> {
+    pub(crate) fn deny(&self, approval_id: &str) -> Result<Decided, ConfirmError> {
         self.decide(approval_id, Decision::Denied)
     }
 

@@ -16,7 +16,7 @@ use crate::audit::{Audit, Record};
 
 /// The audit log, taking the proxy's records.
 #[derive(Debug)]
-pub struct AuditLog(pub Arc<Audit>);
+pub(crate) struct AuditLog(pub Arc<Audit>);
 
 impl EgressLog for AuditLog {
     fn durable(&self, record: EgressRecord) -> Durable<'_> {
@@ -31,7 +31,7 @@ impl EgressLog for AuditLog {
 }
 
 /// The audit record of a proxy's record.
-pub fn audit_record(record: EgressRecord) -> Record {
+pub(crate) fn audit_record(record: EgressRecord) -> Record {
     let mut out = Record::new(record.kind().decision()).invocation(record.invocation()).tool(record.tool());
     for (key, value) in record.into_fields() {
         out = out.with(key, value);
@@ -42,7 +42,7 @@ pub fn audit_record(record: EgressRecord) -> Record {
 /// The proxy of one invocation (of `tool`, by `caller`, under `rules`), recording into `audit`
 /// and counting into `metrics`, and the hand-off that starts it once the sandbox made its
 /// listener. Call from within the runtime.
-pub fn proxy(
+pub(crate) fn proxy(
     invocation: &str,
     tool: &str,
     caller: u32,

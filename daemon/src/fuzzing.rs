@@ -1,7 +1,11 @@
-//! Entry points for the fuzz targets in `fuzz/` (not an API: nothing else may use them). Each
-//! runs the code cordond runs on bytes it does not trust; the parsers stay private to their
-//! modules, this only reaches them.
+//! Entry points for the fuzz targets in `fuzz/` and the property test
+//! `tests/tests/suite/check_agrees.rs` (not an API: nothing else may use them). Each runs the
+//! code cordond runs on input it does not trust, or that the front-end reads back; the parsers
+//! stay private to their modules, this only reaches them.
 
+pub use crate::identities::{Accounts, Rules, parse as identities_file};
+/// A tool as `ListTools` sends it to an admin (`server/convert.rs`).
+pub use crate::server::convert::tool as listed_tool;
 pub use cordon_egress::fuzzing::{proxy_request, tls_first_record};
 
 /// A token file's bytes as cordond reads them: the number of tokens, or why the file is refused.

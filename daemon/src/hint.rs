@@ -11,7 +11,7 @@ use cordon_core::policy::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRI
 
 /// What a hint needs, taken before the run (the run consumes the invocation).
 #[derive(Debug, Clone)]
-pub struct HintInput {
+pub(crate) struct HintInput {
     pub tool: std::sync::Arc<Tool>,
     /// (param name, absolute path), plus ("working_dir", dir) when the tool sets one.
     pub paths: Vec<(String, PathBuf)>,
@@ -25,7 +25,7 @@ pub struct HintInput {
 
 impl HintInput {
     /// One line per path argument the sandbox or the file mode would refuse.
-    pub fn hints(&self) -> Vec<String> {
+    pub(crate) fn hints(&self) -> Vec<String> {
         self.paths.iter().filter_map(|(name, path)| self.hint(name, path)).collect()
     }
 

@@ -40,14 +40,14 @@ use serde::Deserialize;
 use crate::caller::{Caller, Via};
 
 /// The largest identities file read.
-pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// The longest name a match may hold (a DNS name is at most 253 bytes; URIs get some room).
-pub const MAX_NAME_BYTES: usize = 1024;
+pub(crate) const MAX_NAME_BYTES: usize = 1024;
 
 /// One name of a certificate that a mapping matches.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Match {
+pub(crate) enum Match {
     /// The subject's common name (a certificate with more than one has none that matches).
     CommonName(String),
     /// A `dNSName` of the subject alternative names (compared without ASCII case).
@@ -249,7 +249,7 @@ pub trait Accounts {
 
 /// The host's user and group databases.
 #[derive(Debug, Clone, Copy)]
-pub struct HostAccounts;
+pub(crate) struct HostAccounts;
 
 impl Accounts for HostAccounts {
     fn user(&self, name: &str) -> Option<(u32, u32)> {
@@ -286,7 +286,7 @@ impl Rules {
 
 /// Reads `path` as cordond reads policy files (owner and mode checked on the whole path) and
 /// parses it.
-pub fn load(path: &Path, trust: Trust, rules: Rules) -> Result<Identities, IdentitiesError> {
+pub(crate) fn load(path: &Path, trust: Trust, rules: Rules) -> Result<Identities, IdentitiesError> {
     let bytes =
         cordon_core::policy::trust::read_trusted_file(path, trust, Subject::TLS_IDENTITIES, MAX_FILE_BYTES, false)?;
     let text = String::from_utf8(bytes).map_err(|_| IdentitiesError::Invalid {

@@ -10,7 +10,7 @@
 //!
 //! [`metrics`]: what the invoker counts (`--metrics`), handed to it at startup.
 
-pub mod metrics;
+pub(crate) mod metrics;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,7 +28,6 @@ use crate::caller::Caller;
 use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::egress;
 use crate::registry::RegistryHandle;
-use crate::workflow::StepMark;
 use cordon_core::argv::{self, Account, Plan};
 use cordon_core::code::ResultCode;
 use cordon_core::denial::{Denial, Explained, FileKind, Run};
@@ -39,11 +38,11 @@ use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, OutputSink, Pr
 use metrics::{InvokeMetrics, Outcome as Ended};
 
 /// Time between SIGTERM and SIGKILL on timeout or cancel.
-pub const KILL_GRACE: Duration = Duration::from_secs(3);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(3);
 
 /// Why an invocation was not run (or failed to start).
 #[derive(Debug, thiserror::Error)]
-pub enum InvokeError {
+pub(crate) enum InvokeError {
     #[error("{0}")]
     Invalid(ValidationError),
     #[error("tool {tool:?} is unavailable on this host: {reason}")]
@@ -81,7 +80,7 @@ pub enum InvokeError {
 
 impl InvokeError {
     /// The stable code clients see (and the audit records).
-    pub fn code(&self) -> ErrorCode {
+    pub(crate) fn code(&self) -> ErrorCode {
         match self {
             InvokeError::Invalid(v) => v.code,
             InvokeError::Unavailable { .. } => ErrorCode::ToolUnavailable,
@@ -121,7 +120,7 @@ impl From<AdmissionError> for InvokeError {
 
 /// Why an invocation was cancelled, for its audit record.
 #[derive(Debug, Clone)]
-pub enum CancelReason {
+pub(crate) enum CancelReason {
     /// `Cancel` from this caller.
     Caller(Caller),
     /// The client that started it went away.
@@ -142,14 +141,14 @@ impl CancelReason {
 
 /// How a confirmed invocation was confirmed (for its `started` record).
 #[derive(Debug, Clone)]
-pub struct Confirmed {
+pub(crate) struct Confirmed {
     pub approval_id: String,
     pub via: crate::confirm::Via,
 }
 
 /// What `prepare` decided.
 #[derive(Debug)]
-pub enum Admission {
+pub(crate) enum Admission {
     /// Admitted: run it.
     Ready(Prepared),
     /// The tool needs a confirmation first; nothing runs until the token is redeemed.
@@ -160,7 +159,7 @@ pub enum Admission {
 
 /// A call answered from the result cache.
 #[derive(Debug)]
-pub struct CacheHit {
+pub(crate) struct CacheHit {
     /// This call's own id (its `cache_hit` record carries it).
     pub id: String,
     pub tool: Arc<Tool>,
@@ -173,7 +172,7 @@ pub struct CacheHit {
 
 /// How a run ended, and what the tool's policy says about it.
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub outcome: Outcome,
     pub verdict: Verdict,
     /// What the sandbox denied a run that failed, explained, and every refusal of the egress
@@ -185,7 +184,7 @@ pub struct Answer {
 /// the key that would allow each: the kernel's records, the egress proxy's refusals (`proxied`,
 /// on any outcome), plus notes inferred from the tool's stderr where the kernel logged nothing;
 /// ranked so that the first is the one that explains the failure.
-pub fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[Denial]) -> Vec<Explained> {
+pub(crate) fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[Denial]) -> Vec<Explained> {
     let failed = v.error.as_ref().is_some_and(|e| matches!(e.code, ResultCode::ExitCode | ResultCode::Signalled));
     if !failed || o.timed_out || o.cancelled {
         return cordon_core::denial::explain(tool, proxied);
@@ -237,7 +236,7 @@ pub fn denials(tool: &Tool, plan: &Plan, o: &Outcome, v: &Verdict, proxied: &[De
 }
 
 /// The policy's verdict on a run.
-pub fn verdict(tool: &Tool, o: &Outcome) -> Verdict {
+pub(crate) fn verdict(tool: &Tool, o: &Outcome) -> Verdict {
     output::judge(
         tool,
         output::Ended {
@@ -253,7 +252,7 @@ pub fn verdict(tool: &Tool, o: &Outcome) -> Verdict {
 
 /// What a dry run found: the call as it would run now.
 #[derive(Debug)]
-pub struct DryRun {
+pub(crate) struct DryRun {
     pub tool: Arc<Tool>,
     pub generation: u64,
     pub plan: Plan,
@@ -262,7 +261,7 @@ pub struct DryRun {
 
 /// Whom a tool runs as, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunIdentity {
+pub(crate) struct RunIdentity {
     pub uid: u32,
     pub gid: u32,
     /// "policy run_as", "owner of working_dir", "caller" or "daemon user (cordond is not root)".
@@ -290,27 +289,60 @@ impl RunIdentity {
     }
 }
 
-/// An admitted invocation, ready to run.
+/// Marks a workflow step's audit records.
+#[derive(Debug, Clone)]
+pub(crate) struct StepMark {
+    pub workflow_id: String,
+    /// From 1.
+    pub step: usize,
+}
+
+impl StepMark {
+    pub(crate) fn mark(&self, record: Record) -> Record {
+        record.with("workflow_id", self.workflow_id.as_str()).with("step", self.step)
+    }
+}
+
+/// How an invocation was started, given to [`Invoker::start`] (never written into a
+/// [`Prepared`] after validation): its `started` and terminal records say so.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum Mark {
+    /// A call that waits for its answer.
+    #[default]
+    Direct,
+    /// Started detached (a job): its `started` record says `"job": true`.
+    Job,
+    /// A step of a workflow: its `started` and terminal records carry `workflow_id` and `step`.
+    Step(StepMark),
+}
+
+impl Mark {
+    fn step(&self) -> Option<&StepMark> {
+        match self {
+            Self::Step(m) => Some(m),
+            Self::Direct | Self::Job => None,
+        }
+    }
+}
+
+/// An admitted invocation, ready to run. Only [`Invoker::prepare`] (and [`Invoker::redeem`])
+/// build one, and nothing outside this module can change it: what was validated is what runs.
 #[derive(Debug)]
-pub struct Prepared {
-    pub id: String,
-    pub tool: Arc<Tool>,
-    pub plan: Plan,
-    pub generation: u64,
-    pub caller: Caller,
+pub(crate) struct Prepared {
+    id: String,
+    tool: Arc<Tool>,
+    plan: Plan,
+    generation: u64,
+    caller: Caller,
     /// Who the tool runs as (only when cordond is root; otherwise as cordond's own user).
-    pub identity: Option<Identity>,
+    identity: Option<Identity>,
     /// `run_as` named the account: it is the tool's own.
-    pub dedicated_uid: bool,
-    pub confirmed: Option<Confirmed>,
+    dedicated_uid: bool,
+    confirmed: Option<Confirmed>,
     /// Where the answer is kept, for a tool whose policy says `cache`.
     cache: Option<Box<(cache::Key, CachePolicy)>>,
-    /// Started detached (a job): its `started` record says `"job": true`.
-    pub job: bool,
-    /// A step of a workflow: its `started` and terminal records carry `workflow_id` and `step`.
-    pub workflow: Option<StepMark>,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
-    pub paths: Vec<(String, std::path::PathBuf)>,
+    paths: Vec<(String, std::path::PathBuf)>,
     /// The pins this call runs with: the tool's, or those a re-pin put in force
     /// (`Tool::pins_for_call`); the sandbox uses these descriptors, never the paths again.
     pins: Arc<Pins>,
@@ -320,6 +352,38 @@ pub struct Prepared {
     _running: RunningGuard,
     // Boxed: a `Prepared` travels by value through `Admission` and `Started`.
     _slot: Box<Slot>,
+}
+
+impl Prepared {
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(crate) fn tool(&self) -> &Arc<Tool> {
+        &self.tool
+    }
+
+    pub(crate) fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub(crate) fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// Who the tool runs as (only when cordond is root; otherwise as cordond's own user).
+    pub(crate) fn identity(&self) -> Option<&Identity> {
+        self.identity.as_ref()
+    }
+
+    /// The path arguments (param name, absolute path), for the hints of a failed run.
+    pub(crate) fn paths(&self) -> &[(String, std::path::PathBuf)] {
+        &self.paths
+    }
 }
 
 type RunningMap = Arc<Mutex<HashMap<String, Running>>>;
@@ -343,21 +407,24 @@ fn lock(map: &RunningMap) -> MutexGuard<'_, HashMap<String, Running>> {
 
 /// An invocation whose `started` record is on disk: the only thing [`Invoker::execute`] runs.
 #[derive(Debug)]
-pub struct Started(Prepared);
+pub(crate) struct Started {
+    prepared: Prepared,
+    mark: Mark,
+}
 
 impl Started {
-    pub fn id(&self) -> &str {
-        &self.0.id
+    pub(crate) fn id(&self) -> &str {
+        &self.prepared.id
     }
 
-    pub fn prepared(&self) -> &Prepared {
-        &self.0
+    pub(crate) fn prepared(&self) -> &Prepared {
+        &self.prepared
     }
 }
 
 /// A running invocation, for status and cancel.
 #[derive(Debug, Clone)]
-pub struct RunningInfo {
+pub(crate) struct RunningInfo {
     pub id: String,
     pub tool: String,
     pub caller: Caller,
@@ -393,7 +460,7 @@ pub struct Settings {
     pub confirmations: crate::confirm::Limits,
     /// Bounds of the result cache.
     pub cache: cache::Limits,
-    /// How long finished jobs are kept, and how many jobs (see [`crate::jobs`]).
+    /// How long finished jobs are kept, and how many jobs (see `jobs.rs`).
     pub jobs: crate::jobs::Limits,
 }
 
@@ -412,7 +479,7 @@ impl Default for Settings {
 
 /// Admits and runs invocations.
 #[derive(Debug)]
-pub struct Invoker {
+pub(crate) struct Invoker {
     registry: Arc<RegistryHandle>,
     host: Arc<HostSandbox>,
     slots: Slots,
@@ -427,7 +494,7 @@ pub struct Invoker {
 }
 
 impl Invoker {
-    pub fn new(
+    pub(crate) fn new(
         registry: Arc<RegistryHandle>,
         host: Arc<HostSandbox>,
         settings: Settings,
@@ -450,26 +517,26 @@ impl Invoker {
         }
     }
 
-    pub fn audit(&self) -> &Audit {
+    pub(crate) fn audit(&self) -> &Audit {
         &self.audit
     }
 
     /// The result cache (its figures, for status).
-    pub fn cache(&self) -> &ResultCache {
+    pub(crate) fn cache(&self) -> &ResultCache {
         &self.cache
     }
 
-    pub fn host(&self) -> &HostSandbox {
+    pub(crate) fn host(&self) -> &HostSandbox {
         &self.host
     }
 
     /// The concurrency limits and the wait queue's bounds.
-    pub fn limits(&self) -> admission::Limits {
+    pub(crate) fn limits(&self) -> admission::Limits {
         self.slots.limits()
     }
 
     /// Calls waiting for a slot now: all of them, or those of one uid.
-    pub fn queued(&self, uid: Option<u32>) -> usize {
+    pub(crate) fn queued(&self, uid: Option<u32>) -> usize {
         match uid {
             None => self.slots.queued(),
             Some(uid) => self.slots.queued_for(uid),
@@ -484,7 +551,7 @@ impl Invoker {
     /// goes on (to the cache or a run) only if the registry still holds that very definition,
     /// so a reload between the authorization and this step (one that removed the caller from
     /// `allow`, say) refuses the call instead of answering it under the new policies unchecked.
-    pub async fn prepare(
+    pub(crate) async fn prepare(
         &self,
         caller: Caller,
         authorized: &Arc<Tool>,
@@ -495,7 +562,7 @@ impl Invoker {
 
     /// [`Self::prepare`] for a workflow's step: every record it writes (a refusal, a
     /// confirmation request, a cache hit) carries the step's mark, like the records of its run.
-    pub async fn prepare_step(
+    pub(crate) async fn prepare_step(
         &self,
         caller: Caller,
         authorized: &Arc<Tool>,
@@ -655,7 +722,7 @@ impl Invoker {
     /// does, and says what would run; runs nothing, takes no slot (a dry run is never BUSY) and
     /// parks no confirmation (the answer names the confirmation a real call needs). Audited as
     /// `dry_run`.
-    pub fn dry_run(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<DryRun, InvokeError> {
+    pub(crate) fn dry_run(&self, caller: Caller, tool_name: &str, arguments: &str) -> Result<DryRun, InvokeError> {
         let result = self.try_dry_run(caller.clone(), tool_name, arguments);
         match &result {
             Ok(d) => self.audit.record(
@@ -695,7 +762,7 @@ impl Invoker {
 
     /// Redeems a confirmation token and admits the invocation it stands for. For a human
     /// confirmation without elicitation this waits for an admin's decision.
-    pub async fn redeem(
+    pub(crate) async fn redeem(
         &self,
         caller: Caller,
         token: &str,
@@ -761,7 +828,7 @@ impl Invoker {
     }
 
     /// Records confirmations that expired unredeemed; called periodically.
-    pub fn sweep_confirmations(&self) {
+    pub(crate) fn sweep_confirmations(&self) {
         for e in self.confirmations.sweep() {
             self.audit.record(
                 Record::new(Decision::ConfirmationExpired)
@@ -773,7 +840,7 @@ impl Invoker {
         }
     }
 
-    pub fn confirmations(&self) -> &Confirmations {
+    pub(crate) fn confirmations(&self) -> &Confirmations {
         &self.confirmations
     }
 
@@ -949,8 +1016,6 @@ impl Invoker {
             dedicated_uid,
             confirmed,
             cache,
-            job: false,
-            workflow: None,
             paths,
             pins,
             seccomp,
@@ -963,7 +1028,7 @@ impl Invoker {
 
     /// Writes the invocation's `started` record and waits until it is on disk; only then can it
     /// run. If the log fails, the invocation is refused (UNAVAILABLE) and nothing runs.
-    pub async fn start(&self, prepared: Prepared) -> Result<Started, InvokeError> {
+    pub(crate) async fn start(&self, prepared: Prepared, mark: Mark) -> Result<Started, InvokeError> {
         let p = &prepared;
         let run_as = RunIdentity::of(&p.tool, p.identity.as_ref(), p.dedicated_uid).json();
         let mut record = Record::new(Decision::Started)
@@ -984,17 +1049,16 @@ impl Invoker {
                     "fs_view": self.host.views.mode().as_str(),
                 }),
             );
-        if p.job {
-            record = record.with("job", true);
-        }
-        if let Some(m) = &p.workflow {
-            record = m.mark(record);
+        match &mark {
+            Mark::Direct => {}
+            Mark::Job => record = record.with("job", true),
+            Mark::Step(m) => record = m.mark(record),
         }
         if let Some(c) = &p.confirmed {
             record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
         }
         match self.audit.durable(record).await {
-            Ok(_) => Ok(Started(prepared)),
+            Ok(_) => Ok(Started { prepared, mark }),
             Err(e) => {
                 tracing::error!(id = %p.id, tool = %p.tool.name, error = %e, "invocation refused: its started record is not on disk");
                 Err(InvokeError::Audit(e))
@@ -1004,7 +1068,7 @@ impl Invoker {
 
     /// Cancels a running invocation, remembering the first reason for its audit record; false
     /// when no such invocation is running.
-    pub fn cancel_with(&self, id: &str, reason: CancelReason) -> bool {
+    pub(crate) fn cancel_with(&self, id: &str, reason: CancelReason) -> bool {
         match self.lock().get_mut(id) {
             Some(r) => {
                 r.cancelled_by.get_or_insert(reason);
@@ -1017,8 +1081,8 @@ impl Invoker {
 
     /// Runs a started invocation to its end and records how it ended, durably, before it
     /// returns: the outcome is only answered once its record is on disk.
-    pub async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Answer, InvokeError> {
-        let prepared = started.0;
+    pub(crate) async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Answer, InvokeError> {
+        let Started { prepared, mark } = started;
         // A tool with `network.hosts`: its egress proxy starts once the sandbox hands over the
         // listener it made inside the tool's network namespace.
         let (proxy, handoff) = match prepared.tool.sandbox.network.egress() {
@@ -1161,10 +1225,7 @@ impl Invoker {
             Some(s) => record.with("egress", s.json()),
             None => record,
         };
-        let record = match &prepared.workflow {
-            Some(m) => m.mark(record),
-            None => record,
-        };
+        let record = marked(mark.step(), record);
         // The caller hears the outcome only once its record is on disk, so that the log never
         // says "aborted, outcome unknown" for a call whose client was told how it ended. If the
         // record cannot be written, the log is failed (later calls are refused) and this caller
@@ -1182,25 +1243,25 @@ impl Invoker {
     }
 
     /// Who started a running invocation.
-    pub fn owner(&self, id: &str) -> Option<Caller> {
+    pub(crate) fn owner(&self, id: &str) -> Option<Caller> {
         self.lock().get(id).map(|r| r.caller.clone())
     }
 
     /// Refuses new invocations from now on; calls waiting in the admission queue wake and are
     /// refused (SHUTTING_DOWN).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.cancel();
     }
 
     /// Cancels every running invocation (shutdown deadline).
-    pub fn cancel_all(&self) {
+    pub(crate) fn cancel_all(&self) {
         for r in self.lock().values_mut() {
             r.cancelled_by.get_or_insert(CancelReason::Shutdown);
             r.cancel.cancel();
         }
     }
 
-    pub fn running(&self) -> Vec<RunningInfo> {
+    pub(crate) fn running(&self) -> Vec<RunningInfo> {
         let mut list: Vec<RunningInfo> = self
             .lock()
             .iter()
@@ -1217,11 +1278,11 @@ impl Invoker {
     }
 
     /// Calls waiting for a slot now.
-    pub fn queued_count(&self) -> usize {
+    pub(crate) fn queued_count(&self) -> usize {
         self.slots.queued()
     }
 
-    pub fn running_count(&self) -> usize {
+    pub(crate) fn running_count(&self) -> usize {
         self.lock().len()
     }
 

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 use crate::caller::Caller;
 
 /// How long a finished job is kept by default.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 /// How many jobs are kept by default.
-pub const DEFAULT_MAX: usize = 256;
+pub(crate) const DEFAULT_MAX: usize = 256;
 /// How many jobs one uid may have running at once by default.
-pub const DEFAULT_PER_CALLER: usize = 16;
+pub(crate) const DEFAULT_PER_CALLER: usize = 16;
 
 /// The bounds of the job table.
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +46,7 @@ impl Default for Limits {
 
 /// What a job runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// One invocation of a tool.
     Tool,
     /// A workflow: its steps are invocations of their own.
@@ -54,7 +54,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Kind::Tool => "tool",
             Kind::Workflow => "workflow",
@@ -64,7 +64,7 @@ impl Kind {
 
 /// A job as callers see it.
 #[derive(Debug, Clone)]
-pub struct JobView<R> {
+pub(crate) struct JobView<R> {
     pub id: String,
     pub kind: Kind,
     /// The tool or workflow.
@@ -92,7 +92,7 @@ struct Entry<R> {
 
 /// A new job cannot start now.
 #[derive(Debug, thiserror::Error)]
-pub enum Full {
+pub(crate) enum Full {
     /// The table is full of running jobs.
     #[error(
         "cordond already keeps {max} jobs and all of them are running (--jobs-max); wait for one to finish, or \
@@ -109,7 +109,7 @@ pub enum Full {
 
 /// The jobs cordond remembers.
 #[derive(Debug)]
-pub struct Jobs<R> {
+pub(crate) struct Jobs<R> {
     limits: Limits,
     table: Mutex<HashMap<String, Entry<R>>>,
     /// Jobs admitted by [`Jobs::make_room`] and not yet inserted, by uid: counted with the
@@ -122,7 +122,7 @@ pub struct Jobs<R> {
 /// after [`Jobs::insert`], or without inserting when the job did not start).
 #[derive(Debug)]
 #[must_use = "the place is given back when this is dropped"]
-pub struct Reservation<'a> {
+pub(crate) struct Reservation<'a> {
     reserved: &'a Mutex<HashMap<u32, usize>>,
     uid: u32,
 }
@@ -140,12 +140,8 @@ impl Drop for Reservation<'_> {
 }
 
 impl<R: Clone> Jobs<R> {
-    pub fn new(limits: Limits) -> Jobs<R> {
+    pub(crate) fn new(limits: Limits) -> Jobs<R> {
         Jobs { limits, table: Mutex::new(HashMap::new()), reserved: Mutex::new(HashMap::new()) }
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry<R>>> {
@@ -156,7 +152,7 @@ impl<R: Clone> Jobs<R> {
     /// a place for `uid`'s new job. Err when `uid` already has its share of running (and
     /// reserved) jobs, or the table is still full (every job in it running or reserved): a new
     /// job must not start.
-    pub fn make_room(&self, uid: u32) -> Result<Reservation<'_>, Full> {
+    pub(crate) fn make_room(&self, uid: u32) -> Result<Reservation<'_>, Full> {
         let mut table = self.lock();
         let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
         let per_caller = self.limits.per_caller;
@@ -199,7 +195,7 @@ impl<R: Clone> Jobs<R> {
 
     /// Remembers a started job. Call [`Self::make_room`] before starting it; a job that started
     /// is always remembered (the table may exceed `max` by the jobs that started at once).
-    pub fn insert(&self, id: &str, kind: Kind, tool: &str, owner: Caller, argv: Vec<String>) -> JobView<R> {
+    pub(crate) fn insert(&self, id: &str, kind: Kind, tool: &str, owner: Caller, argv: Vec<String>) -> JobView<R> {
         let mut table = self.lock();
         Self::evict(&mut table, self.limits);
         let (done, _) = tokio::sync::watch::channel(false);
@@ -210,7 +206,7 @@ impl<R: Clone> Jobs<R> {
     }
 
     /// Records a job's outcome and wakes whoever waits for it.
-    pub fn finish(&self, id: &str, outcome: R) {
+    pub(crate) fn finish(&self, id: &str, outcome: R) {
         if let Some(e) = self.lock().get_mut(id) {
             e.finished = Some((Instant::now(), outcome));
             e.done.send_replace(true);
@@ -218,7 +214,7 @@ impl<R: Clone> Jobs<R> {
     }
 
     /// Drops expired jobs (called periodically).
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         drop(self.live());
     }
 
@@ -253,12 +249,12 @@ impl<R: Clone> Jobs<R> {
     }
 
     /// Who started a job (None: no such job, or expired).
-    pub fn owner(&self, id: &str) -> Option<Caller> {
+    pub(crate) fn owner(&self, id: &str) -> Option<Caller> {
         self.live().get(id).map(|e| e.owner.clone())
     }
 
     /// How many jobs `visible` admits are running, and how many finished ones are kept.
-    pub fn counts(&self, visible: impl Fn(&Caller) -> bool) -> (usize, usize) {
+    pub(crate) fn counts(&self, visible: impl Fn(&Caller) -> bool) -> (usize, usize) {
         let table = self.live();
         let mine = table.values().filter(|e| visible(&e.owner));
         mine.fold((0, 0), |(running, done), e| match e.finished {
@@ -268,12 +264,12 @@ impl<R: Clone> Jobs<R> {
     }
 
     /// Whether a job is still running.
-    pub fn running(&self, id: &str) -> bool {
+    pub(crate) fn running(&self, id: &str) -> bool {
         self.lock().get(id).is_some_and(|e| e.finished.is_none())
     }
 
     /// One job with its outcome; with `wait`, waits up to that long for it to finish first.
-    pub async fn get(&self, id: &str, wait: Duration) -> Option<JobView<R>> {
+    pub(crate) async fn get(&self, id: &str, wait: Duration) -> Option<JobView<R>> {
         let mut done = {
             let table = self.live();
             let e = table.get(id)?;
@@ -289,7 +285,7 @@ impl<R: Clone> Jobs<R> {
 
     /// Every job `visible` admits, newest first, without outcomes' payloads (`outcome` is set
     /// for finished jobs so that callers can tell how they ended).
-    pub fn list(&self, visible: impl Fn(&Caller) -> bool) -> Vec<JobView<R>> {
+    pub(crate) fn list(&self, visible: impl Fn(&Caller) -> bool) -> Vec<JobView<R>> {
         let table = self.live();
         let mut jobs: Vec<(Instant, JobView<R>)> = table
             .iter()

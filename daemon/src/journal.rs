@@ -13,7 +13,7 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// Whether stderr is the journal stream systemd connected (`JOURNAL_STREAM=DEV:INODE`).
-pub fn stderr_is_journal() -> bool {
+pub(crate) fn stderr_is_journal() -> bool {
     let Ok(value) = std::env::var("JOURNAL_STREAM") else { return false };
     let Some((dev, ino)) = value.split_once(':') else { return false };
     let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else { return false };
@@ -21,7 +21,7 @@ pub fn stderr_is_journal() -> bool {
 }
 
 /// The syslog priority of a tracing level.
-pub fn priority(level: &Level) -> u8 {
+pub(crate) fn priority(level: &Level) -> u8 {
     match *level {
         Level::ERROR => 3,
         Level::WARN => 4,
@@ -32,7 +32,7 @@ pub fn priority(level: &Level) -> u8 {
 
 /// Wraps an event format: `<PRIORITY>` first, the event on one line.
 #[derive(Debug)]
-pub struct JournalFormat<F>(pub F);
+pub(crate) struct JournalFormat<F>(pub F);
 
 impl<S, N, F> FormatEvent<S, N> for JournalFormat<F>
 where
@@ -51,7 +51,7 @@ where
 /// A fatal message on stderr, before or after serving (a policy that does not load, a socket
 /// that cannot be bound): on a journal stream every line at priority error, so
 /// `journalctl -p err` shows why the unit failed; elsewhere as it is.
-pub fn fatal(text: &str) {
+pub(crate) fn fatal(text: &str) {
     use std::io::Write as _;
     let mut out = String::new();
     let journal = stderr_is_journal();

@@ -1,6 +1,9 @@
 //! `cordond --policies DIR [--socket PATH] [--audit PATH]`: the flags become a
-//! [`cordon_daemon::Config`]; everything else is the library's (`cordon_daemon::startup`).
+//! [`cordon_daemon::Config`]; everything else is the library's ([`cordon_daemon::load`],
+//! [`cordon_daemon::start`]), except the journal's line format (`journal.rs`), which only the
+//! binary's logging uses.
 
+#![forbid(unsafe_code)]
 // Output goes through `cordon_core::stdio`: a closed pipe or a full disk must not panic.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
@@ -11,8 +14,9 @@ use std::time::Duration;
 use clap::Parser;
 use cordon_audit as audit;
 use cordon_core::policy;
-use cordon_daemon::invoke::Settings;
-use cordon_daemon::{Config, Signals};
+use cordon_daemon::{Config, Settings, Signals};
+
+mod journal;
 
 /// cordond: runs admin-approved tools for AI agents, each invocation under control.
 #[derive(Debug, Parser)]
@@ -85,7 +89,7 @@ struct Args {
     audit_keep: usize,
     /// Results the result cache keeps at most (tools whose policy says `cache`); the least
     /// recently used go first. 0 turns the cache off.
-    #[arg(long, default_value_t = cordon_daemon::cache::DEFAULT_MAX_ENTRIES, value_name = "N")]
+    #[arg(long, default_value_t = cordon_daemon::CACHE_MAX_ENTRIES, value_name = "N")]
     cache_max_entries: usize,
     /// Bytes of cached results (output, argv, environment) kept at most.
     #[arg(long, default_value = "64MiB", value_name = "SIZE", value_parser = parse_size)]
@@ -107,7 +111,7 @@ struct Args {
     /// Serve Prometheus metrics on this loopback address (127.0.0.1:PORT or [::1]:PORT; port 0:
     /// any free port, logged), at /metrics, to requests with `Authorization: Bearer TOKEN`. Off
     /// by default. Other addresses are refused: the metrics show every user's activity.
-    #[arg(long, value_name = "ADDR", value_parser = cordon_daemon::metrics::parse_listen)]
+    #[arg(long, value_name = "ADDR", value_parser = cordon_daemon::parse_metrics_listen)]
     metrics: Option<std::net::SocketAddr>,
     /// The bearer token of --metrics, one line in a file others cannot read [default: a fresh
     /// token at each start, written to metrics.token beside the audit log, mode 0640 group
@@ -212,21 +216,9 @@ fn write_man_page(dir: &std::path::Path) -> ExitCode {
 
 /// `cordond --check-tls-identities PATH`.
 fn check_tls_identities(path: &std::path::Path, admin_group: Option<&str>) -> ExitCode {
-    use cordon_daemon::identities;
-    let admin_gid = match admin_group {
-        Some("") => None,
-        Some(name) => match cordon_daemon::authz::group_id(name) {
-            Some(gid) => Some(gid),
-            None => {
-                cordon_core::stderr_ln!("cordond: --admin-group {name:?}: no such group");
-                return ExitCode::from(EXIT_CONFIG);
-            }
-        },
-        None => cordon_daemon::authz::group_id(cordon_daemon::authz::DEFAULT_ADMIN_GROUP),
-    };
-    match identities::load(path, policy::Trust::current(), identities::Rules::current(admin_gid)) {
-        Ok(ids) => {
-            cordon_core::stdout_ln!("{}: {} identities, each mapped to one account", path.display(), ids.len());
+    match cordon_daemon::check_tls_identities(path, admin_group) {
+        Ok(n) => {
+            cordon_core::stdout_ln!("{}: {n} identities, each mapped to one account", path.display());
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -266,7 +258,7 @@ impl Args {
                 keep: self.audit_keep,
             },
             settings: Settings {
-                admission: cordon_daemon::admission::Limits {
+                admission: cordon_daemon::AdmissionLimits {
                     max_concurrent: self.max_concurrent as usize,
                     max_per_caller: self.max_per_caller as usize,
                     queue_max: self.queue_max as usize,
@@ -275,15 +267,15 @@ impl Args {
                 },
                 agent_ttl: self.confirm_ttl,
                 human_ttl: self.approval_timeout,
-                confirmations: cordon_daemon::confirm::Limits {
+                confirmations: cordon_daemon::ConfirmLimits {
                     elicitation_approves: self.human_approval_via_elicitation,
                     ..Default::default()
                 },
-                cache: cordon_daemon::cache::Limits {
+                cache: cordon_daemon::CacheLimits {
                     max_entries: self.cache_max_entries,
                     max_bytes: self.cache_max_bytes,
                 },
-                jobs: cordon_daemon::jobs::Limits {
+                jobs: cordon_daemon::JobLimits {
                     ttl: self.job_ttl,
                     max: self.jobs_max as usize,
                     per_caller: self.jobs_per_caller as usize,
@@ -295,14 +287,14 @@ impl Args {
             cgroups: self.cgroups.into(),
             tls: match (self.listen_tls, self.tls_cert, self.tls_key, self.tls_client_ca, self.tls_identities) {
                 (Some(listen), Some(cert), Some(key), Some(client_ca), Some(identities)) => {
-                    Some(cordon_daemon::server::tls::Options { listen, cert, key, client_ca, identities })
+                    Some(cordon_daemon::TlsOptions { listen, cert, key, client_ca, identities })
                 }
                 // clap requires all five together.
                 _ => None,
             },
             metrics: self
                 .metrics
-                .map(|listen| cordon_daemon::metrics::Options { listen, token_file: self.metrics_token_file }),
+                .map(|listen| cordon_daemon::MetricsOptions { listen, token_file: self.metrics_token_file }),
             export: audit::export::Options {
                 otlp: self.audit_otlp.map(|url| audit::export::OtlpOptions {
                     url,
@@ -329,7 +321,7 @@ fn main() -> ExitCode {
         cordon_sandbox::reaper_main(&roots);
     }
     // A socket systemd passed, taken while the process has one thread (it clears LISTEN_FDS).
-    let activated = match cordon_daemon::server::socket::take_activated() {
+    let activated = match cordon_daemon::take_activated() {
         Ok(l) => l.map(std::sync::Arc::new),
         Err(e) => {
             cordon_core::stderr_ln!("cordond: {:#}", anyhow::Error::from(e));
@@ -362,13 +354,13 @@ fn main() -> ExitCode {
             .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
     };
-    if cordon_daemon::journal::stderr_is_journal() {
+    if journal::stderr_is_journal() {
         let format = tracing_subscriber::fmt::format().without_time().with_ansi(false);
         tracing_subscriber::fmt()
             .with_env_filter(filter())
             .with_writer(|| cordon_core::stdio::LossyStderr)
             .with_ansi(false)
-            .event_format(cordon_daemon::journal::JournalFormat(format))
+            .event_format(journal::JournalFormat(format))
             .init();
     } else {
         tracing_subscriber::fmt()
@@ -379,10 +371,10 @@ fn main() -> ExitCode {
     }
     let args = Args::parse();
     if args.probe {
-        match serde_json::to_string(&cordon_daemon::startup::probe_report()) {
+        match serde_json::to_string(&cordon_daemon::probe_report()) {
             Ok(report) => cordon_core::stdout_ln!("{report}"),
             Err(e) => {
-                cordon_daemon::journal::fatal(&format!("cordond: cannot write the probe report: {e}"));
+                journal::fatal(&format!("cordond: cannot write the probe report: {e}"));
                 return ExitCode::FAILURE;
             }
         }
@@ -395,21 +387,21 @@ fn main() -> ExitCode {
         return write_man_page(dir);
     }
     let Some(policies) = args.policies.clone() else {
-        cordon_daemon::journal::fatal("cordond: --policies DIR is required");
+        journal::fatal("cordond: --policies DIR is required");
         return ExitCode::from(2);
     };
     let config = Config { activated, ..args.config(policies) };
     let loaded = match cordon_daemon::load(&config) {
         Ok(loaded) => loaded,
-        Err(cordon_daemon::startup::StartError::Policy(e)) => {
-            cordon_daemon::journal::fatal(&format!(
+        Err(cordon_daemon::StartError::Policy(e)) => {
+            journal::fatal(&format!(
                 "{e}\ncordond: fix the policy files above and start again (check them with `cordon policy check {}`)",
                 config.policies.display()
             ));
             return ExitCode::from(EXIT_CONFIG);
         }
         Err(e) => {
-            cordon_daemon::journal::fatal(&format!("cordond: {:#}", anyhow::Error::from(e)));
+            journal::fatal(&format!("cordond: {:#}", anyhow::Error::from(e)));
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -423,7 +415,7 @@ fn main() -> ExitCode {
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            cordon_daemon::journal::fatal(&format!("cordond: {:#}", anyhow::Error::from(e)));
+            journal::fatal(&format!("cordond: {:#}", anyhow::Error::from(e)));
             ExitCode::FAILURE
         }
     }

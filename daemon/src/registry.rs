@@ -123,7 +123,7 @@ pub struct RegistryHandle {
 
 /// How long a reload waits for the one before it before it gives up (a reload that never ends,
 /// say on a hung network filesystem, must not queue every later one behind it for good).
-pub const RELOAD_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const RELOAD_WAIT: Duration = Duration::from_secs(30);
 
 /// One reload at a time, with a bounded wait.
 #[derive(Debug, Default)]
@@ -237,12 +237,12 @@ impl RegistryHandle {
 
 /// Registries with more tools than this give the memory of a `ListTools` answer back to the
 /// kernel once it is sent (see [`release_memory_soon`]).
-pub const LARGE_REGISTRY: usize = 1000;
+pub(crate) const LARGE_REGISTRY: usize = 1000;
 
 /// Gives freed heap memory back to the kernel shortly (after a large `ListTools` answer has been
 /// encoded and sent, which happens after its handler returns); at most one such release waits
 /// at a time.
-pub fn release_memory_soon() {
+pub(crate) fn release_memory_soon() {
     static PENDING: AtomicBool = AtomicBool::new(false);
     if PENDING.swap(true, Ordering::AcqRel) {
         return;

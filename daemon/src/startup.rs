@@ -30,13 +30,13 @@ use tokio::sync::{mpsc, watch};
 
 use crate::audit::{self, Audit, AuditError, AuditMetrics, Decision, Record};
 use crate::authz::{self, Authorizer};
-use cordon_egress::EgressMetrics;
 use crate::invoke::Settings;
 use crate::invoke::metrics::InvokeMetrics;
 use crate::metrics::{self, Metrics};
 use crate::registry::RegistryHandle;
 use crate::server::socket::{self, SocketError};
 use crate::server::{self, Daemon};
+use cordon_egress::EgressMetrics;
 
 /// How cordond runs: its flags, defaults applied.
 #[derive(Debug, Clone)]
@@ -51,10 +51,9 @@ pub struct Config {
     pub settings: Settings,
     /// On shutdown, how long running invocations may take to finish before they are killed.
     pub shutdown_grace: Duration,
-    /// Members of this group are admins (`None`: [`authz::DEFAULT_ADMIN_GROUP`] if it exists).
+    /// Members of this group are admins (`None`: `cordon-admin` if it exists).
     pub admin_group: Option<String>,
-    /// As root, the group that may connect to the socket (`None`:
-    /// [`socket::DEFAULT_SOCKET_GROUP`] if it exists).
+    /// As root, the group that may connect to the socket (`None`: `cordon` if it exists).
     pub socket_group: Option<String>,
     /// The program started as the cgroup reaper (with [`cordon_sandbox::REAPER_ARG`]), where
     /// the host has invocation cgroups: cordond (`None`: this program, which must then be cordond;
@@ -382,7 +381,7 @@ impl Server {
         self.tls.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
-    /// Serves until `shutdown` completes, then stops gracefully (see [`server::run`]). Each
+    /// Serves until `shutdown` completes, then stops gracefully (see `server::run_with`). Each
     /// message on `reload` reloads the policy directory (SIGHUP).
     pub async fn serve(
         self,
@@ -573,6 +572,20 @@ impl Signals {
         };
         (shutdown, self.reload)
     }
+}
+
+/// `cordond --check-tls-identities PATH`: the file loaded and checked as `--tls-identities` is
+/// at startup, against this host's accounts; the number of identities, or why it is refused.
+/// `admin_group` is `--admin-group` (`Some("")`: no admin group).
+pub fn check_tls_identities(path: &Path, admin_group: Option<&str>) -> Result<usize, String> {
+    let admin_gid = match admin_group {
+        Some("") => None,
+        Some(name) => Some(authz::group_id(name).ok_or_else(|| format!("--admin-group {name:?}: no such group"))?),
+        None => authz::group_id(authz::DEFAULT_ADMIN_GROUP),
+    };
+    crate::identities::load(path, policy::Trust::current(), crate::identities::Rules::current(admin_gid))
+        .map(|ids| ids.len())
+        .map_err(|e| e.to_string())
 }
 
 /// `cordond --probe`: the host as a daemon started by this user would find it, without

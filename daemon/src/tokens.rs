@@ -28,27 +28,27 @@ use crate::authz::{Authorizer, Role};
 use crate::caller::{Caller, Via};
 
 /// The file's name, in the audit log's directory.
-pub const FILE_NAME: &str = "tokens.json";
+pub(crate) const FILE_NAME: &str = "tokens.json";
 /// The largest token file read.
-pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
 /// Tokens that may be valid at once (not revoked, not expired).
-pub const MAX_LIVE: usize = 1000;
+pub(crate) const MAX_LIVE: usize = 1000;
 /// Revoked and expired tokens are listed for this long, then forgotten at the next issue.
-pub const KEEP_DEAD_SECS: u64 = 30 * 24 * 3600;
+pub(crate) const KEEP_DEAD_SECS: u64 = 30 * 24 * 3600;
 /// The longest label.
-pub const MAX_LABEL: usize = 200;
+pub(crate) const MAX_LABEL: usize = 200;
 /// The most groups a token may name.
-pub const MAX_GROUPS: usize = 64;
+pub(crate) const MAX_GROUPS: usize = 64;
 
 /// The token file beside the audit log `audit`.
-pub fn default_path(audit: &Path) -> PathBuf {
+pub(crate) fn default_path(audit: &Path) -> PathBuf {
     audit.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).join(FILE_NAME)
 }
 
 /// One token as the file keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Stored {
+pub(crate) struct Stored {
     pub id: String,
     /// SHA-256 of the secret, hex.
     pub sha256: String,
@@ -99,7 +99,7 @@ pub enum StoreError {
 
 /// Why a token is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error("the bearer token is malformed: {0}")]
     Malformed(#[from] token::TokenError),
     #[error("unknown bearer token {0}; ask an admin for one (`cordon token issue`)")]
@@ -115,13 +115,11 @@ pub enum Refusal {
          must revoke it"
     )]
     Admin { id: String },
-    #[error("bearer tokens are refused: the token file could not be read ({0}); an admin must fix it and reload")]
-    StoreBroken(String),
 }
 
 /// Why a token cannot be issued or revoked.
 #[derive(Debug, thiserror::Error)]
-pub enum IssueError {
+pub(crate) enum IssueError {
     #[error("{0}")]
     Invalid(String),
     #[error("no such token {0:?}; `cordon token list` shows the ids")]
@@ -134,7 +132,7 @@ pub enum IssueError {
 
 /// A verified token: who the caller is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapped {
+pub(crate) struct Mapped {
     pub id: String,
     pub uid: u32,
     pub gid: u32,
@@ -143,7 +141,7 @@ pub struct Mapped {
 
 impl Mapped {
     /// The caller this token makes of a connection's peer (its pid stays: the front-end's).
-    pub fn caller(&self, peer: &Caller) -> Caller {
+    pub(crate) fn caller(&self, peer: &Caller) -> Caller {
         Caller {
             uid: self.uid,
             gid: self.gid,
@@ -156,7 +154,7 @@ impl Mapped {
 
 /// What an admin asks for.
 #[derive(Debug, Clone)]
-pub struct IssueRequest {
+pub(crate) struct IssueRequest {
     pub account: String,
     pub groups: Vec<String>,
     pub expires_in_secs: Option<u64>,
@@ -165,20 +163,21 @@ pub struct IssueRequest {
 
 /// The table, in memory, and where it lives.
 #[derive(Debug)]
-pub struct Tokens {
+pub(crate) struct Tokens {
     path: PathBuf,
     state: Mutex<State>,
 }
 
 #[derive(Debug)]
-enum State {
-    Ok(Vec<Stored>),
-    /// The file could not be read at the last reload: every token is refused.
-    Broken(String),
+struct State {
+    tokens: Vec<Stored>,
+    /// Issues and revokes so far: a reload puts the file it read in force only if none came
+    /// between its read and its install (see [`Tokens::install`]).
+    writes: u64,
 }
 
 /// Unix seconds now.
-pub fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
@@ -189,12 +188,12 @@ fn hex(bytes: &[u8]) -> String {
 impl Tokens {
     /// Reads the table at `path` (none there: empty). A file that cannot be trusted or read is
     /// an error: cordond does not start on it.
-    pub fn open(path: PathBuf) -> Result<Tokens, StoreError> {
+    pub(crate) fn open(path: PathBuf) -> Result<Tokens, StoreError> {
         let tokens = read(&path)?;
-        Ok(Tokens { path, state: Mutex::new(State::Ok(tokens)) })
+        Ok(Tokens { path, state: Mutex::new(State { tokens, writes: 0 }) })
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
@@ -202,48 +201,32 @@ impl Tokens {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reads the file again (on reload). When it cannot be read now, every token is refused
-    /// until a reload reads it. The table stays locked from the read to the swap: an issue or a
-    /// revoke writes the file and the table under the same lock, so a reload never puts back a
-    /// table read before one of them (a revoked token valid again).
     /// Reads the file for a reload without putting it in force ([`Tokens::install`] does): a
     /// reload that cannot read every file it reads changes nothing.
-    pub fn read_for_reload(&self) -> Result<ReadTokens, StoreError> {
-        read(&self.path).map(ReadTokens)
+    pub(crate) fn read_for_reload(&self) -> Result<ReadTokens, StoreError> {
+        let writes = self.lock().writes;
+        read(&self.path).map(|tokens| ReadTokens { tokens, writes })
     }
 
-    /// Puts what [`Tokens::read_for_reload`] read in force; returns how many tokens it holds.
-    pub fn install(&self, read: ReadTokens) -> usize {
-        let n = read.0.len();
-        *self.lock() = State::Ok(read.0);
-        n
-    }
-
-    pub fn reload(&self) -> Result<usize, StoreError> {
+    /// Puts what [`Tokens::read_for_reload`] read in force; returns how many tokens are in
+    /// force. An issue or a revoke writes the file and the table under the same lock, so when
+    /// one came after the read, the table in memory is newer than what was read and stays: a
+    /// reload never puts back a table read before a revoke (a revoked token valid again).
+    pub(crate) fn install(&self, read: ReadTokens) -> usize {
         let mut state = self.lock();
-        match read(&self.path) {
-            Ok(tokens) => {
-                let n = tokens.len();
-                *state = State::Ok(tokens);
-                Ok(n)
-            }
-            Err(e) => {
-                *state = State::Broken(e.to_string());
-                Err(e)
-            }
+        if state.writes == read.writes {
+            state.tokens = read.tokens;
         }
+        state.tokens.len()
     }
 
     /// Checks a token: known, secret's hash equal (constant time), not revoked, not expired,
     /// its account and groups resolvable as issued. Whether the account is an admin now is the
     /// caller's to check ([`Tokens::check_role`]).
-    pub fn verify(&self, bearer: &Bearer, now: u64) -> Result<Mapped, Refusal> {
+    pub(crate) fn verify(&self, bearer: &Bearer, now: u64) -> Result<Mapped, Refusal> {
         let stored = {
             let state = self.lock();
-            let tokens = match &*state {
-                State::Ok(t) => t,
-                State::Broken(why) => return Err(Refusal::StoreBroken(why.clone())),
-            };
+            let tokens = &state.tokens;
             let given = bearer.hash();
             // Every entry with the id is compared; the hash comparison looks at every byte.
             let found = tokens.iter().find(|t| t.id == bearer.id).cloned();
@@ -283,7 +266,7 @@ impl Tokens {
     }
 
     /// Refuses a mapped token whose caller would be an admin.
-    pub fn check_role(mapped: &Mapped, caller: &Caller, authz: &Authorizer) -> Result<(), Refusal> {
+    pub(crate) fn check_role(mapped: &Mapped, caller: &Caller, authz: &Authorizer) -> Result<(), Refusal> {
         match authz.role(caller) {
             Role::Agent => Ok(()),
             Role::Admin => Err(Refusal::Admin { id: mapped.id.clone() }),
@@ -292,7 +275,7 @@ impl Tokens {
 
     /// Issues a token: checks the request, draws id and secret, writes the file, then answers
     /// with the token (its secret exists only in the answer).
-    pub fn issue(
+    pub(crate) fn issue(
         &self,
         req: &IssueRequest,
         by: &Caller,
@@ -366,12 +349,8 @@ impl Tokens {
             issued_by: format!("uid {}", by.uid),
         };
         let mut state = self.lock();
-        let State::Ok(tokens) = &*state else {
-            return Err(IssueError::Invalid(
-                "the token file could not be read at the last reload; fix it and reload first".into(),
-            ));
-        };
-        let mut next: Vec<Stored> = tokens
+        let mut next: Vec<Stored> = state
+            .tokens
             .iter()
             .filter(|t| t.dead(now).is_none_or(|at| now.saturating_sub(at) < KEEP_DEAD_SECS))
             .cloned()
@@ -384,19 +363,14 @@ impl Tokens {
         }
         next.push(stored.clone());
         write(&self.path, &next)?;
-        *state = State::Ok(next);
+        *state = State { tokens: next, writes: state.writes + 1 };
         Ok((stored, bearer))
     }
 
     /// Revokes a token by id (revoking one twice keeps the first time).
-    pub fn revoke(&self, id: &str, now: u64) -> Result<Stored, IssueError> {
+    pub(crate) fn revoke(&self, id: &str, now: u64) -> Result<Stored, IssueError> {
         let mut state = self.lock();
-        let State::Ok(tokens) = &*state else {
-            return Err(IssueError::Invalid(
-                "the token file could not be read at the last reload; fix it and reload first".into(),
-            ));
-        };
-        let mut next = tokens.clone();
+        let mut next = state.tokens.clone();
         let Some(t) = next.iter_mut().find(|t| t.id == id) else {
             return Err(IssueError::NoSuchToken(id.to_string()));
         };
@@ -405,16 +379,13 @@ impl Tokens {
         }
         let revoked = t.clone();
         write(&self.path, &next)?;
-        *state = State::Ok(next);
+        *state = State { tokens: next, writes: state.writes + 1 };
         Ok(revoked)
     }
 
     /// Every token kept (revoked and expired ones for [`KEEP_DEAD_SECS`]), oldest first.
-    pub fn list(&self) -> Result<Vec<Stored>, String> {
-        match &*self.lock() {
-            State::Ok(t) => Ok(t.clone()),
-            State::Broken(why) => Err(why.clone()),
-        }
+    pub(crate) fn list(&self) -> Vec<Stored> {
+        self.lock().tokens.clone()
     }
 }
 
@@ -430,11 +401,15 @@ fn stored_hash(t: &Stored) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// Reads the table (checked as a policy file is); none there: empty.
 /// A token file read for a reload, not yet in force.
 #[derive(Debug)]
-pub struct ReadTokens(Vec<Stored>);
+pub(crate) struct ReadTokens {
+    tokens: Vec<Stored>,
+    /// [`State::writes`] when the file was read.
+    writes: u64,
+}
 
+/// Reads the table (checked as a policy file is); none there: empty.
 fn read(path: &Path) -> Result<Vec<Stored>, StoreError> {
     let subject = Subject::TOKEN_FILE;
     let trust = Trust::current();
@@ -537,7 +512,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         assert_eq!(std::fs::metadata(dir.path().join(FILE_NAME)).unwrap().permissions().mode() & 0o777, 0o600);
         let again = Tokens::open(dir.path().join(FILE_NAME)).unwrap();
-        assert_eq!(again.list().unwrap(), vec![stored]);
+        assert_eq!(again.list(), vec![stored]);
         assert_eq!(again.verify(&bearer, 1001).unwrap().id, bearer.id);
     }
 
@@ -578,7 +553,7 @@ mod tests {
         with_group.groups = vec!["no-such-group-cordon".into()];
         let e = t.issue(&with_group, &root(), &authz(), 1).unwrap_err().to_string();
         assert!(e.contains("no such group"), "{e}");
-        assert!(t.list().unwrap().is_empty());
+        assert!(t.list().is_empty());
     }
 
     /// A reload that read the file before a revoke renamed the new one over it must not put the
@@ -595,7 +570,7 @@ mod tests {
                 let (t, stop) = (t.clone(), stop.clone());
                 std::thread::spawn(move || {
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        t.reload().unwrap();
+                        t.install(t.read_for_reload().unwrap());
                     }
                 })
             };
@@ -618,10 +593,14 @@ mod tests {
         let path = dir.path().join(FILE_NAME);
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replace("\"label\"", "\"lable\"")).unwrap();
-        let e = t.reload().unwrap_err().to_string();
+        // A reload reads it and is refused (the server then rejects the whole reload): the
+        // table in force stays.
+        let e = t.read_for_reload().unwrap_err().to_string();
         assert!(e.contains("not a token table"), "{e}");
-        let any = Bearer::from_parts(&"1".repeat(16), &"2".repeat(64)).unwrap();
-        assert!(matches!(t.verify(&any, 1), Err(Refusal::StoreBroken(_))));
+        assert_eq!(t.list().len(), 1);
+        // cordond does not start on it.
+        let e = Tokens::open(path.clone()).unwrap_err().to_string();
+        assert!(e.contains("not a token table"), "{e}");
         // A file others may write is refused like an untrusted policy file.
         std::fs::write(&path, text).unwrap();
         use std::os::unix::fs::PermissionsExt as _;

@@ -21,31 +21,17 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::{Decision, Record};
 use crate::authz::Authorizer;
 use crate::caller::Caller;
-use crate::invoke::{Admission, Answer, CancelReason, InvokeError, Invoker};
+use crate::invoke::{Admission, Answer, CancelReason, InvokeError, Invoker, Mark, StepMark};
 use crate::registry::RegistryHandle;
 use cordon_core::policy::{Confirm, StepArg, Workflow};
 use cordon_core::validate::Arguments;
 
 /// Most bytes of a failed step's stderr kept in its result.
-pub const STDERR_TAIL: usize = 2048;
-
-/// Marks a step's audit records.
-#[derive(Debug, Clone)]
-pub struct StepMark {
-    pub workflow_id: String,
-    /// From 1.
-    pub step: usize,
-}
-
-impl StepMark {
-    pub fn mark(&self, record: Record) -> Record {
-        record.with("workflow_id", self.workflow_id.as_str()).with("step", self.step)
-    }
-}
+pub(crate) const STDERR_TAIL: usize = 2048;
 
 /// One step that ran (or was refused when it started).
 #[derive(Debug, Clone)]
-pub struct StepResult {
+pub(crate) struct StepResult {
     /// From 1.
     pub index: usize,
     pub tool: String,
@@ -63,7 +49,7 @@ pub struct StepResult {
 
 /// The first step that was not ok.
 #[derive(Debug, Clone)]
-pub struct FailedStep {
+pub(crate) struct FailedStep {
     pub index: usize,
     pub tool: String,
     pub why: String,
@@ -71,7 +57,7 @@ pub struct FailedStep {
 
 /// How a workflow ended.
 #[derive(Debug, Clone)]
-pub struct WorkflowRun {
+pub(crate) struct WorkflowRun {
     pub id: String,
     pub workflow: String,
     pub generation: u64,
@@ -82,7 +68,7 @@ pub struct WorkflowRun {
 
 impl WorkflowRun {
     /// Every step ran and was ok.
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.failed_step.is_none() && self.steps.len() == self.step_count
     }
 }
@@ -90,21 +76,21 @@ impl WorkflowRun {
 /// Stops a workflow: the running step is cancelled (with the reason, in its record) and no
 /// further step starts. The first reason given is kept.
 #[derive(Debug, Clone, Default)]
-pub struct Stop {
+pub(crate) struct Stop {
     token: CancellationToken,
     reason: Arc<Mutex<Option<CancelReason>>>,
 }
 
 impl Stop {
     /// Stops the workflow for `reason` (the first reason given wins).
-    pub fn stop(&self, reason: CancelReason) {
+    pub(crate) fn stop(&self, reason: CancelReason) {
         self.reason.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(reason);
         self.token.cancel();
     }
 
     /// Stops the workflow when the returned guard is dropped, unless it was stopped already:
     /// the client that waits for it went away.
-    pub fn on_drop(&self) -> tokio_util::sync::DropGuard {
+    pub(crate) fn on_drop(&self) -> tokio_util::sync::DropGuard {
         self.token.clone().drop_guard()
     }
 
@@ -130,7 +116,7 @@ impl Stop {
 /// The workflows running now, by id: `Cancel` finds a workflow by its own id, whichever client
 /// started it (attached or as a job).
 #[derive(Debug, Default)]
-pub struct Running {
+pub(crate) struct Running {
     table: Mutex<HashMap<String, (Caller, Stop)>>,
 }
 
@@ -140,25 +126,25 @@ impl Running {
     }
 
     /// Who started a running workflow.
-    pub fn owner(&self, id: &str) -> Option<Caller> {
+    pub(crate) fn owner(&self, id: &str) -> Option<Caller> {
         self.lock().get(id).map(|(c, _)| c.clone())
     }
 
     /// Stops a running workflow; false when no workflow with that id runs.
-    pub fn stop(&self, id: &str, reason: CancelReason) -> bool {
+    pub(crate) fn stop(&self, id: &str, reason: CancelReason) -> bool {
         let stop = self.lock().get(id).map(|(_, s)| s.clone());
         stop.inspect(|s| s.stop(reason)).is_some()
     }
 
     /// Stops every running workflow (cordond's shutdown).
-    pub fn stop_all(&self) {
+    pub(crate) fn stop_all(&self) {
         for (_, stop) in self.lock().values() {
             stop.stop(CancelReason::Shutdown);
         }
     }
 
     /// How many workflows run now (of `uid` only, when given).
-    pub fn count(&self, uid: Option<u32>) -> usize {
+    pub(crate) fn count(&self, uid: Option<u32>) -> usize {
         self.lock().values().filter(|(c, _)| uid.is_none_or(|u| c.uid == u)).count()
     }
 }
@@ -178,7 +164,7 @@ impl Drop for Registration {
 
 /// A workflow whose `workflow_started` record is durable; [`Runner::run`] runs its steps.
 #[derive(Debug)]
-pub struct Begun {
+pub(crate) struct Begun {
     id: String,
     caller: Caller,
     workflow: Arc<Workflow>,
@@ -190,14 +176,14 @@ pub struct Begun {
 
 impl Begun {
     /// The workflow's id (its records' `workflow_id`, and its job id when detached).
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
 }
 
 /// What a run needs from the daemon.
 #[derive(Debug)]
-pub struct Runner<'a> {
+pub(crate) struct Runner<'a> {
     pub invoker: &'a Arc<Invoker>,
     pub registry: &'a RegistryHandle,
     pub authz: &'a Authorizer,
@@ -210,7 +196,7 @@ impl Runner<'_> {
     /// stops it: the running step is cancelled and no further step starts. Fails when the audit
     /// log cannot take the record (no step runs then). `job`: started detached (the record says
     /// `"job": true`).
-    pub async fn begin(
+    pub(crate) async fn begin(
         &self,
         caller: Caller,
         workflow: Arc<Workflow>,
@@ -237,7 +223,7 @@ impl Runner<'_> {
 
     /// Runs a begun workflow's steps one after another, then writes its durable
     /// `workflow_finished` record. Fails only when the audit log cannot take that record.
-    pub async fn run(&self, begun: Begun) -> Result<WorkflowRun, InvokeError> {
+    pub(crate) async fn run(&self, begun: Begun) -> Result<WorkflowRun, InvokeError> {
         let Begun { id, caller, workflow, generation, args, stop, _registration } = begun;
         let audit = self.invoker.audit();
         let mut run = WorkflowRun {
@@ -327,9 +313,8 @@ impl Runner<'_> {
                 let answer = Answer { outcome: hit.entry.outcome, verdict: hit.entry.verdict, denials: Vec::new() };
                 result_of(index, tool_name, hit.id, &answer)
             }
-            Ok(Admission::Ready(mut prepared)) => {
-                prepared.workflow = Some(mark);
-                let started = match self.invoker.start(prepared).await {
+            Ok(Admission::Ready(prepared)) => {
+                let started = match self.invoker.start(prepared, Mark::Step(mark)).await {
                     Ok(s) => s,
                     Err(e) => return refused(e.to_string()),
                 };

@@ -2,7 +2,7 @@
 //! accounts, as cordond does against the host's.
 use std::path::Path;
 
-use cordon_daemon::identities::{Accounts, Rules, parse};
+use cordon_daemon::fuzzing::{Accounts, Rules, identities_file as parse};
 
 /// alice 1000 (in cordon 2000 and cordon-admin 3000), bob 1001, root, cordond's user 500.
 struct Fixed;

@@ -11,7 +11,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 /// How an invocation that started ended (`outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Ran to its end and the policy's result contract says ok.
     Ok,
     /// Ran to its end and the contract says it failed (an exit code not in `ok_exit_codes`,
@@ -24,10 +24,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 5] =
-        [Outcome::Ok, Outcome::Failed, Outcome::TimedOut, Outcome::Cancelled, Outcome::SpawnFailed];
-
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
             Outcome::Failed => "failed",
@@ -62,14 +59,14 @@ fn duration_histogram() -> Histogram {
 
 /// The invoker's metrics, registered once at startup.
 #[derive(Debug)]
-pub struct InvokeMetrics {
+pub(crate) struct InvokeMetrics {
     invocations: Family<ToolOutcome, Counter>,
     duration: Family<ToolLabel, Histogram, fn() -> Histogram>,
     cache: Family<ResultLabel, Counter>,
 }
 
 impl InvokeMetrics {
-    pub fn register(registry: &mut Registry) -> InvokeMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> InvokeMetrics {
         let m = InvokeMetrics {
             invocations: Family::default(),
             duration: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
@@ -99,7 +96,7 @@ impl InvokeMetrics {
     }
 
     /// An invocation that started has ended.
-    pub fn invocation(&self, tool: &str, outcome: Outcome, ran: Option<Duration>) {
+    pub(crate) fn invocation(&self, tool: &str, outcome: Outcome, ran: Option<Duration>) {
         self.invocations.get_or_create(&ToolOutcome { tool: tool.to_string(), outcome: outcome.as_str() }).inc();
         if let Some(d) = ran {
             self.duration.get_or_create(&ToolLabel { tool: tool.to_string() }).observe(d.as_secs_f64());
@@ -107,7 +104,7 @@ impl InvokeMetrics {
     }
 
     /// A result cache lookup.
-    pub fn cache_lookup(&self, hit: bool) {
+    pub(crate) fn cache_lookup(&self, hit: bool) {
         self.cache.get_or_create(&ResultLabel { result: if hit { "hit" } else { "miss" } }).inc();
     }
 }

@@ -30,7 +30,7 @@ use tokio::net::TcpListener;
 use super::{CONTENT_TYPE, Metrics, Options};
 
 /// The file name of the token cordond writes (in the audit log's directory).
-pub const TOKEN_FILE_NAME: &str = "metrics.token";
+pub(crate) const TOKEN_FILE_NAME: &str = "metrics.token";
 /// Scrapes served at once, in all and per source; more connections wait for a slot (at most
 /// [`QUEUE_PER_SOURCE`] of a source's, [`QUEUE`] in all, each for [`HEAD_TIMEOUT`]).
 const MAX_CONNECTIONS: usize = 16;
@@ -67,7 +67,7 @@ pub enum MetricsError {
 
 /// A bound endpoint, not serving yet.
 #[derive(Debug)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     listener: TcpListener,
     token: Arc<str>,
     /// Where the token is (for the log and the docs' `credentials_file`).
@@ -75,14 +75,18 @@ pub struct Endpoint {
 }
 
 /// The token cordond writes when no `--metrics-token-file` is given: beside the audit log.
-pub fn default_token_path(audit: &Path) -> PathBuf {
+pub(crate) fn default_token_path(audit: &Path) -> PathBuf {
     let dir = audit.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     dir.join(TOKEN_FILE_NAME)
 }
 
 impl Endpoint {
     /// Checks the address (loopback only), reads or writes the token, binds.
-    pub async fn bind(options: &Options, audit: &Path, admin_gid: Option<u32>) -> Result<Endpoint, MetricsError> {
+    pub(crate) async fn bind(
+        options: &Options,
+        audit: &Path,
+        admin_gid: Option<u32>,
+    ) -> Result<Endpoint, MetricsError> {
         super::check_loopback(options.listen).map_err(MetricsError::NotLoopback)?;
         let (token, token_file) = match &options.token_file {
             Some(path) => (read_token(path)?, path.clone()),
@@ -98,12 +102,12 @@ impl Endpoint {
     }
 
     /// The address it listens on (the port the kernel chose for port 0).
-    pub fn local_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn local_addr(&self) -> Option<SocketAddr> {
         self.listener.local_addr().ok()
     }
 
     /// Serves scrapes until the task is dropped; `refresh` sets the gauges at each scrape.
-    pub async fn serve(self, metrics: Arc<Metrics>, refresh: Arc<dyn Fn() + Send + Sync>) {
+    pub(crate) async fn serve(self, metrics: Arc<Metrics>, refresh: Arc<dyn Fn() + Send + Sync>) {
         let slots: Arc<Limiter<Principal>> = Arc::new(Limiter::new(LimiterLimits {
             per_key: MAX_CONNECTIONS_PER_SOURCE,
             global: MAX_CONNECTIONS,

@@ -17,7 +17,7 @@
 //! or a host name a tool asked for, and refusals are not labelled by tool at all (the name of an
 //! unknown tool is the caller's).
 
-pub mod http;
+pub(crate) mod http;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,7 +47,7 @@ pub fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 }
 
 /// Metrics show the activity of every user: they are served on loopback only.
-pub fn check_loopback(addr: SocketAddr) -> Result<(), String> {
+pub(crate) fn check_loopback(addr: SocketAddr) -> Result<(), String> {
     if addr.ip().is_loopback() {
         return Ok(());
     }
@@ -65,7 +65,7 @@ struct VersionLabel {
 
 /// The root registry: every family cordond exposes, registered by its subsystem at startup.
 #[derive(Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
 }
 
@@ -77,7 +77,7 @@ impl Default for Metrics {
 
 impl Metrics {
     /// The root (`cordon_*`) with `cordon_build_info`; the subsystems register the rest.
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         let mut registry = Registry::with_prefix("cordon");
         // `_total` is added to counters by the encoder, the unit's suffix to names with a unit.
         registry.register("build", "cordond's version", Info::new(VersionLabel { version: env!("CARGO_PKG_VERSION") }));
@@ -85,13 +85,13 @@ impl Metrics {
     }
 
     /// Where a subsystem registers its families (at startup, before the registry is shared).
-    pub fn registry(&mut self) -> &mut Registry {
+    pub(crate) fn registry(&mut self) -> &mut Registry {
         &mut self.registry
     }
 
     /// The exposition (OpenMetrics text, which Prometheus reads), after `refresh` has set the
     /// gauges read at scrape time.
-    pub fn encode(&self, refresh: &dyn Fn()) -> Result<String, std::fmt::Error> {
+    pub(crate) fn encode(&self, refresh: &dyn Fn()) -> Result<String, std::fmt::Error> {
         refresh();
         let mut out = String::with_capacity(4096);
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
@@ -100,7 +100,7 @@ impl Metrics {
 }
 
 /// The content type of [`Metrics::encode`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[cfg(test)]
 mod tests {

@@ -29,7 +29,7 @@ pub fn tool(t: &Tool, now: &Availability) -> v1::Tool {
 
 /// [`tool`] without what only admins see (command, executable, working directory, source,
 /// reason, grants): not built at all for agent callers, whose `ListTools` answer leaves it out.
-pub fn tool_for_agents(t: &Tool, now: &Availability) -> v1::Tool {
+pub(crate) fn tool_for_agents(t: &Tool, now: &Availability) -> v1::Tool {
     let (available, unavailable_reason) = match now {
         Availability::Available { .. } => (true, String::new()),
         Availability::Unavailable { reason } => (false, reason.clone()),
@@ -86,7 +86,7 @@ fn millis(d: std::time::Duration) -> u64 {
 /// A workflow as `ListTools` and `GetTool` show it: like a tool (its params, its input schema),
 /// with `workflow` set, its step tools, and the schema of its result as the output schema.
 /// `available` when every step tool can run now; `admin` adds its source and reason.
-pub fn workflow(w: &Workflow, unavailable: Option<String>, admin: bool) -> v1::Tool {
+pub(crate) fn workflow(w: &Workflow, unavailable: Option<String>, admin: bool) -> v1::Tool {
     v1::Tool {
         note: String::new(),
         name: w.name.clone(),
@@ -121,10 +121,10 @@ pub fn workflow(w: &Workflow, unavailable: Option<String>, admin: bool) -> v1::T
 
 /// JSON Schema of a workflow's result as the MCP front-end sends it (`structuredContent`): the
 /// fields of [`v1::WorkflowResult`].
-pub const WORKFLOW_RESULT_SCHEMA: &str = r#"{"type":"object","properties":{"workflow":{"type":"string"},"workflow_id":{"type":"string"},"ok":{"type":"boolean"},"step_count":{"type":"integer"},"steps":{"type":"array","items":{"type":"object","properties":{"index":{"type":"integer"},"tool":{"type":"string"},"ok":{"type":"boolean"},"exit_code":{"type":["integer","null"]},"duration_ms":{"type":"integer"},"error":{"type":["string","null"]},"invocation_id":{"type":"string"},"stderr_tail":{"type":"string"}},"required":["index","tool","ok","exit_code","duration_ms","error","invocation_id"]}},"failed_step":{"type":["object","null"],"properties":{"index":{"type":"integer"},"tool":{"type":"string"},"why":{"type":"string"}},"required":["index","tool","why"]}},"required":["workflow","workflow_id","ok","step_count","steps","failed_step"]}"#;
+pub(crate) const WORKFLOW_RESULT_SCHEMA: &str = r#"{"type":"object","properties":{"workflow":{"type":"string"},"workflow_id":{"type":"string"},"ok":{"type":"boolean"},"step_count":{"type":"integer"},"steps":{"type":"array","items":{"type":"object","properties":{"index":{"type":"integer"},"tool":{"type":"string"},"ok":{"type":"boolean"},"exit_code":{"type":["integer","null"]},"duration_ms":{"type":"integer"},"error":{"type":["string","null"]},"invocation_id":{"type":"string"},"stderr_tail":{"type":"string"}},"required":["index","tool","ok","exit_code","duration_ms","error","invocation_id"]}},"failed_step":{"type":["object","null"],"properties":{"index":{"type":"integer"},"tool":{"type":"string"},"why":{"type":"string"}},"required":["index","tool","why"]}},"required":["workflow","workflow_id","ok","step_count","steps","failed_step"]}"#;
 
 /// How a workflow ended, as the wire says it.
-pub fn workflow_result(run: &crate::workflow::WorkflowRun) -> v1::WorkflowResult {
+pub(crate) fn workflow_result(run: &crate::workflow::WorkflowRun) -> v1::WorkflowResult {
     let n = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
     v1::WorkflowResult {
         workflow_id: run.id.clone(),
@@ -208,7 +208,7 @@ fn grants(t: &Tool) -> v1::ToolGrants {
 }
 
 /// A param with its rules, from which the front-end rebuilds it (`cordon_client::api`).
-pub fn param(p: &Param) -> v1::Param {
+pub(crate) fn param(p: &Param) -> v1::Param {
     use v1::param::Rules;
     let rules = match &p.kind {
         ParamKind::String { pattern, min_length, max_length } => Some(Rules::StringRules(v1::StringRules {
@@ -360,7 +360,7 @@ pub(crate) fn running(r: &RunningInfo) -> v1::RunningInvocation {
 
 /// A dry run's answer. Agent callers get no grants, and the values of the policy's `env` as
 /// `<redacted>` (they may hold secrets; GetTool shows them only their keys, and to admins only).
-pub fn dry_run(d: &DryRun, host: &cordon_sandbox::HostSandbox, admin: bool) -> v1::DryRunResponse {
+pub(crate) fn dry_run(d: &DryRun, host: &cordon_sandbox::HostSandbox, admin: bool) -> v1::DryRunResponse {
     let t = &d.tool;
     let env = d
         .plan

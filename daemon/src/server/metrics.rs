@@ -13,14 +13,14 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use cordon_egress::EgressMetrics;
 use crate::invoke::metrics::InvokeMetrics;
 use crate::metrics::Metrics;
+use cordon_egress::EgressMetrics;
 
 /// Every subsystem's metrics but the audit log's (which the log keeps itself), with the
 /// registry they are registered in.
 #[derive(Debug)]
-pub struct Counted {
+pub(crate) struct Counted {
     /// The registry, encoded at each scrape (the endpoint's, and `GetMetrics`).
     pub exposition: Arc<Metrics>,
     pub invoke: Arc<InvokeMetrics>,
@@ -41,12 +41,12 @@ struct StateLabel {
 
 /// The TLS listener's refusals before any request.
 #[derive(Debug)]
-pub struct TlsMetrics {
+pub(crate) struct TlsMetrics {
     refused: Family<ReasonLabel, Counter>,
 }
 
 impl TlsMetrics {
-    pub fn register(registry: &mut Registry) -> TlsMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> TlsMetrics {
         let m = TlsMetrics { refused: Family::default() };
         registry.register(
             "tls_handshakes_refused",
@@ -59,14 +59,14 @@ impl TlsMetrics {
 
     /// A connection to the TLS listener was refused before any request; `reason` is one of a
     /// fixed set (see `server::tls::Reason`).
-    pub fn refused(&self, reason: &'static str) {
+    pub(crate) fn refused(&self, reason: &'static str) {
         self.refused.get_or_create(&ReasonLabel { reason }).inc();
     }
 }
 
 /// The gauges, set from the daemon's state when a scrape asks.
 #[derive(Debug)]
-pub struct Gauges {
+pub(crate) struct Gauges {
     running: Gauge,
     queued: Gauge,
     jobs_running: Gauge,
@@ -76,7 +76,7 @@ pub struct Gauges {
 
 /// The daemon's state the gauges show.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub running: usize,
     pub queued: usize,
     pub jobs_running: usize,
@@ -87,7 +87,7 @@ pub struct Snapshot {
 }
 
 impl Gauges {
-    pub fn register(registry: &mut Registry) -> Gauges {
+    pub(crate) fn register(registry: &mut Registry) -> Gauges {
         let g = Gauges {
             running: Gauge::default(),
             queued: Gauge::default(),
@@ -115,7 +115,7 @@ impl Gauges {
         g
     }
 
-    pub fn set(&self, now: Snapshot) {
+    pub(crate) fn set(&self, now: Snapshot) {
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.running.set(gauge(now.running));
         self.queued.set(gauge(now.queued));

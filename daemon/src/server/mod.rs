@@ -5,17 +5,27 @@
 //! types; every handler derives the caller from the connection (the kernel's peer credentials, or
 //! the identity a verified client certificate maps to, decided in the TLS handshake), and every
 //! domain error becomes a `tonic::Status` in `status.rs`.
+//!
+//! # Layout
+//! - `service.rs`: the one `impl Cordon` (each RPC delegated to `rpc/`) and the checks every
+//!   RPC shares (the caller, roles, tool and workflow authorization).
+//! - `rpc/`: the RPCs by area (tools and policies, invoke, approvals, jobs, status, audit).
+//! - `tokens.rs`: bearer tokens on the wire (the check every request goes through) and their
+//!   admin RPCs.
+//! - `conn.rs`, `socket.rs`, `tls.rs`: connections and their peers, the Unix socket, the TLS
+//!   listener. `convert.rs`, `status.rs`: domain types and errors to proto. `figures.rs`: what
+//!   `Status` reports beyond counters. `reported.rs`: the front-end's refusals.
 
 mod conn;
-pub mod convert;
+pub(crate) mod convert;
 mod figures;
-mod jobs;
-pub mod metrics;
+pub(crate) mod metrics;
 mod reported;
+mod rpc;
 mod service;
-pub mod socket;
+pub(crate) mod socket;
 mod status;
-pub mod tls;
+pub(crate) mod tls;
 mod tokens;
 
 use std::future::Future;
@@ -34,14 +44,14 @@ use crate::registry::RegistryHandle;
 use cordon_sandbox::HostSandbox;
 
 /// Largest request message accepted.
-pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 /// Concurrent HTTP/2 streams one connection may open (a client needs a few: a registry watch
 /// and its running calls, at most `--max-per-caller`).
-pub const MAX_STREAMS_PER_CONNECTION: u32 = 100;
+pub(crate) const MAX_STREAMS_PER_CONNECTION: u32 = 100;
 
 /// The daemon's shared state.
 #[derive(Debug)]
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub registry: Arc<RegistryHandle>,
     pub authz: Authorizer,
     pub invoker: Arc<Invoker>,
@@ -49,7 +59,7 @@ pub struct Daemon {
     pub started: Instant,
     pub socket_path: PathBuf,
     /// Detached invocations and workflows, and their outcomes.
-    pub jobs: crate::jobs::Jobs<jobs::JobOutcome>,
+    pub jobs: crate::jobs::Jobs<rpc::jobs::JobOutcome>,
     /// The workflows running now (attached or detached), so that `Cancel` finds them by id.
     pub workflows: Arc<crate::workflow::Running>,
     /// Bearer tokens admins issued for agents (see [`crate::tokens`]).
@@ -69,7 +79,7 @@ impl Daemon {
     // Each part is handed in at startup (the metrics of each subsystem among them): no part
     // finds another through a third.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         registry: Arc<RegistryHandle>,
         host: Arc<HostSandbox>,
         settings: Settings,
@@ -102,7 +112,7 @@ impl Daemon {
     }
 
     /// The gauges of the metrics, now.
-    pub fn metrics_snapshot(&self) -> metrics::Snapshot {
+    pub(crate) fn metrics_snapshot(&self) -> metrics::Snapshot {
         let current = self.registry.current();
         let counts = current.counts();
         metrics::Snapshot {
@@ -118,7 +128,7 @@ impl Daemon {
 
     /// Sets the gauges read at scrape time: the daemon's state, and the audit exporters'
     /// backlog and last success.
-    pub fn refresh_metrics(&self) {
+    pub(crate) fn refresh_metrics(&self) {
         if let Some(m) = &self.metrics {
             m.gauges.set(self.metrics_snapshot());
         }
@@ -127,7 +137,7 @@ impl Daemon {
 
     /// Reloads the policy directory (blocking I/O), audits and reports the outcome; used by the
     /// RPC (`by` the caller) and by SIGHUP (`by` None).
-    pub fn reload(&self, by: Option<&Caller>) -> v1::ReloadResponse {
+    pub(crate) fn reload(&self, by: Option<&Caller>) -> v1::ReloadResponse {
         let who = by.map_or_else(|| "SIGHUP".to_string(), |c| format!("rpc from {c}"));
         let who = who.as_str();
         let by_json = by.map_or_else(|| serde_json::Value::from("SIGHUP"), crate::audit::caller_json);
@@ -259,19 +269,10 @@ impl Drop for AbortOnDrop {
 }
 
 /// Serves until `shutdown` completes, then stops accepting, gives running invocations
-/// `grace` to finish, cancels the rest and returns once every stream has ended.
-pub async fn run(
-    listener: UnixListener,
-    daemon: Arc<Daemon>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-    grace: Duration,
-) -> Result<(), tonic::transport::Error> {
-    run_with(listener, None, daemon, shutdown, grace).await
-}
-
-/// [`run`], also serving the TLS listener's connections when `tls` is given (one server, the
-/// same service, limits and shutdown).
-pub async fn run_with(
+/// `grace` to finish, cancels the rest and returns once every stream has ended. With `tls`,
+/// also serves the TLS listener's connections (one server, the same service, limits and
+/// shutdown).
+pub(crate) async fn run_with(
     listener: UnixListener,
     tls: Option<(tokio::net::TcpListener, Arc<tls::Remote>)>,
     daemon: Arc<Daemon>,

@@ -9,7 +9,7 @@ use tokio::net::UnixListener;
 
 /// The group that may connect to a root daemon's socket when `--socket-group` is not given
 /// (used only if it exists).
-pub const DEFAULT_SOCKET_GROUP: &str = "cordon";
+pub(crate) const DEFAULT_SOCKET_GROUP: &str = "cordon";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SocketError {
@@ -40,7 +40,7 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> S
 
 /// Binds `path`, creating its directory if needed, after making sure nothing but a stale cordon
 /// socket is there. An existing directory must not be writable by others.
-pub fn bind(path: &Path, group: Option<u32>) -> Result<UnixListener, SocketError> {
+pub(crate) fn bind(path: &Path, group: Option<u32>) -> Result<UnixListener, SocketError> {
     if !path.is_absolute() {
         return Err(SocketError::Relative(path.to_path_buf()));
     }
@@ -143,7 +143,7 @@ pub fn take_activated() -> Result<Option<std::os::unix::net::UnixListener>, Sock
 }
 
 /// A tokio listener on (a duplicate of) the activated socket.
-pub fn serve_activated(inherited: &std::os::unix::net::UnixListener) -> Result<UnixListener, SocketError> {
+pub(crate) fn serve_activated(inherited: &std::os::unix::net::UnixListener) -> Result<UnixListener, SocketError> {
     let listener = inherited.try_clone().map_err(SocketError::Activation)?;
     listener.set_nonblocking(true).map_err(SocketError::Activation)?;
     UnixListener::from_std(listener).map_err(SocketError::Activation)

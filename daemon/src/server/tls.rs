@@ -121,7 +121,7 @@ pub enum TlsError {
 
 /// What the TLS listener serves with: the daemon's certificate and key, the client CA, the
 /// identity mapping (replaced on reload).
-pub struct Remote {
+pub(crate) struct Remote {
     options: Options,
     provider: Arc<CryptoProvider>,
     certified: Arc<CertifiedKey>,
@@ -169,7 +169,7 @@ fn certificates(flag: &'static str, path: &Path, pem: &[u8]) -> Result<Vec<Certi
 impl Remote {
     /// Reads and checks every file (blocking): the key, the CA and the mapping as cordond reads
     /// policy files (and the key unreadable by others), the certificate as well.
-    pub fn load(options: Options, admin_gid: Option<u32>) -> Result<Remote, TlsError> {
+    pub(crate) fn load(options: Options, admin_gid: Option<u32>) -> Result<Remote, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain = certificates("--tls-cert", &options.cert, &read(&options.cert, Subject::TLS_CERT, false)?)?;
         let key_pem = read(&options.key, Subject::TLS_KEY, true)?;
@@ -211,12 +211,12 @@ impl Remote {
         })
     }
 
-    pub fn options(&self) -> &Options {
+    pub(crate) fn options(&self) -> &Options {
         &self.options
     }
 
     /// The identities mapped now.
-    pub fn identities(&self) -> Arc<Identities> {
+    pub(crate) fn identities(&self) -> Arc<Identities> {
         self.identities.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -224,19 +224,19 @@ impl Remote {
     /// further request refused (`CordonService::still_mapped`); a new handshake gets the new
     /// mapping. (`Daemon::reload` reads it with the other files and installs it only when all load.)
     /// Reads the mapping for a reload without putting it in force.
-    pub fn read_identities(&self) -> Result<Identities, IdentitiesError> {
+    pub(crate) fn read_identities(&self) -> Result<Identities, IdentitiesError> {
         identities::load(&self.options.identities, Trust::current(), self.rules)
     }
 
     /// Puts a mapping [`Remote::read_identities`] read in force; returns its entries.
-    pub fn install_identities(&self, fresh: Identities) -> usize {
+    pub(crate) fn install_identities(&self, fresh: Identities) -> usize {
         let n = fresh.len();
         *self.identities.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(fresh);
         n
     }
 
     /// The mapping file (`--tls-identities`).
-    pub fn identities_path(&self) -> &Path {
+    pub(crate) fn identities_path(&self) -> &Path {
         &self.options.identities
     }
 
@@ -447,7 +447,7 @@ impl ClientCertVerifier for Mapping {
 }
 
 /// Binds `--listen-tls`.
-pub async fn bind(remote: &Remote) -> Result<TcpListener, TlsError> {
+pub(crate) async fn bind(remote: &Remote) -> Result<TcpListener, TlsError> {
     let addr = remote.options.listen;
     TcpListener::bind(addr).await.map_err(|source| TlsError::Bind { addr, source })
 }

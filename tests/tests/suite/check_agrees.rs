@@ -188,7 +188,7 @@ fn case() -> impl Strategy<Value = (Option<Tool>, Value)> {
 
 /// What the front-end gets from `ListTools`: the daemon's conversion, through the wire.
 fn wire(tool: &Tool) -> v1::Tool {
-    let sent = cordon_daemon::server::convert::tool(tool, &tool.availability);
+    let sent = cordon_daemon::fuzzing::listed_tool(tool, &tool.availability);
     v1::Tool::decode(sent.encode_to_vec().as_slice()).unwrap()
 }
 

@@ -9,21 +9,21 @@ use cordon_core::code::ErrorCode;
 use cordon_proto::v1;
 use tonic::Status;
 
-use super::service::{CordonService, finished};
-use super::{convert, status};
 use crate::audit::{Decision, Record};
 use crate::authz::Role;
 use crate::caller::Caller;
-use crate::invoke::{Admission, CancelReason, Started};
+use crate::invoke::{Admission, CancelReason, Mark, Started};
 use crate::jobs::{JobView, Kind};
+use crate::server::service::{CordonService, finished};
+use crate::server::{convert, status};
 use crate::workflow::Stop;
 
 /// The longest one `GetJob` waits (clients wanting longer ask again).
-pub(super) const MAX_WAIT: Duration = Duration::from_secs(60);
+pub(in crate::server) const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// How a job ended.
 #[derive(Debug, Clone)]
-pub enum JobOutcome {
+pub(crate) enum JobOutcome {
     /// The tool ran; how it ended.
     Finished(Box<v1::Finished>),
     /// A workflow ran; its result.
@@ -37,7 +37,7 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// A job on the wire; `with_output` false leaves stdout and stderr out (listings).
-pub(super) fn job(view: JobView<JobOutcome>, with_output: bool) -> v1::Job {
+pub(in crate::server) fn job(view: JobView<JobOutcome>, with_output: bool) -> v1::Job {
     let mut job = v1::Job {
         job_id: view.id,
         kind: view.kind.as_str().into(),
@@ -75,7 +75,7 @@ pub(super) fn job(view: JobView<JobOutcome>, with_output: bool) -> v1::Job {
 }
 
 impl CordonService {
-    pub(super) async fn start_job_as(
+    pub(in crate::server) async fn start_job_as(
         &self,
         caller: Caller,
         req: v1::StartJobRequest,
@@ -103,7 +103,7 @@ impl CordonService {
                 return self.start_workflow_job(caller, &req.tool, &req.arguments_json).await;
             }
         }
-        let mut prepared = if req.confirm_token.is_empty() {
+        let prepared = if req.confirm_token.is_empty() {
             let authorized = self.require_tool(&caller, &req.tool, "invoke")?;
             match invoker
                 .prepare(caller.clone(), &authorized, &req.arguments_json)
@@ -136,8 +136,7 @@ impl CordonService {
                 .await
                 .map_err(|e| status::invoke(&e))?
         };
-        prepared.job = true;
-        let started = invoker.start(prepared).await.map_err(|e| status::invoke(&e))?;
+        let started = invoker.start(prepared, Mark::Job).await.map_err(|e| status::invoke(&e))?;
         Ok(v1::StartJobResponse { result: Some(v1::start_job_response::Result::Job(self.spawn_job(started))) })
     }
 
@@ -145,10 +144,10 @@ impl CordonService {
     /// `Cancel`/`CancelJob`, its timeout, and cordond's shutdown.
     fn spawn_job(&self, started: Started) -> v1::Job {
         let p = started.prepared();
-        let id = p.id.clone();
+        let id = p.id().to_string();
         let hint = self.hint_input(p);
         let view =
-            self.daemon.jobs.insert(&id, Kind::Tool, &p.tool.name, p.caller.clone(), p.plan.display_argv.clone());
+            self.daemon.jobs.insert(&id, Kind::Tool, &p.tool().name, p.caller().clone(), p.plan().display_argv.clone());
         let daemon = self.daemon.clone();
         tokio::spawn(async move {
             let outcome = match daemon.invoker.execute(started, None).await {
@@ -189,7 +188,7 @@ impl CordonService {
 
     /// A job the caller may see: its own, or any for an admin. Another uid's job is answered
     /// like an unknown one (and the attempt is audited).
-    pub(super) fn visible_job(&self, caller: &Caller, id: &str, operation: &str) -> Result<(), Status> {
+    pub(in crate::server) fn visible_job(&self, caller: &Caller, id: &str, operation: &str) -> Result<(), Status> {
         match self.daemon.jobs.owner(id) {
             Some(owner) if owner.uid == caller.uid || self.role(caller) == Role::Admin => Ok(()),
             Some(_) => {
@@ -207,20 +206,24 @@ impl CordonService {
         }
     }
 
-    pub(super) async fn get_job_as(&self, caller: Caller, req: v1::GetJobRequest) -> Result<v1::Job, Status> {
+    pub(in crate::server) async fn get_job_as(
+        &self,
+        caller: Caller,
+        req: v1::GetJobRequest,
+    ) -> Result<v1::Job, Status> {
         self.visible_job(&caller, &req.job_id, "get_job")?;
         let wait = Duration::from_millis(req.wait_ms).min(MAX_WAIT);
         let view = self.daemon.jobs.get(&req.job_id, wait).await.ok_or_else(|| status::unknown_job(&req.job_id))?;
         Ok(job(view, true))
     }
 
-    pub(super) fn list_jobs_as(&self, caller: Caller) -> v1::ListJobsResponse {
+    pub(in crate::server) fn list_jobs_as(&self, caller: Caller) -> v1::ListJobsResponse {
         let admin = self.role(&caller) == Role::Admin;
         let jobs = self.daemon.jobs.list(|owner| admin || owner.uid == caller.uid);
         v1::ListJobsResponse { jobs: jobs.into_iter().map(|v| job(v, false)).collect() }
     }
 
-    pub(super) fn cancel_job_as(&self, caller: Caller, id: &str) -> Result<v1::CancelJobResponse, Status> {
+    pub(in crate::server) fn cancel_job_as(&self, caller: Caller, id: &str) -> Result<v1::CancelJobResponse, Status> {
         self.visible_job(&caller, id, "cancel_job")?;
         let reason = CancelReason::Caller(caller);
         let cancelled = self.daemon.jobs.running(id)
