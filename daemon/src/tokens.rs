@@ -183,7 +183,7 @@ pub fn now() -> u64 {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    data_encoding::HEXLOWER.encode(bytes)
 }
 
 impl Tokens {
@@ -419,15 +419,7 @@ impl Tokens {
 }
 
 fn stored_hash(t: &Stored) -> Option<[u8; 32]> {
-    if t.sha256.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, chunk) in t.sha256.as_bytes().chunks(2).enumerate() {
-        let s = std::str::from_utf8(chunk).ok()?;
-        out[i] = u8::from_str_radix(s, 16).ok()?;
-    }
-    Some(out)
+    data_encoding::HEXLOWER_PERMISSIVE.decode(t.sha256.as_bytes()).ok()?.try_into().ok()
 }
 
 /// Reads the table (checked as a policy file is); none there: empty.
