@@ -726,7 +726,7 @@ pub fn hello_upstream() -> u16 {
 
 /// Why a test (or a part of one) cannot run here: a fixed list, so that a run says what it did
 /// not check and CI can tell a missing setup from a fact of the host. A skip for a reason that CI
-/// provides ([`Skip::ci_provides`]: root, a mount view, the tools and registries `tests/run`
+/// provides ([`Skip::ci_provides`]: root, mounts, the tools, corpus and registries `tests/run`
 /// installs) fails under CI (`CORDON_CI` set, as `tests/run` sets it); a skip for a fact of the
 /// host outside CI's control (the architecture, the kernel's landlock ABI or audit switch, cgroup
 /// delegation, user namespaces, the file system) passes there too, with its reason printed.
@@ -736,9 +736,6 @@ pub enum Skip {
     /// The test needs root (the agent user, chown, mounts, namespaces, a root cordond). Legitimate
     /// on a developer's unprivileged run; CI runs as root.
     NotRoot,
-    /// The daemon cannot run tools in its read-only mount view here (root without a private mount
-    /// namespace). Legitimate in a container that refuses mount namespaces; CI provides one.
-    NoMountView,
     /// Mounting (a tmpfs, a bind mount) is refused here even as root. Legitimate in a restricted
     /// container; CI's machine allows it.
     CannotMount,
@@ -773,12 +770,7 @@ impl Skip {
     /// Whether CI provides what this reason lacks, so that a skip for it is a failure there.
     pub fn ci_provides(self) -> bool {
         match self {
-            Skip::NotRoot
-            | Skip::NoMountView
-            | Skip::CannotMount
-            | Skip::MissingTool(_)
-            | Skip::NoCorpus
-            | Skip::NoRegistry => true,
+            Skip::NotRoot | Skip::CannotMount | Skip::MissingTool(_) | Skip::NoCorpus | Skip::NoRegistry => true,
             Skip::Arch(_)
             | Skip::LandlockAbi(_)
             | Skip::NoKernelAudit
@@ -794,7 +786,6 @@ impl std::fmt::Display for Skip {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Skip::NotRoot => f.write_str("not root"),
-            Skip::NoMountView => f.write_str("no mount view"),
             Skip::CannotMount => f.write_str("cannot mount"),
             Skip::MissingTool(t) => write!(f, "{t} missing"),
             Skip::NoCorpus => f.write_str("no corpus"),
