@@ -267,7 +267,7 @@ fn token_key(token: &str) -> [u8; 32] {
 fn random_hex(bytes: usize) -> Result<String, ConfirmError> {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).map_err(ConfirmError::Random)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(data_encoding::HEXLOWER.encode(&buf))
 }
 
 /// A plain description of the exact invocation, for the person or agent who confirms it: one

@@ -1410,5 +1410,5 @@ fn millis(d: Duration) -> u64 {
 fn new_id() -> Result<String, InvokeError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(InvokeError::Random)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(data_encoding::HEXLOWER.encode(&bytes))
 }

@@ -182,7 +182,7 @@ pub(crate) fn now() -> u64 {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    data_encoding::HEXLOWER.encode(bytes)
 }
 
 impl Tokens {
@@ -390,15 +390,7 @@ impl Tokens {
 }
 
 fn stored_hash(t: &Stored) -> Option<[u8; 32]> {
-    if t.sha256.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, chunk) in t.sha256.as_bytes().chunks(2).enumerate() {
-        let s = std::str::from_utf8(chunk).ok()?;
-        out[i] = u8::from_str_radix(s, 16).ok()?;
-    }
-    Some(out)
+    data_encoding::HEXLOWER_PERMISSIVE.decode(t.sha256.as_bytes()).ok()?.try_into().ok()
 }
 
 /// A token file read for a reload, not yet in force.

@@ -455,8 +455,9 @@ pattern = "[^\\x00]*"
     )
 }
 
-/// Skips the calling test (with a message saying why) unless it runs as root; as root, makes sure
-/// the agent user exists. `require_root!()` or `require_root!("what root is needed for")`.
+/// Skips the calling test ([`Skip::NotRoot`], with what root is needed for) unless it runs as
+/// root; as root, makes sure the agent user exists. `require_root!()` or `require_root!("what root
+/// is needed for")`. The one definition: suites do not define their own.
 #[macro_export]
 macro_rules! require_root {
     () => {
@@ -464,7 +465,7 @@ macro_rules! require_root {
     };
     ($why:expr) => {
         if !$crate::is_root() {
-            $crate::skip!("skipped: needs root ({})", $why);
+            $crate::skip!($crate::Skip::NotRoot, "{}", $why);
             return;
         }
         $crate::agent::ensure();
@@ -723,26 +724,118 @@ pub fn hello_upstream() -> u16 {
     port
 }
 
-/// Says why a test cannot run here and lets it return. Under CI (`CORDON_CI` set, as `tests/run`
-/// sets it) a skip is a failure: CI runs every test, and what a test needs is installed there.
+/// Why a test (or a part of one) cannot run here: a fixed list, so that a run says what it did
+/// not check and CI can tell a missing setup from a fact of the host. A skip for a reason that CI
+/// provides ([`Skip::ci_provides`]: root, mounts, the tools, corpus and registries `tests/run`
+/// installs) fails under CI (`CORDON_CI` set, as `tests/run` sets it); a skip for a fact of the
+/// host outside CI's control (the architecture, the kernel's landlock ABI or audit switch, cgroup
+/// delegation, user namespaces, the file system) passes there too, with its reason printed.
+/// Add a variant only for such a fact, with a doc comment saying when it is legitimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// The test needs root (the agent user, chown, mounts, namespaces, a root cordond). Legitimate
+    /// on a developer's unprivileged run; CI runs as root.
+    NotRoot,
+    /// Mounting (a tmpfs, a bind mount) is refused here even as root. Legitimate in a restricted
+    /// container; CI's machine allows it.
+    CannotMount,
+    /// A program the test drives (named) is not installed, or cannot be run by the agent user.
+    /// Legitimate on a developer's machine; `tests/run` installs every one.
+    MissingTool(&'static str),
+    /// The corpus of real projects (`.ci/corpus-fetch`, docs/corpus.md) is not fetched here.
+    /// Legitimate on a developer's machine; `tests/run` fetches it.
+    NoCorpus,
+    /// A package registry the test installs from is unreachable or turned off
+    /// (`CORDON_TEST_NO_REGISTRY`). Legitimate offline; CI reaches the registries.
+    NoRegistry,
+    /// The test is about another architecture's output (named). A host fact.
+    Arch(&'static str),
+    /// The kernel's landlock ABI is below the one named, which the checked behaviour needs. A host fact.
+    LandlockAbi(u32),
+    /// The kernel does not let cordond read its audit log, or kernel audit is switched off
+    /// (`auditctl -e 1` is host-wide, no test flips it). A host fact.
+    NoKernelAudit,
+    /// No cgroup v2 tree cordond may manage here (no delegation, no memory controller). A host fact
+    /// (a container's or the init system's setup, outside `tests/run`).
+    NoCgroupDelegation,
+    /// The kernel refuses unprivileged user namespaces (a sysctl or an LSM). A host fact.
+    NoUserNamespaces,
+    /// The file system under the temporary directory has no user extended attributes. A host fact.
+    NoUserXattrs,
+    /// A numeric id the test needs to be free has an account on this host (the id named). A host fact.
+    IdInUse(u32),
+}
+
+impl Skip {
+    /// Whether CI provides what this reason lacks, so that a skip for it is a failure there.
+    pub fn ci_provides(self) -> bool {
+        match self {
+            Skip::NotRoot | Skip::CannotMount | Skip::MissingTool(_) | Skip::NoCorpus | Skip::NoRegistry => true,
+            Skip::Arch(_)
+            | Skip::LandlockAbi(_)
+            | Skip::NoKernelAudit
+            | Skip::NoCgroupDelegation
+            | Skip::NoUserNamespaces
+            | Skip::NoUserXattrs
+            | Skip::IdInUse(_) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Skip::NotRoot => f.write_str("not root"),
+            Skip::CannotMount => f.write_str("cannot mount"),
+            Skip::MissingTool(t) => write!(f, "{t} missing"),
+            Skip::NoCorpus => f.write_str("no corpus"),
+            Skip::NoRegistry => f.write_str("no package registry"),
+            Skip::Arch(a) => write!(f, "not {a}"),
+            Skip::LandlockAbi(n) => write!(f, "landlock ABI below {n}"),
+            Skip::NoKernelAudit => f.write_str("no kernel audit"),
+            Skip::NoCgroupDelegation => f.write_str("no cgroup delegation"),
+            Skip::NoUserNamespaces => f.write_str("no user namespaces"),
+            Skip::NoUserXattrs => f.write_str("no user xattrs"),
+            Skip::IdInUse(id) => write!(f, "id {id} in use"),
+        }
+    }
+}
+
+/// Says that the calling test (or a part of it) does not run here, for a [`Skip`] reason and with
+/// what it would have checked: `skip!(Skip::NotRoot, "the agent user")`. The caller then returns
+/// (or leaves the part out). The line goes to the terminal, past the test harness's capture; see
+/// [`skipped`] for CI.
 #[macro_export]
 macro_rules! skip {
-    ($($arg:tt)*) => {
-        $crate::skipped(&format!($($arg)*))
+    ($reason:expr) => {
+        $crate::skipped($reason, "")
+    };
+    ($reason:expr, $($arg:tt)*) => {
+        $crate::skipped($reason, &format!($($arg)*))
     };
 }
 
-/// The body of [`skip!`]: prints `why`, or panics with it under CI.
-pub fn skipped(why: &str) {
-    if let Some(log) = std::env::var_os("CORDON_SKIP_LOG") {
-        use std::io::Write as _;
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
-            let _ = writeln!(f, "{why}");
-        }
+/// The body of [`skip!`]. Prints `SKIPPED <test> [<reason>] <detail>` straight to stderr (so a
+/// plain `cargo test` shows it, numbered within the test binary), appends the same line to the
+/// file `CORDON_SKIP_LOG` names if set (`tests/run` counts them by reason), and under CI
+/// (`CORDON_CI`) panics for a reason CI provides.
+pub fn skipped(reason: Skip, detail: &str) {
+    use std::io::Write as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static COUNT: AtomicUsize = AtomicUsize::new(0);
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("?");
+    let line = format!("SKIPPED {test} [{reason}] {detail}");
+    if let Some(log) = std::env::var_os("CORDON_SKIP_LOG")
+        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(log)
+    {
+        let _ = writeln!(f, "{line}");
     }
     assert!(
-        std::env::var_os("CORDON_CI").is_none(),
-        "{why}\n(CORDON_CI is set: under CI every test runs; tests/run installs what this one needs)"
+        !(reason.ci_provides() && std::env::var_os("CORDON_CI").is_some()),
+        "{line}\n(CORDON_CI is set: CI provides this ({reason}), so the test must run; tests/run installs what it needs)"
     );
-    eprintln!("{why}");
+    let n = COUNT.fetch_add(1, Ordering::Relaxed) + 1;
+    // On a line of its own: libtest has printed `test NAME ... ` and waits to end it with `ok`.
+    let _ = writeln!(std::io::stderr(), "\n{line} (skip {n} in this test binary)");
 }

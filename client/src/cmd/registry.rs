@@ -535,7 +535,7 @@ pub(super) fn write_atomic(dir: &Path, dest: &Path, text: &str) -> Result<(), Cl
 pub(crate) fn temp_path(dir: &Path, dest: &Path) -> PathBuf {
     let mut random = [0u8; 6];
     let _ = getrandom::fill(&mut random);
-    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let suffix = data_encoding::HEXLOWER.encode(&random);
     let base = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     dir.join(format!(".{base}.cordon-{}-{suffix}", std::process::id()))
 }

@@ -230,7 +230,7 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/exit-codes.md");
         if std::env::var_os("CORDON_BLESS").is_some() {
             std::fs::write(&path, &text).unwrap();
-            return;
+            return; // not a skip: CORDON_BLESS writes the file instead of comparing
         }
         let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(

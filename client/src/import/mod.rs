@@ -376,7 +376,7 @@ fn write_atomically(path: &Path, text: &str, force: bool) -> Result<(), CliError
     let file_name = path.file_name().ok_or_else(|| CliError::Usage(format!("-o {shown} names no file")))?;
     let mut suffix = [0u8; 8];
     getrandom::fill(&mut suffix).map_err(|e| CliError::Other(format!("cannot pick a temporary name: {e}")))?;
-    let suffix: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
+    let suffix = data_encoding::HEXLOWER.encode(&suffix);
     let tmp = dir.join(format!(".{}.{suffix}.tmp", file_name.to_string_lossy()));
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;

@@ -178,5 +178,5 @@ fn empty_form() -> ElicitationSchema {
 fn random_handle() -> Result<String, String> {
     let mut bytes = [0u8; 24];
     getrandom::fill(&mut bytes).map_err(|e| e.to_string())?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(data_encoding::HEXLOWER.encode(&bytes))
 }

@@ -14,7 +14,7 @@ const VERSION: &str = "c1";
 
 /// An opaque cursor for the page at `offset` of generation `generation`.
 pub(super) fn encode(generation: u64, offset: usize) -> String {
-    format!("{VERSION}:{generation}:{offset}").bytes().map(|b| format!("{b:02x}")).collect()
+    data_encoding::HEXLOWER.encode(format!("{VERSION}:{generation}:{offset}").as_bytes())
 }
 
 /// The (generation, offset) of a cursor this front-end made; `None`: not one of ours.
@@ -22,9 +22,8 @@ fn decode(cursor: &str) -> Option<(u64, usize)> {
     if cursor.is_empty() || !cursor.len().is_multiple_of(2) || cursor.len() > 128 {
         return None;
     }
-    let bytes: Option<Vec<u8>> =
-        (0..cursor.len()).step_by(2).map(|i| u8::from_str_radix(cursor.get(i..i + 2)?, 16).ok()).collect();
-    let text = String::from_utf8(bytes?).ok()?;
+    let bytes = data_encoding::HEXLOWER_PERMISSIVE.decode(cursor.as_bytes()).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     let mut parts = text.split(':');
     if parts.next()? != VERSION {
         return None;

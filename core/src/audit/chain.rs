@@ -26,52 +26,29 @@ pub fn line_hash(line: &[u8]) -> [u8; 32] {
     Sha256::digest(line).into()
 }
 
+/// Lower-case hex, as the records and every tool that prints a hash write it.
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
-    s
+    data_encoding::HEXLOWER.encode(bytes)
 }
 
+/// A hash of 64 hex digits (either case).
 fn unhex(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, pair) in s.as_bytes().chunks(2).enumerate() {
-        let digit = |c: u8| char::from(c).to_digit(16);
-        let (hi, lo) = (digit(pair[0])?, digit(pair[1])?);
-        out[i] = u8::try_from(hi * 16 + lo).ok()?;
-    }
-    Some(out)
+    data_encoding::HEXLOWER_PERMISSIVE.decode(s.as_bytes()).ok()?.try_into().ok()
 }
 
-/// `2026-11-22T04:25:00.123456Z`.
+/// `2026-11-22T04:25:00.123456Z`: UTC, microseconds (truncated), a time before 1970 as 1970.
+/// The records hash this text, so its form never changes.
 pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
+    let at = i64::try_from(d.as_secs()).ok().and_then(|s| chrono::DateTime::from_timestamp(s, d.subsec_nanos()));
+    at.unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// Nanoseconds since the epoch of a record's `time` as [`rfc3339`] writes it (UTC, `Z`, up to
+/// nine fraction digits or none); `None` for anything else or before 1970.
+pub fn unix_nanos(time: &str) -> Option<u64> {
+    let at = chrono::NaiveDateTime::parse_from_str(time, "%Y-%m-%dT%H:%M:%S%.fZ").ok()?.and_utc();
+    u64::try_from(at.timestamp_nanos_opt()?).ok()
 }
 
 /// The parts of a record the chain depends on.
@@ -324,5 +301,123 @@ mod tests {
         let h = line_hash(b"x");
         assert_eq!(unhex(&hex(&h)), Some(h));
         assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex(&hex(&h).to_uppercase()), Some(h));
+        assert_eq!(unhex(&hex(&h)[..62]), None);
+        assert_eq!(unhex(&format!("{}00", hex(&h))), None);
+        assert_eq!(unhex(&format!("{}g", &hex(&h)[..63])), None);
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+    }
+
+    #[test]
+    fn record_times_become_unix_nanos() {
+        assert_eq!(unix_nanos("1970-01-01T00:00:00.000000Z"), Some(0));
+        assert_eq!(unix_nanos("2026-11-22T04:25:00.123456Z"), Some(1_795_321_500_123_456_000));
+        assert_eq!(unix_nanos("2000-02-29T00:00:00Z"), Some(951_782_400_000_000_000));
+        assert_eq!(unix_nanos("2000-02-29T00:00:00.123456789Z"), Some(951_782_400_123_456_789));
+        assert_eq!(unix_nanos("2000-02-29 00:00:00Z"), None);
+        assert_eq!(unix_nanos("2000-02-29T00:00:00+01:00"), None);
+        assert_eq!(unix_nanos("1969-12-31T23:59:59Z"), None);
+        assert_eq!(unix_nanos("yesterday"), None);
+        let t = UNIX_EPOCH + std::time::Duration::from_micros(2_147_483_648_000_001);
+        assert_eq!(unix_nanos(&rfc3339(t)), Some(2_147_483_648_000_001_000));
+    }
+
+    /// The hand-written formatter the crate replaced (Howard Hinnant's civil date), kept to show
+    /// that the records' text is the same byte for byte.
+    fn rfc3339_by_hand(t: SystemTime) -> String {
+        let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let secs = d.as_secs();
+        let days = i64::try_from(secs / 86_400).unwrap();
+        let rem = secs % 86_400;
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        format!(
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60,
+            d.subsec_micros()
+        )
+    }
+
+    /// The hand-written hex the crate replaced.
+    fn hex_by_hand(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    #[test]
+    fn the_crate_writes_the_same_hex_as_by_hand() {
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(hex(&all), hex_by_hand(&all));
+        assert_eq!(hex(&GENESIS), "0".repeat(64));
+        let h = line_hash(b"x");
+        assert_eq!(hex(&h), hex_by_hand(&h));
+    }
+
+    /// A log written with the hand-written hex and times (as every log before the crates was)
+    /// still verifies, and the crates write the same lines for it.
+    #[test]
+    fn a_log_written_by_hand_verifies() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let mut text = String::new();
+        let mut prev = GENESIS;
+        for seq in 1..=5u64 {
+            let t = UNIX_EPOCH + std::time::Duration::from_micros(1_795_321_500_123_456 + seq * 86_400_017_001);
+            let line = format!(
+                r#"{{"seq":{seq},"time":"{}","decision":"finished","prev":"{}"}}"#,
+                rfc3339_by_hand(t),
+                hex_by_hand(&prev)
+            );
+            let ours =
+                format!(r#"{{"seq":{seq},"time":"{}","decision":"finished","prev":"{}"}}"#, rfc3339(t), hex(&prev));
+            assert_eq!(line, ours);
+            prev = line_hash(line.as_bytes());
+            text.push_str(&line);
+            text.push('\n');
+        }
+        std::fs::write(&path, text).unwrap();
+        let summary = verify(&path).unwrap();
+        assert_eq!((summary.records, summary.last_seq, summary.head), (5, Some(5), Some(prev)));
+    }
+
+    #[test]
+    fn the_crate_writes_the_same_times_as_the_hand_written_formatter() {
+        use std::time::Duration;
+        let mut at: Vec<SystemTime> = vec![
+            UNIX_EPOCH,
+            UNIX_EPOCH - Duration::from_secs(1), // before 1970: the epoch, as before
+            UNIX_EPOCH + Duration::from_secs(951_782_400), // 2000-02-29
+            UNIX_EPOCH + Duration::from_secs(4_107_456_000), // 2100-02-28 (2100 is no leap year)
+            UNIX_EPOCH + Duration::from_secs(2_147_483_647), // the last second of 32-bit time_t
+            UNIX_EPOCH + Duration::from_secs(2_147_483_648),
+            UNIX_EPOCH + Duration::new(253_402_300_799, 999_999_999), // 9999-12-31T23:59:59.999999
+            UNIX_EPOCH + Duration::new(1_795_321_500, 999),           // below a microsecond: truncated
+            UNIX_EPOCH + Duration::new(1_795_321_500, 999_999_999),
+        ];
+        // Every day's first and last microsecond around the leap days of 1972..2410, and a
+        // spread of odd instants (a fixed linear congruential sequence) up to year 9999.
+        for year_day in (730..160_000).step_by(97) {
+            let s = year_day * 86_400;
+            at.push(UNIX_EPOCH + Duration::from_secs(s));
+            at.push(UNIX_EPOCH + Duration::new(s - 1, 999_999_000));
+        }
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..20_000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let secs = (x >> 11) % 253_402_300_800;
+            let nanos = u32::try_from(x % 1_000_000_000).unwrap();
+            at.push(UNIX_EPOCH + Duration::new(secs, nanos));
+        }
+        for t in at {
+            assert_eq!(rfc3339(t), rfc3339_by_hand(t), "{t:?}");
+        }
     }
 }

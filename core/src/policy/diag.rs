@@ -110,32 +110,6 @@ impl<'a> Sink<'a> {
     }
 }
 
-/// Edit distance counting a swap of two neighbours as one edit (optimal string alignment), for
-/// "did you mean" suggestions.
-pub fn levenshtein(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    // d[i][j]: distance between a[..i] and b[..j].
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
-}
-
 /// Candidates close to `wanted` (distance at most a third of its length, at least 1; or a prefix
 /// match), best first, at most three.
 pub fn suggestions<'c>(wanted: &str, candidates: impl IntoIterator<Item = &'c str>) -> Vec<&'c str> {
@@ -143,7 +117,8 @@ pub fn suggestions<'c>(wanted: &str, candidates: impl IntoIterator<Item = &'c st
     let mut scored: Vec<(usize, &str)> = candidates
         .into_iter()
         .filter_map(|c| {
-            let d = levenshtein(wanted, c);
+            // Edit distance counting a swap of two neighbours as one edit (optimal string alignment).
+            let d = strsim::osa_distance(wanted, c);
             let related = d <= limit || (wanted.len() >= 3 && (c.starts_with(wanted) || wanted.starts_with(c)));
             related.then_some((d, c))
         })

@@ -17,6 +17,8 @@ use std::path::PathBuf;
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
+use crate::audit::chain::hex;
+
 use super::model::{Allow, Confirm, Danger, Network, Output, Param, ParamKind, RunAs, StepArg, Temp, Tool, Workflow};
 use super::units::{format_duration, format_size};
 
@@ -57,10 +59,6 @@ pub fn digest<'a>(files: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Stri
         h.update(line);
     }
     hex(&h.finalize())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A tool's policy as one JSON object keyed by the policy's own key names (`command`, `params`,

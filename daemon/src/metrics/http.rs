@@ -241,7 +241,7 @@ fn write_token(path: &Path, admin_gid: Option<u32>) -> Result<String, MetricsErr
     let fail = |source: std::io::Error| MetricsError::WriteToken { path: path.to_path_buf(), source };
     let mut raw = [0u8; 32];
     getrandom::fill(&mut raw).map_err(|e| fail(std::io::Error::other(e.to_string())))?;
-    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let token = data_encoding::HEXLOWER.encode(&raw);
     let root = nix::unistd::geteuid().is_root();
     let group = admin_gid.filter(|_| root);
     let mode = if group.is_some() { 0o640 } else { 0o600 };

@@ -434,7 +434,7 @@ fn a_file_size_limit_on_the_log_refuses_invocations_until_resumed() {
 #[test]
 fn a_full_filesystem_refuses_invocations_until_resumed() {
     if !is_root() {
-        cordon_tests::skip!("skipped: mounting a tmpfs needs root");
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "mounting a tmpfs needs root");
         return;
     }
     let mnt = tempfile::tempdir().unwrap();

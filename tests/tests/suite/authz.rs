@@ -252,7 +252,7 @@ print(total, flush=True)
     // The system's python (a pyenv shim under /root is out of the agent user's reach).
     let python = "/usr/bin/python3";
     if !std::path::Path::new(python).exists() {
-        cordon_tests::skip!("skipped: needs {python} to play the impostor");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool("python3"), "needs {python} to play the impostor");
         return;
     }
     let mut impostor = Command::new("setpriv")
@@ -323,7 +323,7 @@ run_as = "4242:4243"
 "#;
     let out = Command::new("getent").args(["passwd", "4242"]).output().unwrap();
     if out.status.success() {
-        cordon_tests::skip!("skipped: uid 4242 has an account here");
+        cordon_tests::skip!(cordon_tests::Skip::IdInUse(4242), "uid 4242 has an account here");
         return;
     }
     let d = Daemon::start(&[("t.toml", policy)]);

@@ -11,20 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cordon_tests::agent::{self, AGENT, SOCKET_GROUP};
-use cordon_tests::{Daemon, Output, is_root, toml_str};
+use cordon_tests::{Daemon, Output, require_root, toml_str};
 use serde_json::{Value, json};
 
 /// A group of this module's own, for the membership attacks.
 const GROUP: &str = "cordon-t-cachegrp";
-
-macro_rules! require_root {
-    () => {
-        if !is_root() {
-            cordon_tests::skip!("skipped: needs root (the agent user, chown, group membership)");
-            return;
-        }
-    };
-}
 
 struct World {
     d: Daemon,
@@ -168,7 +159,7 @@ impl World {
 
 #[test]
 fn a_file_made_unreadable_is_refused_fresh_not_served_from_the_cache() {
-    require_root!();
+    require_root!("the agent user, chown, group membership");
     let w = start();
     for who in [Who::Agent, Who::Root] {
         let f = w.file(who, &format!("mode-{who:?}"), "v1");
@@ -183,7 +174,7 @@ fn a_file_made_unreadable_is_refused_fresh_not_served_from_the_cache() {
 
 #[test]
 fn a_directory_above_the_file_made_untraversable_is_refused_fresh() {
-    require_root!();
+    require_root!("the agent user, chown, group membership");
     let w = start();
     for who in [Who::Agent, Who::Root] {
         let sub = w.data.join(format!("sub-{who:?}"));
@@ -204,7 +195,7 @@ fn a_directory_above_the_file_made_untraversable_is_refused_fresh() {
 
 #[test]
 fn a_retargeted_link_or_rewritten_file_is_read_afresh() {
-    require_root!();
+    require_root!("the agent user, chown, group membership");
     let w = start();
     for who in [Who::Agent, Who::Root] {
         let a = w.file(who, &format!("a-{who:?}"), "from a");
@@ -229,7 +220,7 @@ fn a_retargeted_link_or_rewritten_file_is_read_afresh() {
 
 #[test]
 fn an_executable_changed_in_place_runs_afresh() {
-    require_root!();
+    require_root!("the agent user, chown, group membership");
     let w = start();
     let f = w.file(Who::Agent, "for-script", "script input");
     w.cached(Who::Agent, "script", &f, "script input");
@@ -242,7 +233,7 @@ fn an_executable_changed_in_place_runs_afresh() {
 
 #[test]
 fn a_caller_taken_out_of_the_allowing_group_is_refused_before_the_cache() {
-    require_root!();
+    require_root!("the agent user, chown, group membership");
     let w = start();
     let run = |args: &[&str]| assert!(Command::new(args[0]).args(&args[1..]).status().unwrap().success(), "{args:?}");
     run(&["gpasswd", "-a", AGENT, GROUP]);
@@ -261,7 +252,7 @@ fn a_caller_taken_out_of_the_allowing_group_is_refused_before_the_cache() {
 
 #[test]
 fn a_reload_that_removes_the_caller_refuses_it_before_the_cache() {
-    require_root!();
+    require_root!("the agent user, chown, group membership");
     let w = start();
     let f = w.file(Who::Agent, "reloaded", "before the reload");
     w.cached(Who::Agent, "show", &f, "before the reload");

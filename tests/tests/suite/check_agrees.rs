@@ -202,6 +202,7 @@ proptest! {
 
     #[test]
     fn the_front_end_check_and_the_daemon_agree((tool, args) in case()) {
+        // not a skip: a generated tool the policy rejects has no check to compare (the case counts)
         let Some(tool) = tool else { return Ok(()) };
         let check = front_end(&tool).map_err(|e| TestCaseError::fail(format!("the rules do not rebuild: {e}")))?;
         let by_front = check.check(&args);

@@ -238,7 +238,8 @@ fn in_ci() -> bool {
 fn missing(why: &str) {
     assert!(!in_ci(), "the corpus is missing in CI ({why}): tests/run runs .ci/corpus-fetch first");
     cordon_tests::skip!(
-        "skipped: the corpus of real projects: {why}; run .ci/corpus-fetch (as root) first, see docs/corpus.md"
+        cordon_tests::Skip::NoCorpus,
+        "the corpus of real projects: {why}; run .ci/corpus-fetch (as root) first, see docs/corpus.md"
     );
 }
 

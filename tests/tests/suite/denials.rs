@@ -94,7 +94,7 @@ fn callers() -> Vec<Caller> {
         agent::ensure();
         vec![Caller::Root, Caller::Agent]
     } else {
-        eprintln!("not root: runs as the current user only");
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "the agent user's half (runs as the current user only)");
         vec![Caller::Root]
     }
 }
@@ -195,12 +195,13 @@ fn a_read_of_an_ungranted_file_names_the_path_and_read() {
 #[test]
 fn a_denied_system_call_is_named_from_the_kernel_log() {
     if !is_root() {
-        cordon_tests::skip!("skipped: reading the kernel's audit log needs a root cordond");
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "reading the kernel's audit log needs a root cordond");
         return;
     }
     if !daemon_reads_the_audit_log() {
         cordon_tests::skip!(
-            "skipped: this host does not let cordond read the kernel's audit log (cordon doctor: denials)"
+            cordon_tests::Skip::NoKernelAudit,
+            "this host does not let cordond read the kernel's audit log (cordon doctor: denials)"
         );
         return;
     }
@@ -258,7 +259,8 @@ fn landlock_names_the_path_itself_where_kernel_audit_is_enabled() {
     let facts: Value = serde_json::from_slice(&out.stdout).unwrap();
     if facts["denials"]["landlock"] != true {
         cordon_tests::skip!(
-            "skipped: landlock logs denials only while kernel audit is enabled (auditctl -e 1), and it is not here"
+            cordon_tests::Skip::NoKernelAudit,
+            "landlock logs denials only while kernel audit is enabled (auditctl -e 1), and it is not here"
         );
         return;
     }
@@ -442,12 +444,18 @@ fn removing_one_grant_at_a_time_the_first_denied_line_names_its_key_and_path() {
     if p.npm {
         cases.push(("npm-no-exec", "exec", proj.join("node_modules/tape/bin/tape"), true));
     } else {
-        cordon_tests::skip!("npm or node not installed: the npm case is skipped");
+        cordon_tests::skip!(
+            cordon_tests::Skip::MissingTool("node and npm"),
+            "npm or node not installed: the npm case is skipped"
+        );
     }
     if p.venv {
         cases.push(("venv-no-exec", "exec", proj.join(".venv/bin/python"), true));
     } else {
-        cordon_tests::skip!("python3 -m venv failed: the venv case is skipped");
+        cordon_tests::skip!(
+            cordon_tests::Skip::MissingTool("python3-venv"),
+            "python3 -m venv failed: the venv case is skipped"
+        );
     }
     let ok_of = |broken: &str| format!("{}-ok", broken.split("-no-").next().unwrap());
     for caller in callers() {

@@ -62,8 +62,12 @@ required = true
 }
 
 fn usable() -> bool {
-    if !cordon_tests::is_root() || !Path::new(CURL).exists() {
-        cordon_tests::skip!("skipped: needs root (a network namespace per tool) and {CURL}");
+    if !cordon_tests::is_root() {
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "a network namespace per tool");
+        return false;
+    }
+    if !Path::new(CURL).exists() {
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(CURL), "the tools run {CURL}");
         return false;
     }
     true

@@ -396,7 +396,7 @@ fn a_write_grant_onto_a_mounted_cgroup_tree_is_unavailable() {
     };
     let mounted = Command::new("mount").args(["--bind", source]).arg(&mnt).status().is_ok_and(|s| s.success());
     if !mounted {
-        cordon_tests::skip!("skipped: cannot bind-mount /sys/fs/cgroup here");
+        cordon_tests::skip!(cordon_tests::Skip::CannotMount, "cannot bind-mount /sys/fs/cgroup here");
         return;
     }
     struct Unmount(PathBuf);

@@ -416,7 +416,10 @@ fn unprivileged_user_namespaces() -> bool {
 fn a_daemon_that_is_not_root_gives_its_tools_the_view_too() {
     require_root!("a root daemon, and a test user");
     if !unprivileged_user_namespaces() {
-        cordon_tests::skip!("skipped: this kernel refuses unprivileged user namespaces (documented limitation)");
+        cordon_tests::skip!(
+            cordon_tests::Skip::NoUserNamespaces,
+            "this kernel refuses unprivileged user namespaces (documented limitation)"
+        );
         return;
     }
     let t = tree(Caller::Agent);

@@ -38,7 +38,10 @@ fn callers() -> Vec<Caller> {
         agent::ensure();
         vec![Caller::Root, Caller::Agent]
     } else {
-        eprintln!("not root: the attacks run as the current user only");
+        cordon_tests::skip!(
+            cordon_tests::Skip::NotRoot,
+            "the attacks as the agent user (they run as the current user only)"
+        );
         vec![Caller::Root]
     }
 }
@@ -87,6 +90,7 @@ fn daemon(tools: &[(&str, String)]) -> Daemon {
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("attacks.toml"), policy(tools)).unwrap();
+    // not a skip: the agent caller's half is reported by callers()
     let extra: &[&str] = if is_root() { &["--socket-group", SOCKET_GROUP] } else { &[] };
     Daemon::start_in(dir, policies, extra)
 }
@@ -319,7 +323,7 @@ fn common_tools_set_ordinary_modes_and_fail_on_set_id_ones() {
         ok("python-chmod");
         assert_eq!(mode("copied"), Some(0o700));
     } else {
-        cordon_tests::skip!("skipped the python check: no /usr/bin/python3");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool("/usr/bin/python3"), "python check: no /usr/bin/python3");
     }
     for tool in ["chmod-suid", "cp-p-suid", "tar-x-suid"] {
         let (out, j) = d.run_json(tool, &json!({}));
@@ -430,7 +434,11 @@ fn kill_minus_one_and_signals_outside_the_sandbox_are_refused_eperm() {
                 assert_errno(caller, &r, libc::EPERM);
             }
         } else {
-            eprintln!("landlock ABI {} has no signal scope: only kill(-1) is checked", landlock_abi());
+            cordon_tests::skip!(
+                cordon_tests::Skip::LandlockAbi(6),
+                "landlock ABI {} has no signal scope: only kill(-1) is checked",
+                landlock_abi()
+            );
         }
         // Control: its own process group (signal 0 only checks).
         let r = attack(&d, caller, "t", &["kill-sig", "0", "0"]);
@@ -508,7 +516,7 @@ fn clone_parent_and_personality_are_refused_eperm() {
 fn extended_attributes_outside_the_grants_cannot_be_read_eopnotsupp() {
     const PYTHON: &str = "/usr/bin/python3";
     if !Path::new(PYTHON).exists() {
-        cordon_tests::skip!("skipped: needs {PYTHON}");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(PYTHON), "needs {PYTHON}");
         return;
     }
     let tmp = tempdir();
@@ -528,7 +536,7 @@ fn extended_attributes_outside_the_grants_cannot_be_read_eopnotsupp() {
                 .map(|s| !s.success())
                 .unwrap_or(true)
         {
-            cordon_tests::skip!("skipped: this filesystem has no user xattrs");
+            cordon_tests::skip!(cordon_tests::Skip::NoUserXattrs, "this filesystem has no user xattrs");
             return;
         }
     }
@@ -560,6 +568,7 @@ probe("get-by-fd", lambda: os.getxattr(fd, "user.secret"))
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("xattrs.toml"), text).unwrap();
+    // not a skip: the agent caller's half is reported by callers()
     let extra: &[&str] = if is_root() { &["--socket-group", SOCKET_GROUP] } else { &[] };
     let d = Daemon::start_in(dir, policies, extra);
     for caller in callers() {

@@ -289,7 +289,7 @@ fn a_destination_that_is_not_there_refuses_the_start() {
 #[test]
 fn after_a_full_disk_and_resume_the_export_delivers_every_record() {
     if !cordon_tests::is_root() {
-        cordon_tests::skip!("skipped: mounting a tmpfs needs root");
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "mounting a tmpfs needs root");
         return;
     }
     let mnt = tempfile::tempdir().unwrap();

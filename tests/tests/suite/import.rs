@@ -497,7 +497,7 @@ fn review_for_agent(path: &Path) {
 fn the_seed_examples_import_and_run_as_the_owner_and_as_an_agent() {
     use std::os::unix::fs::PermissionsExt as _;
     if !cordon_tests::is_root() {
-        cordon_tests::skip!("skipped: needs root (the agent user, run as the caller)");
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "needs root (the agent user, run as the caller)");
         return;
     }
     cordon_tests::agent::ensure();

@@ -148,7 +148,7 @@ fn a_generated_make_tool_runs_through_the_daemon() {
     let Some(_) =
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).find(|d| d.join("make").is_file())
     else {
-        cordon_tests::skip!("skipped: make is not installed on this machine");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool("make"), "make is not installed on this machine");
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -601,7 +601,7 @@ fn node_pnpm_store_and_npm_workspaces() {
 #[test]
 fn a_mixed_project_gets_each_toolchains_tools_with_their_own_grants() {
     if !Path::new("/usr/bin/make").exists() {
-        cordon_tests::skip!("skipped: make is not installed");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool("make"), "make is not installed");
         return;
     }
     let tmp = open_tempdir();
@@ -713,7 +713,10 @@ fn owned_by_root(dir: &Path) -> Vec<PathBuf> {
 fn node_devdependency_runner_runs_through_the_daemon_as_the_owner_and_for_root() {
     require_root!("the owner identity needs a root daemon and a test user");
     if !Path::new("/usr/bin/node").exists() || !Path::new("/usr/bin/npm").exists() {
-        cordon_tests::skip!("skipped: node and npm are not installed in /usr/bin");
+        cordon_tests::skip!(
+            cordon_tests::Skip::MissingTool("node and npm"),
+            "node and npm are not installed in /usr/bin"
+        );
         return;
     }
     agent::ensure();
@@ -798,8 +801,12 @@ fn node_devdependency_runner_runs_through_the_daemon_as_the_owner_and_for_root()
 #[test]
 fn a_venv_in_the_project_not_activated_runs_pytest_through_the_daemon() {
     require_root!("the owner identity needs a root daemon and a test user");
-    if std::env::var_os("CORDON_TEST_NO_REGISTRY").is_some() || !Path::new("/usr/bin/python3").exists() {
-        cordon_tests::skip!("skipped: no /usr/bin/python3, or CORDON_TEST_NO_REGISTRY is set");
+    if std::env::var_os("CORDON_TEST_NO_REGISTRY").is_some() {
+        cordon_tests::skip!(cordon_tests::Skip::NoRegistry, "CORDON_TEST_NO_REGISTRY is set: pytest comes from PyPI");
+        return;
+    }
+    if !Path::new("/usr/bin/python3").exists() {
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool("/usr/bin/python3"), "the venv is made from it");
         return;
     }
     agent::ensure();
@@ -834,12 +841,12 @@ fn a_venv_in_the_project_not_activated_runs_pytest_through_the_daemon() {
     };
     let made = owner(&["/usr/bin/python3", "-m", "venv", ".venv"]);
     if made.code != Some(0) {
-        cordon_tests::skip!("skipped: python3 -m venv failed: {made:?}");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool("python3-venv"), "python3 -m venv failed: {made:?}");
         return;
     }
     let pip = owner(&[".venv/bin/pip", "install", "--quiet", "--disable-pip-version-check", "pytest==8.3.3"]);
     if pip.code != Some(0) {
-        cordon_tests::skip!("skipped: pytest could not be installed from PyPI: {pip:?}");
+        cordon_tests::skip!(cordon_tests::Skip::NoRegistry, "pytest could not be installed from PyPI: {pip:?}");
         return;
     }
     let out = owner(&[bin("cordon").to_str().unwrap(), "init", "--name", "py", "-o", "-", "."]);
@@ -903,7 +910,7 @@ fn root_running_init_in_a_developers_project_writes_nothing_there() {
 fn a_git_repository_gets_read_only_git_tools_that_run_as_its_owner() {
     require_root!("the owner identity needs a root daemon and a test user");
     if !Path::new("/usr/bin/git").exists() {
-        cordon_tests::skip!("skipped: git is not installed in /usr/bin");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool("git"), "git is not installed in /usr/bin");
         return;
     }
     agent::ensure();

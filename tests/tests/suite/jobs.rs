@@ -257,7 +257,7 @@ fn object(v: Value) -> rmcp::model::JsonObject {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_starts_polls_and_cancels_jobs() {
     if !cordon_tests::is_root() {
-        cordon_tests::skip!("skipped: needs root (the agent user)");
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "needs root (the agent user)");
         return;
     }
     agent::ensure();

@@ -11,7 +11,7 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cordon_tests::{Daemon, Output, bin, fixture, is_root};
+use cordon_tests::{Daemon, Output, Skip, bin, fixture, is_root};
 use serde_json::{Value, json};
 
 /// Where tests/run installs the agent hosts (npm, pinned versions).
@@ -20,9 +20,9 @@ const HOSTS_PREFIX: &str = "/opt/cordon-agent-hosts";
 const CLAUDE_CODE_VERSION: &str = "2.1.332";
 const CODEX_VERSION: &str = "0.171.0";
 
-/// A missing prerequisite: skip with a message, or fail under CI (the harness's `skip!`).
-fn skip_or_fail(why: &str) {
-    cordon_tests::skip!("skipped: {why}");
+/// A missing prerequisite: skip with its reason and a message, or fail under CI (the harness's `skip!`).
+fn skip_or_fail(reason: Skip, why: &str) {
+    cordon_tests::skip!(reason, "{why}");
 }
 
 /// A temporary home and a project directory in it.
@@ -186,7 +186,7 @@ fn remote_flags_are_carried_with_absolute_paths() {
         .current_dir(&p.project)
         .output();
     if !made.is_ok_and(|o| o.status.success()) {
-        return skip_or_fail("openssl cannot make a test certificate");
+        return skip_or_fail(Skip::MissingTool("openssl"), "openssl cannot make a test certificate");
     }
     fs::set_permissions(p.project.join("k.pem"), fs::Permissions::from_mode(0o600)).unwrap();
     let remote = "https://127.0.0.1:9443";
@@ -496,7 +496,7 @@ fn symlinks_followed_owner_and_mode_kept_root_not_redirected() {
     assert_eq!(fs::metadata(p.home.join(".cursor/mcp.json.bak")).unwrap().mode() & 0o7777, 0o604);
 
     if !is_root() {
-        return skip_or_fail("the root half (a user's symlink and directory) takes root");
+        return skip_or_fail(Skip::NotRoot, "the root half (a user's symlink and directory) takes root");
     }
     // A user's symlink in a root-owned place, pointing at a file of root's.
     let victim = p.home.join("root-owned.json");
@@ -527,7 +527,7 @@ fn symlinks_followed_owner_and_mode_kept_root_not_redirected() {
 #[test]
 fn as_an_unprivileged_user_files_are_theirs_and_denials_are_77() {
     if !is_root() {
-        return skip_or_fail("making the agent user takes root");
+        return skip_or_fail(Skip::NotRoot, "making the agent user takes root");
     }
     use cordon_tests::agent::{self, AGENT};
     agent::ensure();
@@ -642,7 +642,7 @@ fn host_cli_with(p: &Place, script: &str, program: &Path, args: &[&str], vars: &
 fn claude_code_lists_the_server_cordon_wrote() {
     let (claude, _) = match agent_hosts() {
         Ok(h) => h,
-        Err(why) => return skip_or_fail(&why),
+        Err(why) => return skip_or_fail(Skip::MissingTool("the agent hosts (Claude Code, Codex)"), &why),
     };
     let version = host_cli(&Place::new(), &claude, &["--version"]);
     assert!(version.stdout.starts_with(CLAUDE_CODE_VERSION), "pinned {CLAUDE_CODE_VERSION}: {version:?}");
@@ -716,7 +716,7 @@ fn claude_code_lists_the_server_cordon_wrote() {
 fn claude_code_reaches_cordon_http_with_the_referenced_token() {
     let (claude, _) = match agent_hosts() {
         Ok(h) => h,
-        Err(why) => return skip_or_fail(&why),
+        Err(why) => return skip_or_fail(Skip::MissingTool("the agent hosts (Claude Code, Codex)"), &why),
     };
     cordon_tests::agent::ensure();
     let daemon = Daemon::start(&[("t.toml", concat!(fixture!(header "5s"), fixture!(echo)))]);
@@ -753,7 +753,7 @@ fn claude_code_reaches_cordon_http_with_the_referenced_token() {
 fn codex_lists_the_server_cordon_wrote() {
     let (_, codex) = match agent_hosts() {
         Ok(h) => h,
-        Err(why) => return skip_or_fail(&why),
+        Err(why) => return skip_or_fail(Skip::MissingTool("the agent hosts (Claude Code, Codex)"), &why),
     };
     let p = Place::new();
     let version = host_cli(&p, &codex, &["--version"]);

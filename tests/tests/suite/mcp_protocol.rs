@@ -630,11 +630,14 @@ sys.stdin.read()
 #[test]
 fn an_agent_at_its_connection_cap_is_told_so_and_other_users_are_not_locked_out() {
     if !is_root() {
-        cordon_tests::skip!("skipped: needs root to create a test user");
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "needs root to create a test user");
         return;
     }
     if !Path::new(PYTHON).exists() {
-        cordon_tests::skip!("skipped: needs {PYTHON} (run as the agent user) to hold its connections");
+        cordon_tests::skip!(
+            cordon_tests::Skip::MissingTool(PYTHON),
+            "needs {PYTHON} (run as the agent user) to hold its connections"
+        );
         return;
     }
     ensure_agent();

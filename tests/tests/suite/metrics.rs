@@ -143,10 +143,13 @@ fn check_openmetrics(text: &str) {
 #[test]
 fn counts_every_outcome_and_refusal_exactly_and_speaks_openmetrics() {
     if !Path::new(CURL).exists() {
-        cordon_tests::skip!("skipped: needs {CURL}");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(CURL), "needs {CURL}");
         return;
     }
     let egress = cordon_tests::is_root().then(upstream);
+    if egress.is_none() {
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "the egress counters (a network namespace per tool)");
+    }
     let d = Daemon::start_with(&[("m.toml", &policy(egress))], &["--metrics", "127.0.0.1:0"]);
     let address = metrics_address(&d);
     assert!(address.starts_with("127.0.0.1:") && !address.ends_with(":0"), "{address}");
@@ -219,7 +222,7 @@ fn counts_every_outcome_and_refusal_exactly_and_speaks_openmetrics() {
 #[test]
 fn without_the_token_or_with_a_wrong_one_the_answer_is_401() {
     if !Path::new(CURL).exists() {
-        cordon_tests::skip!("skipped: needs {CURL}");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(CURL), "needs {CURL}");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

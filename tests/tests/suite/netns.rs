@@ -175,7 +175,7 @@ fn curl_installed() -> bool {
     if Path::new(CURL).exists() {
         return true;
     }
-    cordon_tests::skip!("skipped: {CURL} is not installed (tests/run installs it)");
+    cordon_tests::skip!(cordon_tests::Skip::MissingTool(CURL), "{CURL} is not installed (tests/run installs it)");
     false
 }
 
@@ -265,7 +265,10 @@ fn a_daemon_that_is_not_root_isolates_hosts_tools_in_its_user_namespace() {
         let out = cordon_tests::agent::cordon(&d.socket, &["tools", "--all", "--json"]);
         let text = format!("{}", out.json());
         assert!(text.contains("network.hosts needs a network namespace"), "{text}");
-        eprintln!("note: unprivileged user namespaces are off here; checked the tool is unavailable instead");
+        cordon_tests::skip!(
+            cordon_tests::Skip::NoUserNamespaces,
+            "isolation by a daemon that is not root (checked the tool is unavailable instead)"
+        );
         return;
     }
     assert_isolated(&d, Client::Agent, up.port);
@@ -436,8 +439,11 @@ fn in_own_netns(hosts: &'static str, test: impl FnOnce() + Send + 'static) {
 /// granted as an address, it is reached.
 #[test]
 fn a_name_that_resolves_to_an_address_of_this_host_reaches_nothing() {
-    if !cordon_tests::is_root() || !curl_installed() {
-        cordon_tests::skip!("skipped: needs root (a network namespace of the test's own) and curl");
+    if !cordon_tests::is_root() {
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "a network namespace of the test's own");
+        return;
+    }
+    if !curl_installed() {
         return;
     }
     let hosts = "11.22.33.44 own4.cordon.test\n2606:4700:c0d::1 own6.cordon.test\n11.22.44.1 late.cordon.test\n";
@@ -534,7 +540,7 @@ fn real_tls_clients_get_through_a_name_tunnel_only_with_its_name() {
         return;
     }
     if !Path::new(OPENSSL).exists() {
-        cordon_tests::skip!("skipped: {OPENSSL} is not installed");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(OPENSSL), "{OPENSSL} is not installed");
         return;
     }
     let server = tls_server();

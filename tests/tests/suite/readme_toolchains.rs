@@ -288,7 +288,8 @@ fn readme_rust_example_cargo_test_with_doctests() {
     run.chown_to_owner();
     if let Err(why) = run.owner_can("cargo --version && rustc --version && rustdoc --version") {
         cordon_tests::skip!(
-            "skipped: the README's Rust example, as the owner and as root: no Rust toolchain that {AGENT} (the \
+            cordon_tests::Skip::MissingTool("a Rust toolchain"),
+            "the README's Rust example, as the owner and as root: no Rust toolchain that {AGENT} (the \
              project's owner) can run ({}); a rustup under /root is not readable by other accounts, Debian's cargo \
              package is (tests/run installs it)",
             why.trim()
@@ -322,7 +323,8 @@ fn readme_python_example_pytest_with_multiprocessing() {
     let venv = pytest_venv();
     if let Err(why) = run.owner_can(&format!("{}/bin/pytest --version", venv.display())) {
         cordon_tests::skip!(
-            "skipped: the README's Python example, as the owner and as root: {AGENT} (the project's owner) cannot \
+            cordon_tests::Skip::MissingTool("pytest"),
+            "the README's Python example, as the owner and as root: {AGENT} (the project's owner) cannot \
              run {}/bin/pytest ({}); tests/run makes it from /usr/bin/python3",
             venv.display(),
             why.trim()
@@ -340,7 +342,11 @@ fn readme_node_example_npm_test() {
     crate::init::tape_project(&run.project);
     run.chown_to_owner();
     if let Err(why) = run.owner_can("node --version && npm --version") {
-        cordon_tests::skip!("skipped: the README's Node example: {AGENT} cannot run node and npm ({})", why.trim());
+        cordon_tests::skip!(
+            cordon_tests::Skip::MissingTool("node and npm"),
+            "the README's Node example: {AGENT} cannot run node and npm ({})",
+            why.trim()
+        );
         return;
     }
     // The developer's `npm ci`, as the owner: tape from the registry, or a stand-in package.
@@ -364,7 +370,11 @@ fn readme_c_example_make_test() {
     write(&run.project.join("Makefile"), "test: t\n\t./t\n\nt: t.c\n\tgcc -o t t.c\n");
     run.chown_to_owner();
     if let Err(why) = run.owner_can("make --version && gcc --version") {
-        cordon_tests::skip!("skipped: the README's C example: {AGENT} cannot run make and gcc ({})", why.trim());
+        cordon_tests::skip!(
+            cordon_tests::Skip::MissingTool("make and gcc"),
+            "the README's C example: {AGENT} cannot run make and gcc ({})",
+            why.trim()
+        );
         return;
     }
     run.example(&e, &|_| {});
@@ -379,7 +389,11 @@ fn readme_git_example_commit() {
     write(&run.project.join("lib.txt"), "add_one\n");
     run.chown_to_owner();
     if let Err(why) = run.owner_can("git --version") {
-        cordon_tests::skip!("skipped: the README's git example: {AGENT} cannot run git ({})", why.trim());
+        cordon_tests::skip!(
+            cordon_tests::Skip::MissingTool("git"),
+            "the README's git example: {AGENT} cannot run git ({})",
+            why.trim()
+        );
         return;
     }
     // The owner's repository, with one commit of its own.

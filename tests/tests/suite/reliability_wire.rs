@@ -218,7 +218,7 @@ fn a_daemon_in_a_pid_namespace_leaves_another_daemons_invocations_alone() {
     let policy = "version = 1\n[tools.nap]\ndescription = \"sleeps\"\nreason = \"tests\"\ncommand = [\"/bin/sleep\", \"29.25\"]\n";
     let host = Daemon::start(&[("t.toml", policy)]);
     if host.cordon(&["status", "--json"]).json()["cgroup_mode"] == "none" {
-        cordon_tests::skip!("skipped: no cgroups here");
+        cordon_tests::skip!(cordon_tests::Skip::NoCgroupDelegation, "no cgroups here");
         return;
     }
     let mut call = host.cordon_spawn(&["run", "nap"]);

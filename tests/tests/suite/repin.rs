@@ -300,7 +300,7 @@ fn a_mount_point_is_never_repinned() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        cordon_tests::skip!("skipped: cannot mount a tmpfs here");
+        cordon_tests::skip!(cordon_tests::Skip::CannotMount, "cannot mount a tmpfs here");
         return;
     }
     for agent_calls in [false, true] {

@@ -10,7 +10,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cordon_tests::{Daemon, eventually, is_root, process_gone};
+use cordon_tests::{Daemon, eventually, is_root, process_gone, require_root};
 use serde_json::{Value, json};
 
 /// The attack binary (a bin target of this package).
@@ -110,16 +110,6 @@ fn in_view() -> bool {
 /// checks the mount before the LSM).
 fn write_denied() -> i32 {
     if in_view() { libc::EROFS } else { libc::EACCES }
-}
-
-/// Skips a test that needs root, saying why.
-macro_rules! require_root {
-    ($why:expr) => {
-        if !is_root() {
-            cordon_tests::skip!("skipped: needs root ({})", $why);
-            return;
-        }
-    };
 }
 
 /// Three directories: `w` (write root), `r` (read root), `o` (granted nothing).
@@ -636,7 +626,7 @@ fn a_setuid_root_copy_stays_unprivileged_under_no_new_privs() {
 fn the_child_changes_identity_with_raw_system_calls_not_glibcs_thread_broadcast() {
     require_root!("run_as = \"nobody\"");
     if std::process::Command::new("strace").arg("-V").output().is_err() {
-        cordon_tests::skip!("skipped: strace is not installed");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool("strace"), "strace is not installed");
         return;
     }
     let dir = tempdir();
@@ -666,8 +656,12 @@ fn the_child_changes_identity_with_raw_system_calls_not_glibcs_thread_broadcast(
 
 #[test]
 fn proc_self_status_shows_no_new_privs_seccomp_and_no_capabilities() {
+    let root = is_root();
+    if !root {
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "the run_as tool, the bounding set and the groups");
+    }
     let mut tools = vec![("caller", String::new())];
-    if is_root() {
+    if root {
         tools.push(("nobody", "run_as = \"nobody\"".into()));
     }
     let d = daemon(&tools);
@@ -677,7 +671,7 @@ fn proc_self_status_shows_no_new_privs_seccomp_and_no_capabilities() {
         assert_eq!(r["NoNewPrivs"], "1", "{tool}: {r}");
         assert_eq!(r["Seccomp"], "2", "{tool}: {r}");
         let mut sets = vec!["CapInh", "CapPrm", "CapEff", "CapAmb"];
-        if is_root() {
+        if root {
             // When cordond changes identity it also empties the bounding set and the
             // supplementary groups (a non-root daemon can do neither; its tools keep its groups).
             sets.push("CapBnd");
@@ -687,7 +681,7 @@ fn proc_self_status_shows_no_new_privs_seccomp_and_no_capabilities() {
             assert_eq!(r[set], "0000000000000000", "{tool} {set}: {r}");
         }
     }
-    if is_root() {
+    if root {
         // The root caller's tool runs as uid 0 but holds no capability (checked above).
         let (_, r) = attack(&d, "caller", &["status"]);
         assert_eq!(r["Uid"], "0\t0\t0\t0", "{r}");

@@ -278,7 +278,11 @@ fn status_shows_running_figures_the_queue_and_audit_space_and_agents_see_their_o
     let running = &s["running"][0];
     assert_eq!(running["tool"], "hold", "{s}");
     if s["cgroup_mode"] == "none" {
-        cordon_tests::skip!("skipped the figures: no cgroups on this host ({})", s["figures_note"]);
+        cordon_tests::skip!(
+            cordon_tests::Skip::NoCgroupDelegation,
+            "figures: no cgroups on this host ({})",
+            s["figures_note"]
+        );
         assert!(s["figures_note"].as_str().unwrap().starts_with("not measured"), "{s}");
     } else {
         let measured = ["memory_bytes", "cpu_usec", "pids"].iter().filter(|k| running[**k].is_u64()).count();

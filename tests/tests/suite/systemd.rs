@@ -27,7 +27,10 @@ fn next(notify: &UnixDatagram) -> Vec<String> {
 #[test]
 fn an_activated_cordond_serves_the_passed_socket_and_notifies_ready_reloading_stopping() {
     if !Path::new(SOCKET_ACTIVATE).exists() {
-        cordon_tests::skip!("skipped: {SOCKET_ACTIVATE} is not installed (package systemd)");
+        cordon_tests::skip!(
+            cordon_tests::Skip::MissingTool(SOCKET_ACTIVATE),
+            "{SOCKET_ACTIVATE} is not installed (package systemd)"
+        );
         return;
     }
     let dir = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
@@ -98,7 +101,7 @@ fn an_activated_cordond_serves_the_passed_socket_and_notifies_ready_reloading_st
 fn the_units_pass_systemd_analyze_verify() {
     const ANALYZE: &str = "/usr/bin/systemd-analyze";
     if !Path::new(ANALYZE).exists() {
-        cordon_tests::skip!("skipped: {ANALYZE} is not installed (package systemd)");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(ANALYZE), "{ANALYZE} is not installed (package systemd)");
         return;
     }
     let units = Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/systemd");

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cordon_tests::{Daemon, eventually, is_root, toml_str};
+use cordon_tests::{Daemon, eventually, require_root, toml_str};
 use serde_json::{Value, json};
 
 /// A policy with one `/bin/sh -c {{script}}` tool per `(name, extra keys)`.
@@ -52,16 +52,6 @@ fn stdout(j: &Value) -> &str {
     j["stdout"].as_str().unwrap_or_default()
 }
 
-/// Skips unless the daemon will run tools in a read-only view (root here).
-macro_rules! require_view {
-    () => {
-        if !is_root() {
-            cordon_tests::skip!("skipped: needs root (a daemon that can make mount namespaces)");
-            return;
-        }
-    };
-}
-
 /// A script that writes a program into $TMPDIR, runs it, and says where TMPDIR is.
 const WRITE_AND_RUN: &str = r#"set -e
 echo "tmpdir=$TMPDIR"
@@ -73,7 +63,7 @@ id -u"#;
 
 #[test]
 fn tmpdir_is_set_writable_and_executable_in_every_mode() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     cordon_tests::agent::ensure();
     let w = work_dir();
     let d = Daemon::start(&[(
@@ -113,7 +103,7 @@ fn tmpdir_is_set_writable_and_executable_in_every_mode() {
 
 #[test]
 fn a_policy_tmpdir_wins_and_temp_false_gives_none() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     let w = work_dir();
     let d = Daemon::start(&[(
         "t.toml",
@@ -136,7 +126,7 @@ fn a_policy_tmpdir_wins_and_temp_false_gives_none() {
 
 #[test]
 fn concurrent_invocations_do_not_see_each_others_temp_files() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     let w = work_dir();
     let d = Daemon::start(&[(
         "t.toml",
@@ -180,7 +170,7 @@ fn concurrent_invocations_do_not_see_each_others_temp_files() {
 
 #[test]
 fn the_temp_dir_goes_after_a_timeout() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     let w = work_dir();
     let d = Daemon::start(&[(
         "t.toml",
@@ -204,7 +194,7 @@ fn the_temp_dir_goes_after_a_timeout() {
 
 #[test]
 fn planted_symlinks_make_the_daemon_neither_follow_nor_delete() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     let w = work_dir();
     let victim_dir = tempfile::Builder::new().prefix("cordon-temp-victim-").tempdir_in("/tmp").unwrap();
     let victim = victim_dir.path().join("precious");
@@ -237,7 +227,7 @@ fn planted_symlinks_make_the_daemon_neither_follow_nor_delete() {
 
 #[test]
 fn tmp_and_dev_shm_are_private_for_a_tool_without_paths_beneath_them() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     let marker = tempfile::Builder::new().prefix("cordon-host-marker-").tempfile_in("/tmp").unwrap();
     let name = marker.path().file_name().unwrap().to_str().unwrap().to_string();
     let shm_name = format!("cordon-temp-test-{}", std::process::id());
@@ -262,7 +252,7 @@ fn tmp_and_dev_shm_are_private_for_a_tool_without_paths_beneath_them() {
 
 #[test]
 fn the_size_bound_gives_enospc() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     let w = work_dir();
     let d = Daemon::start(&[(
         "t.toml",
@@ -282,7 +272,7 @@ fn the_size_bound_gives_enospc() {
 
 #[test]
 fn a_daemon_that_stops_cleanly_leaves_no_directory_of_its_own() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     // cordond's own temp dir (TMPDIR here) gets its `cordon-tmp.XXXXXX` when a tool's TMPDIR is
     // a fresh directory (its working dir lies beneath /tmp); a clean stop removes it.
     let tmp = work_dir();
@@ -314,7 +304,7 @@ fn a_daemon_that_stops_cleanly_leaves_no_directory_of_its_own() {
 
 #[test]
 fn the_number_of_files_is_bounded_too() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     // Empty files cost no pages but kernel memory no cgroup may count: the tmpfs bounds its
     // inodes with its size (1 per 16 KiB, at least 1,024; 1MiB gives 1,024).
     let d = Daemon::start(&[("t.toml", &policy(&[("small", "temp = { size = \"1MiB\" }".into())]))]);
@@ -332,7 +322,7 @@ fn the_number_of_files_is_bounded_too() {
 
 #[test]
 fn tmpfs_pages_count_against_the_memory_limit() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     // A temp space larger than the memory limit: what the tool keeps in tmpfs is charged to its
     // memory cgroup, so filling it ends the tool (the cgroup's OOM kill) well before the tmpfs is
     // full.
@@ -344,7 +334,7 @@ fn tmpfs_pages_count_against_the_memory_limit() {
     let records = d.audit_records();
     let finished = records.iter().rfind(|r| r["decision"] == "finished").expect("a finished record");
     if finished["sandbox"]["cgroup"] != true {
-        cordon_tests::skip!("skipped: no memory cgroup on this host");
+        cordon_tests::skip!(cordon_tests::Skip::NoCgroupDelegation, "no memory cgroup on this host");
         return;
     }
     // The memory cgroup's OOM kill, not a timeout and not a full tmpfs. Where the kernel kills
@@ -359,7 +349,7 @@ fn tmpfs_pages_count_against_the_memory_limit() {
 
 #[test]
 fn grants_beneath_tmp_stay_visible() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     let w = work_dir();
     std::fs::write(w.path().join("input"), "granted content").unwrap();
     let d = Daemon::start(&[("t.toml", &policy(&[("reader", format!("read = [{}]", toml_str(w.path())))]))]);
@@ -374,9 +364,9 @@ fn grants_beneath_tmp_stay_visible() {
 
 #[test]
 fn python_multiprocessing_works_with_only_the_defaults() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     if !Path::new("/usr/bin/python3").exists() {
-        cordon_tests::skip!("skipped: no /usr/bin/python3");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool("/usr/bin/python3"), "no /usr/bin/python3");
         return;
     }
     let d = Daemon::start(&[(
@@ -432,7 +422,8 @@ fn a_daemon_that_is_not_root_gives_private_temp_too() {
         .is_ok_and(|s| s.success());
     if !userns {
         cordon_tests::skip!(
-            "skipped: this kernel refuses unprivileged user namespaces (the tool then gets a plain directory)"
+            cordon_tests::Skip::NoUserNamespaces,
+            "this kernel refuses unprivileged user namespaces (the tool then gets a plain directory)"
         );
         return;
     }
@@ -469,7 +460,7 @@ fn a_daemon_that_is_not_root_gives_private_temp_too() {
 /// call (the directory's owner) runs.
 #[test]
 fn a_tmpdir_the_tools_account_cannot_traverse_is_refused_with_the_fix() {
-    require_view!();
+    require_root!("a daemon that can make mount namespaces");
     cordon_tests::agent::ensure();
     let work = work_dir();
     let closed = work.path().join("closed");

@@ -459,11 +459,11 @@ fn template(kind: &str, root: &Path, path: Option<&Path>) -> (String, Daemon) {
 }
 
 /// A toolchain program on this machine's PATH, or a skip message.
-fn have(program: &str) -> bool {
+fn have(program: &'static str) -> bool {
     let ok =
         Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
     if !ok {
-        cordon_tests::skip!("skipped: {program} is not installed");
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(program), "{program} is not on PATH");
     }
     ok
 }
@@ -514,7 +514,11 @@ fn pytest_venv() -> Option<PathBuf> {
         .map_or_else(|| PathBuf::from("/opt/cordon-pytest-venv"), PathBuf::from);
     let ok = venv.join("bin/pytest").is_file();
     if !ok {
-        cordon_tests::skip!("skipped: no pytest at {}/bin/pytest (tests/run installs it there)", venv.display());
+        cordon_tests::skip!(
+            cordon_tests::Skip::MissingTool("pytest"),
+            "no pytest at {}/bin/pytest (tests/run installs it there)",
+            venv.display()
+        );
     }
     ok.then_some(venv)
 }
