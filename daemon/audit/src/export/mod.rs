@@ -471,34 +471,7 @@ pub(crate) fn severity(decision: &str) -> (i32, u8, &'static str) {
     }
 }
 
-/// Nanoseconds since the epoch of a record's `time` (`2026-11-22T04:25:00.123456Z`).
-pub(crate) fn unix_nanos(time: &str) -> Option<u64> {
-    let b = time.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| time.get(r)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let rest = time.get(19..)?.strip_suffix('Z')?;
-    let frac = match rest.strip_prefix('.') {
-        Some(f) if !f.is_empty() && f.len() <= 9 && f.bytes().all(|c| c.is_ascii_digit()) => {
-            f.parse::<i64>().ok()? * 10i64.pow(9 - f.len() as u32)
-        }
-        None if rest.is_empty() => 0,
-        _ => return None,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
-    u64::try_from(secs).ok()?.checked_mul(1_000_000_000)?.checked_add(u64::try_from(frac).ok()?)
-}
+pub(crate) use cordon_core::audit::chain::unix_nanos;
 
 #[cfg(test)]
 mod tests {
