@@ -1,5 +1,5 @@
 //! The invocation lifecycle: look up, validate, admit (concurrency limits and the wait queue,
-//! see [`crate::admission`]), run, cancel.
+//! see [`admission`]), run, cancel.
 //!
 //! Architecture invariant: a process is only ever started from a [`Started`] invocation, which
 //! can only be built by [`Invoker::start`] once its `started` audit record is on disk, from a
@@ -10,7 +10,13 @@
 //!
 //! [`metrics`]: what the invoker counts (`--metrics`), handed to it at startup.
 
+pub(crate) mod admission;
+pub(crate) mod cache;
+pub(crate) mod confirm;
+pub(crate) mod hint;
+pub(crate) mod jobs;
 pub(crate) mod metrics;
+pub(crate) mod workflow;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,13 +27,13 @@ use tokio_util::sync::CancellationToken;
 
 use serde_json::{Value, json};
 
-use crate::admission::{self, AdmissionError, Slot, Slots};
 use crate::audit::{self, Audit, AuditError, Decision, Record};
-use crate::cache::{self, ResultCache};
 use crate::caller::Caller;
-use crate::confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use crate::egress;
 use crate::registry::RegistryHandle;
+use admission::{AdmissionError, Slot, Slots};
+use cache::ResultCache;
+use confirm::{ConfirmError, Confirmations, Parked, Redeemed, Ticket};
 use cordon_core::argv::{self, Account, Plan};
 use cordon_core::code::ResultCode;
 use cordon_core::denial::{Denial, Explained, FileKind, Run};
@@ -143,7 +149,7 @@ impl CancelReason {
 #[derive(Debug, Clone)]
 pub(crate) struct Confirmed {
     pub approval_id: String,
-    pub via: crate::confirm::Via,
+    pub via: confirm::Via,
 }
 
 /// What `prepare` decided.
@@ -457,22 +463,22 @@ pub struct Settings {
     /// How long a human approval may take.
     pub human_ttl: Duration,
     /// Caps on outstanding confirmations, and whether MCP elicitation may approve a human one.
-    pub confirmations: crate::confirm::Limits,
+    pub confirmations: confirm::Limits,
     /// Bounds of the result cache.
     pub cache: cache::Limits,
     /// How long finished jobs are kept, and how many jobs (see `jobs.rs`).
-    pub jobs: crate::jobs::Limits,
+    pub jobs: jobs::Limits,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             admission: admission::Limits::default(),
-            agent_ttl: crate::confirm::AGENT_TTL,
-            human_ttl: crate::confirm::HUMAN_TTL,
-            confirmations: crate::confirm::Limits::default(),
+            agent_ttl: confirm::AGENT_TTL,
+            human_ttl: confirm::HUMAN_TTL,
+            confirmations: confirm::Limits::default(),
             cache: cache::Limits::default(),
-            jobs: crate::jobs::Limits::default(),
+            jobs: jobs::Limits::default(),
         }
     }
 }
@@ -774,7 +780,7 @@ impl Invoker {
         match &result {
             Ok(prepared) => {
                 // An admin's approval was recorded when it was given.
-                if let Some(c) = prepared.confirmed.as_ref().filter(|c| c.via != crate::confirm::Via::Admin) {
+                if let Some(c) = prepared.confirmed.as_ref().filter(|c| c.via != confirm::Via::Admin) {
                     self.audit.record(
                         Record::new(Decision::ConfirmationGranted)
                             .tool(&prepared.tool.name)

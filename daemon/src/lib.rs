@@ -36,33 +36,27 @@
 // Output goes through `cordon_core::stdio`: a closed pipe or a full disk must not panic.
 #![cfg_attr(not(test), deny(clippy::print_stdout, clippy::print_stderr))]
 
-mod admission;
 mod authz;
-mod cache;
-mod confirm;
 mod egress;
 #[doc(hidden)]
 pub mod fuzzing;
-mod hint;
 mod identities;
 mod invoke;
-mod jobs;
 mod metrics;
 mod registry;
 mod server;
 mod startup;
 mod tokens;
-mod workflow;
 
 use cordon_audit as audit;
 use cordon_core::caller;
 
 // The surface: from a `Config` to a serving daemon (main.rs, daemon/tests/in_process.rs).
-pub use admission::Limits as AdmissionLimits;
-pub use cache::{DEFAULT_MAX_ENTRIES as CACHE_MAX_ENTRIES, Limits as CacheLimits};
-pub use confirm::Limits as ConfirmLimits;
 pub use invoke::Settings;
-pub use jobs::Limits as JobLimits;
+pub use invoke::admission::Limits as AdmissionLimits;
+pub use invoke::cache::{DEFAULT_MAX_ENTRIES as CACHE_MAX_ENTRIES, Limits as CacheLimits};
+pub use invoke::confirm::Limits as ConfirmLimits;
+pub use invoke::jobs::Limits as JobLimits;
 pub use metrics::{Options as MetricsOptions, parse_listen as parse_metrics_listen};
 pub use server::socket::take_activated;
 pub use server::tls::Options as TlsOptions;

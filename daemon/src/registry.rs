@@ -19,7 +19,7 @@ use cordon_sandbox::{Profile, ProgramCache, Programs};
 pub struct Registry {
     pub generation: u64,
     pub tools: BTreeMap<String, Arc<Tool>>,
-    /// Workflows by name: steps of this generation's tools (see `crate::workflow`).
+    /// Workflows by name: steps of this generation's tools (see `crate::invoke::workflow`).
     pub workflows: BTreeMap<String, Arc<Workflow>>,
     /// Warnings from the load that produced this generation.
     pub warnings: Vec<Diagnostic>,

@@ -3,7 +3,7 @@
 
 use cordon_proto::v1;
 
-use crate::confirm::{PendingInfo, Ticket};
+use crate::invoke::confirm::{PendingInfo, Ticket};
 use crate::invoke::{Answer, CacheHit, DryRun, RunningInfo};
 use cordon_core::policy::{
     Availability, Confirm, Danger, Diagnostic, Network, Output, Param, ParamKind, Principal, RunAs, Severity, Tool,
@@ -124,7 +124,7 @@ pub(crate) fn workflow(w: &Workflow, unavailable: Option<String>, admin: bool) -
 pub(crate) const WORKFLOW_RESULT_SCHEMA: &str = r#"{"type":"object","properties":{"workflow":{"type":"string"},"workflow_id":{"type":"string"},"ok":{"type":"boolean"},"step_count":{"type":"integer"},"steps":{"type":"array","items":{"type":"object","properties":{"index":{"type":"integer"},"tool":{"type":"string"},"ok":{"type":"boolean"},"exit_code":{"type":["integer","null"]},"duration_ms":{"type":"integer"},"error":{"type":["string","null"]},"invocation_id":{"type":"string"},"stderr_tail":{"type":"string"}},"required":["index","tool","ok","exit_code","duration_ms","error","invocation_id"]}},"failed_step":{"type":["object","null"],"properties":{"index":{"type":"integer"},"tool":{"type":"string"},"why":{"type":"string"}},"required":["index","tool","why"]}},"required":["workflow","workflow_id","ok","step_count","steps","failed_step"]}"#;
 
 /// How a workflow ended, as the wire says it.
-pub(crate) fn workflow_result(run: &crate::workflow::WorkflowRun) -> v1::WorkflowResult {
+pub(crate) fn workflow_result(run: &crate::invoke::workflow::WorkflowRun) -> v1::WorkflowResult {
     let n = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
     v1::WorkflowResult {
         workflow_id: run.id.clone(),
@@ -301,7 +301,7 @@ fn denial(e: &cordon_core::denial::Explained) -> v1::Denial {
 
 /// A call answered from the result cache: the cached run's result, under this call's id.
 pub(crate) fn cached(hit: CacheHit) -> v1::Finished {
-    let age = u64::try_from(crate::cache::age(&hit.entry).as_millis()).unwrap_or(u64::MAX);
+    let age = u64::try_from(crate::invoke::cache::age(&hit.entry).as_millis()).unwrap_or(u64::MAX);
     let from = hit.entry.invocation_id.clone();
     let answer = Answer { outcome: hit.entry.outcome, verdict: hit.entry.verdict, denials: Vec::new() };
     let mut f = finished(&hit.id, answer);

@@ -52,7 +52,7 @@ pub(crate) fn log_bytes(log: &Path) -> Option<u64> {
 }
 
 /// The result cache's figures.
-pub(crate) fn cache(cache: &crate::cache::ResultCache) -> v1::CacheFigures {
+pub(crate) fn cache(cache: &crate::invoke::cache::ResultCache) -> v1::CacheFigures {
     let stats = cache.stats();
     let limits = cache.limits();
     v1::CacheFigures {

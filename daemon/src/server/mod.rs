@@ -59,9 +59,9 @@ pub(crate) struct Daemon {
     pub started: Instant,
     pub socket_path: PathBuf,
     /// Detached invocations and workflows, and their outcomes.
-    pub jobs: crate::jobs::Jobs<rpc::jobs::JobOutcome>,
+    pub jobs: crate::invoke::jobs::Jobs<rpc::jobs::JobOutcome>,
     /// The workflows running now (attached or detached), so that `Cancel` finds them by id.
-    pub workflows: Arc<crate::workflow::Running>,
+    pub workflows: Arc<crate::invoke::workflow::Running>,
     /// Bearer tokens admins issued for agents (see [`crate::tokens`]).
     pub tokens: Arc<crate::tokens::Tokens>,
     /// The TLS listener's certificates and identity mapping (`--listen-tls`), reloaded with the
@@ -90,7 +90,7 @@ impl Daemon {
         metrics: Option<metrics::Counted>,
     ) -> Arc<Daemon> {
         audit.follow_policies(registry.digests());
-        let jobs = crate::jobs::Jobs::new(settings.jobs);
+        let jobs = crate::invoke::jobs::Jobs::new(settings.jobs);
         let (invoke_metrics, egress_metrics) = metrics.as_ref().map(|m| (m.invoke.clone(), m.egress.clone())).unzip();
         let invoker =
             Arc::new(Invoker::new(registry.clone(), host, settings, audit.clone(), invoke_metrics, egress_metrics));

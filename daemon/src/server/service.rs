@@ -14,7 +14,7 @@ use super::{Daemon, convert, rpc, status};
 use crate::audit::{Decision, Record};
 use crate::authz::Role;
 use crate::caller::Caller;
-use crate::hint::HintInput;
+use crate::invoke::hint::HintInput;
 use cordon_core::code::{ErrorCode, ResultCode};
 use cordon_core::policy::{self, Availability, diag};
 
@@ -326,21 +326,26 @@ impl CordonService {
     pub(super) async fn begin_workflow(
         &self,
         admitted: AdmittedWorkflow,
-        stop: crate::workflow::Stop,
+        stop: crate::invoke::workflow::Stop,
         job: bool,
-    ) -> Result<crate::workflow::Begun, Status> {
+    ) -> Result<crate::invoke::workflow::Begun, Status> {
         let AdmittedWorkflow { caller, workflow, generation, args } = admitted;
         self.runner().begin(caller, workflow, generation, args, stop, job).await.map_err(|e| status::invoke(&e))
     }
 
     /// The workflow runner over this daemon's state.
-    pub(super) fn runner(&self) -> crate::workflow::Runner<'_> {
+    pub(super) fn runner(&self) -> crate::invoke::workflow::Runner<'_> {
         let d = &self.daemon;
-        crate::workflow::Runner { invoker: &d.invoker, registry: &d.registry, authz: &d.authz, running: &d.workflows }
+        crate::invoke::workflow::Runner {
+            invoker: &d.invoker,
+            registry: &d.registry,
+            authz: &d.authz,
+            running: &d.workflows,
+        }
     }
 
     /// Runs a workflow for `caller` (RunWorkflow, or Invoke naming a workflow) and answers once
-    /// it ended (see [`crate::workflow`]). If the client goes away, the running step is
+    /// it ended (see [`crate::invoke::workflow`]). If the client goes away, the running step is
     /// cancelled and no further step starts; `Cancel` with the workflow's id does the same.
     pub(super) async fn workflow_call(
         &self,
@@ -349,7 +354,7 @@ impl CordonService {
         arguments_json: &str,
     ) -> Result<v1::WorkflowResult, Status> {
         let admitted = self.admit_workflow(&caller, name, arguments_json)?;
-        let stop = crate::workflow::Stop::default();
+        let stop = crate::invoke::workflow::Stop::default();
         // Dropped (the client went away): the running step is cancelled, no further step starts.
         let _guard = stop.on_drop();
         let begun = self.begin_workflow(admitted, stop, false).await?;

@@ -8,8 +8,8 @@ use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
 use crate::audit::AuditError;
-use crate::confirm::ConfirmError;
 use crate::invoke::InvokeError;
+use crate::invoke::confirm::ConfirmError;
 use cordon_core::code::ErrorCode;
 use cordon_core::validate::ValidationError;
 
@@ -192,7 +192,7 @@ pub(crate) fn unknown_job(id: &str) -> Status {
     )
 }
 
-pub(crate) fn jobs_full(e: &crate::jobs::Full) -> Status {
+pub(crate) fn jobs_full(e: &crate::invoke::jobs::Full) -> Status {
     with_code(Code::ResourceExhausted, ErrorCode::TooManyJobs, None, e.to_string())
 }
 

@@ -34,7 +34,7 @@ pub(in crate::server) async fn watch_pending(
     let mut changes = invoker.confirmations().subscribe();
     let snapshot = invoker.confirmations().pending();
     let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let added = |p: &crate::confirm::PendingInfo| v1::PendingEvent {
+    let added = |p: &crate::invoke::confirm::PendingInfo| v1::PendingEvent {
         event: Some(v1::pending_event::Event::Added(convert::pending(p))),
     };
     tokio::spawn(async move {
@@ -49,8 +49,8 @@ pub(in crate::server) async fn watch_pending(
                 change = changes.recv() => change,
             };
             let event = match event {
-                Ok(crate::confirm::PendingChange::Added(p)) => added(&p),
-                Ok(crate::confirm::PendingChange::Gone { approval_id, tool, reason }) => v1::PendingEvent {
+                Ok(crate::invoke::confirm::PendingChange::Added(p)) => added(&p),
+                Ok(crate::invoke::confirm::PendingChange::Gone { approval_id, tool, reason }) => v1::PendingEvent {
                     event: Some(v1::pending_event::Event::Gone(v1::PendingGone {
                         approval_id,
                         tool,

@@ -1,5 +1,5 @@
 //! The job RPCs (`StartJob`, `GetJob`, `ListJobs`, `CancelJob`): detached invocations over
-//! [`crate::jobs::Jobs`]. A job goes through the invoker exactly like `Invoke` (validation,
+//! [`crate::invoke::jobs::Jobs`]. A job goes through the invoker exactly like `Invoke` (validation,
 //! authorization, confirmation, admission, durable `started` and terminal records); only the
 //! result goes to the job table instead of a stream, so the client going away cancels nothing.
 
@@ -12,11 +12,11 @@ use tonic::Status;
 use crate::audit::{Decision, Record};
 use crate::authz::Role;
 use crate::caller::Caller;
+use crate::invoke::jobs::{JobView, Kind};
+use crate::invoke::workflow::Stop;
 use crate::invoke::{Admission, CancelReason, Mark, Started};
-use crate::jobs::{JobView, Kind};
 use crate::server::service::{CordonService, finished};
 use crate::server::{convert, status};
-use crate::workflow::Stop;
 
 /// The longest one `GetJob` waits (clients wanting longer ask again).
 pub(in crate::server) const MAX_WAIT: Duration = Duration::from_secs(60);
