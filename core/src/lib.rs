@@ -14,6 +14,7 @@
 //! - [`display`]: caller-chosen text made safe for a terminal.
 //! - [`host`]: the host's sandbox facts as `cordond --probe` reports them.
 //! - [`resolve`]: opening paths without following symlinks.
+//! - [`secret`]: secrets a tool never sees: their sources, hosts and places in a request.
 //! - [`token`]: the bearer tokens an admin issues for agents: their text form and hash.
 //!
 //! Architecture invariant: this crate has no `unsafe` (the compiler checks it), runs no process
@@ -33,6 +34,7 @@ pub mod egress;
 pub mod host;
 pub mod policy;
 pub mod resolve;
+pub mod secret;
 pub mod stdio;
 pub mod token;
 pub mod validate;

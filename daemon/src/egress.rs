@@ -58,6 +58,8 @@ pub(crate) fn proxy(
         log: Arc::new(AuditLog(audit.clone())),
         metrics: metrics.cloned(),
         resolver: Resolver::System,
+        secrets: Vec::new(),
+        authority: None,
     })
 }
 

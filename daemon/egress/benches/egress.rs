@@ -140,6 +140,8 @@ async fn proxy(port: u16, disk: &str) -> Proxy {
         log: log.clone(),
         metrics: None,
         resolver: Resolver::System,
+        secrets: Vec::new(),
+        authority: None,
     };
     let task = tokio::spawn(serve(listener, ctx, stop.clone()));
     Proxy { addr, stop, task, log, _dir: dir }

@@ -67,17 +67,21 @@ mod proxy;
 mod reply;
 mod request;
 mod resolve;
+mod secret;
 mod sni;
 mod socks;
 mod splice;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod upstream;
 
 pub use log::{Durable, EgressLog, EgressRecord, LogError, RecordKind};
 pub use metrics::EgressMetrics;
 pub use proxy::{Context, Handoff, MAX_REFUSAL_RECORDS, Summary, serve};
 pub use resolve::Resolver;
+pub use secret::Secret;
+pub use tls::{Authority, AuthorityError};
 
 /// The proxy's parsers on bytes, for the fuzz targets (not an API).
 #[doc(hidden)]

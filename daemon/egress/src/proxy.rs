@@ -47,6 +47,11 @@ pub struct Context {
     /// Its counters (`None`: nothing counts, cordond runs without `--metrics`).
     pub metrics: Option<EgressMetrics>,
     pub resolver: Resolver,
+    /// The invocation's secrets (empty: none), each replaced for its hosts only.
+    pub secrets: Vec<crate::Secret>,
+    /// The daemon's CA, for hosts whose connections the proxy terminates (`None`: cordond has
+    /// none, and no tool with secrets or request rules is available).
+    pub authority: Option<std::sync::Arc<crate::Authority>>,
 }
 
 /// What an invocation's connections did, for its terminal record and the denials it shows.

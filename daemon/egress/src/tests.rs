@@ -136,6 +136,8 @@ async fn proxy(egress: Egress, resolver: Resolver) -> Harness {
         log: log.clone(),
         metrics: None,
         resolver,
+        secrets: Vec::new(),
+        authority: None,
     };
     let proxy = tokio::spawn(serve(listener, ctx, stop.clone()));
     Harness { addr, stop, proxy, log }
@@ -528,6 +530,8 @@ async fn a_log_that_fails_refuses_the_connection_and_upstream_is_never_connected
         log: log.clone(),
         metrics: None,
         resolver: Resolver::System,
+        secrets: Vec::new(),
+        authority: None,
     };
     let proxy = tokio::spawn(serve(listener, ctx, stop.clone()));
     let exchange = |request: Vec<u8>| async move {
@@ -584,6 +588,8 @@ async fn the_handoff_starts_the_proxy_on_the_listener_and_finish_stops_it() {
         log: log.clone(),
         metrics: None,
         resolver: Resolver::System,
+        secrets: Vec::new(),
+        authority: None,
     };
     // As the sandbox does: a blocking std listener, handed over from another thread.
     let (proxy, hand) = Handoff::new(ctx(&log));
