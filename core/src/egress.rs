@@ -104,6 +104,33 @@ pub struct Egress {
     /// Bytes through the proxy per invocation, both directions together; a connection that
     /// would pass it is cut.
     pub max_bytes: u64,
+    /// What may be asked of some of those hosts, and how their upstream is verified when the
+    /// proxy terminates TLS for them (a `hosts` entry written as a table). Each names a rule
+    /// that is also in `hosts`; hosts without one are asked anything their rule allows.
+    pub http: Vec<HostHttp>,
+}
+
+/// The table form of a `hosts` entry, beyond its `host:port`: rules on the requests made to it,
+/// and the root-owned CA its upstream must chain to when the proxy terminates TLS for it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostHttp {
+    /// The `hosts` rule this applies to.
+    pub rule: HostRule,
+    /// Rules on each request (method, path prefix); `None`: any request.
+    pub requests: Option<RequestRules>,
+    /// `upstream_ca`: a root-owned PEM file the upstream's certificate must chain to, instead
+    /// of the system's roots (there is no option that disables verification).
+    pub upstream_ca: Option<std::path::PathBuf>,
+}
+
+/// What may be asked of a host (`methods`, `paths`, `read_only = true` for GET, HEAD and
+/// OPTIONS). Empty lists allow any method or path.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct RequestRules {
+    /// Upper-case methods allowed (empty: any).
+    pub methods: Vec<String>,
+    /// Path prefixes allowed, each starting with `/` (empty: any).
+    pub paths: Vec<String>,
 }
 
 /// Why the proxy refuses a connection (its audit record's `why`, and the tool's 403 body).
@@ -570,6 +597,7 @@ mod tests {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_call: DEFAULT_CONNECTIONS_PER_CALL,
             max_bytes: DEFAULT_MAX_BYTES,
+            http: Vec::new(),
         }
     }
 

@@ -128,6 +128,7 @@ async fn proxy(port: u16, disk: &str) -> Proxy {
         max_connections: 64,
         max_connections_per_call: cordon_core::egress::CONNECTIONS_PER_CALL_LIMIT,
         max_bytes: u64::MAX / 2,
+        http: Vec::new(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -120,6 +120,7 @@ fn egress(hosts: &[String]) -> Egress {
         max_connections: 32,
         max_connections_per_call: cordon_core::egress::DEFAULT_CONNECTIONS_PER_CALL,
         max_bytes: 1 << 30,
+        http: Vec::new(),
     }
 }
 

@@ -288,7 +288,7 @@ impl Parser<'_> {
         else {
             return None;
         };
-        ok.then_some(Egress { hosts: rules, max_connections, max_connections_per_call, max_bytes })
+        ok.then_some(Egress { hosts: rules, max_connections, max_connections_per_call, max_bytes, http: Vec::new() })
     }
 
     fn ports(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<u16>> {
