@@ -58,6 +58,7 @@
 //! - No metric label holds a host a tool asked for.
 #![forbid(unsafe_code)]
 
+mod exchange;
 mod fuzz;
 mod host;
 mod http;
@@ -71,6 +72,8 @@ mod secret;
 mod sni;
 mod socks;
 mod splice;
+mod substitute;
+mod terminate;
 #[cfg(test)]
 mod tests;
 mod tls;

@@ -23,11 +23,21 @@ struct BytesLabels {
     direction: &'static str,
 }
 
-/// Connections allowed and refused, and bytes moved, by tool. Cloning shares the counters.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TerminatedLabels {
+    tool: String,
+    /// `tls` (the proxy terminated it) or `http` (a plain request it read).
+    kind: &'static str,
+}
+
+/// Connections allowed and refused, and bytes moved, by tool; connections the proxy reads
+/// (terminated TLS, plain HTTP) and their requests by outcome. Cloning shares the counters.
 #[derive(Debug, Clone, Default)]
 pub struct EgressMetrics {
     connections: Family<ConnectionLabels, Counter>,
     bytes: Family<BytesLabels, Counter>,
+    terminated: Family<TerminatedLabels, Counter>,
+    requests: Family<ConnectionLabels, Counter>,
 }
 
 impl EgressMetrics {
@@ -46,7 +56,34 @@ impl EgressMetrics {
             Unit::Bytes,
             m.bytes.clone(),
         );
+        registry.register(
+            "egress_terminated",
+            "Connections whose requests cordond's egress proxy read: TLS it terminated (a secret or request rules \
+             for the host), or plain HTTP",
+            m.terminated.clone(),
+        );
+        registry.register(
+            "egress_requests",
+            "Requests on connections the egress proxy read: allowed, or refused and why (exfiltration, request-rules, \
+             ...)",
+            m.requests.clone(),
+        );
         m
+    }
+
+    /// A connection whose requests the proxy reads (`tls`: terminated).
+    pub(crate) fn terminated(&self, tool: &str, tls: bool) {
+        let kind = if tls { "tls" } else { "http" };
+        self.terminated.get_or_create(&TerminatedLabels { tool: tool.to_string(), kind }).inc();
+    }
+
+    /// A request on such a connection, allowed (`refused: None`) or refused, by kind.
+    pub(crate) fn request(&self, tool: &str, refused: Option<&'static str>) {
+        let (result, reason) = match refused {
+            None => ("allowed", ""),
+            Some(kind) => ("refused", kind),
+        };
+        self.requests.get_or_create(&ConnectionLabels { tool: tool.to_string(), result, reason }).inc();
     }
 
     /// A connection allowed (`refused: None`) or refused, by kind.
