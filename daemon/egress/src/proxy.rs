@@ -581,7 +581,8 @@ fn http_status(why: &Why) -> u16 {
             | Refusal::Special { .. }
             | Refusal::SniMismatch { .. }
             | Refusal::HostMismatch { .. }
-            | Refusal::Unverifiable(_),
+            | Refusal::Unverifiable(_)
+            | Refusal::Request(_),
         ) => 403,
         Why::Refused(Refusal::Unresolved(_)) => 502,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
@@ -599,7 +600,8 @@ fn socks_reply(why: &Why) -> u8 {
             | Refusal::Special { .. }
             | Refusal::SniMismatch { .. }
             | Refusal::HostMismatch { .. }
-            | Refusal::Unverifiable(_),
+            | Refusal::Unverifiable(_)
+            | Refusal::Request(_),
         ) => socks_code::NOT_ALLOWED,
         Why::Refused(Refusal::Unresolved(_)) | Why::InvalidHost(_) => socks_code::HOST_UNREACHABLE,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
