@@ -76,6 +76,7 @@ struct FileLog {
     /// Records per kind (`egress`, `egress_closed`), for the check.
     egress: AtomicU64,
     closed: AtomicU64,
+    requests: AtomicU64,
 }
 
 impl FileLog {
@@ -96,6 +97,7 @@ impl FileLog {
         match record.kind() {
             RecordKind::Egress => self.egress.fetch_add(1, Ordering::Relaxed),
             RecordKind::EgressClosed => self.closed.fetch_add(1, Ordering::Relaxed),
+            RecordKind::EgressRequest => self.requests.fetch_add(1, Ordering::Relaxed),
         };
         Ok(())
     }
@@ -122,7 +124,12 @@ struct Proxy {
 async fn proxy(port: u16, disk: &str) -> Proxy {
     let dir = tempfile::Builder::new().prefix("cordon-bench-").tempdir_in(disk).unwrap();
     let file = std::fs::File::create(dir.path().join("egress.jsonl")).unwrap();
-    let log = Arc::new(FileLog { file: Mutex::new(file), egress: AtomicU64::new(0), closed: AtomicU64::new(0) });
+    let log = Arc::new(FileLog {
+        file: Mutex::new(file),
+        egress: AtomicU64::new(0),
+        closed: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
+    });
     let egress = Egress {
         hosts: vec![parse_rule(&format!("127.0.0.1:{port}")).unwrap()],
         max_connections: 64,

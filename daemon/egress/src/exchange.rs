@@ -315,29 +315,6 @@ pub(crate) async fn answer<W: AsyncWrite + Unpin>(to: &mut W, status: u16, kind:
     let _ = to.shutdown().await;
 }
 
-/// Request rules on `method` and `target`: `Err(why)` when they refuse it. Methods are
-/// compared exactly (upper case); a path must start with one of the prefixes, and a path with
-/// dot segments or encoded slashes or dots (which a server may resolve out of the prefix) is
-/// refused under path rules.
-pub(crate) fn rules_allow(rules: &RequestRules, method: &str, target: &str) -> Result<(), String> {
-    if !rules.methods.is_empty() && !rules.methods.iter().any(|m| m == method) {
-        return Err(format!("the method {method} is not among the host's methods ({})", rules.methods.join(", ")));
-    }
-    if rules.paths.is_empty() {
-        return Ok(());
-    }
-    let path = target.split(['?', '#']).next().unwrap_or_default();
-    let lower = path.to_ascii_lowercase();
-    let dotted = path.split('/').any(|seg| seg == "." || seg == "..");
-    if dotted || lower.contains("%2f") || lower.contains("%2e") || lower.contains("%5c") || path.contains('\\') {
-        return Err(format!("the path {:?} has dot segments or encoded separators", clip(path)));
-    }
-    if rules.paths.iter().any(|p| path.starts_with(p.as_str())) {
-        return Ok(());
-    }
-    Err(format!("the path {:?} is under none of the host's paths ({})", clip(path), rules.paths.join(", ")))
-}
-
 impl Session<'_> {
     fn record(&self, head: Option<&substitute::RequestHead>) -> EgressRecord {
         let mut r = EgressRecord::new(RecordKind::EgressRequest, self.invocation, self.tool)
@@ -383,8 +360,6 @@ impl Session<'_> {
 /// Why one request was refused.
 enum Why {
     Refusal(Refusal),
-    /// The request rules (why).
-    Rules(String),
     /// Not forwardable (why).
     Invalid(String),
 }
@@ -393,7 +368,6 @@ impl Why {
     fn kind(&self) -> &'static str {
         match self {
             Why::Refusal(r) => r.kind(),
-            Why::Rules(_) => "request-rules",
             Why::Invalid(_) => "invalid-request",
         }
     }
@@ -402,10 +376,6 @@ impl Why {
         let host = request::shown_host(&s.host.to_string());
         match self {
             Why::Refusal(r) => r.explain(&host, s.port),
-            Why::Rules(why) => format!(
-                "{why}; the host's requests rules (network.hosts entry for {host}:{} with methods/paths) refuse it",
-                s.port
-            ),
             Why::Invalid(why) => why.clone(),
         }
     }
@@ -466,9 +436,9 @@ where
         out.requests += 1;
         let record = s.record(Some(&req));
         if let Some(rules) = s.rules
-            && let Err(why) = rules_allow(rules, &req.method, &req.target)
+            && let Err(refused) = rules.check(&req.method, &req.target)
         {
-            s.refuse(&mut client.stream, record, 403, Why::Rules(why), &mut out).await;
+            s.refuse(&mut client.stream, record, 403, Why::Refusal(Refusal::Request(refused)), &mut out).await;
             return out;
         }
         if req.expect

@@ -605,7 +605,8 @@ fn http_status(why: &Why) -> u16 {
             | Refusal::SniMismatch { .. }
             | Refusal::HostMismatch { .. }
             | Refusal::Unverifiable(_)
-            | Refusal::Exfiltration { .. },
+            | Refusal::Exfiltration { .. }
+            | Refusal::Request(_),
         ) => 403,
         Why::Refused(Refusal::Unresolved(_) | Refusal::UpstreamUnverified(_) | Refusal::UpstreamCaUnusable(_)) => 502,
         Why::Refused(Refusal::NoAuthority) => 503,
@@ -625,7 +626,8 @@ fn socks_reply(why: &Why) -> u8 {
             | Refusal::SniMismatch { .. }
             | Refusal::HostMismatch { .. }
             | Refusal::Unverifiable(_)
-            | Refusal::Exfiltration { .. },
+            | Refusal::Exfiltration { .. }
+            | Refusal::Request(_),
         ) => socks_code::NOT_ALLOWED,
         Why::Refused(Refusal::Unresolved(_) | Refusal::UpstreamUnverified(_)) | Why::InvalidHost(_) => {
             socks_code::HOST_UNREACHABLE

@@ -10,8 +10,6 @@
 //! in a bounded cache ([`LEAF_CACHE`] hosts, each reused for at most [`LEAF_REUSE`]).
 
 use std::collections::HashMap;
-use std::io::Read as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -31,8 +29,6 @@ pub(crate) const LEAF_CACHE: usize = 256;
 pub(crate) const LEAF_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 /// How long a cached leaf is handed out before a new one is minted (well within its validity).
 pub(crate) const LEAF_REUSE: Duration = Duration::from_secs(12 * 3600);
-/// Longest `upstream_ca` file read.
-const MAX_CA_FILE: u64 = 1 << 20;
 /// The one application protocol of terminated connections, both sides.
 const HTTP11: &[u8] = b"http/1.1";
 
@@ -183,33 +179,18 @@ pub(crate) fn system_roots() -> Result<Arc<ClientConfig>, String> {
     SYSTEM.clone()
 }
 
-/// Verification against a host's `upstream_ca`: a PEM file owned by root, not writable by group
-/// or others (checked on the opened file, each time it is used), with at least one certificate.
+/// Verification against a host's `upstream_ca`: a PEM file that only root can change (it and
+/// every directory above it root's, writable by no one else, no symlink: core's
+/// `read_upstream_ca`, the check `policy check` makes too), read each time it is used.
 pub(crate) fn upstream_ca(path: &Path) -> Result<Arc<ClientConfig>, String> {
-    let shown = path.display();
-    let file = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{shown} is not a regular file"));
-    }
-    if meta.uid() != 0 {
-        return Err(format!("{shown} is owned by uid {}, not root", meta.uid()));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!("{shown} is writable by group or others (mode {:o})", meta.mode() & 0o7777));
-    }
-    let mut pem = Vec::new();
-    file.take(MAX_CA_FILE + 1).read_to_end(&mut pem).map_err(|e| format!("{shown}: {e}"))?;
-    if pem.len() as u64 > MAX_CA_FILE {
-        return Err(format!("{shown} is larger than {} KiB", MAX_CA_FILE / 1024));
-    }
+    let pem = cordon_core::policy::rootfile::read_upstream_ca(path)?;
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| format!("{shown}: {e}"))?;
-        roots.add(cert).map_err(|e| format!("{shown}: {e}"))?;
+        let cert = cert.map_err(|e| format!("upstream_ca {}: {e}", path.display()))?;
+        roots.add(cert).map_err(|e| format!("upstream_ca {}: {e}", path.display()))?;
     }
     if roots.is_empty() {
-        return Err(format!("{shown} holds no PEM certificate"));
+        return Err(format!("upstream_ca {} holds no PEM certificate", path.display()));
     }
     client_config(roots)
 }
