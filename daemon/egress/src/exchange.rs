@@ -26,7 +26,7 @@ use crate::log::{EgressLog, EgressRecord, RecordKind};
 use crate::metrics::EgressMetrics;
 use crate::request::{HEAD_LIMIT, HEAD_TIMEOUT, clip};
 use crate::splice::Budget;
-use crate::substitute::{self, Framing, Refused, Scan, Scope};
+use crate::substitute::{self, Framing, Pattern, Refused, Scan, Scope};
 use crate::{http, request};
 use cordon_core::egress::{Refusal, RequestRules, Target};
 
@@ -73,28 +73,28 @@ pub(crate) struct Buffered<S> {
     pub(crate) stream: S,
     buf: Vec<u8>,
     pos: usize,
+    chunk: Box<[u8]>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
     pub(crate) fn new(stream: S, ahead: Vec<u8>) -> Buffered<S> {
-        Buffered { stream, buf: ahead, pos: 0 }
+        Buffered { stream, buf: ahead, pos: 0, chunk: vec![0u8; BUFFER].into_boxed_slice() }
     }
 
     fn ahead(&self) -> &[u8] {
         &self.buf[self.pos..]
     }
 
-    /// Reads more; 0 at end of stream.
+    /// Reads more; 0 at end of stream. Cancel-safe (the idle wait drops it): nothing is
+    /// taken into the buffer until the read has ended.
     async fn fill(&mut self) -> std::io::Result<usize> {
         if self.pos > 0 {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
-        let at = self.buf.len();
-        self.buf.resize(at + BUFFER, 0);
-        let n = self.stream.read(&mut self.buf[at..]).await;
-        self.buf.truncate(at + *n.as_ref().unwrap_or(&0));
-        n
+        let n = self.stream.read(&mut self.chunk[..]).await?;
+        self.buf.extend_from_slice(&self.chunk[..n]);
+        Ok(n)
     }
 
     /// A whole head (through its blank line); `None` at a clean end of stream before it.
@@ -481,7 +481,16 @@ where
             }
         }
         // The response: interim ones passed on, then the final one and its body.
-        let mut reverse = s.scope.response_scan();
+        // What the tool must not see in the response: the values (and the encoded forms) put in.
+        let pairs = s.scope.reverse(&req);
+        let mut reverse = (!pairs.is_empty()).then(|| {
+            Scan::new(
+                pairs
+                    .iter()
+                    .map(|(find, to)| Pattern { find: find.clone(), to: Some(to.clone()), name: String::new() })
+                    .collect(),
+            )
+        });
         let (status, close) = loop {
             let head = match upstream.head().await {
                 Ok(Some(h)) => h,
@@ -499,7 +508,7 @@ where
                     return out;
                 }
             };
-            let (resp, headers, line) = match substitute::response(&head, &req.method) {
+            let resp = match substitute::response(&head, &req.method) {
                 Ok(r) => r,
                 Err(e) => {
                     s.log.record(
@@ -528,9 +537,9 @@ where
                 return out;
             }
             if resp.status < 200 {
-                let mut h = substitute::response_out(&line, &headers, None, false);
+                let mut h = substitute::response_out(&resp.line, &resp.headers, None, false);
                 if reverse.is_some() {
-                    h = reverse_head(h, s);
+                    h = reverse_head(h, &pairs);
                 }
                 if let Err(e) = send(s.budget, &mut client.stream, &h, &mut out.down).await {
                     return stopped(out, e);
@@ -546,9 +555,9 @@ where
                 (_, _, 1) => (Some(Framing::Chunked), close),
                 _ => (Some(Framing::Close), true),
             };
-            let mut h = substitute::response_out(&line, &headers, to_tool, close);
+            let mut h = substitute::response_out(&resp.line, &resp.headers, to_tool, close);
             if reverse.is_some() {
-                h = reverse_head(h, s);
+                h = reverse_head(h, &pairs);
             }
             if let Err(e) = send(s.budget, &mut client.stream, &h, &mut out.down).await {
                 return stopped(out, e);
@@ -577,12 +586,10 @@ where
 }
 
 /// A response head with each real value bound here turned back into its placeholder.
-fn reverse_head(head: Vec<u8>, s: &Session<'_>) -> Vec<u8> {
+fn reverse_head(head: Vec<u8>, pairs: &[(zeroize::Zeroizing<Vec<u8>>, Vec<u8>)]) -> Vec<u8> {
     let mut head = head;
-    for (secret, bound) in s.scope.secrets.iter().zip(&s.scope.bound) {
-        if *bound && !secret.value.is_empty() {
-            head = substitute::replace(&head, &secret.value, secret.placeholder.as_bytes());
-        }
+    for (from, to) in pairs {
+        head = substitute::replace(&head, from, to);
     }
     head
 }

@@ -76,6 +76,8 @@ mod substitute;
 mod terminate;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_tls;
 mod tls;
 mod upstream;
 

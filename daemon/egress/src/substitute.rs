@@ -18,6 +18,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use memchr::memmem;
+use zeroize::Zeroizing;
 
 use crate::Secret;
 use crate::http::{self, MAX_HEADERS};
@@ -72,6 +73,9 @@ pub(crate) struct RequestHead {
     pub(crate) upstream: zeroize::Zeroizing<Vec<u8>>,
     /// The names of the secrets put in.
     pub(crate) secrets: Vec<String>,
+    /// Encoded forms of the values put in (base64 basic credentials, percent-encoded query
+    /// values), each with the form the tool sent: turned back in the response too.
+    pub(crate) reverse: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
 }
 
 /// The secrets as one connection sees them: which of them may be put in here.
@@ -100,20 +104,29 @@ impl Scope<'_> {
     /// A scan of a request body: any placeholder is refused.
     pub(crate) fn request_scan(&self) -> Scan {
         let patterns = self.secrets.iter().filter(|s| !s.placeholder.is_empty());
-        Scan::new(patterns.map(|s| (s.placeholder.as_bytes().to_vec(), None, s.name.clone())).collect())
+        Scan::new(
+            patterns
+                .map(|s| Pattern {
+                    find: Zeroizing::new(s.placeholder.as_bytes().to_vec()),
+                    to: None,
+                    name: s.name.clone(),
+                })
+                .collect(),
+        )
     }
 
-    /// A scan of a response: the real values of the secrets bound here become their
-    /// placeholders again (`None` when there are none to look for).
-    pub(crate) fn response_scan(&self) -> Option<Scan> {
-        let patterns: Vec<_> = self
+    /// What a response to `head` must not show the tool: the real values of the secrets bound
+    /// here, and the encoded forms put in this request, each with what the tool sent instead.
+    pub(crate) fn reverse(&self, head: &RequestHead) -> Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> {
+        let mut pairs: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> = self
             .secrets
             .iter()
             .zip(&self.bound)
             .filter(|(s, b)| **b && !s.value.is_empty())
-            .map(|(s, _)| (s.value.to_vec(), Some(s.placeholder.as_bytes().to_vec()), s.name.clone()))
+            .map(|(s, _)| (s.value.clone(), s.placeholder.as_bytes().to_vec()))
             .collect();
-        (!patterns.is_empty()).then(|| Scan::new(patterns))
+        pairs.extend(head.reverse.iter().cloned());
+        pairs
     }
 
     /// Whether a placeholder in `place` of secret `i` is put in (else refused).
@@ -215,6 +228,7 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
         return bad(400, "the request line is incomplete".into());
     };
     let mut used = Vec::new();
+    let mut reverse = Vec::new();
     // The method and the path: no placement is there.
     scope.part(method.as_bytes(), None, "the method", &mut used)?;
     let (path, query) = match target.split_once('?') {
@@ -256,7 +270,9 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
                 if !raw || !scope.allowed(i, &place) {
                     return Err(exfiltration(s, &shown));
                 }
-                out = replace(&out, s.placeholder.as_bytes(), &pct_encode(&s.value));
+                let encoded = Zeroizing::new(pct_encode(&s.value));
+                out = replace(&out, s.placeholder.as_bytes(), &encoded);
+                reverse.push((encoded, s.placeholder.as_bytes().to_vec()));
                 if !used.contains(&s.name) {
                     used.push(s.name.clone());
                 }
@@ -336,7 +352,7 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
         let shown = format!("the header {:?}", clip(&name));
         let mut value = h.value.to_vec();
         if name == "authorization" {
-            value = basic(&value, scope, &mut used)?;
+            value = basic(&value, scope, &mut used, &mut reverse)?;
         }
         let value = scope.part(&value, Some(&Placement::Header(name.clone())), &shown, &mut used)?;
         if value.iter().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
@@ -366,12 +382,18 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
         expect,
         upstream: zeroize::Zeroizing::new(out),
         secrets: used,
+        reverse,
     })
 }
 
 /// An `Authorization` value with the placeholders in its basic credentials replaced where
 /// allowed (the user or the password); any other value as it came.
-fn basic(value: &[u8], scope: &Scope<'_>, used: &mut Vec<String>) -> Result<Vec<u8>, Refused> {
+fn basic(
+    value: &[u8],
+    scope: &Scope<'_>,
+    used: &mut Vec<String>,
+    reverse: &mut Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
+) -> Result<Vec<u8>, Refused> {
     let text = String::from_utf8_lossy(value);
     let text = text.trim();
     let Some((scheme, creds)) = text.split_once(' ') else { return Ok(value.to_vec()) };
@@ -391,14 +413,22 @@ fn basic(value: &[u8], scope: &Scope<'_>, used: &mut Vec<String>) -> Result<Vec<
         creds.push(b':');
         creds.extend_from_slice(&p);
     }
+    let encoded = Zeroizing::new(STANDARD.encode(&*creds).into_bytes());
+    if *creds != *decoded {
+        reverse.push((encoded.clone(), STANDARD.encode(&*decoded).into_bytes()));
+    }
     let mut out = format!("{scheme} ").into_bytes();
-    out.extend_from_slice(STANDARD.encode(&*creds).as_bytes());
+    out.extend_from_slice(&encoded);
     Ok(out)
 }
 
 /// A response head as read and as it goes to the tool.
 #[derive(Debug)]
 pub(crate) struct ResponseHead {
+    /// The status line, as sent.
+    pub(crate) line: Vec<u8>,
+    /// The headers, in order.
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
     pub(crate) status: u16,
     /// How the server frames the body that follows.
     pub(crate) body: Framing,
@@ -407,7 +437,7 @@ pub(crate) struct ResponseHead {
 }
 
 /// Reads a response head (to a request of `method`).
-pub(crate) fn response(head: &[u8], method: &str) -> Result<(ResponseHead, Vec<(String, Vec<u8>)>, Vec<u8>), String> {
+pub(crate) fn response(head: &[u8], method: &str) -> Result<ResponseHead, String> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(head) {
@@ -461,7 +491,7 @@ pub(crate) fn response(head: &[u8], method: &str) -> Result<(ResponseHead, Vec<(
     if body == Framing::Close {
         close = true;
     }
-    Ok((ResponseHead { status, body, close }, kept, head[..line_end].to_vec()))
+    Ok(ResponseHead { line: head[..line_end].to_vec(), headers: kept, status, body, close })
 }
 
 /// Writes a response head for the tool: the status line, the server's headers but the ones of
@@ -499,19 +529,27 @@ pub(crate) fn response_out(
     out
 }
 
+/// What a [`Scan`] looks for: `find`, replaced by `to` (or refused: `None`), named `name`.
+#[derive(Debug)]
+pub(crate) struct Pattern {
+    pub(crate) find: Zeroizing<Vec<u8>>,
+    pub(crate) to: Option<Vec<u8>>,
+    pub(crate) name: String,
+}
+
 /// A streaming scan for some byte strings: each found is replaced (`Some(to)`) or refuses the
 /// stream (`None`: the scan ends with the name of what was found). The last `longest - 1`
 /// bytes pushed are held back until more show they begin no match, or the stream ends.
 #[derive(Debug)]
 pub(crate) struct Scan {
-    patterns: Vec<(Vec<u8>, Option<Vec<u8>>, String)>,
+    patterns: Vec<Pattern>,
     held: Vec<u8>,
     keep: usize,
 }
 
 impl Scan {
-    fn new(patterns: Vec<(Vec<u8>, Option<Vec<u8>>, String)>) -> Scan {
-        let keep = patterns.iter().map(|(p, _, _)| p.len()).max().unwrap_or(1).saturating_sub(1);
+    pub(crate) fn new(patterns: Vec<Pattern>) -> Scan {
+        let keep = patterns.iter().map(|p| p.find.len()).max().unwrap_or(1).saturating_sub(1);
         Scan { patterns, held: Vec::new(), keep }
     }
 
@@ -538,7 +576,7 @@ impl Scan {
             let first = self
                 .patterns
                 .iter()
-                .filter_map(|(p, to, name)| memmem::find(&self.held[at..], p).map(|i| (at + i, p.len(), to, name)))
+                .filter_map(|p| memmem::find(&self.held[at..], &p.find).map(|i| (at + i, p.find.len(), &p.to, &p.name)))
                 .min_by_key(|(i, len, _, _)| (*i, usize::MAX - *len));
             match first {
                 Some((i, len, to, name)) => {
@@ -663,18 +701,23 @@ mod tests {
 
     #[test]
     fn a_scan_finds_strings_split_across_pieces() {
-        let mut scan = Scan::new(vec![(b"SECRETVALUE".to_vec(), Some(b"PH".to_vec()), "s".into())]);
+        let mut scan = Scan::new(vec![Pattern {
+            find: Zeroizing::new(b"SECRETVALUE".to_vec()),
+            to: Some(b"PH".to_vec()),
+            name: "s".into(),
+        }]);
         let mut out = Vec::new();
         for piece in [&b"abc SECR"[..], b"ETVAL", b"UE def SECRETVALUESECRETVALUE", b" SECRETVAL"] {
             scan.push(piece, &mut out).unwrap();
         }
         scan.finish(&mut out).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "abc PH def PHPH SECRETVAL");
-        let mut scan = Scan::new(vec![(b"PLACEHOLDER".to_vec(), None, "s".into())]);
+        let mut scan =
+            Scan::new(vec![Pattern { find: Zeroizing::new(b"PLACEHOLDER".to_vec()), to: None, name: "s".into() }]);
         let mut out = Vec::new();
-        scan.push(b"xx PLACE", &mut out).unwrap();
-        assert_eq!(out, b"xx", "the start of a possible match is held back");
+        scan.push(b"xxxxxxxxxxxx PLACE", &mut out).unwrap();
+        assert_eq!(out, b"xxxxxxxx", "the last placeholder length - 1 bytes are held back");
         assert_eq!(scan.push(b"HOLDER", &mut out), Err("s".into()));
-        assert_eq!(out, b"xx", "nothing of it went on");
+        assert_eq!(out, b"xxxxxxxx", "nothing of it went on");
     }
 }

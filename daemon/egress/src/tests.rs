@@ -29,7 +29,7 @@ use cordon_core::egress::{Egress, Refusal, on_host, parse_rule};
 /// A log in memory: each record as the JSON object of its audit line (without `seq`, `time`,
 /// `prev`). Closed, it refuses every record, as a failed audit log does.
 #[derive(Debug, Default)]
-struct MemoryLog {
+pub(crate) struct MemoryLog {
     records: Mutex<Vec<Value>>,
     closed: AtomicBool,
 }
@@ -39,7 +39,7 @@ impl MemoryLog {
         self.closed.store(true, Ordering::SeqCst);
     }
 
-    fn records(&self) -> Vec<Value> {
+    pub(crate) fn records(&self) -> Vec<Value> {
         self.records.lock().unwrap().clone()
     }
 
@@ -114,7 +114,7 @@ struct Harness {
     log: Arc<MemoryLog>,
 }
 
-fn egress(hosts: &[String]) -> Egress {
+pub(crate) fn egress(hosts: &[String]) -> Egress {
     Egress {
         hosts: hosts.iter().map(|h| parse_rule(h).unwrap()).collect(),
         max_connections: 32,
@@ -178,7 +178,7 @@ impl Harness {
     }
 }
 
-fn fixed(table: &[(&str, &str)]) -> Resolver {
+pub(crate) fn fixed(table: &[(&str, &str)]) -> Resolver {
     let map = table.iter().map(|(n, a)| (n.to_string(), vec![a.parse().unwrap()])).collect();
     Resolver::Fixed(Arc::new(map))
 }
