@@ -335,8 +335,11 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
     let [sent] = hosts.as_slice() else {
         return bad(400, format!("the request has {} Host headers, not one", hosts.len()));
     };
-    match http::authority(sent, Some(port)) {
-        Ok((h, p)) if p == port && Target::parse(&h).as_ref() == Some(host) => {}
+    // A connection for a name carries requests for that name only (another site may be behind
+    // the same address); one for an address granted as such, requests for any site there.
+    match (http::authority(sent, Some(port)), host) {
+        (Ok(_), Target::Addr(_)) => {}
+        (Ok((h, p)), _) if p == port && Target::parse(&h).as_ref() == Some(host) => {}
         _ => return Err(Refused::Host(sent.clone())),
     }
     let mut out = Vec::with_capacity(head.len() + 256);

@@ -74,7 +74,7 @@ const BIG: usize = 256 * 1024;
 
 /// An HTTP server on 127.0.0.1: `/echo` answers with the request head it received, `/big`
 /// with [`BIG`] bytes; a connection that sends nothing is closed.
-async fn upstream() -> u16 {
+pub(crate) async fn upstream() -> u16 {
     upstream_on("127.0.0.1:0").await
 }
 

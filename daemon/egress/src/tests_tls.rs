@@ -517,3 +517,60 @@ async fn request_rules_are_enforced_per_request_on_a_terminated_connection() {
     );
     w.tls.finish().await;
 }
+
+/// Sends `first`, waits, sends `then`, and reads the answer to its end.
+async fn slowly(addr: std::net::SocketAddr, first: &[u8], then: &[u8]) -> String {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    c.write_all(first).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _ = c.write_all(then).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_never_carries_a_value_and_is_read_for_placeholders() {
+    let port = crate::tests::upstream().await;
+    let host = format!("localhost:{port}");
+    let rules = egress(&[host.clone(), format!("127.0.0.1:{port}")]);
+    // Bound to the host, and still never put in over plain HTTP.
+    let secrets =
+        vec![secret("tok", PH_TOK, TOKEN, std::slice::from_ref(&host), Placement::Header("authorization".into()))];
+    let t = proxy(rules, secrets, Some(Authority::generate("test").unwrap()), tempfile::tempdir().unwrap()).await;
+    // Absolute-form, the placeholder in its place: refused before anything is resolved.
+    let (out, err) = tokio::task::block_in_place(|| {
+        t.curl(&["-H", &format!("Authorization: Bearer {PH_TOK}"), &format!("http://{host}/")])
+    });
+    assert!(out.contains("HTTP/1.1 403") && out.contains("X-Cordon-Refused: exfiltration"), "{out}\n{err}");
+    // Absolute-form, the placeholder in a body that comes after the head.
+    let body = format!("token={PH_TOK}&more=1");
+    let head = format!("POST http://{host}/ HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n", body.len());
+    let out = slowly(t.addr, head.as_bytes(), body.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 403") && out.contains("exfiltration"), "{out}");
+    // A tunnel's plain-HTTP request.
+    let connect = format!("CONNECT {host} HTTP/1.1\r\n\r\n");
+    let get = format!("GET / HTTP/1.1\r\nHost: {host}\r\nX-A: {PH_TOK}\r\n\r\n");
+    let out = slowly(t.addr, connect.as_bytes(), get.as_bytes()).await;
+    assert!(out.contains("HTTP/1.1 403") && out.contains("exfiltration"), "{out}");
+    // Without a placeholder, plain HTTP goes, each request recorded.
+    let (out, err) = tokio::task::block_in_place(|| t.curl(&[&format!("http://{host}/a/b?q=1")]));
+    assert!(out.contains("HTTP/1.1 200 OK") && out.contains("GET /a/b?q=1 HTTP/1.1"), "{out}\n{err}");
+    let (_, records) = t.finish().await;
+    no_values(&records);
+    let places: Vec<&Value> = records.iter().filter(|r| r["why"] == "exfiltration").map(|r| &r["place"]).collect();
+    assert_eq!(
+        places,
+        [
+            &Value::from("a plain-HTTP request's head"),
+            &Value::from("the request body"),
+            &Value::from("the header \"x-a\"")
+        ],
+        "{records:#?}"
+    );
+    let ok = records.iter().find(|r| r["decision"] == "egress_request" && r["allowed"] == true).unwrap();
+    assert_eq!(
+        (&ok["protocol"], &ok["path"], &ok["status"]),
+        (&Value::from("http"), &Value::from("/a/b"), &Value::from(200))
+    );
+}
