@@ -624,3 +624,19 @@ fn partial_record(s: &Session<'_>, head: &[u8]) -> EgressRecord {
     }
     r
 }
+
+/// [`body`] over in-memory bytes, chunked both ways, scanning for `PH1` (the fuzz target's).
+pub(crate) async fn fuzz_chunked(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let budget = Budget::new(u64::MAX);
+    let mut from = Buffered::new(tokio::io::join(bytes, tokio::io::sink()), Vec::new());
+    let mut to = Vec::new();
+    let find = zeroize::Zeroizing::new(b"PH1".to_vec());
+    let mut scan = Scan::new(vec![Pattern { find, to: None, name: "tok".into() }]);
+    let mut count = 0;
+    match body(&budget, &mut from, Framing::Chunked, &mut to, Framing::Chunked, Some(&mut scan), &mut count).await {
+        Ok(()) => Ok(to),
+        Err(Stop::Found(name)) => Err(format!("placeholder of {name}")),
+        Err(Stop::Io(e)) => Err(e),
+        Err(Stop::MaxBytes) => Err("max bytes".into()),
+    }
+}
