@@ -1,7 +1,7 @@
 //! The proxy's counters, registered on the registry the daemon hands over at startup.
 //!
 //! Every label has a bounded set of values: tool names (from policy), `allowed`/`refused`,
-//! refusal kinds, two directions. A host a tool asked for is never a label.
+//! refusal kinds, two directions, `tls`/`http`. A host a tool asked for is never a label.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -118,6 +118,9 @@ mod tests {
         m.connection("fetch", Some("not-listed"));
         m.connection("fetch", None);
         m.bytes("fetch", 10, 0);
+        m.terminated("fetch", true);
+        m.request("fetch", Some("exfiltration"));
+        m.request("fetch", None);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
@@ -126,6 +129,9 @@ mod tests {
             "cordon_egress_bytes_total{tool=\"fetch\",direction=\"to_upstream\"} 10",
             "# HELP cordon_egress_bytes Bytes moved by the egress proxy, by tool and direction",
             "# TYPE cordon_egress_connections counter",
+            "cordon_egress_terminated_total{tool=\"fetch\",kind=\"tls\"} 1",
+            "cordon_egress_requests_total{tool=\"fetch\",result=\"refused\",reason=\"exfiltration\"} 1",
+            "cordon_egress_requests_total{tool=\"fetch\",result=\"allowed\",reason=\"\"} 1",
         ] {
             assert!(text.contains(line), "{line:?} not in\n{text}");
         }

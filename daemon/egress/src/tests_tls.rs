@@ -370,7 +370,28 @@ async fn a_placeholder_anywhere_else_is_refused_as_exfiltration() {
         let (out, err) = tokio::task::block_in_place(|| t.curl(&args));
         refused(&out, &err);
     }
-    assert_eq!(seen(&w.good.1).len(), before, "nothing reached the upstream");
+    assert_eq!(seen(&w.good.1).len(), before, "no request was whole at the upstream");
+    // A chunked body (Python requests, from a generator) with the placeholder split over two
+    // chunks: the scan holds the first part back, and refuses.
+    let half = PH_TOK.len() / 2;
+    let script = format!(
+        "import requests\ndef body():\n    yield b'a=1&t={}'\n    yield b'{}&b=2'\nr = requests.post('{url}', \
+         data=body())\nprint(r.status_code, r.headers.get('X-Cordon-Refused'))\n",
+        &PH_TOK[..half],
+        &PH_TOK[half..]
+    );
+    let out = tokio::task::block_in_place(|| {
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg("-c").arg(&script);
+        for v in ["http_proxy", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy", "CURL_CA_BUNDLE"] {
+            cmd.env_remove(v);
+        }
+        cmd.env("HTTPS_PROXY", format!("http://{}", t.addr)).env("REQUESTS_CA_BUNDLE", &t.bundle).output().unwrap()
+    });
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.trim(), "403 exfiltration", "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The head went up before the body was read; the placeholder (and anything after it) never did.
+    assert!(seen(&w.good.1).iter().all(|s| !s.contains(PH_TOK)), "{:?}", seen(&w.good.1));
     // A host the secret is not bound to (terminated for another secret).
     let api2 = format!("https://api2.test:{}/", w.api2.0);
     let (out, err) = tokio::task::block_in_place(|| t.curl(&["-H", &format!("Authorization: Bearer {PH_TOK}"), &api2]));
