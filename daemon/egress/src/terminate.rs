@@ -43,8 +43,9 @@ pub(crate) struct Plan {
     /// Per secret of the invocation: bound to this host (its placeholder is put in, on TLS).
     bound: Vec<bool>,
     rules: Option<RequestRules>,
-    /// Terminated: the CA and the upstream verification.
-    tls: Option<(Arc<Authority>, Arc<rustls::ClientConfig>)>,
+    /// Terminated: the CA (`None`: cordond has none, and TLS to the host is refused; its plain
+    /// HTTP is still read) and the upstream verification.
+    tls: Option<(Option<Arc<Authority>>, Arc<rustls::ClientConfig>)>,
 }
 
 impl std::fmt::Debug for Plan {
@@ -83,7 +84,8 @@ pub(crate) fn exfiltration(ctx: &Context, request: &Request) -> Option<Refusal> 
 /// Whether the proxy reads this allowed connection, and how: terminated when a secret of the
 /// invocation is bound to its host or its rule has request rules (a tunnel), read as plain HTTP
 /// when the invocation has secrets or the rule request rules; `None`: spliced as it is.
-/// Refused when it must be terminated and cannot be (no CA, an unusable `upstream_ca`).
+/// Refused when it must be terminated and cannot be (an unusable `upstream_ca`; without a CA,
+/// its TLS is refused once it comes).
 pub(crate) fn plan(ctx: &Context, request: &Request) -> Result<Option<Plan>, Refusal> {
     let Some(target) = Target::parse(&request.host) else { return Ok(None) };
     let rule = ctx.egress.matching(&target, request.port);
@@ -100,7 +102,7 @@ pub(crate) fn plan(ctx: &Context, request: &Request) -> Result<Option<Plan>, Ref
     if !terminated {
         return Ok((!ctx.secrets.is_empty()).then(|| Plan { target, bound, rules: None, tls: None }));
     }
-    let authority = ctx.authority.clone().ok_or(Refusal::NoAuthority)?;
+    let authority = ctx.authority.clone();
     let verify = match http.and_then(|h| h.upstream_ca.as_deref()) {
         Some(path) => tls::upstream_ca(path).map_err(Refusal::UpstreamCaUnusable)?,
         None => tls::system_roots().map_err(Refusal::UpstreamUnverified)?,
@@ -150,6 +152,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewound<S> {
 enum Flight {
     Tls,
     Http,
+    /// Neither (or a hello whose name cannot be read): the splice judges it as for any tunnel.
+    Other,
     Refused(Refusal),
     Closed,
 }
@@ -162,8 +166,28 @@ pub(crate) struct Run<'a> {
     pub(crate) conn: u64,
 }
 
-/// Serves an allowed, connected connection the way `plan` says.
-pub(crate) async fn run(r: Run<'_>, plan: Plan, mut client: TcpStream, upstream: TcpStream, request: Request) -> Done {
+/// Serves an allowed, connected connection the way `plan` says; whether the proxy read it (its
+/// refusals are answered and recorded already) or spliced it after all.
+pub(crate) async fn run(
+    r: Run<'_>,
+    plan: Plan,
+    client: &mut TcpStream,
+    upstream: TcpStream,
+    request: Request,
+) -> (Done, bool) {
+    let mut read = true;
+    let done = serve_planned(r, plan, client, upstream, request, &mut read).await;
+    (done, read)
+}
+
+async fn serve_planned(
+    r: Run<'_>,
+    plan: Plan,
+    client: &mut TcpStream,
+    upstream: TcpStream,
+    request: Request,
+    read: &mut bool,
+) -> Done {
     let mut done = Done {
         up: 0,
         down: 0,
@@ -172,13 +196,17 @@ pub(crate) async fn run(r: Run<'_>, plan: Plan, mut client: TcpStream, upstream:
         refusal: None,
         host: shown_host(&request.host),
         port: request.port,
+        // Each request of a read connection has its own record (`egress_request`).
+        method: None,
+        path: None,
+        status: None,
     };
     // Heads, chunks and TLS records go in several small writes: none waits for the last one's
     // acknowledgement (Nagle against delayed ACKs costs 40 ms a request).
     let _ = client.set_nodelay(true);
     let answered = match request.protocol {
-        Protocol::Connect => reply::established(&mut client).await,
-        Protocol::Socks5 => reply::socks_send(&mut client, socks_code::SUCCEEDED).await,
+        Protocol::Connect => reply::established(client).await,
+        Protocol::Socks5 => reply::socks_send(client, socks_code::SUCCEEDED).await,
         Protocol::Http => Ok(()),
     };
     if let Err(e) = answered {
@@ -215,7 +243,7 @@ pub(crate) async fn run(r: Run<'_>, plan: Plan, mut client: TcpStream, upstream:
             done.end = End::Stopped;
             return done;
         }
-        f = first_flight(&mut client, request.early.clone()) => f,
+        f = first_flight(client, request.early.clone()) => f,
     };
     let buf = match flight {
         Ok(b) => b,
@@ -226,7 +254,10 @@ pub(crate) async fn run(r: Run<'_>, plan: Plan, mut client: TcpStream, upstream:
         }
     };
     let scope = Scope { secrets: &r.ctx.secrets, bound: Vec::new() };
-    match judge(&buf, &plan.target, &scope, plan.tls.is_some()) {
+    // A host a secret is bound to gets TLS the proxy terminates, or plain HTTP it reads:
+    // nothing else, so nothing ever carries the bare placeholder there.
+    let bound_here = plan.bound.contains(&true);
+    match judge(&buf, &plan.target, &scope, bound_here) {
         Flight::Closed => done,
         Flight::Refused(refusal) => {
             done.end = End::Refused(refusal.kind());
@@ -234,32 +265,38 @@ pub(crate) async fn run(r: Run<'_>, plan: Plan, mut client: TcpStream, upstream:
             done
         }
         Flight::Tls => match &plan.tls {
-            // Not terminated: opaque, as any tunnel (its first flight checked again there).
-            None => {
-                let request = Request { early: buf, ..request };
-                splice::spliced(r.budget, r.stop, client, upstream, request).await
-            }
-            Some((authority, verify)) => {
+            Some((Some(authority), verify)) => {
                 let s = session(true);
-                terminated(
-                    &s,
-                    r.stop,
-                    authority,
-                    verify.clone(),
-                    Rewound { ahead: buf, pos: 0, inner: client },
-                    upstream,
-                    done,
-                )
-                .await
+                let client = Rewound { ahead: buf, pos: 0, inner: client };
+                terminated(&s, r.stop, authority, verify.clone(), client, upstream, done).await
+            }
+            Some((None, _)) if bound_here => {
+                done.end = End::Refused(Refusal::NoAuthority.kind());
+                done.refusal = Some(Refusal::NoAuthority);
+                done
+            }
+            // Not terminated: opaque, as any tunnel; a host with request rules and no CA to
+            // terminate with: the splice cuts it. The first flight is checked again there.
+            _ => {
+                *read = false;
+                let request = Request { early: buf, ..request };
+                splice::spliced(r.budget, r.stop, client, upstream, request, plan.rules.as_ref()).await
             }
         },
-        Flight::Http => {
+        Flight::Http if !r.ctx.secrets.is_empty() => {
             if let Some(m) = &r.ctx.metrics {
                 m.terminated(&r.ctx.tool, false);
             }
             let s = session(false);
             let out = serve(&s, r.stop, Buffered::new(client, buf), Buffered::new(upstream, Vec::new())).await;
             finish(done, out)
+        }
+        // No secret to look for: the splice's one checked request (request rules), as for any;
+        // anything else, judged there.
+        Flight::Http | Flight::Other => {
+            *read = false;
+            let request = Request { early: buf, ..request };
+            splice::spliced(r.budget, r.stop, client, upstream, request, plan.rules.as_ref()).await
         }
     }
 }
@@ -319,7 +356,7 @@ async fn first_flight(client: &mut TcpStream, mut buf: Vec<u8>) -> Result<Vec<u8
 
 /// What a first flight is: TLS for the target (the server name checked, and for placeholders),
 /// an HTTP request, or refused.
-fn judge(buf: &[u8], target: &Target, scope: &Scope<'_>, terminated: bool) -> Flight {
+fn judge(buf: &[u8], target: &Target, scope: &Scope<'_>, bound_here: bool) -> Flight {
     let unverifiable = |why: &str| Flight::Refused(Refusal::Unverifiable(why.to_string()));
     if buf.is_empty() {
         return Flight::Closed;
@@ -338,11 +375,11 @@ fn judge(buf: &[u8], target: &Target, scope: &Scope<'_>, terminated: bool) -> Fl
             unverifiable("its TLS ClientHello names no server (no server_name extension)")
         }
         (sni::Hello::NotTls, _) if buf.first().is_some_and(u8::is_ascii_alphabetic) => Flight::Http,
-        // A tunnel the proxy does not terminate: the splice judges (and says why) as for any.
-        (_, _) if !terminated => Flight::Tls,
+        // No secret bound here: the splice judges (and says why) as for any tunnel.
+        (_, _) if !bound_here => Flight::Other,
         (sni::Hello::Unverifiable(why), _) => Flight::Refused(Refusal::Unverifiable(why)),
         (sni::Hello::NotTls, _) => unverifiable(&format!(
-            "its first bytes are neither TLS nor HTTP ({}), and the proxy reads this host's requests",
+            "its first bytes are neither TLS nor HTTP ({}), and a secret is bound to this host",
             splice::shown_bytes(buf)
         )),
         (sni::Hello::Unreadable | sni::Hello::Sslv2, _) => unverifiable(
@@ -359,7 +396,7 @@ async fn terminated(
     stop: &CancellationToken,
     authority: &Authority,
     verify: Arc<rustls::ClientConfig>,
-    client: Rewound<TcpStream>,
+    client: Rewound<&mut TcpStream>,
     upstream: TcpStream,
     mut done: Done,
 ) -> Done {

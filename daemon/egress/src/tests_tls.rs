@@ -503,15 +503,22 @@ async fn a_group_writable_upstream_ca_or_no_authority_refuses_the_connection() {
     let (_, records) = t.finish().await;
     let refusal = records.iter().find(|r| r["why"] == "upstream-ca-unusable").expect("recorded");
     assert!(refusal["message"].as_str().unwrap().contains("writable"), "{refusal:#?}");
-    // Without a CA in cordond, a terminated host is refused (never spliced with the placeholder).
+    // Without a CA in cordond, TLS to a host a secret is bound to is cut (never spliced with
+    // the bare placeholder in it).
+    rules.http.clear();
     let t = proxy(rules, secrets(), None, tempfile::tempdir().unwrap()).await;
     let mut c = TcpStream::connect(t.addr).await.unwrap();
     c.write_all(format!("CONNECT {host} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
-    let mut answer = String::new();
-    c.read_to_string(&mut answer).await.unwrap();
-    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("X-Cordon-Refused: no-authority"), "{answer}");
+    let mut established = [0u8; 39];
+    c.read_exact(&mut established).await.unwrap();
+    c.write_all(&sni::client_hello("localhost")).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut rest)).await;
+    assert!(rest.is_empty(), "cut");
     assert!(seen(&up.1).is_empty());
-    t.finish().await;
+    let (_, records) = t.finish().await;
+    let closed = records.iter().find(|r| r["decision"] == "egress_closed").unwrap();
+    assert_eq!((&closed["end"], &closed["bytes_up"]), (&Value::from("no-authority"), &Value::from(0)), "{closed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
