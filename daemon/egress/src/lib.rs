@@ -93,5 +93,5 @@ pub use tls::{Authority, AuthorityError};
 /// The proxy's parsers on bytes, for the fuzz targets (not an API).
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::fuzz::{proxy_request, tls_first_record};
+    pub use crate::fuzz::{proxy_request, request_rules, tls_first_record};
 }
