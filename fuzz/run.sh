@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 AFL_VERSION=0.18.2
-TARGETS=(proxy_http proxy_socks tls_hello mcp_lines mcp_http policy arguments tokens identities)
+TARGETS=(proxy_http proxy_socks request_rules tls_hello mcp_lines mcp_http policy arguments tokens identities)
 
 seconds=${1:-}
 build_only=no
