@@ -165,6 +165,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn terminated_seeds_are_read_as_the_proxy_reads_them() {
+        let seed = |t: &str, n: &str| {
+            std::fs::read(format!("{}/../../fuzz/corpus/{t}/{n}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+        };
+        // The value holds a line break: it cannot go in a header, and the request says so.
+        let (request, _) = terminated_request(&seed("terminated_request", "bearer-and-query"));
+        assert!(request.unwrap_err().contains("line break"));
+        let (_, response) = terminated_request(&seed("terminated_request", "response"));
+        assert_eq!(response.unwrap(), "200 Length(5) false");
+        let (request, _) = terminated_request(&seed("terminated_request", "basic-chunked"));
+        assert!(request.unwrap_err().contains("the basic-auth password"), "bound elsewhere");
+        assert_eq!(chunked_body(&seed("chunked_body", "split-placeholder")), Err("placeholder of tok".into()));
+        // Framed again: the last bytes that could begin a placeholder come in a chunk of their own.
+        let plain = chunked_body(&seed("chunked_body", "plain")).unwrap();
+        assert_eq!(String::from_utf8(plain).unwrap(), "e\r\n0123456789abcd\r\n2\r\nef\r\n0\r\n\r\n");
+    }
+
+    #[test]
     fn request_rules_holds_for_the_seeds_and_the_attacks() {
         for (input, allowed) in [
             ("GET /repos/ORG/x", true),
