@@ -45,7 +45,9 @@ pub mod trust;
 pub mod units;
 
 pub use diag::{Diagnostic, Severity};
-pub use keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS};
+pub use keys::{
+    FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS,
+};
 pub use load::{
     ExampleResult, LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, TestReport,
     load_dir, load_dir_after, load_dir_as, load_sources, load_sources_after, read_dir_sources, read_path_sources,

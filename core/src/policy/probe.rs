@@ -148,6 +148,15 @@ pub enum ProbeError {
     /// The host's own reason (see [`Host::netns_unavailable`]).
     #[error("{reason}")]
     NoNetns { reason: String },
+    /// A secret's source cannot be read, or someone but root could change it.
+    #[error("{reason}")]
+    Secret { reason: String },
+    /// cordond has no trust bundle for a tool whose connections its proxy terminates.
+    #[error(
+        "the tool's secrets or request rules need cordond's egress proxy to terminate TLS, and cordond has no trust \
+         bundle for it: {reason}"
+    )]
+    NoTrustBundle { reason: String },
     #[error("this kernel offers no landlock, and cordon never runs a tool unsandboxed")]
     NoLandlock,
     #[error("the policy needs landlock ABI {min}, this kernel offers {have}")]
@@ -423,6 +432,17 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
     }
     pins.search_path_writer = search_path_writer(tool, host, &pins, cache)?;
     host_allows(tool, host)?;
+    // Each secret's source is read and checked now, as each call reads it again; the value is
+    // dropped (wiped) at once.
+    crate::secret::check_sources(&tool.secrets, host.credentials.as_deref(), daemon_uid(host))
+        .map_err(|reason| ProbeError::Secret { reason })?;
+    if tool.terminated() {
+        match &host.trust {
+            Some(Ok(bundle)) => pins.trust_bundle = Some(cache.pin("trust bundle", bundle)?),
+            Some(Err(reason)) => return Err(ProbeError::NoTrustBundle { reason: reason.clone() }),
+            None => {}
+        }
+    }
     Ok((executable, pins))
 }
 
