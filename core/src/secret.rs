@@ -132,7 +132,8 @@ pub fn source_path(source: &SecretSource, credentials: Option<&Path>) -> Result<
 /// Reads a secret's value from its source, after checking that only root (or cordond's own
 /// user, `daemon_uid`) can change it: the file is a regular file owned by one of them, not a
 /// symlink, readable and writable by its owner only (mode 0600 or stricter), and every directory
-/// above it is owned by root (or `daemon_uid`) and writable by no one else. One trailing newline
+/// above it is owned by root (or `daemon_uid`), is no symlink, and is writable by no one else
+/// (or is sticky, like `/tmp`, where only an entry's owner can remove or rename it). One trailing newline
 /// (`\n` or `\r\n`) is dropped. The error names the source and what to do, never the value.
 pub fn read_source(
     source: &SecretSource,
@@ -155,7 +156,9 @@ pub fn read_source(
                 m.uid()
             ));
         }
-        if m.mode() & 0o022 != 0 {
+        // A sticky directory such as /tmp may be writable by all: only an entry's owner can
+        // remove or rename it there.
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
             return Err(format!(
                 "{source}: directory {} is writable by its group or others (mode {:04o}), who could replace the \
                  secret; chmod go-w it",
