@@ -269,6 +269,11 @@ pub fn remedy(denied: &Denied, policy: &SandboxPolicy) -> Remedy {
             Refusal::MaxConnections(_) => Remedy::Grant { key: "max_connections", value: String::new() },
             Refusal::ConnectionsPerCall(_) => Remedy::Grant { key: "max_connections_per_call", value: String::new() },
             Refusal::MaxBytes(_) => Remedy::Grant { key: "max_bytes", value: String::new() },
+            Refusal::Request(r) => match (r.key(), &r.why) {
+                (Some(key), crate::egress::RequestWhy::Method { .. }) => Remedy::Grant { key, value: r.method.clone() },
+                (Some(key), _) => Remedy::Grant { key, value: r.path.clone() },
+                (None, _) => Remedy::NotGrantable(refusal.explain(host, *port)),
+            },
         },
         Denied::Inferred { .. } => Remedy::Unsure(
             "EPERM is seccomp (a system call outside the allow-list, not grantable) or a capability the tool does not \

@@ -15,6 +15,12 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+mod request;
+
+pub use request::{
+    MAX_METHODS, MAX_PATHS, MAX_PREFIX_LEN, READ_ONLY_METHODS, RequestRefusal, RequestWhy, check_method, check_prefix,
+};
+
 /// The TCP port of the egress proxy inside a tool's network namespace (127.0.0.1 only).
 pub const PROXY_PORT: u16 = 3128;
 /// Concurrent connections per invocation when the policy sets no `max_connections`.
@@ -159,6 +165,10 @@ pub enum Refusal {
     /// SSLv2-form hello, or a protocol that is neither TLS nor HTTP. Cut before anything reached
     /// upstream.
     Unverifiable(String),
+    /// A request to a host with request rules (`methods`, `paths`) that they do not allow, or
+    /// whose target they cannot match unambiguously: answered 403 in the protocol, the
+    /// connection then closed.
+    Request(RequestRefusal),
 }
 
 /// The class of an address assigned to one of the daemon host's interfaces (or one of its
@@ -181,6 +191,7 @@ impl Refusal {
             Refusal::SniMismatch { .. } => "sni-mismatch",
             Refusal::HostMismatch { .. } => "host-mismatch",
             Refusal::Unverifiable(_) => "unverifiable",
+            Refusal::Request(_) => "request-rule",
         }
     }
 
@@ -230,6 +241,7 @@ impl Refusal {
                  ClientHello), or one plain HTTP request whose Host is that host; for another protocol, grant the \
                  address itself (\"IP:{port}\") and connect to the address"
             ),
+            Refusal::Request(r) => r.explain(host, port),
         }
     }
 }
@@ -307,6 +319,16 @@ impl Egress {
 }
 
 impl Egress {
+    /// The table form of `rule` (request rules, `upstream_ca`), when its `hosts` entry is a table.
+    pub fn http_for(&self, rule: &HostRule) -> Option<&HostHttp> {
+        self.http.iter().find(|h| h.rule == *rule)
+    }
+
+    /// What may be asked of the host `rule` grants: `None` when anything may.
+    pub fn requests_for(&self, rule: &HostRule) -> Option<&RequestRules> {
+        self.http_for(rule).and_then(|h| h.requests.as_ref())
+    }
+
     /// Whether the policy grants `addr` itself (an address or range rule) on `port`: such an
     /// address may be reached by a name whatever it is (loopback, private, this host's own).
     pub fn granted_address(&self, addr: IpAddr, port: u16) -> bool {

@@ -192,7 +192,7 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
         "accept_warnings",
         "array of strings or { lint, reason } tables",
         "lints reviewed and accepted for this tool (interpreter-code, leading-dash, program-choice, write-exec, \
-         root-socket, engine-socket, open-high-danger, connect-inside-netns, cache-inputs; and, only as \
+         root-socket, engine-socket, open-high-danger, connect-inside-netns, cache-inputs, tls-termination; and, only as \
          { lint = NAME, reason = \"why\" }, replaceable and beneath-write-root): `policy check` no longer warns \
          about them, and `cordon tool NAME` shows them with their reasons",
         false,
@@ -271,6 +271,52 @@ pub const PARAM_KEYS: &[KeyDoc] = &[
 /// Keys of a `temp = { ... }` table.
 pub const TEMP_KEYS: &[KeyDoc] =
     &[key("size", "size", "bound of each private tmpfs (TMPDIR or /tmp, and /dev/shm); at least 1MiB", false)];
+
+/// Keys of a `network = { ... }` table.
+pub const NETWORK_KEYS: &[KeyDoc] = &[
+    key("connect_tcp", "array of ports", "TCP ports the tool may connect to", false),
+    key("bind_tcp", "array of ports", "TCP ports the tool may bind", false),
+    key(
+        "hosts",
+        "array of \"host:port\" or tables",
+        "hosts the tool may reach through cordond's egress proxy, from a network namespace of its own: \
+         \"name:port\", \"*.suffix:port\", \"IP:port\", \"10.0.0.0/8:port\", or a table { host = \"host:port\", ... } \
+         that also says what may be asked of it (see the hosts entry table)",
+        false,
+    ),
+    key("max_connections", "integer", "connections open at once through the proxy (hosts)", false),
+    key("max_connections_per_call", "integer", "connections through the proxy per invocation, all told (hosts)", false),
+    key("max_bytes", "size", "bytes through the proxy per invocation, both directions (hosts)", false),
+];
+
+/// Keys of a table entry of `network.hosts`.
+pub const HOST_KEYS: &[KeyDoc] = &[
+    key("host", "string", "\"host:port\", exactly as a string entry writes it (required)", false),
+    key(
+        "methods",
+        "array of strings",
+        "the HTTP methods the tool may send to it, upper case, matched exactly (default any); every request is \
+         checked, and one refused is answered 403 with X-Cordon-Refused: request-rule and audited",
+        false,
+    ),
+    key(
+        "paths",
+        "array of strings",
+        "path prefixes the tool may ask for (default any): \"/repos/ORG/\" allows every path beneath it, \
+         \"/repos/ORG\" itself and beneath it at a `/`; the query string is not matched; a path with dot or empty \
+         segments, a backslash, or a percent-encoded dot, slash, backslash or percent sign is refused",
+        false,
+    ),
+    key("read_only", "boolean", "true: only GET, HEAD and OPTIONS (with methods, those must be among them)", false),
+    key(
+        "upstream_ca",
+        "absolute path",
+        "a PEM file of the CA the upstream's certificate must chain to when the proxy terminates TLS for this host, \
+         instead of the system's roots; it must be a root-owned regular file no one else can write (else the tool \
+         is unavailable); nothing turns verification off",
+        false,
+    ),
+];
 
 /// Keys of a `limits` table.
 pub const LIMIT_KEYS: &[KeyDoc] = &[

@@ -10,7 +10,7 @@
 //!   policy facts everyone reads ([`BASE_ENV`], [`MAX_SAFE_INTEGER`], [`SEARCH_PATH`], ranges).
 //!   Leaves beside it: [`keys`](KeyDoc) (the key tables), [`diag`], [`units`], [`defaults`],
 //!   [`trust`], `pattern`, [`foreign`] (recognizes CtxNest and Gandalf configs, to say how to
-//!   import them).
+//!   import them), [`rootfile`] (files trusted for what they hold, such as an `upstream_ca`).
 //! - [`fleet`]: the policy digest, a tool's policy as canonical JSON and the diff of two sets.
 //! - [`schema`] (a tool's JSON Schema), [`output`] (a result judged by the policy: ok_exit_codes,
 //!   the output schema, wrapping), `probe` (availability and pinning), `repin` (a changed grant root
@@ -40,13 +40,15 @@ mod pattern;
 mod probe;
 pub mod reference;
 mod repin;
+pub mod rootfile;
 pub mod schema;
 pub mod trust;
 pub mod units;
 
 pub use diag::{Diagnostic, Severity};
 pub use keys::{
-    FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS,
+    FILE_KEYS, HOST_KEYS, KeyDoc, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS,
+    TOOL_KEYS, WORKFLOW_KEYS,
 };
 pub use load::{
     ExampleResult, LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, TestReport,

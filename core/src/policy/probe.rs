@@ -163,6 +163,9 @@ pub enum ProbeError {
     LandlockTooOld { min: u32, have: i32 },
     #[error("network rules need landlock ABI {ABI_NET} (TCP ports), this kernel offers {have}")]
     NetworkNeedsAbi { have: i32 },
+    /// A host's `upstream_ca` cannot be trusted or read (why, naming the file and what to do).
+    #[error("network.hosts {host}: {why}")]
+    UpstreamCa { host: String, why: String },
     #[error("{} changed while the registry loaded; reload", path.display())]
     ChangedWhileLoading { path: PathBuf },
     #[error(
@@ -432,6 +435,7 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
     }
     pins.search_path_writer = search_path_writer(tool, host, &pins, cache)?;
     host_allows(tool, host)?;
+    upstream_cas(tool)?;
     // Each secret's source is read and checked now, as each call reads it again; the value is
     // dropped (wiped) at once.
     crate::secret::check_sources(&tool.secrets, host.credentials.as_deref(), daemon_uid(host))
@@ -808,6 +812,19 @@ fn host_allows(tool: &Tool, host: &Host) -> Result<(), ProbeError> {
         && let Some(reason) = &host.netns_unavailable
     {
         return Err(ProbeError::NoNetns { reason: reason.clone() });
+    }
+    Ok(())
+}
+
+/// Every `upstream_ca` of the tool's hosts is a root-owned PEM file no one else can change: else
+/// the proxy could not verify that host's upstream, and the tool cannot run.
+fn upstream_cas(tool: &Tool) -> Result<(), ProbeError> {
+    let Some(egress) = tool.sandbox.network.egress() else { return Ok(()) };
+    for h in &egress.http {
+        if let Some(ca) = &h.upstream_ca {
+            super::rootfile::read_upstream_ca(ca)
+                .map_err(|why| ProbeError::UpstreamCa { host: h.rule.to_string(), why })?;
+        }
     }
     Ok(())
 }

@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 use super::keys::{
-    FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS,
+    FILE_KEYS, HOST_KEYS, KeyDoc, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS,
+    TOOL_KEYS, WORKFLOW_KEYS,
 };
 use super::model::{
     BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
@@ -106,6 +107,13 @@ fn list(paths: &[&str]) -> String {
     paths.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
 }
 
+/// What request rules mean where the proxy meets them.
+const REQUEST_RULES: &str = "Request rules (`methods`, `paths`, `read_only`) hold for every request to the host: \
+plain HTTP (forwarded requests, and each request inside a tunnel to it) and HTTPS, which the proxy then terminates \
+(the tool must trust cordon's CA, which cordon offers it through SSL_CERT_FILE and the like; a client that pins \
+certificates fails). A request they refuse is answered `403` with `X-Cordon-Refused: request-rule` and a body that \
+names the rule, audited first; the connection is then closed.\n\n";
+
 /// How workflows are checked and run.
 const WORKFLOWS: &str = "Workflows: `[workflows.NAME]` declares named steps that cordond runs one after another, \
 each a full call of a tool (validated, admitted, sandboxed and audited like a direct call). Its `params` are \
@@ -135,6 +143,9 @@ pub fn authoring_reference() -> String {
     keys(&mut out, "Top level", FILE_KEYS, false);
     keys(&mut out, "`[tools.NAME]` (and `[defaults]`)", TOOL_KEYS, true);
     keys(&mut out, "`[tools.NAME.params.PARAM]`", PARAM_KEYS, false);
+    keys(&mut out, "`network`", NETWORK_KEYS, false);
+    keys(&mut out, "`network.hosts` entry table", HOST_KEYS, false);
+    out.push_str(REQUEST_RULES);
     keys(&mut out, "`limits`", LIMIT_KEYS, false);
     keys(&mut out, "`temp`", TEMP_KEYS, false);
     keys(&mut out, "`[secrets.NAME]`", SECRET_KEYS, false);

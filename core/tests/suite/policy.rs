@@ -712,3 +712,85 @@ network = { hosts = ["api.github.com:443", "*.pypi.org:443", "10.0.0.0/8:8080"],
         other => panic!("expected unavailable, got {other:?}"),
     }
 }
+
+#[test]
+fn host_tables_carry_request_rules_and_an_upstream_ca_that_must_be_roots() {
+    use cordon_core::egress::{READ_ONLY_METHODS, RequestRules};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("internal.pem");
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").expect("write ca");
+    let text = format!(
+        r#"version = 1
+[tools.gh]
+description = "Reads one organisation's repositories"
+reason = "fixture"
+command = ["/bin/true"]
+network = {{ hosts = [
+  "a.example:443",
+  {{ host = "api.github.com:443", methods = ["GET", "HEAD"], paths = ["/repos/ORG/"], upstream_ca = "{}" }},
+  {{ host = "plain.example:80", read_only = true }},
+  {{ host = "ca-only.example:443", upstream_ca = "{}" }},
+] }}
+"#,
+        ca.display(),
+        ca.display()
+    );
+    let set = load_ok("tables.toml", &text);
+    let tool = &set.tools[0];
+    let egress = tool.sandbox.network.egress().expect("hosts parsed");
+    let shown: Vec<String> = egress.hosts.iter().map(ToString::to_string).collect();
+    assert_eq!(shown, ["a.example:443", "api.github.com:443", "plain.example:80", "ca-only.example:443"]);
+    let http: Vec<(String, Option<RequestRules>, bool)> =
+        egress.http.iter().map(|h| (h.rule.to_string(), h.requests.clone(), h.upstream_ca.is_some())).collect();
+    let methods = |m: &[&str]| m.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        http,
+        [
+            (
+                "api.github.com:443".to_string(),
+                Some(RequestRules { methods: methods(&["GET", "HEAD"]), paths: vec!["/repos/ORG/".into()] }),
+                true
+            ),
+            (
+                "plain.example:80".to_string(),
+                Some(RequestRules { methods: methods(READ_ONLY_METHODS), paths: vec![] }),
+                false
+            ),
+            ("ca-only.example:443".to_string(), None, true),
+        ]
+    );
+    // Rules on an HTTPS port: the proxy terminates TLS there, and the lint says what that asks.
+    let lint: Vec<&Diagnostic> = set.diagnostics.iter().filter(|d| d.message.contains("[tls-termination")).collect();
+    assert_eq!(lint.len(), 1, "{}", render(&set.diagnostics));
+    assert!(lint[0].message.contains("api.github.com:443") && lint[0].message.contains("SSL_CERT_FILE"));
+    assert!(!lint[0].message.contains("ca-only"), "no rules there: {}", lint[0].message);
+    let accepted = text.replace("command = [", "accept_warnings = [\"tls-termination\"]\ncommand = [");
+    let set = load_ok("tables.toml", &accepted);
+    assert!(!set.diagnostics.iter().any(|d| d.message.contains("tls-termination")));
+
+    // A CA only root can change makes the tool available; anything else says why not.
+    let root = nix::unistd::geteuid().is_root();
+    match (&tool.availability, root) {
+        (Availability::Available { .. }, true) => {}
+        (Availability::Unavailable { reason }, false) => assert!(reason.contains("owned by uid"), "{reason}"),
+        (other, _) => panic!("root {root}: {other:?}"),
+    }
+    std::fs::remove_file(&ca).expect("remove ca");
+    let set = load_ok("tables.toml", &text);
+    match &set.tools[0].availability {
+        Availability::Unavailable { reason } => {
+            assert!(reason.starts_with("network.hosts api.github.com:443: upstream_ca"), "{reason}");
+            assert!(reason.contains("does not exist"), "{reason}");
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+    if root {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").expect("write ca");
+        std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        match &load_ok("tables.toml", &text).tools[0].availability {
+            Availability::Unavailable { reason } => assert!(reason.contains("writable by its group or others")),
+            other => panic!("expected unavailable, got {other:?}"),
+        }
+    }
+}

@@ -196,7 +196,7 @@ fn rewrite(
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
-    Ok(Forward { head: out, body: length.unwrap_or(0) })
+    Ok(Forward { head: out, body: length.unwrap_or(0), method: method.to_string(), target: target.to_string() })
 }
 
 /// Why a tunnel's first flight, an HTTP request, is not sent up.
@@ -214,11 +214,12 @@ pub(crate) fn could_be_head(buf: &[u8]) -> bool {
     !matches!(httparse::Request::new(&mut headers).parse(buf), Err(e) if e != httparse::Error::TooManyHeaders)
 }
 
-/// The first flight of a tunnel opened for `name` on `port`, read as one plain HTTP request:
-/// `Ok(None)` when it is no HTTP request at all; the request rewritten (its `Host` as sent,
-/// `Connection: close`, no hop-by-hop headers, a body only by `Content-Length`) and the length of
-/// its head in `buf` when its one `Host` is `name` (with `port`, or none); why not otherwise.
-pub(crate) fn tunnel_request(buf: &[u8], name: &str, port: u16) -> Result<Option<(Forward, usize)>, TunnelRefusal> {
+/// The first flight of a tunnel opened for `name` (a host name, or an address whose `hosts`
+/// entry has request rules) on `port`, read as one plain HTTP request: `Ok(None)` when it is no
+/// HTTP request at all; the request rewritten (its `Host` as sent, `Connection: close`, no
+/// hop-by-hop headers, a body only by `Content-Length`) and the length of its head in `buf` when
+/// its one `Host` is `name` (with `port`, or none); why not otherwise.
+pub(crate) fn tunnel_request(buf: &[u8], name: &Target, port: u16) -> Result<Option<(Forward, usize)>, TunnelRefusal> {
     let bad = |why: String| Err(TunnelRefusal::Bad(why));
     let Some(end) = head_end(buf, 0) else {
         if !could_be_head(buf) {
@@ -254,7 +255,7 @@ pub(crate) fn tunnel_request(buf: &[u8], name: &str, port: u16) -> Result<Option
         Ok(a) => a,
         Err(_) => return Err(TunnelRefusal::Host(value.to_string())),
     };
-    if p != port || Target::parse(&h) != Some(Target::Name(name.to_string())) {
+    if p != port || Target::parse(&h).as_ref() != Some(name) {
         return Err(TunnelRefusal::Host(value.to_string()));
     }
     let forward = rewrite(method, path, version, value, req.headers).map_err(|b| TunnelRefusal::Bad(b.message))?;
@@ -286,6 +287,14 @@ fn authority(text: &str, default: Option<u16>) -> Result<(String, u16), Bad> {
         return Err(bad());
     }
     Ok((host.to_string(), port))
+}
+
+/// The status of a response head, when it parses.
+pub(crate) fn status(head: &[u8]) -> Option<u16> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    resp.parse(head).ok()?;
+    resp.code
 }
 
 /// A response head as the tool gets it: `Connection: close` instead of the server's connection

@@ -12,7 +12,10 @@
 //! itself), and none of this host's own (`host`: every interface's addresses, read again for
 //! each connection and checked again right before each connect, unless granted as addresses),
 //! and the proxy connects to those very addresses: never resolving again, so DNS rebinding
-//! between the check and the connection cannot happen.
+//! between the check and the connection cannot happen. A host whose `hosts` entry has request
+//! rules (methods, paths) is asked only what they allow: a forwarded request is checked before
+//! its name is resolved, a tunnel's plain-HTTP request before it goes up (one request per
+//! tunnel; TLS to such a host is cut unless the proxy terminates it).
 //!
 //! Why a proxy in the daemon rather than a filter in the kernel: a name is what a policy can
 //! grant, and only the party that resolves the name can tie it to an address. The tool has no
@@ -48,7 +51,11 @@
 //!   one upstream connect is a method of that result, in `upstream`), and a log error refuses
 //!   the connection (fail closed: `503`, `X-Cordon-Refused: audit-unavailable`, or SOCKS
 //!   general failure).
-//! - A refusal is recorded before the tool hears of it.
+//! - A refusal is recorded before the tool hears of it, a request refused by its host's rules
+//!   too (then answered `403`, `X-Cordon-Refused: request-rule`, inside the tunnel when it came
+//!   through one); nothing of it goes up.
+//! - The records of a plain-HTTP request carry its `method` and `path` (never the query or a
+//!   header's value), and the response's `status`.
 //! - At most `max_connections` connections of an invocation are served at once; the connections
 //!   beyond are answered by a small fixed number of tasks or closed, so a flood costs cordond a
 //!   bounded number of tasks and buffers.

@@ -22,7 +22,7 @@ use crate::splice::{self, Budget};
 use crate::upstream::{Grant, Upstream};
 use crate::{host, http, socks};
 use cordon_core::denial::{Denial, Denied, MAX_DENIALS};
-use cordon_core::egress::{Egress, Refusal, THIS_HOST, Target, canonical, on_host};
+use cordon_core::egress::{Egress, Refusal, RequestRules, THIS_HOST, Target, canonical, on_host};
 use cordon_sandbox::ProxyHandoff;
 
 /// Refused attempts of one invocation that are each an audit record (the rest are counted).
@@ -366,7 +366,9 @@ impl Proxy {
         };
         self.connections.fetch_add(1, Ordering::Relaxed);
         let address = upstream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-        let done = splice::run(&self.budget, &self.stop, client, upstream, request).await;
+        let rules = self.rules_for(&request).cloned();
+        let protocol = request.protocol;
+        let done = splice::run(&self.budget, &self.stop, &mut client, upstream, request, rules.as_ref()).await;
         self.up.fetch_add(done.up, Ordering::Relaxed);
         self.down.fetch_add(done.down, Ordering::Relaxed);
         let mut r = closed
@@ -377,6 +379,15 @@ impl Proxy {
             .with("end", done.end.as_str());
         if let Some(e) = &done.error {
             r = r.with("error", e.as_str());
+        }
+        if let Some(method) = &done.method {
+            r = r.with("method", method.as_str());
+        }
+        if let Some(path) = &done.path {
+            r = r.with("path", path.as_str());
+        }
+        if let Some(status) = done.status {
+            r = r.with("status", status);
         }
         let cut = match (&done.end, &done.refusal) {
             (splice::End::MaxBytes, _) => {
@@ -398,10 +409,38 @@ impl Proxy {
             _ => None,
         };
         if let Some(refusal) = cut {
-            r = r.with("message", refusal.explain(&done.host, done.port));
-            self.add_denial(&done.host, done.port, refusal);
+            let text = refusal.explain(&done.host, done.port);
+            r = r.with("message", text.as_str());
+            self.add_denial(&done.host, done.port, refusal.clone());
+            if let Refusal::Request(_) = &refusal {
+                // A request the host's rules refuse, inside a tunnel: recorded, then answered.
+                let r = r.with("status", 403).with("allowed", false).with("why", refusal.kind());
+                if let Err(e) = self.ctx.log.durable(r).await {
+                    tracing::error!(id = %self.ctx.invocation, error = %e, "egress request refusal not recorded");
+                }
+                let body = self.refusal_body(&done.host, done.port, &text);
+                match protocol {
+                    Protocol::Connect | Protocol::Socks5 => {
+                        reply::refused(&mut client, 403, refusal.kind(), &body).await;
+                    }
+                    Protocol::Http => {}
+                }
+                return;
+            }
         }
         self.ctx.log.record(r);
+    }
+
+    /// The request rules of the `hosts` entry that grants `request`'s host, if it has any.
+    fn rules_for(&self, request: &Request) -> Option<&RequestRules> {
+        let target = Target::parse(&request.host)?;
+        let rule = self.ctx.egress.matching(&target, request.port)?;
+        self.ctx.egress.requests_for(rule)
+    }
+
+    /// The body of the proxy's refusal: which host, which tool, why and what would allow it.
+    fn refusal_body(&self, host: &str, port: u16, text: &str) -> String {
+        format!("cordon: the egress proxy refused {host}:{port} for tool {tool}: {text}\n", tool = self.ctx.tool)
     }
 
     /// The tool's rules on `request`: the rule that grants it and the addresses to connect to,
@@ -411,9 +450,15 @@ impl Proxy {
         let Some(target) = Target::parse(&request.host) else {
             return Err(Why::InvalidHost(clip(&request.host)));
         };
-        let Some(rule) = egress.matching(&target, request.port).map(|r| r.to_string()) else {
+        let Some(matched) = egress.matching(&target, request.port) else {
             return Err(Why::Refused(Refusal::NotListed));
         };
+        // A forwarded request is checked against its host's request rules before anything
+        // else (no name is resolved for a request that is refused).
+        if let (Some(rules), Some(forward)) = (egress.requests_for(matched), &request.forward) {
+            rules.check(&forward.method, &forward.target).map_err(|r| Why::Refused(Refusal::Request(r)))?;
+        }
+        let rule = matched.to_string();
         if self.budget.spent() {
             return Err(Why::Refused(Refusal::MaxBytes(egress.max_bytes)));
         }
@@ -473,11 +518,14 @@ impl Proxy {
     async fn refuse(&self, conn: u64, client: &mut TcpStream, request: &Request, why: Why) {
         let host = shown_host(&request.host);
         let text = why.explain(&host, request.port);
-        let record = self
+        let mut record = self
             .record(RecordKind::Egress, conn, request)
             .with("allowed", false)
             .with("why", why.kind())
             .with("message", text.as_str());
+        if request.protocol != Protocol::Socks5 {
+            record = record.with("status", http_status(&why));
+        }
         let denial = match &why {
             Why::Refused(r) => Some((host.clone(), request.port, r.clone())),
             _ => None,
@@ -488,11 +536,7 @@ impl Proxy {
         match request.protocol {
             Protocol::Socks5 => reply::socks(client, socks_reply(&why)).await,
             Protocol::Connect | Protocol::Http => {
-                let body = format!(
-                    "cordon: the egress proxy refused {host}:{port} for tool {tool}: {text}\n",
-                    port = request.port,
-                    tool = self.ctx.tool
-                );
+                let body = self.refusal_body(&host, request.port, &text);
                 reply::refused(client, http_status(&why), why.kind(), &body).await;
             }
         }
@@ -542,13 +586,18 @@ impl Proxy {
         }
     }
 
-    /// A record of this invocation about `request`.
+    /// A record of this invocation about `request`: with a forwarded request's method and path
+    /// (never its query or header values).
     fn record(&self, kind: RecordKind, conn: u64, request: &Request) -> EgressRecord {
-        EgressRecord::new(kind, &self.ctx.invocation, &self.ctx.tool)
+        let r = EgressRecord::new(kind, &self.ctx.invocation, &self.ctx.tool)
             .with("conn", conn)
             .with("protocol", request.protocol.as_str())
             .with("host", clip(&request.host))
-            .with("port", request.port)
+            .with("port", request.port);
+        match &request.forward {
+            Some(f) if kind == RecordKind::Egress => r.with("method", f.method.as_str()).with("path", f.path()),
+            _ => r,
+        }
     }
 
     fn summary(&self) -> Summary {
@@ -581,7 +630,8 @@ fn http_status(why: &Why) -> u16 {
             | Refusal::Special { .. }
             | Refusal::SniMismatch { .. }
             | Refusal::HostMismatch { .. }
-            | Refusal::Unverifiable(_),
+            | Refusal::Unverifiable(_)
+            | Refusal::Request(_),
         ) => 403,
         Why::Refused(Refusal::Unresolved(_)) => 502,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
@@ -599,7 +649,8 @@ fn socks_reply(why: &Why) -> u8 {
             | Refusal::Special { .. }
             | Refusal::SniMismatch { .. }
             | Refusal::HostMismatch { .. }
-            | Refusal::Unverifiable(_),
+            | Refusal::Unverifiable(_)
+            | Refusal::Request(_),
         ) => socks_code::NOT_ALLOWED,
         Why::Refused(Refusal::Unresolved(_)) | Why::InvalidHost(_) => socks_code::HOST_UNREACHABLE,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))

@@ -31,11 +31,41 @@ impl Protocol {
     }
 }
 
-/// A forwarded request: its origin-form head and the length of the body that follows it.
+/// A forwarded request: its origin-form head and the length of the body that follows it, and
+/// its method and origin-form target as sent up (for request rules and records).
 #[derive(Debug)]
 pub(crate) struct Forward {
     pub(crate) head: Vec<u8>,
     pub(crate) body: u64,
+    pub(crate) method: String,
+    pub(crate) target: String,
+}
+
+impl Forward {
+    /// The target's path as records show it: without the query (which may carry anything the
+    /// tool put there), at most 256 bytes, controls escaped.
+    pub(crate) fn path(&self) -> String {
+        shown_path(&self.target)
+    }
+}
+
+/// A request target's path for records: without the query, at most 256 bytes, anything but
+/// printable ASCII escaped.
+pub(crate) fn shown_path(target: &str) -> String {
+    let path = target.split(['?', '#']).next().unwrap_or_default();
+    let mut out = String::new();
+    for c in path.chars() {
+        if out.len() >= 256 {
+            out.push_str("...");
+            break;
+        }
+        if c.is_ascii_graphic() {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    out
 }
 
 /// One request, as read from the tool: what it wants to reach and how.

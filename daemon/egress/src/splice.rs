@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::reply::{self, socks_code};
 use crate::request::{HEAD_LIMIT, HEAD_TIMEOUT, Protocol, Request, shown_host};
 use crate::{http, sni};
-use cordon_core::egress::{Refusal, Target};
+use cordon_core::egress::{Refusal, RequestRules, Target};
 
 /// Bytes read at once per direction.
 const BUFFER: usize = 16 * 1024;
@@ -83,10 +83,16 @@ pub(crate) struct Done {
     pub(crate) down: u64,
     pub(crate) end: End,
     pub(crate) error: Option<String>,
-    /// Why a tunnel's first flight was cut ([`End::Refused`]).
+    /// Why a tunnel's first flight was cut ([`End::Refused`]). A [`Refusal::Request`] is not
+    /// answered yet: the caller records it, then answers the tool `403` on the connection.
     pub(crate) refusal: Option<Refusal>,
     pub(crate) host: String,
     pub(crate) port: u16,
+    /// The plain-HTTP request's method and path (no query), when the connection carried one.
+    pub(crate) method: Option<String>,
+    pub(crate) path: Option<String>,
+    /// The status of the plain-HTTP response, when one came.
+    pub(crate) status: Option<u16>,
 }
 
 /// How one direction ended.
@@ -106,30 +112,46 @@ enum Flow {
 enum Carries {
     /// TLS for the name (or nothing: the client closed without sending).
     Tls,
-    /// One plain HTTP request for the name: this many body bytes follow what was sent.
-    Http(u64),
+    /// One plain HTTP request for the name: this many body bytes follow what was sent; its
+    /// method and path.
+    Http(u64, String, String),
 }
 
 /// Tells the tool its connection is up, sends what goes first (a forwarded request's head, early
 /// bytes), then copies both ways until both sides are done, the budget is spent or the
-/// invocation ends.
+/// invocation ends. `rules`: what may be asked of the host (its `hosts` entry's request rules);
+/// a forwarded request was checked against them already, a tunnel's is checked here.
 pub(crate) async fn run(
     budget: &Budget,
     stop: &CancellationToken,
-    mut client: TcpStream,
+    client: &mut TcpStream,
     mut upstream: TcpStream,
     request: Request,
+    rules: Option<&RequestRules>,
 ) -> Done {
     let Request { protocol, host, port, forward, mut early } = request;
-    let mut done = Done { up: 0, down: 0, end: End::Closed, error: None, refusal: None, host: shown_host(&host), port };
-    // A tunnel to a name: its TLS, if it speaks TLS, must be for that name.
+    let mut done = Done {
+        up: 0,
+        down: 0,
+        end: End::Closed,
+        error: None,
+        refusal: None,
+        host: shown_host(&host),
+        port,
+        method: forward.as_ref().map(|f| f.method.clone()),
+        path: forward.as_ref().map(|f| f.path()),
+        status: None,
+    };
+    // A tunnel to a name: its TLS, if it speaks TLS, must be for that name. A tunnel to an
+    // address with request rules: it must carry HTTP, each request of it checked.
     let tunnel_name = match (protocol, Target::parse(&host)) {
-        (Protocol::Connect | Protocol::Socks5, Some(Target::Name(n))) => Some(n),
+        (Protocol::Connect | Protocol::Socks5, Some(t @ Target::Name(_))) => Some(t),
+        (Protocol::Connect | Protocol::Socks5, Some(t @ Target::Addr(_))) if rules.is_some() => Some(t),
         _ => None,
     };
     let answered = match protocol {
-        Protocol::Connect => reply::established(&mut client).await,
-        Protocol::Socks5 => reply::socks_send(&mut client, socks_code::SUCCEEDED).await,
+        Protocol::Connect => reply::established(client).await,
+        Protocol::Socks5 => reply::socks_send(client, socks_code::SUCCEEDED).await,
         Protocol::Http => Ok(()),
     };
     if let Err(e) = answered {
@@ -165,13 +187,28 @@ pub(crate) async fn run(
     let (mut cr, mut cw) = client.split();
     let (mut ur, mut uw) = upstream.split();
     let (mut up, mut down) = (0u64, 0u64);
+    let mut asked: Option<(String, String)> = None;
+    let mut status: Option<u16> = None;
+    // Whether the tunnel carries one plain HTTP request (its answer then says Connection: close,
+    // as the request upstream did: the client must not send another on it).
+    let (carries_http, is_http) = tokio::sync::oneshot::channel::<bool>();
     let upward = async {
         let f = match &tunnel_name {
-            Some(name) => match first_flight(budget, flight, &mut cr, &mut uw, (name, port), &end, &mut up).await {
-                Ok(Carries::Tls) => pump(budget, &mut cr, &mut uw, body, &end, &mut up).await,
-                Ok(Carries::Http(rest)) => pump(budget, &mut cr, &mut uw, Some(rest), &end, &mut up).await,
-                Err(f) => f,
-            },
+            Some(name) => {
+                let checked = first_flight(budget, flight, &mut cr, &mut uw, (name, port, rules), &end, &mut up).await;
+                match checked {
+                    Ok(Carries::Tls) => {
+                        let _ = carries_http.send(false);
+                        pump(budget, &mut cr, &mut uw, body, &end, &mut up).await
+                    }
+                    Ok(Carries::Http(rest, method, path)) => {
+                        let _ = carries_http.send(true);
+                        asked = Some((method, path));
+                        pump(budget, &mut cr, &mut uw, Some(rest), &end, &mut up).await
+                    }
+                    Err(f) => f,
+                }
+            }
             None => pump(budget, &mut cr, &mut uw, body, &end, &mut up).await,
         };
         if !matches!(f, Flow::Eof | Flow::Limit) {
@@ -180,12 +217,26 @@ pub(crate) async fn run(
         f
     };
     let downward = async {
-        let f = match protocol {
-            Protocol::Http => match response_head(budget, &mut ur, &mut cw, &end, &mut down).await {
-                Ok(()) => pump(budget, &mut ur, &mut cw, None, &end, &mut down).await,
+        // A tunnel for a name (or an address with rules) is judged before the server's bytes
+        // are passed on: its clients speak first (TLS, HTTP), so the server has nothing to say
+        // before then.
+        let http = match (protocol, &tunnel_name) {
+            (Protocol::Http, _) => true,
+            (_, None) => false,
+            (_, Some(_)) => tokio::select! {
+                _ = end.cancelled() => false,
+                r = is_http => r.unwrap_or(false),
+            },
+        };
+        let f = match http {
+            true => match response_head(budget, &mut ur, &mut cw, &end, &mut down).await {
+                Ok(s) => {
+                    status = s;
+                    pump(budget, &mut ur, &mut cw, None, &end, &mut down).await
+                }
                 Err(f) => f,
             },
-            Protocol::Connect | Protocol::Socks5 => pump(budget, &mut ur, &mut cw, None, &end, &mut down).await,
+            false => pump(budget, &mut ur, &mut cw, None, &end, &mut down).await,
         };
         // Plain HTTP ends with the response (Connection: close); a tunnel may be half-closed.
         if protocol == Protocol::Http || !matches!(f, Flow::Eof) {
@@ -196,6 +247,10 @@ pub(crate) async fn run(
     let (a, b) = tokio::join!(upward, downward);
     done.up += up;
     done.down = down;
+    done.status = status;
+    if let Some((method, path)) = asked {
+        (done.method, done.path) = (Some(method), Some(path));
+    }
     for f in [a, b] {
         match f {
             Flow::MaxBytes => done.end = End::MaxBytes,
@@ -203,8 +258,12 @@ pub(crate) async fn run(
                 done.end = End::Refused(match refusal {
                     Refusal::SniMismatch { .. } => "sni_mismatch",
                     Refusal::HostMismatch { .. } => "host_mismatch",
+                    Refusal::Request(_) => "request_rule",
                     _ => "unverifiable",
                 });
+                if let Refusal::Request(r) = &refusal {
+                    (done.method, done.path) = (Some(r.method.clone()), Some(r.path.clone()));
+                }
                 done.refusal = Some(refusal);
             }
             Flow::Stopped if done.end == End::Closed && stop.is_cancelled() => done.end = End::Stopped,
@@ -222,15 +281,16 @@ pub(crate) async fn run(
 /// request, `buf`) and sends it up only when it is checked to be for that name: a TLS ClientHello
 /// naming it (see [`sni`]), or one plain HTTP request whose `Host` is it (sent rewritten with
 /// `Connection: close`, and only its announced body after it: a second request could name
-/// another host). Anything else (another protocol, a hello whose name cannot be checked,
-/// nothing checkable within [`HEAD_TIMEOUT`]) ends the connection before any of it goes up. The
-/// server's side is copied meanwhile.
+/// another host, or ask what the host's rules refuse) and that its host's request `rules`
+/// allow. Anything else (another protocol, a hello whose name cannot be checked, TLS to a host
+/// with request rules, nothing checkable within [`HEAD_TIMEOUT`]) ends the connection before any
+/// of it goes up. The server's side is copied meanwhile.
 async fn first_flight<R, W>(
     budget: &Budget,
     mut buf: Vec<u8>,
     from: &mut R,
     to: &mut W,
-    (name, port): (&str, u16),
+    (name, port, rules): (&Target, u16, Option<&RequestRules>),
     end: &CancellationToken,
     count: &mut u64,
 ) -> Result<Carries, Flow>
@@ -263,9 +323,20 @@ where
         }
     };
     let mut carries = Carries::Tls;
+    let named = |sni: &str| matches!(name, Target::Name(n) if n == sni);
     match sni::hello(&buf) {
         _ if buf.is_empty() => return Ok(Carries::Tls),
-        sni::Hello::Name(Some(sni)) if sni != name => return Err(Flow::Refused(Refusal::SniMismatch { sni })),
+        // Rules on what is asked of the host cannot be checked inside TLS the proxy does not
+        // terminate: cut, never passed unchecked.
+        sni::Hello::Name(_) | sni::Hello::Unreadable | sni::Hello::Unverifiable(_) | sni::Hello::Sslv2
+            if rules.is_some() =>
+        {
+            return Err(unverifiable(format!(
+                "its hosts entry has request rules (methods, paths), and the proxy cannot read the requests \
+                 inside TLS it does not terminate; this tunnel to {name}:{port} carries plain HTTP only"
+            )));
+        }
+        sni::Hello::Name(Some(sni)) if !named(&sni) => return Err(Flow::Refused(Refusal::SniMismatch { sni })),
         sni::Hello::Name(Some(_)) => {}
         sni::Hello::Name(None) => {
             return Err(unverifiable("its TLS ClientHello names no server (no server_name extension)".into()));
@@ -283,10 +354,15 @@ where
         }
         sni::Hello::NotTls => match http::tunnel_request(&buf, name, port) {
             Ok(Some((mut forward, used))) => {
+                if let Some(rules) = rules
+                    && let Err(refusal) = rules.check(&forward.method, &forward.target)
+                {
+                    return Err(Flow::Refused(Refusal::Request(refusal)));
+                }
                 let body = buf.split_off(used);
                 let sent = usize::try_from(forward.body).unwrap_or(usize::MAX).min(body.len());
                 forward.head.extend_from_slice(&body[..sent]);
-                carries = Carries::Http(forward.body - sent as u64);
+                carries = Carries::Http(forward.body - sent as u64, forward.method.clone(), forward.path());
                 buf = forward.head;
             }
             Ok(None) => {
@@ -330,14 +406,14 @@ fn shown_bytes(buf: &[u8]) -> String {
 
 /// Passes a plain-HTTP response head to the tool with `Connection: close` (see
 /// [`http::close_response`]); a head longer than [`HEAD_LIMIT`] or not parsable goes as
-/// it came.
+/// it came. Its status, when it has one.
 async fn response_head<R, W>(
     budget: &Budget,
     from: &mut R,
     to: &mut W,
     end: &CancellationToken,
     count: &mut u64,
-) -> Result<(), Flow>
+) -> Result<Option<u16>, Flow>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -345,6 +421,7 @@ where
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; BUFFER];
     let mut eof = false;
+    let mut status = None;
     let out = loop {
         let n = tokio::select! {
             _ = end.cancelled() => return Err(Flow::Stopped),
@@ -357,6 +434,7 @@ where
             break buf;
         }
         if let Some(e) = http::head_end(&buf, from_at) {
+            status = http::status(&buf[..e]);
             let mut out = http::close_response(&buf[..e]).unwrap_or_else(|| buf[..e].to_vec());
             out.extend_from_slice(&buf[e..]);
             break out;
@@ -376,7 +454,7 @@ where
         let _ = to.shutdown().await;
         return Err(Flow::Eof);
     }
-    Ok(())
+    Ok(status)
 }
 
 /// Copies `from` to `to` until end of file, `limit` bytes (when given), the budget, an error, or

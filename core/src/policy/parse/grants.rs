@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 use toml::de::{DeTable, DeValue};
 
 use super::{Parser, Value};
-use crate::policy::keys::{KeyDoc, key};
+use crate::policy::keys::{KeyDoc, NETWORK_KEYS, key};
 use crate::policy::model::{Allow, MAX_SEARCH_PATH, Network, Principal, RunAs, SEARCH_PATH};
 
 /// Directories a `write` grant of the whole of is a warning: they hold what every program and
@@ -156,25 +156,7 @@ impl Parser<'_> {
                 None
             }
             DeValue::Table(t) => {
-                const KEYS: &[KeyDoc] = &[
-                    key("connect_tcp", "array of ports", "TCP ports the tool may connect to", false),
-                    key("bind_tcp", "array of ports", "TCP ports the tool may bind", false),
-                    key(
-                        "hosts",
-                        "array of \"host:port\"",
-                        "hosts the tool may reach through cordond's egress proxy, from a network namespace of its own",
-                        false,
-                    ),
-                    key("max_connections", "integer", "connections open at once through the proxy (hosts)", false),
-                    key(
-                        "max_connections_per_call",
-                        "integer",
-                        "connections through the proxy per invocation, all told (hosts)",
-                        false,
-                    ),
-                    key("max_bytes", "size", "bytes through the proxy per invocation, both directions (hosts)", false),
-                ];
-                self.unknown_keys(t, KEYS, "in network");
+                self.unknown_keys(t, NETWORK_KEYS, "in network");
                 let connect = t.get("connect_tcp").and_then(|v| self.ports(v, "connect_tcp")).unwrap_or_default();
                 let bind = t.get("bind_tcp").and_then(|v| self.ports(v, "bind_tcp")).unwrap_or_default();
                 let egress = match t.get("hosts") {
@@ -207,7 +189,7 @@ impl Parser<'_> {
             CONNECTIONS_PER_CALL_LIMIT, DEFAULT_CONNECTIONS_PER_CALL, DEFAULT_MAX_BYTES, DEFAULT_MAX_CONNECTIONS,
             Egress, MAX_CONNECTIONS_LIMIT, MAX_HOSTS, PROXY_PORT,
         };
-        let items = self.array(hosts, "hosts", "an array of \"host:port\" strings")?;
+        let items = self.array(hosts, "hosts", "an array of \"host:port\" strings and { host = ... } tables")?;
         if items.is_empty() {
             self.sink.error(
                 hosts.span(),
@@ -219,25 +201,8 @@ impl Parser<'_> {
             self.sink.error(hosts.span(), format!("hosts has {} entries; at most {MAX_HOSTS}", items.len()));
             return None;
         }
-        let mut rules = Vec::new();
-        let mut ok = true;
-        for item in items.iter() {
-            let Some(text) = self.string(item, "hosts") else {
-                ok = false;
-                continue;
-            };
-            match crate::egress::parse_rule(&text) {
-                Ok(r) if rules.contains(&r) => {
-                    self.sink.error(item.span(), format!("{text:?} is listed twice in hosts"));
-                    ok = false;
-                }
-                Ok(r) => rules.push(r),
-                Err(e) => {
-                    self.sink.error(item.span(), format!("invalid hosts entry {e}"));
-                    ok = false;
-                }
-            }
-        }
+        let parsed = self.host_entries(items);
+        let mut ok = parsed.is_some();
         if bind.contains(&PROXY_PORT) {
             self.sink.error(
                 hosts.span(),
@@ -288,7 +253,8 @@ impl Parser<'_> {
         else {
             return None;
         };
-        ok.then_some(Egress { hosts: rules, max_connections, max_connections_per_call, max_bytes, http: Vec::new() })
+        let parsed = parsed.filter(|_| ok)?;
+        Some(Egress { hosts: parsed.rules, max_connections, max_connections_per_call, max_bytes, http: parsed.http })
     }
 
     fn ports(&mut self, v: &Value<'_>, what: &str) -> Option<Vec<u16>> {

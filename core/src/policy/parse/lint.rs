@@ -11,6 +11,8 @@
 //! - `unix_sockets` on a tool run as root, or naming a container engine's socket;
 //! - `connect_tcp` beside `hosts` on a port the tool does not bind: inside its own network
 //!   namespace nothing listens there (hosts are reached through `hosts` only);
+//! - request rules on an HTTPS port of a `hosts` entry: the proxy terminates the tool's TLS to it
+//!   with cordon's CA, which the tool must trust (a client that pins certificates fails);
 //! - a `danger = "high"` tool without `confirm` that `allow` opens to every user (a group every
 //!   account is in);
 //! - `cache` on a tool whose inputs the cache cannot see: it reads files no path-typed argument
@@ -106,6 +108,7 @@ pub(super) const LINTS: &[&str] = &[
     "open-high-danger",
     "connect-inside-netns",
     "cache-inputs",
+    "tls-termination",
     "replaceable",
     "beneath-write-root",
 ];
@@ -235,6 +238,9 @@ impl Parser<'_> {
         }
         if let Some(message) = connect_inside_netns(tool) {
             found.push((key_span("network"), "connect-inside-netns", message));
+        }
+        if let Some(message) = tls_termination(tool) {
+            found.push((key_span("network"), "tls-termination", message));
         }
         if let Some(message) = open_high_danger(tool) {
             found.push((key_span("allow"), "open-high-danger", message));
@@ -613,6 +619,28 @@ fn connect_inside_netns(tool: &Tool) -> Option<String> {
              through hosts, e.g. hosts = [\"api.example.com:{}\"]",
             lonely.join(", "),
             lonely[0]
+        )
+    })
+}
+
+/// Request rules on an HTTPS port (443, 8443): the proxy must read each request, so it
+/// terminates the tool's TLS to that host with cordon's CA, which the tool must trust.
+fn tls_termination(tool: &Tool) -> Option<String> {
+    let egress = tool.sandbox.network.egress()?;
+    let ruled: Vec<String> = egress
+        .http
+        .iter()
+        .filter(|h| h.requests.is_some() && matches!(h.rule.port, 443 | 8443))
+        .map(|h| h.rule.to_string())
+        .collect();
+    (!ruled.is_empty()).then(|| {
+        format!(
+            "request rules on {}: to check each request the egress proxy terminates the tool's TLS to {} with \
+             cordon's own CA (and verifies the upstream itself); the tool must trust that CA, which cordon offers \
+             through SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS and the like, and a client that pins \
+             certificates or ignores those variables fails",
+            ruled.join(", "),
+            if ruled.len() == 1 { "it" } else { "them" }
         )
     })
 }

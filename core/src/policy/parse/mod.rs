@@ -11,6 +11,7 @@
 //! - `command`: the argv template and its `{{param}}` placeholders.
 //! - `param`: one `[tools.NAME.params.PARAM]` table and its type's rules.
 //! - `grants`: `read`/`write`/`exec` paths, `network`, `unix_sockets`, `allow`, `run_as`.
+//! - `hosts`: the entries of `network.hosts`, strings and tables (request rules, `upstream_ca`).
 //! - `limits`: `timeout`, `max_output` and the `limits` table.
 //! - `env`: the `env` table and `args_env_prefix`.
 //! - `secrets`: the file's `[secrets.NAME]` declarations and a tool's `secrets` table.
@@ -28,6 +29,7 @@ mod common;
 mod env;
 mod examples;
 mod grants;
+mod hosts;
 mod limits;
 mod lint;
 mod param;
