@@ -144,7 +144,12 @@ pub fn read_source(
     let trusted = |uid: u32| uid == 0 || uid == daemon_uid;
     let mut dir = path.parent();
     while let Some(d) = dir {
-        let m = std::fs::symlink_metadata(d).map_err(|e| format!("{source}: directory {}: {e}", d.display()))?;
+        let m = std::fs::symlink_metadata(d).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                format!("{source}: {} does not exist (its directory {} is missing)", path.display(), d.display())
+            }
+            _ => format!("{source}: directory {}: {e}", d.display()),
+        })?;
         if m.file_type().is_symlink() {
             return Err(format!("{source}: {} is a symlink; name the real directory", d.display()));
         }

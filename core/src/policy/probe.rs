@@ -233,13 +233,28 @@ impl Tool {
     /// The load-time availability, turned unavailable (with the reason) when a pinned path
     /// changed since the registry loaded and the re-pin rule would not take it at the next call
     /// (docs/pins.md). A few system calls per pinned path.
+    /// Its secrets' sources are read and checked again too, as a call would: a source that went
+    /// bad since the load shows here (the call would be refused).
     pub fn availability_now(&self) -> Availability {
         match &self.availability {
             Availability::Available { .. } => match self.pins_hold_or_repinnable() {
-                Ok(()) => self.availability.clone(),
+                Ok(()) => self.secrets_now(),
                 Err(e) => Availability::Unavailable { reason: e.to_string() },
             },
             unavailable => unavailable.clone(),
+        }
+    }
+
+    /// The load-time availability, or why a secret's source fails its checks now.
+    fn secrets_now(&self) -> Availability {
+        if self.secrets.is_empty() {
+            return self.availability.clone();
+        }
+        let credentials = std::env::var_os(crate::secret::CREDENTIALS_ENV).map(PathBuf::from);
+        let uid = nix::unistd::geteuid().as_raw();
+        match crate::secret::check_sources(&self.secrets, credentials.as_deref(), uid) {
+            Ok(()) => self.availability.clone(),
+            Err(reason) => Availability::Unavailable { reason },
         }
     }
 
@@ -248,7 +263,7 @@ impl Tool {
     pub fn availability_checked(&self, checks: &mut PinChecks) -> Availability {
         match &self.availability {
             Availability::Available { .. } => match checks.verify(&self.current_pins()) {
-                None => self.availability.clone(),
+                None => self.secrets_now(),
                 // Changed: whether the re-pin rule would take it is this tool's own question.
                 Some(_) => self.availability_now(),
             },

@@ -353,6 +353,9 @@ fn the_tool_gets_a_fresh_placeholder_and_the_trust_bundle_and_a_broken_source_re
     let why = refused.to_string();
     assert!(why.contains("TOOL_UNAVAILABLE") && why.contains("mode 0644") && why.contains("chmod 600"), "{out:?}");
     assert!(!why.contains(&s.value));
+    // `tools --all` reads the source again: the tool shows unavailable, with the reason.
+    let listed = s.d.cordon(&["tools", "--all"]);
+    assert!(format!("{}{}", listed.stdout, listed.stderr).contains("mode 0644"), "{listed:?}");
     // A source that is gone.
     std::fs::remove_file(&s.source).unwrap();
     let (out, refused) = s.d.run_json("show-env", &json!({}));
