@@ -203,7 +203,8 @@ pub fn read_source(
     if m.len() > MAX_VALUE_LEN as u64 {
         return Err(format!("{source}: {} is larger than {MAX_VALUE_LEN} bytes", path.display()));
     }
-    let mut value = Zeroizing::new(Vec::with_capacity(m.len() as usize + 1));
+    // Room for the largest value at once: a buffer that grew would leave copies behind, unwiped.
+    let mut value = Zeroizing::new(Vec::with_capacity(MAX_VALUE_LEN + 1));
     (&file)
         .take(MAX_VALUE_LEN as u64 + 1)
         .read_to_end(&mut value)

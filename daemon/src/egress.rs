@@ -50,8 +50,7 @@ pub(crate) fn proxy(
     rules: &Egress,
     audit: &Arc<Audit>,
     metrics: Option<&EgressMetrics>,
-    secrets: Vec<cordon_egress::Secret>,
-    authority: Option<Arc<cordon_egress::Authority>>,
+    (secrets, authority): (Vec<cordon_egress::Secret>, Option<Arc<cordon_egress::Authority>>),
 ) -> (Handoff, ProxyHandoff) {
     Handoff::new(Context {
         invocation: invocation.to_string(),

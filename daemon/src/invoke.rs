@@ -533,6 +533,16 @@ impl Invoker {
         &self.audit
     }
 
+    /// The egress CA's fingerprint and trust bundle, for status.
+    pub(crate) fn egress_ca(&self) -> String {
+        match &self.terminator {
+            Some(t) => format!("sha256 {}, trust bundle {}", t.fingerprint, t.bundle.display()),
+            None => "none: cordond could not make its CA or write the trust bundle (its log at start says why); \
+                     tools with secrets or request rules are unavailable"
+                .into(),
+        }
+    }
+
     /// The result cache (its figures, for status).
     pub(crate) fn cache(&self) -> &ResultCache {
         &self.cache
@@ -1115,8 +1125,7 @@ impl Invoker {
                     rules,
                     &self.audit,
                     self.egress_metrics.as_deref(),
-                    secrets,
-                    self.terminator.as_ref().map(|t| t.authority.clone()),
+                    (secrets, self.terminator.as_ref().map(|t| t.authority.clone())),
                 );
                 (Some(proxy), Some(handoff))
             }
