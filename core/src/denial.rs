@@ -263,9 +263,13 @@ pub fn remedy(denied: &Denied, policy: &SandboxPolicy) -> Remedy {
                     .to_string(),
             },
             Refusal::Unresolved(_) => Remedy::NotSandbox(refusal.explain(host, *port)),
-            Refusal::SniMismatch { .. } | Refusal::HostMismatch { .. } | Refusal::Unverifiable(_) => {
-                Remedy::NotGrantable(refusal.explain(host, *port))
-            }
+            Refusal::SniMismatch { .. }
+            | Refusal::HostMismatch { .. }
+            | Refusal::Unverifiable(_)
+            | Refusal::Exfiltration { .. }
+            | Refusal::UpstreamUnverified(_)
+            | Refusal::UpstreamCaUnusable(_)
+            | Refusal::NoAuthority => Remedy::NotGrantable(refusal.explain(host, *port)),
             Refusal::MaxConnections(_) => Remedy::Grant { key: "max_connections", value: String::new() },
             Refusal::ConnectionsPerCall(_) => Remedy::Grant { key: "max_connections_per_call", value: String::new() },
             Refusal::MaxBytes(_) => Remedy::Grant { key: "max_bytes", value: String::new() },

@@ -93,6 +93,22 @@ impl fmt::Display for HostPattern {
     }
 }
 
+impl HostRule {
+    /// Whether this rule grants `target:port` (see [`Egress::matching`]).
+    pub fn matches(&self, target: &Target, port: u16) -> bool {
+        self.port == port
+            && match (&self.host, target) {
+                (HostPattern::Name(n), Target::Name(t)) => n == t,
+                (HostPattern::Suffix(s), Target::Name(t)) => {
+                    t.len() > s.len() + 1 && t.ends_with(s.as_str()) && t.as_bytes()[t.len() - s.len() - 1] == b'.'
+                }
+                (HostPattern::Addr(a), Target::Addr(t)) => a == t,
+                (HostPattern::Net { base, prefix }, Target::Addr(t)) => in_net(*t, *base, *prefix),
+                _ => false,
+            }
+    }
+}
+
 impl fmt::Display for HostRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.host, self.port)
@@ -165,6 +181,20 @@ pub enum Refusal {
     /// SSLv2-form hello, or a protocol that is neither TLS nor HTTP. Cut before anything reached
     /// upstream.
     Unverifiable(String),
+    /// A secret's placeholder where the policy does not send that secret (`place`: a CONNECT or
+    /// SOCKS target, a server name, a header, the path, the body, or a host the secret is not
+    /// bound to): the request is refused before any of it goes on. Names the secret, never its
+    /// value.
+    Exfiltration { secret: String, place: String },
+    /// The upstream of a terminated connection did not prove it is the host (its certificate
+    /// does not chain to the trusted roots, or names another host), and why.
+    UpstreamUnverified(String),
+    /// The host's `upstream_ca` cannot be used (missing, not root-owned, writable by group or
+    /// others, no certificate in it): no connection to it is made, and why.
+    UpstreamCaUnusable(String),
+    /// The host's connections are terminated by the proxy (a secret is bound to it, or it has
+    /// request rules), and cordond has no certificate authority to do it with.
+    NoAuthority,
     /// A request to a host with request rules (`methods`, `paths`) that they do not allow, or
     /// whose target they cannot match unambiguously: answered 403 in the protocol, the
     /// connection then closed.
@@ -191,6 +221,10 @@ impl Refusal {
             Refusal::SniMismatch { .. } => "sni-mismatch",
             Refusal::HostMismatch { .. } => "host-mismatch",
             Refusal::Unverifiable(_) => "unverifiable",
+            Refusal::Exfiltration { .. } => "exfiltration",
+            Refusal::UpstreamUnverified(_) => "upstream-unverified",
+            Refusal::UpstreamCaUnusable(_) => "upstream-ca-unusable",
+            Refusal::NoAuthority => "no-authority",
             Refusal::Request(_) => "request-rule",
         }
     }
@@ -240,6 +274,25 @@ impl Refusal {
                  name must carry TLS whose ClientHello names exactly that host in its server_name (no encrypted \
                  ClientHello), or one plain HTTP request whose Host is that host; for another protocol, grant the \
                  address itself (\"IP:{port}\") and connect to the address"
+            ),
+            Refusal::Exfiltration { secret, place } => format!(
+                "the placeholder of secret {secret:?} was sent to {host}:{port} in {place}, where the policy does not \
+                 put it: refused as an exfiltration attempt. A placeholder is replaced only in the place its \
+                 [secrets.{secret}] names (header, basic-auth user or password, query parameter) on requests to its \
+                 hosts; if the tool should send it there, change that secret's `place` or `hosts`"
+            ),
+            Refusal::UpstreamUnverified(why) => format!(
+                "the upstream {host}:{port} could not be verified ({why}); the proxy never sends a request to an \
+                 upstream it cannot verify. If the host uses a private CA, name its root-owned PEM file as that \
+                 host's `upstream_ca`"
+            ),
+            Refusal::UpstreamCaUnusable(why) => format!(
+                "the upstream_ca of {host}:{port} cannot be used ({why}); it must be a PEM file owned by root and \
+                 not writable by group or others (chown root: FILE; chmod 644 FILE)"
+            ),
+            Refusal::NoAuthority => format!(
+                "connections to {host}:{port} are terminated by the proxy (a secret is bound to it, or it has request \
+                 rules), and cordond has no certificate authority to terminate them with; restart cordond"
             ),
             Refusal::Request(r) => r.explain(host, port),
         }
@@ -291,15 +344,7 @@ impl Egress {
     /// `*.` suffix), addresses match address and range rules; a name never matches an address
     /// rule before it is resolved.
     pub fn matching(&self, target: &Target, port: u16) -> Option<&HostRule> {
-        self.hosts.iter().filter(|r| r.port == port).find(|r| match (&r.host, target) {
-            (HostPattern::Name(n), Target::Name(t)) => n == t,
-            (HostPattern::Suffix(s), Target::Name(t)) => {
-                t.len() > s.len() + 1 && t.ends_with(s.as_str()) && t.as_bytes()[t.len() - s.len() - 1] == b'.'
-            }
-            (HostPattern::Addr(a), Target::Addr(t)) => a == t,
-            (HostPattern::Net { base, prefix }, Target::Addr(t)) => in_net(*t, *base, *prefix),
-            _ => false,
-        })
+        self.hosts.iter().find(|r| r.matches(target, port))
     }
 
     /// Whether a granted name may connect to `addr` (one of its resolved addresses): any public

@@ -388,6 +388,9 @@ pub struct Grants {
     pub max_connections: Option<u32>,
     pub max_connections_per_call: Option<u32>,
     pub max_bytes: Option<u64>,
+    /// Each `hosts` entry written as a table, in a line: "host:port: methods ...; paths ...;
+    /// upstream_ca ...".
+    pub host_rules: Vec<String>,
     /// `accept_warnings`: "LINT" or "LINT: REASON" each.
     pub accepted_warnings: Vec<String>,
     /// `secrets`: one line per secret (its variable, name, source, place, hosts; never a value),
@@ -422,6 +425,7 @@ impl From<v1::ToolGrants> for Grants {
             max_connections: g.max_connections,
             max_connections_per_call: g.max_connections_per_call,
             max_bytes: g.max_bytes,
+            host_rules: g.host_rules,
             unix_sockets: g.unix_sockets,
             limits: Limits {
                 memory_bytes: g.memory_bytes,

@@ -202,6 +202,9 @@ pub(super) fn print_grants(g: &Grants) {
         };
         grant("hosts", format!("{}{bounds}", g.hosts.join(" ")));
         outln!("    {:<11} through cordond's egress proxy only, from a network namespace of its own", "");
+        for rules in &g.host_rules {
+            grant("host rules", rules.clone());
+        }
         grant("tcp connect", format!("{} (inside its own namespace)", ports(&g.connect_tcp)));
         grant("tcp bind", format!("{} (inside its own namespace)", ports(&g.bind_tcp)));
     }

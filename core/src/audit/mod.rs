@@ -63,6 +63,10 @@ pub enum Decision {
     Egress,
     /// An allowed egress connection ended: bytes each way, duration, how it ended.
     EgressClosed,
+    /// One request on a connection the egress proxy terminated (or inspected): `conn`, `method`,
+    /// `host`, `path` (without its query), `status`, `allowed`, `why`, the names of the
+    /// `secrets` put in (never a value, never a header value).
+    EgressRequest,
     /// An admin issued a bearer token (its id, account, groups, label, expiry; never the secret).
     TokenIssued,
     /// An admin revoked a bearer token.
@@ -77,7 +81,7 @@ pub enum Decision {
 }
 
 impl Decision {
-    pub const ALL: [Decision; 32] = [
+    pub const ALL: [Decision; 33] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -106,6 +110,7 @@ impl Decision {
         Decision::WorkflowFinished,
         Decision::Egress,
         Decision::EgressClosed,
+        Decision::EgressRequest,
         Decision::TokenIssued,
         Decision::TokenRevoked,
         Decision::ExportGap,
@@ -142,6 +147,7 @@ impl Decision {
             Decision::WorkflowFinished => "workflow_finished",
             Decision::Egress => "egress",
             Decision::EgressClosed => "egress_closed",
+            Decision::EgressRequest => "egress_request",
             Decision::TokenIssued => "token_issued",
             Decision::TokenRevoked => "token_revoked",
             Decision::ExportGap => "export_gap",

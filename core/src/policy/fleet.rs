@@ -121,7 +121,17 @@ pub fn describe(tool: &Tool) -> Value {
         Network::Tcp { connect, bind, egress } => {
             let mut n = json!({ "connect_tcp": connect, "bind_tcp": bind });
             if let Some(e) = egress {
-                n["hosts"] = json!(e.hosts.iter().map(ToString::to_string).collect::<Vec<_>>());
+                // An entry with request rules or an upstream_ca as the table it was written as.
+                let entry = |r: &crate::egress::HostRule| match e.http_for(r) {
+                    None => json!(r.to_string()),
+                    Some(h) => json!({
+                        "host": r.to_string(),
+                        "methods": h.requests.as_ref().map(|q| &q.methods),
+                        "paths": h.requests.as_ref().map(|q| &q.paths),
+                        "upstream_ca": h.upstream_ca.as_ref().map(|c| c.display().to_string()),
+                    }),
+                };
+                n["hosts"] = json!(e.hosts.iter().map(entry).collect::<Vec<_>>());
                 n["max_connections"] = json!(e.max_connections);
                 n["max_bytes"] = json!(format_size(e.max_bytes));
             }

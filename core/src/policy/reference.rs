@@ -288,6 +288,8 @@ pub fn reference_json() -> serde_json::Value {
             "file": table(FILE_KEYS),
             "tool": table(TOOL_KEYS),
             "param": table(PARAM_KEYS),
+            "network": table(NETWORK_KEYS),
+            "host": table(HOST_KEYS),
             "limits": table(LIMIT_KEYS),
             "temp": table(TEMP_KEYS),
             "workflow": table(WORKFLOW_KEYS),
@@ -319,6 +321,8 @@ mod tests {
             .iter()
             .chain(TOOL_KEYS)
             .chain(PARAM_KEYS)
+            .chain(NETWORK_KEYS)
+            .chain(HOST_KEYS)
             .chain(LIMIT_KEYS)
             .chain(TEMP_KEYS)
             .chain(WORKFLOW_KEYS)

@@ -12,7 +12,17 @@
 //! byte arrived; every proxied connection has its records) and a failed check makes the bench
 //! exit 1.
 //!
-//! Run with `cargo bench -p cordon-egress --bench egress`.
+//! The second part (issue 30) measures TLS termination against the opaque tunnel in the same
+//! run: HTTPS connections (CONNECT, TLS handshake, one request with a bearer placeholder, close)
+//! per second, requests per second on one kept-alive connection, and the download rate of a
+//! response the proxy scans for the secret's value, each through a tunnel the tool's TLS goes
+//! through to the upstream, and through the proxy terminating it (a secret bound to the host:
+//! a leaf from cordon's CA, the upstream verified against its `upstream_ca`, the placeholder
+//! replaced). The upstream checks the real token on terminated requests.
+//!
+//! Run with `cargo bench -p cordon-egress --bench egress`
+//! (`CORDON_BENCH_PART=tls` or `splice` for one part; `CORDON_BENCH_TLS_CONNS`, default 200,
+//! `CORDON_BENCH_TLS_REQUESTS`, default 2000, `CORDON_BENCH_TLS_MIB`, default 64).
 //! Environment: `CORDON_BENCH_ROUNDS` (default 5), `CORDON_BENCH_MIB` (download size, default
 //! 512), `CORDON_BENCH_CONNS` (short connections per run, default 500), `CORDON_BENCH_DISK_DIR`
 //! (default /var/tmp).
@@ -76,6 +86,7 @@ struct FileLog {
     /// Records per kind (`egress`, `egress_closed`), for the check.
     egress: AtomicU64,
     closed: AtomicU64,
+    requests: AtomicU64,
 }
 
 impl FileLog {
@@ -96,6 +107,7 @@ impl FileLog {
         match record.kind() {
             RecordKind::Egress => self.egress.fetch_add(1, Ordering::Relaxed),
             RecordKind::EgressClosed => self.closed.fetch_add(1, Ordering::Relaxed),
+            RecordKind::EgressRequest => self.requests.fetch_add(1, Ordering::Relaxed),
         };
         Ok(())
     }
@@ -122,7 +134,12 @@ struct Proxy {
 async fn proxy(port: u16, disk: &str) -> Proxy {
     let dir = tempfile::Builder::new().prefix("cordon-bench-").tempdir_in(disk).unwrap();
     let file = std::fs::File::create(dir.path().join("egress.jsonl")).unwrap();
-    let log = Arc::new(FileLog { file: Mutex::new(file), egress: AtomicU64::new(0), closed: AtomicU64::new(0) });
+    let log = Arc::new(FileLog {
+        file: Mutex::new(file),
+        egress: AtomicU64::new(0),
+        closed: AtomicU64::new(0),
+        requests: AtomicU64::new(0),
+    });
     let egress = Egress {
         hosts: vec![parse_rule(&format!("127.0.0.1:{port}")).unwrap()],
         max_connections: 64,
@@ -205,6 +222,21 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[tokio::main]
 async fn main() {
+    let part = std::env::var("CORDON_BENCH_PART").unwrap_or_else(|_| "all".into());
+    let mut failed = false;
+    if part == "all" || part == "splice" {
+        failed |= splice_part().await;
+    }
+    if part == "all" || part == "tls" {
+        failed |= tls::part().await;
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}
+
+/// The splice against direct connections; whether a check failed.
+async fn splice_part() -> bool {
     let rounds = env("CORDON_BENCH_ROUNDS", 5) as usize;
     let bytes = env("CORDON_BENCH_MIB", 512) << 20;
     let conns = env("CORDON_BENCH_CONNS", 500);
@@ -255,7 +287,340 @@ async fn main() {
     );
     println!("  download:          direct {d:8.0} MiB/s   proxied {p:8.0} MiB/s   proxied/direct {:.2}", p / d);
     println!("  short connections: direct {dc:8.0}/s      proxied {pc:8.0}/s      proxied/direct {:.3}", pc / dc);
-    if failed {
-        std::process::exit(1);
+    failed
+}
+
+fn median_of(v: &[f64]) -> f64 {
+    median(v.to_vec())
+}
+
+/// TLS termination against the opaque tunnel.
+mod tls {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use cordon_core::egress::{Egress, HostHttp, parse_rule};
+    use cordon_core::secret::Placement;
+    use cordon_egress::{Authority, Context, Resolver, Secret, serve};
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use rustls::{ClientConfig, RootCertStore, ServerConfig};
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{FileLog, env, median_of};
+
+    const TOKEN: &str = "bench-real-token-0123456789";
+    const PLACEHOLDER: &str = "cordon-placeholder-bench-abcdef";
+
+    fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    /// An HTTPS upstream (keep-alive): `GET /big` answers `big` bytes, anything else `ok`;
+    /// 401 on a terminated port's request without the real token.
+    async fn upstream(config: Arc<ServerConfig>, check: bool, big: usize) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { return };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let _ = tcp.set_nodelay(true);
+                    let Ok(mut s) = acceptor.accept(tcp).await else { return };
+                    let mut buf = Vec::new();
+                    let chunk = vec![b'x'; 64 * 1024];
+                    loop {
+                        let end = loop {
+                            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break i + 4;
+                            }
+                            let mut b = [0u8; 4096];
+                            match s.read(&mut b).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&b[..n]),
+                            }
+                        };
+                        let head: Vec<u8> = buf.drain(..end).collect();
+                        let ok = !check || head.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes());
+                        if !ok {
+                            let _ = s.write_all(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n").await;
+                            return;
+                        }
+                        if head.starts_with(b"GET /big ") {
+                            let h = format!("HTTP/1.1 200 OK\r\nContent-Length: {big}\r\n\r\n");
+                            if s.write_all(h.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            let mut left = big;
+                            while left > 0 {
+                                let n = left.min(chunk.len());
+                                if s.write_all(&chunk[..n]).await.is_err() {
+                                    return;
+                                }
+                                left -= n;
+                            }
+                        } else if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    struct Setup {
+        proxy: std::net::SocketAddr,
+        stop: CancellationToken,
+        terminated: u16,
+        tunnel: u16,
+        /// Trusts cordon's CA (terminated) and the upstream's (tunnel).
+        client: Arc<ClientConfig>,
+        log: Arc<FileLog>,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn setup(disk: &str, big: usize) -> Setup {
+        // The upstream's CA and leaf (127.0.0.1 as an IP SAN).
+        let ca_key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, "bench upstream CA");
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let ca_cert = p.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(p, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().signed_by(&key, &issuer).unwrap();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        let server = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone()], key)
+            .unwrap();
+        let server = Arc::new(server);
+        let terminated = upstream(server.clone(), true, big).await;
+        let tunnel = upstream(server, false, big).await;
+        let dir = tempfile::Builder::new().prefix("cordon-bench-").tempdir_in(disk).unwrap();
+        let ca_file = dir.path().join("upstream-ca.pem");
+        std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+        let file = std::fs::File::create(dir.path().join("egress.jsonl")).unwrap();
+        let log = Arc::new(FileLog {
+            file: std::sync::Mutex::new(file),
+            egress: Default::default(),
+            closed: Default::default(),
+            requests: Default::default(),
+        });
+        let t_rule = parse_rule(&format!("127.0.0.1:{terminated}")).unwrap();
+        let egress = Egress {
+            hosts: vec![t_rule.clone(), parse_rule(&format!("127.0.0.1:{tunnel}")).unwrap()],
+            max_connections: 64,
+            max_connections_per_call: cordon_core::egress::CONNECTIONS_PER_CALL_LIMIT,
+            max_bytes: u64::MAX / 2,
+            http: vec![HostHttp { rule: t_rule.clone(), requests: None, upstream_ca: Some(ca_file) }],
+        };
+        let authority = Authority::generate("bench").unwrap();
+        let mut roots = RootCertStore::empty();
+        roots.add(CertificateDer::from(authority.cert_der().to_vec())).unwrap();
+        roots.add(ca_cert.der().clone()).unwrap();
+        let mut client = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let ctx = Context {
+            invocation: "bench".into(),
+            tool: "bench".into(),
+            caller: 0,
+            egress,
+            log: log.clone(),
+            metrics: None,
+            resolver: Resolver::System,
+            secrets: vec![Secret {
+                name: "token".into(),
+                placeholder: PLACEHOLDER.into(),
+                value: zeroize::Zeroizing::new(TOKEN.as_bytes().to_vec()),
+                hosts: vec![t_rule],
+                place: Placement::Header("authorization".into()),
+            }],
+            authority: Some(authority),
+        };
+        tokio::spawn(serve(listener, ctx, stop.clone()));
+        Setup { proxy, stop, terminated, tunnel, client: Arc::new(client), log, _dir: dir }
+    }
+
+    /// CONNECT through the proxy and TLS with whoever answers for 127.0.0.1:`port`.
+    async fn open(s: &Setup, port: u16) -> tokio_rustls::client::TlsStream<TcpStream> {
+        let mut c = TcpStream::connect(s.proxy).await.unwrap();
+        c.set_nodelay(true).unwrap();
+        c.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(c.read(&mut b).await.unwrap(), 1, "the proxy closed: {}", String::from_utf8_lossy(&head));
+            head.push(b[0]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 200 "), "{}", String::from_utf8_lossy(&head));
+        let name = ServerName::IpAddress(std::net::Ipv4Addr::LOCALHOST.into());
+        tokio_rustls::TlsConnector::from(s.client.clone()).connect(name, c).await.unwrap()
+    }
+
+    /// One request and its response (`Content-Length`, or chunked from a terminating proxy);
+    /// the body's length.
+    async fn request<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, path: &str) -> Result<usize, String> {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n");
+        s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let mut chunk = vec![0u8; 256 * 1024];
+        let end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("closed before a response".into());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+        if !head.starts_with("http/1.1 200") {
+            return Err(head);
+        }
+        let mut body = buf.split_off(end);
+        if let Some(len) = head.lines().find_map(|l| l.strip_prefix("content-length: ")) {
+            let len: usize = len.trim().parse().unwrap();
+            let mut got = body.len();
+            while got < len {
+                let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+                if n == 0 {
+                    return Err("body cut short".into());
+                }
+                got += n;
+            }
+            return Ok(len);
+        }
+        // Chunked: read to the last chunk, counting the data.
+        let mut total = 0usize;
+        loop {
+            while !body.windows(2).any(|w| w == b"\r\n") {
+                let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+                if n == 0 {
+                    return Err("chunked body cut short".into());
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+            let i = body.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size = usize::from_str_radix(std::str::from_utf8(&body[..i]).unwrap().trim(), 16).unwrap();
+            body.drain(..i + 2);
+            while body.len() < size + 2 {
+                let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+                if n == 0 {
+                    return Err("chunk cut short".into());
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+            body.drain(..size + 2);
+            total += size;
+            if size == 0 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// HTTPS connections per second (CONNECT, handshake, one request, close).
+    async fn connections(s: &Setup, port: u16, n: u64) -> Result<f64, String> {
+        let start = Instant::now();
+        for _ in 0..n {
+            let mut c = open(s, port).await;
+            request(&mut c, "/").await?;
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    /// Requests per second on one connection.
+    async fn requests(s: &Setup, port: u16, n: u64) -> Result<f64, String> {
+        let mut c = open(s, port).await;
+        let start = Instant::now();
+        for _ in 0..n {
+            request(&mut c, "/").await?;
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    /// MiB/s of one `/big` download.
+    async fn download(s: &Setup, port: u16, big: usize) -> Result<f64, String> {
+        let mut c = open(s, port).await;
+        let start = Instant::now();
+        let got = request(&mut c, "/big").await?;
+        if got != big {
+            return Err(format!("{got} of {big} bytes"));
+        }
+        Ok(big as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64())
+    }
+
+    pub(super) async fn part() -> bool {
+        let rounds = env("CORDON_BENCH_ROUNDS", 5) as usize;
+        let conns = env("CORDON_BENCH_TLS_CONNS", 200);
+        let reqs = env("CORDON_BENCH_TLS_REQUESTS", 2000);
+        let big = (env("CORDON_BENCH_TLS_MIB", 64) << 20) as usize;
+        let disk = std::env::var("CORDON_BENCH_DISK_DIR").unwrap_or_else(|_| "/var/tmp".into());
+        let s = setup(&disk, big).await;
+        let mut failed = false;
+        // [tunnel, terminated] x [connections, requests, download]
+        let mut m: [[Vec<f64>; 3]; 2] = Default::default();
+        for round in 0..rounds {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for which in order {
+                let port = if which == 0 { s.tunnel } else { s.terminated };
+                let name = if which == 0 { "tunnel" } else { "terminated" };
+                let c = connections(&s, port, conns).await;
+                let r = requests(&s, port, reqs).await;
+                let d = download(&s, port, big).await;
+                match (&c, &r, &d) {
+                    (Ok(c), Ok(r), Ok(d)) => println!(
+                        "round {round} {name:10} https connections {c:7.0}/s   requests on one {r:7.0}/s   download {d:6.0} MiB/s"
+                    ),
+                    _ => {
+                        println!("round {round} {name}: INVALID {c:?} {r:?} {d:?}");
+                        failed = true;
+                    }
+                }
+                for (i, v) in [c, r, d].into_iter().enumerate() {
+                    m[which][i].push(v.unwrap_or(0.0));
+                }
+            }
+        }
+        s.stop.cancel();
+        let requests_recorded = s.log.requests.load(std::sync::atomic::Ordering::Relaxed);
+        let want = (rounds as u64) * (conns + reqs + 1);
+        if requests_recorded != want {
+            println!("INVALID: {requests_recorded} egress_request records, not {want}");
+            failed = true;
+        }
+        println!(
+            "\nTLS termination, medians over {rounds} rounds ({conns} connections, {reqs} requests on one, {} MiB \
+             download scanned for the value; log in {disk}):",
+            big >> 20
+        );
+        for (i, what) in ["https connections/s", "requests/s on one", "download MiB/s"].iter().enumerate() {
+            let (t, x) = (median_of(&m[0][i]), median_of(&m[1][i]));
+            println!("  {what:20} tunnel {t:9.0}   terminated {x:9.0}   terminated/tunnel {:.3}", x / t);
+        }
+        let (tc, xc) = (median_of(&m[0][0]), median_of(&m[1][0]));
+        let (tr, xr) = (median_of(&m[0][1]), median_of(&m[1][1]));
+        println!(
+            "  cost added per connection {:.3} ms, per request on a kept-alive connection {:.1} us",
+            (1.0 / xc - 1.0 / tc) * 1e3,
+            (1.0 / xr - 1.0 / tr) * 1e6
+        );
+        failed
     }
 }

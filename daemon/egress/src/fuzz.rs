@@ -59,3 +59,37 @@ pub fn tls_first_record(bytes: &[u8]) -> (String, String) {
     let whole = sni::hello(bytes);
     (format!("{early:?}"), format!("{whole:?}"))
 }
+
+/// A request head on a terminated connection to `api.test:443`, with two secrets bound there (a
+/// header and a query placement) and one bound elsewhere: the head that goes upstream, or why
+/// it is refused; then a response head to it, read the same bytes.
+pub fn terminated_request(bytes: &[u8]) -> (Result<String, String>, Result<String, String>) {
+    use cordon_core::secret::Placement;
+    let secret = |name: &str, placeholder: &str, place: Placement, host: &str| crate::Secret {
+        name: name.into(),
+        placeholder: placeholder.into(),
+        value: zeroize::Zeroizing::new(b"value\r\n".to_vec()),
+        hosts: cordon_core::egress::parse_rule(host).into_iter().collect(),
+        place,
+    };
+    let secrets = [
+        secret("tok", "PH1", Placement::Header("authorization".into()), "api.test:443"),
+        secret("key", "PH2", Placement::Query("k".into()), "api.test:443"),
+        secret("pw", "PH3", Placement::BasicPassword, "other.test:443"),
+    ];
+    let scope = crate::substitute::Scope { secrets: &secrets, bound: vec![true, true, false] };
+    let host = Target::Name("api.test".into());
+    let request = match crate::substitute::request(bytes, &scope, &host, 443) {
+        Ok(r) => Ok(format!("{} {:?} {:?} {}", r.method, r.body, r.secrets, String::from_utf8_lossy(&r.upstream))),
+        Err(e) => Err(format!("{e:?}")),
+    };
+    let response = crate::substitute::response(bytes, "GET").map(|r| format!("{} {:?} {}", r.status, r.body, r.close));
+    (request, response)
+}
+
+/// A request body framed by `Transfer-Encoding: chunked` as the proxy reads it (decoded, scanned
+/// for the placeholder `PH1`, framed again): the bytes it sends on, or why it stopped.
+pub fn chunked_body(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    run(crate::exchange::fuzz_chunked(bytes))
+        .unwrap_or_else(|| Err("the copy waits for bytes after the end of its input".into()))
+}

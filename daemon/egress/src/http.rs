@@ -33,7 +33,7 @@ const HOP_BY_HOP: &[&str] = &[
 ];
 
 /// Most headers a request may have.
-const MAX_HEADERS: usize = 100;
+pub(crate) const MAX_HEADERS: usize = 100;
 
 /// Reads and parses one HTTP request head (from the client's connection, or bytes in a test).
 pub(crate) async fn read_request<S: AsyncRead + Unpin>(client: &mut S) -> Result<Request, Bad> {
@@ -263,7 +263,7 @@ pub(crate) fn tunnel_request(buf: &[u8], name: &Target, port: u16) -> Result<Opt
 }
 
 /// `host:port`, `[v6]:port`, or (with a default port) `host` alone; the host without brackets.
-fn authority(text: &str, default: Option<u16>) -> Result<(String, u16), Bad> {
+pub(crate) fn authority(text: &str, default: Option<u16>) -> Result<(String, u16), Bad> {
     let bad = || Bad::http(400, format!("{:?} is no host:port", clip(text)));
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (inner, after) = rest.split_once(']').ok_or_else(bad)?;

@@ -21,6 +21,15 @@
 //! grant, and only the party that resolves the name can tie it to an address. The tool has no
 //! DNS at all; it names hosts, and cordond decides.
 //!
+//! For the hosts a secret of the invocation is bound to, or whose `hosts` entry has request
+//! rules, the proxy terminates the tool's TLS with a certificate from cordond's own CA, verifies
+//! the upstream itself, and reads each request: the rules, and the secrets (a placeholder is
+//! replaced by the real value only in the place the policy names, only on requests to the hosts
+//! the secret is bound to; anywhere else it is refused as an exfiltration attempt), and turns the
+//! value back into the placeholder in what the server answers. Plain HTTP of an invocation with
+//! secrets is read the same way (and never carries a value). Opaque TLS tunnels to hosts that
+//! are not terminated are not scanned: a placeholder in them is worthless there.
+//!
 //! The proxy reports to what it is handed, and knows nothing of the daemon: its records go to
 //! an [`EgressLog`] (cordond's audit log, behind an adapter of the daemon's), its counters to
 //! [`EgressMetrics`], registered on the registry cordond hands over at startup.
@@ -43,6 +52,16 @@
 //! - `host`: this host's own addresses, as the kernel lists them now.
 //! - `splice`: copying both ways with bounded buffers, counting every byte against the
 //!   invocation's `max_bytes`.
+//! - `terminate`: which connections the proxy reads rather than splices, a terminated tunnel's
+//!   first flight, the TLS of both sides (the tool's accepted with a minted leaf, the
+//!   upstream's verified), placeholders in targets and server names.
+//! - `exchange`: the HTTP/1.1 request loop on a read connection (keep-alive, bodies framed by
+//!   length or chunks, scanned as they stream), its `egress_request` records.
+//! - `substitute`: where a placeholder may stand in a request head, the value put in there,
+//!   refusals elsewhere; the streaming scan of bodies.
+//! - `tls`: the [`Authority`] (cordond's CA, leaves minted per terminated host, cached), and the
+//!   upstream's verification (the system's roots, loaded once, or a root-owned `upstream_ca`).
+//! - `secret`: a [`Secret`] as the proxy holds it.
 //! - `fuzz` ([`fuzzing`], hidden): the parsers on bytes, for the fuzz targets.
 //!
 //! # Invariants
@@ -63,8 +82,22 @@
 //!   counted in its [`Summary`].
 //! - Every byte is counted against the invocation's `max_bytes` before it is sent.
 //! - No metric label holds a host a tool asked for.
+//! - The CA's key never leaves cordond's memory (no file, no view, no record, no `Debug`); a leaf
+//!   is minted only for a host the invocation's connection is terminated for (a secret bound to
+//!   it, or request rules), for exactly its name or address.
+//! - A terminated connection's upstream is verified (the system's roots or the host's root-owned
+//!   `upstream_ca`, for the host's name); nothing disables it, and an unverified upstream gets no
+//!   request.
+//! - A secret's value is written only to the verified TLS connection of a host it is bound to, in
+//!   the place its policy names: never over plain HTTP, never into a record, a log line, a metric
+//!   or the tool's side (responses have it turned back into the placeholder, also in its base64
+//!   or percent-encoded form); the request heads the proxy builds with it are wiped when dropped.
+//! - A placeholder the proxy sees anywhere else (a target, a server name, another header, the
+//!   path, a body, a plain request, another host) refuses the request, with a record naming the
+//!   secret and the place, durable before the tool hears of it.
 #![forbid(unsafe_code)]
 
+mod exchange;
 mod fuzz;
 mod host;
 mod http;
@@ -78,8 +111,12 @@ mod secret;
 mod sni;
 mod socks;
 mod splice;
+mod substitute;
+mod terminate;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_tls;
 mod tls;
 mod upstream;
 
@@ -93,5 +130,5 @@ pub use tls::{Authority, AuthorityError};
 /// The proxy's parsers on bytes, for the fuzz targets (not an API).
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::fuzz::{proxy_request, tls_first_record};
+    pub use crate::fuzz::{chunked_body, proxy_request, terminated_request, tls_first_record};
 }

@@ -14,14 +14,18 @@ pub enum RecordKind {
     Egress,
     /// An allowed connection's end: bytes, duration, how it ended.
     EgressClosed,
+    /// One request on a connection the proxy reads (terminated TLS, plain HTTP): method, host,
+    /// path without its query, status, allowed or why not, the names of the secrets put in.
+    EgressRequest,
 }
 
 impl RecordKind {
-    /// The audit log's decision for it (`egress`, `egress_closed`).
+    /// The audit log's decision for it (`egress`, `egress_closed`, `egress_request`).
     pub fn decision(self) -> cordon_core::audit::Decision {
         match self {
             RecordKind::Egress => cordon_core::audit::Decision::Egress,
             RecordKind::EgressClosed => cordon_core::audit::Decision::EgressClosed,
+            RecordKind::EgressRequest => cordon_core::audit::Decision::EgressRequest,
         }
     }
 }

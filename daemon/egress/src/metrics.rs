@@ -1,7 +1,7 @@
 //! The proxy's counters, registered on the registry the daemon hands over at startup.
 //!
 //! Every label has a bounded set of values: tool names (from policy), `allowed`/`refused`,
-//! refusal kinds, two directions. A host a tool asked for is never a label.
+//! refusal kinds, two directions, `tls`/`http`. A host a tool asked for is never a label.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -23,11 +23,21 @@ struct BytesLabels {
     direction: &'static str,
 }
 
-/// Connections allowed and refused, and bytes moved, by tool. Cloning shares the counters.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TerminatedLabels {
+    tool: String,
+    /// `tls` (the proxy terminated it) or `http` (a plain request it read).
+    kind: &'static str,
+}
+
+/// Connections allowed and refused, and bytes moved, by tool; connections the proxy reads
+/// (terminated TLS, plain HTTP) and their requests by outcome. Cloning shares the counters.
 #[derive(Debug, Clone, Default)]
 pub struct EgressMetrics {
     connections: Family<ConnectionLabels, Counter>,
     bytes: Family<BytesLabels, Counter>,
+    terminated: Family<TerminatedLabels, Counter>,
+    requests: Family<ConnectionLabels, Counter>,
 }
 
 impl EgressMetrics {
@@ -46,7 +56,34 @@ impl EgressMetrics {
             Unit::Bytes,
             m.bytes.clone(),
         );
+        registry.register(
+            "egress_terminated",
+            "Connections whose requests cordond's egress proxy read: TLS it terminated (a secret or request rules \
+             for the host), or plain HTTP",
+            m.terminated.clone(),
+        );
+        registry.register(
+            "egress_requests",
+            "Requests on connections the egress proxy read: allowed, or refused and why (exfiltration, request-rules, \
+             ...)",
+            m.requests.clone(),
+        );
         m
+    }
+
+    /// A connection whose requests the proxy reads (`tls`: terminated).
+    pub(crate) fn terminated(&self, tool: &str, tls: bool) {
+        let kind = if tls { "tls" } else { "http" };
+        self.terminated.get_or_create(&TerminatedLabels { tool: tool.to_string(), kind }).inc();
+    }
+
+    /// A request on such a connection, allowed (`refused: None`) or refused, by kind.
+    pub(crate) fn request(&self, tool: &str, refused: Option<&'static str>) {
+        let (result, reason) = match refused {
+            None => ("allowed", ""),
+            Some(kind) => ("refused", kind),
+        };
+        self.requests.get_or_create(&ConnectionLabels { tool: tool.to_string(), result, reason }).inc();
     }
 
     /// A connection allowed (`refused: None`) or refused, by kind.
@@ -81,6 +118,9 @@ mod tests {
         m.connection("fetch", Some("not-listed"));
         m.connection("fetch", None);
         m.bytes("fetch", 10, 0);
+        m.terminated("fetch", true);
+        m.request("fetch", Some("exfiltration"));
+        m.request("fetch", None);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
@@ -89,6 +129,9 @@ mod tests {
             "cordon_egress_bytes_total{tool=\"fetch\",direction=\"to_upstream\"} 10",
             "# HELP cordon_egress_bytes Bytes moved by the egress proxy, by tool and direction",
             "# TYPE cordon_egress_connections counter",
+            "cordon_egress_terminated_total{tool=\"fetch\",kind=\"tls\"} 1",
+            "cordon_egress_requests_total{tool=\"fetch\",result=\"refused\",reason=\"exfiltration\"} 1",
+            "cordon_egress_requests_total{tool=\"fetch\",result=\"allowed\",reason=\"\"} 1",
         ] {
             assert!(text.contains(line), "{line:?} not in\n{text}");
         }

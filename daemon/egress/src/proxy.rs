@@ -20,7 +20,7 @@ use crate::request::{HEAD_TIMEOUT, Protocol, Request, clip, shown_host};
 use crate::resolve::Resolver;
 use crate::splice::{self, Budget};
 use crate::upstream::{Grant, Upstream};
-use crate::{host, http, socks};
+use crate::{host, http, socks, terminate};
 use cordon_core::denial::{Denial, Denied, MAX_DENIALS};
 use cordon_core::egress::{Egress, Refusal, RequestRules, THIS_HOST, Target, canonical, on_host};
 use cordon_sandbox::ProxyHandoff;
@@ -310,6 +310,11 @@ impl Proxy {
             let why = Why::Refused(Refusal::MaxConnections(self.ctx.egress.max_connections));
             return self.refuse(conn, &mut client, &request, why).await;
         }
+        // A placeholder in the target (or a plain request's head) is refused before the name
+        // is resolved.
+        if let Some(refusal) = terminate::exfiltration(&self.ctx, &request) {
+            return self.refuse(conn, &mut client, &request, Why::Refused(refusal)).await;
+        }
         let decided = tokio::select! {
             // Resolution may take a while: the invocation's end does not wait for it.
             _ = self.stop.cancelled() => return,
@@ -318,6 +323,12 @@ impl Proxy {
         let grant = match decided {
             Ok(g) => g,
             Err(why) => return self.refuse(conn, &mut client, &request, why).await,
+        };
+        // Read rather than spliced: terminated (a secret or request rules for the host), or
+        // plain HTTP of an invocation with secrets.
+        let plan = match terminate::plan(&self.ctx, &request) {
+            Ok(p) => p,
+            Err(refusal) => return self.refuse(conn, &mut client, &request, Why::Refused(refusal)).await,
         };
         // Durable before anything reaches upstream: the addresses come back only then. Fail
         // closed.
@@ -368,7 +379,16 @@ impl Proxy {
         let address = upstream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
         let rules = self.rules_for(&request).cloned();
         let protocol = request.protocol;
-        let done = splice::run(&self.budget, &self.stop, &mut client, upstream, request, rules.as_ref()).await;
+        // `read`: the proxy read the connection (its refusals are answered and recorded there).
+        let (done, read) = match plan {
+            Some(plan) => {
+                let run = terminate::Run { ctx: &self.ctx, budget: &self.budget, stop: &self.stop, conn };
+                terminate::run(run, plan, &mut client, upstream, request).await
+            }
+            None => {
+                (splice::run(&self.budget, &self.stop, &mut client, upstream, request, rules.as_ref()).await, false)
+            }
+        };
         self.up.fetch_add(done.up, Ordering::Relaxed);
         self.down.fetch_add(done.down, Ordering::Relaxed);
         let mut r = closed
@@ -412,7 +432,7 @@ impl Proxy {
             let text = refusal.explain(&done.host, done.port);
             r = r.with("message", text.as_str());
             self.add_denial(&done.host, done.port, refusal.clone());
-            if let Refusal::Request(_) = &refusal {
+            if let (Refusal::Request(_), false) = (&refusal, read) {
                 // A request the host's rules refuse, inside a tunnel: recorded, then answered.
                 let r = r.with("status", 403).with("allowed", false).with("why", refusal.kind());
                 if let Err(e) = self.ctx.log.durable(r).await {
@@ -523,6 +543,9 @@ impl Proxy {
             .with("allowed", false)
             .with("why", why.kind())
             .with("message", text.as_str());
+        if let Why::Refused(Refusal::Exfiltration { secret, place }) = &why {
+            record = record.with("secret", secret.as_str()).with("place", place.as_str());
+        }
         if request.protocol != Protocol::Socks5 {
             record = record.with("status", http_status(&why));
         }
@@ -631,9 +654,11 @@ fn http_status(why: &Why) -> u16 {
             | Refusal::SniMismatch { .. }
             | Refusal::HostMismatch { .. }
             | Refusal::Unverifiable(_)
+            | Refusal::Exfiltration { .. }
             | Refusal::Request(_),
         ) => 403,
-        Why::Refused(Refusal::Unresolved(_)) => 502,
+        Why::Refused(Refusal::Unresolved(_) | Refusal::UpstreamUnverified(_) | Refusal::UpstreamCaUnusable(_)) => 502,
+        Why::Refused(Refusal::NoAuthority) => 503,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
         | Why::Audit(_)
         | Why::HostAddresses(_) => 503,
@@ -650,9 +675,13 @@ fn socks_reply(why: &Why) -> u8 {
             | Refusal::SniMismatch { .. }
             | Refusal::HostMismatch { .. }
             | Refusal::Unverifiable(_)
+            | Refusal::Exfiltration { .. }
             | Refusal::Request(_),
         ) => socks_code::NOT_ALLOWED,
-        Why::Refused(Refusal::Unresolved(_)) | Why::InvalidHost(_) => socks_code::HOST_UNREACHABLE,
+        Why::Refused(Refusal::Unresolved(_) | Refusal::UpstreamUnverified(_)) | Why::InvalidHost(_) => {
+            socks_code::HOST_UNREACHABLE
+        }
+        Why::Refused(Refusal::UpstreamCaUnusable(_) | Refusal::NoAuthority) => socks_code::GENERAL_FAILURE,
         Why::Refused(Refusal::MaxConnections(_) | Refusal::ConnectionsPerCall(_) | Refusal::MaxBytes(_))
         | Why::Audit(_)
         | Why::HostAddresses(_) => socks_code::GENERAL_FAILURE,

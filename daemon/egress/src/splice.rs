@@ -125,6 +125,30 @@ pub(crate) async fn run(
     budget: &Budget,
     stop: &CancellationToken,
     client: &mut TcpStream,
+    upstream: TcpStream,
+    request: Request,
+    rules: Option<&RequestRules>,
+) -> Done {
+    let answered = match request.protocol {
+        Protocol::Connect => reply::established(client).await,
+        Protocol::Socks5 => reply::socks_send(client, socks_code::SUCCEEDED).await,
+        Protocol::Http => Ok(()),
+    };
+    if let Err(e) = answered {
+        let (host, port) = (shown_host(&request.host), request.port);
+        let error = Some(e.to_string());
+        let (method, path, status) = (None, None, None);
+        return Done { up: 0, down: 0, end: End::Error, error, refusal: None, host, port, method, path, status };
+    }
+    spliced(budget, stop, client, upstream, request, rules).await
+}
+
+/// [`run`] once the tool was told its connection is up (a tunnel's first flight may be in the
+/// request's early bytes: it is checked as if it had just come).
+pub(crate) async fn spliced(
+    budget: &Budget,
+    stop: &CancellationToken,
+    client: &mut TcpStream,
     mut upstream: TcpStream,
     request: Request,
     rules: Option<&RequestRules>,
@@ -149,16 +173,6 @@ pub(crate) async fn run(
         (Protocol::Connect | Protocol::Socks5, Some(t @ Target::Addr(_))) if rules.is_some() => Some(t),
         _ => None,
     };
-    let answered = match protocol {
-        Protocol::Connect => reply::established(client).await,
-        Protocol::Socks5 => reply::socks_send(client, socks_code::SUCCEEDED).await,
-        Protocol::Http => Ok(()),
-    };
-    if let Err(e) = answered {
-        done.end = End::Error;
-        done.error = Some(e.to_string());
-        return done;
-    }
     // Plain HTTP: the rewritten head, then exactly the announced body.
     let mut body = None;
     let mut first = Vec::new();
@@ -387,7 +401,7 @@ where
 
 /// Whether a tunnel's first flight so far is enough to judge it: a whole first TLS record, a
 /// whole HTTP head (or what cannot become one), or a few bytes of anything else.
-fn decidable(buf: &[u8]) -> bool {
+pub(crate) fn decidable(buf: &[u8]) -> bool {
     match buf.first() {
         None => false,
         Some(&sni::HANDSHAKE) => sni::complete(buf),
@@ -399,7 +413,7 @@ fn decidable(buf: &[u8]) -> bool {
 }
 
 /// The first bytes of a flight, for a message: printable ASCII as such, the rest escaped.
-fn shown_bytes(buf: &[u8]) -> String {
+pub(crate) fn shown_bytes(buf: &[u8]) -> String {
     let head: String = buf.iter().take(16).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect();
     format!("\"{head}\"{}", if buf.len() > 16 { "..." } else { "" })
 }

@@ -31,7 +31,7 @@ mod rules;
 /// A log in memory: each record as the JSON object of its audit line (without `seq`, `time`,
 /// `prev`). Closed, it refuses every record, as a failed audit log does.
 #[derive(Debug, Default)]
-struct MemoryLog {
+pub(crate) struct MemoryLog {
     records: Mutex<Vec<Value>>,
     closed: AtomicBool,
 }
@@ -41,7 +41,7 @@ impl MemoryLog {
         self.closed.store(true, Ordering::SeqCst);
     }
 
-    fn records(&self) -> Vec<Value> {
+    pub(crate) fn records(&self) -> Vec<Value> {
         self.records.lock().unwrap().clone()
     }
 
@@ -76,7 +76,7 @@ const BIG: usize = 256 * 1024;
 
 /// An HTTP server on 127.0.0.1: `/echo` answers with the request head it received, `/big`
 /// with [`BIG`] bytes; a connection that sends nothing is closed.
-async fn upstream() -> u16 {
+pub(crate) async fn upstream() -> u16 {
     upstream_on("127.0.0.1:0").await
 }
 
@@ -116,7 +116,7 @@ struct Harness {
     log: Arc<MemoryLog>,
 }
 
-fn egress(hosts: &[String]) -> Egress {
+pub(crate) fn egress(hosts: &[String]) -> Egress {
     Egress {
         hosts: hosts.iter().map(|h| parse_rule(h).unwrap()).collect(),
         max_connections: 32,
@@ -180,7 +180,7 @@ impl Harness {
     }
 }
 
-fn fixed(table: &[(&str, &str)]) -> Resolver {
+pub(crate) fn fixed(table: &[(&str, &str)]) -> Resolver {
     let map = table.iter().map(|(n, a)| (n.to_string(), vec![a.parse().unwrap()])).collect();
     Resolver::Fixed(Arc::new(map))
 }

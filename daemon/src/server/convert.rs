@@ -196,6 +196,7 @@ fn grants(t: &Tool) -> v1::ToolGrants {
         max_connections: s.network.egress().map(|e| e.max_connections),
         max_bytes: s.network.egress().map(|e| e.max_bytes),
         max_connections_per_call: s.network.egress().map(|e| e.max_connections_per_call),
+        host_rules: s.network.egress().map(|e| e.http.iter().map(host_rules).collect()).unwrap_or_default(),
         accepted_warnings: t
             .accepted_warnings
             .iter()
@@ -234,6 +235,18 @@ fn secret_lines(t: &Tool) -> Vec<String> {
         ));
     }
     out
+}
+
+/// A `hosts` entry table in a line: its rule, what may be asked of it, its `upstream_ca`.
+fn host_rules(h: &cordon_core::egress::HostHttp) -> String {
+    let mut parts = Vec::new();
+    if let Some(r) = &h.requests {
+        parts.push(r.summary());
+    }
+    if let Some(ca) = &h.upstream_ca {
+        parts.push(format!("upstream_ca {}", ca.display()));
+    }
+    format!("{}: {}", h.rule, parts.join("; "))
 }
 
 /// A param with its rules, from which the front-end rebuilds it (`cordon_client::api`).

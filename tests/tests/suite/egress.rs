@@ -160,3 +160,113 @@ fn a_host_not_listed_gets_403_and_the_agent_sees_the_refusal_even_when_the_tool_
     );
     assert!(denial["message"].as_str().unwrap().contains(", a loopback address;"), "{denial}");
 }
+
+/// A plain-HTTP loopback host with `read_only = true` (issue 30): GET goes through, POST is
+/// answered 403 by the proxy inside the sandbox's network, recorded with its method, host and
+/// path before curl hears of it, and shown to the agent with the key that would allow it; the
+/// admin sees the rules in `cordon tool`.
+#[test]
+fn a_read_only_host_gets_its_gets_and_403_for_a_post_recorded_with_method_host_and_path() {
+    if !usable() {
+        return;
+    }
+    let port = upstream();
+    let policy = format!(
+        r#"version = 1
+
+[defaults]
+timeout = "20s"
+network = {{ hosts = [{{ host = "127.0.0.1:{port}", read_only = true, paths = ["/repos/ORG/"] }}] }}
+
+[tools.fetch]
+description = "fetches a URL"
+reason = "egress tests"
+command = [{curl}, "-sS", "--max-time", "10", "{{{{url}}}}"]
+
+[tools.fetch.params.url]
+type = "string"
+pattern = "http://[^\\x00 ]+"
+required = true
+
+[tools.post]
+description = "posts to a URL, through an HTTP CONNECT tunnel when asked"
+reason = "egress tests"
+command = [{curl}, "-sS", "--max-time", "10", "-X", "POST", "-d", "x=1", "{{{{how}}}}", "{{{{url}}}}"]
+
+[tools.post.params.how]
+type = "enum"
+values = ["--proxytunnel", "--no-proxytunnel"]
+required = true
+
+[tools.post.params.url]
+type = "string"
+pattern = "http://[^\\x00 ]+"
+required = true
+"#,
+        curl = q(CURL)
+    );
+    let d = Daemon::start(&[("rules.toml", &policy)]);
+    let base = format!("http://127.0.0.1:{port}");
+
+    let r = fetch(&d, "fetch", &format!("{base}/repos/ORG/x?token=query-secret"));
+    assert_eq!((r["exit_code"].as_i64(), r["stdout"].as_str()), (Some(0), Some("hello from upstream\n")), "{r:#}");
+    let records = records_of(&d, r["invocation_id"].as_str().unwrap());
+    let allowed = records.iter().find(|r| r["decision"] == "egress").unwrap();
+    assert_eq!(
+        (&allowed["allowed"], &allowed["method"], &allowed["host"], &allowed["path"]),
+        (&json!(true), &json!("GET"), &json!("127.0.0.1"), &json!("/repos/ORG/x"))
+    );
+    let closed = records.iter().find(|r| r["decision"] == "egress_closed").unwrap();
+    assert_eq!(closed["status"], json!(200), "{closed}");
+
+    for (how, protocol, decision) in
+        [("--no-proxytunnel", "http", "egress"), ("--proxytunnel", "connect", "egress_closed")]
+    {
+        let r = d.run_json("post", &json!({ "how": how, "url": format!("{base}/repos/ORG/x") })).1;
+        assert_eq!(r["exit_code"].as_i64(), Some(0), "curl prints the 403 page and succeeds: {r:#}");
+        let stdout = r["stdout"].as_str().unwrap();
+        assert!(
+            stdout.starts_with(&format!(
+                "cordon: the egress proxy refused 127.0.0.1:{port} for tool post: POST /repos/ORG/x to \
+                 127.0.0.1:{port} was refused: the method POST is not among the methods its network.hosts entry \
+                 allows (GET, HEAD, OPTIONS)"
+            )),
+            "{how}: {r:#}"
+        );
+        let denial = &r["denials"][0];
+        assert_eq!(
+            (&denial["source"], &denial["grant_key"], &denial["access"]),
+            (&json!("proxy"), &json!("methods"), &json!(["request-rule"])),
+            "{how}: {r:#}"
+        );
+        assert!(denial["message"].as_str().unwrap().contains("adding \"POST\" to that entry's methods"), "{denial}");
+        let records = records_of(&d, r["invocation_id"].as_str().unwrap());
+        let refused = records.iter().find(|r| r["why"] == "request-rule").unwrap_or_else(|| panic!("{records:#?}"));
+        assert_eq!(
+            (&refused["decision"], &refused["protocol"], &refused["allowed"], &refused["status"]),
+            (&json!(decision), &json!(protocol), &json!(false), &json!(403)),
+            "{how}: {refused}"
+        );
+        assert_eq!(
+            (&refused["method"], &refused["host"], &refused["path"]),
+            (&json!("POST"), &json!("127.0.0.1"), &json!("/repos/ORG/x"))
+        );
+        let finished = records.iter().find(|r| r["decision"] == "finished").unwrap();
+        assert_eq!(finished["denials"][0]["grant_key"], "methods", "{finished}");
+    }
+    // The URL is the call's argument (in its `started` record); the proxy's records keep no query.
+    let proxy: Vec<Value> = d
+        .audit_records()
+        .into_iter()
+        .filter(|r| r["decision"].as_str().is_some_and(|d| d.starts_with("egress")))
+        .collect();
+    assert!(proxy.len() >= 4, "{proxy:#?}");
+    assert!(!serde_json::to_string(&proxy).unwrap().contains("query-secret"), "{proxy:#?}");
+
+    let shown = d.cordon(&["tool", "fetch"]);
+    let text = &shown.stdout;
+    assert!(
+        text.contains(&format!("host rules  127.0.0.1:{port}: methods GET, HEAD, OPTIONS; paths /repos/ORG/")),
+        "{text}"
+    );
+}

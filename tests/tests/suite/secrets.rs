@@ -134,10 +134,12 @@ fn upstream(dir: &Path, expected: &str) -> Upstream {
 }
 
 /// A Python that can `import requests`, and what the tool must be granted to run it: its
-/// executable (real path), and its prefixes (`exec`) and site directory (`read`) when they are
-/// outside /usr.
+/// executable (real path: cordond runs the pinned file, so a venv is not found through the path
+/// it was started by), the directory `requests` is in (`PYTHONPATH`), and its prefixes (`exec`)
+/// and site directory (`read`) when they are outside /usr.
 struct Python {
     exe: PathBuf,
+    site: PathBuf,
     exec: Vec<PathBuf>,
     read: Vec<PathBuf>,
 }
@@ -163,7 +165,7 @@ fn python_with_requests() -> Option<Python> {
         let mut read: Vec<PathBuf> = [lines[2].clone(), lines[3].clone()].into_iter().filter(outside).collect();
         read.dedup();
         read.retain(|r| !exec.iter().any(|e| r.starts_with(e)));
-        return Some(Python { exe: lines[0].clone(), exec, read });
+        return Some(Python { exe: lines[0].clone(), site: lines[3].clone(), exec, read });
     }
     None
 }
@@ -215,6 +217,7 @@ description = "calls the API with Python requests"
 reason = "secrets tests"
 command = [{py}, "-c", {script}, {out}, "{{{{hold}}}}"]
 write = [{out}]
+env = {{ PYTHONPATH = {site} }}
 exec = [{py_exec}]
 read = [{py_read}]
 secrets = {{ API_TOKEN = "api" }}
@@ -236,6 +239,7 @@ secrets = {{ API_TOKEN = "api" }}
         py = q(&py.exe),
         script = serde_json::to_string(&script).unwrap(),
         out = q(out),
+        site = q(&py.site),
         py_exec = paths(&py.exec),
         py_read = paths(&py.read),
     )
@@ -392,7 +396,6 @@ fn a_missing_source_makes_the_tool_unavailable_with_the_reason() {
 /// THE PROOF. curl and Python requests reach an upstream that accepts only the real token, with
 /// only the placeholder in their environment; the value is nowhere they or the agent can look.
 #[test]
-#[ignore = "needs the tls lane's termination (fix30-tls)"]
 fn curl_and_python_requests_authenticate_with_a_token_they_never_see() {
     let Some(py) = usable() else { return };
     let metrics_port = {
