@@ -238,14 +238,7 @@ pub fn check_value(name: &str, value: &[u8], place: &Placement) -> Result<(), St
         Placement::BasicUser if value.contains(&b':') => {
             Err(format!("secret {name:?}: a basic-auth user cannot contain `:`"))
         }
-        Placement::Query(_)
-            if !value.iter().all(|b| b.is_ascii_alphanumeric() || b"-._~%!$'()*+,;=:@/?".contains(b)) =>
-        {
-            Err(format!(
-                "secret {name:?}: its value has characters a query parameter cannot carry as they are (`&`, `#`, \
-                 space, ...); store it percent-encoded"
-            ))
-        }
+        // A query parameter's value is percent-encoded by the proxy when it is put in.
         _ => Ok(()),
     }
 }

@@ -127,7 +127,8 @@ fn a_value_that_cannot_go_in_its_place_is_refused_without_being_shown() {
     let e = check_value("k", b"tok\r\nX-Evil: 1", &Placement::Header("authorization".into())).unwrap_err();
     assert!(e.contains("control character") && !e.contains("tok"), "{e}");
     assert!(check_value("k", b"a:b", &Placement::BasicUser).is_err());
-    assert!(check_value("k", b"a&b", &Placement::Query("key".into())).is_err());
+    // The proxy percent-encodes a query parameter's value when it puts it in.
+    assert!(check_value("k", b"a&b c", &Placement::Query("key".into())).is_ok());
     assert!(check_value("k", b"ghp_abc", &Placement::Header("authorization".into())).is_ok());
 }
 
