@@ -227,6 +227,12 @@ type = "enum"
 values = ["", "hold"]
 default = ""
 
+[tools.exfil]
+description = "sends its placeholder in a header the secret is not for, then in plain HTTP"
+reason = "secrets tests"
+command = ["/bin/sh", "-c", "{curl} -sS --max-time 20 -D - -o /dev/null -H \"X-Leak: $API_TOKEN\" https://localhost:{port}/check; {curl} -sS --max-time 20 -D - -o /dev/null \"http://127.0.0.1:{port}/?k=$API_TOKEN\"; true"]
+secrets = {{ API_TOKEN = "api" }}
+
 [tools.show-env]
 description = "prints its placeholder and where its trust bundle is"
 reason = "secrets tests"
@@ -416,7 +422,9 @@ fn curl_and_python_requests_authenticate_with_a_token_they_never_see() {
     assert!(seen.contains(&format!("API_TOKEN={placeholder}")), "the placeholder is what the tool holds: {seen}");
     {
         let heads = s.up.heads.lock().unwrap();
-        assert_eq!(heads.len(), 2, "{heads:#?}");
+        // The evidence, for `--nocapture` (the closing note quotes it).
+        eprintln!("tool's environment: API_TOKEN={placeholder}");
+        eprintln!("upstream received (curl, then requests):\n{}", heads.join("---\n"));
         for h in heads.iter() {
             assert!(h.contains(&format!("Bearer {}", s.value)), "the upstream got the real token: {h}");
             assert!(!h.contains("cordon-secret-"), "and never a placeholder: {h}");
@@ -466,6 +474,24 @@ fn curl_and_python_requests_authenticate_with_a_token_they_never_see() {
     let scraped = String::from_utf8_lossy(&scraped.stdout).to_string();
     assert!(scraped.contains("cordon_"), "{scraped}");
     assert!(!scraped.contains(&s.value) && !scraped.contains(&rotated), "the metrics hold the value");
+
+    // The placeholder anywhere else is refused as an exfiltration attempt, and audited by the
+    // secret's name and the place, never a value; nothing reaches the upstream.
+    let before = s.up.heads.lock().unwrap().len();
+    let r = run(&s.d, "exfil", &json!({}));
+    let out = r["stdout"].as_str().unwrap();
+    assert_eq!(out.matches("X-Cordon-Refused: exfiltration").count(), 2, "{r:#}");
+    assert_eq!(s.up.heads.lock().unwrap().len(), before, "nothing reached the upstream");
+    let id = r["invocation_id"].as_str().unwrap();
+    eprintln!("exfil's curl saw:\n{out}");
+    let refusals: Vec<Value> =
+        s.d.audit_records().into_iter().filter(|a| a["id"] == id && a["why"] == "exfiltration").collect();
+    assert_eq!(refusals.len(), 2, "{refusals:#?}");
+    for a in &refusals {
+        eprintln!("audit: {a}");
+        assert_eq!(a["secret"], json!("api"), "{a}");
+        assert!(!a.to_string().contains(&rotated), "{a}");
+    }
 
     let mut mcp = cordon_tests::mcp_lines::Session::start(&s.d.socket);
     let result = mcp.call("curl-api", json!({}));
