@@ -39,8 +39,9 @@ pub(crate) fn audit_record(record: EgressRecord) -> Record {
     out
 }
 
-/// The proxy of one invocation (of `tool`, by `caller`, under `rules`), recording into `audit`
-/// and counting into `metrics`, and the hand-off that starts it once the sandbox made its
+/// The proxy of one invocation (of `tool`, by `caller`, under `rules`, with its `secrets` and
+/// cordond's CA to terminate with), recording into `audit` and counting into `metrics`, and the
+/// hand-off that starts it once the sandbox made its
 /// listener. Call from within the runtime.
 pub(crate) fn proxy(
     invocation: &str,
@@ -49,6 +50,7 @@ pub(crate) fn proxy(
     rules: &Egress,
     audit: &Arc<Audit>,
     metrics: Option<&EgressMetrics>,
+    (secrets, authority): (Vec<cordon_egress::Secret>, Option<Arc<cordon_egress::Authority>>),
 ) -> (Handoff, ProxyHandoff) {
     Handoff::new(Context {
         invocation: invocation.to_string(),
@@ -58,8 +60,8 @@ pub(crate) fn proxy(
         log: Arc::new(AuditLog(audit.clone())),
         metrics: metrics.cloned(),
         resolver: Resolver::System,
-        secrets: Vec::new(),
-        authority: None,
+        secrets,
+        authority,
     })
 }
 

@@ -355,6 +355,8 @@ pub(crate) struct Prepared {
     seccomp: Arc<Programs>,
     cancel: CancellationToken,
     cgroup_dirs: CgroupDirs,
+    /// The call's secrets, for its proxy only (their values are wiped when dropped).
+    secrets: Vec<cordon_egress::Secret>,
     _running: RunningGuard,
     // Boxed: a `Prepared` travels by value through `Admission` and `Started`.
     _slot: Box<Slot>,
@@ -497,6 +499,9 @@ pub(crate) struct Invoker {
     /// What the invoker counts, and what its egress proxies count (`--metrics`).
     metrics: Option<Arc<InvokeMetrics>>,
     egress_metrics: Option<Arc<cordon_egress::EgressMetrics>>,
+    /// The egress proxy's CA and the trust bundle tools see it in (`None`: cordond has none;
+    /// tools whose connections the proxy terminates are then unavailable).
+    terminator: Option<Arc<crate::secrets::Terminator>>,
 }
 
 impl Invoker {
@@ -505,8 +510,8 @@ impl Invoker {
         host: Arc<HostSandbox>,
         settings: Settings,
         audit: Arc<Audit>,
-        metrics: Option<Arc<InvokeMetrics>>,
-        egress_metrics: Option<Arc<cordon_egress::EgressMetrics>>,
+        (metrics, egress_metrics): (Option<Arc<InvokeMetrics>>, Option<Arc<cordon_egress::EgressMetrics>>),
+        terminator: Option<Arc<crate::secrets::Terminator>>,
     ) -> Invoker {
         Invoker {
             registry,
@@ -520,11 +525,22 @@ impl Invoker {
             cache: ResultCache::new(settings.cache),
             metrics,
             egress_metrics,
+            terminator,
         }
     }
 
     pub(crate) fn audit(&self) -> &Audit {
         &self.audit
+    }
+
+    /// The egress CA's fingerprint and trust bundle, for status.
+    pub(crate) fn egress_ca(&self) -> String {
+        match &self.terminator {
+            Some(t) => format!("sha256 {}, trust bundle {}", t.fingerprint, t.bundle.display()),
+            None => "none: cordond could not make its CA or write the trust bundle (its log at start says why); \
+                     tools with secrets or request rules are unavailable"
+                .into(),
+        }
     }
 
     /// The result cache (its figures, for status).
@@ -997,6 +1013,13 @@ impl Invoker {
             }
             pins = self.pins_for(&tool, identity.as_ref(), &caller, generation)?;
         }
+        // The call's secrets, read again now (a rotated source serves this call), each with a
+        // fresh placeholder in the variable the policy names; a source that fails now refuses
+        // the call (nothing is ever sent in a secret's place).
+        let bound = crate::secrets::bind(&tool, self.terminator.as_ref().map(|t| t.bundle.as_path()))
+            .map_err(|reason| InvokeError::Unavailable { tool: tool.name.clone(), reason })?;
+        let mut plan = plan;
+        crate::secrets::apply(&mut plan.env, &bound);
         let id = new_id()?;
         let cancel = self.closed.child_token();
         let cgroup_dirs = CgroupDirs::default();
@@ -1027,6 +1050,7 @@ impl Invoker {
             seccomp,
             cancel,
             cgroup_dirs,
+            secrets: bound.secrets,
             _running: running,
             _slot: Box::new(slot),
         })
@@ -1088,7 +1112,8 @@ impl Invoker {
     /// Runs a started invocation to its end and records how it ended, durably, before it
     /// returns: the outcome is only answered once its record is on disk.
     pub(crate) async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Answer, InvokeError> {
-        let Started { prepared, mark } = started;
+        let Started { mut prepared, mark } = started;
+        let secrets = std::mem::take(&mut prepared.secrets);
         // A tool with `network.hosts`: its egress proxy starts once the sandbox hands over the
         // listener it made inside the tool's network namespace.
         let (proxy, handoff) = match prepared.tool.sandbox.network.egress() {
@@ -1100,6 +1125,7 @@ impl Invoker {
                     rules,
                     &self.audit,
                     self.egress_metrics.as_deref(),
+                    (secrets, self.terminator.as_ref().map(|t| t.authority.clone())),
                 );
                 (Some(proxy), Some(handoff))
             }

@@ -14,6 +14,8 @@
 //!   invocations), `workflow` (workflows of steps) and `hint` (why a failed run failed).
 //! - `egress`: the daemon's side of the egress proxy of tools with `network.hosts` (the proxy is
 //!   the `cordon_egress` crate, one per invocation): the audit log as its log, its wiring.
+//! - `secrets`: the per-daemon CA and its trust bundle, and each call's secrets (read again,
+//!   a fresh placeholder each) for the proxy that puts their values in.
 //! - `metrics`: the Prometheus registry and endpoint (`--metrics`, loopback, bearer token); each
 //!   subsystem registers its own families in it at startup.
 //! - `authz`, `tokens`, `identities`: roles and tool access from the caller the server
@@ -44,6 +46,7 @@ mod identities;
 mod invoke;
 mod metrics;
 mod registry;
+mod secrets;
 mod server;
 mod startup;
 mod tokens;

@@ -157,6 +157,9 @@ impl From<server::tls::TlsError> for StartError {
 pub struct Loaded {
     pub sandbox: HostSandbox,
     pub registry: RegistryHandle,
+    /// The egress proxy's CA and its trust bundle (`Err`: why there is none, and so why tools
+    /// whose connections it would terminate are unavailable).
+    pub(crate) terminator: Result<Arc<crate::secrets::Terminator>, String>,
 }
 
 /// Raises the open-files limit, probes the host (placing cordond's cgroups as
@@ -164,8 +167,28 @@ pub struct Loaded {
 pub fn load(config: &Config) -> Result<Loaded, StartError> {
     raise_open_files_limit();
     let sandbox = HostSandbox::probe_placed(config.cgroups)?;
-    let registry = RegistryHandle::load(&config.policies, sandbox.policy_host())?;
-    Ok(Loaded { sandbox, registry })
+    let terminator = terminator(config).map(Arc::new);
+    if let Err(e) = &terminator {
+        tracing::warn!("tools with secrets or request rules are unavailable: {e}");
+    }
+    let mut host = sandbox.policy_host();
+    host.trust = Some(terminator.as_ref().map(|t| t.bundle.clone()).map_err(Clone::clone));
+    let registry = RegistryHandle::load(&config.policies, host)?;
+    Ok(Loaded { sandbox, registry, terminator })
+}
+
+/// The egress proxy's CA, made now, and its trust bundle, written beside the socket (a
+/// directory everyone may traverse, that only root or cordond's user may write: checked first).
+fn terminator(config: &Config) -> Result<crate::secrets::Terminator, String> {
+    let dir = config.socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    policy::trust::check_dir_or_parent(dir, policy::Trust::current(), policy::Subject::SOCKET_DIR)
+        .map_err(|e| e.to_string())?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name = match host.trim() {
+        "" => "cordond".to_string(),
+        h => format!("cordond on {h}"),
+    };
+    crate::secrets::Terminator::prepare(dir, &name)
 }
 
 /// Every connection is a descriptor: the soft limit goes up to the hard one, so that the per-uid
@@ -200,6 +223,8 @@ pub struct Server {
     exports: audit::export::Prepared,
     /// Kept for the daemon's lifetime: its stdin pipe is what the reaper watches.
     _reaper: Option<std::process::Child>,
+    /// The egress proxy's CA and trust bundle (`Err`: why there is none).
+    terminator: Result<Arc<crate::secrets::Terminator>, String>,
 }
 
 /// Everything before serving; see the module documentation.
@@ -230,7 +255,7 @@ pub(crate) fn setup_warnings(is_root: bool) -> Vec<String> {
 }
 
 pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartError> {
-    let Loaded { sandbox, registry } = loaded;
+    let Loaded { sandbox, registry, terminator } = loaded;
     let current = registry.current();
     if sandbox.landlock_abi < 1 {
         tracing::error!(
@@ -338,7 +363,20 @@ pub async fn start(mut config: Config, loaded: Loaded) -> Result<Server, StartEr
         }
         None => socket::bind(&config.socket, socket_gid)?,
     };
-    Ok(Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, tls, exports, _reaper: reaper })
+    Ok(Server {
+        config,
+        sandbox,
+        registry,
+        audit,
+        listener,
+        admin_gid,
+        tokens,
+        metrics,
+        tls,
+        exports,
+        _reaper: reaper,
+        terminator,
+    })
 }
 
 /// The root registry, each subsystem's families registered in it: the audit log's (which the
@@ -389,8 +427,20 @@ impl Server {
         mut reload: mpsc::Receiver<()>,
     ) -> Result<(), StartError> {
         let tls_address = self.tls_address();
-        let Server { config, sandbox, registry, audit, listener, admin_gid, tokens, metrics, tls, exports, _reaper } =
-            self;
+        let Server {
+            config,
+            sandbox,
+            registry,
+            audit,
+            listener,
+            admin_gid,
+            tokens,
+            metrics,
+            tls,
+            exports,
+            _reaper,
+            terminator,
+        } = self;
         let current = registry.current();
         let counts = current.counts();
         let socket_path = config.socket.clone();
@@ -413,6 +463,15 @@ impl Server {
                     "cgroup_delegated": sandbox.cgroups.delegated,
                     "root": sandbox.is_root,
                 }),
+            )
+            .with(
+                "egress_ca",
+                match &terminator {
+                    Ok(t) => {
+                        serde_json::json!({ "sha256": t.fingerprint, "trust_bundle": t.bundle.display().to_string() })
+                    }
+                    Err(e) => serde_json::json!({ "error": e }),
+                },
             );
         audit.durable(started).await.map_err(StartError::Audit)?;
         // The exporters read the file from their cursors; nothing they do waits on the writer.
@@ -428,6 +487,7 @@ impl Server {
             audit.clone(),
             tokens,
             counted,
+            terminator.ok(),
         );
         tracing::info!(
             socket = %socket_path.display(), policies = %config.policies.display(),

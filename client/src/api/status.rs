@@ -82,6 +82,9 @@ pub struct StatusInfo {
     /// Why the audit log failed; empty when healthy.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub audit_failure: String,
+    /// The egress proxy's CA: its SHA-256 fingerprint and trust bundle, or why there is none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub egress_ca: String,
     /// The caller as cordond sees it (the tool counts are of the tools it may use, unless admin).
     pub caller: CallerInfo,
     /// Admins only: free space on the audit log's filesystem, and the log's bytes (with its
@@ -206,6 +209,7 @@ impl From<v1::StatusResponse> for StatusInfo {
             audit_seq: s.audit_seq,
             audit_head: s.audit_head,
             audit_failure: s.audit_failure,
+            egress_ca: s.egress_ca,
             audit_free_bytes: s.audit_free_bytes,
             audit_log_bytes: s.audit_log_bytes,
             figures_note: s.figures_note,

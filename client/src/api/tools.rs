@@ -393,6 +393,9 @@ pub struct Grants {
     pub host_rules: Vec<String>,
     /// `accept_warnings`: "LINT" or "LINT: REASON" each.
     pub accepted_warnings: Vec<String>,
+    /// `secrets`: one line per secret (its variable, name, source, place, hosts; never a value),
+    /// and the trust bundle's variables when the proxy terminates TLS for the tool.
+    pub secrets: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -437,6 +440,7 @@ impl From<v1::ToolGrants> for Grants {
             min_landlock_abi: g.min_landlock_abi,
             temp: g.temp,
             accepted_warnings: g.accepted_warnings,
+            secrets: g.secrets,
         }
     }
 }

@@ -133,6 +133,15 @@ pub(super) async fn run(endpoint: &Endpoint, socket: &Path, as_json: bool) -> Re
                 "cordond refuses every invocation until the cause is fixed and an admin runs `cordon audit resume`",
             );
         }
+        if !s.egress_ca.is_empty() {
+            let ok = s.egress_ca.starts_with("sha256 ");
+            check(
+                "egress CA",
+                if ok { "ok" } else { "warn" },
+                s.egress_ca.clone(),
+                "terminates TLS for the hosts of secrets and request rules; trusted only inside those tools' views",
+            );
+        }
         for w in &s.setup_warnings {
             check(
                 "setup",

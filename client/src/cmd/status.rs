@@ -68,6 +68,9 @@ pub(super) async fn run(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliErr
             term::line(&format!("invocations are refused: {}", s.audit_failure))
         );
     }
+    if !s.egress_ca.is_empty() {
+        outln!("egress CA    {}", s.egress_ca);
+    }
     outln!("running      {} of at most {} ({} per caller)", s.running_invocations, s.max_concurrent, s.max_per_caller);
     outln!(
         "queued       {} waiting for a slot; at most {} wait ({} per caller), each up to {}",

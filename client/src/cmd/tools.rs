@@ -250,4 +250,7 @@ pub(super) fn print_grants(g: &Grants) {
     if !g.accepted_warnings.is_empty() {
         field("accepted warnings", g.accepted_warnings.join("; "));
     }
+    for line in &g.secrets {
+        field("secrets", line.clone());
+    }
 }

@@ -29,6 +29,13 @@ pub const FILE_KEYS: &[KeyDoc] = &[
     key("defaults", "table", "values every tool in this file starts from", false),
     key("tools", "table", "one [tools.NAME] table per tool; NAME matches ^[a-z][a-z0-9-]*$", false),
     key(
+        "secrets",
+        "table",
+        "one [secrets.NAME] table per secret a tool of this file may use without seeing it (the tool gets a \
+         placeholder, cordond's egress proxy puts the value in its place); NAME matches ^[a-z][a-z0-9_-]*$",
+        false,
+    ),
+    key(
         "workflows",
         "table",
         "one [workflows.NAME] table per workflow: steps that call tools one after another; NAME matches \
@@ -96,6 +103,14 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
     ),
     key("working_dir", "string", "absolute directory the tool runs in (no `..`)", true),
     key("env", "table of strings", "extra environment variables (PATH, LD_*, DYLD_* are forbidden)", true),
+    key(
+        "secrets",
+        "table of strings",
+        "{ VAR = \"NAME\" }: environment variable VAR holds a per-call placeholder of the file's [secrets.NAME]; \
+         cordond's egress proxy replaces it with the value on requests to the secret's hosts only (each must be in \
+         network.hosts). The tool never sees the value",
+        false,
+    ),
     key(
         "args_env_prefix",
         "string",
@@ -196,6 +211,46 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
          code; checked on every load and by `cordon policy test`",
         false,
     ),
+];
+
+/// Keys of a `[secrets.NAME]` table.
+pub const SECRET_KEYS: &[KeyDoc] = &[
+    key(
+        "source",
+        "table",
+        "where the value is read, at load and again at each call: { file = \"/abs/path\" } (a regular file owned by \
+         root, mode 0600 or stricter, every directory above it root-owned and not writable by others) or \
+         { credential = \"NAME\" } (a systemd credential, from cordond's $CREDENTIALS_DIRECTORY); one trailing \
+         newline is dropped (required)",
+        false,
+    ),
+    key(
+        "hosts",
+        "array of strings",
+        "the \"host:port\" entries the value may be sent to; each must be in the network.hosts of every tool that \
+         uses the secret, and cordond's proxy terminates TLS for them (required)",
+        false,
+    ),
+    key(
+        "header",
+        "string",
+        "the request header whose value holds the placeholder (e.g. \"Authorization\" for `Bearer PLACEHOLDER`, \
+         \"X-Api-Key\"); one of header, basic, query",
+        false,
+    ),
+    key(
+        "basic",
+        "\"user\" | \"password\"",
+        "the placeholder is the user or the password of `Authorization: Basic` (as the client encodes it)",
+        false,
+    ),
+    key("query", "string", "the query parameter of the request target that holds the placeholder", false),
+];
+
+/// Keys of a secret's `source` table.
+pub const SOURCE_KEYS: &[KeyDoc] = &[
+    key("file", "path", "a root-owned file, mode 0600 or stricter", false),
+    key("credential", "string", "a systemd credential's name (LoadCredential=NAME:...)", false),
 ];
 
 /// Keys of a `[tools.NAME.params.PARAM]` table.

@@ -3,7 +3,8 @@
 //! that the parser, the validator, argv planning and the reference all read.
 //!
 //! Architecture invariant: this module imports nothing else of the crate but [`crate::resolve`]
-//! (for [`Pin`]'s node) and [`crate::code`] (for [`Example`]'s expected code), both leaves: every
+//! (for [`Pin`]'s node), [`crate::code`] (for [`Example`]'s expected code), [`crate::egress`]
+//! (a tool's host rules) and [`crate::secret`] (the secrets a tool uses), all leaves: every
 //! other policy module, [`crate::validate`] and [`crate::argv`]
 //! stand above it.
 
@@ -124,6 +125,9 @@ pub struct Tool {
     /// the reason given (required for the exposure warnings, `replaceable` and
     /// `beneath-write-root`, which the load raises).
     pub accepted_warnings: Vec<AcceptedWarning>,
+    /// `secrets`: the declared secrets the tool uses, each by the environment variable that
+    /// holds its placeholder (in the order written).
+    pub secrets: Vec<crate::secret::ToolSecret>,
 }
 
 /// One entry of `accept_warnings`: `"NAME"`, or `{ lint = "NAME", reason = "..." }`.
@@ -188,6 +192,14 @@ impl Tool {
     /// Whether the tool can reach the network at all.
     pub fn has_network(&self) -> bool {
         !matches!(self.sandbox.network, Network::None)
+    }
+
+    /// Whether cordond's egress proxy terminates TLS for some of the tool's hosts: a secret is
+    /// bound to one, or one has request rules. Such a tool gets the trust bundle (the system's
+    /// roots and cordond's CA) and the variables that name it.
+    pub fn terminated(&self) -> bool {
+        !self.secrets.is_empty()
+            || self.sandbox.network.egress().is_some_and(|e| e.http.iter().any(|h| h.requests.is_some()))
     }
 }
 
@@ -593,6 +605,9 @@ pub struct Pins {
     /// rule lets the first call create them (docs/pins.md). Until a call has, the tool's pins
     /// are incomplete (the sandbox refuses to build from them) and every call re-pins first.
     pub pending_write: Vec<PendingRoot>,
+    /// The trust bundle (the system's roots and cordond's CA), for a tool whose connections the
+    /// proxy terminates ([`Tool::terminated`]), when cordond has one: granted read.
+    pub trust_bundle: Option<Pin>,
 }
 
 /// A `write` root missing at load, created (as the identity the call runs as) by the first call.
@@ -622,6 +637,7 @@ impl Pins {
             .chain(self.write.iter().map(|p| ("write", p)))
             .chain(self.exec.iter().map(|p| ("exec", p)))
             .chain(self.socket_dirs.iter().map(|p| ("unix_sockets directory", p)))
+            .chain(self.trust_bundle.iter().map(|p| ("trust bundle", p)))
     }
 }
 
@@ -751,6 +767,13 @@ pub struct Host {
     /// Why tools with `network.hosts` cannot be offered here: they need a network namespace of
     /// their own (`None`: cordond can make one).
     pub netns_unavailable: Option<String>,
+    /// cordond's `$CREDENTIALS_DIRECTORY` (systemd credentials), where `credential` secret
+    /// sources are read.
+    pub credentials: Option<PathBuf>,
+    /// The trust bundle cordond wrote for tools whose connections its proxy terminates
+    /// (`Some(Err(why))`: it could not, and such tools are unavailable; `None`: not known, as in
+    /// an offline check, which then assumes it).
+    pub trust: Option<Result<PathBuf, String>>,
 }
 
 impl Host {
@@ -758,7 +781,15 @@ impl Host {
     /// invocation cgroups (so `unix_sockets` tools are offered) and read-only views.
     pub fn new(is_root: bool, landlock_abi: i32) -> Host {
         let unix_sockets_unavailable = (!is_root).then(|| NOT_IDENTIFIABLE.to_string());
-        Host { is_root, landlock_abi, unix_sockets_unavailable, views_unavailable: None, netns_unavailable: None }
+        Host {
+            is_root,
+            landlock_abi,
+            unix_sockets_unavailable,
+            views_unavailable: None,
+            netns_unavailable: None,
+            credentials: std::env::var_os(crate::secret::CREDENTIALS_ENV).map(PathBuf::from),
+            trust: None,
+        }
     }
 
     /// The reason a tool with `network.hosts` is unavailable on a host whose daemon is not root

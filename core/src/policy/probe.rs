@@ -148,6 +148,15 @@ pub enum ProbeError {
     /// The host's own reason (see [`Host::netns_unavailable`]).
     #[error("{reason}")]
     NoNetns { reason: String },
+    /// A secret's source cannot be read, or someone but root could change it.
+    #[error("{reason}")]
+    Secret { reason: String },
+    /// cordond has no trust bundle for a tool whose connections its proxy terminates.
+    #[error(
+        "the tool's secrets or request rules need cordond's egress proxy to terminate TLS, and cordond has no trust \
+         bundle for it: {reason}"
+    )]
+    NoTrustBundle { reason: String },
     #[error("this kernel offers no landlock, and cordon never runs a tool unsandboxed")]
     NoLandlock,
     #[error("the policy needs landlock ABI {min}, this kernel offers {have}")]
@@ -224,13 +233,28 @@ impl Tool {
     /// The load-time availability, turned unavailable (with the reason) when a pinned path
     /// changed since the registry loaded and the re-pin rule would not take it at the next call
     /// (docs/pins.md). A few system calls per pinned path.
+    /// Its secrets' sources are read and checked again too, as a call would: a source that went
+    /// bad since the load shows here (the call would be refused).
     pub fn availability_now(&self) -> Availability {
         match &self.availability {
             Availability::Available { .. } => match self.pins_hold_or_repinnable() {
-                Ok(()) => self.availability.clone(),
+                Ok(()) => self.secrets_now(),
                 Err(e) => Availability::Unavailable { reason: e.to_string() },
             },
             unavailable => unavailable.clone(),
+        }
+    }
+
+    /// The load-time availability, or why a secret's source fails its checks now.
+    fn secrets_now(&self) -> Availability {
+        if self.secrets.is_empty() {
+            return self.availability.clone();
+        }
+        let credentials = std::env::var_os(crate::secret::CREDENTIALS_ENV).map(PathBuf::from);
+        let uid = nix::unistd::geteuid().as_raw();
+        match crate::secret::check_sources(&self.secrets, credentials.as_deref(), uid) {
+            Ok(()) => self.availability.clone(),
+            Err(reason) => Availability::Unavailable { reason },
         }
     }
 
@@ -239,7 +263,7 @@ impl Tool {
     pub fn availability_checked(&self, checks: &mut PinChecks) -> Availability {
         match &self.availability {
             Availability::Available { .. } => match checks.verify(&self.current_pins()) {
-                None => self.availability.clone(),
+                None => self.secrets_now(),
                 // Changed: whether the re-pin rule would take it is this tool's own question.
                 Some(_) => self.availability_now(),
             },
@@ -427,6 +451,17 @@ fn check(tool: &Tool, host: &Host, cache: &mut PinCache) -> Result<(PathBuf, Pin
     pins.search_path_writer = search_path_writer(tool, host, &pins, cache)?;
     host_allows(tool, host)?;
     upstream_cas(tool)?;
+    // Each secret's source is read and checked now, as each call reads it again; the value is
+    // dropped (wiped) at once.
+    crate::secret::check_sources(&tool.secrets, host.credentials.as_deref(), daemon_uid(host))
+        .map_err(|reason| ProbeError::Secret { reason })?;
+    if tool.terminated() {
+        match &host.trust {
+            Some(Ok(bundle)) => pins.trust_bundle = Some(cache.pin("trust bundle", bundle)?),
+            Some(Err(reason)) => return Err(ProbeError::NoTrustBundle { reason: reason.clone() }),
+            None => {}
+        }
+    }
     Ok((executable, pins))
 }
 

@@ -253,6 +253,7 @@ fn pins_mut(p: &mut Pins) -> impl Iterator<Item = (&'static str, &mut Pin)> {
         .chain(p.write.iter_mut().map(|p| ("write", p)))
         .chain(p.exec.iter_mut().map(|p| ("exec", p)))
         .chain(p.socket_dirs.iter_mut().map(|p| ("unix_sockets directory", p)))
+        .chain(p.trust_bundle.iter_mut().map(|p| ("trust bundle", p)))
 }
 
 /// The re-pin rule. The changed grant root `old` (key `what`) is taken anew for a call that

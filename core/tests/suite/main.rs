@@ -8,5 +8,6 @@ mod policy;
 mod proptest_policy;
 mod reload;
 mod result;
+mod secrets;
 mod validate;
 mod workflow;

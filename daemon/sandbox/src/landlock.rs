@@ -201,6 +201,11 @@ impl<'a> Rules<'a> {
                 paths.push((pin.fd.as_fd(), access.bits(), pin.path.as_path()));
             }
         }
+        // The trust bundle (the system's roots and cordond's CA) of a tool whose connections the
+        // proxy terminates: read only.
+        if let Some(pin) = &pins.trust_bundle {
+            paths.push((pin.fd.as_fd(), (read_access() & AccessFs::from_file(v)).bits(), pin.path.as_path()));
+        }
         let mut ports = Vec::new();
         if let Network::Tcp { connect, bind, egress } = &policy.network {
             ports.extend(connect.iter().map(|p| (*p, AccessNet::ConnectTcp as u64)));

@@ -132,6 +132,9 @@ impl HostSandbox {
                 mntns::ViewMode::Unprotected { reason } => Some(cordon_core::policy::Host::no_netns(reason)),
                 _ => None,
             },
+            credentials: std::env::var_os(cordon_core::secret::CREDENTIALS_ENV).map(std::path::PathBuf::from),
+            // cordond sets it once it wrote the bundle.
+            trust: None,
         }
     }
 }

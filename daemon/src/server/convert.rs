@@ -205,7 +205,36 @@ fn grants(t: &Tool) -> v1::ToolGrants {
                 None => a.lint.clone(),
             })
             .collect(),
+        secrets: secret_lines(t),
     }
+}
+
+/// What `cordon tool NAME` says of a tool's secrets: names, sources, places and hosts, never a
+/// value (cordond does not hold one outside a call).
+fn secret_lines(t: &Tool) -> Vec<String> {
+    let mut out: Vec<String> = t
+        .secrets
+        .iter()
+        .map(|s| {
+            let hosts: Vec<String> = s.decl.hosts.iter().map(ToString::to_string).collect();
+            format!(
+                "{}: a per-call placeholder of secret {:?} ({}), replaced in the {} of requests to {}",
+                s.env,
+                s.decl.name,
+                s.decl.source,
+                s.decl.place,
+                hosts.join(", ")
+            )
+        })
+        .collect();
+    if t.terminated() {
+        out.push(format!(
+            "TLS to those hosts is terminated by cordond's proxy; {} name its trust bundle (the system's roots and \
+             cordond's CA)",
+            cordon_core::secret::TRUST_ENV.join(", ")
+        ));
+    }
+    out
 }
 
 /// A `hosts` entry table in a line: its rule, what may be asked of it, its `upstream_ca`.

@@ -88,12 +88,19 @@ impl Daemon {
         audit: Arc<Audit>,
         tokens: Arc<crate::tokens::Tokens>,
         metrics: Option<metrics::Counted>,
+        terminator: Option<Arc<crate::secrets::Terminator>>,
     ) -> Arc<Daemon> {
         audit.follow_policies(registry.digests());
         let jobs = crate::invoke::jobs::Jobs::new(settings.jobs);
         let (invoke_metrics, egress_metrics) = metrics.as_ref().map(|m| (m.invoke.clone(), m.egress.clone())).unzip();
-        let invoker =
-            Arc::new(Invoker::new(registry.clone(), host, settings, audit.clone(), invoke_metrics, egress_metrics));
+        let invoker = Arc::new(Invoker::new(
+            registry.clone(),
+            host,
+            settings,
+            audit.clone(),
+            (invoke_metrics, egress_metrics),
+            terminator,
+        ));
         Arc::new(Daemon {
             registry,
             authz,

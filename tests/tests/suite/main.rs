@@ -49,6 +49,7 @@ mod result_contract;
 mod run_stream;
 mod sandbox;
 mod search_status;
+mod secrets;
 mod skips;
 mod starter;
 mod systemd;

@@ -28,7 +28,7 @@ impl Parser<'_> {
     }
 
     /// Whether `key` may be set in `env`; reports why not.
-    fn env_key(&mut self, key: &str, span: Range<usize>) -> bool {
+    pub(super) fn env_key(&mut self, key: &str, span: Range<usize>) -> bool {
         let valid = !key.is_empty()
             && !key.as_bytes()[0].is_ascii_digit()
             && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');

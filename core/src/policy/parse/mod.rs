@@ -14,6 +14,7 @@
 //! - `hosts`: the entries of `network.hosts`, strings and tables (request rules, `upstream_ca`).
 //! - `limits`: `timeout`, `max_output` and the `limits` table.
 //! - `env`: the `env` table and `args_env_prefix`.
+//! - `secrets`: the file's `[secrets.NAME]` declarations and a tool's `secrets` table.
 //! - `examples`: `[[tools.NAME.examples]]` and `[[tools.NAME.refuse]]`, run once the tool is built.
 //! - `workflow`: one `[workflows.NAME]` table and its steps, and `link`, the checks of a
 //!   workflow against every tool of the load (run by `load` once all files are parsed).
@@ -32,6 +33,7 @@ mod hosts;
 mod limits;
 mod lint;
 mod param;
+mod secrets;
 mod tool;
 mod value;
 mod workflow;
@@ -108,6 +110,7 @@ impl Parser<'_> {
         self.version(doc);
         let namespace = self.namespace(doc);
         let defaults = self.defaults(doc);
+        let mut secrets = self.secret_decls(doc);
         let mut tools = Vec::new();
         let mut workflows = Vec::new();
         if let Some(value) = doc.get("workflows")
@@ -123,16 +126,18 @@ impl Parser<'_> {
             if !doc.contains_key("workflows") {
                 self.sink.warning(0..0, "this file defines no tools; add a [tools.NAME] table");
             }
+            self.unused_secrets(&secrets);
             return (tools, workflows);
         };
         let Some(table) = self.table(tools_value, "tools") else {
             return (tools, workflows);
         };
         for (name, value) in table {
-            if let Some(tool) = self.tool(name, value, namespace.as_deref(), &defaults, seen) {
+            if let Some(tool) = self.tool(name, value, namespace.as_deref(), &defaults, seen, &mut secrets) {
                 tools.push(tool);
             }
         }
+        self.unused_secrets(&secrets);
         (tools, workflows)
     }
 

@@ -43,6 +43,7 @@ impl Parser<'_> {
         namespace: Option<&str>,
         defaults: &Common,
         seen: &BTreeMap<String, Source>,
+        secrets: &mut super::secrets::FileSecrets,
     ) -> Option<Tool> {
         let errors_before = self.error_count();
         let name_span = name.span();
@@ -95,6 +96,15 @@ impl Parser<'_> {
                 }
             }
         }
+        let tool_secrets = match table.get("secrets") {
+            Some(v) => self.tool_secrets(v, &ctx, &merged, &params, secrets),
+            None => Vec::new(),
+        };
+        let terminated = table.contains_key("secrets")
+            || merged.sandbox.network.egress().is_some_and(|e| e.http.iter().any(|h| h.requests.is_some()));
+        if terminated {
+            self.check_trust_env(&merged, &ctx);
+        }
         if let Some((_, args)) = &command {
             self.check_params_used(&name, &name_span, &params, args, merged.args_env_prefix.is_some());
             self.check_path_defaults(&name_span, &params, merged.working_dir.as_deref());
@@ -109,6 +119,7 @@ impl Parser<'_> {
         tool.examples = examples;
         tool.ok_exit_codes = ok_exit_codes;
         tool.cache = cache;
+        tool.secrets = tool_secrets;
         self.lint(&tool, table, &name_span, &accepted);
         tool.accepted_warnings = accepted;
         if self.run_examples {
@@ -430,5 +441,6 @@ fn assemble(
         ok_exit_codes: DEFAULT_OK_EXIT_CODES.to_vec(),
         cache: None,
         accepted_warnings: Vec::new(),
+        secrets: Vec::new(),
     })
 }
