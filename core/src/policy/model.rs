@@ -534,6 +534,10 @@ pub struct SandboxPolicy {
     pub search_path: Vec<PathBuf>,
     /// The tool's private temp space (`temp`).
     pub temp: Temp,
+    /// The carve-outs of the grants written in table form (`deny`, `read_only`, `unprotect`;
+    /// see [`super::carve`]). The default protected set of a git work tree needs no entry here:
+    /// it applies to every write root unless a grant lifts it.
+    pub carve: Vec<super::carve::GrantCarve>,
     /// The paths above, opened without following symlinks when the registry loaded (empty until
     /// the tool is probed, and for a tool that is unavailable).
     pub pins: Arc<Pins>,

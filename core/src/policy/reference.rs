@@ -6,7 +6,9 @@
 use std::fmt::Write as _;
 
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
-use super::keys::{FILE_KEYS, KeyDoc, LIMIT_KEYS, PARAM_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS};
+use super::keys::{
+    FILE_KEYS, GRANT_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, PARAM_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS,
+};
 use super::model::{
     BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
     SEARCH_PATH, TIMEOUT_RANGE,
@@ -135,6 +137,8 @@ pub fn authoring_reference() -> String {
     keys(&mut out, "`[tools.NAME.params.PARAM]`", PARAM_KEYS, false);
     keys(&mut out, "`limits`", LIMIT_KEYS, false);
     keys(&mut out, "`temp`", TEMP_KEYS, false);
+    keys(&mut out, "`read`/`write` entry in table form (carve-outs)", GRANT_KEYS, false);
+    keys(&mut out, "`unprotect` entry", LIFT_KEYS, false);
     keys(&mut out, "`[workflows.NAME]`", WORKFLOW_KEYS, false);
     keys(&mut out, "`[[workflows.NAME.steps]]`", STEP_KEYS, false);
     out.push_str(WORKFLOWS);
@@ -275,6 +279,8 @@ pub fn reference_json() -> serde_json::Value {
             "param": table(PARAM_KEYS),
             "limits": table(LIMIT_KEYS),
             "temp": table(TEMP_KEYS),
+            "grant": table(GRANT_KEYS),
+            "unprotect": table(LIFT_KEYS),
             "workflow": table(WORKFLOW_KEYS),
             "step": table(STEP_KEYS),
         },
@@ -306,6 +312,8 @@ mod tests {
             .chain(PARAM_KEYS)
             .chain(LIMIT_KEYS)
             .chain(TEMP_KEYS)
+            .chain(GRANT_KEYS)
+            .chain(LIFT_KEYS)
             .chain(WORKFLOW_KEYS)
             .chain(STEP_KEYS)
         {

@@ -11,6 +11,8 @@
 //! - `command`: the argv template and its `{{param}}` placeholders.
 //! - `param`: one `[tools.NAME.params.PARAM]` table and its type's rules.
 //! - `grants`: `read`/`write`/`exec` paths, `network`, `unix_sockets`, `allow`, `run_as`.
+//! - `carve`: `read`/`write` entries in table form: carve-outs (`deny`, `read_only`) and lifts of
+//!   the protected git set (`unprotect`).
 //! - `limits`: `timeout`, `max_output` and the `limits` table.
 //! - `env`: the `env` table and `args_env_prefix`.
 //! - `examples`: `[[tools.NAME.examples]]` and `[[tools.NAME.refuse]]`, run once the tool is built.
@@ -22,6 +24,7 @@
 //! Diagnostics are sorted by position at the end (a stable sort), so the order of the checks
 //! only matters among problems reported at one position.
 
+mod carve;
 mod command;
 mod common;
 mod env;
