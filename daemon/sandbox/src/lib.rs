@@ -37,6 +37,7 @@
 //! calls on data prepared before the clone, and only `child` (private) can run it. A tool
 //! never runs without landlock and seccomp.
 
+mod carve;
 mod cgroup;
 mod child;
 mod denials;
@@ -53,6 +54,7 @@ mod syscalls;
 mod temp;
 mod usage;
 
+pub use carve::{CarveError, Covered as CarveCovered};
 pub use cgroup::{
     CgroupError, Cgroups, DAEMON_LEAF, InvocationCgroup, Placement, REAPER_ARG, delegation_marked,
     host_layout as cgroup_layout, reaper_main, spawn_reaper,
