@@ -390,6 +390,8 @@ pub struct Grants {
     pub max_bytes: Option<u64>,
     /// `accept_warnings`: "LINT" or "LINT: REASON" each.
     pub accepted_warnings: Vec<String>,
+    /// Carve-outs inside grants and the protected git set, one line each (docs/carve-outs.md).
+    pub carve_outs: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -433,6 +435,7 @@ impl From<v1::ToolGrants> for Grants {
             min_landlock_abi: g.min_landlock_abi,
             temp: g.temp,
             accepted_warnings: g.accepted_warnings,
+            carve_outs: g.carve_outs,
         }
     }
 }

@@ -254,6 +254,38 @@ pub fn for_root<'a>(carve: &'a [GrantCarve], root: &'a Path) -> impl Iterator<It
     carve.iter().filter(move |c| c.root == root)
 }
 
+/// The carve-outs of a tool, one line each, for `cordon tool NAME` (paths and reasons, never
+/// contents): `GRANT: deny ...`, `GRANT: read-only ...`, `GRANT: unprotect ENTRY (REASON)`, and
+/// the protected git set of its write roots (`protected: ...`).
+pub fn describe(carve: &[GrantCarve], write: &[PathBuf]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in carve {
+        let root = c.root.display();
+        let list = |v: &[CarvePath]| v.iter().map(|p| p.text.as_str()).collect::<Vec<_>>().join(" ");
+        if !c.deny.is_empty() {
+            out.push(format!("{root}: deny {}", list(&c.deny)));
+        }
+        if !c.read_only.is_empty() && c.write {
+            out.push(format!("{root}: read-only {}", list(&c.read_only)));
+        }
+        for l in &c.unprotect {
+            out.push(format!("{root}: unprotect {} ({})", l.entry, l.reason));
+        }
+    }
+    if !write.is_empty() {
+        let all_lifted = |w: &PathBuf| Protected::ALL.into_iter().all(|e| for_root(carve, w).any(|c| c.lifts(e)));
+        if !write.iter().all(all_lifted) {
+            out.push(
+                "protected: in each write root that is a git work tree, .git/hooks, .git/config, \
+                 .git/config.worktree and .git/commondir read-only (and a .git file, its gitdir's commondir and the \
+                 repository it names), decided at each call"
+                    .to_string(),
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

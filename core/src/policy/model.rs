@@ -755,6 +755,9 @@ pub struct Host {
     /// Why tools with `network.hosts` cannot be offered here: they need a network namespace of
     /// their own (`None`: cordond can make one).
     pub netns_unavailable: Option<String>,
+    /// Why carve-outs inside grants (and the protected git set) cannot be made real here: they
+    /// need a mount view, and this daemon runs tools without one (`None`: they can).
+    pub carve_unavailable: Option<String>,
 }
 
 impl Host {
@@ -762,7 +765,25 @@ impl Host {
     /// invocation cgroups (so `unix_sockets` tools are offered) and read-only views.
     pub fn new(is_root: bool, landlock_abi: i32) -> Host {
         let unix_sockets_unavailable = (!is_root).then(|| NOT_IDENTIFIABLE.to_string());
-        Host { is_root, landlock_abi, unix_sockets_unavailable, views_unavailable: None, netns_unavailable: None }
+        Host {
+            is_root,
+            landlock_abi,
+            unix_sockets_unavailable,
+            views_unavailable: None,
+            netns_unavailable: None,
+            carve_unavailable: None,
+        }
+    }
+
+    /// The reason a tool with carve-outs is unavailable on a host whose daemon runs tools without
+    /// a mount view (`why`).
+    pub fn no_carve(why: &str) -> String {
+        format!(
+            "carve-outs inside grants (deny, read_only, and the protected .git set of a write root that is a git work \
+             tree) are made real in the tool's mount view, and this host runs tools without one ({why}); run cordond \
+             as root, or allow unprivileged user namespaces, or lift the protected entries with unprotect (and a \
+             reason)"
+        )
     }
 
     /// The reason a tool with `network.hosts` is unavailable on a host whose daemon is not root

@@ -50,3 +50,41 @@ fn carve_outs_change_the_policy_json_and_nothing_else() {
     assert_eq!(b["carve"][0]["deny"][0], ".env", "{b}");
     assert_eq!(a["write"], b["write"]);
 }
+
+/// A daemon without mount views: a tool with carve-outs, or with a write root that is a git work
+/// tree whose protected set is not wholly lifted, is unavailable with the reason (fail closed).
+#[test]
+fn without_views_carve_outs_make_the_tool_unavailable_with_the_reason() {
+    use cordon_core::policy::Availability;
+    let dir = tempfile::tempdir().unwrap();
+    let (plain, repo) = (dir.path().join("plain"), dir.path().join("repo"));
+    std::fs::create_dir_all(&plain).unwrap();
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    let mut host = Host::new(false, 6);
+    host.carve_unavailable = Some(Host::no_carve("user namespaces are disabled"));
+    let tool = |name: &str, write: String| {
+        format!("[tools.{name}]\ndescription = \"d\"\ncommand = [\"/bin/true\"]\nwrite = {write}\n")
+    };
+    let q = |p: &std::path::Path| format!("{:?}", p.to_str().unwrap());
+    let lift_all = [".git/hooks", ".git/config", ".git/config.worktree", ".git"]
+        .map(|e| format!("{{ path = \"{e}\", reason = \"the tool manages the repository\" }}"))
+        .join(", ");
+    let text = format!(
+        "version = 1\n{}{}{}{}",
+        tool("plain", format!("[{}]", q(&plain))),
+        tool("denies", format!("[{{ path = {}, deny = [\".env\"] }}]", q(&plain))),
+        tool("repo", format!("[{}]", q(&repo))),
+        tool("lifted", format!("[{{ path = {}, unprotect = [{lift_all}] }}]", q(&repo))),
+    );
+    let set = load_sources(&[(PathBuf::from("t.toml"), text)], &host).unwrap();
+    let reason = |name: &str| match &set.tools.iter().find(|t| t.name == name).unwrap().availability {
+        Availability::Unavailable { reason } => Some(reason.clone()),
+        _ => None,
+    };
+    assert_eq!(reason("plain"), None);
+    assert_eq!(reason("lifted"), None);
+    let r = reason("denies").expect("a tool with deny is unavailable");
+    assert!(r.contains("has carve-outs") && r.contains("user namespaces are disabled"), "{r}");
+    let r = reason("repo").expect("a git work tree's write root is unavailable");
+    assert!(r.contains("is a git work tree") && r.contains("unprotect"), "{r}");
+}

@@ -134,6 +134,10 @@ impl HostSandbox {
                 mntns::ViewMode::Unprotected { reason } => Some(cordon_core::policy::Host::no_netns(reason)),
                 _ => None,
             },
+            carve_unavailable: match self.views.mode() {
+                mntns::ViewMode::Unprotected { reason } => Some(cordon_core::policy::Host::no_carve(reason)),
+                _ => None,
+            },
         }
     }
 }

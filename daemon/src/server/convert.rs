@@ -196,6 +196,7 @@ fn grants(t: &Tool) -> v1::ToolGrants {
         max_connections: s.network.egress().map(|e| e.max_connections),
         max_bytes: s.network.egress().map(|e| e.max_bytes),
         max_connections_per_call: s.network.egress().map(|e| e.max_connections_per_call),
+        carve_outs: cordon_core::policy::carve::describe(&s.carve, &s.write),
         accepted_warnings: t
             .accepted_warnings
             .iter()

@@ -200,6 +200,13 @@ fn carve_outs(agent_calls: bool) {
     assert!(later.is_file() && later.len() == 0 && later.uid() == agent::id("-u", AGENT), "{later:?}");
     assert!(std::fs::symlink_metadata(p.p("made")).unwrap().is_dir());
 
+    // `cordon tool t` shows the carve-outs and the protected set, never a file's contents.
+    let shown = d.cordon(&["tool", "t"]).stdout;
+    assert!(shown.contains(&format!("carve-outs  {proj}: deny .env conf/secret later secrets/*.pem")), "{shown}");
+    assert!(shown.contains(&format!("{proj}: read-only deploy/ made/")), "{shown}");
+    assert!(shown.contains("protected: in each write root that is a git work tree"), "{shown}");
+    assert!(!shown.contains("real-secret"), "{shown}");
+
     // The owner deletes and recreates the parent between calls: the next call covers the new file.
     as_agent(&format!("cd {proj} && rm -rf conf && mkdir conf && echo s2 > conf/secret"));
     denied(&d, ag, "read", &p.ps("conf/secret"), "", eacces);
@@ -358,8 +365,11 @@ fn unprotect_lifts_exactly_the_named_entry() {
         allowed(&d, agent, "write", &p.ps(".git/hooks/pre-commit"), "");
         denied(&d, agent, "write", &p.ps(".git/config"), "", libc::EROFS);
     }
-    let shown = d.cordon(&["tool", "t"]);
-    assert!(shown.stdout.contains("the tool installs hooks"), "{shown:?}");
+    let shown = d.cordon(&["tool", "t"]).stdout;
+    assert!(
+        shown.contains(&format!("{}: unprotect .git/hooks (the tool installs hooks)", p.proj.display())),
+        "{shown}"
+    );
 }
 
 /// A write root its owner deleted and recreated (re-pinned, docs/pins.md) gets its carve-outs
