@@ -157,7 +157,8 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
         ),
         "swap-symlink" => swap_symlink(arg(args, 0, "path")?, arg(args, 1, "target")?),
         "meta" => meta(arg(args, 0, "operation")?, &cstr(arg(args, 1, "path")?)?)?,
-        "mv" | "hardlink" | "mkdir" | "rmdir" | "unlink" | "bind" | "umount" | "open-tree" | "unshare-mnt" => {
+        "mv" | "hardlink" | "mkdir" | "rmdir" | "unlink" | "bind" | "umount" | "open-tree" | "unshare-mnt"
+        | "move-mount" | "fsopen" | "fsmount" | "fsconfig" | "fspick" | "mount-setattr" | "pivot-root" => {
             path_call(name, args)?
         }
         "opendir" => outcome(open(&cstr(arg(args, 0, "path")?)?, libc::O_RDONLY | libc::O_DIRECTORY).map(|fd| {
@@ -174,7 +175,9 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
 // Files
 
 /// One system call on the path arguments (`mv A B`, `hardlink A B`, `mkdir A`, `rmdir A`,
-/// `unlink A`, `bind A B` (recursive), `umount A` (detach), `open-tree A` (clone), `unshare-mnt`).
+/// `unlink A`, `bind A B` (recursive), `umount A` (detach), `open-tree A` (clone), `unshare-mnt`,
+/// and the other mount calls: `move-mount A B`, `fsopen`, `fsmount`, `fsconfig`, `fspick A`,
+/// `mount-setattr A` (clears read-only), `pivot-root A B`).
 fn path_call(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
     let (a, b) = (cstr(args.first().copied().unwrap_or(""))?, cstr(args.get(1).copied().unwrap_or(""))?);
     let (a, b) = (a.as_ptr(), b.as_ptr());
@@ -195,6 +198,18 @@ fn path_call(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
                 (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
             ),
             "unshare-mnt" => i64::from(libc::unshare(libc::CLONE_NEWNS)),
+            "move-mount" => libc::syscall(libc::SYS_move_mount, libc::AT_FDCWD, a, libc::AT_FDCWD, b, 0),
+            "fsopen" => libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), 0),
+            // On descriptor -1: the filter answers before the kernel would say EBADF.
+            "fsmount" => libc::syscall(libc::SYS_fsmount, -1, 0, 0),
+            "fsconfig" => libc::syscall(libc::SYS_fsconfig, -1, 6 /* FSCONFIG_CMD_CREATE */, 0, 0, 0),
+            "fspick" => libc::syscall(libc::SYS_fspick, libc::AT_FDCWD, a, 0),
+            "mount-setattr" => {
+                // Clear MOUNT_ATTR_RDONLY on A's mount.
+                let attr: [u64; 4] = [0, libc::MOUNT_ATTR_RDONLY, 0, 0];
+                libc::syscall(libc::SYS_mount_setattr, libc::AT_FDCWD, a, 0, attr.as_ptr(), 32)
+            }
+            "pivot-root" => libc::syscall(libc::SYS_pivot_root, a, b),
             other => return Err(format!("unknown path call {other:?}")),
         }
     };

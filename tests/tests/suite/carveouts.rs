@@ -191,6 +191,14 @@ fn carve_outs(agent_calls: bool) {
     denied(&d, ag, "bind", &proj, &p.ps("src"), eperm);
     denied(&d, ag, "open-tree", &proj, "", eperm);
     denied(&d, ag, "unshare-mnt", "", "", eperm);
+    denied(&d, ag, "unshare-user", "", "", eperm);
+    denied(&d, ag, "move-mount", &p.ps(".env"), &p.ps("src"), eperm);
+    denied(&d, ag, "mount-setattr", &p.ps("deploy"), "", eperm);
+    denied(&d, ag, "pivot-root", &proj, &p.ps("src"), eperm);
+    for call in ["fsopen", "fsmount", "fsconfig"] {
+        denied(&d, ag, call, "", "", eperm);
+    }
+    denied(&d, ag, "fspick", &p.ps("deploy"), "", eperm);
 
     // The secret never left, and what the tool could not change is unchanged.
     assert_eq!(std::fs::read_to_string(p.p(".env")).unwrap(), "TOKEN=real-secret\n");
