@@ -839,3 +839,150 @@ fn apply_op(op: &Op, tmpfs: RawFd) -> bool {
         moved == 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cordon_core::policy::carve::Lift;
+
+    fn carve(root: &Path, deny: &[&str], read_only: &[&str], unprotect: &[Protected]) -> GrantCarve {
+        let paths = |v: &[&str]| v.iter().map(|p| CarvePath::parse(p).unwrap()).collect();
+        GrantCarve {
+            root: root.to_path_buf(),
+            write: true,
+            deny: paths(deny),
+            read_only: paths(read_only),
+            unprotect: unprotect.iter().map(|&entry| Lift { entry, reason: "test".into() }).collect(),
+        }
+    }
+
+    fn policy(write: &Path, carve: Vec<GrantCarve>) -> SandboxPolicy {
+        SandboxPolicy { write: vec![write.to_path_buf()], carve, ..SandboxPolicy::default() }
+    }
+
+    /// (relative path, kind) of each op, in order.
+    fn ops(c: &ChildCarve, root: &Path) -> Vec<(String, Kind)> {
+        c.ops
+            .iter()
+            .map(|o| {
+                assert_eq!(o.root.to_bytes(), root.as_os_str().as_bytes());
+                (o.rel.to_string_lossy().into_owned(), o.kind)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn literals_globs_and_the_anchors_above_them_in_path_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        std::fs::create_dir_all(r.join("secrets/sub")).unwrap();
+        std::fs::create_dir_all(r.join("deploy")).unwrap();
+        for f in [".env", "secrets/a.pem", "secrets/b.txt", "secrets/sub/c.pem"] {
+            std::fs::write(r.join(f), "x").unwrap();
+        }
+        let p = policy(r, vec![carve(r, &[".env", "secrets/*.pem", "missing"], &["deploy/", "made/"], &[])]);
+        let (c, covered) = plan(&p).unwrap().unwrap();
+        assert_eq!(
+            ops(&c, r),
+            [
+                (".".into(), Kind::Anchor),
+                (".env".into(), Kind::Deny),
+                ("deploy".into(), Kind::ReadOnly),
+                ("made".into(), Kind::ReadOnly),
+                ("missing".into(), Kind::Deny),
+                ("secrets".into(), Kind::Anchor),
+                ("secrets/a.pem".into(), Kind::Deny),
+            ]
+        );
+        assert!(c.tmpfs && c.unshare);
+        assert_eq!(covered.len(), 5);
+        // Missing literals were made: a file, and a directory for the trailing `/`.
+        assert!(std::fs::symlink_metadata(r.join("missing")).unwrap().is_file());
+        assert!(std::fs::symlink_metadata(r.join("made")).unwrap().is_dir());
+        // `**` reaches the deeper one; nothing beneath a denied directory is mounted.
+        let p = policy(r, vec![carve(r, &["**/*.pem", "secrets/"], &[], &[])]);
+        let (c, _) = plan(&p).unwrap().unwrap();
+        assert_eq!(ops(&c, r), [(".".into(), Kind::Anchor), ("secrets".into(), Kind::Deny)]);
+        let p = policy(r, vec![carve(r, &["**/*.pem"], &[], &[])]);
+        let (c, _) = plan(&p).unwrap().unwrap();
+        let rels: Vec<String> = ops(&c, r).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(rels, [".", "secrets", "secrets/a.pem", "secrets/sub", "secrets/sub/c.pem"]);
+    }
+
+    #[test]
+    fn nothing_to_cover_plans_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(plan(&policy(dir.path(), Vec::new())).unwrap().is_none(), "not a git work tree, no carve-outs");
+    }
+
+    #[test]
+    fn symlinks_hard_links_and_other_kinds_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        std::fs::write(r.join("real"), "x").unwrap();
+        std::os::unix::fs::symlink(r.join("real"), r.join("link")).unwrap();
+        std::fs::write(r.join("one"), "x").unwrap();
+        std::fs::hard_link(r.join("one"), r.join("two")).unwrap();
+        std::fs::create_dir(r.join("adir")).unwrap();
+        std::os::unix::fs::symlink(r.join("adir"), r.join("ldir")).unwrap();
+        let refused = |deny: &[&str]| plan(&policy(r, vec![carve(r, deny, &[], &[])])).map(|_| ());
+        assert!(matches!(refused(&["link"]), Err(CarveError::Symlink(_))));
+        assert!(matches!(refused(&["ldir/x"]), Err(CarveError::Symlink(_))), "a symlink above it");
+        assert!(matches!(refused(&["li*"]), Err(CarveError::Symlink(_))), "a glob that matches a symlink");
+        assert!(matches!(refused(&["one"]), Err(CarveError::HardLinked(_, 2))));
+        assert!(matches!(refused(&["real/"]), Err(CarveError::NotDir(_))));
+        assert!(!r.join("ldir/x").exists(), "nothing was created through the symlink");
+    }
+
+    fn git(args: &[&str], dir: &Path) {
+        let out = std::process::Command::new("git").args(args).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    #[test]
+    fn the_protected_set_of_a_repository_and_of_a_linked_worktree() {
+        let dir = tempfile::tempdir().unwrap();
+        let (repo, wt) = (dir.path().join("repo"), dir.path().join("wt"));
+        std::fs::create_dir(&repo).unwrap();
+        git(&["init", "-q", "."], &repo);
+        git(&["-c", "user.name=t", "-c", "user.email=t@e", "commit", "-q", "--allow-empty", "-m", "x"], &repo);
+        git(&["worktree", "add", "-q", wt.to_str().unwrap()], &repo);
+        let p = policy(&repo, Vec::new());
+        let (c, _) = plan(&p).unwrap().unwrap();
+        assert_eq!(
+            ops(&c, &repo),
+            [
+                (".".into(), Kind::Anchor),
+                (".git".into(), Kind::Anchor),
+                (".git/commondir".into(), Kind::ReadOnly),
+                (".git/config".into(), Kind::ReadOnly),
+                (".git/config.worktree".into(), Kind::ReadOnly),
+                (".git/hooks".into(), Kind::ReadOnly),
+            ]
+        );
+        assert_eq!(std::fs::read_to_string(repo.join(".git/commondir")).unwrap(), ".\n");
+        // A lift leaves its entry alone.
+        let p = policy(&repo, vec![carve(&repo, &[], &[], &[Protected::Hooks, Protected::GitFile])]);
+        let (c, _) = plan(&p).unwrap().unwrap();
+        let rels: Vec<String> = ops(&c, &repo).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(rels, [".", ".git", ".git/config", ".git/config.worktree"]);
+        // The worktree: its .git file; with the repository granted too, the gitdir's files.
+        let p = SandboxPolicy { write: vec![wt.clone(), repo.clone()], ..SandboxPolicy::default() };
+        let (c, covered) = plan(&p).unwrap().unwrap();
+        let paths: Vec<PathBuf> = covered.into_iter().map(|c| c.path).collect();
+        for want in [
+            wt.join(".git"),
+            repo.join(".git/worktrees/wt/commondir"),
+            repo.join(".git/worktrees/wt/config.worktree"),
+            repo.join(".git/hooks"),
+            repo.join(".git/config"),
+        ] {
+            assert!(paths.contains(&want), "{} not covered: {paths:?}", want.display());
+        }
+        assert!(c.ops.iter().all(|o| o.kind != Kind::Deny) && !c.tmpfs);
+        // Without the repository granted, only the .git file (the rest is read-only in the view).
+        let p = policy(&wt, Vec::new());
+        let (_, covered) = plan(&p).unwrap().unwrap();
+        assert_eq!(covered.into_iter().map(|c| c.path).collect::<Vec<_>>(), [wt.join(".git")]);
+    }
+}

@@ -22,6 +22,9 @@
 //! - `output`: bounded head+tail capture of stdout and stderr.
 //! - `mntns`: the read-only view of the filesystem (a mount namespace) tools run in, so
 //!   that metadata changes landlock does not cover fail outside their write roots.
+//! - `carve`: carve-outs inside grants (`deny`, `read_only`, the protected git set), decided per
+//!   call in the parent (`plan`) and made as mounts in the call's own namespace by the child
+//!   (`apply`).
 //! - `temp`: each invocation's private temp space (a fresh directory named by `TMPDIR`; under
 //!   a view, size-bounded tmpfs in a mount namespace of the child's own, with a private `/tmp`
 //!   and `/dev/shm`), and its symlink-safe removal.

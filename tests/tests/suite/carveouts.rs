@@ -132,10 +132,10 @@ fn carve_outs(agent_calls: bool) {
     as_agent(&format!(
         "cd {proj} && umask 022 && printf 'TOKEN=real-secret\\n' > .env && mkdir -p src deploy secrets conf && \
          echo code > src/main.rs && echo run > deploy/run.sh && echo key > secrets/a.pem && echo note > \
-         secrets/b.txt && echo s1 > conf/secret"
+         secrets/b.txt && echo s1 > conf/secret && mkdir private && echo p > private/key"
     ));
     let write = format!(
-        "[{{ path = {}, deny = [\".env\", \"secrets/*.pem\", \"conf/secret\", \"later\"], read_only = [\"deploy/\", \
+        "[{{ path = {}, deny = [\".env\", \"secrets/*.pem\", \"conf/secret\", \"later\", \"private/\"], read_only = [\"deploy/\", \
          \"made/\"] }}]",
         q(&p.proj)
     );
@@ -167,6 +167,11 @@ fn carve_outs(agent_calls: bool) {
     denied(&d, ag, "mv", &p.ps("secrets"), &p.ps("secrets.old"), ebusy);
     denied(&d, ag, "mv", &p.ps("conf"), &p.ps("conf.old"), ebusy);
     denied(&d, ag, "rmdir", &p.ps("conf"), "", ebusy);
+    // A denied directory: neither listed nor entered.
+    denied(&d, ag, "opendir", &p.ps("private"), "", eacces);
+    denied(&d, ag, "read", &p.ps("private/key"), "", eacces);
+    denied(&d, ag, "write", &p.ps("private/new"), "", eacces);
+    denied(&d, ag, "rmdir", &p.ps("private"), "", ebusy);
     // A literal carve-out missing when the call started was made (empty) and covered.
     denied(&d, ag, "write", &p.ps("later"), "", erofs);
     denied(&d, ag, "unlink", &p.ps("later"), "", ebusy);
@@ -210,7 +215,10 @@ fn carve_outs(agent_calls: bool) {
 
     // `cordon tool t` shows the carve-outs and the protected set, never a file's contents.
     let shown = d.cordon(&["tool", "t"]).stdout;
-    assert!(shown.contains(&format!("carve-outs  {proj}: deny .env conf/secret later secrets/*.pem")), "{shown}");
+    assert!(
+        shown.contains(&format!("carve-outs  {proj}: deny .env conf/secret later private/ secrets/*.pem")),
+        "{shown}"
+    );
     assert!(shown.contains(&format!("{proj}: read-only deploy/ made/")), "{shown}");
     assert!(shown.contains("protected: in each write root that is a git work tree"), "{shown}");
     assert!(!shown.contains("real-secret"), "{shown}");
