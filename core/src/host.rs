@@ -54,6 +54,7 @@ impl HostFacts {
         let mut host = Host::new(self.is_root, self.landlock_abi);
         if !self.is_root && self.fs_view.mode == "none" {
             host.netns_unavailable = Some(Host::no_netns(&self.fs_view.meaning));
+            host.carve_unavailable = Some(Host::no_carve(&self.fs_view.meaning));
         }
         host
     }

@@ -396,6 +396,8 @@ pub struct Grants {
     /// `secrets`: one line per secret (its variable, name, source, place, hosts; never a value),
     /// and the trust bundle's variables when the proxy terminates TLS for the tool.
     pub secrets: Vec<String>,
+    /// Carve-outs inside grants and the protected git set, one line each (docs/carve-outs.md).
+    pub carve_outs: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -441,6 +443,7 @@ impl From<v1::ToolGrants> for Grants {
             temp: g.temp,
             accepted_warnings: g.accepted_warnings,
             secrets: g.secrets,
+            carve_outs: g.carve_outs,
         }
     }
 }

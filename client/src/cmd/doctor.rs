@@ -242,6 +242,16 @@ fn host_checks(host: &HostFacts, check: &mut impl FnMut(&'static str, &'static s
         ),
         Some(why) => check("egress", "warn", "unavailable".into(), &why),
     }
+    match host.policy_host().carve_unavailable {
+        None => check(
+            "carve-outs",
+            "ok",
+            "in the mount view".into(),
+            "deny and read_only paths inside grants, and the protected .git set of write roots that are git work \
+             trees, are covered in each call's own mount namespace (docs/carve-outs.md)",
+        ),
+        Some(why) => check("carve-outs", "warn", "unavailable".into(), &why),
+    }
     let d = &host.denials;
     let found = match (d.seccomp, d.landlock) {
         (true, true) => "seccomp and landlock logged",

@@ -209,6 +209,9 @@ pub(super) fn print_grants(g: &Grants) {
         grant("tcp bind", format!("{} (inside its own namespace)", ports(&g.bind_tcp)));
     }
     grant("unix", list(&g.unix_sockets));
+    for (i, line) in g.carve_outs.iter().enumerate() {
+        grant(if i == 0 { "carve-outs" } else { "" }, line.clone());
+    }
     let l = &g.limits;
     let mut limits = Vec::new();
     if let Some(m) = l.memory_bytes {

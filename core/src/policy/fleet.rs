@@ -114,6 +114,25 @@ pub fn describe(tool: &Tool) -> Value {
     o.insert("cache".into(), json!(cache));
     o.insert("read".into(), paths(&s.read));
     o.insert("write".into(), paths(&s.write));
+    // Only when there are any: a tool without carve-outs keeps the digest it had before they
+    // existed.
+    if !s.carve.is_empty() {
+        let carve: Vec<serde_json::Value> = s
+            .carve
+            .iter()
+            .map(|c| {
+                let list = |v: &[crate::policy::carve::CarvePath]| v.iter().map(|p| p.text.clone()).collect::<Vec<_>>();
+                json!({
+                    "path": c.root.to_string_lossy(),
+                    "write": c.write,
+                    "deny": list(&c.deny),
+                    "read_only": list(&c.read_only),
+                    "unprotect": c.unprotect.iter().map(|l| json!({ "path": l.entry.as_str(), "reason": l.reason })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        o.insert("carve".into(), json!(carve));
+    }
     o.insert("exec".into(), paths(&s.exec));
     o.insert("search_path".into(), paths(&s.search_path));
     let network = match &s.network {

@@ -145,8 +145,21 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
          read_only and idempotent, and without confirm",
         false,
     ),
-    key("read", "array of paths", "extra paths the tool may read beneath", true),
-    key("write", "array of paths", "paths the tool may write beneath", true),
+    key(
+        "read",
+        "array of paths or tables",
+        "extra paths the tool may read beneath; an entry may be { path = \"/p\", deny = [...] } to hide paths \
+         inside it (see the grant table keys)",
+        true,
+    ),
+    key(
+        "write",
+        "array of paths or tables",
+        "paths the tool may write beneath; an entry may be { path = \"/p\", deny = [...], read_only = [...], \
+         unprotect = [...] } to carve paths out of it (see the grant table keys); a write root that is a git work \
+         tree keeps .git/hooks, .git/config (and the repository a .git file names) read-only unless unprotected",
+        true,
+    ),
     key("exec", "array of paths", "extra paths the tool may execute from", true),
     key(
         "search_path",
@@ -316,6 +329,38 @@ pub const HOST_KEYS: &[KeyDoc] = &[
          is unavailable); nothing turns verification off",
         false,
     ),
+];
+
+/// Keys of a `read` or `write` entry in table form (carve-outs, docs/carve-outs.md).
+pub const GRANT_KEYS: &[KeyDoc] = &[
+    key("path", "string", "the grant's absolute path (required)", false),
+    key(
+        "deny",
+        "array of strings",
+        "paths or globs relative to the grant the tool may not reach at all (an empty mode-000 directory or file \
+         covers each, EACCES); `*` and `?` within a component, `**` as a whole component; a trailing / makes a \
+         missing literal path a directory; globs cover what exists when the call starts",
+        false,
+    ),
+    key(
+        "read_only",
+        "array of strings",
+        "paths or globs relative to a write grant the tool may read but not change (EROFS); same syntax as deny",
+        false,
+    ),
+    key(
+        "unprotect",
+        "array of tables",
+        "[{ path = \".git/hooks\", reason = \"why\" }] lifts an entry of a write root's protected git set \
+         (.git/hooks, .git/config, .git/config.worktree, .git); the reason is required",
+        false,
+    ),
+];
+
+/// Keys of an `unprotect` entry.
+pub const LIFT_KEYS: &[KeyDoc] = &[
+    key("path", "string", "the protected entry: .git/hooks, .git/config, .git/config.worktree or .git", false),
+    key("reason", "string", "why the tool must change it (required; shown by `cordon tool NAME`)", false),
 ];
 
 /// Keys of a `limits` table.

@@ -8,7 +8,8 @@
 //! From the bottom up (each module imports only modules listed before it, and leaves):
 //! - `model`: the validated types ([`Tool`], [`Param`], [`SandboxPolicy`], [`Host`], ...) and the
 //!   policy facts everyone reads ([`BASE_ENV`], [`MAX_SAFE_INTEGER`], [`SEARCH_PATH`], ranges).
-//!   Leaves beside it: [`keys`](KeyDoc) (the key tables), [`diag`], [`units`], [`defaults`],
+//!   Leaves beside it: [`keys`](KeyDoc) (the key tables), [`carve`] (carve-outs inside grants and
+//!   the default protected set of a git work tree), [`diag`], [`units`], [`defaults`],
 //!   [`trust`], `pattern`, [`foreign`] (recognizes CtxNest and Gandalf configs, to say how to
 //!   import them), [`rootfile`] (files trusted for what they hold, such as an `upstream_ca`).
 //! - [`fleet`]: the policy digest, a tool's policy as canonical JSON and the diff of two sets.
@@ -22,9 +23,10 @@
 //!
 //! Architecture invariant: a [`Tool`] cannot hold an invalid state. Every rule in the key tables
 //! is checked while parsing; later stages (validation, execution) never re-check policy syntax.
-//! The module graph is a DAG: the model imports no other policy module, and nothing below
+//! The module graph is a DAG: the model imports no other policy module but the leaf `carve`, and nothing below
 //! `load` imports it.
 
+pub mod carve;
 pub mod defaults;
 pub mod diag;
 pub mod examples;
@@ -47,8 +49,8 @@ pub mod units;
 
 pub use diag::{Diagnostic, Severity};
 pub use keys::{
-    FILE_KEYS, HOST_KEYS, KeyDoc, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS,
-    TOOL_KEYS, WORKFLOW_KEYS,
+    FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS,
+    STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS,
 };
 pub use load::{
     ExampleResult, LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, TestReport,

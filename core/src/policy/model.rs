@@ -546,6 +546,10 @@ pub struct SandboxPolicy {
     pub search_path: Vec<PathBuf>,
     /// The tool's private temp space (`temp`).
     pub temp: Temp,
+    /// The carve-outs of the grants written in table form (`deny`, `read_only`, `unprotect`;
+    /// see [`super::carve`]). The default protected set of a git work tree needs no entry here:
+    /// it applies to every write root unless a grant lifts it.
+    pub carve: Vec<super::carve::GrantCarve>,
     /// The paths above, opened without following symlinks when the registry loaded (empty until
     /// the tool is probed, and for a tool that is unavailable).
     pub pins: Arc<Pins>,
@@ -774,6 +778,9 @@ pub struct Host {
     /// (`Some(Err(why))`: it could not, and such tools are unavailable; `None`: not known, as in
     /// an offline check, which then assumes it).
     pub trust: Option<Result<PathBuf, String>>,
+    /// Why carve-outs inside grants (and the protected git set) cannot be made real here: they
+    /// need a mount view, and this daemon runs tools without one (`None`: they can).
+    pub carve_unavailable: Option<String>,
 }
 
 impl Host {
@@ -789,7 +796,19 @@ impl Host {
             netns_unavailable: None,
             credentials: std::env::var_os(crate::secret::CREDENTIALS_ENV).map(PathBuf::from),
             trust: None,
+            carve_unavailable: None,
         }
+    }
+
+    /// The reason a tool with carve-outs is unavailable on a host whose daemon runs tools without
+    /// a mount view (`why`).
+    pub fn no_carve(why: &str) -> String {
+        format!(
+            "carve-outs inside grants (deny, read_only, and the protected .git set of a write root that is a git work \
+             tree) are made real in the tool's mount view, and this host runs tools without one ({why}); run cordond \
+             as root, or allow unprivileged user namespaces, or lift the protected entries with unprotect (and a \
+             reason)"
+        )
     }
 
     /// The reason a tool with `network.hosts` is unavailable on a host whose daemon is not root

@@ -157,6 +157,9 @@ pub enum ProbeError {
          bundle for it: {reason}"
     )]
     NoTrustBundle { reason: String },
+    /// The host's own reason (see [`Host::carve_unavailable`]), and what needs it.
+    #[error("{what}: {reason}")]
+    NoCarveView { what: String, reason: String },
     #[error("this kernel offers no landlock, and cordon never runs a tool unsandboxed")]
     NoLandlock,
     #[error("the policy needs landlock ABI {min}, this kernel offers {have}")]
@@ -828,6 +831,11 @@ fn host_allows(tool: &Tool, host: &Host) -> Result<(), ProbeError> {
     {
         return Err(ProbeError::NoNetns { reason: reason.clone() });
     }
+    if let Some(reason) = &host.carve_unavailable
+        && let Some(what) = needs_carve(tool)
+    {
+        return Err(ProbeError::NoCarveView { what, reason: reason.clone() });
+    }
     Ok(())
 }
 
@@ -842,6 +850,24 @@ fn upstream_cas(tool: &Tool) -> Result<(), ProbeError> {
         }
     }
     Ok(())
+}
+
+/// What of the tool needs carve-outs made real: an explicit `deny`/`read_only`, or a write root
+/// that is a git work tree now whose protected set is not wholly lifted. (A root that becomes one
+/// later is refused at the call, with the same reason.)
+fn needs_carve(tool: &Tool) -> Option<String> {
+    use super::carve::{Protected, for_root};
+    let s = &tool.sandbox;
+    if let Some(c) = s.carve.iter().find(|c| !c.deny.is_empty() || (c.write && !c.read_only.is_empty())) {
+        return Some(format!("{} has carve-outs", c.root.display()));
+    }
+    s.write
+        .iter()
+        .find(|w| {
+            !Protected::ALL.into_iter().all(|e| for_root(&s.carve, w).any(|c| c.lifts(e)))
+                && std::fs::symlink_metadata(w.join(".git")).is_ok()
+        })
+        .map(|w| format!("write root {} is a git work tree (.git/hooks and .git/config are protected)", w.display()))
 }
 
 /// The uid and gid a `run_as` names: the user's primary group unless a group is given. The

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 use super::keys::{
-    FILE_KEYS, HOST_KEYS, KeyDoc, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS,
-    TOOL_KEYS, WORKFLOW_KEYS,
+    FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS,
+    STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS,
 };
 use super::model::{
     BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
@@ -150,6 +150,8 @@ pub fn authoring_reference() -> String {
     keys(&mut out, "`temp`", TEMP_KEYS, false);
     keys(&mut out, "`[secrets.NAME]`", SECRET_KEYS, false);
     keys(&mut out, "`[secrets.NAME]` `source`", SOURCE_KEYS, false);
+    keys(&mut out, "`read`/`write` entry in table form (carve-outs)", GRANT_KEYS, false);
+    keys(&mut out, "`unprotect` entry", LIFT_KEYS, false);
     keys(&mut out, "`[workflows.NAME]`", WORKFLOW_KEYS, false);
     keys(&mut out, "`[[workflows.NAME.steps]]`", STEP_KEYS, false);
     out.push_str(WORKFLOWS);
@@ -292,6 +294,10 @@ pub fn reference_json() -> serde_json::Value {
             "host": table(HOST_KEYS),
             "limits": table(LIMIT_KEYS),
             "temp": table(TEMP_KEYS),
+            "grant": table(GRANT_KEYS),
+            "unprotect": table(LIFT_KEYS),
+            "secret": table(SECRET_KEYS),
+            "source": table(SOURCE_KEYS),
             "workflow": table(WORKFLOW_KEYS),
             "step": table(STEP_KEYS),
         },
@@ -325,6 +331,10 @@ mod tests {
             .chain(HOST_KEYS)
             .chain(LIMIT_KEYS)
             .chain(TEMP_KEYS)
+            .chain(GRANT_KEYS)
+            .chain(LIFT_KEYS)
+            .chain(SECRET_KEYS)
+            .chain(SOURCE_KEYS)
             .chain(WORKFLOW_KEYS)
             .chain(STEP_KEYS)
         {

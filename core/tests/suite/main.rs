@@ -3,6 +3,7 @@
 //! end-to-end suite (real cordond, real cordon) is the `cordon-tests` crate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod carve;
 mod lint;
 mod policy;
 mod proptest_policy;

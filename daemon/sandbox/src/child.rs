@@ -2,7 +2,8 @@
 //! order `docs/sandbox-order.md` fixes and explains (change the order only with that page): default signal handlers, stdio, the audit login uid when denials are
 //! logged (a fresh audit session; best effort, see `denials.rs`), the read-only filesystem view
 //! (enter its namespaces, reopen stdin there), the private temp space (a mount namespace of its
-//! own with fresh tmpfs, see [`super::temp`]), the network namespace of a tool with `hosts` (see
+//! own with fresh tmpfs, see [`super::temp`]), the carve-outs inside grants (see [`super::carve`]),
+//! the network namespace of a tool with `hosts` (see
 //! [`super::netns`]; then, in a user namespace, drop every capability),
 //! working dir, then [`setup`]:
 //! `setsid` -> parent-death signal (and re-check the parent) -> join cgroups -> `setrlimit` ->
@@ -22,6 +23,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use std::sync::Arc;
 
+use super::carve::{self, ChildCarve};
 use super::identity::Identity;
 use super::mntns::{self, View};
 use super::netns::{self, ChildNet};
@@ -54,10 +56,11 @@ pub enum Step {
     Temp,
     LandlockTemp,
     Network,
+    Carve,
 }
 
 impl Step {
-    const ALL: [Step; 22] = [
+    const ALL: [Step; 23] = [
         Step::Setsid,
         Step::ParentDeathSignal,
         Step::ParentGone,
@@ -80,6 +83,7 @@ impl Step {
         Step::Temp,
         Step::LandlockTemp,
         Step::Network,
+        Step::Carve,
     ];
 
     pub fn from_byte(b: u8) -> Option<Step> {
@@ -110,6 +114,7 @@ impl Step {
             Step::Temp => "making the private temp space (unshare, tmpfs mounts)",
             Step::LandlockTemp => "granting the private temp space in landlock",
             Step::Network => "making the network namespace (unshare, loopback up, the egress proxy's listener)",
+            Step::Carve => "covering the carve-outs inside grants (mounts in the call's own namespace)",
         }
     }
 }
@@ -134,6 +139,8 @@ pub(crate) struct ChildSetup {
     pub report: OwnedFd,
     /// The read-only view of the filesystem to enter (`None` where the host has none).
     pub view: Option<Arc<View>>,
+    /// The carve-outs to cover (`None`: none; see [`super::carve`]). Only with a view.
+    pub carve: Option<ChildCarve>,
     /// The private temp space to make (`None`: `temp = false`).
     pub temp: Option<ChildTemp>,
     /// A network namespace of the tool's own with the egress proxy's listener (`network.hosts`;
@@ -599,6 +606,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             && !temp::enter(t, &mut temp_fds)
         {
             return die(Step::Temp);
+        }
+        // The carve-outs: read-only binds, deny covers and the anchors above them, in a mount
+        // namespace of the call's own (the temp step's, or a new one), while CAP_SYS_ADMIN lasts.
+        if let Some(c) = &a.setup.carve
+            && !carve::apply(c)
+        {
+            return die(Step::Carve);
         }
         // The network namespace of a tool with hosts, made while the capabilities last (in the
         // view's user namespace, which then owns it).

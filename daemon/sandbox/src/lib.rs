@@ -22,6 +22,9 @@
 //! - `output`: bounded head+tail capture of stdout and stderr.
 //! - `mntns`: the read-only view of the filesystem (a mount namespace) tools run in, so
 //!   that metadata changes landlock does not cover fail outside their write roots.
+//! - `carve`: carve-outs inside grants (`deny`, `read_only`, the protected git set), decided per
+//!   call in the parent (`plan`) and made as mounts in the call's own namespace by the child
+//!   (`apply`).
 //! - `temp`: each invocation's private temp space (a fresh directory named by `TMPDIR`; under
 //!   a view, size-bounded tmpfs in a mount namespace of the child's own, with a private `/tmp`
 //!   and `/dev/shm`), and its symlink-safe removal.
@@ -37,6 +40,7 @@
 //! calls on data prepared before the clone, and only `child` (private) can run it. A tool
 //! never runs without landlock and seccomp.
 
+mod carve;
 mod cgroup;
 mod child;
 mod denials;
@@ -53,6 +57,7 @@ mod syscalls;
 mod temp;
 mod usage;
 
+pub use carve::{CarveError, Covered as CarveCovered};
 pub use cgroup::{
     CgroupError, Cgroups, DAEMON_LEAF, InvocationCgroup, Placement, REAPER_ARG, delegation_marked,
     host_layout as cgroup_layout, reaper_main, spawn_reaper,
@@ -135,6 +140,10 @@ impl HostSandbox {
             credentials: std::env::var_os(cordon_core::secret::CREDENTIALS_ENV).map(std::path::PathBuf::from),
             // cordond sets it once it wrote the bundle.
             trust: None,
+            carve_unavailable: match self.views.mode() {
+                mntns::ViewMode::Unprotected { reason } => Some(cordon_core::policy::Host::no_carve(reason)),
+                _ => None,
+            },
         }
     }
 }

@@ -22,7 +22,7 @@ use super::child::{self, ChildSetup, Exec, Step};
 use super::denials::DenialLog;
 use super::identity::Identity;
 use super::landlock::{self, LandlockError};
-use super::mntns::{MountViews, ViewError};
+use super::mntns::{MountViews, ViewError, ViewMode};
 use super::netns;
 use super::output::{Capture, Captured};
 use super::seccomp::Programs;
@@ -159,6 +159,16 @@ pub enum SpawnError {
     /// The identity the tool runs as cannot reach cordond's temp dir.
     #[error(transparent)]
     TempUnreachable(temp::Untraversable),
+    /// A carve-out (or the protected git set) cannot be made real: the call does not run.
+    #[error(transparent)]
+    Carve(#[from] super::carve::CarveError),
+    /// Carve-outs need a mount view, and this host runs tools without one.
+    #[error(
+        "the tool has carve-outs inside its grants ({covered}), which only a mount view can make real, and this host \
+         has none ({reason}); run cordond as root or allow unprivileged user namespaces, or lift the entries \
+         (unprotect, with a reason)"
+    )]
+    CarveWithoutView { covered: String, reason: String },
     #[error("a tool with network.hosts runs only behind cordond's egress proxy, and none was given")]
     NoProxy,
     #[error("cannot create the invocation's cgroup: {0}")]
@@ -204,6 +214,24 @@ pub async fn run(
     let pinned: Vec<(std::path::PathBuf, (u64, u64))> =
         confine.policy.pins.write.iter().map(|p| (p.path.clone(), (p.node.dev, p.node.ino))).collect();
     let view = confine.views.get(&confine.policy.write, &pinned, confine.generation)?;
+    // The carve-outs, decided now from the current pins and tree (never cached with the view:
+    // the tree changes between calls); missing literal carve-outs are created here, before the
+    // tool exists.
+    let carve = match super::carve::plan(confine.policy)? {
+        None => None,
+        Some((c, covered)) => {
+            if view.is_none() {
+                let reason = match confine.views.mode() {
+                    ViewMode::Unprotected { reason } | ViewMode::Failed { reason } => reason.clone(),
+                    other => other.as_str().to_string(),
+                };
+                let covered: Vec<String> =
+                    covered.iter().take(4).map(|c| format!("{} {}", c.kind, c.path.display())).collect();
+                return Err(SpawnError::CarveWithoutView { covered: covered.join(", "), reason });
+            }
+            Some(c)
+        }
+    };
     let mut cgroup: Option<InvocationCgroup> = if confine.cgroups.available() {
         Some(
             confine
@@ -258,6 +286,11 @@ pub async fn run(
         seccomp: confine.seccomp.clone(),
         report: report_write,
         view,
+        carve: carve.map(|mut c| {
+            // The temp step already left the view's namespace for one of the call's own.
+            c.unshare = !child_temp.as_ref().is_some_and(|t| t.unshare);
+            c
+        }),
         temp: child_temp,
         net: child_net,
         last_cap: child::last_cap(),

@@ -197,6 +197,7 @@ fn grants(t: &Tool) -> v1::ToolGrants {
         max_bytes: s.network.egress().map(|e| e.max_bytes),
         max_connections_per_call: s.network.egress().map(|e| e.max_connections_per_call),
         host_rules: s.network.egress().map(|e| e.http.iter().map(host_rules).collect()).unwrap_or_default(),
+        carve_outs: cordon_core::policy::carve::describe(&s.carve, &s.write),
         accepted_warnings: t
             .accepted_warnings
             .iter()

@@ -157,12 +157,88 @@ fn run(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
         ),
         "swap-symlink" => swap_symlink(arg(args, 0, "path")?, arg(args, 1, "target")?),
         "meta" => meta(arg(args, 0, "operation")?, &cstr(arg(args, 1, "path")?)?)?,
+        "mv" | "hardlink" | "mkdir" | "rmdir" | "unlink" | "bind" | "umount" | "open-tree" | "unshare-mnt"
+        | "move-mount" | "fsopen" | "fsmount" | "fsconfig" | "fspick" | "mount-setattr" | "pivot-root" => {
+            path_call(name, args)?
+        }
+        "opendir" => outcome(open(&cstr(arg(args, 0, "path")?)?, libc::O_RDONLY | libc::O_DIRECTORY).map(|fd| {
+            close(fd);
+            0
+        })),
+        "openat-write" => openat_write(arg(args, 0, "directory")?, arg(args, 1, "relative path")?, false)?,
+        "fd-path-write" => openat_write(arg(args, 0, "directory")?, arg(args, 1, "relative path")?, true)?,
         other => return Err(format!("unknown attack {other:?}")),
     })
 }
 
 // ---------------------------------------------------------------------------------------------
 // Files
+
+/// One system call on the path arguments (`mv A B`, `hardlink A B`, `mkdir A`, `rmdir A`,
+/// `unlink A`, `bind A B` (recursive), `umount A` (detach), `open-tree A` (clone), `unshare-mnt`,
+/// and the other mount calls: `move-mount A B`, `fsopen`, `fsmount`, `fsconfig`, `fspick A`,
+/// `mount-setattr A` (clears read-only), `pivot-root A B`).
+fn path_call(name: &str, args: &[&str]) -> Result<Map<String, Value>, String> {
+    let (a, b) = (cstr(args.first().copied().unwrap_or(""))?, cstr(args.get(1).copied().unwrap_or(""))?);
+    let (a, b) = (a.as_ptr(), b.as_ptr());
+    // SAFETY: each arm is one raw system call on two valid C strings that outlive it.
+    let r: i64 = unsafe {
+        match name {
+            "mv" => i64::from(libc::rename(a, b)),
+            "hardlink" => i64::from(libc::link(a, b)),
+            "mkdir" => i64::from(libc::mkdir(a, 0o755)),
+            "rmdir" => i64::from(libc::rmdir(a)),
+            "unlink" => i64::from(libc::unlink(a)),
+            "bind" => i64::from(libc::mount(a, b, std::ptr::null(), libc::MS_BIND | libc::MS_REC, std::ptr::null())),
+            "umount" => i64::from(libc::umount2(a, libc::MNT_DETACH)),
+            "open-tree" => libc::syscall(
+                libc::SYS_open_tree,
+                libc::AT_FDCWD,
+                a,
+                (libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC) as libc::c_uint,
+            ),
+            "unshare-mnt" => i64::from(libc::unshare(libc::CLONE_NEWNS)),
+            "move-mount" => libc::syscall(libc::SYS_move_mount, libc::AT_FDCWD, a, libc::AT_FDCWD, b, 0),
+            "fsopen" => libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), 0),
+            // On descriptor -1: the filter answers before the kernel would say EBADF.
+            "fsmount" => libc::syscall(libc::SYS_fsmount, -1, 0, 0),
+            "fsconfig" => libc::syscall(libc::SYS_fsconfig, -1, 6 /* FSCONFIG_CMD_CREATE */, 0, 0, 0),
+            "fspick" => libc::syscall(libc::SYS_fspick, libc::AT_FDCWD, a, 0),
+            "mount-setattr" => {
+                // Clear MOUNT_ATTR_RDONLY on A's mount.
+                let attr: [u64; 4] = [0, libc::MOUNT_ATTR_RDONLY, 0, 0];
+                libc::syscall(libc::SYS_mount_setattr, libc::AT_FDCWD, a, 0, attr.as_ptr(), 32)
+            }
+            "pivot-root" => libc::syscall(libc::SYS_pivot_root, a, b),
+            other => return Err(format!("unknown path call {other:?}")),
+        }
+    };
+    Ok(outcome(sys(r)))
+}
+
+/// Opens `dir`, then creates and writes `rel` relative to its descriptor: with `openat`, or by
+/// the magic link `/proc/self/fd/N/REL`.
+fn openat_write(dir: &str, rel: &str, proc_path: bool) -> Result<Map<String, Value>, String> {
+    let d = match open(&cstr(dir)?, libc::O_RDONLY | libc::O_DIRECTORY) {
+        Ok(fd) => fd,
+        Err(e) => return Ok(with(outcome(Err(e)), "step", json!("open directory"))),
+    };
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC;
+    let r = if proc_path {
+        open(&cstr(&format!("/proc/self/fd/{d}/{rel}"))?, flags)
+    } else {
+        let r = cstr(rel)?;
+        // SAFETY: a descriptor we opened and a valid C string.
+        sys(i64::from(unsafe { libc::openat(d as i32, r.as_ptr(), flags, 0o644) }))
+    };
+    let r = r.and_then(|fd| {
+        let w = write_all(fd, b"written by cordon-attack\n");
+        close(fd);
+        w
+    });
+    close(d);
+    Ok(outcome(r))
+}
 
 fn open(path: &CString, flags: i32) -> Sys {
     // SAFETY: `path` is a valid C string; the mode is read only with O_CREAT.

@@ -6,6 +6,7 @@ mod audit;
 mod authz;
 mod book;
 mod cache_inputs;
+mod carveouts;
 mod cgroup_delegation;
 mod check_agrees;
 mod cli;

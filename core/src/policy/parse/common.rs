@@ -9,6 +9,7 @@ use std::time::Duration;
 use toml::de::{DeTable, DeValue};
 
 use super::{Parser, Value};
+use crate::policy::carve::GrantCarve;
 use crate::policy::diag::did_you_mean;
 use crate::policy::keys::TOOL_KEYS;
 use crate::policy::model::{
@@ -38,6 +39,8 @@ pub(super) struct Common {
     pub(super) min_landlock_abi: Option<u32>,
     pub(super) search_path: Option<Vec<PathBuf>>,
     pub(super) temp: Option<Temp>,
+    /// Carve-outs of the `read`/`write` entries in table form (they add up like the paths).
+    pub(super) carve: Vec<GrantCarve>,
 }
 
 /// A tool's shared values after the merge: its own where set, else its file's defaults; path
@@ -80,6 +83,7 @@ impl Common {
             run_as: self.run_as.or(defaults.run_as.clone()),
             min_landlock_abi: self.min_landlock_abi.or(defaults.min_landlock_abi),
             temp: self.temp.or(defaults.temp).unwrap_or_default(),
+            carve: defaults.carve.iter().chain(&self.carve).cloned().collect(),
             pins: Default::default(),
             repinned: Default::default(),
         };
@@ -158,8 +162,16 @@ impl Parser<'_> {
             "confirm" => c.confirm = self.confirm(v),
             "danger" => c.danger = self.danger(v),
             "arg_separator" => c.arg_separator = self.boolean(v, name),
-            "read" => c.read = self.path_list(v, name),
-            "write" => c.write = self.path_list(v, name),
+            "read" | "write" => {
+                let (paths, carve) = self.grant_list(v, name);
+                if name == "read" {
+                    c.read = paths;
+                } else {
+                    c.write = paths;
+                }
+                c.carve.retain(|g| g.write != (name == "write"));
+                c.carve.extend(carve);
+            }
             "exec" => c.exec = self.path_list(v, name),
             "search_path" => c.search_path = self.search_path(v),
             "network" => c.network = self.network(v),

@@ -112,7 +112,7 @@ impl Parser<'_> {
     /// lets a tool leave its invocation cgroup (which cordond relies on to recognise and kill its
     /// tools), /proc and /sys hold kernel settings. `/` contains both. System directories as
     /// write roots are allowed with a warning.
-    fn kernel_grant(&mut self, span: Range<usize>, what: &str, path: &Path) {
+    pub(super) fn kernel_grant(&mut self, span: Range<usize>, what: &str, path: &Path) {
         let kernel = ["/proc", "/sys"].iter().find(|k| path.starts_with(k));
         if let Some(k) = kernel {
             self.sink.error(span, format!("{what} {:?} is in {k}, the kernel's own tree; a tool may not write or execute there (it could leave its cgroup or change kernel settings): remove it", path.display().to_string()));

@@ -12,6 +12,8 @@
 //! - `param`: one `[tools.NAME.params.PARAM]` table and its type's rules.
 //! - `grants`: `read`/`write`/`exec` paths, `network`, `unix_sockets`, `allow`, `run_as`.
 //! - `hosts`: the entries of `network.hosts`, strings and tables (request rules, `upstream_ca`).
+//! - `carve`: `read`/`write` entries in table form: carve-outs (`deny`, `read_only`) and lifts of
+//!   the protected git set (`unprotect`).
 //! - `limits`: `timeout`, `max_output` and the `limits` table.
 //! - `env`: the `env` table and `args_env_prefix`.
 //! - `secrets`: the file's `[secrets.NAME]` declarations and a tool's `secrets` table.
@@ -24,6 +26,7 @@
 //! Diagnostics are sorted by position at the end (a stable sort), so the order of the checks
 //! only matters among problems reported at one position.
 
+mod carve;
 mod command;
 mod common;
 mod env;
