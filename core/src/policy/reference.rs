@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 use super::keys::{
     FILE_KEYS, HOST_KEYS, KeyDoc, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS,
-    TOOL_KEYS, WORKFLOW_KEYS,
+    TOOL_KEYS, TOOL_SECRET_KEYS, WORKFLOW_KEYS,
 };
 use super::model::{
     BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
@@ -150,6 +150,7 @@ pub fn authoring_reference() -> String {
     keys(&mut out, "`temp`", TEMP_KEYS, false);
     keys(&mut out, "`[secrets.NAME]`", SECRET_KEYS, false);
     keys(&mut out, "`[secrets.NAME]` `source`", SOURCE_KEYS, false);
+    keys(&mut out, "`[tools.NAME]` `secrets` entry table", TOOL_SECRET_KEYS, false);
     keys(&mut out, "`[workflows.NAME]`", WORKFLOW_KEYS, false);
     keys(&mut out, "`[[workflows.NAME.steps]]`", STEP_KEYS, false);
     out.push_str(WORKFLOWS);
