@@ -58,13 +58,23 @@ pub struct SecretDecl {
     pub place: Placement,
 }
 
-/// One secret a tool uses: the environment variable that holds its placeholder, and the
-/// declaration it names (`[tools.NAME] secrets = { GH_TOKEN = "github" }`).
+/// One secret a tool uses: the environment variable that holds its placeholder (or, with
+/// `file`, names a file holding it), and the declaration it names (`[tools.NAME] secrets =
+/// { GH_TOKEN = "github" }`, `secrets = { GH_TOKEN_FILE = { secret = "github", file = true } }`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ToolSecret {
-    /// The variable the tool finds the placeholder in.
+    /// The variable the tool finds the placeholder in (or the file's path, with `file`).
     pub env: String,
     pub decl: SecretDecl,
+    /// The placeholder is in a file of the call's private temp space (mode 0400, owned by the
+    /// identity the tool runs as, exactly the placeholder, no newline), and `env` names its path.
+    pub file: bool,
+}
+
+/// The name of the file holding the placeholder of a file-form secret whose variable is `env`,
+/// in the root of the call's private temp space.
+pub fn secret_file_name(env: &str) -> String {
+    format!("cordon-secret-{env}")
 }
 
 impl fmt::Display for SecretSource {

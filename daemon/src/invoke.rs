@@ -357,6 +357,8 @@ pub(crate) struct Prepared {
     cgroup_dirs: CgroupDirs,
     /// The call's secrets, for its proxy only (their values are wiped when dropped).
     secrets: Vec<cordon_egress::Secret>,
+    /// Placeholders the tool reads from files of its temp space (the file form of `secrets`).
+    secret_files: Vec<cordon_sandbox::TempFile>,
     _running: RunningGuard,
     // Boxed: a `Prepared` travels by value through `Admission` and `Started`.
     _slot: Box<Slot>,
@@ -1051,6 +1053,7 @@ impl Invoker {
             cancel,
             cgroup_dirs,
             secrets: bound.secrets,
+            secret_files: bound.files,
             _running: running,
             _slot: Box::new(slot),
         })
@@ -1138,6 +1141,7 @@ impl Invoker {
             grace: KILL_GRACE,
             output,
             proxy: handoff,
+            temp_files: std::mem::take(&mut prepared.secret_files),
         };
         // DEBUG: the audit log is the record of every call; INFO stays quiet on the hot path.
         tracing::debug!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");

@@ -2,7 +2,10 @@
 //! whose connections the egress proxy terminates are given ([`Terminator`]), and the binding of
 //! one call's secrets ([`bind`]): each source read again now (a rotated file is used by the next
 //! call, without a restart), checked as at load, and a fresh placeholder per secret put in the
-//! variable the policy names. The real values go only to the call's proxy.
+//! variable the policy names, or in a file of the call's private temp space that the variable
+//! names (the file form: made by the sandbox before the tool starts, mode 0400, owned by the
+//! tool's identity, holding exactly the placeholder). The real values go only to the call's
+//! proxy.
 //!
 //! The bundle is the system's roots plus cordond's CA (most of the variables that name a bundle
 //! replace the system's store rather than add to it), written root-owned, mode 0644, beside the
@@ -16,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cordon_core::policy::Tool;
-use cordon_core::secret::{CREDENTIALS_ENV, TRUST_ENV, check_value, read_source};
+use cordon_core::secret::{CREDENTIALS_ENV, TRUST_ENV, check_value, read_source, secret_file_name};
 use cordon_egress::{Authority, Secret};
 use sha2::{Digest, Sha256};
 
@@ -114,6 +117,8 @@ fn write_bundle(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 #[derive(Debug, Default)]
 pub(crate) struct Bound {
     pub env: Vec<(String, String)>,
+    /// The file form's placeholders, for the sandbox to write into the call's temp space.
+    pub files: Vec<cordon_sandbox::TempFile>,
     pub secrets: Vec<Secret>,
 }
 
@@ -137,7 +142,15 @@ pub(crate) fn bind(tool: &Tool, bundle: Option<&Path>) -> Result<Bound, String> 
             .map_err(|why| format!("secret {:?} ({}): {why}", d.name, s.env))?;
         check_value(&d.name, &value, &d.place)?;
         let placeholder = placeholder(&d.name)?;
-        bound.env.push((s.env.clone(), placeholder.clone()));
+        if s.file {
+            bound.files.push(cordon_sandbox::TempFile {
+                env: s.env.clone(),
+                name: secret_file_name(&s.env),
+                contents: placeholder.clone().into_bytes(),
+            });
+        } else {
+            bound.env.push((s.env.clone(), placeholder.clone()));
+        }
         bound.secrets.push(Secret {
             name: d.name.clone(),
             placeholder,

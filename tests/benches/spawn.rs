@@ -138,6 +138,7 @@ fn main() {
                         grace: Duration::from_secs(1),
                         output: None,
                         proxy: None,
+                        temp_files: Vec::new(),
                     };
                     let out = run(spec, &confine, &CancellationToken::new()).await.unwrap();
                     assert_eq!(out.exit_code, Some(0));

@@ -105,10 +105,11 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
     key("env", "table of strings", "extra environment variables (PATH, LD_*, DYLD_* are forbidden)", true),
     key(
         "secrets",
-        "table of strings",
+        "table of strings or tables",
         "{ VAR = \"NAME\" }: environment variable VAR holds a per-call placeholder of the file's [secrets.NAME]; \
          cordond's egress proxy replaces it with the value on requests to the secret's hosts only (each must be in \
-         network.hosts). The tool never sees the value",
+         network.hosts). The tool never sees the value. { VAR = { secret = \"NAME\", file = true } }: VAR names a \
+         file in the call's private temp space holding the placeholder (needs temp)",
         false,
     ),
     key(
@@ -258,6 +259,19 @@ pub const SECRET_KEYS: &[KeyDoc] = &[
         false,
     ),
     key("query", "string", "the query parameter of the request target that holds the placeholder", false),
+];
+
+/// Keys of the table form of a tool's `secrets` entry (`VAR = { secret = "NAME", file = true }`).
+pub const TOOL_SECRET_KEYS: &[KeyDoc] = &[
+    key("secret", "string", "the name of the file's [secrets.NAME] (required)", false),
+    key(
+        "file",
+        "boolean",
+        "true: VAR names a file holding exactly the placeholder (no newline), mode 0400, owned by the identity the \
+         tool runs as, in the call's private temp space (so the tool needs temp); false: VAR holds the placeholder \
+         (the default, like VAR = \"NAME\")",
+        false,
+    ),
 ];
 
 /// Keys of a secret's `source` table.

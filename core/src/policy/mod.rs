@@ -50,7 +50,7 @@ pub mod units;
 pub use diag::{Diagnostic, Severity};
 pub use keys::{
     FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS,
-    SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS,
+    SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS, WORKFLOW_KEYS,
 };
 pub use load::{
     ExampleResult, LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, TestReport,

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 use super::keys::{
     FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS,
-    SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, WORKFLOW_KEYS,
+    SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS, WORKFLOW_KEYS,
 };
 use super::model::{
     BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
@@ -152,6 +152,7 @@ pub fn authoring_reference() -> String {
     keys(&mut out, "`[secrets.NAME]` `source`", SOURCE_KEYS, false);
     keys(&mut out, "`read`/`write` entry in table form (carve-outs)", GRANT_KEYS, false);
     keys(&mut out, "`unprotect` entry", LIFT_KEYS, false);
+    keys(&mut out, "`[tools.NAME]` `secrets` entry table", TOOL_SECRET_KEYS, false);
     keys(&mut out, "`[workflows.NAME]`", WORKFLOW_KEYS, false);
     keys(&mut out, "`[[workflows.NAME.steps]]`", STEP_KEYS, false);
     out.push_str(WORKFLOWS);
@@ -298,6 +299,7 @@ pub fn reference_json() -> serde_json::Value {
             "unprotect": table(LIFT_KEYS),
             "secret": table(SECRET_KEYS),
             "source": table(SOURCE_KEYS),
+            "tool_secret": table(TOOL_SECRET_KEYS),
             "workflow": table(WORKFLOW_KEYS),
             "step": table(STEP_KEYS),
         },
@@ -335,6 +337,7 @@ mod tests {
             .chain(LIFT_KEYS)
             .chain(SECRET_KEYS)
             .chain(SOURCE_KEYS)
+            .chain(TOOL_SECRET_KEYS)
             .chain(WORKFLOW_KEYS)
             .chain(STEP_KEYS)
         {

@@ -135,7 +135,40 @@ fn a_value_that_cannot_go_in_its_place_is_refused_without_being_shown() {
 #[test]
 fn the_reference_lists_the_secret_keys() {
     let text = cordon_core::policy::reference::authoring_reference();
-    for needle in ["`[secrets.NAME]`", "`source`", "`basic`", "{ VAR = \"NAME\" }"] {
+    for needle in [
+        "`[secrets.NAME]`",
+        "`source`",
+        "`basic`",
+        "{ VAR = \"NAME\" }",
+        "`[tools.NAME]` `secrets` entry table",
+        "file = true",
+    ] {
         assert!(text.contains(needle), "missing {needle}");
     }
+}
+
+#[test]
+fn a_tool_gets_its_secret_in_a_file_by_the_table_form() {
+    let dir = trusted_dir();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "ghp_real").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = policy(&file).replace(
+        r#"secrets = { GH_TOKEN = "github" }"#,
+        r#"secrets = { GH_TOKEN_FILE = { secret = "github", file = true } }"#,
+    );
+    let set = load(&text);
+    assert_eq!(reason(&set), None);
+    let s = &set.tools[0].secrets[0];
+    assert_eq!((s.env.as_str(), s.decl.name.as_str(), s.file), ("GH_TOKEN_FILE", "github", true));
+    assert_eq!(cordon_core::secret::secret_file_name(&s.env), "cordon-secret-GH_TOKEN_FILE");
+    // `file = false` is the variable form, written as a table.
+    let text = policy(&file).replace(
+        r#"secrets = { GH_TOKEN = "github" }"#,
+        r#"secrets = { GH_TOKEN = { secret = "github", file = false } }"#,
+    );
+    let s = &load(&text).tools[0].secrets[0];
+    assert_eq!((s.env.as_str(), s.file), ("GH_TOKEN", false));
+    // The plain form is not a file.
+    assert!(!load(&policy(&file)).tools[0].secrets[0].file);
 }

@@ -77,7 +77,7 @@ pub use seccomp::{
     CompileError, Profile, ProgramCache, Programs, compile as compile_seccomp, compile_all as compile_seccomp_all,
 };
 pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, ProxyHandoff, RunSpec, SpawnError, run};
-pub use temp::{TempKind, Untraversable, remove_own_dir as remove_own_temp_dir, untraversable};
+pub use temp::{TempFile, TempKind, Untraversable, remove_own_dir as remove_own_temp_dir, untraversable};
 pub use usage::{Usage, read as read_usage};
 
 /// What the host offers the sandbox, probed once at startup.

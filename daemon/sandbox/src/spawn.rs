@@ -56,6 +56,10 @@ pub struct RunSpec<'a> {
     /// socket, `127.0.0.1:PROXY_PORT` inside the tool's own network namespace, as soon as the
     /// child has made it (before the tool can connect; connections wait in its backlog).
     pub proxy: Option<ProxyHandoff>,
+    /// Files put in the call's private temp space before the tool starts (mode 0400, owned by
+    /// the identity it runs as), each named by its variable (a secret's placeholder for a tool
+    /// that reads it from a file). Refused for a tool with `temp = false`.
+    pub temp_files: Vec<temp::TempFile>,
 }
 
 /// Where [`run`] hands the egress proxy's listener (see [`RunSpec::proxy`]).
@@ -264,6 +268,8 @@ pub async fn run(
         Some((space, child)) => (Some(space), Some(child)),
         None => (None, None),
     };
+    let mut child_temp = child_temp;
+    temp::add_files(child_temp.as_mut(), &spec.temp_files).map_err(SpawnError::Temp)?;
     // A tool with hosts: its own network namespace, whose proxy listener comes back to `proxy`.
     let (parent_net, child_net) = match (confine.policy.network.egress(), &spec.proxy) {
         (None, _) => (None, None),
@@ -325,15 +331,22 @@ pub async fn run(
         Some(e) if e.script => e.pin.path.as_path(),
         _ => plan.executable.as_path(),
     };
-    // TMPDIR names the temp space, unless the policy's env sets it (the admin's choice stands).
+    // TMPDIR names the temp space, unless the policy's env sets it (the admin's choice stands);
+    // each temp file's variable names its path.
     let with_tmpdir;
     let env = match &temp_space {
-        Some(t) if !plan.env.iter().any(|(k, _)| k == "TMPDIR") => {
+        Some(t) => {
+            let tmpdir = (!plan.env.iter().any(|(k, _)| k == "TMPDIR"))
+                .then(|| ("TMPDIR".to_string(), t.tmpdir.to_string_lossy().into_owned()));
+            let files =
+                spec.temp_files.iter().map(|f| (f.env.clone(), t.tmpdir.join(&f.name).to_string_lossy().into_owned()));
             with_tmpdir = plan
                 .env
                 .iter()
+                .filter(|(k, _)| !spec.temp_files.iter().any(|f| &f.env == k))
                 .cloned()
-                .chain(std::iter::once(("TMPDIR".to_string(), t.tmpdir.to_string_lossy().into_owned())))
+                .chain(tmpdir)
+                .chain(files)
                 .collect::<Vec<_>>();
             &with_tmpdir
         }

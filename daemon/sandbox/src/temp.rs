@@ -23,6 +23,12 @@
 //! the fresh directory is a plain directory on the host, granted the same way, with no size bound
 //! but the filesystem's and `limits.file_size`.
 //!
+//! Files the daemon hands the tool there (a secret's placeholder, for a tool that reads its token
+//! from a file: [`TempFile`]) are made by the child in the fresh space before the tool starts,
+//! while it still has its capabilities: created new (`O_CREAT | O_EXCL | O_NOFOLLOW`, so nothing
+//! planted is followed or reused) beneath the entry's own descriptor, written whole, mode 0400,
+//! owned by the identity the tool runs as. They go with the temp space.
+//!
 //! The daemon removes the directory it made when the invocation ends, without following
 //! anything the tool planted: descent is by `openat(O_NOFOLLOW)` from descriptors, removal by
 //! `unlinkat`, and the directory itself is checked to be the one it made (dev, ino) before its
@@ -90,9 +96,32 @@ pub(crate) struct Entry {
     pub expect: Option<(u64, u64)>,
 }
 
+/// A file the daemon puts in an invocation's temp space before the tool starts, and the
+/// environment variable that names its path.
+#[derive(Debug, Clone)]
+pub struct TempFile {
+    /// The variable set to the file's path.
+    pub env: String,
+    /// Its name in the root of the temp space (one path component).
+    pub name: String,
+    /// Exactly what it holds.
+    pub contents: Vec<u8>,
+}
+
+/// A [`TempFile`] as the child makes it.
+#[derive(Debug)]
+pub(crate) struct ChildFile {
+    pub name: CString,
+    pub contents: Vec<u8>,
+}
+
 /// What the child does for the temp space, prepared before the clone.
 #[derive(Debug)]
 pub(crate) struct ChildTemp {
+    /// Files made in the first entry (the one `TMPDIR` names), mode 0400.
+    pub files: Vec<ChildFile>,
+    /// Their owner (the identity the tool runs as; `None`: the child's own).
+    pub file_owner: Option<(u32, u32)>,
     /// Leave the view's mount namespace for a new one first.
     pub unshare: bool,
     /// tmpfs `size` option (bytes, decimal text).
@@ -232,7 +261,78 @@ pub(crate) fn prepare(
         });
     }
     let unshare = entries.iter().any(|e| e.mount);
-    Ok(Some((TempSpace { kind, tmpdir, _dir: dir }, ChildTemp { unshare, size, inodes, entries })))
+    let file_owner = identity.map(|i| (i.uid, i.gid));
+    Ok(Some((
+        TempSpace { kind, tmpdir, _dir: dir },
+        ChildTemp { files: Vec::new(), file_owner, unshare, size, inodes, entries },
+    )))
+}
+
+/// Adds `files` to what the child makes in the temp space (`None`: the tool has none, and a
+/// file is refused).
+pub(crate) fn add_files(child: Option<&mut ChildTemp>, files: &[TempFile]) -> io::Result<()> {
+    let Some(child) = child else {
+        return match files.first() {
+            Some(f) => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} names a file in the call's temp space, and the tool has temp = false", f.env),
+            )),
+            None => Ok(()),
+        };
+    };
+    for f in files {
+        let plain = !f.name.is_empty() && f.name != "." && f.name != ".." && !f.name.contains('/');
+        if !plain {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad temp file name {:?}", f.name)));
+        }
+        child.files.push(ChildFile { name: CString::new(f.name.as_str())?, contents: f.contents.clone() });
+    }
+    Ok(())
+}
+
+/// Makes `t.files` beneath `dir` (see the module doc). Raw system calls only.
+///
+/// # Safety
+/// `dir` is an open directory descriptor (`O_PATH` will do).
+unsafe fn make_files(t: &ChildTemp, dir: RawFd) -> bool {
+    // SAFETY: raw system calls on C strings and buffers prepared before the clone; the
+    // descriptor opened here is closed on every path.
+    unsafe {
+        for f in &t.files {
+            let fd = libc::openat(
+                dir,
+                f.name.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o400 as libc::c_uint,
+            );
+            if fd < 0 {
+                return false;
+            }
+            let mut done = 0;
+            while done < f.contents.len() {
+                let n = libc::write(fd, f.contents[done..].as_ptr().cast(), f.contents.len() - done);
+                if n <= 0 {
+                    if n == 0 {
+                        *libc::__errno_location() = libc::EIO;
+                    }
+                    libc::close(fd);
+                    return false;
+                }
+                done += n as usize;
+            }
+            let owned = match t.file_owner {
+                Some((uid, gid)) => libc::fchown(fd, uid, gid) == 0,
+                None => true,
+            };
+            // Exactly 0400 whatever the umask (and after fchown, which may clear set-id bits).
+            if !owned || libc::fchmod(fd, 0o400) < 0 {
+                libc::close(fd);
+                return false;
+            }
+            libc::close(fd);
+        }
+    }
+    true
 }
 
 /// A directory on the way to cordond's temp dir that an identity cannot pass through.
@@ -555,6 +655,9 @@ pub(crate) fn enter(t: &ChildTemp, fds: &mut [RawFd; MAX_ENTRIES]) -> bool {
                 }
             }
             if !e.mount {
+                if i == 0 && !make_files(t, target) {
+                    return false;
+                }
                 fds[i] = target;
                 continue;
             }
@@ -605,6 +708,9 @@ pub(crate) fn enter(t: &ChildTemp, fds: &mut [RawFd; MAX_ENTRIES]) -> bool {
                 return false;
             }
             libc::close(target);
+            if i == 0 && !make_files(t, mnt) {
+                return false;
+            }
             // The mount's descriptor names the new tmpfs's root: the landlock rule goes there.
             fds[i] = mnt;
         }
@@ -617,6 +723,40 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use std::os::unix::fs::PermissionsExt as _;
+
+    /// A temp file is made new, mode 0400 whatever the umask, holding exactly its contents; a
+    /// name already there (a symlink planted to a file outside, or a file) is refused with
+    /// EEXIST, and nothing outside is written.
+    #[test]
+    fn temp_files_are_made_new_0400_and_follow_no_planted_symlink() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let t = ChildTemp {
+            files: vec![ChildFile { name: c"cordon-secret-X".into(), contents: b"placeholder".to_vec() }],
+            file_owner: None,
+            unshare: false,
+            size: c"1".into(),
+            inodes: c"1".into(),
+            entries: Vec::new(),
+        };
+        let fd = open_dir(libc::AT_FDCWD, &cstring(dir.path()).unwrap(), libc::O_PATH).unwrap();
+        // SAFETY: `fd` is an open directory.
+        assert!(unsafe { make_files(&t, fd.as_raw_fd()) });
+        let made = dir.path().join("cordon-secret-X");
+        assert_eq!(std::fs::read(&made).unwrap(), b"placeholder");
+        let m = std::fs::symlink_metadata(&made).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.uid()), (0o400, nix::unistd::geteuid().as_raw()));
+
+        let other = tempfile::tempdir().unwrap();
+        let outside = other.path().join("outside");
+        std::fs::write(&outside, "kept").unwrap();
+        std::fs::remove_file(&made).unwrap();
+        std::os::unix::fs::symlink(&outside, &made).unwrap();
+        // SAFETY: as above.
+        assert!(!unsafe { make_files(&t, fd.as_raw_fd()) });
+        assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(std::fs::read(&outside).unwrap(), b"kept");
+    }
 
     /// The daemon's removal of a host directory (a daemon without views) follows nothing a tool
     /// planted: symlinks to a file and a directory outside, the same deep inside, and

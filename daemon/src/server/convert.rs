@@ -218,8 +218,13 @@ fn secret_lines(t: &Tool) -> Vec<String> {
         .iter()
         .map(|s| {
             let hosts: Vec<String> = s.decl.hosts.iter().map(ToString::to_string).collect();
+            let what = if s.file {
+                "the path of a file (mode 0400, in the call's temp space) holding a per-call placeholder"
+            } else {
+                "a per-call placeholder"
+            };
             format!(
-                "{}: a per-call placeholder of secret {:?} ({}), replaced in the {} of requests to {}",
+                "{}: {what} of secret {:?} ({}), replaced in the {} of requests to {}",
                 s.env,
                 s.decl.name,
                 s.decl.source,

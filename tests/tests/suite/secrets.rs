@@ -233,6 +233,13 @@ reason = "secrets tests"
 command = ["/bin/sh", "-c", "{curl} -sS --max-time 20 -D - -o /dev/null -H \"X-Leak: $API_TOKEN\" https://localhost:{port}/check; {curl} -sS --max-time 20 -D - -o /dev/null \"http://127.0.0.1:{port}/?k=$API_TOKEN\"; true"]
 secrets = {{ API_TOKEN = "api" }}
 
+[tools.file-api]
+description = "reads its token from the file $API_TOKEN_FILE names, shows the file, calls the API with curl"
+reason = "secrets tests"
+command = ["/bin/sh", "-c", 'stat -c "file=%a %u:%g %s" "$API_TOKEN_FILE"; echo "me=$(id -u):$(id -g)"; echo "path=$API_TOKEN_FILE"; echo "content=$(cat "$API_TOKEN_FILE")"; echo "env=$(env | grep -c cordon-secret-api-)"; echo; exec {curl} -sS --max-time 20 -H "Authorization: Bearer $(cat "$API_TOKEN_FILE")" https://localhost:{port}/check']
+secrets = {{ API_TOKEN_FILE = {{ secret = "api", file = true }} }}
+run_as = "nobody"
+
 [tools.show-env]
 description = "prints its placeholder and where its trust bundle is"
 reason = "secrets tests"
@@ -577,4 +584,64 @@ fn leak_scan(pid: i32, placeholder: &str, value: &str) -> Scan {
         scan.placeholder_seen.push("core dump".into());
     }
     scan
+}
+
+/// nobody's uid and primary gid.
+fn nobody() -> (u32, u32) {
+    let u = nix::unistd::User::from_name("nobody").unwrap().expect("an account nobody");
+    (u.uid.as_raw(), u.gid.as_raw())
+}
+
+/// The file form: the tool reads its placeholder from a file of its private temp space, mode
+/// 0400, owned by the identity it runs as (`run_as = "nobody"`), holding exactly the placeholder (no newline), named by
+/// the variable; curl sends it in a header (`$(cat "$API_TOKEN_FILE")`) and the upstream gets the
+/// real token. The value is in nothing the tool printed, the audit log or cordond's log; the
+/// file went with the call's temp space; `cordon tool` shows the variable, the secret and "file".
+#[test]
+fn the_file_form_puts_the_placeholder_in_a_0400_file_of_the_calls_temp_space() {
+    let Some(py) = usable() else { return };
+    let s = setup(&py, &[]);
+    let r = run(&s.d, "file-api", &json!({}));
+    let stdout = r["stdout"].as_str().unwrap();
+    assert_eq!(r["exit_code"], json!(0), "{r:#}");
+    let line = |key: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}= in {stdout}"))
+            .to_string()
+    };
+    let placeholder = placeholder_of(stdout);
+    assert_eq!(line("content"), placeholder, "{stdout}");
+    let me = line("me");
+    assert_eq!(me, format!("{}:{}", nobody().0, nobody().1), "the tool runs as nobody (run_as): {stdout}");
+    assert_eq!(
+        line("file"),
+        format!("400 {me} {}", placeholder.len()),
+        "mode 0400, owned by the tool's identity, exactly the placeholder (no newline): {stdout}"
+    );
+    let path = line("path");
+    assert!(path.ends_with("/cordon-secret-API_TOKEN_FILE"), "{stdout}");
+    assert_eq!(line("env"), "0", "the placeholder is in the file only, not the environment: {stdout}");
+    assert!(stdout.ends_with("token ok\n"), "the upstream got the real token: {stdout}");
+    let head = s.up.heads.lock().unwrap().last().unwrap().clone();
+    assert!(head.contains(&format!("Bearer {}", s.value)), "{head}");
+    // The value is nowhere the tool or the agent can look.
+    let text = r.to_string();
+    assert!(!text.contains(&s.value), "the result holds the value");
+    let audit = std::fs::read_to_string(&s.d.audit).unwrap();
+    assert!(audit.contains("\"tool\":\"file-api\"") && !audit.contains(&s.value), "the audit log");
+    assert!(!s.d.log_text().contains(&s.value), "cordond's log holds the value");
+    // The file went with the call's temp space (a private /tmp, or a directory removed at the end).
+    assert!(!Path::new(&path).exists() || path == "/tmp/cordon-secret-API_TOKEN_FILE", "{path} outlived the call");
+    assert!(!Path::new("/tmp/cordon-secret-API_TOKEN_FILE").exists(), "the file is not on the host");
+    // A fresh placeholder per call, in the file too.
+    let again = run(&s.d, "file-api", &json!({}));
+    assert_ne!(placeholder_of(again["stdout"].as_str().unwrap()), placeholder);
+    // `cordon tool` shows the variable, the secret and that it is a file; never a value.
+    let shown = s.d.cordon(&["tool", "file-api"]);
+    let text = format!("{}{}", shown.stdout, shown.stderr);
+    assert!(text.contains("API_TOKEN_FILE: the path of a file") && text.contains("\"api\""), "{text}");
+    assert!(!text.contains(&s.value), "{text}");
+    drop(s.dir);
 }

@@ -2,6 +2,10 @@
 //! from, the hosts it may go to, where in a request it goes) and a tool's `secrets` table, which
 //! names the environment variable that gets each one's placeholder.
 //!
+//! An entry is `VAR = "NAME"` (VAR holds the placeholder) or `VAR = { secret = "NAME", file =
+//! true }` (VAR names a file of the call's private temp space holding it, for tools that read a
+//! token from a file; such a tool needs `temp`).
+//!
 //! A declaration serves the tools of its own file only: the file is what an admin reviews, and
 //! a tool's secret must be readable next to it (no action at a distance across files). The
 //! checks that need the tool: it has `network.hosts`, each host of the secret is among them, no
@@ -11,13 +15,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::Path;
 
-use toml::de::DeTable;
+use toml::de::{DeTable, DeValue};
 
 use super::common::Merged;
 use super::{Parser, Value};
 use crate::egress::{PROXY_ENV, parse_rule};
 use crate::policy::diag::did_you_mean;
-use crate::policy::keys::{SECRET_KEYS, SOURCE_KEYS};
+use crate::policy::keys::{SECRET_KEYS, SOURCE_KEYS, TOOL_SECRET_KEYS};
 use crate::policy::model::{BASE_ENV, Param};
 use crate::secret::{Placement, SecretDecl, SecretSource, TRUST_ENV, ToolSecret};
 
@@ -309,7 +313,18 @@ impl Parser<'_> {
         let mut seen_names = BTreeSet::new();
         for (k, val) in t {
             let var = k.get_ref().to_string();
-            let Some(name) = self.string(val, &format!("secrets.{var}")) else { continue };
+            let Some((name, in_file)) = self.tool_secret_entry(val, &var) else { continue };
+            if in_file && !merged.sandbox.temp.enabled() {
+                self.sink.error(
+                    val.span(),
+                    format!(
+                        "{ctx} puts secret {name:?} in a file, which lives in the call's private temp space, and the \
+                         tool has temp = false; remove temp = false, or give the placeholder in the variable itself \
+                         ({var} = \"{name}\")"
+                    ),
+                );
+                continue;
+            }
             if !self.env_key(&var, k.span()) {
                 continue;
             }
@@ -368,9 +383,43 @@ impl Parser<'_> {
                     }
                 }
             }
-            out.push(ToolSecret { env: var, decl: decl.clone() });
+            out.push(ToolSecret { env: var, decl: decl.clone(), file: in_file });
         }
         out
+    }
+
+    /// One entry's value: `"NAME"`, or `{ secret = "NAME", file = BOOL }`; the name and whether
+    /// the placeholder goes in a file.
+    fn tool_secret_entry(&mut self, val: &Value<'_>, var: &str) -> Option<(String, bool)> {
+        if !matches!(val.get_ref(), DeValue::Table(_)) {
+            return self
+                .string_hint(
+                    val,
+                    &format!("secrets.{var}"),
+                    "a secret's name (\"NAME\") or a table ({ secret = \"NAME\", file = true })",
+                )
+                .map(|n| (n, false));
+        }
+        let ctx = format!("secrets.{var}");
+        let t = self.table(val, &ctx)?;
+        self.unknown_keys(t, TOOL_SECRET_KEYS, &format!("in {ctx}"));
+        let name = match t.get("secret") {
+            Some(v) => self.string(v, &format!("{ctx}.secret"))?,
+            None => {
+                self.sink.error(
+                    val.span(),
+                    format!(
+                        "{ctx} is missing `secret`: the name of the secret, e.g. {{ secret = \"github\", file = true }}"
+                    ),
+                );
+                return None;
+            }
+        };
+        let file = match t.get("file") {
+            Some(v) => self.boolean(v, &format!("{ctx}.file"))?,
+            None => false,
+        };
+        Some((name, file))
     }
 
     /// A tool whose connections the proxy terminates gets the trust variables from cordon.
