@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 AFL_VERSION=0.18.2
-TARGETS=(proxy_http proxy_socks tls_hello mcp_lines mcp_http policy arguments tokens identities)
+TARGETS=(proxy_http proxy_socks request_rules tls_hello terminated_request chunked_body mcp_lines mcp_http policy arguments tokens identities)
 
 seconds=${1:-}
 build_only=no
@@ -68,7 +68,7 @@ export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AF
 dicts="$afl_data/AFLplusplus/dictionaries"
 dictionary() {
   case "$1" in
-    proxy_http | mcp_http) echo http.dict ;;
+    proxy_http | mcp_http | terminated_request) echo http.dict ;;
     mcp_lines | arguments | tokens) echo json.dict ;;
     policy | identities) echo toml.dict ;;
   esac

@@ -1154,6 +1154,38 @@ mod tests {
     }
 
     #[test]
+    fn request_rule_refusals_name_the_request_and_the_key_that_decides() {
+        use crate::egress::RequestRules;
+        let rules = RequestRules { methods: vec!["GET".into()], paths: vec!["/repos/ORG/".into()] };
+        let refused = |method, target| {
+            let refusal = Refusal::Request(rules.check(method, target).unwrap_err());
+            Denial { denied: Denied::Host { host: "api.github.com".into(), port: 443, refusal }, count: 1 }
+        };
+        let got = explain_for(
+            &SandboxPolicy::default(),
+            &[
+                refused("DELETE", "/repos/ORG/x"),
+                refused("GET", "/orgs/ORG?x=1"),
+                refused("GET", "/repos/ORG/%2e%2e/x"),
+            ],
+            &[],
+        );
+        assert_eq!(got[0].remedy, Remedy::Grant { key: "methods", value: "DELETE".into() });
+        assert!(
+            got[0].message.starts_with(
+                "the egress proxy refused api.github.com:443: DELETE /repos/ORG/x to api.github.com:443 was refused: \
+                 the method DELETE is not among"
+            ),
+            "{}",
+            got[0].message
+        );
+        assert_eq!(got[0].denial.denied.access(), vec!["request-rule".to_string()]);
+        assert_eq!(got[1].remedy, Remedy::Grant { key: "paths", value: "/orgs/ORG".into() });
+        assert!(got[1].message.contains("adding \"/orgs/ORG\""), "{}", got[1].message);
+        assert!(matches!(&got[2].remedy, Remedy::NotGrantable(why) if why.contains("percent-encoded dot (%2e)")));
+    }
+
+    #[test]
     fn a_refused_socket_of_a_tool_with_tcp_is_not_sent_to_the_network_key() {
         let socket = Denied::Syscall { nr: 41, name: Some("socket".into()), killed: false };
         let none = remedy(&socket, &SandboxPolicy::default());

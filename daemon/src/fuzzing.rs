@@ -6,7 +6,7 @@
 pub use crate::identities::{Accounts, Rules, parse as identities_file};
 /// A tool as `ListTools` sends it to an admin (`server/convert.rs`).
 pub use crate::server::convert::tool as listed_tool;
-pub use cordon_egress::fuzzing::{chunked_body, proxy_request, terminated_request, tls_first_record};
+pub use cordon_egress::fuzzing::{chunked_body, proxy_request, request_rules, terminated_request, tls_first_record};
 
 /// A token file's bytes as cordond reads them: the number of tokens, or why the file is refused.
 pub fn tokens_file(bytes: &[u8]) -> Result<usize, String> {

@@ -157,12 +157,12 @@ fn unambiguous(path: &str) -> Result<(), String> {
             return Err("the path has a `%` not followed by two hex digits".into());
         };
         let what = match d {
-            b'.' => Some("a dot (%2e)"),
-            b'/' => Some("a slash (%2f)"),
-            b'\\' => Some("a backslash (%5c)"),
-            b'%' => Some("a percent sign (%25), which a server that decodes twice reads as another escape"),
-            0 => Some("a NUL byte (%00)"),
-            d if d < 0x20 || d == 0x7f => Some("a control byte"),
+            b'.' => Some("dot (%2e)"),
+            b'/' => Some("slash (%2f)"),
+            b'\\' => Some("backslash (%5c)"),
+            b'%' => Some("percent sign (%25), which a server that decodes twice reads as another escape"),
+            0 => Some("NUL byte (%00)"),
+            d if d < 0x20 || d == 0x7f => Some("control byte"),
             _ => None,
         };
         if let Some(what) = what {

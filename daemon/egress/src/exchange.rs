@@ -491,7 +491,7 @@ where
                     .collect(),
             )
         });
-        let (status, close) = loop {
+        let close = loop {
             let head = match upstream.head().await {
                 Ok(Some(h)) => h,
                 Ok(None) | Err(_) => {
@@ -559,6 +559,13 @@ where
             if reverse.is_some() {
                 h = reverse_head(h, &pairs);
             }
+            // Recorded once its status is known, before any of the response reaches the tool (a
+            // call that ends the moment its last byte arrives still has the record; how the
+            // connection ended is its `egress_closed`).
+            s.log.record(record.with("status", resp.status).with("allowed", true).with("secrets", req.secrets.clone()));
+            if let Some(m) = s.metrics {
+                m.request(s.tool, None);
+            }
             if let Err(e) = send(s.budget, &mut client.stream, &h, &mut out.down).await {
                 return stopped(out, e);
             }
@@ -566,18 +573,11 @@ where
             let copied =
                 body(s.budget, upstream, resp.body, &mut client.stream, framed, reverse.as_mut(), &mut out.down).await;
             if let Err(e) = copied {
-                s.log.record(
-                    record.with("status", resp.status).with("allowed", true).with("secrets", req.secrets.clone()),
-                );
                 return stopped(out, e);
             }
-            break (resp.status, close);
+            break close;
         };
         let _ = client.stream.flush().await;
-        s.log.record(record.with("status", status).with("allowed", true).with("secrets", req.secrets.clone()));
-        if let Some(m) = s.metrics {
-            m.request(s.tool, None);
-        }
         if close {
             let _ = client.stream.shutdown().await;
             return out;

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use cordon_core::egress::Target;
+use cordon_core::egress::{RequestRules, Target};
 
 use crate::reply::{Bad, SOCKS_VERSION};
 use crate::request::{Request, clip, shown_host};
@@ -92,4 +92,120 @@ pub fn terminated_request(bytes: &[u8]) -> (Result<String, String>, Result<Strin
 pub fn chunked_body(bytes: &[u8]) -> Result<Vec<u8>, String> {
     run(crate::exchange::fuzz_chunked(bytes))
         .unwrap_or_else(|| Err("the copy waits for bytes after the end of its input".into()))
+}
+
+/// A request's method and target (`METHOD TARGET`, split at the first space; the rest of the
+/// bytes are the target) against fixed request rules (GET, HEAD; `/repos/ORG/` and `/user`), as
+/// the proxy checks each request to a host with rules: `Ok(allowed)`, or `Err` when an allowed
+/// request breaks what the rules promise (its method is not listed, or its path, read by a
+/// server that decodes percent escapes, takes backslashes for slashes, cuts `;` parameters and
+/// resolves dot segments, is not beneath a prefix). The fuzz target panics on `Err`.
+pub fn request_rules(bytes: &[u8]) -> Result<bool, String> {
+    let text = String::from_utf8_lossy(bytes);
+    let (method, target) = text.split_once(' ').unwrap_or((&text, ""));
+    let rules =
+        RequestRules { methods: vec!["GET".into(), "HEAD".into()], paths: vec!["/repos/ORG/".into(), "/user".into()] };
+    if rules.check(method, target).is_err() {
+        return Ok(false);
+    }
+    if !rules.methods.iter().any(|m| m == method) {
+        return Err(format!("{method:?} allowed, but not listed"));
+    }
+    let path = target.split('?').next().unwrap_or_default();
+    let seen = server_path(path);
+    let beneath = |p: &str| {
+        if p.ends_with('/') { seen.starts_with(p) } else { seen == p || seen.starts_with(&format!("{p}/")) }
+    };
+    if !rules.paths.iter().any(|p| beneath(p)) {
+        return Err(format!("{target:?} allowed, but a lenient server reads the path {seen:?}"));
+    }
+    Ok(true)
+}
+
+/// `path` as the most lenient servers read it (see [`request_rules`]), with a trailing `/` kept.
+fn server_path(path: &str) -> String {
+    let mut decoded = Vec::new();
+    let b = path.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let hex =
+            b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'%', Some(d)) => {
+                decoded.push(d);
+                i += 3;
+            }
+            (c, _) => {
+                decoded.push(c);
+                i += 1;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&decoded).replace('\\', "/");
+    let mut out: Vec<&str> = Vec::new();
+    for segment in text.split('/') {
+        let segment = segment.split(';').next().unwrap_or_default();
+        let trimmed = segment.trim_end_matches(['.', ' ']);
+        if segment.is_empty() || (trimmed.is_empty() && segment.len() == 1) {
+            continue;
+        }
+        if trimmed.is_empty() {
+            out.pop();
+        } else {
+            out.push(segment);
+        }
+    }
+    let trailing = if text.ends_with('/') && !out.is_empty() { "/" } else { "" };
+    format!("/{}{trailing}", out.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn terminated_seeds_are_read_as_the_proxy_reads_them() {
+        let seed = |t: &str, n: &str| {
+            std::fs::read(format!("{}/../../fuzz/corpus/{t}/{n}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+        };
+        // The value holds a line break: it cannot go in a header, and the request says so.
+        let (request, _) = terminated_request(&seed("terminated_request", "bearer-and-query"));
+        assert!(request.unwrap_err().contains("line break"));
+        let (_, response) = terminated_request(&seed("terminated_request", "response"));
+        assert_eq!(response.unwrap(), "200 Length(5) false");
+        let (request, _) = terminated_request(&seed("terminated_request", "basic-chunked"));
+        assert!(request.unwrap_err().contains("the basic-auth password"), "bound elsewhere");
+        assert_eq!(chunked_body(&seed("chunked_body", "split-placeholder")), Err("placeholder of tok".into()));
+        // Framed again: the last bytes that could begin a placeholder come in a chunk of their own.
+        let plain = chunked_body(&seed("chunked_body", "plain")).unwrap();
+        assert_eq!(String::from_utf8(plain).unwrap(), "e\r\n0123456789abcd\r\n2\r\nef\r\n0\r\n\r\n");
+    }
+
+    #[test]
+    fn request_rules_holds_for_the_seeds_and_the_attacks() {
+        for (input, allowed) in [
+            ("GET /repos/ORG/x", true),
+            ("HEAD /user?x=/../admin", true),
+            ("GET /user/keys", true),
+            ("POST /repos/ORG/x", false),
+            ("GET /repos/ORG/../other", false),
+            ("GET /repos/ORG/%2e%2e/other", false),
+            ("GET /repos/ORG%2fx", false),
+            ("GET //repos/ORG/", false),
+            ("GET /repos/ORGX", false),
+            ("GET http://h/repos/ORG/x", false),
+            ("get /repos/ORG/x", false),
+            ("GET /repos/ORG/..;/x", false),
+            ("GET /repos/ORG/%3b/../x", false),
+            ("", false),
+        ] {
+            assert_eq!(request_rules(input.as_bytes()), Ok(allowed), "{input:?}");
+        }
+        for seed in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus/request_rules")).unwrap()
+        {
+            let bytes = std::fs::read(seed.unwrap().path()).unwrap();
+            assert!(request_rules(&bytes).is_ok(), "{:?}", String::from_utf8_lossy(&bytes));
+        }
+    }
 }

@@ -130,5 +130,5 @@ pub use tls::{Authority, AuthorityError};
 /// The proxy's parsers on bytes, for the fuzz targets (not an API).
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::fuzz::{chunked_body, proxy_request, terminated_request, tls_first_record};
+    pub use crate::fuzz::{chunked_body, proxy_request, request_rules, terminated_request, tls_first_record};
 }

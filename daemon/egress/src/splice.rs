@@ -298,7 +298,7 @@ pub(crate) async fn spliced(
 /// another host, or ask what the host's rules refuse) and that its host's request `rules`
 /// allow. Anything else (another protocol, a hello whose name cannot be checked, TLS to a host
 /// with request rules, nothing checkable within [`HEAD_TIMEOUT`]) ends the connection before any
-/// of it goes up. The server's side is copied meanwhile.
+/// of it goes up. The server's side waits for the verdict (see [`run`]).
 async fn first_flight<R, W>(
     budget: &Budget,
     mut buf: Vec<u8>,

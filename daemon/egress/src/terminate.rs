@@ -4,7 +4,7 @@
 //!
 //! A tunnel to a terminated host whose first flight is a ClientHello for exactly that host (the
 //! server-name check of [`crate::sni`] stays) is answered with a leaf certificate the
-//! [`Authority`](crate::Authority) mints for that one name (or address), ALPN `http/1.1` only.
+//! [`Authority`] mints for that one name (or address), ALPN `http/1.1` only.
 //! Upstream, the proxy connects (to the addresses recorded before the connect, as every
 //! connection) with a TLS client that verifies the server against the system's roots or the
 //! host's root-owned `upstream_ca`, for the same name; nothing disables that, and an upstream

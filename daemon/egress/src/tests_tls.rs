@@ -602,3 +602,25 @@ async fn plain_http_never_carries_a_value_and_is_read_for_placeholders() {
         (&Value::from("http"), &Value::from("/a/b"), &Value::from(200))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_granted_by_address_gets_a_leaf_for_the_address() {
+    let ca = pki("upstream test CA");
+    let up = upstream(leaf(&ca, &["127.0.0.1"])).await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = file(dir.path(), "upstream-ca.pem", &ca.pem, 0o644);
+    let host = format!("127.0.0.1:{}", up.0);
+    let mut rules = egress(std::slice::from_ref(&host));
+    rules.http.push(HostHttp { rule: parse_rule(&host).unwrap(), requests: None, upstream_ca: Some(ca_file) });
+    let secrets =
+        vec![secret("tok", PH_TOK, TOKEN, std::slice::from_ref(&host), Placement::Header("authorization".into()))];
+    let t = proxy(rules, secrets, Some(Authority::generate("test").unwrap()), dir).await;
+    let (out, err) = tokio::task::block_in_place(|| {
+        t.curl(&["-H", &format!("Authorization: Bearer {PH_TOK}"), &format!("https://{host}/ip")])
+    });
+    assert!(out.contains("HTTP/1.1 200 OK") && out.contains(&format!("X-Echo-Auth: Bearer {PH_TOK}")), "{out}\n{err}");
+    assert!(seen(&up.1)[0].contains(&format!("Bearer {TOKEN}")));
+    assert_eq!(t.authority.as_ref().unwrap().cached(), ["127.0.0.1"]);
+    let (_, records) = t.finish().await;
+    no_values(&records);
+}
