@@ -6,7 +6,8 @@
 //! rules its path (the query is not matched) must be unambiguous: printable ASCII, no empty
 //! segments (`//`), no dot segments (`.`, `..`, nor any segment of only dots, also behind a
 //! `;` path parameter), no backslash, no fragment, and no percent-encoding that a server might
-//! decode into a separator or a dot (`%2e`, `%2f`, `%5c`, `%25`, `%00`, controls). A prefix
+//! decode into a separator or a dot (`%2e`, `%2f`, `%5c`, `%25`, `%00`, controls, bytes that are
+//! not UTF-8 such as an overlong `%c0%ae`, characters NFKC makes a dot or slash). A prefix
 //! ending in `/` allows every path beneath it; one without allows itself and what is beneath it
 //! at a segment boundary (`/repos/ORG` allows `/repos/ORG` and `/repos/ORG/x`, never
 //! `/repos/ORGX`). Prefixes are compared byte for byte: `/repos/%4FRG/` is refused under
@@ -130,6 +131,11 @@ fn is_tchar(c: char) -> bool {
     c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
 }
 
+/// Characters NFKC normalisation turns into `.`, `..`, `/` or `\\` (a server that normalises a
+/// decoded path would read them so).
+const NORMALISED_SEPARATORS: &[char] =
+    &['\u{2024}', '\u{2025}', '\u{2026}', '\u{FE52}', '\u{FF0E}', '\u{FF0F}', '\u{FF3C}', '\u{FE68}'];
+
 /// Why the server might read `path` (origin-form, no query) otherwise than byte for byte.
 fn unambiguous(path: &str) -> Result<(), String> {
     let bytes = path.as_bytes();
@@ -169,6 +175,19 @@ fn unambiguous(path: &str) -> Result<(), String> {
             return Err(format!("the path has a percent-encoded {what}"));
         }
         i = at + 3;
+    }
+    // Escaped bytes a server decodes must be UTF-8 (an overlong `%c0%ae` is `.` to some), and
+    // not a character that Unicode normalisation (NFKC) makes a dot, slash or backslash.
+    let Ok(decoded) = String::from_utf8(percent_decode(path)) else {
+        return Err(
+            "the path has percent-encoded bytes that are not UTF-8 (an overlong form of `.` or `/`, say)".into()
+        );
+    };
+    if let Some(c) = decoded.chars().find(|c| NORMALISED_SEPARATORS.contains(c)) {
+        return Err(format!(
+            "the path has {c:?} (U+{:04X}), which Unicode normalisation makes a dot, slash or backslash",
+            u32::from(c)
+        ));
     }
     for segment in path.split('/').skip(1) {
         // A server may cut a `;` parameter off a segment (`..;x` is `..` to some) or drop

@@ -232,12 +232,12 @@ impl Tool {
 
     /// The load-time availability, turned unavailable (with the reason) when a pinned path
     /// changed since the registry loaded and the re-pin rule would not take it at the next call
-    /// (docs/pins.md). A few system calls per pinned path.
-    /// Its secrets' sources are read and checked again too, as a call would: a source that went
-    /// bad since the load shows here (the call would be refused).
+    /// (docs/pins.md), or a host's `upstream_ca` is no longer root's alone. A few system calls
+    /// per pinned path. Its secrets' sources are read and checked again too, as a call would: a
+    /// source that went bad since the load shows here (the call would be refused).
     pub fn availability_now(&self) -> Availability {
         match &self.availability {
-            Availability::Available { .. } => match self.pins_hold_or_repinnable() {
+            Availability::Available { .. } => match self.pins_hold_or_repinnable().and_then(|()| upstream_cas(self)) {
                 Ok(()) => self.secrets_now(),
                 Err(e) => Availability::Unavailable { reason: e.to_string() },
             },
@@ -263,7 +263,10 @@ impl Tool {
     pub fn availability_checked(&self, checks: &mut PinChecks) -> Availability {
         match &self.availability {
             Availability::Available { .. } => match checks.verify(&self.current_pins()) {
-                None => self.secrets_now(),
+                None => match upstream_cas(self) {
+                    Ok(()) => self.secrets_now(),
+                    Err(e) => Availability::Unavailable { reason: e.to_string() },
+                },
                 // Changed: whether the re-pin rule would take it is this tool's own question.
                 Some(_) => self.availability_now(),
             },

@@ -786,7 +786,16 @@ network = {{ hosts = [
     }
     if root {
         use std::os::unix::fs::PermissionsExt;
+        // Checked again at each call: a CA that someone else can change after the load makes
+        // the loaded tool unavailable too.
         std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").expect("write ca");
+        let loaded = load_ok("tables.toml", &text);
+        assert!(loaded.tools[0].is_available(), "{:?}", loaded.tools[0].availability);
+        std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o646)).expect("chmod");
+        match loaded.tools[0].availability_now() {
+            Availability::Unavailable { reason } => assert!(reason.contains("writable by its group or others")),
+            other => panic!("expected unavailable now, got {other:?}"),
+        }
         std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o666)).expect("chmod");
         match &load_ok("tables.toml", &text).tools[0].availability {
             Availability::Unavailable { reason } => assert!(reason.contains("writable by its group or others")),

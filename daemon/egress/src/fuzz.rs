@@ -99,7 +99,7 @@ pub fn chunked_body(bytes: &[u8]) -> Result<Vec<u8>, String> {
 /// the proxy checks each request to a host with rules: `Ok(allowed)`, or `Err` when an allowed
 /// request breaks what the rules promise (its method is not listed, or its path, read by a
 /// server that decodes percent escapes, takes backslashes for slashes, cuts `;` parameters and
-/// resolves dot segments, is not beneath a prefix). The fuzz target panics on `Err`.
+/// normalises Unicode (NFKC) and resolves dot segments, is not beneath a prefix). The fuzz target panics on `Err`.
 pub fn request_rules(bytes: &[u8]) -> Result<bool, String> {
     let text = String::from_utf8_lossy(bytes);
     let (method, target) = text.split_once(' ').unwrap_or((&text, ""));
@@ -141,7 +141,11 @@ fn server_path(path: &str) -> String {
             }
         }
     }
-    let text = String::from_utf8_lossy(&decoded).replace('\\', "/");
+    let text = String::from_utf8_lossy(&decoded)
+        .replace(['\u{FF0E}', '\u{2024}', '\u{FE52}'], ".")
+        .replace('\u{2025}', "..")
+        .replace('\u{2026}', "...")
+        .replace(['\\', '\u{FF0F}', '\u{FF3C}', '\u{FE68}'], "/");
     let mut out: Vec<&str> = Vec::new();
     for segment in text.split('/') {
         let segment = segment.split(';').next().unwrap_or_default();
@@ -198,6 +202,8 @@ mod tests {
             ("get /repos/ORG/x", false),
             ("GET /repos/ORG/..;/x", false),
             ("GET /repos/ORG/%3b/../x", false),
+            ("GET /repos/ORG/%c0%ae%c0%ae/x", false),
+            ("GET /repos/ORG/%EF%BC%8E%EF%BC%8E/x", false),
             ("", false),
         ] {
             assert_eq!(request_rules(input.as_bytes()), Ok(allowed), "{input:?}");

@@ -85,6 +85,13 @@ fn the_attack_paths_are_refused_as_ambiguous() {
         "/repos/ORG/%zz",
         "/repos/ORG/%2",
         "/repos/ORG/é",
+        "/repos/ORG/%c0%ae%c0%ae/other",
+        "/repos/ORG/%c0%af",
+        "/repos/ORG/%e0%80%ae",
+        "/repos/ORG/%ff",
+        "/repos/ORG/%EF%BC%8E%EF%BC%8E/other",
+        "/repos/ORG/%E2%80%A5/other",
+        "/repos/ORG/x%EF%BC%8Fy",
     ] {
         assert!(matches!(why(&r, "GET", t), RequestWhy::Ambiguous(_)), "{t:?}: {:?}", r.check("GET", t));
     }
@@ -119,6 +126,8 @@ fn a_method_that_is_no_token_is_refused_whatever_the_rules() {
         assert!(matches!(why(&r, m, "/"), RequestWhy::Ambiguous(_)), "{m:?}");
     }
     assert_eq!(r.check("PROPFIND", "/x"), Ok(()));
+    let paths = rules(&[], &["/files/"]);
+    assert_eq!(paths.check("GET", "/files/caf%C3%A9.txt"), Ok(()), "UTF-8 escapes of other characters are fine");
 }
 
 #[test]
@@ -181,7 +190,12 @@ fn server_path(path: &str, twice: bool) -> Option<String> {
     if twice {
         bytes = percent_decode(std::str::from_utf8(&bytes).ok()?);
     }
-    let text = String::from_utf8(bytes).ok()?.replace('\\', "/");
+    let text = String::from_utf8(bytes)
+        .ok()?
+        .replace(['\u{FF0E}', '\u{2024}', '\u{FE52}'], ".")
+        .replace('\u{2025}', "..")
+        .replace('\u{2026}', "...")
+        .replace(['\\', '\u{FF0F}', '\u{FF3C}', '\u{FE68}'], "/");
     let mut out: Vec<String> = Vec::new();
     for segment in text.split('/') {
         let segment = segment.split(';').next().unwrap_or_default();
@@ -201,8 +215,42 @@ fn server_path(path: &str, twice: bool) -> Option<String> {
 
 /// Pieces request paths are made of, attacks included.
 const PIECES: &[&str] = &[
-    "/", "/", "/", "repos", "ORG", "ORGX", "other", "x", ".", "..", "...", "%2e", "%2E", "%2f", "%2F", "%5c", "%5C",
-    "\\", ";", ";x", "%3b", "%25", "%252e", "%41", "%00", " ", "%20", "?", "?a=/../", "#", "a.b", "%",
+    "/",
+    "/",
+    "/",
+    "repos",
+    "ORG",
+    "ORGX",
+    "other",
+    "x",
+    ".",
+    "..",
+    "...",
+    "%2e",
+    "%2E",
+    "%2f",
+    "%2F",
+    "%5c",
+    "%5C",
+    "\\",
+    ";",
+    ";x",
+    "%3b",
+    "%25",
+    "%252e",
+    "%41",
+    "%00",
+    " ",
+    "%20",
+    "?",
+    "?a=/../",
+    "#",
+    "a.b",
+    "%",
+    "%c0%ae",
+    "%EF%BC%8E",
+    "%E2%80%A5",
+    "%C3%A9",
 ];
 
 proptest! {

@@ -203,10 +203,12 @@ async fn every_request_in_a_tunnel_to_a_ruled_host_is_checked_and_only_one_goes_
 
     h.closed(5).await;
     let (_, records) = h.finish().await;
+    // Five connections went up (a tunnel connects before its request is read).
     let mut sent = Vec::new();
-    while let Ok(bytes) = got.try_recv() {
-        sent.push(String::from_utf8(bytes).unwrap());
+    for _ in 0..5 {
+        sent.push(String::from_utf8(got.recv().await.unwrap()).unwrap());
     }
+    assert!(got.try_recv().is_err());
     sent.sort();
     let lines: Vec<&str> = sent.iter().map(|s| s.lines().next().unwrap_or_default()).collect();
     // The refused request's tunnel was connected (CONNECT answered) but carried nothing up.
@@ -268,4 +270,32 @@ async fn hosts_without_rules_are_asked_anything_as_before() {
     h.finish().await;
     assert!(free_got.recv().await.unwrap().starts_with(b"POST /thing HTTP/1.1\r\n"), "curl squashed the dots");
     assert!(got.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn a_socks5_tunnel_to_a_ruled_name_is_answered_403_inside_it() {
+    let (up, mut got) = recorder().await;
+    let name = format!("ok.test:{up}");
+    let h = proxy(
+        ruled(&[name.clone(), format!("127.0.0.1:{up}")], &[(&name, &["GET"], &["/ok/"])]),
+        fixed(&[("ok.test", "127.0.0.1")]),
+    )
+    .await;
+    for (request, status) in [("GET /ok/x", "200 OK"), ("GET /other", "403 Forbidden"), ("PUT /ok/x", "403 Forbidden")]
+    {
+        let mut c = h.client().await;
+        assert_eq!(socks_connect(&mut c, "ok.test", up).await, 0);
+        c.write_all(format!("{request} HTTP/1.1\r\nHost: ok.test:{up}\r\n\r\n").as_bytes()).await.unwrap();
+        let head = response_head(&mut c).await;
+        assert!(head.starts_with(&format!("HTTP/1.1 {status}\r\n")), "{request}: {head}");
+        assert_eq!(head.contains("X-Cordon-Refused: request-rule"), status != "200 OK", "{request}: {head}");
+    }
+    h.closed(3).await;
+    let (summary, _) = h.finish().await;
+    assert_eq!(summary.refused, 2);
+    let mut sent = Vec::new();
+    for _ in 0..3 {
+        sent.push(got.recv().await.unwrap());
+    }
+    assert_eq!(sent.iter().filter(|s| !s.is_empty()).count(), 1, "only the allowed request went up");
 }
