@@ -317,7 +317,7 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
         }
         match name.as_str() {
             "host" => hosts.push(value.to_string()),
-            "x-http-method-override" | "x-http-method" | "x-method-override" => overrides.push(value.to_string()),
+            n if crate::request::METHOD_OVERRIDES.contains(&n) => overrides.push(value.to_string()),
             "connection" => {
                 let tokens = value.split(',').map(|t| t.trim().to_ascii_lowercase()).filter(|t| !t.is_empty());
                 for t in tokens {

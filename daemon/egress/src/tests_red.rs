@@ -468,3 +468,28 @@ async fn request_rule_escapes_are_refused() {
     let refused = records.iter().filter(|r| r["decision"] == "egress_request" && r["why"] == "request-rule").count();
     assert_eq!(refused, 22, "{records:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_method_overrides_are_checked_by_request_rules() {
+    let port = crate::tests::upstream().await;
+    let host = format!("localhost:{port}");
+    let mut rules_of = egress(&[host.clone(), format!("127.0.0.1:{port}")]);
+    let requests = RequestRules { methods: vec!["GET".into()], paths: vec!["/repos/org/".into()] };
+    rules_of.http.push(HostHttp { rule: parse_rule(&host).unwrap(), requests: Some(requests), upstream_ca: None });
+    let t = proxy(rules_of, Vec::new(), Some(Authority::generate("test").unwrap()), tempfile::tempdir().unwrap()).await;
+    let url = format!("http://{host}/repos/org/x");
+    // Absolute-form through the proxy.
+    let (out, err) = tokio::task::block_in_place(|| t.curl(&["-H", "X-HTTP-Method-Override: DELETE", &url]));
+    assert!(out.contains("HTTP/1.1 403") && out.contains("X-Cordon-Refused: request-rule"), "{out}\n{err}");
+    let (out, err) = tokio::task::block_in_place(|| t.curl(&[&url]));
+    assert!(out.contains("HTTP/1.1 200"), "{out}\n{err}");
+    // Inside a tunnel.
+    let connect = format!("CONNECT {host} HTTP/1.1\r\n\r\n");
+    let get = format!("GET /repos/org/x HTTP/1.1\r\nHost: {host}\r\nx-method-override: PATCH\r\n\r\n");
+    let out = slowly(t.addr, connect.as_bytes(), get.as_bytes()).await;
+    assert!(out.contains("HTTP/1.1 403") && out.contains("request-rule"), "{out}");
+    let (_, records) = t.finish().await;
+    let refused: Vec<&Value> =
+        records.iter().filter(|r| r["why"] == "request-rule" || r["end"] == "request-rule").collect();
+    assert!(refused.len() >= 2, "{records:#?}");
+}
