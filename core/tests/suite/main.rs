@@ -9,5 +9,6 @@ mod proptest_policy;
 mod reload;
 mod result;
 mod secrets;
+mod secrets_red;
 mod validate;
 mod workflow;
