@@ -565,3 +565,49 @@ async fn an_expired_or_self_signed_upstream_gets_no_request() {
         t.finish().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "RED TEAM: an upstream that reflects the value transformed (a slice per response, JSON \\u-escaped, hex) \
+            shows it to the tool; the reverse scan finds only the value as it is and percent-encoded"]
+async fn a_transformed_reflection_still_shows_the_value() {
+    // An echo service bound by mistake: `/slice/N` answers bytes N..N+8 of the credential,
+    // `/hex` its hex form, `/json` it JSON-escaped as \u00XX for each `/`, `+` and `=`.
+    let respond: Responder = Arc::new(|got: &str| {
+        let auth = got.lines().find_map(|l| l.strip_prefix("Authorization: Bearer ")).unwrap_or("-").to_string();
+        let path = got.split_whitespace().nth(1).unwrap_or("/").to_string();
+        let body = if let Some(n) = path.strip_prefix("/slice/") {
+            let n: usize = n.parse().unwrap_or(0);
+            auth.get(n..(n + 8).min(auth.len())).unwrap_or_default().to_string()
+        } else if path == "/hex" {
+            auth.bytes().map(|b| format!("{b:02x}")).collect()
+        } else {
+            auth.chars()
+                .map(|c| if "/+=".contains(c) { format!("\\u{:04x}", c as u32) } else { c.to_string() })
+                .collect()
+        };
+        reply("200 OK", "", body.as_bytes())
+    });
+    let r = red(SECRET_VALUE, respond, None).await;
+    let mut rebuilt = String::new();
+    for n in (0..SECRET_VALUE.len()).step_by(8) {
+        let req = format!(
+            "GET /slice/{n} HTTP/1.1\r\nHost: localhost:{}\r\nAuthorization: Bearer {PH_TOK}\r\nConnection: close\r\n\r\n",
+            r.port
+        );
+        let out = raw(&r.tls, r.port, &[], &[req.as_bytes()]).await.unwrap();
+        let body = out.split("\r\n\r\n").nth(1).unwrap_or_default();
+        // The body is chunked (scanned): its one chunk's data.
+        rebuilt.push_str(body.lines().nth(1).unwrap_or_default());
+    }
+    assert_ne!(rebuilt, SECRET_VALUE, "the tool rebuilt the value from slices");
+    for path in ["/hex", "/json"] {
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost:{}\r\nAuthorization: Bearer {PH_TOK}\r\nConnection: close\r\n\r\n",
+            r.port
+        );
+        let out = raw(&r.tls, r.port, &[], &[req.as_bytes()]).await.unwrap();
+        let hex: String = SECRET_VALUE.bytes().map(|b| format!("{b:02x}")).collect();
+        assert!(!out.contains(&hex) && !out.contains("REAL\\u002fTOKEN"), "{path}: {out}");
+    }
+    r.tls.finish().await;
+}
