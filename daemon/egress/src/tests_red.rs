@@ -333,6 +333,7 @@ async fn smuggling_and_framing_games_inside_a_terminated_tunnel_are_refused() {
         (format!("{PH_TOK} / HTTP/1.1\r\n{host}\r\n"), 403, "exfiltration"),
         (format!("GET /?authorization={PH_TOK} HTTP/1.1\r\n{host}\r\n"), 403, "exfiltration"),
         (format!("GET / HTTP/1.1\r\n{host}Cookie: a=1; t={PH_TOK}\r\n\r\n"), 403, "exfiltration"),
+        (format!("GET / HTTP/1.1\r\n{host}{auth}Accept-Encoding: gzip, {PH_TOK}\r\n\r\n"), 403, "exfiltration"),
         (format!("GET / HTTP/1.1\r\n{host}Referer: https://x.test/{PH_TOK}\r\n\r\n"), 403, "exfiltration"),
     ] {
         let before = seen(&r.seen).len();
