@@ -10,5 +10,6 @@ mod proptest_policy;
 mod reload;
 mod result;
 mod secrets;
+mod secrets_red;
 mod validate;
 mod workflow;

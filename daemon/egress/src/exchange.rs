@@ -436,7 +436,9 @@ where
         out.requests += 1;
         let record = s.record(Some(&req));
         if let Some(rules) = s.rules
-            && let Err(refused) = rules.check(&req.method, &req.target)
+            && let Err(refused) = std::iter::once(&req.method)
+                .chain(&req.overrides)
+                .try_for_each(|method| rules.check(method, &req.target))
         {
             s.refuse(&mut client.stream, record, 403, Why::Refusal(Refusal::Request(refused)), &mut out).await;
             return out;
@@ -523,6 +525,27 @@ where
                     return out;
                 }
             };
+            // The reverse scan reads the body as it is: one the server encoded anyway (it was
+            // asked for identity) could carry a value past it.
+            if reverse.is_some()
+                && resp.body != Framing::None
+                && let Some(coding) = encoded(&resp.headers)
+            {
+                let e = format!(
+                    "the upstream encoded its response ({coding}) though the proxy asked for none; the proxy cannot \
+                     look for a secret's value in it, so it is not forwarded"
+                );
+                s.log.record(
+                    record
+                        .with("status", 502)
+                        .with("allowed", true)
+                        .with("secrets", req.secrets.clone())
+                        .with("error", e.as_str()),
+                );
+                answer(&mut client.stream, 502, "upstream", &format!("cordon: {e}\n")).await;
+                out.error = Some(e);
+                return out;
+            }
             if resp.status == 101 {
                 let e = "the upstream switched protocols, which the proxy does not forward".to_string();
                 s.log.record(
@@ -583,6 +606,22 @@ where
             return out;
         }
     }
+}
+
+/// A content or transfer coding of a response other than identity and chunked, as sent.
+fn encoded(headers: &[(String, Vec<u8>)]) -> Option<String> {
+    headers.iter().find_map(|(name, value)| {
+        let name = name.to_ascii_lowercase();
+        if name != "content-encoding" && name != "transfer-encoding" {
+            return None;
+        }
+        let value = String::from_utf8_lossy(value);
+        let other = value
+            .split(',')
+            .map(str::trim)
+            .any(|t| !t.is_empty() && !t.eq_ignore_ascii_case("identity") && !t.eq_ignore_ascii_case("chunked"));
+        other.then(|| format!("{name}: {}", clip(value.trim())))
+    })
 }
 
 /// A response head with each real value bound here turned back into its placeholder.

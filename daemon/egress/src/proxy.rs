@@ -476,7 +476,8 @@ impl Proxy {
         // A forwarded request is checked against its host's request rules before anything
         // else (no name is resolved for a request that is refused).
         if let (Some(rules), Some(forward)) = (egress.requests_for(matched), &request.forward) {
-            rules.check(&forward.method, &forward.target).map_err(|r| Why::Refused(Refusal::Request(r)))?;
+            crate::request::check_rules(rules, &forward.method, &forward.target, &forward.head)
+                .map_err(|r| Why::Refused(Refusal::Request(r)))?;
         }
         let rule = matched.to_string();
         if self.budget.spent() {

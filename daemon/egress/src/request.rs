@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use cordon_core::egress::Target;
+use cordon_core::egress::{RequestRefusal, RequestRules, Target};
 
 /// Longest request head (request line and headers, or a SOCKS5 handshake) the proxy reads.
 pub(crate) const HEAD_LIMIT: usize = 16 * 1024;
@@ -97,4 +97,21 @@ pub(crate) fn clip(text: &str) -> String {
         end -= 1;
     }
     text[..end].to_string()
+}
+
+/// Headers some frameworks take as the request's method (a `POST` served as a `DELETE`): request
+/// rules check the methods they name as well as the request's own.
+pub(crate) const METHOD_OVERRIDES: &[&str] = &["x-http-method-override", "x-http-method", "x-method-override"];
+
+/// `rules` on a request of `method` for `target` whose whole head is `head`: its method, and each
+/// method an override header ([`METHOD_OVERRIDES`]) names.
+pub(crate) fn check_rules(rules: &RequestRules, method: &str, target: &str, head: &[u8]) -> Result<(), RequestRefusal> {
+    rules.check(method, target)?;
+    let mut headers = [httparse::EMPTY_HEADER; crate::http::MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let _ = req.parse(head);
+    for h in req.headers.iter().filter(|h| METHOD_OVERRIDES.iter().any(|o| h.name.eq_ignore_ascii_case(o))) {
+        rules.check(String::from_utf8_lossy(h.value).trim(), target)?;
+    }
+    Ok(())
 }

@@ -369,7 +369,8 @@ where
         sni::Hello::NotTls => match http::tunnel_request(&buf, name, port) {
             Ok(Some((mut forward, used))) => {
                 if let Some(rules) = rules
-                    && let Err(refusal) = rules.check(&forward.method, &forward.target)
+                    && let Err(refusal) =
+                        crate::request::check_rules(rules, &forward.method, &forward.target, &forward.head)
                 {
                     return Err(Flow::Refused(Refusal::Request(refusal)));
                 }

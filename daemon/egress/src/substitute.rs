@@ -14,6 +14,12 @@
 //!
 //! Only the literal placeholder (or its percent- or base64-decoded form in the parts above) is
 //! found: a tool that encodes it otherwise sends a string that is worthless anywhere but here.
+//!
+//! Responses from a host a secret is bound to are scanned for the values (as they are, and
+//! percent-encoded in either case of hex, as a redirect's `Location` would carry them), so the
+//! request goes with `Accept-Encoding: identity` in place of the tool's (a compressed body would
+//! carry a reflected value past the scan); a response encoded anyway is not forwarded.
+//! `X-HTTP-Method-Override` and its kin are noted for request rules.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -76,6 +82,9 @@ pub(crate) struct RequestHead {
     /// Encoded forms of the values put in (base64 basic credentials, percent-encoded query
     /// values), each with the form the tool sent: turned back in the response too.
     pub(crate) reverse: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)>,
+    /// The methods named by `X-HTTP-Method-Override` and its kin (some frameworks serve the
+    /// request as that method): request rules check them as well as the method.
+    pub(crate) overrides: Vec<String>,
 }
 
 /// The secrets as one connection sees them: which of them may be put in here.
@@ -125,6 +134,17 @@ impl Scope<'_> {
             .filter(|(s, b)| **b && !s.value.is_empty())
             .map(|(s, _)| (s.value.clone(), s.placeholder.as_bytes().to_vec()))
             .collect();
+        // A server that reflects a value in a URL (a redirect's `Location`, a link) writes it
+        // percent-encoded, in upper or lower case hex.
+        let encoded: Vec<(Zeroizing<Vec<u8>>, Vec<u8>)> = pairs
+            .iter()
+            .flat_map(|(value, ph)| {
+                let upper = Zeroizing::new(pct_encode(value));
+                let lower = Zeroizing::new(upper.to_ascii_lowercase());
+                [upper, lower].into_iter().filter(|e| **e != **value).map(|e| (e, ph.clone())).collect::<Vec<_>>()
+            })
+            .collect();
+        pairs.extend(encoded);
         pairs.extend(head.reverse.iter().cloned());
         pairs
     }
@@ -286,6 +306,7 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
     let mut expect = false;
     let mut listed: Vec<String> = Vec::new();
     let mut hosts = Vec::new();
+    let mut overrides = Vec::new();
     for h in req.headers.iter() {
         scope.part(h.name.as_bytes(), None, "a header's name", &mut used)?;
         let name = h.name.to_ascii_lowercase();
@@ -296,6 +317,7 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
         }
         match name.as_str() {
             "host" => hosts.push(value.to_string()),
+            n if crate::request::METHOD_OVERRIDES.contains(&n) => overrides.push(value.to_string()),
             "connection" => {
                 let tokens = value.split(',').map(|t| t.trim().to_ascii_lowercase()).filter(|t| !t.is_empty());
                 for t in tokens {
@@ -342,6 +364,9 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
         (Ok((h, p)), _) if p == port && Target::parse(&h).as_ref() == Some(host) => {}
         _ => return Err(Refused::Host(sent.clone())),
     }
+    // Where the proxy looks for a value in what the server answers (a secret is bound here), the
+    // answer must come as it is: a compressed body would carry the value past the scan.
+    let identity = scope.bound.contains(&true);
     let mut out = Vec::with_capacity(head.len() + 256);
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
@@ -358,6 +383,10 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
             value = basic(&value, scope, &mut used, &mut reverse)?;
         }
         let value = scope.part(&value, Some(&Placement::Header(name.clone())), &shown, &mut used)?;
+        // Checked like any header (a placeholder in it is refused), then replaced by identity.
+        if identity && name == "accept-encoding" {
+            continue;
+        }
         if value.iter().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
             return bad(500, format!("a secret's value cannot go in {shown}: it holds a line break or NUL"));
         }
@@ -365,6 +394,9 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
         out.extend_from_slice(b": ");
         out.extend_from_slice(&value);
         out.extend_from_slice(b"\r\n");
+    }
+    if identity {
+        out.extend_from_slice(b"Accept-Encoding: identity\r\n");
     }
     if close {
         out.extend_from_slice(b"Connection: close\r\n");
@@ -386,6 +418,7 @@ pub(crate) fn request(head: &[u8], scope: &Scope<'_>, host: &Target, port: u16) 
         upstream: zeroize::Zeroizing::new(out),
         secrets: used,
         reverse,
+        overrides,
     })
 }
 
@@ -639,7 +672,8 @@ mod tests {
         let up = String::from_utf8(r.upstream.to_vec()).unwrap();
         assert_eq!(
             up,
-            "GET /x?api_key=a%20b%26c&q=1 HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer real-token\r\n\r\n"
+            "GET /x?api_key=a%20b%26c&q=1 HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer real-token\r\n\
+             Accept-Encoding: identity\r\n\r\n"
         );
         assert_eq!(r.secrets, ["key", "tok"]);
         assert_eq!(r.path, "/x");

@@ -624,3 +624,6 @@ async fn a_host_granted_by_address_gets_a_leaf_for_the_address() {
     let (_, records) = t.finish().await;
     no_values(&records);
 }
+
+#[path = "tests_red.rs"]
+mod red;
