@@ -279,7 +279,8 @@ impl Refusal {
                 "the placeholder of secret {secret:?} was sent to {host}:{port} in {place}, where the policy does not \
                  put it: refused as an exfiltration attempt. A placeholder is replaced only in the place its \
                  [secrets.{secret}] names (header, basic-auth user or password, query parameter) on requests to its \
-                 hosts; if the tool should send it there, change that secret's `place` or `hosts`"
+                 hosts; if the tool should send it there, change that secret's `header`, `basic` or `query`, or \
+                 its `hosts`"
             ),
             Refusal::UpstreamUnverified(why) => format!(
                 "the upstream {host}:{port} could not be verified ({why}); the proxy never sends a request to an \
