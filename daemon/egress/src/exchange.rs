@@ -494,23 +494,11 @@ where
             )
         });
         let close = loop {
-            let head = match upstream.head().await {
-                Ok(Some(h)) => h,
-                Ok(None) | Err(_) => {
-                    let e = "the upstream closed or sent no readable response".to_string();
-                    s.log.record(
-                        record
-                            .with("status", 502)
-                            .with("allowed", true)
-                            .with("secrets", req.secrets.clone())
-                            .with("error", e.as_str()),
-                    );
-                    answer(&mut client.stream, 502, "upstream", &format!("cordon: {e}\n")).await;
-                    out.error = Some(e);
-                    return out;
-                }
+            let resp = match upstream.head().await {
+                Ok(Some(head)) => forwardable(&head, &req.method, reverse.is_some()),
+                Ok(None) | Err(_) => Err("the upstream closed or sent no readable response".to_string()),
             };
-            let resp = match substitute::response(&head, &req.method) {
+            let resp = match resp {
                 Ok(r) => r,
                 Err(e) => {
                     s.log.record(
@@ -525,40 +513,6 @@ where
                     return out;
                 }
             };
-            // The reverse scan reads the body as it is: one the server encoded anyway (it was
-            // asked for identity) could carry a value past it.
-            if reverse.is_some()
-                && resp.body != Framing::None
-                && let Some(coding) = encoded(&resp.headers)
-            {
-                let e = format!(
-                    "the upstream encoded its response ({coding}) though the proxy asked for none; the proxy cannot \
-                     look for a secret's value in it, so it is not forwarded"
-                );
-                s.log.record(
-                    record
-                        .with("status", 502)
-                        .with("allowed", true)
-                        .with("secrets", req.secrets.clone())
-                        .with("error", e.as_str()),
-                );
-                answer(&mut client.stream, 502, "upstream", &format!("cordon: {e}\n")).await;
-                out.error = Some(e);
-                return out;
-            }
-            if resp.status == 101 {
-                let e = "the upstream switched protocols, which the proxy does not forward".to_string();
-                s.log.record(
-                    record
-                        .with("status", 502)
-                        .with("allowed", true)
-                        .with("secrets", req.secrets.clone())
-                        .with("error", e.as_str()),
-                );
-                answer(&mut client.stream, 502, "upstream", &format!("cordon: {e}\n")).await;
-                out.error = Some(e);
-                return out;
-            }
             if resp.status < 200 {
                 let mut h = substitute::response_out(&resp.line, &resp.headers, None, false);
                 if reverse.is_some() {
@@ -609,6 +563,27 @@ where
 }
 
 /// A content or transfer coding of a response other than identity and chunked, as sent.
+/// The upstream's response head, if the proxy may pass it on: it parses, it does not switch
+/// protocols (never forwarded), and, when the body is scanned for values (`scanned`), it is not
+/// encoded (the proxy asked for identity; an encoded body could carry a value past the scan).
+/// The error is the 502's reason.
+fn forwardable(head: &[u8], method: &str, scanned: bool) -> Result<substitute::ResponseHead, String> {
+    let resp = substitute::response(head, method)?;
+    if scanned
+        && resp.body != Framing::None
+        && let Some(coding) = encoded(&resp.headers)
+    {
+        return Err(format!(
+            "the upstream encoded its response ({coding}) though the proxy asked for none; the proxy cannot look \
+             for a secret's value in it, so it is not forwarded"
+        ));
+    }
+    if resp.status == 101 {
+        return Err("the upstream switched protocols, which the proxy does not forward".to_string());
+    }
+    Ok(resp)
+}
+
 fn encoded(headers: &[(String, Vec<u8>)]) -> Option<String> {
     headers.iter().find_map(|(name, value)| {
         let name = name.to_ascii_lowercase();
