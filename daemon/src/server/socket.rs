@@ -91,7 +91,7 @@ pub(crate) fn bind(path: &Path, group: Option<u32>) -> Result<UnixListener, Sock
 
 /// Creates the socket's directory (0700 for a user daemon, 0755 for root) or checks that an
 /// existing one cannot be tampered with by others.
-fn prepare_dir(dir: &Path, uid: u32) -> Result<(), SocketError> {
+pub(crate) fn prepare_dir(dir: &Path, uid: u32) -> Result<(), SocketError> {
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let mode = if uid == 0 { 0o755 } else { 0o700 };
