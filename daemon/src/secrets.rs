@@ -132,7 +132,11 @@ pub(crate) fn bind(tool: &Tool, bundle: Option<&Path>) -> Result<Bound, String> 
         return Ok(bound);
     }
     let Some(bundle) = bundle else {
-        return Err("the tool needs cordond's egress proxy to terminate TLS, and cordond has no CA".into());
+        return Err(
+            "the tool needs cordond's egress proxy to terminate TLS, and cordond has no CA: it could not write its \
+                    trust bundle at startup (`cordon status` says why; fix that and restart cordond)"
+                .into(),
+        );
     };
     let credentials = std::env::var_os(CREDENTIALS_ENV).map(PathBuf::from);
     let uid = nix::unistd::geteuid().as_raw();

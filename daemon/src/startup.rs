@@ -181,12 +181,13 @@ pub fn load(config: &Config) -> Result<Loaded, StartError> {
 /// directory everyone may traverse, that only root or cordond's user may write: checked first).
 fn terminator(config: &Config) -> Result<crate::secrets::Terminator, String> {
     let dir = config.socket.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    // The socket's own check, before anything is written there: a symlinked directory, or one
-    // someone else could change, gets no bundle (it would land wherever it points, before the
-    // socket's check stopped startup).
-    socket::prepare_dir(dir, nix::unistd::geteuid().as_raw()).map_err(|e| e.to_string())?;
+    // The directories above first (nothing is created beneath one someone else owns), then the
+    // socket's own check of the directory itself, before anything is written there: a symlinked
+    // directory, or one someone else could change, gets no bundle (it would land wherever it
+    // points, before the socket's check stopped startup).
     policy::trust::check_dir_or_parent(dir, policy::Trust::current(), policy::Subject::SOCKET_DIR)
         .map_err(|e| e.to_string())?;
+    socket::prepare_dir(dir, nix::unistd::geteuid().as_raw()).map_err(|e| e.to_string())?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let name = match host.trim() {
         "" => "cordond".to_string(),
