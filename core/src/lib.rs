@@ -12,6 +12,7 @@
 //! - [`caller`]: who is on the other end of a connection to cordond (audit records carry it).
 //! - [`egress`]: network access by host name: host rules, their matching, special addresses.
 //! - [`display`]: caller-chosen text made safe for a terminal.
+//! - [`mcp_server`]: the tools of an MCP server a policy declares: what it said, digests, validation.
 //! - [`host`]: the host's sandbox facts as `cordond --probe` reports them.
 //! - [`resolve`]: opening paths without following symlinks.
 //! - [`secret`]: secrets a tool never sees: their sources, hosts and places in a request.
@@ -32,6 +33,7 @@ pub mod display;
 pub mod docs;
 pub mod egress;
 pub mod host;
+pub mod mcp_server;
 pub mod policy;
 pub mod resolve;
 pub mod secret;

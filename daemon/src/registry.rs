@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use cordon_core::policy::{self, Availability, Diagnostic, Host, LoadError, Tool, Workflow};
+use cordon_core::policy::{self, Availability, Diagnostic, Host, LoadError, McpServer, Tool, Workflow};
 use cordon_sandbox::{Profile, ProgramCache, Programs};
 
 /// One generation of the registry.
@@ -21,6 +21,9 @@ pub struct Registry {
     pub tools: BTreeMap<String, Arc<Tool>>,
     /// Workflows by name: steps of this generation's tools (see `crate::invoke::workflow`).
     pub workflows: BTreeMap<String, Arc<Workflow>>,
+    /// MCP servers by name (`[servers.NAME]`; see `crate::servers`). Their launchers' seccomp
+    /// programs are compiled with the tools'.
+    pub servers: BTreeMap<String, Arc<McpServer>>,
     /// Warnings from the load that produced this generation.
     pub warnings: Vec<Diagnostic>,
     pub files: Vec<PathBuf>,
@@ -255,8 +258,10 @@ pub(crate) fn release_memory_soon() {
 }
 
 fn build(set: policy::PolicySet, generation: u64) -> Registry {
-    let policy::PolicySet { mut tools, workflows, diagnostics, files, digest, reuse } = set;
-    let seccomp = match cordon_sandbox::compile_seccomp_all(tools.iter().map(|t| Profile::of(&t.sandbox))) {
+    let policy::PolicySet { mut tools, workflows, servers, diagnostics, files, digest, reuse } = set;
+    let profiles =
+        tools.iter().map(|t| Profile::of(&t.sandbox)).chain(servers.iter().map(|s| Profile::of(&s.launcher.sandbox)));
+    let seccomp = match cordon_sandbox::compile_seccomp_all(profiles) {
         Ok(cache) => cache,
         Err(e) => {
             // Without a filter no tool may run: fail closed, and say why on every tool (copies:
@@ -274,6 +279,7 @@ fn build(set: policy::PolicySet, generation: u64) -> Registry {
         generation,
         tools: tools.into_iter().map(|t| (t.name.clone(), t)).collect(),
         workflows: workflows.into_iter().map(|w| (w.name.clone(), w)).collect(),
+        servers: servers.into_iter().map(|s| (s.name.clone(), s)).collect(),
         warnings: diagnostics,
         files,
         policy_digest: Arc::from(digest),

@@ -122,7 +122,8 @@ impl Events {
                     let argv = self.accepted.take().map(|a| a.argv).unwrap_or_default();
                     return Ok(Step::Done(Invocation::Finished(RunResult::from_proto(f, argv))));
                 }
-                None => {}
+                // Progress of a server's tool: the MCP front-end's lane passes it on.
+                Some(v1::invoke_event::Event::Progress(_)) | None => {}
             }
         }
     }

@@ -24,6 +24,8 @@ pub struct PolicySet {
     pub tools: Vec<Arc<Tool>>,
     /// Sorted by name; every step names a tool of `tools` (see `[workflows.NAME]`).
     pub workflows: Vec<Arc<Workflow>>,
+    /// MCP servers (`[servers.NAME]`), sorted by name; no server's name is a tool's namespace.
+    pub servers: Vec<Arc<super::server::McpServer>>,
     /// Warnings (a successful load has no errors).
     pub diagnostics: Vec<Diagnostic>,
     pub files: Vec<PathBuf>,
@@ -382,7 +384,7 @@ pub fn load_sources_after(
     diagnostics.extend(probe::exposure_warnings(&tools, &mut pinned));
     let files = sources.iter().map(|(f, _)| f.clone()).collect();
     let digest = super::fleet::digest(sources.iter().map(|(f, text)| (file_name(f), text.as_bytes())));
-    Ok(PolicySet { tools, workflows, diagnostics, files, digest, reuse })
+    Ok(PolicySet { tools, workflows, servers: Vec::new(), diagnostics, files, digest, reuse })
 }
 
 /// What `cordon policy test` found: the problems of the files (other than failing examples) and

@@ -44,6 +44,7 @@ pub mod reference;
 mod repin;
 pub mod rootfile;
 pub mod schema;
+pub mod server;
 pub mod trust;
 pub mod units;
 
@@ -61,4 +62,5 @@ pub use model::*;
 pub use pattern::PatternError;
 pub use probe::{Control, PinChecks, ProbeError, executable_control, resolve_run_as};
 pub use repin::{Repin, Runner};
+pub use server::{ArgCheck, ArgRule, ClientRequests, Expose, McpServer, SERVER_TOOL_SEPARATOR};
 pub use trust::{Subject, Trust, TrustError, Walked};

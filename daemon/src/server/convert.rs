@@ -37,6 +37,9 @@ pub(crate) fn tool_for_agents(t: &Tool, now: &Availability) -> v1::Tool {
     let output_schema_json = t.advertised_output_schema().map(|s| s.to_string()).unwrap_or_default();
     let note = if available { t.pending_note(false).unwrap_or_default() } else { String::new() };
     v1::Tool {
+        server: String::new(),
+        server_tool: String::new(),
+        server_rules_json: String::new(),
         note,
         name: t.name.clone(),
         title: t.annotations.title.clone().unwrap_or_default(),
@@ -88,6 +91,9 @@ fn millis(d: std::time::Duration) -> u64 {
 /// `available` when every step tool can run now; `admin` adds its source and reason.
 pub(crate) fn workflow(w: &Workflow, unavailable: Option<String>, admin: bool) -> v1::Tool {
     v1::Tool {
+        server: String::new(),
+        server_tool: String::new(),
+        server_rules_json: String::new(),
         note: String::new(),
         name: w.name.clone(),
         title: String::new(),
@@ -332,6 +338,7 @@ pub(crate) fn finished(id: &str, answer: Answer) -> v1::Finished {
         }),
         hints: Vec::new(),
         denials: denials.iter().map(denial).collect(),
+        mcp_result_json: String::new(),
     }
 }
 

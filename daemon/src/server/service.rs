@@ -506,6 +506,27 @@ impl v1::cordon_server::Cordon for CordonService {
         rpc::audit::report_refusal(self, request).await
     }
 
+    async fn list_servers(
+        &self,
+        _request: Request<v1::ListServersRequest>,
+    ) -> Result<Response<v1::ListServersResponse>, Status> {
+        Err(Status::unimplemented("MCP servers are not served yet"))
+    }
+
+    async fn approve_server(
+        &self,
+        _request: Request<v1::ApproveServerRequest>,
+    ) -> Result<Response<v1::ApproveServerResponse>, Status> {
+        Err(Status::unimplemented("MCP servers are not served yet"))
+    }
+
+    async fn stop_server(
+        &self,
+        _request: Request<v1::StopServerRequest>,
+    ) -> Result<Response<v1::StopServerResponse>, Status> {
+        Err(Status::unimplemented("MCP servers are not served yet"))
+    }
+
     async fn get_policy(
         &self,
         request: Request<v1::GetPolicyRequest>,

@@ -93,6 +93,7 @@ pub(in crate::server) async fn status(
         audit_head: if admin { crate::audit::chain::hex(&audit_head.hash) } else { String::new() },
         audit_failure: d.audit.check().err().map(|e| e.to_string()).unwrap_or_default(),
         egress_ca: d.invoker.egress_ca(),
+        servers: Vec::new(),
         caller_admin: admin,
         caller_uid: caller.uid,
         caller_user: nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(caller.uid))
