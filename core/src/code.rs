@@ -143,6 +143,10 @@ codes! {
     InvalidOutput = "INVALID_OUTPUT" => "an `output = \"json\"` tool's stdout is not valid JSON (or was cut at `max_output`); the raw output is shown as text",
     /// A JSON tool's stdout does not pass its `output.schema`.
     OutputSchemaMismatch = "OUTPUT_SCHEMA_MISMATCH" => "an `output = \"json\"` tool's stdout is JSON that does not pass its `output.schema`; the message names the JSON pointer and the schema rule",
+    /// An MCP server's tool answered with `isError` (docs/mcp-servers.md).
+    ServerToolError = "SERVER_TOOL_ERROR" => "the MCP server's tool reported an error (`isError`); its content says why",
+    /// An MCP server died, broke the protocol or sent a result cordon refuses during the call.
+    ServerFailed = "SERVER_FAILED" => "the MCP server died, broke the protocol, or answered with a result cordon refuses (too large, malformed) during the call; cordond's log names the server and why",
 }
 
 impl ResultCode {

@@ -99,7 +99,11 @@ pub(in crate::server) async fn watch_registry(
 ) -> Result<Response<<CordonService as Cordon>::WatchRegistryStream>, Status> {
     let _caller = service.caller(&request, "watch_registry")?;
     let stream = WatchStream::new(service.daemon.registry.subscribe()).map(|r| {
-        Ok(v1::RegistryGeneration { generation: r.generation, tools: u32::try_from(r.tools.len()).unwrap_or(u32::MAX) })
+        Ok(v1::RegistryGeneration {
+            generation: r.generation,
+            tools: u32::try_from(r.tools.len()).unwrap_or(u32::MAX),
+            servers_version: 0,
+        })
     });
     Ok(Response::new(Box::pin(stream)))
 }
