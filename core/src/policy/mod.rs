@@ -12,7 +12,10 @@
 //!   the default protected set of a git work tree), [`diag`], [`units`], [`defaults`],
 //!   [`trust`], `pattern`, [`foreign`] (recognizes CtxNest and Gandalf configs, to say how to
 //!   import them), [`rootfile`] (files trusted for what they hold, such as an `upstream_ca`).
-//! - [`fleet`]: the policy digest, a tool's policy as canonical JSON and the diff of two sets.
+//! - [`server`]: an MCP server a policy declares ([`McpServer`], its launcher a [`Tool`]) and
+//!   [`downloads_at_start`], the recognizer of commands that fetch a package when they start.
+//! - [`fleet`]: the policy digest, a tool's (or server's) policy as canonical JSON and the diff of
+//!   two sets.
 //! - [`schema`] (a tool's JSON Schema), [`output`] (a result judged by the policy: ok_exit_codes,
 //!   the output schema, wrapping), `probe` (availability and pinning), `repin` (a changed grant root
 //!   taken anew under the exact rule of docs/pins.md).
@@ -50,8 +53,9 @@ pub mod units;
 
 pub use diag::{Diagnostic, Severity};
 pub use keys::{
-    FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS,
-    SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS, WORKFLOW_KEYS,
+    CLIENT_REQUEST_KEYS, FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS,
+    SECRET_KEYS, SERVER_KEYS, SERVER_RULE_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS,
+    WORKFLOW_KEYS,
 };
 pub use load::{
     ExampleResult, LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, TestReport,
@@ -62,5 +66,8 @@ pub use model::*;
 pub use pattern::PatternError;
 pub use probe::{Control, PinChecks, ProbeError, executable_control, resolve_run_as};
 pub use repin::{Repin, Runner};
-pub use server::{ArgCheck, ArgRule, ClientRequests, Expose, McpServer, SERVER_TOOL_SEPARATOR};
+pub use server::{
+    ArgCheck, ArgRule, ClientRequests, Download, Expose, McpServer, PackageRegistry, SERVER_TOOL_SEPARATOR,
+    downloads_at_start,
+};
 pub use trust::{Subject, Trust, TrustError, Walked};

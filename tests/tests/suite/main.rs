@@ -51,6 +51,7 @@ mod run_stream;
 mod sandbox;
 mod search_status;
 mod secrets;
+mod servers_policy;
 mod skips;
 mod starter;
 mod systemd;

@@ -1,7 +1,8 @@
-//! Walks one spanned TOML document into [`Tool`]s, collecting every problem.
+//! Walks one spanned TOML document into [`Tool`]s (and workflows and MCP servers), collecting
+//! every problem.
 //!
 //! # Layout
-//! - this file: the document walk (`version`, `[defaults]`, `[tools]`) and the [`Parser`] that
+//! - this file: the document walk (`version`, `[defaults]`, `[servers]`, `[tools]`) and the [`Parser`] that
 //!   carries the diagnostics sink.
 //! - `value`: typed reads of one spanned value (`table`, `string`, `integer`, ...), the type
 //!   errors they report, and TOML -> JSON.
@@ -18,6 +19,8 @@
 //! - `env`: the `env` table and `args_env_prefix`.
 //! - `secrets`: the file's `[secrets.NAME]` declarations and a tool's `secrets` table.
 //! - `examples`: `[[tools.NAME.examples]]` and `[[tools.NAME.refuse]]`, run once the tool is built.
+//! - `server`: one `[servers.NAME]` table: an MCP server's launcher (a tool read by the code above)
+//!   and its own keys (exposure, argument rules, lifetimes, client requests).
 //! - `workflow`: one `[workflows.NAME]` table and its steps, and `link`, the checks of a
 //!   workflow against every tool of the load (run by `load` once all files are parsed).
 //! - `lint`: warnings about foot-guns in one built tool (interpreters fed a placeholder, options
@@ -37,10 +40,12 @@ mod limits;
 mod lint;
 mod param;
 mod secrets;
+mod server;
 mod tool;
 mod value;
 mod workflow;
 
+pub(super) use server::ParsedServer;
 pub(super) use workflow::link;
 
 use std::collections::BTreeMap;
@@ -64,6 +69,10 @@ pub(super) struct Parsed {
     pub(super) tools: Vec<Tool>,
     /// Not yet linked to the load's tools (see [`link`]).
     pub(super) workflows: Vec<Workflow>,
+    /// Not yet checked against the other files' names (see `load`).
+    pub(super) servers: Vec<ParsedServer>,
+    /// The file's `namespace`, with its line and column.
+    pub(super) namespace: Option<(String, u32, u32)>,
     pub(super) diagnostics: Vec<Diagnostic>,
 }
 
@@ -89,13 +98,21 @@ pub(super) fn parse_file_with(
             let span = e.span().unwrap_or(0..0);
             p.sink.error(span, format!("invalid TOML: {}", e.message().trim_end()));
         }
-        return Parsed { tools: Vec::new(), workflows: Vec::new(), diagnostics: p.sink.diagnostics };
+        return Parsed {
+            tools: Vec::new(),
+            workflows: Vec::new(),
+            servers: Vec::new(),
+            namespace: None,
+            diagnostics: p.sink.diagnostics,
+        };
     }
-    let (tools, workflows) = p.document(doc.get_ref(), seen);
+    let doc = doc.get_ref();
+    let (tools, workflows, servers) = p.document(doc, seen);
+    let namespace = p.namespace_at(doc);
     let mut diagnostics = p.sink.diagnostics;
     // In file order; the sort is stable, so problems at one position keep their order.
     diagnostics.sort_by_key(|d| (d.line, d.column));
-    Parsed { tools, workflows, diagnostics }
+    Parsed { tools, workflows, servers, namespace, diagnostics }
 }
 
 /// The walk over one file: where its problems go, and which file it is.
@@ -108,7 +125,11 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn document(&mut self, doc: &DeTable<'_>, seen: &BTreeMap<String, Source>) -> (Vec<Tool>, Vec<Workflow>) {
+    fn document(
+        &mut self,
+        doc: &DeTable<'_>,
+        seen: &BTreeMap<String, Source>,
+    ) -> (Vec<Tool>, Vec<Workflow>, Vec<ParsedServer>) {
         self.unknown_keys(doc, FILE_KEYS, "at the top level");
         self.version(doc);
         let namespace = self.namespace(doc);
@@ -116,6 +137,18 @@ impl Parser<'_> {
         let mut secrets = self.secret_decls(doc);
         let mut tools = Vec::new();
         let mut workflows = Vec::new();
+        let mut servers = Vec::new();
+        if let Some(value) = doc.get("servers")
+            && let Some(table) = self.table(value, "servers")
+        {
+            let ns = namespace.as_deref().zip(doc.get("namespace").map(|v| v.span()));
+            for (name, value) in table {
+                let ns = ns.as_ref().map(|(n, s)| (*n, s));
+                if let Some(s) = self.server(name, value, ns, &defaults, &mut secrets) {
+                    servers.push(s);
+                }
+            }
+        }
         if let Some(value) = doc.get("workflows")
             && let Some(table) = self.table(value, "workflows")
         {
@@ -126,14 +159,14 @@ impl Parser<'_> {
             }
         }
         let Some(tools_value) = doc.get("tools") else {
-            if !doc.contains_key("workflows") {
+            if !doc.contains_key("workflows") && !doc.contains_key("servers") {
                 self.sink.warning(0..0, "this file defines no tools; add a [tools.NAME] table");
             }
             self.unused_secrets(&secrets);
-            return (tools, workflows);
+            return (tools, workflows, servers);
         };
         let Some(table) = self.table(tools_value, "tools") else {
-            return (tools, workflows);
+            return (tools, workflows, servers);
         };
         for (name, value) in table {
             if let Some(tool) = self.tool(name, value, namespace.as_deref(), &defaults, seen, &mut secrets) {
@@ -141,7 +174,15 @@ impl Parser<'_> {
             }
         }
         self.unused_secrets(&secrets);
-        (tools, workflows)
+        (tools, workflows, servers)
+    }
+
+    /// The valid `namespace` of the file and where it is written.
+    fn namespace_at(&mut self, doc: &DeTable<'_>) -> Option<(String, u32, u32)> {
+        let v = doc.get("namespace")?;
+        let ns = v.get_ref().as_str().filter(|ns| param::valid_tool_name(ns) && ns.len() <= MAX_NAMESPACE_LEN)?;
+        let (line, column) = self.sink.position(&v.span());
+        Some((ns.to_string(), line, column))
     }
 
     /// `version = 1`, the only format this parser reads.
