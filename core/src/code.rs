@@ -188,7 +188,16 @@ mod tests {
         let names: Vec<&str> = ResultCode::ALL.iter().map(|c| c.as_str()).collect();
         assert_eq!(
             names,
-            ["EXIT_CODE", "SIGNALLED", "TIMED_OUT", "CANCELLED", "INVALID_OUTPUT", "OUTPUT_SCHEMA_MISMATCH"]
+            [
+                "EXIT_CODE",
+                "SIGNALLED",
+                "TIMED_OUT",
+                "CANCELLED",
+                "INVALID_OUTPUT",
+                "OUTPUT_SCHEMA_MISMATCH",
+                "SERVER_TOOL_ERROR",
+                "SERVER_FAILED"
+            ]
         );
     }
 

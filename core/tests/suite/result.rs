@@ -153,7 +153,7 @@ fn an_invalid_output_schema_is_a_load_error() {
 }
 
 /// Every code a verdict can carry is a `ResultCode` (whose table generates the reference page,
-/// docs/reference/result-codes.md), and every code is reachable: one run per way a run ends.
+/// docs/reference/result-codes.md), and every code of a run is reachable: one run per way a run ends.
 #[test]
 fn every_result_code_is_in_the_documented_table_and_reachable() {
     use cordon_core::code::ResultCode;
@@ -175,7 +175,10 @@ fn every_result_code_is_in_the_documented_table_and_reachable() {
     }
     seen.sort_unstable();
     seen.dedup();
-    let mut table: Vec<&str> = ResultCode::ALL.iter().map(|c| c.as_str()).collect();
+    // The two codes of an MCP server's call are cordond's verdict on the server's answer, not a
+    // run's: tests/suite/mcp_servers_daemon.rs reaches them with a real server.
+    let server = [ResultCode::ServerToolError.as_str(), ResultCode::ServerFailed.as_str()];
+    let mut table: Vec<&str> = ResultCode::ALL.iter().map(|c| c.as_str()).filter(|c| !server.contains(c)).collect();
     table.sort_unstable();
     assert_eq!(seen, table, "a ResultCode no run reaches, or a run this test misses");
 }
