@@ -292,6 +292,7 @@ impl Instance {
             Availability::Unavailable { reason } => return Err(unavailable(reason.clone())),
         };
         let uid = spec.identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+        program_control(&spec.pins, uid, spec.host.is_root).map_err(unavailable)?;
         let mut plan = argv::plan(&launcher, &executable, &Arguments::default(), &Account::for_uid(uid));
         // The instance's secrets, read once now, each with a placeholder for its lifetime.
         let bound = crate::secrets::bind(&launcher, spec.terminator.as_ref().map(|t| t.bundle.as_path()))
@@ -605,7 +606,9 @@ impl Shared {
 
     fn died(&self) -> CallError {
         match lock(&self.ended_how).clone() {
-            Some(Ended { how, protocol: true }) => CallError::Protocol(how),
+            Some(Ended { how, protocol: true }) => {
+                CallError::Protocol(how.strip_prefix("protocol: ").map(str::to_string).unwrap_or(how))
+            }
             Some(Ended { how, .. }) => CallError::Died(how),
             None => CallError::Died("the server is gone".into()),
         }
@@ -711,6 +714,43 @@ impl Shared {
         ));
         Ok((tools, refused))
     }
+}
+
+/// The rule a tool call follows (`invoke.rs`, `resolve`): a program someone other than root can
+/// change (command[0]'s real file, looked at again now through its pin; a search_path directory
+/// or entry) runs only as that account, and a command[0] anyone else can write never runs.
+fn program_control(pins: &Pins, account_uid: u32, is_root: bool) -> Result<(), String> {
+    use cordon_core::policy::Control;
+    let daemon_uid = if is_root { 0 } else { nix::unistd::geteuid().as_raw() };
+    let executable_now = pins
+        .executable
+        .as_ref()
+        .and_then(|e| Some((e.pin.path.clone(), cordon_core::policy::executable_control(&e.pin, daemon_uid)?)));
+    let writer = match executable_now {
+        Some((path, Control::Shared(why))) => {
+            return Err(format!(
+                "command[0] {}: {why}; whoever can write it chooses what the server runs, so `chown root` it and \
+                 make it writable only by root (`chmod go-w`)",
+                path.display()
+            ));
+        }
+        Some((path, Control::Owner(uid))) => Some((uid, path)),
+        None => None,
+    };
+    let loaded = pins.search_path_writer.as_ref().map(|w| (w.uid, w.path.clone()));
+    for (writer, path) in loaded.into_iter().chain(writer) {
+        if writer != account_uid {
+            return Err(format!(
+                "uid {writer} ({}) can change the programs it runs ({} is theirs), and this instance would run as \
+                 uid {account_uid} ({}); it runs only as that account: `chown root` {} (or remove it)",
+                Account::for_uid(writer).user,
+                path.display(),
+                Account::for_uid(account_uid).user,
+                path.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One JSON-RPC message as a line.
@@ -1578,7 +1618,7 @@ mod tests {
         let e = i.call(call("flood_stdout", json!({}))).await.unwrap_err();
         let cap = line_cap(i.max_output());
         let CallError::Protocol(how) = e else { panic!("{e:?}") };
-        assert!(how.starts_with(&format!("protocol: it wrote a line longer than {cap} bytes on stdout; ")), "{how}");
+        assert!(how.starts_with(&format!("it wrote a line longer than {cap} bytes on stdout; ")), "{how}");
         let how = event(&mut f, i.id(), exited).await;
         assert!(how.starts_with("protocol: it wrote a line longer than"), "{how}");
         assert!(gone(pid));
