@@ -1219,7 +1219,8 @@ async fn skip_line(r: &mut (impl AsyncBufRead + Unpin)) -> std::io::Result<()> {
 }
 
 /// Stand-ins for the catalog's bounded parsers (`cordon_core::mcp_server`, lane B): the same
-/// signatures, so the real ones replace these by a `use`.
+/// signatures, so the real ones replace this module by `use cordon_core::mcp_server as catalog;`
+/// (done on a trial merge with fix31-catalog 822bc57: every test of this file passes).
 mod catalog {
     use cordon_core::mcp_server::RemoteTool;
     use serde_json::Value;
