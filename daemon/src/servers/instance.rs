@@ -25,7 +25,8 @@
 //! - The server's requests: `ping` answered; `roots/list` answered with the policy's
 //!   `client_requests.roots` as `file://` URIs when there are any; everything else (sampling,
 //!   elicitation, roots when not allowed, unknown methods) answered with JSON-RPC error -32601
-//!   "refused by cordon's policy" and reported as [`InstanceEvent::Refused`].
+//!   "refused by cordon's policy" and reported as [`InstanceEvent::Refused`] (a flood of them is
+//!   answered whole but reported at the log's rate).
 //! - Notifications: `tools/list_changed` -> listed again, then [`InstanceEvent::ToolsChanged`];
 //!   `message` (logging) -> the daemon's log, bounded and rate-limited with stderr; `progress`
 //!   -> the call it names; others ignored.
@@ -267,6 +268,8 @@ struct Shared {
     /// A liveness check (`ping` after a timed-out call) is running.
     checking: AtomicBool,
     log: Mutex<LogLimit>,
+    /// Refused requests reported (the rest are answered, not reported).
+    refusals: Mutex<LogLimit>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -350,6 +353,7 @@ impl Instance {
             relist_again: AtomicBool::new(false),
             checking: AtomicBool::new(false),
             log: Mutex::new(LogLimit::new()),
+            refusals: Mutex::new(LogLimit::new()),
         });
         let started = Instant::now();
         // The supervisor owns everything the run borrows.
@@ -1032,9 +1036,12 @@ fn request(shared: &Arc<Shared>, method: &str, id: Value, _params: Option<&Value
                 "roots/list" => "the policy's client_requests.roots is empty",
                 _ => "cordon answers no other requests of servers",
             };
-            let method = printable(method, 128);
-            tracing::info!(server = %shared.name, instance = %shared.id, method = %method, "server request refused: {why}");
-            shared.event(InstanceEvent::Refused { method, why: why.to_string() });
+            // Each is answered; a flood of them is reported only as fast as the log takes lines.
+            if lock(&shared.refusals).admit() {
+                let method = printable(method, 128);
+                tracing::info!(server = %shared.name, instance = %shared.id, method = %method, "server request refused: {why}");
+                shared.event(InstanceEvent::Refused { method, why: why.to_string() });
+            }
             json!({ "jsonrpc": "2.0", "id": id, "error": { "code": REFUSED_CODE, "message": REFUSED_MESSAGE } })
         }
     };
