@@ -1514,7 +1514,8 @@ mod tests {
                 "flood_stderr",
                 "read",
                 "log",
-                "fetch"
+                "fetch",
+                "junk"
             ]
         );
         assert!(refused.is_empty(), "{refused:?}");
@@ -1611,7 +1612,7 @@ mod tests {
             _ => None,
         })
         .await;
-        assert_eq!(tools.len(), 12);
+        assert_eq!(tools.len(), 13);
         assert_eq!(tools.last().unwrap().name, "added");
         assert_eq!(i.tools().0, tools);
         i.stop().await;
@@ -1820,5 +1821,27 @@ mod tests {
             records.iter().any(|r| r["decision"] == "egress" && r["allowed"] == false && r["host"] == "10.0.0.1"),
             "{text}"
         );
+    }
+
+    /// A line that is not JSON is a protocol break too; dropping the last handle of an instance
+    /// kills its process.
+    #[tokio::test]
+    async fn junk_on_stdout_kills_the_server_and_so_does_dropping_it() {
+        let Some(mut f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        let pid = i.info().pid.unwrap();
+        let e = i.call(call("junk", json!({}))).await.unwrap_err();
+        let CallError::Protocol(how) = e else { panic!("{e:?}") };
+        assert!(how.starts_with("it wrote a line on stdout that is not JSON ("), "{how}");
+        assert!(
+            event(&mut f, i.id(), exited).await.starts_with("protocol: it wrote a line on stdout that is not JSON")
+        );
+        assert!(gone(pid));
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        let (id, pid) = (i.id().to_string(), i.info().pid.unwrap());
+        drop(i);
+        let how = event(&mut f, &id, exited).await;
+        assert!(how.starts_with("stopped by cordond (its last handle was dropped); "), "{how}");
+        assert!(gone(pid));
     }
 }
