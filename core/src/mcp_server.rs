@@ -342,10 +342,12 @@ impl ServerTool {
     /// refers to anything outside itself (cordon fetches no `$ref`), or when it does not compile.
     pub fn new(server: &McpServer, remote: RemoteTool) -> Result<ServerTool, String> {
         let rules = server.rules.get(&remote.name).cloned().unwrap_or_default();
-        ServerTool::build(&server.name, remote, rules)
+        ServerTool::with_rules(&server.name, remote, rules)
     }
 
-    fn build(server: &str, remote: RemoteTool, rules: Vec<ArgRule>) -> Result<ServerTool, String> {
+    /// [`ServerTool::new`] with the rules given rather than taken from a loaded server (the
+    /// front-end's [`ServerTool::from_wire`], tests).
+    pub fn with_rules(server: &str, remote: RemoteTool, rules: Vec<ArgRule>) -> Result<ServerTool, String> {
         let exposed_name = format!("{server}{SERVER_TOOL_SEPARATOR}{}", remote.name);
         if exposed_name.len() > MAX_TOOL_NAME {
             return Err(format!(
@@ -469,7 +471,7 @@ impl ServerTool {
         entry.insert("description".into(), description.into());
         entry.insert("inputSchema".into(), input_schema);
         let remote = RemoteTool::parse(&Value::Object(entry))?;
-        let tool = ServerTool::build(server, remote, rules)?;
+        let tool = ServerTool::with_rules(server, remote, rules)?;
         if tool.exposed_name != exposed_name {
             return Err(format!(
                 "the tool is named `{exposed_name}`, not `{}` as its server and name make",
