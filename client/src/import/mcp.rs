@@ -336,24 +336,23 @@ fn env(host_name: &str, name: &str, obj: &Map<String, Value>, r: &mut Report, t:
 /// policy file is a leak.
 pub(crate) fn looks_secret(key: &str, value: &str) -> bool {
     let k = key.to_ascii_uppercase();
-    const NAMES: &[&str] = &[
+    const PARTS: &[&str] = &[
         "TOKEN",
         "SECRET",
         "PASSWORD",
         "PASSWD",
-        "PASS",
-        "API_KEY",
-        "APIKEY",
-        "ACCESS_KEY",
-        "PRIVATE",
         "CREDENTIAL",
-        "AUTH",
+        "APIKEY",
+        "API_KEY",
+        "ACCESS_KEY",
+        "PRIVATE_KEY",
         "COOKIE",
-        "SESSION",
-        "DSN",
         "CONNECTION_STRING",
     ];
-    if NAMES.iter().any(|n| k.contains(n)) || k.ends_with("_KEY") || k == "KEY" {
+    const WORDS: &[&str] =
+        &["PASS", "PWD", "KEY", "AUTH", "AUTHORIZATION", "OAUTH", "SESSION", "DSN", "PAT", "SIGNATURE"];
+    if PARTS.iter().any(|n| k.contains(n)) || k.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| WORDS.contains(&w))
+    {
         return true;
     }
     const PREFIXES: &[&str] = &[
@@ -470,6 +469,9 @@ mod tests {
             ("DATABASE_URL", "postgres://user:pw@db/x"),
             ("X", "${input:token}"),
             ("X", "a1b2c3d4e5f6a7b8c9d0e1f2"),
+            ("SLACK_BOT_AUTH", "x"),
+            ("AWS_SESSION_TOKEN", "x"),
+            ("SIGNING_KEY", "x"),
         ] {
             assert!(looks_secret(k, v), "{k}={v}");
         }
