@@ -4,7 +4,7 @@
 //!
 //! What each difference becomes (each also written as a comment in the server's table):
 //! - the host ran the server with the user's full rights; cordon runs it in a sandbox that grants
-//!   nothing but its installed program: what else it needs (the paths it was given, the hosts it
+//!   nothing but its installed copy (`exec`): what else it needs (the paths it was given, the hosts it
 //!   reaches) is suggested in comments, never granted;
 //! - `npx -y PKG`, `uvx PKG` and the like download the package when the server starts, which the
 //!   sandbox does not allow (`policy::downloads_at_start` recognizes them): the server's
@@ -251,7 +251,7 @@ fn server(
         ),
     );
     let given: Vec<&String> = argv.iter().skip(1).filter(|a| a.starts_with('/') || a.starts_with("~/")).collect();
-    let mut grant_note = String::from("Granted: the server's installed program, nothing else.");
+    let mut grant_note = String::from("Granted: the server's installed copy (to run its own files), nothing else.");
     if !given.is_empty() {
         let shown: Vec<String> = given.iter().map(|g| format!("{g:?}")).collect();
         grant_note.push_str(&format!(
@@ -265,7 +265,7 @@ fn server(
     if reads.is_empty() {
         t.note(grant_note);
     } else {
-        t.set_noted("read", out::strings(&reads), grant_note);
+        t.set_noted("exec", out::strings(&reads), grant_note);
     }
     env(host_name, name, obj, r, &mut t);
     if let Some(cwd) = obj.get("cwd").and_then(Value::as_str) {

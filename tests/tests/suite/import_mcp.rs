@@ -73,7 +73,7 @@ fn a_claude_desktop_config_becomes_servers_to_review_that_check_once_installed()
             "command = [\"{i}/filesystem/node_modules/.bin/mcp-server-filesystem\", \"{d}/Documents\", \"{d}/Desktop\"]",
             d = s(dir.path())
         ),
-        format!("read = [\"{i}/filesystem\"]"),
+        format!("exec = [\"{i}/filesystem\"]"),
         format!("`npm install --prefix {i}/filesystem"),
         "[servers.git]".into(),
         format!("command = [\"{i}/git/bin/mcp-server-git\", \"--repository\", \"{}/src/project\"]", s(dir.path())),
