@@ -540,7 +540,7 @@ pub(crate) fn server_info(v: &ServerView, admin: bool, viewer_uid: u32, tools: b
             .map(|i| v1::ServerInstance {
                 id: if admin { i.id.clone() } else { String::new() },
                 uid: i.info.uid,
-                pid: if admin { i.info.pid } else { 0 },
+                pid: if admin { i.info.pid.unwrap_or_default() } else { 0 },
                 uptime_ms: millis(i.info.started.elapsed()),
                 idle_ms: millis(i.info.last_used.elapsed()),
                 calls_in_flight: i.info.in_flight,

@@ -17,7 +17,9 @@
 //! - `call.rs`: one call of a server's tool, from admission to its terminal record.
 //! - `catalog.rs`: which recorded tools are exposed, and why the others are withheld.
 //! - `approvals.rs`: the store beside the audit log (recorded lists, approvals).
-//! - `instance.rs`: one running server and cordond's MCP client to it.
+//! - `instance.rs`: one running server in its sandbox and cordond's MCP client to it (attached
+//!   stdio, bounded JSON-RPC lines, initialize, tools/list, tools/call with progress, timeout and
+//!   cancel, refusal of the server's requests, stderr to the log, its egress proxy).
 //! - `metrics.rs`: what the manager counts (`--metrics`).
 
 pub(crate) mod approvals;
@@ -475,6 +477,9 @@ impl Manager {
                 if let Some(server) = server {
                     self.tools_listed(&server.def, id, tools);
                 }
+            }
+            InstanceEvent::Stderr { dropped } => {
+                tracing::warn!(server = %name, instance = %id, dropped, "MCP server's stderr lines dropped (rate limit)");
             }
             InstanceEvent::Refused { method, why } => {
                 self.audit.record(
