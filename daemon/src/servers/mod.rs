@@ -693,22 +693,14 @@ impl Manager {
     }
 }
 
-/// Whether a reload left a server's definition as it was (its launcher's describe form and
-/// every other key but where it is written).
+/// Whether a reload left a server's definition as it was: its describe form (the launcher's
+/// keys and the server's own, as the policy writes them; not where it is written) and the
+/// launcher's pins (a grant root swapped and loaded anew is another sandbox).
 fn same(a: &McpServer, b: &McpServer) -> bool {
-    let launcher = Arc::ptr_eq(&a.launcher, &b.launcher)
-        || cordon_core::policy::fleet::describe(&a.launcher) == cordon_core::policy::fleet::describe(&b.launcher);
-    launcher
-        && a.description == b.description
-        && a.expose == b.expose
-        && format!("{:?}", a.rules) == format!("{:?}", b.rules)
-        && a.share == b.share
-        && a.idle == b.idle
-        && a.start_timeout == b.start_timeout
-        && a.pin == b.pin
-        && a.client_requests == b.client_requests
-        && a.resources == b.resources
-        && a.prompts == b.prompts
+    use cordon_core::policy::fleet::describe_server;
+    let pins = Arc::ptr_eq(&a.launcher.sandbox.pins, &b.launcher.sandbox.pins)
+        || a.launcher.sandbox.pins == b.launcher.sandbox.pins;
+    a.name == b.name && describe_server(a) == describe_server(b) && pins
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
