@@ -52,6 +52,7 @@ mod run_stream;
 mod sandbox;
 mod search_status;
 mod secrets;
+mod servers_policy;
 mod skips;
 mod starter;
 mod systemd;
