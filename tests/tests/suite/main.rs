@@ -25,6 +25,7 @@ mod export;
 mod exposure;
 mod fleet;
 mod import;
+mod import_mcp;
 mod init;
 mod jobs;
 mod kubernetes;
