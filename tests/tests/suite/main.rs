@@ -34,6 +34,7 @@ mod mcp_config;
 mod mcp_http;
 mod mcp_messages;
 mod mcp_protocol;
+mod mcp_servers_daemon;
 mod metrics;
 mod netns;
 mod policy_tests;
