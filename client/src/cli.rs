@@ -315,6 +315,7 @@ pub enum ServerCommand {
     /// One server: its recorded tools (state, digest, description), the approved and recorded
     /// digests, its instances, and what to run next.
     Show {
+        /// The server's name (`[servers.NAME]`).
         name: String,
         /// Start the server first when it has no recorded tool list yet, so that its list can be
         /// reviewed (admins only).
@@ -325,6 +326,7 @@ pub enum ServerCommand {
     /// Shows the list and asks first on a terminal; approves exactly the list shown (or the one
     /// with --digest, refused if the server's list changed since).
     Approve {
+        /// The server's name (`[servers.NAME]`).
         name: String,
         /// The digest of the list you reviewed (`cordon server show NAME`), e.g. sha256:3f2a...
         #[arg(long, value_name = "sha256:HEX")]
@@ -334,7 +336,10 @@ pub enum ServerCommand {
         yes: bool,
     },
     /// Stop a server's running instances now (they start again on the next call; admins only).
-    Stop { name: String },
+    Stop {
+        /// The server's name (`[servers.NAME]`).
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
