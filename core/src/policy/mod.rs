@@ -62,5 +62,8 @@ pub use model::*;
 pub use pattern::PatternError;
 pub use probe::{Control, PinChecks, ProbeError, executable_control, resolve_run_as};
 pub use repin::{Repin, Runner};
-pub use server::{ArgCheck, ArgRule, ClientRequests, Expose, McpServer, SERVER_TOOL_SEPARATOR};
+pub use server::{
+    ArgCheck, ArgRule, ClientRequests, Download, Expose, McpServer, PackageRegistry, SERVER_TOOL_SEPARATOR,
+    downloads_at_start,
+};
 pub use trust::{Subject, Trust, TrustError, Walked};
