@@ -115,6 +115,14 @@ impl Agent {
         }
     }
 
+    /// Sends a request without waiting for its answer; its id.
+    fn start_request(&mut self, method: &str, params: Value) -> u64 {
+        self.next += 1;
+        let id = self.next;
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        id
+    }
+
     fn request(&mut self, method: &str, params: Value) -> Value {
         let (answer, _) = self.exchange(method, params);
         assert!(answer.get("error").is_none(), "{method}: {answer}");
@@ -190,6 +198,7 @@ fn server_tools_are_listed_once_approved_and_called_through_the_front_end() {
     assert_eq!(echo["title"], "Echo", "{echo}");
     assert!(echo["description"].as_str().unwrap().starts_with("Answers its text between brackets"), "{echo}");
     assert_eq!(echo["inputSchema"]["properties"]["text"]["type"], "string", "{echo}");
+    assert_eq!(echo["inputSchema"]["properties"]["text"]["maxLength"], 8, "narrowed by the policy's rule: {echo}");
     assert_eq!(tools["tiny__measure"]["outputSchema"]["properties"]["length"]["type"], "integer");
 
     // A call within the rules runs on the server.
@@ -274,6 +283,14 @@ fn the_admin_cli_lists_shows_approves_and_stops_a_server() {
     assert_eq!(lines[1], "tiny  awaiting approval  0          0 exposed, 0 withheld  -", "{out:?}");
     assert!(lines[2].starts_with("tiny: no tool list recorded yet"), "{out:?}");
 
+    // doctor names it with the command to run.
+    let doctor = d.cordon(&["doctor"]);
+    assert!(
+        doctor.stdout.contains("server    server tiny awaits approval of its tools: no tool list recorded yet"),
+        "{doctor:?}"
+    );
+    assert!(doctor.stdout.contains("review with `cordon server show tiny --start`, then `cordon server approve tiny`"));
+
     // Approving before anything was recorded says how to record it.
     let out = d.cordon(&["server", "approve", "tiny", "--yes"]);
     assert_ne!(out.code, Some(0), "{out:?}");
@@ -336,4 +353,30 @@ fn the_admin_cli_lists_shows_approves_and_stops_a_server() {
     );
     let all = d.cordon(&["tools", "--all", "--json"]).json();
     assert_eq!(all["withheld_server_tools"], json!([]), "{all:#}");
+}
+
+#[test]
+fn an_agent_cancelling_a_server_call_cancels_it_in_cordond() {
+    let Some(d) = daemon() else { return }; // not a skip: daemon() reported it
+    approve(&d);
+    let mut agent = Agent::start(&d.socket);
+    let params = json!({ "name": "tiny__steps", "arguments": { "count": 20 }, "_meta": { "progressToken": "c" } });
+    let id = agent.start_request("tools/call", params);
+    // Once the server reports progress, the call runs on it: cancel it as an agent host does.
+    assert!(agent.notified("notifications/progress", Duration::from_secs(20)), "the call started");
+    agent.send(json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": { "requestId": id, "reason": "the user pressed stop" }
+    }));
+    let mut ended = Vec::new();
+    let cancelled = eventually(Duration::from_secs(20), || {
+        ended = records_of(&d, "tiny__steps");
+        ended.iter().any(|r| r["decision"] == "cancelled")
+    });
+    assert!(cancelled, "cordond recorded the call cancelled: {ended:#?}");
+    assert!(!ended.iter().any(|r| r["ok"] == true), "the call did not run to its end (20 steps): {ended:#?}");
+    // The session goes on.
+    let r = agent.call("tiny__echo", json!({ "text": "after" }));
+    assert_eq!(text(&r), "[after]", "{r}");
 }
