@@ -315,7 +315,12 @@ pub enum ToolCommand {
 #[derive(Debug, Subcommand)]
 pub enum ServerCommand {
     /// The policy's MCP servers: state, instances, tools exposed and withheld, approved digest.
-    List,
+    List {
+        /// Start this server first when it has no recorded tool list yet, so that its list can
+        /// be reviewed (admins only; as `cordon server show NAME --start`).
+        #[arg(long, value_name = "NAME")]
+        start: Option<String>,
+    },
     /// One server: its recorded tools (state, digest, description), the approved and recorded
     /// digests, its instances, and what to run next.
     Show {

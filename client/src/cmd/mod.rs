@@ -149,7 +149,7 @@ pub(crate) async fn dispatch(
         Command::Approve { id } => approvals::decide(endpoint, &id, true, json).await,
         Command::Deny { id } => approvals::decide(endpoint, &id, false, json).await,
         Command::Server { command } => match command {
-            ServerCommand::List => servers::list(endpoint, json).await,
+            ServerCommand::List { start } => servers::list(endpoint, start.as_deref(), json).await,
             ServerCommand::Show { name, start } => servers::show(endpoint, &name, start, json).await,
             ServerCommand::Approve { name, digest, yes } => {
                 servers::approve(endpoint, &name, digest.as_deref(), yes, json).await

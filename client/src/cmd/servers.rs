@@ -19,8 +19,11 @@ use crate::term::{self, outln};
 /// How much of a digest the table shows (`sha256:` and 12 hex digits).
 const SHORT_DIGEST: usize = "sha256:".len() + 12;
 
-pub(super) async fn list(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn list(endpoint: &Endpoint, start: Option<&str>, as_json: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
+    if let Some(name) = start {
+        one(&mut client, name, true).await?;
+    }
     let servers = client.list_servers("", false, false).await?;
     if as_json {
         print_json(&json!({ "servers": servers }));

@@ -291,6 +291,12 @@ fn the_admin_cli_lists_shows_approves_and_stops_a_server() {
     );
     assert!(doctor.stdout.contains("review with `cordon server show tiny --start`, then `cordon server approve tiny`"));
 
+    // The command the daemon's reason names parses (and is refused for a server not declared).
+    let reason_command = lines[2].split('`').nth(1).unwrap().to_string();
+    assert_eq!(reason_command, "cordon server list --start tiny", "{out:?}");
+    let out = d.cordon(&["server", "list", "--start", "nope"]);
+    assert_ne!(out.code, Some(0), "{out:?}");
+
     // Approving before anything was recorded says how to record it.
     let out = d.cordon(&["server", "approve", "tiny", "--yes"]);
     assert_ne!(out.code, Some(0), "{out:?}");
