@@ -35,6 +35,7 @@ mod mcp_http;
 mod mcp_messages;
 mod mcp_protocol;
 mod mcp_servers_daemon;
+mod mcp_servers_frontend;
 mod metrics;
 mod netns;
 mod policy_tests;
