@@ -1142,6 +1142,8 @@ impl Invoker {
             output,
             proxy: handoff,
             temp_files: std::mem::take(&mut prepared.secret_files),
+            stdio: cordon_sandbox::Stdio::Captured,
+            pid: None,
         };
         // DEBUG: the audit log is the record of every call; INFO stays quiet on the hot path.
         tracing::debug!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");

@@ -48,6 +48,7 @@ mod metrics;
 mod registry;
 mod secrets;
 mod server;
+mod servers;
 mod startup;
 mod tokens;
 

@@ -13,6 +13,8 @@
 //! - [`approvals`]: `pending`, `approve`, `deny`.
 //! - [`policy`]: `policy check|test|diff|reference`.
 //! - [`doctor`], [`status`], [`reload`], [`metrics`]: the daemon and this host.
+//! - [`servers`]: `cordon server list|show|approve|stop` (MCP servers the policy declares), and
+//!   the servers' lines of `status` and `doctor`.
 //! - [`tokens`]: `cordon token issue|list|revoke`. [`audit`]: `cordon audit tail|verify|resume`.
 //! - [`output`]: `--json`'s object and the tables several commands print.
 //!
@@ -24,7 +26,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use crate::api::{Client, ToolInfo};
-use crate::cli::{AuditCommand, Command, PolicyCommand, TokenCommand, ToolCommand};
+use crate::cli::{AuditCommand, Command, PolicyCommand, ServerCommand, TokenCommand, ToolCommand};
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
 
@@ -41,6 +43,7 @@ mod policy;
 pub(crate) mod registry;
 mod reload;
 mod run;
+mod servers;
 mod status;
 mod tokens;
 mod tools;
@@ -140,6 +143,14 @@ pub(crate) async fn dispatch(
         Command::Pending { watch } => approvals::pending(endpoint, json, watch).await,
         Command::Approve { id } => approvals::decide(endpoint, &id, true, json).await,
         Command::Deny { id } => approvals::decide(endpoint, &id, false, json).await,
+        Command::Server { command } => match command {
+            ServerCommand::List => servers::list(endpoint, json).await,
+            ServerCommand::Show { name, start } => servers::show(endpoint, &name, start, json).await,
+            ServerCommand::Approve { name, digest, yes } => {
+                servers::approve(endpoint, &name, digest.as_deref(), yes, json).await
+            }
+            ServerCommand::Stop { name } => servers::stop(endpoint, &name, json).await,
+        },
         Command::Reload => reload::run(endpoint, json).await,
         Command::Metrics => metrics::run(endpoint).await,
         Command::Token { command } => match command {

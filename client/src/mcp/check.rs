@@ -3,27 +3,36 @@
 //! as `cordon run`). The params are rebuilt from the rules `ListTools` carries. The daemon
 //! validates again, authoritatively; this check spares the round trip and gives the agent the
 //! message without one.
+//!
+//! A tool of an MCP server (`SERVER__TOOL`) is checked by [`cordon_core::mcp_server::ServerTool::validate`]
+//! (the server's input schema as the policy narrowed it, and the policy's rules), built from the
+//! wire form `ListTools` carries: the same core cordond runs.
 
 use std::path::PathBuf;
 
+use cordon_core::mcp_server::ServerTool;
 use cordon_core::policy::Param;
 use cordon_core::validate::{Signature, ValidationError, validate_signature};
 use serde_json::Value;
 
 use crate::api::{RulesError, ToolInfo};
 
-/// One tool's params, rebuilt as the daemon holds them.
+/// One tool's check, rebuilt as the daemon holds it.
 #[derive(Debug)]
-pub struct ArgCheck {
-    tool: String,
-    params: Vec<Param>,
-    working_dir: Option<PathBuf>,
+pub enum ArgCheck {
+    /// A policy tool: its params.
+    Params { tool: String, params: Vec<Param>, working_dir: Option<PathBuf> },
+    /// A tool of an MCP server: its narrowed schema and the policy's rules.
+    Server(Box<ServerTool>),
 }
 
 impl ArgCheck {
     /// Fails when the daemon's rules do not rebuild: calls to that tool are then refused.
     pub fn new(tool: &ToolInfo) -> Result<ArgCheck, RulesError> {
-        Ok(ArgCheck {
+        if tool.is_server_tool() {
+            return tool.server_tool().map(|t| ArgCheck::Server(Box::new(t)));
+        }
+        Ok(ArgCheck::Params {
             tool: tool.name.clone(),
             params: tool.rebuild_params()?,
             working_dir: tool.working_dir().map(PathBuf::from),
@@ -32,7 +41,12 @@ impl ArgCheck {
 
     /// The daemon's verdict on `args`: its first problem, worded as it words it.
     pub fn check(&self, args: &Value) -> Result<(), ValidationError> {
-        let signature = Signature { name: &self.tool, params: &self.params, working_dir: self.working_dir.as_deref() };
-        validate_signature(signature, args).map(|_| ())
+        match self {
+            ArgCheck::Params { tool, params, working_dir } => {
+                let signature = Signature { name: tool, params, working_dir: working_dir.as_deref() };
+                validate_signature(signature, args).map(|_| ())
+            }
+            ArgCheck::Server(t) => t.validate(args).map(|_| ()),
+        }
     }
 }

@@ -20,6 +20,7 @@ use sha2::{Digest as _, Sha256};
 use crate::audit::chain::hex;
 
 use super::model::{Allow, Confirm, Danger, Network, Output, Param, ParamKind, RunAs, StepArg, Temp, Tool, Workflow};
+use super::server::{ArgCheck, Expose, McpServer};
 use super::units::{format_duration, format_size};
 
 /// The digest of a policy set: `files` are (name relative to the policy directory, text), in any order.
@@ -220,6 +221,74 @@ pub fn describe_workflow(w: &Workflow) -> Value {
         "allow": allow(w.allow.as_ref()),
         "steps": steps,
     })
+}
+
+/// An MCP server's policy as one JSON object, like [`describe`]: its launcher's sandbox keys as
+/// [`describe`] writes a tool's (without the keys only tools have), and the server's own keys
+/// (`tools` or `hide`, `rules`, `share`, `idle`, `start_timeout`, `pin`, `client_requests`,
+/// `resources`, `prompts`), each argument rule as the table the policy writes.
+pub fn describe_server(server: &McpServer) -> Value {
+    let mut o = match describe(&server.launcher) {
+        Value::Object(o) => o,
+        _ => Map::new(),
+    };
+    for tool_only in [
+        "reason",
+        "args_env_prefix",
+        "params",
+        "confirm",
+        "danger",
+        "arg_separator",
+        "annotations",
+        "output",
+        "ok_exit_codes",
+        "cache",
+    ] {
+        o.remove(tool_only);
+    }
+    let names = |e: &Expose| -> Value {
+        match e {
+            Expose::Nothing => json!([]),
+            Expose::Only(n) | Expose::AllBut(n) => json!(n),
+            Expose::All => json!("*"),
+        }
+    };
+    match &server.expose {
+        Expose::AllBut(_) => o.insert("hide".into(), names(&server.expose)),
+        e => o.insert("tools".into(), names(e)),
+    };
+    let rules: Map<String, Value> = server
+        .rules
+        .iter()
+        .map(|(tool, rules)| {
+            let mut args: Map<String, Value> = Map::new();
+            for r in rules {
+                let entry = args.entry(r.argument.clone()).or_insert_with(|| json!({}));
+                match &r.check {
+                    ArgCheck::Under(p) => entry["under"] = paths(p),
+                    ArgCheck::Pattern(p) => entry["pattern"] = json!(p.source()),
+                    ArgCheck::MaxLength(n) => entry["max_length"] = json!(n),
+                    ArgCheck::OneOf(v) => entry["one_of"] = json!(v),
+                    ArgCheck::Range { min, max } => {
+                        entry["min"] = json!(min);
+                        entry["max"] = json!(max);
+                    }
+                    ArgCheck::Absent => entry["absent"] = json!(true),
+                    ArgCheck::Required => entry["required"] = json!(true),
+                }
+            }
+            (tool.clone(), Value::Object(args))
+        })
+        .collect();
+    o.insert("rules".into(), Value::Object(rules));
+    o.insert("share".into(), json!(server.share));
+    o.insert("idle".into(), json!(format_duration(server.idle)));
+    o.insert("start_timeout".into(), json!(format_duration(server.start_timeout)));
+    o.insert("pin".into(), json!(server.pin));
+    o.insert("client_requests".into(), json!({ "roots": paths(&server.client_requests.roots) }));
+    o.insert("resources".into(), names(&server.resources));
+    o.insert("prompts".into(), names(&server.prompts));
+    Value::Object(o)
 }
 
 fn paths(list: &[PathBuf]) -> Value {

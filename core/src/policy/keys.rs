@@ -36,6 +36,13 @@ pub const FILE_KEYS: &[KeyDoc] = &[
         false,
     ),
     key(
+        "servers",
+        "table",
+        "one [servers.NAME] table per MCP server cordond runs in a sandbox, its tools listed as NAME__TOOL \
+         (docs/mcp-servers.md); NAME matches ^[a-z][a-z0-9-]*$, at most 32 characters, and is no file's namespace",
+        false,
+    ),
+    key(
         "workflows",
         "table",
         "one [workflows.NAME] table per workflow: steps that call tools one after another; NAME matches \
@@ -385,3 +392,156 @@ pub const LIMIT_KEYS: &[KeyDoc] = &[
     key("file_size", "size", "largest file the tool may write", false),
     key("cpu_time", "duration", "CPU time limit", false),
 ];
+
+/// A [`TOOL_KEYS`] entry by name, at compile time (a missing name fails the build).
+const fn tool_key(name: &'static str) -> KeyDoc {
+    let mut i = 0;
+    while i < TOOL_KEYS.len() {
+        if same(TOOL_KEYS[i].name, name) {
+            return TOOL_KEYS[i];
+        }
+        i += 1;
+    }
+    panic!("no such tool key")
+}
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Keys of a `[servers.NAME]` table (and, where `defaultable`, taken from the file's
+/// `[defaults]`): the sandbox keys of a tool, read by the same code, and the server's own.
+pub const SERVER_KEYS: &[KeyDoc] = &[
+    key("description", "string", "what the server is for, shown to admins (required)", false),
+    key(
+        "command",
+        "array of strings",
+        "the server's fixed argv (stdio transport): command[0] a literal absolute path or a name looked up in the \
+         search path, no {{placeholders}}; a command that downloads at start (npx, npm exec, pnpm dlx, yarn dlx, \
+         bunx, uvx, uv tool run, pipx run, deno run URL) is refused: install the server first (required)",
+        false,
+    ),
+    key(
+        "tools",
+        "array of strings | \"*\"",
+        "the server's tools cordon lists, by their names on the server (as NAME__TOOL); \"*\" lists them all \
+         (lint server-exposed-whole); one of tools and hide is required",
+        false,
+    ),
+    key(
+        "hide",
+        "array of strings",
+        "list every tool of the server but these (lint server-exposed-whole: a tool the server adds later is \
+         listed once approved); one of tools and hide is required",
+        false,
+    ),
+    key(
+        "rules",
+        "table",
+        "[servers.NAME.rules.TOOL] ARG = { under = [...], pattern = \"..\", ... }: extra checks on an exposed \
+         tool's arguments, on top of the server's own input schema (see the server rule keys)",
+        false,
+    ),
+    key(
+        "share",
+        "boolean",
+        "true: one instance of the server serves every caller (lint server-shared-writes with write grants); \
+         default false: one instance per identity it runs as",
+        false,
+    ),
+    key(
+        "idle",
+        "duration",
+        "a running instance no call used for this long is stopped (10s to 24h, default 10m)",
+        false,
+    ),
+    key(
+        "start_timeout",
+        "duration",
+        "longest wait for the server to start and answer initialize and tools/list (1s to 10m, default 30s)",
+        false,
+    ),
+    key(
+        "pin",
+        "string",
+        "\"sha256:HEX\": the digest of the tool list the policy approves itself (shown by `cordon server show`); \
+         while the server lists exactly that, no `cordon server approve` is needed",
+        false,
+    ),
+    key(
+        "client_requests",
+        "table",
+        "{ roots = [absolute directories] }: requests the server may make of its client; roots/list is answered \
+         with these; everything else (sampling, elicitation) is refused (default: all refused)",
+        false,
+    ),
+    key("resources", "array of strings", "the server's resources cordon passes on, by URI (default none)", false),
+    key("prompts", "array of strings", "the server's prompts cordon passes on, by name (default none)", false),
+    key("timeout", "duration", "wall-clock limit of each call of the server's tools, 1s to 1h (default 60s)", true),
+    key(
+        "max_output",
+        "size",
+        "largest result of one call of the server's tools, 1B to 10MiB (default 256KiB); a bigger one fails the call",
+        true,
+    ),
+    key("disabled", "boolean", "validated but never started; its tools are not listed", false),
+    key("allow", "table", "{ users = [...], groups = [...] } agent callers admitted to the server's tools", true),
+    key(
+        "accept_warnings",
+        "array of strings or { lint, reason } tables",
+        "lints reviewed and accepted for this server: the tool lints of its sandbox keys and server-exposed-whole, \
+         server-shared-writes",
+        false,
+    ),
+    tool_key("working_dir"),
+    tool_key("env"),
+    tool_key("secrets"),
+    tool_key("read"),
+    tool_key("write"),
+    tool_key("exec"),
+    tool_key("search_path"),
+    tool_key("network"),
+    tool_key("unix_sockets"),
+    tool_key("limits"),
+    tool_key("run_as"),
+    tool_key("min_landlock_abi"),
+    tool_key("temp"),
+];
+
+/// Keys of one argument's rule table (`[servers.NAME.rules.TOOL] ARG = { ... }`): one or more
+/// checks, all of which the argument must pass.
+pub const SERVER_RULE_KEYS: &[KeyDoc] = &[
+    key(
+        "under",
+        "array of absolute paths",
+        "a path argument must lie beneath one of these, made absolute against the first and normalised without \
+         touching the filesystem (`..` refused)",
+        false,
+    ),
+    key("pattern", "string", "a string argument must match the whole regex (linear-time engine)", false),
+    key("max_length", "integer", "a string argument has at most this many characters", false),
+    key("one_of", "array", "the argument must be one of these values (compared as JSON)", false),
+    key("min", "number", "a number argument is at least this", false),
+    key("max", "number", "a number argument is at most this", false),
+    key("absent", "true", "the argument must not be given (the server's default applies); alone", false),
+    key("required", "true", "the argument must be given even where the server's schema makes it optional", false),
+];
+
+/// Keys of a server's `client_requests` table.
+pub const CLIENT_REQUEST_KEYS: &[KeyDoc] = &[key(
+    "roots",
+    "array of absolute paths",
+    "directories the server is told as its roots (roots/list, as file:// URIs); default none: roots/list refused",
+    false,
+)];

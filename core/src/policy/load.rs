@@ -14,6 +14,7 @@ use super::diag::{Diagnostic, Severity};
 use super::examples::{self, Outcome};
 use super::intern::Interner;
 use super::model::{Expect, Host, Source, Tool, Workflow};
+use super::server::McpServer;
 use super::trust::{self, Subject, Trust, TrustError, TrustedDir, Walked};
 use super::{foreign, parse, probe};
 
@@ -25,7 +26,7 @@ pub struct PolicySet {
     /// Sorted by name; every step names a tool of `tools` (see `[workflows.NAME]`).
     pub workflows: Vec<Arc<Workflow>>,
     /// MCP servers (`[servers.NAME]`), sorted by name; no server's name is a tool's namespace.
-    pub servers: Vec<Arc<super::server::McpServer>>,
+    pub servers: Vec<Arc<McpServer>>,
     /// Warnings (a successful load has no errors).
     pub diagnostics: Vec<Diagnostic>,
     pub files: Vec<PathBuf>,
@@ -52,14 +53,110 @@ struct LoadedFile {
     tools: Vec<Arc<Tool>>,
     /// As parsed: linked to the tools again on every load.
     workflows: Vec<Arc<Workflow>>,
+    /// As this load probed their launchers, with the column of each name.
+    servers: Vec<(Arc<McpServer>, u32)>,
+    /// The file's `namespace`, its line and column (checked against servers on every load).
+    namespace: Option<(String, u32, u32)>,
     warnings: Vec<Diagnostic>,
 }
 
 impl Reuse {
-    /// Every tool of the load that left this.
+    /// Every tool of the load that left this, and every server's launcher.
     fn tools(&self) -> impl Iterator<Item = &Tool> {
-        self.files.values().flat_map(|f| f.tools.iter().map(|t| &**t))
+        self.files
+            .values()
+            .flat_map(|f| f.tools.iter().map(|t| &**t).chain(f.servers.iter().map(|(s, _)| &*s.launcher)))
     }
+}
+
+/// `server` with its launcher probed again (the same `Arc` when nothing changed).
+fn reprobe_server(server: &Arc<McpServer>, host: &Host, pinned: &mut probe::PinCache) -> Arc<McpServer> {
+    let launcher = probe::reprobe(&server.launcher, host, pinned);
+    if Arc::ptr_eq(&launcher, &server.launcher) {
+        return server.clone();
+    }
+    Arc::new(McpServer { launcher, ..(**server).clone() })
+}
+
+/// `server` with its launcher probed (availability and pins), like a tool.
+fn probe_server(mut server: McpServer, host: &Host, pinned: &mut probe::PinCache) -> Arc<McpServer> {
+    let mut launcher = (*server.launcher).clone();
+    probe::probe(&mut launcher, host, pinned);
+    server.launcher = Arc::new(launcher);
+    Arc::new(server)
+}
+
+/// The names servers share with other files: two servers of one name, or a server named like a
+/// file's namespace (both would list tools as `NAME__TOOL`). Each problem is reported at both
+/// places, each naming the other.
+fn link_servers(files: &[(&Path, &LoadedFile)]) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let error = |file: &Path, line: u32, column: u32, message: String| Diagnostic {
+        severity: Severity::Error,
+        file: file.to_path_buf(),
+        line,
+        column,
+        message,
+    };
+    let mut servers: BTreeMap<&str, (&Path, u32, u32)> = BTreeMap::new();
+    for (file, loaded) in files {
+        for (server, column) in &loaded.servers {
+            let here = (*file, server.source.line, *column);
+            match servers.get(server.name.as_str()) {
+                Some((f, l, c)) => {
+                    out.push(error(
+                        file,
+                        here.1,
+                        here.2,
+                        format!("duplicate server name {:?}: already defined at {}:{l}", server.name, f.display()),
+                    ));
+                    out.push(error(
+                        f,
+                        *l,
+                        *c,
+                        format!(
+                            "server {:?} is defined again at {}:{}; rename one of them",
+                            server.name,
+                            file.display(),
+                            here.1
+                        ),
+                    ));
+                }
+                None => {
+                    servers.insert(&server.name, here);
+                }
+            }
+        }
+    }
+    for (file, loaded) in files {
+        let Some((ns, line, column)) = &loaded.namespace else { continue };
+        let Some((sfile, sline, scol)) = servers.get(ns.as_str()) else { continue };
+        if sfile == file {
+            // Reported by the parser, at both places.
+            continue;
+        }
+        out.push(error(
+            file,
+            *line,
+            *column,
+            format!(
+                "namespace {ns:?} is also the name of the server at {}:{sline}: both would list tools as {ns}__NAME; \
+                 rename the server or the namespace",
+                sfile.display()
+            ),
+        ));
+        out.push(error(
+            sfile,
+            *sline,
+            *scol,
+            format!(
+                "server {ns:?} has the name of the namespace of {}:{line}: both would list tools as {ns}__NAME; rename \
+                 the server or the namespace",
+                file.display()
+            ),
+        ));
+    }
+    out
 }
 
 /// A load that found errors; nothing from it may be used.
@@ -340,6 +437,8 @@ pub fn load_sources_after(
             for tool in &mine {
                 seen.insert(tool.name.clone(), tool.source.clone());
             }
+            let servers: Vec<(Arc<McpServer>, u32)> =
+                before.servers.iter().map(|(s, c)| (reprobe_server(s, host, &mut pinned), *c)).collect();
             diagnostics.extend(before.warnings.iter().cloned());
             tools.extend(mine.iter().cloned());
             workflows.extend(before.workflows.iter().cloned());
@@ -347,6 +446,8 @@ pub fn load_sources_after(
                 digest,
                 tools: mine,
                 workflows: before.workflows.clone(),
+                servers,
+                namespace: before.namespace.clone(),
                 warnings: before.warnings.clone(),
             };
             reuse.files.insert(file.clone(), loaded);
@@ -364,27 +465,41 @@ pub fn load_sources_after(
             tools.extend(mine.iter().cloned());
             let flows: Vec<Arc<Workflow>> = parsed.workflows.into_iter().map(Arc::new).collect();
             workflows.extend(flows.iter().cloned());
+            let servers: Vec<(Arc<McpServer>, u32)> =
+                parsed.servers.into_iter().map(|p| (probe_server(p.server, host, &mut pinned), p.column)).collect();
             let warnings = parsed.diagnostics.clone();
-            reuse.files.insert(file.clone(), LoadedFile { digest, tools: mine, workflows: flows, warnings });
+            let namespace = parsed.namespace.clone();
+            let loaded = LoadedFile { digest, tools: mine, workflows: flows, servers, namespace, warnings };
+            reuse.files.insert(file.clone(), loaded);
         }
         diagnostics.extend(parsed.diagnostics);
     }
     if diagnostics.iter().any(Diagnostic::is_error) {
         return Err(LoadError { diagnostics });
     }
+    // Servers' names are checked against every file's, in the order of the files.
+    let in_order: Vec<(&Path, &LoadedFile)> =
+        sources.iter().filter_map(|(f, _)| reuse.files.get(f).map(|l| (f.as_path(), l))).collect();
+    let mut linked = link_servers(&in_order);
     // Workflows are checked against every tool of the load, whichever file defines them.
-    let linked = parse::link(&tools, &workflows);
+    linked.extend(parse::link(&tools, &workflows));
     if !linked.is_empty() {
         diagnostics.extend(linked);
         diagnostics.sort_by(|a, b| (&a.file, a.line, a.column).cmp(&(&b.file, b.line, b.column)));
         return Err(LoadError { diagnostics });
     }
+    let mut servers: Vec<Arc<McpServer>> =
+        in_order.iter().flat_map(|(_, l)| l.servers.iter().map(|(s, _)| s.clone())).collect();
+    drop(in_order);
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     workflows.sort_by(|a, b| a.name.cmp(&b.name));
-    diagnostics.extend(probe::exposure_warnings(&tools, &mut pinned));
+    servers.sort_by(|a, b| a.name.cmp(&b.name));
+    // A server's launcher relies on paths like a tool does.
+    let relied: Vec<Arc<Tool>> = tools.iter().cloned().chain(servers.iter().map(|s| s.launcher.clone())).collect();
+    diagnostics.extend(probe::exposure_warnings(&relied, &mut pinned));
     let files = sources.iter().map(|(f, _)| f.clone()).collect();
     let digest = super::fleet::digest(sources.iter().map(|(f, text)| (file_name(f), text.as_bytes())));
-    Ok(PolicySet { tools, workflows, servers: Vec::new(), diagnostics, files, digest, reuse })
+    Ok(PolicySet { tools, workflows, servers, diagnostics, files, digest, reuse })
 }
 
 /// What `cordon policy test` found: the problems of the files (other than failing examples) and

@@ -50,8 +50,9 @@ pub mod units;
 
 pub use diag::{Diagnostic, Severity};
 pub use keys::{
-    FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS,
-    SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS, WORKFLOW_KEYS,
+    CLIENT_REQUEST_KEYS, FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS,
+    SECRET_KEYS, SERVER_KEYS, SERVER_RULE_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS,
+    WORKFLOW_KEYS,
 };
 pub use load::{
     ExampleResult, LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, TestReport,
@@ -62,5 +63,8 @@ pub use model::*;
 pub use pattern::PatternError;
 pub use probe::{Control, PinChecks, ProbeError, executable_control, resolve_run_as};
 pub use repin::{Repin, Runner};
-pub use server::{ArgCheck, ArgRule, ClientRequests, Expose, McpServer, SERVER_TOOL_SEPARATOR};
+pub use server::{
+    ArgCheck, ArgRule, ClientRequests, Download, Expose, McpServer, PackageRegistry, SERVER_TOOL_SEPARATOR,
+    downloads_at_start,
+};
 pub use trust::{Subject, Trust, TrustError, Walked};

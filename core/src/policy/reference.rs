@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 use super::keys::{
-    FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS, SECRET_KEYS,
-    SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS, WORKFLOW_KEYS,
+    CLIENT_REQUEST_KEYS, FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS,
+    SECRET_KEYS, SERVER_KEYS, SERVER_RULE_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS,
+    WORKFLOW_KEYS,
 };
 use super::model::{
     BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
@@ -131,6 +132,13 @@ current when the step starts: after a reload, a step whose tool is gone or chang
 fails the workflow there with the reason. Steps are numbered from 1; their audit records carry `workflow_id` and \
 `step`, between `workflow_started` and `workflow_finished` records.\n\n";
 
+const SERVERS: &str = "An MCP server is an untrusted program like a tool: its sandbox keys are a tool's, read, \
+checked, probed and pinned by the same code, and `[defaults]` apply to it. Its `command` is a fixed argv installed \
+beforehand (a command that downloads a package at start, such as `npx -y PKG` or `uvx PKG`, is an error that says how \
+to install it). cordon lists its tools as `NAME__TOOL`, only those `tools` names (or all but `hide`), each call checked \
+against the server's input schema and the `rules`, then audited like a tool's call. A server name is no file's \
+`namespace` and no other server's name.\n\n";
+
 /// The complete reference, as Markdown.
 pub fn authoring_reference() -> String {
     let mut out = String::new();
@@ -156,6 +164,10 @@ pub fn authoring_reference() -> String {
     keys(&mut out, "`[workflows.NAME]`", WORKFLOW_KEYS, false);
     keys(&mut out, "`[[workflows.NAME.steps]]`", STEP_KEYS, false);
     out.push_str(WORKFLOWS);
+    keys(&mut out, "`[servers.NAME]` (MCP servers; docs/mcp-servers.md)", SERVER_KEYS, true);
+    keys(&mut out, "`[servers.NAME.rules.TOOL]` argument rule", SERVER_RULE_KEYS, false);
+    keys(&mut out, "`[servers.NAME]` `client_requests`", CLIENT_REQUEST_KEYS, false);
+    out.push_str(SERVERS);
     let _ = write!(
         out,
         "Merging: a tool's value replaces its file's default, except `read`, `write`, `exec` and `unix_sockets` \
@@ -302,6 +314,9 @@ pub fn reference_json() -> serde_json::Value {
             "tool_secret": table(TOOL_SECRET_KEYS),
             "workflow": table(WORKFLOW_KEYS),
             "step": table(STEP_KEYS),
+            "server": table(SERVER_KEYS),
+            "server_rule": table(SERVER_RULE_KEYS),
+            "client_requests": table(CLIENT_REQUEST_KEYS),
         },
         "error_codes": codes,
         "example": EXAMPLE,
@@ -340,6 +355,9 @@ mod tests {
             .chain(TOOL_SECRET_KEYS)
             .chain(WORKFLOW_KEYS)
             .chain(STEP_KEYS)
+            .chain(SERVER_KEYS)
+            .chain(SERVER_RULE_KEYS)
+            .chain(CLIENT_REQUEST_KEYS)
         {
             assert!(doc.contains(&format!("`{}`", k.name)), "{} missing", k.name);
         }

@@ -129,3 +129,416 @@ pub struct ClientRequests {
     /// `roots/list` is answered with these directories (as `file://` URIs); empty: refused.
     pub roots: Vec<PathBuf>,
 }
+
+/// Where a launcher that downloads at start would have fetched its package from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PackageRegistry {
+    /// npm (`npx`, `npm exec`, `pnpm dlx`, `yarn dlx`, `bunx`).
+    Npm,
+    /// PyPI (`uvx`, `uv tool run`, `uv run --with`, `pipx run`).
+    PyPi,
+    /// A URL or `npm:`/`jsr:` specifier run by `deno run`.
+    Deno,
+}
+
+/// A `command` that fetches and runs a package when it starts (see [`downloads_at_start`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Download {
+    /// How the command downloads, as written (`npx`, `npm exec`, `uvx`, `deno run`, ...).
+    pub launcher: String,
+    pub registry: PackageRegistry,
+    /// The package (with its version when the command gave one), when the command names it.
+    pub package: Option<String>,
+    /// How to install it before it runs, and the `command` that runs the installed copy;
+    /// `NAME` stands for the server's name (see [`Download::how_to_install_for`]).
+    pub how_to_install: String,
+}
+
+impl Download {
+    /// [`Download::how_to_install`] for the server `name`.
+    pub fn how_to_install_for(&self, name: &str) -> String {
+        self.how_to_install.replace("/NAME", &format!("/{name}"))
+    }
+}
+
+/// Longest command (in elements) looked through; a longer one is judged on its first elements.
+const MAX_ARGV_SEEN: usize = 256;
+/// Wrappers looked through (`env`, `sh -c`) before giving up on finding the program.
+const MAX_WRAPPERS: usize = 4;
+
+/// Whether `command` (a server's argv) downloads a package when it starts (`npx -y PKG`,
+/// `npm exec`/`npm x`, `pnpm dlx`, `pnpx`, `yarn dlx`, `bunx`, `bun x`, `uvx`, `uv tool run`,
+/// `uv run --with`, `pipx run`, `deno run URL`), looking through `env` and `sh -c` wrappers:
+/// a server runs a copy installed beforehand by root, never one fetched by the sandboxed
+/// process. Pure (no filesystem), so `cordon import` and the policy parser share it.
+pub fn downloads_at_start(command: &[String]) -> Option<Download> {
+    let argv: Vec<&str> = command.iter().take(MAX_ARGV_SEEN).map(String::as_str).collect();
+    recognize(&argv, 0)
+}
+
+fn recognize(argv: &[&str], depth: usize) -> Option<Download> {
+    let (first, rest) = argv.split_first()?;
+    let program = first.rsplit('/').next().unwrap_or(first);
+    match program {
+        "env" if depth < MAX_WRAPPERS => recognize(strip_env(rest), depth + 1),
+        "sh" | "bash" | "dash" | "zsh" | "ash" | "ksh" if depth < MAX_WRAPPERS => {
+            let script = shell_script(rest)?;
+            shell_segments(script).find_map(|seg| recognize(&seg, depth + 1))
+        }
+        "npx" => npm_like("npx", rest, &["-p", "--package"]),
+        "pnpx" => npm_like("pnpx", rest, &["--package"]),
+        "bunx" => npm_like("bunx", rest, &["-p", "--package"]),
+        "npm" => match subcommand(rest) {
+            Some((sub @ ("exec" | "x"), after)) => npm_like(&format!("npm {sub}"), after, &["-p", "--package"]),
+            _ => None,
+        },
+        "pnpm" => match subcommand(rest) {
+            Some(("dlx", after)) => npm_like("pnpm dlx", after, &["--package"]),
+            _ => None,
+        },
+        "yarn" => match subcommand(rest) {
+            Some(("dlx", after)) => npm_like("yarn dlx", after, &["-p", "--package"]),
+            _ => None,
+        },
+        "bun" => match subcommand(rest) {
+            Some(("x", after)) => npm_like("bun x", after, &["-p", "--package"]),
+            _ => None,
+        },
+        "uvx" => python_like("uvx", rest, &["--from"]),
+        "uv" => match subcommand(rest) {
+            Some(("tool", after)) => match subcommand(after) {
+                Some((sub @ ("run" | "uvx"), after)) => python_like(&format!("uv tool {sub}"), after, &["--from"]),
+                _ => None,
+            },
+            Some(("run", after)) => {
+                let with = option_values(after, &["--with", "--with-requirements", "--with-editable"]);
+                (!with.is_empty()).then(|| {
+                    let package = with.first().map(|s| (*s).to_string());
+                    python_download("uv run --with", package, None, Vec::new())
+                })
+            }
+            _ => None,
+        },
+        "pipx" => match subcommand(rest) {
+            Some(("run", after)) => python_like("pipx run", after, &["--spec"]),
+            _ => None,
+        },
+        "deno" => match subcommand(rest) {
+            Some(("run", after)) => {
+                let script = after.iter().find(|a| !a.starts_with('-'))?;
+                let remote = ["http://", "https://", "npm:", "jsr:"].iter().any(|p| script.starts_with(p));
+                remote.then(|| deno_download(script))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `env`'s arguments after its options and `VAR=value` assignments: the command it runs.
+fn strip_env<'a, 'b>(mut rest: &'b [&'a str]) -> &'b [&'a str] {
+    while let Some((a, tail)) = rest.split_first() {
+        if matches!(*a, "-u" | "--unset" | "-C" | "--chdir") {
+            rest = tail.get(1..).unwrap_or(&[]);
+        } else if a.starts_with('-') || (a.contains('=') && !a.starts_with('=')) {
+            rest = tail;
+        } else {
+            break;
+        }
+    }
+    rest
+}
+
+/// The script of `sh -c SCRIPT` (options before `-c` skipped).
+fn shell_script<'a>(rest: &[&'a str]) -> Option<&'a str> {
+    let at = rest.iter().position(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('c'))?;
+    rest.get(at + 1).copied()
+}
+
+/// The simple commands of a shell script, split at `;`, `&&`, `||`, `|` and newlines, each
+/// without a leading `exec`, `command` or `VAR=value` (a rough split: quotes are not parsed).
+fn shell_segments(script: &str) -> impl Iterator<Item = Vec<&str>> {
+    script.split(['\n', ';', '|', '&']).map(|seg| {
+        let mut words: Vec<&str> = seg.split_whitespace().map(|w| w.trim_matches(['"', '\'', '(', ')'])).collect();
+        while let Some(w) = words.first() {
+            if matches!(*w, "exec" | "command" | "nohup") || (w.contains('=') && !w.starts_with('-')) {
+                words.remove(0);
+            } else {
+                break;
+            }
+        }
+        words
+    })
+}
+
+/// The first argument not an option, and the arguments after it.
+fn subcommand<'a, 'b>(rest: &'b [&'a str]) -> Option<(&'a str, &'b [&'a str])> {
+    let at = rest.iter().position(|a| !a.starts_with('-'))?;
+    Some((rest[at], &rest[at + 1..]))
+}
+
+/// The values of the options `names` (`--with X` or `--with=X`).
+fn option_values<'a>(args: &[&'a str], names: &[&str]) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i];
+        if a == "--" {
+            break;
+        }
+        for n in names {
+            if a == *n {
+                if let Some(v) = args.get(i + 1) {
+                    out.push(*v);
+                }
+                i += 1;
+            } else if let Some(v) = a.strip_prefix(*n).and_then(|r| r.strip_prefix('=')) {
+                out.push(v);
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Options of download launchers that take a value (so the value is not the package).
+const VALUE_OPTIONS: &[&str] = &[
+    "-c",
+    "--call",
+    "--registry",
+    "--cache",
+    "--userconfig",
+    "-w",
+    "--workspace",
+    "--node-options",
+    "--python",
+    "-p",
+    "--package",
+    "--from",
+    "--spec",
+    "--with",
+    "--index",
+    "--index-url",
+    "--extra-index-url",
+    "--pip-args",
+];
+
+/// The package (named by one of `package_options`, else the first argument not an option), the
+/// program to run when an option named the package, and the arguments passed on.
+fn split_launch<'a>(args: &[&'a str], package_options: &[&str]) -> (Option<&'a str>, Option<&'a str>, Vec<&'a str>) {
+    let mut package = option_values(args, package_options).first().copied();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i];
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        if !a.starts_with('-') {
+            break;
+        }
+        if !a.contains('=') && VALUE_OPTIONS.contains(&a) {
+            i += 1;
+        }
+        i += 1;
+    }
+    let positional = args.get(i..).unwrap_or(&[]);
+    let (program, rest) = match positional.split_first() {
+        Some((p, rest)) => (Some(*p), rest.to_vec()),
+        None => (None, Vec::new()),
+    };
+    match package {
+        Some(_) => (package, program, rest),
+        None => {
+            package = program;
+            (package, None, rest)
+        }
+    }
+}
+
+fn npm_like(launcher: &str, args: &[&str], package_options: &[&str]) -> Option<Download> {
+    let (package, program, rest) = split_launch(args, package_options);
+    let (name, version) = match package {
+        Some(p) => split_npm_version(p),
+        None => ("PACKAGE", None),
+    };
+    let bin = program.map(str::to_string).unwrap_or_else(|| match name.rsplit_once('/') {
+        Some(_) => "BIN".to_string(),
+        None => name.to_string(),
+    });
+    let spec = format!("{name}@{}", version.unwrap_or("VERSION"));
+    let command = command_hint(&format!("/opt/cordon/mcp/NAME/node_modules/.bin/{bin}"), &rest);
+    let mut how = format!(
+        "install it first, as root: `npm install --prefix /opt/cordon/mcp/NAME {spec}`, then write command = {command}"
+    );
+    if bin == "BIN" {
+        how.push_str(" (BIN: the package's program, listed by `ls /opt/cordon/mcp/NAME/node_modules/.bin`)");
+    }
+    Some(Download {
+        launcher: launcher.to_string(),
+        registry: PackageRegistry::Npm,
+        package: package.map(str::to_string),
+        how_to_install: how,
+    })
+}
+
+/// `@scope/pkg@1.2.3` -> (`@scope/pkg`, `1.2.3`).
+fn split_npm_version(spec: &str) -> (&str, Option<&str>) {
+    let search_from = usize::from(spec.starts_with('@'));
+    match spec[search_from..].find('@') {
+        Some(at) => {
+            let at = at + search_from;
+            (&spec[..at], Some(&spec[at + 1..]).filter(|v| !v.is_empty()))
+        }
+        None => (spec, None),
+    }
+}
+
+fn python_like(launcher: &str, args: &[&str], package_options: &[&str]) -> Option<Download> {
+    let (package, program, rest) = split_launch(args, package_options);
+    Some(python_download(launcher, package.map(str::to_string), program, rest))
+}
+
+fn python_download(launcher: &str, package: Option<String>, program: Option<&str>, rest: Vec<&str>) -> Download {
+    let (name, version) = match package.as_deref() {
+        Some(p) => split_python_version(p),
+        None => ("PACKAGE".to_string(), None),
+    };
+    let bin = program.map(str::to_string).unwrap_or_else(|| {
+        let base = name.split('[').next().unwrap_or(&name);
+        if package.is_some() { base.to_string() } else { "BIN".to_string() }
+    });
+    let spec = format!("{name}=={}", version.unwrap_or_else(|| "VERSION".to_string()));
+    let command = command_hint(&format!("/opt/cordon/mcp/NAME/bin/{bin}"), &rest);
+    Download {
+        launcher: launcher.to_string(),
+        registry: PackageRegistry::PyPi,
+        package,
+        how_to_install: format!(
+            "install it first, as root: `python3 -m venv /opt/cordon/mcp/NAME && /opt/cordon/mcp/NAME/bin/pip install \
+             '{spec}'`, then write command = {command}"
+        ),
+    }
+}
+
+/// `pkg==1.2`, `pkg@1.2` (uvx) -> (`pkg`, `1.2`).
+fn split_python_version(spec: &str) -> (String, Option<String>) {
+    if let Some((name, version)) = spec.split_once("==") {
+        return (name.to_string(), Some(version.to_string()));
+    }
+    if let Some((name, version)) = spec.split_once('@') {
+        return (name.trim().to_string(), Some(version.trim().to_string()).filter(|v| !v.is_empty() && v != "latest"));
+    }
+    let end = spec.find(['<', '>', '=', '~', '!', ' ']).unwrap_or(spec.len());
+    (spec[..end].to_string(), None)
+}
+
+fn deno_download(script: &str) -> Download {
+    Download {
+        launcher: "deno run".to_string(),
+        registry: PackageRegistry::Deno,
+        package: Some(script.to_string()),
+        how_to_install: format!(
+            "fetch it first, as root: `DENO_DIR=/opt/cordon/mcp/NAME deno cache {script}`, then run it with \
+             env = {{ DENO_DIR = \"/opt/cordon/mcp/NAME\" }} and `deno run --cached-only` (read grant on \
+             /opt/cordon/mcp/NAME)"
+        ),
+    }
+}
+
+/// `["PROGRAM", "ARG", ...]` as TOML.
+fn command_hint(program: &str, rest: &[&str]) -> String {
+    let items: Vec<String> = std::iter::once(program).chain(rest.iter().copied()).map(|s| format!("{s:?}")).collect();
+    format!("[{}]", items.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dl(argv: &[&str]) -> Option<Download> {
+        downloads_at_start(&argv.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[track_caller]
+    fn refused(argv: &[&str], launcher: &str, package: Option<&str>, hint: &str) {
+        let d = dl(argv).unwrap_or_else(|| panic!("{argv:?} not recognized"));
+        assert_eq!(d.launcher, launcher, "{argv:?}");
+        assert_eq!(d.package.as_deref(), package, "{argv:?}");
+        assert!(d.how_to_install.contains(hint), "{argv:?}: {}", d.how_to_install);
+    }
+
+    #[test]
+    fn npm_launchers_are_recognized() {
+        refused(
+            &["npx", "-y", "@modelcontextprotocol/server-filesystem", "/srv"],
+            "npx",
+            Some("@modelcontextprotocol/server-filesystem"),
+            "npm install --prefix /opt/cordon/mcp/NAME @modelcontextprotocol/server-filesystem@VERSION`, then write \
+             command = [\"/opt/cordon/mcp/NAME/node_modules/.bin/BIN\", \"/srv\"]",
+        );
+        refused(&["/usr/bin/npx", "--yes", "cowsay@1.5.0", "hi"], "npx", Some("cowsay@1.5.0"), "cowsay@1.5.0");
+        refused(&["npx", "-p", "@a/b@2", "b-bin", "x"], "npx", Some("@a/b@2"), ".bin/b-bin\", \"x\"]");
+        refused(&["npx", "--package=@a/b", "b"], "npx", Some("@a/b"), "@a/b@VERSION");
+        refused(&["npm", "exec", "--yes", "--", "pkg"], "npm exec", Some("pkg"), "pkg@VERSION");
+        refused(&["npm", "--silent", "x", "pkg@1"], "npm x", Some("pkg@1"), ".bin/pkg\"]");
+        refused(&["npm", "exec", "--package=pkg", "--", "bin", "a"], "npm exec", Some("pkg"), ".bin/bin\", \"a\"]");
+        refused(&["pnpm", "dlx", "pkg"], "pnpm dlx", Some("pkg"), "pkg@VERSION");
+        refused(&["pnpx", "pkg"], "pnpx", Some("pkg"), "pkg@VERSION");
+        refused(&["yarn", "dlx", "pkg"], "yarn dlx", Some("pkg"), "pkg@VERSION");
+        refused(&["bunx", "pkg"], "bunx", Some("pkg"), "pkg@VERSION");
+        refused(&["bun", "x", "pkg"], "bun x", Some("pkg"), "pkg@VERSION");
+        refused(&["npx"], "npx", None, "PACKAGE@VERSION");
+    }
+
+    #[test]
+    fn python_launchers_are_recognized() {
+        refused(
+            &["uvx", "mcp-server-git", "--repository", "/srv/repo"],
+            "uvx",
+            Some("mcp-server-git"),
+            "python3 -m venv /opt/cordon/mcp/NAME && /opt/cordon/mcp/NAME/bin/pip install 'mcp-server-git==VERSION'`, \
+             then write command = [\"/opt/cordon/mcp/NAME/bin/mcp-server-git\", \"--repository\", \"/srv/repo\"]",
+        );
+        refused(&["uvx", "mcp-server-fetch@2025.1.1"], "uvx", Some("mcp-server-fetch@2025.1.1"), "==2025.1.1'");
+        refused(&["uvx", "--from", "pkg==1.0", "tool"], "uvx", Some("pkg==1.0"), "bin/tool\"]");
+        refused(&["uv", "tool", "run", "pkg"], "uv tool run", Some("pkg"), "'pkg==VERSION'");
+        refused(&["uv", "run", "--with", "mcp", "server.py"], "uv run --with", Some("mcp"), "'mcp==VERSION'");
+        refused(&["pipx", "run", "pkg"], "pipx run", Some("pkg"), "'pkg==VERSION'");
+        refused(&["pipx", "run", "--spec", "pkg>=1", "tool"], "pipx run", Some("pkg>=1"), "bin/tool\"]");
+    }
+
+    #[test]
+    fn deno_and_wrappers_are_recognized() {
+        refused(
+            &["deno", "run", "-A", "https://x.example/s.ts"],
+            "deno run",
+            Some("https://x.example/s.ts"),
+            "deno cache",
+        );
+        refused(&["deno", "run", "npm:pkg"], "deno run", Some("npm:pkg"), "--cached-only");
+        refused(&["env", "-u", "X", "A=b", "npx", "-y", "pkg"], "npx", Some("pkg"), "pkg@VERSION");
+        refused(&["/bin/sh", "-c", "cd /x && exec npx -y pkg"], "npx", Some("pkg"), "pkg@VERSION");
+        refused(&["bash", "-lc", "FOO=1 uvx pkg"], "uvx", Some("pkg"), "'pkg==VERSION'");
+    }
+
+    #[test]
+    fn installed_programs_are_not_downloads() {
+        for argv in [
+            &["/opt/cordon/mcp/fs/node_modules/.bin/mcp-server-filesystem", "/srv"][..],
+            &["node", "/opt/cordon/mcp/fs/node_modules/x/dist/index.js"],
+            &["npm", "run", "start"],
+            &["pnpm", "exec", "x"],
+            &["uv", "run", "--offline", "server.py"],
+            &["deno", "run", "--cached-only", "/opt/s.ts"],
+            &["python3", "-m", "mcp_server_git"],
+            &["sh", "-c", "exec /opt/x"],
+            &["env"],
+            &[],
+        ] {
+            assert_eq!(dl(argv), None, "{argv:?}");
+        }
+        let d = dl(&["npx", "-y", "pkg"]).expect("npx");
+        assert!(d.how_to_install_for("fs").contains("/opt/cordon/mcp/fs/node_modules/.bin/pkg"));
+    }
+}

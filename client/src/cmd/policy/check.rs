@@ -89,15 +89,24 @@ pub(crate) fn run(paths: &[PathBuf], deny_warnings: bool, as_json: bool) -> Resu
             .collect(),
         Err(_) => Vec::new(),
     };
+    let servers: Vec<ServerLine> = match &result {
+        Ok(set) => set.servers.iter().map(|s| ServerLine::of(s)).collect(),
+        Err(_) => Vec::new(),
+    };
     let warnings = diagnostics.iter().filter(|d| d.severity == "warning").count();
     let denied = ok && deny_warnings && warnings > 0;
     let ok = ok && !denied;
     let report = PolicyReport { ok, generation: None, tools: u32::try_from(tools).unwrap_or(u32::MAX), diagnostics };
     if as_json {
         let unavailable: Vec<Value> = unavailable.iter().map(|(n, r)| json!({ "tool": n, "reason": r })).collect();
-        print_json(
-            &json!({ "ok": report.ok, "tools": report.tools, "diagnostics": report.diagnostics, "unavailable": unavailable }),
-        );
+        let servers: Vec<Value> = servers.iter().map(ServerLine::json).collect();
+        print_json(&json!({
+            "ok": report.ok,
+            "tools": report.tools,
+            "servers": servers,
+            "diagnostics": report.diagnostics,
+            "unavailable": unavailable,
+        }));
     } else {
         for d in &report.diagnostics {
             errln!("{d}");
@@ -108,9 +117,16 @@ pub(crate) fn run(paths: &[PathBuf], deny_warnings: bool, as_json: bool) -> Resu
                 if report.diagnostics.is_empty() { "" } else { "; see the warnings above" }
             );
         } else if ok {
-            outln!("ok: {tools} tool(s) in {} file(s)", sources.len());
+            if servers.is_empty() {
+                outln!("ok: {tools} tool(s) in {} file(s)", sources.len());
+            } else {
+                outln!("ok: {tools} tool(s) and {} server(s) in {} file(s)", servers.len(), sources.len());
+            }
             for (name, reason) in &unavailable {
                 outln!("note: {name} is unavailable on this host: {reason}");
+            }
+            for s in &servers {
+                s.print();
             }
         } else if denied {
             outln!("policy rejected: {warnings} warning(s) and --deny-warnings; fix them (each says how)");
@@ -120,4 +136,82 @@ pub(crate) fn run(paths: &[PathBuf], deny_warnings: bool, as_json: bool) -> Resu
         }
     }
     Ok(if ok { exit::OK } else { exit::DATA })
+}
+
+/// What `policy check` says of one MCP server: its command, which tools it exposes, and whether
+/// its launcher is available on this host.
+struct ServerLine {
+    name: String,
+    command: Vec<String>,
+    /// `tools = [...]`, `hide = [...]` or `tools = "*"`, as JSON and as words.
+    exposure: (Value, String),
+    rules: Vec<String>,
+    share: bool,
+    disabled: bool,
+    unavailable: Option<String>,
+}
+
+impl ServerLine {
+    fn of(s: &policy::McpServer) -> ServerLine {
+        let list = |n: &std::collections::BTreeSet<String>| n.iter().cloned().collect::<Vec<_>>();
+        let exposure = match &s.expose {
+            policy::Expose::Only(n) => (json!({ "tools": list(n) }), format!("tools {}", list(n).join(", "))),
+            policy::Expose::AllBut(n) => (json!({ "hide": list(n) }), format!("every tool but {}", list(n).join(", "))),
+            policy::Expose::All => (json!({ "tools": "*" }), "every tool".to_string()),
+            policy::Expose::Nothing => (json!({ "tools": [] }), "no tool".to_string()),
+        };
+        let launcher = &s.launcher;
+        ServerLine {
+            name: s.name.clone(),
+            command: launcher.command_template(),
+            exposure,
+            rules: s.rules.keys().cloned().collect(),
+            share: s.share,
+            disabled: launcher.disabled,
+            unavailable: match &launcher.availability {
+                policy::Availability::Unavailable { reason } => Some(reason.clone()),
+                policy::Availability::Available { .. } => None,
+            },
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "command": self.command,
+            "exposure": self.exposure.0,
+            "rules": self.rules,
+            "share": self.share,
+            "disabled": self.disabled,
+            "available": self.unavailable.is_none(),
+            "reason": self.unavailable,
+        })
+    }
+
+    fn print(&self) {
+        let state = match (&self.unavailable, self.disabled) {
+            (_, true) => "disabled".to_string(),
+            (None, false) => "available".to_string(),
+            (Some(why), false) => format!("unavailable on this host: {why}"),
+        };
+        outln!("server {}: {}", self.name, shell_words(&self.command));
+        let rules = if self.rules.is_empty() { String::new() } else { format!("; rules on {}", self.rules.join(", ")) };
+        let shared = if self.share { "; shared by every caller" } else { "" };
+        outln!("  lists {} as {}__TOOL{rules}{shared}", self.exposure.1, self.name);
+        outln!("  {state}");
+    }
+}
+
+/// An argv as a reader would type it (quoted where needed).
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-=:@+,".contains(&b)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -70,7 +70,7 @@ impl Parser<'_> {
     }
 
     /// Whether `command[0]` names a program: literal, not empty, absolute or a bare name.
-    fn program(&mut self, first: &ArgTemplate, program: &str, span: Range<usize>) -> bool {
+    pub(super) fn program(&mut self, first: &ArgTemplate, program: &str, span: Range<usize>) -> bool {
         if first.has_placeholder() {
             self.sink
                 .error(span, "command[0] must be a literal program; placeholders are only allowed in later elements");
@@ -95,7 +95,7 @@ impl Parser<'_> {
 
 /// Splits `text` into literal and `{{param}}` segments. Also returns brace groups that look like
 /// a placeholder with stray spaces (`{{ name }}`), which stay literal but deserve a warning.
-fn split_placeholders(text: &str) -> (Vec<Segment>, Vec<String>) {
+pub(super) fn split_placeholders(text: &str) -> (Vec<Segment>, Vec<String>) {
     let mut segments = Vec::new();
     let mut loose = Vec::new();
     let mut literal = String::new();

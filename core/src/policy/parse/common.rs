@@ -11,7 +11,7 @@ use toml::de::{DeTable, DeValue};
 use super::{Parser, Value};
 use crate::policy::carve::GrantCarve;
 use crate::policy::diag::did_you_mean;
-use crate::policy::keys::TOOL_KEYS;
+use crate::policy::keys::{SERVER_KEYS, TOOL_KEYS};
 use crate::policy::model::{
     Allow, Confirm, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, Danger, Limits, MIN_TEMP_SIZE, Network, RunAs, SandboxPolicy,
     Temp,
@@ -147,6 +147,43 @@ impl Parser<'_> {
                 continue;
             }
             self.common_key(&mut c, name, v);
+        }
+        c
+    }
+
+    /// The sandbox keys of a `[servers.NAME]` table (read as a tool's); the server's own keys are
+    /// left to the caller, tool keys that make no sense for a server are refused with why.
+    pub(super) fn server_common_table(&mut self, table: &DeTable<'_>, ctx: &str) -> Common {
+        let mut c = Common::default();
+        for (k, v) in table {
+            let name = k.get_ref().as_ref();
+            let Some(doc) = SERVER_KEYS.iter().find(|d| d.name == name) else {
+                let why = match name {
+                    "params" | "examples" | "refuse" => Some(
+                        "a server's tools and their arguments come from the server itself (tools/list); constrain \
+                         arguments with [servers.NAME.rules.TOOL] instead",
+                    ),
+                    "args_env_prefix" | "arg_separator" => {
+                        Some("a server's command is a fixed argv; its tools take their arguments over MCP")
+                    }
+                    "confirm" | "danger" | "annotations" | "output" | "ok_exit_codes" | "cache" | "reason" => {
+                        Some("it is a tool key that servers do not take in this version")
+                    }
+                    _ => None,
+                };
+                let message = match why {
+                    Some(why) => format!("`{name}` is not a key of {ctx}: {why}"),
+                    None => format!(
+                        "unknown key {name:?} in {ctx}{}",
+                        did_you_mean(name, SERVER_KEYS.iter().map(|d| d.name))
+                    ),
+                };
+                self.sink.error(k.span(), message);
+                continue;
+            };
+            if doc.defaultable {
+                self.common_key(&mut c, name, v);
+            }
         }
         c
     }

@@ -111,6 +111,8 @@ pub(super) const LINTS: &[&str] = &[
     "tls-termination",
     "replaceable",
     "beneath-write-root",
+    "server-exposed-whole",
+    "server-shared-writes",
 ];
 
 /// The warnings the load raises about the paths a tool relies on (`probe::exposure_warnings`):

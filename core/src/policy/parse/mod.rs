@@ -37,10 +37,12 @@ mod limits;
 mod lint;
 mod param;
 mod secrets;
+mod server;
 mod tool;
 mod value;
 mod workflow;
 
+pub(super) use server::ParsedServer;
 pub(super) use workflow::link;
 
 use std::collections::BTreeMap;
@@ -64,6 +66,10 @@ pub(super) struct Parsed {
     pub(super) tools: Vec<Tool>,
     /// Not yet linked to the load's tools (see [`link`]).
     pub(super) workflows: Vec<Workflow>,
+    /// Not yet checked against the other files' names (see `load`).
+    pub(super) servers: Vec<ParsedServer>,
+    /// The file's `namespace`, with its line and column.
+    pub(super) namespace: Option<(String, u32, u32)>,
     pub(super) diagnostics: Vec<Diagnostic>,
 }
 
@@ -89,13 +95,21 @@ pub(super) fn parse_file_with(
             let span = e.span().unwrap_or(0..0);
             p.sink.error(span, format!("invalid TOML: {}", e.message().trim_end()));
         }
-        return Parsed { tools: Vec::new(), workflows: Vec::new(), diagnostics: p.sink.diagnostics };
+        return Parsed {
+            tools: Vec::new(),
+            workflows: Vec::new(),
+            servers: Vec::new(),
+            namespace: None,
+            diagnostics: p.sink.diagnostics,
+        };
     }
-    let (tools, workflows) = p.document(doc.get_ref(), seen);
+    let doc = doc.get_ref();
+    let (tools, workflows, servers) = p.document(doc, seen);
+    let namespace = p.namespace_at(doc);
     let mut diagnostics = p.sink.diagnostics;
     // In file order; the sort is stable, so problems at one position keep their order.
     diagnostics.sort_by_key(|d| (d.line, d.column));
-    Parsed { tools, workflows, diagnostics }
+    Parsed { tools, workflows, servers, namespace, diagnostics }
 }
 
 /// The walk over one file: where its problems go, and which file it is.
@@ -108,7 +122,11 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn document(&mut self, doc: &DeTable<'_>, seen: &BTreeMap<String, Source>) -> (Vec<Tool>, Vec<Workflow>) {
+    fn document(
+        &mut self,
+        doc: &DeTable<'_>,
+        seen: &BTreeMap<String, Source>,
+    ) -> (Vec<Tool>, Vec<Workflow>, Vec<ParsedServer>) {
         self.unknown_keys(doc, FILE_KEYS, "at the top level");
         self.version(doc);
         let namespace = self.namespace(doc);
@@ -116,6 +134,18 @@ impl Parser<'_> {
         let mut secrets = self.secret_decls(doc);
         let mut tools = Vec::new();
         let mut workflows = Vec::new();
+        let mut servers = Vec::new();
+        if let Some(value) = doc.get("servers")
+            && let Some(table) = self.table(value, "servers")
+        {
+            let ns = namespace.as_deref().zip(doc.get("namespace").map(|v| v.span()));
+            for (name, value) in table {
+                let ns = ns.as_ref().map(|(n, s)| (*n, s));
+                if let Some(s) = self.server(name, value, ns, &defaults, &mut secrets) {
+                    servers.push(s);
+                }
+            }
+        }
         if let Some(value) = doc.get("workflows")
             && let Some(table) = self.table(value, "workflows")
         {
@@ -126,14 +156,14 @@ impl Parser<'_> {
             }
         }
         let Some(tools_value) = doc.get("tools") else {
-            if !doc.contains_key("workflows") {
+            if !doc.contains_key("workflows") && !doc.contains_key("servers") {
                 self.sink.warning(0..0, "this file defines no tools; add a [tools.NAME] table");
             }
             self.unused_secrets(&secrets);
-            return (tools, workflows);
+            return (tools, workflows, servers);
         };
         let Some(table) = self.table(tools_value, "tools") else {
-            return (tools, workflows);
+            return (tools, workflows, servers);
         };
         for (name, value) in table {
             if let Some(tool) = self.tool(name, value, namespace.as_deref(), &defaults, seen, &mut secrets) {
@@ -141,7 +171,15 @@ impl Parser<'_> {
             }
         }
         self.unused_secrets(&secrets);
-        (tools, workflows)
+        (tools, workflows, servers)
+    }
+
+    /// The valid `namespace` of the file and where it is written.
+    fn namespace_at(&mut self, doc: &DeTable<'_>) -> Option<(String, u32, u32)> {
+        let v = doc.get("namespace")?;
+        let ns = v.get_ref().as_str().filter(|ns| param::valid_tool_name(ns) && ns.len() <= MAX_NAMESPACE_LEN)?;
+        let (line, column) = self.sink.position(&v.span());
+        Some((ns.to_string(), line, column))
     }
 
     /// `version = 1`, the only format this parser reads.

@@ -27,12 +27,12 @@ use crate::validate::check_value;
 pub(super) const RESERVED_TOOL_NAME: &str = "confirm";
 
 /// What a tool says about itself.
-struct About {
-    description: Option<String>,
-    reason: Option<String>,
-    disabled: bool,
-    annotations: Annotations,
-    output: Output,
+pub(super) struct About {
+    pub(super) description: Option<String>,
+    pub(super) reason: Option<String>,
+    pub(super) disabled: bool,
+    pub(super) annotations: Annotations,
+    pub(super) output: Output,
 }
 
 impl Parser<'_> {
@@ -74,6 +74,41 @@ impl Parser<'_> {
         let ok_exit_codes = self.ok_exit_codes(table);
         let cache = self.cache(table, &ctx, &about.annotations, merged.confirm);
         self.check_exported_params(&merged.args_env_prefix, &params, &merged.env);
+        let tool_secrets = self.sandbox_checks(table, &ctx, &name_span, &merged, &params, secrets);
+        if let Some((_, args)) = &command {
+            self.check_params_used(&name, &name_span, &params, args, merged.args_env_prefix.is_some());
+            self.check_path_defaults(&name_span, &params, merged.working_dir.as_deref());
+        }
+        if self.error_count() > errors_before {
+            return None;
+        }
+        let (program, args) = command?;
+        let source = Source { file: self.file.to_path_buf(), line: self.sink.line_of(&name_span) };
+        let mut tool = assemble(name, source, about, params, program, args, merged)?;
+        tool.input_schema = self.intern.json(&schema::input_schema(&tool));
+        tool.examples = examples;
+        tool.ok_exit_codes = ok_exit_codes;
+        tool.cache = cache;
+        tool.secrets = tool_secrets;
+        self.lint(&tool, table, &name_span, &accepted);
+        tool.accepted_warnings = accepted;
+        if self.run_examples {
+            self.check_examples(&tool);
+        }
+        Some(tool)
+    }
+
+    /// The checks of a tool's (or a server launcher's) merged sandbox keys that need more than
+    /// one key, and its `secrets` table.
+    pub(super) fn sandbox_checks(
+        &mut self,
+        table: &DeTable<'_>,
+        ctx: &str,
+        name_span: &Range<usize>,
+        merged: &Merged,
+        params: &[Param],
+        secrets: &mut super::secrets::FileSecrets,
+    ) -> Vec<crate::secret::ToolSecret> {
         if merged.sandbox.run_as == Some(RunAs::OwnerOfWorkingDir) && merged.working_dir.is_none() {
             self.sink.error(
                 name_span.clone(),
@@ -97,35 +132,15 @@ impl Parser<'_> {
             }
         }
         let tool_secrets = match table.get("secrets") {
-            Some(v) => self.tool_secrets(v, &ctx, &merged, &params, secrets),
+            Some(v) => self.tool_secrets(v, ctx, merged, params, secrets),
             None => Vec::new(),
         };
         let terminated = table.contains_key("secrets")
             || merged.sandbox.network.egress().is_some_and(|e| e.http.iter().any(|h| h.requests.is_some()));
         if terminated {
-            self.check_trust_env(&merged, &ctx);
+            self.check_trust_env(merged, ctx);
         }
-        if let Some((_, args)) = &command {
-            self.check_params_used(&name, &name_span, &params, args, merged.args_env_prefix.is_some());
-            self.check_path_defaults(&name_span, &params, merged.working_dir.as_deref());
-        }
-        if self.error_count() > errors_before {
-            return None;
-        }
-        let (program, args) = command?;
-        let source = Source { file: self.file.to_path_buf(), line: self.sink.line_of(&name_span) };
-        let mut tool = assemble(name, source, about, params, program, args, merged)?;
-        tool.input_schema = self.intern.json(&schema::input_schema(&tool));
-        tool.examples = examples;
-        tool.ok_exit_codes = ok_exit_codes;
-        tool.cache = cache;
-        tool.secrets = tool_secrets;
-        self.lint(&tool, table, &name_span, &accepted);
-        tool.accepted_warnings = accepted;
-        if self.run_examples {
-            self.check_examples(&tool);
-        }
-        Some(tool)
+        tool_secrets
     }
 
     /// The name's own rules, the reserved name, and duplicates of earlier files. `local` is the
@@ -405,7 +420,7 @@ impl Parser<'_> {
 }
 
 /// The tool, once every check passed (the caller sets its JSON Schema, computed from it).
-fn assemble(
+pub(super) fn assemble(
     name: String,
     source: Source,
     about: About,
