@@ -222,7 +222,7 @@ pub enum Command {
     /// reason (also as a comment in the file); the rest is written and the exit code is 4 (partial).
     /// See docs/import.md.
     Import {
-        /// `ctxnest` or `gandalf` (optional: detected from the file), then the file.
+        /// `ctxnest`, `gandalf` or `mcp` (optional: detected from the file), then the file.
         #[arg(required = true, num_args = 1..=2, value_name = "[FORMAT] FILE")]
         args: Vec<String>,
         /// CtxNest: the project root that `workingDir` is relative to [default: the file's directory]
@@ -243,6 +243,10 @@ pub enum Command {
         /// Replace OUT.toml if it exists
         #[arg(long, requires = "output")]
         force: bool,
+        /// MCP servers: where servers the host ran with `npx`/`uvx` are to be installed first, one
+        /// directory per server [default: /opt/cordon/mcp]
+        #[arg(long, value_name = "DIR")]
+        install_root: Option<PathBuf>,
     },
     /// Re-read the daemon's policy directory (a failing reload keeps the current policies).
     Reload,

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cordon_core::mcp_server::{RemoteTool, ServerTool};
+use cordon_core::mcp_server::ServerTool;
 use cordon_core::policy::Param;
 use cordon_core::policy::ParamKind;
 use cordon_core::policy::Pattern;
@@ -262,29 +262,20 @@ impl ToolInfo {
         Ok(params)
     }
 
-    /// A tool of an MCP server as cordond validates its calls ([`ServerTool`]): the schema the
-    /// daemon sent (the server's, narrowed by the policy) and the policy's rules.
+    /// A tool of an MCP server as cordond validates its calls ([`ServerTool`]), rebuilt from
+    /// the wire form with the core's own code ([`ServerTool::from_wire`]: the server's schema
+    /// and the policy's rules, compiled and narrowed again; a listed schema that is not what
+    /// they make is refused rather than trusted).
     pub fn server_tool(&self) -> Result<ServerTool, RulesError> {
-        let fail = |why: String| RulesError::ServerTool { why };
-        let input_schema: serde_json::Value =
-            serde_json::from_str(self.input_schema.as_str()).map_err(|e| fail(format!("input schema: {e}")))?;
-        if !input_schema.is_object() {
-            return Err(fail("the input schema is not an object".into()));
-        }
-        let remote = RemoteTool {
-            name: self.server_tool.clone(),
-            title: (!self.title.is_empty()).then(|| self.title.clone()),
-            description: self.description.clone(),
-            input_schema,
-            output_schema: self.output_schema.clone(),
-            annotations: None,
-        };
-        let rules = self.server_rules_json.trim();
-        if !(rules.is_empty() || rules == "[]") {
-            // The rules' wire form is the catalog lane's; until it lands, fail closed.
-            return Err(fail("argument rules this cordon cannot read".into()));
-        }
-        Ok(ServerTool { exposed_name: self.name.clone(), server: self.server.clone(), remote, rules: Vec::new() })
+        ServerTool::from_wire(
+            &self.name,
+            &self.server,
+            &self.server_tool,
+            &self.description,
+            self.input_schema.as_str(),
+            &self.server_rules_json,
+        )
+        .map_err(|why| RulesError::ServerTool { why })
     }
 
     /// The directory relative path arguments resolve against; `None` when the tool has none.

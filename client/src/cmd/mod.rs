@@ -115,11 +115,13 @@ pub(crate) async fn dispatch(
             };
             policy::diff::run(old, new, json).await
         }
-        Command::Import { args, project_root, namespace, confirm, output, force } => {
+        Command::Import { args, project_root, namespace, confirm, output, force, install_root } => {
             let (format, file) = match args.as_slice() {
                 [file] => (None, file),
                 [format, file] => (Some(import_format(format)?), file),
-                _ => return Err(CliError::Usage("usage: cordon import [ctxnest|gandalf] FILE [-o OUT.toml]".into())),
+                _ => {
+                    return Err(CliError::Usage("usage: cordon import [ctxnest|gandalf|mcp] FILE [-o OUT.toml]".into()));
+                }
             };
             let opts = crate::import::Options {
                 format,
@@ -127,6 +129,7 @@ pub(crate) async fn dispatch(
                 project_root,
                 namespace,
                 confirm,
+                install_root,
                 // `-` is standard output, as for `cordon init -o -`: never a file named `-`.
                 output: output.filter(|p| p.as_os_str() != "-"),
                 force,
@@ -182,15 +185,16 @@ pub(crate) async fn dispatch(
     }
 }
 
-/// `ctxnest` or `gandalf`.
+/// `ctxnest`, `gandalf` or `mcp`.
 fn import_format(name: &str) -> Result<cordon_core::policy::foreign::Foreign, CliError> {
     use cordon_core::policy::foreign::Foreign;
     match name {
         "ctxnest" => Ok(Foreign::CtxNest),
         "gandalf" => Ok(Foreign::Gandalf),
+        "mcp" => Ok(Foreign::McpServers),
         other => Err(CliError::Usage(format!(
-            "unknown import format {other:?}; use `cordon import ctxnest FILE`, `cordon import gandalf FILE`, or \
-             `cordon import FILE` to detect it"
+            "unknown import format {other:?}; use `cordon import ctxnest FILE`, `cordon import gandalf FILE`, \
+             `cordon import mcp FILE` (a host's mcpServers), or `cordon import FILE` to detect it"
         ))),
     }
 }

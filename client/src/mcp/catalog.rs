@@ -342,4 +342,29 @@ mod tests {
         let three = Catalog::build(3, [info("a", "changed")].into_iter(), Some(&two));
         assert!(!Arc::ptr_eq(&first, &three.check(three.tool("a").unwrap())));
     }
+
+    #[test]
+    fn a_server_tool_is_listed_as_the_daemon_describes_it() {
+        let t = ToolInfo::from(v1::Tool {
+            name: "git__log".into(),
+            title: "Git log".into(),
+            description: "Shows the commit logs\n\ncordon's policy narrows this tool: repo_path beneath /srv/repos."
+                .into(),
+            available: true,
+            read_only: true,
+            input_schema_json: r#"{"type":"object","properties":{"repo_path":{"type":"string"}}}"#.into(),
+            output_schema_json: r#"{"type":"object","properties":{"commits":{"type":"array"}}}"#.into(),
+            server: "git".into(),
+            server_tool: "log".into(),
+            ..v1::Tool::default()
+        });
+        let c = Catalog::build(1, [t.clone()].into_iter(), None);
+        let listed = serde_json::to_value(c.mcp_tools().next().unwrap()).unwrap();
+        assert_eq!(listed["name"], json!("git__log"));
+        assert_eq!(listed["title"], json!("Git log"));
+        assert_eq!(listed["description"], json!(t.description), "the description as sent, nothing appended");
+        assert_eq!(listed["inputSchema"]["properties"]["repo_path"]["type"], json!("string"));
+        assert_eq!(listed["outputSchema"]["properties"]["commits"]["type"], json!("array"));
+        assert_eq!(listed["annotations"]["readOnlyHint"], json!(true));
+    }
 }

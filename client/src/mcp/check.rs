@@ -50,3 +50,87 @@ impl ArgCheck {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use cordon_core::code::ErrorCode;
+    use cordon_core::mcp_server::{RemoteTool, ServerTool};
+    use cordon_core::policy::{ArgCheck as Rule, ArgRule};
+    use cordon_proto::v1;
+    use serde_json::json;
+
+    use super::*;
+
+    /// `git__log` as cordond sends it: its path confined beneath /srv/repos by the policy.
+    fn wire_tool() -> ToolInfo {
+        let remote = RemoteTool {
+            name: "log".into(),
+            title: None,
+            description: "Shows the commit logs".into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": { "repo_path": { "type": "string" }, "max_count": { "type": "integer" } },
+                "required": ["repo_path"]
+            }),
+            output_schema: None,
+            annotations: None,
+        };
+        let rules = vec![ArgRule { argument: "repo_path".into(), check: Rule::Under(vec!["/srv/repos".into()]) }];
+        let daemon = ServerTool::with_rules("git", remote, rules).unwrap();
+        ToolInfo::from(v1::Tool {
+            name: daemon.exposed_name.clone(),
+            description: daemon.advertised_description().into(),
+            available: true,
+            input_schema_json: daemon.advertised_schema().to_string(),
+            server: "git".into(),
+            server_tool: "log".into(),
+            server_rules_json: daemon.wire_rules(),
+            ..v1::Tool::default()
+        })
+    }
+
+    #[test]
+    fn a_server_tool_is_checked_with_the_daemons_schema_and_rules() {
+        let check = ArgCheck::new(&wire_tool()).unwrap();
+        assert!(check.check(&json!({ "repo_path": "/srv/repos/app", "max_count": 3 })).is_ok());
+        let outside = check.check(&json!({ "repo_path": "/etc" })).unwrap_err();
+        assert_eq!(outside.code, ErrorCode::InvalidFieldValue, "{outside:?}");
+        assert_eq!(outside.field.as_deref(), Some("repo_path"));
+        let escape = check.check(&json!({ "repo_path": "/srv/repos/../../etc" })).unwrap_err();
+        assert_eq!(escape.field.as_deref(), Some("repo_path"), "{escape:?}");
+        let typed = check.check(&json!({ "repo_path": "/srv/repos/app", "max_count": "3" })).unwrap_err();
+        assert_eq!(typed.code, ErrorCode::InvalidFieldType, "{typed:?}");
+        let missing = check.check(&json!({})).unwrap_err();
+        assert_eq!(missing.code, ErrorCode::MissingRequiredField, "{missing:?}");
+        assert!(check.check(&json!([1])).is_err(), "arguments are an object");
+    }
+
+    #[test]
+    fn a_server_tool_whose_wire_form_does_not_rebuild_fails_closed() {
+        for (what, mutate) in [
+            ("rules that are not JSON", (|t: &mut v1::Tool| t.server_rules_json = "{".into()) as fn(&mut v1::Tool)),
+            ("an unknown rule", |t| {
+                t.server_rules_json =
+                    r#"{"server_schema":{"type":"object"},"rules":[{"argument":"a","nope":1}]}"#.into()
+            }),
+            ("a listed schema the rules do not make", |t| {
+                t.input_schema_json = r#"{"type":"object","properties":{}}"#.into()
+            }),
+        ] {
+            let good = wire_tool();
+            let mut t = v1::Tool {
+                name: good.name.clone(),
+                description: good.description.clone(),
+                available: true,
+                input_schema_json: good.input_schema.as_str().into(),
+                server: good.server.clone(),
+                server_tool: good.server_tool.clone(),
+                server_rules_json: good.server_rules_json.clone(),
+                ..v1::Tool::default()
+            };
+            mutate(&mut t);
+            let e = ArgCheck::new(&ToolInfo::from(t)).unwrap_err();
+            assert!(matches!(e, RulesError::ServerTool { .. }), "{what}: {e}");
+        }
+    }
+}

@@ -253,6 +253,7 @@ fn is_policy(body: &str) -> bool {
         l.starts_with("[tools.")
             || l.starts_with("[[tools.")
             || l.starts_with("[workflows.")
+            || l.starts_with("[servers.")
             || l.starts_with("[defaults")
     })
 }
