@@ -80,7 +80,7 @@ const MAX_TOOLS: usize = 1_000;
 /// A `nextCursor` longer than this is a protocol break.
 const MAX_CURSOR: usize = 4096;
 /// How long a server whose call timed out has to answer `ping` before it is taken as hung.
-pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PING_TIMEOUT: Duration = if cfg!(test) { Duration::from_secs(2) } else { Duration::from_secs(10) };
 /// Progress of one call is forwarded at most this often (the excess dropped).
 pub(crate) const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 /// Messages waiting for the server's stdin.
@@ -1258,5 +1258,445 @@ mod catalog {
         let total = params.get("total").and_then(Value::as_f64).filter(|t| t.is_finite());
         let message = params.get("message").and_then(Value::as_str).map(|m| super::printable(m, MAX_MESSAGE));
         Some((progress, total, message.unwrap_or_default()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each test drives a real process: `daemon/tests/fixtures/mcp_server.py`, told by argv how
+    //! to behave, run in cordon's sandbox (as root: the full sandbox, cgroup included).
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::audit::{DEFAULT_KEEP, DEFAULT_MAX_SIZE, Options};
+    use crate::registry::RegistryHandle;
+    use cordon_core::policy::{ClientRequests, Expose};
+    use std::io::Write as _;
+    use std::path::Path;
+
+    const MODES: &[&str] = &["good", "hang", "hang-after-init", "bad-version", "flood-at-start"];
+
+    fn fixtures() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    }
+
+    /// One per test process: each probe numbers its pooled cgroup leaves from 0.
+    fn host() -> &'static HostSandbox {
+        static HOST: OnceLock<HostSandbox> = OnceLock::new();
+        HOST.get_or_init(HostSandbox::probe)
+    }
+
+    /// The log lines written while a test runs (its runtime is current-thread: every task logs
+    /// on the test's thread, where the subscriber is the default).
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<u8>>>);
+
+    impl Log {
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&lock(&self.0)).into_owned()
+        }
+    }
+
+    impl std::io::Write for Log {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            lock(&self.0).extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        registry: RegistryHandle,
+        audit: Arc<Audit>,
+        events: mpsc::UnboundedSender<(String, InstanceEvent)>,
+        rx: mpsc::UnboundedReceiver<(String, InstanceEvent)>,
+        log: Log,
+        _guard: tracing::subscriber::DefaultGuard,
+    }
+
+    fn fixture(extra_read: &[&Path]) -> Option<Fixture> {
+        if host().landlock_abi == 0 {
+            // not a skip: nothing runs without landlock; CI hosts have it.
+            assert!(std::env::var_os("CORDON_CI").is_none(), "SKIPPED: no landlock on a CI host");
+            return None;
+        }
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        let guard = tracing::subscriber::set_default(subscriber);
+        let dir = tempfile::tempdir().unwrap();
+        let policies = dir.path().join("policies");
+        std::fs::create_dir(&policies).unwrap();
+        let mut text = String::from("version = 1\n");
+        let mut reads = vec![format!("{:?}", fixtures().display().to_string())];
+        reads.extend(extra_read.iter().map(|p| format!("{:?}", p.display().to_string())));
+        for mode in MODES {
+            text.push_str(&format!(
+                "[tools.srv-{mode}]\ndescription = \"fixture\"\nreason = \"test\"\n\
+                 command = [\"/usr/bin/python3\", {:?}, {mode:?}]\nread = [{}]\nlimits = {{ memory = \"512MiB\" }}\n",
+                fixtures().join("mcp_server.py").display().to_string(),
+                reads.join(", ")
+            ));
+        }
+        std::fs::write(policies.join("servers.toml"), text).unwrap();
+        let registry = RegistryHandle::load(&policies, host().policy_host()).unwrap();
+        let options = Options { path: dir.path().join("audit.jsonl"), max_size: DEFAULT_MAX_SIZE, keep: DEFAULT_KEEP };
+        let audit = Arc::new(Audit::open(options).unwrap().0);
+        let (events, rx) = mpsc::unbounded_channel();
+        Some(Fixture { _dir: dir, registry, audit, events, rx, log, _guard: guard })
+    }
+
+    fn server(f: &Fixture, mode: &str, roots: Vec<PathBuf>) -> Arc<McpServer> {
+        let launcher = f.registry.current().get(&format!("srv-{mode}")).unwrap().clone();
+        Arc::new(McpServer {
+            name: format!("fx{}", mode.replace('-', "")),
+            description: "fixture".into(),
+            source: launcher.source.clone(),
+            launcher,
+            expose: Expose::All,
+            rules: Default::default(),
+            share: false,
+            idle: Duration::from_secs(600),
+            start_timeout: Duration::from_secs(20),
+            pin: None,
+            client_requests: ClientRequests { roots },
+            resources: Expose::Nothing,
+            prompts: Expose::Nothing,
+        })
+    }
+
+    fn new_id() -> String {
+        let mut b = [0u8; 16];
+        getrandom::fill(&mut b).unwrap();
+        data_encoding::HEXLOWER.encode(&b)
+    }
+
+    async fn start(f: &Fixture, server: Arc<McpServer>) -> Result<Arc<Instance>, InstanceError> {
+        let seccomp = f.registry.current().seccomp_for(&server.launcher).unwrap();
+        let pins = server.launcher.sandbox.pins.clone();
+        Instance::start(InstanceSpec {
+            id: new_id(),
+            server,
+            generation: 1,
+            identity: None,
+            dedicated_uid: false,
+            pins,
+            seccomp,
+            host: host(),
+            audit: f.audit.clone(),
+            egress_metrics: None,
+            terminator: None,
+            events: f.events.clone(),
+        })
+        .await
+    }
+
+    fn call(tool: &str, arguments: Value) -> ToolCall {
+        ToolCall {
+            invocation: new_id(),
+            tool: tool.into(),
+            arguments,
+            timeout: Duration::from_secs(30),
+            cancel: CancellationToken::new(),
+            progress: None,
+        }
+    }
+
+    fn text_of(o: &CallOutcome) -> &str {
+        o.result["content"][0]["text"].as_str().unwrap()
+    }
+
+    /// The next event of `instance` that `pick` takes (others are skipped).
+    async fn event<T>(f: &mut Fixture, instance: &str, pick: impl Fn(&InstanceEvent) -> Option<T>) -> T {
+        let wait = async {
+            loop {
+                let (id, e) = f.rx.recv().await.unwrap();
+                if id == instance
+                    && let Some(t) = pick(&e)
+                {
+                    return t;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), wait).await.expect("no such event within a minute")
+    }
+
+    fn exited(e: &InstanceEvent) -> Option<String> {
+        match e {
+            InstanceEvent::Exited { how } => Some(how.clone()),
+            _ => None,
+        }
+    }
+
+    fn gone(pid: u32) -> bool {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None) == Err(nix::errno::Errno::ESRCH)
+    }
+
+    /// A well-behaved server: both pages of its list, a call, progress routed to the call, its
+    /// stderr in the log with the server's name, the client's capabilities without roots, and a
+    /// stop that ends the process.
+    #[tokio::test]
+    async fn a_good_server_is_listed_called_with_progress_and_stopped() {
+        let Some(mut f) = fixture(&[]) else { return };
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        let (tools, refused) = i.tools();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["echo", "progress", "sleep", "die", "ask", "change", "flood_stdout", "flood_stderr", "read", "log"]
+        );
+        assert!(refused.is_empty(), "{refused:?}");
+        let o = i.call(call("echo", json!({ "text": "hi there" }))).await.unwrap();
+        assert_eq!(text_of(&o), "hi there");
+        assert!(!o.is_error);
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut c = call("progress", json!({ "steps": 3 }));
+        c.progress = Some(tx);
+        let o = i.call(c).await.unwrap();
+        assert_eq!(text_of(&o), "done");
+        let mut seen = Vec::new();
+        while let Ok(p) = rx.try_recv() {
+            seen.push(p);
+        }
+        assert_eq!(
+            seen,
+            [(1.0, Some(3.0), "step 1".into()), (2.0, Some(3.0), "step 2".into()), (3.0, Some(3.0), "step 3".into())]
+        );
+        // A tool the server does not know: its JSON-RPC error is an error result.
+        let o = i.call(call("nope", json!({}))).await.unwrap();
+        assert!(o.is_error);
+        assert_eq!(text_of(&o), "the server answered error -32602: unknown tool nope");
+        let o = i.call(call("log", json!({}))).await.unwrap();
+        assert_eq!(text_of(&o), "logged");
+        let info = i.info();
+        assert_eq!(info.calls_total, 4);
+        assert_eq!(info.in_flight, 0);
+        let pid = info.pid.unwrap();
+        assert!(i.alive());
+        i.stop().await;
+        assert!(!i.alive());
+        let how = event(&mut f, i.id(), exited).await;
+        assert!(how.starts_with("stopped by cordond; "), "{how}");
+        assert!(gone(pid), "pid {pid} outlived stop()");
+        assert_eq!(i.call(call("echo", json!({}))).await.unwrap_err(), CallError::Died(how));
+        let log = f.log.text();
+        let name = format!(" server=fxgood instance={}", i.id());
+        assert!(log.contains(&format!("fixture: initialize from cordond{name}\n")), "{log}");
+        assert!(log.contains(&format!("fixture: capabilities {{}}{name}\n")), "no roots offered: {log}");
+        assert!(log.contains(&format!("hello from the fixture{name} level=info logger=fixture\n")), "{log}");
+    }
+
+    /// Sampling, elicitation and roots (none allowed) are refused: the server gets -32601
+    /// "refused by cordon's policy", and each is reported.
+    #[tokio::test]
+    async fn the_servers_requests_are_refused_and_reported() {
+        let Some(mut f) = fixture(&[]) else { return };
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        for method in ["sampling/createMessage", "elicitation/create", "roots/list", "made/up"] {
+            let o = i.call(call("ask", json!({ "method": method }))).await.unwrap();
+            let answer: Value = serde_json::from_str(text_of(&o)).unwrap();
+            assert_eq!(answer["error"], json!({ "code": -32601, "message": "refused by cordon's policy" }), "{method}");
+            let (m, why) = event(&mut f, i.id(), |e| match e {
+                InstanceEvent::Refused { method, why } => Some((method.clone(), why.clone())),
+                _ => None,
+            })
+            .await;
+            assert_eq!(m, method);
+            assert!(!why.is_empty());
+        }
+        i.stop().await;
+    }
+
+    /// With `client_requests.roots`, the client offers roots and answers `roots/list` with
+    /// them as file URIs.
+    #[tokio::test]
+    async fn allowed_roots_are_answered_as_file_uris() {
+        let Some(f) = fixture(&[]) else { return };
+        let roots = vec![PathBuf::from("/srv/repo one"), PathBuf::from("/tmp")];
+        let i = start(&f, server(&f, "good", roots)).await.unwrap();
+        let o = i.call(call("ask", json!({ "method": "roots/list" }))).await.unwrap();
+        let answer: Value = serde_json::from_str(text_of(&o)).unwrap();
+        assert_eq!(
+            answer["result"]["roots"],
+            json!([{ "uri": "file:///srv/repo%20one", "name": "/srv/repo one" }, { "uri": "file:///tmp", "name": "/tmp" }])
+        );
+        i.stop().await;
+        let log = f.log.text();
+        assert!(log.contains("fixture: capabilities {\"roots\": {\"listChanged\": false}}"), "{log}");
+    }
+
+    /// `list_changed` lists the tools again and says so.
+    #[tokio::test]
+    async fn a_changed_list_is_listed_again_and_reported() {
+        let Some(mut f) = fixture(&[]) else { return };
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        i.call(call("change", json!({}))).await.unwrap();
+        let tools = event(&mut f, i.id(), |e| match e {
+            InstanceEvent::ToolsChanged(t, _) => Some(t.clone()),
+            _ => None,
+        })
+        .await;
+        assert_eq!(tools.len(), 11);
+        assert_eq!(tools.last().unwrap().name, "added");
+        assert_eq!(i.tools().0, tools);
+        i.stop().await;
+    }
+
+    /// An endless line on stdout is a protocol break: the call fails, the server is killed.
+    #[tokio::test]
+    async fn an_endless_stdout_line_kills_the_server() {
+        let Some(mut f) = fixture(&[]) else { return };
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        let pid = i.info().pid.unwrap();
+        let e = i.call(call("flood_stdout", json!({}))).await.unwrap_err();
+        let cap = line_cap(i.max_output());
+        let CallError::Protocol(how) = e else { panic!("{e:?}") };
+        assert!(how.starts_with(&format!("protocol: it wrote a line longer than {cap} bytes on stdout; ")), "{how}");
+        let how = event(&mut f, i.id(), exited).await;
+        assert!(how.starts_with("protocol: it wrote a line longer than"), "{how}");
+        assert!(gone(pid));
+        assert!(!i.alive());
+        // Before it is initialized, the same: it does not start.
+        let e = start(&f, server(&f, "flood-at-start", Vec::new())).await.unwrap_err();
+        assert!(e.to_string().contains("it wrote a line longer than"), "{e}");
+    }
+
+    /// A stderr flood is cut and rate-limited: the log gets a bounded number of its lines,
+    /// escaped, and the dropped lines are counted; the server still answers.
+    #[tokio::test]
+    async fn a_stderr_flood_is_bounded_in_the_log() {
+        let Some(mut f) = fixture(&[]) else { return };
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        let o = i.call(call("flood_stderr", json!({ "lines": 20000 }))).await.unwrap();
+        assert_eq!(text_of(&o), "flooded");
+        i.stop().await;
+        let dropped = event(&mut f, i.id(), |e| match e {
+            InstanceEvent::Stderr { dropped } => Some(*dropped),
+            _ => None,
+        })
+        .await;
+        let log = f.log.text();
+        let logged = log.lines().filter(|l| l.contains(" flood line ")).count() as u64;
+        assert!((1..1000).contains(&logged), "{logged} lines logged");
+        assert!(dropped > 0 && logged + dropped <= 20000, "{logged} logged, {dropped} dropped");
+        assert!(log.contains("flood line 0 \\u{1b}[31mred\\u{1b}[0m"), "control characters escaped");
+        assert!(!log.contains('\u{1b}'));
+    }
+
+    /// A server that answers nothing does not start (start_timeout); one that stops answering
+    /// times the call out, ignores ping too, and is killed.
+    #[tokio::test]
+    async fn a_server_that_never_answers_is_timed_out_and_killed() {
+        let Some(mut f) = fixture(&[]) else { return };
+        let mut s = (*server(&f, "hang", Vec::new())).clone();
+        s.start_timeout = Duration::from_secs(2);
+        let e = start(&f, Arc::new(s)).await.unwrap_err();
+        assert!(matches!(&e, InstanceError::StartTimedOut { during: "initializing", .. }), "{e:?}");
+        let i = start(&f, server(&f, "hang-after-init", Vec::new())).await.unwrap();
+        let pid = i.info().pid.unwrap();
+        let mut c = call("echo", json!({ "text": "anyone?" }));
+        c.timeout = Duration::from_millis(500);
+        assert_eq!(i.call(c).await.unwrap_err(), CallError::TimedOut);
+        let how = event(&mut f, i.id(), exited).await;
+        assert!(how.starts_with("unresponsive: a call timed out and ping went unanswered for 2s; killed; "), "{how}");
+        assert!(gone(pid));
+    }
+
+    /// A cancelled call is answered at once and the server told; a server that ignores the
+    /// cancellation keeps running and answers the next call.
+    #[tokio::test]
+    async fn a_cancelled_call_is_answered_and_the_server_told() {
+        let Some(f) = fixture(&[]) else { return };
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        let c = call("sleep", json!({ "seconds": 30 }));
+        let cancel = c.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            cancel.cancel();
+        });
+        assert_eq!(i.call(c).await.unwrap_err(), CallError::Cancelled);
+        let o = i.call(call("echo", json!({ "text": "still here" }))).await.unwrap();
+        assert_eq!(text_of(&o), "still here");
+        assert!(i.alive());
+        i.stop().await;
+        let log = f.log.text();
+        assert!(log.contains("fixture: cancelled {\"reason\": \"cancelled by the caller\", \"requestId\": "), "{log}");
+    }
+
+    /// At most MAX_IN_FLIGHT calls at once; the next is Busy.
+    #[tokio::test]
+    async fn calls_beyond_the_limit_are_busy() {
+        let Some(f) = fixture(&[]) else { return };
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        let stop = CancellationToken::new();
+        let mut running = Vec::new();
+        for _ in 0..MAX_IN_FLIGHT {
+            let mut c = call("sleep", json!({ "seconds": 30 }));
+            c.cancel = stop.clone();
+            let i = i.clone();
+            running.push(tokio::spawn(async move { i.call(c).await }));
+        }
+        while i.info().in_flight < MAX_IN_FLIGHT {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(i.call(call("echo", json!({}))).await.unwrap_err(), CallError::Busy);
+        stop.cancel();
+        for r in running {
+            assert_eq!(r.await.unwrap().unwrap_err(), CallError::Cancelled);
+        }
+        assert_eq!(i.info().in_flight, 0);
+        i.stop().await;
+    }
+
+    /// A server that dies during a call: the call says how, so does the event.
+    #[tokio::test]
+    async fn a_server_dying_mid_call_fails_the_call() {
+        let Some(mut f) = fixture(&[]) else { return };
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        assert_eq!(i.call(call("die", json!({}))).await.unwrap_err(), CallError::Died("exited with code 3".into()));
+        assert_eq!(event(&mut f, i.id(), exited).await, "exited with code 3");
+        assert!(!i.alive());
+    }
+
+    /// A protocol version MCP does not define is refused.
+    #[tokio::test]
+    async fn an_unknown_protocol_version_is_refused() {
+        let Some(f) = fixture(&[]) else { return };
+        let e = start(&f, server(&f, "bad-version", Vec::new())).await.unwrap_err();
+        assert!(
+            e.to_string().contains("protocol version \"1999-01-01\", which is none of the versions MCP defines"),
+            "{e}"
+        );
+    }
+
+    /// The server runs sandboxed: it reads its grants, not a file beside them, nor root's home.
+    #[tokio::test]
+    async fn the_server_is_confined_to_its_grants() {
+        let granted = tempfile::tempdir_in("/var/tmp").unwrap();
+        let secret_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        std::fs::write(granted.path().join("ok.txt"), "granted").unwrap();
+        let secret = secret_dir.path().join("secret.txt");
+        std::fs::File::create(&secret).unwrap().write_all(b"secret").unwrap();
+        let Some(f) = fixture(&[granted.path()]) else { return };
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        let read = async |path: &Path| {
+            let o = i.call(call("read", json!({ "path": path }))).await.unwrap();
+            text_of(&o).to_string()
+        };
+        assert_eq!(read(&granted.path().join("ok.txt")).await, "granted");
+        let denied = read(&secret).await;
+        assert!(denied == "ERRNO EACCES" || denied == "ERRNO ENOENT", "{denied}");
+        if host().is_root {
+            let ssh = read(Path::new("/root/.ssh/authorized_keys")).await;
+            assert!(ssh == "ERRNO EACCES" || ssh == "ERRNO ENOENT", "{ssh}");
+        }
+        i.stop().await;
     }
 }
