@@ -120,7 +120,9 @@ pub(crate) async fn dispatch(
                 [file] => (None, file),
                 [format, file] => (Some(import_format(format)?), file),
                 _ => {
-                    return Err(CliError::Usage("usage: cordon import [ctxnest|gandalf|mcp] FILE [-o OUT.toml]".into()));
+                    return Err(CliError::Usage(
+                        "usage: cordon import [ctxnest|gandalf|mcp] FILE [-o OUT.toml]".into(),
+                    ));
                 }
             };
             let opts = crate::import::Options {

@@ -10,8 +10,8 @@
 //!   sandbox does not allow (`policy::downloads_at_start` recognizes them): the server's
 //!   `command` is the copy to install first under `--install-root` (default /opt/cordon/mcp),
 //!   with the install command in the comment;
-//! - nothing is exposed: `tools = []` until the admin lists the tools agents may call (after
-//!   `cordon server show NAME`);
+//! - nothing is exposed: `tools` names only a placeholder no MCP tool can be named ([`UNLISTED`])
+//!   until the admin lists the tools agents may call (after `cordon server show NAME`);
 //! - `env` values that look like secrets (by name or by value) are never copied: each becomes a
 //!   commented `[secrets.*]` declaration to fill in (source, hosts, placement);
 //! - remote servers (`url`, `type = "sse"`/`"http"`) are not run by cordon: listed in comments.
@@ -34,6 +34,7 @@ const SERVER_KEYS: &[&str] = &[
     "env",
     "type",
     "url",
+    "serverUrl",
     "headers",
     "cwd",
     "disabled",
@@ -44,6 +45,9 @@ const SERVER_KEYS: &[&str] = &[
     "description",
     "transport",
 ];
+/// What `tools` lists until the admin names the tools: a name no MCP tool can have (a space),
+/// so nothing is exposed and the policy still loads (`tools = []` is refused).
+pub(crate) const UNLISTED: &str = "TODO list the tools agents may call";
 /// Longest server name cordon takes (it prefixes every tool's name).
 const MAX_NAME: usize = 32;
 
@@ -65,7 +69,7 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
             remote.push(format!(
                 "{host_name:?}: a remote server ({}) is not supported: cordon runs stdio servers it starts itself \
                  in their sandbox; it was not imported",
-                value.get("url").and_then(Value::as_str).unwrap_or("no url")
+                value.get("url").or_else(|| value.get("serverUrl")).and_then(Value::as_str).unwrap_or("no url")
             ));
             continue;
         }
@@ -96,8 +100,9 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
     let source = opts.file.display();
     let mut header = vec![
         format!("Imported by `cordon import mcp` from {source}: the MCP servers the host ran with your own rights."),
-        "Review each server: install it where its comment says, list the tools agents may call (tools = [] exposes \
-         none), grant what it needs and nothing more, and declare its secrets. Then `cordon policy check` this file."
+        "Review each server: install it where its comment says, list the tools agents may call (until then it \
+         exposes none), grant what it needs and nothing more, and declare its secrets. Then `cordon policy check` \
+         this file."
             .to_string(),
     ];
     for r in remote {
@@ -109,7 +114,9 @@ pub(crate) fn translate(doc: &Value, opts: &Options, report: &mut Report) -> Opt
 /// Whether the host reaches the server over the network rather than starting it.
 fn is_remote(v: &Value) -> bool {
     let ty = v.get("type").or_else(|| v.get("transport")).and_then(Value::as_str);
-    v.get("url").is_some() || matches!(ty, Some("sse" | "http" | "streamable-http" | "streamableHttp"))
+    v.get("url").is_some()
+        || v.get("serverUrl").is_some()
+        || matches!(ty, Some("sse" | "http" | "streamable-http" | "streamableHttp"))
 }
 
 /// The host's name for a server as a cordon server name (`^[a-z][a-z0-9-]*$`, at most 32).
@@ -211,9 +218,19 @@ fn server(
             Some(mut installed) => {
                 if let Some(program) = installed.first_mut()
                     && program.ends_with("/BIN")
-                    && let Some(bin) = download.package.as_deref().and_then(|p| npm_bin(&dir, p))
+                    && let Some(package) = download.package.as_deref()
                 {
-                    *program = format!("{}/node_modules/.bin/{bin}", dir.display());
+                    let found = npm_bin(&dir, package);
+                    if let Some(bin) = found.clone().or_else(|| conventional_bin(package)) {
+                        *program = format!("{}/node_modules/.bin/{bin}", dir.display());
+                        if found.is_none() {
+                            t.note(format!(
+                                "{bin} is the program the package's name suggests; once it is installed, check \
+                                 with `ls {}/node_modules/.bin`.",
+                                dir.display()
+                            ));
+                        }
+                    }
                 }
                 argv = installed;
             }
@@ -226,10 +243,11 @@ fn server(
     t.set("command", out::strings(&argv));
     t.set_noted(
         "tools",
-        "[]".into(),
+        out::strings(&[UNLISTED]),
         format!(
-            "Nothing is exposed until you list it: once the server is installed, `cordon server show {name}` lists \
-             its tools; name here those agents may call (tools = \"*\" exposes all of them, even ones it adds later)."
+            "Nothing is exposed until you list it: {UNLISTED:?} is no tool's name (MCP tool names have no spaces), \
+             so no tool is listed. Once the server is installed, `cordon server show {name}` shows its tools; \
+             replace it with those agents may call (tools = \"*\" exposes all of them, even ones it adds later)."
         ),
     );
     let given: Vec<&String> = argv.iter().skip(1).filter(|a| a.starts_with('/') || a.starts_with("~/")).collect();
@@ -297,14 +315,13 @@ fn env(host_name: &str, name: &str, obj: &Map<String, Value>, r: &mut Report, t:
          template is in the policy)",
         secrets.join(", ")
     ));
-    t.trailer.push(format!(
-        "SECRETS: the host gave {} values that look secret; they were not copied. Declare each, then give it to \
-         the server (`secrets = {{ VAR = \"NAME\" }}` in this table, and the hosts it goes to in network.hosts):",
-        secrets.join(", ")
-    ));
+    t.trailer
+        .push(format!("SECRETS: the host gave {} values that look secret; they were not copied.", secrets.join(", ")));
+    t.trailer.push("Declare each below, then give it to the server: secrets = { VAR = \"NAME\" } in this".into());
+    t.trailer.push("table, and the hosts it is sent to in its network.hosts.".into());
     for k in &secrets {
         let secret = format!("{name}-{}", k.to_ascii_lowercase().replace('_', "-"));
-        t.trailer.push(String::new());
+        t.trailer.push(format!("--- {k}:"));
         t.trailer.push(format!("[secrets.{secret}]"));
         t.trailer
             .push(format!("source = {{ file = \"/etc/cordon/secrets/{secret}\" }}   # TODO: root-owned, mode 0600"));
@@ -403,6 +420,18 @@ fn npm_bin(dir: &Path, package: &str) -> Option<String> {
     // Only a plain file name: it is joined to a path.
     let plain = !bin.is_empty() && !bin.contains('/') && bin != "." && bin != "..";
     plain.then_some(bin)
+}
+
+/// The program of an official server package by its naming convention
+/// (`@modelcontextprotocol/server-NAME` provides `mcp-server-NAME`).
+fn conventional_bin(package: &str) -> Option<String> {
+    let base = match package.rfind('@') {
+        Some(at) if at > 0 => &package[..at],
+        _ => package,
+    };
+    let rest = base.strip_prefix("@modelcontextprotocol/server-")?;
+    let plain = !rest.is_empty() && rest.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    plain.then(|| format!("mcp-server-{rest}"))
 }
 
 /// Codex's `config.toml` (`[mcp_servers.NAME]` with `command`, `args`, `env`, `url`) as the
