@@ -266,14 +266,17 @@ impl ToolInfo {
     /// the wire form with the core's own code ([`ServerTool::from_wire`]: the server's schema
     /// and the policy's rules, compiled and narrowed again; a listed schema that is not what
     /// they make is refused rather than trusted).
+    /// An empty `server_rules_json` is a tool the policy adds no rules to: its listed schema is
+    /// the server's own.
     pub fn server_tool(&self) -> Result<ServerTool, RulesError> {
+        let rules = if self.server_rules_json.trim().is_empty() { r#"{"rules": []}"# } else { &self.server_rules_json };
         ServerTool::from_wire(
             &self.name,
             &self.server,
             &self.server_tool,
             &self.description,
             self.input_schema.as_str(),
-            &self.server_rules_json,
+            rules,
         )
         .map_err(|why| RulesError::ServerTool { why })
     }

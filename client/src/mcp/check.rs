@@ -133,4 +133,21 @@ mod tests {
             assert!(matches!(e, RulesError::ServerTool { .. }), "{what}: {e}");
         }
     }
+
+    #[test]
+    fn a_server_tool_without_rules_is_checked_with_the_listed_schema() {
+        let t = ToolInfo::from(v1::Tool {
+            name: "tiny__echo".into(),
+            description: "Answers its text".into(),
+            available: true,
+            input_schema_json: r#"{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}"#
+                .into(),
+            server: "tiny".into(),
+            server_tool: "echo".into(),
+            ..v1::Tool::default()
+        });
+        let check = ArgCheck::new(&t).unwrap();
+        assert!(check.check(&json!({ "text": "hi" })).is_ok());
+        assert_eq!(check.check(&json!({ "text": 1 })).unwrap_err().code, ErrorCode::InvalidFieldType);
+    }
 }
