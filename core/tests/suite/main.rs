@@ -12,5 +12,6 @@ mod reload;
 mod result;
 mod secrets;
 mod secrets_red;
+mod servers;
 mod validate;
 mod workflow;
