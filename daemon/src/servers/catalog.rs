@@ -78,8 +78,13 @@ pub(crate) fn decide(server: &McpServer, entry: &Entry) -> Vec<Listed> {
         .iter()
         .map(|remote| {
             let digest = remote.digest();
-            let tool = Arc::new(ServerTool::new(server, remote.clone()));
-            let state = if !valid_name(&remote.name) {
+            let (tool, invalid) = match ServerTool::new(server, remote.clone()) {
+                Ok(tool) => (Some(Arc::new(tool)), None),
+                Err(why) => (None, Some(why)),
+            };
+            let state = if let Some(why) = invalid {
+                State::Invalid(why)
+            } else if !valid_name(&remote.name) {
                 State::Invalid(format!(
                     "its name {:?} is not 1 to 128 of A-Z a-z 0-9 _ . - (MCP's rule)",
                     remote.name.chars().take(140).collect::<String>()
@@ -93,7 +98,7 @@ pub(crate) fn decide(server: &McpServer, entry: &Entry) -> Vec<Listed> {
             } else {
                 State::AwaitingApproval
             };
-            Listed { remote: remote.clone(), digest, tool: Some(tool), state }
+            Listed { remote: remote.clone(), digest, tool, state }
         })
         .collect();
     out.sort_by(|a, b| a.remote.name.cmp(&b.remote.name));
