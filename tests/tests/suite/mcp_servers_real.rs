@@ -40,6 +40,8 @@ use serde_json::{Value, json};
 const ROOT: &str = "/opt/cordon-mcp-servers";
 const NODE: &str = "/usr/bin/node";
 const PYTHON: &str = "/usr/bin/python3";
+/// git inside the sandbox reads no system or user configuration (it may not: they are not granted).
+const GIT_ENV: &str = r#"{ GIT_CONFIG_NOSYSTEM = "1", GIT_CONFIG_GLOBAL = "/dev/null", GIT_OPTIONAL_LOCKS = "0" }"#;
 
 fn node_server(package: &str) -> String {
     format!("{ROOT}/node/node_modules/@modelcontextprotocol/server-{package}/dist/index.js")
@@ -187,18 +189,23 @@ tools = ["echo", "get-sum", "trigger-long-running-operation"]
 description = "git over one repository"
 command = [{git}, "--repository", {repo}]
 read = [{root_py}, {repo}]
+exec = [{py_bin}]
+env = {git_env}
 tools = ["git_status", "git_log"]
 
 [servers.gitany]
 description = "git without --repository: only the sandbox confines it"
 command = [{git}]
 read = [{root_py}, {repo}]
+exec = [{py_bin}]
+env = {git_env}
 tools = ["git_status"]
 
 [servers.fetch]
 description = "fetches web pages through cordon's egress proxy"
 command = [{fetch}, "--ignore-robots-txt", "--allow-private-ips"]
 read = [{root_py}]
+exec = [{py_bin}]
 network = {{ hosts = ["127.0.0.1:{port}", "evil.example:80"] }}
 tools = ["fetch"]
 
@@ -218,6 +225,8 @@ tools = ["echo", "spawn_shell", "read_file", "flood_stdout", "flood_stderr", "ha
         fetch = q(fetch),
         root_node = q(format!("{ROOT}/node")),
         root_py = q(format!("{ROOT}/python")),
+        py_bin = q(format!("{ROOT}/python/bin")),
+        git_env = GIT_ENV,
         wide = q(path),
         repo = q(w.repo()),
         hostile = q(w.hostile()),
@@ -282,7 +291,11 @@ async fn through_cordon(d: &Daemon) -> (Client, Recorder) {
 /// The same server run directly (no cordon) by the same client.
 async fn direct(argv: &[String]) -> Client {
     let command = tokio::process::Command::new(&argv[0]).configure(|c| {
-        c.args(&argv[1..]).env_remove("HTTP_PROXY").env_remove("HTTPS_PROXY");
+        c.args(&argv[1..]).env_remove("HTTP_PROXY").env_remove("HTTPS_PROXY").envs([
+            ("GIT_CONFIG_NOSYSTEM", "1"),
+            ("GIT_CONFIG_GLOBAL", "/dev/null"),
+            ("GIT_OPTIONAL_LOCKS", "0"),
+        ]);
     });
     let (transport, _) = TokioChildProcess::builder(command).stderr(std::process::Stdio::null()).spawn().unwrap();
     Recorder::default().serve(transport).await.expect("the direct MCP session starts")
@@ -307,9 +320,9 @@ fn text(r: &CallToolResult) -> String {
 }
 
 /// What a result says, without what may differ between two runs of the same call: its content,
-/// structured content and error flag.
+/// structured content and error flag (absent is false).
 fn said(r: &CallToolResult) -> Value {
-    json!({ "content": r.content, "structuredContent": r.structured_content, "isError": r.is_error })
+    json!({ "content": r.content, "structuredContent": r.structured_content, "isError": r.is_error.unwrap_or(false) })
 }
 
 #[track_caller]
