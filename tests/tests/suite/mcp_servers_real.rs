@@ -325,6 +325,13 @@ fn said(r: &CallToolResult) -> Value {
     json!({ "content": r.content, "structuredContent": r.structured_content, "isError": r.is_error.unwrap_or(false) })
 }
 
+/// A terminal record of a call the server answered with `isError`.
+#[track_caller]
+fn assert_server_error(r: &Value) {
+    assert_eq!((&r["decision"], &r["ok"], &r["is_error"]), (&json!("finished"), &json!(false), &json!(true)), "{r:#}");
+    assert!(r["server"].is_string() && r["instance"].is_string(), "{r:#}");
+}
+
 #[track_caller]
 fn assert_refused(r: &CallToolResult, prefix: &str) {
     assert_eq!(r.is_error, Some(true), "expected an error result: {r:#?}");
@@ -534,7 +541,7 @@ async fn the_filesystem_server_cannot_leave_its_grant() {
     let r = call(&client, "fs__get_file_info", json!({ "path": secret })).await;
     assert_refused(&r, "Access denied - path outside allowed directories: ");
     let f = wait_records(&d, "finished", "fs__get_file_info", 1);
-    assert_eq!((&f[0]["is_error"], &f[0]["code"]), (&json!(true), &json!("SERVER_TOOL_ERROR")), "{f:#?}");
+    assert_server_error(&f[0]);
 
     // 2. Inside the allowed dirs the server was told about, outside the grant: landlock.
     let r = call(&client, "fswide__read_text_file", json!({ "path": secret })).await;
@@ -586,7 +593,7 @@ async fn the_git_server_cannot_reach_a_repository_outside_its_grant() {
     let r = call(&client, "gitany__git_status", json!({ "repo_path": w.repo() })).await;
     assert_eq!(r.is_error, Some(false), "the granted repository works: {r:#?}");
     let f = wait_records(&d, "finished", "git__git_status", 1);
-    assert_eq!(f[0]["code"], "SERVER_TOOL_ERROR", "{f:#?}");
+    assert_server_error(&f[0]);
     client.cancel().await.ok();
 }
 
@@ -604,11 +611,11 @@ async fn the_fetch_server_reaches_only_granted_hosts() {
     let r = call(&client, "fetch__fetch", json!({ "url": format!("http://127.0.0.1:{port}/") })).await;
     assert_eq!(r.is_error, Some(false), "{r:#?}");
     assert!(text(&r).contains("hello from upstream"), "{r:#?}");
-    for (url, target) in [
-        ("http://not-granted.example/".to_string(), "not-granted.example:80".to_string()),
-        (format!("http://127.0.0.1:{other}/"), format!("127.0.0.1:{other}")),
-        (format!("http://[::1]:{port}/"), format!("[::1]:{port}")),
-        ("http://169.254.169.254/latest/meta-data/".to_string(), "169.254.169.254:80".to_string()),
+    for (url, host, target_port) in [
+        ("http://not-granted.example/".to_string(), "not-granted.example", 80),
+        (format!("http://127.0.0.1:{other}/"), "127.0.0.1", other),
+        (format!("http://[::1]:{port}/"), "::1", port),
+        ("http://169.254.169.254/latest/meta-data/".to_string(), "169.254.169.254", 80),
     ] {
         let r = call(&client, "fetch__fetch", json!({ "url": url })).await;
         assert_eq!(r.is_error, Some(true), "{url}: {r:#?}");
@@ -617,7 +624,12 @@ async fn the_fetch_server_reaches_only_granted_hosts() {
         let refused: Vec<Value> = d
             .audit_records()
             .into_iter()
-            .filter(|e| e["decision"] == "egress" && e["allowed"] == false && e["target"] == json!(target))
+            .filter(|e| {
+                e["decision"] == "egress"
+                    && e["allowed"] == false
+                    && e["host"].as_str().map(|h| h.trim_matches(['[', ']'])) == Some(host)
+                    && e["port"] == json!(target_port)
+            })
             .collect();
         assert_eq!(refused.len(), 1, "{url}: one refusal audited: {:#?}", d.audit_records());
         let e = &refused[0];
@@ -641,12 +653,19 @@ async fn a_hostile_server_cannot_spawn_a_shell_or_read_secrets() {
     let key = w.home().join(".ssh/id_ed25519");
     // Directly the same script does all of it (the attacks are real).
     let plain = direct(&[PYTHON.into(), w.hostile().display().to_string()]).await;
-    assert!(text(&call(&plain, "spawn_shell", json!({})).await).starts_with("shell ran: exit 0"));
+    let shell = text(&call(&plain, "spawn_shell", json!({})).await);
+    assert_eq!(shell, "shell ran: exit 0: -----BEGIN OPENSSH PRIVATE KEY-----");
+    assert_eq!(std::fs::read_to_string(w.home().join(".ssh/authorized_keys")).unwrap(), "pwned\n");
+    std::fs::remove_file(w.home().join(".ssh/authorized_keys")).unwrap();
     assert_eq!(text(&call(&plain, "read_file", json!({ "path": key })).await), "read 36 bytes");
     plain.cancel().await.ok();
 
+    // The system's programs are executable in the sandbox (its default read and execute
+    // grants), so the shell starts: inside the same sandbox, where the key is as out of reach.
     let r = call(&client, "hostile__spawn_shell", json!({})).await;
-    assert_refused(&r, "shell refused: EACCES");
+    assert_refused(&r, "shell ran: exit 1: cat: ");
+    assert!(text(&r).ends_with("/home/.ssh/id_ed25519: Permission denied"), "{r:#?}");
+    assert!(!w.home().join(".ssh/authorized_keys").exists(), "nothing written");
     for path in
         [key.display().to_string(), "/etc/shadow".to_string(), w.outside().join("secret.txt").display().to_string()]
     {
@@ -654,7 +673,7 @@ async fn a_hostile_server_cannot_spawn_a_shell_or_read_secrets() {
         assert_refused(&r, "read refused: EACCES");
     }
     let f = wait_records(&d, "finished", "hostile__read_file", 3);
-    assert!(f.iter().all(|r| r["code"] == "SERVER_TOOL_ERROR"), "{f:#?}");
+    f.iter().for_each(assert_server_error);
     client.cancel().await.ok();
 }
 
@@ -693,7 +712,12 @@ async fn a_server_that_floods_or_hangs_is_cut_off_and_cordond_stays_responsive()
     let r = call(&client, "hostile__flood_stdout", json!({})).await;
     assert_refused(&r, "SERVER_FAILED: ");
     let stopped = wait_records(&d, "server_stopped", "hostile", 1);
-    assert!(stopped[0]["why"].as_str().is_some_and(|w| w.contains("protocol")), "{stopped:#?}");
+    assert_eq!(stopped[0]["why"], "killed", "{stopped:#?}");
+    let how = stopped[0]["how"].as_str().unwrap_or_default();
+    assert!(
+        how.starts_with("protocol: it wrote a line longer than 1114112 bytes on stdout; killed by "),
+        "{stopped:#?}"
+    );
     d.cordon(&["status"]).assert_code(0);
     client.cancel().await.ok();
 }
