@@ -290,7 +290,13 @@ async fn through_cordon(d: &Daemon) -> (Client, Recorder) {
 
 /// The same server run directly (no cordon) by the same client.
 async fn direct(argv: &[String]) -> Client {
+    direct_with(argv, &[]).await
+}
+
+/// [`direct`] with more environment.
+async fn direct_with(argv: &[String], env: &[(&str, &Path)]) -> Client {
     let command = tokio::process::Command::new(&argv[0]).configure(|c| {
+        c.envs(env.iter().copied());
         c.args(&argv[1..]).env_remove("HTTP_PROXY").env_remove("HTTPS_PROXY").envs([
             ("GIT_CONFIG_NOSYSTEM", "1"),
             ("GIT_CONFIG_GLOBAL", "/dev/null"),
@@ -510,11 +516,12 @@ async fn progress_of_a_real_server_passes_through() {
     let d = daemon(&w, html_upstream());
     approve(&d, "everything");
     let (client, recorder) = through_cordon(&d).await;
-    let r = call(&client, "everything__trigger-long-running-operation", json!({ "duration": 1, "steps": 4 })).await;
+    let r = call(&client, "everything__trigger-long-running-operation", json!({ "duration": 2, "steps": 4 })).await;
     assert_eq!(r.is_error, Some(false), "{r:#?}");
-    assert_eq!(text(&r), "Long running operation completed. Duration: 1 seconds, Steps: 4.");
+    assert_eq!(text(&r), "Long running operation completed. Duration: 2 seconds, Steps: 4.");
     let steps = |p: &[ProgressNotificationParam]| p.iter().filter(|p| p.total == Some(4.0)).count();
-    assert!(eventually(Duration::from_secs(5), || steps(&recorder.progress.lock().unwrap()) >= 4));
+    let all = eventually(Duration::from_secs(15), || steps(&recorder.progress.lock().unwrap()) >= 4);
+    assert!(all, "each step's progress: {:#?}", recorder.progress.lock().unwrap());
     let progress = recorder.progress.lock().unwrap().clone();
     let mut got: Vec<f64> = progress.iter().filter(|p| p.total == Some(4.0)).map(|p| p.progress).collect();
     got.sort_by(f64::total_cmp);
@@ -619,23 +626,27 @@ async fn the_fetch_server_reaches_only_granted_hosts() {
     ] {
         let r = call(&client, "fetch__fetch", json!({ "url": url })).await;
         assert_eq!(r.is_error, Some(true), "{url}: {r:#?}");
-        assert!(text(&r).contains("403"), "{url}: the proxy's 403 in the server's error: {r:#?}");
+        assert!(text(&r).contains("status code 40"), "{url}: the proxy's refusal in the server's error: {r:#?}");
         assert!(!text(&r).contains("hello from upstream"), "{url}: {r:#?}");
+        // The refusal of this call's connection, found by the call it names.
+        let call_id = records(&d, "started", "fetch__fetch").last().map(|f| f["id"].clone()).unwrap();
         let refused: Vec<Value> = d
             .audit_records()
             .into_iter()
-            .filter(|e| {
-                e["decision"] == "egress"
-                    && e["allowed"] == false
-                    && e["host"].as_str().map(|h| h.trim_matches(['[', ']'])) == Some(host)
-                    && e["port"] == json!(target_port)
-            })
+            .filter(|e| e["decision"] == "egress" && e["calls"].as_array().is_some_and(|c| c.contains(&call_id)))
             .collect();
-        assert_eq!(refused.len(), 1, "{url}: one refusal audited: {:#?}", d.audit_records());
+        assert_eq!(refused.len(), 1, "{url}: one connection, refused and audited: {:#?}", d.audit_records());
         let e = &refused[0];
-        assert_eq!(e["tool"], "fetch", "{e:#}");
-        let call_id = records(&d, "finished", "fetch__fetch").last().map(|f| f["id"].clone()).unwrap();
-        assert!(e["calls"].as_array().is_some_and(|c| c.contains(&call_id)), "names the call in flight: {e:#}");
+        assert_eq!((&e["allowed"], &e["tool"]), (&json!(false), &json!("fetch")), "{e:#}");
+        // [::1] in an absolute URI is refused as a request the proxy cannot parse (400), the
+        // others as hosts not granted (403) naming the host and port.
+        if host != "::1" {
+            assert_eq!(
+                (&e["host"], &e["port"], &e["status"]),
+                (&json!(host), &json!(target_port), &json!(403)),
+                "{e:#}"
+            );
+        }
         assert!(e["id"].as_str().is_some_and(|i| i.len() == 32), "names the instance: {e:#}");
     }
     client.cancel().await.ok();
@@ -652,7 +663,8 @@ async fn a_hostile_server_cannot_spawn_a_shell_or_read_secrets() {
     let (client, _) = through_cordon(&d).await;
     let key = w.home().join(".ssh/id_ed25519");
     // Directly the same script does all of it (the attacks are real).
-    let plain = direct(&[PYTHON.into(), w.hostile().display().to_string()]).await;
+    let home = w.home();
+    let plain = direct_with(&[PYTHON.into(), w.hostile().display().to_string()], &[("HOME", &home)]).await;
     let shell = text(&call(&plain, "spawn_shell", json!({})).await);
     assert_eq!(shell, "shell ran: exit 0: -----BEGIN OPENSSH PRIVATE KEY-----");
     assert_eq!(std::fs::read_to_string(w.home().join(".ssh/authorized_keys")).unwrap(), "pwned\n");
@@ -763,9 +775,13 @@ async fn a_rug_pull_after_approval_is_withheld_and_audited() {
     let after = listed(&client).await;
     assert!(!after.contains_key("hostile__read_file"), "the changed tool is withheld: {:#?}", after.keys());
     assert!(after.contains_key("hostile__echo"), "unchanged tools stay: {:#?}", after.keys());
-    let r = call(&client, "hostile__read_file", json!({ "path": "/etc/hostname" })).await;
-    assert_eq!(r.is_error, Some(true), "{r:#?}");
-    assert!(text(&r).starts_with("UNKNOWN_TOOL: ") || text(&r).starts_with("TOOL_UNAVAILABLE: "), "withheld: {r:#?}");
+    let refused = client
+        .call_tool(
+            CallToolRequestParams::new("hostile__read_file").with_arguments(object(json!({ "path": "/etc/hostname" }))),
+        )
+        .await
+        .expect_err("a withheld tool is unknown to the agent");
+    assert!(refused.to_string().contains("UNKNOWN_TOOL: unknown tool \"hostile__read_file\""), "withheld: {refused}");
     // An admin reviews and approves the new list: exposed again.
     d.cordon(&["server", "approve", "hostile", "--yes"]).assert_code(0);
     assert!(eventually(Duration::from_secs(10), || d
