@@ -4,6 +4,9 @@
 //! its pid). The daemon holds a pidfd for it and learns of its exit *without reaping it*
 //! (`waitid(WNOWAIT)`): while the leader is a zombie its pid, and so the group id, cannot be
 //! reused, which makes the final `killpg` of leftover group members safe. Only then is it reaped.
+//!
+//! A tool call's output is captured ([`Stdio::Captured`]); a long-lived MCP server's stdio is
+//! the caller's pipes ([`Stdio::Attached`]), under the same confinement and the same supervision.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

@@ -476,9 +476,9 @@ pub(crate) fn server_tool(def: &McpServer, l: &Listed, launcher_now: &Availabili
     let exposed = l.state == ListedState::Exposed;
     out.name = def.exposed_name(&l.remote.name);
     out.title = l.remote.title.clone().unwrap_or_default();
-    out.description = l.remote.description.clone();
+    out.description = l.tool.as_ref().map_or(l.remote.description.as_str(), |t| t.advertised_description()).to_string();
     out.params = Vec::new();
-    out.input_schema_json = l.remote.input_schema.to_string();
+    out.input_schema_json = l.tool.as_ref().map_or(&l.remote.input_schema, |t| t.advertised_schema()).to_string();
     out.output_schema_json = l.remote.output_schema.as_ref().map(|s| s.to_string()).unwrap_or_default();
     out.output = v1::OutputFormat::Text as i32;
     out.note = String::new();
@@ -486,7 +486,7 @@ pub(crate) fn server_tool(def: &McpServer, l: &Listed, launcher_now: &Availabili
     out.cache = None;
     out.server = def.name.clone();
     out.server_tool = l.remote.name.clone();
-    out.server_rules_json = String::new();
+    out.server_rules_json = l.tool.as_ref().map(|t| t.wire_rules()).unwrap_or_default();
     if out.available && !exposed {
         out.available = false;
         out.unavailable_reason = l.state.reason(&def.name);
@@ -564,7 +564,11 @@ pub(crate) fn server_info(v: &ServerView, admin: bool, viewer_uid: u32, tools: b
                     digest: l.digest.clone(),
                     state: l.state.as_str().into(),
                     reason: l.state.reason(&v.def.name),
-                    input_schema_json: l.remote.input_schema.to_string(),
+                    input_schema_json: l
+                        .tool
+                        .as_ref()
+                        .map_or(&l.remote.input_schema, |t| t.advertised_schema())
+                        .to_string(),
                 })
                 .collect()
         } else {

@@ -144,6 +144,13 @@ impl Manager {
         let json = validate::parse_arguments(arguments).map_err(InvokeError::Invalid)?;
         let arguments = tool.validate(&json).map_err(InvokeError::Invalid)?;
         let slot = self.invoker.admit_server_call(caller, &exposed).await?;
+        // The call may have waited for its slot: a reload since its authorization that changed
+        // or removed the server refuses it (it was checked against the old policies).
+        let current = self.registry.current();
+        if !current.servers.get(&def.name).is_some_and(|d| Arc::ptr_eq(d, def) || super::same(d, def)) {
+            return Err(InvokeError::Reloaded { tool: exposed });
+        }
+        drop(current);
         let instance = self.instance_for(def, caller, generation).await?;
         // The instance that answers must list the very definition approved (it may have changed
         // its list since it was recorded: the change is recorded when it says so, and refused here

@@ -62,7 +62,7 @@ pub(crate) struct Listed {
     pub(crate) remote: RemoteTool,
     pub(crate) digest: String,
     pub(crate) state: State,
-    /// The tool as cordon lists and validates it (exposed and invalid-free tools).
+    /// The tool as cordon lists and validates it (None: invalid).
     pub(crate) tool: Option<Arc<ServerTool>>,
 }
 
@@ -79,16 +79,11 @@ pub(crate) fn decide(server: &McpServer, entry: &Entry) -> Vec<Listed> {
         .map(|remote| {
             let digest = remote.digest();
             let (tool, invalid) = match ServerTool::new(server, remote.clone()) {
-                Ok(tool) => (Some(Arc::new(tool)), None),
+                Ok(t) => (Some(Arc::new(t)), None),
                 Err(why) => (None, Some(why)),
             };
             let state = if let Some(why) = invalid {
                 State::Invalid(why)
-            } else if !valid_name(&remote.name) {
-                State::Invalid(format!(
-                    "its name {:?} is not 1 to 128 of A-Z a-z 0-9 _ . - (MCP's rule)",
-                    remote.name.chars().take(140).collect::<String>()
-                ))
             } else if !server.exposes(&remote.name) {
                 State::Hidden
             } else if pinned || approved.and_then(|a| a.get(&remote.name)) == Some(&digest) {
@@ -103,11 +98,6 @@ pub(crate) fn decide(server: &McpServer, entry: &Entry) -> Vec<Listed> {
         .collect();
     out.sort_by(|a, b| a.remote.name.cmp(&b.remote.name));
     out
-}
-
-/// MCP's rule for a tool's name: 1 to 128 of `[A-Za-z0-9_.-]`.
-fn valid_name(name: &str) -> bool {
-    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
 }
 
 /// The exposed tools of a decided list, by the server's name for them, with their digests: two

@@ -1318,6 +1318,11 @@ mod tests {
     }
 
     fn fixture(extra_read: &[&Path]) -> Option<Fixture> {
+        fixture_with(extra_read, "")
+    }
+
+    /// The fixture's tools with `extra_read` granted and `extra` (TOML keys) added to each.
+    fn fixture_with(extra_read: &[&Path], extra: &str) -> Option<Fixture> {
         if host().landlock_abi == 0 {
             // not a skip: nothing runs without landlock; CI hosts have it.
             assert!(std::env::var_os("CORDON_CI").is_none(), "SKIPPED: no landlock on a CI host");
@@ -1340,7 +1345,7 @@ mod tests {
         for mode in MODES {
             text.push_str(&format!(
                 "[tools.srv-{mode}]\ndescription = \"fixture\"\nreason = \"test\"\n\
-                 command = [\"/usr/bin/python3\", {:?}, {mode:?}]\nread = [{}]\nlimits = {{ memory = \"512MiB\" }}\n",
+                 command = [\"/usr/bin/python3\", {:?}, {mode:?}]\nread = [{}]\nlimits = {{ memory = \"512MiB\" }}\n{extra}\n",
                 fixtures().join("mcp_server.py").display().to_string(),
                 reads.join(", ")
             ));
@@ -1450,7 +1455,19 @@ mod tests {
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(
             names,
-            ["echo", "progress", "sleep", "die", "ask", "change", "flood_stdout", "flood_stderr", "read", "log"]
+            [
+                "echo",
+                "progress",
+                "sleep",
+                "die",
+                "ask",
+                "change",
+                "flood_stdout",
+                "flood_stderr",
+                "read",
+                "log",
+                "fetch"
+            ]
         );
         assert!(refused.is_empty(), "{refused:?}");
         let o = i.call(call("echo", json!({ "text": "hi there" }))).await.unwrap();
@@ -1479,6 +1496,9 @@ mod tests {
         assert_eq!(info.calls_total, 4);
         assert_eq!(info.in_flight, 0);
         let pid = info.pid.unwrap();
+        if host().cgroups.available() {
+            assert!(info.memory_bytes.is_some_and(|m| m > 0), "{info:?}");
+        }
         assert!(i.alive());
         i.stop().await;
         assert!(!i.alive());
@@ -1543,7 +1563,7 @@ mod tests {
             _ => None,
         })
         .await;
-        assert_eq!(tools.len(), 11);
+        assert_eq!(tools.len(), 12);
         assert_eq!(tools.last().unwrap().name, "added");
         assert_eq!(i.tools().0, tools);
         i.stop().await;
@@ -1698,5 +1718,59 @@ mod tests {
             assert!(ssh == "ERRNO EACCES" || ssh == "ERRNO ENOENT", "{ssh}");
         }
         i.stop().await;
+    }
+
+    /// A server with `network.hosts` reaches them through its instance's egress proxy, whose
+    /// records name the instance, the server and the calls in flight.
+    #[tokio::test]
+    async fn egress_is_proxied_and_its_records_name_the_calls_in_flight() {
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = upstream.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            use std::io::{BufRead, BufReader};
+            for conn in upstream.incoming().take(1) {
+                let mut conn = conn.unwrap();
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    line.clear();
+                }
+                let _ = conn.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 8\r\n\r\nupstream");
+            }
+        });
+        let network = format!("network = {{ hosts = [\"127.0.0.1:{port}\"] }}");
+        let Some(f) = fixture_with(&[], &network) else { return };
+        if f.registry
+            .current()
+            .get("srv-good")
+            .is_none_or(|t| !matches!(t.availability, Availability::Available { .. }))
+        {
+            // not a skip: a host without network namespaces cannot run it; CI runs as root.
+            assert!(std::env::var_os("CORDON_CI").is_none(), "SKIPPED: no network namespaces");
+            return;
+        }
+        let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
+        let c = call("fetch", json!({ "url": format!("http://127.0.0.1:{port}/x") }));
+        let invocation = c.invocation.clone();
+        let o = i.call(c).await.unwrap();
+        assert_eq!(text_of(&o), "upstream", "{:?}", o.result);
+        // Not granted: refused by the proxy.
+        let o = i.call(call("fetch", json!({ "url": "http://10.0.0.1:80/" }))).await.unwrap();
+        assert!(o.is_error && text_of(&o).starts_with("FAILED "), "{:?}", o.result);
+        i.stop().await;
+        f.audit.close();
+        let text = std::fs::read_to_string(f._dir.path().join("audit.jsonl")).unwrap();
+        let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let allowed = records
+            .iter()
+            .find(|r| r["decision"] == "egress" && r["allowed"] == true)
+            .unwrap_or_else(|| panic!("no allowed egress record: {text}"));
+        assert_eq!(allowed["id"], i.id());
+        assert_eq!(allowed["tool"], "fxgood");
+        assert_eq!(allowed["calls"], json!([invocation]));
+        assert!(
+            records.iter().any(|r| r["decision"] == "egress" && r["allowed"] == false && r["host"] == "10.0.0.1"),
+            "{text}"
+        );
     }
 }

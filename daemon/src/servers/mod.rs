@@ -652,7 +652,6 @@ impl Manager {
                 }
                 let (state, reason) = match def.launcher.availability_now() {
                     cordon_core::policy::Availability::Unavailable { reason } => ("unavailable", reason),
-                    _ if !instances.is_empty() => ("running", String::new()),
                     _ if retry_in.is_some() => (
                         "backoff",
                         format!("{}; started again at the first call after the backoff", died.unwrap_or_default()),
@@ -674,6 +673,7 @@ impl Manager {
                             self.approvals.problem().map(|p| format!(" ({p})")).unwrap_or_default()
                         ),
                     ),
+                    _ if !instances.is_empty() => ("running", String::new()),
                     _ => ("stopped", String::new()),
                 };
                 ServerView {

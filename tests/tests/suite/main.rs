@@ -33,6 +33,7 @@ mod mcp_config;
 mod mcp_http;
 mod mcp_messages;
 mod mcp_protocol;
+mod mcp_servers_daemon;
 mod mcp_servers_frontend;
 mod mcp_servers_real;
 mod metrics;
