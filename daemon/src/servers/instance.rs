@@ -292,6 +292,7 @@ impl Instance {
             Availability::Unavailable { reason } => return Err(unavailable(reason.clone())),
         };
         let uid = spec.identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
+        program_control(&spec.pins, uid, spec.host.is_root).map_err(unavailable)?;
         let mut plan = argv::plan(&launcher, &executable, &Arguments::default(), &Account::for_uid(uid));
         // The instance's secrets, read once now, each with a placeholder for its lifetime.
         let bound = crate::secrets::bind(&launcher, spec.terminator.as_ref().map(|t| t.bundle.as_path()))
@@ -605,7 +606,9 @@ impl Shared {
 
     fn died(&self) -> CallError {
         match lock(&self.ended_how).clone() {
-            Some(Ended { how, protocol: true }) => CallError::Protocol(how),
+            Some(Ended { how, protocol: true }) => {
+                CallError::Protocol(how.strip_prefix("protocol: ").map(str::to_string).unwrap_or(how))
+            }
             Some(Ended { how, .. }) => CallError::Died(how),
             None => CallError::Died("the server is gone".into()),
         }
@@ -711,6 +714,43 @@ impl Shared {
         ));
         Ok((tools, refused))
     }
+}
+
+/// The rule a tool call follows (`invoke.rs`, `resolve`): a program someone other than root can
+/// change (command[0]'s real file, looked at again now through its pin; a search_path directory
+/// or entry) runs only as that account, and a command[0] anyone else can write never runs.
+fn program_control(pins: &Pins, account_uid: u32, is_root: bool) -> Result<(), String> {
+    use cordon_core::policy::Control;
+    let daemon_uid = if is_root { 0 } else { nix::unistd::geteuid().as_raw() };
+    let executable_now = pins
+        .executable
+        .as_ref()
+        .and_then(|e| Some((e.pin.path.clone(), cordon_core::policy::executable_control(&e.pin, daemon_uid)?)));
+    let writer = match executable_now {
+        Some((path, Control::Shared(why))) => {
+            return Err(format!(
+                "command[0] {}: {why}; whoever can write it chooses what the server runs, so `chown root` it and \
+                 make it writable only by root (`chmod go-w`)",
+                path.display()
+            ));
+        }
+        Some((path, Control::Owner(uid))) => Some((uid, path)),
+        None => None,
+    };
+    let loaded = pins.search_path_writer.as_ref().map(|w| (w.uid, w.path.clone()));
+    for (writer, path) in loaded.into_iter().chain(writer) {
+        if writer != account_uid {
+            return Err(format!(
+                "uid {writer} ({}) can change the programs it runs ({} is theirs), and this instance would run as \
+                 uid {account_uid} ({}); it runs only as that account: `chown root` {} (or remove it)",
+                Account::for_uid(writer).user,
+                path.display(),
+                Account::for_uid(account_uid).user,
+                path.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One JSON-RPC message as a line.
@@ -1179,7 +1219,8 @@ async fn skip_line(r: &mut (impl AsyncBufRead + Unpin)) -> std::io::Result<()> {
 }
 
 /// Stand-ins for the catalog's bounded parsers (`cordon_core::mcp_server`, lane B): the same
-/// signatures, so the real ones replace these by a `use`.
+/// signatures, so the real ones replace this module by `use cordon_core::mcp_server as catalog;`
+/// (done on a trial merge with fix31-catalog 822bc57: every test of this file passes).
 mod catalog {
     use cordon_core::mcp_server::RemoteTool;
     use serde_json::Value;
@@ -1449,7 +1490,7 @@ mod tests {
     /// stop that ends the process.
     #[tokio::test]
     async fn a_good_server_is_listed_called_with_progress_and_stopped() {
-        let Some(mut f) = fixture(&[]) else { return };
+        let Some(mut f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
         let (tools, refused) = i.tools();
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -1517,7 +1558,7 @@ mod tests {
     /// "refused by cordon's policy", and each is reported.
     #[tokio::test]
     async fn the_servers_requests_are_refused_and_reported() {
-        let Some(mut f) = fixture(&[]) else { return };
+        let Some(mut f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
         for method in ["sampling/createMessage", "elicitation/create", "roots/list", "made/up"] {
             let o = i.call(call("ask", json!({ "method": method }))).await.unwrap();
@@ -1538,7 +1579,7 @@ mod tests {
     /// them as file URIs.
     #[tokio::test]
     async fn allowed_roots_are_answered_as_file_uris() {
-        let Some(f) = fixture(&[]) else { return };
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let roots = vec![PathBuf::from("/srv/repo one"), PathBuf::from("/tmp")];
         let i = start(&f, server(&f, "good", roots)).await.unwrap();
         let o = i.call(call("ask", json!({ "method": "roots/list" }))).await.unwrap();
@@ -1555,7 +1596,7 @@ mod tests {
     /// `list_changed` lists the tools again and says so.
     #[tokio::test]
     async fn a_changed_list_is_listed_again_and_reported() {
-        let Some(mut f) = fixture(&[]) else { return };
+        let Some(mut f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
         i.call(call("change", json!({}))).await.unwrap();
         let tools = event(&mut f, i.id(), |e| match e {
@@ -1572,13 +1613,13 @@ mod tests {
     /// An endless line on stdout is a protocol break: the call fails, the server is killed.
     #[tokio::test]
     async fn an_endless_stdout_line_kills_the_server() {
-        let Some(mut f) = fixture(&[]) else { return };
+        let Some(mut f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
         let pid = i.info().pid.unwrap();
         let e = i.call(call("flood_stdout", json!({}))).await.unwrap_err();
         let cap = line_cap(i.max_output());
         let CallError::Protocol(how) = e else { panic!("{e:?}") };
-        assert!(how.starts_with(&format!("protocol: it wrote a line longer than {cap} bytes on stdout; ")), "{how}");
+        assert!(how.starts_with(&format!("it wrote a line longer than {cap} bytes on stdout; ")), "{how}");
         let how = event(&mut f, i.id(), exited).await;
         assert!(how.starts_with("protocol: it wrote a line longer than"), "{how}");
         assert!(gone(pid));
@@ -1592,7 +1633,7 @@ mod tests {
     /// escaped, and the dropped lines are counted; the server still answers.
     #[tokio::test]
     async fn a_stderr_flood_is_bounded_in_the_log() {
-        let Some(mut f) = fixture(&[]) else { return };
+        let Some(mut f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
         let o = i.call(call("flood_stderr", json!({ "lines": 20000 }))).await.unwrap();
         assert_eq!(text_of(&o), "flooded");
@@ -1614,7 +1655,7 @@ mod tests {
     /// times the call out, ignores ping too, and is killed.
     #[tokio::test]
     async fn a_server_that_never_answers_is_timed_out_and_killed() {
-        let Some(mut f) = fixture(&[]) else { return };
+        let Some(mut f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let mut s = (*server(&f, "hang", Vec::new())).clone();
         s.start_timeout = Duration::from_secs(2);
         let e = start(&f, Arc::new(s)).await.unwrap_err();
@@ -1633,7 +1674,7 @@ mod tests {
     /// cancellation keeps running and answers the next call.
     #[tokio::test]
     async fn a_cancelled_call_is_answered_and_the_server_told() {
-        let Some(f) = fixture(&[]) else { return };
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
         let c = call("sleep", json!({ "seconds": 30 }));
         let cancel = c.cancel.clone();
@@ -1653,7 +1694,7 @@ mod tests {
     /// At most MAX_IN_FLIGHT calls at once; the next is Busy.
     #[tokio::test]
     async fn calls_beyond_the_limit_are_busy() {
-        let Some(f) = fixture(&[]) else { return };
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
         let stop = CancellationToken::new();
         let mut running = Vec::new();
@@ -1678,7 +1719,7 @@ mod tests {
     /// A server that dies during a call: the call says how, so does the event.
     #[tokio::test]
     async fn a_server_dying_mid_call_fails_the_call() {
-        let Some(mut f) = fixture(&[]) else { return };
+        let Some(mut f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
         assert_eq!(i.call(call("die", json!({}))).await.unwrap_err(), CallError::Died("exited with code 3".into()));
         assert_eq!(event(&mut f, i.id(), exited).await, "exited with code 3");
@@ -1688,7 +1729,7 @@ mod tests {
     /// A protocol version MCP does not define is refused.
     #[tokio::test]
     async fn an_unknown_protocol_version_is_refused() {
-        let Some(f) = fixture(&[]) else { return };
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let e = start(&f, server(&f, "bad-version", Vec::new())).await.unwrap_err();
         assert!(
             e.to_string().contains("protocol version \"1999-01-01\", which is none of the versions MCP defines"),
@@ -1704,7 +1745,7 @@ mod tests {
         std::fs::write(granted.path().join("ok.txt"), "granted").unwrap();
         let secret = secret_dir.path().join("secret.txt");
         std::fs::File::create(&secret).unwrap().write_all(b"secret").unwrap();
-        let Some(f) = fixture(&[granted.path()]) else { return };
+        let Some(f) = fixture(&[granted.path()]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         let i = start(&f, server(&f, "good", Vec::new())).await.unwrap();
         let read = async |path: &Path| {
             let o = i.call(call("read", json!({ "path": path }))).await.unwrap();
@@ -1739,7 +1780,7 @@ mod tests {
             }
         });
         let network = format!("network = {{ hosts = [\"127.0.0.1:{port}\"] }}");
-        let Some(f) = fixture_with(&[], &network) else { return };
+        let Some(f) = fixture_with(&[], &network) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
         if f.registry
             .current()
             .get("srv-good")
