@@ -35,6 +35,7 @@ impl Client {
             dir: r.policy_dir,
             tools: parse(r.tools, "tool")?,
             workflows: parse(r.workflows, "workflow")?,
+            servers: parse(r.servers, "server")?,
         })
     }
 }
@@ -89,4 +90,7 @@ pub struct LoadedPolicy {
     pub tools: std::collections::BTreeMap<String, serde_json::Value>,
     /// Name -> `cordon_core::policy::fleet::describe_workflow`.
     pub workflows: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Name -> `cordon_core::policy::fleet::describe_server` (none from a daemon that predates
+    /// servers: it sends no `servers`).
+    pub servers: std::collections::BTreeMap<String, serde_json::Value>,
 }

@@ -4,7 +4,7 @@
 //!
 //! What each difference becomes (each also written as a comment in the server's table):
 //! - the host ran the server with the user's full rights; cordon runs it in a sandbox that grants
-//!   nothing but its installed program: what else it needs (the paths it was given, the hosts it
+//!   nothing but its installed copy (`exec`): what else it needs (the paths it was given, the hosts it
 //!   reaches) is suggested in comments, never granted;
 //! - `npx -y PKG`, `uvx PKG` and the like download the package when the server starts, which the
 //!   sandbox does not allow (`policy::downloads_at_start` recognizes them): the server's
@@ -251,7 +251,7 @@ fn server(
         ),
     );
     let given: Vec<&String> = argv.iter().skip(1).filter(|a| a.starts_with('/') || a.starts_with("~/")).collect();
-    let mut grant_note = String::from("Granted: the server's installed program, nothing else.");
+    let mut grant_note = String::from("Granted: the server's installed copy (to run its own files), nothing else.");
     if !given.is_empty() {
         let shown: Vec<String> = given.iter().map(|g| format!("{g:?}")).collect();
         grant_note.push_str(&format!(
@@ -265,7 +265,7 @@ fn server(
     if reads.is_empty() {
         t.note(grant_note);
     } else {
-        t.set_noted("read", out::strings(&reads), grant_note);
+        t.set_noted("exec", out::strings(&reads), grant_note);
     }
     env(host_name, name, obj, r, &mut t);
     if let Some(cwd) = obj.get("cwd").and_then(Value::as_str) {
@@ -336,24 +336,23 @@ fn env(host_name: &str, name: &str, obj: &Map<String, Value>, r: &mut Report, t:
 /// policy file is a leak.
 pub(crate) fn looks_secret(key: &str, value: &str) -> bool {
     let k = key.to_ascii_uppercase();
-    const NAMES: &[&str] = &[
+    const PARTS: &[&str] = &[
         "TOKEN",
         "SECRET",
         "PASSWORD",
         "PASSWD",
-        "PASS",
-        "API_KEY",
-        "APIKEY",
-        "ACCESS_KEY",
-        "PRIVATE",
         "CREDENTIAL",
-        "AUTH",
+        "APIKEY",
+        "API_KEY",
+        "ACCESS_KEY",
+        "PRIVATE_KEY",
         "COOKIE",
-        "SESSION",
-        "DSN",
         "CONNECTION_STRING",
     ];
-    if NAMES.iter().any(|n| k.contains(n)) || k.ends_with("_KEY") || k == "KEY" {
+    const WORDS: &[&str] =
+        &["PASS", "PWD", "KEY", "AUTH", "AUTHORIZATION", "OAUTH", "SESSION", "DSN", "PAT", "SIGNATURE"];
+    if PARTS.iter().any(|n| k.contains(n)) || k.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| WORDS.contains(&w))
+    {
         return true;
     }
     const PREFIXES: &[&str] = &[
@@ -470,6 +469,9 @@ mod tests {
             ("DATABASE_URL", "postgres://user:pw@db/x"),
             ("X", "${input:token}"),
             ("X", "a1b2c3d4e5f6a7b8c9d0e1f2"),
+            ("SLACK_BOT_AUTH", "x"),
+            ("AWS_SESSION_TOKEN", "x"),
+            ("SIGNING_KEY", "x"),
         ] {
             assert!(looks_secret(k, v), "{k}={v}");
         }

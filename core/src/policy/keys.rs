@@ -429,7 +429,7 @@ pub const SERVER_KEYS: &[KeyDoc] = &[
         "array of strings",
         "the server's fixed argv (stdio transport): command[0] a literal absolute path or a name looked up in the \
          search path, no {{placeholders}}; a command that downloads at start (npx, npm exec, pnpm dlx, yarn dlx, \
-         bunx, uvx, uv tool run, pipx run, deno run URL) is refused: install the server first (required)",
+         bunx, uvx, uv tool run, uv run, pipx run, deno run URL) is refused: install the server first (required)",
         false,
     ),
     key(

@@ -12,7 +12,10 @@
 //!   the default protected set of a git work tree), [`diag`], [`units`], [`defaults`],
 //!   [`trust`], `pattern`, [`foreign`] (recognizes CtxNest and Gandalf configs, to say how to
 //!   import them), [`rootfile`] (files trusted for what they hold, such as an `upstream_ca`).
-//! - [`fleet`]: the policy digest, a tool's policy as canonical JSON and the diff of two sets.
+//! - [`server`]: an MCP server a policy declares ([`McpServer`], its launcher a [`Tool`]) and
+//!   [`downloads_at_start`], the recognizer of commands that fetch a package when they start.
+//! - [`fleet`]: the policy digest, a tool's (or server's) policy as canonical JSON and the diff of
+//!   two sets.
 //! - [`schema`] (a tool's JSON Schema), [`output`] (a result judged by the policy: ok_exit_codes,
 //!   the output schema, wrapping), `probe` (availability and pinning), `repin` (a changed grant root
 //!   taken anew under the exact rule of docs/pins.md).

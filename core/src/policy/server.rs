@@ -168,7 +168,9 @@ const MAX_WRAPPERS: usize = 4;
 
 /// Whether `command` (a server's argv) downloads a package when it starts (`npx -y PKG`,
 /// `npm exec`/`npm x`, `pnpm dlx`, `pnpx`, `yarn dlx`, `bunx`, `bun x`, `uvx`, `uv tool run`,
-/// `uv run --with`, `pipx run`, `deno run URL`), looking through `env` and `sh -c` wrappers:
+/// `uv run --with`, `uv run` without `--offline`, `pipx run`, `deno run URL`), looking through
+/// wrappers (`env`, `env -S`, `sh -c`, `corepack`, `nice`, ...) and interpreters running a
+/// launcher (`node .../npx-cli.js`, `python3 -m uv`):
 /// a server runs a copy installed beforehand by root, never one fetched by the sandboxed
 /// process. Pure (no filesystem), so `cordon import` and the policy parser share it.
 pub fn downloads_at_start(command: &[String]) -> Option<Download> {
@@ -179,9 +181,27 @@ pub fn downloads_at_start(command: &[String]) -> Option<Download> {
 fn recognize(argv: &[&str], depth: usize) -> Option<Download> {
     let (first, rest) = argv.split_first()?;
     let program = first.rsplit('/').next().unwrap_or(first);
+    let program = program.strip_suffix(".exe").unwrap_or(program);
+    if depth >= MAX_WRAPPERS {
+        return None;
+    }
+    // Node running npm's own scripts (`node .../npx-cli.js -y PKG`), Python running a launcher
+    // module (`python3 -m uv tool run PKG`): judged as the launcher they run.
+    if let Some(launcher) = as_launcher(program, rest) {
+        return recognize(&launcher, depth + 1);
+    }
     match program {
-        "env" if depth < MAX_WRAPPERS => recognize(strip_env(rest), depth + 1),
-        "sh" | "bash" | "dash" | "zsh" | "ash" | "ksh" if depth < MAX_WRAPPERS => {
+        "env" => match strip_env(rest) {
+            EnvRest::Argv(argv) => recognize(argv, depth + 1),
+            EnvRest::Split(words, argv) => {
+                let joined: Vec<&str> = words.split_whitespace().chain(argv.iter().copied()).collect();
+                recognize(&joined, depth + 1)
+            }
+        },
+        "corepack" | "nice" | "nohup" | "setsid" | "stdbuf" | "exec" | "command" => {
+            recognize(strip_options(rest), depth + 1)
+        }
+        "sh" | "bash" | "dash" | "zsh" | "ash" | "ksh" => {
             let script = shell_script(rest)?;
             shell_segments(script).find_map(|seg| recognize(&seg, depth + 1))
         }
@@ -212,10 +232,13 @@ fn recognize(argv: &[&str], depth: usize) -> Option<Download> {
             },
             Some(("run", after)) => {
                 let with = option_values(after, &["--with", "--with-requirements", "--with-editable"]);
-                (!with.is_empty()).then(|| {
-                    let package = with.first().map(|s| (*s).to_string());
-                    python_download("uv run --with", package, None, Vec::new())
-                })
+                if let Some(package) = with.first() {
+                    return Some(python_download("uv run --with", Some((*package).to_string()), None, Vec::new()));
+                }
+                // `uv run` syncs the project's (or a script's inline) dependencies from the index
+                // before it runs anything, unless told to stay offline.
+                let offline = after.iter().take_while(|a| **a != "--").any(|a| *a == "--offline");
+                (!offline).then(|| python_download("uv run", None, None, Vec::new()))
             }
             _ => None,
         },
@@ -235,9 +258,24 @@ fn recognize(argv: &[&str], depth: usize) -> Option<Download> {
     }
 }
 
+/// What `env` runs: the rest of its argv, or (`-S STRING`) the words of STRING then the rest.
+enum EnvRest<'a, 'b> {
+    Argv(&'b [&'a str]),
+    Split(&'a str, &'b [&'a str]),
+}
+
 /// `env`'s arguments after its options and `VAR=value` assignments: the command it runs.
-fn strip_env<'a, 'b>(mut rest: &'b [&'a str]) -> &'b [&'a str] {
+fn strip_env<'a, 'b>(mut rest: &'b [&'a str]) -> EnvRest<'a, 'b> {
     while let Some((a, tail)) = rest.split_first() {
+        if matches!(*a, "-S" | "--split-string") {
+            return match tail.split_first() {
+                Some((words, after)) => EnvRest::Split(words, after),
+                None => EnvRest::Argv(&[]),
+            };
+        }
+        if let Some(words) = a.strip_prefix("--split-string=").or_else(|| a.strip_prefix("-S")) {
+            return EnvRest::Split(words, tail);
+        }
         if matches!(*a, "-u" | "--unset" | "-C" | "--chdir") {
             rest = tail.get(1..).unwrap_or(&[]);
         } else if a.starts_with('-') || (a.contains('=') && !a.starts_with('=')) {
@@ -246,7 +284,49 @@ fn strip_env<'a, 'b>(mut rest: &'b [&'a str]) -> &'b [&'a str] {
             break;
         }
     }
+    EnvRest::Argv(rest)
+}
+
+/// A wrapper's arguments after its options (`nice -n 5 CMD`: a numeric value is skipped too).
+fn strip_options<'a, 'b>(mut rest: &'b [&'a str]) -> &'b [&'a str] {
+    while let Some((a, tail)) = rest.split_first() {
+        if a.starts_with('-') || a.parse::<i64>().is_ok() {
+            rest = tail;
+        } else {
+            break;
+        }
+    }
     rest
+}
+
+/// `node .../npx-cli.js ARGS` as `npx ARGS` (and npm's, pnpm's, yarn's scripts), `python3 -m uv
+/// ARGS` as `uv ARGS` (and `-m pipx`).
+fn as_launcher<'a>(program: &str, rest: &[&'a str]) -> Option<Vec<&'a str>> {
+    let is_node = matches!(program, "node" | "nodejs");
+    let is_python = program.starts_with("python") || program.starts_with("pypy");
+    if is_node {
+        let at = rest.iter().position(|a| !a.starts_with('-'))?;
+        let script = rest[at].rsplit('/').next().unwrap_or(rest[at]);
+        let launcher = match script {
+            "npx-cli.js" | "npx" => "npx",
+            "npm-cli.js" | "npm" => "npm",
+            "pnpm.cjs" | "pnpm.js" | "pnpm" => "pnpm",
+            "yarn.js" | "yarn.cjs" | "yarn" => "yarn",
+            _ => return None,
+        };
+        return Some(std::iter::once(launcher).chain(rest[at + 1..].iter().copied()).collect());
+    }
+    if is_python {
+        let at = rest.iter().position(|a| *a == "-m")?;
+        let module = *rest.get(at + 1)?;
+        let launcher = match module {
+            "uv" => "uv",
+            "pipx" => "pipx",
+            _ => return None,
+        };
+        return Some(std::iter::once(launcher).chain(rest[at + 2..].iter().copied()).collect());
+    }
+    None
 }
 
 /// The script of `sh -c SCRIPT` (options before `-c` skipped).
@@ -520,6 +600,20 @@ mod tests {
         refused(&["env", "-u", "X", "A=b", "npx", "-y", "pkg"], "npx", Some("pkg"), "pkg@VERSION");
         refused(&["/bin/sh", "-c", "cd /x && exec npx -y pkg"], "npx", Some("pkg"), "pkg@VERSION");
         refused(&["bash", "-lc", "FOO=1 uvx pkg"], "uvx", Some("pkg"), "'pkg==VERSION'");
+        refused(&["env", "-S", "npx -y pkg", "/srv"], "npx", Some("pkg"), ".bin/pkg\", \"/srv\"]");
+        refused(&["/usr/bin/env", "-Snpx -y pkg"], "npx", Some("pkg"), "pkg@VERSION");
+        refused(&["node", "/usr/lib/node_modules/npm/bin/npx-cli.js", "-y", "pkg"], "npx", Some("pkg"), "pkg@VERSION");
+        refused(
+            &["nodejs", "/usr/lib/node_modules/npm/bin/npm-cli.js", "exec", "pkg"],
+            "npm exec",
+            Some("pkg"),
+            "pkg@",
+        );
+        refused(&["python3", "-m", "uv", "tool", "run", "pkg"], "uv tool run", Some("pkg"), "'pkg==VERSION'");
+        refused(&["/usr/bin/python3.12", "-m", "pipx", "run", "pkg"], "pipx run", Some("pkg"), "'pkg==VERSION'");
+        refused(&["corepack", "pnpm", "dlx", "pkg"], "pnpm dlx", Some("pkg"), "pkg@VERSION");
+        refused(&["nice", "-n", "5", "bunx", "pkg"], "bunx", Some("pkg"), "pkg@VERSION");
+        refused(&["uv", "run", "--project", "/opt/x", "server"], "uv run", None, "'PACKAGE==VERSION'");
     }
 
     #[test]
@@ -530,6 +624,10 @@ mod tests {
             &["npm", "run", "start"],
             &["pnpm", "exec", "x"],
             &["uv", "run", "--offline", "server.py"],
+            &["node", "/opt/cordon/mcp/fs/node_modules/x/dist/index.js"],
+            &["python3", "-m", "mcp_server_git"],
+            &["python3", "-m", "pip", "--version"],
+            &["env", "-S", "/opt/x --flag"],
             &["deno", "run", "--cached-only", "/opt/s.ts"],
             &["python3", "-m", "mcp_server_git"],
             &["sh", "-c", "exec /opt/x"],

@@ -226,6 +226,7 @@ fn policy_diff_of_two_directories_names_added_removed_and_changed_keys() {
             "workflows": { "added": [], "removed": [], "changed": [{ "name": "greet", "keys": [
                 { "key": "steps.1.args.word", "old": "hello", "new": "howdy" },
             ]}]},
+            "servers": { "added": [], "removed": [], "changed": [] },
         })
     );
 
@@ -239,7 +240,9 @@ fn policy_diff_of_two_directories_names_added_removed_and_changed_keys() {
     let commented = policy_dir(&[("a.toml", &format!("# reviewed\n{TOOLS}")), ("b.toml", MORE)]);
     let out = cordon_tests::cordon_at(Path::new("/x"), &["policy", "diff", o, commented.path().to_str().unwrap()]);
     out.assert_code(1);
-    assert!(out.stdout.ends_with("\nno tool or workflow differs; the files do (comments, layout or file names)\n"));
+    assert!(
+        out.stdout.ends_with("\nno tool, workflow or server differs; the files do (comments, layout or file names)\n")
+    );
 
     // Trouble is 2, like diff: a missing directory, a directory that does not load.
     let out = cordon_tests::cordon_at(Path::new("/x"), &["policy", "diff", o, "/nonexistent/policies"]);

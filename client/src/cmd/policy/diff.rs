@@ -1,8 +1,8 @@
 //! `cordon policy diff`: what differs between two policy sets, each a running cordond (through
 //! `GetPolicy`, admins only) or a directory loaded offline with the daemon's own loader.
 //!
-//! Tools and workflows are compared as `cordon_core::policy::fleet::describe` (and
-//! `describe_workflow`) render them (the same function
+//! Tools, workflows and MCP servers are compared as `cordon_core::policy::fleet::describe` (and
+//! `describe_workflow`, `describe_server`) render them (the same function
 //! the daemon answers `GetPolicy` with, so a daemon and the directory it loaded agree), and the
 //! sets by their digests. Exit status as diff(1): 0 identical, 1 different, 2 trouble (see
 //! `cli::run`).
@@ -88,6 +88,7 @@ fn load_dir(dir: &Path) -> Result<LoadedPolicy, CliError> {
         dir: dir.display().to_string(),
         tools: set.tools.iter().map(|t| (t.name.clone(), fleet::describe(t))).collect::<BTreeMap<_, _>>(),
         workflows: set.workflows.iter().map(|w| (w.name.clone(), fleet::describe_workflow(w))).collect(),
+        servers: set.servers.iter().map(|s| (s.name.clone(), fleet::describe_server(s))).collect(),
     })
 }
 
@@ -97,7 +98,8 @@ pub(crate) async fn run(old: Side, new: Side, as_json: bool) -> Result<u8, CliEr
     let (a, b) = (old.load().await?, new.load().await?);
     let d = fleet::diff(&a.tools, &b.tools);
     let w = fleet::diff(&a.workflows, &b.workflows);
-    let identical = a.digest == b.digest && d.is_empty() && w.is_empty();
+    let s = fleet::diff(&a.servers, &b.servers);
+    let identical = a.digest == b.digest && d.is_empty() && w.is_empty() && s.is_empty();
     if as_json {
         crate::cmd::output::print_json(&json!({
             "identical": identical,
@@ -107,6 +109,7 @@ pub(crate) async fn run(old: Side, new: Side, as_json: bool) -> Result<u8, CliEr
             "removed": d.removed,
             "changed": d.changed,
             "workflows": { "added": w.added, "removed": w.removed, "changed": w.changed },
+            "servers": { "added": s.added, "removed": s.removed, "changed": s.changed },
         }));
         return Ok(u8::from(!identical));
     }
@@ -118,15 +121,16 @@ pub(crate) async fn run(old: Side, new: Side, as_json: bool) -> Result<u8, CliEr
     }
     print_diff(&d, "");
     print_diff(&w, " workflow");
-    if d.is_empty() && w.is_empty() {
-        // The files differ, the tools and workflows do not: comments, layout or file names.
-        outln!("no tool or workflow differs; the files do (comments, layout or file names)");
+    print_diff(&s, " server");
+    if d.is_empty() && w.is_empty() && s.is_empty() {
+        // The files differ, the tools, workflows and servers do not: comments, layout or file names.
+        outln!("no tool, workflow or server differs; the files do (comments, layout or file names)");
     }
     Ok(1)
 }
 
 /// `added: NAME`, `removed: NAME`, `changed: NAME` and its keys (`what`: "" for tools,
-/// " workflow" for workflows).
+/// " workflow" for workflows, " server" for servers).
 fn print_diff(d: &fleet::Diff, what: &str) {
     for name in &d.added {
         outln!("added{what}: {name}");

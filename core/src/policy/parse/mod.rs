@@ -1,7 +1,8 @@
-//! Walks one spanned TOML document into [`Tool`]s, collecting every problem.
+//! Walks one spanned TOML document into [`Tool`]s (and workflows and MCP servers), collecting
+//! every problem.
 //!
 //! # Layout
-//! - this file: the document walk (`version`, `[defaults]`, `[tools]`) and the [`Parser`] that
+//! - this file: the document walk (`version`, `[defaults]`, `[servers]`, `[tools]`) and the [`Parser`] that
 //!   carries the diagnostics sink.
 //! - `value`: typed reads of one spanned value (`table`, `string`, `integer`, ...), the type
 //!   errors they report, and TOML -> JSON.
@@ -18,6 +19,8 @@
 //! - `env`: the `env` table and `args_env_prefix`.
 //! - `secrets`: the file's `[secrets.NAME]` declarations and a tool's `secrets` table.
 //! - `examples`: `[[tools.NAME.examples]]` and `[[tools.NAME.refuse]]`, run once the tool is built.
+//! - `server`: one `[servers.NAME]` table: an MCP server's launcher (a tool read by the code above)
+//!   and its own keys (exposure, argument rules, lifetimes, client requests).
 //! - `workflow`: one `[workflows.NAME]` table and its steps, and `link`, the checks of a
 //!   workflow against every tool of the load (run by `load` once all files are parsed).
 //! - `lint`: warnings about foot-guns in one built tool (interpreters fed a placeholder, options

@@ -202,5 +202,13 @@ pub(in crate::server) async fn get_policy(
                 policy_json: policy::fleet::describe_workflow(w).to_string(),
             })
             .collect(),
+        servers: registry
+            .servers
+            .values()
+            .map(|s| v1::ToolPolicy {
+                name: s.name.clone(),
+                policy_json: policy::fleet::describe_server(s).to_string(),
+            })
+            .collect(),
     }))
 }
