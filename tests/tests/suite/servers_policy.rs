@@ -220,3 +220,23 @@ fn policy_diff_names_a_changed_server_key_by_key() {
     out.assert_code(1);
     assert!(out.stdout.contains("\nchanged server: git\n  idle: \"2m\" -> \"3m\"\n"), "{out:#?}");
 }
+
+#[test]
+fn a_daemon_loads_servers_and_get_policy_agrees_with_the_offline_load() {
+    let text = "version = 1\n\n[servers.git]\ndescription = \"git\"\ncommand = [\"/usr/bin/true\"]\n\
+                tools = [\"git_log\"]\n\n[servers.git.rules.git_log]\nmax_count = { max = 10 }\n";
+    let d = cordon_tests::Daemon::start(&[("git.toml", text)]);
+    // Against its own directory: identical, servers included.
+    let out = d.cordon(&["policy", "diff", "--json", d.policies.to_str().unwrap()]);
+    out.assert_code(0);
+    assert_eq!(out.json()["servers"], json!({ "added": [], "removed": [], "changed": [] }));
+    // Against a directory with the rule changed: the server's rule, key by key.
+    let changed = tempfile::tempdir().unwrap();
+    std::fs::write(changed.path().join("git.toml"), text.replace("max = 10", "max = 20")).unwrap();
+    let out = d.cordon(&["policy", "diff", "--json", changed.path().to_str().unwrap()]);
+    out.assert_code(1);
+    assert_eq!(
+        out.json()["servers"]["changed"],
+        json!([{ "name": "git", "keys": [{ "key": "rules.git_log.max_count.max", "old": 10.0, "new": 20.0 }] }]),
+    );
+}
