@@ -246,12 +246,17 @@ fn progress_is_passed_on_exactly_when_the_agent_asked_for_it() {
     let (answer, notes) = agent.exchange("tools/call", params);
     assert_eq!(text(&answer["result"]), "done after 3 steps", "{answer}");
     let progress: Vec<&Value> = notes.iter().filter(|n| n["method"] == "notifications/progress").collect();
-    assert_eq!(progress.len(), 3, "one per step the server reported: {notes:#?}");
-    for (i, p) in progress.iter().enumerate() {
-        assert_eq!(p["params"]["progressToken"], "p-7", "{p}");
-        assert_eq!(p["params"]["progress"], json!(i as f64 + 1.0), "{p}");
+    // cordond passes on at most one notification per 50 ms of a call (the excess is dropped), so
+    // under load fewer than the server's three may arrive; at least one does, each as sent.
+    assert!(!progress.is_empty() && progress.len() <= 3, "the server's progress, passed on: {notes:#?}");
+    let mut last = 0.0;
+    for p in &progress {
+        assert_eq!(p["params"]["progressToken"], "p-7", "the agent's own token: {p}");
         assert_eq!(p["params"]["total"], json!(3.0), "{p}");
-        assert_eq!(p["params"]["message"], format!("step {}", i + 1), "{p}");
+        let step = p["params"]["progress"].as_f64().unwrap();
+        assert!(step > last && step <= 3.0 && step.fract() == 0.0, "in order, as the server counted: {notes:#?}");
+        assert_eq!(p["params"]["message"], format!("step {step}"), "{p}");
+        last = step;
     }
     // Without a token: no progress at all.
     let (answer, notes) = agent.exchange("tools/call", json!({ "name": "tiny__steps", "arguments": { "count": 2 } }));
