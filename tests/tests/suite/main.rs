@@ -36,6 +36,7 @@ mod mcp_messages;
 mod mcp_protocol;
 mod mcp_servers_daemon;
 mod mcp_servers_frontend;
+mod mcp_servers_real;
 mod metrics;
 mod netns;
 mod policy_tests;

@@ -157,6 +157,14 @@ pub(in crate::server) async fn invoke(
                 run.await
             }
         };
+        // Progress the server sent before its result may still be queued when the call ends:
+        // forwarded before the result, in order (the server's last step is not lost).
+        while let Ok((progress, total, message)) = progress_rx.try_recv() {
+            let event = v1::InvokeEvent {
+                event: Some(v1::invoke_event::Event::Progress(v1::Progress { progress, total, message })),
+            };
+            let _ = tx.try_send(Ok(event));
+        }
         let event = match result {
             Ok(answer) => Ok(v1::InvokeEvent {
                 event: Some(v1::invoke_event::Event::Finished(convert::server_finished(&answer))),
