@@ -193,6 +193,9 @@ pub(crate) enum ApproveError {
     Mismatch { recorded: String },
     #[error(transparent)]
     Write(WriteError),
+    /// Approved, but its audit record is not on disk.
+    #[error("approved, but the server_approved record could not be written to the audit log: {0}")]
+    Audit(String),
 }
 
 /// A tool as the file keeps it (the fields of `tools/list`).

@@ -606,21 +606,24 @@ impl Manager {
         }
     }
 
-    /// `ApproveServer`: approves the recorded list of `def` if it is the one with `digest`.
-    pub(crate) fn approve(&self, def: &McpServer, digest: &str, by: &Caller) -> Result<Approved, ApproveError> {
+    /// `ApproveServer`: approves the recorded list of `def` if it is the one with `digest`. The
+    /// `server_approved` record is on disk before the admin hears of it and before front-ends are
+    /// told to re-list; if it cannot be written the admin is told so (the approval stands in the
+    /// store, and the log is failed: nothing runs until it is resumed).
+    pub(crate) async fn approve(&self, def: &McpServer, digest: &str, by: &Caller) -> Result<Approved, ApproveError> {
         let before = catalog::exposed_set(&self.listed(def));
         let approved = self.approvals.approve(&def.name, digest, by.uid, now_secs())?;
-        self.audit.record(
-            Record::new(Decision::ServerApproved)
-                .caller(by)
-                .with("server", def.name.as_str())
-                .with("digest", approved.digest.as_str())
-                .with("tools", approved.tools.keys().map(String::as_str).collect::<Vec<_>>())
-                .with("by", by.uid),
-        );
+        let record = Record::new(Decision::ServerApproved)
+            .caller(by)
+            .with("server", def.name.as_str())
+            .with("digest", approved.digest.as_str())
+            .with("tools", approved.tools.keys().map(String::as_str).collect::<Vec<_>>())
+            .with("by", by.uid);
+        let recorded = self.audit.durable(record).await;
         if catalog::exposed_set(&self.listed(def)) != before {
             self.bump();
         }
+        recorded.map_err(|e| ApproveError::Audit(e.to_string()))?;
         Ok(approved)
     }
 

@@ -95,8 +95,9 @@ fn a_server_is_approved_called_audited_rug_pulled_and_its_approval_survives_a_re
         let e = invoke(&mut c, "demo__echo", json!({"text": "hi"})).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert!(e.message().contains("no recorded tool list"), "{}", e.message());
-        let refused = records(&audit, "refused");
-        assert!(refused.iter().any(|r| r["tool"] == "demo__echo" && r["server"] == "demo"), "{refused:#?}");
+        // Refusals are queued records (not waited for): read until the writer has them.
+        let refused_demo = || records(&audit, "refused").iter().any(|r| r["tool"] == "demo__echo" && r["server"] == "demo");
+        assert!(eventually(Duration::from_secs(10), refused_demo), "{:#?}", records(&audit, "refused"));
         assert!(records(&audit, "server_started").is_empty());
 
         // An admin starts it for review: its list is recorded, every tool awaits approval.
@@ -105,6 +106,8 @@ fn a_server_is_approved_called_audited_rug_pulled_and_its_approval_survives_a_re
         assert!(s.recorded_digest.starts_with("sha256:") && s.approved_digest.is_empty(), "{s:#?}");
         assert!(states(&s).iter().all(|(_, st)| st == "awaiting approval"), "{s:#?}");
         assert_eq!(s.instances.len(), 1);
+        assert!(eventually(Duration::from_secs(10), || !records(&audit, "server_started").is_empty()));
+        assert!(eventually(Duration::from_secs(10), || !records(&audit, "server_tools_recorded").is_empty()));
         let started = records(&audit, "server_started");
         assert_eq!(started.len(), 1, "{started:#?}");
         assert_eq!(started[0]["tools_digest"], s.recorded_digest.as_str());
@@ -142,7 +145,8 @@ fn a_server_is_approved_called_audited_rug_pulled_and_its_approval_survives_a_re
         // Arguments outside the server's schema never reach it.
         let e = invoke(&mut c, "demo__echo", json!({})).await.unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
-        assert!(records(&audit, "invalid").iter().any(|r| r["tool"] == "demo__echo"));
+        let invalid = || records(&audit, "invalid").iter().any(|r| r["tool"] == "demo__echo");
+        assert!(eventually(Duration::from_secs(10), invalid), "no invalid record");
 
         // The rug pull: `greet` describes itself anew; it alone is withheld, and audited.
         let (_, pulled) = invoke(&mut c, "demo__pull", json!({})).await.unwrap();

@@ -307,7 +307,7 @@ fn the_admin_cli_lists_shows_approves_and_stops_a_server() {
     out.assert_code(0);
     let shown = out.stdout.clone();
     assert!(shown.starts_with("server       tiny ("), "{shown}");
-    assert!(shown.contains("\nstate        running\n"), "{shown}");
+    assert!(shown.contains("\nstate        awaiting approval\n"), "{shown}");
     assert!(shown.contains("\napproved     none\n"), "{shown}");
     assert!(shown.contains("\ninstances    1\n"), "{shown}");
     assert!(shown.contains("\ntools        0 exposed, 5 withheld\n"), "{shown}");

@@ -67,7 +67,7 @@ pub(in crate::server) async fn approve_server(
     let Some(def) = registry.servers.get(&req.name) else {
         return Err(unknown_server(&req.name));
     };
-    match service.daemon.servers.approve(def, &req.digest, &caller) {
+    match service.daemon.servers.approve(def, &req.digest, &caller).await {
         Ok(a) => Ok(Response::new(v1::ApproveServerResponse {
             digest: a.digest,
             tools: u32::try_from(a.tools.len()).unwrap_or(u32::MAX),
@@ -82,7 +82,7 @@ pub(in crate::server) async fn approve_server(
              again with `cordon server show {}` and approve that digest",
             req.name, req.digest, req.name
         ))),
-        Err(ApproveError::Write(e)) => Err(Status::unavailable(e.to_string())),
+        Err(e @ (ApproveError::Write(_) | ApproveError::Audit(_))) => Err(Status::unavailable(e.to_string())),
     }
 }
 
