@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 AFL_VERSION=0.18.2
-TARGETS=(proxy_http proxy_socks request_rules tls_hello terminated_request chunked_body mcp_lines mcp_http policy arguments tokens identities)
+TARGETS=(proxy_http proxy_socks request_rules tls_hello terminated_request chunked_body mcp_lines mcp_http policy arguments tokens identities server_tool_list server_call_result)
 
 seconds=${1:-}
 build_only=no
@@ -69,7 +69,7 @@ dicts="$afl_data/AFLplusplus/dictionaries"
 dictionary() {
   case "$1" in
     proxy_http | mcp_http | terminated_request) echo http.dict ;;
-    mcp_lines | arguments | tokens) echo json.dict ;;
+    mcp_lines | arguments | tokens | server_tool_list | server_call_result) echo json.dict ;;
     policy | identities) echo toml.dict ;;
   esac
 }

@@ -108,6 +108,12 @@ pub enum Command {
         #[arg(long, default_value_t = 10, requires = "search", value_parser = clap::value_parser!(u16).range(1..=50))]
         limit: u16,
     },
+    /// MCP servers the policy declares (`[servers.NAME]`): their state, recorded tool lists and
+    /// approval (docs/mcp-servers.md).
+    Server {
+        #[command(subcommand)]
+        command: ServerCommand,
+    },
     /// Show one tool in full (`cordon tool NAME`), or add and remove tools in cordond's policy
     /// directory (`cordon tool add|remove|show`).
     #[command(args_conflicts_with_subcommands = true, arg_required_else_help = true)]
@@ -216,7 +222,7 @@ pub enum Command {
     /// reason (also as a comment in the file); the rest is written and the exit code is 4 (partial).
     /// See docs/import.md.
     Import {
-        /// `ctxnest` or `gandalf` (optional: detected from the file), then the file.
+        /// `ctxnest`, `gandalf` or `mcp` (optional: detected from the file), then the file.
         #[arg(required = true, num_args = 1..=2, value_name = "[FORMAT] FILE")]
         args: Vec<String>,
         /// CtxNest: the project root that `workingDir` is relative to [default: the file's directory]
@@ -237,6 +243,10 @@ pub enum Command {
         /// Replace OUT.toml if it exists
         #[arg(long, requires = "output")]
         force: bool,
+        /// MCP servers: where servers the host ran with `npx`/`uvx` are to be installed first, one
+        /// directory per server [default: /opt/cordon/mcp]
+        #[arg(long, value_name = "DIR")]
+        install_root: Option<PathBuf>,
     },
     /// Re-read the daemon's policy directory (a failing reload keeps the current policies).
     Reload,
@@ -299,6 +309,40 @@ pub enum ToolCommand {
         /// cordond's policy directory [default: the one the running cordond reports]
         #[arg(long, value_name = "DIR")]
         policies: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServerCommand {
+    /// The policy's MCP servers: state, instances, tools exposed and withheld, approved digest.
+    List,
+    /// One server: its recorded tools (state, digest, description), the approved and recorded
+    /// digests, its instances, and what to run next.
+    Show {
+        /// The server's name (`[servers.NAME]`).
+        name: String,
+        /// Start the server first when it has no recorded tool list yet, so that its list can be
+        /// reviewed (admins only).
+        #[arg(long)]
+        start: bool,
+    },
+    /// Approve a server's recorded tool list (admins only): its tools are exposed from then on.
+    /// Shows the list and asks first on a terminal; approves exactly the list shown (or the one
+    /// with --digest, refused if the server's list changed since).
+    Approve {
+        /// The server's name (`[servers.NAME]`).
+        name: String,
+        /// The digest of the list you reviewed (`cordon server show NAME`), e.g. sha256:3f2a...
+        #[arg(long, value_name = "sha256:HEX")]
+        digest: Option<String>,
+        /// Do not ask (scripts; review the list with `cordon server show NAME` first).
+        #[arg(long, short)]
+        yes: bool,
+    },
+    /// Stop a server's running instances now (they start again on the next call; admins only).
+    Stop {
+        /// The server's name (`[servers.NAME]`).
+        name: String,
     },
 }
 

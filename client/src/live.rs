@@ -259,7 +259,9 @@ impl Live {
                             pending = Some(Msg::Output { stderr, data: new.to_vec() });
                         }
                     }
-                    Step::Done(done) => return Ok(Some(done)),
+                    // A server tool's progress: `cordon run` shows the result.
+                    Step::Event(Event::Progress { .. }) => {}
+                    Step::Done(done) => return Ok(Some(*done)),
                 },
                 _ = tick.tick(), if self.spinner => {
                     if let Some(tx) = &sender {

@@ -1,5 +1,6 @@
 //! The daemon's side of the egress proxy (the `cordon_egress` crate): the audit log as the
-//! proxy's [`EgressLog`], and the proxy of one invocation wired to it.
+//! proxy's [`EgressLog`], and the proxy of one invocation wired to it (or of one running MCP
+//! server instance, whose connection records also name the calls in flight: [`InstanceLog`]).
 //!
 //! The proxy's records become audit records field for field, in the order the proxy gave them,
 //! so the `egress` and `egress_closed` lines are what they were when the proxy wrote to the
@@ -30,6 +31,39 @@ impl EgressLog for AuditLog {
     }
 }
 
+/// The audit log for the proxy of a running MCP server instance (shared by its calls): each
+/// connection's record (`egress`) also names the calls in flight on the instance when it was
+/// made (`calls`: their invocation ids), so a shared instance's egress is attributed.
+#[derive(Debug)]
+pub(crate) struct InstanceLog {
+    pub(crate) audit: Arc<Audit>,
+    /// The invocation ids of the calls in flight, kept by the instance.
+    pub(crate) calls: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl InstanceLog {
+    fn named(&self, record: EgressRecord) -> EgressRecord {
+        if record.kind() != cordon_egress::RecordKind::Egress {
+            return record;
+        }
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        record.with("calls", calls)
+    }
+}
+
+impl EgressLog for InstanceLog {
+    fn durable(&self, record: EgressRecord) -> Durable<'_> {
+        let record = self.named(record);
+        Box::pin(async move {
+            self.audit.durable(audit_record(record)).await.map(|_seq| ()).map_err(|e| LogError(e.to_string()))
+        })
+    }
+
+    fn record(&self, record: EgressRecord) {
+        self.audit.record(audit_record(self.named(record)));
+    }
+}
+
 /// The audit record of a proxy's record.
 pub(crate) fn audit_record(record: EgressRecord) -> Record {
     let mut out = Record::new(record.kind().decision()).invocation(record.invocation()).tool(record.tool());
@@ -52,12 +86,26 @@ pub(crate) fn proxy(
     metrics: Option<&EgressMetrics>,
     (secrets, authority): (Vec<cordon_egress::Secret>, Option<Arc<cordon_egress::Authority>>),
 ) -> (Handoff, ProxyHandoff) {
+    proxy_logged(invocation, tool, caller, rules, Arc::new(AuditLog(audit.clone())), metrics, (secrets, authority))
+}
+
+/// [`proxy`] with its records written through `log` (an [`InstanceLog`] for a server instance,
+/// named by the instance's id and the server's name).
+pub(crate) fn proxy_logged(
+    invocation: &str,
+    tool: &str,
+    caller: u32,
+    rules: &Egress,
+    log: Arc<dyn EgressLog>,
+    metrics: Option<&EgressMetrics>,
+    (secrets, authority): (Vec<cordon_egress::Secret>, Option<Arc<cordon_egress::Authority>>),
+) -> (Handoff, ProxyHandoff) {
     Handoff::new(Context {
         invocation: invocation.to_string(),
         tool: tool.to_string(),
         caller,
         egress: rules.clone(),
-        log: Arc::new(AuditLog(audit.clone())),
+        log,
         metrics: metrics.cloned(),
         resolver: Resolver::System,
         secrets,

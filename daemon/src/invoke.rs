@@ -432,6 +432,16 @@ impl Started {
     }
 }
 
+/// An admitted call of an MCP server's tool: its id, its cancellation, its place in the running
+/// table and its concurrency slot (both given back when this is dropped).
+#[derive(Debug)]
+pub(crate) struct ServerCallSlot {
+    pub(crate) id: String,
+    pub(crate) cancel: CancellationToken,
+    _running: RunningGuard,
+    _slot: Slot,
+}
+
 /// A running invocation, for status and cancel.
 #[derive(Debug, Clone)]
 pub(crate) struct RunningInfo {
@@ -892,22 +902,7 @@ impl Invoker {
         let json = validate::parse_arguments(arguments).map_err(InvokeError::Invalid)?;
         let args = validate::validate(&tool, &json).map_err(InvokeError::Invalid)?;
         let unavailable = |reason: String| InvokeError::Unavailable { tool: tool.name.clone(), reason };
-        // As root, the tool runs as the caller unless the policy names another account; as a
-        // normal user, cordond cannot change identity and the tool runs as cordond's user.
-        let (identity, dedicated_uid) = match (&tool.sandbox.run_as, self.host.is_root) {
-            (Some(RunAs::OwnerOfWorkingDir), true) => (Some(owner_identity(&tool, caller.clone())?), false),
-            (Some(run_as), true) => {
-                let (uid, gid) = cordon_core::policy::resolve_run_as(run_as).map_err(unavailable)?;
-                (Some(Identity::plain(uid, gid)), true)
-            }
-            // The caller's account and its primary group from the user database, not the
-            // effective gid it connected with: `sg` or a setgid program would otherwise choose
-            // which of its groups the tool gets. A uid without an account keeps its peer gid.
-            (None, true) => {
-                (Some(Identity::plain(caller.uid, Account::for_uid(caller.uid).gid.unwrap_or(caller.gid))), false)
-            }
-            (_, false) => (None, false),
-        };
+        let (identity, dedicated_uid) = identity_for(&tool, &caller, self.host.is_root)?;
         let account_uid = identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
         // A program someone other than root can change (a search_path directory or an entry of
         // one, what a symlink there leads to, command[0]'s real file) is only used by a tool that
@@ -961,7 +956,7 @@ impl Invoker {
     /// every pinned path must still name what it named when the registry loaded, or be a grant
     /// root the re-pin rule takes for that identity (docs/pins.md); each re-pin is audited
     /// (`repinned`: the key, the path, old and new `dev:ino`, the identity) before it is used.
-    fn pins_for(
+    pub(crate) fn pins_for(
         &self,
         tool: &Arc<Tool>,
         identity: Option<&Identity>,
@@ -1059,6 +1054,54 @@ impl Invoker {
         })
     }
 
+    /// Admits a call of an MCP server's tool (`crate::servers`): refused when cordond is
+    /// closing or the audit log cannot take records; takes a concurrency slot from the caller's
+    /// share like a tool's call (waiting in the queue when none is free) and registers the call
+    /// as running (so that `Cancel`, the client-gone path, shutdown and status find it) under
+    /// `name` (SERVER__TOOL). The call is running until the returned guard is dropped.
+    pub(crate) async fn admit_server_call(&self, caller: &Caller, name: &str) -> Result<ServerCallSlot, InvokeError> {
+        if self.closed.is_cancelled() {
+            return Err(InvokeError::ShuttingDown);
+        }
+        self.audit.check()?;
+        let slot = self.slots.acquire(caller.uid, &self.closed).await?;
+        if self.closed.is_cancelled() {
+            return Err(InvokeError::ShuttingDown);
+        }
+        let id = new_id()?;
+        let cancel = self.closed.child_token();
+        self.lock().insert(
+            id.clone(),
+            Running {
+                tool: name.to_string(),
+                caller: caller.clone(),
+                started: Instant::now(),
+                cancel: cancel.clone(),
+                cancelled_by: None,
+                cgroup_dirs: CgroupDirs::default(),
+            },
+        );
+        let running = RunningGuard { map: self.running.clone(), id: id.clone() };
+        Ok(ServerCallSlot { id, cancel, _running: running, _slot: slot })
+    }
+
+    /// Why a running call was cancelled (for its terminal record); None: not cancelled.
+    pub(crate) fn cancelled_by(&self, id: &str) -> Option<Value> {
+        self.lock().get(id).and_then(|r| r.cancelled_by.clone()).map(CancelReason::json)
+    }
+
+    /// The host's sandbox (for MCP server instances).
+    pub(crate) fn host_arc(&self) -> Arc<HostSandbox> {
+        self.host.clone()
+    }
+
+    /// The egress metrics and the proxy's CA (for MCP server instances' egress proxies).
+    pub(crate) fn egress_parts(
+        &self,
+    ) -> (Option<Arc<cordon_egress::EgressMetrics>>, Option<Arc<crate::secrets::Terminator>>) {
+        (self.egress_metrics.clone(), self.terminator.clone())
+    }
+
     /// Writes the invocation's `started` record and waits until it is on disk; only then can it
     /// run. If the log fails, the invocation is refused (UNAVAILABLE) and nothing runs.
     pub(crate) async fn start(&self, prepared: Prepared, mark: Mark) -> Result<Started, InvokeError> {
@@ -1142,6 +1185,8 @@ impl Invoker {
             output,
             proxy: handoff,
             temp_files: std::mem::take(&mut prepared.secret_files),
+            stdio: cordon_sandbox::Stdio::Captured,
+            pid: None,
         };
         // DEBUG: the audit log is the record of every call; INFO stays quiet on the hot path.
         tracing::debug!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");
@@ -1341,6 +1386,33 @@ fn repinned_record(tool: &Tool, caller: &Caller, generation: u64, r: &Repin, run
         .with("run_as", json!({ "uid": runner.uid, "gid": runner.gid }))
 }
 
+/// Whom a call of `tool` by `caller` runs as, and whether the account is the tool's own
+/// (`run_as` named it): as root, the caller unless the policy names another account (or the
+/// owner of the working directory); as a normal user, cordond cannot change identity and the
+/// tool runs as cordond's user (`None`). The caller never chooses it otherwise. MCP servers'
+/// launchers are decided here too (`crate::servers`).
+pub(crate) fn identity_for(
+    tool: &Tool,
+    caller: &Caller,
+    is_root: bool,
+) -> Result<(Option<Identity>, bool), InvokeError> {
+    let unavailable = |reason: String| InvokeError::Unavailable { tool: tool.name.clone(), reason };
+    Ok(match (&tool.sandbox.run_as, is_root) {
+        (Some(RunAs::OwnerOfWorkingDir), true) => (Some(owner_identity(tool, caller.clone())?), false),
+        (Some(run_as), true) => {
+            let (uid, gid) = cordon_core::policy::resolve_run_as(run_as).map_err(unavailable)?;
+            (Some(Identity::plain(uid, gid)), true)
+        }
+        // The caller's account and its primary group from the user database, not the
+        // effective gid it connected with: `sg` or a setgid program would otherwise choose
+        // which of its groups the tool gets. A uid without an account keeps its peer gid.
+        (None, true) => {
+            (Some(Identity::plain(caller.uid, Account::for_uid(caller.uid).gid.unwrap_or(caller.gid))), false)
+        }
+        (_, false) => (None, false),
+    })
+}
+
 /// The identity of a call of a tool with `run_as = { owner_of = "working_dir" }`: the account
 /// that owns the working directory now, read from the descriptor pinned at load (the very
 /// directory the child enters: through that descriptor, or by name checked against its dev and
@@ -1443,7 +1515,7 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// 128 random bits, hex: unguessable, so one caller cannot name another's invocation by chance.
-fn new_id() -> Result<String, InvokeError> {
+pub(crate) fn new_id() -> Result<String, InvokeError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(InvokeError::Random)?;
     Ok(data_encoding::HEXLOWER.encode(&bytes))

@@ -21,6 +21,9 @@
 //! - `authz`, `tokens`, `identities`: roles and tool access from the caller the server
 //!   established; bearer tokens admins issue for agents behind an HTTP front-end (stored hashed);
 //!   the TLS client-certificate to account mapping.
+//! - `servers`: MCP servers the policies declare (`[servers.NAME]`): their instances (started
+//!   lazily in their sandboxes, stopped when idle, restarted with backoff), the approvals of
+//!   their tool lists kept beside the audit log, and the calls of their tools.
 //! - `server`: gRPC on a Unix socket (the caller comes from the kernel) and, with
 //!   `--listen-tls`, over TCP with mutual TLS (the caller is the account a client certificate maps
 //!   to), its handlers by area in `server/rpc/`.
@@ -48,6 +51,7 @@ mod metrics;
 mod registry;
 mod secrets;
 mod server;
+mod servers;
 mod startup;
 mod tokens;
 

@@ -394,7 +394,8 @@ fn register_metrics(audit: &Audit) -> server::metrics::Counted {
     let egress = Arc::new(EgressMetrics::register(registry));
     let tls = Arc::new(server::metrics::TlsMetrics::register(registry));
     let gauges = server::metrics::Gauges::register(registry);
-    server::metrics::Counted { exposition: Arc::new(root), invoke, egress, tls, gauges }
+    let servers = Arc::new(crate::servers::metrics::ServerMetrics::register(registry));
+    server::metrics::Counted { exposition: Arc::new(root), invoke, egress, tls, gauges, servers }
 }
 
 /// The directories cordond writes its audit log and socket into must be (or be created beneath

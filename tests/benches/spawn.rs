@@ -139,6 +139,8 @@ fn main() {
                         output: None,
                         proxy: None,
                         temp_files: Vec::new(),
+                        stdio: cordon_sandbox::Stdio::Captured,
+                        pid: None,
                     };
                     let out = run(spec, &confine, &CancellationToken::new()).await.unwrap();
                     assert_eq!(out.exit_code, Some(0));

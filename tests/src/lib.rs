@@ -748,6 +748,9 @@ pub enum Skip {
     /// A package registry the test installs from is unreachable or turned off
     /// (`CORDON_TEST_NO_REGISTRY`). Legitimate offline; CI reaches the registries.
     NoRegistry,
+    /// The real MCP servers of the MCP-servers proof are not installed under
+    /// `/opt/cordon-mcp-servers`. Legitimate on a developer's machine; `tests/run` installs them.
+    NoMcpServers,
     /// The test is about another architecture's output (named). A host fact.
     Arch(&'static str),
     /// The kernel's landlock ABI is below the one named, which the checked behaviour needs. A host fact.
@@ -770,7 +773,12 @@ impl Skip {
     /// Whether CI provides what this reason lacks, so that a skip for it is a failure there.
     pub fn ci_provides(self) -> bool {
         match self {
-            Skip::NotRoot | Skip::CannotMount | Skip::MissingTool(_) | Skip::NoCorpus | Skip::NoRegistry => true,
+            Skip::NotRoot
+            | Skip::CannotMount
+            | Skip::MissingTool(_)
+            | Skip::NoCorpus
+            | Skip::NoRegistry
+            | Skip::NoMcpServers => true,
             Skip::Arch(_)
             | Skip::LandlockAbi(_)
             | Skip::NoKernelAudit
@@ -790,6 +798,7 @@ impl std::fmt::Display for Skip {
             Skip::MissingTool(t) => write!(f, "{t} missing"),
             Skip::NoCorpus => f.write_str("no corpus"),
             Skip::NoRegistry => f.write_str("no package registry"),
+            Skip::NoMcpServers => f.write_str("no MCP servers installed"),
             Skip::Arch(a) => write!(f, "not {a}"),
             Skip::LandlockAbi(n) => write!(f, "landlock ABI below {n}"),
             Skip::NoKernelAudit => f.write_str("no kernel audit"),

@@ -88,8 +88,8 @@ pub struct Events {
 pub enum Step {
     /// Accepted, or live output; more follows.
     Event(Event),
-    /// How it ended; nothing follows.
-    Done(Invocation),
+    /// How it ended; nothing follows (boxed: a result is large, events are small).
+    Done(Box<Invocation>),
 }
 
 impl Events {
@@ -115,15 +115,23 @@ impl Events {
                     return Ok(Step::Event(Event::Output { stderr, offset: o.offset, data: o.data }));
                 }
                 Some(v1::invoke_event::Event::ConfirmationRequired(c)) => {
-                    return Ok(Step::Done(Invocation::NeedsConfirmation(confirmation_info(c))));
+                    return Ok(Step::Done(Box::new(Invocation::NeedsConfirmation(confirmation_info(c)))));
                 }
-                Some(v1::invoke_event::Event::Workflow(w)) => return Ok(Step::Done(Invocation::Workflow(w.into()))),
+                Some(v1::invoke_event::Event::Workflow(w)) => {
+                    return Ok(Step::Done(Box::new(Invocation::Workflow(w.into()))));
+                }
                 Some(v1::invoke_event::Event::Finished(f)) => {
                     let argv = self.accepted.take().map(|a| a.argv).unwrap_or_default();
-                    return Ok(Step::Done(Invocation::Finished(RunResult::from_proto(f, argv))));
+                    return Ok(Step::Done(Box::new(Invocation::Finished(RunResult::from_proto(f, argv)))));
                 }
-                // Progress of a server's tool: the MCP front-end's lane passes it on.
-                Some(v1::invoke_event::Event::Progress(_)) | None => {}
+                Some(v1::invoke_event::Event::Progress(p)) => {
+                    return Ok(Step::Event(Event::Progress {
+                        progress: p.progress,
+                        total: p.total,
+                        message: p.message,
+                    }));
+                }
+                None => {}
             }
         }
     }
@@ -133,7 +141,7 @@ impl Events {
         loop {
             match self.next().await? {
                 Step::Event(e) => on_event(&e),
-                Step::Done(done) => return Ok(done),
+                Step::Done(done) => return Ok(*done),
             }
         }
     }
@@ -161,6 +169,12 @@ pub enum Event {
         stderr: bool,
         offset: u64,
         data: Vec<u8>,
+    },
+    /// Progress an MCP server's tool reported (sent only when the call asked for the stream).
+    Progress {
+        progress: f64,
+        total: Option<f64>,
+        message: String,
     },
 }
 
@@ -295,6 +309,10 @@ pub struct RunResult {
     /// For a cached answer: how old it is and which invocation ran.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub cache: Option<Box<CacheInfo>>,
+    /// A tool of an MCP server: the server's `CallToolResult` as cordond passed it on (JSON
+    /// text; untrusted, parsed when rendered). Empty for other tools.
+    #[serde(skip)]
+    pub mcp_result_json: String,
     #[serde(skip)]
     pub stdout_bytes: Vec<u8>,
     #[serde(skip)]
@@ -336,6 +354,12 @@ pub struct ResultError {
 }
 
 impl RunResult {
+    /// A result as cordond sent it (for tests of the rendering outside this module).
+    #[cfg(test)]
+    pub(crate) fn from_finished(f: v1::Finished) -> RunResult {
+        RunResult::from_proto(f, Vec::new())
+    }
+
     pub(super) fn from_proto(f: v1::Finished, argv: Vec<String>) -> RunResult {
         RunResult {
             invocation_id: f.invocation_id,
@@ -382,6 +406,7 @@ impl RunResult {
                 .flatten(),
             cached: f.cached,
             cache: f.cached.then(|| Box::new(CacheInfo { cache_age_ms: f.cache_age_ms, cached_from: f.cached_from })),
+            mcp_result_json: f.mcp_result_json,
             stdout_bytes: f.stdout,
             stderr_bytes: f.stderr,
         }

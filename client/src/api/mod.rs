@@ -8,7 +8,7 @@
 //!   converted `From` the proto messages: [`tools`] (`ListTools`, `GetTool`, `WatchRegistry`),
 //!   [`invoke`] (`Invoke`, `Confirm`, `Cancel`, the event stream, results and workflows),
 //!   [`dry_run`], [`approvals`], [`jobs`], [`policy`] (`Reload`, `GetPolicy`), [`status`]
-//!   (`Status`, `Metrics`), [`tokens`], [`audit`] (`TailAudit`, `ResumeAudit`, `ReportRefusal`).
+//!   (`Status`, `Metrics`), [`servers`] (`ListServers`, `ApproveServer`, `StopServer`), [`tokens`], [`audit`] (`TailAudit`, `ResumeAudit`, `ReportRefusal`).
 
 mod approvals;
 mod audit;
@@ -17,6 +17,7 @@ mod dry_run;
 mod invoke;
 mod jobs;
 mod policy;
+mod servers;
 mod status;
 mod tokens;
 mod tools;
@@ -31,6 +32,7 @@ pub use invoke::{
 };
 pub use jobs::{Detached, JobError, JobInfo};
 pub use policy::{DiagnosticInfo, LoadedPolicy, PolicyReport};
+pub use servers::{ServerInfo, ServerInstanceInfo, ServerToolInfo};
 pub use status::{AuditExportInfo, CacheFigures, CallerInfo, GroupInfo, RunningInfo, StatusInfo};
 pub use tokens::TokenInfo;
 pub use tools::{Allow, CachePolicyInfo, Generations, Grants, JsonDoc, Limits, ParamInfo, RulesError, ToolInfo};

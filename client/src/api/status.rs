@@ -111,6 +111,9 @@ pub struct StatusInfo {
     /// Admins only: where the audit log is shipped and how far each destination is.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub audit_exports: Vec<AuditExportInfo>,
+    /// MCP servers the policy declares (without their tools).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<super::ServerInfo>,
 }
 
 /// One audit export destination (`cordond --audit-otlp` and the like).
@@ -217,6 +220,7 @@ impl From<v1::StatusResponse> for StatusInfo {
             jobs_running: s.jobs_running,
             jobs_finished: s.jobs_finished,
             workflows_running: s.workflows_running,
+            servers: s.servers.into_iter().map(super::ServerInfo::from).collect(),
             audit_exports: s
                 .audit_exports
                 .into_iter()

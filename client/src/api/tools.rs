@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use cordon_core::mcp_server::ServerTool;
 use cordon_core::policy::Param;
 use cordon_core::policy::ParamKind;
 use cordon_core::policy::Pattern;
@@ -61,8 +62,14 @@ pub struct Generations {
 impl Generations {
     /// The next generation; `None` when cordond ended the stream.
     pub async fn next(&mut self) -> Result<Option<u64>, CliError> {
+        Ok(self.next_version().await?.map(|(generation, _)| generation))
+    }
+
+    /// The next (generation, servers_version): the tools an agent is offered change when either
+    /// does (`servers_version` grows when MCP servers' exposed tools change without a reload).
+    pub async fn next_version(&mut self) -> Result<Option<(u64, u64)>, CliError> {
         let g = self.stream.message().await.map_err(|s| CliError::from_status(&self.endpoint, s))?;
-        Ok(g.map(|g| g.generation))
+        Ok(g.map(|g| (g.generation, g.servers_version)))
     }
 }
 
@@ -173,6 +180,15 @@ pub struct ToolInfo {
     /// The result cache policy, when the tool has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CachePolicyInfo>,
+    /// A tool of an MCP server (`[servers.NAME]`): the server's name and the tool's own name on
+    /// it (this tool is listed as SERVER__TOOL); empty for other tools.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub server: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub server_tool: String,
+    /// The policy's extra argument rules of a server's tool, as the daemon sent them (JSON).
+    #[serde(skip)]
+    pub server_rules_json: String,
     /// The params with their rules as the daemon sent them; [`ToolInfo::rebuild_params`] turns
     /// them into the daemon's own [`Param`]s.
     #[serde(skip)]
@@ -218,9 +234,18 @@ pub enum RulesError {
     Duplicate { param: String },
     #[error("the working directory {dir:?} is not an absolute path")]
     WorkingDir { dir: String },
+    #[error(
+        "the MCP server tool's schema or rules as cordond sent them do not rebuild ({why}); use the cordon that comes with cordond"
+    )]
+    ServerTool { why: String },
 }
 
 impl ToolInfo {
+    /// Whether this is a tool of an MCP server (listed as SERVER__TOOL).
+    pub fn is_server_tool(&self) -> bool {
+        !self.server.is_empty()
+    }
+
     /// The daemon's [`Param`]s of this tool, rebuilt from their rules with the policy core's own
     /// code (patterns compile as the policy parser compiles them), in the policy's order.
     pub fn rebuild_params(&self) -> Result<Vec<Param>, RulesError> {
@@ -235,6 +260,25 @@ impl ToolInfo {
             params.push(rebuild_param(wire)?);
         }
         Ok(params)
+    }
+
+    /// A tool of an MCP server as cordond validates its calls ([`ServerTool`]), rebuilt from
+    /// the wire form with the core's own code ([`ServerTool::from_wire`]: the server's schema
+    /// and the policy's rules, compiled and narrowed again; a listed schema that is not what
+    /// they make is refused rather than trusted).
+    /// An empty `server_rules_json` is a tool the policy adds no rules to: its listed schema is
+    /// the server's own.
+    pub fn server_tool(&self) -> Result<ServerTool, RulesError> {
+        let rules = if self.server_rules_json.trim().is_empty() { r#"{"rules": []}"# } else { &self.server_rules_json };
+        ServerTool::from_wire(
+            &self.name,
+            &self.server,
+            &self.server_tool,
+            &self.description,
+            self.input_schema.as_str(),
+            rules,
+        )
+        .map_err(|why| RulesError::ServerTool { why })
     }
 
     /// The directory relative path arguments resolve against; `None` when the tool has none.
@@ -273,6 +317,9 @@ impl ToolInfo {
             workflow: false,
             steps: Vec::new(),
             grants: None,
+            server: String::new(),
+            server_tool: String::new(),
+            server_rules_json: String::new(),
             wire_params: Vec::new(),
         }
     }
@@ -336,6 +383,9 @@ impl From<v1::Tool> for ToolInfo {
                 })
                 .collect(),
             wire_params: t.params,
+            server: t.server,
+            server_tool: t.server_tool,
+            server_rules_json: t.server_rules_json,
             name: t.name,
             title: t.title,
             description: t.description,

@@ -150,6 +150,17 @@ pub(super) async fn run(endpoint: &Endpoint, socket: &Path, as_json: bool) -> Re
                 "tools that depend on it are refused with this reason until it is fixed (cordond need not restart)",
             );
         }
+        // MCP servers an admin must act on: unavailable, dying, or with tools awaiting approval.
+        for server in &s.servers {
+            if let Some(line) = super::servers::doctor_line(server) {
+                check(
+                    "server",
+                    "warn",
+                    line,
+                    "agents are not offered the server's tools (or the withheld ones) until this is done",
+                );
+            }
+        }
         if s.daemon_is_root && s.cgroup_mode == "none" {
             check(
                 "limits",

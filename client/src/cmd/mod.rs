@@ -13,6 +13,8 @@
 //! - [`approvals`]: `pending`, `approve`, `deny`.
 //! - [`policy`]: `policy check|test|diff|reference`.
 //! - [`doctor`], [`status`], [`reload`], [`metrics`]: the daemon and this host.
+//! - [`servers`]: `cordon server list|show|approve|stop` (MCP servers the policy declares), and
+//!   the servers' lines of `status` and `doctor`.
 //! - [`tokens`]: `cordon token issue|list|revoke`. [`audit`]: `cordon audit tail|verify|resume`.
 //! - [`output`]: `--json`'s object and the tables several commands print.
 //!
@@ -24,7 +26,7 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use crate::api::{Client, ToolInfo};
-use crate::cli::{AuditCommand, Command, PolicyCommand, TokenCommand, ToolCommand};
+use crate::cli::{AuditCommand, Command, PolicyCommand, ServerCommand, TokenCommand, ToolCommand};
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
 
@@ -41,6 +43,7 @@ mod policy;
 pub(crate) mod registry;
 mod reload;
 mod run;
+mod servers;
 mod status;
 mod tokens;
 mod tools;
@@ -112,11 +115,15 @@ pub(crate) async fn dispatch(
             };
             policy::diff::run(old, new, json).await
         }
-        Command::Import { args, project_root, namespace, confirm, output, force } => {
+        Command::Import { args, project_root, namespace, confirm, output, force, install_root } => {
             let (format, file) = match args.as_slice() {
                 [file] => (None, file),
                 [format, file] => (Some(import_format(format)?), file),
-                _ => return Err(CliError::Usage("usage: cordon import [ctxnest|gandalf] FILE [-o OUT.toml]".into())),
+                _ => {
+                    return Err(CliError::Usage(
+                        "usage: cordon import [ctxnest|gandalf|mcp] FILE [-o OUT.toml]".into(),
+                    ));
+                }
             };
             let opts = crate::import::Options {
                 format,
@@ -124,6 +131,7 @@ pub(crate) async fn dispatch(
                 project_root,
                 namespace,
                 confirm,
+                install_root,
                 // `-` is standard output, as for `cordon init -o -`: never a file named `-`.
                 output: output.filter(|p| p.as_os_str() != "-"),
                 force,
@@ -140,6 +148,14 @@ pub(crate) async fn dispatch(
         Command::Pending { watch } => approvals::pending(endpoint, json, watch).await,
         Command::Approve { id } => approvals::decide(endpoint, &id, true, json).await,
         Command::Deny { id } => approvals::decide(endpoint, &id, false, json).await,
+        Command::Server { command } => match command {
+            ServerCommand::List => servers::list(endpoint, json).await,
+            ServerCommand::Show { name, start } => servers::show(endpoint, &name, start, json).await,
+            ServerCommand::Approve { name, digest, yes } => {
+                servers::approve(endpoint, &name, digest.as_deref(), yes, json).await
+            }
+            ServerCommand::Stop { name } => servers::stop(endpoint, &name, json).await,
+        },
         Command::Reload => reload::run(endpoint, json).await,
         Command::Metrics => metrics::run(endpoint).await,
         Command::Token { command } => match command {
@@ -171,15 +187,16 @@ pub(crate) async fn dispatch(
     }
 }
 
-/// `ctxnest` or `gandalf`.
+/// `ctxnest`, `gandalf` or `mcp`.
 fn import_format(name: &str) -> Result<cordon_core::policy::foreign::Foreign, CliError> {
     use cordon_core::policy::foreign::Foreign;
     match name {
         "ctxnest" => Ok(Foreign::CtxNest),
         "gandalf" => Ok(Foreign::Gandalf),
+        "mcp" => Ok(Foreign::McpServers),
         other => Err(CliError::Usage(format!(
-            "unknown import format {other:?}; use `cordon import ctxnest FILE`, `cordon import gandalf FILE`, or \
-             `cordon import FILE` to detect it"
+            "unknown import format {other:?}; use `cordon import ctxnest FILE`, `cordon import gandalf FILE`, \
+             `cordon import mcp FILE` (a host's mcpServers), or `cordon import FILE` to detect it"
         ))),
     }
 }

@@ -161,6 +161,26 @@ pub(super) fn print_result(info: &ToolInfo, result: &RunResult, as_json: bool) -
     print_outcome(info, result, as_json)
 }
 
+/// An MCP server's result for a person: its text content as lines (untrusted text: escaped, line
+/// breaks kept), other content named in a line each.
+fn print_server_content(text: &str) {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        errln!("cordon: the server's result is not JSON");
+        return;
+    };
+    for item in value.get("content").and_then(|c| c.as_array()).into_iter().flatten() {
+        let kind = item.get("type").and_then(|t| t.as_str()).unwrap_or("?");
+        match (kind, item.get("text").and_then(|t| t.as_str())) {
+            ("text", Some(t)) => cordon_core::stdout_ln!("{}", term::lines(t)),
+            _ => {
+                let mime = item.get("mimeType").and_then(|m| m.as_str()).unwrap_or("");
+                let uri = item.get("uri").or_else(|| item.pointer("/resource/uri")).and_then(|u| u.as_str());
+                outln!("[{kind} {mime}{}]", uri.map(|u| format!(" {u}")).unwrap_or_default());
+            }
+        }
+    }
+}
+
 /// The exit code and the lines after a run's output (truncation, how it ended, hints,
 /// denials), for output already printed (`cordon run` prints it live).
 pub(super) fn print_summary(info: &ToolInfo, result: &RunResult) -> u8 {
@@ -173,13 +193,29 @@ fn print_outcome(info: &ToolInfo, result: &RunResult, as_json: bool) -> u8 {
         (_, true, _, _) => exit::CANCELLED,
         (_, _, Some(c), _) => u8::try_from(c).unwrap_or(exit::FAILURE),
         (_, _, None, Some(s)) => u8::try_from(128 + s).unwrap_or(exit::FAILURE),
+        // A tool of an MCP server has no exit code: ok is success.
+        _ if result.ok && !result.mcp_result_json.is_empty() => 0,
         _ => exit::FAILURE,
     };
     // Exit code 0 that the policy does not count as success (output that fails its schema).
     let code = if code == 0 && !result.ok { exit::FAILURE } else { code };
     if as_json {
-        print_json(&json!(result));
+        let mut value = json!(result);
+        if let (Some(o), Ok(mcp)) =
+            (value.as_object_mut(), serde_json::from_str::<serde_json::Value>(&result.mcp_result_json))
+        {
+            o.insert("mcp_result".into(), mcp);
+        }
+        print_json(&value);
         return code;
+    }
+    if !result.mcp_result_json.is_empty() {
+        print_server_content(&result.mcp_result_json);
+    }
+    // A call that ended without a process result (a tool of an MCP server): its code and why.
+    let no_process = result.exit_code.is_none() && result.signal.is_none() && !result.timed_out && !result.cancelled;
+    if let Some(e) = result.error.as_ref().filter(|_| no_process) {
+        errln!("cordon: {}: {}: {}", info.name, e.code.as_str(), e.message);
     }
     for (name, truncated, total) in [
         ("stdout", result.stdout_truncated, result.stdout_total_bytes),

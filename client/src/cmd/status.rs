@@ -127,6 +127,9 @@ pub(super) async fn run(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliErr
     for w in &s.setup_warnings {
         outln!("set-up:      {}", term::line(w));
     }
+    for (i, line) in super::servers::status_lines(&s.servers).iter().enumerate() {
+        outln!("{:<13}{line}", if i == 0 { "servers" } else { "" });
+    }
     if !s.running.is_empty() {
         let rows: Vec<[String; 4]> = s
             .running

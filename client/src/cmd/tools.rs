@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::output::{print_json, print_table, print_table_plain};
-use crate::api::{Client, Grants};
+use crate::api::{Client, Grants, ServerToolInfo};
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
 use crate::term::{self, Stream, outln};
@@ -12,11 +12,16 @@ use crate::term::{self, Stream, outln};
 pub(super) async fn list(endpoint: &Endpoint, as_json: bool, all: bool) -> Result<u8, CliError> {
     let mut client = Client::connect(endpoint).await?;
     let (generation, tools) = client.list_tools(all).await?;
+    let withheld = if all { withheld_server_tools(&mut client, &tools).await } else { Vec::new() };
     if as_json {
-        print_json(&json!({ "generation": generation, "tools": tools }));
+        if all {
+            print_json(&json!({ "generation": generation, "tools": tools, "withheld_server_tools": withheld }));
+        } else {
+            print_json(&json!({ "generation": generation, "tools": tools }));
+        }
         return Ok(0);
     }
-    if tools.is_empty() {
+    if tools.is_empty() && withheld.is_empty() {
         // Whether this caller is an admin decides the fix: ask cordond who it thinks we are.
         match client.status().await {
             Ok(s) if !s.caller.admin => {
@@ -33,7 +38,7 @@ pub(super) async fn list(endpoint: &Endpoint, as_json: bool, all: bool) -> Resul
         }
         return Ok(0);
     }
-    let rows: Vec<[String; 4]> = tools
+    let mut rows: Vec<[String; 4]> = tools
         .iter()
         .map(|t| {
             let params: Vec<String> = t
@@ -54,8 +59,30 @@ pub(super) async fn list(endpoint: &Endpoint, as_json: bool, all: bool) -> Resul
             [t.name.clone(), t.status_word().to_string(), params.join(" "), description]
         })
         .collect();
+    for w in &withheld {
+        let why = if w.reason.is_empty() { w.state.clone() } else { format!("{}: {}", w.state, w.reason) };
+        rows.push([w.exposed_name.clone(), "withheld".into(), String::new(), format!("[{why}] {}", w.description)]);
+    }
     print_table(&["NAME", "STATUS", "PARAMS", "DESCRIPTION"], &rows);
     Ok(0)
+}
+
+/// `--all`: the MCP servers' recorded tools cordon withholds (awaiting approval, changed since
+/// approval, hidden by the policy, invalid) that `ListTools` does not already list. A daemon
+/// without servers (or that shows this caller none) adds nothing.
+async fn withheld_server_tools(client: &mut Client, listed: &[crate::api::ToolInfo]) -> Vec<ServerToolInfo> {
+    let servers = match client.list_servers("", false, true).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::debug!(error = %e, "ListServers failed; no withheld server tools shown");
+            return Vec::new();
+        }
+    };
+    servers
+        .into_iter()
+        .flat_map(|s| s.tools)
+        .filter(|t| t.state != "exposed" && !listed.iter().any(|l| l.name == t.exposed_name))
+        .collect()
 }
 
 /// `cordon tools --search QUERY`: the caller's tools ranked by `query` (see [`crate::search`]).

@@ -642,6 +642,7 @@ mod tests {
             project_root: Some(root.to_path_buf()),
             namespace: Some("web".into()),
             confirm: ConfirmChoice::Agent,
+            install_root: None,
             output: None,
             force: false,
         }

@@ -438,6 +438,7 @@ mod tests {
             project_root: None,
             namespace: None,
             confirm: super::super::ConfirmChoice::Agent,
+            install_root: None,
             output: None,
             force: false,
         };

@@ -1,9 +1,10 @@
 //! `cordon import`: tool definitions written for CtxNest (`ctxnest.json`) or Gandalf
-//! (`registry.json`) translated into a cordon policy file, offline.
+//! (`registry.json`), or the MCP servers an agent host runs (`mcpServers`), translated into a
+//! cordon policy file, offline.
 //!
 //! # Layout
 //! - this file: the command (read, detect the format, translate, check, write atomically).
-//! - `ctxnest`, `gandalf`: one translation each; every difference between the two systems is
+//! - `ctxnest`, `gandalf`, `mcp`: one translation each; every difference between the systems is
 //!   bridged there, and each choice is written as a comment above the key it concerns.
 //! - `shell`: Gandalf's command strings split into words, refusing what a shell would interpret.
 //! - `out`: the TOML text (tables, keys, comments).
@@ -18,6 +19,7 @@
 
 mod ctxnest;
 mod gandalf;
+mod mcp;
 mod out;
 mod pattern;
 mod programs;
@@ -54,6 +56,9 @@ pub struct Options {
     /// CtxNest: the policy's `namespace` (default: the project root's directory name).
     pub namespace: Option<String>,
     pub confirm: ConfirmChoice,
+    /// MCP servers: where servers that `npx`/`uvx` downloaded are to be installed first
+    /// (default /opt/cordon/mcp; each server in a directory of its name).
+    pub install_root: Option<PathBuf>,
     /// `None`: print the policy on stdout.
     pub output: Option<PathBuf>,
     pub force: bool,
@@ -193,35 +198,53 @@ pub fn run(opts: &Options, as_json: bool) -> Result<u8, CliError> {
     let text = std::fs::read_to_string(&opts.file).map_err(|e| {
         CliError::Other(format!("cannot read {shown}: {e}; check the path (cordon import reads a JSON file)"))
     })?;
-    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        data_error(format!(
-            "{shown}:{}:{}: invalid JSON: {e}; fix the file (it must be {}) and run cordon import again",
-            e.line(),
-            e.column(),
-            opts.format.map_or("a CtxNest or Gandalf config", Foreign::describe)
-        ))
-    })?;
+    // Codex keeps its MCP servers in TOML (`[mcp_servers.NAME]`): read as the other hosts' JSON.
+    let codex = if opts.format.is_none_or(|f| f == Foreign::McpServers)
+        && serde_json::from_str::<serde_json::Value>(&text).is_err()
+    {
+        mcp::from_codex_toml(&text)
+    } else {
+        None
+    };
+    let doc: serde_json::Value = match codex {
+        Some(doc) => doc,
+        None => serde_json::from_str(&text).map_err(|e| {
+            data_error(format!(
+                "{shown}:{}:{}: invalid JSON: {e}; fix the file (it must be {}) and run cordon import again",
+                e.line(),
+                e.column(),
+                opts.format.map_or("a CtxNest or Gandalf config, or a host's mcpServers", Foreign::describe)
+            ))
+        })?,
+    };
     let format = match (opts.format, Foreign::of_json(&doc)) {
         (Some(f), _) => f,
         (None, Some(f)) => f,
         (None, None) => {
             return Err(data_error(format!(
-                "{shown} is neither a CtxNest ctxnest.json (an object with \"version\" and \"tools\") nor a Gandalf \
-                 registry.json (an object with \"spells\"); if it is one of them, name the format: \
-                 `cordon import ctxnest {shown}` or `cordon import gandalf {shown}`"
+                "{shown} is neither a CtxNest ctxnest.json (an object with \"version\" and \"tools\"), a Gandalf \
+                 registry.json (an object with \"spells\") nor a host's MCP config (an object with \"mcpServers\", \
+                 or Codex's [mcp_servers.NAME]); if it is one of them, name the format: `cordon import ctxnest \
+                 {shown}`, `cordon import gandalf {shown}` or `cordon import mcp {shown}`"
             )));
         }
     };
-    if format == Foreign::Gandalf && (opts.project_root.is_some() || opts.namespace.is_some()) {
+    if format != Foreign::McpServers && opts.install_root.is_some() {
         return Err(CliError::Usage(
-            "--project-root and --namespace apply to CtxNest configs only; leave them out for a Gandalf registry"
-                .into(),
+            "--install-root applies to a host's MCP servers only (cordon import mcp FILE); leave it out".into(),
         ));
+    }
+    if format != Foreign::CtxNest && (opts.project_root.is_some() || opts.namespace.is_some()) {
+        return Err(CliError::Usage(format!(
+            "--project-root and --namespace apply to CtxNest configs only; leave them out for {}",
+            format.describe()
+        )));
     }
     let mut report = Report::default();
     let draft = match format {
         Foreign::CtxNest => ctxnest::translate(&doc, opts, &mut report),
         Foreign::Gandalf => gandalf::translate(&doc, opts, &mut report),
+        Foreign::McpServers => mcp::translate(&doc, opts, &mut report),
     };
     // The translation's own errors come first; the parser would only repeat them.
     let translated = match draft {
@@ -277,6 +300,7 @@ fn report_done(opts: &Options, format: Foreign, t: &Translated, report: &Report,
         cordon_core::stdout_ln!("{out}");
         return;
     }
+    let what = if format == Foreign::McpServers { "server" } else { "tool" };
     for w in &report.warnings {
         errln!("cordon: warning: {shown}: {w}");
     }
@@ -288,9 +312,10 @@ fn report_done(opts: &Options, format: Foreign, t: &Translated, report: &Report,
     if !t.skipped.is_empty() {
         let written = opts.output.as_ref().map_or_else(|| "the policy".to_string(), |p| p.display().to_string());
         errln!(
-            "cordon: partial import: {} tool(s) written, {} entr{} skipped (listed above, and as comments at the end \
+            "cordon: partial import: {} {}(s) written, {} entr{} skipped (listed above, and as comments at the end \
              of {written}); fix them in {shown} and import again. Exit code {}.",
             t.tools,
+            what,
             t.skipped.len(),
             if t.skipped.len() == 1 { "y" } else { "ies" },
             exit::PARTIAL
@@ -302,11 +327,20 @@ fn report_done(opts: &Options, format: Foreign, t: &Translated, report: &Report,
         }
         Some(path) => {
             let p = path.display();
-            outln!(
-                "wrote {p}: {} tool(s) from {shown}. Next: review every tool and its comments, replace each \
-                 reason = \"TODO: ...\" with the real reason, then `cordon policy check {p}`",
-                t.tools
-            );
+            if format == Foreign::McpServers {
+                outln!(
+                    "wrote {p}: {} server(s) from {shown}. Next: review every server and its comments (install \
+                     it first where it says, list the tools agents may call, grant what it needs, declare its \
+                     secrets), then `cordon policy check {p}`",
+                    t.tools
+                );
+            } else {
+                outln!(
+                    "wrote {p}: {} tool(s) from {shown}. Next: review every tool and its comments, replace each \
+                     reason = \"TODO: ...\" with the real reason, then `cordon policy check {p}`",
+                    t.tools
+                );
+            }
         }
     }
 }

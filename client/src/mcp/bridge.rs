@@ -133,7 +133,7 @@ impl ServerHandler for Bridge {
         // Paged: the built-in tools lead, then the daemon's in its order.
         let builtins = builtin::tools(Some(&catalog));
         let total = builtins.len() + catalog.len();
-        let (range, next) = pages::page(cursor, catalog.generation, total, builtins.len(), page_size)?;
+        let (range, next) = pages::page(cursor, catalog.list_version(), total, builtins.len(), page_size)?;
         let nb = builtins.len();
         let mut tools: Vec<Tool> = builtins.into_iter().skip(range.start).take(range.len()).collect();
         let daemon_start = range.start.saturating_sub(nb);

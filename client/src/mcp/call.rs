@@ -88,7 +88,9 @@ impl Bridge {
             }
             let _ = events_tx.try_send(e.clone());
         };
-        let progress = progress_token.map(|token| tokio::spawn(progress(context.peer.clone(), token, events_rx)));
+        let server = tool.is_server_tool();
+        let progress =
+            progress_token.map(|token| tokio::spawn(progress(context.peer.clone(), token, server, events_rx)));
         let stream_output = context.meta.get_progress_token().is_some();
         let outcome = {
             let work = async {
@@ -153,7 +155,11 @@ impl Bridge {
                     None => None,
                 };
                 let real = ran.and_then(|n| catalog.as_ref().and_then(|c| c.tool(&n).cloned()));
-                Ok(render::result(real.as_ref().unwrap_or(tool), &r).into())
+                let ran = real.as_ref().unwrap_or(tool);
+                if ran.is_server_tool() {
+                    return Ok(render::server_result(ran, &r).into());
+                }
+                Ok(render::result(ran, &r).into())
             }
             Ok(Invocation::NeedsConfirmation(c)) => Box::pin(self.confirmation(tool, context, c)).await,
             Ok(Invocation::Workflow(w)) => Ok(super::render::workflow(&w).into()),
@@ -163,8 +169,14 @@ impl Bridge {
 }
 
 /// Progress notifications: what the tool printed last, at most a few times a second, until the
-/// invocation's events end.
-async fn progress(peer: Peer<RoleServer>, token: ProgressToken, mut events: tokio::sync::mpsc::Receiver<Event>) {
+/// invocation's events end. A tool of an MCP server (`server`) has no output of its own: the
+/// server's progress notifications are passed on instead, as it reported them.
+async fn progress(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    server: bool,
+    mut events: tokio::sync::mpsc::Receiver<Event>,
+) {
     let mut bytes: u64 = 0;
     let mut tail = String::new();
     let mut last_sent = Instant::now() - PROGRESS_INTERVAL;
@@ -172,9 +184,21 @@ async fn progress(peer: Peer<RoleServer>, token: ProgressToken, mut events: toki
     loop {
         let next = tokio::time::timeout(PROGRESS_INTERVAL, events.recv()).await;
         match next {
+            Ok(Some(Event::Accepted(_))) if server => {}
             Ok(Some(Event::Accepted(a))) => {
                 let message = format!("running: {}", a.argv.join(" "));
                 let p = ProgressNotificationParam::new(token.clone(), 0.0).with_message(message);
+                let _ = tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_progress(p)).await;
+            }
+            // An MCP server's own progress, passed on as it reported it (cordond bounds it).
+            Ok(Some(Event::Progress { progress, total, message })) if progress.is_finite() => {
+                let mut p = ProgressNotificationParam::new(token.clone(), progress);
+                if let Some(total) = total.filter(|t| t.is_finite()) {
+                    p = p.with_total(total);
+                }
+                if !message.is_empty() {
+                    p = p.with_message(message);
+                }
                 let _ = tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_progress(p)).await;
             }
             Ok(Some(Event::Output { data, .. })) => {
@@ -183,6 +207,7 @@ async fn progress(peer: Peer<RoleServer>, token: ProgressToken, mut events: toki
                 keep_tail(&mut tail, 4096, 2048);
                 dirty = true;
             }
+            Ok(Some(Event::Progress { .. })) => {}
             Ok(None) => break,
             Err(_) => {}
         }

@@ -1,7 +1,10 @@
 //! The daemon's tools this session offers: the current generation (fetched once per generation,
-//! single flight), as MCP `Tool`s. The built-in tools are [`super::builtin`]'s.
+//! single flight), as MCP `Tool`s. The built-in tools are [`super::builtin`]'s. Tools of MCP
+//! servers (`SERVER__TOOL`) are among them, listed as cordond describes them: the server's
+//! title and description, its input schema narrowed by the policy, its output schema.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
@@ -30,6 +33,8 @@ pub(super) struct Entry {
 #[derive(Debug)]
 pub(super) struct Catalog {
     pub(super) generation: u64,
+    /// The servers' version (`RegistryGeneration.servers_version`) known when it was fetched.
+    pub(super) servers_version: u64,
     /// In the daemon's order.
     entries: Vec<Arc<Entry>>,
     /// Name -> index in `entries`.
@@ -80,7 +85,12 @@ impl Catalog {
             entries.push(entry);
         }
         let agent_confirms = entries.iter().any(|e| e.info.confirm == "agent");
-        Catalog { generation, entries, by_name, agent_confirms }
+        Catalog { generation, servers_version: 0, entries, by_name, agent_confirms }
+    }
+
+    /// Which list this is, for `tools/list` cursors.
+    pub(super) fn list_version(&self) -> super::pages::ListVersion {
+        super::pages::ListVersion { generation: self.generation, servers: self.servers_version }
     }
 
     /// How many daemon tools.
@@ -145,6 +155,11 @@ pub(super) struct Catalogs {
     previous: Mutex<Option<Arc<Catalog>>>,
     /// Single flight for fetching the catalog.
     fetching: tokio::sync::Mutex<()>,
+    /// Counts invalidations: a fetch that an invalidation overtook is not kept (it may hold the
+    /// tools from before the change).
+    invalidations: AtomicU64,
+    /// The servers' version the registry watcher saw last.
+    servers_version: AtomicU64,
 }
 
 impl Catalogs {
@@ -158,19 +173,34 @@ impl Catalogs {
         if let Some(c) = lock(&self.current).clone() {
             return Ok(c);
         }
+        let invalidations = self.invalidations.load(Ordering::SeqCst);
+        let servers_version = self.servers_version.load(Ordering::SeqCst);
         let (epoch, mut client) = daemon.connection().await?;
         let (generation, tools) = match client.list_tools_iter(false).await {
             Ok(r) => r,
             Err(e) => return Err(daemon.after_failure(e, epoch).await),
         };
         let previous = lock(&self.previous).take();
-        let catalog = Arc::new(Catalog::build(generation, tools, previous.as_deref()));
-        drop(previous);
-        *lock(&self.current) = Some(catalog.clone());
+        let mut catalog = Catalog::build(generation, tools, previous.as_deref());
+        catalog.servers_version = servers_version;
+        let catalog = Arc::new(catalog);
+        if self.invalidations.load(Ordering::SeqCst) == invalidations {
+            drop(previous);
+            *lock(&self.current) = Some(catalog.clone());
+        } else {
+            // Overtaken by a change: answer with it, keep nothing (the next call fetches again).
+            *lock(&self.previous) = previous;
+        }
         Ok(catalog)
     }
 
+    /// The registry watcher saw `version` of the servers' exposed tools.
+    pub(super) fn set_servers_version(&self, version: u64) {
+        self.servers_version.store(version, Ordering::SeqCst);
+    }
+
     pub(super) fn invalidate(&self) {
+        self.invalidations.fetch_add(1, Ordering::SeqCst);
         if let Some(old) = lock(&self.current).take() {
             *lock(&self.previous) = Some(old);
         }
@@ -193,6 +223,9 @@ fn to_mcp_tool(t: &ToolInfo, schema: Arc<JsonObject>) -> Tool {
             t.steps.join(", ")
         ));
     }
+    if t.is_server_tool() {
+        return server_tool(t, description, title, schema);
+    }
     let mut tool =
         Tool::new_with_raw(t.name.clone(), Some(description.into()), schema).with_title(title).with_annotations(
             ToolAnnotations::new()
@@ -206,6 +239,25 @@ fn to_mcp_tool(t: &ToolInfo, schema: Arc<JsonObject>) -> Tool {
     {
         let schema = if t.confirm == "agent" { or_confirmation(o) } else { o.clone() };
         tool = tool.with_raw_output_schema(Arc::new(schema));
+    }
+    tool
+}
+
+/// A tool of an MCP server as MCP lists it: its description and title as cordond sends them
+/// (the server's, untrusted text the admin approved), the annotations cordond derived, the
+/// narrowed input schema and the server's output schema (its results' `structuredContent` is
+/// passed on only then).
+fn server_tool(t: &ToolInfo, description: String, title: String, schema: Arc<JsonObject>) -> Tool {
+    let mut tool =
+        Tool::new_with_raw(t.name.clone(), Some(description.into()), schema).with_title(title).with_annotations(
+            ToolAnnotations::new()
+                .read_only(t.read_only)
+                .idempotent(t.idempotent)
+                .destructive(t.danger != "safe")
+                .open_world(t.network),
+        );
+    if let Some(Value::Object(o)) = &t.output_schema {
+        tool = tool.with_raw_output_schema(Arc::new(o.clone()));
     }
     tool
 }
@@ -289,5 +341,30 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &two.check(two.tool("a").unwrap())));
         let three = Catalog::build(3, [info("a", "changed")].into_iter(), Some(&two));
         assert!(!Arc::ptr_eq(&first, &three.check(three.tool("a").unwrap())));
+    }
+
+    #[test]
+    fn a_server_tool_is_listed_as_the_daemon_describes_it() {
+        let t = ToolInfo::from(v1::Tool {
+            name: "git__log".into(),
+            title: "Git log".into(),
+            description: "Shows the commit logs\n\ncordon's policy narrows this tool: repo_path beneath /srv/repos."
+                .into(),
+            available: true,
+            read_only: true,
+            input_schema_json: r#"{"type":"object","properties":{"repo_path":{"type":"string"}}}"#.into(),
+            output_schema_json: r#"{"type":"object","properties":{"commits":{"type":"array"}}}"#.into(),
+            server: "git".into(),
+            server_tool: "log".into(),
+            ..v1::Tool::default()
+        });
+        let c = Catalog::build(1, [t.clone()].into_iter(), None);
+        let listed = serde_json::to_value(c.mcp_tools().next().unwrap()).unwrap();
+        assert_eq!(listed["name"], json!("git__log"));
+        assert_eq!(listed["title"], json!("Git log"));
+        assert_eq!(listed["description"], json!(t.description), "the description as sent, nothing appended");
+        assert_eq!(listed["inputSchema"]["properties"]["repo_path"]["type"], json!("string"));
+        assert_eq!(listed["outputSchema"]["properties"]["commits"]["type"], json!("array"));
+        assert_eq!(listed["annotations"]["readOnlyHint"], json!(true));
     }
 }

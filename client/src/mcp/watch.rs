@@ -1,5 +1,6 @@
 //! What the session tells the client unasked: `tools/list_changed` when the daemon's registry
-//! moves (or the daemon goes away and comes back), and logging notifications.
+//! moves (a new generation, or a new version of the MCP servers' exposed tools, or the daemon
+//! goes away and comes back), and logging notifications.
 
 #![allow(deprecated)] // rmcp marks MCP logging (set_level, logging notifications) deprecated (SEP-2577).
 
@@ -82,7 +83,7 @@ impl Bridge {
         let inner = &self.inner;
         inner.notify.set_peer(peer);
         let mut backoff = Duration::from_millis(100);
-        let mut last: Option<u64> = None;
+        let mut last: Option<(u64, u64)> = None;
         let mut was_up = true;
         // After an outage the first generation seen is news: the tools are back.
         let mut announce = false;
@@ -97,12 +98,15 @@ impl Bridge {
                             inner.notify.log(LoggingLevel::Info, "cordond is back").await;
                             was_up = true;
                         }
-                        while let Ok(Some(g)) = stream.next().await {
-                            if std::mem::take(&mut announce) || last.is_some_and(|l| l != g) {
+                        // A new generation, or a change of the servers' exposed tools within one
+                        // (an admin approved a server): the tools an agent is offered changed.
+                        while let Ok(Some(version)) = stream.next_version().await {
+                            inner.catalogs.set_servers_version(version.1);
+                            if std::mem::take(&mut announce) || last.is_some_and(|l| l != version) {
                                 inner.catalogs.invalidate();
                                 inner.notify.list_changed().await;
                             }
-                            last = Some(g);
+                            last = Some(version);
                         }
                     }
                     Err(err) => {

@@ -78,10 +78,26 @@ pub enum Decision {
     /// created) and re-pinned under the re-pin rule (docs/pins.md): `key`, `path`, `was` and
     /// `now` (`dev:ino`), `created`, `run_as`.
     Repinned,
+    /// An MCP server's instance started and listed its tools: `server`, `instance`, `uid`,
+    /// `pid`, `tools_digest` (see docs/mcp-servers.md).
+    ServerStarted,
+    /// An MCP server's instance stopped: `server`, `instance`, `why` (idle, reload, shutdown,
+    /// died, killed, stopped by an admin, failed to start), `how`.
+    ServerStopped,
+    /// A server's tool list was recorded for the first time (`server`, `digest`, `tools`).
+    ServerToolsRecorded,
+    /// A server's tool list changed since the one recorded: `added`, `removed`, `changed`
+    /// names; changed and new tools are withheld until approved again.
+    ServerToolsChanged,
+    /// An admin approved a server's recorded tool list (`server`, `digest`, `tools`, `by`).
+    ServerApproved,
+    /// A request an MCP server made of cordond (sampling, elicitation, roots...) was refused:
+    /// `server`, `instance`, `method`, `why`.
+    ServerRequestRefused,
 }
 
 impl Decision {
-    pub const ALL: [Decision; 33] = [
+    pub const ALL: [Decision; 39] = [
         Decision::Started,
         Decision::Finished,
         Decision::TimedOut,
@@ -115,6 +131,12 @@ impl Decision {
         Decision::TokenRevoked,
         Decision::ExportGap,
         Decision::Repinned,
+        Decision::ServerStarted,
+        Decision::ServerStopped,
+        Decision::ServerToolsRecorded,
+        Decision::ServerToolsChanged,
+        Decision::ServerApproved,
+        Decision::ServerRequestRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -152,6 +174,12 @@ impl Decision {
             Decision::TokenRevoked => "token_revoked",
             Decision::ExportGap => "export_gap",
             Decision::Repinned => "repinned",
+            Decision::ServerStarted => "server_started",
+            Decision::ServerStopped => "server_stopped",
+            Decision::ServerToolsRecorded => "server_tools_recorded",
+            Decision::ServerToolsChanged => "server_tools_changed",
+            Decision::ServerApproved => "server_approved",
+            Decision::ServerRequestRefused => "server_request_refused",
         }
     }
 

@@ -1,5 +1,6 @@
 //! Tool definitions written for other systems that people put where cordon looks for policies:
-//! a CtxNest `ctxnest.json` or a Gandalf `registry.json`. cordond never reads them; the loader and
+//! a CtxNest `ctxnest.json`, a Gandalf `registry.json`, or an agent host's MCP servers
+//! (`{"mcpServers": {...}}` of Claude Desktop, Claude Code, Cursor, Windsurf, `.mcp.json`). cordond never reads them; the loader and
 //! `cordon policy check` recognize them to say how to convert them (`cordon import`).
 
 use std::path::Path;
@@ -11,6 +12,9 @@ pub enum Foreign {
     CtxNest,
     /// Gandalf spells: `{"spells": {...}, ...}`.
     Gandalf,
+    /// An agent host's MCP servers: `{"mcpServers": {"NAME": {"command", "args", "env"}}}` (or
+    /// Codex's TOML `[mcp_servers.NAME]`, which `cordon import` reads as the same).
+    McpServers,
 }
 
 impl Foreign {
@@ -19,6 +23,7 @@ impl Foreign {
         match self {
             Foreign::CtxNest => "ctxnest",
             Foreign::Gandalf => "gandalf",
+            Foreign::McpServers => "mcp",
         }
     }
 
@@ -27,13 +32,18 @@ impl Foreign {
         match self {
             Foreign::CtxNest => "a CtxNest config (ctxnest.json)",
             Foreign::Gandalf => "a Gandalf spell registry (registry.json)",
+            Foreign::McpServers => "an agent host's MCP servers (an \"mcpServers\" object)",
         }
     }
 
-    /// Which format a parsed JSON document is, if either: a Gandalf registry has a `spells`
-    /// object; a CtxNest config has a `tools` object and a `version`.
+    /// Which format a parsed JSON document is, if any: a Gandalf registry has a `spells`
+    /// object; a CtxNest config has a `tools` object and a `version`; a host's MCP config has an
+    /// `mcpServers` object.
     pub fn of_json(doc: &serde_json::Value) -> Option<Foreign> {
         let obj = doc.as_object()?;
+        if obj.get("mcpServers").is_some_and(serde_json::Value::is_object) {
+            return Some(Foreign::McpServers);
+        }
         if obj.get("spells").is_some_and(serde_json::Value::is_object) {
             return Some(Foreign::Gandalf);
         }
@@ -62,8 +72,8 @@ pub fn hint(path: &Path, text: &str) -> String {
             path.with_extension("toml").display()
         ),
         None => format!(
-            "{shown} is not a policy file: cordond reads only TOML files named *.toml (a CtxNest ctxnest.json or a \
-             Gandalf registry.json can be converted with `cordon import`)"
+            "{shown} is not a policy file: cordond reads only TOML files named *.toml (a CtxNest ctxnest.json, a \
+             Gandalf registry.json or a host's mcpServers config can be converted with `cordon import`)"
         ),
     }
 }
@@ -84,6 +94,10 @@ mod tests {
         assert_eq!(Foreign::sniff(r#"{"cursor": [], "spells": {}}"#), Some(Foreign::Gandalf));
         assert_eq!(Foreign::sniff(r#"{"tools": {}}"#), None);
         assert_eq!(Foreign::sniff("version = 1"), None);
+        assert_eq!(Foreign::sniff(r#"{"mcpServers": {"git": {"command": "uvx"}}}"#), Some(Foreign::McpServers));
+        assert_eq!(Foreign::sniff(r#"{"mcpServers": []}"#), None);
+        let h = hint(Path::new("/p/claude_desktop_config.json"), r#"{"mcpServers": {}}"#);
+        assert!(h.contains("cordon import mcp /p/claude_desktop_config.json -o /p/claude_desktop_config.toml"), "{h}");
         let h = hint(Path::new("/p/ctxnest.json"), r#"{"version": "1", "tools": {}}"#);
         assert!(h.contains("cordon import ctxnest /p/ctxnest.json -o /p/ctxnest.toml"), "{h}");
         let h = hint(Path::new("/p/other.json"), "{}");

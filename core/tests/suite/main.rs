@@ -5,6 +5,7 @@
 
 mod carve;
 mod lint;
+mod mcp_server;
 mod policy;
 mod proptest_policy;
 mod reload;

@@ -249,6 +249,9 @@ pub(crate) struct Exec {
     pub stdin: OwnedFd,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// stdin is the caller's pipe (attached stdio), not `/dev/null`: kept as it is in the view
+    /// (a pipe is not a path on the host's `/dev`), where `/dev/null` is otherwise reopened.
+    pub stdin_attached: bool,
 }
 
 // SAFETY: the raw pointers point into `argv` and `env`, which `Exec` owns and never mutates.
@@ -288,6 +291,7 @@ impl Exec {
             stdin,
             stdout,
             stderr,
+            stdin_attached: false,
         })
     }
 }
@@ -593,11 +597,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             if !mntns::enter(view) {
                 return die(Step::MountView);
             }
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-            if null < 0 || libc::dup2(null, 0) < 0 {
-                return die(Step::Stdio);
+            if !a.exec.stdin_attached {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                if null < 0 || libc::dup2(null, 0) < 0 {
+                    return die(Step::Stdio);
+                }
+                libc::close(null);
             }
-            libc::close(null);
         }
         // The temp space: in a view, a mount namespace of its own with fresh tmpfs (this needs
         // CAP_SYS_ADMIN, in the user namespace for a daemon that is not root); without one, the

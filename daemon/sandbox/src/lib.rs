@@ -76,7 +76,7 @@ pub use peer::{PeerError, PeerProcess, in_invocation as peer_in_invocation, insp
 pub use seccomp::{
     CompileError, Profile, ProgramCache, Programs, compile as compile_seccomp, compile_all as compile_seccomp_all,
 };
-pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, ProxyHandoff, RunSpec, SpawnError, run};
+pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, ProxyHandoff, RunSpec, SpawnError, Stdio, run};
 pub use temp::{TempFile, TempKind, Untraversable, remove_own_dir as remove_own_temp_dir, untraversable};
 pub use usage::{Usage, read as read_usage};
 

@@ -4,6 +4,9 @@
 //! its pid). The daemon holds a pidfd for it and learns of its exit *without reaping it*
 //! (`waitid(WNOWAIT)`): while the leader is a zombie its pid, and so the group id, cannot be
 //! reused, which makes the final `killpg` of leftover group members safe. Only then is it reaped.
+//!
+//! A tool call's output is captured ([`Stdio::Captured`]); a long-lived MCP server's stdio is
+//! the caller's pipes ([`Stdio::Attached`]), under the same confinement and the same supervision.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -43,7 +46,7 @@ const ADDRESS_SPACE_HEADROOM: u64 = 256 << 20;
 const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// What to run and under which limits.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RunSpec<'a> {
     pub plan: &'a Plan,
     pub timeout: Duration,
@@ -60,6 +63,26 @@ pub struct RunSpec<'a> {
     /// the identity it runs as), each named by its variable (a secret's placeholder for a tool
     /// that reads it from a file). Refused for a tool with `temp = false`.
     pub temp_files: Vec<temp::TempFile>,
+    /// What the child's standard streams are: captured (a tool's call) or the caller's pipes (a
+    /// long-lived server the caller talks to).
+    pub stdio: Stdio,
+    /// Where the child's pid is published once it has exec'd (for figures of a long-lived
+    /// process); `None`: not published.
+    pub pid: Option<Arc<std::sync::OnceLock<u32>>>,
+}
+
+/// The child's descriptors 0, 1 and 2.
+#[derive(Debug, Default)]
+pub enum Stdio {
+    /// stdin is `/dev/null`; stdout and stderr are captured into the [`Outcome`] (bounded by
+    /// `max_output`) and sent live to [`RunSpec::output`].
+    #[default]
+    Captured,
+    /// The child's ends of pipes (or sockets) the caller made: they become the child's 0, 1 and
+    /// 2, and the caller keeps the other ends. Nothing is captured (the outcome's captures are
+    /// empty, `output` is not used); everything else (confinement, timeout, cancel, the kill of
+    /// the whole group when the future is dropped) is as for a captured run.
+    Attached { stdin: OwnedFd, stdout: OwnedFd, stderr: OwnedFd },
 }
 
 /// Where [`run`] hands the egress proxy's listener (see [`RunSpec::proxy`]).
@@ -319,9 +342,17 @@ pub async fn run(
 
     let start_err = |source: io::Error| SpawnError::Start { program: plan.argv[0].clone(), source };
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
-    let (out_read, out_write) = nix::unistd::pipe2(cloexec).map_err(|e| start_err(e.into()))?;
-    let (err_read, err_write) = nix::unistd::pipe2(cloexec).map_err(|e| start_err(e.into()))?;
-    let null = std::fs::File::open("/dev/null").map_err(start_err)?;
+    // The child's 0, 1 and 2, and (captured) the ends this task reads.
+    let stdin_attached = matches!(spec.stdio, Stdio::Attached { .. });
+    let (child_stdio, readers) = match spec.stdio {
+        Stdio::Captured => {
+            let (out_read, out_write) = nix::unistd::pipe2(cloexec).map_err(|e| start_err(e.into()))?;
+            let (err_read, err_write) = nix::unistd::pipe2(cloexec).map_err(|e| start_err(e.into()))?;
+            let null: OwnedFd = std::fs::File::open("/dev/null").map_err(start_err)?.into();
+            ((null, out_write, err_write), Some((out_read, err_read)))
+        }
+        Stdio::Attached { stdin, stdout, stderr } => ((stdin, stdout, stderr), None),
+    };
     // The working dir and the executable pinned at load are used through their descriptors, so a
     // path swapped after the pre-invocation check cannot redirect them. A `#!` script is run by
     // its real path instead: through a descriptor the interpreter would get `/dev/fd/N` as the
@@ -352,8 +383,10 @@ pub async fn run(
         }
         _ => &plan.env,
     };
+    let (child_in, child_out, child_err) = child_stdio;
     let mut exec =
-        Exec::new(exe_path, &plan.argv, env, &plan.cwd, null.into(), out_write, err_write).map_err(start_err)?;
+        Exec::new(exe_path, &plan.argv, env, &plan.cwd, child_in, child_out, child_err).map_err(start_err)?;
+    exec.stdin_attached = stdin_attached;
     exec.cwd_fd = pins.working_dir.as_ref().map(|p| p.fd.as_raw_fd());
     exec.cwd_id = pins.working_dir.as_ref().map(|p| (p.node.dev, p.node.ino));
     exec.exe_fd = pins.executable.as_ref().filter(|e| !e.script).map(|e| e.pin.fd.as_raw_fd());
@@ -386,6 +419,9 @@ pub async fn run(
     let watch = denials.map(|log| log.watch(pid, spawned_at, confine.landlock_abi >= 7));
     // From here on the group is killed if this future is dropped before the child is reaped.
     let mut group = Group { pid, reaped: false };
+    if let Some(slot) = &spec.pid {
+        let _ = slot.set(pid);
+    }
     let supervise = |source| SpawnError::Supervise { pid, source };
     // The child sent the proxy's listener before it exec'd: it is waiting. Without it the tool
     // does not run on (the group dies with `group`).
@@ -397,8 +433,13 @@ pub async fn run(
     // SAFETY: `pidfd` is an open descriptor owned by the OwnedFd moved into the AsyncFd, which
     // keeps it open and unchanged until the AsyncFd is dropped.
     let pidfd = unsafe { AsyncFd::register(pidfd) }.map_err(|e| supervise(e.into()))?;
-    let out = tokio::net::unix::pipe::Receiver::from_owned_fd(out_read).map_err(supervise)?;
-    let err = tokio::net::unix::pipe::Receiver::from_owned_fd(err_read).map_err(supervise)?;
+    let readers = match readers {
+        Some((out_read, err_read)) => Some((
+            tokio::net::unix::pipe::Receiver::from_owned_fd(out_read).map_err(supervise)?,
+            tokio::net::unix::pipe::Receiver::from_owned_fd(err_read).map_err(supervise)?,
+        )),
+        None => None,
+    };
     // Output is read and the process supervised in this one task (no extra tasks to wake).
     let stop_reading = CancellationToken::new();
     // The leader is gone: live output no longer holds the reading up (see [`OutputSink`]).
@@ -406,10 +447,16 @@ pub async fn run(
     let captured = CancellationToken::new();
     let captures = async {
         let live = |stderr| spec.output.clone().map(|sink| Live { sink, leader_gone: leader_gone.clone(), stderr });
-        let both = tokio::join!(
-            capture(out, spec.max_output, stop_reading.clone(), live(false)),
-            capture(err, spec.max_output, stop_reading.clone(), live(true)),
-        );
+        let both = match readers {
+            Some((out, err)) => {
+                tokio::join!(
+                    capture(out, spec.max_output, stop_reading.clone(), live(false)),
+                    capture(err, spec.max_output, stop_reading.clone(), live(true)),
+                )
+            }
+            // Attached: the caller reads the child's output itself.
+            None => (Captured::default(), Captured::default()),
+        };
         captured.cancel();
         both
     };

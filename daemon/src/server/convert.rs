@@ -11,6 +11,12 @@ use cordon_core::policy::{
 };
 use cordon_sandbox::OutputChunk;
 
+use crate::servers::call::CallAnswer;
+use crate::servers::catalog::{Listed, State as ListedState};
+use crate::servers::instance::CallError;
+use crate::servers::{Key, ServerView};
+use cordon_core::policy::McpServer;
+
 /// `now` is the tool's availability at this moment (`Tool::availability_now`, which checks its
 /// pins: computed once per tool and request by the caller).
 pub fn tool(t: &Tool, now: &Availability) -> v1::Tool {
@@ -458,5 +464,118 @@ pub(crate) fn dry_run(d: &DryRun, host: &cordon_sandbox::HostSandbox, admin: boo
             Confirm::Human => v1::Confirm::Human,
         } as i32,
         grants: admin.then(|| grants(t)),
+    }
+}
+
+/// A tool of an MCP server as `ListTools` and `GetTool` show it (`SERVER__TOOL`): its
+/// launcher's limits, the server's name and description for it, the schema cordon validates
+/// against; `available` only when exposed (approved and listed by the policy), otherwise the
+/// reason it is withheld. `admin` adds the launcher's command, grants and source.
+pub(crate) fn server_tool(def: &McpServer, l: &Listed, launcher_now: &Availability, admin: bool) -> v1::Tool {
+    let mut out = if admin { tool(&def.launcher, launcher_now) } else { tool_for_agents(&def.launcher, launcher_now) };
+    let exposed = l.state == ListedState::Exposed;
+    out.name = def.exposed_name(&l.remote.name);
+    out.title = l.remote.title.clone().unwrap_or_default();
+    out.description = l.tool.as_ref().map_or(l.remote.description.as_str(), |t| t.advertised_description()).to_string();
+    out.params = Vec::new();
+    out.input_schema_json = l.tool.as_ref().map_or(&l.remote.input_schema, |t| t.advertised_schema()).to_string();
+    out.output_schema_json = l.remote.output_schema.as_ref().map(|s| s.to_string()).unwrap_or_default();
+    out.output = v1::OutputFormat::Text as i32;
+    out.note = String::new();
+    out.ok_exit_codes = Vec::new();
+    out.cache = None;
+    out.server = def.name.clone();
+    out.server_tool = l.remote.name.clone();
+    out.server_rules_json = l.tool.as_ref().map(|t| t.wire_rules()).unwrap_or_default();
+    if out.available && !exposed {
+        out.available = false;
+        out.unavailable_reason = l.state.reason(&def.name);
+    }
+    out
+}
+
+/// How a call of an MCP server's tool ended, as the wire says it.
+pub(crate) fn server_finished(a: &CallAnswer) -> v1::Finished {
+    let code = a.code();
+    let (error, mcp_result_json) = match &a.outcome {
+        Ok(o) => {
+            let error = if o.is_error {
+                "the server's tool reported an error (isError); its content says why".into()
+            } else {
+                String::new()
+            };
+            (error, o.result.to_string())
+        }
+        Err(e) => (e.to_string(), String::new()),
+    };
+    v1::Finished {
+        invocation_id: a.id.clone(),
+        timed_out: matches!(a.outcome, Err(CallError::TimedOut)),
+        cancelled: matches!(a.outcome, Err(CallError::Cancelled)),
+        duration_ms: millis(a.duration),
+        ok: code.is_none(),
+        error_code: code.map(|c| c.as_str().to_string()).unwrap_or_default(),
+        error,
+        mcp_result_json,
+        ..Default::default()
+    }
+}
+
+/// A server as `ListServers` and `Status` show it. Agents (`admin` false) see no command and
+/// only instances running as themselves or shared; `tools` adds its recorded tools.
+pub(crate) fn server_info(v: &ServerView, admin: bool, viewer_uid: u32, tools: bool) -> v1::ServerInfo {
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let exposed = v.listed.iter().filter(|l| l.state == ListedState::Exposed).count();
+    v1::ServerInfo {
+        name: v.def.name.clone(),
+        description: v.def.description.clone(),
+        source: if admin { v.def.source.to_string() } else { String::new() },
+        state: v.state.to_string(),
+        reason: v.reason.clone(),
+        shared: v.def.share,
+        instances: v
+            .instances
+            .iter()
+            .filter(|i| admin || i.key == Key::Shared || i.key == Key::Uid(viewer_uid))
+            .map(|i| v1::ServerInstance {
+                id: if admin { i.id.clone() } else { String::new() },
+                uid: i.info.uid,
+                pid: if admin { i.info.pid.unwrap_or_default() } else { 0 },
+                uptime_ms: millis(i.info.started.elapsed()),
+                idle_ms: millis(i.info.last_used.elapsed()),
+                calls_in_flight: i.info.in_flight,
+                calls_total: i.info.calls_total,
+                memory_bytes: i.info.memory_bytes,
+            })
+            .collect(),
+        tools_exposed: count(exposed),
+        tools_withheld: count(v.listed.len() - exposed),
+        approved_digest: v.approved_digest.clone(),
+        recorded_digest: v.recorded_digest.clone(),
+        pinned: v.pinned,
+        tools: if tools {
+            v.listed
+                .iter()
+                .filter(|l| admin || l.state != ListedState::Hidden)
+                .map(|l| v1::ServerTool {
+                    name: l.remote.name.clone(),
+                    exposed_name: v.def.exposed_name(&l.remote.name),
+                    description: l.remote.description.clone(),
+                    digest: l.digest.clone(),
+                    state: l.state.as_str().into(),
+                    reason: l.state.reason(&v.def.name),
+                    input_schema_json: l
+                        .tool
+                        .as_ref()
+                        .map_or(&l.remote.input_schema, |t| t.advertised_schema())
+                        .to_string(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        retry_in_ms: v.retry_in.map(millis).unwrap_or_default(),
+        restarts: v.restarts,
+        command: if admin { v.def.launcher.command_template() } else { Vec::new() },
     }
 }

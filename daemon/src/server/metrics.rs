@@ -27,6 +27,8 @@ pub(crate) struct Counted {
     pub egress: Arc<EgressMetrics>,
     pub tls: Arc<TlsMetrics>,
     pub gauges: Gauges,
+    /// The MCP server manager's (`crate::servers`).
+    pub servers: Arc<crate::servers::metrics::ServerMetrics>,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -73,6 +73,8 @@ pub(crate) struct Daemon {
     pub(crate) token_refusals: Arc<tokens::TokenRefusals>,
     /// Every subsystem's metrics (`--metrics`); `None`: nothing counts.
     pub metrics: Option<metrics::Counted>,
+    /// The MCP servers of the policies: their instances, approvals and calls.
+    pub servers: Arc<crate::servers::Manager>,
 }
 
 impl Daemon {
@@ -101,7 +103,20 @@ impl Daemon {
             (invoke_metrics, egress_metrics),
             terminator,
         ));
+        let approvals =
+            crate::servers::approvals::Approvals::open(crate::servers::approvals::default_path(audit.path()));
+        let servers = crate::servers::Manager::new(
+            registry.clone(),
+            invoker.clone(),
+            audit.clone(),
+            approvals,
+            metrics.as_ref().map(|m| m.servers.clone()),
+        );
+        if tokio::runtime::Handle::try_current().is_ok() {
+            servers.spawn_events();
+        }
         Arc::new(Daemon {
+            servers,
             registry,
             authz,
             invoker,
@@ -138,6 +153,9 @@ impl Daemon {
     pub(crate) fn refresh_metrics(&self) {
         if let Some(m) = &self.metrics {
             m.gauges.set(self.metrics_snapshot());
+            let registry = self.registry.current();
+            let views = self.servers.views(&registry, None);
+            m.servers.running(views.iter().map(|v| (v.def.name.as_str(), v.instances.len())));
         }
         self.audit.refresh_metrics();
     }
@@ -219,6 +237,12 @@ impl Daemon {
         });
         match result {
             Ok(registry) => {
+                // Instances of servers the reload changed or removed are stopped (in the
+                // background: this runs on a blocking thread).
+                if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                    let (servers, next) = (self.servers.clone(), registry.clone());
+                    handle.spawn(async move { servers.reconcile(&next).await });
+                }
                 tracing::info!(
                     generation = registry.generation,
                     tools = registry.tools.len(),
@@ -306,6 +330,7 @@ pub(crate) async fn run_with(
                 tick.tick().await;
                 daemon.invoker.sweep_confirmations();
                 daemon.jobs.sweep();
+                daemon.servers.sweep_idle().await;
             }
         })
     };
@@ -346,12 +371,15 @@ pub(crate) async fn run_with(
         }
     };
     let local = conn::incoming(listener);
-    match tls {
+    let served = match tls {
         None => router.serve_with_incoming_shutdown(local, stop).await,
         Some((tcp, remote)) => {
             let counted = daemon.metrics.as_ref().map(|m| m.tls.clone());
             let remote = tls::incoming(tcp, remote, daemon.audit.clone(), counted);
             router.serve_with_incoming_shutdown(tokio_stream::StreamExt::merge(local, remote), stop).await
         }
-    }
+    };
+    // Every stream has ended: the MCP servers' instances go (each recorded as stopped).
+    daemon.servers.shutdown().await;
+    served
 }

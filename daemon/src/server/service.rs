@@ -508,23 +508,23 @@ impl v1::cordon_server::Cordon for CordonService {
 
     async fn list_servers(
         &self,
-        _request: Request<v1::ListServersRequest>,
+        request: Request<v1::ListServersRequest>,
     ) -> Result<Response<v1::ListServersResponse>, Status> {
-        Err(Status::unimplemented("MCP servers are not served yet"))
+        rpc::servers::list_servers(self, request).await
     }
 
     async fn approve_server(
         &self,
-        _request: Request<v1::ApproveServerRequest>,
+        request: Request<v1::ApproveServerRequest>,
     ) -> Result<Response<v1::ApproveServerResponse>, Status> {
-        Err(Status::unimplemented("MCP servers are not served yet"))
+        rpc::servers::approve_server(self, request).await
     }
 
     async fn stop_server(
         &self,
-        _request: Request<v1::StopServerRequest>,
+        request: Request<v1::StopServerRequest>,
     ) -> Result<Response<v1::StopServerResponse>, Status> {
-        Err(Status::unimplemented("MCP servers are not served yet"))
+        rpc::servers::stop_server(self, request).await
     }
 
     async fn get_policy(

@@ -27,6 +27,13 @@ pub(in crate::server) async fn invoke(
         let event = v1::InvokeEvent { event: Some(v1::invoke_event::Event::Workflow(result)) };
         return Ok(Response::new(Box::pin(tokio_stream::iter([Ok(event)]))));
     }
+    if registry.get(&req.tool).is_none()
+        && let Some((def, remote)) = crate::servers::Manager::split(&registry, &req.tool)
+    {
+        let (def, remote, generation) = (def.clone(), remote.to_string(), registry.generation);
+        drop(registry);
+        return super::servers::invoke(service, caller, def, &remote, generation, &req).await;
+    }
     drop(registry);
     let authorized = service.require_tool(&caller, &req.tool, "invoke")?;
     let invoker = &service.daemon.invoker;
@@ -62,6 +69,12 @@ pub(in crate::server) async fn dry_run(
 ) -> Result<Response<v1::DryRunResponse>, Status> {
     let caller = service.caller(&request, "dry_run")?;
     let req = request.into_inner();
+    {
+        let registry = service.daemon.registry.current();
+        if registry.get(&req.tool).is_none() && crate::servers::Manager::split(&registry, &req.tool).is_some() {
+            return Err(super::servers::unsupported(&req.tool, "dry-run"));
+        }
+    }
     service.require_tool(&caller, &req.tool, "dry_run")?;
     let invoker = &service.daemon.invoker;
     let dry = invoker.dry_run(caller.clone(), &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))?;

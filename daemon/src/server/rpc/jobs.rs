@@ -81,6 +81,12 @@ impl CordonService {
         req: v1::StartJobRequest,
     ) -> Result<v1::StartJobResponse, Status> {
         let invoker = &self.daemon.invoker;
+        {
+            let registry = self.daemon.registry.current();
+            if registry.get(&req.tool).is_none() && crate::servers::Manager::split(&registry, &req.tool).is_some() {
+                return Err(super::servers::unsupported(&req.tool, "start as a job"));
+            }
+        }
         // Held until the job is in the table (or did not start): see `Jobs::make_room`.
         let _place = match self.daemon.jobs.make_room(caller.uid) {
             Ok(place) => place,

@@ -10,6 +10,8 @@
 //! - `jobs`: `StartJob`, `GetJob`, `ListJobs`, `CancelJob` (detached invocations and workflows).
 //! - `status`: `Status`, `GetMetrics`.
 //! - `audit`: `TailAudit`, `ResumeAudit`, `ReportRefusal`.
+//! - `servers`: `ListServers`, `ApproveServer`, `StopServer`, and `Invoke` of an MCP server's
+//!   tool (`SERVER__TOOL`).
 //!
 //! The token RPCs (`IssueToken`, `ListTokens`, `RevokeToken`) live in `server/tokens.rs`, beside
 //! the bearer check every request goes through.
@@ -18,5 +20,6 @@ pub(super) mod approvals;
 pub(super) mod audit;
 pub(super) mod invoke;
 pub(super) mod jobs;
+pub(super) mod servers;
 pub(super) mod status;
 pub(super) mod tools;

@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 use crate::authz::Role;
 use crate::server::figures;
 use crate::server::service::CordonService;
-use crate::server::status;
+use crate::server::{convert, status};
 
 pub(in crate::server) async fn status(
     service: &CordonService,
@@ -93,7 +93,13 @@ pub(in crate::server) async fn status(
         audit_head: if admin { crate::audit::chain::hex(&audit_head.hash) } else { String::new() },
         audit_failure: d.audit.check().err().map(|e| e.to_string()).unwrap_or_default(),
         egress_ca: d.invoker.egress_ca(),
-        servers: Vec::new(),
+        servers: d
+            .servers
+            .views(&registry, None)
+            .iter()
+            .filter(|v| d.authz.may_use(&caller, if admin { Role::Admin } else { Role::Agent }, &v.def.launcher))
+            .map(|v| convert::server_info(v, admin, caller.uid, false))
+            .collect(),
         caller_admin: admin,
         caller_uid: caller.uid,
         caller_user: nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(caller.uid))

@@ -51,6 +51,17 @@ pub(in crate::server) async fn list_tools(
             .map(|w| convert::workflow(w, workflow_unavailable(&registry, w), role == Role::Admin))
             .filter(|t| all || t.available),
     );
+    // The tools of MCP servers whose launcher's `allow` admits the caller: exposed ones, and
+    // for admins who ask, the withheld ones as unavailable with the reason.
+    for def in registry.servers.values().filter(|d| service.daemon.authz.may_use(&caller, role, &d.launcher)) {
+        let now = def.launcher.availability_checked(&mut checks);
+        for l in service.daemon.servers.listed(def) {
+            let t = convert::server_tool(def, &l, &now, role == Role::Admin);
+            if t.available || (all && l.state != crate::servers::catalog::State::Hidden) {
+                tools.push(t);
+            }
+        }
+    }
     if registry.tools.len() > crate::registry::LARGE_REGISTRY {
         crate::registry::release_memory_soon();
     }
@@ -71,6 +82,19 @@ pub(in crate::server) async fn get_tool(
             tool: Some(for_role(convert::tool(t, &t.availability_now()), role)),
         })),
         Some(_) => Err(service.not_admitted(&caller, name, "get_tool")),
+        None if let Some((def, remote)) = crate::servers::Manager::split(&registry, name) => {
+            if !service.daemon.authz.may_use(&caller, role, &def.launcher) {
+                return Err(service.not_admitted(&caller, name, "get_tool"));
+            }
+            let listed = service.daemon.servers.listed(def);
+            match listed.iter().find(|l| l.remote.name == remote && l.state != crate::servers::catalog::State::Hidden) {
+                Some(l) => Ok(Response::new(v1::GetToolResponse {
+                    generation: registry.generation,
+                    tool: Some(convert::server_tool(def, l, &def.launcher.availability_now(), role == Role::Admin)),
+                })),
+                None => Err(service.unknown(&caller, name)),
+            }
+        }
         None if let Some(w) = registry.workflow(name) => {
             if !service.may_run_all(&caller, role, &registry, w) {
                 return Err(service.not_admitted(&caller, name, "get_tool"));
@@ -98,11 +122,16 @@ pub(in crate::server) async fn watch_registry(
     request: Request<v1::WatchRegistryRequest>,
 ) -> Result<Response<<CordonService as Cordon>::WatchRegistryStream>, Status> {
     let _caller = service.caller(&request, "watch_registry")?;
-    let stream = WatchStream::new(service.daemon.registry.subscribe()).map(|r| {
+    // A new generation, or a change of the exposed MCP server tools (`servers_version`).
+    let daemon = service.daemon.clone();
+    let generations = WatchStream::new(service.daemon.registry.subscribe()).map(|_| ());
+    let versions = WatchStream::from_changes(service.daemon.servers.subscribe()).map(|_| ());
+    let stream = generations.merge(versions).map(move |()| {
+        let r = daemon.registry.current();
         Ok(v1::RegistryGeneration {
             generation: r.generation,
             tools: u32::try_from(r.tools.len()).unwrap_or(u32::MAX),
-            servers_version: 0,
+            servers_version: daemon.servers.version(),
         })
     });
     Ok(Response::new(Box::pin(stream)))
