@@ -29,9 +29,9 @@
 //! - Notifications: `tools/list_changed` -> listed again, then [`InstanceEvent::ToolsChanged`];
 //!   `message` (logging) -> the daemon's log, bounded and rate-limited with stderr; `progress`
 //!   -> the call it names; others ignored.
-//! - The protocol's lists and results are checked by the catalog's bounded parsers (`catalog`
-//!   at the end of this file: stand-ins with the signatures of `cordon_core::mcp_server`'s
-//!   `parse_list`, `check_result` and `parse_progress`).
+//! - The protocol's lists and results are checked by the catalog's bounded parsers
+//!   (`cordon_core::mcp_server`'s `parse_list`, `check_result` and `parse_progress`, the ones
+//!   `cordon mcp` trusts cordond to have applied); a name listed twice, on any pages, is refused.
 
 // Until the server manager (daemon/src/servers/, lane D) calls it.
 #![allow(dead_code)]
@@ -44,7 +44,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use cordon_core::argv::{self, Account};
-use cordon_core::mcp_server::RemoteTool;
+use cordon_core::mcp_server::{self as catalog, RemoteTool};
 use cordon_core::policy::{Availability, McpServer, Pins, SandboxPolicy};
 use cordon_core::validate::Arguments;
 use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, Programs, RunSpec, SpawnError, Stdio};
@@ -699,7 +699,7 @@ impl Shared {
                 }
             }
             match page.get("nextCursor") {
-                None | Some(Value::Null) => return Ok((tools, refused)),
+                None | Some(Value::Null) => return Ok(refuse_duplicates(tools, refused)),
                 Some(Value::String(c)) if !c.is_empty() && c.len() <= MAX_CURSOR => cursor = Some(c.clone()),
                 Some(_) => {
                     return Err(CallError::Protocol(format!(
@@ -712,8 +712,26 @@ impl Shared {
             String::new(),
             format!("the server's tool list has more than {MAX_PAGES} pages; the rest is ignored"),
         ));
-        Ok((tools, refused))
+        Ok(refuse_duplicates(tools, refused))
     }
+}
+
+/// Every tool whose name the whole list (all its pages) gives twice is refused, both times: a
+/// page's parser sees one page, and which of two definitions would a call reach, or an approval
+/// name?
+fn refuse_duplicates(
+    tools: Vec<RemoteTool>,
+    mut refused: Vec<(String, String)>,
+) -> (Vec<RemoteTool>, Vec<(String, String)>) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for t in &tools {
+        *seen.entry(t.name.clone()).or_default() += 1;
+    }
+    let (kept, twice): (Vec<_>, Vec<_>) = tools.into_iter().partition(|t| seen.get(&t.name) == Some(&1));
+    refused.extend(twice.into_iter().map(|t| {
+        (t.name, "the server lists two tools of this name (on different pages); both are refused".to_string())
+    }));
+    (kept, refused)
 }
 
 /// The rule a tool call follows (`invoke.rs`, `resolve`): a program someone other than root can
@@ -1218,90 +1236,6 @@ async fn skip_line(r: &mut (impl AsyncBufRead + Unpin)) -> std::io::Result<()> {
     }
 }
 
-/// Stand-ins for the catalog's bounded parsers (`cordon_core::mcp_server`, lane B): the same
-/// signatures, so the real ones replace this module by `use cordon_core::mcp_server as catalog;`
-/// (done on a trial merge with fix31-catalog 822bc57: every test of this file passes).
-mod catalog {
-    use cordon_core::mcp_server::RemoteTool;
-    use serde_json::Value;
-
-    const MAX_NAME: usize = 128;
-    const MAX_DESCRIPTION: usize = 16 * 1024;
-    const MAX_SCHEMA: usize = 64 * 1024;
-    const MAX_MESSAGE: usize = 1000;
-
-    /// One page of `tools/list`: its tools, and the entries refused (name, why).
-    pub(super) fn parse_list(result: &Value) -> (Vec<RemoteTool>, Vec<(String, String)>) {
-        let (mut tools, mut refused) = (Vec::new(), Vec::new());
-        let Some(list) = result.get("tools").and_then(Value::as_array) else {
-            refused.push((String::new(), "the answer has no tools array".into()));
-            return (tools, refused);
-        };
-        for entry in list {
-            let name = entry.get("name").and_then(Value::as_str).unwrap_or("");
-            let shown = super::printable(name, MAX_NAME);
-            if name.is_empty()
-                || name.len() > MAX_NAME
-                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-            {
-                refused.push((shown, "the name is not 1 to 128 of [A-Za-z0-9_.-]".into()));
-                continue;
-            }
-            if tools.iter().any(|t: &RemoteTool| t.name == name) {
-                refused.push((shown, "listed twice".into()));
-                continue;
-            }
-            let description = entry.get("description").and_then(Value::as_str).unwrap_or("");
-            if description.len() > MAX_DESCRIPTION {
-                refused.push((shown, format!("its description is longer than {MAX_DESCRIPTION} bytes")));
-                continue;
-            }
-            let input_schema = entry.get("inputSchema").cloned().unwrap_or(Value::Null);
-            if !input_schema.is_object() || input_schema.to_string().len() > MAX_SCHEMA {
-                refused.push((shown, format!("its inputSchema is not an object of at most {MAX_SCHEMA} bytes")));
-                continue;
-            }
-            let output_schema = entry.get("outputSchema").filter(|v| v.is_object()).cloned();
-            if output_schema.as_ref().is_some_and(|s| s.to_string().len() > MAX_SCHEMA) {
-                refused.push((shown, format!("its outputSchema is longer than {MAX_SCHEMA} bytes")));
-                continue;
-            }
-            let title = entry.get("title").and_then(Value::as_str).map(|t| super::printable(t, 1024));
-            let annotations =
-                entry.get("annotations").filter(|v| v.is_object() && v.to_string().len() <= 4096).cloned();
-            tools.push(RemoteTool {
-                name: name.to_string(),
-                title,
-                description: description.to_string(),
-                input_schema,
-                output_schema,
-                annotations,
-            });
-        }
-        (tools, refused)
-    }
-
-    /// A `tools/call` result: an object with a `content` array, at most `max_bytes` as JSON.
-    pub(super) fn check_result(v: &Value, max_bytes: u64) -> Result<Value, String> {
-        let size = v.to_string().len() as u64;
-        if size > max_bytes {
-            return Err(format!("the result is {size} bytes, more than the server's max_output of {max_bytes}"));
-        }
-        if !v.get("content").is_some_and(Value::is_array) {
-            return Err("the result has no content array".into());
-        }
-        Ok(v.clone())
-    }
-
-    /// A progress notification's (progress, total, message).
-    pub(super) fn parse_progress(params: &Value) -> Option<(f64, Option<f64>, String)> {
-        let progress = params.get("progress")?.as_f64().filter(|p| p.is_finite())?;
-        let total = params.get("total").and_then(Value::as_f64).filter(|t| t.is_finite());
-        let message = params.get("message").and_then(Value::as_str).map(|m| super::printable(m, MAX_MESSAGE));
-        Some((progress, total, message.unwrap_or_default()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! Each test drives a real process: `daemon/tests/fixtures/mcp_server.py`, told by argv how
@@ -1315,7 +1249,7 @@ mod tests {
     use std::io::Write as _;
     use std::path::Path;
 
-    const MODES: &[&str] = &["good", "hang", "hang-after-init", "bad-version", "flood-at-start"];
+    const MODES: &[&str] = &["good", "hang", "hang-after-init", "bad-version", "flood-at-start", "evil"];
 
     fn fixtures() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -1724,6 +1658,45 @@ mod tests {
         assert_eq!(i.call(call("die", json!({}))).await.unwrap_err(), CallError::Died("exited with code 3".into()));
         assert_eq!(event(&mut f, i.id(), exited).await, "exited with code 3");
         assert!(!i.alive());
+    }
+
+    /// Red team: what a malicious server lists and answers goes through the catalog's bounded
+    /// parsers. A description hiding text behind ANSI escapes is refused (never recorded, so never
+    /// shown to an admin nor approved); a name given on two pages is refused both times; a result
+    /// whose content is not MCP's (data not base64, an unknown type) fails the call, and fields a
+    /// result does not have are dropped before anything reaches `cordon mcp`.
+    #[tokio::test]
+    async fn an_evil_servers_list_and_results_go_through_the_catalogs_checks() {
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
+        let i = start(&f, server(&f, "evil", Vec::new())).await.unwrap();
+        let (tools, refused) = i.tools();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert!(!names.contains(&"ansi") && !names.contains(&"echo"), "{names:?}");
+        assert!(names.contains(&"bad_image") && names.contains(&"progress"), "{names:?}");
+        let why =
+            |name: &str| -> Vec<String> { refused.iter().filter(|(n, _)| n == name).map(|(_, w)| w.clone()).collect() };
+        let ansi = why("ansi");
+        assert_eq!(ansi.len(), 1, "{refused:?}");
+        assert!(ansi[0].contains("`description` contains") && ansi[0].contains("can hide text"), "{ansi:?}");
+        assert_eq!(
+            why("echo"),
+            ["the server lists two tools of this name (on different pages); both are refused"; 2],
+            "{refused:?}"
+        );
+        match i.call(call("bad_image", json!({}))).await.unwrap_err() {
+            CallError::ResultRefused(why) => assert!(why.starts_with("content[1]") && why.contains("base64"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        match i.call(call("bad_type", json!({}))).await.unwrap_err() {
+            CallError::ResultRefused(why) => assert!(why.starts_with("content[0]") && why.contains("shell"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let o = i.call(call("extra", json!({}))).await.unwrap();
+        assert_eq!(
+            o.result,
+            json!({ "content": [{ "type": "text", "text": "ok", "annotations": { "audience": ["user"] } }], "isError": false })
+        );
+        assert!(i.alive(), "a refused result fails the call, not the instance");
     }
 
     /// A protocol version MCP does not define is refused.
