@@ -77,6 +77,13 @@ const LOG_MESSAGE_MAX: usize = 2048;
 /// Pages of one `tools/list` at most, and tools in all.
 const MAX_PAGES: usize = 64;
 const MAX_TOOLS: usize = 1_000;
+/// The tools of one list (every page), as JSON text, at most: the rest are refused. What an
+/// instance lists is kept in memory, written to the approvals store and shown to an admin.
+const MAX_LIST_BYTES: usize = 4 << 20;
+/// A server's `list_changed` is answered by listing again at most this often (the
+/// notifications between are coalesced): each new list is recorded, written to the approvals
+/// store, audited and announced to every front-end.
+const RELIST_INTERVAL: Duration = Duration::from_secs(1);
 /// A `nextCursor` longer than this is a protocol break.
 const MAX_CURSOR: usize = 4096;
 /// How long a server whose call timed out has to answer `ping` before it is taken as hung.
@@ -264,6 +271,8 @@ struct Shared {
     /// A re-list is running / another was asked for meanwhile.
     relisting: AtomicBool,
     relist_again: AtomicBool,
+    /// When the last re-list began (re-lists are [`RELIST_INTERVAL`] apart at least).
+    relisted_at: Mutex<Option<Instant>>,
     /// A liveness check (`ping` after a timed-out call) is running.
     checking: AtomicBool,
     log: Mutex<LogLimit>,
@@ -348,6 +357,7 @@ impl Instance {
             unknown_answers: AtomicU64::new(0),
             relisting: AtomicBool::new(false),
             relist_again: AtomicBool::new(false),
+            relisted_at: Mutex::default(),
             checking: AtomicBool::new(false),
             log: Mutex::new(LogLimit::new()),
         });
@@ -682,6 +692,7 @@ impl Shared {
     /// All pages of `tools/list`, parsed (bounded).
     async fn list_tools(&self) -> Result<(Vec<RemoteTool>, Vec<(String, String)>), CallError> {
         let (mut tools, mut refused) = (Vec::new(), Vec::new());
+        let mut bytes = 0usize;
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let params = match &cursor {
@@ -692,10 +703,17 @@ impl Shared {
             let (t, r) = catalog::parse_list(&page);
             refused.extend(r);
             for tool in t {
-                if tools.len() < MAX_TOOLS {
-                    tools.push(tool);
-                } else {
+                let size = tool_bytes(&tool);
+                if tools.len() >= MAX_TOOLS {
                     refused.push((tool.name, format!("the server lists more than {MAX_TOOLS} tools")));
+                } else if bytes.saturating_add(size) > MAX_LIST_BYTES {
+                    refused.push((
+                        tool.name,
+                        format!("the server's tool definitions are more than {MAX_LIST_BYTES} bytes in all"),
+                    ));
+                } else {
+                    bytes += size;
+                    tools.push(tool);
                 }
             }
             match page.get("nextCursor") {
@@ -714,6 +732,17 @@ impl Shared {
         ));
         Ok(refuse_duplicates(tools, refused))
     }
+}
+
+/// A tool's definition as JSON text, in bytes (about: what the approvals store keeps of it).
+fn tool_bytes(t: &RemoteTool) -> usize {
+    let json = |v: &Option<Value>| v.as_ref().map_or(0, |v| v.to_string().len());
+    t.name.len()
+        + t.title.as_ref().map_or(0, String::len)
+        + t.description.len()
+        + t.input_schema.to_string().len()
+        + json(&t.output_schema)
+        + json(&t.annotations)
 }
 
 /// Every tool whose name the whole list (all its pages) gives twice is refused, both times: a
@@ -1116,6 +1145,15 @@ fn relist(shared: &Arc<Shared>) {
     let me = shared.clone();
     tokio::spawn(async move {
         loop {
+            let since =
+                lock(&me.relisted_at).map(|at| (at + RELIST_INTERVAL).saturating_duration_since(Instant::now()));
+            if let Some(wait) = since.filter(|w| !w.is_zero()) {
+                tokio::select! {
+                    () = me.ended.cancelled() => break,
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+            *lock(&me.relisted_at) = Some(Instant::now());
             me.relist_again.store(false, Ordering::Release);
             let listed = tokio::select! {
                 () = me.ended.cancelled() => break,
@@ -1678,6 +1716,11 @@ mod tests {
         let ansi = why("ansi");
         assert_eq!(ansi.len(), 1, "{refused:?}");
         assert!(ansi[0].contains("`description` contains") && ansi[0].contains("can hide text"), "{ansi:?}");
+        // 75 tools of 60 KB: the list stops at MAX_LIST_BYTES, the rest refused by name.
+        let big = names.iter().filter(|n| n.starts_with("big")).count();
+        let too_big = refused.iter().filter(|(n, w)| n.starts_with("big") && w.contains("bytes in all")).count();
+        assert!(big > 0 && too_big > 0 && big + too_big == 75, "{big} listed, {too_big} refused");
+        assert!(tools.iter().map(tool_bytes).sum::<usize>() <= MAX_LIST_BYTES);
         assert_eq!(
             why("echo"),
             ["the server lists two tools of this name (on different pages); both are refused"; 2],
@@ -1697,6 +1740,20 @@ mod tests {
             json!({ "content": [{ "type": "text", "text": "ok", "annotations": { "audience": ["user"] } }], "isError": false })
         );
         assert!(i.alive(), "a refused result fails the call, not the instance");
+    }
+
+    /// Red team: a server that answers every `tools/list` with another `list_changed` (and a
+    /// changed description) made cordond list, record, write the approvals store and audit as
+    /// fast as the server could answer (hundreds of lists a second). Now at most one re-list a
+    /// second: a bound on the count in the 3 seconds the server churns, not a timing.
+    #[tokio::test]
+    async fn a_list_changed_storm_is_relisted_at_a_bounded_rate() {
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
+        let i = start(&f, server(&f, "evil", Vec::new())).await.unwrap();
+        let o = i.call(call("churn", json!({ "seconds": 3 }))).await.unwrap();
+        let lists: u64 = text_of(&o).parse().unwrap();
+        assert!((1..=8).contains(&lists), "{lists} lists while the server churned for 3 seconds");
+        assert!(i.alive());
     }
 
     /// A protocol version MCP does not define is refused.
