@@ -1756,6 +1756,41 @@ mod tests {
         assert!(i.alive());
     }
 
+    /// Red team: a server that double-forks a child out of its process group (setsid, every
+    /// descriptor closed) to outlive its instance: stopping the instance ends it too (the group
+    /// kill misses it; the cgroup kill does not).
+    #[tokio::test]
+    async fn a_child_that_left_the_group_dies_with_its_instance() {
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
+        if !host().cgroups.available() {
+            // not a skip: without a cgroup only the process group is killed, which setsid leaves (a named host fact).
+            eprintln!("SKIPPED: no cgroup on this host");
+            assert!(std::env::var_os("CORDON_CI").is_none(), "SKIPPED: no cgroup on a CI host");
+            return;
+        }
+        let i = start(&f, server(&f, "evil", Vec::new())).await.unwrap();
+        let o = i.call(call("escape", json!({}))).await.unwrap();
+        let pid: u32 = text_of(&o).parse().unwrap();
+        let dead = |pid: u32| {
+            gone(pid)
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+        };
+        assert!(!dead(pid), "the escaped child runs while its instance does");
+        i.stop().await;
+        for _ in 0..100 {
+            if dead(pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let alive = !dead(pid);
+        if alive {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+        }
+        assert!(!alive, "pid {pid} (setsid) outlived its instance's stop");
+    }
+
     /// A protocol version MCP does not define is refused.
     #[tokio::test]
     async fn an_unknown_protocol_version_is_refused() {
