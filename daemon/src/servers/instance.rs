@@ -27,7 +27,8 @@
 //!   elicitation, roots when not allowed, unknown methods) answered with JSON-RPC error -32601
 //!   "refused by cordon's policy" and reported as [`InstanceEvent::Refused`] (a flood of them is
 //!   answered whole but reported at the log's rate).
-//! - Notifications: `tools/list_changed` -> listed again, then [`InstanceEvent::ToolsChanged`];
+//! - Notifications: `tools/list_changed` -> listed again (at most once a [`RELIST_INTERVAL`],
+//!   at most [`MAX_LIST_BYTES`] of definitions), then [`InstanceEvent::ToolsChanged`];
 //!   `message` (logging) -> the daemon's log, bounded and rate-limited with stderr; `progress`
 //!   -> the call it names; others ignored.
 //! - The protocol's lists and results are checked by the catalog's bounded parsers
