@@ -597,6 +597,14 @@ fn check_rule(rule: &ArgRule, args: &mut Value) -> Result<(), ValidationError> {
             field,
             format!("`{name}` is not allowed by the policy; leave it out (the server's default applies)"),
         )),
+        (check, None) if confines(check) => Err(invalid(
+            ErrorCode::MissingRequiredField,
+            field,
+            format!(
+                "`{name}` is required: the policy checks its value, and the value the server would pick when it is \
+                 left out is not checked; give it"
+            ),
+        )),
         (ArgCheck::Required | ArgCheck::Absent, _) | (_, None) => Ok(()),
         (ArgCheck::Under(dirs), Some(v)) => {
             let Value::String(raw) = v else {
@@ -731,19 +739,11 @@ fn narrow(schema: &Value, rules: &[ArgRule]) -> (Value, Vec<String>) {
                 continue;
             }
             ArgCheck::Required => {
-                match root.get_mut("required") {
-                    Some(Value::Array(req)) => {
-                        if !req.iter().any(|r| r.as_str() == Some(name)) {
-                            req.push(name.into());
-                        }
-                    }
-                    _ => {
-                        root.insert("required".into(), json!([name]));
-                    }
-                }
+                require(root, name);
                 sentences.push(format!("`{name}` is required"));
                 continue;
             }
+            check if confines(check) => require(root, name),
             _ => {}
         }
         let props = root.entry("properties").or_insert_with(|| Value::Object(Map::new()));
@@ -815,6 +815,28 @@ fn narrow(schema: &Value, rules: &[ArgRule]) -> (Value, Vec<String>) {
         }
     }
     (out, sentences)
+}
+
+/// Adds `name` to the schema's `required`.
+fn require(root: &mut Map<String, Value>, name: &str) {
+    match root.get_mut("required") {
+        Some(Value::Array(req)) => {
+            if !req.iter().any(|r| r.as_str() == Some(name)) {
+                req.push(name.into());
+            }
+        }
+        _ => {
+            root.insert("required".into(), json!([name]));
+        }
+    }
+}
+
+/// Whether a check confines an argument to a place or a name the policy chose (`under`,
+/// `pattern`): such an argument must be given, since the value a server uses when it is left out
+/// (its working directory, a default repository) is one cordon never sees nor checks. (`one_of`
+/// and the bounds stay optional: a flag's or a number's default is the server's to document.)
+fn confines(check: &ArgCheck) -> bool {
+    matches!(check, ArgCheck::Under(_) | ArgCheck::Pattern(_))
 }
 
 fn rule_to_wire(rule: &ArgRule) -> Value {

@@ -525,11 +525,11 @@ pub const SERVER_RULE_KEYS: &[KeyDoc] = &[
     key(
         "under",
         "array of absolute paths",
-        "a path argument must lie beneath one of these, made absolute against the first and normalised without \
-         touching the filesystem (`..` refused)",
+        "a path argument must be given and lie beneath one of these, made absolute against the first and \
+         normalised without touching the filesystem (`..` refused)",
         false,
     ),
-    key("pattern", "string", "a string argument must match the whole regex (linear-time engine)", false),
+    key("pattern", "string", "a string argument must be given and match the whole regex (linear-time engine)", false),
     key("max_length", "integer", "a string argument has at most this many characters", false),
     key("one_of", "array", "the argument must be one of these values (compared as JSON)", false),
     key("min", "number", "a number argument is at least this", false),

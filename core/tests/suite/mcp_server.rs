@@ -744,3 +744,35 @@ fn progress_is_bounded() {
     assert_eq!(parse_progress(&json!({"progress": 1, "total": "all"})), None);
     assert_eq!(parse_progress(&json!([])), None);
 }
+
+/// Red team: a path or name the policy confines (`under`, `pattern`) on an argument the server's
+/// schema makes optional. Before: the agent left it out and the server used its own default (its
+/// working directory, a default repository), which no rule saw. Now it must be given, and the
+/// schema cordon lists says so; `one_of` and bounds stay optional.
+#[test]
+fn a_confined_argument_cannot_be_left_to_the_servers_default() {
+    let remote = with_schema(json!({"type": "object", "properties": {
+        "cwd": {"type": "string"}, "repo": {"type": "string"}, "raw": {"type": "boolean"}, "n": {"type": "integer"}
+    }}));
+    let t = built(
+        "shell",
+        remote,
+        vec![
+            rule("cwd", ArgCheck::Under(vec!["/srv/work".into()])),
+            rule("repo", ArgCheck::Pattern(Pattern::compile("[a-z]+").unwrap())),
+            rule("raw", ArgCheck::OneOf(vec![json!(false)])),
+            rule("n", ArgCheck::Range { min: None, max: Some(5.0) }),
+        ],
+    );
+    let said = |name: &str| {
+        format!(
+            "`{name}` is required: the policy checks its value, and the value the server would pick when it is left \
+             out is not checked; give it"
+        )
+    };
+    refused(&t, json!({"repo": "a"}), ErrorCode::MissingRequiredField, Some("cwd"), &said("cwd"));
+    refused(&t, json!({"cwd": "/srv/work"}), ErrorCode::MissingRequiredField, Some("repo"), &said("repo"));
+    let ok = t.validate(&json!({"cwd": "/srv/work/x/../y", "repo": "a"})).unwrap();
+    assert_eq!(ok, json!({"cwd": "/srv/work/y", "repo": "a"}), "raw and n may be left out");
+    assert_eq!(t.advertised_schema()["required"], json!(["cwd", "repo"]));
+}

@@ -282,12 +282,24 @@ fn render(servers: &BTreeMap<String, Entry>) -> Result<Vec<u8>, serde_json::Erro
 }
 
 /// Writes the store to a new file beside it (mode 0600), syncs it and renames it over the old
-/// one, then syncs the directory.
+/// one, then syncs the directory. A store larger than [`MAX_FILE_BYTES`] is not written: the
+/// next start could not read it and every server's approval would be lost (a server that lists
+/// huge tools must not cost the others theirs); the old file stays.
 fn write(path: &Path, servers: &BTreeMap<String, Entry>) -> Result<(), WriteError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let fail = |source: std::io::Error| WriteError { path: path.to_path_buf(), source };
     let text = render(servers).map_err(|e| fail(std::io::Error::other(e.to_string())))?;
+    let size = text.len() as u64 + 1;
+    if size > MAX_FILE_BYTES {
+        return Err(fail(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!(
+                "it would be {size} bytes, more than the {MAX_FILE_BYTES} cordond reads back at start; the change \
+                 is not recorded (a server lists tool definitions too large to keep)"
+            ),
+        )));
+    }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
@@ -372,6 +384,46 @@ mod tests {
         let edited = Approvals::open(path);
         assert!(edited.problem().unwrap().contains("does not have its digest"), "{:?}", edited.problem());
         assert_eq!(edited.entry("fs"), Entry::default());
+    }
+
+    /// Red team: a server whose recorded list would make the file larger than cordond reads
+    /// back at start. Before: written, and at the next start the whole store was "not used" (every
+    /// server's approval lost). Now: the change is refused and the file as it was is read back.
+    #[test]
+    fn a_list_too_large_to_read_back_is_not_written() {
+        let (dir, a) = store();
+        let small = vec![tool("read", "reads")];
+        a.record("fs", small.clone(), 1).unwrap();
+        a.approve("fs", &list_digest(&small), 0, 2).unwrap();
+        let huge: Vec<RemoteTool> = (0..2100).map(|i| tool(&format!("t{i}"), &"d".repeat(16 * 1024))).collect();
+        let e = a.record("evil", huge, 3).unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::FileTooLarge, "{e}");
+        assert!(e.to_string().contains("the change is not recorded"), "{e}");
+        assert_eq!(a.entry("evil"), Entry::default(), "nothing recorded in memory either");
+        let again = Approvals::open(dir.path().join(FILE_NAME));
+        assert_eq!(again.problem(), None);
+        assert_eq!(again.entry("fs"), a.entry("fs"), "the other server's approval survives a restart");
+    }
+
+    /// Red team: the store replaced by a symlink to a file in a directory others can write (where
+    /// anyone could swap it) is not used at start: the trust walk follows the link and checks the
+    /// directories of its target (everything awaits approval again, and says why).
+    #[test]
+    fn a_store_symlinked_into_a_writable_directory_is_not_used() {
+        let (dir, a) = store();
+        let list = vec![tool("read", "reads")];
+        a.record("fs", list.clone(), 1).unwrap();
+        a.approve("fs", &list_digest(&list), 0, 2).unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let elsewhere = open.join("elsewhere.json");
+        std::fs::rename(&path, &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let linked = Approvals::open(path);
+        assert!(linked.problem().is_some(), "a symlinked store is not used");
+        assert_eq!(linked.entry("fs"), Entry::default());
     }
 
     #[test]

@@ -27,12 +27,13 @@
 //!   elicitation, roots when not allowed, unknown methods) answered with JSON-RPC error -32601
 //!   "refused by cordon's policy" and reported as [`InstanceEvent::Refused`] (a flood of them is
 //!   answered whole but reported at the log's rate).
-//! - Notifications: `tools/list_changed` -> listed again, then [`InstanceEvent::ToolsChanged`];
+//! - Notifications: `tools/list_changed` -> listed again (at most once a [`RELIST_INTERVAL`],
+//!   at most [`MAX_LIST_BYTES`] of definitions), then [`InstanceEvent::ToolsChanged`];
 //!   `message` (logging) -> the daemon's log, bounded and rate-limited with stderr; `progress`
 //!   -> the call it names; others ignored.
-//! - The protocol's lists and results are checked by the catalog's bounded parsers (`catalog`
-//!   at the end of this file: stand-ins with the signatures of `cordon_core::mcp_server`'s
-//!   `parse_list`, `check_result` and `parse_progress`).
+//! - The protocol's lists and results are checked by the catalog's bounded parsers
+//!   (`cordon_core::mcp_server`'s `parse_list`, `check_result` and `parse_progress`, the ones
+//!   `cordon mcp` trusts cordond to have applied); a name listed twice, on any pages, is refused.
 
 // Until the server manager (daemon/src/servers/, lane D) calls it.
 #![allow(dead_code)]
@@ -45,7 +46,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use cordon_core::argv::{self, Account};
-use cordon_core::mcp_server::RemoteTool;
+use cordon_core::mcp_server::{self as catalog, RemoteTool};
 use cordon_core::policy::{Availability, McpServer, Pins, SandboxPolicy};
 use cordon_core::validate::Arguments;
 use cordon_sandbox::{Confinement, HostSandbox, Identity, Outcome, Programs, RunSpec, SpawnError, Stdio};
@@ -78,6 +79,13 @@ const LOG_MESSAGE_MAX: usize = 2048;
 /// Pages of one `tools/list` at most, and tools in all.
 const MAX_PAGES: usize = 64;
 const MAX_TOOLS: usize = 1_000;
+/// The tools of one list (every page), as JSON text, at most: the rest are refused. What an
+/// instance lists is kept in memory, written to the approvals store and shown to an admin.
+const MAX_LIST_BYTES: usize = 4 << 20;
+/// A server's `list_changed` is answered by listing again at most this often (the
+/// notifications between are coalesced): each new list is recorded, written to the approvals
+/// store, audited and announced to every front-end.
+const RELIST_INTERVAL: Duration = Duration::from_secs(1);
 /// A `nextCursor` longer than this is a protocol break.
 const MAX_CURSOR: usize = 4096;
 /// How long a server whose call timed out has to answer `ping` before it is taken as hung.
@@ -265,6 +273,8 @@ struct Shared {
     /// A re-list is running / another was asked for meanwhile.
     relisting: AtomicBool,
     relist_again: AtomicBool,
+    /// When the last re-list began (re-lists are [`RELIST_INTERVAL`] apart at least).
+    relisted_at: Mutex<Option<Instant>>,
     /// A liveness check (`ping` after a timed-out call) is running.
     checking: AtomicBool,
     log: Mutex<LogLimit>,
@@ -351,6 +361,7 @@ impl Instance {
             unknown_answers: AtomicU64::new(0),
             relisting: AtomicBool::new(false),
             relist_again: AtomicBool::new(false),
+            relisted_at: Mutex::default(),
             checking: AtomicBool::new(false),
             log: Mutex::new(LogLimit::new()),
             refusals: Mutex::new(LogLimit::new()),
@@ -686,6 +697,7 @@ impl Shared {
     /// All pages of `tools/list`, parsed (bounded).
     async fn list_tools(&self) -> Result<(Vec<RemoteTool>, Vec<(String, String)>), CallError> {
         let (mut tools, mut refused) = (Vec::new(), Vec::new());
+        let mut bytes = 0usize;
         let mut cursor: Option<String> = None;
         for _ in 0..MAX_PAGES {
             let params = match &cursor {
@@ -696,14 +708,21 @@ impl Shared {
             let (t, r) = catalog::parse_list(&page);
             refused.extend(r);
             for tool in t {
-                if tools.len() < MAX_TOOLS {
-                    tools.push(tool);
-                } else {
+                let size = tool_bytes(&tool);
+                if tools.len() >= MAX_TOOLS {
                     refused.push((tool.name, format!("the server lists more than {MAX_TOOLS} tools")));
+                } else if bytes.saturating_add(size) > MAX_LIST_BYTES {
+                    refused.push((
+                        tool.name,
+                        format!("the server's tool definitions are more than {MAX_LIST_BYTES} bytes in all"),
+                    ));
+                } else {
+                    bytes += size;
+                    tools.push(tool);
                 }
             }
             match page.get("nextCursor") {
-                None | Some(Value::Null) => return Ok((tools, refused)),
+                None | Some(Value::Null) => return Ok(refuse_duplicates(tools, refused)),
                 Some(Value::String(c)) if !c.is_empty() && c.len() <= MAX_CURSOR => cursor = Some(c.clone()),
                 Some(_) => {
                     return Err(CallError::Protocol(format!(
@@ -716,8 +735,37 @@ impl Shared {
             String::new(),
             format!("the server's tool list has more than {MAX_PAGES} pages; the rest is ignored"),
         ));
-        Ok((tools, refused))
+        Ok(refuse_duplicates(tools, refused))
     }
+}
+
+/// A tool's definition as JSON text, in bytes (about: what the approvals store keeps of it).
+fn tool_bytes(t: &RemoteTool) -> usize {
+    let json = |v: &Option<Value>| v.as_ref().map_or(0, |v| v.to_string().len());
+    t.name.len()
+        + t.title.as_ref().map_or(0, String::len)
+        + t.description.len()
+        + t.input_schema.to_string().len()
+        + json(&t.output_schema)
+        + json(&t.annotations)
+}
+
+/// Every tool whose name the whole list (all its pages) gives twice is refused, both times: a
+/// page's parser sees one page, and which of two definitions would a call reach, or an approval
+/// name?
+fn refuse_duplicates(
+    tools: Vec<RemoteTool>,
+    mut refused: Vec<(String, String)>,
+) -> (Vec<RemoteTool>, Vec<(String, String)>) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for t in &tools {
+        *seen.entry(t.name.clone()).or_default() += 1;
+    }
+    let (kept, twice): (Vec<_>, Vec<_>) = tools.into_iter().partition(|t| seen.get(&t.name) == Some(&1));
+    refused.extend(twice.into_iter().map(|t| {
+        (t.name, "the server lists two tools of this name (on different pages); both are refused".to_string())
+    }));
+    (kept, refused)
 }
 
 /// The rule a tool call follows (`invoke.rs`, `resolve`): a program someone other than root can
@@ -1105,6 +1153,15 @@ fn relist(shared: &Arc<Shared>) {
     let me = shared.clone();
     tokio::spawn(async move {
         loop {
+            let since =
+                lock(&me.relisted_at).map(|at| (at + RELIST_INTERVAL).saturating_duration_since(Instant::now()));
+            if let Some(wait) = since.filter(|w| !w.is_zero()) {
+                tokio::select! {
+                    () = me.ended.cancelled() => break,
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+            *lock(&me.relisted_at) = Some(Instant::now());
             me.relist_again.store(false, Ordering::Release);
             let listed = tokio::select! {
                 () = me.ended.cancelled() => break,
@@ -1225,90 +1282,6 @@ async fn skip_line(r: &mut (impl AsyncBufRead + Unpin)) -> std::io::Result<()> {
     }
 }
 
-/// Stand-ins for the catalog's bounded parsers (`cordon_core::mcp_server`, lane B): the same
-/// signatures, so the real ones replace this module by `use cordon_core::mcp_server as catalog;`
-/// (done on a trial merge with fix31-catalog 822bc57: every test of this file passes).
-mod catalog {
-    use cordon_core::mcp_server::RemoteTool;
-    use serde_json::Value;
-
-    const MAX_NAME: usize = 128;
-    const MAX_DESCRIPTION: usize = 16 * 1024;
-    const MAX_SCHEMA: usize = 64 * 1024;
-    const MAX_MESSAGE: usize = 1000;
-
-    /// One page of `tools/list`: its tools, and the entries refused (name, why).
-    pub(super) fn parse_list(result: &Value) -> (Vec<RemoteTool>, Vec<(String, String)>) {
-        let (mut tools, mut refused) = (Vec::new(), Vec::new());
-        let Some(list) = result.get("tools").and_then(Value::as_array) else {
-            refused.push((String::new(), "the answer has no tools array".into()));
-            return (tools, refused);
-        };
-        for entry in list {
-            let name = entry.get("name").and_then(Value::as_str).unwrap_or("");
-            let shown = super::printable(name, MAX_NAME);
-            if name.is_empty()
-                || name.len() > MAX_NAME
-                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-            {
-                refused.push((shown, "the name is not 1 to 128 of [A-Za-z0-9_.-]".into()));
-                continue;
-            }
-            if tools.iter().any(|t: &RemoteTool| t.name == name) {
-                refused.push((shown, "listed twice".into()));
-                continue;
-            }
-            let description = entry.get("description").and_then(Value::as_str).unwrap_or("");
-            if description.len() > MAX_DESCRIPTION {
-                refused.push((shown, format!("its description is longer than {MAX_DESCRIPTION} bytes")));
-                continue;
-            }
-            let input_schema = entry.get("inputSchema").cloned().unwrap_or(Value::Null);
-            if !input_schema.is_object() || input_schema.to_string().len() > MAX_SCHEMA {
-                refused.push((shown, format!("its inputSchema is not an object of at most {MAX_SCHEMA} bytes")));
-                continue;
-            }
-            let output_schema = entry.get("outputSchema").filter(|v| v.is_object()).cloned();
-            if output_schema.as_ref().is_some_and(|s| s.to_string().len() > MAX_SCHEMA) {
-                refused.push((shown, format!("its outputSchema is longer than {MAX_SCHEMA} bytes")));
-                continue;
-            }
-            let title = entry.get("title").and_then(Value::as_str).map(|t| super::printable(t, 1024));
-            let annotations =
-                entry.get("annotations").filter(|v| v.is_object() && v.to_string().len() <= 4096).cloned();
-            tools.push(RemoteTool {
-                name: name.to_string(),
-                title,
-                description: description.to_string(),
-                input_schema,
-                output_schema,
-                annotations,
-            });
-        }
-        (tools, refused)
-    }
-
-    /// A `tools/call` result: an object with a `content` array, at most `max_bytes` as JSON.
-    pub(super) fn check_result(v: &Value, max_bytes: u64) -> Result<Value, String> {
-        let size = v.to_string().len() as u64;
-        if size > max_bytes {
-            return Err(format!("the result is {size} bytes, more than the server's max_output of {max_bytes}"));
-        }
-        if !v.get("content").is_some_and(Value::is_array) {
-            return Err("the result has no content array".into());
-        }
-        Ok(v.clone())
-    }
-
-    /// A progress notification's (progress, total, message).
-    pub(super) fn parse_progress(params: &Value) -> Option<(f64, Option<f64>, String)> {
-        let progress = params.get("progress")?.as_f64().filter(|p| p.is_finite())?;
-        let total = params.get("total").and_then(Value::as_f64).filter(|t| t.is_finite());
-        let message = params.get("message").and_then(Value::as_str).map(|m| super::printable(m, MAX_MESSAGE));
-        Some((progress, total, message.unwrap_or_default()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     //! Each test drives a real process: `daemon/tests/fixtures/mcp_server.py`, told by argv how
@@ -1322,7 +1295,7 @@ mod tests {
     use std::io::Write as _;
     use std::path::Path;
 
-    const MODES: &[&str] = &["good", "hang", "hang-after-init", "bad-version", "flood-at-start"];
+    const MODES: &[&str] = &["good", "hang", "hang-after-init", "bad-version", "flood-at-start", "evil"];
 
     fn fixtures() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -1732,6 +1705,99 @@ mod tests {
         assert_eq!(i.call(call("die", json!({}))).await.unwrap_err(), CallError::Died("exited with code 3".into()));
         assert_eq!(event(&mut f, i.id(), exited).await, "exited with code 3");
         assert!(!i.alive());
+    }
+
+    /// Red team: what a malicious server lists and answers goes through the catalog's bounded
+    /// parsers. A description hiding text behind ANSI escapes is refused (never recorded, so never
+    /// shown to an admin nor approved); a name given on two pages is refused both times; a result
+    /// whose content is not MCP's (data not base64, an unknown type) fails the call, and fields a
+    /// result does not have are dropped before anything reaches `cordon mcp`.
+    #[tokio::test]
+    async fn an_evil_servers_list_and_results_go_through_the_catalogs_checks() {
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
+        let i = start(&f, server(&f, "evil", Vec::new())).await.unwrap();
+        let (tools, refused) = i.tools();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        assert!(!names.contains(&"ansi") && !names.contains(&"echo"), "{names:?}");
+        assert!(names.contains(&"bad_image") && names.contains(&"progress"), "{names:?}");
+        let why =
+            |name: &str| -> Vec<String> { refused.iter().filter(|(n, _)| n == name).map(|(_, w)| w.clone()).collect() };
+        let ansi = why("ansi");
+        assert_eq!(ansi.len(), 1, "{refused:?}");
+        assert!(ansi[0].contains("`description` contains") && ansi[0].contains("can hide text"), "{ansi:?}");
+        // 75 tools of 60 KB: the list stops at MAX_LIST_BYTES, the rest refused by name.
+        let big = names.iter().filter(|n| n.starts_with("big")).count();
+        let too_big = refused.iter().filter(|(n, w)| n.starts_with("big") && w.contains("bytes in all")).count();
+        assert!(big > 0 && too_big > 0 && big + too_big == 75, "{big} listed, {too_big} refused");
+        assert!(tools.iter().map(tool_bytes).sum::<usize>() <= MAX_LIST_BYTES);
+        assert_eq!(
+            why("echo"),
+            ["the server lists two tools of this name (on different pages); both are refused"; 2],
+            "{refused:?}"
+        );
+        match i.call(call("bad_image", json!({}))).await.unwrap_err() {
+            CallError::ResultRefused(why) => assert!(why.starts_with("content[1]") && why.contains("base64"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        match i.call(call("bad_type", json!({}))).await.unwrap_err() {
+            CallError::ResultRefused(why) => assert!(why.starts_with("content[0]") && why.contains("shell"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let o = i.call(call("extra", json!({}))).await.unwrap();
+        assert_eq!(
+            o.result,
+            json!({ "content": [{ "type": "text", "text": "ok", "annotations": { "audience": ["user"] } }], "isError": false })
+        );
+        assert!(i.alive(), "a refused result fails the call, not the instance");
+    }
+
+    /// Red team: a server that answers every `tools/list` with another `list_changed` (and a
+    /// changed description) made cordond list, record, write the approvals store and audit as
+    /// fast as the server could answer (hundreds of lists a second). Now at most one re-list a
+    /// second: a bound on the count in the 3 seconds the server churns, not a timing.
+    #[tokio::test]
+    async fn a_list_changed_storm_is_relisted_at_a_bounded_rate() {
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
+        let i = start(&f, server(&f, "evil", Vec::new())).await.unwrap();
+        let o = i.call(call("churn", json!({ "seconds": 3 }))).await.unwrap();
+        let lists: u64 = text_of(&o).parse().unwrap();
+        assert!((1..=8).contains(&lists), "{lists} lists while the server churned for 3 seconds");
+        assert!(i.alive());
+    }
+
+    /// Red team: a server that double-forks a child out of its process group (setsid, every
+    /// descriptor closed) to outlive its instance: stopping the instance ends it too (the group
+    /// kill misses it; the cgroup kill does not).
+    #[tokio::test]
+    async fn a_child_that_left_the_group_dies_with_its_instance() {
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
+        if !host().cgroups.available() {
+            // not a skip: without a cgroup only the process group is killed, which setsid leaves (a named host fact).
+            eprintln!("SKIPPED: no cgroup on this host");
+            assert!(std::env::var_os("CORDON_CI").is_none(), "SKIPPED: no cgroup on a CI host");
+            return;
+        }
+        let i = start(&f, server(&f, "evil", Vec::new())).await.unwrap();
+        let o = i.call(call("escape", json!({}))).await.unwrap();
+        let pid: u32 = text_of(&o).parse().unwrap();
+        let dead = |pid: u32| {
+            gone(pid)
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+        };
+        assert!(!dead(pid), "the escaped child runs while its instance does");
+        i.stop().await;
+        for _ in 0..100 {
+            if dead(pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let alive = !dead(pid);
+        if alive {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+        }
+        assert!(!alive, "pid {pid} (setsid) outlived its instance's stop");
     }
 
     /// A protocol version MCP does not define is refused.
