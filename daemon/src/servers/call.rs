@@ -31,6 +31,8 @@ pub(crate) struct StartedCall {
     instance: Arc<Instance>,
     arguments: Value,
     generation: u64,
+    /// Whose share of the instance's calls in flight it takes.
+    caller_uid: u32,
 }
 
 impl StartedCall {
@@ -131,7 +133,7 @@ impl Manager {
                 def.name
             )));
         }
-        let Some(entry) = listed.into_iter().find(|l| l.remote.name == remote) else {
+        let Some(entry) = listed.iter().find(|l| l.remote.name == remote) else {
             return Err(unknown(&exposed, &format!("server {:?} lists no such tool", def.name)));
         };
         let tool = match (&entry.state, &entry.tool) {
@@ -176,7 +178,7 @@ impl Manager {
             .with("arguments", audit::clip(&arguments.to_string()))
             .with("timeout_ms", super::millis(def.launcher.timeout));
         self.audit.durable(record).await?;
-        Ok(StartedCall { slot, def: def.clone(), tool, instance, arguments, generation })
+        Ok(StartedCall { slot, def: def.clone(), tool, instance, arguments, generation, caller_uid: caller.uid })
     }
 
     /// Records a refused call (the audit log's own failure is only logged).
@@ -210,11 +212,12 @@ impl Manager {
         call: StartedCall,
         progress: Option<ProgressSender>,
     ) -> Result<CallAnswer, InvokeError> {
-        let StartedCall { slot, def, tool, instance, arguments, generation } = call;
+        let StartedCall { slot, def, tool, instance, arguments, generation, caller_uid } = call;
         let begun = Instant::now();
         let outcome = instance
             .call(ToolCall {
                 invocation: slot.id.clone(),
+                caller: caller_uid,
                 tool: tool.remote.name.clone(),
                 arguments,
                 timeout: def.launcher.timeout,

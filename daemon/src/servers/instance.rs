@@ -64,6 +64,9 @@ pub(crate) const PROTOCOL_VERSION: &str = "2025-06-18";
 const PROTOCOL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
 /// Calls in flight on one instance at most; more are answered `Busy`.
 pub(crate) const MAX_IN_FLIGHT: u32 = 16;
+/// Calls one caller may have in flight on an instance others share (`share = true`): one caller
+/// filling a shared instance leaves the others their own share (more: `Busy`, for that caller alone).
+pub(crate) const MAX_IN_FLIGHT_PER_CALLER: u32 = 4;
 /// The smallest line cap (see [`line_cap`]).
 const MIN_LINE: u64 = 1 << 20;
 /// What a line may carry over the result's own bound (the JSON-RPC envelope, escaping).
@@ -153,6 +156,8 @@ pub(crate) struct InstanceInfo {
 pub(crate) struct ToolCall {
     /// The invocation id (audit, egress records).
     pub(crate) invocation: String,
+    /// The caller's uid: on a shared instance each caller has a share of the calls in flight.
+    pub(crate) caller: u32,
     /// The tool's name on the server.
     pub(crate) tool: String,
     pub(crate) arguments: Value,
@@ -186,7 +191,9 @@ pub(crate) enum CallError {
     Protocol(String),
     #[error("the server's result was refused: {0}")]
     ResultRefused(String),
-    #[error("too many calls in flight on this server instance (at most {MAX_IN_FLIGHT})")]
+    #[error(
+        "too many calls in flight on this server instance (at most {MAX_IN_FLIGHT}, and {MAX_IN_FLIGHT_PER_CALLER} per caller on a shared one); retry when one ends"
+    )]
     Busy,
 }
 
@@ -266,6 +273,9 @@ struct Shared {
     /// Invocation ids of the calls in flight (the egress proxy's records name them).
     calls: Arc<Mutex<Vec<String>>>,
     in_flight: AtomicU32,
+    /// Each caller's calls in flight (one key per caller; on an instance of one identity, one
+    /// caller holds them all), a share of [`MAX_IN_FLIGHT`].
+    shares: cordon_limit::Limiter<u32>,
     calls_total: AtomicU64,
     last_used: Mutex<Instant>,
     /// Answers to ids we never sent (or no longer wait for): counted, ignored.
@@ -356,6 +366,15 @@ impl Instance {
             cgroup_dirs: Arc::default(),
             calls,
             in_flight: AtomicU32::new(0),
+            shares: cordon_limit::Limiter::new(cordon_limit::LimiterLimits {
+                per_key: if server.share { MAX_IN_FLIGHT_PER_CALLER } else { MAX_IN_FLIGHT } as usize,
+                global: MAX_IN_FLIGHT as usize,
+                // Nothing waits here: the caller's admission slot already waited; a full share
+                // is `Busy` at once.
+                queue_per_key: 0,
+                queue: 0,
+                wait: Duration::ZERO,
+            }),
             calls_total: AtomicU64::new(0),
             last_used: Mutex::new(Instant::now()),
             unknown_answers: AtomicU64::new(0),
@@ -473,6 +492,9 @@ impl Instance {
         if !self.alive() {
             return Err(s.died());
         }
+        let Some(_share) = s.shares.try_acquire(call.caller) else {
+            return Err(CallError::Busy);
+        };
         let Some(_flight) = InFlight::enter(s, &call.invocation) else {
             return Err(CallError::Busy);
         };
@@ -1427,6 +1449,7 @@ mod tests {
     fn call(tool: &str, arguments: Value) -> ToolCall {
         ToolCall {
             invocation: new_id(),
+            caller: 0,
             tool: tool.into(),
             arguments,
             timeout: Duration::from_secs(30),
@@ -1694,6 +1717,38 @@ mod tests {
             assert_eq!(r.await.unwrap().unwrap_err(), CallError::Cancelled);
         }
         assert_eq!(i.info().in_flight, 0);
+        i.stop().await;
+    }
+
+    /// On a shared instance one caller holds at most its share of the calls in flight: a caller
+    /// that fills it is Busy alone, another caller's call still runs.
+    #[tokio::test]
+    async fn one_caller_cannot_fill_a_shared_instance() {
+        let Some(f) = fixture(&[]) else { return }; // not a skip: fixture_with says SKIPPED (and fails under CORDON_CI) without landlock
+        let mut def = McpServer::clone(&server(&f, "good", Vec::new()));
+        def.share = true;
+        let i = start(&f, Arc::new(def)).await.unwrap();
+        let stop = CancellationToken::new();
+        let mut running = Vec::new();
+        for _ in 0..MAX_IN_FLIGHT_PER_CALLER {
+            let mut c = call("sleep", json!({ "seconds": 30 }));
+            (c.caller, c.cancel) = (1000, stop.clone());
+            let i = i.clone();
+            running.push(tokio::spawn(async move { i.call(c).await }));
+        }
+        while i.info().in_flight < MAX_IN_FLIGHT_PER_CALLER {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut again = call("echo", json!({ "text": "mine" }));
+        again.caller = 1000;
+        assert_eq!(i.call(again).await.unwrap_err(), CallError::Busy);
+        let mut other = call("echo", json!({ "text": "theirs" }));
+        other.caller = 1001;
+        assert_eq!(text_of(&i.call(other).await.unwrap()), "theirs");
+        stop.cancel();
+        for r in running {
+            assert_eq!(r.await.unwrap().unwrap_err(), CallError::Cancelled);
+        }
         i.stop().await;
     }
 

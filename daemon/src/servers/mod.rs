@@ -135,6 +135,19 @@ pub(crate) struct Manager {
     events_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, InstanceEvent)>>>,
     metrics: Option<Arc<metrics::ServerMetrics>>,
     closed: CancellationToken,
+    /// Each server's recorded list as last decided, kept while its definition (the same `Arc`,
+    /// held here so its address cannot be reused), its recorded digest and its approval are the
+    /// same: a call, `ListTools` and `ListServers` do not compile every tool's schema again.
+    decided: Mutex<HashMap<String, Decided>>,
+}
+
+/// One server's decided list and what it was decided from.
+#[derive(Debug)]
+struct Decided {
+    def: Arc<McpServer>,
+    recorded: Option<String>,
+    approved: Option<String>,
+    listed: Arc<Vec<Listed>>,
 }
 
 /// A server as `ListServers` and `Status` show it.
@@ -185,6 +198,7 @@ impl Manager {
             events_rx: Mutex::new(Some(events_rx)),
             metrics,
             closed: CancellationToken::new(),
+            decided: Mutex::new(HashMap::new()),
         });
         if let Some(problem) = manager.approvals.problem() {
             manager.audit.record(Record::new(Decision::ServerToolsChanged).with("store_unusable", problem));
@@ -217,9 +231,23 @@ impl Manager {
         self.version.send_modify(|v| *v += 1);
     }
 
-    /// The recorded tools of `server`, decided (see [`catalog::decide`]).
-    pub(crate) fn listed(&self, server: &McpServer) -> Vec<Listed> {
-        catalog::decide(server, &self.approvals.entry(&server.name))
+    /// The recorded tools of `server`, decided (see [`catalog::decide`]); decided again only when
+    /// the definition, the recorded list or the approval changed.
+    pub(crate) fn listed(&self, server: &Arc<McpServer>) -> Arc<Vec<Listed>> {
+        let entry = self.approvals.entry(&server.name);
+        let recorded = entry.recorded.as_ref().map(|r| r.digest.clone());
+        let approved = entry.approved.as_ref().map(|a| a.digest.clone());
+        if let Some(d) = lock(&self.decided).get(&server.name)
+            && Arc::ptr_eq(&d.def, server)
+            && d.recorded == recorded
+            && d.approved == approved
+        {
+            return d.listed.clone();
+        }
+        let listed = Arc::new(catalog::decide(server, &entry));
+        let decided = Decided { def: server.clone(), recorded, approved, listed: listed.clone() };
+        lock(&self.decided).insert(server.name.clone(), decided);
+        listed
     }
 
     /// The server a `SERVER__TOOL` name belongs to, and the tool's name on it.
@@ -610,7 +638,12 @@ impl Manager {
     /// `server_approved` record is on disk before the admin hears of it and before front-ends are
     /// told to re-list; if it cannot be written the admin is told so (the approval stands in the
     /// store, and the log is failed: nothing runs until it is resumed).
-    pub(crate) async fn approve(&self, def: &McpServer, digest: &str, by: &Caller) -> Result<Approved, ApproveError> {
+    pub(crate) async fn approve(
+        &self,
+        def: &Arc<McpServer>,
+        digest: &str,
+        by: &Caller,
+    ) -> Result<Approved, ApproveError> {
         let before = catalog::exposed_set(&self.listed(def));
         let approved = self.approvals.approve(&def.name, digest, by.uid, now_secs())?;
         let record = Record::new(Decision::ServerApproved)

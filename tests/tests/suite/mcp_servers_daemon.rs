@@ -96,7 +96,8 @@ fn a_server_is_approved_called_audited_rug_pulled_and_its_approval_survives_a_re
         assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
         assert!(e.message().contains("no recorded tool list"), "{}", e.message());
         // Refusals are queued records (not waited for): read until the writer has them.
-        let refused_demo = || records(&audit, "refused").iter().any(|r| r["tool"] == "demo__echo" && r["server"] == "demo");
+        let refused_demo =
+            || records(&audit, "refused").iter().any(|r| r["tool"] == "demo__echo" && r["server"] == "demo");
         assert!(eventually(Duration::from_secs(10), refused_demo), "{:#?}", records(&audit, "refused"));
         assert!(records(&audit, "server_started").is_empty());
 

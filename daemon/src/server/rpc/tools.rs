@@ -55,8 +55,8 @@ pub(in crate::server) async fn list_tools(
     // for admins who ask, the withheld ones as unavailable with the reason.
     for def in registry.servers.values().filter(|d| service.daemon.authz.may_use(&caller, role, &d.launcher)) {
         let now = def.launcher.availability_checked(&mut checks);
-        for l in service.daemon.servers.listed(def) {
-            let t = convert::server_tool(def, &l, &now, role == Role::Admin);
+        for l in service.daemon.servers.listed(def).iter() {
+            let t = convert::server_tool(def, l, &now, role == Role::Admin);
             if t.available || (all && l.state != crate::servers::catalog::State::Hidden) {
                 tools.push(t);
             }
