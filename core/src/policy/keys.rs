@@ -486,8 +486,18 @@ pub const SERVER_KEYS: &[KeyDoc] = &[
          with these; everything else (sampling, elicitation) is refused (default: all refused)",
         false,
     ),
-    key("resources", "array of strings", "the server's resources cordon passes on, by URI (default none)", false),
-    key("prompts", "array of strings", "the server's prompts cordon passes on, by name (default none)", false),
+    key(
+        "resources",
+        "array of strings",
+        "reserved: a server's resources are never passed on in this version; only [] is accepted",
+        false,
+    ),
+    key(
+        "prompts",
+        "array of strings",
+        "reserved: a server's prompts are never passed on in this version; only [] is accepted",
+        false,
+    ),
     key("timeout", "duration", "wall-clock limit of each call of the server's tools, 1s to 1h (default 60s)", true),
     key(
         "max_output",

@@ -32,7 +32,7 @@ tools = ["git_log", "git_status"]
 idle = "2m"
 pin = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 client_requests = { roots = ["/srv/repos/"] }
-prompts = ["commit-message"]
+prompts = []
 
 [servers.git.rules.git_log]
 repo_path = { under = ["/srv/./repos/"], pattern = "/srv/repos/[a-z]+", max_length = 64, required = true }
@@ -80,7 +80,7 @@ fn a_server_is_a_launcher_tool_and_its_own_keys() {
     assert_eq!(s.pin.as_deref(), Some("sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
     assert_eq!(s.client_requests.roots, [PathBuf::from("/srv/repos")]);
     assert_eq!(s.resources, Expose::Nothing, "none unless listed");
-    assert_eq!(s.prompts, Expose::Only(["commit-message".to_string()].into()));
+    assert_eq!(s.prompts, Expose::Nothing, "none passed on in this version");
     let rules = &s.rules["git_log"];
     let of = |arg: &str| rules.iter().filter(|r| r.argument == arg).map(|r| &r.check).collect::<Vec<_>>();
     match of("repo_path").as_slice() {

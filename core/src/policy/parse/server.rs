@@ -328,10 +328,23 @@ impl Parser<'_> {
         ok.then_some(out)
     }
 
-    /// `resources = [...]` / `prompts = [...]`: none unless listed.
+    /// `resources = [...]` / `prompts = [...]`: this version passes none of a server's resources
+    /// or prompts on, so a list that names any is refused rather than silently ignored (an empty
+    /// list says what the default is).
     fn allow_list(&mut self, table: &DeTable<'_>, what: &str) -> Expose {
-        match table.get(what).and_then(|v| self.names(v, what)) {
-            Some(names) if !names.is_empty() => Expose::Only(names),
+        let Some(v) = table.get(what) else { return Expose::Nothing };
+        match self.names(v, what) {
+            Some(names) if !names.is_empty() => {
+                self.sink.error(
+                    v.span(),
+                    format!(
+                        "`{what}` lists {} name(s), but cordon does not pass a server's {what} on to agents in this \
+                         version (only its tools): a server's {what} are never exposed; remove the key, or set it to []",
+                        names.len()
+                    ),
+                );
+                Expose::Nothing
+            }
             _ => Expose::Nothing,
         }
     }
