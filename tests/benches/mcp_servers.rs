@@ -1,4 +1,4 @@
-//! Real MCP servers through cordon (issue 31) against the same servers run directly, same run,
+//! Real MCP servers through cordon against the same servers run directly, same run,
 //! same client (rmcp over stdio):
 //! - p50/p90 latency of `tools/call` of server-everything's `echo` and server-filesystem's
 //!   `read_text_file`, through `cordon mcp` -> cordond -> the sandboxed server, and direct; in ms
