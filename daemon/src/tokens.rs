@@ -438,13 +438,21 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Stored>, String> {
 /// Writes the table to a new file beside it (mode 0600), syncs it and renames it over the old
 /// one, then syncs the directory.
 fn write(path: &Path, tokens: &[Stored]) -> Result<(), StoreError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let fail = |source: std::io::Error| StoreError::Write { path: path.to_path_buf(), source };
     let text = serde_json::to_vec_pretty(&File { version: 1, tokens: tokens.to_vec() })
         .map_err(|e| fail(std::io::Error::other(e.to_string())))?;
+    crate::tokens::write_private(path, FILE_NAME, &text).map_err(fail)
+}
+
+/// Writes `text` and a newline as `path`, a root file only its owner reads (mode 0600): a fresh
+/// `.NAME.PID.tmp` beside it (`O_EXCL|O_NOFOLLOW`), synced, renamed over `path`, and the directory
+/// synced, so a crash leaves the old file or the new one, never a torn one. The token store and
+/// the MCP servers' approvals both keep their state this way.
+pub(crate) fn write_private(path: &Path, name: &str, text: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
@@ -453,17 +461,16 @@ fn write(path: &Path, tokens: &[Stored]) -> Result<(), StoreError> {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
-        f.write_all(&text)?;
+        f.write_all(text)?;
         f.write_all(b"\n")?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         std::fs::File::open(dir)?.sync_all()
     })();
-    if let Err(e) = result {
+    if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(fail(e));
     }
-    Ok(())
+    result
 }
 
 #[cfg(test)]

@@ -286,8 +286,6 @@ fn render(servers: &BTreeMap<String, Entry>) -> Result<Vec<u8>, serde_json::Erro
 /// next start could not read it and every server's approval would be lost (a server that lists
 /// huge tools must not cost the others theirs); the old file stays.
 fn write(path: &Path, servers: &BTreeMap<String, Entry>) -> Result<(), WriteError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let fail = |source: std::io::Error| WriteError { path: path.to_path_buf(), source };
     let text = render(servers).map_err(|e| fail(std::io::Error::other(e.to_string())))?;
     let size = text.len() as u64 + 1;
@@ -300,27 +298,7 @@ fn write(path: &Path, servers: &BTreeMap<String, Entry>) -> Result<(), WriteErro
             ),
         )));
     }
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{FILE_NAME}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        f.write_all(&text)?;
-        f.write_all(b"\n")?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(fail(e));
-    }
-    Ok(())
+    crate::tokens::write_private(path, FILE_NAME, &text).map_err(fail)
 }
 
 #[cfg(test)]
