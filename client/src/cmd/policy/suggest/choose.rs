@@ -310,9 +310,13 @@ pub(crate) fn choose(
                 continue;
             }
         };
-        if let Some(path) = grant.path()
-            && let Some(why) = refuse_path(grant.key(), &path.display().to_string(), protected)
-        {
+        // The path denied and the path granted (its directory, with --broader) must both be
+        // ones a suggestion may name: --broader never lifts /etc/shadow to /etc.
+        let refused = grant.path().and_then(|path| {
+            refuse_path(grant.key(), &d.target, protected)
+                .or_else(|| refuse_path(grant.key(), &path.display().to_string(), protected))
+        });
+        if let Some(why) = refused {
             skipped.push(NotSuggested { denial: i, why: format!("not suggested for {}: {why}", grant.shown()) });
             continue;
         }
