@@ -90,16 +90,19 @@ fn comment(d: &Daemon, id: &str, denial: &Value) -> String {
     )
 }
 
+/// The diff lines a case expects, given the comment.
+type Expect = Box<dyn Fn(&str) -> Vec<String>>;
+
 /// One kind of denial: the tool, its policy file's name and text, the grant's key, and the
 /// diff lines expected (given the comment).
 struct Case {
     tool: &'static str,
     file: &'static str,
     policy: String,
-    /// The denial to find in the failed call's result: source (or "" for any) and grant key.
+    /// The denial to find in the failed call's result: its grant key and target.
     key: &'static str,
     target: String,
-    expect: Box<dyn Fn(&str) -> Vec<String>>,
+    expect: Expect,
 }
 
 #[test]
