@@ -370,7 +370,7 @@ fn a_denial_no_key_allows_is_listed_as_not_suggested_and_exits_1() {
     assert_eq!(code, Some(1), "{stdout}{stderr}");
     assert_eq!(stdout, "", "no diff");
     assert!(
-        stderr.contains("not suggested: seccomp unshare (): no policy key allows it: seccomp denied unshare"),
+        stderr.contains("not suggested: seccomp unshare: no policy key allows it: seccomp denied unshare"),
         "{stderr}"
     );
     assert!(stderr.contains("nothing to suggest for t"), "{stderr}");

@@ -393,7 +393,8 @@ fn print_text(
     );
     for n in skipped {
         if let Some(d) = e.denials.get(n.denial) {
-            errln!("not suggested: {} {} ({}): {}", d.source, d.target, d.access.join(","), n.why);
+            let access = if d.access.is_empty() { String::new() } else { format!(" ({})", d.access.join(",")) };
+            errln!("not suggested: {} {}{access}: {}", d.source, d.target, n.why);
         }
     }
     if e.dropped > 0 {
