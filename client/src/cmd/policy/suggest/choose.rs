@@ -508,5 +508,8 @@ mod tests {
         }
         let (s, _) = pick(&[denial("proxy", "[::1]:8080", &["not-listed"], "hosts")], &SandboxPolicy::default(), opts);
         assert_eq!(s.len(), 1);
+        // cordon's own files, or a directory above them.
+        let (s, n) = pick(&[denial("landlock", "/etc", &["read_dir"], "read")], &SandboxPolicy::default(), opts);
+        assert!(s.is_empty() && n[0].contains("it would reach /etc/cordon/policies.d"), "{n:?}");
     }
 }

@@ -113,8 +113,10 @@ pub(crate) async fn run(endpoint: &Endpoint, args: Args, as_json: bool) -> Resul
         include_inferred: args.include_inferred,
         include_incidental: args.include_incidental,
     };
-    let mut protected = vec![dir.clone()];
-    protected.extend(audit.parent().map(Path::to_path_buf));
+    // No grant may reach the policy directory or the audit log (a grant of a directory above
+    // them reaches them too).
+    let protected: Vec<PathBuf> =
+        [&dir, &audit].into_iter().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())).collect();
     let (candidates, mut skipped) =
         choose::choose(&evidence.denials, &tool.sandbox, opts, &protected, &|p: &Path| p.symlink_metadata().is_ok());
 
