@@ -82,12 +82,13 @@ fn push_commented(array: &mut Array, value: Value, comment: &str) {
 
 /// Adds a port or a host to the tool's `network`.
 fn network(table: &mut Table, defaults: Option<&Item>, grant: &Grant, comment: &str) -> Result<(), String> {
-    let own = table.get("network").filter(|n| n.is_table_like());
-    if own.is_none() {
-        // A tool's `network` replaces its file's default: start from the default's table.
-        let base = match defaults {
-            Some(Item::Value(Value::InlineTable(t))) => t.clone(),
-            Some(Item::Table(t)) => t.clone().into_inline_table(),
+    let own = table.get("network");
+    if !own.is_some_and(Item::is_table_like) {
+        // A tool's `network` replaces its file's default: without one of its own, start from
+        // the default's table; after its own `"none"`, from nothing.
+        let base = match (own, defaults) {
+            (None, Some(Item::Value(Value::InlineTable(t)))) => t.clone(),
+            (None, Some(Item::Table(t))) => t.clone().into_inline_table(),
             _ => InlineTable::new(),
         };
         table.insert("network", Item::Value(Value::InlineTable(base)));
@@ -277,6 +278,10 @@ type = "string"
         assert_eq!(cat["network"]["hosts"], toml::Value::Array(vec!["h.example:443".into()]));
         assert!(new.contains("# suggested: c\n# suggested: h\nnetwork = {"), "{new}");
         let sockets = apply(POLICY, "cat", &[(Grant::TcpSockets, "s".into())]).unwrap();
+        assert!(sockets.contains("# suggested: s\nnetwork = { connect_tcp = [] }"), "{sockets}");
+        // A tool's own "none" does not take the default's hosts.
+        let none = with_default.replace("read = [\"/srv/b\"]", "read = [\"/srv/b\"]\nnetwork = \"none\"");
+        let sockets = apply(&none, "cat", &[(Grant::TcpSockets, "s".into())]).unwrap();
         assert!(sockets.contains("# suggested: s\nnetwork = { connect_tcp = [] }"), "{sockets}");
     }
 
