@@ -488,3 +488,34 @@ fn a_forged_audit_line_is_trouble_naming_the_line() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("audit.jsonl:5: a line longer than 1 MiB"), "{stderr}");
 }
+
+#[test]
+fn write_replaces_the_file_with_its_mode_kept_and_prints_what_it_applied() {
+    let file = tempfile::Builder::new().prefix("cordon-test-").tempdir().unwrap();
+    mode(file.path(), 0o755);
+    let path = file.path().join("input");
+    std::fs::write(&path, "x").unwrap();
+    let p = path.display().to_string();
+    let r = records(&[call("i1", &now(), json!(["t"]), json!([denial("landlock", &p, &["read_file"], "read")]))]);
+    let o = Offline::new("# the grants\nread = [] # none yet\n", &borrowed(&r));
+    let policy = o.policies.join("t.toml");
+    mode(&policy, 0o600);
+    let (code, shown, _) = o.suggest(&[]);
+    assert_eq!(code, Some(0));
+    let (code, written, stderr) = o.suggest(&["--write"]);
+    assert_eq!((code, &written), (Some(0), &shown), "{stderr}");
+    assert!(stderr.contains("run `cordon reload`"), "{stderr}");
+    assert_eq!(std::fs::metadata(&policy).unwrap().permissions().mode() & 0o7777, 0o600);
+    let text = std::fs::read_to_string(&policy).unwrap();
+    assert!(text.contains("# the grants\nread = [\n  # suggested: read_file denied once"), "comments kept: {text}");
+    assert!(text.contains(&format!("  {},\n] # none yet\n", q(&path))), "{text}");
+    // No temporary file is left beside it.
+    let names: Vec<String> = std::fs::read_dir(&o.policies)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["t.toml"]);
+    let (code, _, stderr) = o.suggest(&[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("already granted (read has "), "{stderr}");
+}
