@@ -449,6 +449,42 @@ pub enum PolicyCommand {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<PathBuf>,
     },
+    /// Suggest the smallest policy change that would have allowed what the sandbox denied TOOL.
+    ///
+    /// Reads TOOL's denial records from the audit log (its hash chain verified first: a broken
+    /// chain is an error naming the line), chooses for each denial a key can allow the grant that
+    /// allows exactly it (the path itself, never more than its directory without --broader; the
+    /// port; the host), checks each with the daemon's own loader (one that makes an error, a new
+    /// warning or the tool unavailable is dropped, with why), and prints a unified diff of the
+    /// tool's policy file with a comment per added grant naming the call that needed it, then what
+    /// was not suggested and why. Exit status: 0 a change is suggested, 1 nothing to suggest, 2
+    /// any trouble (like diff).
+    Suggest {
+        /// The tool whose denials to read.
+        tool: String,
+        /// Only records this recent: `30m`, `12h`, `7d` [default: 7d]
+        #[arg(long, value_name = "DURATION")]
+        since: Option<String>,
+        /// The audit log, with its rotated files [default: cordond's default for this user]
+        #[arg(long, value_name = "FILE")]
+        audit: Option<PathBuf>,
+        /// The policy directory to change [default: the running cordond's]
+        #[arg(long, value_name = "DIR")]
+        policies: Option<PathBuf>,
+        /// Grant a denied path's parent directory instead of the path itself.
+        #[arg(long)]
+        broader: bool,
+        /// Also suggest grants for denials inferred from the tool's own stderr (unverified: no
+        /// kernel record of them; the comment says so).
+        #[arg(long)]
+        include_inferred: bool,
+        /// Also suggest grants for incidental denials (probes the tool went on from).
+        #[arg(long)]
+        include_incidental: bool,
+        /// Apply the change to the file (atomically, mode and owner kept); then `cordon reload`.
+        #[arg(long)]
+        write: bool,
+    },
 }
 
 /// `cordon`'s `main`: parses the command line and runs it. What clap cannot know, it is told
@@ -662,8 +698,10 @@ pub fn run(cli: Cli) -> ExitCode {
     // The local socket as given or by default, also with --remote: `doctor` checks its file.
     let socket = cli.socket.clone().unwrap_or_else(cordon_proto::client_socket_path);
     let json = cli.json;
-    // `policy diff` exits as diff(1) does: 2 for any trouble, 1 meaning "different".
-    let diff = matches!(cli.command, Command::Policy { command: PolicyCommand::Diff { .. } });
+    // `policy diff` and `policy suggest` exit as diff(1) does: 2 for any trouble, 1 meaning
+    // "different" (nothing to suggest).
+    let diff =
+        matches!(cli.command, Command::Policy { command: PolicyCommand::Diff { .. } | PolicyCommand::Suggest { .. } });
     match runtime.block_on(crate::cmd::dispatch(cli.command, &endpoint, socket, json)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -688,7 +726,8 @@ fn report(e: &CliError, json: bool) {
     }
 }
 
-/// The exit status of `cordon policy diff` on any error (0 and 1 mean identical and different).
+/// The exit status of `cordon policy diff` and `policy suggest` on any error (0 and 1 mean
+/// identical and different, a change suggested and nothing to suggest).
 const DIFF_TROUBLE: u8 = 2;
 
 #[cfg(test)]

@@ -92,6 +92,31 @@ pub(crate) async fn dispatch(
         }
         Command::Policy { command: PolicyCommand::Test { paths } } => policy::test::run(&paths, json),
         Command::Policy { command: PolicyCommand::Reference } => policy::reference::run(json),
+        Command::Policy {
+            command:
+                PolicyCommand::Suggest {
+                    tool,
+                    since,
+                    audit,
+                    policies,
+                    broader,
+                    include_inferred,
+                    include_incidental,
+                    write,
+                },
+        } => {
+            let args = policy::suggest::Args {
+                tool,
+                since,
+                audit,
+                policies,
+                broader,
+                include_inferred,
+                include_incidental,
+                write,
+            };
+            policy::suggest::run(endpoint, args, json).await
+        }
         Command::Policy { command: PolicyCommand::Diff { dirs, against_socket } } => {
             use policy::diff::Side;
             let (old, new) = match (dirs.as_slice(), against_socket) {

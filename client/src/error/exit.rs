@@ -48,14 +48,14 @@ pub const CLOSED_PIPE: u8 = cordon_core::stdio::CLOSED_PIPE_EXIT;
 
 /// The rows of the table: code, name, meaning.
 pub const TABLE: &[(u8, &str, &str)] = &[
-    (OK, "ok", "success (`run`, `confirm`: the tool ran and exited 0)"),
+    (OK, "ok", "success (`run`, `confirm`: the tool ran and exited 0; `policy suggest`: a change is suggested)"),
     (
         FAILURE,
         "failure",
         "a failure with no more specific code; `doctor`: a check failed; standard output could not be written (a full \
-         disk)",
+         disk); `policy diff`: the sets differ; `policy suggest`: nothing to suggest",
     ),
-    (USAGE, "usage", "bad command-line usage"),
+    (USAGE, "usage", "bad command-line usage; `policy diff` and `policy suggest`: any trouble, as diff(1)"),
     (
         CONFIRMATION_REQUIRED,
         "confirm",

@@ -58,6 +58,7 @@ mod secrets;
 mod servers_policy;
 mod skips;
 mod starter;
+mod suggest;
 mod systemd;
 mod temp;
 mod tool_admin;
