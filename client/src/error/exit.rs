@@ -122,6 +122,8 @@ pub const fn for_code(code: ErrorCode) -> u8 {
         E::Internal | E::Protocol => SOFTWARE,
         E::SpawnFailed => OS,
         E::Busy
+        | E::RateLimited
+        | E::BudgetExceeded
         | E::TooManyJobs
         | E::ConfirmationInUse
         | E::TooManyConfirmations

@@ -29,6 +29,7 @@
 //! The module graph is a DAG: the model imports no other policy module but the leaf `carve`, and nothing below
 //! `load` imports it.
 
+pub mod budget;
 pub mod carve;
 pub mod defaults;
 pub mod diag;
@@ -53,9 +54,9 @@ pub mod units;
 
 pub use diag::{Diagnostic, Severity};
 pub use keys::{
-    CLIENT_REQUEST_KEYS, FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS,
-    SECRET_KEYS, SERVER_KEYS, SERVER_RULE_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS,
-    WORKFLOW_KEYS,
+    BUDGET_KEYS, CLIENT_REQUEST_KEYS, FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS,
+    PARAM_KEYS, SECRET_KEYS, SERVER_KEYS, SERVER_RULE_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS,
+    TOOL_SECRET_KEYS, WORKFLOW_KEYS,
 };
 pub use load::{
     ExampleResult, LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, TestReport,

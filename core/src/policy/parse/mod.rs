@@ -29,6 +29,7 @@
 //! Diagnostics are sorted by position at the end (a stable sort), so the order of the checks
 //! only matters among problems reported at one position.
 
+mod budget;
 mod carve;
 mod command;
 mod common;

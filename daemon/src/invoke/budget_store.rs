@@ -1,0 +1,185 @@
+//! Budgets kept across restarts of cordond: `budgets.json` beside the audit log, plus the
+//! audit records written after it.
+//!
+//! The file holds every open window and the audit `seq` it accounts up to: the head is read
+//! before the windows, and every call's use is counted before its record is queued, so a record
+//! at or before that seq is in the windows (one after it may be too: counted twice, never
+//! lost). It is written root-only (0600) through [`crate::tokens::write_private`] (temp file,
+//! `O_EXCL|O_NOFOLLOW`, fsync, rename) at most every [`SAVE_EVERY`] while budgets change, and
+//! at shutdown.
+//!
+//! At start the file is used only when it is a regular file (not a symlink), owned by cordond's
+//! user, mode 0600, at most [`MAX_FILE_BYTES`] and well-formed; then the audit records after
+//! its seq are counted again (`started`: a call; a terminal record: its `duration_ms` and its
+//! egress bytes), so a kill -9 loses nothing. A file that fails any check is not trusted and
+//! the whole audit log is counted instead (a warning says why): budgets fail to the safe side,
+//! never to "reset to zero". Records in rotated audit files are not read (a rotation since the
+//! last save loses what they counted).
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cordon_core::audit::chain::unix_nanos;
+use cordon_core::caller::Caller;
+use cordon_core::policy::Tool;
+use cordon_limit::Window;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::budgets::{Budgets, QuotaKey, principal};
+
+/// The file's name, in the audit log's directory.
+pub(crate) const FILE_NAME: &str = "budgets.json";
+/// Largest file read back (65,536 windows of short keys fit well within it).
+pub(crate) const MAX_FILE_BYTES: u64 = 16 << 20;
+/// Longest an audit line read for re-counting may be; longer lines are skipped.
+const MAX_LINE_BYTES: u64 = 1 << 20;
+/// How often, at most, the file is written while budgets change.
+pub(crate) const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What the file holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Snapshot {
+    version: u32,
+    /// The audit record seq the windows account up to.
+    seq: u64,
+    windows: Vec<(QuotaKey, Window)>,
+    /// Calls in flight then whose start is in the windows, and those whose use is too: their
+    /// records after `seq` are not counted again.
+    #[serde(default)]
+    counted: Vec<String>,
+    #[serde(default)]
+    charged: Vec<String>,
+}
+
+/// The file beside `audit`.
+pub(crate) fn path_for(audit: &Path) -> PathBuf {
+    audit.parent().unwrap_or(Path::new(".")).join(FILE_NAME)
+}
+
+/// Writes the windows, accounting up to `seq`.
+pub(crate) fn save(path: &Path, s: super::budgets::Snapshot) -> std::io::Result<()> {
+    let snap = Snapshot { version: 1, seq: s.seq, windows: s.windows, counted: s.counted, charged: s.charged };
+    let text = serde_json::to_vec(&snap).map_err(std::io::Error::other)?;
+    crate::tokens::write_private(path, FILE_NAME, &text)
+}
+
+/// Reads the file if it can be trusted: `Err` says why not (`Ok(None)`: there is none).
+fn read_trusted(path: &Path) -> Result<Option<Snapshot>, String> {
+    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err("it is a symlink".into()),
+        Err(e) => return Err(format!("cannot open it: {e}")),
+    };
+    let meta = file.metadata().map_err(|e| format!("cannot stat it: {e}"))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    if meta.uid() != me {
+        return Err(format!("it is owned by uid {}, not by cordond's uid {me}", meta.uid()));
+    }
+    if meta.mode() & 0o7777 != 0o600 {
+        return Err(format!("its mode is {:o}, not 0600", meta.mode() & 0o7777));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!("it is larger than {MAX_FILE_BYTES} bytes"));
+    }
+    let mut text = Vec::new();
+    file.take(MAX_FILE_BYTES).read_to_end(&mut text).map_err(|e| format!("cannot read it: {e}"))?;
+    let snap: Snapshot = serde_json::from_slice(&text).map_err(|e| format!("it is not a budgets file: {e}"))?;
+    if snap.version != 1 {
+        return Err(format!("it has version {}, this cordond reads 1", snap.version));
+    }
+    Ok(Some(snap))
+}
+
+/// Restores `budgets` at start: the trusted file's windows, then the audit records after its
+/// seq (all of them when there is no trusted file). Returns the seq the file held, if used.
+pub(crate) fn load(budgets: &Budgets, audit: &Path, tools: &dyn Fn(&str) -> Option<Arc<Tool>>) -> Option<u64> {
+    let path = path_for(audit);
+    let (after, skip, used) = match read_trusted(&path) {
+        Ok(Some(snap)) => {
+            budgets.restore(snap.windows);
+            let skip =
+                Skip { counted: snap.counted.into_iter().collect(), charged: snap.charged.into_iter().collect() };
+            (snap.seq, skip, Some(snap.seq))
+        }
+        Ok(None) => (0, Skip::default(), None),
+        Err(why) => {
+            tracing::warn!(file = %path.display(), why, "budgets file not trusted; counting budgets from the audit log instead");
+            (0, Skip::default(), None)
+        }
+    };
+    recount(budgets, audit, after, &skip, tools);
+    used
+}
+
+/// Calls whose records the snapshot's windows hold already.
+#[derive(Debug, Default)]
+struct Skip {
+    counted: HashSet<String>,
+    charged: HashSet<String>,
+}
+
+/// Counts the audit records of `audit` after `after` into `budgets`.
+fn recount(budgets: &Budgets, audit: &Path, after: u64, skip: &Skip, tools: &dyn Fn(&str) -> Option<Arc<Tool>>) {
+    let Ok(file) = std::fs::File::open(audit) else { return };
+    let mut reader = BufReader::new(file);
+    // Calls of budgeted tools that started and have not ended yet: id -> (tool, principal).
+    let mut open: HashMap<String, (Arc<Tool>, String)> = HashMap::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_LINE_BYTES).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') {
+            // Longer than the bound (or the torn end of the file): skip to the next line.
+            if line.len() as u64 >= MAX_LINE_BYTES {
+                let mut rest = Vec::new();
+                let _ = reader.read_until(b'\n', &mut rest);
+            }
+            continue;
+        }
+        let Ok(r) = serde_json::from_slice::<Value>(&line) else { continue };
+        let seq = r["seq"].as_u64().unwrap_or(0);
+        let at_ms = r["time"].as_str().and_then(unix_nanos).map_or(0, |n| n / 1_000_000);
+        let id = r["id"].as_str().unwrap_or_default();
+        match r["decision"].as_str().unwrap_or_default() {
+            "started" => {
+                let Some(tool) = r["tool"].as_str().and_then(tools) else { continue };
+                let Some(budget) = &tool.budget else { continue };
+                let (Some(uid), Some(gid)) = (r["caller"]["uid"].as_u64(), r["caller"]["gid"].as_u64()) else {
+                    continue;
+                };
+                let caller = Caller::socket(
+                    u32::try_from(uid).unwrap_or(u32::MAX),
+                    u32::try_from(gid).unwrap_or(u32::MAX),
+                    None,
+                );
+                if seq > after && !skip.counted.contains(id) {
+                    budgets.recount_start(&tool, &caller, at_ms);
+                }
+                open.insert(id.to_string(), (tool.clone(), principal(budget, &caller)));
+            }
+            "finished" | "timed_out" | "cancelled" | "failed" | "aborted" => {
+                let Some((tool, principal)) = open.remove(id) else { continue };
+                if seq > after && !skip.charged.contains(id) {
+                    let wall = r["duration_ms"].as_u64().unwrap_or(0);
+                    let egress = r["egress"]["bytes_up"]
+                        .as_u64()
+                        .unwrap_or(0)
+                        .saturating_add(r["egress"]["bytes_down"].as_u64().unwrap_or(0));
+                    budgets.recount_end(&tool, &principal, wall, egress, at_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+}
