@@ -115,6 +115,7 @@ pub struct StatusInfo {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub servers: Vec<super::ServerInfo>,
     /// The budgets' open windows (an agent's own).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub budgets: Vec<BudgetInfo>,
 }
 

@@ -42,6 +42,25 @@ description = "sleeps past what is left of its wall budget"
 reason = "tests"
 command = ["/bin/sleep", "20"]
 budget = { wall = "1s/hour" }
+
+[tools.stepper]
+description = "exit at once, twice a minute per caller"
+reason = "tests"
+command = ["/bin/true"]
+budget = { calls = "2/min" }
+
+[workflows.thrice]
+description = "stepper three times: its third step finds the budget spent"
+reason = "tests"
+
+[[workflows.thrice.steps]]
+tool = "stepper"
+
+[[workflows.thrice.steps]]
+tool = "stepper"
+
+[[workflows.thrice.steps]]
+tool = "stepper"
 "#;
 
 fn start(keep: &Path) -> Daemon {
@@ -94,6 +113,10 @@ fn wait_refusals(d: &Daemon, code: &str, n: usize) -> Vec<Value> {
     let found = refusals(d, code);
     assert!(ok && found.len() == n, "want {n} {code} records, found {}: {found:?}", found.len());
     found
+}
+
+fn json_str(s: &str) -> Value {
+    Value::from(s)
 }
 
 fn count(results: &[(Option<i32>, Value)], code: Option<i32>) -> usize {
@@ -179,6 +202,22 @@ fn exact_counts_per_caller_shared_pools_waits_wall_and_restarts() {
     assert_eq!(second[0].1["error"]["code"], "BUDGET_EXCEEDED", "{second:?}");
     let exceeded = wait_refusals(&d, "BUDGET_EXCEEDED", 1);
     assert_eq!(exceeded[0]["budget"], "tools.sleepy.budget.wall");
+
+    // A workflow's steps are calls like any other: the third is refused, marked as its step.
+    let (o, r) = d.run_json("thrice", &serde_json::json!({}));
+    assert_ne!(o.code, Some(0), "{o:?}");
+    let records = d.audit_records();
+    let ran = records.iter().filter(|r| r["decision"] == "started" && r["tool"] == "stepper").count();
+    assert_eq!(ran, 2, "{r}");
+    let step = records
+        .iter()
+        .find(|r| r["decision"] == "refused" && r["tool"] == "stepper")
+        .unwrap_or_else(|| panic!("no refused step: {r}"));
+    assert_eq!(
+        (&step["code"], &step["budget"], &step["step"]),
+        (&json_str("RATE_LIMITED"), &json_str("tools.stepper.budget.calls"), &Value::from(3)),
+        "{step}"
+    );
 
     // Status: root (an admin) sees every window; the agent only its own.
     let all = d.cordon(&["status", "--json"]).json();
