@@ -183,3 +183,92 @@ fn recount(budgets: &Budgets, audit: &Path, after: u64, skip: &Skip, tools: &dyn
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+    use crate::invoke::admission;
+    use crate::invoke::budgets::now_ms;
+
+    fn tool() -> Arc<Tool> {
+        let text = "version = 1\n[tools.t]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/true\"]\n\
+                    budget = { calls = \"10/hour\", wall = \"1h/day\" }\n";
+        let set = cordon_core::policy::load_sources(
+            &[("t.toml".into(), text.to_string())],
+            &cordon_core::policy::Host::new(true, i32::MAX),
+        );
+        set.unwrap().tools[0].clone()
+    }
+
+    fn line(seq: u64, decision: &str, id: &str, extra: &str) -> String {
+        let time = cordon_core::audit::chain::rfc3339(std::time::SystemTime::now());
+        format!(
+            r#"{{"seq":{seq},"time":"{time}","decision":"{decision}","id":"{id}","tool":"t","caller":{{"uid":7,"gid":7}}{extra}}}"#
+        )
+    }
+
+    fn used(b: &Budgets, what: &str) -> u64 {
+        b.snapshot(|| 0)
+            .windows
+            .iter()
+            .find(|((k, p), _)| k == &format!("tools.t.budget.{what}") && p == "uid 7")
+            .map_or(0, |(_, w)| w.used)
+    }
+
+    #[test]
+    fn the_file_and_the_records_after_it_count_each_call_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = dir.path().join("audit.jsonl");
+        let t = tool();
+        // a: started and ended before the snapshot; b: in flight at it (counted, not charged);
+        // c: started after it.
+        let log = [
+            line(1, "started", "a", ""),
+            line(2, "finished", "a", r#","duration_ms":1000"#),
+            line(3, "started", "b", ""),
+            line(4, "finished", "b", r#","duration_ms":2000"#),
+            line(5, "started", "c", ""),
+            line(6, "timed_out", "c", r#","duration_ms":4000"#),
+        ];
+        std::fs::write(&audit, log.join("\n") + "\n").unwrap();
+        let now = now_ms();
+        let windows = vec![
+            (
+                ("tools.t.budget.calls".to_string(), "uid 7".to_string()),
+                Window { started_ms: now - 10, per_ms: 3_600_000, used: 2 },
+            ),
+            (
+                ("tools.t.budget.wall".to_string(), "uid 7".to_string()),
+                Window { started_ms: now - 10, per_ms: 86_400_000, used: 1000 },
+            ),
+        ];
+        let snap = crate::invoke::budgets::Snapshot { seq: 3, windows, counted: vec!["b".into()], charged: vec![] };
+        save(&path_for(&audit), snap).unwrap();
+        let b = Budgets::new(admission::Limits::default());
+        let lookup = |n: &str| (n == "t").then(|| t.clone());
+        assert_eq!(load(&b, &audit, &lookup), Some(3));
+        assert_eq!(used(&b, "calls"), 3, "a and b from the file, c from the log");
+        assert_eq!(used(&b, "wall"), 1000 + 2000 + 4000);
+
+        // Not trusted (a looser mode): the whole log is counted, never nothing.
+        std::fs::set_permissions(path_for(&audit), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let b = Budgets::new(admission::Limits::default());
+        assert_eq!(load(&b, &audit, &lookup), None);
+        assert_eq!((used(&b, "calls"), used(&b, "wall")), (3, 7000));
+        assert_eq!(read_trusted(&path_for(&audit)).unwrap_err(), "its mode is 644, not 0600");
+
+        // Garbage, a torn last line and a record of an unknown tool change nothing.
+        let mut text = log.join("\n");
+        text.push_str("\nnot json\n");
+        text.push_str(&line(7, "started", "d", "").replace("\"t\"", "\"other\""));
+        text.push_str("\n{\"seq\":8,\"decision\":\"started\",\"id\":\"e\",\"tool\":\"t\"");
+        std::fs::write(&audit, text).unwrap();
+        std::fs::remove_file(path_for(&audit)).unwrap();
+        let b = Budgets::new(admission::Limits::default());
+        load(&b, &audit, &lookup);
+        assert_eq!((used(&b, "calls"), used(&b, "wall")), (3, 7000));
+    }
+}
