@@ -1289,10 +1289,23 @@ impl Invoker {
             Some(p) => p.finish().await,
             None => None,
         };
-        // What the call used is charged to its budget now, whatever its record's fate.
-        if let Some(c) = &prepared.budget {
+        // What the call used is charged to its budget now, whatever its record's fate. A call
+        // cut at its byte cap used all of it (the proxy counts what it refused to forward too).
+        let egress_charged = prepared.budget.as_ref().map(|c| {
+            let moved = proxied.as_ref().map_or(0, |s| s.bytes_up.saturating_add(s.bytes_down));
+            let cap = prepared
+                .tool
+                .sandbox
+                .network
+                .egress()
+                .map(|e| c.egress_left.map_or(e.max_bytes, |l| l.min(e.max_bytes)));
+            match (proxied.as_ref().is_some_and(|s| s.cut > 0), cap) {
+                (true, Some(cap)) => moved.max(cap),
+                _ => moved,
+            }
+        });
+        if let (Some(c), Some(bytes)) = (&prepared.budget, egress_charged) {
             let wall = result.as_ref().map_or(Duration::ZERO, |o| o.duration);
-            let bytes = proxied.as_ref().map_or(0, |s| s.bytes_up.saturating_add(s.bytes_down));
             self.budgets.charge(c, wall, bytes);
         }
         match &result {
@@ -1389,6 +1402,12 @@ impl Invoker {
             Some(s) => record.with("egress", s.json()),
             None => record,
         };
+        // What an `egress` budget was charged (a restart counts it again from here).
+        let record =
+            match egress_charged.filter(|_| prepared.budget.as_ref().is_some_and(|c| c.budget.egress.is_some())) {
+                Some(n) => record.with("egress_charged", n),
+                None => record,
+            };
         let record = marked(mark.step(), record);
         // The caller hears the outcome only once its record is on disk, so that the log never
         // says "aborted, outcome unknown" for a call whose client was told how it ended. If the

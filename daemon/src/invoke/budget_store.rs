@@ -11,7 +11,7 @@
 //! At start the file is used only when it is a regular file (not a symlink), owned by cordond's
 //! user, mode 0600, at most [`MAX_FILE_BYTES`] and well-formed; then the audit records after
 //! its seq are counted again (`started`: a call; a terminal record: its `duration_ms` and its
-//! egress bytes), so a kill -9 loses nothing. A file that fails any check is not trusted and
+//! `egress_charged`, else its egress bytes), so a kill -9 loses nothing. A file that fails any check is not trusted and
 //! the whole audit log is counted instead (a warning says why): budgets fail to the safe side,
 //! never to "reset to zero". Records in rotated audit files are not read (a rotation since the
 //! last save loses what they counted).
@@ -172,10 +172,11 @@ fn recount(budgets: &Budgets, audit: &Path, after: u64, skip: &Skip, tools: &dyn
                 let Some((tool, principal)) = open.remove(id) else { continue };
                 if seq > after && !skip.charged.contains(id) {
                     let wall = r["duration_ms"].as_u64().unwrap_or(0);
-                    let egress = r["egress"]["bytes_up"]
+                    let moved = r["egress"]["bytes_up"]
                         .as_u64()
                         .unwrap_or(0)
                         .saturating_add(r["egress"]["bytes_down"].as_u64().unwrap_or(0));
+                    let egress = r["egress_charged"].as_u64().unwrap_or(moved);
                     budgets.recount_end(&tool, &principal, wall, egress, at_ms);
                 }
             }

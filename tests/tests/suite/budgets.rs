@@ -319,3 +319,52 @@ fn a_killed_daemon_loses_no_call_and_a_tampered_file_is_not_trusted() {
     assert_eq!(after[0].1["error"]["code"], "RATE_LIMITED", "another owner's file reset the budget: {after:?}");
     assert!(d.log_text().contains(&format!("owned by uid {nobody}")), "{}", d.log_text());
 }
+
+#[test]
+fn egress_lowers_the_byte_cap_to_what_is_left_then_refuses() {
+    require_root!("a network namespace per tool");
+    const CURL: &str = "/usr/bin/curl";
+    if !Path::new(CURL).exists() {
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(CURL), "needs {CURL}");
+        return;
+    }
+    let port = cordon_tests::hello_upstream();
+    let policy = format!(
+        r#"version = 1
+
+[tools.fetch]
+description = "fetches the loopback upstream; 100 bytes an hour through the proxy"
+reason = "tests"
+command = ["{CURL}", "-sS", "--max-time", "10", "http://127.0.0.1:{port}/"]
+network = {{ hosts = ["127.0.0.1:{port}"] }}
+budget = {{ egress = "100B/hour" }}
+"#
+    );
+    let d = Daemon::start(&[("e.toml", &policy)]);
+    // The request and the answer are more than 100 bytes: each call's cap is what is left of
+    // the 100, and the proxy cuts it there; once the 100 are used, calls are refused.
+    let mut refused = None;
+    for _ in 0..5 {
+        let (out, j) = d.run_json("fetch", &serde_json::json!({}));
+        if !j["error"].is_null() {
+            out.assert_code(75);
+            refused = Some(j);
+            break;
+        }
+    }
+    let ended: Vec<Value> =
+        d.audit_records().into_iter().filter(|r| r["decision"] == "finished" && r["tool"] == "fetch").collect();
+    let moved: Vec<u64> = ended
+        .iter()
+        .map(|r| r["egress"]["bytes_up"].as_u64().unwrap() + r["egress"]["bytes_down"].as_u64().unwrap())
+        .collect();
+    assert!(moved[0] > 0 && moved.iter().sum::<u64>() <= 100, "the calls moved {moved:?} bytes: {ended:?}");
+    // The first call was cut at its cap, the whole 100 (the proxy counts what it would not
+    // forward too): it was charged all of it, and the next call is refused.
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!((&ended[0]["egress"]["cut"], &ended[0]["egress_charged"]), (&Value::from(1), &Value::from(100)));
+    let refused = refused.unwrap_or_else(|| panic!("never refused: {moved:?}"));
+    assert_eq!(refused["error"]["code"], "BUDGET_EXCEEDED", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("budget tools.fetch.budget.egress is used up for uid 0: 100B used of 100B"), "{message}");
+}
