@@ -318,6 +318,13 @@ fn a_killed_daemon_loses_no_call_and_a_tampered_file_is_not_trusted() {
     let after = burst(&d.socket, false, "tick", 1);
     assert_eq!(after[0].1["error"]["code"], "RATE_LIMITED", "another owner's file reset the budget: {after:?}");
     assert!(d.log_text().contains(&format!("owned by uid {nobody}")), "{}", d.log_text());
+
+    // The MCP front-end answers the agent with a tool error carrying the code.
+    let mut s = cordon_tests::mcp_lines::Session::start(&d.socket);
+    let result = s.call("tick", serde_json::json!({}));
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("RATE_LIMITED: budget tools.tick.budget.calls is used up for uid 0"), "{text}");
 }
 
 #[test]
