@@ -16,6 +16,7 @@
 //! never to "reset to zero". Records in rotated audit files are not read (a rotation since the
 //! last save loses what they counted).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
@@ -27,7 +28,6 @@ use cordon_core::caller::Caller;
 use cordon_core::policy::Tool;
 use cordon_limit::Window;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::budgets::{Budgets, QuotaKey, principal};
 
@@ -119,6 +119,43 @@ pub(crate) fn load(budgets: &Budgets, audit: &Path, tools: &dyn Fn(&str) -> Opti
     used
 }
 
+/// The fields of an audit record that budgets count (the rest is skipped unread).
+#[derive(Debug, Deserialize)]
+struct Line<'a> {
+    #[serde(default)]
+    seq: u64,
+    #[serde(borrow, default)]
+    time: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    decision: Cow<'a, str>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool: Option<Cow<'a, str>>,
+    #[serde(default)]
+    caller: Option<CallerIds>,
+    #[serde(default)]
+    duration_ms: Option<u64>,
+    #[serde(default)]
+    egress: Option<EgressBytes>,
+    #[serde(default)]
+    egress_charged: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CallerIds {
+    uid: u32,
+    gid: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct EgressBytes {
+    #[serde(default)]
+    bytes_up: u64,
+    #[serde(default)]
+    bytes_down: u64,
+}
+
 /// Calls whose records the snapshot's windows hold already.
 #[derive(Debug, Default)]
 struct Skip {
@@ -147,37 +184,26 @@ fn recount(budgets: &Budgets, audit: &Path, after: u64, skip: &Skip, tools: &dyn
             }
             continue;
         }
-        let Ok(r) = serde_json::from_slice::<Value>(&line) else { continue };
-        let seq = r["seq"].as_u64().unwrap_or(0);
-        let at_ms = r["time"].as_str().and_then(unix_nanos).map_or(0, |n| n / 1_000_000);
-        let id = r["id"].as_str().unwrap_or_default();
-        match r["decision"].as_str().unwrap_or_default() {
+        let Ok(r) = serde_json::from_slice::<Line<'_>>(&line) else { continue };
+        let at_ms = || r.time.as_deref().and_then(unix_nanos).map_or(0, |n| n / 1_000_000);
+        let id = r.id.as_deref().unwrap_or_default();
+        match r.decision.as_ref() {
             "started" => {
-                let Some(tool) = r["tool"].as_str().and_then(tools) else { continue };
+                let Some(tool) = r.tool.as_deref().and_then(tools) else { continue };
                 let Some(budget) = &tool.budget else { continue };
-                let (Some(uid), Some(gid)) = (r["caller"]["uid"].as_u64(), r["caller"]["gid"].as_u64()) else {
-                    continue;
-                };
-                let caller = Caller::socket(
-                    u32::try_from(uid).unwrap_or(u32::MAX),
-                    u32::try_from(gid).unwrap_or(u32::MAX),
-                    None,
-                );
-                if seq > after && !skip.counted.contains(id) {
-                    budgets.recount_start(&tool, &caller, at_ms);
+                let Some(c) = r.caller else { continue };
+                let caller = Caller::socket(c.uid, c.gid, None);
+                if r.seq > after && !skip.counted.contains(id) {
+                    budgets.recount_start(&tool, &caller, at_ms());
                 }
                 open.insert(id.to_string(), (tool.clone(), principal(budget, &caller)));
             }
             "finished" | "timed_out" | "cancelled" | "failed" | "aborted" => {
                 let Some((tool, principal)) = open.remove(id) else { continue };
-                if seq > after && !skip.charged.contains(id) {
-                    let wall = r["duration_ms"].as_u64().unwrap_or(0);
-                    let moved = r["egress"]["bytes_up"]
-                        .as_u64()
-                        .unwrap_or(0)
-                        .saturating_add(r["egress"]["bytes_down"].as_u64().unwrap_or(0));
-                    let egress = r["egress_charged"].as_u64().unwrap_or(moved);
-                    budgets.recount_end(&tool, &principal, wall, egress, at_ms);
+                if r.seq > after && !skip.charged.contains(id) {
+                    let moved = r.egress.map_or(0, |e| e.bytes_up.saturating_add(e.bytes_down));
+                    let egress = r.egress_charged.unwrap_or(moved);
+                    budgets.recount_end(&tool, &principal, r.duration_ms.unwrap_or(0), egress, at_ms());
                 }
             }
             _ => {}
