@@ -76,6 +76,8 @@ codes! {
     // Decisions of the daemon.
     ToolUnavailable = "TOOL_UNAVAILABLE" => "the tool cannot run on this host now (the reason says why)",
     Busy = "BUSY" => "every invocation slot (or the caller's share) is taken; retry",
+    RateLimited = "RATE_LIMITED" => "the caller started as many calls as a budget allows per window (the message names the budget key, who it counts for and when it resets)",
+    BudgetExceeded = "BUDGET_EXCEEDED" => "a budget's wall-clock time or egress bytes for this window are used up (the message names the key, who it counts for and when it resets)",
     ShuttingDown = "SHUTTING_DOWN" => "cordond is stopping and starts nothing new",
     SpawnFailed = "SPAWN_FAILED" => "the sandbox could not start the tool",
     AuditUnavailable = "AUDIT_UNAVAILABLE" => "the audit log failed; nothing runs until an admin runs `cordon audit resume`",

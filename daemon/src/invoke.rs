@@ -8,9 +8,14 @@
 //! again against the registry and its pins once it has it). Every decision made here is audited
 //! here.
 //!
+//! [`budgets`]: the tools' budgets, checked when a call starts (after validation, before its
+//! `started` record), charged when it ends, kept across restarts by [`budget_store`].
+//!
 //! [`metrics`]: what the invoker counts (`--metrics`), handed to it at startup.
 
 pub(crate) mod admission;
+pub(crate) mod budget_store;
+pub(crate) mod budgets;
 pub(crate) mod cache;
 pub(crate) mod confirm;
 pub(crate) mod hint;
@@ -62,6 +67,9 @@ pub(crate) enum InvokeError {
     /// No slot: the queue was full, or the wait passed its deadline.
     #[error(transparent)]
     Busy(AdmissionError),
+    /// A budget of the tool is used up for this caller (RATE_LIMITED or BUDGET_EXCEEDED).
+    #[error("{0}")]
+    Budget(Box<budgets::OverBudget>),
     #[error(
         "the policies were reloaded while this call of {tool:?} waited for a slot; call the tool again \
          (it is checked against the new policies)"
@@ -92,6 +100,7 @@ impl InvokeError {
             InvokeError::Unavailable { .. } => ErrorCode::ToolUnavailable,
             InvokeError::NotOwner { .. } => ErrorCode::PermissionDenied,
             InvokeError::Busy(_) => ErrorCode::Busy,
+            InvokeError::Budget(b) => b.code,
             InvokeError::Reloaded { .. } | InvokeError::ReloadedSinceAuthorized { .. } => ErrorCode::PolicyChanged,
             InvokeError::ShuttingDown => ErrorCode::ShuttingDown,
             InvokeError::Spawn(_) => ErrorCode::SpawnFailed,
@@ -359,6 +368,8 @@ pub(crate) struct Prepared {
     secrets: Vec<cordon_egress::Secret>,
     /// Placeholders the tool reads from files of its temp space (the file form of `secrets`).
     secret_files: Vec<cordon_sandbox::TempFile>,
+    /// What the call is charged against its tool's budget (and its place under `concurrent`).
+    budget: Option<Box<budgets::Charge>>,
     _running: RunningGuard,
     // Boxed: a `Prepared` travels by value through `Admission` and `Started`.
     _slot: Box<Slot>,
@@ -393,6 +404,20 @@ impl Prepared {
     /// The path arguments (param name, absolute path), for the hints of a failed run.
     pub(crate) fn paths(&self) -> &[(String, std::path::PathBuf)] {
         &self.paths
+    }
+
+    /// The call's timeout: the tool's, lowered to what is left of its `wall` budget.
+    pub(crate) fn timeout(&self) -> Duration {
+        match self.budget.as_ref().and_then(|c| c.wall_left.as_ref()) {
+            Some((left, _)) => self.tool.timeout.min(*left),
+            None => self.tool.timeout,
+        }
+    }
+
+    /// The `wall` budget key when it lowered the call's timeout.
+    fn timeout_by(&self) -> Option<&str> {
+        let (left, key) = self.budget.as_ref()?.wall_left.as_ref()?;
+        (*left < self.tool.timeout).then_some(key.as_str())
     }
 }
 
@@ -503,6 +528,10 @@ pub(crate) struct Invoker {
     registry: Arc<RegistryHandle>,
     host: Arc<HostSandbox>,
     slots: Slots,
+    budgets: budgets::Budgets,
+    /// `budgets.json` beside the audit log, and the change count and time of its last write.
+    budget_file: PathBuf,
+    budgets_saved: Mutex<(u64, Option<Instant>)>,
     running: RunningMap,
     closed: CancellationToken,
     confirmations: Confirmations,
@@ -525,10 +554,21 @@ impl Invoker {
         (metrics, egress_metrics): (Option<Arc<InvokeMetrics>>, Option<Arc<cordon_egress::EgressMetrics>>),
         terminator: Option<Arc<crate::secrets::Terminator>>,
     ) -> Invoker {
+        let budgets = budgets::Budgets::new(settings.admission);
+        let budget_file = budget_store::path_for(audit.path());
+        {
+            let current = registry.current();
+            if current.tools.values().any(|t| t.budget.is_some()) {
+                budget_store::load(&budgets, audit.path(), &|name| current.get(name).cloned());
+            }
+        }
         Invoker {
             registry,
             host,
             slots: Slots::new(settings.admission),
+            budgets,
+            budget_file,
+            budgets_saved: Mutex::new((0, None)),
             running: Arc::new(Mutex::new(HashMap::new())),
             closed: CancellationToken::new(),
             confirmations: Confirmations::new(settings.agent_ttl, settings.human_ttl)
@@ -717,6 +757,16 @@ impl Invoker {
         }
         if dry_run {
             record = record.with("dry_run", true);
+        }
+        if let InvokeError::Budget(b) = e {
+            record = record
+                .with("budget", b.key.as_str())
+                .with("counted_for", b.principal.as_str())
+                .with("reset", b.reset())
+                .with("retry_after_s", b.retry_after.as_secs().max(1));
+            if let Some(m) = &self.metrics {
+                m.budget_refusal(&b.key, b.code.as_str());
+            }
         }
         if let InvokeError::Invalid(v) = e {
             if let Some(field) = &v.field {
@@ -991,8 +1041,14 @@ impl Invoker {
             tool: tool.name.clone(),
             reason: "no seccomp program was compiled for it".into(),
         })?;
+        // A place under the tool's `concurrent` budget first (waiting holds no slot of cordond's).
+        let permit = match tool.budget.as_ref() {
+            Some(b) => self.budgets.concurrent(&tool, &budgets::principal(b, &caller), &self.closed).await?,
+            None => None,
+        };
+        let waited_for_budget = permit.is_some();
         let slot = self.slots.acquire(caller.uid, &self.closed).await?;
-        if slot.waited {
+        if slot.waited || waited_for_budget {
             // The world may have moved during the wait: checked again, like a redeemed
             // confirmation. A reload refuses the call (it was validated and authorized against
             // the old policies); a swapped pin makes the tool unavailable.
@@ -1018,6 +1074,8 @@ impl Invoker {
         let mut plan = plan;
         crate::secrets::apply(&mut plan.env, &bound);
         let id = new_id()?;
+        // The budgets last: a call refused earlier is not counted.
+        let budget = self.budgets.check(&id, &tool, &caller, permit).map_err(InvokeError::Budget)?.map(Box::new);
         let cancel = self.closed.child_token();
         let cgroup_dirs = CgroupDirs::default();
         self.lock().insert(
@@ -1049,6 +1107,7 @@ impl Invoker {
             cgroup_dirs,
             secrets: bound.secrets,
             secret_files: bound.files,
+            budget,
             _running: running,
             _slot: Box::new(slot),
         })
@@ -1115,7 +1174,7 @@ impl Invoker {
             .with_argv(&p.plan.display_argv)
             .with("cwd", p.plan.cwd.display().to_string())
             .with("run_as", run_as)
-            .with("timeout_ms", millis(p.tool.timeout))
+            .with("timeout_ms", millis(p.timeout()))
             .with(
                 "sandbox",
                 json!({
@@ -1129,6 +1188,9 @@ impl Invoker {
             Mark::Direct => {}
             Mark::Job => record = record.with("job", true),
             Mark::Step(m) => record = m.mark(record),
+        }
+        if let Some(key) = p.timeout_by() {
+            record = record.with("timeout_by", key);
         }
         if let Some(c) = &p.confirmed {
             record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
@@ -1164,6 +1226,15 @@ impl Invoker {
         // listener it made inside the tool's network namespace.
         let (proxy, handoff) = match prepared.tool.sandbox.network.egress() {
             Some(rules) => {
+                // The call's byte cap is at most what is left of its `egress` budget.
+                let lowered;
+                let rules = match prepared.budget.as_ref().and_then(|c| c.egress_left) {
+                    Some(left) if left < rules.max_bytes => {
+                        lowered = cordon_core::egress::Egress { max_bytes: left, ..rules.clone() };
+                        &lowered
+                    }
+                    _ => rules,
+                };
                 let (proxy, handoff) = egress::proxy(
                     &prepared.id,
                     &prepared.tool.name,
@@ -1177,9 +1248,10 @@ impl Invoker {
             }
             None => (None, None),
         };
+        let timeout_by = prepared.timeout_by().map(str::to_string);
         let spec = RunSpec {
             plan: &prepared.plan,
-            timeout: prepared.tool.timeout,
+            timeout: prepared.timeout(),
             max_output: prepared.tool.max_output,
             grace: KILL_GRACE,
             output,
@@ -1217,6 +1289,25 @@ impl Invoker {
             Some(p) => p.finish().await,
             None => None,
         };
+        // What the call used is charged to its budget now, whatever its record's fate. A call
+        // cut at its byte cap used all of it (the proxy counts what it refused to forward too).
+        let egress_charged = prepared.budget.as_ref().map(|c| {
+            let moved = proxied.as_ref().map_or(0, |s| s.bytes_up.saturating_add(s.bytes_down));
+            let cap = prepared
+                .tool
+                .sandbox
+                .network
+                .egress()
+                .map(|e| c.egress_left.map_or(e.max_bytes, |l| l.min(e.max_bytes)));
+            match (proxied.as_ref().is_some_and(|s| s.cut > 0), cap) {
+                (true, Some(cap)) => moved.max(cap),
+                _ => moved,
+            }
+        });
+        if let (Some(c), Some(bytes)) = (&prepared.budget, egress_charged) {
+            let wall = result.as_ref().map_or(Duration::ZERO, |o| o.duration);
+            self.budgets.charge(c, wall, bytes);
+        }
         match &result {
             Ok(o) => tracing::debug!(
                 id = %prepared.id, exit_code = ?o.exit_code, signal = ?o.signal, timed_out = o.timed_out,
@@ -1268,6 +1359,11 @@ impl Invoker {
                             "gid": o.facts.gid,
                         }),
                     );
+                if o.timed_out
+                    && let Some(key) = &timeout_by
+                {
+                    r = r.with("timeout_by", key.as_str());
+                }
                 if o.cancelled {
                     r = r.with("cancelled_by", cancelled_by.unwrap_or(CancelReason::ClientGone).json());
                 }
@@ -1306,6 +1402,12 @@ impl Invoker {
             Some(s) => record.with("egress", s.json()),
             None => record,
         };
+        // What an `egress` budget was charged (a restart counts it again from here).
+        let record =
+            match egress_charged.filter(|_| prepared.budget.as_ref().is_some_and(|c| c.budget.egress.is_some())) {
+                Some(n) => record.with("egress_charged", n),
+                None => record,
+            };
         let record = marked(mark.step(), record);
         // The caller hears the outcome only once its record is on disk, so that the log never
         // says "aborted, outcome unknown" for a call whose client was told how it ended. If the
@@ -1321,6 +1423,31 @@ impl Invoker {
             self.cache.put(key, policy, &prepared.id, &prepared.plan.display_argv, &outcome, &verdict);
         }
         Ok(Answer { outcome, verdict, denials: explained })
+    }
+
+    /// Writes `budgets.json` when the budgets changed since its last write, at most every
+    /// [`budget_store::SAVE_EVERY`] unless `now` (at shutdown). Blocking (it syncs the file).
+    pub(crate) fn save_budgets(&self, now: bool) {
+        let mut saved = self.budgets_saved.lock().unwrap_or_else(|p| p.into_inner());
+        let changes = self.budgets.changes();
+        let due = saved.1.is_none_or(|at| at.elapsed() >= budget_store::SAVE_EVERY);
+        if changes == saved.0 || !(now || due) {
+            return;
+        }
+        let snapshot = self.budgets.snapshot(|| self.audit.head().seq);
+        match budget_store::save(&self.budget_file, snapshot) {
+            Ok(()) => *saved = (changes, Some(Instant::now())),
+            Err(e) => tracing::warn!(file = %self.budget_file.display(), error = %e, "cannot write the budgets file"),
+        }
+    }
+
+    /// The budget windows of `tools`: all of them, or those counted for `caller`.
+    pub(crate) fn budget_usage<'t>(
+        &self,
+        tools: impl Iterator<Item = &'t Arc<Tool>>,
+        caller: Option<&Caller>,
+    ) -> Vec<budgets::Usage> {
+        self.budgets.usage(tools, caller)
     }
 
     /// Who started a running invocation.

@@ -11,18 +11,23 @@
 //!   key with one. A waiter that goes away (its future dropped) leaves the queue at once.
 //! - [`FailureBudget`]: failures (a refused token, say) per key, per window; a key that
 //!   spent its budget is refused alone, others keep theirs.
+//! - [`Quota`]: use per key per fixed window (calls started, milliseconds, bytes), with the
+//!   window's reset time; bounded in keys, serializable so that its keeper can persist it.
+//!   Concurrency budgets use [`Limiter`]: one mechanism for waiting, one for counting.
 //! - [`peer`]: who a TCP peer is: on loopback the uid that owns the connecting socket (from
 //!   `/proc/net/tcp`), else its address.
 //!
-//! It depends on tokio only (the sync and time parts), so both the daemon and the unprivileged
+//! It depends on tokio (the sync and time parts) and serde, so both the daemon and the unprivileged
 //! front-end can link it without linking each other.
 
 mod budget;
 mod fair;
 pub mod peer;
+mod quota;
 mod refuse;
 
 pub use budget::{BudgetLimits, FailureBudget, OverBudget};
 pub use fair::{Limiter, LimiterLimits, Permit, Refused};
 pub use peer::Principal;
+pub use quota::{Exhausted, Left, Quota, Window};
 pub use refuse::answer_503;

@@ -114,6 +114,20 @@ pub struct StatusInfo {
     /// MCP servers the policy declares (without their tools).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub servers: Vec<super::ServerInfo>,
+    /// The budgets' open windows (an agent's own).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetInfo>,
+}
+
+/// One budget's window for one principal (docs/budgets.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct BudgetInfo {
+    pub key: String,
+    pub counted_for: String,
+    pub used: String,
+    pub limit: String,
+    pub reset: String,
+    pub reset_in_s: u64,
 }
 
 /// One audit export destination (`cordond --audit-otlp` and the like).
@@ -221,6 +235,18 @@ impl From<v1::StatusResponse> for StatusInfo {
             jobs_finished: s.jobs_finished,
             workflows_running: s.workflows_running,
             servers: s.servers.into_iter().map(super::ServerInfo::from).collect(),
+            budgets: s
+                .budgets
+                .into_iter()
+                .map(|b| BudgetInfo {
+                    key: b.key,
+                    counted_for: b.counted_for,
+                    used: b.used,
+                    limit: b.limit,
+                    reset: b.reset,
+                    reset_in_s: b.reset_in_s,
+                })
+                .collect(),
             audit_exports: s
                 .audit_exports
                 .into_iter()

@@ -127,6 +127,17 @@ pub(super) async fn run(endpoint: &Endpoint, as_json: bool) -> Result<u8, CliErr
     for w in &s.setup_warnings {
         outln!("set-up:      {}", term::line(w));
     }
+    for (i, b) in s.budgets.iter().enumerate() {
+        outln!(
+            "{:<13}{} for {}: {} of {}, resets in {}s",
+            if i == 0 { "budgets" } else { "" },
+            term::line(&b.key),
+            term::line(&b.counted_for),
+            term::line(&b.used),
+            term::line(&b.limit),
+            b.reset_in_s
+        );
+    }
     for (i, line) in super::servers::status_lines(&s.servers).iter().enumerate() {
         outln!("{:<13}{line}", if i == 0 { "servers" } else { "" });
     }

@@ -87,7 +87,11 @@ pub const TABLE: &[(u8, &str, &str)] = &[
     ),
     (SOFTWARE, "software", "an internal error in cordond, or an answer that broke the protocol"),
     (OS, "os", "the sandbox could not start the tool"),
-    (TEMPORARY, "temporary", "busy (slots, connections, confirmations); retry"),
+    (
+        TEMPORARY,
+        "temporary",
+        "busy (slots, connections, confirmations) or a budget used up for its window; retry (a budget refusal says when)",
+    ),
     (PERMISSION, "permission", "this user may not do this, or a person denied the approval"),
     (TIMED_OUT, "timed out", "the tool timed out and was killed, or nobody approved it in time"),
     (CANCELLED, "cancelled", "the invocation was cancelled"),
@@ -122,6 +126,8 @@ pub const fn for_code(code: ErrorCode) -> u8 {
         E::Internal | E::Protocol => SOFTWARE,
         E::SpawnFailed => OS,
         E::Busy
+        | E::RateLimited
+        | E::BudgetExceeded
         | E::TooManyJobs
         | E::ConfirmationInUse
         | E::TooManyConfirmations

@@ -113,6 +113,23 @@ pub fn describe(tool: &Tool) -> Value {
     let cache =
         tool.cache.map(|c| json!({ "ttl": format_duration(c.ttl), "error_ttl": c.error_ttl.map(format_duration) }));
     o.insert("cache".into(), json!(cache));
+    // Only when set: a tool without a budget keeps the digest it had before budgets existed.
+    if let Some(b) = &tool.budget {
+        let rate = |r: Option<crate::policy::budget::Rate>, m: crate::policy::budget::Measure| {
+            r.map(|r| json!({ "amount": m.show(r.amount), "per": format_duration(r.per) }))
+        };
+        use crate::policy::budget::Measure;
+        o.insert(
+            "budget".into(),
+            json!({
+                "calls": rate(b.calls, Measure::Calls),
+                "concurrent": b.concurrent,
+                "wall": rate(b.wall, Measure::Wall),
+                "egress": rate(b.egress, Measure::Egress),
+                "per": b.per.as_str(),
+            }),
+        );
+    }
     o.insert("read".into(), paths(&s.read));
     o.insert("write".into(), paths(&s.write));
     // Only when there are any: a tool without carve-outs keeps the digest it had before they
@@ -243,6 +260,7 @@ pub fn describe_server(server: &McpServer) -> Value {
         "output",
         "ok_exit_codes",
         "cache",
+        "budget",
     ] {
         o.remove(tool_only);
     }

@@ -192,6 +192,14 @@ pub const TOOL_KEYS: &[KeyDoc] = &[
         "{ memory = size, processes = int, open_files = int, file_size = size, cpu_time = duration }",
         true,
     ),
+    key(
+        "budget",
+        "table",
+        "{ calls = \"30/min\", concurrent = 2, wall = \"2h/day\", egress = \"500MB/day\", per = \"caller\" } how much \
+         the tool's callers may do, enforced by cordond and kept across its restarts (see the budget keys, \
+         docs/budgets.md)",
+        false,
+    ),
     key("allow", "table", "{ users = [...], groups = [...] } agent callers admitted to this tool", true),
     key(
         "run_as",
@@ -382,6 +390,40 @@ pub const GRANT_KEYS: &[KeyDoc] = &[
 pub const LIFT_KEYS: &[KeyDoc] = &[
     key("path", "string", "the protected entry: .git/hooks, .git/config, .git/config.worktree or .git", false),
     key("reason", "string", "why the tool must change it (required; shown by `cordon tool NAME`)", false),
+];
+
+/// Keys of a tool's `budget` table.
+pub const BUDGET_KEYS: &[KeyDoc] = &[
+    key(
+        "calls",
+        "rate",
+        "calls started per window, e.g. \"30/min\" (windows: sec, min, hour, day); one more is refused RATE_LIMITED until the window ends",
+        false,
+    ),
+    key(
+        "concurrent",
+        "integer",
+        "calls running at once, 1 to 1024; one more waits in cordond's fair queue (BUSY only when the queue is full or the wait passes --queue-timeout)",
+        false,
+    ),
+    key(
+        "wall",
+        "rate",
+        "wall-clock time of calls per window, e.g. \"2h/day\"; a call's timeout is lowered to what is left, and once it is used up calls are refused BUDGET_EXCEEDED",
+        false,
+    ),
+    key(
+        "egress",
+        "rate",
+        "bytes through the egress proxy (up and down) per window, e.g. \"500MB/day\" (tools with network.hosts); a call's network.max_bytes is lowered to what is left, and once it is used up calls are refused BUDGET_EXCEEDED",
+        false,
+    ),
+    key(
+        "per",
+        "\"caller\" | \"group\" | \"all\"",
+        "who the budget is counted for: each caller's uid (default), each caller's primary group, or everyone together",
+        false,
+    ),
 ];
 
 /// Keys of a `limits` table.

@@ -11,7 +11,8 @@
 //!   Leaves beside it: [`keys`](KeyDoc) (the key tables), [`carve`] (carve-outs inside grants and
 //!   the default protected set of a git work tree), [`diag`], [`units`], [`defaults`],
 //!   [`trust`], `pattern`, [`foreign`] (recognizes CtxNest and Gandalf configs, to say how to
-//!   import them), [`rootfile`] (files trusted for what they hold, such as an `upstream_ca`).
+//!   import them), [`rootfile`] (files trusted for what they hold, such as an `upstream_ca`),
+//!   [`budget`] (a tool's `budget`: its model, the rate texts like `"30/min"`).
 //! - [`server`]: an MCP server a policy declares ([`McpServer`], its launcher a [`Tool`]) and
 //!   [`downloads_at_start`], the recognizer of commands that fetch a package when they start.
 //! - [`fleet`]: the policy digest, a tool's (or server's) policy as canonical JSON and the diff of
@@ -26,9 +27,10 @@
 //!
 //! Architecture invariant: a [`Tool`] cannot hold an invalid state. Every rule in the key tables
 //! is checked while parsing; later stages (validation, execution) never re-check policy syntax.
-//! The module graph is a DAG: the model imports no other policy module but the leaf `carve`, and nothing below
-//! `load` imports it.
+//! The module graph is a DAG: the model imports no other policy module but the leaves `carve`
+//! and `budget`, and nothing below `load` imports it.
 
+pub mod budget;
 pub mod carve;
 pub mod defaults;
 pub mod diag;
@@ -53,9 +55,9 @@ pub mod units;
 
 pub use diag::{Diagnostic, Severity};
 pub use keys::{
-    CLIENT_REQUEST_KEYS, FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS,
-    SECRET_KEYS, SERVER_KEYS, SERVER_RULE_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS,
-    WORKFLOW_KEYS,
+    BUDGET_KEYS, CLIENT_REQUEST_KEYS, FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS,
+    PARAM_KEYS, SECRET_KEYS, SERVER_KEYS, SERVER_RULE_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS,
+    TOOL_SECRET_KEYS, WORKFLOW_KEYS,
 };
 pub use load::{
     ExampleResult, LoadError, MAX_POLICY_FILE_BYTES, MAX_POLICY_TOTAL_BYTES, PolicySet, Reuse, Sources, TestReport,

@@ -128,6 +128,8 @@ pub struct Tool {
     /// `secrets`: the declared secrets the tool uses, each by the environment variable that
     /// holds its placeholder (in the order written).
     pub secrets: Vec<crate::secret::ToolSecret>,
+    /// `budget`: how much its callers may do (cordond enforces it).
+    pub budget: Option<crate::policy::budget::Budget>,
 }
 
 /// One entry of `accept_warnings`: `"NAME"`, or `{ lint = "NAME", reason = "..." }`.

@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 
 use super::defaults::{DEFAULT_READ, DEFAULT_READ_EXEC, DEFAULT_WRITE_FILES};
 use super::keys::{
-    CLIENT_REQUEST_KEYS, FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS, PARAM_KEYS,
-    SECRET_KEYS, SERVER_KEYS, SERVER_RULE_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS, TOOL_SECRET_KEYS,
-    WORKFLOW_KEYS,
+    BUDGET_KEYS, CLIENT_REQUEST_KEYS, FILE_KEYS, GRANT_KEYS, HOST_KEYS, KeyDoc, LIFT_KEYS, LIMIT_KEYS, NETWORK_KEYS,
+    PARAM_KEYS, SECRET_KEYS, SERVER_KEYS, SERVER_RULE_KEYS, SOURCE_KEYS, STEP_KEYS, TEMP_KEYS, TOOL_KEYS,
+    TOOL_SECRET_KEYS, WORKFLOW_KEYS,
 };
 use super::model::{
     BASE_ENV, DEFAULT_MAX_OUTPUT, DEFAULT_TIMEOUT, FORBIDDEN_ENV, MAX_OUTPUT_RANGE, MAX_SAFE_INTEGER, REGEX_MAX_LEN,
@@ -155,6 +155,7 @@ pub fn authoring_reference() -> String {
     keys(&mut out, "`network.hosts` entry table", HOST_KEYS, false);
     out.push_str(REQUEST_RULES);
     keys(&mut out, "`limits`", LIMIT_KEYS, false);
+    keys(&mut out, "`budget`", BUDGET_KEYS, false);
     keys(&mut out, "`temp`", TEMP_KEYS, false);
     keys(&mut out, "`[secrets.NAME]`", SECRET_KEYS, false);
     keys(&mut out, "`[secrets.NAME]` `source`", SOURCE_KEYS, false);
@@ -306,6 +307,7 @@ pub fn reference_json() -> serde_json::Value {
             "network": table(NETWORK_KEYS),
             "host": table(HOST_KEYS),
             "limits": table(LIMIT_KEYS),
+            "budget": table(BUDGET_KEYS),
             "temp": table(TEMP_KEYS),
             "grant": table(GRANT_KEYS),
             "unprotect": table(LIFT_KEYS),
@@ -347,6 +349,7 @@ mod tests {
             .chain(NETWORK_KEYS)
             .chain(HOST_KEYS)
             .chain(LIMIT_KEYS)
+            .chain(BUDGET_KEYS)
             .chain(TEMP_KEYS)
             .chain(GRANT_KEYS)
             .chain(LIFT_KEYS)

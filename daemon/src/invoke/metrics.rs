@@ -46,6 +46,13 @@ struct ToolLabel {
     tool: String,
 }
 
+/// A budget refusal: the budget key (from the policy, so bounded) and the code.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BudgetCode {
+    budget: String,
+    code: &'static str,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
@@ -63,6 +70,7 @@ pub(crate) struct InvokeMetrics {
     invocations: Family<ToolOutcome, Counter>,
     duration: Family<ToolLabel, Histogram, fn() -> Histogram>,
     cache: Family<ResultLabel, Counter>,
+    budget_refusals: Family<BudgetCode, Counter>,
 }
 
 impl InvokeMetrics {
@@ -71,6 +79,7 @@ impl InvokeMetrics {
             invocations: Family::default(),
             duration: Family::new_with_constructor(duration_histogram as fn() -> Histogram),
             cache: Family::default(),
+            budget_refusals: Family::default(),
         };
         registry.register(
             "invocations",
@@ -88,6 +97,11 @@ impl InvokeMetrics {
             "Result cache lookups of tools whose policy says `cache` (validated, authorized calls), by result",
             m.cache.clone(),
         );
+        registry.register(
+            "budget_refusals",
+            "Calls refused by a budget (RATE_LIMITED, BUDGET_EXCEEDED), by the budget's policy key and the code",
+            m.budget_refusals.clone(),
+        );
         // Known series start at 0, so that a rate over the first hit or miss is right.
         for result in ["hit", "miss"] {
             let _ = m.cache.get_or_create(&ResultLabel { result });
@@ -101,6 +115,11 @@ impl InvokeMetrics {
         if let Some(d) = ran {
             self.duration.get_or_create(&ToolLabel { tool: tool.to_string() }).observe(d.as_secs_f64());
         }
+    }
+
+    /// A call refused by the budget `key` (a policy key: bounded) with `code`.
+    pub(crate) fn budget_refusal(&self, key: &str, code: &'static str) {
+        self.budget_refusals.get_or_create(&BudgetCode { budget: key.to_string(), code }).inc();
     }
 
     /// A result cache lookup.
@@ -121,6 +140,7 @@ mod tests {
         m.invocation("echo", Outcome::Ok, Some(Duration::from_millis(30)));
         m.invocation("echo", Outcome::SpawnFailed, None);
         m.cache_lookup(false);
+        m.budget_refusal("tools.echo.budget.calls", "RATE_LIMITED");
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
@@ -130,6 +150,7 @@ mod tests {
             "cordon_invocation_duration_seconds_bucket{le=\"0.005\",tool=\"echo\"} 1",
             "cordon_cache_lookups_total{result=\"miss\"} 1",
             "cordon_cache_lookups_total{result=\"hit\"} 0",
+            "cordon_budget_refusals_total{budget=\"tools.echo.budget.calls\",code=\"RATE_LIMITED\"} 1",
             "# EOF",
         ] {
             assert!(text.contains(line), "{line:?} not in\n{text}");

@@ -331,6 +331,8 @@ pub(crate) async fn run_with(
                 daemon.invoker.sweep_confirmations();
                 daemon.jobs.sweep();
                 daemon.servers.sweep_idle().await;
+                let invoker = daemon.invoker.clone();
+                let _ = tokio::task::spawn_blocking(move || invoker.save_budgets(false)).await;
             }
         })
     };
@@ -379,7 +381,10 @@ pub(crate) async fn run_with(
             router.serve_with_incoming_shutdown(tokio_stream::StreamExt::merge(local, remote), stop).await
         }
     };
-    // Every stream has ended: the MCP servers' instances go (each recorded as stopped).
+    // Every stream has ended: every call's use is counted, and the budgets are kept.
+    let invoker = daemon.invoker.clone();
+    let _ = tokio::task::spawn_blocking(move || invoker.save_budgets(true)).await;
+    // The MCP servers' instances go (each recorded as stopped).
     daemon.servers.shutdown().await;
     served
 }

@@ -60,6 +60,14 @@ pub(crate) fn invoke(e: &InvokeError) -> Status {
         InvokeError::Unavailable { .. } | InvokeError::Spawn(_) => Code::FailedPrecondition,
         InvokeError::NotOwner { .. } => Code::PermissionDenied,
         InvokeError::Busy(_) => Code::ResourceExhausted,
+        InvokeError::Budget(b) => {
+            // `retry-after`: seconds until the budget's window ends (as HTTP's header says it).
+            let mut status = with_code(Code::ResourceExhausted, b.code, None, e.to_string());
+            if let Ok(v) = MetadataValue::try_from(b.retry_after.as_secs().max(1).to_string()) {
+                status.metadata_mut().insert("retry-after", v);
+            }
+            return status;
+        }
         InvokeError::Reloaded { .. } | InvokeError::ReloadedSinceAuthorized { .. } => Code::FailedPrecondition,
         InvokeError::ShuttingDown | InvokeError::Audit(_) => Code::Unavailable,
         InvokeError::Random(_) => Code::Internal,

@@ -5,6 +5,7 @@ mod admission;
 mod audit;
 mod authz;
 mod book;
+mod budgets;
 mod cache_inputs;
 mod carveouts;
 mod cgroup_delegation;

@@ -89,6 +89,11 @@ pub(crate) fn run(paths: &[PathBuf], deny_warnings: bool, as_json: bool) -> Resu
             .collect(),
         Err(_) => Vec::new(),
     };
+    // Each tool's budget, as one line (docs/budgets.md).
+    let budgets: Vec<(String, String)> = match &result {
+        Ok(set) => set.tools.iter().filter_map(|t| Some((t.name.clone(), t.budget.as_ref()?.summary()))).collect(),
+        Err(_) => Vec::new(),
+    };
     let servers: Vec<ServerLine> = match &result {
         Ok(set) => set.servers.iter().map(|s| ServerLine::of(s)).collect(),
         Err(_) => Vec::new(),
@@ -100,7 +105,9 @@ pub(crate) fn run(paths: &[PathBuf], deny_warnings: bool, as_json: bool) -> Resu
     if as_json {
         let unavailable: Vec<Value> = unavailable.iter().map(|(n, r)| json!({ "tool": n, "reason": r })).collect();
         let servers: Vec<Value> = servers.iter().map(ServerLine::json).collect();
+        let budgets: Vec<Value> = budgets.iter().map(|(n, b)| json!({ "tool": n, "budget": b })).collect();
         print_json(&json!({
+            "budgets": budgets,
             "ok": report.ok,
             "tools": report.tools,
             "servers": servers,
@@ -124,6 +131,9 @@ pub(crate) fn run(paths: &[PathBuf], deny_warnings: bool, as_json: bool) -> Resu
             }
             for (name, reason) in &unavailable {
                 outln!("note: {name} is unavailable on this host: {reason}");
+            }
+            for (name, budget) in &budgets {
+                outln!("budget {name}: {budget}");
             }
             for s in &servers {
                 s.print();

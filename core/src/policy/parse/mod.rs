@@ -16,6 +16,7 @@
 //! - `carve`: `read`/`write` entries in table form: carve-outs (`deny`, `read_only`) and lifts of
 //!   the protected git set (`unprotect`).
 //! - `limits`: `timeout`, `max_output` and the `limits` table.
+//! - `budget`: a tool's `budget` table.
 //! - `env`: the `env` table and `args_env_prefix`.
 //! - `secrets`: the file's `[secrets.NAME]` declarations and a tool's `secrets` table.
 //! - `examples`: `[[tools.NAME.examples]]` and `[[tools.NAME.refuse]]`, run once the tool is built.
@@ -29,6 +30,7 @@
 //! Diagnostics are sorted by position at the end (a stable sort), so the order of the checks
 //! only matters among problems reported at one position.
 
+mod budget;
 mod carve;
 mod command;
 mod common;

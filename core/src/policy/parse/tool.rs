@@ -73,6 +73,7 @@ impl Parser<'_> {
         let merged = own.over(defaults);
         let ok_exit_codes = self.ok_exit_codes(table);
         let cache = self.cache(table, &ctx, &about.annotations, merged.confirm);
+        let budget = table.get("budget").and_then(|v| self.budget(v, &ctx));
         self.check_exported_params(&merged.args_env_prefix, &params, &merged.env);
         let tool_secrets = self.sandbox_checks(table, &ctx, &name_span, &merged, &params, secrets);
         if let Some((_, args)) = &command {
@@ -89,6 +90,7 @@ impl Parser<'_> {
         tool.examples = examples;
         tool.ok_exit_codes = ok_exit_codes;
         tool.cache = cache;
+        tool.budget = budget;
         tool.secrets = tool_secrets;
         self.lint(&tool, table, &name_span, &accepted);
         tool.accepted_warnings = accepted;
@@ -457,5 +459,6 @@ pub(super) fn assemble(
         cache: None,
         accepted_warnings: Vec::new(),
         secrets: Vec::new(),
+        budget: None,
     })
 }

@@ -119,7 +119,37 @@ pub(in crate::server) async fn status(
         workflows_running: count(d.workflows.count((!admin).then_some(caller.uid))),
         cache: admin.then(|| figures::cache(d.invoker.cache())),
         audit_exports: if admin { figures::exports(&d.audit, audit_head.seq) } else { Vec::new() },
+        budgets: budgets(d, &registry, &caller, admin),
     }))
+}
+
+/// The budgets' windows: every one for an admin; for an agent, those counted for it of the
+/// tools it may use.
+fn budgets(
+    d: &crate::server::Daemon,
+    registry: &crate::registry::Registry,
+    caller: &crate::caller::Caller,
+    admin: bool,
+) -> Vec<v1::BudgetUsage> {
+    let now = crate::invoke::budgets::now_ms();
+    let rows = if admin {
+        d.invoker.budget_usage(registry.tools.values(), None)
+    } else {
+        let usable = registry.tools.values().filter(|t| !t.disabled && d.authz.may_use(caller, Role::Agent, t));
+        d.invoker.budget_usage(usable, Some(caller))
+    };
+    rows.into_iter()
+        .map(|u| v1::BudgetUsage {
+            reset: cordon_core::audit::chain::rfc3339(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(u.reset_ms),
+            ),
+            reset_in_s: u.reset_ms.saturating_sub(now).div_ceil(1000),
+            key: u.key,
+            counted_for: u.principal,
+            used: u.used,
+            limit: u.limit,
+        })
+        .collect()
 }
 
 pub(in crate::server) async fn get_metrics(

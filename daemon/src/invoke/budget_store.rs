@@ -1,0 +1,301 @@
+//! Budgets kept across restarts of cordond: `budgets.json` beside the audit log, plus the
+//! audit records written after it.
+//!
+//! The file holds every open window and the audit `seq` it accounts up to: the head is read
+//! before the windows, and every call's use is counted before its record is queued, so a record
+//! at or before that seq is in the windows (one after it may be too: counted twice, never
+//! lost). It is written root-only (0600) through [`crate::tokens::write_private`] (temp file,
+//! `O_EXCL|O_NOFOLLOW`, fsync, rename) at most every [`SAVE_EVERY`] while budgets change, and
+//! at shutdown.
+//!
+//! At start the file is used only when it is a regular file (not a symlink), owned by cordond's
+//! user, mode 0600, at most [`MAX_FILE_BYTES`] and well-formed; then the audit records after
+//! its seq are counted again (`started`: a call; a terminal record: its `duration_ms` and its
+//! `egress_charged`, else its egress bytes), so a kill -9 loses nothing. A file that fails any check is not trusted and
+//! the whole audit log is counted instead (a warning says why): budgets fail to the safe side,
+//! never to "reset to zero". Records in rotated audit files are not read (a rotation since the
+//! last save loses what they counted).
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cordon_core::audit::chain::unix_nanos;
+use cordon_core::caller::Caller;
+use cordon_core::policy::Tool;
+use cordon_limit::Window;
+use serde::{Deserialize, Serialize};
+
+use super::budgets::{Budgets, QuotaKey, principal};
+
+/// The file's name, in the audit log's directory.
+pub(crate) const FILE_NAME: &str = "budgets.json";
+/// Largest file read back (65,536 windows of short keys fit well within it).
+pub(crate) const MAX_FILE_BYTES: u64 = 16 << 20;
+/// Longest an audit line read for re-counting may be; longer lines are skipped.
+const MAX_LINE_BYTES: u64 = 1 << 20;
+/// How often, at most, the file is written while budgets change.
+pub(crate) const SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What the file holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct Snapshot {
+    version: u32,
+    /// The audit record seq the windows account up to.
+    seq: u64,
+    windows: Vec<(QuotaKey, Window)>,
+    /// Calls in flight then whose start is in the windows, and those whose use is too: their
+    /// records after `seq` are not counted again.
+    #[serde(default)]
+    counted: Vec<String>,
+    #[serde(default)]
+    charged: Vec<String>,
+}
+
+/// The file beside `audit`.
+pub(crate) fn path_for(audit: &Path) -> PathBuf {
+    audit.parent().unwrap_or(Path::new(".")).join(FILE_NAME)
+}
+
+/// Writes the windows, accounting up to `seq`.
+pub(crate) fn save(path: &Path, s: super::budgets::Snapshot) -> std::io::Result<()> {
+    let snap = Snapshot { version: 1, seq: s.seq, windows: s.windows, counted: s.counted, charged: s.charged };
+    let text = serde_json::to_vec(&snap).map_err(std::io::Error::other)?;
+    crate::tokens::write_private(path, FILE_NAME, &text)
+}
+
+/// Reads the file if it can be trusted: `Err` says why not (`Ok(None)`: there is none).
+fn read_trusted(path: &Path) -> Result<Option<Snapshot>, String> {
+    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err("it is a symlink".into()),
+        Err(e) => return Err(format!("cannot open it: {e}")),
+    };
+    let meta = file.metadata().map_err(|e| format!("cannot stat it: {e}"))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    if meta.uid() != me {
+        return Err(format!("it is owned by uid {}, not by cordond's uid {me}", meta.uid()));
+    }
+    if meta.mode() & 0o7777 != 0o600 {
+        return Err(format!("its mode is {:o}, not 0600", meta.mode() & 0o7777));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!("it is larger than {MAX_FILE_BYTES} bytes"));
+    }
+    let mut text = Vec::new();
+    file.take(MAX_FILE_BYTES).read_to_end(&mut text).map_err(|e| format!("cannot read it: {e}"))?;
+    let snap: Snapshot = serde_json::from_slice(&text).map_err(|e| format!("it is not a budgets file: {e}"))?;
+    if snap.version != 1 {
+        return Err(format!("it has version {}, this cordond reads 1", snap.version));
+    }
+    Ok(Some(snap))
+}
+
+/// Restores `budgets` at start: the trusted file's windows, then the audit records after its
+/// seq (all of them when there is no trusted file). Returns the seq the file held, if used.
+pub(crate) fn load(budgets: &Budgets, audit: &Path, tools: &dyn Fn(&str) -> Option<Arc<Tool>>) -> Option<u64> {
+    let path = path_for(audit);
+    let (after, skip, used) = match read_trusted(&path) {
+        Ok(Some(snap)) => {
+            budgets.restore(snap.windows);
+            let skip =
+                Skip { counted: snap.counted.into_iter().collect(), charged: snap.charged.into_iter().collect() };
+            (snap.seq, skip, Some(snap.seq))
+        }
+        Ok(None) => (0, Skip::default(), None),
+        Err(why) => {
+            tracing::warn!(file = %path.display(), why, "budgets file not trusted; counting budgets from the audit log instead");
+            (0, Skip::default(), None)
+        }
+    };
+    recount(budgets, audit, after, &skip, tools);
+    used
+}
+
+/// The fields of an audit record that budgets count (the rest is skipped unread).
+#[derive(Debug, Deserialize)]
+struct Line<'a> {
+    #[serde(default)]
+    seq: u64,
+    #[serde(borrow, default)]
+    time: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    decision: Cow<'a, str>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool: Option<Cow<'a, str>>,
+    #[serde(default)]
+    caller: Option<CallerIds>,
+    #[serde(default)]
+    duration_ms: Option<u64>,
+    #[serde(default)]
+    egress: Option<EgressBytes>,
+    #[serde(default)]
+    egress_charged: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CallerIds {
+    uid: u32,
+    gid: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct EgressBytes {
+    #[serde(default)]
+    bytes_up: u64,
+    #[serde(default)]
+    bytes_down: u64,
+}
+
+/// Calls whose records the snapshot's windows hold already.
+#[derive(Debug, Default)]
+struct Skip {
+    counted: HashSet<String>,
+    charged: HashSet<String>,
+}
+
+/// Counts the audit records of `audit` after `after` into `budgets`.
+fn recount(budgets: &Budgets, audit: &Path, after: u64, skip: &Skip, tools: &dyn Fn(&str) -> Option<Arc<Tool>>) {
+    let Ok(file) = std::fs::File::open(audit) else { return };
+    let mut reader = BufReader::new(file);
+    // Calls of budgeted tools that started and have not ended yet: id -> (tool, principal).
+    let mut open: HashMap<String, (Arc<Tool>, String)> = HashMap::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut reader).take(MAX_LINE_BYTES).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if line.last() != Some(&b'\n') {
+            // Longer than the bound (or the torn end of the file): skip to the next line.
+            if line.len() as u64 >= MAX_LINE_BYTES {
+                let mut rest = Vec::new();
+                let _ = reader.read_until(b'\n', &mut rest);
+            }
+            continue;
+        }
+        let Ok(r) = serde_json::from_slice::<Line<'_>>(&line) else { continue };
+        let at_ms = || r.time.as_deref().and_then(unix_nanos).map_or(0, |n| n / 1_000_000);
+        let id = r.id.as_deref().unwrap_or_default();
+        match r.decision.as_ref() {
+            "started" => {
+                let Some(tool) = r.tool.as_deref().and_then(tools) else { continue };
+                let Some(budget) = &tool.budget else { continue };
+                let Some(c) = r.caller else { continue };
+                let caller = Caller::socket(c.uid, c.gid, None);
+                if r.seq > after && !skip.counted.contains(id) {
+                    budgets.recount_start(&tool, &caller, at_ms());
+                }
+                open.insert(id.to_string(), (tool.clone(), principal(budget, &caller)));
+            }
+            "finished" | "timed_out" | "cancelled" | "failed" | "aborted" => {
+                let Some((tool, principal)) = open.remove(id) else { continue };
+                if r.seq > after && !skip.charged.contains(id) {
+                    let moved = r.egress.map_or(0, |e| e.bytes_up.saturating_add(e.bytes_down));
+                    let egress = r.egress_charged.unwrap_or(moved);
+                    budgets.recount_end(&tool, &principal, r.duration_ms.unwrap_or(0), egress, at_ms());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+    use crate::invoke::admission;
+    use crate::invoke::budgets::now_ms;
+
+    fn tool() -> Arc<Tool> {
+        let text = "version = 1\n[tools.t]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/true\"]\n\
+                    budget = { calls = \"10/hour\", wall = \"1h/day\" }\n";
+        let set = cordon_core::policy::load_sources(
+            &[("t.toml".into(), text.to_string())],
+            &cordon_core::policy::Host::new(true, i32::MAX),
+        );
+        set.unwrap().tools[0].clone()
+    }
+
+    fn line(seq: u64, decision: &str, id: &str, extra: &str) -> String {
+        let time = cordon_core::audit::chain::rfc3339(std::time::SystemTime::now());
+        format!(
+            r#"{{"seq":{seq},"time":"{time}","decision":"{decision}","id":"{id}","tool":"t","caller":{{"uid":7,"gid":7}}{extra}}}"#
+        )
+    }
+
+    fn used(b: &Budgets, what: &str) -> u64 {
+        b.snapshot(|| 0)
+            .windows
+            .iter()
+            .find(|((k, p), _)| k == &format!("tools.t.budget.{what}") && p == "uid 7")
+            .map_or(0, |(_, w)| w.used)
+    }
+
+    #[test]
+    fn the_file_and_the_records_after_it_count_each_call_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = dir.path().join("audit.jsonl");
+        let t = tool();
+        // a: started and ended before the snapshot; b: in flight at it (counted, not charged);
+        // c: started after it.
+        let log = [
+            line(1, "started", "a", ""),
+            line(2, "finished", "a", r#","duration_ms":1000"#),
+            line(3, "started", "b", ""),
+            line(4, "finished", "b", r#","duration_ms":2000"#),
+            line(5, "started", "c", ""),
+            line(6, "timed_out", "c", r#","duration_ms":4000"#),
+        ];
+        std::fs::write(&audit, log.join("\n") + "\n").unwrap();
+        let now = now_ms();
+        let windows = vec![
+            (
+                ("tools.t.budget.calls".to_string(), "uid 7".to_string()),
+                Window { started_ms: now - 10, per_ms: 3_600_000, used: 2 },
+            ),
+            (
+                ("tools.t.budget.wall".to_string(), "uid 7".to_string()),
+                Window { started_ms: now - 10, per_ms: 86_400_000, used: 1000 },
+            ),
+        ];
+        let snap = crate::invoke::budgets::Snapshot { seq: 3, windows, counted: vec!["b".into()], charged: vec![] };
+        save(&path_for(&audit), snap).unwrap();
+        let b = Budgets::new(admission::Limits::default());
+        let lookup = |n: &str| (n == "t").then(|| t.clone());
+        assert_eq!(load(&b, &audit, &lookup), Some(3));
+        assert_eq!(used(&b, "calls"), 3, "a and b from the file, c from the log");
+        assert_eq!(used(&b, "wall"), 1000 + 2000 + 4000);
+
+        // Not trusted (a looser mode): the whole log is counted, never nothing.
+        std::fs::set_permissions(path_for(&audit), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let b = Budgets::new(admission::Limits::default());
+        assert_eq!(load(&b, &audit, &lookup), None);
+        assert_eq!((used(&b, "calls"), used(&b, "wall")), (3, 7000));
+        assert_eq!(read_trusted(&path_for(&audit)).unwrap_err(), "its mode is 644, not 0600");
+
+        // Garbage, a torn last line and a record of an unknown tool change nothing.
+        let mut text = log.join("\n");
+        text.push_str("\nnot json\n");
+        text.push_str(&line(7, "started", "d", "").replace("\"t\"", "\"other\""));
+        text.push_str("\n{\"seq\":8,\"decision\":\"started\",\"id\":\"e\",\"tool\":\"t\"");
+        std::fs::write(&audit, text).unwrap();
+        std::fs::remove_file(path_for(&audit)).unwrap();
+        let b = Budgets::new(admission::Limits::default());
+        load(&b, &audit, &lookup);
+        assert_eq!((used(&b, "calls"), used(&b, "wall")), (3, 7000));
+    }
+}
