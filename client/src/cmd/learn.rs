@@ -1,0 +1,98 @@
+//! The suggestion of a learn run (`cordon run --learn DIR`, docs/learn.md): from the paths the
+//! tool opened under each extra tree, the narrowest `read` and `exec` entries that cover them.
+//!
+//! Per tree and key, one entry: the one path opened (a file or a directory), or the deepest
+//! directory that holds every path opened; never above the tree. Programs run need `exec` (it
+//! grants reading too), so a `read` entry an `exec` entry already covers is left out.
+
+use crate::api::Learned;
+
+/// `path` is `tree` or beneath it.
+pub(super) fn within(path: &str, tree: &str) -> bool {
+    path == tree || path.strip_prefix(tree).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// The `read` and `exec` entries that would have allowed what the run opened, at most one of
+/// each per tree.
+pub(super) fn suggest(trees: &[String], learned: &[Learned]) -> (Vec<String>, Vec<String>) {
+    let (mut read, mut exec) = (Vec::new(), Vec::new());
+    for tree in trees {
+        let under = learned.iter().filter(|l| within(&l.path, tree));
+        let ran: Vec<&str> = under.clone().filter(|l| l.exec).map(|l| l.path.as_str()).collect();
+        let opened: Vec<&str> = under.filter(|l| !l.exec).map(|l| l.path.as_str()).collect();
+        let x = covering(&ran, tree);
+        let r = covering(&opened, tree).filter(|r| !x.as_deref().is_some_and(|x| within(r, x)));
+        exec.extend(x);
+        read.extend(r);
+    }
+    (read, exec)
+}
+
+/// The one path, or the deepest directory holding them all (never above `tree`).
+fn covering(paths: &[&str], tree: &str) -> Option<String> {
+    let (first, rest) = paths.split_first()?;
+    if rest.iter().all(|p| p == first) {
+        return Some((*first).to_string());
+    }
+    let mut common: Vec<&str> = parent(first).split('/').collect();
+    for p in rest {
+        let parts: Vec<&str> = p.split('/').collect();
+        // A path that is itself the common directory so far keeps it whole.
+        let n = common.iter().zip(&parts).take_while(|(a, b)| a == b).count();
+        common.truncate(n);
+    }
+    let dir = common.join("/");
+    Some(if within(&dir, tree) { dir } else { tree.to_string() })
+}
+
+/// The directory of `path` (`path` itself when it has none).
+fn parent(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => path,
+        Some(i) => &path[..i],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l(path: &str, exec: bool, dir: bool) -> Learned {
+        Learned { path: path.into(), read: !exec, exec, opens: 1, dir }
+    }
+
+    #[test]
+    fn within_is_by_component() {
+        assert!(within("/t/a", "/t"));
+        assert!(within("/t", "/t"));
+        assert!(!within("/tt/a", "/t"));
+    }
+
+    #[test]
+    fn one_file_is_granted_itself_and_several_their_deepest_common_directory() {
+        let trees = vec!["/t".to_string()];
+        let one = suggest(&trees, &[l("/t/lib/a.so", false, false)]);
+        assert_eq!(one, (vec!["/t/lib/a.so".to_string()], vec![]));
+        let two = suggest(&trees, &[l("/t/lib/x/a.so", false, false), l("/t/lib/y/b.so", false, false)]);
+        assert_eq!(two, (vec!["/t/lib".to_string()], vec![]));
+        let dir_and_file = suggest(&trees, &[l("/t/lib", false, true), l("/t/lib/a", false, false)]);
+        assert_eq!(dir_and_file, (vec!["/t/lib".to_string()], vec![]));
+    }
+
+    #[test]
+    fn a_read_entry_under_the_exec_entry_is_left_out_and_nothing_goes_above_the_tree() {
+        let trees = vec!["/t".to_string(), "/u".to_string()];
+        let got = suggest(
+            &trees,
+            &[
+                l("/t/bin/tool", true, false),
+                l("/t/bin/tool.cfg", false, false),
+                l("/u/a", false, false),
+                l("/u/b/c", false, false),
+            ],
+        );
+        assert_eq!(got, (vec!["/u".to_string()], vec!["/t/bin/tool".to_string()]));
+        let split = suggest(&trees, &[l("/t/bin/tool", true, false), l("/t/share/x", false, false)]);
+        assert_eq!(split, (vec!["/t/share/x".to_string()], vec!["/t/bin/tool".to_string()]));
+    }
+}
