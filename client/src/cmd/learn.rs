@@ -18,8 +18,8 @@ pub(super) fn suggest(trees: &[String], learned: &[Learned]) -> (Vec<String>, Ve
     let (mut read, mut exec) = (Vec::new(), Vec::new());
     for tree in trees {
         let under = learned.iter().filter(|l| within(&l.path, tree));
-        let ran: Vec<&str> = under.clone().filter(|l| l.exec).map(|l| l.path.as_str()).collect();
-        let opened: Vec<&str> = under.filter(|l| !l.exec).map(|l| l.path.as_str()).collect();
+        let ran: Vec<&Learned> = under.clone().filter(|l| l.exec).collect();
+        let opened: Vec<&Learned> = under.filter(|l| !l.exec).collect();
         let x = covering(&ran, tree);
         let r = covering(&opened, tree).filter(|r| !x.as_deref().is_some_and(|x| within(r, x)));
         exec.extend(x);
@@ -29,16 +29,18 @@ pub(super) fn suggest(trees: &[String], learned: &[Learned]) -> (Vec<String>, Ve
 }
 
 /// The one path, or the deepest directory holding them all (never above `tree`).
-fn covering(paths: &[&str], tree: &str) -> Option<String> {
+fn covering(paths: &[&Learned], tree: &str) -> Option<String> {
     let (first, rest) = paths.split_first()?;
-    if rest.iter().all(|p| p == first) {
-        return Some((*first).to_string());
+    if rest.iter().all(|p| p.path == first.path) {
+        return Some(first.path.clone());
     }
-    let mut common: Vec<&str> = parent(first).split('/').collect();
+    // A directory opened is covered by itself, a file by the directory that holds it.
+    let home = |l: &Learned| if l.dir { l.path.clone() } else { parent(&l.path).to_string() };
+    let start = home(first);
+    let mut common: Vec<&str> = start.split('/').collect();
     for p in rest {
-        let parts: Vec<&str> = p.split('/').collect();
-        // A path that is itself the common directory so far keeps it whole.
-        let n = common.iter().zip(&parts).take_while(|(a, b)| a == b).count();
+        let other = home(p);
+        let n = common.iter().zip(other.split('/')).take_while(|(a, b)| **a == *b).count();
         common.truncate(n);
     }
     let dir = common.join("/");
@@ -91,7 +93,10 @@ mod tests {
                 l("/u/b/c", false, false),
             ],
         );
-        assert_eq!(got, (vec!["/u".to_string()], vec!["/t/bin/tool".to_string()]));
+        // The program's own file is granted exec; what it read beside it (not beneath it), read.
+        assert_eq!(got, (vec!["/t/bin/tool.cfg".to_string(), "/u".to_string()], vec!["/t/bin/tool".to_string()]));
+        let under = suggest(&trees, &[l("/t/bin", true, false), l("/t/bin/x/y", false, false)]);
+        assert_eq!(under, (vec![], vec!["/t/bin".to_string()]));
         let split = suggest(&trees, &[l("/t/bin/tool", true, false), l("/t/share/x", false, false)]);
         assert_eq!(split, (vec!["/t/share/x".to_string()], vec!["/t/bin/tool".to_string()]));
     }

@@ -167,9 +167,17 @@ impl Learner {
     }
 
     /// Reads what is left (every process of the call is gone) and lets the namespace go.
+    ///
+    /// Closing the group and the last reference to the namespace waits for the kernel (a group
+    /// waits for its marks to be freed, an unmount for an RCU grace period: together about as
+    /// long as a short tool's whole run, measured): done on a blocking thread, so the answer does
+    /// not wait for it, nor does the runtime's thread.
     pub(crate) fn finish(mut self) -> Learned {
         while drain(self.group.get_ref(), &mut self.seen, &mut self.why) {}
-        drop(self.ns.take());
+        let closing = (self.group.into_inner(), self.ns.take());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn_blocking(move || drop(closing));
+        }
         let paths: Vec<LearnedPath> = self.seen.into_values().collect();
         Learned { paths, incomplete: !self.why.is_empty(), why: self.why }
     }
