@@ -60,6 +60,18 @@ description = "tries to change and create files under the learn tree"
 reason = "learn tests"
 command = ["sh", "-c", {writes}]
 
+[tools.confirmed]
+description = "reads a file under the tree, after a confirmation"
+reason = "learn tests"
+command = ["sh", "-c", {confirmed}]
+confirm = "agent"
+
+[tools.writer]
+description = "has a write grant inside the tree"
+reason = "learn tests"
+command = ["true"]
+write = [{lib}]
+
 [tools.newline]
 description = "reads a file whose name has a newline"
 reason = "learn tests"
@@ -74,6 +86,8 @@ command = ["sh", "-c", {newline}]
             "echo y > $T/lib/a.txt || echo change-failed; echo y > $T/created || echo create-failed; mkdir $T/made || echo mkdir-failed"
         ),
         newline = script("cat '$T/lib/new\nline.txt'"),
+        confirmed = script("cat $T/lib/a.txt"),
+        lib = q(tree.join("lib")),
     );
     let policies = top.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
@@ -230,8 +244,24 @@ fn learn_is_refused_to_an_agent_for_slash_and_through_a_symlink() {
     let e = &through.json()["error"];
     assert_eq!(e["code"], "LEARN_REFUSED", "{through:?}");
     assert!(e["message"].as_str().unwrap().contains("symlink"), "{e}");
-    // Nothing ran for either.
+    // A tree that holds one of the tool's write grants (the read-only bind would take it away).
+    let holds = d.cordon(&["run", "writer", "--learn", tree, "--json"]);
+    let e = &holds.json()["error"];
+    assert_eq!(e["code"], "LEARN_REFUSED", "{holds:?}");
+    assert!(e["message"].as_str().unwrap().contains("holds the tool's write grant"), "{e}");
+    let inside = d.cordon(&["run", "writer", "--learn", &s(f.tree.join("lib")), "--json"]);
+    assert!(inside.json()["error"]["message"].as_str().unwrap().contains("is inside the tool's write grant"));
+    // Nothing ran for any of them.
     assert_eq!(d.audit_records().iter().filter(|r| r["decision"] == "started").count(), 0);
+
+    // A `confirm` tool still needs its confirmation; the confirmed call is the learn run.
+    let asked = d.cordon(&["run", "confirmed", "--learn", tree, "--json"]);
+    asked.assert_code(3);
+    let token = asked.json()["confirmation_required"]["token"].as_str().unwrap().to_string();
+    let done = d.cordon(&["confirm", &token, "--json"]);
+    let v = done.json();
+    assert_eq!(v["stdout"], "x\n", "{done:?}");
+    assert_eq!(learned(&v), vec![(s(f.tree.join("lib/a.txt")), true, false)], "{v}");
 
     // The text form says it and exits with the data code (65).
     let text = d.cordon(&["run", "uses-tree", "--learn", "/"]);
