@@ -169,6 +169,11 @@ pub enum Command {
         /// (`cordon job ID` polls it, `cordon job ID --cancel` cancels it).
         #[arg(long, conflicts_with = "dry_run")]
         detach: bool,
+        /// Learn mode (admins): run this one call with the tool's grants plus DIR granted read
+        /// and execute (never write), then report which paths under DIR the tool opened or ran
+        /// and the narrowest grant that covers them (repeatable; docs/learn.md). Never cached.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["dry_run", "detach"])]
+        learn: Vec<String>,
     },
     /// Run an invocation that needed a confirmation (the token `run` printed).
     Confirm {

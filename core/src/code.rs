@@ -80,6 +80,7 @@ codes! {
     BudgetExceeded = "BUDGET_EXCEEDED" => "a budget's wall-clock time or egress bytes for this window are used up (the message names the key, who it counts for and when it resets)",
     ShuttingDown = "SHUTTING_DOWN" => "cordond is stopping and starts nothing new",
     SpawnFailed = "SPAWN_FAILED" => "the sandbox could not start the tool",
+    LearnRefused = "LEARN_REFUSED" => "a learn run was refused (`cordon run --learn`): an extra tree that is `/`, a symlink, not a directory, inside or holding a write grant, or a cordond that cannot watch (not root); nothing ran",
     AuditUnavailable = "AUDIT_UNAVAILABLE" => "the audit log failed; nothing runs until an admin runs `cordon audit resume`",
     Internal = "INTERNAL" => "an internal error in cordond",
     PermissionDenied = "PERMISSION_DENIED" => "the caller may not use this tool or operation",

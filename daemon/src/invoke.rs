@@ -84,6 +84,9 @@ pub(crate) enum InvokeError {
     ShuttingDown,
     #[error(transparent)]
     Spawn(#[from] SpawnError),
+    /// A learn run that cannot be made (the tree, or this cordond): nothing ran.
+    #[error("{0}")]
+    Learn(String),
     #[error("cannot draw an invocation id from the OS random source: {0}")]
     Random(getrandom::Error),
     #[error(transparent)]
@@ -104,6 +107,7 @@ impl InvokeError {
             InvokeError::Reloaded { .. } | InvokeError::ReloadedSinceAuthorized { .. } => ErrorCode::PolicyChanged,
             InvokeError::ShuttingDown => ErrorCode::ShuttingDown,
             InvokeError::Spawn(_) => ErrorCode::SpawnFailed,
+            InvokeError::Learn(_) => ErrorCode::LearnRefused,
             InvokeError::Random(_) => ErrorCode::Internal,
             InvokeError::Audit(_) => ErrorCode::AuditUnavailable,
             InvokeError::Confirm(c) => c.code(),
@@ -358,6 +362,8 @@ pub(crate) struct Prepared {
     cache: Option<Box<(cache::Key, CachePolicy)>>,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
     paths: Vec<(String, std::path::PathBuf)>,
+    /// Learn mode: the extra trees granted read and execute and watched (empty: a normal call).
+    learn: Vec<cordon_core::policy::Pin>,
     /// The pins this call runs with: the tool's, or those a re-pin put in force
     /// (`Tool::pins_for_call`); the sandbox uses these descriptors, never the paths again.
     pins: Arc<Pins>,
@@ -644,7 +650,7 @@ impl Invoker {
         mark: Option<&StepMark>,
     ) -> Result<Admission, InvokeError> {
         let tool_name = authorized.name.as_str();
-        let result = self.try_prepare(caller.clone(), authorized, arguments, mark).await;
+        let result = self.try_prepare(caller.clone(), authorized, arguments, mark, &[]).await;
         match &result {
             Ok(Admission::NeedsConfirmation(ticket)) => self.audit.record(marked(
                 mark,
@@ -669,13 +675,17 @@ impl Invoker {
         authorized: &Arc<Tool>,
         arguments: &str,
         mark: Option<&StepMark>,
+        learn: &[String],
     ) -> Result<Admission, InvokeError> {
         if self.closed.is_cancelled() {
             return Err(InvokeError::ShuttingDown);
         }
         // Fail closed: nothing is admitted while the audit log cannot take records.
         self.audit.check()?;
-        let parked = self.resolve(caller, &authorized.name, arguments)?;
+        let mut parked = self.resolve(caller, &authorized.name, arguments)?;
+        if !learn.is_empty() {
+            parked.learn = self.learn_trees(&parked, learn)?;
+        }
         if !Arc::ptr_eq(&parked.tool, authorized) {
             return Err(InvokeError::ReloadedSinceAuthorized { tool: authorized.name.clone() });
         }
@@ -686,6 +696,68 @@ impl Invoker {
             return Ok(Admission::Cached(hit));
         }
         self.admit(parked, None).await.map(Admission::Ready)
+    }
+
+    /// [`Self::prepare`] for a learn run (an admin's call; the server checked the role): the
+    /// tool's grants plus `learn`, extra trees granted read and execute for this call only and
+    /// watched (docs/learn.md). Everything else is as for a normal call (confirmation, identity,
+    /// limits, network), except that it is never cached nor answered from the cache.
+    pub(crate) async fn prepare_learn(
+        &self,
+        caller: Caller,
+        authorized: &Arc<Tool>,
+        arguments: &str,
+        learn: &[String],
+    ) -> Result<Admission, InvokeError> {
+        let tool_name = authorized.name.as_str();
+        let result = self.try_prepare(caller.clone(), authorized, arguments, None, learn).await;
+        match &result {
+            Ok(Admission::NeedsConfirmation(ticket)) => self.audit.record(
+                Record::new(Decision::ConfirmationRequested)
+                    .tool(tool_name)
+                    .caller(&caller)
+                    .with("mode", ticket.mode.as_str())
+                    .with("approval_id", ticket.approval_id.as_str())
+                    .with_argv(&ticket.argv)
+                    .with("expires_in_ms", millis(ticket.expires_in))
+                    .with("learn", learn.to_vec()),
+            ),
+            Ok(Admission::Ready(_) | Admission::Cached(_)) => {}
+            Err(e) => self.refused_as(caller, tool_name, Some(arguments), e, false, None),
+        }
+        result
+    }
+
+    /// The extra trees of a learn run, pinned like grants (`policy::pin_learn_tree`): at most
+    /// [`cordon_sandbox::MAX_LEARN_TREES`], none inside another, on a root cordond only.
+    fn learn_trees(&self, parked: &Parked, learn: &[String]) -> Result<Vec<cordon_core::policy::Pin>, InvokeError> {
+        if !self.host.is_root {
+            return Err(InvokeError::Learn(
+                "learn mode needs a cordond running as root (fanotify marks need CAP_SYS_ADMIN); this one is not"
+                    .into(),
+            ));
+        }
+        if learn.len() > cordon_sandbox::MAX_LEARN_TREES {
+            return Err(InvokeError::Learn(format!(
+                "a learn run takes at most {} trees, and {} were named",
+                cordon_sandbox::MAX_LEARN_TREES,
+                learn.len()
+            )));
+        }
+        let mut pins: Vec<cordon_core::policy::Pin> = Vec::with_capacity(learn.len());
+        for tree in learn {
+            let pin = cordon_core::policy::pin_learn_tree(tree, &parked.tool.sandbox.write, parked.caller.uid)
+                .map_err(InvokeError::Learn)?;
+            if let Some(other) = pins.iter().find(|p| p.path.starts_with(&pin.path) || pin.path.starts_with(&p.path)) {
+                return Err(InvokeError::Learn(format!(
+                    "learn trees {} and {} overlap; name each tree once",
+                    other.path.display(),
+                    pin.path.display()
+                )));
+            }
+            pins.push(pin);
+        }
+        Ok(pins)
     }
 
     /// The cached answer of a validated, authorized call, after the same pin check a run gets
@@ -999,7 +1071,16 @@ impl Invoker {
                 _ => None,
             })
             .collect();
-        Ok(Parked { tool, generation: registry.generation, plan, identity, dedicated_uid, caller, paths })
+        Ok(Parked {
+            tool,
+            generation: registry.generation,
+            plan,
+            identity,
+            dedicated_uid,
+            caller,
+            paths,
+            learn: Vec::new(),
+        })
     }
 
     /// The pins a call of `tool` that runs as `identity` (cordond's own user when `None`) uses:
@@ -1032,7 +1113,7 @@ impl Invoker {
     /// invocation as running.
     async fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
         let cache = cache_key(&parked).map(Box::new);
-        let Parked { tool, generation, plan, identity, dedicated_uid, caller, paths } = parked;
+        let Parked { tool, generation, plan, identity, dedicated_uid, caller, paths, learn } = parked;
         // Every pinned path (grants, working_dir, command[0]) must still name what it named when
         // the registry loaded; a swapped one makes the tool unavailable, never redirected, unless
         // the re-pin rule takes it for the identity this call runs as (docs/pins.md).
@@ -1101,6 +1182,7 @@ impl Invoker {
             confirmed,
             cache,
             paths,
+            learn,
             pins,
             seccomp,
             cancel,
@@ -1192,6 +1274,10 @@ impl Invoker {
         if let Some(key) = p.timeout_by() {
             record = record.with("timeout_by", key);
         }
+        if !p.learn.is_empty() {
+            let trees: Vec<String> = p.learn.iter().map(|t| t.path.to_string_lossy().into_owned()).collect();
+            record = record.with("learn", trees);
+        }
         if let Some(c) = &p.confirmed {
             record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
         }
@@ -1259,6 +1345,7 @@ impl Invoker {
             temp_files: std::mem::take(&mut prepared.secret_files),
             stdio: cordon_sandbox::Stdio::Captured,
             pid: None,
+            learn: prepared.learn.clone(),
         };
         // DEBUG: the audit log is the record of every call; INFO stays quiet on the hot path.
         tracing::debug!(id = %prepared.id, tool = %prepared.tool.name, caller = %prepared.caller, argv = ?prepared.plan.display_argv, "invocation started");
@@ -1366,6 +1453,9 @@ impl Invoker {
                 }
                 if o.cancelled {
                     r = r.with("cancelled_by", cancelled_by.unwrap_or(CancelReason::ClientGone).json());
+                }
+                if let Some(l) = &o.learned {
+                    r = r.with("learned", learned_json(l)).with("learn_incomplete", l.incomplete);
                 }
                 if !explained.is_empty() {
                     r = r.with("denials", explained.iter().map(Explained::json).collect::<Vec<_>>());
@@ -1594,6 +1684,21 @@ fn owner_identity(tool: &Tool, caller: Caller) -> Result<Identity, InvokeError> 
     Ok(Identity { uid: node.uid, gid: user.gid.as_raw(), groups: ids.into() })
 }
 
+/// Most learned paths a terminal record lists (the rest are counted).
+const MAX_LEARNED_RECORDED: usize = 64;
+
+/// The `learned` field of a learn run's terminal record: the first paths (in path order, each
+/// with read, exec and its count of opens) and how many there were in all.
+fn learned_json(l: &cordon_sandbox::Learned) -> Value {
+    let paths: Vec<Value> = l
+        .paths
+        .iter()
+        .take(MAX_LEARNED_RECORDED)
+        .map(|p| json!({ "path": p.path.to_string_lossy(), "read": p.read, "exec": p.exec, "opens": p.opens, "dir": p.dir }))
+        .collect();
+    json!({ "paths": paths, "count": l.paths.len() })
+}
+
 /// The result-cache key of a call of a tool whose policy says `cache`: everything that decides
 /// what the tool sees, including the identity's supplementary groups (an owner identity keeps the
 /// owner's, which change what it may read), the caller's groups, and the state now of every node
@@ -1601,6 +1706,10 @@ fn owner_identity(tool: &Tool, caller: Caller) -> Result<Identity, InvokeError> 
 /// executable (see [`cache::inputs`]). Taken before a run for the entry it stores, and at each
 /// lookup: a cached answer is served only while all of it is unchanged.
 fn cache_key(p: &Parked) -> Option<(cache::Key, CachePolicy)> {
+    // A learn run is never cached, nor answered from the cache: what it reports is what ran.
+    if !p.learn.is_empty() {
+        return None;
+    }
     let policy = p.tool.cache?;
     let paths =
         p.paths.iter().map(|(_, path)| path.as_path()).chain([p.plan.cwd.as_path(), p.plan.executable.as_path()]);

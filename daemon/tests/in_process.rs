@@ -32,7 +32,12 @@ async fn invoke(
     client: &mut CordonClient<tonic::transport::Channel>,
     arguments: &str,
 ) -> Result<v1::Finished, tonic::Status> {
-    let request = v1::InvokeRequest { tool: "echo".into(), arguments_json: arguments.into(), stream_output: false };
+    let request = v1::InvokeRequest {
+        tool: "echo".into(),
+        arguments_json: arguments.into(),
+        stream_output: false,
+        learn: Vec::new(),
+    };
     let mut events = client.invoke(request).await?.into_inner();
     while let Some(event) = events.message().await? {
         if let Some(v1::invoke_event::Event::Finished(finished)) = event.event {

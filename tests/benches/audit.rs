@@ -289,7 +289,12 @@ async fn client(
 }
 
 async fn invoke(client: &mut v1::cordon_client::CordonClient<tonic::transport::Channel>) -> Result<(), String> {
-    let request = v1::InvokeRequest { tool: "true".into(), arguments_json: String::new(), stream_output: false };
+    let request = v1::InvokeRequest {
+        tool: "true".into(),
+        arguments_json: String::new(),
+        stream_output: false,
+        learn: Vec::new(),
+    };
     let status = |s: tonic::Status| format!("{:?}: {}", s.code(), s.message());
     let mut stream = client.invoke(request).await.map_err(status)?.into_inner();
     let mut exit = None;

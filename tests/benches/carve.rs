@@ -27,7 +27,8 @@ fn q(p: &Path) -> String {
 
 async fn invoke(channel: tonic::transport::Channel, tool: &str) {
     let mut client = v1::cordon_client::CordonClient::new(channel);
-    let request = v1::InvokeRequest { tool: tool.into(), arguments_json: String::new(), stream_output: false };
+    let request =
+        v1::InvokeRequest { tool: tool.into(), arguments_json: String::new(), stream_output: false, learn: Vec::new() };
     let mut stream = client.invoke(request).await.unwrap().into_inner();
     let mut finished = false;
     while let Some(ev) = stream.message().await.unwrap() {

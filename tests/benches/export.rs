@@ -104,7 +104,12 @@ async fn connect(path: &Path) -> Channel {
 /// One `Invoke` of `yes` to its end; panics unless it exits 0.
 async fn invoke(channel: Channel) {
     let mut client = v1::cordon_client::CordonClient::new(channel);
-    let request = v1::InvokeRequest { tool: "yes".into(), arguments_json: String::new(), stream_output: false };
+    let request = v1::InvokeRequest {
+        tool: "yes".into(),
+        arguments_json: String::new(),
+        stream_output: false,
+        learn: Vec::new(),
+    };
     let mut stream = client.invoke(request).await.unwrap().into_inner();
     while let Some(ev) = stream.message().await.unwrap() {
         if let Some(v1::invoke_event::Event::Finished(f)) = ev.event {

@@ -159,7 +159,8 @@ fn start(policy: &str) -> Running {
 /// One `Invoke` to its end; panics unless it exits 0. Returns the tool's stdout.
 async fn invoke(channel: tonic::transport::Channel, tool: &str, args: &str) -> Vec<u8> {
     let mut client = v1::cordon_client::CordonClient::new(channel);
-    let request = v1::InvokeRequest { tool: tool.into(), arguments_json: args.into(), stream_output: false };
+    let request =
+        v1::InvokeRequest { tool: tool.into(), arguments_json: args.into(), stream_output: false, learn: Vec::new() };
     let mut stream = client.invoke(request).await.unwrap().into_inner();
     while let Some(ev) = stream.message().await.unwrap() {
         if let Some(v1::invoke_event::Event::Finished(f)) = ev.event {

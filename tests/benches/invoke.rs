@@ -180,7 +180,8 @@ fn start(build: &Build, extra: &[&str]) -> Running {
 /// One `Invoke` of `tool` to its end: true when it finished, false when refused BUSY.
 async fn invoke(channel: tonic::transport::Channel, tool: &str) -> bool {
     let mut client = v1::cordon_client::CordonClient::new(channel);
-    let request = v1::InvokeRequest { tool: tool.into(), arguments_json: String::new(), stream_output: false };
+    let request =
+        v1::InvokeRequest { tool: tool.into(), arguments_json: String::new(), stream_output: false, learn: Vec::new() };
     let mut stream = match client.invoke(request).await {
         Ok(s) => s.into_inner(),
         Err(status) if status.code() == tonic::Code::ResourceExhausted => return false,

@@ -141,6 +141,7 @@ fn main() {
                         temp_files: Vec::new(),
                         stdio: cordon_sandbox::Stdio::Captured,
                         pid: None,
+                        learn: Vec::new(),
                     };
                     let out = run(spec, &confine, &CancellationToken::new()).await.unwrap();
                     assert_eq!(out.exit_code, Some(0));
@@ -161,6 +162,7 @@ fn main() {
                         tool: "true".into(),
                         arguments_json: String::new(),
                         stream_output: false,
+                        learn: Vec::new(),
                     })
                     .await
                     .unwrap()

@@ -18,7 +18,7 @@ impl Client {
         stream_output: bool,
         on_event: impl FnMut(&Event),
     ) -> Result<Invocation, CliError> {
-        self.invoke_events(tool, arguments_json, stream_output).await?.follow(on_event).await
+        self.invoke_events(tool, arguments_json, stream_output, Vec::new()).await?.follow(on_event).await
     }
 
     /// Starts an invocation and hands back its events, to be read one by one with
@@ -28,8 +28,9 @@ impl Client {
         tool: &str,
         arguments_json: String,
         stream_output: bool,
+        learn: Vec<String>,
     ) -> Result<Events, CliError> {
-        let request = v1::InvokeRequest { tool: tool.into(), arguments_json, stream_output };
+        let request = v1::InvokeRequest { tool: tool.into(), arguments_json, stream_output, learn };
         let stream = self.inner.invoke(request).await.map_err(|s| self.fail(s))?.into_inner();
         Ok(Events { endpoint: self.endpoint.clone(), stream, accepted: None })
     }
@@ -317,6 +318,22 @@ pub struct RunResult {
     pub stdout_bytes: Vec<u8>,
     #[serde(skip)]
     pub stderr_bytes: Vec<u8>,
+    /// A learn run (`cordon run --learn`): what the tool opened in the extra trees.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub learned: Vec<Learned>,
+    /// A learn run saw less than the tool opened (see docs/learn.md).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub learn_incomplete: bool,
+}
+
+/// One path a learn run saw the tool open (`RunResult::learned`; the proto's `Learned`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Learned {
+    pub path: String,
+    pub read: bool,
+    pub exec: bool,
+    pub opens: u64,
+    pub dir: bool,
 }
 
 /// One denial of a failed run (`RunResult::denials`; the proto's `Denial`).
@@ -409,6 +426,12 @@ impl RunResult {
             mcp_result_json: f.mcp_result_json,
             stdout_bytes: f.stdout,
             stderr_bytes: f.stderr,
+            learned: f
+                .learned
+                .into_iter()
+                .map(|l| Learned { path: l.path, read: l.read, exec: l.exec, opens: l.opens, dir: l.dir })
+                .collect(),
+            learn_incomplete: f.learn_incomplete,
         }
     }
 }

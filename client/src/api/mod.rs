@@ -27,8 +27,8 @@ pub use audit::Refusal;
 pub use client::{Bearer, Client};
 pub use dry_run::DryRunInfo;
 pub use invoke::{
-    Accepted, CacheInfo, ConfirmationInfo, Denial, Event, Events, FailedStepInfo, Invocation, ResultError, RunResult,
-    SandboxFacts, Step, WorkflowInfo, WorkflowStepInfo,
+    Accepted, CacheInfo, ConfirmationInfo, Denial, Event, Events, FailedStepInfo, Invocation, Learned, ResultError,
+    RunResult, SandboxFacts, Step, WorkflowInfo, WorkflowStepInfo,
 };
 pub use jobs::{Detached, JobError, JobInfo};
 pub use policy::{DiagnosticInfo, LoadedPolicy, PolicyReport};

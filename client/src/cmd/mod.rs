@@ -37,6 +37,7 @@ mod confirm;
 mod doctor;
 mod dry_run;
 mod jobs;
+mod learn;
 mod metrics;
 pub(crate) mod output;
 mod policy;
@@ -76,12 +77,12 @@ pub(crate) async fn dispatch(
         Command::Init { dir, output, force, name, template, scan } => {
             crate::init::init(&dir, output.as_deref(), force, name.as_deref(), template, scan, json)
         }
-        Command::Run { tool, args, args_json, dry_run, detach } => {
+        Command::Run { tool, args, args_json, dry_run, detach, learn } => {
             let call = call(endpoint, &tool, &args, args_json).await?;
             match (dry_run, detach) {
                 (true, _) => dry_run::run(call, &tool, json).await,
                 (false, true) => jobs::run_detached(call, &tool, json).await,
-                (false, false) => run::run(call, &tool, json).await,
+                (false, false) => run::run(call, &tool, json, learn).await,
             }
         }
         Command::Policy { command: PolicyCommand::Check { paths, tool: Some(tool), .. } } => {

@@ -12,12 +12,13 @@ use crate::error::{CliError, exit};
 use crate::live::Live;
 use crate::term::{self, Stream, errln, outln};
 
-pub(super) async fn run(call: super::Call, tool: &str, as_json: bool) -> Result<u8, CliError> {
+pub(super) async fn run(call: super::Call, tool: &str, as_json: bool, learn: Vec<String>) -> Result<u8, CliError> {
     let super::Call { mut client, info, arguments } = call;
     // Output as it comes (but for --json), Ctrl-C cancels: see `live`.
     let mut live = Live::new(tool, !as_json)?;
     let streams = live.streams();
-    let Some(events) = live.or_interrupt(client.invoke_events(tool, arguments, streams)).await else {
+    let trees = learn.clone();
+    let Some(events) = live.or_interrupt(client.invoke_events(tool, arguments, streams, learn)).await else {
         return Ok(interrupted(&mut live));
     };
     let followed = match events {
@@ -61,7 +62,53 @@ pub(super) async fn run(call: super::Call, tool: &str, as_json: bool) -> Result<
             return Err(e);
         }
     };
-    Ok(conclude(&mut live, &info, &result, as_json).await)
+    let code = conclude(&mut live, &info, &result, as_json).await;
+    if !trees.is_empty() && !as_json {
+        print_learned(&trees, &result);
+    }
+    Ok(code)
+}
+
+/// The report of a learn run (stderr, after the tool's output): per extra tree, what the tool
+/// opened (directories, files, read or run, with counts), then the narrowest grant that covers
+/// it (`learn::suggest`).
+fn print_learned(trees: &[String], result: &RunResult) {
+    let state = if result.learn_incomplete {
+        "INCOMPLETE: the kernel reported less than the tool opened (see docs/learn.md); the suggestion may be too narrow"
+    } else {
+        "complete"
+    };
+    errln!("cordon: learned ({state}):");
+    for tree in trees {
+        let under: Vec<&crate::api::Learned> =
+            result.learned.iter().filter(|l| super::learn::within(&l.path, tree)).collect();
+        if under.is_empty() {
+            errln!("  {tree}: nothing opened");
+            continue;
+        }
+        errln!("  {tree}: {} paths", under.len());
+        for l in &under {
+            let how = match (l.read, l.exec) {
+                (_, true) if l.read => "read+exec",
+                (_, true) => "exec",
+                _ => "read",
+            };
+            let kind = if l.dir { "dir " } else { "file" };
+            errln!("    {kind} {how:<9} {:>5}x  {}", l.opens, l.path);
+        }
+    }
+    let (read, exec) = super::learn::suggest(trees, &result.learned);
+    if read.is_empty() && exec.is_empty() {
+        errln!("cordon: suggested grant: none (nothing under the learn trees was opened)");
+        return;
+    }
+    errln!("cordon: suggested grant (instead of the learn trees):");
+    for (key, dirs) in [("read", read), ("exec", exec)] {
+        if !dirs.is_empty() {
+            let quoted: Vec<String> = dirs.iter().map(|d| format!("{d:?}")).collect();
+            errln!("  {key} = [{}]", quoted.join(", "));
+        }
+    }
 }
 
 /// Redeems a confirmation token and follows the invocation to its result, printing it live.

@@ -70,7 +70,7 @@ pub const TABLE: &[(u8, &str, &str)] = &[
     (
         DATA,
         "data",
-        "invalid arguments; `policy check` / `reload`: the policy has errors (or warnings, with --deny-warnings); \
+        "invalid arguments (or a `run --learn` tree refused); `policy check` / `reload`: the policy has errors (or warnings, with --deny-warnings); \
          `policy test`: an example failed; `audit verify`: the chain is broken; `mcp config`: the host's config \
          file does not parse",
     ),
@@ -107,9 +107,12 @@ pub const TABLE: &[(u8, &str, &str)] = &[
 pub const fn for_code(code: ErrorCode) -> u8 {
     use ErrorCode as E;
     match code {
-        E::MissingRequiredField | E::InvalidFieldType | E::InvalidFieldValue | E::UnknownFields | E::PolicyRejected => {
-            DATA
-        }
+        E::MissingRequiredField
+        | E::InvalidFieldType
+        | E::InvalidFieldValue
+        | E::UnknownFields
+        | E::PolicyRejected
+        | E::LearnRefused => DATA,
         E::UnknownTool
         | E::UnknownApproval
         | E::UnknownJob

@@ -66,7 +66,7 @@ pub use load::{
 };
 pub use model::*;
 pub use pattern::PatternError;
-pub use probe::{Control, PinChecks, ProbeError, executable_control, resolve_run_as};
+pub use probe::{Control, PinChecks, ProbeError, executable_control, pin_learn_tree, resolve_run_as};
 pub use repin::{Repin, Runner};
 pub use server::{
     ArgCheck, ArgRule, ClientRequests, Download, Expose, McpServer, PackageRegistry, SERVER_TOOL_SEPARATOR,

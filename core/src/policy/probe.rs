@@ -1354,3 +1354,60 @@ fn io_reason(e: &std::io::Error) -> String {
         _ => e.to_string(),
     }
 }
+
+/// An extra tree of a learn run (`cordon run --learn DIR`, docs/learn.md), pinned like a grant:
+/// an absolute, normalized path to a directory, opened without following symlinks (a path that
+/// is, or passes through, one is refused naming the real path), owned by root or by `caller_uid`,
+/// on no kernel filesystem, not `/`, and neither inside one of `write` (the tool's write roots:
+/// a read-only bind there would take its write grant away) nor holding one.
+pub fn pin_learn_tree(path: &str, write: &[PathBuf], caller_uid: u32) -> Result<Pin, String> {
+    use std::path::Component;
+    let p = Path::new(path);
+    let normal = p.is_absolute() && p.components().skip(1).all(|c| matches!(c, Component::Normal(_)));
+    if !normal || path.contains("//") || (path.len() > 1 && path.ends_with('/')) {
+        return Err(format!(
+            "learn tree {path:?} must be an absolute, normalized path (no `.`, `..`, `//` or trailing /)"
+        ));
+    }
+    if p == Path::new("/") {
+        return Err(
+            "learn tree / is the whole filesystem: name the directory the tool needs to be learnt in (for example \
+             /usr/lib or /opt/tool)"
+                .into(),
+        );
+    }
+    for w in write {
+        if p.starts_with(w) {
+            return Err(format!(
+                "learn tree {path} is inside the tool's write grant {}: it is granted already (a read-only bind \
+                 would take the write away); name a tree outside it",
+                w.display()
+            ));
+        }
+        if w.starts_with(p) {
+            return Err(format!(
+                "learn tree {path} holds the tool's write grant {}: a read-only bind over it would take the write \
+                 away; name a tree that does not hold it",
+                w.display()
+            ));
+        }
+    }
+    let pin = PinCache::default().pin("learn tree", p).map_err(|e| e.to_string())?;
+    if !pin.node.is_dir() {
+        return Err(format!("learn tree {path} is not a directory; name the directory that holds it"));
+    }
+    if let Ok(Some(fs)) = on_kernel_fs(pin.fd.as_ref()) {
+        return Err(format!("learn tree {path} is on {fs}, which cordon does not grant; name a directory of files"));
+    }
+    if p.starts_with("/dev") {
+        return Err(format!("learn tree {path} holds device nodes, which a learn run cannot grant; name another tree"));
+    }
+    if pin.node.uid != 0 && pin.node.uid != caller_uid {
+        return Err(format!(
+            "learn tree {path} is owned by uid {}, neither root nor you: whoever owns it can change what it holds \
+             while the tool runs; name a tree owned by root or by you",
+            pin.node.uid
+        ));
+    }
+    Ok(pin)
+}

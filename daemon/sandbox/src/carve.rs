@@ -646,7 +646,7 @@ struct RawOpenHow {
 }
 
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub(crate) const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 const RESOLVE_BENEATH: u64 = 0x08;
 const FSOPEN_CLOEXEC: libc::c_uint = 1;
 const FSMOUNT_CLOEXEC: libc::c_uint = 1;
@@ -666,7 +666,7 @@ struct MountAttr {
 ///
 /// # Safety
 /// `path` is a NUL-terminated string that outlives the call.
-unsafe fn raw_openat2(dir: RawFd, path: *const libc::c_char, flags: i32, resolve: u64) -> RawFd {
+pub(crate) unsafe fn raw_openat2(dir: RawFd, path: *const libc::c_char, flags: i32, resolve: u64) -> RawFd {
     let how = RawOpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: 0, resolve };
     // SAFETY: raw system call; `how` lives on this frame, `path` per the contract.
     unsafe { libc::syscall(libc::SYS_openat2, dir, path, &how as *const RawOpenHow, size_of::<RawOpenHow>()) as RawFd }
@@ -746,7 +746,7 @@ pub(crate) fn apply(c: &ChildCarve) -> bool {
     true
 }
 
-fn setattr(fd: RawFd, set: u64) -> bool {
+pub(crate) fn setattr(fd: RawFd, set: u64) -> bool {
     let attr = MountAttr { attr_set: set, attr_clr: 0, propagation: 0, userns_fd: 0 };
     // SAFETY: raw system call; `attr` lives on this frame and "" is a static string.
     unsafe {

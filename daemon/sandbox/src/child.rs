@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use super::carve::{self, ChildCarve};
 use super::identity::Identity;
+use super::learn::{self, ChildLearn};
 use super::mntns::{self, View};
 use super::netns::{self, ChildNet};
 use super::seccomp::Programs;
@@ -57,10 +58,11 @@ pub enum Step {
     LandlockTemp,
     Network,
     Carve,
+    Learn,
 }
 
 impl Step {
-    const ALL: [Step; 23] = [
+    const ALL: [Step; 24] = [
         Step::Setsid,
         Step::ParentDeathSignal,
         Step::ParentGone,
@@ -84,6 +86,7 @@ impl Step {
         Step::LandlockTemp,
         Step::Network,
         Step::Carve,
+        Step::Learn,
     ];
 
     pub fn from_byte(b: u8) -> Option<Step> {
@@ -115,6 +118,7 @@ impl Step {
             Step::LandlockTemp => "granting the private temp space in landlock",
             Step::Network => "making the network namespace (unshare, loopback up, the egress proxy's listener)",
             Step::Carve => "covering the carve-outs inside grants (mounts in the call's own namespace)",
+            Step::Learn => "binding the learn trees read-only and marking them (fanotify)",
         }
     }
 }
@@ -143,6 +147,8 @@ pub(crate) struct ChildSetup {
     pub carve: Option<ChildCarve>,
     /// The private temp space to make (`None`: `temp = false`).
     pub temp: Option<ChildTemp>,
+    /// Learn mode: the extra trees to bind read-only and mark (see [`super::learn`]).
+    pub learn: Option<ChildLearn>,
     /// A network namespace of the tool's own with the egress proxy's listener (`network.hosts`;
     /// see [`super::netns`]).
     pub net: Option<ChildNet>,
@@ -619,6 +625,14 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
             && !carve::apply(c)
         {
             return die(Step::Carve);
+        }
+        // Learn mode: the extra trees bound read-only over themselves in the call's own
+        // namespace and their new mounts marked for the parent's fanotify group, while
+        // CAP_SYS_ADMIN lasts; the namespace goes to the parent.
+        if let Some(l) = &a.setup.learn
+            && !learn::apply(l)
+        {
+            return die(Step::Learn);
         }
         // The network namespace of a tool with hosts, made while the capabilities last (in the
         // view's user namespace, which then owns it).

@@ -28,6 +28,8 @@
 //! - `temp`: each invocation's private temp space (a fresh directory named by `TMPDIR`; under
 //!   a view, size-bounded tmpfs in a mount namespace of the child's own, with a private `/tmp`
 //!   and `/dev/shm`), and its symlink-safe removal.
+//! - `learn`: the learn run mode (an admin's call with extra trees granted read-only): the
+//!   fanotify group the parent reads, the read-only binds the child marks in its own namespace.
 //! - `netns`: the network namespace of a tool with `network.hosts` (loopback only) and the egress
 //!   proxy's listener the child makes in it and hands to cordond.
 //! - `peer`: who is at the other end of a connection to cordond's socket (pidfd, cgroup).
@@ -46,6 +48,7 @@ mod child;
 mod denials;
 mod identity;
 mod landlock;
+mod learn;
 mod memory;
 mod mntns;
 mod netns;
@@ -69,6 +72,7 @@ pub use landlock::{
     LandlockError, RulesetDescription, build as landlock_ruleset, describe as describe_landlock_ruleset,
     probe_abi as probe_landlock_abi,
 };
+pub use learn::{LearnError, Learned, LearnedPath, MAX_PATHS as MAX_LEARNED_PATHS, MAX_TREES as MAX_LEARN_TREES};
 pub use memory::release_free_memory;
 pub use mntns::{MountViews, ViewError, ViewMode, probe_mode as probe_view_mode};
 pub use output::Captured;

@@ -34,9 +34,15 @@ pub(crate) struct ParentNet {
 /// A connected pair of Unix datagram sockets, close-on-exec: the child sends the listener on one
 /// end, the parent receives it on the other.
 pub(crate) fn pair() -> io::Result<(ParentNet, ChildNet)> {
-    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
-    let (parent, child) = socketpair(AddressFamily::Unix, SockType::Datagram, None, SockFlag::SOCK_CLOEXEC)?;
+    let (parent, child) = channel_pair()?;
     Ok((ParentNet { channel: parent }, ChildNet { channel: child }))
+}
+
+/// A connected pair of close-on-exec Unix datagram sockets, for a descriptor the child hands to
+/// the parent ([`send`], [`receive_fd`]).
+pub(crate) fn channel_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    Ok(socketpair(AddressFamily::Unix, SockType::Datagram, None, SockFlag::SOCK_CLOEXEC)?)
 }
 
 /// `struct ifreq` with the flags member (linux/if.h): 16 bytes of name, then the union.
@@ -111,7 +117,7 @@ unsafe fn listen(fd: RawFd) -> bool {
 ///
 /// # Safety
 /// Raw system calls only; both descriptors are open.
-unsafe fn send(channel: RawFd, fd: RawFd) -> bool {
+pub(crate) unsafe fn send(channel: RawFd, fd: RawFd) -> bool {
     let mut byte = [b'L'];
     let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
     let mut control = Control([0; 32]);
@@ -141,40 +147,7 @@ impl ParentNet {
     /// The listener the child sent, once it has exec'd (the message is then waiting). Checked to
     /// be a listening TCP socket on `127.0.0.1:PROXY_PORT`: anything else is refused.
     pub(crate) fn receive(&self) -> io::Result<std::net::TcpListener> {
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
-        let mut control = Control([0; 32]);
-        // SAFETY: recvmsg into stack buffers of the sizes given; the kernel writes at most
-        // `msg_controllen` bytes of control data.
-        let (n, msg) = unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.0.as_mut_ptr().cast();
-            msg.msg_controllen = control.0.len();
-            let n = libc::recvmsg(self.channel.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC);
-            (n, msg)
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the CMSG_* helpers walk the control data the kernel wrote into `control`
-        // (`msg` points at it); a descriptor is read only from an SCM_RIGHTS message whose length
-        // covers one.
-        let fd = unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            if n != 1
-                || cmsg.is_null()
-                || (*cmsg).cmsg_level != libc::SOL_SOCKET
-                || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-                || (*cmsg).cmsg_len != libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize
-            {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, "no listener in the child's message"));
-            }
-            std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>())
-        };
-        // SAFETY: SCM_RIGHTS installed `fd` in this process just now; nothing else owns it.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let owned = receive_fd(&self.channel)?;
         let listener = std::net::TcpListener::from(owned);
         match listener.local_addr() {
             Ok(a) if a == std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, PROXY_PORT)) => Ok(listener),
@@ -182,4 +155,43 @@ impl ParentNet {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Receives the one descriptor the child sent on `channel` (without waiting: the child sent it
+/// before it exec'd).
+pub(crate) fn receive_fd(channel: &OwnedFd) -> io::Result<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+    let mut control = Control([0; 32]);
+    // SAFETY: recvmsg into stack buffers of the sizes given; the kernel writes at most
+    // `msg_controllen` bytes of control data.
+    let (n, msg) = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = control.0.len();
+        let n = libc::recvmsg(channel.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC);
+        (n, msg)
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the CMSG_* helpers walk the control data the kernel wrote into `control`
+    // (`msg` points at it); a descriptor is read only from an SCM_RIGHTS message whose length
+    // covers one.
+    let fd = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if n != 1
+            || cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+            || (*cmsg).cmsg_len != libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize
+        {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "no descriptor in the child's message"));
+        }
+        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>())
+    };
+    // SAFETY: SCM_RIGHTS installed `fd` in this process just now; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -25,6 +25,7 @@ use super::child::{self, ChildSetup, Exec, Step};
 use super::denials::DenialLog;
 use super::identity::Identity;
 use super::landlock::{self, LandlockError};
+use super::learn::{LearnError, Learned, Learner};
 use super::mntns::{MountViews, ViewError, ViewMode};
 use super::netns;
 use super::output::{Capture, Captured};
@@ -69,6 +70,10 @@ pub struct RunSpec<'a> {
     /// Where the child's pid is published once it has exec'd (for figures of a long-lived
     /// process); `None`: not published.
     pub pid: Option<Arc<std::sync::OnceLock<u32>>>,
+    /// Learn mode (an admin's call, see [`super::learn`]): extra trees, pinned by the caller,
+    /// granted read and execute for this call only and watched; what the tool opened in them is
+    /// the outcome's `learned`. Empty: a normal call.
+    pub learn: Vec<cordon_core::policy::Pin>,
 }
 
 /// The child's descriptors 0, 1 and 2.
@@ -169,6 +174,8 @@ pub struct Outcome {
     /// bounded, deduplicated), and which kinds of denial it logs at all.
     pub denials: Vec<Denial>,
     pub logged: Logged,
+    /// Learn mode: what the tool opened in the extra trees (`None`: a normal call).
+    pub learned: Option<Learned>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -198,6 +205,8 @@ pub enum SpawnError {
     CarveWithoutView { covered: String, reason: String },
     #[error("a tool with network.hosts runs only behind cordond's egress proxy, and none was given")]
     NoProxy,
+    #[error(transparent)]
+    Learn(#[from] LearnError),
     #[error("cannot create the invocation's cgroup: {0}")]
     Cgroup(#[source] io::Error),
     #[error("sandbox setup failed while {}: {source}", step.describe())]
@@ -237,7 +246,25 @@ pub async fn run(
     let denials = confine.denials.filter(|d| d.logging_allowed());
 
     // Everything the child needs is built here, before it starts.
-    let ruleset = landlock::build(confine.landlock_abi, confine.policy)?;
+    // Learn mode: the extra trees are granted as `exec` grants are (read and execute, never
+    // write) for this call only.
+    // The temp space treats them as grants too: a tree beneath /tmp keeps the host's /tmp in
+    // view, as a grant there does (the narrowed grant then behaves as the learn run did).
+    let learning;
+    let granted = if spec.learn.is_empty() {
+        confine.policy
+    } else {
+        let mut policy = confine.policy.clone();
+        let mut pins = (*policy.pins).clone();
+        for pin in &spec.learn {
+            policy.exec.push(pin.path.clone());
+            pins.exec.push(pin.clone());
+        }
+        policy.pins = Arc::new(pins);
+        learning = policy;
+        &learning
+    };
+    let ruleset = landlock::build(confine.landlock_abi, granted)?;
     let pinned: Vec<(std::path::PathBuf, (u64, u64))> =
         confine.policy.pins.write.iter().map(|p| (p.path.clone(), (p.node.dev, p.node.ino))).collect();
     let view = confine.views.get(&confine.policy.write, &pinned, confine.generation)?;
@@ -277,7 +304,7 @@ pub async fn run(
     let exe_pin = confine.policy.pins.executable.as_ref().map(|e| e.pin.path.as_path());
     let (temp_space, child_temp) = match temp::prepare(
         confine.id,
-        confine.policy,
+        granted,
         plan,
         exe_pin.unwrap_or(plan.executable.as_path()),
         confine.landlock_abi,
@@ -302,6 +329,18 @@ pub async fn run(
             (Some(p), Some(c))
         }
     };
+    // Learn mode: the fanotify group, made here (it needs CAP_SYS_ADMIN); the child binds and
+    // marks the trees in the call's own namespace, which only a view gives it.
+    let (mut learner, child_learn) = if spec.learn.is_empty() {
+        (None, None)
+    } else {
+        if view.is_none() {
+            return Err(LearnError::NoView.into());
+        }
+        let (learner, mut child) = Learner::new(&spec.learn)?;
+        child.unshare = !child_temp.as_ref().is_some_and(|t| t.unshare) && carve.is_none();
+        (Some(learner), Some(child))
+    };
     let cgroup_procs = cgroup.as_ref().map(InvocationCgroup::procs_fds).unwrap_or_default();
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| SpawnError::Start { program: plan.argv[0].clone(), source: e.into() })?;
@@ -321,6 +360,7 @@ pub async fn run(
             c
         }),
         temp: child_temp,
+        learn: child_learn,
         net: child_net,
         last_cap: child::last_cap(),
         born_in: cgroup.as_ref().and_then(InvocationCgroup::born_in),
@@ -430,6 +470,10 @@ pub async fn run(
         handoff(listener);
     }
     drop(parent_net);
+    // Learn mode: the child's namespace, held until the last event is read (see `learn`).
+    if let Some(l) = &mut learner {
+        l.receive().map_err(|source| SpawnError::Setup { step: Step::Learn, source })?;
+    }
     // SAFETY: `pidfd` is an open descriptor owned by the OwnedFd moved into the AsyncFd, which
     // keeps it open and unchanged until the AsyncFd is dropped.
     let pidfd = unsafe { AsyncFd::register(pidfd) }.map_err(|e| supervise(e.into()))?;
@@ -445,6 +489,13 @@ pub async fn run(
     // The leader is gone: live output no longer holds the reading up (see [`OutputSink`]).
     let leader_gone = CancellationToken::new();
     let captured = CancellationToken::new();
+    // Every process of the call is gone: the learn events are read to the end after the join.
+    let reaped = CancellationToken::new();
+    let learning = async {
+        if let Some(l) = learner.as_mut() {
+            l.pump(&reaped).await;
+        }
+    };
     let captures = async {
         let live = |stderr| spec.output.clone().map(|sink| Live { sink, leader_gone: leader_gone.clone(), stderr });
         let both = match readers {
@@ -485,6 +536,7 @@ pub async fn run(
             let status = waitid(Id::PIDFd(pidfd.get_ref().as_fd()), WaitPidFlag::WEXITED)
                 .map_err(|e| supervise(io::Error::from(e)))?;
             group.reaped = true;
+            reaped.cancel();
             // Data still in the pipes is read; a writer that escaped every kill cannot hold us.
             tokio::select! {
                 () = tokio::time::sleep(DRAIN_LIMIT) => stop_reading.cancel(),
@@ -498,10 +550,12 @@ pub async fn run(
             group.signal(Signal::SIGKILL);
             leader_gone.cancel();
             stop_reading.cancel();
+            reaped.cancel();
         }
         result
     };
-    let (supervised, (stdout, stderr)) = tokio::join!(supervision, captures);
+    let (supervised, (stdout, stderr), ()) = tokio::join!(supervision, captures, learning);
+    let learned = learner.map(Learner::finish);
     let (status, timed_out, cancelled) = supervised?;
     if let Some(cg) = cgroup.take() {
         // Already killed. An emptied leaf goes back to the pool at once; anything else is
@@ -529,7 +583,20 @@ pub async fn run(
         Some(w) => w.finish(exit_code != Some(0)).await,
         None => (Vec::new(), Logged::default()),
     };
-    Ok(Outcome { pid, exit_code, signal, timed_out, cancelled, stdout, stderr, duration, facts, denials, logged })
+    Ok(Outcome {
+        pid,
+        exit_code,
+        signal,
+        timed_out,
+        cancelled,
+        stdout,
+        stderr,
+        duration,
+        facts,
+        denials,
+        logged,
+        learned,
+    })
 }
 
 /// Resource limits for the child: always a core size of 0 and a descriptor limit; the rest as

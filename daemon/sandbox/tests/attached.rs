@@ -88,6 +88,7 @@ fn spec<'a>(plan: &'a Plan, stdio: Stdio, pid: Option<Arc<OnceLock<u32>>>) -> Ru
         temp_files: Vec::new(),
         stdio,
         pid,
+        learn: Vec::new(),
     }
 }
 

@@ -385,6 +385,7 @@ mod tests {
             },
             denials: Vec::new(),
             logged: Default::default(),
+            learned: None,
         }
     }
 

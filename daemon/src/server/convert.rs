@@ -345,7 +345,13 @@ pub(crate) fn finished(id: &str, answer: Answer) -> v1::Finished {
         hints: Vec::new(),
         denials: denials.iter().map(denial).collect(),
         mcp_result_json: String::new(),
+        learn_incomplete: o.learned.as_ref().is_some_and(|l| l.incomplete),
+        learned: o.learned.map(|l| l.paths.into_iter().map(learned).collect()).unwrap_or_default(),
     }
+}
+
+fn learned(p: cordon_sandbox::LearnedPath) -> v1::Learned {
+    v1::Learned { path: p.path.to_string_lossy().into_owned(), read: p.read, exec: p.exec, opens: p.opens, dir: p.dir }
 }
 
 fn denial(e: &cordon_core::denial::Explained) -> v1::Denial {

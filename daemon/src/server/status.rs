@@ -28,7 +28,7 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
-fn with_code(code: Code, cordon_code: ErrorCode, field: Option<&str>, message: String) -> Status {
+pub(crate) fn with_code(code: Code, cordon_code: ErrorCode, field: Option<&str>, message: String) -> Status {
     let mut status = Status::new(code, clip(&message, MAX_MESSAGE_CHARS));
     if let Ok(v) = MetadataValue::try_from(cordon_code.as_str()) {
         status.metadata_mut().insert(ERROR_CODE_KEY, v);
@@ -58,6 +58,7 @@ pub(crate) fn invoke(e: &InvokeError) -> Status {
         InvokeError::Invalid(v) => return validation(v),
         InvokeError::Confirm(c) => return confirm(c),
         InvokeError::Unavailable { .. } | InvokeError::Spawn(_) => Code::FailedPrecondition,
+        InvokeError::Learn(_) => Code::InvalidArgument,
         InvokeError::NotOwner { .. } => Code::PermissionDenied,
         InvokeError::Busy(_) => Code::ResourceExhausted,
         InvokeError::Budget(b) => {

@@ -905,6 +905,7 @@ async fn supervise(shared: Arc<Shared>, owned: Supervised) {
         temp_files,
         stdio,
         pid: Some(shared.pid.clone()),
+        learn: Vec::new(),
     };
     let result = cordon_sandbox::run(spec, &confinement, &shared.kill).await;
     if let Some(p) = proxy {

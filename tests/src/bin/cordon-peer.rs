@@ -133,7 +133,12 @@ async fn call(stream: std::os::unix::net::UnixStream, op: &str, tool: &str) -> R
         "reload" => client.reload(v1::ReloadRequest {}).await.map(|r| format!("generation {}", r.get_ref().generation)),
         "invoke" => {
             let mut events = client
-                .invoke(v1::InvokeRequest { tool: tool.into(), arguments_json: String::new(), stream_output: false })
+                .invoke(v1::InvokeRequest {
+                    tool: tool.into(),
+                    arguments_json: String::new(),
+                    stream_output: false,
+                    learn: Vec::new(),
+                })
                 .await?
                 .into_inner();
             let mut seen = Vec::new();

@@ -108,7 +108,8 @@ fn started_argv(d: &Daemon) -> Vec<String> {
 
 async fn invoke(channel: tonic::transport::Channel, tool: &str) -> Result<(), tonic::Status> {
     let mut client = v1::cordon_client::CordonClient::new(channel);
-    let request = v1::InvokeRequest { tool: tool.into(), arguments_json: "{}".into(), stream_output: false };
+    let request =
+        v1::InvokeRequest { tool: tool.into(), arguments_json: "{}".into(), stream_output: false, learn: Vec::new() };
     let mut stream = client.invoke(request).await?.into_inner();
     while stream.message().await?.is_some() {}
     Ok(())

@@ -225,7 +225,12 @@ fn wait_pending(d: &Daemon) -> String {
 /// Invokes over gRPC and returns the decision the daemon answered with.
 async fn invoke(channel: tonic::transport::Channel, tool: &str, arguments: &str) -> Result<(), tonic::Status> {
     let mut client = v1::cordon_client::CordonClient::new(channel);
-    let request = v1::InvokeRequest { tool: tool.into(), arguments_json: arguments.into(), stream_output: false };
+    let request = v1::InvokeRequest {
+        tool: tool.into(),
+        arguments_json: arguments.into(),
+        stream_output: false,
+        learn: Vec::new(),
+    };
     let mut stream = client.invoke(request).await?.into_inner();
     while stream.message().await?.is_some() {}
     Ok(())

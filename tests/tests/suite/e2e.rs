@@ -695,8 +695,12 @@ fn one_caller_cannot_take_every_slot_and_oversized_requests_are_refused_unread()
     let status = rt.block_on(async {
         let channel = cordon_proto::connect(&d.socket).await.unwrap();
         let mut client = cordon_proto::v1::cordon_client::CordonClient::new(channel);
-        let request =
-            cordon_proto::v1::InvokeRequest { tool: "echo".into(), arguments_json: huge, stream_output: false };
+        let request = cordon_proto::v1::InvokeRequest {
+            tool: "echo".into(),
+            arguments_json: huge,
+            stream_output: false,
+            learn: Vec::new(),
+        };
         client.invoke(request).await.map(drop).unwrap_err()
     });
     assert!(status.message().contains("too large"), "{status:?}");

@@ -30,6 +30,7 @@ mod import_mcp;
 mod init;
 mod jobs;
 mod kubernetes;
+mod learn;
 mod mcp;
 mod mcp_config;
 mod mcp_http;

@@ -107,7 +107,8 @@ async fn grpc_loop(socket: PathBuf, n: usize, stop: Arc<AtomicBool>) -> Answers 
         } else {
             ("code", format!(r#"{{"code":{}}}"#, (n + i) % 4))
         };
-        let request = v1::InvokeRequest { tool: tool.into(), arguments_json: arguments, stream_output: false };
+        let request =
+            v1::InvokeRequest { tool: tool.into(), arguments_json: arguments, stream_output: false, learn: Vec::new() };
         let Ok(response) = client.invoke(request).await else {
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;

@@ -405,7 +405,12 @@ fn live_chunks_follow_each_other_and_stop_at_the_head_of_the_cap() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let mut client = small_window_client(&d.socket).await;
-        let request = v1::InvokeRequest { tool: "capped".into(), arguments_json: "{}".into(), stream_output: true };
+        let request = v1::InvokeRequest {
+            tool: "capped".into(),
+            arguments_json: "{}".into(),
+            stream_output: true,
+            learn: Vec::new(),
+        };
         let mut events = client.invoke(request).await.unwrap().into_inner();
         let mut chunks = Vec::new();
         let finished = rest_of(&mut events, &mut chunks).await;
@@ -429,7 +434,12 @@ fn a_client_that_does_not_read_holds_the_tool_and_loses_nothing() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let mut client = small_window_client(&d.socket).await;
-        let request = v1::InvokeRequest { tool: "big".into(), arguments_json: dir_arg(&dir), stream_output: true };
+        let request = v1::InvokeRequest {
+            tool: "big".into(),
+            arguments_json: dir_arg(&dir),
+            stream_output: true,
+            learn: Vec::new(),
+        };
         let mut events = client.invoke(request).await.unwrap().into_inner();
         let pid_file = dir.join("pid");
         assert!(

@@ -20,9 +20,16 @@ pub(in crate::server) async fn invoke(
 ) -> Result<Response<InvokeStream>, Status> {
     let caller = service.caller(&request, "invoke")?;
     let req = request.into_inner();
+    // Learn mode is an admin's: an agent's request is refused and audited as `unauthorized`.
+    if !req.learn.is_empty() {
+        service.require_admin(&caller, "invoke", "a learn run (`cordon run --learn`)")?;
+    }
     let registry = service.daemon.registry.current();
     if registry.get(&req.tool).is_none() && registry.workflow(&req.tool).is_some() {
         drop(registry);
+        if !req.learn.is_empty() {
+            return Err(learn_unsupported(&req.tool, "a workflow"));
+        }
         let result = service.workflow_call(caller, &req.tool, &req.arguments_json).await?;
         let event = v1::InvokeEvent { event: Some(v1::invoke_event::Event::Workflow(result)) };
         return Ok(Response::new(Box::pin(tokio_stream::iter([Ok(event)]))));
@@ -32,12 +39,20 @@ pub(in crate::server) async fn invoke(
     {
         let (def, remote, generation) = (def.clone(), remote.to_string(), registry.generation);
         drop(registry);
+        if !req.learn.is_empty() {
+            return Err(learn_unsupported(&req.tool, "a tool of an MCP server"));
+        }
         return super::servers::invoke(service, caller, def, &remote, generation, &req).await;
     }
     drop(registry);
     let authorized = service.require_tool(&caller, &req.tool, "invoke")?;
     let invoker = &service.daemon.invoker;
-    match invoker.prepare(caller, &authorized, &req.arguments_json).await.map_err(|e| status::invoke(&e))? {
+    let admission = if req.learn.is_empty() {
+        invoker.prepare(caller, &authorized, &req.arguments_json).await
+    } else {
+        invoker.prepare_learn(caller, &authorized, &req.arguments_json, &req.learn).await
+    };
+    match admission.map_err(|e| status::invoke(&e))? {
         Admission::Ready(prepared) => {
             let started = invoker.start(prepared, Mark::Direct).await.map_err(|e| status::invoke(&e))?;
             Ok(run_stream(service, started, req.stream_output))
@@ -61,6 +76,16 @@ pub(in crate::server) async fn invoke(
             Ok(Response::new(Box::pin(tokio_stream::iter([Ok(event)]))))
         }
     }
+}
+
+/// Learn mode runs one tool call of cordond's own sandbox: not a workflow, not a server's tool.
+fn learn_unsupported(name: &str, what: &str) -> Status {
+    status::with_code(
+        tonic::Code::InvalidArgument,
+        cordon_core::code::ErrorCode::LearnRefused,
+        None,
+        format!("{name:?} is {what}; a learn run (`--learn`) runs one call of a tool of the policy's own"),
+    )
 }
 
 pub(in crate::server) async fn dry_run(
