@@ -69,6 +69,8 @@ pub(crate) struct Parked {
     pub caller: Caller,
     /// The path arguments (param name, absolute path), for the hints of a failed run.
     pub paths: Vec<(String, std::path::PathBuf)>,
+    /// The call's raw arguments for its records: secret values redacted, clipped.
+    pub arguments: serde_json::Value,
 }
 
 /// What the caller is told when a confirmation is required.
@@ -622,6 +624,7 @@ mod tests {
             dedicated_uid: false,
             caller: Caller::socket(1000, 1000, None),
             paths: Vec::new(),
+            arguments: serde_json::Value::from("{}"),
         }
     }
 
