@@ -5,8 +5,11 @@
 //! # Layout
 //! - [`chain`]: the line format (`seq`, `time`, `decision`, ..., `prev`), line hashing and
 //!   [`chain::verify`].
+//! - [`read`]: the log as evidence (`cordon policy replay`): files in seq order, the chain
+//!   verified, recorded gaps reported, unrecorded ones and oversized lines refused.
 
 pub mod chain;
+pub mod read;
 
 use std::path::PathBuf;
 
