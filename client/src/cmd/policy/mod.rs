@@ -1,7 +1,9 @@
-//! `cordon policy check|test|diff|reference`: policy files checked, tested and compared offline
-//! with the daemon's own loader (or against a running daemon), and the key reference.
+//! `cordon policy check|test|diff|replay|reference`: policy files checked, tested and compared offline
+//! with the daemon's own loader (or against a running daemon), an audit log replayed against
+//! them, and the key reference.
 
 pub(super) mod check;
 pub(super) mod diff;
 pub(super) mod reference;
+pub(super) mod replay;
 pub(super) mod test;
