@@ -475,7 +475,12 @@ impl<'a> Replayer<'a> {
                         {
                             groups.push(gid);
                         }
-                        allow.admits_groups(&groups, self.gid_of)
+                        let admitted = allow.admits_groups(&groups, self.gid_of);
+                        if !admitted && v.get("groups_total").is_some() {
+                            // The record kept only the first of the caller's groups.
+                            return Err(Reason::NoCallerEvidence);
+                        }
+                        admitted
                     }
                 }
             };

@@ -88,12 +88,20 @@ impl Principal {
                 record = record.with("user", user.as_deref());
             }
             if let Some(groups) = &e.groups {
-                record = record.with("groups", groups.clone());
+                // A record has a bounded size: an account in thousands of groups keeps the first
+                // MAX_RECORDED_GROUPS and says how many it had (replay then cannot tell a refusal).
+                record = record.with("groups", groups.iter().take(MAX_RECORDED_GROUPS).copied().collect::<Vec<u32>>());
+                if groups.len() > MAX_RECORDED_GROUPS {
+                    record = record.with("groups_total", groups.len());
+                }
             }
         }
         record
     }
 }
+
+/// The most gids a record carries (`groups`); more are counted in `groups_total`.
+pub(crate) const MAX_RECORDED_GROUPS: usize = 256;
 
 /// What deciding an agent caller's `allow` looked up.
 #[derive(Debug, Clone)]

@@ -79,6 +79,10 @@ fn groups_decide_from_the_recorded_gids() {
     assert_eq!(counts(&replay(&by_group, std::slice::from_ref(&rec))), vec![]);
     let rec = started(1001, r#"{"name":"bob"}"#, json!({ "user": "dan", "groups": [100] }));
     assert_eq!(counts(&replay(&by_group, &[rec])), vec![("allowed_now_refused", 1)]);
+    // A record that kept only some of the caller's groups cannot tell a refusal.
+    let rec = started(1001, r#"{"name":"bob"}"#, json!({ "user": "dan", "groups": [100], "groups_total": 300 }));
+    let r = replay(&by_group, &[rec]);
+    assert_eq!((counts(&r), r.not_replayable_counts().get(&Reason::NoCallerEvidence).copied()), (vec![], Some(1)));
 }
 
 #[test]
