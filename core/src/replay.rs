@@ -44,10 +44,12 @@ pub enum Kind {
     ArgvChanged,
     EgressNowRefused,
     EgressNowAllowed,
+    /// A terminal record's denial (landlock or the egress proxy) the candidate now grants.
+    DenialNowGranted,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::AllowedNowRefused,
         Kind::RefusedNowAllowed,
         Kind::ConfirmationAdded,
@@ -55,6 +57,7 @@ impl Kind {
         Kind::ArgvChanged,
         Kind::EgressNowRefused,
         Kind::EgressNowAllowed,
+        Kind::DenialNowGranted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -66,6 +69,7 @@ impl Kind {
             Kind::ArgvChanged => "argv_changed",
             Kind::EgressNowRefused => "egress_now_refused",
             Kind::EgressNowAllowed => "egress_now_allowed",
+            Kind::DenialNowGranted => "denial_now_granted",
         }
     }
 
@@ -347,9 +351,15 @@ impl<'a> Replayer<'a> {
                 }
             }
             "finished" | "timed_out" | "cancelled" | "failed" | "aborted" => {
-                if let Some(id) = s(v, "id") {
-                    self.running.remove(id);
+                let who = s(v, "id").and_then(|id| self.running.remove(id));
+                let wanted = self.tool.as_ref().is_none_or(|t| *t == tool)
+                    && self.since.is_none_or(|since| {
+                        s(v, "time").and_then(crate::audit::chain::unix_nanos).is_some_and(|t| t >= since)
+                    });
+                if wanted {
+                    self.denials(v, &tool, who.unwrap_or_default());
                 }
+                return;
             }
             _ => {}
         }
@@ -571,6 +581,46 @@ impl<'a> Replayer<'a> {
         let old = format!("{host}:{port} {}", if was { "allowed" } else { "refused (not-listed)" });
         let ex = self.example(v, tool_name, old, now.clone(), now);
         add(&mut self.report.flips, (tool_name.to_string(), who, kind), ex);
+    }
+
+    /// A terminal record's exact denials (landlock, the egress proxy) the candidate now grants:
+    /// `read` under a read, write or exec grant, `write` under a write grant (not inside a
+    /// `.git` directory: the default protected set), `exec` under an exec grant, `hosts` by its
+    /// host rules. A tool with carve-outs is not decided (a carve-out may refuse inside a grant).
+    fn denials(&mut self, v: &Value, tool_name: &str, who: Who) {
+        let Some(denials) = v.get("denials").and_then(Value::as_array) else { return };
+        let tool = self.tools.get(tool_name).filter(|t| !t.disabled).copied();
+        for d in denials {
+            if !matches!(s(d, "source"), Some("landlock" | "proxy")) {
+                continue; // inferred from the tool's words: unverified
+            }
+            let (Some(key), Some(target)) = (s(d, "grant_key"), s(d, "target")) else { continue };
+            let Some(tool) = tool else { continue };
+            let sb = &tool.sandbox;
+            let under = |roots: &[&Vec<std::path::PathBuf>]| {
+                roots.iter().any(|r| r.iter().any(|g| Path::new(target).starts_with(g)))
+            };
+            let granted = match key {
+                "read" => under(&[&sb.read, &sb.write, &sb.exec]),
+                "write" => under(&[&sb.write]) && !Path::new(target).components().any(|c| c.as_os_str() == ".git"),
+                "exec" => under(&[&sb.exec]),
+                "hosts" => target.rsplit_once(':').is_some_and(|(host, port)| {
+                    let (Some(t), Ok(port)) = (Target::parse(host), port.parse::<u16>()) else { return false };
+                    sb.network.egress().and_then(|e| e.matching(&t, port)).is_some()
+                }),
+                _ => false,
+            };
+            if !granted {
+                continue;
+            }
+            if !sb.carve.is_empty() && key != "hosts" {
+                continue; // a carve-out may still refuse it: not decided
+            }
+            let old = format!("denied: {}", s(d, "message").unwrap_or(target));
+            let why = format!("the candidate's `{key}` grants {target}");
+            let ex = self.example(v, tool_name, old, format!("granted by `{key}`"), why);
+            add(&mut self.report.flips, (tool_name.to_string(), who.clone(), Kind::DenialNowGranted), ex);
+        }
     }
 
     fn not_replayable(&mut self, v: &Value, tool: &str, reason: Reason) {

@@ -175,3 +175,20 @@ fn a_removed_tool_refuses_and_egress_is_decided_by_the_candidates_hosts() {
     assert_eq!(counts(&r), vec![("egress_now_allowed", 1)]);
     assert_eq!(r.flips.keys().next().unwrap().1.uid, Some(1000), "an egress record's caller is its invocation's");
 }
+
+#[test]
+fn a_denial_the_candidate_grants_is_denial_now_granted() {
+    let finished = json!({ "seq": 8, "time": "t", "decision": "finished", "id": "i1", "tool": "greet", "exit_code": 1,
+        "denials": [
+            { "source": "landlock", "target": "/srv/data/x.txt", "access": "read_file", "grant_key": "read", "message": "landlock denied read_file on /srv/data/x.txt" },
+            { "source": "landlock", "target": "/srv/repo/.git/hooks/pre-commit", "access": "write_file", "grant_key": "write", "message": "m" },
+            { "source": "inferred", "target": "/srv/data/y", "access": "read", "grant_key": "read", "message": "m" },
+        ] });
+    let recs = [started(1000, r#"{"name":"bob"}"#, json!({})), finished];
+    assert_eq!(counts(&replay(BASE, &recs)), vec![]);
+    let granted = BASE.replace("command = [", "read = [\"/srv/data\"]\nwrite = [\"/srv/repo\"]\ncommand = [");
+    let r = replay(&granted, &recs);
+    // Only the exact read denial: the .git write stays protected, the inferred one is unverified.
+    assert_eq!(counts(&r), vec![("denial_now_granted", 1)]);
+    assert_eq!(r.flips.keys().next().unwrap().1.uid, Some(1000));
+}
