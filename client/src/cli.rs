@@ -448,6 +448,34 @@ pub enum PolicyCommand {
         #[arg(long, value_name = "PATH", conflicts_with = "dirs")]
         against_socket: Option<PathBuf>,
     },
+    /// Decide every call recorded in an audit log again under a candidate policy directory,
+    /// offline, with cordond's own code, and report the decisions that would flip.
+    ///
+    /// The log (each FILE with its rotated siblings) is read in seq order with its hash chain
+    /// verified. Flip kinds: allowed_now_refused, refused_now_allowed, confirmation_added,
+    /// confirmation_dropped, argv_changed, egress_now_refused, egress_now_allowed,
+    /// denial_now_granted; grouped by tool and caller with counts and one example each. What a
+    /// record cannot tell (a redacted secret, clipped arguments, records older than recorded
+    /// arguments, DNS answers) is listed as not replayable with the reason. Values of secret params (of the log's policy or the
+    /// candidate's) are never printed. Exit status: 0 no flips, 1 flips found, 2 on any trouble
+    /// (a broken chain, an unrecorded gap, a candidate that does not load), like `policy diff`.
+    Replay {
+        /// The audit log(s): a live log (its rotated files `NAME.<seq>` are read too) or files.
+        #[arg(long = "audit", required = true, num_args = 1.., value_name = "FILE")]
+        audit: Vec<PathBuf>,
+        /// The candidate policy directory.
+        #[arg(long, value_name = "DIR")]
+        against: PathBuf,
+        /// Only calls of this tool.
+        #[arg(long, value_name = "NAME")]
+        tool: Option<String>,
+        /// Only records of the last DURATION (e.g. 24h, 7d).
+        #[arg(long, value_name = "DURATION")]
+        since: Option<String>,
+        /// Exit 1 only for flips of these kinds (comma-separated); others are still reported.
+        #[arg(long, value_name = "KIND,...", value_delimiter = ',')]
+        fail_on: Vec<String>,
+    },
     /// Run the tools' examples offline ([[tools.NAME.examples]] must be accepted with their argv,
     /// [[tools.NAME.refuse]] refused with their code) and print each outcome.
     Test {
@@ -703,10 +731,12 @@ pub fn run(cli: Cli) -> ExitCode {
     // The local socket as given or by default, also with --remote: `doctor` checks its file.
     let socket = cli.socket.clone().unwrap_or_else(cordon_proto::client_socket_path);
     let json = cli.json;
-    // `policy diff` and `policy suggest` exit as diff(1) does: 2 for any trouble, 1 meaning
-    // "different" (nothing to suggest).
-    let diff =
-        matches!(cli.command, Command::Policy { command: PolicyCommand::Diff { .. } | PolicyCommand::Suggest { .. } });
+    // `policy diff`, `policy replay` and `policy suggest` exit as diff(1) does: 2 for any trouble,
+    // 1 meaning "different" (flips found, nothing to suggest).
+    let diff = matches!(
+        cli.command,
+        Command::Policy { command: PolicyCommand::Diff { .. } | PolicyCommand::Replay { .. } | PolicyCommand::Suggest { .. } }
+    );
     match runtime.block_on(crate::cmd::dispatch(cli.command, &endpoint, socket, json)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

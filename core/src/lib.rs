@@ -17,6 +17,7 @@
 //! - [`resolve`]: opening paths without following symlinks.
 //! - [`secret`]: secrets a tool never sees: their sources, hosts and places in a request.
 //! - [`token`]: the bearer tokens an admin issues for agents: their text form and hash.
+//! - [`replay`]: recorded calls decided again under a candidate policy (`cordon policy replay`).
 //!
 //! Architecture invariant: this crate has no `unsafe` (the compiler checks it), runs no process
 //! and changes no credentials. The daemon and the MCP front-end validate with the same code, so
@@ -35,6 +36,7 @@ pub mod egress;
 pub mod host;
 pub mod mcp_server;
 pub mod policy;
+pub mod replay;
 pub mod resolve;
 pub mod secret;
 pub mod stdio;

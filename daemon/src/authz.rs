@@ -12,7 +12,7 @@
 use nix::unistd::{Gid, Group, Uid, User};
 
 use crate::caller::Caller;
-use cordon_core::policy::{Allow, Principal, Tool, Workflow};
+use cordon_core::policy::{Allow, Tool, Workflow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -57,24 +57,89 @@ impl Authorizer {
 
     /// Admins always; an agent caller when `allow` names it or one of its groups.
     fn admits(&self, c: &Caller, role: Role, allow: Option<&Allow>) -> bool {
-        if role == Role::Admin {
-            return true;
-        }
-        let Some(allow) = allow else { return false };
-        let name = User::from_uid(Uid::from_raw(c.uid)).ok().flatten().map(|u| u.name);
-        let user_ok = allow.users.iter().any(|p| match p {
-            Principal::Id(id) => *id == c.uid,
-            Principal::Name(n) => name.as_deref() == Some(n.as_str()),
-        });
-        if user_ok {
-            return true;
-        }
-        let groups = groups_of(c);
-        allow.groups.iter().any(|p| match p {
-            Principal::Id(id) => groups.contains(id),
-            Principal::Name(n) => Group::from_name(n).ok().flatten().is_some_and(|g| groups.contains(&g.gid.as_raw())),
-        })
+        role == Role::Admin || decide(c, allow).admitted
     }
+
+    /// What a call's decision record says of its caller: `role`, and for an agent caller what
+    /// its `allow` decision looked up (`user`, the account's name; `groups`, the gids), only
+    /// those it needed (an `allow` that admits the uid by number looks nothing up). `cordon
+    /// policy replay` decides again from these.
+    pub(crate) fn principal(&self, c: &Caller, allow: Option<&Allow>) -> Principal {
+        match self.role(c) {
+            Role::Admin => Principal { role: Role::Admin, evidence: None },
+            Role::Agent => Principal { role: Role::Agent, evidence: Some(decide(c, allow)) },
+        }
+    }
+}
+
+/// The caller's role and what its `allow` decision used, for a record.
+#[derive(Debug, Clone)]
+pub(crate) struct Principal {
+    pub role: Role,
+    pub evidence: Option<Evidence>,
+}
+
+impl Principal {
+    /// Adds `role` (and `user`, `groups` when looked up) to a record.
+    pub(crate) fn on(&self, mut record: cordon_audit::Record) -> cordon_audit::Record {
+        record = record.with("role", self.role.as_str());
+        if let Some(e) = &self.evidence {
+            if let Some(user) = &e.user {
+                record = record.with("user", user.as_deref());
+            }
+            if let Some(groups) = &e.groups {
+                // A record has a bounded size: an account in thousands of groups keeps the first
+                // MAX_RECORDED_GROUPS and says how many it had (replay then cannot tell a refusal).
+                record = record.with("groups", groups.iter().take(MAX_RECORDED_GROUPS).copied().collect::<Vec<u32>>());
+                if groups.len() > MAX_RECORDED_GROUPS {
+                    record = record.with("groups_total", groups.len());
+                }
+            }
+        }
+        record
+    }
+}
+
+/// The most gids a record carries (`groups`); more are counted in `groups_total`.
+pub(crate) const MAX_RECORDED_GROUPS: usize = 256;
+
+/// What deciding an agent caller's `allow` looked up.
+#[derive(Debug, Clone)]
+pub(crate) struct Evidence {
+    pub admitted: bool,
+    /// The account's name (`Some(None)`: no such account); `None`: not looked up.
+    pub user: Option<Option<String>>,
+    /// The caller's gids; `None`: not looked up.
+    pub groups: Option<Vec<u32>>,
+}
+
+/// An agent caller's `allow` decision (the pure part is core's [`Allow::admits`]), looking up
+/// only what it needs, in order: the uid, the user name, the groups.
+fn decide(c: &Caller, allow: Option<&Allow>) -> Evidence {
+    let Some(allow) = allow else { return Evidence { admitted: false, user: None, groups: None } };
+    let user = allow.needs_user_name().then(|| user_name(c.uid));
+    if allow.admits_user(c.uid, user.as_ref().and_then(|u| u.as_deref())) {
+        return Evidence { admitted: true, user, groups: None };
+    }
+    if allow.groups.is_empty() {
+        return Evidence { admitted: false, user, groups: None };
+    }
+    let groups = groups_of(c);
+    let admitted = allow.admits_groups(&groups, group_id);
+    Evidence { admitted, user, groups: Some(groups) }
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Agent => "agent",
+        }
+    }
+}
+
+fn user_name(uid: u32) -> Option<String> {
+    User::from_uid(Uid::from_raw(uid)).ok().flatten().map(|u| u.name)
 }
 
 /// Resolves a group name to its gid.

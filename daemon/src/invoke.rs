@@ -364,6 +364,8 @@ pub(crate) struct Prepared {
     paths: Vec<(String, std::path::PathBuf)>,
     /// Learn mode: the extra trees granted read and execute and watched (empty: a normal call).
     learn: Vec<cordon_core::policy::Pin>,
+    /// The raw arguments for its records (secret values redacted, clipped).
+    arguments: Value,
     /// The pins this call runs with: the tool's, or those a re-pin put in force
     /// (`Tool::pins_for_call`); the sandbox uses these descriptors, never the paths again.
     pins: Arc<Pins>,
@@ -549,6 +551,9 @@ pub(crate) struct Invoker {
     /// The egress proxy's CA and the trust bundle tools see it in (`None`: cordond has none;
     /// tools whose connections the proxy terminates are then unavailable).
     terminator: Option<Arc<crate::secrets::Terminator>>,
+    /// Roles and `allow`: each call's decision record says who decided it (`role`, and what its
+    /// `allow` looked up).
+    authz: crate::authz::Authorizer,
 }
 
 impl Invoker {
@@ -559,6 +564,7 @@ impl Invoker {
         audit: Arc<Audit>,
         (metrics, egress_metrics): (Option<Arc<InvokeMetrics>>, Option<Arc<cordon_egress::EgressMetrics>>),
         terminator: Option<Arc<crate::secrets::Terminator>>,
+        authz: crate::authz::Authorizer,
     ) -> Invoker {
         let budgets = budgets::Budgets::new(settings.admission);
         let budget_file = budget_store::path_for(audit.path());
@@ -584,6 +590,18 @@ impl Invoker {
             metrics,
             egress_metrics,
             terminator,
+            authz,
+        }
+    }
+
+    /// A call's decision record with what replay needs to decide it again: `role` (and the
+    /// `user`, `groups` its `allow` decision looked up) and the raw `arguments` (secret values
+    /// redacted, clipped; a clipped value is `{"prefix", "bytes"}`).
+    fn call_record(&self, record: Record, caller: &Caller, tool: Option<&Tool>, arguments: Option<Value>) -> Record {
+        let record = self.authz.principal(caller, tool.and_then(|t| t.allow.as_ref())).on(record);
+        match arguments {
+            Some(a) => record.with("arguments", a),
+            None => record,
         }
     }
 
@@ -654,13 +672,18 @@ impl Invoker {
         match &result {
             Ok(Admission::NeedsConfirmation(ticket)) => self.audit.record(marked(
                 mark,
-                Record::new(Decision::ConfirmationRequested)
-                    .tool(tool_name)
-                    .caller(&caller)
-                    .with("mode", ticket.mode.as_str())
-                    .with("approval_id", ticket.approval_id.as_str())
-                    .with_argv(&ticket.argv)
-                    .with("expires_in_ms", millis(ticket.expires_in)),
+                self.call_record(
+                    Record::new(Decision::ConfirmationRequested)
+                        .tool(tool_name)
+                        .caller(&caller)
+                        .with("mode", ticket.mode.as_str())
+                        .with("approval_id", ticket.approval_id.as_str())
+                        .with_argv(&ticket.argv)
+                        .with("expires_in_ms", millis(ticket.expires_in)),
+                    &caller,
+                    Some(authorized),
+                    Some(redact_arguments(Some(authorized), arguments)),
+                ),
             )),
             // Its `cache_hit` record is on disk already.
             Ok(Admission::Ready(_) | Admission::Cached(_)) => {}
@@ -787,6 +810,7 @@ impl Invoker {
             .with("cache_age_ms", millis(cache::age(&entry)))
             .with("exit_code", entry.outcome.exit_code)
             .with("ok", entry.verdict.ok());
+        let record = self.call_record(record, &parked.caller, Some(tool), Some(parked.arguments.clone()));
         self.audit.durable(marked(mark, record)).await?;
         Ok(Some(CacheHit {
             id,
@@ -840,39 +864,46 @@ impl Invoker {
                 m.budget_refusal(&b.key, b.code.as_str());
             }
         }
-        if let InvokeError::Invalid(v) = e {
-            if let Some(field) = &v.field {
-                record = record.with("field", field.as_str());
-            }
-            if let Some(arguments) = arguments {
-                record = record.with("arguments", self.redacted_arguments(tool_name, arguments));
-            }
+        if let InvokeError::Invalid(v) = e
+            && let Some(field) = &v.field
+        {
+            record = record.with("field", field.as_str());
         }
-        self.audit.record(marked(mark, record));
-    }
-
-    /// Raw arguments for an `invalid` record: values of the tool's secret params replaced.
-    fn redacted_arguments(&self, tool_name: &str, arguments: &str) -> Value {
         let registry = self.registry.current();
-        let tool = registry.get(tool_name);
-        match serde_json::from_str::<Value>(arguments) {
-            Ok(Value::Object(mut map)) => {
-                for (key, value) in &mut map {
-                    // Unknown fields of a tool with secrets are redacted too: they may be misspelt secrets.
-                    let secret = tool
-                        .is_some_and(|t| t.param(key).map_or_else(|| t.params.iter().any(|p| p.secret), |p| p.secret));
-                    if secret {
-                        *value = Value::from(argv::REDACTED);
-                    }
-                }
-                audit::clip(&Value::Object(map).to_string())
-            }
-            // Not an object: it cannot be matched to params, so a tool with secrets keeps none of it.
-            _ if tool.is_some_and(|t| t.params.iter().any(|p| p.secret)) => Value::from(argv::REDACTED),
-            _ => audit::clip(arguments),
-        }
+        let tool = registry.get(tool_name).map(|t| &**t);
+        let arguments = arguments.map(|a| redact_arguments(tool, a));
+        self.audit.record(marked(mark, self.call_record(record, &caller, tool, arguments)));
     }
+}
 
+/// Raw arguments for a call's records: values of the tool's secret params replaced, clipped
+/// (a clipped value is `{"prefix", "bytes"}`).
+pub(crate) fn redact_arguments(tool: Option<&Tool>, arguments: &str) -> Value {
+    redact_with(tool.map(|t| t.params.as_slice()), arguments)
+}
+
+/// [`redact_arguments`] for any params (a workflow's); `None`: nothing is known secret.
+pub(crate) fn redact_with(params: Option<&[cordon_core::policy::Param]>, arguments: &str) -> Value {
+    let any_secret = params.is_some_and(|ps| ps.iter().any(|p| p.secret));
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(mut map)) => {
+            for (key, value) in &mut map {
+                // Unknown fields of a tool with secrets are redacted too: they may be misspelt secrets.
+                let secret =
+                    params.is_some_and(|ps| ps.iter().find(|p| p.name == *key).map_or(any_secret, |p| p.secret));
+                if secret {
+                    *value = Value::from(argv::REDACTED);
+                }
+            }
+            audit::clip(&Value::Object(map).to_string())
+        }
+        // Not an object: it cannot be matched to params, so a tool with secrets keeps none of it.
+        _ if any_secret => Value::from(argv::REDACTED),
+        _ => audit::clip(arguments),
+    }
+}
+
+impl Invoker {
     /// Validates and resolves a call exactly as [`Self::prepare`] does (same refusals, same
     /// audit records for them, marked `"dry_run": true`), checks the tool's pins as admission
     /// does, and says what would run; runs nothing, takes no slot (a dry run is never BUSY) and
@@ -882,13 +913,18 @@ impl Invoker {
         let result = self.try_dry_run(caller.clone(), tool_name, arguments);
         match &result {
             Ok(d) => self.audit.record(
-                Record::new(Decision::DryRun)
-                    .tool(tool_name)
-                    .caller(&caller)
-                    .generation(d.generation)
-                    .with_argv(&d.plan.display_argv)
-                    .with("cwd", d.plan.cwd.display().to_string())
-                    .with("run_as", d.identity.json()),
+                self.call_record(
+                    Record::new(Decision::DryRun)
+                        .tool(tool_name)
+                        .caller(&caller)
+                        .generation(d.generation)
+                        .with_argv(&d.plan.display_argv)
+                        .with("cwd", d.plan.cwd.display().to_string())
+                        .with("run_as", d.identity.json()),
+                    &caller,
+                    Some(&d.tool),
+                    Some(redact_arguments(Some(&d.tool), arguments)),
+                ),
             ),
             Err(e) => self.refused_as(caller, tool_name, Some(arguments), e, true, None),
         }
@@ -1071,6 +1107,7 @@ impl Invoker {
                 _ => None,
             })
             .collect();
+        let arguments = redact_arguments(Some(&tool), arguments);
         Ok(Parked {
             tool,
             generation: registry.generation,
@@ -1080,6 +1117,7 @@ impl Invoker {
             caller,
             paths,
             learn: Vec::new(),
+            arguments,
         })
     }
 
@@ -1113,7 +1151,7 @@ impl Invoker {
     /// invocation as running.
     async fn admit(&self, parked: Parked, confirmed: Option<Confirmed>) -> Result<Prepared, InvokeError> {
         let cache = cache_key(&parked).map(Box::new);
-        let Parked { tool, generation, plan, identity, dedicated_uid, caller, paths, learn } = parked;
+        let Parked { tool, generation, plan, identity, dedicated_uid, caller, paths, learn, arguments } = parked;
         // Every pinned path (grants, working_dir, command[0]) must still name what it named when
         // the registry loaded; a swapped one makes the tool unavailable, never redirected, unless
         // the re-pin rule takes it for the identity this call runs as (docs/pins.md).
@@ -1183,6 +1221,7 @@ impl Invoker {
             cache,
             paths,
             learn,
+            arguments,
             pins,
             seccomp,
             cancel,
@@ -1281,6 +1320,7 @@ impl Invoker {
         if let Some(c) = &p.confirmed {
             record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
         }
+        let record = self.call_record(record, &p.caller, Some(&p.tool), Some(p.arguments.clone()));
         match self.audit.durable(record).await {
             Ok(_) => Ok(Started { prepared, mark }),
             Err(e) => {

@@ -92,6 +92,9 @@ pub(crate) async fn dispatch(
             policy::check::run(&paths, deny_warnings, json)
         }
         Command::Policy { command: PolicyCommand::Test { paths } } => policy::test::run(&paths, json),
+        Command::Policy { command: PolicyCommand::Replay { audit, against, tool, since, fail_on } } => {
+            policy::replay::run(&policy::replay::Options { audit, against, tool, since, fail_on }, json)
+        }
         Command::Policy { command: PolicyCommand::Reference } => policy::reference::run(json),
         Command::Policy {
             command:

@@ -53,9 +53,15 @@ pub const TABLE: &[(u8, &str, &str)] = &[
         FAILURE,
         "failure",
         "a failure with no more specific code; `doctor`: a check failed; standard output could not be written (a full \
-         disk); `policy diff`: the sets differ; `policy suggest`: nothing to suggest",
+         disk); `policy diff`: the sets differ; `policy replay`: some recorded decisions flip (of the `--fail-on` \
+         kinds); `policy suggest`: nothing to suggest",
     ),
-    (USAGE, "usage", "bad command-line usage; `policy diff` and `policy suggest`: any trouble, as diff(1)"),
+    (
+        USAGE,
+        "usage",
+        "bad command-line usage; `policy diff`, `policy replay`, `policy suggest`: any trouble (a broken audit \
+         chain, an unrecorded gap, a policy that does not load)",
+    ),
     (
         CONFIRMATION_REQUIRED,
         "confirm",

@@ -5,8 +5,23 @@
 //! # Layout
 //! - [`chain`]: the line format (`seq`, `time`, `decision`, ..., `prev`), line hashing and
 //!   [`chain::verify`].
+//! - [`read`]: the log as evidence (`cordon policy replay`): files in seq order, the chain
+//!   verified, recorded gaps reported, unrecorded ones and oversized lines refused.
 
 pub mod chain;
+pub mod read;
+
+/// SHA-256 (hex) of an argv as exec sees it: each element followed by a NUL byte, i.e.
+/// `printf '%s\0' "${argv[@]}" | sha256sum` (a clipped record's `argv_clipped.sha256`).
+pub fn argv_sha256(argv: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for a in argv {
+        h.update(a.as_bytes());
+        h.update([0]);
+    }
+    chain::hex(&h.finalize())
+}
 
 use std::path::PathBuf;
 

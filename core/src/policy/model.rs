@@ -741,6 +741,39 @@ pub struct Allow {
     pub groups: Vec<Principal>,
 }
 
+/// Whether an `allow` admits an agent caller: the one decision cordond makes when a call comes
+/// in and `cordon policy replay` makes again from a record. Pure: the caller's user name and
+/// groups, and a group name's gid, are looked up by whoever calls (NSS stays at the edges).
+impl Allow {
+    /// Whether deciding needs the caller's user name: `users` names one, or `groups` is not
+    /// empty (an account's groups are found from its name).
+    pub fn needs_user_name(&self) -> bool {
+        !self.groups.is_empty() || self.users.iter().any(|p| matches!(p, Principal::Name(_)))
+    }
+
+    /// Whether `users` admits uid `uid` whose account is named `name` (`None`: no such account).
+    pub fn admits_user(&self, uid: u32, name: Option<&str>) -> bool {
+        self.users.iter().any(|p| match p {
+            Principal::Id(id) => *id == uid,
+            Principal::Name(n) => name == Some(n.as_str()),
+        })
+    }
+
+    /// Whether `groups` admits a caller in the groups `groups` (gids); `gid_of` resolves a
+    /// group name (`None`: no such group, which admits nobody).
+    pub fn admits_groups(&self, groups: &[u32], gid_of: impl Fn(&str) -> Option<u32>) -> bool {
+        self.groups.iter().any(|p| match p {
+            Principal::Id(id) => groups.contains(id),
+            Principal::Name(n) => gid_of(n).is_some_and(|g| groups.contains(&g)),
+        })
+    }
+
+    /// [`Self::admits_user`] or [`Self::admits_groups`].
+    pub fn admits(&self, uid: u32, name: Option<&str>, groups: &[u32], gid_of: impl Fn(&str) -> Option<u32>) -> bool {
+        self.admits_user(uid, name) || self.admits_groups(groups, gid_of)
+    }
+}
+
 /// Whom a tool runs as instead of the caller (cordond must be root).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunAs {

@@ -519,13 +519,7 @@ pub fn clip(text: &str) -> Value {
 /// SHA-256 (hex) of an argv as exec sees it: each element followed by a NUL byte, i.e.
 /// `printf '%s\0' "${argv[@]}" | sha256sum`.
 pub fn argv_sha256(argv: &[String]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for a in argv {
-        h.update(a.as_bytes());
-        h.update([0]);
-    }
-    chain::hex(&h.finalize())
+    cordon_core::audit::argv_sha256(argv)
 }
 
 /// `text`, or its first `max` bytes (on a char boundary) followed by `...[N bytes]`.

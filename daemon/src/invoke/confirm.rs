@@ -71,6 +71,8 @@ pub(crate) struct Parked {
     pub paths: Vec<(String, std::path::PathBuf)>,
     /// Learn mode: the extra trees, pinned (empty: a normal call; see [`super::Invoker::prepare_learn`]).
     pub learn: Vec<cordon_core::policy::Pin>,
+    /// The call's raw arguments for its records: secret values redacted, clipped.
+    pub arguments: serde_json::Value,
 }
 
 /// What the caller is told when a confirmation is required.
@@ -625,6 +627,7 @@ mod tests {
             caller: Caller::socket(1000, 1000, None),
             paths: Vec::new(),
             learn: Vec::new(),
+            arguments: serde_json::Value::from("{}"),
         }
     }
 

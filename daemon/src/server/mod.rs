@@ -102,6 +102,7 @@ impl Daemon {
             audit.clone(),
             (invoke_metrics, egress_metrics),
             terminator,
+            authz.clone(),
         ));
         let approvals =
             crate::servers::approvals::Approvals::open(crate::servers::approvals::default_path(audit.path()));

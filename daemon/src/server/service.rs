@@ -187,20 +187,36 @@ impl CordonService {
         }
     }
 
-    /// A tool the caller's `allow` does not admit: audited as `denied`.
-    pub(super) fn not_admitted(&self, caller: &Caller, name: &str, operation: &str) -> Status {
+    /// A tool the caller's `allow` does not admit: audited as `denied`, with the call's
+    /// `arguments` when it had any (secret values redacted) and what the decision looked up.
+    pub(super) fn not_admitted(&self, caller: &Caller, name: &str, operation: &str, arguments: Option<&str>) -> Status {
         let message = format!(
             "tool {name:?} does not admit uid {}; an admin can add the user or one of its groups to the tool's `allow`",
             caller.uid
         );
-        self.audit(
-            Record::new(Decision::Denied)
-                .tool(name)
-                .caller(caller)
-                .with("operation", operation)
-                .error(ErrorCode::PermissionDenied, &message),
-        );
+        let record = Record::new(Decision::Denied)
+            .tool(name)
+            .caller(caller)
+            .with("operation", operation)
+            .error(ErrorCode::PermissionDenied, &message);
+        self.audit(self.call_record(record, caller, name, arguments));
         status::denied(message)
+    }
+
+    /// A call's refusal record with `role` (and the `user`, `groups` the tool's or workflow's
+    /// `allow` decision looked up) and its redacted raw `arguments`, for `cordon policy replay`.
+    pub(super) fn call_record(&self, record: Record, caller: &Caller, name: &str, arguments: Option<&str>) -> Record {
+        let registry = self.daemon.registry.current();
+        let (allow, params) = match (registry.get(name), registry.workflow(name)) {
+            (Some(t), _) => (t.allow.as_ref(), Some(t.params.as_slice())),
+            (None, Some(w)) => (w.allow.as_ref(), Some(w.params.as_slice())),
+            (None, None) => (None, None),
+        };
+        let record = self.daemon.authz.principal(caller, allow).on(record);
+        match arguments {
+            Some(a) => record.with("arguments", crate::invoke::redact_with(params, a)),
+            None => record,
+        }
     }
 
     /// UNKNOWN_TOOL, suggesting only names this caller may see.
@@ -223,13 +239,14 @@ impl CordonService {
         caller: &Caller,
         name: &str,
         operation: &str,
+        arguments: &str,
     ) -> Result<Arc<policy::Tool>, Status> {
         let role = self.role(caller);
         match self.daemon.registry.current().get(name) {
-            Some(tool) if tool.disabled => Err(self.unknown_invoked(caller, name, operation)),
-            None => Err(self.unknown_invoked(caller, name, operation)),
+            Some(tool) if tool.disabled => Err(self.unknown_invoked(caller, name, operation, Some(arguments))),
+            None => Err(self.unknown_invoked(caller, name, operation, Some(arguments))),
             Some(tool) if !self.daemon.authz.may_use(caller, role, tool) => {
-                Err(self.not_admitted(caller, name, operation))
+                Err(self.not_admitted(caller, name, operation, Some(arguments)))
             }
             Some(tool) => Ok(tool.clone()),
         }
@@ -259,10 +276,10 @@ impl CordonService {
         let role = self.role(&caller);
         let registry = self.daemon.registry.current();
         let Some(workflow) = registry.workflow(name).cloned() else {
-            return Err(self.unknown_invoked(&caller, name, "run_workflow"));
+            return Err(self.unknown_invoked(&caller, name, "run_workflow", Some(arguments_json)));
         };
         if !self.daemon.authz.may_run(&caller, role, &workflow) {
-            return Err(self.not_admitted(&caller, &workflow.name, "run_workflow"));
+            return Err(self.not_admitted(&caller, &workflow.name, "run_workflow", Some(arguments_json)));
         }
         // Every step's tool, before any step runs: a caller is never left with half a workflow
         // for want of a permission it lacked from the start.
@@ -277,15 +294,14 @@ impl CordonService {
                         i + 1,
                         caller.uid
                     );
-                    self.audit(
-                        Record::new(Decision::Denied)
-                            .tool(tool_name)
-                            .caller(&caller)
-                            .with("operation", "run_workflow")
-                            .with("workflow", workflow.name.as_str())
-                            .with("step", i + 1)
-                            .error(ErrorCode::PermissionDenied, &message),
-                    );
+                    let record = Record::new(Decision::Denied)
+                        .tool(tool_name)
+                        .caller(&caller)
+                        .with("operation", "run_workflow")
+                        .with("workflow", workflow.name.as_str())
+                        .with("step", i + 1)
+                        .error(ErrorCode::PermissionDenied, &message);
+                    self.audit(self.call_record(record, &caller, tool_name, None));
                     return Err(status::denied(message));
                 }
                 _ => {
@@ -314,7 +330,7 @@ impl CordonService {
                 if let Some(field) = &v.field {
                     record = record.with("field", field.as_str());
                 }
-                self.audit(record);
+                self.audit(self.call_record(record, &caller, name, Some(arguments_json)));
                 return Err(status::validation(&v));
             }
         };
@@ -364,14 +380,20 @@ impl CordonService {
         Ok(convert::workflow_result(&run))
     }
 
-    pub(super) fn unknown_invoked(&self, caller: &Caller, name: &str, operation: &str) -> Status {
+    pub(super) fn unknown_invoked(
+        &self,
+        caller: &Caller,
+        name: &str,
+        operation: &str,
+        arguments: Option<&str>,
+    ) -> Status {
         let status = self.unknown(caller, name);
         let mut record =
             Record::new(Decision::Invalid).tool(name).caller(caller).error(ErrorCode::UnknownTool, status.message());
         if operation == "dry_run" {
             record = record.with("dry_run", true);
         }
-        self.audit(record);
+        self.audit(self.call_record(record, caller, name, arguments));
         status
     }
 }

@@ -150,6 +150,15 @@ fn each_path_writes_exactly_its_records() {
     assert_eq!(started["caller"]["uid"], uid);
     assert_eq!(started["run_as"]["uid"], uid);
     assert!(started["sandbox"]["landlock_abi"].as_i64().unwrap() >= 1, "{started}");
+    // What `cordon policy replay` decides again from: the raw arguments and the caller's role.
+    assert_eq!((started["arguments"].as_str(), started["role"].as_str()), (Some(r#"{"text":"hi"}"#), Some("admin")));
+    assert_eq!(records[8]["arguments"], "{}", "a confirmation request carries its arguments");
+    let login: Value = serde_json::from_str(records[12]["arguments"].as_str().unwrap_or("null")).unwrap();
+    assert_eq!(
+        login,
+        json!({ "user": "ann", "password": "<redacted>" }),
+        "a validated secret is redacted in arguments"
+    );
     let finished = &records[2];
     assert_eq!(finished["id"], started["id"]);
     assert_eq!((finished["exit_code"].as_i64(), finished["stdout_bytes"].as_u64()), (Some(0), Some(4)));

@@ -52,6 +52,7 @@ mod reliability_wire;
 mod remote;
 mod render_escape;
 mod repin;
+mod replay;
 mod result_contract;
 mod run_stream;
 mod sandbox;

@@ -45,7 +45,7 @@ pub(in crate::server) async fn invoke(
         return super::servers::invoke(service, caller, def, &remote, generation, &req).await;
     }
     drop(registry);
-    let authorized = service.require_tool(&caller, &req.tool, "invoke")?;
+    let authorized = service.require_tool(&caller, &req.tool, "invoke", &req.arguments_json)?;
     let invoker = &service.daemon.invoker;
     let admission = if req.learn.is_empty() {
         invoker.prepare(caller, &authorized, &req.arguments_json).await
@@ -100,7 +100,7 @@ pub(in crate::server) async fn dry_run(
             return Err(super::servers::unsupported(&req.tool, "dry-run"));
         }
     }
-    service.require_tool(&caller, &req.tool, "dry_run")?;
+    service.require_tool(&caller, &req.tool, "dry_run", &req.arguments_json)?;
     let invoker = &service.daemon.invoker;
     let dry = invoker.dry_run(caller.clone(), &req.tool, &req.arguments_json).map_err(|e| status::invoke(&e))?;
     let admin = service.role(&caller) == Role::Admin;

@@ -110,7 +110,7 @@ impl CordonService {
             }
         }
         let prepared = if req.confirm_token.is_empty() {
-            let authorized = self.require_tool(&caller, &req.tool, "invoke")?;
+            let authorized = self.require_tool(&caller, &req.tool, "invoke", &req.arguments_json)?;
             match invoker
                 .prepare(caller.clone(), &authorized, &req.arguments_json)
                 .await

@@ -113,7 +113,7 @@ pub(in crate::server) async fn invoke(
 ) -> Result<Response<InvokeStream>, Status> {
     let role = service.role(&caller);
     if !service.daemon.authz.may_use(&caller, role, &def.launcher) {
-        return Err(service.not_admitted(&caller, &req.tool, "invoke"));
+        return Err(service.not_admitted(&caller, &req.tool, "invoke", Some(&req.arguments_json)));
     }
     let servers = service.daemon.servers.clone();
     let started = servers

@@ -81,10 +81,10 @@ pub(in crate::server) async fn get_tool(
             generation: registry.generation,
             tool: Some(for_role(convert::tool(t, &t.availability_now()), role)),
         })),
-        Some(_) => Err(service.not_admitted(&caller, name, "get_tool")),
+        Some(_) => Err(service.not_admitted(&caller, name, "get_tool", None)),
         None if let Some((def, remote)) = crate::servers::Manager::split(&registry, name) => {
             if !service.daemon.authz.may_use(&caller, role, &def.launcher) {
-                return Err(service.not_admitted(&caller, name, "get_tool"));
+                return Err(service.not_admitted(&caller, name, "get_tool", None));
             }
             let listed = service.daemon.servers.listed(def);
             match listed.iter().find(|l| l.remote.name == remote && l.state != crate::servers::catalog::State::Hidden) {
@@ -97,7 +97,7 @@ pub(in crate::server) async fn get_tool(
         }
         None if let Some(w) = registry.workflow(name) => {
             if !service.may_run_all(&caller, role, &registry, w) {
-                return Err(service.not_admitted(&caller, name, "get_tool"));
+                return Err(service.not_admitted(&caller, name, "get_tool", None));
             }
             let tool = convert::workflow(w, workflow_unavailable(&registry, w), role == Role::Admin);
             Ok(Response::new(v1::GetToolResponse { generation: registry.generation, tool: Some(tool) }))
