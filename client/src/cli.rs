@@ -735,7 +735,9 @@ pub fn run(cli: Cli) -> ExitCode {
     // 1 meaning "different" (flips found, nothing to suggest).
     let diff = matches!(
         cli.command,
-        Command::Policy { command: PolicyCommand::Diff { .. } | PolicyCommand::Replay { .. } | PolicyCommand::Suggest { .. } }
+        Command::Policy {
+            command: PolicyCommand::Diff { .. } | PolicyCommand::Replay { .. } | PolicyCommand::Suggest { .. }
+        }
     );
     match runtime.block_on(crate::cmd::dispatch(cli.command, &endpoint, socket, json)) {
         Ok(code) => ExitCode::from(code),
