@@ -1,8 +1,8 @@
 //! The evidence: one tool's denials read from a verified audit log.
 //!
-//! The files (the log and its rotated siblings, `chain::chain_files`) are read a line at a time
-//! through `chain::Verifier`: a line that breaks the chain is an error naming it, and nothing
-//! read before it is used. The file is untrusted input (anyone may have edited a copy): lines,
+//! The files (the log and its rotated siblings) are walked by the core's reader
+//! (`cordon_core::audit::read`), the chain verified: a line that breaks it is an error naming
+//! it, and nothing read before it is used. The file is untrusted input (anyone may have edited a copy): lines,
 //! strings, lists and the tables kept are bounded, every field is taken only when it has the
 //! expected type, and nothing in it chooses what runs. Kept: the tool's terminal records
 //! (`finished`, `timed_out`, `cancelled`, `failed`, `aborted`) within the window that carry
@@ -10,15 +10,12 @@
 //! invocation's `started` record (argv, caller) for the comments.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+use cordon_core::audit::read::{self, ReadError};
 use cordon_core::audit::{Decision, chain};
 use serde_json::Value;
 
-/// A line longer than this is not a record cordond writes.
-const MAX_LINE: u64 = 1 << 20;
 /// `started` records kept while their invocation has not ended.
 const MAX_OPEN: usize = 4096;
 /// Distinct denials kept.
@@ -71,61 +68,17 @@ pub(crate) struct Evidence {
     pub(crate) dropped: u64,
 }
 
-/// Why the evidence could not be read.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ReadError {
-    #[error("cannot read {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "the audit chain is broken at {0}; `cordon audit verify` says the same; no evidence is taken from a broken log"
-    )]
-    Broken(chain::Break),
-}
-
 /// Reads the tool's denials from the log at `path` (with its rotated files), keeping the
-/// records at or after `since_nanos` (nanoseconds since the epoch).
+/// records at or after `since_nanos` (nanoseconds since the epoch). The log is walked by the
+/// core's reader (`audit::read::walk`, as `policy replay` walks it): in seq order, the chain
+/// verified, a line over 1 MiB refused unread, an unrecorded gap between files an error.
 pub(crate) fn read(path: &Path, tool: &str, since_nanos: u64) -> Result<Evidence, ReadError> {
-    let files = chain::chain_files(path).map_err(|source| ReadError::Io { path: path.to_path_buf(), source })?;
     let mut reader = Reader { tool, since: since_nanos, ..Reader::default() };
-    let mut verifier = chain::Verifier::default();
-    for file in &files {
-        let f = File::open(file).map_err(|source| ReadError::Io { path: file.clone(), source })?;
-        let mut lines = BufReader::new(f);
-        let mut line = Vec::new();
-        let mut number = 0u64;
-        loop {
-            line.clear();
-            let n = (&mut lines)
-                .take(MAX_LINE + 1)
-                .read_until(b'\n', &mut line)
-                .map_err(|source| ReadError::Io { path: file.clone(), source })?;
-            if n == 0 {
-                break;
-            }
-            number += 1;
-            let broken = |reason: &str| {
-                ReadError::Broken(chain::Break { path: file.clone(), line: number, reason: reason.to_string() })
-            };
-            if line.last() != Some(&b'\n') {
-                return Err(broken(if n as u64 > MAX_LINE {
-                    "a line longer than 1 MiB is not a record cordond writes"
-                } else {
-                    "the last record is incomplete (no newline)"
-                }));
-            }
-            line.pop();
-            let parsed = verifier.feed(file, number, &line).map_err(ReadError::Broken)?;
-            reader.record(&parsed.value);
-        }
-    }
+    let walked = read::walk(&[path.to_path_buf()], |_, _, v| reader.record(v))?;
     reader.finish();
     let mut out = reader.out;
-    out.files = files;
-    out.records = verifier.records;
+    out.files = walked.files;
+    out.records = walked.records;
     Ok(out)
 }
 
