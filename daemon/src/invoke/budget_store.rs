@@ -10,7 +10,7 @@
 //!
 //! At start the file is used only when it is a regular file (not a symlink), owned by cordond's
 //! user, mode 0600, at most [`MAX_FILE_BYTES`] and well-formed; then the audit records after
-//! its seq are counted again (`started`: a call; a terminal record: its `duration_ms` and its
+//! its seq are counted again (`started`: a call; a terminal record: its `duration_ms`, its `cpu_ms` and its
 //! `egress_charged`, else its egress bytes), so a kill -9 loses nothing. A file that fails any check is not trusted and
 //! the whole audit log is counted instead (a warning says why): budgets fail to the safe side,
 //! never to "reset to zero". Records in rotated audit files are not read (a rotation since the
@@ -29,7 +29,7 @@ use cordon_core::policy::Tool;
 use cordon_limit::Window;
 use serde::{Deserialize, Serialize};
 
-use super::budgets::{Budgets, QuotaKey, principal};
+use super::budgets::{Budgets, QuotaKey, Used, principal};
 
 /// The file's name, in the audit log's directory.
 pub(crate) const FILE_NAME: &str = "budgets.json";
@@ -119,6 +119,13 @@ pub(crate) fn load(budgets: &Budgets, audit: &Path, tools: &dyn Fn(&str) -> Opti
     used
 }
 
+/// Counts the whole live audit log `audit` into `budgets` for the tools `tools` names (a
+/// reload added budgets to them, or measures to their budgets: each tool as given carries
+/// only those).
+pub(crate) fn recount_added(budgets: &Budgets, audit: &Path, tools: &dyn Fn(&str) -> Option<Arc<Tool>>) {
+    recount(budgets, audit, 0, &Skip::default(), tools);
+}
+
 /// The fields of an audit record that budgets count (the rest is skipped unread).
 #[derive(Debug, Deserialize)]
 struct Line<'a> {
@@ -140,6 +147,8 @@ struct Line<'a> {
     egress: Option<EgressBytes>,
     #[serde(default)]
     egress_charged: Option<u64>,
+    #[serde(default)]
+    cpu_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,7 +212,8 @@ fn recount(budgets: &Budgets, audit: &Path, after: u64, skip: &Skip, tools: &dyn
                 if r.seq > after && !skip.charged.contains(id) {
                     let moved = r.egress.map_or(0, |e| e.bytes_up.saturating_add(e.bytes_down));
                     let egress = r.egress_charged.unwrap_or(moved);
-                    budgets.recount_end(&tool, &principal, r.duration_ms.unwrap_or(0), egress, at_ms());
+                    let used = Used { wall_ms: r.duration_ms.unwrap_or(0), cpu_ms: r.cpu_ms.unwrap_or(0), egress };
+                    budgets.recount_end(&tool, &principal, used, at_ms());
                 }
             }
             _ => {}

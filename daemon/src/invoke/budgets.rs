@@ -122,6 +122,14 @@ pub(crate) struct Snapshot {
     pub charged: Vec<String>,
 }
 
+/// What a call used, as its terminal record says: wall-clock and CPU milliseconds, egress bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Used {
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+    pub egress: u64,
+}
+
 /// One row of `cordon status`: a budget's window for one principal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Usage {
@@ -280,7 +288,8 @@ impl Budgets {
             match measure {
                 Measure::Wall => wall_left = Some((Duration::from_millis(left.left), k.0)),
                 Measure::Egress => egress_left = Some(left.left),
-                Measure::Calls => {}
+                // Charged at the end; a call is never stopped for CPU.
+                Measure::Calls | Measure::Cpu => {}
             }
         }
         if let Some(rate) = budget.calls {
@@ -303,8 +312,8 @@ impl Budgets {
         }))
     }
 
-    /// Charges what a call used at its end: its wall-clock time and egress bytes.
-    pub(crate) fn charge(&self, charge: &Charge, wall: Duration, egress_bytes: u64) {
+    /// Charges what a call used at its end: its wall-clock time, CPU time and egress bytes.
+    pub(crate) fn charge(&self, charge: &Charge, wall: Duration, cpu: Duration, egress_bytes: u64) {
         let mut inflight = lock_inflight(&self.inflight);
         inflight.insert(charge.id.clone(), true);
         let now = now_ms();
@@ -312,6 +321,10 @@ impl Budgets {
         if let Some(rate) = b.wall {
             let ms = u64::try_from(wall.as_millis()).unwrap_or(u64::MAX);
             self.quota.add((key(&charge.tool, "wall"), charge.principal.clone()), ms, rate.per_ms(), now);
+        }
+        if let Some(rate) = b.cpu {
+            let ms = u64::try_from(cpu.as_millis()).unwrap_or(u64::MAX);
+            self.quota.add((key(&charge.tool, "cpu"), charge.principal.clone()), ms, rate.per_ms(), now);
         }
         if let Some(rate) = b.egress {
             self.quota.add((key(&charge.tool, "egress"), charge.principal.clone()), egress_bytes, rate.per_ms(), now);
@@ -331,10 +344,14 @@ impl Budgets {
     }
 
     /// Re-charges what a call used, from its terminal record in the audit log.
-    pub(crate) fn recount_end(&self, tool: &Tool, principal: &str, wall_ms: u64, egress: u64, at_ms: u64) {
+    pub(crate) fn recount_end(&self, tool: &Tool, principal: &str, used: Used, at_ms: u64) {
         let Some(b) = &tool.budget else { return };
+        let Used { wall_ms, cpu_ms, egress } = used;
         if let Some(rate) = b.wall {
             self.quota.add((key(&tool.name, "wall"), principal.to_string()), wall_ms, rate.per_ms(), at_ms);
+        }
+        if let Some(rate) = b.cpu {
+            self.quota.add((key(&tool.name, "cpu"), principal.to_string()), cpu_ms, rate.per_ms(), at_ms);
         }
         if let Some(rate) = b.egress {
             self.quota.add((key(&tool.name, "egress"), principal.to_string()), egress, rate.per_ms(), at_ms);
@@ -353,6 +370,13 @@ impl Budgets {
         let counted = inflight.keys().cloned().collect();
         let charged = inflight.iter().filter(|(_, c)| **c).map(|(id, _)| id.clone()).collect();
         Snapshot { seq, windows, counted, charged }
+    }
+
+    /// Forgets the windows of the budget keys `keys` names (for every principal): a reload
+    /// added them, and they are counted again from the audit log.
+    pub(crate) fn forget(&self, keys: &std::collections::HashSet<String>) {
+        self.quota.forget(|(k, _)| keys.contains(k));
+        self.changed();
     }
 
     /// Windows read back from a snapshot.
@@ -421,6 +445,7 @@ mod tests {
             concurrent: None,
             wall: Some(parse_rate("10s/hour", Measure::Wall).unwrap()),
             egress: None,
+            cpu: None,
             per,
         }
     }
@@ -444,7 +469,7 @@ mod tests {
         assert_eq!(c.wall_left.as_ref().unwrap().0, Duration::from_secs(10));
         let snap = b.snapshot(|| 7);
         assert_eq!((snap.seq, snap.counted, snap.charged), (7, vec!["b2".to_string()], vec![]));
-        b.charge(&c, Duration::from_secs(10), 0);
+        b.charge(&c, Duration::from_secs(10), Duration::ZERO, 0);
         assert_eq!(b.snapshot(|| 8).charged, ["b2"]);
         drop(c);
         assert!(b.snapshot(|| 9).counted.is_empty(), "an ended call is no longer in flight");
