@@ -232,7 +232,7 @@ mod tests {
 
     fn tool() -> Arc<Tool> {
         let text = "version = 1\n[tools.t]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/true\"]\n\
-                    budget = { calls = \"10/hour\", wall = \"1h/day\" }\n";
+                    budget = { calls = \"10/hour\", wall = \"1h/day\", cpu = \"1h/day\" }\n";
         let set = cordon_core::policy::load_sources(
             &[("t.toml".into(), text.to_string())],
             &cordon_core::policy::Host::new(true, i32::MAX),
@@ -266,9 +266,9 @@ mod tests {
             line(1, "started", "a", ""),
             line(2, "finished", "a", r#","duration_ms":1000"#),
             line(3, "started", "b", ""),
-            line(4, "finished", "b", r#","duration_ms":2000"#),
+            line(4, "finished", "b", r#","duration_ms":2000,"cpu_ms":300"#),
             line(5, "started", "c", ""),
-            line(6, "timed_out", "c", r#","duration_ms":4000"#),
+            line(6, "timed_out", "c", r#","duration_ms":4000,"cpu_ms":500"#),
         ];
         std::fs::write(&audit, log.join("\n") + "\n").unwrap();
         let now = now_ms();
@@ -289,12 +289,13 @@ mod tests {
         assert_eq!(load(&b, &audit, &lookup), Some(3));
         assert_eq!(used(&b, "calls"), 3, "a and b from the file, c from the log");
         assert_eq!(used(&b, "wall"), 1000 + 2000 + 4000);
+        assert_eq!(used(&b, "cpu"), 300 + 500, "cpu_ms of the records after the file's seq");
 
         // Not trusted (a looser mode): the whole log is counted, never nothing.
         std::fs::set_permissions(path_for(&audit), std::fs::Permissions::from_mode(0o644)).unwrap();
         let b = Budgets::new(admission::Limits::default());
         assert_eq!(load(&b, &audit, &lookup), None);
-        assert_eq!((used(&b, "calls"), used(&b, "wall")), (3, 7000));
+        assert_eq!((used(&b, "calls"), used(&b, "wall"), used(&b, "cpu")), (3, 7000, 800));
         assert_eq!(read_trusted(&path_for(&audit)).unwrap_err(), "its mode is 644, not 0600");
 
         // Garbage, a torn last line and a record of an unknown tool change nothing.
