@@ -1459,9 +1459,8 @@ impl Invoker {
     }
 
     /// After a reload: the budgets (or measures of a budget, or a budget's `per`) `after` has
-    /// and `before` had not start from what the live audit log holds, not from zero. Their
-    /// windows are forgotten and counted again from the log (a call that started while this
-    /// runs may be counted twice: never lost). Blocking (it reads the log).
+    /// and `before` had not start from what the live audit log holds, not from zero: the log is
+    /// counted into them again. Blocking (it reads the log).
     pub(crate) fn budgets_reloaded(&self, before: &crate::registry::Registry, after: &crate::registry::Registry) {
         let mut added: HashMap<String, Arc<Tool>> = HashMap::new();
         let mut keys = std::collections::HashSet::new();
@@ -1496,8 +1495,14 @@ impl Invoker {
         if added.is_empty() {
             return;
         }
-        self.budgets.forget(&keys);
-        budget_store::recount_added(&self.budgets, self.audit.path(), &|name| added.get(name).cloned());
+        // Calls in flight now were counted under the new policies (or not under a budget at all,
+        // then they are not in it yet either way): their records are skipped. A call that starts
+        // while the log is read may be counted twice; none is lost. A window left by a budget an
+        // earlier reload removed is added to, not replaced (counted twice, never reset).
+        let inflight = self.budgets.snapshot(|| 0);
+        budget_store::recount_added(&self.budgets, self.audit.path(), (inflight.counted, inflight.charged), &|name| {
+            added.get(name).cloned()
+        });
         tracing::info!(budgets = keys.len(), "budgets added by the reload counted from the audit log");
     }
 

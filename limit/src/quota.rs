@@ -150,11 +150,6 @@ impl<K: Hash + Eq + Clone> Quota<K> {
         }
     }
 
-    /// Forgets the keys `which` picks (their use is about to be counted again from elsewhere).
-    pub fn forget(&self, which: impl Fn(&K) -> bool) {
-        self.lock().retain(|k, _| !which(k));
-    }
-
     /// Forgets every key.
     pub fn clear(&self) {
         self.lock().clear();

@@ -121,9 +121,15 @@ pub(crate) fn load(budgets: &Budgets, audit: &Path, tools: &dyn Fn(&str) -> Opti
 
 /// Counts the whole live audit log `audit` into `budgets` for the tools `tools` names (a
 /// reload added budgets to them, or measures to their budgets: each tool as given carries
-/// only those).
-pub(crate) fn recount_added(budgets: &Budgets, audit: &Path, tools: &dyn Fn(&str) -> Option<Arc<Tool>>) {
-    recount(budgets, audit, 0, &Skip::default(), tools);
+/// only those), but for the calls `inflight` names (counted, charged: their use is counted).
+pub(crate) fn recount_added(
+    budgets: &Budgets,
+    audit: &Path,
+    inflight: (Vec<String>, Vec<String>),
+    tools: &dyn Fn(&str) -> Option<Arc<Tool>>,
+) {
+    let skip = Skip { counted: inflight.0.into_iter().collect(), charged: inflight.1.into_iter().collect() };
+    recount(budgets, audit, 0, &skip, tools);
 }
 
 /// The fields of an audit record that budgets count (the rest is skipped unread).

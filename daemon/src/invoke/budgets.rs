@@ -3,12 +3,14 @@
 //!
 //! One mechanism, `cordon_limit`'s: `concurrent` is a [`Limiter`] per tool keyed by the
 //! principal the budget counts for (a call over it waits in the limiter's fair, bounded queue,
-//! like a call waiting for one of cordond's slots); `calls`, `wall` and `egress` are windows of
+//! like a call waiting for one of cordond's slots); `calls`, `wall`, `cpu` and `egress` are windows of
 //! one [`Quota`] keyed by (budget key, principal). A call over `calls` is refused RATE_LIMITED
-//! at once; a call that finds `wall` or `egress` used up is refused BUDGET_EXCEEDED; either
+//! at once; a call that finds `wall`, `cpu` or `egress` used up is refused BUDGET_EXCEEDED; either
 //! names the key, who it is counted for and when the window ends. A call that starts has its
 //! timeout lowered to what is left of `wall` and its egress byte cap to what is left of
-//! `egress`; what it used is charged at its end. No call is ever killed for a budget otherwise.
+//! `egress`; what it used (its CPU as its cgroup counted it) is charged at its end. No call is
+//! ever killed for a budget otherwise (never for CPU). A reload that adds a budget, a limit or a
+//! new `per` has it counted from the audit log (`Invoker::budgets_reloaded`, then the store).
 //!
 //! The windows are kept across restarts by [`crate::invoke::budget_store`].
 //!
@@ -370,13 +372,6 @@ impl Budgets {
         let counted = inflight.keys().cloned().collect();
         let charged = inflight.iter().filter(|(_, c)| **c).map(|(id, _)| id.clone()).collect();
         Snapshot { seq, windows, counted, charged }
-    }
-
-    /// Forgets the windows of the budget keys `keys` names (for every principal): a reload
-    /// added them, and they are counted again from the audit log.
-    pub(crate) fn forget(&self, keys: &std::collections::HashSet<String>) {
-        self.quota.forget(|(k, _)| keys.contains(k));
-        self.changed();
     }
 
     /// Windows read back from a snapshot.
