@@ -1193,7 +1193,18 @@ impl Invoker {
         let mut plan = plan;
         crate::secrets::apply(&mut plan.env, &bound);
         let id = new_id()?;
-        // The budgets last: a call refused earlier is not counted.
+        // The budgets last: a call refused earlier is not counted. A `cpu` budget is counted by
+        // the call's cgroup: without cgroups it cannot be kept, and the tool is unavailable.
+        if tool.budget.as_ref().is_some_and(|b| b.cpu.is_some()) && !self.host.cgroups.available() {
+            return Err(InvokeError::Unavailable {
+                tool: tool.name.clone(),
+                reason: format!(
+                    "cpu budgets need cgroups, and this host has none ({}); remove budget.cpu (limits.cpu_time \
+                     bounds one call) or run cordond where it can make cgroups",
+                    self.host.cgroups.mode
+                ),
+            });
+        }
         let budget = self.budgets.check(&id, &tool, &caller, permit).map_err(InvokeError::Budget)?.map(Box::new);
         let cancel = self.closed.child_token();
         let cgroup_dirs = CgroupDirs::default();
@@ -1433,7 +1444,8 @@ impl Invoker {
         });
         if let (Some(c), Some(bytes)) = (&prepared.budget, egress_charged) {
             let wall = result.as_ref().map_or(Duration::ZERO, |o| o.duration);
-            self.budgets.charge(c, wall, bytes);
+            let cpu = result.as_ref().ok().and_then(|o| o.cpu).unwrap_or(Duration::ZERO);
+            self.budgets.charge(c, wall, cpu, bytes);
         }
         match &result {
             Ok(o) => tracing::debug!(
@@ -1486,6 +1498,11 @@ impl Invoker {
                             "gid": o.facts.gid,
                         }),
                     );
+                // CPU time, when the call's cgroup counted it (a `cpu` budget is charged it, and a
+                // restart or a reload that adds one counts it again from here).
+                if let Some(cpu) = o.cpu {
+                    r = r.with("cpu_ms", millis(cpu));
+                }
                 if o.timed_out
                     && let Some(key) = &timeout_by
                 {
@@ -1569,6 +1586,54 @@ impl Invoker {
             Ok(()) => *saved = (changes, Some(Instant::now())),
             Err(e) => tracing::warn!(file = %self.budget_file.display(), error = %e, "cannot write the budgets file"),
         }
+    }
+
+    /// After a reload: the budgets (or measures of a budget, or a budget's `per`) `after` has
+    /// and `before` had not start from what the live audit log holds, not from zero: the log is
+    /// counted into them again. Blocking (it reads the log).
+    pub(crate) fn budgets_reloaded(&self, before: &crate::registry::Registry, after: &crate::registry::Registry) {
+        let mut added: HashMap<String, Arc<Tool>> = HashMap::new();
+        let mut keys = std::collections::HashSet::new();
+        for (name, tool) in &after.tools {
+            let Some(b) = &tool.budget else { continue };
+            let old = before.get(name).and_then(|t| t.budget.as_ref()).filter(|o| o.per == b.per);
+            let had = |m: cordon_core::policy::budget::Measure| old.is_some_and(|o| o.rates().any(|(om, _)| om == m));
+            let mut new_only = cordon_core::policy::budget::Budget {
+                calls: None,
+                concurrent: None,
+                wall: None,
+                egress: None,
+                cpu: None,
+                per: b.per.clone(),
+            };
+            for (m, rate) in b.rates().filter(|(m, _)| !had(*m)) {
+                keys.insert(budgets::key(name, m.as_str()));
+                use cordon_core::policy::budget::Measure;
+                match m {
+                    Measure::Calls => new_only.calls = Some(rate),
+                    Measure::Wall => new_only.wall = Some(rate),
+                    Measure::Cpu => new_only.cpu = Some(rate),
+                    Measure::Egress => new_only.egress = Some(rate),
+                }
+            }
+            if new_only.rates().next().is_some() {
+                let mut t = Tool::clone(tool);
+                t.budget = Some(new_only);
+                added.insert(name.clone(), Arc::new(t));
+            }
+        }
+        if added.is_empty() {
+            return;
+        }
+        // Calls in flight now were counted under the new policies (or not under a budget at all,
+        // then they are not in it yet either way): their records are skipped. A call that starts
+        // while the log is read may be counted twice; none is lost. A window left by a budget an
+        // earlier reload removed is added to, not replaced (counted twice, never reset).
+        let inflight = self.budgets.snapshot(|| 0);
+        budget_store::recount_added(&self.budgets, self.audit.path(), (inflight.counted, inflight.charged), &|name| {
+            added.get(name).cloned()
+        });
+        tracing::info!(budgets = keys.len(), "budgets added by the reload counted from the audit log");
     }
 
     /// The budget windows of `tools`: all of them, or those counted for `caller`.

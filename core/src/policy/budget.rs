@@ -1,7 +1,7 @@
 //! Budgets: how much a tool's callers may do, not just what (`[tools.NAME.budget]`).
 //!
 //! A budget counts per principal ([`Per`]): calls started per window, calls running at once,
-//! wall-clock time and egress bytes per window. cordond enforces it (`daemon/src/invoke/budgets.rs`);
+//! wall-clock time, CPU time and egress bytes per window. cordond enforces it (`daemon/src/invoke/budgets.rs`);
 //! this module is its policy model, the rate texts (`"30/min"`, `"2h/day"`, `"500MB/day"`) and
 //! how a budget is shown.
 
@@ -62,6 +62,8 @@ pub struct Budget {
     pub wall: Option<Rate>,
     /// `egress`: bytes through the egress proxy (up and down) per window.
     pub egress: Option<Rate>,
+    /// `cpu`: milliseconds of CPU time of calls per window (counted by the call's cgroup).
+    pub cpu: Option<Rate>,
     pub per: Per,
 }
 
@@ -71,6 +73,7 @@ pub enum Measure {
     Calls,
     Wall,
     Egress,
+    Cpu,
 }
 
 impl Measure {
@@ -79,6 +82,7 @@ impl Measure {
             Measure::Calls => "calls",
             Measure::Wall => "wall",
             Measure::Egress => "egress",
+            Measure::Cpu => "cpu",
         }
     }
 
@@ -86,7 +90,7 @@ impl Measure {
     pub fn show(self, amount: u64) -> String {
         match self {
             Measure::Calls => amount.to_string(),
-            Measure::Wall => format_duration(Duration::from_millis(amount)),
+            Measure::Wall | Measure::Cpu => format_duration(Duration::from_millis(amount)),
             Measure::Egress => format_size(amount),
         }
     }
@@ -95,9 +99,14 @@ impl Measure {
 impl Budget {
     /// The windowed limits that are set, by what they measure.
     pub fn rates(&self) -> impl Iterator<Item = (Measure, Rate)> + '_ {
-        [(Measure::Calls, self.calls), (Measure::Wall, self.wall), (Measure::Egress, self.egress)]
-            .into_iter()
-            .filter_map(|(m, r)| Some((m, r?)))
+        [
+            (Measure::Calls, self.calls),
+            (Measure::Wall, self.wall),
+            (Measure::Cpu, self.cpu),
+            (Measure::Egress, self.egress),
+        ]
+        .into_iter()
+        .filter_map(|(m, r)| Some((m, r?)))
     }
 
     /// `calls = 30/min, concurrent = 2, per = caller`: one line, as `policy check` shows it.
@@ -126,6 +135,7 @@ pub fn parse_rate(text: &str, measure: Measure) -> Result<Rate, String> {
         Measure::Calls => "\"30/min\"",
         Measure::Wall => "\"2h/day\"",
         Measure::Egress => "\"500MB/day\"",
+        Measure::Cpu => "\"10m/hour\"",
     };
     let Some((amount, window)) = text.trim().split_once('/') else {
         return Err(format!(
@@ -146,7 +156,7 @@ pub fn parse_rate(text: &str, measure: Measure) -> Result<Rate, String> {
         Measure::Calls => amount.parse::<u64>().map_err(|_| {
             format!("invalid count {amount:?} in rate {text:?}; write a whole number of calls, e.g. {example}")
         })?,
-        Measure::Wall => u64::try_from(parse_duration(amount)?.as_millis()).unwrap_or(u64::MAX),
+        Measure::Wall | Measure::Cpu => u64::try_from(parse_duration(amount)?.as_millis()).unwrap_or(u64::MAX),
         Measure::Egress => parse_size(amount)?,
     };
     if n == 0 {
@@ -179,8 +189,9 @@ mod tests {
             concurrent: Some(2),
             wall: Some(parse_rate("90s/hour", Measure::Wall).unwrap()),
             egress: None,
+            cpu: Some(parse_rate("10m/hour", Measure::Cpu).unwrap()),
             per: Per::All,
         };
-        assert_eq!(b.summary(), "calls = 5/min, wall = 90s/hour, concurrent = 2, per = all");
+        assert_eq!(b.summary(), "calls = 5/min, wall = 90s/hour, cpu = 10m/hour, concurrent = 2, per = all");
     }
 }

@@ -119,16 +119,18 @@ pub fn describe(tool: &Tool) -> Value {
             r.map(|r| json!({ "amount": m.show(r.amount), "per": format_duration(r.per) }))
         };
         use crate::policy::budget::Measure;
-        o.insert(
-            "budget".into(),
-            json!({
-                "calls": rate(b.calls, Measure::Calls),
-                "concurrent": b.concurrent,
-                "wall": rate(b.wall, Measure::Wall),
-                "egress": rate(b.egress, Measure::Egress),
-                "per": b.per.as_str(),
-            }),
-        );
+        let mut budget = json!({
+            "calls": rate(b.calls, Measure::Calls),
+            "concurrent": b.concurrent,
+            "wall": rate(b.wall, Measure::Wall),
+            "egress": rate(b.egress, Measure::Egress),
+            "per": b.per.as_str(),
+        });
+        // Only when set: a budget without `cpu` keeps the digest it had before `cpu` existed.
+        if let (Some(r), Some(m)) = (rate(b.cpu, Measure::Cpu), budget.as_object_mut()) {
+            m.insert("cpu".into(), r);
+        }
+        o.insert("budget".into(), budget);
     }
     o.insert("read".into(), paths(&s.read));
     o.insert("write".into(), paths(&s.write));

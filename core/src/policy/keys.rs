@@ -413,6 +413,12 @@ pub const BUDGET_KEYS: &[KeyDoc] = &[
         false,
     ),
     key(
+        "cpu",
+        "rate",
+        "CPU time of calls per window, e.g. \"10m/hour\" (counted by each call's cgroup: needs cgroups); charged when a call ends (a call is never stopped for it), and once it is used up calls are refused BUDGET_EXCEEDED",
+        false,
+    ),
+    key(
         "egress",
         "rate",
         "bytes through the egress proxy (up and down) per window, e.g. \"500MB/day\" (tools with network.hosts); a call's network.max_bytes is lowered to what is left, and once it is used up calls are refused BUDGET_EXCEEDED",

@@ -169,6 +169,10 @@ pub struct Outcome {
     pub stdout: Captured,
     pub stderr: Captured,
     pub duration: Duration,
+    /// CPU time the invocation's processes used (its cgroup's `cpu.stat` `usage_usec`, read
+    /// after every process of it was killed and reaped, less what a recycled leaf had counted
+    /// before); `None` without a cgroup that counts CPU.
+    pub cpu: Option<Duration>,
     pub facts: Facts,
     /// What the kernel logged that the sandbox denied the tool (read after a failed run only;
     /// bounded, deduplicated), and which kinds of denial it logs at all.
@@ -299,6 +303,8 @@ pub async fn run(
     if let (Some(cg), Some(slot)) = (&cgroup, &confine.cgroup_dirs) {
         let _ = slot.set(cg.dirs().to_vec());
     }
+    // A recycled leaf's counter starts where its last invocation left it.
+    let cpu_before = cgroup.as_ref().and_then(|cg| crate::usage::read(cg.dirs()).cpu_usec);
     // The private temp space: made now, removed when the invocation ends (also when this future
     // is dropped). The executable's pinned path counts as something the tool relies on.
     let exe_pin = confine.policy.pins.executable.as_ref().map(|e| e.pin.path.as_path());
@@ -557,6 +563,11 @@ pub async fn run(
     let (supervised, (stdout, stderr), ()) = tokio::join!(supervision, captures, learning);
     let learned = learner.map(Learner::finish);
     let (status, timed_out, cancelled) = supervised?;
+    // Every process was killed and the leader reaped: the cgroup's count is final.
+    let cpu = cgroup.as_ref().and_then(|cg| {
+        let after = crate::usage::read(cg.dirs()).cpu_usec?;
+        Some(Duration::from_micros(after.saturating_sub(cpu_before?)))
+    });
     if let Some(cg) = cgroup.take() {
         // Already killed. An emptied leaf goes back to the pool at once; anything else is
         // removed, which may wait for the kernel to empty it: not something the result waits
@@ -592,6 +603,7 @@ pub async fn run(
         stdout,
         stderr,
         duration,
+        cpu,
         facts,
         denials,
         logged,

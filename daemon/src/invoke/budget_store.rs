@@ -10,7 +10,7 @@
 //!
 //! At start the file is used only when it is a regular file (not a symlink), owned by cordond's
 //! user, mode 0600, at most [`MAX_FILE_BYTES`] and well-formed; then the audit records after
-//! its seq are counted again (`started`: a call; a terminal record: its `duration_ms` and its
+//! its seq are counted again (`started`: a call; a terminal record: its `duration_ms`, its `cpu_ms` and its
 //! `egress_charged`, else its egress bytes), so a kill -9 loses nothing. A file that fails any check is not trusted and
 //! the whole audit log is counted instead (a warning says why): budgets fail to the safe side,
 //! never to "reset to zero". Records in rotated audit files are not read (a rotation since the
@@ -29,7 +29,7 @@ use cordon_core::policy::Tool;
 use cordon_limit::Window;
 use serde::{Deserialize, Serialize};
 
-use super::budgets::{Budgets, QuotaKey, principal};
+use super::budgets::{Budgets, QuotaKey, Used, principal};
 
 /// The file's name, in the audit log's directory.
 pub(crate) const FILE_NAME: &str = "budgets.json";
@@ -119,6 +119,19 @@ pub(crate) fn load(budgets: &Budgets, audit: &Path, tools: &dyn Fn(&str) -> Opti
     used
 }
 
+/// Counts the whole live audit log `audit` into `budgets` for the tools `tools` names (a
+/// reload added budgets to them, or measures to their budgets: each tool as given carries
+/// only those), but for the calls `inflight` names (counted, charged: their use is counted).
+pub(crate) fn recount_added(
+    budgets: &Budgets,
+    audit: &Path,
+    inflight: (Vec<String>, Vec<String>),
+    tools: &dyn Fn(&str) -> Option<Arc<Tool>>,
+) {
+    let skip = Skip { counted: inflight.0.into_iter().collect(), charged: inflight.1.into_iter().collect() };
+    recount(budgets, audit, 0, &skip, tools);
+}
+
 /// The fields of an audit record that budgets count (the rest is skipped unread).
 #[derive(Debug, Deserialize)]
 struct Line<'a> {
@@ -140,6 +153,8 @@ struct Line<'a> {
     egress: Option<EgressBytes>,
     #[serde(default)]
     egress_charged: Option<u64>,
+    #[serde(default)]
+    cpu_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,7 +218,8 @@ fn recount(budgets: &Budgets, audit: &Path, after: u64, skip: &Skip, tools: &dyn
                 if r.seq > after && !skip.charged.contains(id) {
                     let moved = r.egress.map_or(0, |e| e.bytes_up.saturating_add(e.bytes_down));
                     let egress = r.egress_charged.unwrap_or(moved);
-                    budgets.recount_end(&tool, &principal, r.duration_ms.unwrap_or(0), egress, at_ms());
+                    let used = Used { wall_ms: r.duration_ms.unwrap_or(0), cpu_ms: r.cpu_ms.unwrap_or(0), egress };
+                    budgets.recount_end(&tool, &principal, used, at_ms());
                 }
             }
             _ => {}
@@ -222,7 +238,7 @@ mod tests {
 
     fn tool() -> Arc<Tool> {
         let text = "version = 1\n[tools.t]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/true\"]\n\
-                    budget = { calls = \"10/hour\", wall = \"1h/day\" }\n";
+                    budget = { calls = \"10/hour\", wall = \"1h/day\", cpu = \"1h/day\" }\n";
         let set = cordon_core::policy::load_sources(
             &[("t.toml".into(), text.to_string())],
             &cordon_core::policy::Host::new(true, i32::MAX),
@@ -256,9 +272,9 @@ mod tests {
             line(1, "started", "a", ""),
             line(2, "finished", "a", r#","duration_ms":1000"#),
             line(3, "started", "b", ""),
-            line(4, "finished", "b", r#","duration_ms":2000"#),
+            line(4, "finished", "b", r#","duration_ms":2000,"cpu_ms":300"#),
             line(5, "started", "c", ""),
-            line(6, "timed_out", "c", r#","duration_ms":4000"#),
+            line(6, "timed_out", "c", r#","duration_ms":4000,"cpu_ms":500"#),
         ];
         std::fs::write(&audit, log.join("\n") + "\n").unwrap();
         let now = now_ms();
@@ -279,12 +295,13 @@ mod tests {
         assert_eq!(load(&b, &audit, &lookup), Some(3));
         assert_eq!(used(&b, "calls"), 3, "a and b from the file, c from the log");
         assert_eq!(used(&b, "wall"), 1000 + 2000 + 4000);
+        assert_eq!(used(&b, "cpu"), 300 + 500, "cpu_ms of the records after the file's seq");
 
         // Not trusted (a looser mode): the whole log is counted, never nothing.
         std::fs::set_permissions(path_for(&audit), std::fs::Permissions::from_mode(0o644)).unwrap();
         let b = Budgets::new(admission::Limits::default());
         assert_eq!(load(&b, &audit, &lookup), None);
-        assert_eq!((used(&b, "calls"), used(&b, "wall")), (3, 7000));
+        assert_eq!((used(&b, "calls"), used(&b, "wall"), used(&b, "cpu")), (3, 7000, 800));
         assert_eq!(read_trusted(&path_for(&audit)).unwrap_err(), "its mode is 644, not 0600");
 
         // Garbage, a torn last line and a record of an unknown tool change nothing.

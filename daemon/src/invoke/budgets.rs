@@ -3,12 +3,14 @@
 //!
 //! One mechanism, `cordon_limit`'s: `concurrent` is a [`Limiter`] per tool keyed by the
 //! principal the budget counts for (a call over it waits in the limiter's fair, bounded queue,
-//! like a call waiting for one of cordond's slots); `calls`, `wall` and `egress` are windows of
+//! like a call waiting for one of cordond's slots); `calls`, `wall`, `cpu` and `egress` are windows of
 //! one [`Quota`] keyed by (budget key, principal). A call over `calls` is refused RATE_LIMITED
-//! at once; a call that finds `wall` or `egress` used up is refused BUDGET_EXCEEDED; either
+//! at once; a call that finds `wall`, `cpu` or `egress` used up is refused BUDGET_EXCEEDED; either
 //! names the key, who it is counted for and when the window ends. A call that starts has its
 //! timeout lowered to what is left of `wall` and its egress byte cap to what is left of
-//! `egress`; what it used is charged at its end. No call is ever killed for a budget otherwise.
+//! `egress`; what it used (its CPU as its cgroup counted it) is charged at its end. No call is
+//! ever killed for a budget otherwise (never for CPU). A reload that adds a budget, a limit or a
+//! new `per` has it counted from the audit log (`Invoker::budgets_reloaded`, then the store).
 //!
 //! The windows are kept across restarts by [`crate::invoke::budget_store`].
 //!
@@ -120,6 +122,14 @@ pub(crate) struct Snapshot {
     pub windows: Vec<(QuotaKey, Window)>,
     pub counted: Vec<String>,
     pub charged: Vec<String>,
+}
+
+/// What a call used, as its terminal record says: wall-clock and CPU milliseconds, egress bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Used {
+    pub wall_ms: u64,
+    pub cpu_ms: u64,
+    pub egress: u64,
 }
 
 /// One row of `cordon status`: a budget's window for one principal.
@@ -280,7 +290,8 @@ impl Budgets {
             match measure {
                 Measure::Wall => wall_left = Some((Duration::from_millis(left.left), k.0)),
                 Measure::Egress => egress_left = Some(left.left),
-                Measure::Calls => {}
+                // Charged at the end; a call is never stopped for CPU.
+                Measure::Calls | Measure::Cpu => {}
             }
         }
         if let Some(rate) = budget.calls {
@@ -303,8 +314,8 @@ impl Budgets {
         }))
     }
 
-    /// Charges what a call used at its end: its wall-clock time and egress bytes.
-    pub(crate) fn charge(&self, charge: &Charge, wall: Duration, egress_bytes: u64) {
+    /// Charges what a call used at its end: its wall-clock time, CPU time and egress bytes.
+    pub(crate) fn charge(&self, charge: &Charge, wall: Duration, cpu: Duration, egress_bytes: u64) {
         let mut inflight = lock_inflight(&self.inflight);
         inflight.insert(charge.id.clone(), true);
         let now = now_ms();
@@ -312,6 +323,10 @@ impl Budgets {
         if let Some(rate) = b.wall {
             let ms = u64::try_from(wall.as_millis()).unwrap_or(u64::MAX);
             self.quota.add((key(&charge.tool, "wall"), charge.principal.clone()), ms, rate.per_ms(), now);
+        }
+        if let Some(rate) = b.cpu {
+            let ms = u64::try_from(cpu.as_millis()).unwrap_or(u64::MAX);
+            self.quota.add((key(&charge.tool, "cpu"), charge.principal.clone()), ms, rate.per_ms(), now);
         }
         if let Some(rate) = b.egress {
             self.quota.add((key(&charge.tool, "egress"), charge.principal.clone()), egress_bytes, rate.per_ms(), now);
@@ -331,10 +346,14 @@ impl Budgets {
     }
 
     /// Re-charges what a call used, from its terminal record in the audit log.
-    pub(crate) fn recount_end(&self, tool: &Tool, principal: &str, wall_ms: u64, egress: u64, at_ms: u64) {
+    pub(crate) fn recount_end(&self, tool: &Tool, principal: &str, used: Used, at_ms: u64) {
         let Some(b) = &tool.budget else { return };
+        let Used { wall_ms, cpu_ms, egress } = used;
         if let Some(rate) = b.wall {
             self.quota.add((key(&tool.name, "wall"), principal.to_string()), wall_ms, rate.per_ms(), at_ms);
+        }
+        if let Some(rate) = b.cpu {
+            self.quota.add((key(&tool.name, "cpu"), principal.to_string()), cpu_ms, rate.per_ms(), at_ms);
         }
         if let Some(rate) = b.egress {
             self.quota.add((key(&tool.name, "egress"), principal.to_string()), egress, rate.per_ms(), at_ms);
@@ -421,6 +440,7 @@ mod tests {
             concurrent: None,
             wall: Some(parse_rate("10s/hour", Measure::Wall).unwrap()),
             egress: None,
+            cpu: None,
             per,
         }
     }
@@ -444,7 +464,7 @@ mod tests {
         assert_eq!(c.wall_left.as_ref().unwrap().0, Duration::from_secs(10));
         let snap = b.snapshot(|| 7);
         assert_eq!((snap.seq, snap.counted, snap.charged), (7, vec!["b2".to_string()], vec![]));
-        b.charge(&c, Duration::from_secs(10), 0);
+        b.charge(&c, Duration::from_secs(10), Duration::ZERO, 0);
         assert_eq!(b.snapshot(|| 8).charged, ["b2"]);
         drop(c);
         assert!(b.snapshot(|| 9).counted.is_empty(), "an ended call is no longer in flight");

@@ -373,6 +373,7 @@ mod tests {
             stdout: Captured { bytes: stdout.as_bytes().to_vec(), truncated: false, total: stdout.len() as u64 },
             stderr: Captured { bytes: Vec::new(), truncated: false, total: 0 },
             duration: Duration::from_millis(5),
+            cpu: None,
             facts: Facts {
                 landlock_abi: 1,
                 seccomp: true,

@@ -167,7 +167,8 @@ impl Daemon {
         let who = by.map_or_else(|| "SIGHUP".to_string(), |c| format!("rpc from {c}"));
         let who = who.as_str();
         let by_json = by.map_or_else(|| serde_json::Value::from("SIGHUP"), crate::audit::caller_json);
-        let before = self.registry.current().policy_digest.clone();
+        let previous = self.registry.current();
+        let before = previous.policy_digest.clone();
         // Every file read at reload loads, or none takes effect: the token file and the TLS
         // identity mapping are read first, without being put in force; an error in any of them
         // rejects the whole reload (the previous policies, tokens and mapping stay), and the
@@ -238,6 +239,8 @@ impl Daemon {
         });
         match result {
             Ok(registry) => {
+                // Budgets the reload added count the calls already in their windows.
+                self.invoker.budgets_reloaded(&previous, &registry);
                 // Instances of servers the reload changed or removed are stopped (in the
                 // background: this runs on a blocking thread).
                 if let Ok(handle) = tokio::runtime::Handle::try_current() {

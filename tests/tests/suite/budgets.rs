@@ -64,10 +64,16 @@ tool = "stepper"
 "#;
 
 fn start(keep: &Path) -> Daemon {
+    start_policy(keep, POLICY)
+}
+
+/// cordond with `policy` (written on the first start) and its audit log under `keep`, which
+/// outlives it: a second start is a restart.
+fn start_policy(keep: &Path, policy: &str) -> Daemon {
     let policies = keep.join("policies");
     if !policies.exists() {
         std::fs::create_dir(&policies).unwrap();
-        std::fs::write(policies.join("b.toml"), POLICY).unwrap();
+        std::fs::write(policies.join("b.toml"), policy).unwrap();
     }
     let audit = keep.join("audit").join("audit.jsonl");
     let audit = audit.to_str().unwrap().to_string();
@@ -374,4 +380,91 @@ budget = {{ egress = "100B/hour" }}
     assert_eq!(refused["error"]["code"], "BUDGET_EXCEEDED", "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(message.contains("budget tools.fetch.budget.egress is used up for uid 0: 100B used of 100B"), "{message}");
+}
+
+#[test]
+fn cpu_is_charged_at_the_end_from_the_calls_cgroup_then_refused() {
+    require_root!("cgroups for the calls' CPU time");
+    // A busy loop of one second (wall) per call against 200 ms of CPU an hour: each call is
+    // charged the CPU its cgroup counted (never stopped for it), and once the sum reaches the
+    // budget the next call is refused.
+    let policy = r#"version = 1
+
+[tools.burn]
+description = "a busy loop for one second"
+reason = "tests"
+command = ["/usr/bin/timeout", "1", "/bin/sh", "-c", "while :; do :; done"]
+ok_exit_codes = [0, 124]
+budget = { cpu = "200ms/hour", calls = "50/hour" }
+"#;
+    let keep = tempfile::tempdir().unwrap();
+    let d = start_policy(keep.path(), policy);
+    if d.cordon(&["status", "--json"]).json()["cgroup_mode"] == "none" {
+        // Without cgroups a cpu budget cannot be kept: the tool is unavailable, and says why.
+        let (_, j) = d.run_json("burn", &serde_json::json!({}));
+        assert_eq!(j["error"]["code"], "TOOL_UNAVAILABLE", "{j}");
+        assert!(j["error"]["message"].as_str().unwrap().contains("cpu budgets need cgroups"), "{j}");
+        cordon_tests::skip!(cordon_tests::Skip::NoCgroupDelegation, "no cgroups here to count CPU");
+        return;
+    }
+    let mut refused = None;
+    for _ in 0..20 {
+        let (out, j) = d.run_json("burn", &serde_json::json!({}));
+        if !j["error"].is_null() {
+            out.assert_code(75);
+            refused = Some(j);
+            break;
+        }
+    }
+    let refused = refused.unwrap_or_else(|| panic!("never refused: {:#?}", d.audit_records()));
+    assert_eq!(refused["error"]["code"], "BUDGET_EXCEEDED", "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("budget tools.burn.budget.cpu is used up for uid 0"), "{message}");
+    // Exactly the calls that found CPU left ran: every one but the last ended below 200 ms in all.
+    let spent: Vec<u64> = d
+        .audit_records()
+        .iter()
+        .filter(|r| r["decision"] == "finished" && r["tool"] == "burn")
+        .map(|r| r["cpu_ms"].as_u64().unwrap_or_else(|| panic!("no cpu_ms: {r}")))
+        .collect();
+    assert!(!spent.is_empty() && spent[0] > 0, "{spent:?}");
+    let total: u64 = spent.iter().sum();
+    let before_last: u64 = spent[..spent.len() - 1].iter().sum();
+    assert!(before_last < 200 && total >= 200, "cpu_ms per call: {spent:?}");
+    let exceeded = wait_refusals(&d, "BUDGET_EXCEEDED", 1);
+    assert_eq!(exceeded[0]["budget"], "tools.burn.budget.cpu");
+
+    // A restart counts the CPU again from the terminal records' cpu_ms: still used up.
+    drop(d);
+    let d = start_policy(keep.path(), policy);
+    let (_, j) = d.run_json("burn", &serde_json::json!({}));
+    assert_eq!(j["error"]["code"], "BUDGET_EXCEEDED", "a restart reset the cpu budget: {j}");
+}
+
+#[test]
+fn a_budget_added_by_a_reload_counts_the_calls_already_in_its_window() {
+    require_root!("to own the budgets file");
+    let plain =
+        "version = 1\n[tools.grow]\ndescription = \"exit at once\"\nreason = \"tests\"\ncommand = [\"/bin/true\"]\n";
+    let d = Daemon::start(&[("g.toml", plain)]);
+    assert_eq!(count(&burst(&d.socket, false, "grow", 3), Some(0)), 3, "no budget yet");
+    // The reload adds calls = 4/min: the 3 calls already made count, so one more runs.
+    d.write_policy("g.toml", &format!("{plain}budget = {{ calls = \"4/min\" }}\n"));
+    d.cordon(&["reload"]).assert_code(0);
+    let after = burst(&d.socket, false, "grow", 1);
+    assert_eq!(after[0].0, Some(0), "{after:?}");
+    let over = burst(&d.socket, false, "grow", 1);
+    assert_eq!(over[0].1["error"]["code"], "RATE_LIMITED", "the reload started the budget from zero: {over:?}");
+    assert!(over[0].1["error"]["message"].as_str().unwrap().contains("4 calls started of 4"), "{over:?}");
+    // Another reload adding a measure (per = "all" changes who it counts for too) counts again
+    // from the log, once: 4 calls ran, 5/min for everyone leaves exactly one.
+    d.write_policy("g.toml", &format!("{plain}budget = {{ calls = \"5/min\", per = \"all\" }}\n"));
+    d.cordon(&["reload"]).assert_code(0);
+    assert_eq!(burst(&d.socket, false, "grow", 1)[0].0, Some(0));
+    let over = burst(&d.socket, false, "grow", 1);
+    assert_eq!(over[0].1["error"]["code"], "RATE_LIMITED", "{over:?}");
+    assert!(
+        over[0].1["error"]["message"].as_str().unwrap().contains("used up for all: 5 calls started of 5"),
+        "{over:?}"
+    );
 }

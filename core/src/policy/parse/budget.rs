@@ -1,4 +1,4 @@
-//! A tool's `budget` table: `calls`, `concurrent`, `wall`, `egress`, `per`.
+//! A tool's `budget` table: `calls`, `concurrent`, `wall`, `cpu`, `egress`, `per`.
 
 use super::{Parser, Value};
 use crate::policy::budget::{Budget, Measure, Per, parse_rate};
@@ -22,6 +22,7 @@ impl Parser<'_> {
         let calls = rate(self, Measure::Calls, "a rate string like \"30/min\"");
         let wall = rate(self, Measure::Wall, "a rate string like \"2h/day\"");
         let egress = rate(self, Measure::Egress, "a rate string like \"500MB/day\"");
+        let cpu = rate(self, Measure::Cpu, "a rate string like \"10m/hour\"");
         let concurrent = table.get("concurrent").and_then(|v| {
             let n = self.integer(v, "budget.concurrent")?;
             if !(1..=MAX_CONCURRENT).contains(&n) {
@@ -57,11 +58,13 @@ impl Parser<'_> {
         if self.error_count() > errors {
             return None;
         }
-        let budget = Budget { calls, concurrent, wall, egress, per };
+        let budget = Budget { calls, concurrent, wall, egress, cpu, per };
         if budget.rates().next().is_none() && budget.concurrent.is_none() {
             self.sink.error(
                 v.span(),
-                format!("{ctx} has a budget that limits nothing; set calls, concurrent, wall or egress, or remove it"),
+                format!(
+                    "{ctx} has a budget that limits nothing; set calls, concurrent, wall, cpu or egress, or remove it"
+                ),
             );
             return None;
         }

@@ -166,6 +166,11 @@ impl Parser<'_> {
                     "args_env_prefix" | "arg_separator" => {
                         Some("a server's command is a fixed argv; its tools take their arguments over MCP")
                     }
+                    "budget" => Some(
+                        "budget is not supported on servers in this version (a server's tool calls are not counted \
+                         against one); remove it, or limit the calls with a budget on a [tools.NAME] that runs the \
+                         same program",
+                    ),
                     "confirm" | "danger" | "annotations" | "output" | "ok_exit_codes" | "cache" | "reason" => {
                         Some("it is a tool key that servers do not take in this version")
                     }

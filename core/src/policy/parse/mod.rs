@@ -132,7 +132,22 @@ impl Parser<'_> {
         doc: &DeTable<'_>,
         seen: &BTreeMap<String, Source>,
     ) -> (Vec<Tool>, Vec<Workflow>, Vec<ParsedServer>) {
-        self.unknown_keys(doc, FILE_KEYS, "at the top level");
+        // A budget across tools is asked for often enough to say so rather than "unknown key".
+        let (across, rest): (Vec<_>, Vec<_>) = doc.iter().partition(|(k, _)| k.get_ref().as_ref() == "budgets");
+        for (k, _) in &across {
+            self.sink.error(
+                k.span(),
+                "`budgets` (a budget across tools) is not supported in this version; give each tool its own \
+                 ([tools.NAME] budget = { calls = \"30/min\" }, see docs/budgets.md)"
+                    .to_string(),
+            );
+        }
+        if !across.is_empty() {
+            let rest: DeTable<'_> = rest.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            self.unknown_keys(&rest, FILE_KEYS, "at the top level");
+        } else {
+            self.unknown_keys(doc, FILE_KEYS, "at the top level");
+        }
         self.version(doc);
         let namespace = self.namespace(doc);
         let defaults = self.defaults(doc);
