@@ -726,10 +726,10 @@ async fn a_server_that_floods_or_hangs_is_cut_off_and_cordond_stays_responsive()
     let stopped = wait_records(&d, "server_stopped", "hostile", 1);
     assert_eq!(stopped[0]["why"], "killed", "{stopped:#?}");
     let how = stopped[0]["how"].as_str().unwrap_or_default();
-    assert!(
-        how.starts_with("protocol: it wrote a line longer than 1114112 bytes on stdout; killed by "),
-        "{stopped:#?}"
-    );
+    // cordond stops reading and kills it; a server that writes on meanwhile may die of the closed
+    // pipe first (it exits by itself then): either way it is gone for the protocol break.
+    let rest = how.strip_prefix("protocol: it wrote a line longer than 1114112 bytes on stdout; ");
+    assert!(rest.is_some_and(|r| r.starts_with("killed by ") || r.starts_with("exited with code ")), "{stopped:#?}");
     d.cordon(&["status"]).assert_code(0);
     client.cancel().await.ok();
 }

@@ -486,7 +486,7 @@ fn a_forged_audit_line_is_trouble_naming_the_line() {
     std::fs::write(&o.audit, format!("{log}{}\n", "x".repeat(2 << 20))).unwrap();
     let (code, _, stderr) = o.suggest(&[]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("audit.jsonl:5: a line longer than 1 MiB"), "{stderr}");
+    assert!(stderr.contains("audit.jsonl:5: a line longer than 1048576 bytes: refused"), "{stderr}");
 }
 
 #[test]
