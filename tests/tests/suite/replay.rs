@@ -54,7 +54,20 @@ confirm = "agent"
 description = "no allow: admins only"
 reason = "tests"
 command = ["/usr/bin/printf", "hidden"]
+
+[tools.cat-file]
+description = "print a file of a granted tree"
+reason = "tests"
+command = ["/bin/cat", "--", "{{file}}"]
+read = ["/etc/hostname"]
+
+[tools.cat-file.params.file]
+type = "path"
+required = true
 "#;
+
+/// How many calls of `cat-file` the log records.
+const CAT_FILE_CALLS: usize = 2;
 
 /// The secret the calls send; it must appear in no record and no report.
 const SECRET: &str = "hunter2secret";
@@ -92,6 +105,10 @@ fn make_evidence() -> Evidence {
     let (_, j) = d.run_json("guarded", &json!({}));
     let token = j["confirmation_required"]["token"].as_str().unwrap().to_string();
     d.cordon(&["confirm", &token, "--json"]).assert_code(0);
+    // A path argument inside the tool's read grant, twice.
+    for _ in 0..CAT_FILE_CALLS {
+        d.run_json("cat-file", &json!({ "file": "/etc/hostname" })).0.assert_code(0);
+    }
     // As the agent: three allowed, one invalid, one denied.
     agent_run("echo", json!({ "text": "abc" })).assert_code(0);
     agent_run("echo", json!({ "text": "abc" })).assert_code(0);
@@ -103,7 +120,7 @@ fn make_evidence() -> Evidence {
     let all = eventually(Duration::from_secs(10), || {
         records = all_records(&d.audit);
         let n = |what: &str| records.iter().filter(|r| r["decision"] == what).count();
-        (n("started"), n("invalid"), n("denied")) == (6, 2, 1)
+        (n("started"), n("invalid"), n("denied")) == (6 + CAT_FILE_CALLS, 2, 1)
     });
     assert!(all, "{records:#?}");
     // Stopped, so the copy is the whole log.
@@ -198,12 +215,36 @@ fn the_same_policy_flips_nothing_across_rotated_files() {
     let (out, r) = replay_json(POLICY);
     out.assert_code(0);
     assert_eq!(flips(&r), vec![]);
-    // 6 started (the confirmed call's is counted with its request), 2 invalid, 1 denied.
-    assert_eq!((r["calls"].as_u64(), r["log"]["starts_mid_chain"].as_bool()), (Some(9), Some(false)));
+    // 8 started (the confirmed call's is counted with its request), 2 invalid, 1 denied.
+    assert_eq!((r["calls"].as_u64(), r["log"]["starts_mid_chain"].as_bool()), (Some(11), Some(false)));
     assert!(r["log"]["files"].as_array().unwrap().len() >= 3, "{r}");
     // The login call's secret was redacted in the record: its validation cannot be replayed.
     assert_eq!(r["not_replayable_counts"], json!({ "redacted_secret": 1 }));
-    assert_eq!(r["replayed"].as_u64(), Some(8));
+    assert_eq!(r["replayed"].as_u64(), Some(10));
+}
+
+#[test]
+fn a_removed_grant_is_counted_per_path_argument() {
+    require_root!();
+    let edited = POLICY.replacen("read = [\"/etc/hostname\"]\n", "", 1);
+    assert_ne!(edited, POLICY);
+    let (out, r) = replay_json(&edited);
+    out.assert_code(1);
+    assert_eq!(flips(&r), vec![("grant_removed".into(), CAT_FILE_CALLS as u64)]);
+    let group = &r["flips"][0];
+    assert_eq!((group["tool"].as_str(), group["kind"].as_str()), (Some("cat-file"), Some("grant_removed")));
+    assert_eq!(group["example"]["arguments"], json!({ "file": "/etc/hostname" }));
+    let why = group["example"]["why"].as_str().unwrap();
+    assert!(why.contains("param \"file\": /etc/hostname is inside no `read`"), "{why}");
+    // The grant moved to the parent directory still covers it; a `deny` carve-out of it does not.
+    let (out, r) = replay_json(&POLICY.replacen("read = [\"/etc/hostname\"]", "read = [\"/etc\"]", 1));
+    out.assert_code(0);
+    assert_eq!(flips(&r), vec![]);
+    let carved =
+        POLICY.replacen("read = [\"/etc/hostname\"]", "read = [{ path = \"/etc\", deny = [\"hostname\"] }]", 1);
+    let (out, r) = replay_json(&carved);
+    out.assert_code(1);
+    assert_eq!(flips(&r), vec![("grant_removed".into(), CAT_FILE_CALLS as u64)]);
 }
 
 #[test]
