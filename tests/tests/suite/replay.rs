@@ -1,9 +1,10 @@
 //! `cordon policy replay` over a real audit log: the real cordond decides a known set of calls
 //! (as root and as the agent user: allowed, invalid, denied, confirmed, with a secret), its log
 //! (rotated into several files) is copied and replayed against edited copies of the policy, with
-//! exact flip counts; then the attacks on the evidence: an edited line, a deleted middle file, a
+//! exact flip counts (a removed user, a narrowed pattern, a removed grant, an added
+//! confirmation; a `hosts` tool's own log with a removed and an added host); then the attacks on the evidence: an edited line, a deleted middle file, a
 //! forged huge line, each exit 2 naming what is wrong, and a secret never in a report.
-//! Needs root (the agent user); skips otherwise.
+//! Needs root (the agent user; the egress test also curl); skips otherwise.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -392,4 +393,65 @@ fn copy_log() -> (tempfile::TempDir, PathBuf) {
     }
     let log = dir.path().join(e.log.file_name().unwrap());
     (dir, log)
+}
+
+/// A `hosts` tool's recorded connections against a candidate that removes the granted host
+/// (each allowed connection now refused) and one that adds the refused one.
+#[test]
+fn a_removed_host_refuses_exactly_the_recorded_connections_and_an_added_one_allows() {
+    const CURL: &str = "/usr/bin/curl";
+    if !cordon_tests::is_root() {
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "a network namespace per tool");
+        return;
+    }
+    if !Path::new(CURL).exists() {
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(CURL), "the tool runs {CURL}");
+        return;
+    }
+    let port = cordon_tests::hello_upstream();
+    let policy = |hosts: &str| {
+        format!(
+            r#"version = 1
+
+[tools.fetch]
+description = "fetches a URL"
+reason = "tests"
+timeout = "20s"
+command = ["{CURL}", "-sS", "--max-time", "10", "{{{{url}}}}"]
+network = {{ hosts = [{hosts}] }}
+
+[tools.fetch.params.url]
+type = "string"
+pattern = "http://[^\\x00 ]+"
+required = true
+"#
+        )
+    };
+    let granted = format!("\"127.0.0.1:{port}\"");
+    let d = Daemon::start(&[("t.toml", &policy(&granted))]);
+    for _ in 0..2 {
+        let (_, r) = d.run_json("fetch", &json!({ "url": format!("http://127.0.0.1:{port}/a") }));
+        assert_eq!(r["exit_code"].as_i64(), Some(0), "{r:#}");
+    }
+    // Not listed: refused by the proxy (curl without -f still exits 0; the record says it).
+    d.run_json("fetch", &json!({ "url": format!("http://localhost:{port}/b") }));
+    let mut egress = Vec::new();
+    let all = eventually(Duration::from_secs(10), || {
+        egress = d.audit_records().into_iter().filter(|r| r["decision"] == "egress").collect();
+        egress.len() == 3
+    });
+    assert!(all, "{egress:#?}");
+    let refused: Vec<&Value> = egress.iter().filter(|r| r["allowed"] == false).collect();
+    assert_eq!((refused.len(), refused[0]["why"].as_str()), (1, Some("not-listed")), "{egress:#?}");
+    // `hosts = []` does not load: the candidate keeps another port only.
+    let removed = candidate(&policy("\"127.0.0.1:1\""));
+    let out = replay(&d.audit, removed.path(), &["--json"]);
+    out.assert_code(1);
+    let r = out.json();
+    assert_eq!((flips(&r), r["egress"].as_u64()), (vec![("egress_now_refused".into(), 2)], Some(3)));
+    let added = candidate(&policy(&format!("{granted}, \"localhost:{port}\"")));
+    let out = replay(&d.audit, added.path(), &["--json"]);
+    out.assert_code(1);
+    // The connection, and the proxy's denial in the call's terminal record.
+    assert_eq!(flips(&out.json()), vec![("denial_now_granted".into(), 1), ("egress_now_allowed".into(), 1)]);
 }
