@@ -2,8 +2,9 @@
 //! (as root and as the agent user: allowed, invalid, denied, confirmed, with a secret), its log
 //! (rotated into several files) is copied and replayed against edited copies of the policy, with
 //! exact flip counts (a removed user, a narrowed pattern, a removed grant, an added
-//! confirmation; a `hosts` tool's own log with a removed and an added host); then the attacks on the evidence: an edited line, a deleted middle file, a
-//! forged huge line, each exit 2 naming what is wrong, and a secret never in a report.
+//! confirmation; a `hosts` tool's own log with a removed and an added host); then the attacks
+//! on the evidence: an edited line, a deleted middle file, a forged huge line, each exit 2
+//! naming what is wrong, and a secret never in a report.
 //! Needs root (the agent user; the egress test also curl); skips otherwise.
 
 use std::os::unix::fs::PermissionsExt as _;
