@@ -454,7 +454,7 @@ pub enum PolicyCommand {
     /// The log (each FILE with its rotated siblings) is read in seq order with its hash chain
     /// verified. Flip kinds: allowed_now_refused, refused_now_allowed, confirmation_added,
     /// confirmation_dropped, argv_changed, egress_now_refused, egress_now_allowed,
-    /// denial_now_granted; grouped by tool and caller with counts and one example each. What a
+    /// denial_now_granted, grant_removed; grouped by tool and caller with counts and one example each. What a
     /// record cannot tell (a redacted secret, clipped arguments, records older than recorded
     /// arguments, DNS answers) is listed as not replayable with the reason. Values of secret params (of the log's policy or the
     /// candidate's) are never printed. Exit status: 0 no flips, 1 flips found, 2 on any trouble

@@ -20,7 +20,7 @@
 //!   documented `--json` shape.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -46,10 +46,12 @@ pub enum Kind {
     EgressNowAllowed,
     /// A terminal record's denial (landlock or the egress proxy) the candidate now grants.
     DenialNowGranted,
+    /// An allowed call's path argument the candidate's read, write and exec grants no longer cover.
+    GrantRemoved,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::AllowedNowRefused,
         Kind::RefusedNowAllowed,
         Kind::ConfirmationAdded,
@@ -58,6 +60,7 @@ impl Kind {
         Kind::EgressNowRefused,
         Kind::EgressNowAllowed,
         Kind::DenialNowGranted,
+        Kind::GrantRemoved,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -70,6 +73,7 @@ impl Kind {
             Kind::EgressNowRefused => "egress_now_refused",
             Kind::EgressNowAllowed => "egress_now_allowed",
             Kind::DenialNowGranted => "denial_now_granted",
+            Kind::GrantRemoved => "grant_removed",
         }
     }
 
@@ -426,13 +430,29 @@ impl<'a> Replayer<'a> {
             self.not_replayable(v, &tool, Reason::Workflow);
             return;
         }
-        match self.decide(v, &tool) {
+        match self.decide_with_paths(v, &tool) {
             Err(reason) => self.not_replayable(v, &tool, reason),
-            Ok(new) => {
+            Ok((new, outside)) => {
                 self.report.replayed += 1;
                 for (kind, why) in compare(&recorded, &new) {
                     let ex = self.example(v, &tool, recorded.show(), new.show(), why);
                     add(&mut self.report.flips, (tool.clone(), who(v), kind), ex);
+                }
+                if decision == "started" {
+                    for (param, path) in outside {
+                        let path = path.display();
+                        let why = format!(
+                            "param {param:?}: {path} is inside no `read`, `write` or `exec` grant of the candidate (the call ran with it)"
+                        );
+                        let ex = self.example(
+                            v,
+                            &tool,
+                            format!("ran with {param} = {path}"),
+                            format!("no grant covers {path}"),
+                            why,
+                        );
+                        add(&mut self.report.flips, (tool.clone(), who(v), Kind::GrantRemoved), ex);
+                    }
                 }
             }
         }
@@ -440,13 +460,40 @@ impl<'a> Replayer<'a> {
 
     /// The candidate's decision on a recorded call.
     pub fn decide(&self, v: &Value, tool_name: &str) -> Result<Decided, Reason> {
+        self.decide_with_paths(v, tool_name).map(|(d, _)| d)
+    }
+
+    /// [`Replayer::decide`], with the path arguments (param, path) of an allowed call that no
+    /// `read`, `write` or `exec` grant of the candidate covers (a grant's `deny` carve-outs
+    /// taken out).
+    fn decide_with_paths(&self, v: &Value, tool_name: &str) -> Result<(Decided, Vec<(String, PathBuf)>), Reason> {
+        let decided = self.decide_inner(v, tool_name)?;
+        let (decided, args) = match decided {
+            (d @ Decided::Allowed { .. }, Some(args)) => (d, args),
+            (d, _) => return Ok((d, Vec::new())),
+        };
+        let Some(tool) = self.tools.get(tool_name) else { return Ok((decided, Vec::new())) };
+        let outside = args
+            .iter()
+            .filter_map(|(name, value)| match value {
+                validate::ArgValue::Path(p) if !covered(&tool.sandbox, p) => Some((name.to_string(), p.clone())),
+                _ => None,
+            })
+            .collect();
+        Ok((decided, outside))
+    }
+
+    fn decide_inner(&self, v: &Value, tool_name: &str) -> Result<(Decided, Option<validate::Arguments>), Reason> {
         let Some(tool) = self.tools.get(tool_name).filter(|t| !t.disabled) else {
-            return Ok(Decided::Refused {
-                by: By::Unknown,
-                code: "UNKNOWN_TOOL".into(),
-                field: None,
-                message: format!("the candidate has no tool {tool_name:?} (or it is disabled)"),
-            });
+            return Ok((
+                Decided::Refused {
+                    by: By::Unknown,
+                    code: "UNKNOWN_TOOL".into(),
+                    field: None,
+                    message: format!("the candidate has no tool {tool_name:?} (or it is disabled)"),
+                },
+                None,
+            ));
         };
         let Some(role) = s(v, "role") else { return Err(Reason::NoArguments) };
         if role != "admin" {
@@ -495,12 +542,15 @@ impl<'a> Replayer<'a> {
                 }
             };
             if !admitted {
-                return Ok(Decided::Refused {
-                    by: By::Allow,
-                    code: "PERMISSION_DENIED".into(),
-                    field: None,
-                    message: format!("the candidate's allow of {tool_name:?} does not admit uid {uid}"),
-                });
+                return Ok((
+                    Decided::Refused {
+                        by: By::Allow,
+                        code: "PERMISSION_DENIED".into(),
+                        field: None,
+                        message: format!("the candidate's allow of {tool_name:?} does not admit uid {uid}"),
+                    },
+                    None,
+                ));
             }
         }
         let arguments = match v.get("arguments") {
@@ -512,12 +562,15 @@ impl<'a> Replayer<'a> {
         let json = match validate::parse_arguments(arguments) {
             Ok(j) => j,
             Err(e) => {
-                return Ok(Decided::Refused {
-                    by: By::Validation,
-                    code: e.code.to_string(),
-                    field: e.field,
-                    message: e.message,
-                });
+                return Ok((
+                    Decided::Refused {
+                        by: By::Validation,
+                        code: e.code.to_string(),
+                        field: e.field,
+                        message: e.message,
+                    },
+                    None,
+                ));
             }
         };
         if json.as_object().is_some_and(|m| m.values().any(|x| x.as_str() == Some(argv::REDACTED))) {
@@ -526,12 +579,15 @@ impl<'a> Replayer<'a> {
         let args = match validate::validate(tool, &json) {
             Ok(a) => a,
             Err(e) => {
-                return Ok(Decided::Refused {
-                    by: By::Validation,
-                    code: e.code.to_string(),
-                    field: e.field,
-                    message: e.message,
-                });
+                return Ok((
+                    Decided::Refused {
+                        by: By::Validation,
+                        code: e.code.to_string(),
+                        field: e.field,
+                        message: e.message,
+                    },
+                    None,
+                ));
             }
         };
         let run_uid = v
@@ -541,7 +597,10 @@ impl<'a> Replayer<'a> {
             .and_then(|u| u32::try_from(u).ok())
             .unwrap_or(0);
         let plan = argv::plan(tool, Path::new(&tool.program), &args, &Account::for_uid(run_uid));
-        Ok(Decided::Allowed { confirmation: Some(tool.confirm), argv: Some(ArgvSeen::Full(plan.display_argv)) })
+        Ok((
+            Decided::Allowed { confirmation: Some(tool.confirm), argv: Some(ArgvSeen::Full(plan.display_argv)) },
+            Some(args),
+        ))
     }
 
     /// An `egress` record decided again under the candidate's `hosts`.
@@ -642,6 +701,17 @@ impl<'a> Replayer<'a> {
             why: scrub(why),
         }
     }
+}
+
+/// Whether a `read`, `write` or `exec` grant covers `path`: it is at or under the grant and no
+/// `deny` carve-out of that grant matches it or a directory above it.
+fn covered(sb: &crate::policy::SandboxPolicy, path: &Path) -> bool {
+    sb.read.iter().chain(&sb.write).chain(&sb.exec).any(|root| {
+        let Ok(rel) = path.strip_prefix(root) else { return false };
+        let rel: Vec<&str> = rel.components().filter_map(|c| c.as_os_str().to_str()).collect();
+        !crate::policy::carve::for_root(&sb.carve, root)
+            .any(|c| c.deny.iter().any(|d| (1..=rel.len()).any(|n| d.matches(&rel[..n]))))
+    })
 }
 
 /// What the record's decision was, in words.

@@ -192,3 +192,33 @@ fn a_denial_the_candidate_grants_is_denial_now_granted() {
     assert_eq!(counts(&r), vec![("denial_now_granted", 1)]);
     assert_eq!(r.flips.keys().next().unwrap().1.uid, Some(1000));
 }
+
+#[test]
+fn a_path_argument_no_grant_covers_is_grant_removed() {
+    let tool = |grant: &str| {
+        format!(
+            "version = 1\n[tools.cat]\ndescription = \"d\"\nreason = \"r\"\ncommand = [\"/bin/cat\", \"{{{{file}}}}\"]\n{grant}\n[tools.cat.params.file]\ntype = \"path\"\n"
+        )
+    };
+    let call = |file: &str| {
+        let mut v = started(0, &format!(r#"{{"file":"{file}"}}"#), json!({ "tool": "cat" }));
+        v["argv"] = json!(["/bin/cat", file]);
+        v
+    };
+    let recs = [call("/srv/data/a.txt"), call("/srv/data/sub/b.txt"), call("/srv/other")];
+    let granted = tool("read = [\"/srv/data\", \"/srv/other\"]");
+    assert_eq!(counts(&replay(&granted, &recs)), vec![]);
+    // The read grant of /srv/other removed: that call only.
+    let r = replay(&tool("read = [\"/srv/data\"]"), &recs);
+    assert_eq!(counts(&r), vec![("grant_removed", 1)]);
+    let group = r.flips.values().next().unwrap();
+    assert!(group.example.why.contains("param \"file\": /srv/other is inside no `read`"), "{}", group.example.why);
+    // A write or exec grant covers too; a deny carve-out takes a path (and what is under it) out.
+    assert_eq!(counts(&replay(&tool("write = [\"/srv\"]"), &recs)), vec![]);
+    let carved = tool("read = [{ path = \"/srv\", deny = [\"data/sub\"] }]");
+    assert_eq!(counts(&replay(&carved, &recs)), vec![("grant_removed", 1)]);
+    // A dry run or a refused call is no call that ran.
+    let mut dry = call("/srv/other");
+    dry["decision"] = json!("dry_run");
+    assert_eq!(counts(&replay(&tool(""), &[dry])), vec![]);
+}

@@ -1,9 +1,11 @@
 //! `cordon policy replay` over a real audit log: the real cordond decides a known set of calls
 //! (as root and as the agent user: allowed, invalid, denied, confirmed, with a secret), its log
 //! (rotated into several files) is copied and replayed against edited copies of the policy, with
-//! exact flip counts; then the attacks on the evidence: an edited line, a deleted middle file, a
-//! forged huge line, each exit 2 naming what is wrong, and a secret never in a report.
-//! Needs root (the agent user); skips otherwise.
+//! exact flip counts (a removed user, a narrowed pattern, a removed grant, an added
+//! confirmation; a `hosts` tool's own log with a removed and an added host); then the attacks
+//! on the evidence: an edited line, a deleted middle file, a forged huge line, each exit 2
+//! naming what is wrong, and a secret never in a report.
+//! Needs root (the agent user; the egress test also curl); skips otherwise.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -54,7 +56,20 @@ confirm = "agent"
 description = "no allow: admins only"
 reason = "tests"
 command = ["/usr/bin/printf", "hidden"]
+
+[tools.cat-file]
+description = "print a file of a granted tree"
+reason = "tests"
+command = ["/bin/cat", "--", "{{file}}"]
+read = ["/etc/hostname"]
+
+[tools.cat-file.params.file]
+type = "path"
+required = true
 "#;
+
+/// How many calls of `cat-file` the log records.
+const CAT_FILE_CALLS: usize = 2;
 
 /// The secret the calls send; it must appear in no record and no report.
 const SECRET: &str = "hunter2secret";
@@ -92,6 +107,10 @@ fn make_evidence() -> Evidence {
     let (_, j) = d.run_json("guarded", &json!({}));
     let token = j["confirmation_required"]["token"].as_str().unwrap().to_string();
     d.cordon(&["confirm", &token, "--json"]).assert_code(0);
+    // A path argument inside the tool's read grant, twice.
+    for _ in 0..CAT_FILE_CALLS {
+        d.run_json("cat-file", &json!({ "file": "/etc/hostname" })).0.assert_code(0);
+    }
     // As the agent: three allowed, one invalid, one denied.
     agent_run("echo", json!({ "text": "abc" })).assert_code(0);
     agent_run("echo", json!({ "text": "abc" })).assert_code(0);
@@ -103,7 +122,7 @@ fn make_evidence() -> Evidence {
     let all = eventually(Duration::from_secs(10), || {
         records = all_records(&d.audit);
         let n = |what: &str| records.iter().filter(|r| r["decision"] == what).count();
-        (n("started"), n("invalid"), n("denied")) == (6, 2, 1)
+        (n("started"), n("invalid"), n("denied")) == (6 + CAT_FILE_CALLS, 2, 1)
     });
     assert!(all, "{records:#?}");
     // Stopped, so the copy is the whole log.
@@ -198,12 +217,36 @@ fn the_same_policy_flips_nothing_across_rotated_files() {
     let (out, r) = replay_json(POLICY);
     out.assert_code(0);
     assert_eq!(flips(&r), vec![]);
-    // 6 started (the confirmed call's is counted with its request), 2 invalid, 1 denied.
-    assert_eq!((r["calls"].as_u64(), r["log"]["starts_mid_chain"].as_bool()), (Some(9), Some(false)));
+    // 8 started (the confirmed call's is counted with its request), 2 invalid, 1 denied.
+    assert_eq!((r["calls"].as_u64(), r["log"]["starts_mid_chain"].as_bool()), (Some(11), Some(false)));
     assert!(r["log"]["files"].as_array().unwrap().len() >= 3, "{r}");
     // The login call's secret was redacted in the record: its validation cannot be replayed.
     assert_eq!(r["not_replayable_counts"], json!({ "redacted_secret": 1 }));
-    assert_eq!(r["replayed"].as_u64(), Some(8));
+    assert_eq!(r["replayed"].as_u64(), Some(10));
+}
+
+#[test]
+fn a_removed_grant_is_counted_per_path_argument() {
+    require_root!();
+    let edited = POLICY.replacen("read = [\"/etc/hostname\"]\n", "", 1);
+    assert_ne!(edited, POLICY);
+    let (out, r) = replay_json(&edited);
+    out.assert_code(1);
+    assert_eq!(flips(&r), vec![("grant_removed".into(), CAT_FILE_CALLS as u64)]);
+    let group = &r["flips"][0];
+    assert_eq!((group["tool"].as_str(), group["kind"].as_str()), (Some("cat-file"), Some("grant_removed")));
+    assert_eq!(group["example"]["arguments"], json!({ "file": "/etc/hostname" }));
+    let why = group["example"]["why"].as_str().unwrap();
+    assert!(why.contains("param \"file\": /etc/hostname is inside no `read`"), "{why}");
+    // The grant moved to the parent directory still covers it; a `deny` carve-out of it does not.
+    let (out, r) = replay_json(&POLICY.replacen("read = [\"/etc/hostname\"]", "read = [\"/etc\"]", 1));
+    out.assert_code(0);
+    assert_eq!(flips(&r), vec![]);
+    let carved =
+        POLICY.replacen("read = [\"/etc/hostname\"]", "read = [{ path = \"/etc\", deny = [\"hostname\"] }]", 1);
+    let (out, r) = replay_json(&carved);
+    out.assert_code(1);
+    assert_eq!(flips(&r), vec![("grant_removed".into(), CAT_FILE_CALLS as u64)]);
 }
 
 #[test]
@@ -351,4 +394,65 @@ fn copy_log() -> (tempfile::TempDir, PathBuf) {
     }
     let log = dir.path().join(e.log.file_name().unwrap());
     (dir, log)
+}
+
+/// A `hosts` tool's recorded connections against a candidate that removes the granted host
+/// (each allowed connection now refused) and one that adds the refused one.
+#[test]
+fn a_removed_host_refuses_exactly_the_recorded_connections_and_an_added_one_allows() {
+    const CURL: &str = "/usr/bin/curl";
+    if !cordon_tests::is_root() {
+        cordon_tests::skip!(cordon_tests::Skip::NotRoot, "a network namespace per tool");
+        return;
+    }
+    if !Path::new(CURL).exists() {
+        cordon_tests::skip!(cordon_tests::Skip::MissingTool(CURL), "the tool runs {CURL}");
+        return;
+    }
+    let port = cordon_tests::hello_upstream();
+    let policy = |hosts: &str| {
+        format!(
+            r#"version = 1
+
+[tools.fetch]
+description = "fetches a URL"
+reason = "tests"
+timeout = "20s"
+command = ["{CURL}", "-sS", "--max-time", "10", "{{{{url}}}}"]
+network = {{ hosts = [{hosts}] }}
+
+[tools.fetch.params.url]
+type = "string"
+pattern = "http://[^\\x00 ]+"
+required = true
+"#
+        )
+    };
+    let granted = format!("\"127.0.0.1:{port}\"");
+    let d = Daemon::start(&[("t.toml", &policy(&granted))]);
+    for _ in 0..2 {
+        let (_, r) = d.run_json("fetch", &json!({ "url": format!("http://127.0.0.1:{port}/a") }));
+        assert_eq!(r["exit_code"].as_i64(), Some(0), "{r:#}");
+    }
+    // Not listed: refused by the proxy (curl without -f still exits 0; the record says it).
+    d.run_json("fetch", &json!({ "url": format!("http://localhost:{port}/b") }));
+    let mut egress = Vec::new();
+    let all = eventually(Duration::from_secs(10), || {
+        egress = d.audit_records().into_iter().filter(|r| r["decision"] == "egress").collect();
+        egress.len() == 3
+    });
+    assert!(all, "{egress:#?}");
+    let refused: Vec<&Value> = egress.iter().filter(|r| r["allowed"] == false).collect();
+    assert_eq!((refused.len(), refused[0]["why"].as_str()), (1, Some("not-listed")), "{egress:#?}");
+    // `hosts = []` does not load: the candidate keeps another port only.
+    let removed = candidate(&policy("\"127.0.0.1:1\""));
+    let out = replay(&d.audit, removed.path(), &["--json"]);
+    out.assert_code(1);
+    let r = out.json();
+    assert_eq!((flips(&r), r["egress"].as_u64()), (vec![("egress_now_refused".into(), 2)], Some(3)));
+    let added = candidate(&policy(&format!("{granted}, \"localhost:{port}\"")));
+    let out = replay(&d.audit, added.path(), &["--json"]);
+    out.assert_code(1);
+    // The connection, and the proxy's denial in the call's terminal record.
+    assert_eq!(flips(&out.json()), vec![("denial_now_granted".into(), 1), ("egress_now_allowed".into(), 1)]);
 }
