@@ -298,6 +298,8 @@ impl Report {
 pub struct Replayer<'a> {
     tools: HashMap<&'a str, &'a Arc<Tool>>,
     workflows: HashSet<&'a str>,
+    /// The candidate's digest: a call recorded under the same set cannot have lost a grant.
+    digest: &'a str,
     gid_of: &'a dyn Fn(&str) -> Option<u32>,
     /// Only this tool's calls (`--tool`).
     pub tool: Option<String>,
@@ -328,6 +330,7 @@ impl<'a> Replayer<'a> {
         Replayer {
             tools: candidate.tools.iter().map(|t| (t.name.as_str(), t)).collect(),
             workflows: candidate.workflows.iter().map(|w| w.name.as_str()).collect(),
+            digest: candidate.digest.as_str(),
             gid_of,
             tool: None,
             since: None,
@@ -438,7 +441,10 @@ impl<'a> Replayer<'a> {
                     let ex = self.example(v, &tool, recorded.show(), new.show(), why);
                     add(&mut self.report.flips, (tool.clone(), who(v), kind), ex);
                 }
-                if decision == "started" {
+                // The record holds the digest of the set it ran under, not its grants: a path no
+                // grant of the candidate covers is a lost grant only when the set changed (under
+                // the same set the call ran as it would now).
+                if decision == "started" && s(v, "policy") != Some(self.digest) {
                     for (param, path) in outside {
                         let path = path.display();
                         let why = format!(
