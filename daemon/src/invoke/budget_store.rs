@@ -13,8 +13,10 @@
 //! its seq are counted again (`started`: a call; a terminal record: its `duration_ms`, its `cpu_ms` and its
 //! `egress_charged`, else its egress bytes), so a kill -9 loses nothing. A file that fails any check is not trusted and
 //! the whole audit log is counted instead (a warning says why): budgets fail to the safe side,
-//! never to "reset to zero". Records in rotated audit files are not read (a rotation since the
-//! last save loses what they counted).
+//! never to "reset to zero". The records are read from the live file and from the rotated files
+//! that may still hold some of them: a rotated file is skipped only when every record in it is at
+//! or before the seq counted from (the next file's name says where it begins), or when it was
+//! last written more than a day ago (the longest window), by its modification time.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -119,7 +121,8 @@ pub(crate) fn load(budgets: &Budgets, audit: &Path, tools: &dyn Fn(&str) -> Opti
     used
 }
 
-/// Counts the whole live audit log `audit` into `budgets` for the tools `tools` names (a
+/// Counts the whole audit log `audit` (the live file and the rotated files still in a window)
+/// into `budgets` for the tools `tools` names (a
 /// reload added budgets to them, or measures to their budgets: each tool as given carries
 /// only those), but for the calls `inflight` names (counted, charged: their use is counted).
 pub(crate) fn recount_added(
@@ -178,12 +181,58 @@ struct Skip {
     charged: HashSet<String>,
 }
 
-/// Counts the audit records of `audit` after `after` into `budgets`.
+/// The longest window a budget can have (`day`): records older than this count in none.
+const LONGEST_WINDOW: std::time::Duration = std::time::Duration::from_secs(86_400);
+
+/// The files of the log at `audit` that may hold records after `after` still in a window, oldest
+/// first: rotated siblings (`NAME.<first seq>`) whose successor begins after `after + 1` and that
+/// were written within [`LONGEST_WINDOW`] (with a minute's slack), then the live file.
+fn files_to_count(audit: &Path, after: u64) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (audit.parent(), audit.file_name().and_then(|n| n.to_str())) else {
+        return vec![audit.to_path_buf()];
+    };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let mut rotated = cordon_core::audit::chain::rotated_siblings(dir, name).unwrap_or_default();
+    rotated.sort();
+    let horizon = std::time::SystemTime::now().checked_sub(LONGEST_WINDOW + std::time::Duration::from_secs(60));
+    let mut files = Vec::new();
+    for (i, (_, path)) in rotated.iter().enumerate() {
+        // The first seq of the next file (the live one's is unknown: it comes after them all).
+        let next = rotated.get(i + 1).map_or(u64::MAX, |(first, _)| *first);
+        let recent = match (horizon, std::fs::metadata(path).and_then(|m| m.modified())) {
+            (Some(h), Ok(written)) => written >= h,
+            _ => true,
+        };
+        if next > after.saturating_add(1) && recent {
+            files.push(path.clone());
+        }
+    }
+    files.push(audit.to_path_buf());
+    files
+}
+
+/// Counts the audit records of the log at `audit` (its rotated files too, see
+/// [`files_to_count`]) after `after` into `budgets`.
 fn recount(budgets: &Budgets, audit: &Path, after: u64, skip: &Skip, tools: &dyn Fn(&str) -> Option<Arc<Tool>>) {
+    // Calls of budgeted tools that started and have not ended yet: id -> (tool, principal); kept
+    // across files (a call may start in one and end in the next).
+    let mut open: HashMap<String, (Arc<Tool>, String)> = HashMap::new();
+    for file in files_to_count(audit, after) {
+        recount_file(budgets, &file, after, skip, tools, &mut open);
+    }
+}
+
+/// [`recount`] of one file.
+fn recount_file(
+    budgets: &Budgets,
+    audit: &Path,
+    after: u64,
+    skip: &Skip,
+    tools: &dyn Fn(&str) -> Option<Arc<Tool>>,
+    open: &mut HashMap<String, (Arc<Tool>, String)>,
+) {
     let Ok(file) = std::fs::File::open(audit) else { return };
     let mut reader = BufReader::new(file);
-    // Calls of budgeted tools that started and have not ended yet: id -> (tool, principal).
-    let mut open: HashMap<String, (Arc<Tool>, String)> = HashMap::new();
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -259,6 +308,55 @@ mod tests {
             .iter()
             .find(|((k, p), _)| k == &format!("tools.t.budget.{what}") && p == "uid 7")
             .map_or(0, |(_, w)| w.used)
+    }
+
+    /// A day's window spans rotated files: their records are counted too, from the seq on; a
+    /// rotated file last written before the longest window is not read.
+    #[test]
+    fn rotated_files_still_in_a_window_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = dir.path().join("audit.jsonl");
+        let t = tool();
+        let lookup = |n: &str| (n == "t").then(|| t.clone());
+        let old = dir.path().join("audit.jsonl.1");
+        std::fs::write(
+            &old,
+            [line(1, "started", "z", ""), line(2, "finished", "z", r#","duration_ms":9"#)].join("\n") + "\n",
+        )
+        .unwrap();
+        let two_days_ago = nix::sys::time::TimeVal::new(
+            i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs())
+                .unwrap()
+                - 2 * 86_400,
+            0,
+        );
+        nix::sys::stat::utimes(&old, &two_days_ago, &two_days_ago).unwrap();
+        let rotated = [
+            line(3, "started", "a", ""),
+            line(4, "finished", "a", r#","duration_ms":1000"#),
+            line(5, "started", "b", ""),
+        ];
+        std::fs::write(dir.path().join("audit.jsonl.3"), rotated.join("\n") + "\n").unwrap();
+        std::fs::write(dir.path().join("audit.jsonl.6"), line(6, "finished", "b", r#","duration_ms":2000"#) + "\n")
+            .unwrap();
+        std::fs::write(&audit, line(7, "rotated", "-", "") + "\n").unwrap();
+        assert_eq!(files_to_count(&audit, 0).len(), 3, "the file written two days ago is not read");
+
+        // No budgets file: everything in a window is counted, across the rotation.
+        let b = Budgets::new(admission::Limits::default());
+        assert_eq!(load(&b, &audit, &lookup), None);
+        assert_eq!(used(&b, "calls"), 2);
+        assert_eq!(used(&b, "wall"), 3000, "b started in the rotated file and ended in the live one");
+
+        // From seq 4 on: audit.jsonl.3 holds record 5, so it is read; from 5 on it is not (the
+        // next file begins at 6). The live file is always read.
+        assert_eq!(files_to_count(&audit, 4).len(), 3);
+        let from_5 = files_to_count(&audit, 5);
+        assert_eq!(
+            from_5,
+            vec![dir.path().join("audit.jsonl.6"), audit.clone()],
+            "every record of audit.jsonl.3 is at or before 5"
+        );
     }
 
     #[test]
