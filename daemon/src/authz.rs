@@ -164,6 +164,9 @@ pub(crate) fn groups_of(c: &Caller) -> Vec<u32> {
         && let Ok(list) = nix::unistd::getgrouplist(&name, Gid::from_raw(c.gid))
     {
         groups.extend(list.into_iter().map(Gid::as_raw));
+        // getgrouplist lists the gid it is given too: each group once (records carry this list).
+        groups.sort_unstable();
+        groups.dedup();
     }
     groups
 }
