@@ -155,6 +155,13 @@ pub enum Decided {
     },
 }
 
+impl Decided {
+    /// Refused by validation, with the validator's code, field and message.
+    fn by_validation(e: validate::ValidationError) -> Decided {
+        Decided::Refused { by: By::Validation, code: e.code.to_string(), field: e.field, message: e.message }
+    }
+}
+
 /// What refused a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum By {
@@ -567,34 +574,14 @@ impl<'a> Replayer<'a> {
         };
         let json = match validate::parse_arguments(arguments) {
             Ok(j) => j,
-            Err(e) => {
-                return Ok((
-                    Decided::Refused {
-                        by: By::Validation,
-                        code: e.code.to_string(),
-                        field: e.field,
-                        message: e.message,
-                    },
-                    None,
-                ));
-            }
+            Err(e) => return Ok((Decided::by_validation(e), None)),
         };
         if json.as_object().is_some_and(|m| m.values().any(|x| x.as_str() == Some(argv::REDACTED))) {
             return Err(Reason::RedactedSecret);
         }
         let args = match validate::validate(tool, &json) {
             Ok(a) => a,
-            Err(e) => {
-                return Ok((
-                    Decided::Refused {
-                        by: By::Validation,
-                        code: e.code.to_string(),
-                        field: e.field,
-                        message: e.message,
-                    },
-                    None,
-                ));
-            }
+            Err(e) => return Ok((Decided::by_validation(e), None)),
         };
         let run_uid = v
             .pointer("/run_as/uid")

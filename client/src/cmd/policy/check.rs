@@ -213,7 +213,7 @@ impl ServerLine {
 }
 
 /// An argv as a reader would type it (quoted where needed).
-fn shell_words(argv: &[String]) -> String {
+pub(super) fn shell_words(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
             if !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-=:@+,".contains(&b)) {

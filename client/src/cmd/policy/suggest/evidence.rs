@@ -54,6 +54,23 @@ pub(crate) struct Denial {
     pub(crate) first: Call,
 }
 
+impl Denial {
+    /// A connection the egress proxy refused as not in the tool's `hosts`.
+    fn not_listed(target: String, message: String, first: Call) -> Denial {
+        Denial {
+            source: "proxy".into(),
+            target,
+            access: vec!["not-listed".into()],
+            grant_key: "hosts".into(),
+            incidental: false,
+            message,
+            count: 1,
+            calls: 1,
+            first,
+        }
+    }
+}
+
 /// What the log says of the tool.
 #[derive(Debug, Default)]
 pub(crate) struct Evidence {
@@ -169,17 +186,7 @@ impl Reader<'_> {
                     .unwrap_or_default();
                 for (target, message, _) in egress {
                     if !denials.iter().any(|d| d.source == "proxy" && d.target == target) {
-                        denials.push(Denial {
-                            source: "proxy".into(),
-                            target,
-                            access: vec!["not-listed".into()],
-                            grant_key: "hosts".into(),
-                            incidental: false,
-                            message,
-                            count: 1,
-                            calls: 1,
-                            first: call.clone(),
-                        });
+                        denials.push(Denial::not_listed(target, message, call.clone()));
                     }
                 }
                 if !denials.is_empty() {
@@ -199,17 +206,7 @@ impl Reader<'_> {
         for (id, seen) in pending {
             let call = self.open.get(&id).cloned().unwrap_or_else(|| Call { id: id.clone(), ..Call::default() });
             for (target, message, time) in seen {
-                self.add(Denial {
-                    source: "proxy".into(),
-                    target,
-                    access: vec!["not-listed".into()],
-                    grant_key: "hosts".into(),
-                    incidental: false,
-                    message,
-                    count: 1,
-                    calls: 1,
-                    first: Call { time, ..call.clone() },
-                });
+                self.add(Denial::not_listed(target, message, Call { time, ..call.clone() }));
             }
         }
     }

@@ -244,7 +244,7 @@ fn comment(s: &Suggestion, all: &[Denial]) -> String {
     let first = ds.iter().map(|d| &d.first).min_by(|a, b| a.time.cmp(&b.time));
     let call = first.map_or_else(String::new, |c| {
         let by = c.caller_uid.map_or_else(String::new, |u| format!(" by uid {u}"));
-        let argv = shell_words(&c.argv);
+        let argv = super::check::shell_words(&c.argv);
         let argv = if argv.chars().count() > 120 {
             format!("{}...", argv.chars().take(120).collect::<String>())
         } else {
@@ -255,19 +255,6 @@ fn comment(s: &Suggestion, all: &[Denial]) -> String {
     let unverified =
         if s.unverified { "unverified, inferred from the tool's own stderr, no kernel record: " } else { "" };
     format!("{unverified}{what} {times}{in_calls}{call}")
-}
-
-fn shell_words(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| {
-            if !a.is_empty() && a.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-=:@+,".contains(&b)) {
-                a.clone()
-            } else {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Replaces `file` with `text` atomically: a temporary file beside it (a dot name cordond does
