@@ -1,5 +1,6 @@
 //! `cordon policy replay`: every call recorded in an audit log decided again under a candidate
-//! policy set, with the code cordond decides with: `allow` ([`crate::policy::Allow::admits`]),
+//! policy set, with the code cordond decides with: `allow` (`Allow::admits_user` and
+//! `admits_groups`),
 //! [`crate::validate`], `confirm`, [`crate::argv::plan`] and the egress host rules
 //! ([`crate::egress::Egress::matching`]).
 //!

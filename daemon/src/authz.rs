@@ -113,7 +113,7 @@ pub(crate) struct Evidence {
     pub groups: Option<Vec<u32>>,
 }
 
-/// An agent caller's `allow` decision (the pure part is core's [`Allow::admits`]), looking up
+/// An agent caller's `allow` decision (the pure part is core's `Allow::admits_user` and `admits_groups`), looking up
 /// only what it needs, in order: the uid, the user name, the groups.
 fn decide(c: &Caller, allow: Option<&Allow>) -> Evidence {
     let Some(allow) = allow else { return Evidence { admitted: false, user: None, groups: None } };
