@@ -54,6 +54,7 @@ mod mntns;
 mod netns;
 mod output;
 mod peer;
+mod pool;
 mod seccomp;
 mod spawn;
 mod syscalls;
@@ -77,6 +78,7 @@ pub use memory::release_free_memory;
 pub use mntns::{MountViews, ViewError, ViewMode, probe_mode as probe_view_mode};
 pub use output::Captured;
 pub use peer::{PeerError, PeerProcess, in_invocation as peer_in_invocation, inspect as inspect_peer};
+pub use pool::ready_counts as pooled_namespaces;
 pub use seccomp::{
     CompileError, Profile, ProgramCache, Programs, compile as compile_seccomp, compile_all as compile_seccomp_all,
 };

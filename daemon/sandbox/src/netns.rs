@@ -19,23 +19,34 @@ use cordon_core::egress::PROXY_PORT;
 /// Backlog of the proxy's listener: connections wait here until cordond accepts them.
 const BACKLOG: libc::c_int = 128;
 
-/// The child's end of the hand-off (prepared before the clone).
+/// What the child does for the network namespace (prepared before the clone).
 #[derive(Debug)]
-pub(crate) struct ChildNet {
-    channel: OwnedFd,
+pub(crate) enum ChildNet {
+    /// Make it, and send the listener over `channel`.
+    Make { channel: OwnedFd },
+    /// Enter one the pool made ahead ([`super::pool`]), whose listener cordond already holds.
+    Enter { ns: OwnedFd },
 }
 
-/// The parent's end: where the listener arrives.
+/// The parent's end: where the listener comes from.
 #[derive(Debug)]
-pub(crate) struct ParentNet {
-    channel: OwnedFd,
+pub(crate) enum ParentNet {
+    /// The child sends it.
+    Receive { channel: OwnedFd },
+    /// Made ahead with the pooled namespace.
+    Ready { listener: std::net::TcpListener },
 }
 
-/// A connected pair of Unix datagram sockets, close-on-exec: the child sends the listener on one
-/// end, the parent receives it on the other.
-pub(crate) fn pair() -> io::Result<(ParentNet, ChildNet)> {
+/// A network namespace from the pool where one is ready (see [`super::pool`]), else a connected
+/// pair of Unix datagram sockets, close-on-exec: the child sends the listener on one end, the
+/// parent receives it on the other. `pooled`: the child enters its namespaces without a user
+/// namespace (a root daemon), so one the pool made is open to it.
+pub(crate) fn pair(pooled: bool) -> io::Result<(ParentNet, ChildNet)> {
+    if pooled && let Some(n) = super::pool::take_net() {
+        return Ok((ParentNet::Ready { listener: n.listener }, ChildNet::Enter { ns: n.ns }));
+    }
     let (parent, child) = channel_pair()?;
-    Ok((ParentNet { channel: parent }, ChildNet { channel: child }))
+    Ok((ParentNet::Receive { channel: parent }, ChildNet::Make { channel: child }))
 }
 
 /// A connected pair of close-on-exec Unix datagram sockets, for a descriptor the child hands to
@@ -61,6 +72,11 @@ struct Control([u8; 32]);
 /// network namespace, loopback up, the proxy's listener made and sent to the parent, then closed
 /// here. False (errno set) when a step failed.
 pub(crate) fn enter(net: &ChildNet) -> bool {
+    let channel = match net {
+        ChildNet::Make { channel } => channel.as_raw_fd(),
+        // SAFETY: setns(2) into a namespace descriptor the setup holds open.
+        ChildNet::Enter { ns } => return unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } == 0,
+    };
     // SAFETY: raw system calls (unshare, socket, ioctl, bind, listen, sendmsg, close) whose
     // pointer arguments point to stack values of the kernel's layouts, live for each call.
     unsafe {
@@ -71,7 +87,7 @@ pub(crate) fn enter(net: &ChildNet) -> bool {
         if fd < 0 {
             return false;
         }
-        let ok = loopback_up(fd) && listen(fd) && send(net.channel.as_raw_fd(), fd);
+        let ok = loopback_up(fd) && listen(fd) && send(channel, fd);
         // The tool must never hold the listener: closed here, whatever happened.
         let errno = *libc::__errno_location();
         libc::close(fd);
@@ -84,7 +100,7 @@ pub(crate) fn enter(net: &ChildNet) -> bool {
 ///
 /// # Safety
 /// Raw system calls only; `fd` is an open socket of the new namespace.
-unsafe fn loopback_up(fd: RawFd) -> bool {
+pub(crate) unsafe fn loopback_up(fd: RawFd) -> bool {
     let mut req = IfreqFlags { name: [0; libc::IFNAMSIZ], flags: 0, _pad: [0; 22] };
     req.name[..2].copy_from_slice(b"lo");
     // SAFETY: `req` has the layout SIOCGIFFLAGS/SIOCSIFFLAGS read and write (name, then flags).
@@ -101,7 +117,7 @@ unsafe fn loopback_up(fd: RawFd) -> bool {
 ///
 /// # Safety
 /// Raw system calls only; `fd` is an open TCP socket.
-unsafe fn listen(fd: RawFd) -> bool {
+pub(crate) unsafe fn listen(fd: RawFd) -> bool {
     let addr = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
         sin_port: PROXY_PORT.to_be(),
@@ -146,8 +162,12 @@ pub(crate) unsafe fn send(channel: RawFd, fd: RawFd) -> bool {
 impl ParentNet {
     /// The listener the child sent, once it has exec'd (the message is then waiting). Checked to
     /// be a listening TCP socket on `127.0.0.1:PROXY_PORT`: anything else is refused.
-    pub(crate) fn receive(&self) -> io::Result<std::net::TcpListener> {
-        let owned = receive_fd(&self.channel)?;
+    pub(crate) fn receive(self) -> io::Result<std::net::TcpListener> {
+        let channel = match self {
+            ParentNet::Ready { listener } => return Ok(listener),
+            ParentNet::Receive { channel } => channel,
+        };
+        let owned = receive_fd(&channel)?;
         let listener = std::net::TcpListener::from(owned);
         match listener.local_addr() {
             Ok(a) if a == std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, PROXY_PORT)) => Ok(listener),

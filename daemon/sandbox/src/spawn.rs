@@ -324,14 +324,21 @@ pub async fn run(
         Some((space, child)) => (Some(space), Some(child)),
         None => (None, None),
     };
-    let mut child_temp = child_temp;
+    let (mut temp_space, mut child_temp) = (temp_space, child_temp);
+    // A mount namespace made ahead with this temp space's tmpfs, where the pool has one.
+    if let (Some(space), Some(child), Some(v)) = (temp_space.as_mut(), child_temp.as_mut(), view.as_ref()) {
+        temp::use_pool(space, child, v);
+    }
     temp::add_files(child_temp.as_mut(), &spec.temp_files).map_err(SpawnError::Temp)?;
     // A tool with hosts: its own network namespace, whose proxy listener comes back to `proxy`.
     let (parent_net, child_net) = match (confine.policy.network.egress(), &spec.proxy) {
         (None, _) => (None, None),
         (Some(_), None) => return Err(SpawnError::NoProxy),
         (Some(_), Some(_)) => {
-            let (p, c) = netns::pair().map_err(|e| SpawnError::Setup { step: Step::Network, source: e })?;
+            // A root daemon's child enters the view without a user namespace: a network
+            // namespace made ahead by the pool is open to it.
+            let pooled = view.as_ref().is_some_and(|v| v.user.is_none());
+            let (p, c) = netns::pair(pooled).map_err(|e| SpawnError::Setup { step: Step::Network, source: e })?;
             (Some(p), Some(c))
         }
     };
@@ -471,11 +478,10 @@ pub async fn run(
     let supervise = |source| SpawnError::Supervise { pid, source };
     // The child sent the proxy's listener before it exec'd: it is waiting. Without it the tool
     // does not run on (the group dies with `group`).
-    if let (Some(net), Some(ProxyHandoff(handoff))) = (&parent_net, &spec.proxy) {
+    if let (Some(net), Some(ProxyHandoff(handoff))) = (parent_net, &spec.proxy) {
         let listener = net.receive().map_err(|source| SpawnError::Setup { step: Step::Network, source })?;
         handoff(listener);
     }
-    drop(parent_net);
     // Learn mode: the child's namespace, held until the last event is read (see `learn`).
     if let Some(l) = &mut learner {
         l.receive().map_err(|source| SpawnError::Setup { step: Step::Learn, source })?;
@@ -579,8 +585,13 @@ pub async fn run(
 
     // Every process of the invocation is gone (under a view its tmpfs went with the last one):
     // the host directory goes now, before the caller hears the outcome.
+    // A pooled namespace (no host directory) is only handed to the pool's reaper: no thread hop.
     if let Some(t) = temp_space {
-        let _ = tokio::task::spawn_blocking(move || t.remove()).await;
+        if t._dir.is_some() {
+            let _ = tokio::task::spawn_blocking(move || t.remove()).await;
+        } else {
+            t.remove();
+        }
     }
 
     let (exit_code, signal) = match status {

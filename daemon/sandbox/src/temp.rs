@@ -129,6 +129,9 @@ pub(crate) struct ChildTemp {
     /// tmpfs `nr_inodes` option (decimal text): see [`inodes_for`].
     pub inodes: CString,
     pub entries: Vec<Entry>,
+    /// A mount namespace the pool made ahead with exactly these tmpfs mounted ([`use_pool`]):
+    /// entered with `setns` instead of `unshare` and the mounts. Held open by [`TempSpace`].
+    pub pooled: Option<RawFd>,
 }
 
 /// The temp space of one invocation, held by the parent until the invocation ends.
@@ -139,6 +142,10 @@ pub(crate) struct TempSpace {
     pub tmpdir: PathBuf,
     /// The directory made on the host, removed when this is dropped (or by [`TempSpace::remove`]).
     pub _dir: Option<HostDir>,
+    /// The pooled mount namespace the child entered, held until the invocation ends so that its
+    /// teardown never runs in the tool's exit (on the answer's path), then closed on the pool's
+    /// own thread ([`super::pool::Retire`]).
+    pub pooled: Option<super::pool::Retire>,
 }
 
 impl TempSpace {
@@ -263,9 +270,40 @@ pub(crate) fn prepare(
     let unshare = entries.iter().any(|e| e.mount);
     let file_owner = identity.map(|i| (i.uid, i.gid));
     Ok(Some((
-        TempSpace { kind, tmpdir, _dir: dir },
-        ChildTemp { files: Vec::new(), file_owner, unshare, size, inodes, entries },
+        TempSpace { kind, tmpdir, _dir: dir, pooled: None },
+        ChildTemp { files: Vec::new(), file_owner, unshare, size, inodes, entries, pooled: None },
     )))
+}
+
+/// Takes a mount namespace made ahead for this call's temp space from the pool, where there is
+/// one of exactly its shape: a private `/tmp` (and `/dev/shm` or not) of this size over this
+/// view, in a view the child enters without a user namespace. The child then enters it instead
+/// of making its own (the entries are only opened there, for their landlock rules and files). No
+/// namespace at hand: nothing changes (today's path), and the pool makes some for the next call.
+pub(crate) fn use_pool(space: &mut TempSpace, child: &mut ChildTemp, view: &std::sync::Arc<super::mntns::View>) {
+    if space.kind != TempKind::PrivateTmp || view.user.is_some() || !child.unshare {
+        return;
+    }
+    // Exactly the shapes the pool makes: /tmp 1777, then /dev/shm 1777 noexec or nothing.
+    let tmp = child.entries.first().is_some_and(|e| {
+        e.mount && e.target.as_bytes() == b"/tmp" && e.owner.is_none() && !e.noexec && e.expect.is_none()
+    });
+    let shm = match child.entries.get(1) {
+        None => false,
+        Some(e) if e.mount && e.target.as_bytes() == b"/dev/shm" && e.owner.is_none() && e.noexec => true,
+        Some(_) => return,
+    };
+    if !tmp || child.entries.len() > 2 {
+        return;
+    }
+    let shape = super::pool::MntShape::new(view, child.size.clone(), child.inodes.clone(), shm);
+    if let Some(ns) = super::pool::take_mnt(shape) {
+        child.pooled = Some(ns.raw());
+        for e in &mut child.entries {
+            e.mount = false;
+        }
+        space.pooled = Some(ns);
+    }
 }
 
 /// Adds `files` to what the child makes in the temp space (`None`: the tool has none, and a
@@ -635,8 +673,19 @@ pub(crate) fn enter(t: &ChildTemp, fds: &mut [RawFd; MAX_ENTRIES]) -> bool {
     // SAFETY: raw system calls on C strings and stack values prepared before the clone; every
     // descriptor opened here is close-on-exec.
     unsafe {
-        if t.unshare && libc::unshare(libc::CLONE_NEWNS) < 0 {
-            return false;
+        // A namespace made ahead by the pool ([`super::pool`]): the view's copy with these very
+        // tmpfs already mounted, never entered by anything before. Else: a new one, mounted here.
+        match t.pooled {
+            Some(ns) => {
+                if libc::setns(ns, libc::CLONE_NEWNS) < 0 {
+                    return false;
+                }
+            }
+            None => {
+                if t.unshare && libc::unshare(libc::CLONE_NEWNS) < 0 {
+                    return false;
+                }
+            }
         }
         for (i, e) in t.entries.iter().take(MAX_ENTRIES).enumerate() {
             let target = libc::openat(
@@ -661,50 +710,8 @@ pub(crate) fn enter(t: &ChildTemp, fds: &mut [RawFd; MAX_ENTRIES]) -> bool {
                 fds[i] = target;
                 continue;
             }
-            let fs = libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) as RawFd;
-            if fs < 0 {
-                return false;
-            }
-            let set = |key: &CStr, value: &CStr| {
-                libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr(), 0) == 0
-            };
-            if !set(c"size", &t.size) || !set(c"nr_inodes", &t.inodes) || !set(c"mode", e.mode) {
-                return false;
-            }
-            if let Some((uid, gid)) = &e.owner
-                && (!set(c"uid", uid) || !set(c"gid", gid))
-            {
-                return false;
-            }
-            if libc::syscall(
-                libc::SYS_fsconfig,
-                fs,
-                FSCONFIG_CMD_CREATE,
-                std::ptr::null::<libc::c_char>(),
-                std::ptr::null::<libc::c_char>(),
-                0,
-            ) < 0
-            {
-                return false;
-            }
-            let mut attrs = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
-            if e.noexec {
-                attrs |= libc::MOUNT_ATTR_NOEXEC;
-            }
-            let mnt = libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs) as RawFd;
+            let mnt = mount_tmpfs(target, &t.size, &t.inodes, e.mode, e.owner.as_ref(), e.noexec);
             if mnt < 0 {
-                return false;
-            }
-            libc::close(fs);
-            if libc::syscall(
-                libc::SYS_move_mount,
-                mnt,
-                c"".as_ptr(),
-                target,
-                c"".as_ptr(),
-                libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
-            ) < 0
-            {
                 return false;
             }
             libc::close(target);
@@ -716,6 +723,80 @@ pub(crate) fn enter(t: &ChildTemp, fds: &mut [RawFd; MAX_ENTRIES]) -> bool {
         }
     }
     true
+}
+
+/// Mounts a fresh tmpfs (`size`, `nr_inodes`, `mode`, owner, nosuid, nodev, noexec when asked)
+/// on the directory `target` (an `O_PATH` descriptor) in the caller's mount namespace; returns
+/// the new mount's descriptor (its root), or -1 with errno set. Raw system calls only (the
+/// child calls it between clone and exec; the pool's thread too).
+///
+/// # Safety
+/// `target` is an open directory descriptor.
+pub(crate) unsafe fn mount_tmpfs(
+    target: RawFd,
+    size: &CStr,
+    inodes: &CStr,
+    mode: &CStr,
+    owner: Option<&(CString, CString)>,
+    noexec: bool,
+) -> RawFd {
+    // SAFETY: raw system calls on C strings the caller holds; every descriptor made here is
+    // close-on-exec and closed on every path but the mount's, which is returned.
+    unsafe {
+        let fs = libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) as RawFd;
+        if fs < 0 {
+            return -1;
+        }
+        let set = |key: &CStr, value: &CStr| {
+            libc::syscall(libc::SYS_fsconfig, fs, FSCONFIG_SET_STRING, key.as_ptr(), value.as_ptr(), 0) == 0
+        };
+        let fail = |fd: RawFd| {
+            let errno = *libc::__errno_location();
+            libc::close(fd);
+            *libc::__errno_location() = errno;
+            -1
+        };
+        if !set(c"size", size) || !set(c"nr_inodes", inodes) || !set(c"mode", mode) {
+            return fail(fs);
+        }
+        if let Some((uid, gid)) = owner
+            && (!set(c"uid", uid) || !set(c"gid", gid))
+        {
+            return fail(fs);
+        }
+        if libc::syscall(
+            libc::SYS_fsconfig,
+            fs,
+            FSCONFIG_CMD_CREATE,
+            std::ptr::null::<libc::c_char>(),
+            std::ptr::null::<libc::c_char>(),
+            0,
+        ) < 0
+        {
+            return fail(fs);
+        }
+        let mut attrs = libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV;
+        if noexec {
+            attrs |= libc::MOUNT_ATTR_NOEXEC;
+        }
+        let mnt = libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs) as RawFd;
+        if mnt < 0 {
+            return fail(fs);
+        }
+        libc::close(fs);
+        if libc::syscall(
+            libc::SYS_move_mount,
+            mnt,
+            c"".as_ptr(),
+            target,
+            c"".as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH | libc::MOVE_MOUNT_T_EMPTY_PATH,
+        ) < 0
+        {
+            return fail(mnt);
+        }
+        mnt
+    }
 }
 
 #[cfg(test)]
@@ -738,6 +819,7 @@ mod tests {
             size: c"1".into(),
             inodes: c"1".into(),
             entries: Vec::new(),
+            pooled: None,
         };
         let fd = open_dir(libc::AT_FDCWD, &cstring(dir.path()).unwrap(), libc::O_PATH).unwrap();
         // SAFETY: `fd` is an open directory.

@@ -42,6 +42,7 @@ mod mcp_servers_real;
 mod metrics;
 mod netns;
 mod policy_tests;
+mod pools;
 mod readme;
 mod readme_toolchains;
 mod refusals_reported;
