@@ -67,12 +67,20 @@ fn attack(d: &Daemon, args: &[&str]) -> Value {
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("no JSON line from the attack ({e}): {j:#}"))
 }
 
-/// The distinct mount and network namespaces cordond holds by descriptor.
+/// The distinct mount and network namespaces cordond holds by descriptor, but the host's own
+/// (cordond runs in the test's namespaces; its pool's thread holds them to return to).
 fn held_namespaces(pid: i32) -> (usize, usize) {
     let (mut mnt, mut net) = (HashSet::new(), HashSet::new());
+    let host: Vec<String> = ["mnt", "net"]
+        .iter()
+        .map(|k| std::fs::read_link(format!("/proc/self/ns/{k}")).unwrap().to_string_lossy().into_owned())
+        .collect();
     for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
         let Ok(target) = std::fs::read_link(e.path()) else { continue };
         let t = target.to_string_lossy().into_owned();
+        if host.contains(&t) {
+            continue;
+        }
         if t.starts_with("mnt:[") {
             mnt.insert(t);
         } else if t.starts_with("net:[") {
@@ -119,7 +127,7 @@ fn the_namespaces_cordond_holds_stay_within_the_pool_bounds_across_calls_and_a_r
     let tools = [("a", ""), ("b", "temp = { size = \"2MiB\" }")];
     let d = Daemon::start(&[("p.toml", &policy(&tools))]);
     // Two temp shapes, the hosts shape, and the views (one here: no write roots).
-    let bound = |(mnt, net): (usize, usize)| mnt <= 2 * PER_SHAPE + 2 && net <= NETS;
+    let bound = |(mnt, net): (usize, usize)| mnt <= 2 * PER_SHAPE + 1 && net <= NETS;
     for _ in 0..12 {
         sh(&d, "a", "true");
         sh(&d, "b", "true");
@@ -130,7 +138,7 @@ fn the_namespaces_cordond_holds_stay_within_the_pool_bounds_across_calls_and_a_r
     assert!(
         eventually(Duration::from_secs(5), || {
             let (mnt, net) = held_namespaces(d.pid());
-            mnt >= 2 && net >= 1
+            mnt > 1 && net >= 1
         }),
         "nothing pooled: {:?}",
         held_namespaces(d.pid())
@@ -149,18 +157,20 @@ fn the_namespaces_cordond_holds_stay_within_the_pool_bounds_across_calls_and_a_r
 fn a_hosts_call_gets_a_namespace_no_call_used_with_only_its_listener() {
     require_root!("a daemon that can make network namespaces");
     let d = Daemon::start(&[("p.toml", &policy(&[]))]);
-    let mut seen = HashSet::new();
+    let host = std::fs::read_link("/proc/self/ns/net").unwrap().display().to_string();
     for i in 0..8 {
-        // A connection to the proxy's port that the tool leaves behind when it exits.
+        // A connection to the proxy's port that the tool closes first when it exits: its end
+        // stays in TIME_WAIT in that namespace for a minute, listed in /proc/net/tcp.
         let r = attack(&d, &["tcp-connect-to", "127.0.0.1", "3128"]);
         assert_eq!(r["ok"], true, "{r}");
         // The next call's namespace holds exactly one socket, its listener (a header line and
-        // one line of 150 bytes each): nothing queued or left from an earlier call.
+        // one line of 150 bytes each): nothing queued or left from an earlier call. (Namespace
+        // inode numbers are recycled once one is freed, so they prove nothing here.)
         let r = attack(&d, &["read", "/proc/self/net/tcp"]);
         assert_eq!(r["bytes"], 300, "call {i}: {r}");
         let r = attack(&d, &["net-view"]);
         assert_eq!(r["interfaces"], json!(["lo"]), "{r}");
-        assert!(seen.insert(r["netns"].to_string()), "call {i} entered a namespace another call had: {r}");
+        assert_ne!(r["netns"], json!(host), "call {i} ran in the host's namespace");
         // The listener is cordond's: never among the tool's descriptors.
         assert_eq!(attack(&d, &["fds"])["fds"], json!([0, 1, 2]));
         if i % 2 == 1 {
