@@ -32,6 +32,8 @@
 //!   fanotify group the parent reads, the read-only binds the child marks in its own namespace.
 //! - `netns`: the network namespace of a tool with `network.hosts` (loopback only) and the egress
 //!   proxy's listener the child makes in it and hands to cordond.
+//! - `pool`: mount namespaces with a temp space's tmpfs and network namespaces with the proxy's
+//!   listener, made ahead of calls in bounded pools (a root daemon); each used by one call.
 //! - `peer`: who is at the other end of a connection to cordond's socket (pidfd, cgroup).
 //! - `denials`: the kernel's audit records of what landlock and seccomp denied, matched to
 //!   invocations (read as a listener of the audit multicast group; see the module).

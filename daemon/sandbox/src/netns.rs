@@ -10,6 +10,10 @@
 //! but its loopback fails with `ENETUNREACH`, and there is no resolver to ask. It ends with the
 //! last of the tool's processes and cordond's listener and connections (the kernel holds it only
 //! through them): nothing is mounted or named, so a killed daemon leaves nothing behind.
+//!
+//! A root daemon's child enters one made ahead instead where one is ready ([`super::pool`]: the
+//! same namespace, loopback up and the listener bound and listening, never entered before), with
+//! `setns`; cordond already holds its listener.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -7,7 +7,8 @@
 //! child also leaves the view's shared namespace for one of its own (`unshare(CLONE_NEWNS)`) and
 //! mounts fresh, size-bounded tmpfs there (nosuid, nodev), so nothing of its temp space is
 //! shared with the host or with other invocations, and it all goes when the last process of the
-//! invocation exits:
+//! invocation exits (for a root daemon the child enters such a namespace made ahead with `setns`
+//! where one of its shape is ready, [`super::pool`], and cordond closes it after the call):
 //!
 //! - a private `/tmp` (mode 1777, `TMPDIR=/tmp`), unless the tool's executable, working dir or
 //!   any of its grants lies beneath `/tmp` (a private `/tmp` would hide them): then a tmpfs
