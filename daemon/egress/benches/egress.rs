@@ -181,8 +181,19 @@ async fn open(up: u16, via: Option<SocketAddr>) -> TcpStream {
     s
 }
 
-/// MiB/s of one download of `bytes`.
-async fn download(up: u16, via: Option<SocketAddr>, bytes: u64) -> Result<f64, String> {
+/// CPU seconds (user and system) this process has used: the client, the upstream and the proxy
+/// all run here, so an arm's CPU less the direct arm's is the proxy's own (less noisy than rates
+/// on a loaded machine).
+fn cpu() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    secs(u.user_time()) + secs(u.system_time())
+}
+
+/// MiB/s of one download of `bytes`, and the CPU seconds per GiB it cost this process.
+async fn download(up: u16, via: Option<SocketAddr>, bytes: u64) -> Result<(f64, f64), String> {
+    let cpu_start = cpu();
     let start = Instant::now();
     let mut s = open(up, via).await;
     s.write_all(b"B").await.unwrap();
@@ -198,7 +209,8 @@ async fn download(up: u16, via: Option<SocketAddr>, bytes: u64) -> Result<f64, S
     if got != bytes {
         return Err(format!("{got} of {bytes} bytes arrived"));
     }
-    Ok(bytes as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64())
+    let mib = bytes as f64 / (1 << 20) as f64;
+    Ok((mib / start.elapsed().as_secs_f64(), (cpu() - cpu_start) * 1024.0 / mib))
 }
 
 /// Short connections per second (one at a time).
@@ -250,6 +262,7 @@ async fn splice_part() -> bool {
     let disk = std::env::var("CORDON_BENCH_DISK_DIR").unwrap_or_else(|_| "/var/tmp".into());
     let up = upstream(bytes).await;
     let mut downloads = vec![Vec::new(); ARMS.len()];
+    let mut cpus = vec![Vec::new(); ARMS.len()];
     let mut shorts = vec![Vec::new(); ARMS.len()];
     let mut failed = false;
     for round in 0..rounds {
@@ -268,8 +281,11 @@ async fn splice_part() -> bool {
             let mb = download(up, via, bytes).await;
             let rate = short(up, via, conns).await;
             match (&mb, &rate) {
-                (Ok(mb), Ok(rate)) => {
-                    println!("round {round} {which:8} download {mb:8.0} MiB/s   short connections {rate:8.0}/s");
+                (Ok((mb, cpu)), Ok(rate)) => {
+                    println!(
+                        "round {round} {which:8} download {mb:8.0} MiB/s {cpu:6.3} CPU s/GiB   short connections \
+                         {rate:8.0}/s"
+                    );
                 }
                 _ => {
                     println!("round {round} {which}: INVALID {mb:?} {rate:?}");
@@ -289,7 +305,9 @@ async fn splice_part() -> bool {
                     failed = true;
                 }
             }
-            downloads[arm].push(mb.unwrap_or(0.0));
+            let (mb, c) = mb.unwrap_or((0.0, 0.0));
+            downloads[arm].push(mb);
+            cpus[arm].push(c);
             shorts[arm].push(rate.unwrap_or(0.0));
         }
     }
@@ -299,18 +317,22 @@ async fn splice_part() -> bool {
          (spread: min-max of the per-round ratios):",
         bytes >> 20
     );
-    let (d, dc) = (median_of(&downloads[0]), median_of(&shorts[0]));
+    let (d, dc, dcpu) = (median_of(&downloads[0]), median_of(&shorts[0]), median_of(&cpus[0]));
     for (arm, (which, _)) in ARMS.iter().enumerate() {
-        let (m, c) = (median_of(&downloads[arm]), median_of(&shorts[arm]));
+        let (m, c, mc) = (median_of(&downloads[arm]), median_of(&shorts[arm]), median_of(&cpus[arm]));
         let spread = |v: &[f64], base: &[f64]| {
             let r: Vec<f64> = v.iter().zip(base).map(|(a, b)| a / b).collect();
             (r.iter().copied().fold(f64::INFINITY, f64::min), r.iter().copied().fold(0.0, f64::max))
         };
         let (lo, hi) = spread(&downloads[arm], &downloads[0]);
         let (clo, chi) = spread(&shorts[arm], &shorts[0]);
+        let (plo, phi) = spread(&cpus[arm], &cpus[0]);
         println!(
-            "  {which:8}  download {m:8.0} MiB/s {:.2}x ({lo:.2}-{hi:.2})   short connections {c:8.0}/s {:.3}x ({clo:.3}-{chi:.3})",
+            "  {which:8}  download {m:8.0} MiB/s {:.2}x ({lo:.2}-{hi:.2})   CPU {mc:.3} s/GiB {:.2}x ({plo:.2}-{phi:.2}), \
+             the proxy's own {:.3} s/GiB   short connections {c:8.0}/s {:.3}x ({clo:.3}-{chi:.3})",
             m / d,
+            mc / dcpu,
+            mc - dcpu,
             c / dc
         );
     }
