@@ -500,8 +500,8 @@ async fn copy(
     }
 }
 
-/// Copies `from` to `to` through a buffer until end of file, `limit` bytes (when given), the budget, an error, or
-/// `end`.
+/// Copies `from` to `to` through a buffer until end of file, `limit` bytes (when given), the
+/// budget, an error, or `end`.
 async fn pump<R, W>(
     budget: &Budget,
     from: &mut R,
