@@ -7,8 +7,12 @@
 //!   proxy (hosts) against directly (connect_tcp), both run by cordond, same size;
 //! - connection rate: one invocation making many short CONNECT tunnels through the proxy.
 //!
-//! Rounds are interleaved; each figure is the best round's. `CORDON_BENCH_N` calls per spawn
-//! figure (default 300), `CORDON_BENCH_MIB` MiB per download (default 256).
+//! Rounds are interleaved; each figure is the best round's (each round's download rates are
+//! printed too). `CORDON_BENCH_N` calls per spawn figure (default 300; 0: none),
+//! `CORDON_BENCH_MIB` MiB per download (default 256), `CORDON_BENCH_ROUNDS` (default 3),
+//! `CORDON_BENCH_TUNNELS` tunnels per round (default 1000; 0: none). `CORDON_BENCH_BASELINE=DIR`:
+//! another build's `DIR/cordond` runs beside this one, and the downloads through its proxy are
+//! interleaved with this build's (issue 33: the proxy's splice against the buffered copy).
 //!
 //! `cargo build --release --workspace && cargo bench -p cordon-tests --bench hosts`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -131,12 +135,16 @@ impl Drop for Running {
 }
 
 fn start(policy: &str) -> Running {
+    start_bin(&cordon_tests::bin("cordond"), policy)
+}
+
+fn start_bin(cordond: &Path, policy: &str) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("policies");
     std::fs::create_dir(&policies).unwrap();
     std::fs::write(policies.join("bench.toml"), policy).unwrap();
     let socket = dir.path().join("cordon.sock");
-    let child = Command::new(cordon_tests::bin("cordond"))
+    let child = Command::new(cordond)
         .arg("--policies")
         .arg(&policies)
         .arg("--socket")
@@ -182,22 +190,36 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let attack = cordon_tests::bin("cordon-attack");
     let port = upstream();
+    let rounds: usize = std::env::var("CORDON_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let count: u32 = std::env::var("CORDON_BENCH_TUNNELS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     let d = start(&policy(port, &attack));
+    let baseline = std::env::var_os("CORDON_BENCH_BASELINE").map(|dir| {
+        let cordond = PathBuf::from(dir).join("cordond");
+        assert!(cordond.exists(), "{} is missing", cordond.display());
+        start_bin(&cordond, &policy(port, &attack))
+    });
     let curl = Path::new(CURL).exists();
-    println!("{n} calls per spawn figure, {mib} MiB per download, best of 3 interleaved rounds");
+    println!("{n} calls per spawn figure, {mib} MiB per download, best of {rounds} interleaved rounds");
     let mut spawn: Vec<(&str, f64)> = Vec::new();
     let mut download: Vec<(&str, f64)> = Vec::new();
     let mut tunnels_per_sec = 0f64;
     rt.block_on(async {
         let channel = cordon_proto::connect(&d.socket).await.unwrap();
+        let base = match &baseline {
+            Some(b) => Some(cordon_proto::connect(&b.socket).await.unwrap()),
+            None => None,
+        };
         for tool in ["plain", "ports", "hosts"] {
-            for _ in 0..20 {
+            for _ in 0..20.min(n) {
                 invoke(channel.clone(), tool, "").await;
             }
         }
-        for round in 0..3 {
+        for round in 0..rounds {
             eprintln!("round {}", round + 1);
             for tool in ["plain", "ports", "hosts"] {
+                if n == 0 {
+                    break;
+                }
                 let mut samples = Vec::with_capacity(n);
                 for _ in 0..n {
                     let t = Instant::now();
@@ -212,17 +234,27 @@ fn main() {
             }
             if curl {
                 let url = format!("{{\"url\": \"http://127.0.0.1:{port}/big/{}\"}}", mib << 20);
-                for tool in ["curl-direct", "curl-proxy"] {
+                let mut arms = vec![("curl-direct", &channel), ("curl-proxy", &channel)];
+                if let Some(base) = &base {
+                    arms.push(("curl-proxy-baseline", base));
+                }
+                // Each round in another order: no arm always first.
+                let turn = round % arms.len();
+                arms.rotate_left(turn);
+                for (tool, on) in arms {
                     let t = Instant::now();
-                    invoke(channel.clone(), tool, &url).await;
+                    invoke(on.clone(), tool.trim_end_matches("-baseline"), &url).await;
                     let rate = mib as f64 / t.elapsed().as_secs_f64();
+                    eprintln!("  {tool:<20} {rate:8.0} MiB/s");
                     match download.iter_mut().find(|(name, _)| *name == tool) {
                         Some((_, best)) => *best = best.max(rate),
                         None => download.push((tool, rate)),
                     }
                 }
             }
-            let count = 1000;
+            if count == 0 {
+                continue;
+            }
             let t = Instant::now();
             let out = invoke(channel.clone(), "tunnels", &format!("{{\"n\": \"{count}\"}}")).await;
             let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
@@ -230,8 +262,10 @@ fn main() {
             tunnels_per_sec = tunnels_per_sec.max(f64::from(count) / t.elapsed().as_secs_f64());
         }
     });
-    let plain = spawn[0].1;
-    println!("{:<58} {:>9} {:>12}", "spawn: gRPC Invoke of /bin/true", "p50 ms", "vs no network");
+    let plain = spawn.first().map_or(1.0, |s| s.1);
+    if !spawn.is_empty() {
+        println!("{:<58} {:>9} {:>12}", "spawn: gRPC Invoke of /bin/true", "p50 ms", "vs no network");
+    }
     for (tool, v) in &spawn {
         let what = match *tool {
             "plain" => "no network",
@@ -241,11 +275,14 @@ fn main() {
         println!("  {what:<56} {v:>9.3} {:>11.2}x", v / plain);
     }
     if curl {
-        let direct = download[0].1;
+        let direct = download.iter().find(|(t, _)| *t == "curl-direct").map_or(1.0, |d| d.1);
         println!("{:<58} {:>9} {:>12}", "throughput: curl in the sandbox from 127.0.0.1", "MiB/s", "vs direct");
         for (tool, v) in &download {
-            let what =
-                if *tool == "curl-direct" { "directly (connect_tcp)" } else { "through the egress proxy (hosts)" };
+            let what = match *tool {
+                "curl-direct" => "directly (connect_tcp)",
+                "curl-proxy" => "through the egress proxy (hosts)",
+                _ => "through the baseline build's proxy (hosts)",
+            };
             println!("  {what:<56} {v:>9.0} {:>11.2}x", v / direct);
         }
     } else {

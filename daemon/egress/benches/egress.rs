@@ -1,7 +1,8 @@
 //! What the egress proxy costs (issue 16): loopback throughput of one download through the proxy
 //! (HTTP CONNECT, then spliced) against the same download over a direct connection, and the rate
 //! of short connections (connect, one small response, close) through the proxy against direct
-//! ones. A proxied connection costs a durable `egress` record (an `fdatasync`) before cordond
+//! ones. The proxy runs in three arms (issue 33): copying through buffers (as before splicing),
+//! splicing through a 64 KiB pipe and through a 1 MiB one. A proxied connection costs a durable `egress` record (an `fdatasync`) before cordond
 //! connects upstream, so the connection rate is bound by the log's disk.
 //!
 //! The proxy is the crate's public API ([`cordon_egress::serve`]) in this process, with a log
@@ -180,8 +181,19 @@ async fn open(up: u16, via: Option<SocketAddr>) -> TcpStream {
     s
 }
 
-/// MiB/s of one download of `bytes`.
-async fn download(up: u16, via: Option<SocketAddr>, bytes: u64) -> Result<f64, String> {
+/// CPU seconds (user and system) this process has used: the client, the upstream and the proxy
+/// all run here, so an arm's CPU less the direct arm's is the proxy's own (less noisy than rates
+/// on a loaded machine).
+fn cpu() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    secs(u.user_time()) + secs(u.system_time())
+}
+
+/// MiB/s of one download of `bytes`, and the CPU seconds per GiB it cost this process.
+async fn download(up: u16, via: Option<SocketAddr>, bytes: u64) -> Result<(f64, f64), String> {
+    let cpu_start = cpu();
     let start = Instant::now();
     let mut s = open(up, via).await;
     s.write_all(b"B").await.unwrap();
@@ -197,7 +209,8 @@ async fn download(up: u16, via: Option<SocketAddr>, bytes: u64) -> Result<f64, S
     if got != bytes {
         return Err(format!("{got} of {bytes} bytes arrived"));
     }
-    Ok(bytes as f64 / (1 << 20) as f64 / start.elapsed().as_secs_f64())
+    let mib = bytes as f64 / (1 << 20) as f64;
+    Ok((mib / start.elapsed().as_secs_f64(), (cpu() - cpu_start) * 1024.0 / mib))
 }
 
 /// Short connections per second (one at a time).
@@ -235,6 +248,12 @@ async fn main() {
     }
 }
 
+/// The arms of the splice part: direct connections, and the proxy copying through buffers (as
+/// before splicing), splicing through a 64 KiB pipe (the kernel's default) and through a 1 MiB
+/// one (cordond's default).
+const ARMS: [(&str, Option<usize>); 4] =
+    [("direct", None), ("buffered", Some(0)), ("pipe 64K", Some(64 << 10)), ("pipe 1M", Some(1 << 20))];
+
 /// The splice against direct connections; whether a check failed.
 async fn splice_part() -> bool {
     let rounds = env("CORDON_BENCH_ROUNDS", 5) as usize;
@@ -242,20 +261,31 @@ async fn splice_part() -> bool {
     let conns = env("CORDON_BENCH_CONNS", 500);
     let disk = std::env::var("CORDON_BENCH_DISK_DIR").unwrap_or_else(|_| "/var/tmp".into());
     let up = upstream(bytes).await;
-    let (mut direct, mut proxied, mut direct_c, mut proxied_c) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut downloads = vec![Vec::new(); ARMS.len()];
+    let mut cpus = vec![Vec::new(); ARMS.len()];
+    let mut shorts = vec![Vec::new(); ARMS.len()];
     let mut failed = false;
     for round in 0..rounds {
-        // ABBA: direct first on even rounds, proxied first on odd ones.
-        let order = if round % 2 == 0 { [false, true] } else { [true, false] };
-        for via_proxy in order {
-            let p = if via_proxy { Some(proxy(up, &disk).await) } else { None };
+        // Each round starts with the next arm, and alternates direction: no arm is always first.
+        let mut order: Vec<usize> = (0..ARMS.len()).map(|i| (i + round) % ARMS.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for arm in order {
+            let (which, pipe) = ARMS[arm];
+            if let Some(size) = pipe {
+                cordon_egress::bench::set_pipe_size(size);
+            }
+            let p = if pipe.is_some() { Some(proxy(up, &disk).await) } else { None };
             let via = p.as_ref().map(|p| p.addr);
             let mb = download(up, via, bytes).await;
             let rate = short(up, via, conns).await;
-            let which = if via_proxy { "proxied" } else { "direct" };
             match (&mb, &rate) {
-                (Ok(mb), Ok(rate)) => {
-                    println!("round {round} {which:8} download {mb:8.0} MiB/s   short connections {rate:8.0}/s");
+                (Ok((mb, cpu)), Ok(rate)) => {
+                    println!(
+                        "round {round} {which:8} download {mb:8.0} MiB/s {cpu:6.3} CPU s/GiB   short connections \
+                         {rate:8.0}/s"
+                    );
                 }
                 _ => {
                     println!("round {round} {which}: INVALID {mb:?} {rate:?}");
@@ -275,18 +305,37 @@ async fn splice_part() -> bool {
                     failed = true;
                 }
             }
-            let (d, c) = if via_proxy { (&mut proxied, &mut proxied_c) } else { (&mut direct, &mut direct_c) };
-            d.push(mb.unwrap_or(0.0));
-            c.push(rate.unwrap_or(0.0));
+            let (mb, c) = mb.unwrap_or((0.0, 0.0));
+            downloads[arm].push(mb);
+            cpus[arm].push(c);
+            shorts[arm].push(rate.unwrap_or(0.0));
         }
     }
-    let (d, p, dc, pc) = (median(direct), median(proxied), median(direct_c), median(proxied_c));
+    cordon_egress::bench::set_pipe_size(1 << 20);
     println!(
-        "\nmedians over {rounds} rounds ({} MiB download, {conns} short connections, log in {disk}):",
+        "\nmedians over {rounds} rounds ({} MiB download, {conns} short connections, log in {disk}); ratios to direct \
+         (spread: min-max of the per-round ratios):",
         bytes >> 20
     );
-    println!("  download:          direct {d:8.0} MiB/s   proxied {p:8.0} MiB/s   proxied/direct {:.2}", p / d);
-    println!("  short connections: direct {dc:8.0}/s      proxied {pc:8.0}/s      proxied/direct {:.3}", pc / dc);
+    let (d, dc, dcpu) = (median_of(&downloads[0]), median_of(&shorts[0]), median_of(&cpus[0]));
+    for (arm, (which, _)) in ARMS.iter().enumerate() {
+        let (m, c, mc) = (median_of(&downloads[arm]), median_of(&shorts[arm]), median_of(&cpus[arm]));
+        let spread = |v: &[f64], base: &[f64]| {
+            let r: Vec<f64> = v.iter().zip(base).map(|(a, b)| a / b).collect();
+            (r.iter().copied().fold(f64::INFINITY, f64::min), r.iter().copied().fold(0.0, f64::max))
+        };
+        let (lo, hi) = spread(&downloads[arm], &downloads[0]);
+        let (clo, chi) = spread(&shorts[arm], &shorts[0]);
+        let (plo, phi) = spread(&cpus[arm], &cpus[0]);
+        println!(
+            "  {which:8}  download {m:8.0} MiB/s {:.2}x ({lo:.2}-{hi:.2})   CPU {mc:.3} s/GiB {:.2}x ({plo:.2}-{phi:.2}), \
+             the proxy's own {:.3} s/GiB   short connections {c:8.0}/s {:.3}x ({clo:.3}-{chi:.3})",
+            m / d,
+            mc / dcpu,
+            mc - dcpu,
+            c / dc
+        );
+    }
     failed
 }
 

@@ -50,8 +50,10 @@
 //! - `sni`: the server name of a tunnel's TLS ClientHello.
 //! - `resolve`: names resolved in turns per caller, within a timeout.
 //! - `host`: this host's own addresses, as the kernel lists them now.
-//! - `splice`: copying both ways with bounded buffers, counting every byte against the
-//!   invocation's `max_bytes`.
+//! - `splice`: copying both ways, counting every byte against the invocation's `max_bytes`:
+//!   what the proxy reads through bounded buffers, the rest spliced in the kernel.
+//! - `zerocopy`: one direction spliced socket to pipe to socket (`splice(2)`), the bytes never in
+//!   cordond's memory; the buffered copy where the kernel refuses.
 //! - `terminate`: which connections the proxy reads rather than splices, a terminated tunnel's
 //!   first flight, the TLS of both sides (the tool's accepted with a minted leaf, the
 //!   upstream's verified), placeholders in targets and server names.
@@ -119,6 +121,7 @@ mod tests;
 mod tests_tls;
 mod tls;
 mod upstream;
+mod zerocopy;
 
 pub use log::{Durable, EgressLog, EgressRecord, LogError, RecordKind};
 pub use metrics::EgressMetrics;
@@ -126,6 +129,16 @@ pub use proxy::{Context, Handoff, MAX_REFUSAL_RECORDS, Summary, serve};
 pub use resolve::Resolver;
 pub use secret::Secret;
 pub use tls::{Authority, AuthorityError};
+
+/// Knobs for the crate's bench (not an API).
+#[doc(hidden)]
+pub mod bench {
+    /// The pipe capacity a spliced direction asks for (`F_SETPIPE_SZ`; 1 MiB unless set), or 0:
+    /// copy through buffers, as before splicing. Process-wide.
+    pub fn set_pipe_size(bytes: usize) {
+        crate::zerocopy::set_pipe_size(bytes);
+    }
+}
 
 /// The proxy's parsers on bytes, for the fuzz targets (not an API).
 #[doc(hidden)]

@@ -1,17 +1,22 @@
-//! Copying an allowed connection both ways, with a bounded buffer per direction and every byte
-//! counted against the invocation's `max_bytes` before it is sent. A slow reader slows its
-//! writer down (each write is awaited before the next read), so nothing is buffered beyond the
-//! two buffers, whatever the tool or the server send.
+//! Copying an allowed connection both ways, every byte counted against the invocation's
+//! `max_bytes` before it is sent. What the proxy reads (a tunnel's first flight, a plain-HTTP
+//! request's and response's heads) goes through buffers; the rest of each direction is spliced
+//! in the kernel, socket to a pipe of its own to socket ([`crate::zerocopy`]), or, where the
+//! kernel refuses to splice, copied through a bounded buffer ([`pump`]). Either way a slow reader
+//! slows its writer down (what was read is sent before the next read), so nothing is held beyond
+//! one pipe or buffer per direction, whatever the tool or the server send, and a read takes at
+//! most what `max_bytes` has left.
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio_util::sync::CancellationToken;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::reply::{self, socks_code};
 use crate::request::{HEAD_LIMIT, HEAD_TIMEOUT, Protocol, Request, shown_host};
-use crate::{http, sni};
+use crate::{http, sni, zerocopy};
 use cordon_core::egress::{Refusal, RequestRules, Target};
 
 /// Bytes read at once per direction.
@@ -32,6 +37,12 @@ impl Budget {
     /// Whether the budget is spent (later connections are refused).
     pub(crate) fn spent(&self) -> bool {
         self.used.load(Ordering::Relaxed) >= self.max
+    }
+
+    /// What is left of `max_bytes` (at most `usize::MAX`).
+    pub(crate) fn left(&self) -> usize {
+        let left = self.max.saturating_sub(self.used.load(Ordering::Relaxed));
+        usize::try_from(left).unwrap_or(usize::MAX)
     }
 
     /// Takes `n` bytes; false when they would pass `max_bytes`, and from then on the budget is
@@ -97,7 +108,7 @@ pub(crate) struct Done {
 
 /// How one direction ended.
 #[derive(Debug)]
-enum Flow {
+pub(crate) enum Flow {
     Eof,
     /// The announced body was sent (plain HTTP): nothing more goes up.
     Limit,
@@ -213,17 +224,17 @@ pub(crate) async fn spliced(
                 match checked {
                     Ok(Carries::Tls) => {
                         let _ = carries_http.send(false);
-                        pump(budget, &mut cr, &mut uw, body, &end, &mut up).await
+                        copy(budget, &mut cr, &mut uw, body, &end, &mut up).await
                     }
                     Ok(Carries::Http(rest, method, path)) => {
                         let _ = carries_http.send(true);
                         asked = Some((method, path));
-                        pump(budget, &mut cr, &mut uw, Some(rest), &end, &mut up).await
+                        copy(budget, &mut cr, &mut uw, Some(rest), &end, &mut up).await
                     }
                     Err(f) => f,
                 }
             }
-            None => pump(budget, &mut cr, &mut uw, body, &end, &mut up).await,
+            None => copy(budget, &mut cr, &mut uw, body, &end, &mut up).await,
         };
         if !matches!(f, Flow::Eof | Flow::Limit) {
             end.cancel();
@@ -246,11 +257,11 @@ pub(crate) async fn spliced(
             true => match response_head(budget, &mut ur, &mut cw, &end, &mut down).await {
                 Ok(s) => {
                     status = s;
-                    pump(budget, &mut ur, &mut cw, None, &end, &mut down).await
+                    copy(budget, &mut ur, &mut cw, None, &end, &mut down).await
                 }
                 Err(f) => f,
             },
-            false => pump(budget, &mut ur, &mut cw, None, &end, &mut down).await,
+            false => copy(budget, &mut ur, &mut cw, None, &end, &mut down).await,
         };
         // Plain HTTP ends with the response (Connection: close); a tunnel may be half-closed.
         if protocol == Protocol::Http || !matches!(f, Flow::Eof) {
@@ -472,8 +483,25 @@ where
     Ok(status)
 }
 
-/// Copies `from` to `to` until end of file, `limit` bytes (when given), the budget, an error, or
-/// `end`.
+/// Copies `from` to `to` (see [`pump`]) in the kernel ([`zerocopy::pump`]); where it cannot
+/// splice these sockets (the kernel refused before a byte moved, or no pipe could be made),
+/// through a buffer.
+async fn copy(
+    budget: &Budget,
+    from: &mut ReadHalf<'_>,
+    to: &mut WriteHalf<'_>,
+    limit: Option<u64>,
+    end: &CancellationToken,
+    count: &mut u64,
+) -> Flow {
+    match zerocopy::pump(budget, from.as_ref(), to, limit, end, count).await {
+        Some(flow) => flow,
+        None => pump(budget, from, to, limit, end, count).await,
+    }
+}
+
+/// Copies `from` to `to` through a buffer until end of file, `limit` bytes (when given), the
+/// budget, an error, or `end`.
 async fn pump<R, W>(
     budget: &Budget,
     from: &mut R,
@@ -493,6 +521,9 @@ where
             Some(l) => usize::try_from(l).unwrap_or(BUFFER).min(BUFFER),
             None => BUFFER,
         };
+        // At most what `max_bytes` has left; at least one byte, to learn whether more comes
+        // (then the connection is cut) or the end.
+        let want = want.min(budget.left()).max(1);
         let n = tokio::select! {
             _ = end.cancelled() => return Flow::Stopped,
             r = from.read(&mut buf[..want]) => match r {

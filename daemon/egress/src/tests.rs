@@ -27,6 +27,7 @@ use cordon_core::denial::Denied;
 use cordon_core::egress::{Egress, Refusal, on_host, parse_rule};
 
 mod rules;
+mod zerocopy;
 
 /// A log in memory: each record as the JSON object of its audit line (without `seq`, `time`,
 /// `prev`). Closed, it refuses every record, as a failed audit log does.
