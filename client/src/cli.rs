@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
@@ -19,6 +19,15 @@ use crate::term;
     after_long_help = crate::error::exit::help_text()
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The flags every command takes.
+#[derive(Debug, Args)]
+pub struct Global {
     /// Print JSON on stdout (one object; JSON lines for streams); errors as {"error": {"code", "message"}}
     #[arg(long, global = true)]
     pub json: bool,
@@ -44,8 +53,26 @@ pub struct Cli {
     /// With --remote: the CA certificate (PEM) that signed the daemon's certificate
     #[arg(long, global = true, env = "CORDON_CA", value_name = "FILE", requires = "remote")]
     pub ca: Option<PathBuf>,
+}
+
+/// `cordon run` alone: the global flags and the one subcommand, the parser [`parse`] tries first
+/// for a command line whose subcommand is `run`. Building clap's whole command tree (every
+/// subcommand and flag) is most of the instructions a one-shot `cordon run` spends before it
+/// connects; this one is built from the same [`Global`] and [`RunArgs`], and anything it does not
+/// accept as it is (help, version, any error) is parsed again by [`Cli`], which then says what
+/// it always said.
+#[derive(Debug, Parser)]
+#[command(name = "cordon", disable_help_subcommand = true)]
+struct RunOnly {
+    #[command(flatten)]
+    global: Global,
     #[command(subcommand)]
-    pub command: Command,
+    command: OnlyRun,
+}
+
+#[derive(Debug, Subcommand)]
+enum OnlyRun {
+    Run(RunArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -153,28 +180,7 @@ pub enum Command {
         scan: bool,
     },
     /// Run a tool and print its output; exits with the tool's exit code.
-    Run {
-        tool: String,
-        /// An argument, KEY=VALUE; the value is typed by the tool's param (repeatable).
-        #[arg(long = "arg", value_name = "KEY=VALUE")]
-        args: Vec<String>,
-        /// All arguments as one JSON object (instead of --arg).
-        #[arg(long, value_name = "JSON", conflicts_with = "args")]
-        args_json: Option<String>,
-        /// Validate and resolve the call in cordond exactly as a real one, and show the argv,
-        /// environment and sandbox it would run with; run nothing (audited as a dry run).
-        #[arg(long)]
-        dry_run: bool,
-        /// Start it as a job and print its id at once; it runs on when this command exits
-        /// (`cordon job ID` polls it, `cordon job ID --cancel` cancels it).
-        #[arg(long, conflicts_with = "dry_run")]
-        detach: bool,
-        /// Learn mode (admins): run this one call with the tool's grants plus DIR granted read
-        /// and execute (never write), then report which paths under DIR the tool opened or ran
-        /// and the narrowest grant that covers them (repeatable; docs/learn.md). Never cached.
-        #[arg(long, value_name = "DIR", conflicts_with_all = ["dry_run", "detach"])]
-        learn: Vec<String>,
-    },
+    Run(RunArgs),
     /// Run an invocation that needed a confirmation (the token `run` printed).
     Confirm {
         token: String,
@@ -284,6 +290,31 @@ pub enum Command {
         #[arg(long, value_name = "DIR", conflicts_with = "dir")]
         reference: Option<PathBuf>,
     },
+}
+
+// `cordon run`'s arguments (a plain comment: the `Run` variant's doc is its help text).
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    pub tool: String,
+    /// An argument, KEY=VALUE; the value is typed by the tool's param (repeatable).
+    #[arg(long = "arg", value_name = "KEY=VALUE")]
+    pub args: Vec<String>,
+    /// All arguments as one JSON object (instead of --arg).
+    #[arg(long, value_name = "JSON", conflicts_with = "args")]
+    pub args_json: Option<String>,
+    /// Validate and resolve the call in cordond exactly as a real one, and show the argv,
+    /// environment and sandbox it would run with; run nothing (audited as a dry run).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Start it as a job and print its id at once; it runs on when this command exits
+    /// (`cordon job ID` polls it, `cordon job ID --cancel` cancels it).
+    #[arg(long, conflicts_with = "dry_run")]
+    pub detach: bool,
+    /// Learn mode (admins): run this one call with the tool's grants plus DIR granted read
+    /// and execute (never write), then report which paths under DIR the tool opened or ran
+    /// and the narrowest grant that covers them (repeatable; docs/learn.md). Never cached.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["dry_run", "detach"])]
+    pub learn: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -525,7 +556,7 @@ pub enum PolicyCommand {
 /// `--arg key=value` (a usage error, exit 2, that says so).
 pub fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match Cli::try_parse_from(&args) {
+    match parse(&args) {
         Ok(cli) => run(cli),
         Err(e) => {
             let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
@@ -553,6 +584,35 @@ pub fn main() -> ExitCode {
             e.exit()
         }
     }
+}
+
+/// The command line parsed as [`Cli`] parses it. A `cordon run` line is tried with [`RunOnly`]
+/// first (its arguments are a subset of [`Cli`]'s, defined by the same types): what it accepts,
+/// [`Cli`] accepts with the same result (the `run_only_parses_as_the_whole_tree_does` test), and
+/// anything else, errors, help and version included, is parsed by [`Cli`] alone.
+pub fn parse(args: &[std::ffi::OsString]) -> Result<Cli, clap::Error> {
+    if subcommand_is_run(args)
+        && let Ok(RunOnly { global, command: OnlyRun::Run(run) }) = RunOnly::try_parse_from(args)
+    {
+        return Ok(Cli { global, command: Command::Run(run) });
+    }
+    Cli::try_parse_from(args)
+}
+
+/// Whether the first word after the global flags (and their values) is `run`.
+fn subcommand_is_run(args: &[std::ffi::OsString]) -> bool {
+    let mut rest = args.iter().skip(1);
+    while let Some(a) = rest.next() {
+        match a.to_str() {
+            Some(flag) if VALUE_FLAGS.contains(&flag) => {
+                rest.next();
+            }
+            Some(word) if !word.starts_with('-') => return word == "run",
+            Some(_) => {}
+            None => return false,
+        }
+    }
+    false
 }
 
 /// The global flags that take a value (`--socket PATH`), and `run`'s.
@@ -653,31 +713,31 @@ fn shell_word(word: &str) -> String {
 pub fn run(cli: Cli) -> ExitCode {
     // The daemon every command below talks to, built once from the flags: --remote (with its
     // certificate files, read and checked now) in place of the socket.
-    let remote = match (&cli.remote, &cli.cert, &cli.key, &cli.ca) {
+    let remote = match (&cli.global.remote, &cli.global.cert, &cli.global.key, &cli.global.ca) {
         (Some(url), Some(cert), Some(key), Some(ca)) => {
             Some((url.as_str(), cert.as_path(), key.as_path(), ca.as_path()))
         }
         _ => None,
     };
-    let endpoint = match Endpoint::from_flags(cli.socket.clone(), remote) {
+    let endpoint = match Endpoint::from_flags(cli.global.socket.clone(), remote) {
         Ok(endpoint) => endpoint,
         Err(e) => {
-            report(&e, cli.json);
+            report(&e, cli.global.json);
             return ExitCode::from(e.exit_code());
         }
     };
     if let Command::Mcp { command: Some(McpCommand::Config(args)), .. } = &cli.command {
         let daemon = crate::wiring::Daemon {
-            socket: cli.socket.clone(),
-            remote: match (&cli.remote, &cli.cert, &cli.key, &cli.ca) {
+            socket: cli.global.socket.clone(),
+            remote: match (&cli.global.remote, &cli.global.cert, &cli.global.key, &cli.global.ca) {
                 (Some(u), Some(c), Some(k), Some(a)) => Some((u.clone(), c.clone(), k.clone(), a.clone())),
                 _ => None,
             },
         };
-        return match crate::wiring::run(args, &daemon, cli.json) {
+        return match crate::wiring::run(args, &daemon, cli.global.json) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {
-                report(&e, cli.json);
+                report(&e, cli.global.json);
                 ExitCode::from(e.exit_code())
             }
         };
@@ -729,8 +789,8 @@ pub fn run(cli: Cli) -> ExitCode {
         }
     };
     // The local socket as given or by default, also with --remote: `doctor` checks its file.
-    let socket = cli.socket.clone().unwrap_or_else(cordon_proto::client_socket_path);
-    let json = cli.json;
+    let socket = cli.global.socket.clone().unwrap_or_else(cordon_proto::client_socket_path);
+    let json = cli.global.json;
     // `policy diff`, `policy replay` and `policy suggest` exit as diff(1) does: 2 for any trouble,
     // 1 meaning "different" (flips found, nothing to suggest).
     let diff = matches!(
@@ -774,6 +834,75 @@ mod tests {
     fn hint(line: &str) -> Option<String> {
         let args: Vec<String> = std::iter::once("cordon").chain(line.split(' ')).map(str::to_string).collect();
         run_arg_hint(&args)
+    }
+
+    /// Every `run` line: the fast parser's result is the whole tree's, or it hands the line on
+    /// (help, version, errors) and [`parse`] answers exactly as the whole tree does.
+    #[test]
+    fn run_only_parses_as_the_whole_tree_does() {
+        let lines = [
+            "run t",
+            "run true --arg path=/tmp --arg depth=1",
+            "--json run t",
+            "run t --json",
+            "--socket /x.sock run t --arg a=b",
+            "--socket=/x.sock run t",
+            "run --socket /x.sock t --dry-run",
+            "run t --detach --arg x=1",
+            "run t --args-json {\"a\":1}",
+            "run t --learn /srv --learn /opt",
+            "run --arg=a=b t",
+            "run -- t",
+            "run -- --json",
+            "--json --json run t",
+            "--remote https://h:1 --cert c --key k --ca a run t",
+            // Refused by both, each with the whole tree's message.
+            "run",
+            "run t extra",
+            "run t --arg",
+            "run t --args-json {} --arg a=b",
+            "run t --dry-run --detach",
+            "run t --learn /x --dry-run",
+            "--remote https://h:1 run t",
+            "--cert c run t",
+            "run t --help",
+            "run --help",
+            "run -h",
+            "run t --version",
+            "--version run t",
+            "run t path=/tmp",
+            "run t --path /tmp",
+            "run t -x",
+            // Not `run`: the whole tree alone.
+            "tools",
+            "--socket run run t",
+            "tool run",
+            "runx t",
+            "help run",
+        ];
+        for line in lines {
+            let argv: Vec<std::ffi::OsString> =
+                std::iter::once("cordon").chain(line.split(' ')).map(std::ffi::OsString::from).collect();
+            let whole = Cli::try_parse_from(&argv);
+            let fast = parse(&argv);
+            match (&whole, &fast) {
+                (Ok(w), Ok(f)) => assert_eq!(format!("{w:?}"), format!("{f:?}"), "{line}"),
+                (Err(w), Err(f)) => {
+                    assert_eq!(w.kind(), f.kind(), "{line}");
+                    assert_eq!(w.render().to_string(), f.render().to_string(), "{line}");
+                }
+                _ => panic!("{line}: the whole tree says {whole:?}, parse says {fast:?}"),
+            }
+            // Whenever the fast parser accepts a line, the whole tree does too, with its result.
+            if let Ok(RunOnly { global, command: OnlyRun::Run(run) }) = RunOnly::try_parse_from(&argv) {
+                let as_whole = format!("{:?}", Cli { global, command: Command::Run(run) });
+                assert_eq!(whole.as_ref().map(|w| format!("{w:?}")).ok(), Some(as_whole), "{line}");
+            }
+        }
+        assert!(subcommand_is_run(&["cordon", "--json", "run", "t"].map(std::ffi::OsString::from)));
+        assert!(subcommand_is_run(&["cordon", "--socket", "run", "run"].map(std::ffi::OsString::from)));
+        assert!(!subcommand_is_run(&["cordon", "--socket", "run", "tools"].map(std::ffi::OsString::from)));
+        assert!(!subcommand_is_run(&["cordon", "tools", "run"].map(std::ffi::OsString::from)));
     }
 
     #[test]

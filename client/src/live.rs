@@ -4,7 +4,10 @@
 //! stream, a chunk is printed only when it starts where the last one ended, and the rest comes
 //! from the result. Writing happens on a thread of its own fed through a small bounded queue, so a
 //! slow reader of our stdout stops us reading cordond's stream (cordond then stops reading the
-//! tool's pipes, and the tool waits in `write`) while Ctrl-C is still heard. On a terminal a long
+//! tool's pipes, and the tool waits in `write`) while Ctrl-C is still heard. That thread starts
+//! with the first thing to write (a run that prints nothing starts none: a thread costs the
+//! one-shot `cordon run` more than its whole request), and tells its end through a channel, so
+//! waiting for it takes no thread either. On a terminal a long
 //! quiet run shows `running TOOL… 12s` on stderr. The first Ctrl-C cancels the invocation in
 //! cordond (its process group is killed; the result says cancelled); a second stops waiting.
 
@@ -14,7 +17,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::api::{Client, Event, Events, Invocation, RunResult, Step};
 use crate::error::CliError;
@@ -94,7 +97,8 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
+    /// Writes what comes until the queue closes, then says so on `done`.
+    fn run(mut self, mut rx: mpsc::Receiver<Msg>, done: oneshot::Sender<()>) {
         while let Some(msg) = rx.blocking_recv() {
             match msg {
                 Msg::Output { stderr, data } => self.output(stderr, &data),
@@ -103,6 +107,7 @@ impl Writer {
             }
         }
         self.clear();
+        let _ = done.send(());
     }
 
     fn output(&mut self, stderr: bool, data: &[u8]) {
@@ -159,12 +164,30 @@ type Cancelling = Pin<Box<dyn Future<Output = Result<bool, CliError>>>>;
 #[derive(Debug)]
 pub struct Live {
     tool: String,
-    /// None for `--json`: output is printed with the result, as one JSON object.
-    writer: Option<(mpsc::Sender<Msg>, std::thread::JoinHandle<()>)>,
+    /// Where output goes: nowhere yet (`--json` prints it with the result, as one JSON object),
+    /// a writer not started yet, or the running writer thread.
+    out: Out,
     spinner: bool,
     shown: Shown,
     interrupt: Signal,
     interrupts: u32,
+}
+
+/// The writer thread's state.
+#[derive(Debug)]
+enum Out {
+    /// `--json`, or the writer was ended or abandoned.
+    None,
+    /// Live output, nothing written yet: the writer to start with the first thing to write.
+    Idle(Box<Writer>),
+    /// The writer thread: its queue, and the channel it says its end on.
+    Running(mpsc::Sender<Msg>, oneshot::Receiver<()>),
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("tool", &self.tool).finish_non_exhaustive()
+    }
 }
 
 impl Live {
@@ -174,9 +197,8 @@ impl Live {
             signal(SignalKind::interrupt()).map_err(|e| CliError::Other(format!("cannot watch for Ctrl-C: {e}")))?;
         let stderr_tty = std::io::stderr().is_terminal();
         let spinner = live && stderr_tty && term::colour(term::Stream::Err);
-        let writer = live.then(|| {
-            let (tx, rx) = mpsc::channel(QUEUE);
-            let writer = Writer {
+        let out = if live {
+            Out::Idle(Box::new(Writer {
                 tool: tool.to_string(),
                 started: Instant::now(),
                 spinner,
@@ -185,10 +207,33 @@ impl Live {
                 at_line_start: true,
                 stdout_is_tty: std::io::stdout().is_terminal(),
                 failed: [false; 2],
-            };
-            (tx, std::thread::spawn(move || writer.run(rx)))
-        });
-        Ok(Live { tool: tool.to_string(), writer, spinner, shown: Shown::default(), interrupt, interrupts: 0 })
+            }))
+        } else {
+            Out::None
+        };
+        Ok(Live { tool: tool.to_string(), out, spinner, shown: Shown::default(), interrupt, interrupts: 0 })
+    }
+
+    /// The writer's queue, once its thread runs.
+    fn sender(&self) -> Option<mpsc::Sender<Msg>> {
+        match &self.out {
+            Out::Running(tx, _) => Some(tx.clone()),
+            Out::None | Out::Idle(_) => None,
+        }
+    }
+
+    /// The writer's queue, its thread started now if it was not yet (None for `--json`).
+    fn start(&mut self) -> Option<mpsc::Sender<Msg>> {
+        if let Out::Idle(_) = self.out {
+            let Out::Idle(writer) = std::mem::replace(&mut self.out, Out::None) else { return None };
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let (done, ended) = oneshot::channel();
+            // The thread is never joined: it says its end on `done`, and nothing is left for it to
+            // do after that.
+            std::thread::spawn(move || writer.run(rx, done));
+            self.out = Out::Running(tx, ended);
+        }
+        self.sender()
     }
 
     /// Awaits `work` (a call whose answer cordond only sends once the call was admitted, or a
@@ -207,14 +252,16 @@ impl Live {
 
     /// Whether to ask cordond for live output.
     pub fn streams(&self) -> bool {
-        self.writer.is_some()
+        !matches!(self.out, Out::None)
     }
 
     /// Reads the invocation's events to its end, printing live output, cancelling on Ctrl-C.
     /// None: we stopped waiting (Ctrl-C before cordond accepted the call, or a second one).
     pub async fn follow(&mut self, client: &Client, mut events: Events) -> Result<Option<Invocation>, CliError> {
-        let sender = self.writer.as_ref().map(|(tx, _)| tx.clone());
+        let live = self.streams();
+        let mut sender = self.sender();
         let mut pending: Option<Msg> = None;
+        let mut ticked = false;
         let mut invocation: Option<String> = None;
         let mut cancel: Option<Cancelling> = None;
         let mut tick = tokio::time::interval(TICK);
@@ -247,15 +294,19 @@ impl Live {
                     Step::Event(Event::Accepted(a)) => {
                         invocation = Some(a.invocation_id);
                         if a.tool != self.tool {
-                            if let Some(tx) = &sender {
-                                let _ = tx.try_send(Msg::Tool(a.tool.clone()));
+                            match (&sender, &mut self.out) {
+                                (Some(tx), _) => {
+                                    let _ = tx.try_send(Msg::Tool(a.tool.clone()));
+                                }
+                                (None, Out::Idle(writer)) => writer.tool.clone_from(&a.tool),
+                                (None, _) => {}
                             }
                             self.tool = a.tool;
                         }
                     }
                     Step::Event(Event::Output { stderr, offset, data }) => {
                         let new = self.shown.accept(stderr, offset, &data);
-                        if sender.is_some() && !new.is_empty() {
+                        if live && !new.is_empty() {
                             pending = Some(Msg::Output { stderr, data: new.to_vec() });
                         }
                     }
@@ -264,10 +315,19 @@ impl Live {
                     Step::Done(done) => return Ok(Some(*done)),
                 },
                 _ = tick.tick(), if self.spinner => {
-                    if let Some(tx) = &sender {
-                        let _ = tx.try_send(Msg::Tick);
-                    }
+                    // Before anything was written, the writer starts once the run has been quiet
+                    // long enough for the elapsed time to show.
+                    ticked = sender.is_some() || matches!(&self.out, Out::Idle(w) if w.started.elapsed() >= QUIET);
                 }
+            }
+            // The writer thread starts with the first thing it has to do.
+            if sender.is_none() && (pending.is_some() || ticked) {
+                sender = self.start();
+            }
+            if std::mem::take(&mut ticked)
+                && let Some(tx) = &sender
+            {
+                let _ = tx.try_send(Msg::Tick);
             }
         }
     }
@@ -275,13 +335,18 @@ impl Live {
     /// Prints what of `result`'s output the live view did not show, and waits until it is
     /// written. False: interrupted (Ctrl-C) while the output was still being written.
     pub async fn finish(&mut self, result: &RunResult) -> bool {
-        let Some((tx, _)) = &self.writer else { return true };
-        let tx = tx.clone();
+        if matches!(self.out, Out::None) {
+            return true;
+        }
         for (stderr, bytes) in [(false, &result.stdout_bytes), (true, &result.stderr_bytes)] {
             let Some(rest) = self.shown.rest(stderr, bytes) else {
                 errln!("cordon: cordond sent more live output than its result holds; the rest is not shown");
                 continue;
             };
+            if rest.is_empty() {
+                continue;
+            }
+            let Some(tx) = self.start() else { break };
             // The writer takes chunks of the size cordond sends; a large rest goes in pieces.
             for piece in rest.chunks(64 * 1024) {
                 let sent = tokio::select! {
@@ -293,7 +358,6 @@ impl Live {
                 }
             }
         }
-        drop(tx);
         self.close().await
     }
 
@@ -310,7 +374,7 @@ impl Live {
     /// Leaves the writer to itself (it may be stuck on a stalled stdout) and clears the
     /// elapsed-time line: for when we stop waiting.
     pub fn abandon(&mut self) {
-        if self.writer.take().is_some() && self.spinner {
+        if !matches!(std::mem::replace(&mut self.out, Out::None), Out::None) && self.spinner {
             let mut err = std::io::stderr().lock();
             let _ = err.write_all(CLEAR_LINE).and_then(|()| err.flush());
         }
@@ -318,11 +382,11 @@ impl Live {
 
     /// Ends the writer (its queue written, the spinner line cleared). False: interrupted.
     pub async fn close(&mut self) -> bool {
-        let Some((tx, thread)) = self.writer.take() else { return true };
+        let Out::Running(tx, ended) = std::mem::replace(&mut self.out, Out::None) else { return true };
         drop(tx);
-        let joined = tokio::task::spawn_blocking(move || thread.join());
         tokio::select! {
-            _ = joined => true,
+            // Sent when the writer is done, or dropped if it panicked: either way it ended.
+            _ = ended => true,
             _ = self.interrupt.recv() => false,
         }
     }

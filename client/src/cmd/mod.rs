@@ -77,7 +77,7 @@ pub(crate) async fn dispatch(
         Command::Init { dir, output, force, name, template, scan } => {
             crate::init::init(&dir, output.as_deref(), force, name.as_deref(), template, scan, json)
         }
-        Command::Run { tool, args, args_json, dry_run, detach, learn } => {
+        Command::Run(crate::cli::RunArgs { tool, args, args_json, dry_run, detach, learn }) => {
             let call = call(endpoint, &tool, &args, args_json).await?;
             match (dry_run, detach) {
                 (true, _) => dry_run::run(call, &tool, json).await,
