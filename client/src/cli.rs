@@ -84,7 +84,7 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<McpCommand>,
         /// List tools in pages of N (tools/list cursors; the built-in tools come first). Unset:
-        /// the whole list in one answer, which every client reads.
+        /// up to 1000 tools in one answer, which every client reads; longer lists in pages of 1000.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
         page_size: Option<u32>,
         /// Serve MCP over streamable HTTP on ADDR (e.g. 127.0.0.1:8765) instead of stdio, at

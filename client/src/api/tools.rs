@@ -31,11 +31,27 @@ impl Client {
     ) -> Result<(u64, impl ExactSizeIterator<Item = ToolInfo> + use<>), CliError> {
         let r = self
             .inner
-            .list_tools(v1::ListToolsRequest { include_unavailable })
+            .list_tools(v1::ListToolsRequest { include_unavailable, ..v1::ListToolsRequest::default() })
             .await
             .map_err(|s| self.fail(s))?
             .into_inner();
         Ok((r.generation, r.tools.into_iter().map(ToolInfo::from)))
+    }
+
+    /// One page of the tools an agent may use (`ListTools` with a page): at most `size` of the
+    /// `[tools]` table after `token` (the previous page's next token; empty: the first page),
+    /// each converted only when the iterator reaches it. The answer's generation, the tools, and
+    /// the next page's token (empty: this was the last page). A daemon from before pages
+    /// answers with everything and no next token. A token of an older generation is refused
+    /// ([`CliError`] with FAILED_PRECONDITION's message): list again from the first page.
+    pub async fn list_tools_page(
+        &mut self,
+        size: u32,
+        token: String,
+    ) -> Result<(u64, impl ExactSizeIterator<Item = ToolInfo> + use<>, String), CliError> {
+        let request = v1::ListToolsRequest { include_unavailable: false, page_size: size, page_token: token };
+        let r = self.inner.list_tools(request).await.map_err(|s| self.fail(s))?.into_inner();
+        Ok((r.generation, r.tools.into_iter().map(ToolInfo::from), r.next_page_token))
     }
 
     pub async fn get_tool(&mut self, name: &str) -> Result<ToolInfo, CliError> {

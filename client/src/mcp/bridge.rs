@@ -44,8 +44,11 @@ pub(super) struct Inner {
     pub(super) notify: Notifier,
     /// Human confirmations waiting for an input-required answer.
     pub(super) awaiting_input: AwaitingInput,
-    /// `tools/list` pages of this many tools (`--page-size`); `None`: one answer.
+    /// `tools/list` pages of this many tools (`--page-size`); `None`: one answer up to
+    /// [`pages::DEFAULT_PAGE`] tools, pages of that many above.
     pub(super) page_size: Option<usize>,
+    /// This session's `tools/list` cursors (and their key).
+    pub(super) cursors: pages::Cursors,
     /// Start the registry watcher when the client says it is initialized (HTTP sessions, which
     /// rmcp starts; on stdio `serve` starts it).
     pub(super) watch_on_initialized: bool,
@@ -76,6 +79,7 @@ impl Bridge {
                 notify: Notifier::default(),
                 awaiting_input: AwaitingInput::default(),
                 page_size,
+                cursors: pages::Cursors::default(),
                 watch_on_initialized: token.is_some(),
             }),
         }
@@ -118,22 +122,22 @@ impl ServerHandler for Bridge {
                 ));
             }
         };
-        let Some(page_size) = self.inner.page_size else {
-            if cursor.is_some() {
-                return Err(McpError::invalid_params(
-                    "this server lists every tool in one answer and made no cursor; call tools/list without one",
-                    None,
-                ));
-            }
-            let mut tools: Vec<Tool> = catalog.mcp_tools().collect();
-            tools.extend(builtin::tools(Some(&catalog)));
-            tracing::debug!(generation = catalog.generation, tools = tools.len(), "tools/list");
-            return Ok(ListToolsResult::with_all_items(tools));
-        };
-        // Paged: the built-in tools lead, then the daemon's in its order.
         let builtins = builtin::tools(Some(&catalog));
         let total = builtins.len() + catalog.len();
-        let (range, next) = pages::page(cursor, catalog.list_version(), total, builtins.len(), page_size)?;
+        let page_size = match self.inner.page_size {
+            Some(n) => n,
+            // A cursor is checked (and refused when stale or not this session's) at any size.
+            None if cursor.is_some() || total > pages::DEFAULT_PAGE => pages::DEFAULT_PAGE,
+            None => {
+                let mut tools: Vec<Tool> = catalog.mcp_tools().collect();
+                tools.extend(builtins);
+                tracing::debug!(generation = catalog.generation, tools = tools.len(), "tools/list");
+                return Ok(ListToolsResult::with_all_items(tools));
+            }
+        };
+        // Paged: the built-in tools lead, then the daemon's in its order.
+        let (range, next) =
+            self.inner.cursors.page(cursor, catalog.list_version(), total, builtins.len(), page_size)?;
         let nb = builtins.len();
         let mut tools: Vec<Tool> = builtins.into_iter().skip(range.start).take(range.len()).collect();
         let daemon_start = range.start.saturating_sub(nb);

@@ -47,45 +47,15 @@ impl Catalog {
     /// The catalog of `tools`, taking over the entries of `previous` (the generation before)
     /// for tools the daemon describes exactly alike; only the others are built. Tools with the
     /// same input schema share one parsed schema.
+    #[cfg(test)]
     pub(super) fn build(
         generation: u64,
         tools: impl ExactSizeIterator<Item = ToolInfo>,
         previous: Option<&Catalog>,
     ) -> Catalog {
-        // Schema text -> parsed schema, one of each per catalog (and shared with the previous).
-        let mut schemas: HashMap<Arc<str>, Arc<JsonObject>> = HashMap::new();
-        if let Some(p) = previous {
-            for e in &p.entries {
-                schemas.entry(e.info.input_schema.shared().clone()).or_insert_with(|| e.mcp.input_schema.clone());
-            }
-        }
-        let mut entries = Vec::with_capacity(tools.len());
-        let mut by_name = HashMap::with_capacity(tools.len());
-        for info in tools {
-            let mut info = info.for_agents();
-            let kept = previous.and_then(|p| p.entry(&info.name)).filter(|e| e.info == info);
-            let entry = match kept {
-                Some(e) => e.clone(),
-                None => {
-                    let schema = match schemas.get_key_value(info.input_schema.as_str()) {
-                        Some((text, parsed)) => {
-                            info.input_schema.share(text);
-                            parsed.clone()
-                        }
-                        None => {
-                            let parsed = Arc::new(info.input_schema.object().unwrap_or_default());
-                            schemas.insert(info.input_schema.shared().clone(), parsed.clone());
-                            parsed
-                        }
-                    };
-                    Arc::new(Entry { mcp: to_mcp_tool(&info, schema), info, check: OnceLock::new() })
-                }
-            };
-            by_name.insert(entry.info.name.clone(), entries.len());
-            entries.push(entry);
-        }
-        let agent_confirms = entries.iter().any(|e| e.info.confirm == "agent");
-        Catalog { generation, servers_version: 0, entries, by_name, agent_confirms }
+        let mut builder = Builder::new(previous);
+        builder.extend(tools);
+        builder.finish(generation)
     }
 
     /// Which list this is, for `tools/list` cursors.
@@ -139,6 +109,68 @@ impl Catalog {
     }
 }
 
+/// A catalog built page by page as the daemon's pages arrive (each page's tools converted and
+/// dropped before the next is fetched, so the whole registry is never held as `ListTools`
+/// messages at once).
+struct Builder<'p> {
+    previous: Option<&'p Catalog>,
+    /// Schema text -> parsed schema, one of each per catalog (and shared with the previous).
+    schemas: HashMap<Arc<str>, Arc<JsonObject>>,
+    entries: Vec<Arc<Entry>>,
+    by_name: HashMap<String, usize>,
+}
+
+impl<'p> Builder<'p> {
+    fn new(previous: Option<&'p Catalog>) -> Builder<'p> {
+        let mut schemas: HashMap<Arc<str>, Arc<JsonObject>> = HashMap::new();
+        if let Some(p) = previous {
+            for e in &p.entries {
+                schemas.entry(e.info.input_schema.shared().clone()).or_insert_with(|| e.mcp.input_schema.clone());
+            }
+        }
+        Builder { previous, schemas, entries: Vec::new(), by_name: HashMap::new() }
+    }
+
+    fn extend(&mut self, tools: impl ExactSizeIterator<Item = ToolInfo>) {
+        self.entries.reserve(tools.len());
+        self.by_name.reserve(tools.len());
+        for info in tools {
+            let mut info = info.for_agents();
+            let kept = self.previous.and_then(|p| p.entry(&info.name)).filter(|e| e.info == info);
+            let entry = match kept {
+                Some(e) => e.clone(),
+                None => {
+                    let schema = match self.schemas.get_key_value(info.input_schema.as_str()) {
+                        Some((text, parsed)) => {
+                            info.input_schema.share(text);
+                            parsed.clone()
+                        }
+                        None => {
+                            let parsed = Arc::new(info.input_schema.object().unwrap_or_default());
+                            self.schemas.insert(info.input_schema.shared().clone(), parsed.clone());
+                            parsed
+                        }
+                    };
+                    Arc::new(Entry { mcp: to_mcp_tool(&info, schema), info, check: OnceLock::new() })
+                }
+            };
+            // A name the daemon listed twice (pages that overlapped) is listed once.
+            if self.by_name.contains_key(&entry.info.name) {
+                continue;
+            }
+            self.by_name.insert(entry.info.name.clone(), self.entries.len());
+            self.entries.push(entry);
+        }
+    }
+
+    fn finish(mut self, generation: u64) -> Catalog {
+        self.entries.shrink_to_fit();
+        self.by_name.shrink_to_fit();
+        let agent_confirms = self.entries.iter().any(|e| e.info.confirm == "agent");
+        Catalog { generation, servers_version: 0, entries: self.entries, by_name: self.by_name, agent_confirms }
+    }
+}
+
 fn new_check(tool: &ToolInfo) -> Arc<Result<ArgCheck, RulesError>> {
     let check = Arc::new(ArgCheck::new(tool));
     if let Err(e) = check.as_ref() {
@@ -175,13 +207,14 @@ impl Catalogs {
         }
         let invalidations = self.invalidations.load(Ordering::SeqCst);
         let servers_version = self.servers_version.load(Ordering::SeqCst);
-        let (epoch, mut client) = daemon.connection().await?;
-        let (generation, tools) = match client.list_tools_iter(false).await {
-            Ok(r) => r,
-            Err(e) => return Err(daemon.after_failure(e, epoch).await),
-        };
         let previous = lock(&self.previous).take();
-        let mut catalog = Catalog::build(generation, tools, previous.as_deref());
+        let mut catalog = match fetch(daemon, previous.as_deref()).await {
+            Ok(c) => c,
+            Err(e) => {
+                *lock(&self.previous) = previous;
+                return Err(e);
+            }
+        };
         catalog.servers_version = servers_version;
         let catalog = Arc::new(catalog);
         if self.invalidations.load(Ordering::SeqCst) == invalidations {
@@ -203,6 +236,47 @@ impl Catalogs {
         self.invalidations.fetch_add(1, Ordering::SeqCst);
         if let Some(old) = lock(&self.current).take() {
             *lock(&self.previous) = Some(old);
+        }
+    }
+}
+
+/// The daemon's tools fetched in pages of this many (a page's `ListTools` answer is about
+/// 1.2 KB a tool on the wire).
+const FETCH_PAGE: u32 = 500;
+
+/// How often a fetch starts over when the registry moved between its pages.
+const FETCH_TRIES: usize = 3;
+
+/// The catalog of the daemon's current generation, fetched page by page.
+async fn fetch(daemon: &Daemon, previous: Option<&Catalog>) -> Result<Catalog, CliError> {
+    let mut tries = 0;
+    'again: loop {
+        tries += 1;
+        let (epoch, mut client) = daemon.connection().await?;
+        let mut builder = Builder::new(previous);
+        let mut token = String::new();
+        let mut generation = None;
+        loop {
+            let first = token.is_empty();
+            let (g, tools, next) = match client.list_tools_page(FETCH_PAGE, std::mem::take(&mut token)).await {
+                Ok(r) => r,
+                // The registry moved between pages (the daemon refuses the old generation's
+                // token): start over with the new generation.
+                Err(_) if !first && tries < FETCH_TRIES => continue 'again,
+                Err(e) => return Err(daemon.after_failure(e, epoch).await),
+            };
+            if *generation.get_or_insert(g) != g {
+                // Cannot happen with a daemon that refuses stale tokens; never mix generations.
+                if tries < FETCH_TRIES {
+                    continue 'again;
+                }
+                return Err(CliError::Protocol("ListTools pages of different registry generations".into()));
+            }
+            builder.extend(tools);
+            if next.is_empty() {
+                return Ok(builder.finish(g));
+            }
+            token = next;
         }
     }
 }

@@ -15,7 +15,8 @@
 //! - [`watch`]: registry generations -> `tools/list_changed`; logging notifications.
 //! - [`lines`]: the JSON-RPC line layer (every request gets an answer with its id).
 //! - [`render`]: a finished invocation as an MCP tool result.
-//! - [`pages`]: pagination of `tools/list` (`--page-size`) and its cursors.
+//! - [`pages`]: pagination of `tools/list` (`--page-size`, by default for long lists) and its
+//!   cursors (HMAC under the session's key).
 //! - [`http`]: `cordon mcp --http`: the same server over streamable HTTP, a session per agent,
 //!   each acting for the bearer token an admin issued to it.
 //!
@@ -41,7 +42,7 @@ use std::process::ExitCode;
 use rmcp::ServiceExt as _;
 
 /// Serves MCP on stdin/stdout until the client closes stdin. `page_size`: pages of `tools/list`
-/// (see [`pages`]); `None`: the whole list in one answer.
+/// (see [`pages`]); `None`: one answer up to [`pages::DEFAULT_PAGE`] tools, pages above.
 pub fn serve(endpoint: crate::endpoint::Endpoint, page_size: Option<usize>) -> ExitCode {
     init_logging();
     // One thread: a front-end serves one agent, and every hop between threads costs latency.

@@ -327,3 +327,154 @@ fn status_shows_running_figures_the_queue_and_audit_space_and_agents_see_their_o
     let _ = root_run.wait();
     let _ = agent_run.wait();
 }
+
+/// `n` tools `t0000`...: the even ones the agent's group may use, the odd ones admins only.
+fn half_for_agents(n: usize) -> String {
+    let mut p = String::from("version = 1\n");
+    for i in 0..n {
+        let allow = if i % 2 == 0 { "allow = { groups = [\"cordon-t-sock\"] }\n" } else { "" };
+        p.push_str(&format!(
+            "\n[tools.t{i:04}]\ndescription = \"tool {i}\"\nreason = \"tests\"\ncommand = [\"/bin/true\"]\n{allow}"
+        ));
+    }
+    p
+}
+
+/// The names among `walked` that are daemon tools (`t0000`...), and whether any was listed twice.
+fn daemon_tools(walked: &[String]) -> (BTreeSet<String>, bool) {
+    let unique = walked.iter().collect::<BTreeSet<_>>().len() == walked.len();
+    let tools =
+        walked.iter().filter(|n| n.len() == 5 && n.starts_with('t') && n[1..].bytes().all(|b| b.is_ascii_digit()));
+    (tools.cloned().collect(), unique)
+}
+
+const MANY: usize = 2100;
+
+#[test]
+fn a_long_list_is_paged_by_default_each_tool_once_and_an_agent_pages_only_its_own() {
+    require_root!();
+    let d = start(&half_for_agents(MANY), &[]);
+    // Without --page-size a list longer than 1000 tools comes in pages of 1000 (the front-end
+    // fetched it from cordond in pages of 500 too).
+    let mut admin = Session::start(Command::new(bin("cordon")), &d.socket, &[]);
+    let (walked, pages) = admin.walk();
+    let (tools, unique) = daemon_tools(&walked);
+    assert!(unique, "a tool listed twice");
+    assert_eq!(tools, (0..MANY).map(|i| format!("t{i:04}")).collect::<BTreeSet<_>>());
+    assert_eq!(pages, walked.len().div_ceil(1000), "pages of 1000: {pages} for {}", walked.len());
+    assert_eq!(pages, 3);
+
+    // The agent's pages hold exactly the tools its group may use, each once.
+    let mut mcp = Session::start(agent::command(), &d.socket, &[]);
+    let (walked, pages) = mcp.walk();
+    let (tools, unique) = daemon_tools(&walked);
+    assert!(unique, "a tool listed twice");
+    assert_eq!(tools, (0..MANY).step_by(2).map(|i| format!("t{i:04}")).collect::<BTreeSet<_>>());
+    assert_eq!(pages, 2, "{} names", walked.len());
+    // An explicit page size still rules.
+    let mut small = Session::start(agent::command(), &d.socket, &["--page-size", "300"]);
+    let (walked, pages) = small.walk();
+    assert_eq!(daemon_tools(&walked), (tools, true));
+    assert_eq!(pages, walked.len().div_ceil(300));
+}
+
+#[test]
+fn forged_foreign_and_stale_cursors_are_refused() {
+    require_root!();
+    let d = start(&half_for_agents(40), &[]);
+    let mut one = Session::start(Command::new(bin("cordon")), &d.socket, &["--page-size", "10"]);
+    let mut two = Session::start(Command::new(bin("cordon")), &d.socket, &["--page-size", "10"]);
+    let mut agent = Session::start(agent::command(), &d.socket, &["--page-size", "10"]);
+    let first = one.request("tools/list", json!({}));
+    let cursor = first["result"]["nextCursor"].as_str().unwrap().to_string();
+    let second = one.request("tools/list", json!({ "cursor": cursor }));
+    assert!(second["result"]["tools"].is_array(), "{second}");
+    let (payload, tag) = cursor.split_once('.').expect("payload.tag");
+    let bytes = (0..payload.len()).step_by(2).map(|i| u8::from_str_radix(&payload[i..i + 2], 16).unwrap());
+    let text = String::from_utf8(bytes.collect()).unwrap();
+    // Another offset under this cursor's tag, a changed tag, a cursor without one.
+    let other_offset = text.rsplit_once(':').map(|(head, _)| format!("{head}:30")).unwrap();
+    let hex: String = other_offset.bytes().map(|b| format!("{b:02x}")).collect();
+    let moved = format!("{hex}.{tag}");
+    let flipped = format!("{payload}.{}{}", &tag[..tag.len() - 1], if tag.ends_with('0') { '1' } else { '0' });
+    let malformed = |s: &mut Session, c: &str| {
+        let m = s.request("tools/list", json!({ "cursor": c }));
+        assert_eq!(m["error"]["code"], -32602, "{c}: {m}");
+        assert!(m["error"]["message"].as_str().unwrap().starts_with("malformed cursor"), "{m}");
+    };
+    for forged in [moved.as_str(), &flipped, payload, "not-a-cursor"] {
+        malformed(&mut one, forged);
+    }
+    // A cursor another session made (same daemon, same generation, same caller) is not this
+    // session's; nor is an admin's cursor an agent's.
+    malformed(&mut two, &cursor);
+    malformed(&mut agent, &cursor);
+
+    d.write_policy("t.toml", &half_for_agents(41));
+    d.cordon(&["reload"]).assert_code(0);
+    let mut last = Value::Null;
+    let stale = eventually(Duration::from_secs(10), || {
+        last = one.request("tools/list", json!({ "cursor": cursor }));
+        last["error"]["code"] == -32602
+    });
+    assert!(stale, "an old cursor still worked after the reload: {last}");
+    assert!(last["error"]["message"].as_str().unwrap().contains("older tool list"), "{last}");
+}
+
+async fn grpc(socket: &Path) -> cordon_proto::v1::cordon_client::CordonClient<tonic::transport::Channel> {
+    let socket = socket.to_path_buf();
+    let channel = tonic::transport::Endpoint::from_static("http://cordon.invalid")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move { cordon_proto::connect_trusted(&socket).await.map(hyper_util::rt::TokioIo::new) }
+        }))
+        .await
+        .unwrap();
+    cordon_proto::v1::cordon_client::CordonClient::new(channel)
+}
+
+#[test]
+fn list_tools_pages_cover_the_registry_once_and_stale_or_forged_tokens_are_refused() {
+    use cordon_proto::v1::ListToolsRequest;
+    let d = Daemon::start(&[("t.toml", &half_for_agents(1203))]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let mut c = grpc(&d.socket).await;
+        // A request without a page (an older client) gets everything in one answer.
+        let whole = c.list_tools(ListToolsRequest::default()).await.unwrap().into_inner();
+        assert_eq!((whole.tools.len(), whole.next_page_token.as_str()), (1203, ""));
+        let mut names = Vec::new();
+        let mut token = String::new();
+        let mut sizes = Vec::new();
+        let mut first_token = None;
+        loop {
+            let request = ListToolsRequest { page_size: 500, page_token: token.clone(), ..Default::default() };
+            let page = c.list_tools(request).await.unwrap().into_inner();
+            assert_eq!(page.generation, whole.generation);
+            sizes.push(page.tools.len());
+            names.extend(page.tools.into_iter().map(|t| t.name));
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            first_token.get_or_insert_with(|| page.next_page_token.clone());
+            token = page.next_page_token;
+        }
+        assert_eq!(sizes, [500, 500, 203]);
+        assert_eq!(names, whole.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>(), "each once, in order");
+
+        let token = first_token.unwrap();
+        // (Tokens are not secret: one naming another tool of this generation is a valid place
+        // to resume, and the page is still filtered for its caller.)
+        for forged in ["zz", "not hex", &token.to_uppercase(), &token[..token.len() - 1]] {
+            let request = ListToolsRequest { page_size: 500, page_token: forged.into(), ..Default::default() };
+            let e = c.list_tools(request).await.unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{forged}: {e:?}");
+        }
+        d.write_policy("t.toml", &half_for_agents(1204));
+        d.cordon(&["reload"]).assert_code(0);
+        let request = ListToolsRequest { page_size: 500, page_token: token, ..Default::default() };
+        let e = c.list_tools(request).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("list again from the first page"), "{}", e.message());
+    });
+}

@@ -2,6 +2,8 @@
 //! (`Reload`, `CheckPolicy`, `GetPolicy`). Agents see only the tools their `allow` admits, without
 //! sandbox details (`for_role`).
 
+use std::ops::Bound;
+
 use cordon_proto::v1;
 use cordon_proto::v1::cordon_server::Cordon;
 use tonic::{Request, Response, Status};
@@ -23,14 +25,40 @@ pub(in crate::server) async fn list_tools(
 ) -> Result<Response<v1::ListToolsResponse>, Status> {
     let caller = service.caller(&request, "list_tools")?;
     let role = service.role(&caller);
-    let all = request.get_ref().include_unavailable && role == Role::Admin;
+    let v1::ListToolsRequest { include_unavailable, page_size, ref page_token } = *request.get_ref();
+    let all = include_unavailable && role == Role::Admin;
     let registry = service.daemon.registry.current();
+    // The page: the `[tools]` after the token's name (in name order), at most `page_size` of
+    // them; 0: all of them.
+    let after = match page_token.as_str() {
+        "" => None,
+        token => match page::decode(token) {
+            Some((generation, _)) if generation != registry.generation => {
+                return Err(Status::failed_precondition(format!(
+                    "this page token belongs to registry generation {generation}; the registry is now generation {}: list again from the first page",
+                    registry.generation
+                )));
+            }
+            Some((_, after)) => Some(after),
+            None => {
+                return Err(Status::invalid_argument(
+                    "malformed page token: pass back the previous answer's next_page_token unchanged, or send none for the first page",
+                ));
+            }
+        },
+    };
+    let limit = if page_size == 0 { usize::MAX } else { page_size as usize };
+    let range = match &after {
+        Some(name) => registry.tools.range::<str, _>((Bound::Excluded(name.as_str()), Bound::Unbounded)),
+        None => registry.tools.range::<str, _>(..),
+    };
     // Who may see a tool first (no system calls), then its pins, each distinct one checked
     // once per request.
     let mut checks = policy::PinChecks::default();
-    let tools = registry
-        .tools
-        .values()
+    let mut last = None;
+    let mut tools = Vec::new();
+    let mut rest = range
+        .map(|(_, t)| t)
         .filter(|t| all || !t.disabled)
         .filter(|t| service.daemon.authz.may_use(&caller, role, t))
         .filter_map(|t| {
@@ -40,9 +68,21 @@ pub(in crate::server) async fn list_tools(
                 Role::Admin => convert::tool(t, &now),
                 Role::Agent => for_role(convert::tool_for_agents(t, &now), role),
             })
-        })
-        .collect::<Vec<_>>();
-    let mut tools = tools;
+        });
+    for t in rest.by_ref() {
+        if tools.len() == limit {
+            // One more listed tool: this page is full and another follows.
+            let next = last.map(|name| page::encode(registry.generation, name)).unwrap_or_default();
+            return Ok(Response::new(v1::ListToolsResponse {
+                generation: registry.generation,
+                tools,
+                next_page_token: next,
+            }));
+        }
+        last = Some(t.name.clone());
+        tools.push(t);
+    }
+    drop(rest);
     tools.extend(
         registry
             .workflows
@@ -62,10 +102,72 @@ pub(in crate::server) async fn list_tools(
             }
         }
     }
-    if registry.tools.len() > crate::registry::LARGE_REGISTRY {
+    if page_size == 0 && registry.tools.len() > crate::registry::LARGE_REGISTRY {
         crate::registry::release_memory_soon();
     }
-    Ok(Response::new(v1::ListToolsResponse { generation: registry.generation, tools }))
+    Ok(Response::new(v1::ListToolsResponse { generation: registry.generation, tools, next_page_token: String::new() }))
+}
+
+/// `ListTools` page tokens: the registry generation and the name of the last tool of the page
+/// before (the next page starts after it, in name order, so a tool whose availability changes
+/// between pages never moves another one across a page boundary: nothing is skipped or repeated
+/// within a generation). Not secret: a token only says where the caller's own list resumes,
+/// and every page is filtered for its caller as a whole answer is.
+mod page {
+    /// The format version (the first field of the decoded text).
+    const VERSION: &str = "p1";
+    /// Longer tokens are not ours (tool names are short).
+    const MAX_LEN: usize = 1024;
+
+    pub(super) fn encode(generation: u64, after: String) -> String {
+        data_encoding::HEXLOWER.encode(format!("{VERSION}:{generation}:{after}").as_bytes())
+    }
+
+    /// The (generation, name) of a token this daemon made; `None`: not one of ours.
+    pub(super) fn decode(token: &str) -> Option<(u64, String)> {
+        if token.len() > MAX_LEN {
+            return None;
+        }
+        let bytes = data_encoding::HEXLOWER.decode(token.as_bytes()).ok()?;
+        let text = String::from_utf8(bytes).ok()?;
+        let mut parts = text.splitn(3, ':');
+        if parts.next()? != VERSION {
+            return None;
+        }
+        let generation = parts.next()?;
+        if generation.is_empty() || !generation.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let after = parts.next()?;
+        (!after.is_empty()).then(|| Some((generation.parse().ok()?, after.to_string())))?
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn tokens_round_trip_and_others_are_refused() {
+            assert_eq!(decode(&encode(7, "tool-00012".into())), Some((7, "tool-00012".into())));
+            assert_eq!(decode(&encode(7, "a:b".into())), Some((7, "a:b".into())));
+            let hex = |s: &str| data_encoding::HEXLOWER.encode(s.as_bytes());
+            for bad in [
+                String::new(),
+                "zz".into(),
+                "abc".into(),
+                hex("p1:7:"),
+                hex("p1::x"),
+                hex("p1:+7:x"),
+                hex("p0:7:x"),
+                hex("p1:7"),
+                hex("p1:99999999999999999999999:x"),
+                encode(7, "x".into()).to_uppercase(),
+                "0".repeat(MAX_LEN + 2),
+            ] {
+                assert_eq!(decode(&bad), None, "{bad}");
+            }
+        }
+    }
 }
 
 pub(in crate::server) async fn get_tool(
