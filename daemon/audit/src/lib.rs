@@ -312,7 +312,10 @@ impl Ack {
 
 /// A callback that runs exactly once: with the record's fate, or, if the record is dropped
 /// unwritten (the log closed first), with the writer's stop.
-struct Then(Option<Box<dyn FnOnce(Result<u64, AuditError>) + Send>>);
+struct Then(Option<Callback>);
+
+/// What [`Audit::durable_then`] runs.
+type Callback = Box<dyn FnOnce(Result<u64, AuditError>) + Send>;
 
 impl Then {
     fn call(&mut self, result: Result<u64, AuditError>) {
