@@ -2,11 +2,15 @@
 //! see [`admission`]), run, cancel.
 //!
 //! Architecture invariant: a process is only ever started from a [`Started`] invocation, which
-//! can only be built by [`Invoker::start`] once its `started` audit record is on disk, from a
-//! [`Prepared`] one, which only [`Invoker::prepare`] builds after validation against the current
-//! registry and after a concurrency slot was taken (a call that waited for its slot is checked
-//! again against the registry and its pins once it has it). Every decision made here is audited
-//! here.
+//! can only be built by [`Invoker::begin`] (or [`Invoker::start`], which also waits for the
+//! disk) once its `started` audit record is queued with the audit writer, from a [`Prepared`]
+//! one, which only [`Invoker::prepare`] builds after validation against the current registry and
+//! after a concurrency slot was taken (a call that waited for its slot is checked again against
+//! the registry and its pins once it has it). A `Started` carries the go gate its child waits at
+//! before it drops its identity and execs: only the audit writer opens it, once the record is on
+//! disk, so the tool never runs before its `started` record is durable (the sync overlaps the
+//! child's setup; a record that fails refuses the gate and the call, and nothing ran). Every
+//! decision made here is audited here.
 //!
 //! [`budgets`]: the tools' budgets, checked when a call starts (after validation, before its
 //! `started` record), charged when it ends, kept across restarts by [`budget_store`].
@@ -448,16 +452,47 @@ fn lock(map: &RunningMap) -> MutexGuard<'_, HashMap<String, Running>> {
     map.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// An invocation whose `started` record is on disk: the only thing [`Invoker::execute`] runs.
+/// An invocation whose `started` record is queued, with the gate its child waits at (opened by
+/// the audit writer only once the record is on disk) and the record's fate: the only thing
+/// [`Invoker::execute`] runs.
 #[derive(Debug)]
 pub(crate) struct Started {
     prepared: Prepared,
     mark: Mark,
+    /// The child's end of the go gate (see `cordon_sandbox::gate`).
+    gate: cordon_sandbox::Gate,
+    durable: Durable,
+    /// The child may be started before the record is on disk (it had a place at the gate);
+    /// otherwise [`Invoker::execute`] waits for the record first.
+    overlap: bool,
+}
+
+/// Whether an invocation's `started` record reached the disk: set once, by the audit writer.
+#[derive(Debug, Clone)]
+pub(crate) struct Durable(tokio::sync::watch::Receiver<Option<Result<u64, AuditError>>>);
+
+impl Durable {
+    /// Waits for the record's fate: its seq once it is on disk, or why it is not.
+    pub(crate) async fn wait(&mut self) -> Result<u64, AuditError> {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(fate) => {
+                fate.clone().unwrap_or_else(|| Err(AuditError::Failed("the started record has no fate".into())))
+            }
+            // The writer's callback always sets a fate before it drops the sender.
+            Err(_) => Err(AuditError::Failed("the audit writer has stopped".into())),
+        }
+    }
 }
 
 impl Started {
     pub(crate) fn id(&self) -> &str {
         &self.prepared.id
+    }
+
+    /// The call is refused because its `started` record is not on disk (its gate was refused:
+    /// nothing ran); logged as such.
+    fn refused(self, e: AuditError) -> InvokeError {
+        refused_unrecorded(&self.prepared.id, &self.prepared.tool.name, e)
     }
 
     pub(crate) fn prepared(&self) -> &Prepared {
@@ -554,6 +589,31 @@ pub(crate) struct Invoker {
     /// Roles and `allow`: each call's decision record says who decided it (`role`, and what its
     /// `allow` looked up).
     authz: crate::authz::Authorizer,
+    /// Children waiting at their gate right now (see [`Invoker::begin`]).
+    gated: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Takes one of the places for a child waiting at its gate, if one is free: at most one fewer
+/// than the runtime's workers (and at least one), because the thread that cloned a waiting child
+/// is suspended in `clone` until it execs, so a hung disk must never hold every worker. Freed
+/// when the record's fate is known (the gate is then opened or refused).
+fn gate_place(gated: &Arc<std::sync::atomic::AtomicUsize>) -> Option<GatePlace> {
+    use std::sync::atomic::Ordering;
+    let workers = tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers());
+    let max = workers.saturating_sub(1).max(1);
+    gated
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+        .ok()
+        .map(|_| GatePlace(gated.clone()))
+}
+
+/// A place taken by [`gate_place`].
+struct GatePlace(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for GatePlace {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl Invoker {
@@ -591,6 +651,7 @@ impl Invoker {
             egress_metrics,
             terminator,
             authz,
+            gated: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }
     }
 
@@ -1293,9 +1354,27 @@ impl Invoker {
         (self.egress_metrics.clone(), self.terminator.clone())
     }
 
-    /// Writes the invocation's `started` record and waits until it is on disk; only then can it
-    /// run. If the log fails, the invocation is refused (UNAVAILABLE) and nothing runs.
+    /// Writes the invocation's `started` record and waits until it is on disk. If the log fails,
+    /// the invocation is refused (UNAVAILABLE) and nothing runs. (Jobs and workflow steps; an
+    /// `Invoke` overlaps the wait with the child's setup: [`Invoker::begin`].)
     pub(crate) async fn start(&self, prepared: Prepared, mark: Mark) -> Result<Started, InvokeError> {
+        let (started, mut durable) = self.begin(prepared, mark)?;
+        match durable.wait().await {
+            Ok(_) => Ok(started),
+            Err(e) => Err(started.refused(e)),
+        }
+    }
+
+    /// Queues the invocation's `started` record with the audit writer and returns at once, with
+    /// the record's fate to wait for: the record is written and synced while the sandbox sets the
+    /// child up, and the child waits at its gate, before it drops its identity and execs, until
+    /// the writer opens it, which it does only once the record is on disk. If the record cannot
+    /// be written the gate refuses: the child exits without running anything, and the caller must
+    /// refuse the call (UNAVAILABLE) exactly as [`Invoker::start`] does ([`Durable::wait`]'s
+    /// error; [`Invoker::execute`] returns it too). A log already failed refuses here, before
+    /// anything is prepared.
+    pub(crate) fn begin(&self, prepared: Prepared, mark: Mark) -> Result<(Started, Durable), InvokeError> {
+        self.audit.check().map_err(|e| refused_unrecorded(&prepared.id, &prepared.tool.name, e))?;
         let p = &prepared;
         let run_as = RunIdentity::of(&p.tool, p.identity.as_ref(), p.dedicated_uid).json();
         let mut record = Record::new(Decision::Started)
@@ -1332,13 +1411,27 @@ impl Invoker {
             record = record.with("confirmation", json!({ "approval_id": c.approval_id, "via": c.via.as_str() }));
         }
         let record = self.call_record(record, &p.caller, Some(&p.tool), Some(p.arguments.clone()));
-        match self.audit.durable(record).await {
-            Ok(_) => Ok(Started { prepared, mark }),
-            Err(e) => {
-                tracing::error!(id = %p.id, tool = %p.tool.name, error = %e, "invocation refused: its started record is not on disk");
-                Err(InvokeError::Audit(e))
+        let (gate, opener) = cordon_sandbox::gate()
+            .map_err(|e| InvokeError::Spawn(SpawnError::Setup { step: cordon_sandbox::SetupStep::Gate, source: e }))?;
+        let (fate, durable) = tokio::sync::watch::channel(None);
+        // Without a free place at the gate, the call waits for its record before its child is
+        // started (as before the gate), so that some worker always stays free.
+        let place = gate_place(&self.gated);
+        let overlap = place.is_some();
+        // Runs on the thread that writes the record, never on a task of this runtime (whose
+        // thread that cloned the child is suspended until it execs): the gate first, it is the
+        // child's critical path.
+        self.audit.durable_then(record, move |result| {
+            if result.is_ok() {
+                opener.open();
+            } else {
+                opener.refuse();
             }
-        }
+            drop(place);
+            fate.send_replace(Some(result));
+        });
+        let started = Started { prepared, mark, gate, durable: Durable(durable.clone()), overlap };
+        Ok((started, Durable(durable)))
     }
 
     /// Cancels a running invocation, remembering the first reason for its audit record; false
@@ -1357,7 +1450,10 @@ impl Invoker {
     /// Runs a started invocation to its end and records how it ended, durably, before it
     /// returns: the outcome is only answered once its record is on disk.
     pub(crate) async fn execute(&self, started: Started, output: Option<OutputSink>) -> Result<Answer, InvokeError> {
-        let Started { mut prepared, mark } = started;
+        let Started { mut prepared, mark, gate, mut durable, overlap } = started;
+        if !overlap && let Err(e) = durable.wait().await {
+            return Err(refused_unrecorded(&prepared.id, &prepared.tool.name, e));
+        }
         let secrets = std::mem::take(&mut prepared.secrets);
         // A tool with `network.hosts`: its egress proxy starts once the sandbox hands over the
         // listener it made inside the tool's network namespace.
@@ -1421,7 +1517,13 @@ impl Invoker {
             cgroup_dirs: Some(prepared.cgroup_dirs.clone()),
             denials: self.host.denials.as_ref().ok().map(|d| d.as_ref()),
         };
-        let result = cordon_sandbox::run(spec, &confinement, &prepared.cancel).await;
+        let result = cordon_sandbox::run_gated(spec, &confinement, &prepared.cancel, Some(gate)).await;
+        // The child could not exec before its `started` record was on disk; a call whose record
+        // never got there ran nothing and is refused, with nothing more recorded (as when the
+        // record fails before anything is prepared).
+        if let Err(e) = durable.wait().await {
+            return Err(refused_unrecorded(&prepared.id, &prepared.tool.name, e));
+        }
         // The tool is gone: its connections are closed and recorded before its terminal record.
         let proxied = match proxy {
             Some(p) => p.finish().await,
@@ -1841,6 +1943,12 @@ fn marked(mark: Option<&StepMark>, record: Record) -> Record {
 }
 
 /// The error a caller hears when the tool ran but its terminal record could not be written.
+/// Logs that a call is refused because its `started` record is not on disk.
+fn refused_unrecorded(id: &str, tool: &str, e: AuditError) -> InvokeError {
+    tracing::error!(id = %id, tool = %tool, error = %e, "invocation refused: its started record is not on disk");
+    InvokeError::Audit(e)
+}
+
 fn unrecorded(id: &str, e: AuditError) -> AuditError {
     let reason = match e {
         AuditError::Failed(reason) | AuditError::Open(reason) => reason,

@@ -286,8 +286,49 @@ pub enum AuditError {
 }
 
 enum Msg {
-    Record { record: Record, ack: Option<oneshot::Sender<Result<u64, AuditError>>> },
+    Record { record: Record, ack: Option<Ack> },
     Resume(oneshot::Sender<Result<String, AuditError>>),
+}
+
+/// Who hears that a durable record is on disk, or that it could not be written.
+enum Ack {
+    /// A [`Audit::durable`] caller, waiting.
+    Wait(oneshot::Sender<Result<u64, AuditError>>),
+    /// A [`Audit::durable_then`] callback, run by whoever wrote the record.
+    Then(Then),
+}
+
+impl Ack {
+    fn send(self, result: Result<u64, AuditError>) {
+        match self {
+            Ack::Wait(tx) => {
+                // The waiter may have gone away; the record is written all the same.
+                let _ = tx.send(result);
+            }
+            Ack::Then(mut then) => then.call(result),
+        }
+    }
+}
+
+/// A callback that runs exactly once: with the record's fate, or, if the record is dropped
+/// unwritten (the log closed first), with the writer's stop.
+struct Then(Option<Callback>);
+
+/// What [`Audit::durable_then`] runs.
+type Callback = Box<dyn FnOnce(Result<u64, AuditError>) + Send>;
+
+impl Then {
+    fn call(&mut self, result: Result<u64, AuditError>) {
+        if let Some(f) = self.0.take() {
+            f(result);
+        }
+    }
+}
+
+impl Drop for Then {
+    fn drop(&mut self) {
+        self.call(Err(stopped()));
+    }
 }
 
 /// Records waiting for the writer, in order.
@@ -403,7 +444,7 @@ impl Audit {
         }
         self.check()?;
         let (ack, done) = oneshot::channel();
-        if !self.pending.push(Msg::Record { record, ack: Some(ack) }, false) {
+        if !self.pending.push(Msg::Record { record, ack: Some(Ack::Wait(ack)) }, false) {
             return Err(stopped());
         }
         match self.writer.try_lock() {
@@ -420,6 +461,29 @@ impl Audit {
             Err(_) => self.pending.wake.notify_one(),
         }
         done.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Queues a record that must be on disk before something proceeds, for the writer thread,
+    /// and returns at once: `then` runs exactly once, on the thread that writes the record (not
+    /// the caller's), as soon as it and everything queued before it is written and
+    /// `fdatasync`ed, with its seq; or with the error if it cannot be. On a log that is already
+    /// failed or closed, `then` runs at once, here, with that error. Used where the wait for the
+    /// disk overlaps other work: an invocation's `started` record while its child is set up (the
+    /// child waits at its gate, which `then` opens).
+    ///
+    /// `then` runs while the writer is held: it must be short, must not block, and must not call
+    /// into this log.
+    pub fn durable_then(&self, record: Record, then: impl FnOnce(Result<u64, AuditError>) + Send + 'static) {
+        if let Some(m) = self.counted() {
+            m.record(&record);
+        }
+        let mut then = Then(Some(Box::new(then)));
+        if let Err(e) = self.check() {
+            then.call(Err(e));
+            return;
+        }
+        // Refused (closed): the message is dropped, and `then` with it, which runs it.
+        self.pending.push(Msg::Record { record, ack: Some(Ack::Then(then)) }, true);
     }
 
     /// From now on, refusals, writes, failures and the exporters' progress are counted in

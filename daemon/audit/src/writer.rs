@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, oneshot};
 
 use super::chain::{self, GENESIS, Verifier};
 use super::open::Open;
-use super::{AuditError, Decision, Head, Msg, Options, Record};
+use super::{Ack, AuditError, Decision, Head, Msg, Options, Record};
 
 /// The writer thread: waits for queued records, then takes the writer and writes everything
 /// queued by then (records that `durable` callers queued while another write was under way,
@@ -121,8 +121,6 @@ pub(super) struct Writer {
     open: Open,
     shared: Arc<Shared>,
 }
-
-type Ack = oneshot::Sender<Result<u64, AuditError>>;
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -247,7 +245,7 @@ impl Writer {
                     if let Some(reason) = self.shared.failure() {
                         tracing::error!(decision = record.decision.as_str(), tool = ?record.tool, id = ?record.invocation, "audit log failed; record lost");
                         if let Some(ack) = ack {
-                            let _ = ack.send(Err(AuditError::Failed(reason)));
+                            ack.send(Err(AuditError::Failed(reason)));
                         }
                         continue;
                     }
@@ -264,7 +262,7 @@ impl Writer {
                         }
                         if let Some(reason) = self.shared.failure() {
                             if let Some(ack) = ack {
-                                let _ = ack.send(Err(AuditError::Failed(reason)));
+                                ack.send(Err(AuditError::Failed(reason)));
                             }
                             continue;
                         }
@@ -299,7 +297,7 @@ impl Writer {
             Ok(()) => {
                 self.size += out.len() as u64;
                 for (ack, seq) in acks.drain(..) {
-                    let _ = ack.send(Ok(seq));
+                    ack.send(Ok(seq));
                 }
                 self.publish(std::mem::take(lines));
             }
@@ -307,7 +305,7 @@ impl Writer {
                 let reason = format!("cannot {what} {}: {e}", self.options.path.display());
                 self.fail(reason.clone());
                 for (ack, _) in acks.drain(..) {
-                    let _ = ack.send(Err(AuditError::Failed(reason.clone())));
+                    ack.send(Err(AuditError::Failed(reason.clone())));
                 }
                 lines.clear();
             }
@@ -422,7 +420,7 @@ impl Writer {
         let (ack, mut done) = oneshot::channel();
         let mut out = String::new();
         let mut lines = vec![self.encode(&record, &mut out)];
-        let mut acks = vec![(ack, self.seq)];
+        let mut acks = vec![(Ack::Wait(ack), self.seq)];
         self.commit(&mut out, &mut lines, &mut acks);
         match done.try_recv() {
             Ok(Ok(seq)) => {

@@ -7,7 +7,8 @@
 //! [`super::netns`]; then, in a user namespace, drop every capability),
 //! working dir, then [`setup`]:
 //! `setsid` -> parent-death signal (and re-check the parent) -> join cgroups -> `setrlimit` ->
-//! mark fds >= 3 close-on-exec -> drop groups, gid, uid (and every capability) -> `no_new_privs`
+//! mark fds >= 3 close-on-exec -> wait at the go gate (the `started` record on disk, see
+//! [`super::gate`]) -> drop groups, gid, uid (and every capability) -> `no_new_privs`
 //! -> landlock `restrict_self` -> seccomp filter last -> restore the signal mask -> exec.
 //!
 //! Architecture invariant: the child shares the daemon's memory until it execs, so everything it
@@ -59,10 +60,11 @@ pub enum Step {
     Network,
     Carve,
     Learn,
+    Gate,
 }
 
 impl Step {
-    const ALL: [Step; 24] = [
+    const ALL: [Step; 25] = [
         Step::Setsid,
         Step::ParentDeathSignal,
         Step::ParentGone,
@@ -87,6 +89,7 @@ impl Step {
         Step::Network,
         Step::Carve,
         Step::Learn,
+        Step::Gate,
     ];
 
     pub fn from_byte(b: u8) -> Option<Step> {
@@ -119,6 +122,7 @@ impl Step {
             Step::Network => "making the network namespace (unshare, loopback up, the egress proxy's listener)",
             Step::Carve => "covering the carve-outs inside grants (mounts in the call's own namespace)",
             Step::Learn => "binding the learn trees read-only and marking them (fanotify)",
+            Step::Gate => "waiting for the invocation's started record to be on disk",
         }
     }
 }
@@ -162,6 +166,9 @@ pub(crate) struct ChildSetup {
     /// `restrict_self` flags, and the seccomp filter installed with `SECCOMP_FILTER_FLAG_LOG`
     /// (then [`Programs::quiet`] after it).
     pub log: Option<DenialLogging>,
+    /// The go gate's read end ([`super::gate`]): the child waits for its byte after marking
+    /// descriptors close-on-exec and before it drops its identity (`None`: no wait).
+    pub gate: Option<RawFd>,
 }
 
 /// What the child does so that the kernel logs its denials (see [`ChildSetup::log`]).
@@ -768,6 +775,14 @@ fn setup(s: &ChildSetup, joined: Option<RawFd>, temp_fds: &[RawFd]) -> io::Resul
     if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) } < 0 {
         return Err(fail(Step::CloseFds));
     }
+    // The go gate: everything above overlapped the `started` record's sync; nothing below runs
+    // (no identity change, no exec) until cordond says the record is on disk. Waiting here, with
+    // cordond's identity, no process of the tool's user may signal (stop) or trace this child.
+    if let Some(fd) = s.gate
+        && !wait_for_go(fd)
+    {
+        return Err(fail(Step::Gate));
+    }
     if let Some(id) = &s.identity {
         drop_identity(id, s.last_cap, &fail)?;
     }
@@ -802,6 +817,43 @@ fn setup(s: &ChildSetup, joined: Option<RawFd>, temp_fds: &[RawFd]) -> io::Resul
         }
     }
     Ok(())
+}
+
+/// Waits for the gate's byte (see [`super::gate`]): true only for [`super::gate::GO`]. A
+/// refusal, end of file or an error leaves errno set (ECANCELED for a refusal or end of file),
+/// the timeout ETIMEDOUT. Every signal but SIGKILL and SIGSTOP is blocked here; a stop and
+/// continue restarts the wait with what is left of the timeout (the kernel's `ppoll` restart).
+fn wait_for_go(fd: RawFd) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let timeout = libc::timespec { tv_sec: super::gate::TIMEOUT.as_secs() as libc::time_t, tv_nsec: 0 };
+    // SAFETY: raw ppoll(2) and read(2) on a descriptor the parent keeps open until this child
+    // has exec'd or died, with a live stack pollfd, timespec and buffer; no signal mask given.
+    unsafe {
+        let ready = libc::syscall(
+            libc::SYS_ppoll,
+            &mut pfd as *mut libc::pollfd,
+            1 as libc::c_ulong,
+            &timeout as *const libc::timespec,
+            std::ptr::null::<libc::sigset_t>(),
+            std::mem::size_of::<u64>(),
+        );
+        if ready < 0 {
+            return false;
+        }
+        if ready == 0 {
+            *libc::__errno_location() = libc::ETIMEDOUT;
+            return false;
+        }
+        let mut byte = 0u8;
+        let n = libc::read(fd, (&mut byte as *mut u8).cast(), 1);
+        if n == 1 && byte == super::gate::GO {
+            return true;
+        }
+        if n >= 0 {
+            *libc::__errno_location() = libc::ECANCELED;
+        }
+        false
+    }
 }
 
 /// Leaves root for good: no capabilities (not even through a later exec as uid 0), the

@@ -14,6 +14,8 @@
 //!   SIGKILL to the group, then the cgroup kill), and reaps it.
 //! - `child`: the vfork-style `clone` (`clone3` into the invocation's cgroup where it can), and
 //!   what the child does before exec, in the order `docs/sandbox-order.md` fixes. Only `spawn` calls into it.
+//! - `gate`: the go gate a child waits at, before it drops its identity and execs, until cordond
+//!   says the invocation's `started` record is on disk ([`run_gated`]).
 //! - `identity`: the uid, gid and groups a tool runs as (plain data; a leaf).
 //! - `landlock`: the filesystem / TCP / scope ruleset of an invocation, by raw system calls.
 //! - `seccomp` and `syscalls`: the BPF allow-list, compiled once per profile.
@@ -48,6 +50,7 @@ mod carve;
 mod cgroup;
 mod child;
 mod denials;
+mod gate;
 mod identity;
 mod landlock;
 mod learn;
@@ -70,6 +73,7 @@ pub use cgroup::{
 };
 pub use child::Step as SetupStep;
 pub use denials::{DenialLog, Probe as DenialProbe, Watch as DenialWatch, probe as probe_denials};
+pub use gate::{Gate, Opener as GateOpener, TIMEOUT as GATE_TIMEOUT, gate};
 pub use identity::Identity;
 pub use landlock::{
     LandlockError, RulesetDescription, build as landlock_ruleset, describe as describe_landlock_ruleset,
@@ -84,7 +88,9 @@ pub use pool::ready_counts as pooled_namespaces;
 pub use seccomp::{
     CompileError, Profile, ProgramCache, Programs, compile as compile_seccomp, compile_all as compile_seccomp_all,
 };
-pub use spawn::{Confinement, Facts, Outcome, OutputChunk, OutputSink, ProxyHandoff, RunSpec, SpawnError, Stdio, run};
+pub use spawn::{
+    Confinement, Facts, Outcome, OutputChunk, OutputSink, ProxyHandoff, RunSpec, SpawnError, Stdio, run, run_gated,
+};
 pub use temp::{TempFile, TempKind, Untraversable, remove_own_dir as remove_own_temp_dir, untraversable};
 pub use usage::{Usage, read as read_usage};
 

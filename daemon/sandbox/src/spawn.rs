@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::cgroup::{Cgroups, InvocationCgroup};
 use super::child::{self, ChildSetup, Exec, Step};
 use super::denials::DenialLog;
+use super::gate::Gate;
 use super::identity::Identity;
 use super::landlock::{self, LandlockError};
 use super::learn::{LearnError, Learned, Learner};
@@ -243,6 +244,20 @@ pub async fn run(
     confine: &Confinement<'_>,
     cancel: &CancellationToken,
 ) -> Result<Outcome, SpawnError> {
+    run_gated(spec, confine, cancel, None).await
+}
+
+/// [`run`], with the child waiting at `gate` (see [`super::gate`]) before it drops its identity
+/// and execs: until its opener is opened nothing of the tool runs; if it is refused (or the wait
+/// times out) the call fails with [`SpawnError::Setup`] at [`Step::Gate`] and nothing ran.
+/// This thread stays in `clone` while the child waits: the gate must be opened from another
+/// thread, never from a task of this runtime.
+pub async fn run_gated(
+    spec: RunSpec<'_>,
+    confine: &Confinement<'_>,
+    cancel: &CancellationToken,
+    gate: Option<Gate>,
+) -> Result<Outcome, SpawnError> {
     let plan = spec.plan;
     let started = Instant::now();
     // The kernel logs this tool's denials only where a flood of them is bounded (see
@@ -381,6 +396,7 @@ pub async fn run(
             let uid = confine.identity.as_ref().map_or_else(|| nix::unistd::geteuid().as_raw(), |i| i.uid);
             child::DenialLogging::new(uid, confine.landlock_abi)
         }),
+        gate: gate.as_ref().map(Gate::fd),
     };
     let facts = Facts {
         landlock_abi: confine.landlock_abi,
@@ -456,6 +472,7 @@ pub async fn run(
     // pipe's EOF means the child exec'd.
     drop(exec);
     drop(setup);
+    drop(gate);
     let (pid, pidfd) = spawned.map_err(start_err)?;
     if let Some((step, errno)) = child::read_report(&report_read) {
         // The child died before exec: reap it now (it is ours, and already gone).

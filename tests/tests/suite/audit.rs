@@ -445,6 +445,72 @@ fn a_file_size_limit_on_the_log_refuses_invocations_until_resumed() {
     assert!(resumed["cut_bytes"].as_u64().unwrap() > 0, "{resumed}");
 }
 
+/// The `started` record is synced while the child is set up: the child waits at its gate, before
+/// it drops its identity and execs, until the record is on disk. When the record cannot be
+/// written (the log hits its size limit mid-line), the tool never runs: the file it would have
+/// made is absent, and the call is refused exactly as when the log had failed before it
+/// (AUDIT_UNAVAILABLE, over gRPC as the status of the call itself before any event, through the
+/// CLI as exit 69), with no record of it in the log. The same call runs once the log is resumed.
+#[test]
+fn a_started_record_that_cannot_be_written_stops_the_tool_at_its_gate() {
+    let d = daemon();
+    d.run_json("echo", &json!({ "text": "fits" })).0.assert_code(0);
+    records_when(&d, 3);
+    let pid = d.pid().to_string();
+    let set = |value: &str| {
+        let out = Command::new("prlimit").args(["--pid", &pid, &format!("--fsize={value}:")]).output().unwrap();
+        assert!(out.status.success(), "prlimit: {out:?}");
+    };
+    // Room for a part of the next record only: its write fails with EFBIG mid-line.
+    let fail_next_record = || set(&(std::fs::metadata(&d.audit).unwrap().len() + 100).to_string());
+    let marker = d.dir.path().join("gated");
+    let args = json!({ "file": marker }).to_string();
+
+    fail_next_record();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let refused = rt.block_on(async {
+        let channel = cordon_proto::connect(&d.socket).await.unwrap();
+        let mut client = v1::cordon_client::CordonClient::new(channel);
+        let request = v1::InvokeRequest {
+            tool: "touch".into(),
+            arguments_json: args.clone(),
+            stream_output: false,
+            learn: Vec::new(),
+        };
+        client.invoke(request).await.map(|_| ()).expect_err("the call must be refused before any event")
+    });
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(refused.metadata().get("cordon-error-code").unwrap(), "AUDIT_UNAVAILABLE", "{refused:?}");
+    assert!(refused.message().contains("File too large"), "{refused:?}");
+    assert!(!marker.exists(), "the tool ran although its started record was not written");
+
+    // Through the CLI, on a log resumed and made to fail again by this very record.
+    set("unlimited");
+    d.cordon(&["audit", "resume"]).assert_code(0);
+    fail_next_record();
+    let (out, j) = d.run_json("touch", &json!({ "file": marker }));
+    out.assert_code(69);
+    assert_eq!(j["error"]["code"], "AUDIT_UNAVAILABLE", "{j}");
+    let message = j["error"]["message"].as_str().unwrap();
+    assert!(message.contains("File too large") && message.contains("cordon audit resume"), "{message}");
+    assert!(j.get("exit_code").is_none(), "{j}");
+    assert!(!marker.exists(), "the tool ran although its started record was not written");
+
+    set("unlimited");
+    d.cordon(&["audit", "resume"]).assert_code(0);
+    verify(&d.audit).assert_code(0);
+    // Neither refused call left a record: the only `touch` records are the last call's.
+    let touched = |r: &Value| r["tool"] == "touch";
+    assert!(!d.audit_records().iter().any(touched), "{:#?}", d.audit_records());
+    d.run_json("touch", &json!({ "file": marker })).0.assert_code(0);
+    assert!(marker.exists(), "the same call runs once the log is resumed");
+    let records = records_when(&d, 1);
+    let touch: Vec<String> =
+        records.iter().filter(|r| touched(r)).map(|r| r["decision"].as_str().unwrap().to_string()).collect();
+    assert_eq!(touch, ["started", "finished"], "{records:#?}");
+    verify(&d.audit).assert_code(0);
+}
+
 #[test]
 fn a_full_filesystem_refuses_invocations_until_resumed() {
     if !is_root() {

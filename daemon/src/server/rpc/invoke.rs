@@ -1,6 +1,7 @@
 //! The calls that run something: `Invoke`, `Confirm` (a confirmation token redeemed),
 //! `RunWorkflow`, `DryRun` (nothing runs) and `Cancel`. Each goes through the invoker: prepare
-//! (or redeem), then `start` with its `Mark`, then `execute` in its own task.
+//! (or redeem), then `begin` with its `Mark` (the `started` record queued), then `execute` in its
+//! own task, answering once the `started` record is on disk.
 
 use cordon_proto::v1;
 use tonic::{Request, Response, Status};
@@ -11,7 +12,7 @@ use cordon_sandbox::OutputChunk;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::authz::Role;
-use crate::invoke::{Admission, CancelReason, Mark, Started};
+use crate::invoke::{Admission, CancelReason, Durable, InvokeError, Mark, Started};
 use crate::server::service::{InvokeStream, finished};
 
 pub(in crate::server) async fn invoke(
@@ -54,8 +55,8 @@ pub(in crate::server) async fn invoke(
     };
     match admission.map_err(|e| status::invoke(&e))? {
         Admission::Ready(prepared) => {
-            let started = invoker.start(prepared, Mark::Direct).await.map_err(|e| status::invoke(&e))?;
-            Ok(run_stream(service, started, req.stream_output))
+            let (started, durable) = invoker.begin(prepared, Mark::Direct).map_err(|e| status::invoke(&e))?;
+            run_when_durable(service, started, durable, req.stream_output).await
         }
         Admission::Cached(hit) => {
             let accepted = v1::InvokeEvent {
@@ -125,8 +126,8 @@ pub(in crate::server) async fn confirm(
     let invoker = &service.daemon.invoker;
     let prepared =
         invoker.redeem(caller, &req.token, req.approved_by_elicitation).await.map_err(|e| status::invoke(&e))?;
-    let started = invoker.start(prepared, Mark::Direct).await.map_err(|e| status::invoke(&e))?;
-    Ok(run_stream(service, started, req.stream_output))
+    let (started, durable) = invoker.begin(prepared, Mark::Direct).map_err(|e| status::invoke(&e))?;
+    run_when_durable(service, started, durable, req.stream_output).await
 }
 
 pub(in crate::server) async fn cancel(
@@ -143,6 +144,23 @@ pub(in crate::server) async fn cancel(
     let cancelled = service.daemon.invoker.cancel_with(id, CancelReason::Caller(caller.clone()))
         || service.daemon.workflows.stop(id, CancelReason::Caller(caller));
     Ok(Response::new(v1::CancelResponse { cancelled }))
+}
+
+/// Starts the call's task at once, so that its child is set up while its `started` record is
+/// synced (the child waits at its gate until the record is on disk), and answers the client only
+/// once the record is on disk: a record that cannot be written is the same refusal
+/// (AUDIT_UNAVAILABLE, before any event) as when it failed before anything was prepared, and the
+/// child exits at its gate without running the tool.
+async fn run_when_durable(
+    service: &CordonService,
+    started: Started,
+    mut durable: Durable,
+    stream_output: bool,
+) -> Result<Response<InvokeStream>, Status> {
+    let response = run_stream(service, started, stream_output);
+    // Dropping the response on a refusal closes its stream: the task ends the call.
+    durable.wait().await.map_err(|e| status::invoke(&InvokeError::Audit(e)))?;
+    Ok(response)
 }
 
 /// Runs an admitted invocation in its own task and streams `accepted`, live output (when
