@@ -232,10 +232,10 @@ fn a_hosts_tool_sees_only_loopback_and_reaches_nothing_but_the_proxy() {
     let d = Daemon::start(&[("t.toml", &policy(&isolation_tools(up.port)))]);
     assert_isolated(&d, Client::Me, up.port);
     assert!(up.heads().is_empty(), "a connection reached the upstream: {:?}", up.heads());
-    // Each call has its own namespace.
-    let a = attack(&d, "t", &["net-view"]);
-    let b = attack(&d, "t", &["net-view"]);
-    assert_ne!(a["netns"], b["netns"], "two calls shared a namespace");
+    // Each call has its own namespace: not shown by comparing two calls' `net:[inode]` (the kernel
+    // gives a freed namespace's number to the next one, so two fresh namespaces in a row can show
+    // the same number): pools::a_hosts_call_gets_a_namespace_no_call_used_with_only_its_listener
+    // proves it by the socket table, where the previous call's TIME_WAIT would show.
 }
 
 #[test]
