@@ -13,95 +13,18 @@
 //! `cargo build --release --workspace && cargo bench -p cordon-tests --bench hosts`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{Read as _, Write as _};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-use cordon_proto::v1;
+use std::path::Path;
+use std::time::Instant;
 
-const CURL: &str = "/usr/bin/curl";
+use common::{CURL, download, invoke, p50, upstream};
 
-/// A server on 127.0.0.1 answering `GET /big/N` with N bytes (`x`) and anything else with a
-/// short body; one thread per connection.
-fn upstream() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            std::thread::spawn(move || {
-                let mut head = Vec::new();
-                let mut byte = [0u8; 1];
-                while !head.ends_with(b"\r\n\r\n") {
-                    match conn.read(&mut byte) {
-                        Ok(1) => head.push(byte[0]),
-                        _ => return,
-                    }
-                }
-                let head = String::from_utf8_lossy(&head).into_owned();
-                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-                let n = path.strip_prefix("/big/").and_then(|n| n.parse::<usize>().ok()).unwrap_or(3);
-                let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n");
-                let chunk = vec![b'x'; 256 * 1024];
-                let mut left = n;
-                while left > 0 {
-                    let k = left.min(chunk.len());
-                    if conn.write_all(&chunk[..k]).is_err() {
-                        return;
-                    }
-                    left -= k;
-                }
-            });
-        }
-    });
-    port
-}
-
+/// The network tools of [`common::network_tools`] and one making many CONNECT tunnels.
 fn policy(port: u16, attack: &Path) -> String {
     let bins = attack.parent().unwrap();
     format!(
-        r#"version = 1
-[defaults]
-timeout = "120s"
-max_output = "1MiB"
-
-[tools.plain]
-description = "no network"
-reason = "benchmark"
-command = ["/bin/true"]
-
-[tools.ports]
-description = "landlock ports"
-reason = "benchmark"
-command = ["/bin/true"]
-network = {{ connect_tcp = [{port}] }}
-
-[tools.hosts]
-description = "egress proxy"
-reason = "benchmark"
-command = ["/bin/true"]
-network = {{ hosts = ["127.0.0.1:{port}"] }}
-
-[tools.curl-direct]
-description = "download directly"
-reason = "benchmark"
-command = ["{CURL}", "-sS", "-f", "-o", "/dev/null", "{{{{url}}}}"]
-network = {{ connect_tcp = [{port}] }}
-[tools.curl-direct.params.url]
-type = "string"
-required = true
-
-[tools.curl-proxy]
-description = "download through the egress proxy"
-reason = "benchmark"
-command = ["{CURL}", "-sS", "-f", "-o", "/dev/null", "{{{{url}}}}"]
-network = {{ hosts = ["127.0.0.1:{port}"], max_bytes = "64GiB" }}
-[tools.curl-proxy.params.url]
-type = "string"
-required = true
-
+        r#"{}
 [tools.tunnels]
 description = "many tunnels"
 reason = "benchmark"
@@ -113,67 +36,9 @@ limits = {{ open_files = 8192 }}
 type = "string"
 pattern = "[0-9]+"
 required = true
-"#
+"#,
+        common::network_tools(port)
     )
-}
-
-struct Running {
-    child: std::process::Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::SIGTERM);
-        let _ = self.child.wait();
-    }
-}
-
-fn start(policy: &str) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("bench.toml"), policy).unwrap();
-    let socket = dir.path().join("cordon.sock");
-    let child = Command::new(cordon_tests::bin("cordond"))
-        .arg("--policies")
-        .arg(&policies)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--audit")
-        .arg(dir.path().join("audit.jsonl"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(Instant::now() < deadline, "cordond did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Running { child, socket, _dir: dir }
-}
-
-/// One `Invoke` to its end; panics unless it exits 0. Returns the tool's stdout.
-async fn invoke(channel: tonic::transport::Channel, tool: &str, args: &str) -> Vec<u8> {
-    let mut client = v1::cordon_client::CordonClient::new(channel);
-    let request =
-        v1::InvokeRequest { tool: tool.into(), arguments_json: args.into(), stream_output: false, learn: Vec::new() };
-    let mut stream = client.invoke(request).await.unwrap().into_inner();
-    while let Some(ev) = stream.message().await.unwrap() {
-        if let Some(v1::invoke_event::Event::Finished(f)) = ev.event {
-            assert_eq!(f.exit_code, Some(0), "{tool}: {}", String::from_utf8_lossy(&f.stderr));
-            return f.stdout;
-        }
-    }
-    panic!("{tool}: no result");
-}
-
-fn p50(mut samples: Vec<Duration>) -> f64 {
-    samples.sort();
-    samples[samples.len() / 2].as_secs_f64() * 1e3
 }
 
 fn main() {
@@ -182,7 +47,7 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let attack = cordon_tests::bin("cordon-attack");
     let port = upstream();
-    let d = start(&policy(port, &attack));
+    let d = common::start(&cordon_tests::bin("cordond"), &policy(port, &attack), &[]);
     let curl = Path::new(CURL).exists();
     println!("{n} calls per spawn figure, {mib} MiB per download, best of 3 interleaved rounds");
     let mut spawn: Vec<(&str, f64)> = Vec::new();
@@ -211,11 +76,8 @@ fn main() {
                 }
             }
             if curl {
-                let url = format!("{{\"url\": \"http://127.0.0.1:{port}/big/{}\"}}", mib << 20);
                 for tool in ["curl-direct", "curl-proxy"] {
-                    let t = Instant::now();
-                    invoke(channel.clone(), tool, &url).await;
-                    let rate = mib as f64 / t.elapsed().as_secs_f64();
+                    let rate = download(channel.clone(), tool, port, mib).await;
                     match download.iter_mut().find(|(name, _)| *name == tool) {
                         Some((_, best)) => *best = best.max(rate),
                         None => download.push((tool, rate)),
