@@ -18,7 +18,7 @@ mod common;
 use std::path::Path;
 use std::time::Instant;
 
-use common::{CURL, download, invoke, p50, upstream};
+use common::{CURL, invoke, p50, upstream};
 
 /// The network tools of [`common::network_tools`] and one making many CONNECT tunnels.
 fn policy(port: u16, attack: &Path) -> String {
@@ -77,7 +77,7 @@ fn main() {
             }
             if curl {
                 for tool in ["curl-direct", "curl-proxy"] {
-                    let rate = download(channel.clone(), tool, port, mib).await;
+                    let rate = common::download(channel.clone(), tool, port, mib).await;
                     match download.iter_mut().find(|(name, _)| *name == tool) {
                         Some((_, best)) => *best = best.max(rate),
                         None => download.push((tool, rate)),
