@@ -14,7 +14,7 @@ Generates N tools (default 10,000) across F policy files (default 100), each fil
   and later (warm) listings as a client following `nextCursor` sees them (every page, and the
   slowest page), the listing after a reload, and the front-end's RSS after listing.
 
-With `--baseline DIR` (another build's `cordond` and `cordon`, e.g. /work/notes/before33) both
+With `--baseline DIR` (another build's `cordond` and `cordon`, e.g. a release build of an older commit) both
 builds are measured in the same run, in alternating rounds (`--rounds`), and each figure is
 printed for both with the ratio this/baseline.
 

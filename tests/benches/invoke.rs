@@ -485,10 +485,10 @@ fn registry_file(index: usize, per_file: usize) -> String {
              command = [\"{program}\", \"-C\", \"{{{{repo}}}}\", \"log\", \"-n\", \"{{{{count}}}}\", \"--grep\", \"{{{{pattern}}}}\", \"{{{{mode}}}}\"]\n\
              annotations = {{ title = \"Tool {n}\", read_only = true, idempotent = true }}\n"
         ));
-        if n % 4 == 0 {
+        if n.is_multiple_of(4) {
             s.push_str("working_dir = \"/srv\"\n");
         }
-        if n % 10 == 0 {
+        if n.is_multiple_of(10) {
             s.push_str("read = [\"/home\", \"/srv\", \"/usr/share\"]\n");
         }
         s.push_str(&format!(
