@@ -319,7 +319,7 @@ pub async fn run_gated(
         let _ = slot.set(cg.dirs().to_vec());
     }
     // A recycled leaf's counter starts where its last invocation left it.
-    let cpu_before = cgroup.as_ref().and_then(|cg| crate::usage::read(cg.dirs()).cpu_usec);
+    let cpu_before = cgroup.as_ref().and_then(|cg| crate::usage::cpu_usec(cg.dirs()));
     // The private temp space: made now, removed when the invocation ends (also when this future
     // is dropped). The executable's pinned path counts as something the tool relies on.
     let exe_pin = confine.policy.pins.executable.as_ref().map(|e| e.pin.path.as_path());
@@ -588,7 +588,7 @@ pub async fn run_gated(
     let (status, timed_out, cancelled) = supervised?;
     // Every process was killed and the leader reaped: the cgroup's count is final.
     let cpu = cgroup.as_ref().and_then(|cg| {
-        let after = crate::usage::read(cg.dirs()).cpu_usec?;
+        let after = crate::usage::cpu_usec(cg.dirs())?;
         Some(Duration::from_micros(after.saturating_sub(cpu_before?)))
     });
     if let Some(cg) = cgroup.take() {

@@ -38,6 +38,17 @@ fn keyed(path: &Path, key: &str) -> Option<u64> {
     })
 }
 
+/// CPU time alone, in microseconds, from the first of `dirs` that has it: what a call's start and
+/// end read for its `cpu_ms` (without [`read`]'s memory and process files, which a hybrid host
+/// looks for under names that are not there: five failed opens per read).
+pub(crate) fn cpu_usec(dirs: &[PathBuf]) -> Option<u64> {
+    dirs.iter().find_map(|dir| {
+        keyed(&dir.join("cpu.stat"), "usage_usec")
+            // v1 cpuacct counts nanoseconds.
+            .or_else(|| read_u64(&dir.join("cpuacct.usage")).map(|ns| ns / 1000))
+    })
+}
+
 /// Reads the figures of the cgroup directories `dirs` (one per hierarchy, as
 /// [`crate::InvocationCgroup::dirs`] lists them). Each figure is taken from the first directory
 /// that has it.
@@ -45,9 +56,7 @@ pub fn read(dirs: &[PathBuf]) -> Usage {
     let mut u = Usage::default();
     for dir in dirs {
         if u.cpu_usec.is_none() {
-            u.cpu_usec = keyed(&dir.join("cpu.stat"), "usage_usec")
-                // v1 cpuacct counts nanoseconds.
-                .or_else(|| read_u64(&dir.join("cpuacct.usage")).map(|ns| ns / 1000));
+            u.cpu_usec = cpu_usec(std::slice::from_ref(dir));
         }
         if u.memory_bytes.is_none() {
             u.memory_bytes =
@@ -78,6 +87,10 @@ mod tests {
         assert!(u.measured());
         fs::write(v1.join("cpuacct.usage"), "2000000\n").unwrap();
         assert_eq!(read(std::slice::from_ref(&v1)).cpu_usec, Some(2000));
+        // CPU alone: the first directory that has it, v2's `cpu.stat` before v1's cpuacct.
+        assert_eq!(cpu_usec(&[v2.clone(), v1.clone()]), Some(1500));
+        assert_eq!(cpu_usec(&[base.join("missing"), v1.clone()]), Some(2000));
+        assert_eq!(cpu_usec(&[base.join("missing")]), None);
         assert!(!read(&[base.join("missing")]).measured());
         let _ = fs::remove_dir_all(&base);
     }
