@@ -10,11 +10,10 @@
 //! `cargo build --release -p cordon-daemon -p cordon-client && cargo bench -p cordon-tests --bench pools`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use cordon_proto::v1;
+mod common;
+use common::p50;
 
 const POLICY: &str = r#"version = 1
 [defaults]
@@ -38,66 +37,15 @@ command = ["/bin/true"]
 network = { hosts = ["127.0.0.1:9"] }
 "#;
 
-struct Running {
-    child: std::process::Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::SIGTERM);
-        let _ = self.child.wait();
-    }
-}
-
-fn start(pool: bool) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let policies = dir.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    std::fs::write(policies.join("bench.toml"), POLICY).unwrap();
-    let socket = dir.path().join("cordon.sock");
-    let mut cmd = Command::new(cordon_tests::bin("cordond"));
-    if !pool {
-        cmd.env("CORDON_POOL", "off");
-    }
-    let child = cmd
-        .arg("--policies")
-        .arg(&policies)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--audit")
-        .arg(dir.path().join("audit.jsonl"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(Instant::now() < deadline, "cordond did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Running { child, socket, _dir: dir }
+/// A daemon with the pools on, or off (`CORDON_POOL=off`).
+fn start(pool: bool) -> common::Running {
+    let env: &[(&str, &str)] = if pool { &[] } else { &[("CORDON_POOL", "off")] };
+    common::try_start_with_env(&cordon_tests::bin("cordond"), &[("bench.toml".into(), POLICY.into())], &[], env)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn invoke(channel: tonic::transport::Channel, tool: &str) {
-    let mut client = v1::cordon_client::CordonClient::new(channel);
-    let request =
-        v1::InvokeRequest { tool: tool.into(), arguments_json: "{}".into(), stream_output: false, learn: Vec::new() };
-    let mut stream = client.invoke(request).await.unwrap().into_inner();
-    while let Some(ev) = stream.message().await.unwrap() {
-        if let Some(v1::invoke_event::Event::Finished(f)) = ev.event {
-            assert_eq!(f.exit_code, Some(0), "{tool}: {}", String::from_utf8_lossy(&f.stderr));
-            return;
-        }
-    }
-    panic!("{tool}: no result");
-}
-
-fn p50(mut samples: Vec<Duration>) -> f64 {
-    samples.sort();
-    samples[samples.len() / 2].as_secs_f64() * 1e3
+    common::invoke(channel, tool, "{}").await;
 }
 
 fn main() {

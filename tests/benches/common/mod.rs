@@ -45,6 +45,16 @@ impl Drop for Running {
 /// under [`AUDIT_PARENT`], hermetic groups, and `extra` flags. Err: why it did not start (the
 /// tail of its stderr), e.g. an older build refusing a policy key or a flag.
 pub(crate) fn try_start(cordond: &Path, policies: &[(String, String)], extra: &[&str]) -> Result<Running, String> {
+    try_start_with_env(cordond, policies, extra, &[])
+}
+
+/// [`try_start`] with `env` added to the daemon's environment (e.g. `CORDON_POOL=off`).
+pub(crate) fn try_start_with_env(
+    cordond: &Path,
+    policies: &[(String, String)],
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Result<Running, String> {
     let dir = tempfile::Builder::new().prefix("cordon-bench-").tempdir_in(AUDIT_PARENT).unwrap();
     let dir_policies = dir.path().join("policies");
     std::fs::create_dir(&dir_policies).unwrap();
@@ -64,6 +74,7 @@ pub(crate) fn try_start(cordond: &Path, policies: &[(String, String)], extra: &[
     }
     let mut child = command
         .args(extra)
+        .envs(env.iter().copied())
         .env("CORDON_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
