@@ -321,6 +321,40 @@ struct ChildArgs<'a> {
 /// Size of the stack the child runs on until it execs.
 const CHILD_STACK: usize = 256 * 1024;
 
+thread_local! {
+    /// The stack this thread's children run on, made once per thread: with `CLONE_VFORK` this
+    /// thread stays suspended until its child has exec'd or died, so no two children ever use
+    /// it at once, and a new one per call would cost a 256 KiB allocation cleared (or mapped,
+    /// faulted and unmapped, with the other threads' TLBs flushed) on every invocation.
+    static STACK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Whether this thread's capability bounding set is already empty (see [`empty_bounding_set`]).
+    static BOUNDING_EMPTY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Empties the calling thread's capability bounding set, once per thread, for the children it
+/// clones: they inherit it, so a child that leaves root finds nothing left to drop and reads
+/// each capability instead of dropping it (41 credential changes per call otherwise, one per
+/// capability). The bounding set limits only what an `execve` can grant; this thread's own
+/// effective capabilities are unchanged, and cordond runs nothing from these threads but the
+/// tools' children (the cgroup reaper is started from the main thread, before any call).
+/// Without `CAP_SETPCAP` (a daemon that is not root) nothing changes, and the child does what
+/// it always did. Best effort: the child checks and drops whatever is left, so a thread whose
+/// drop failed fails nothing.
+fn empty_bounding_set(last_cap: libc::c_ulong) {
+    if BOUNDING_EMPTY.get() {
+        return;
+    }
+    let mut empty = true;
+    for cap in 0..=last_cap {
+        // SAFETY: PR_CAPBSET_DROP changes only the calling thread's bounding set.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {
+            empty = false;
+            break;
+        }
+    }
+    BOUNDING_EMPTY.set(empty);
+}
+
 /// Starts the child with `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)`, as posix_spawn does:
 /// no page tables are copied (fork's cost grows with the daemon's memory), and this thread is
 /// suspended until the child has exec'd or died. Where the invocation has a cgroup v2 directory
@@ -330,7 +364,18 @@ const CHILD_STACK: usize = 256 * 1024;
 /// `cgroup.procs` as before. Returns its pid and pidfd; a failure before the exec is read from
 /// the report pipe by the caller.
 pub(crate) fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t, OwnedFd)> {
-    let mut stack = vec![0u8; CHILD_STACK];
+    if setup.identity.is_some() {
+        empty_bounding_set(setup.last_cap);
+    }
+    STACK.with_borrow_mut(|stack| {
+        if stack.len() != CHILD_STACK {
+            *stack = vec![0u8; CHILD_STACK];
+        }
+        spawn_on(exec, setup, stack)
+    })
+}
+
+fn spawn_on(exec: &Exec, setup: &ChildSetup, stack: &mut [u8]) -> io::Result<(libc::pid_t, OwnedFd)> {
     // SAFETY: sigset_t is plain data; sigfillset initialises it.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -380,7 +425,6 @@ pub(crate) fn spawn(exec: &Exec, setup: &ChildSetup) -> io::Result<(libc::pid_t,
     }
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    drop(stack);
     if pid < 0 {
         return Err(clone_error);
     }
@@ -864,10 +908,19 @@ fn drop_identity(id: &Identity, last_cap: libc::c_ulong, fail: &dyn Fn(Step) -> 
     unsafe {
         // The bounding set, then securebits so that uid 0 gains nothing at exec. Both need
         // CAP_SETPCAP, so they come before the uid changes.
-        // One drop per capability the kernel knows (counted once, in the parent).
+        // Every capability the kernel knows (counted once, in the parent) is read, and dropped
+        // if it is still there: the cloning thread usually emptied its set already (see
+        // `empty_bounding_set`), and a read changes no credentials. A read that fails stops the
+        // tool, as a failed drop does.
         for cap in 0..=last_cap {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
-                return Err(fail(Step::DropCapabilities));
+            match libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) {
+                0 => {}
+                1 => {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
+                        return Err(fail(Step::DropCapabilities));
+                    }
+                }
+                _ => return Err(fail(Step::DropCapabilities)),
             }
         }
         const SECBIT_NOROOT: libc::c_ulong = 1 << 0;
@@ -981,6 +1034,114 @@ fn restrict_landlock(s: &ChildSetup, temp_fds: &[RawFd], fail: &dyn Fn(Step) -> 
 #[cfg(test)]
 mod tests {
     use super::Step;
+
+    /// Runs `cat /proc/self/status` as nobody on this thread (a current-thread runtime, so this
+    /// thread clones the child) and returns its CapBnd line's value.
+    fn bounding_set_of_a_child_as_nobody() -> String {
+        use crate::{Confinement, Identity, Profile, RunSpec, Stdio, compile_seccomp};
+        let host = host();
+        let policy = cordon_core::policy::SandboxPolicy::default();
+        let plan = cordon_core::argv::Plan {
+            executable: "/bin/cat".into(),
+            argv: vec!["/bin/cat".into(), "/proc/self/status".into()],
+            display_argv: vec!["cat".into()],
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/".into(),
+        };
+        let id = format!("bounding-{}-{:?}", std::process::id(), std::thread::current().id());
+        let confine = Confinement {
+            id: &id,
+            policy: &policy,
+            landlock_abi: host.landlock_abi,
+            seccomp: std::sync::Arc::new(compile_seccomp(Profile { tcp: false, bind: false, unix: false }).unwrap()),
+            identity: Some(Identity::plain(65534, 65534)),
+            dedicated_uid: false,
+            cgroups: &host.cgroups,
+            views: &host.views,
+            generation: 1,
+            cgroup_dirs: None,
+            denials: None,
+        };
+        let spec = RunSpec {
+            plan: &plan,
+            timeout: std::time::Duration::from_secs(60),
+            max_output: 1 << 16,
+            grace: std::time::Duration::from_secs(1),
+            output: None,
+            proxy: None,
+            temp_files: Vec::new(),
+            stdio: Stdio::Captured,
+            pid: None,
+            learn: Vec::new(),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let never = tokio_util::sync::CancellationToken::new();
+        let outcome = rt.block_on(crate::run(spec, &confine, &never)).unwrap();
+        assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
+        let status = String::from_utf8_lossy(&outcome.stdout.bytes).into_owned();
+        let line = status.lines().find(|l| l.starts_with("CapBnd:")).unwrap_or_else(|| panic!("{status}"));
+        line.trim_start_matches("CapBnd:").trim().to_string()
+    }
+
+    /// One per test process: each probe numbers its pooled cgroup leaves from 0.
+    fn host() -> &'static crate::HostSandbox {
+        static HOST: std::sync::OnceLock<crate::HostSandbox> = std::sync::OnceLock::new();
+        HOST.get_or_init(crate::HostSandbox::probe)
+    }
+
+    /// Whether this thread's bounding set still holds CAP_SYS_ADMIN.
+    fn thread_holds_sys_admin() -> bool {
+        // SAFETY: PR_CAPBSET_READ only reads this thread's bounding set.
+        unsafe {
+            libc::prctl(libc::PR_CAPBSET_READ, 21 /* CAP_SYS_ADMIN */ as libc::c_ulong, 0, 0, 0) == 1
+        }
+    }
+
+    /// Tests that need what only root has: a skip (with its reason) outside CI, a failure in CI.
+    fn root_or_skip(what: &str) -> bool {
+        let root = nix::unistd::geteuid().is_root() && host().landlock_abi > 0;
+        if !root {
+            assert!(std::env::var_os("CORDON_CI").is_none(), "SKIPPED in CI: {what} needs root and landlock");
+            eprintln!("SKIPPED: {what} needs root and landlock");
+        }
+        root
+    }
+
+    /// The thread that clones a child leaving root empties its own bounding set once, and the
+    /// child's is empty; the thread keeps its effective capabilities (it made the next child).
+    #[test]
+    fn the_cloning_thread_empties_its_bounding_set_once_and_its_children_hold_none() {
+        if !root_or_skip("changing identity") {
+            return;
+        }
+        std::thread::spawn(|| {
+            assert!(thread_holds_sys_admin(), "a new thread starts with the full bounding set");
+            assert_eq!(bounding_set_of_a_child_as_nobody(), "0000000000000000");
+            assert!(!thread_holds_sys_admin(), "the cloning thread's bounding set was not emptied");
+            assert_eq!(bounding_set_of_a_child_as_nobody(), "0000000000000000");
+        })
+        .join()
+        .unwrap();
+        // Other threads are untouched: the bounding set is per thread.
+        assert!(thread_holds_sys_admin(), "another thread's bounding set changed");
+    }
+
+    /// Fail closed: where the cloning thread's set is still full (its drop was skipped, here by
+    /// marking it emptied), the child reads each capability and drops what is left itself.
+    #[test]
+    fn a_child_drops_what_its_cloning_thread_left_in_the_bounding_set() {
+        if !root_or_skip("changing identity") {
+            return;
+        }
+        std::thread::spawn(|| {
+            super::BOUNDING_EMPTY.set(true);
+            assert!(thread_holds_sys_admin());
+            assert_eq!(bounding_set_of_a_child_as_nobody(), "0000000000000000");
+            assert!(thread_holds_sys_admin(), "the child's drop must not reach the thread that cloned it");
+        })
+        .join()
+        .unwrap();
+    }
 
     /// `docs/sandbox-order.md` is the authority for the child's order: every step the child can
     /// report is on that page, under the text a failure shows, so a new step cannot be added

@@ -235,6 +235,14 @@ fn next_job(p: &Pools) -> Job {
 
 /// The pool's thread: makes what [`next_job`] says, one at a time, and files it.
 fn fill() {
+    // Work ahead runs only on a CPU that nothing else wants (SCHED_IDLE): making a namespace
+    // costs as much CPU as a call saves, and on a busy host it must never slow the calls
+    // themselves. Starved, the pools run dry and calls make their own, as without a pool.
+    let idle = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler(2) on the calling thread (0) with a valid parameter.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) } != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "the pool's thread keeps the default scheduling");
+    }
     // The thread's own filesystem context (root, cwd), which setns into a mount namespace needs;
     // its home namespaces, to return to after making each one; /proc, to name the new ones.
     // SAFETY: unshare(2) of this thread's fs_struct only.
