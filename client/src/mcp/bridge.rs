@@ -109,7 +109,9 @@ impl ServerHandler for Bridge {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let catalog = match self.inner.catalogs.get(&self.inner.daemon).await {
+        // Boxed, as `call_tool`'s body is: a fetch of the catalogue is a large future, and every
+        // request's future is as large as the largest handler's.
+        let catalog = match Box::pin(self.inner.catalogs.get(&self.inner.daemon)).await {
             Ok(catalog) => catalog,
             Err(e) if cursor.is_none() => {
                 tracing::warn!(error = %e, "cordond unreachable; listing built-in tools only");
@@ -154,34 +156,10 @@ impl ServerHandler for Bridge {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let name = request.name.to_string();
-        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
-        if let Some(builtin) = builtin::find(&name) {
-            let reach = Reach { daemon: &self.inner.daemon, catalogs: &self.inner.catalogs };
-            return match builtin.call(reach, &arguments).await {
-                Outcome::Answer(result) => Ok(result.into()),
-                Outcome::Confirm(token) => {
-                    let tool = ToolInfo::minimal(CONFIRM_TOOL.into());
-                    self.run(&tool, &context, Start::Confirm { token, elicited: false }).await
-                }
-            };
-        }
-        let catalog = match self.inner.catalogs.get(&self.inner.daemon).await {
-            Ok(c) => c,
-            Err(e) => return Ok(self.failure(&e).into()),
-        };
-        let Some(tool) = catalog.tool(&name) else {
-            let names = catalog.tools().map(|t| t.name.as_str()).chain(builtin::names());
-            let hint = cordon_core::policy::diag::did_you_mean(&name, names);
-            let code = ErrorCode::UnknownTool;
-            let message = format!("{code}: unknown tool {name:?}{hint}");
-            self.inner.daemon.report("tools/call", &name, &arguments.to_string(), code.as_str(), &message).await;
-            return Err(McpError::invalid_params(message, None));
-        };
-        if let Some(state) = &request.request_state {
-            return self.resume(tool, &context, state, request.input_responses.as_ref()).await;
-        }
-        self.call(tool, &catalog.check(tool), arguments, &context).await
+        // Boxed: rmcp moves the future of every request whole, several times (into its task,
+        // then out as the result), and that future is as large as the largest handler's. A call
+        // runs the daemon's whole `Invoke` inside it; boxed, what moves is a pointer.
+        Box::pin(self.call_tool_boxed(request, context)).await
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
@@ -267,5 +245,43 @@ impl Bridge {
             let bridge = bridge.clone();
             tokio::spawn(async move { bridge.inner.daemon.report(&method, "", "", code, &message).await });
         }))
+    }
+}
+
+impl Bridge {
+    /// `tools/call` (see [`ServerHandler::call_tool`], which boxes this future).
+    async fn call_tool_boxed(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+        if let Some(builtin) = builtin::find(&name) {
+            let reach = Reach { daemon: &self.inner.daemon, catalogs: &self.inner.catalogs };
+            return match builtin.call(reach, &arguments).await {
+                Outcome::Answer(result) => Ok(result.into()),
+                Outcome::Confirm(token) => {
+                    let tool = ToolInfo::minimal(CONFIRM_TOOL.into());
+                    self.run(&tool, &context, Start::Confirm { token, elicited: false }).await
+                }
+            };
+        }
+        let catalog = match self.inner.catalogs.get(&self.inner.daemon).await {
+            Ok(c) => c,
+            Err(e) => return Ok(self.failure(&e).into()),
+        };
+        let Some(tool) = catalog.tool(&name) else {
+            let names = catalog.tools().map(|t| t.name.as_str()).chain(builtin::names());
+            let hint = cordon_core::policy::diag::did_you_mean(&name, names);
+            let code = ErrorCode::UnknownTool;
+            let message = format!("{code}: unknown tool {name:?}{hint}");
+            self.inner.daemon.report("tools/call", &name, &arguments.to_string(), code.as_str(), &message).await;
+            return Err(McpError::invalid_params(message, None));
+        };
+        if let Some(state) = &request.request_state {
+            return self.resume(tool, &context, state, request.input_responses.as_ref()).await;
+        }
+        self.call(tool, &catalog.check(tool), arguments, &context).await
     }
 }
