@@ -353,7 +353,7 @@ impl Cgroups {
     /// New directories `name` in each hierarchy, with their limits written and the files an
     /// invocation uses opened.
     fn make(&self, name: &str, memory: Option<u64>, processes: u64) -> io::Result<Leaf> {
-        let mut leaf = Leaf::default();
+        let mut leaf = Leaf { cpu_usec: Some(0), ..Leaf::default() };
         let make = |root: &Path, leaf: &mut Leaf| -> io::Result<PathBuf> {
             let dir = root.join(name);
             if !leaf.dirs.contains(&dir) {
@@ -456,6 +456,10 @@ struct Leaf {
     pids_max: Option<(fs::File, u64)>,
     /// `pids.current` (the live processes, for the emptiness check).
     pids_current: Option<fs::File>,
+    /// The CPU time the leaf has counted so far, known without reading it: 0 for a new leaf
+    /// (its counter starts at zero), else what it read when it was last released, verified
+    /// empty (nothing can have run in it since). `None`: read it.
+    cpu_usec: Option<u64>,
     /// `cgroup.kill` was written: some kernels kill every child later born in such a cgroup
     /// with `CLONE_INTO_CGROUP`, so its children join it themselves.
     killed: bool,
@@ -585,19 +589,29 @@ impl InvocationCgroup {
         }
     }
 
-    /// After the invocation (its group killed and its leader reaped): back to the pool when it
-    /// is recyclable and verified empty (no system call beyond two reads), else handed back for
+    /// The CPU time counted before the invocation starts: known for a new or recycled leaf
+    /// (see [`Leaf::cpu_usec`]), else read.
+    pub fn cpu_at_start(&self) -> Option<u64> {
+        let leaf = self.leaf.as_ref()?;
+        leaf.cpu_usec.or_else(|| crate::usage::cpu_usec(&leaf.dirs))
+    }
+
+    /// After the invocation (its group killed and its leader reaped): the CPU time counted now,
+    /// and the cgroup, back to the pool when it is recyclable and verified empty (no system
+    /// call beyond three reads; the CPU read comes after the check, so it is final and the
+    /// next invocation starts from it without reading), else handed back for
     /// [`InvocationCgroup::remove`], which may wait for the kernel to empty it.
-    pub fn release(mut self) -> Option<InvocationCgroup> {
-        if let (Some(pool), Some(leaf)) = (&self.pool, &self.leaf)
-            && leaf.is_empty()
+    pub fn release(mut self) -> (Option<u64>, Option<InvocationCgroup>) {
+        let empty = self.pool.is_some() && self.leaf.as_ref().is_some_and(Leaf::is_empty);
+        let cpu = self.leaf.as_ref().and_then(|l| crate::usage::cpu_usec(&l.dirs));
+        if empty
+            && let Some(pool) = self.pool.clone()
+            && let Some(mut leaf) = self.leaf.take()
         {
-            let pool = pool.clone();
-            if let Some(leaf) = self.leaf.take() {
-                self.leaf = pool.put(leaf);
-            }
+            leaf.cpu_usec = cpu;
+            self.leaf = pool.put(leaf);
         }
-        self.leaf.is_some().then_some(self)
+        (cpu, self.leaf.is_some().then_some(self))
     }
 
     /// Kills what is left, waits (briefly) for the cgroups to empty, and removes them.

@@ -319,7 +319,7 @@ pub async fn run_gated(
         let _ = slot.set(cg.dirs().to_vec());
     }
     // A recycled leaf's counter starts where its last invocation left it.
-    let cpu_before = cgroup.as_ref().and_then(|cg| crate::usage::cpu_usec(cg.dirs()));
+    let cpu_before = cgroup.as_ref().and_then(InvocationCgroup::cpu_at_start);
     // The private temp space: made now, removed when the invocation ends (also when this future
     // is dropped). The executable's pinned path counts as something the tool relies on.
     let exe_pin = confine.policy.pins.executable.as_ref().map(|e| e.pin.path.as_path());
@@ -587,15 +587,14 @@ pub async fn run_gated(
     let learned = learner.map(Learner::finish);
     let (status, timed_out, cancelled) = supervised?;
     // Every process was killed and the leader reaped: the cgroup's count is final.
-    let cpu = cgroup.as_ref().and_then(|cg| {
-        let after = crate::usage::cpu_usec(cg.dirs())?;
-        Some(Duration::from_micros(after.saturating_sub(cpu_before?)))
-    });
+    let mut cpu = None;
     if let Some(cg) = cgroup.take() {
         // Already killed. An emptied leaf goes back to the pool at once; anything else is
         // removed, which may wait for the kernel to empty it: not something the result waits
         // for, nor a runtime thread.
-        if let Some(mut cg) = cg.release() {
+        let (after, left) = cg.release();
+        cpu = after.zip(cpu_before).map(|(after, before)| Duration::from_micros(after.saturating_sub(before)));
+        if let Some(mut cg) = left {
             tokio::task::spawn_blocking(move || cg.remove());
         }
     }

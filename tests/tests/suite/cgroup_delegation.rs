@@ -402,6 +402,11 @@ description = "leave a sleeper behind and exit"
 reason = "tests"
 command = ["/bin/sh", "-c", "/usr/bin/setsid /bin/sleep 1000 & echo $!"]
 
+[tools.burn]
+description = "spend CPU time, then print my cgroups"
+reason = "tests"
+command = ["/bin/sh", "-c", "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done; exec cat /proc/self/cgroup"]
+
 [tools.bounded]
 description = "print my cgroups, under a memory limit"
 reason = "tests"
@@ -457,6 +462,30 @@ fn emptied_invocation_cgroups_are_reused() {
         let procs = std::fs::read_to_string(leaf.join("cgroup.procs")).unwrap();
         assert_eq!(procs, "", "a recycled leaf holds processes: {}", leaf.display());
     }
+}
+
+/// A recycled leaf's CPU counter keeps counting from where the last call left it; each call's
+/// `cpu_ms` is its own: a call after a CPU-heavy one in the same leaf is charged only what it
+/// used (the start of a call is not read from the leaf but taken from its release, when it was
+/// verified empty).
+#[test]
+fn each_call_in_a_recycled_leaf_is_charged_only_its_own_cpu_time() {
+    require_root!("cordond makes cgroups only as root");
+    let d = Daemon::start(&[("tools.toml", &(fixture!(header "20s").to_string() + POOL_TOOLS))]);
+    let first = run_ok(&d, "where");
+    let burned = run_ok(&d, "burn");
+    let after = run_ok(&d, "where");
+    assert!(first == after && burned.trim_end() == first.trim_end(), "not one leaf: {first:?} {burned:?} {after:?}");
+    let cpu: Vec<(String, u64)> = d
+        .audit_records()
+        .into_iter()
+        .filter(|r| r["decision"] == "finished")
+        .map(|r| (r["tool"].as_str().unwrap().to_string(), r["cpu_ms"].as_u64().unwrap_or_else(|| panic!("{r}"))))
+        .collect();
+    let tools: Vec<&str> = cpu.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(tools, ["where", "burn", "where"], "{cpu:?}");
+    assert!(cpu[1].1 >= 100, "the CPU-heavy call was charged too little: {cpu:?}");
+    assert!(cpu[2].1 * 4 < cpu[1].1, "the call after it was charged its CPU time too: {cpu:?}");
 }
 
 /// The attack: a tool leaves a process behind (a new session, so the group kill misses it),
