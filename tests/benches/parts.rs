@@ -90,7 +90,7 @@ write = ["/tmp", "/var/tmp"]
         time("cgroup: recycled leaf (no memory limit)", |i| {
             let cg = host.cgroups.create(&format!("leaf-{i}"), &tool.sandbox.limits, 512).unwrap();
             let _fds = cg.procs_fds();
-            assert!(cg.release().is_none(), "an empty leaf was not recycled");
+            assert!(cg.release().1.is_none(), "an empty leaf was not recycled");
         });
     }
     // Validation of a call's arguments (two params), as cordond does per call.
