@@ -142,3 +142,205 @@ pub(super) async fn list(
         return Ok(Answer { tools, next, ahead });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use cordon_proto::v1;
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::ToolInfo;
+    use crate::error::CliError;
+    use crate::mcp::pages::ListVersion;
+
+    /// A daemon's `ListTools` in pages of `per_page`, counting the requests; its tokens name
+    /// the generation and refuse another's, as cordond's do.
+    struct Fake {
+        per_page: usize,
+        registry: Mutex<(u64, Vec<ToolInfo>)>,
+        requests: AtomicUsize,
+    }
+
+    impl Fake {
+        fn new(generation: u64, tools: Vec<ToolInfo>, per_page: usize) -> Fake {
+            Fake { per_page, registry: Mutex::new((generation, tools)), requests: AtomicUsize::new(0) }
+        }
+
+        fn requests(&self) -> usize {
+            self.requests.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Source for Fake {
+        async fn page(&self, _size: u32, token: String) -> Result<(u64, Vec<ToolInfo>, String), CliError> {
+            self.requests.fetch_add(1, Ordering::SeqCst);
+            let (generation, tools) = self.registry.lock().unwrap().clone();
+            let start = match token.split_once(':') {
+                None => 0,
+                Some((g, _)) if g != generation.to_string() => {
+                    return Err(CliError::Protocol("this page token belongs to another generation".into()));
+                }
+                Some((_, at)) => at.parse().unwrap(),
+            };
+            let end = (start + self.per_page).min(tools.len());
+            let next = if end < tools.len() { format!("{generation}:{end}") } else { String::new() };
+            Ok((generation, tools[start..end].to_vec(), next))
+        }
+    }
+
+    /// A tool with one integer param `count` of 1 to 5.
+    fn tool(name: &str, agent_confirms: bool) -> ToolInfo {
+        let count = v1::Param {
+            name: "count".into(),
+            r#type: "integer".into(),
+            required: true,
+            rules: Some(v1::param::Rules::IntegerRules(v1::IntegerRules { min: Some(1), max: Some(5) })),
+            ..v1::Param::default()
+        };
+        ToolInfo::from(v1::Tool {
+            name: name.into(),
+            description: format!("{name} does things"),
+            available: true,
+            params: vec![count],
+            input_schema_json: r#"{"type":"object","properties":{"count":{"type":"integer","minimum":1,"maximum":5}},"required":["count"],"additionalProperties":false}"#.into(),
+            confirm: if agent_confirms { v1::Confirm::Agent } else { v1::Confirm::None } as i32,
+            ..v1::Tool::default()
+        })
+    }
+
+    /// `n` tools `t-000`...; the one at `confirming` asks for an agent's confirmation.
+    fn tools(n: usize, confirming: Option<usize>) -> Vec<ToolInfo> {
+        (0..n).map(|i| tool(&format!("t-{i:03}"), confirming == Some(i))).collect()
+    }
+
+    /// Every page from the first, following the cursors: the names in order, and the pages.
+    async fn walk(catalogs: &Catalogs, fake: &Fake, cursors: &Cursors, size: usize) -> (Vec<String>, usize) {
+        let (mut names, mut pages, mut cursor) = (Vec::new(), 0, None::<String>);
+        loop {
+            let answer = list(catalogs, fake, cursors, cursor.as_deref(), Some(size)).await.unwrap();
+            pages += 1;
+            names.extend(answer.tools.iter().map(|t| t.name.to_string()));
+            match answer.next {
+                Some(next) => cursor = Some(next),
+                None => return (names, pages),
+            }
+        }
+    }
+
+    fn builtin_names(agent_confirms: bool) -> Vec<String> {
+        builtin::tools(Some(agent_confirms)).iter().map(|t| t.name.to_string()).collect()
+    }
+
+    #[tokio::test]
+    async fn the_first_page_is_answered_from_the_daemon_pages_that_cover_it() {
+        let (catalogs, cursors) = (Catalogs::default(), Cursors::default());
+        let fake = Fake::new(1, tools(50, None), 10);
+        let answer = list(&catalogs, &fake, &cursors, None, Some(20)).await.unwrap();
+        let nb = builtin_names(false).len();
+        assert_eq!(answer.tools.len(), 20);
+        // 20 - nb daemon tools and one more (is there a next page?): two daemon pages of five.
+        assert_eq!(fake.requests(), (20 - nb + 1).div_ceil(10));
+        assert!(answer.next.is_some());
+        assert!(answer.ahead.is_some(), "the catalog is not complete yet");
+        // The next page fetches only what it covers, too.
+        let second = list(&catalogs, &fake, &cursors, answer.next.as_deref(), Some(20)).await.unwrap();
+        assert_eq!(second.tools.len(), 20);
+        assert_eq!(fake.requests(), (40 - nb + 1).div_ceil(10));
+        // Fetching ahead fetches up to what it is told, once.
+        catalogs.read_ahead(&fake, 45).await;
+        catalogs.read_ahead(&fake, 45).await;
+        assert_eq!(fake.requests(), 5);
+    }
+
+    #[tokio::test]
+    async fn the_pages_list_every_tool_exactly_once_with_the_builtins_first() {
+        for (confirming, confirm_first) in [(None, false), (Some(3), true), (Some(47), false)] {
+            let (catalogs, cursors) = (Catalogs::default(), Cursors::default());
+            let fake = Fake::new(1, tools(50, confirming), 10);
+            let (names, pages) = walk(&catalogs, &fake, &cursors, 7).await;
+            let mut expected = builtin_names(confirm_first);
+            expected.extend((0..50).map(|i| format!("t-{i:03}")));
+            if confirming.is_some() && !confirm_first {
+                // A tool beyond the first page asks for an agent's confirmation: `confirm` last.
+                expected.push(builtin::CONFIRM_TOOL.to_string());
+            }
+            assert_eq!(names, expected, "{confirming:?}");
+            assert_eq!(names.iter().collect::<HashSet<_>>().len(), names.len());
+            assert!(pages > 7, "{pages}");
+            // Walked again from a new start: the catalog is whole now, so the first page knows
+            // whether `confirm` is listed, and lists it among the built-ins.
+            let mut whole = builtin_names(confirming.is_some());
+            whole.extend((0..50).map(|i| format!("t-{i:03}")));
+            assert_eq!(walk(&catalogs, &fake, &cursors, 7).await.0, whole);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_registry_change_between_pages_refuses_the_old_cursor() {
+        let (catalogs, cursors) = (Catalogs::default(), Cursors::default());
+        let fake = Fake::new(1, tools(50, None), 10);
+        let first = list(&catalogs, &fake, &cursors, None, Some(20)).await.unwrap();
+        *fake.registry.lock().unwrap() = (2, tools(30, None));
+        // The daemon refuses the next page's token of generation 1: the catalog is fetched
+        // again from the first page, and the cursor of generation 1 is refused.
+        let e = list(&catalogs, &fake, &cursors, first.next.as_deref(), Some(20)).await.unwrap_err();
+        assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+        assert!(e.message.contains("older tool list (generation 1"), "{}", e.message);
+        let (names, _) = walk(&catalogs, &fake, &cursors, 20).await;
+        assert_eq!(names.len(), builtin_names(false).len() + 30);
+        // After the watcher's invalidation too.
+        let first = list(&catalogs, &fake, &cursors, None, Some(20)).await.unwrap();
+        *fake.registry.lock().unwrap() = (3, tools(40, None));
+        catalogs.invalidate();
+        let e = list(&catalogs, &fake, &cursors, first.next.as_deref(), Some(20)).await.unwrap_err();
+        assert!(e.message.contains("older tool list (generation 2"), "{}", e.message);
+        // A cursor past the end of the list is not one this session made for it.
+        let past = cursors.next(ListVersion { generation: 3, servers: 0 }, Start { offset: 500, confirm_first: false });
+        let e = list(&catalogs, &fake, &cursors, Some(&past.unwrap()), Some(20)).await.unwrap_err();
+        assert!(e.message.starts_with("malformed cursor"), "{}", e.message);
+    }
+
+    #[tokio::test]
+    async fn a_call_of_a_tool_not_fetched_yet_fetches_it_and_checks_its_arguments() {
+        let (catalogs, cursors) = (Catalogs::default(), Cursors::default());
+        let fake = Fake::new(1, tools(50, None), 10);
+        list(&catalogs, &fake, &cursors, None, Some(20)).await.unwrap();
+        assert_eq!(fake.requests(), 2);
+        let listed = catalogs.entry(&fake, "t-000").await.unwrap().unwrap();
+        assert_eq!(fake.requests(), 2, "a tool already here needs no fetch");
+        let later = catalogs.entry(&fake, "t-049").await.unwrap().unwrap();
+        assert_eq!(fake.requests(), 5, "the remaining pages were fetched");
+        assert_eq!(later.info.name, "t-049");
+        // Checked exactly as a tool of the first page: the same refusal, and good arguments pass.
+        let refusal = |e: &crate::mcp::catalog::Entry, args| {
+            let check = e.check();
+            let check = check.as_ref().as_ref().unwrap();
+            check.check(&args).map_err(|r| (r.code, r.field, r.message))
+        };
+        let bad = refusal(&later, json!({"count": 9})).unwrap_err();
+        assert_eq!(bad, refusal(&listed, json!({"count": 9})).unwrap_err());
+        assert_eq!(bad.1.as_deref(), Some("count"), "{bad:?}");
+        assert_eq!(refusal(&later, json!({})), refusal(&listed, json!({})));
+        assert!(refusal(&later, json!({})).is_err());
+        assert_eq!(refusal(&later, json!({"count": 3})), Ok(()));
+        // A tool the whole catalog lacks: the catalog, for "did you mean".
+        let unknown = catalogs.entry(&fake, "t-999").await.unwrap().unwrap_err();
+        assert_eq!(unknown.len(), 50);
+    }
+
+    #[tokio::test]
+    async fn a_short_list_without_a_page_size_is_one_answer() {
+        let (catalogs, cursors) = (Catalogs::default(), Cursors::default());
+        let fake = Fake::new(1, tools(50, Some(10)), 10);
+        let answer = list(&catalogs, &fake, &cursors, None, None).await.unwrap();
+        assert!(answer.next.is_none() && answer.ahead.is_none());
+        let names: Vec<String> = answer.tools.iter().map(|t| t.name.to_string()).collect();
+        let mut expected: Vec<String> = (0..50).map(|i| format!("t-{i:03}")).collect();
+        expected.extend(builtin_names(true));
+        assert_eq!(names, expected);
+    }
+}
