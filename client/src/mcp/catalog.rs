@@ -152,21 +152,22 @@ impl Catalog {
 }
 
 /// Turns the daemon's tools into entries: taking over the previous generation's entry of a tool
-/// described exactly alike, and sharing one parsed schema among tools with the same schema text
-/// (with the previous generation's too).
+/// described exactly alike, and holding once what tools with the same input schema text share
+/// (with the previous generation's too): the text, its parsed schema and, when they are the
+/// same, the params' rules.
 #[derive(Debug, Default)]
 struct Converter {
     previous: Option<Arc<Catalog>>,
-    /// Schema text -> parsed schema.
-    schemas: HashMap<Arc<str>, Arc<JsonObject>>,
+    /// Schema text -> the first entry with it.
+    schemas: HashMap<Arc<str>, Arc<Entry>>,
 }
 
 impl Converter {
     fn new(previous: Option<Arc<Catalog>>) -> Converter {
-        let mut schemas: HashMap<Arc<str>, Arc<JsonObject>> = HashMap::new();
+        let mut schemas: HashMap<Arc<str>, Arc<Entry>> = HashMap::new();
         if let Some(p) = &previous {
             for e in &p.entries {
-                schemas.entry(e.info.input_schema.shared().clone()).or_insert_with(|| e.schema.clone());
+                schemas.entry(e.info.input_schema.shared().clone()).or_insert_with(|| e.clone());
             }
         }
         Converter { previous, schemas }
@@ -177,18 +178,17 @@ impl Converter {
         if let Some(e) = self.previous.as_ref().and_then(|p| p.entry(&info.name)).filter(|e| e.info == info) {
             return e.clone();
         }
-        let schema = match self.schemas.get_key_value(info.input_schema.as_str()) {
-            Some((text, parsed)) => {
-                info.input_schema.share(text);
-                parsed.clone()
+        let schema = match self.schemas.get(info.input_schema.as_str()) {
+            Some(first) => {
+                info.input_schema.share(first.info.input_schema.shared());
+                info.share_params(&first.info);
+                first.schema.clone()
             }
-            None => {
-                let parsed = Arc::new(info.input_schema.object().unwrap_or_default());
-                self.schemas.insert(info.input_schema.shared().clone(), parsed.clone());
-                parsed
-            }
+            None => Arc::new(info.input_schema.object().unwrap_or_default()),
         };
-        Arc::new(Entry { info, schema, check: OnceLock::new() })
+        let entry = Arc::new(Entry { info, schema, check: OnceLock::new() });
+        self.schemas.entry(entry.info.input_schema.shared().clone()).or_insert_with(|| entry.clone());
+        entry
     }
 }
 
