@@ -448,7 +448,7 @@ impl Server {
             terminator,
         } = self;
         let current = registry.current();
-        let counts = current.counts();
+        let counts = current.counts_at_load();
         let socket_path = config.socket.clone();
         let started = Record::new(Decision::DaemonStarted)
             .with("pid", std::process::id())

@@ -208,7 +208,7 @@ pub struct ToolInfo {
     /// The params with their rules as the daemon sent them; [`ToolInfo::rebuild_params`] turns
     /// them into the daemon's own [`Param`]s.
     #[serde(skip)]
-    wire_params: Vec<v1::Param>,
+    wire_params: Arc<[v1::Param]>,
 }
 
 /// A tool's `cache`.
@@ -269,7 +269,7 @@ impl ToolInfo {
             return Err(RulesError::WorkingDir { dir: self.working_dir.clone() });
         }
         let mut params: Vec<Param> = Vec::with_capacity(self.wire_params.len());
-        for wire in &self.wire_params {
+        for wire in self.wire_params.iter() {
             if params.iter().any(|p| p.name == wire.name) {
                 return Err(RulesError::Duplicate { param: wire.name.clone() });
             }
@@ -336,7 +336,7 @@ impl ToolInfo {
             server: String::new(),
             server_tool: String::new(),
             server_rules_json: String::new(),
-            wire_params: Vec::new(),
+            wire_params: Arc::from([]),
         }
     }
 
@@ -352,6 +352,14 @@ impl ToolInfo {
         self.source = String::new();
         self.grants = None;
         self
+    }
+
+    /// Holds the params' rules once with `other`'s when they are the same (many tools of a large
+    /// registry share them).
+    pub fn share_params(&mut self, other: &ToolInfo) {
+        if !Arc::ptr_eq(&self.wire_params, &other.wire_params) && self.wire_params == other.wire_params {
+            self.wire_params = other.wire_params.clone();
+        }
     }
 
     pub fn status_word(&self) -> &'static str {
@@ -398,7 +406,7 @@ impl From<v1::Tool> for ToolInfo {
                     secret: p.secret,
                 })
                 .collect(),
-            wire_params: t.params,
+            wire_params: Arc::from(t.params),
             server: t.server,
             server_tool: t.server_tool,
             server_rules_json: t.server_rules_json,

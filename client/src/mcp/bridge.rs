@@ -10,7 +10,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestMethod, CompleteRequestParams, CompleteResult,
     Implementation, ListPromptsRequestMethod, ListPromptsResult, ListResourceTemplatesRequestMethod,
     ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscriptionFilter, Tool,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscriptionFilter,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -21,8 +21,8 @@ use super::call::Start;
 use super::catalog::Catalogs;
 use super::confirm::AwaitingInput;
 use super::daemon::Daemon;
-use super::pages;
 use super::watch::Notifier;
+use super::{listing, pages};
 use crate::api::ToolInfo;
 use crate::endpoint::Endpoint;
 
@@ -109,45 +109,18 @@ impl ServerHandler for Bridge {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
-        // Boxed, as `call_tool`'s body is: a fetch of the catalogue is a large future, and every
-        // request's future is as large as the largest handler's.
-        let catalog = match Box::pin(self.inner.catalogs.get(&self.inner.daemon)).await {
-            Ok(catalog) => catalog,
-            Err(e) if cursor.is_none() => {
-                tracing::warn!(error = %e, "cordond unreachable; listing built-in tools only");
-                return Ok(ListToolsResult::with_all_items(builtin::tools(None)));
-            }
-            Err(e) => {
-                return Err(McpError::internal_error(
-                    format!("cannot list the tools: {e}; call tools/list again without a cursor once cordond is back"),
-                    None,
-                ));
-            }
-        };
-        let builtins = builtin::tools(Some(&catalog));
-        let total = builtins.len() + catalog.len();
-        let page_size = match self.inner.page_size {
-            Some(n) => n,
-            // A cursor is checked (and refused when stale or not this session's) at any size.
-            None if cursor.is_some() || total > pages::DEFAULT_PAGE => pages::DEFAULT_PAGE,
-            None => {
-                let mut tools: Vec<Tool> = catalog.mcp_tools().collect();
-                tools.extend(builtins);
-                tracing::debug!(generation = catalog.generation, tools = tools.len(), "tools/list");
-                return Ok(ListToolsResult::with_all_items(tools));
-            }
-        };
-        // Paged: the built-in tools lead, then the daemon's in its order.
-        let (range, next) =
-            self.inner.cursors.page(cursor, catalog.list_version(), total, builtins.len(), page_size)?;
-        let nb = builtins.len();
-        let mut tools: Vec<Tool> = builtins.into_iter().skip(range.start).take(range.len()).collect();
-        let daemon_start = range.start.saturating_sub(nb);
-        let daemon_take = range.end.saturating_sub(nb.max(range.start));
-        tools.extend(catalog.mcp_tools().skip(daemon_start).take(daemon_take));
-        tracing::debug!(generation = catalog.generation, tools = tools.len(), next = ?next, "tools/list page");
-        let mut result = ListToolsResult::with_all_items(tools);
-        result.next_cursor = next;
+        let inner = &self.inner;
+        // Boxed, as `call_tool`'s body is: fetching the daemon's pages is a large future, and
+        // every request's future is as large as the largest handler's.
+        let answer =
+            Box::pin(listing::list(&inner.catalogs, &inner.daemon, &inner.cursors, cursor, inner.page_size)).await?;
+        if let Some(want) = answer.ahead {
+            // Fetch the next page's daemon tools while the client reads this one.
+            let bridge = self.clone();
+            tokio::spawn(async move { bridge.inner.catalogs.read_ahead(&bridge.inner.daemon, want).await });
+        }
+        let mut result = ListToolsResult::with_all_items(answer.tools);
+        result.next_cursor = answer.next;
         Ok(result)
     }
 
@@ -267,21 +240,23 @@ impl Bridge {
                 }
             };
         }
-        let catalog = match self.inner.catalogs.get(&self.inner.daemon).await {
-            Ok(c) => c,
+        // A tool whose daemon page is not here yet is fetched first: every call is checked.
+        let entry = match self.inner.catalogs.entry(&self.inner.daemon, &name).await {
+            Ok(Ok(entry)) => entry,
+            Ok(Err(catalog)) => {
+                let names = catalog.tools().map(|t| t.name.as_str()).chain(builtin::names());
+                let hint = cordon_core::policy::diag::did_you_mean(&name, names);
+                let code = ErrorCode::UnknownTool;
+                let message = format!("{code}: unknown tool {name:?}{hint}");
+                self.inner.daemon.report("tools/call", &name, &arguments.to_string(), code.as_str(), &message).await;
+                return Err(McpError::invalid_params(message, None));
+            }
             Err(e) => return Ok(self.failure(&e).into()),
         };
-        let Some(tool) = catalog.tool(&name) else {
-            let names = catalog.tools().map(|t| t.name.as_str()).chain(builtin::names());
-            let hint = cordon_core::policy::diag::did_you_mean(&name, names);
-            let code = ErrorCode::UnknownTool;
-            let message = format!("{code}: unknown tool {name:?}{hint}");
-            self.inner.daemon.report("tools/call", &name, &arguments.to_string(), code.as_str(), &message).await;
-            return Err(McpError::invalid_params(message, None));
-        };
+        let tool = &entry.info;
         if let Some(state) = &request.request_state {
             return self.resume(tool, &context, state, request.input_responses.as_ref()).await;
         }
-        self.call(tool, &catalog.check(tool), arguments, &context).await
+        self.call(tool, &entry.check(), arguments, &context).await
     }
 }

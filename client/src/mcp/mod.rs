@@ -15,6 +15,7 @@
 //! - [`watch`]: registry generations -> `tools/list_changed`; logging notifications.
 //! - [`lines`]: the JSON-RPC line layer (every request gets an answer with its id).
 //! - [`render`]: a finished invocation as an MCP tool result.
+//! - [`listing`]: `tools/list` answered as the daemon's pages arrive.
 //! - [`pages`]: pagination of `tools/list` (`--page-size`, by default for long lists) and its
 //!   cursors (HMAC under the session's key).
 //! - [`http`]: `cordon mcp --http`: the same server over streamable HTTP, a session per agent,
@@ -33,6 +34,7 @@ mod confirm;
 pub mod daemon;
 pub mod http;
 pub mod lines;
+mod listing;
 mod pages;
 pub mod render;
 mod watch;

@@ -378,6 +378,51 @@ fn a_long_list_is_paged_by_default_each_tool_once_and_an_agent_pages_only_its_ow
     assert_eq!(pages, walked.len().div_ceil(300));
 }
 
+/// `n` tools `t0000`... with one integer param `n` (1 to 5) each, echoed.
+fn counting_tools(n: usize) -> String {
+    let mut p = String::from("version = 1\n");
+    for i in 0..n {
+        p.push_str(&format!(
+            "\n[tools.t{i:04}]\ndescription = \"tool {i}\"\nreason = \"tests\"\ncommand = [\"/bin/echo\", \"{{{{n}}}}\"]\n\
+             [tools.t{i:04}.params.n]\ntype = \"integer\"\nmin = 1\nmax = 5\nrequired = true\n"
+        ));
+    }
+    p
+}
+
+#[test]
+fn a_tool_on_a_page_not_listed_yet_is_called_and_checked_as_any_other() {
+    require_root!();
+    // 1,200 tools: three of cordond's pages of 500; the first tools/list page of 10 needs only
+    // the first.
+    let d = start(&counting_tools(1200), &[]);
+    let mut mcp = Session::start(Command::new(bin("cordon")), &d.socket, &["--page-size", "10"]);
+    let first = mcp.request("tools/list", json!({}));
+    assert!(first["result"]["nextCursor"].is_string(), "{first}");
+    let last = mcp.call("t1199", json!({ "n": 9 }));
+    let listed = mcp.call("t0000", json!({ "n": 9 }));
+    assert_eq!(last["isError"], true, "{last}");
+    assert_eq!(last["structuredContent"]["error"]["code"], "INVALID_FIELD_VALUE", "{last}");
+    assert_eq!(last["structuredContent"]["error"], listed["structuredContent"]["error"], "refused alike");
+    let ran = mcp.call("t1199", json!({ "n": 3 }));
+    assert_eq!(ran["isError"], false, "{ran}");
+    assert!(ran["content"][0]["text"].as_str().unwrap().contains('3'), "{ran}");
+    // The walk goes on from the first page's cursor: every tool once.
+    let mut cursor = first["result"]["nextCursor"].as_str().map(str::to_string);
+    let mut names: Vec<String> =
+        first["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    while let Some(c) = cursor {
+        let page = mcp.request("tools/list", json!({ "cursor": c }));
+        names.extend(
+            page["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()),
+        );
+        cursor = page["result"]["nextCursor"].as_str().map(str::to_string);
+    }
+    let (tools, unique) = daemon_tools(&names);
+    assert!(unique, "a tool listed twice");
+    assert_eq!(tools, (0..1200).map(|i| format!("t{i:04}")).collect::<BTreeSet<_>>());
+}
+
 #[test]
 fn forged_foreign_and_stale_cursors_are_refused() {
     require_root!();

@@ -6,7 +6,6 @@ use rmcp::model::{Tool, ToolAnnotations};
 use serde_json::json;
 
 use super::{Builtin, Outcome, schema, string};
-use crate::mcp::catalog::Catalog;
 
 /// The built-in tool that redeems agent confirmation tokens.
 pub(crate) const CONFIRM_TOOL: &str = "confirm";
@@ -18,7 +17,7 @@ pub(super) const CONFIRM: Builtin = Builtin {
     tool,
     params: || vec![string("token", true, TOKEN)],
     own_check: &[],
-    listed: |catalog: Option<&Catalog>| catalog.is_none_or(Catalog::agent_confirms),
+    listed: |agent_confirms| agent_confirms.unwrap_or(true),
     // Its answer is cordond's, which cordond recorded itself.
     report: false,
     handler: |_, call| {

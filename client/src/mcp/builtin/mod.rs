@@ -25,7 +25,7 @@ use cordon_core::validate::{Arguments, Signature, ValidationError, validate_sign
 use rmcp::model::{CallToolResult, Tool};
 use serde_json::{Value, json};
 
-use super::catalog::{Catalog, Catalogs};
+use super::catalog::Catalogs;
 use super::daemon::Daemon;
 use super::render;
 
@@ -92,8 +92,9 @@ pub(super) struct Builtin {
     /// Properties of the input schema that no param kind can say, which the handler checks
     /// itself (`start_job`'s `arguments`, checked against the named tool's own params).
     own_check: &'static [&'static str],
-    /// Whether `tools/list` shows it for this catalog (`None`: the daemon's tools are unknown).
-    listed: fn(Option<&Catalog>) -> bool,
+    /// Whether `tools/list` shows it, given whether a daemon tool asks for an agent's
+    /// confirmation (`None`: the daemon's tools are unknown).
+    listed: fn(Option<bool>) -> bool,
     /// Whether the handler's own refusals are reported to cordond (not for a result cordond
     /// gave, which it recorded itself).
     report: bool,
@@ -121,13 +122,14 @@ pub(super) fn names<'a>() -> impl Iterator<Item = &'a str> {
     TABLE.iter().map(|b| b.name)
 }
 
-/// The built-ins `tools/list` shows with `catalog` (`None`: the daemon's tools are unknown).
-pub(super) fn tools(catalog: Option<&Catalog>) -> Vec<Tool> {
-    TABLE.iter().filter(|b| (b.listed)(catalog)).map(|b| (b.tool)()).collect()
+/// The built-ins `tools/list` shows, given whether a daemon tool asks for an agent's
+/// confirmation (`None`: the daemon's tools are unknown).
+pub(super) fn tools(agent_confirms: Option<bool>) -> Vec<Tool> {
+    TABLE.iter().filter(|b| (b.listed)(agent_confirms)).map(|b| (b.tool)()).collect()
 }
 
 /// Listed always.
-fn always(_: Option<&Catalog>) -> bool {
+fn always(_: Option<bool>) -> bool {
     true
 }
 
