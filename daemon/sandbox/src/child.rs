@@ -1112,7 +1112,7 @@ mod tests {
     #[test]
     fn the_cloning_thread_empties_its_bounding_set_once_and_its_children_hold_none() {
         if !root_or_skip("changing identity") {
-            return;
+            return; // SKIPPED (printed by root_or_skip; under CORDON_CI it fails instead)
         }
         std::thread::spawn(|| {
             assert!(thread_holds_sys_admin(), "a new thread starts with the full bounding set");
@@ -1131,7 +1131,7 @@ mod tests {
     #[test]
     fn a_child_drops_what_its_cloning_thread_left_in_the_bounding_set() {
         if !root_or_skip("changing identity") {
-            return;
+            return; // SKIPPED (printed by root_or_skip; under CORDON_CI it fails instead)
         }
         std::thread::spawn(|| {
             super::BOUNDING_EMPTY.set(true);
