@@ -586,7 +586,8 @@ pub async fn run_gated(
     let (supervised, (stdout, stderr), ()) = tokio::join!(supervision, captures, learning);
     let learned = learner.map(Learner::finish);
     let (status, timed_out, cancelled) = supervised?;
-    // Every process was killed and the leader reaped: the cgroup's count is final.
+    // Every process was killed and the leader reaped; `release` reads the cgroup's count after
+    // checking it is empty (then final), or as it is when something lingers.
     let mut cpu = None;
     if let Some(cg) = cgroup.take() {
         // Already killed. An emptied leaf goes back to the pool at once; anything else is
